@@ -1,0 +1,16 @@
+# The two commands a new user needs (see README):
+#   make demo   set everything up and run the main job end to end on the embedded defaults
+#   make test   set everything up and run the whole test suite
+.PHONY: setup demo test test-fast
+setup:
+	bash scripts/setup.sh
+
+demo: setup
+	.venv/bin/abpo demo
+
+test: setup
+	bash scripts/setup-browser.sh
+	ABPO_REQUIRE_BROWSER=1 .venv/bin/python -m pytest
+
+test-fast: setup
+	.venv/bin/python -m pytest -m "not slow"

@@ -1,0 +1,16 @@
+"""Config section `report`: the A/B analysis."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ReportConfig:
+    candidate_arm: str = field(default="abpo", metadata={"help": "The arm compared against every other arm."})
+    arm_shares: dict[str, float] = field(
+        default_factory=lambda: {"abpo": 0.25, "grpo": 0.25, "ml_retrain": 0.25, "popularity": 0.25},
+        metadata={"help": "Configured traffic share of each arm (users), for the sample-ratio-mismatch check."},
+    )
+    confidence: float = field(default=0.95, metadata={"help": "Confidence level of every interval."})
+    srm_alpha: float = field(default=0.001, metadata={"help": "Flag a sample-ratio mismatch below this p-value."})

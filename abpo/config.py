@@ -1,0 +1,162 @@
+"""The pipeline's configuration: one YAML file (configs/<preset>.yaml) mapped onto typed sections.
+
+Each section is a dataclass owned by the module that uses it (every field has a default and a help
+text in its ``metadata``); this file only composes them, loads YAML, and applies ``--set a.b=v``
+overrides. Unknown keys are an error that names the file and the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from abpo.abtest.config import ReportConfig
+from abpo.data.config import DataConfig
+from abpo.policy.config import PolicyConfig, SFTConfig
+from abpo.train.config import UpdateConfig
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CONFIG_DIR = REPO_ROOT / "configs"
+
+
+@dataclass
+class PathsConfig:
+    """Where the embedded defaults keep their state. Relative paths are relative to ``root``."""
+
+    root: str = field(default="var", metadata={"help": "State directory; relative to the repo root unless absolute."})
+    landing: str = field(default="landing", metadata={"help": "Landing zone: impressions/month=YYYY-MM/*.parquet."})
+    warehouse: str = field(default="warehouse.duckdb", metadata={"help": "DuckDB warehouse file."})
+    models: str = field(default="models", metadata={"help": "Local model checkpoints (tokenizer, tiny model, SFT, updates)."})
+    reports: str = field(default="reports", metadata={"help": "A/B reports (HTML, Markdown, PNG)."})
+    mlflow_tracking_uri: str = field(
+        default="", metadata={"help": "MLflow tracking URI; empty = SQLite file mlflow.db under root."}
+    )
+    mlflow_artifacts: str = field(default="mlartifacts", metadata={"help": "MLflow artifact root for the SQLite store."})
+
+    def resolve(self, name: str) -> Path:
+        """Absolute path of one of the fields above."""
+        root = Path(self.root)
+        if not root.is_absolute():
+            root = REPO_ROOT / root
+        if name == "root":
+            return root
+        p = Path(getattr(self, name))
+        return p if p.is_absolute() else root / p
+
+    def tracking_uri(self) -> str:
+        return self.mlflow_tracking_uri or f"sqlite:///{self.resolve('root') / 'mlflow.db'}"
+
+
+@dataclass
+class Config:
+    """The whole pipeline's configuration. Load with :func:`load_config`."""
+
+    name: str = "tiny"
+    seed: int = 0
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    update: UpdateConfig = field(default_factory=UpdateConfig)
+    report: ReportConfig = field(default_factory=ReportConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        return _build(tp, value, where)
+    if tp is bool:
+        if isinstance(value, str):
+            if value.lower() in ("1", "true", "yes", "on"):
+                return True
+            if value.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ConfigError(f"{where}: expected a boolean, got {value!r}")
+        return bool(value)
+    if tp in (int, float, str):
+        try:
+            return tp(value)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"{where}: expected {tp.__name__}, got {value!r}") from e
+    if origin in (list, tuple):
+        (inner, *_) = typing.get_args(tp) or (Any,)
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        return [(_coerce(v, inner, f"{where}[{i}]") if inner is not Any else v) for i, v in enumerate(value)]
+    return value
+
+
+def _build(cls: type, values: dict[str, Any], where: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; known: {sorted(names)}")
+    kwargs = {k: _coerce(v, hints[k], f"{where}.{k}") for k, v in values.items()}
+    return cls(**kwargs)
+
+
+def _set_path(cfg: Any, dotted: str, raw: str, where: str) -> None:
+    obj = cfg
+    *parents, leaf = dotted.split(".")
+    for p in parents:
+        if not dataclasses.is_dataclass(obj) or not hasattr(obj, p):
+            raise ConfigError(f"{where}: no section {p!r} in {dotted!r}")
+        obj = getattr(obj, p)
+    if not dataclasses.is_dataclass(obj) or leaf not in {f.name for f in dataclasses.fields(obj)}:
+        raise ConfigError(f"{where}: unknown key {dotted!r}")
+    tp = typing.get_type_hints(type(obj))[leaf]
+    setattr(obj, leaf, _coerce(yaml.safe_load(raw) if isinstance(raw, str) else raw, tp, f"{where} {dotted}"))
+
+
+def preset_path(name_or_path: str | Path) -> Path:
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        return p
+    return CONFIG_DIR / f"{name_or_path}.yaml"
+
+
+def load_config(name_or_path: str | Path = "tiny", overrides: list[str] | None = None) -> Config:
+    """Load a preset name (``tiny``, ``gpu``, ...) or a YAML path, then apply ``key.sub=value`` overrides."""
+    path = preset_path(name_or_path)
+    if not path.exists():
+        known = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+        raise ConfigError(f"{path}: config not found (presets: {known})")
+    raw = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: top level must be a mapping")
+    cfg = _build(Config, raw, str(path))
+    for item in overrides or []:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected key.sub=value")
+        key, value = item.split("=", 1)
+        _set_path(cfg, key.strip(), value, "--set")
+    return cfg
+
+
+def describe(cls: type, prefix: str = "") -> list[tuple[str, Any, str]]:
+    """(dotted key, default, help) for every field, for `abpo config --explain`."""
+    rows = []
+    for f in dataclasses.fields(cls):
+        tp = typing.get_type_hints(cls)[f.name]
+        key = f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(tp):
+            rows.extend(describe(tp, key + "."))
+        else:
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            rows.append((key, default, f.metadata.get("help", "")))
+    return rows

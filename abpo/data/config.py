@@ -1,0 +1,37 @@
+"""Config section `data`: which dataset, and how sequences become D_sup / D_bandit / evaluation sets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class DataConfig:
+    dataset_dir: str = field(
+        default="data/ml-latest-small",
+        metadata={"help": "Dataset directory; relative paths are relative to the repo root."},
+    )
+    format: str = field(default="movielens", metadata={"help": "Dataset format: movielens | amazon18."})
+    amazon_domain: str = field(
+        default="Office_Products", metadata={"help": "amazon18 only: the domain (file prefix) to load."}
+    )
+    seed: int = field(default=0, metadata={"help": "Seed for distractor sampling and every other data-side draw."})
+    min_history: int = field(
+        default=5, metadata={"help": "T must be at least this: users with fewer initial-history items are reported and skipped."}
+    )
+    update_steps: int = field(
+        default=4,
+        metadata={"help": "N-1: bandit requests per user, t' in {T..T+N-2}; x_{T+N} is the held-out target."},
+    )
+    train_candidates: int = field(
+        default=20, metadata={"help": "M: candidate-set size for training (D_sup, D_bandit). Paper: 200."}
+    )
+    eval_candidates: int = field(default=100, metadata={"help": "Candidate-set size for evaluation. Paper: 200."})
+    eval_hard_negative_fraction: float = field(
+        default=0.5,
+        metadata={"help": "Share of evaluation negatives drawn as popularity-based hard negatives (the rest uniform)."},
+    )
+    sup_examples_per_user: int = field(
+        default=8, metadata={"help": "Cap on D_sup pairs (x_{1:t}, x_{t+1}) per user, latest first; 0 = all."}
+    )
+    max_users: int = field(default=0, metadata={"help": "Use at most this many users (seeded choice); 0 = all."})

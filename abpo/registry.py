@@ -1,0 +1,128 @@
+"""MLflow as the single record of models: tracking set-up, runs, and the model registry.
+
+The embedded default is a SQLite tracking store and a local artifact root under ``var/`` (see
+``PathsConfig``); any other tracking URI (an MLflow server) works the same. A policy checkpoint (a
+``save_pretrained`` directory) is logged as an MLflow pyfunc model whose loader is
+:mod:`abpo.serving`, registered under :data:`MODEL_NAME`, and promoted by alias
+(``challenger`` on registration, ``champion`` after the gate).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+MODEL_NAME = "abpo-recommender"
+CHALLENGER = "challenger"
+CHAMPION = "champion"
+
+
+def configure(cfg) -> str:
+    """Point MLflow at the config's tracking store (creating the local SQLite store and artifact root)."""
+    import mlflow
+
+    uri = cfg.paths.tracking_uri()
+    if uri.startswith("sqlite:///"):
+        cfg.paths.resolve("root").mkdir(parents=True, exist_ok=True)
+        cfg.paths.resolve("mlflow_artifacts").mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    return uri
+
+
+def _ensure_experiment(cfg, experiment: str) -> str:
+    import mlflow
+
+    exp = mlflow.get_experiment_by_name(experiment)
+    if exp is not None:
+        return exp.experiment_id
+    location = None
+    if cfg.paths.tracking_uri().startswith("sqlite:///"):
+        location = (cfg.paths.resolve("mlflow_artifacts") / experiment).as_uri()
+    return mlflow.create_experiment(experiment, artifact_location=location)
+
+
+@contextlib.contextmanager
+def start_run(
+    cfg, experiment: str, run_name: str, tags: dict[str, Any] | None = None, nested: bool = False
+) -> Iterator[Any]:
+    """Open an MLflow run in ``experiment`` (created with a local artifact root if needed).
+
+    Records the config's name and seed as tags so every run says how it was made.
+    """
+    import mlflow
+
+    configure(cfg)
+    exp_id = _ensure_experiment(cfg, experiment)
+    all_tags = {"abpo.config": cfg.name, "abpo.seed": str(cfg.seed)}
+    all_tags.update({k: str(v) for k, v in (tags or {}).items()})
+    with mlflow.start_run(experiment_id=exp_id, run_name=run_name, tags=all_tags, nested=nested) as run:
+        yield run
+
+
+def log_model_dir(local_dir: str | Path, name: str = "model") -> str:
+    """Log a ``save_pretrained`` directory (model + tokenizer, or a LoRA adapter) as an MLflow pyfunc
+    model served by :mod:`abpo.serving`; returns the model URI to register."""
+    import mlflow
+
+    local_dir = Path(local_dir)
+    if not (local_dir / "config.json").exists() and not (local_dir / "adapter_config.json").exists():
+        raise FileNotFoundError(f"{local_dir}: not a save_pretrained directory (no config.json / adapter_config.json)")
+    info = mlflow.pyfunc.log_model(
+        name=name,
+        loader_module="abpo.serving",
+        data_path=str(local_dir),
+        pip_requirements=["abpo"],
+    )
+    return info.model_uri
+
+
+def register(
+    model_uri: str, alias: str | None = CHALLENGER, tags: dict[str, Any] | None = None, name: str = MODEL_NAME
+):
+    """Register ``model_uri`` as a new version of ``name``; set ``alias`` on it and lineage ``tags``."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    version = mlflow.register_model(model_uri, name, tags={k: str(v) for k, v in (tags or {}).items()})
+    if alias:
+        MlflowClient().set_registered_model_alias(name, alias, version.version)
+    return version
+
+
+def set_alias(alias: str, version: int | str, name: str = MODEL_NAME) -> None:
+    """Move ``alias`` (e.g. ``champion``) to ``version``."""
+    from mlflow import MlflowClient
+
+    MlflowClient().set_registered_model_alias(name, alias, str(version))
+
+
+def get_version(alias: str, name: str = MODEL_NAME):
+    """The model version an alias points to, or None when the alias (or the model) does not exist."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return MlflowClient().get_model_version_by_alias(name, alias)
+    except MlflowException:
+        return None
+
+
+def download_model_dir(cfg, ref: str, dst: str | Path | None = None) -> Path:
+    """Local path of the checkpoint directory of a registered version: ``ref`` is an alias
+    (``champion``) or a version number. Returns the ``save_pretrained`` directory inside the pyfunc model."""
+    import mlflow
+
+    configure(cfg)
+    uri = f"models:/{MODEL_NAME}/{ref}" if str(ref).isdigit() else f"models:/{MODEL_NAME}@{ref}"
+    local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(dst) if dst else None))
+    data = local / "data"
+    candidates = [p for p in data.iterdir()] if data.is_dir() else []
+    for p in candidates:
+        if (p / "config.json").exists() or (p / "adapter_config.json").exists():
+            return p
+    raise FileNotFoundError(f"{uri}: downloaded to {local} but no save_pretrained directory under data/")

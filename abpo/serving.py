@@ -1,0 +1,61 @@
+"""The MLflow pyfunc loader for a registered policy checkpoint (``loader_module`` of
+:func:`abpo.registry.log_model_dir`): ``mlflow.pyfunc.load_model("models:/abpo-recommender@champion")``
+gives a recommender that ranks a request's candidate set by s_p(a,q) and returns e_p(a|q)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+
+def load_checkpoint(path: str | Path):
+    """(model, tokenizer) from a save_pretrained directory: a full model, or a LoRA adapter whose
+    ``base_model_name_or_path`` is a local directory."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(path)
+    if (path / "adapter_config.json").exists():
+        from peft import AutoPeftModelForCausalLM
+
+        model = AutoPeftModelForCausalLM.from_pretrained(str(path), local_files_only=True)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    model.eval()
+    return model, tokenizer
+
+
+class RecommenderModel:
+    """Input rows: ``history_titles`` (list of str, chronological), ``candidate_ids`` (list of int),
+    ``candidate_titles`` (list of str). Output rows: ``ranked_item_ids`` (best first) and
+    ``propensities`` (e_p(a|q) in the order of ``candidate_ids``, ABPO_SPEC.md "Propensities")."""
+
+    def __init__(self, path: str | Path, tau: float = 1.0, max_history: int = 10, batch_tokens: int = 16384):
+        self.model, self.tokenizer = load_checkpoint(path)
+        self.tau, self.max_history, self.batch_tokens = tau, max_history, batch_tokens
+
+    def predict(self, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:
+        from abpo.policy.prompt import build_prompt, format_answer
+        from abpo.policy.scoring import candidate_propensities, score_candidates
+
+        tau = float((params or {}).get("tau", self.tau))
+        ranked, props = [], []
+        for i, row in enumerate(model_input.itertuples(index=False)):
+            ids, titles = list(row.candidate_ids), list(row.candidate_titles)
+            if len(ids) != len(titles) or not ids:
+                raise ValueError(f"row {i}: candidate_ids and candidate_titles must be non-empty and of equal length")
+            prompt = build_prompt(list(row.history_titles), list(zip(ids, titles)), self.max_history)
+            answers = [format_answer(a, t) for a, t in zip(ids, titles)]
+            scores = score_candidates(self.model, self.tokenizer, prompt, answers, batch_tokens=self.batch_tokens)
+            e = candidate_propensities(scores, tau)
+            order = scores.argsort(descending=True).tolist()
+            ranked.append([ids[j] for j in order])
+            props.append(e.tolist())
+        return pd.DataFrame({"ranked_item_ids": ranked, "propensities": props})
+
+
+def _load_pyfunc(data_path: str) -> RecommenderModel:
+    """MLflow's loader_module hook: ``data_path`` is the logged checkpoint directory."""
+    return RecommenderModel(data_path)

@@ -8,6 +8,7 @@ overrides. Unknown keys are an error that names the file and the key.
 from __future__ import annotations
 
 import dataclasses
+import os
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +51,10 @@ class PathsConfig:
 
     def tracking_uri(self) -> str:
         return self.mlflow_tracking_uri or f"sqlite:///{self.resolve('root') / 'mlflow.db'}"
+
+
+# Environment variables a deployment sets instead of editing YAML (precedence: YAML < env < --set).
+ENV_OVERRIDES = {"ABPO_STATE": "paths.root", "MLFLOW_TRACKING_URI": "paths.mlflow_tracking_uri"}
 
 
 @dataclass
@@ -131,7 +136,8 @@ def preset_path(name_or_path: str | Path) -> Path:
 
 
 def load_config(name_or_path: str | Path = "tiny", overrides: list[str] | None = None) -> Config:
-    """Load a preset name (``tiny``, ``gpu``, ...) or a YAML path, then apply ``key.sub=value`` overrides."""
+    """Load a preset name (``tiny``, ``gpu``, ...) or a YAML path, then the environment
+    (:data:`ENV_OVERRIDES`), then ``key.sub=value`` overrides."""
     path = preset_path(name_or_path)
     if not path.exists():
         known = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
@@ -140,6 +146,9 @@ def load_config(name_or_path: str | Path = "tiny", overrides: list[str] | None =
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: top level must be a mapping")
     cfg = _build(Config, raw, str(path))
+    for env, key in ENV_OVERRIDES.items():
+        if os.environ.get(env):
+            _set_path(cfg, key, os.environ[env], f"${env}")
     for item in overrides or []:
         if "=" not in item:
             raise ConfigError(f"--set {item!r}: expected key.sub=value")

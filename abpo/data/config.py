@@ -35,3 +35,7 @@ class DataConfig:
         default=8, metadata={"help": "Cap on D_sup pairs (x_{1:t}, x_{t+1}) per user, latest first; 0 = all."}
     )
     max_users: int = field(default=0, metadata={"help": "Use at most this many users (seeded choice); 0 = all."})
+    known_arms: list[str] = field(
+        default_factory=lambda: ["abpo", "grpo", "ml_retrain", "popularity"],
+        metadata={"help": "Arms the warehouse accepts in impressions; rows of any other arm are quarantined."},
+    )

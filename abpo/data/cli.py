@@ -1,0 +1,146 @@
+"""`abpo data ...` and `abpo ingest`: dataset preparation, synthetic landing data, monthly ingest."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def register(sub, common: argparse.ArgumentParser) -> None:
+    data = sub.add_parser(
+        "data",
+        help="Dataset preparation and landing-zone utilities (prepare, synth, ctr).",
+        description="Dataset preparation (load, split, candidate sets) and landing-zone utilities.",
+    )
+    dsub = data.add_subparsers(dest="data_command", metavar="SUBCOMMAND")
+
+    p = dsub.add_parser(
+        "prepare",
+        parents=[common],
+        help="Load the dataset, split users, build D_sup / bandit requests / eval sets and report counts.",
+        description="Load data.dataset_dir (data.format), split every user into x_{1:T} / update range / "
+        "held-out target, build D_sup, the bandit requests and the evaluation candidate sets, check the "
+        "held-out target never reaches a training prompt, print the counts (skipped users by reason) and "
+        "save them as JSON under paths.root/data/.",
+    )
+    p.set_defaults(handler=cmd_prepare)
+
+    p = dsub.add_parser(
+        "synth",
+        parents=[common],
+        help="Land N synthetic impressions for a month (for trying the ingest; not a traffic simulator).",
+        description="Write N synthetic impressions (IMPRESSIONS_SCHEMA, random users/items, a share of "
+        "contract violations if asked) into landing/impressions/month=YYYY-MM/part-synthetic.parquet.",
+    )
+    p.add_argument("--month", required=True, help="Month to land, YYYY-MM.")
+    p.add_argument("--n", type=int, default=100_000, help="Number of impressions (default 100000).")
+    p.add_argument("--violation-rate", type=float, default=0.01, help="Share of rows breaking one rule (default 0.01).")
+    p.add_argument("--landing", default=None, help="Landing directory (default: paths.landing).")
+    p.set_defaults(handler=cmd_synth)
+
+    p = dsub.add_parser(
+        "ctr",
+        parents=[common],
+        help="Print impressions, clicks, users and CTR per arm and month from the warehouse.",
+        description="Print sql/ctr_by_arm_month.sql over the clean impressions (all months, or --month ...).",
+    )
+    p.add_argument("--month", action="append", default=None, help="Restrict to this month (repeatable).")
+    p.set_defaults(handler=cmd_ctr)
+
+    p = sub.add_parser(
+        "ingest",
+        parents=[common],
+        help="Ingest one month of landed impressions into the warehouse (quarantine + GX validation).",
+        description="Replace the month's partition in the DuckDB warehouse with its landing files "
+        "(atomically); rows breaking the contract go to the quarantine table with their rule; then run "
+        "the Great Expectations suite on the clean partition. Prints counts in / clean / quarantined "
+        "per rule. Exit code 1 if the files cannot be ingested or the suite fails.",
+    )
+    p.add_argument("--month", required=True, help="Month to ingest, YYYY-MM.")
+    p.add_argument("--landing", default=None, help="Landing directory (default: paths.landing).")
+    p.add_argument("--no-validate", action="store_true", help="Skip the Great Expectations suite.")
+    p.set_defaults(handler=cmd_ingest)
+
+
+def cmd_prepare(args, cfg) -> int:
+    from abpo.data.candidates import (
+        assert_target_held_out,
+        build_bandit_requests,
+        build_eval_examples,
+        build_sup_examples,
+    )
+    from abpo.data.loaders import load_dataset
+    from abpo.data.splits import split_users
+
+    ds = load_dataset(cfg.data)
+    print(f"loaded {ds!r}" + (f" notes={ds.notes}" if ds.notes else ""))
+    splits, report = split_users(ds, cfg.data)
+    print(report)
+    sup = build_sup_examples(splits, ds, cfg.data)
+    bandit = build_bandit_requests(splits, ds, cfg.data)
+    ev = build_eval_examples(splits, ds, cfg.data)
+    checked = assert_target_held_out(splits, sup, bandit)
+    print(
+        f"D_sup {len(sup)} prompts, bandit requests {len(bandit)}, eval {len(ev)} "
+        f"(M_train={cfg.data.train_candidates}, M_eval={cfg.data.eval_candidates}, seed={cfg.data.seed}); "
+        f"held-out target absent from all {checked} training prompts"
+    )
+    out = cfg.paths.resolve("root") / "data" / "prepare_report.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({
+        "dataset": ds.name, "items": ds.catalog.num_rows, "interactions": ds.interactions.num_rows,
+        "loader_notes": ds.notes, "split": report.as_dict(), "skipped_users": report.skipped_users,
+        "sup_examples": len(sup), "bandit_requests": len(bandit), "eval_examples": len(ev),
+        "seed": cfg.data.seed,
+    }, indent=2))
+    print(f"wrote {out}")
+    return 0
+
+
+def cmd_synth(args, cfg) -> int:
+    from abpo.data.schemas import write_impressions
+    from abpo.data.synthetic import synthetic_impressions
+
+    landing = args.landing or cfg.paths.resolve("landing")
+    table, injected = synthetic_impressions(
+        args.n, args.month, seed=cfg.data.seed, arms=tuple(cfg.data.known_arms), violation_rate=args.violation_rate
+    )
+    path = write_impressions(table, landing, args.month, part="synthetic")
+    print(f"wrote {table.num_rows} impressions to {path}; injected violations: {dict(injected) or 'none'}")
+    return 0
+
+
+def cmd_ingest(args, cfg) -> int:
+    from abpo.warehouse import IngestError, Warehouse
+
+    landing = args.landing or cfg.paths.resolve("landing")
+    with Warehouse(cfg.paths.resolve("warehouse")) as wh:
+        try:
+            report = wh.ingest_month(landing, args.month, cfg.data.known_arms)
+        except IngestError as e:
+            print(f"abpo ingest: {e}", file=sys.stderr)
+            return 1
+        print(report)
+        print(f"warehouse: {wh.path}")
+        if args.no_validate:
+            return 0
+        from abpo.validation import validate_month
+
+        summary = validate_month(wh, args.month, cfg.data.known_arms, out_dir=cfg.paths.resolve("root") / "validation")
+        print(summary)
+        return 0 if summary.success else 1
+
+
+def cmd_ctr(args, cfg) -> int:
+    from abpo.warehouse import Warehouse
+
+    with Warehouse(cfg.paths.resolve("warehouse")) as wh:
+        rows = wh.ctr_by_arm_month(args.month).to_pylist()
+    if not rows:
+        print("no impressions ingested yet")
+        return 0
+    print(f"{'month':8s} {'arm':12s} {'impressions':>12s} {'clicks':>9s} {'users':>8s} {'ctr':>8s}")
+    for r in rows:
+        print(f"{r['month']:8s} {r['arm']:12s} {r['impressions']:>12d} {r['clicks']:>9d} {r['users']:>8d} {r['ctr']:>8.4f}")
+    return 0

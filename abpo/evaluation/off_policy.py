@@ -1,0 +1,98 @@
+"""Off-policy estimate of a target policy's CTR from logged bandit feedback (the evaluation gate's
+off-policy check, ARCHITECTURE.md "evaluate").
+
+Each logged impression i has the exposed item a_i, its click y_i in {0, 1}, the logging propensity
+e0(a_i | q_i) and the target policy's propensity e_pi(a_i | q_i) of the same item over the same candidate
+set (ABPO_SPEC.md "Propensities"). With w_i = e_pi(a_i|q_i) / e0(a_i|q_i):
+
+    IPS   = (1/n) sum_i w_i y_i                       unbiased when e0 > 0 wherever e_pi > 0
+    SNIPS = sum_i w_i y_i / sum_i w_i                 self-normalised: biased O(1/n), much lower variance
+    ESS   = (sum_i w_i)^2 / sum_i w_i^2               Kish effective sample size of the weights
+
+Standard errors: IPS, the sample std of w_i y_i over sqrt(n); SNIPS, the delta method
+sqrt(sum_i w_i^2 (y_i - SNIPS)^2) / sum_i w_i.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class OffPolicyEstimate:
+    n: int  # logged impressions used
+    logged_ctr: float  # mean_i y_i, the logging policy's observed CTR
+    ips: float
+    ips_se: float
+    snips: float
+    snips_se: float
+    ess: float
+    max_weight: float
+
+
+def _as_array(x: Sequence[float], name: str) -> np.ndarray:
+    a = np.asarray(x, dtype=np.float64)
+    if a.ndim != 1:
+        raise ValueError(f"abpo.evaluation.off_policy: {name} has shape {a.shape}; rule: one value per impression")
+    return a
+
+
+def _first_bad(mask: np.ndarray) -> int:
+    return int(np.flatnonzero(mask)[0])
+
+
+def off_policy_ctr(
+    clicked: Sequence[int],
+    logging_propensity: Sequence[float],
+    target_propensity: Sequence[float],
+) -> OffPolicyEstimate:
+    """IPS and SNIPS estimates of the target policy's CTR (module docstring), with standard errors and ESS."""
+    y = _as_array(clicked, "clicked")
+    e0 = _as_array(logging_propensity, "logging_propensity")
+    e_pi = _as_array(target_propensity, "target_propensity")
+    n = y.shape[0]
+    if n == 0:
+        raise ValueError("abpo.evaluation.off_policy: no impressions; rule: at least one logged impression")
+    if e0.shape[0] != n or e_pi.shape[0] != n:
+        raise ValueError(
+            f"abpo.evaluation.off_policy: {n} clicks, {e0.shape[0]} logging and {e_pi.shape[0]} target propensities; "
+            "rule: one of each per impression"
+        )
+    bad = ~((y == 0) | (y == 1))
+    if bad.any():
+        i = _first_bad(bad)
+        raise ValueError(f"abpo.evaluation.off_policy: clicked[{i}] = {y[i]}; rule: clicked is 0 or 1")
+    bad = ~((e0 > 0) & (e0 <= 1))
+    if bad.any():
+        i = _first_bad(bad)
+        raise ValueError(f"abpo.evaluation.off_policy: logging_propensity[{i}] = {e0[i]}; rule: 0 < p <= 1")
+    bad = ~((e_pi >= 0) & (e_pi <= 1))
+    if bad.any():
+        i = _first_bad(bad)
+        raise ValueError(f"abpo.evaluation.off_policy: target_propensity[{i}] = {e_pi[i]}; rule: 0 <= p <= 1")
+
+    w = e_pi / e0  # w_i = e_pi(a_i|q_i) / e0(a_i|q_i)
+    wy = w * y
+    ips = float(wy.mean())  # (1/n) sum_i w_i y_i
+    ips_se = float(wy.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan")
+    w_sum = float(w.sum())
+    if w_sum > 0:
+        snips = float(wy.sum() / w_sum)  # sum_i w_i y_i / sum_i w_i
+        snips_se = float(math.sqrt(float((w**2 * (y - snips) ** 2).sum())) / w_sum)  # delta method
+        ess = w_sum**2 / float((w**2).sum())  # (sum w)^2 / sum w^2
+    else:  # the target policy never picks any logged item: SNIPS is undefined
+        snips, snips_se, ess = float("nan"), float("nan"), 0.0
+    return OffPolicyEstimate(
+        n=n,
+        logged_ctr=float(y.mean()),
+        ips=ips,
+        ips_se=ips_se,
+        snips=snips,
+        snips_se=snips_se,
+        ess=ess,
+        max_weight=float(w.max()),
+    )

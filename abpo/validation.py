@@ -1,0 +1,131 @@
+"""Great Expectations suite over an ingested month: the second line of defence after quarantine.
+
+The warehouse's ingest (sql/ingest_check.sql) already keeps contract violations out of the clean
+`impressions` partition. This suite re-checks that partition with an independent engine (GX 1.x,
+pandas-backed, ephemeral context: nothing is written to a GX project), so a bug in the SQL rules or
+a row that reached the table another way is caught. sql/validate_month.sql gives GX the scalar
+columns plus derived checks of the list columns (item_in_candidates, candidate_count) it cannot
+look inside. The summary is saved as JSON (``validation/impressions_<month>.json`` under paths.root).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from abpo.data.schemas import SCHEMA_VERSION, check_month
+
+NON_NULL = [
+    "impression_id", "event_time", "user_id", "arm", "model_version", "item_id", "propensity", "clicked",
+    "request_id", "position", "logging_policy", "served_at", "schema_version", "item_in_candidates",
+]
+
+
+@dataclass
+class ValidationSummary:
+    month: str
+    success: bool
+    rows: int
+    evaluated: int
+    failed: list[dict] = field(default_factory=list)  # one dict per failed expectation
+    results: list[dict] = field(default_factory=list)  # expectation, column, success, unexpected_count
+    seconds: float = 0.0
+    path: str | None = None
+
+    def as_dict(self) -> dict:
+        return {
+            "month": self.month, "success": self.success, "rows": self.rows, "evaluated": self.evaluated,
+            "failed": self.failed, "results": self.results, "seconds": round(self.seconds, 3),
+        }
+
+    def __str__(self) -> str:
+        head = (f"GX suite impressions_{self.month}: {'PASSED' if self.success else 'FAILED'} "
+                f"({self.evaluated - len(self.failed)}/{self.evaluated} expectations, {self.rows} rows, "
+                f"{self.seconds:.1f}s)")
+        lines = [head] + [
+            f"  failed {r['expectation']}({r['column'] or ''}): {r['unexpected_count']} unexpected, e.g. "
+            f"{r['partial_unexpected']}" for r in self.failed
+        ]
+        if self.path:
+            lines.append(f"  saved {self.path}")
+        return "\n".join(lines)
+
+
+def build_suite(month: str, known_arms: Sequence[str]):
+    """The expectations mirroring the impressions contract (ABPO_SPEC.md D_bandit; abpo/data/schemas.py)."""
+    import great_expectations as gx
+    import great_expectations.expectations as gxe
+
+    suite = gx.ExpectationSuite(name=f"impressions_{month}")
+    suite.add_expectation(gxe.ExpectTableRowCountToBeBetween(min_value=1))
+    for col in NON_NULL:
+        suite.add_expectation(gxe.ExpectColumnValuesToNotBeNull(column=col))
+    suite.add_expectation(gxe.ExpectColumnValuesToBeUnique(column="impression_id"))
+    # e0(a_log | q) is a probability over the candidate set: 0 < p <= 1
+    suite.add_expectation(
+        gxe.ExpectColumnValuesToBeBetween(column="propensity", min_value=0.0, max_value=1.0, strict_min=True)
+    )
+    suite.add_expectation(gxe.ExpectColumnValuesToBeInSet(column="clicked", value_set=[0, 1]))
+    suite.add_expectation(gxe.ExpectColumnValuesToBeInSet(column="arm", value_set=list(known_arms)))
+    suite.add_expectation(gxe.ExpectColumnValuesToBeInSet(column="item_in_candidates", value_set=[True]))
+    suite.add_expectation(gxe.ExpectColumnValuesToBeInSet(column="event_month", value_set=[month]))
+    suite.add_expectation(gxe.ExpectColumnValuesToBeBetween(column="candidate_count", min_value=1))
+    suite.add_expectation(gxe.ExpectColumnValuesToBeInSet(column="schema_version", value_set=[SCHEMA_VERSION]))
+    return suite
+
+
+def validate_month(
+    warehouse, month: str, known_arms: Sequence[str], *, out_dir: str | os.PathLike | None = None
+) -> ValidationSummary:
+    """Run the suite on ``month``'s clean partition; save the summary to ``out_dir`` if given."""
+    import great_expectations as gx
+
+    check_month(month)
+    t0 = time.perf_counter()
+    df = warehouse.run("validate_month", month=month).to_pandas()
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    context = gx.get_context(mode="ephemeral")
+    context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
+    batch_def = (
+        context.data_sources.add_pandas(name="warehouse")
+        .add_dataframe_asset(name=f"impressions_{month}")
+        .add_batch_definition_whole_dataframe("clean_partition")
+    )
+    suite = context.suites.add(build_suite(month, known_arms))
+    result = batch_def.get_batch(batch_parameters={"dataframe": df}).validate(suite)
+
+    results = []
+    for r in result.results:
+        cfg = r.expectation_config
+        res = r.result or {}
+        results.append(
+            {
+                "expectation": cfg.type,
+                "column": cfg.kwargs.get("column"),
+                "success": bool(r.success),
+                "unexpected_count": res.get("unexpected_count", 0) or 0,
+                "partial_unexpected": [str(v) for v in (res.get("partial_unexpected_list") or [])[:5]],
+                "observed_value": str(res["observed_value"]) if "observed_value" in res else None,
+            }
+        )
+    summary = ValidationSummary(
+        month=month,
+        success=bool(result.success),
+        rows=len(df),
+        evaluated=len(results),
+        failed=[r for r in results if not r["success"]],
+        results=results,
+        seconds=time.perf_counter() - t0,
+    )
+    if out_dir is not None:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / f"impressions_{month}.json"
+        path.write_text(json.dumps(summary.as_dict(), indent=2))
+        summary.path = str(path)
+    return summary

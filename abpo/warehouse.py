@@ -1,0 +1,256 @@
+"""The embedded warehouse: a DuckDB file, and one small runner for the named SQL files in sql/.
+
+Every transform is a readable file ``sql/<name>.sql`` executed by :meth:`Warehouse.run` with bound
+parameters (``$name`` in the file, ``name=value`` in Python); no SQL is built by concatenation.
+
+Monthly ingest (:meth:`Warehouse.ingest_month`):
+1. the month's landing files are listed and each is checked to be Parquet with the impressions
+   schema; a file that is not fails the whole ingest (IngestError names the file and the problem)
+   before anything changes;
+2. ingest_stage.sql reads them, ingest_check.sql applies the contract row by row;
+3. in ONE transaction the month's clean partition and its quarantined rows are deleted and
+   re-inserted (ingest_delete_*.sql, ingest_insert_*.sql) and the run is logged (ingest_log_run.sql):
+   a rerun gives the same rows, never doubles, and a failure midway rolls back to the previous state.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from abpo.data.schemas import IMPRESSIONS_SCHEMA, check_month, month_dir, schema_problems
+
+SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
+
+# Quarantine rules in the priority order of sql/ingest_check.sql (a row is counted under the first).
+RULES = (
+    "null_field",
+    "unknown_arm",
+    "propensity_out_of_range",
+    "clicked_not_binary",
+    "item_not_in_candidates",
+    "event_time_outside_month",
+    "duplicate_impression_id",
+)
+
+
+class IngestError(RuntimeError):
+    """The landing data of a month cannot be ingested at all (missing, not Parquet, wrong schema)."""
+
+
+class SQLFileError(RuntimeError):
+    """A named SQL file is missing or failed; the message names the file."""
+
+
+@dataclass
+class IngestReport:
+    month: str
+    files: list[str]
+    rows_in: int = 0
+    rows_clean: int = 0
+    rows_replaced: int = 0  # clean rows the month held before this ingest
+    quarantined_by_rule: dict[str, int] = field(default_factory=lambda: {r: 0 for r in RULES})
+    seconds: float = 0.0
+
+    @property
+    def rows_quarantined(self) -> int:
+        return sum(self.quarantined_by_rule.values())
+
+    def as_dict(self) -> dict:
+        return {
+            "month": self.month,
+            "files": self.files,
+            "rows_in": self.rows_in,
+            "rows_clean": self.rows_clean,
+            "rows_quarantined": self.rows_quarantined,
+            "rows_replaced": self.rows_replaced,
+            "quarantined_by_rule": dict(self.quarantined_by_rule),
+            "seconds": round(self.seconds, 3),
+        }
+
+    def __str__(self) -> str:
+        lines = [
+            f"ingest {self.month}: {len(self.files)} file(s), {self.rows_in} rows in, {self.rows_clean} clean, "
+            f"{self.rows_quarantined} quarantined (replaced {self.rows_replaced} clean rows) in {self.seconds:.2f}s"
+        ]
+        lines += [f"  {rule:26s} {n:>10d}" for rule, n in self.quarantined_by_rule.items()]
+        return "\n".join(lines)
+
+
+class Warehouse:
+    """A DuckDB file holding impressions (clean, by month), quarantine and ingest_runs (sql/schema.sql)."""
+
+    def __init__(self, path: str | os.PathLike, *, sql_dir: str | os.PathLike = SQL_DIR):
+        import duckdb
+
+        self.path = Path(path)
+        self.sql_dir = Path(sql_dir)
+        if str(path) != ":memory:":
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.con = duckdb.connect(str(path))
+        self.con.execute("SET TimeZone = 'UTC'")
+        self.run("schema")
+
+    # ------------------------------------------------------------------------------------ runner
+    def sql_text(self, name: str) -> str:
+        path = self.sql_dir / f"{name}.sql"
+        if not path.is_file():
+            known = sorted(p.stem for p in self.sql_dir.glob("*.sql"))
+            raise SQLFileError(f"{path}: no such SQL file (known: {known})")
+        return path.read_text()
+
+    def run(self, name: str, **params) -> pa.Table:
+        """Execute sql/<name>.sql with ``params`` bound to its ``$name`` placeholders; return the last
+        statement's result (an empty table for statements that return nothing)."""
+        text = self.sql_text(name)
+        try:
+            rel = self.con.sql(text, params=params or None)
+            return rel.to_arrow_table() if rel is not None else pa.table({})
+        except Exception as e:  # duckdb.Error and friends: say which file
+            raise SQLFileError(f"{self.sql_dir / (name + '.sql')}: {type(e).__name__}: {e}") from e
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> Warehouse:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------------------------ ingest
+    @staticmethod
+    def landing_files(landing_dir: str | os.PathLike, month: str) -> list[Path]:
+        """The month's landing files; each must be Parquet with the impressions schema (IngestError
+        otherwise). Hidden files and markers (names starting with '.' or '_') are ignored."""
+        d = month_dir(landing_dir, month)
+        if not d.is_dir():
+            raise IngestError(f"{d}: no landing partition for month {month}")
+        files = sorted(p for p in d.iterdir() if not p.name.startswith((".", "_")))
+        if not files:
+            raise IngestError(f"{d}: the landing partition holds no files")
+        for p in files:
+            if not p.is_file():
+                raise IngestError(f"{p}: not a file (the landing partition holds Parquet files only)")
+            try:
+                schema = pq.read_schema(p)
+            except (pa.ArrowInvalid, OSError) as e:
+                raise IngestError(f"{p}: not a Parquet file ({e})") from e
+            problems = schema_problems(schema, IMPRESSIONS_SCHEMA)
+            if problems:
+                raise IngestError(f"{p}: wrong schema: " + "; ".join(problems))
+        return files
+
+    def ingest_month(
+        self, landing_dir: str | os.PathLike, month: str, known_arms: Sequence[str]
+    ) -> IngestReport:
+        """Replace ``month``'s partition with its landing files; contract violations go to quarantine."""
+        check_month(month)
+        t0 = time.perf_counter()
+        files = self.landing_files(landing_dir, month)
+        report = IngestReport(month=month, files=[p.name for p in files])
+        self.run("ingest_stage", files=[str(p.resolve()) for p in files])
+        try:
+            self.run("ingest_check", month=month, known_arms=list(known_arms))
+            for row in self.run("ingest_rule_counts").to_pylist():
+                if row["rule"] is None:
+                    report.rows_clean = row["rows"]
+                else:
+                    report.quarantined_by_rule[row["rule"]] = row["rows"]
+            report.rows_in = report.rows_clean + report.rows_quarantined
+            self.con.begin()
+            try:
+                report.rows_replaced = self.run("month_count", month=month).column("rows")[0].as_py()
+                self.run("ingest_delete_month", month=month)
+                self.run("ingest_delete_quarantine", month=month)
+                self.run("ingest_insert_clean", month=month)
+                self.run("ingest_insert_quarantine", month=month)
+                self.run(
+                    "ingest_log_run",
+                    month=month,
+                    files=report.files,
+                    rows_in=report.rows_in,
+                    rows_clean=report.rows_clean,
+                    rows_quarantined=report.rows_quarantined,
+                    rows_replaced=report.rows_replaced,
+                    rules=list(report.quarantined_by_rule),
+                    rule_counts=list(report.quarantined_by_rule.values()),
+                )
+                self.con.commit()
+            except BaseException:
+                self.con.rollback()
+                raise
+        finally:
+            self.run("ingest_drop_stage")
+        report.seconds = time.perf_counter() - t0
+        return report
+
+    # ------------------------------------------------------------------------------------ queries
+    def ctr_by_arm_month(self, months: list[str] | None = None) -> pa.Table:
+        """month, arm, impressions, clicks, users (distinct), ctr: from the clean impressions."""
+        return self.run("ctr_by_arm_month", months=[check_month(m) for m in months] if months is not None else None)
+
+    def quarantine_by_rule(self, months: list[str] | None = None) -> pa.Table:
+        return self.run("quarantine_by_rule", months=[check_month(m) for m in months] if months is not None else None)
+
+    def strata(self, months: Sequence[str]) -> tuple[pa.Table, pa.Table]:
+        """(positive rows B_1, no-response rows B_0) of the given months, each in a stable order."""
+        ms = [check_month(m) for m in months]
+        return self.run("stratify_positive", months=ms), self.run("stratify_no_response", months=ms)
+
+    def months(self) -> list[str]:
+        return [r[0] for r in self.con.execute("SELECT DISTINCT month FROM impressions ORDER BY 1").fetchall()]
+
+
+def _as_table(rows) -> pa.Table:
+    return rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(list(rows))
+
+
+def stratified_batches(
+    positive: pa.Table | Sequence[dict],
+    no_response: pa.Table | Sequence[dict],
+    batch_size: int,
+    seed: int,
+) -> Iterator[list[dict]]:
+    """Mini-batches of ``batch_size`` rows that each hold both strata (ABPO_SPEC.md step 3: the SNIPS
+    weight is self-normalised inside B_1 and B_0 of every mini-batch, so both must be present).
+
+    Every batch holds k = clamp(round(batch_size * P / (P + N)), 1, batch_size - 1) positive rows and
+    batch_size - k no-response rows, so the strata keep their overall proportion. One pass (an epoch)
+    covers every row of both strata at least once, in a seeded shuffled order; the number of batches is
+    max(ceil(P / k), ceil(N / (batch_size - k))). The stratum that runs out first is NOT dropped and no
+    batch goes without it: it is recycled in a fresh seeded shuffle, so some of its rows appear twice in
+    the epoch (rows are never silently dropped, and a short last batch never happens). An empty stratum
+    raises ValueError: no batch could hold both.
+    """
+    if batch_size < 2:
+        raise ValueError(f"batch_size={batch_size}: a batch holding both strata needs at least 2 rows")
+    pos, neg = _as_table(positive), _as_table(no_response)
+    P, N = pos.num_rows, neg.num_rows
+    if P == 0 or N == 0:
+        empty = "positive" if P == 0 else "no-response"
+        raise ValueError(f"the {empty} stratum is empty: no mini-batch can hold both strata (P={P}, N={N})")
+    k = min(max(int(round(batch_size * P / (P + N))), 1), batch_size - 1)
+    n_batches = max(-(-P // k), -(-N // (batch_size - k)))
+    rng = np.random.default_rng([int(seed), 0x57A7])
+
+    def stream(n: int, need: int) -> np.ndarray:
+        """``need`` indices: seeded permutations of range(n) back to back (recycling after n)."""
+        reps = -(-need // n)
+        return np.concatenate([rng.permutation(n) for _ in range(reps)])[:need]
+
+    pos_idx = stream(P, n_batches * k).reshape(n_batches, k)
+    neg_idx = stream(N, n_batches * (batch_size - k)).reshape(n_batches, batch_size - k)
+    chunk = max(1, 8192 // batch_size)  # materialise rows a few thousand at a time
+    for start in range(0, n_batches, chunk):
+        p_rows = pos.take(pa.array(pos_idx[start : start + chunk].reshape(-1))).to_pylist()
+        n_rows = neg.take(pa.array(neg_idx[start : start + chunk].reshape(-1))).to_pylist()
+        for b in range(min(chunk, n_batches - start)):
+            yield p_rows[b * k : (b + 1) * k] + n_rows[b * (batch_size - k) : (b + 1) * (batch_size - k)]

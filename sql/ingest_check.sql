@@ -1,0 +1,86 @@
+-- Apply the impressions contract to the staged rows: `rule` is the first rule a row breaks (in this
+-- priority order), NULL for a clean row; `detail` says which field or value.
+--   null_field               any contract column is null (or a null inside history/candidates)
+--   unknown_arm              arm not in $known_arms
+--   propensity_out_of_range  propensity not in (0, 1] (NaN included)
+--   clicked_not_binary       clicked not 0/1
+--   item_not_in_candidates   the exposed item_id is not one of `candidates`
+--   event_time_outside_month event_time (UTC) not in $month (YYYY-MM)
+--   duplicate_impression_id  the id was already used: by an earlier clean row of this month (file
+--                            name, then row order; the first copy is kept) or by another month.
+CREATE OR REPLACE TEMP TABLE ingest_checked AS
+WITH ruled AS (
+    SELECT
+        s.*,
+        concat_ws(', ',
+            CASE WHEN impression_id IS NULL THEN 'impression_id' END,
+            CASE WHEN event_time IS NULL THEN 'event_time' END,
+            CASE WHEN user_id IS NULL THEN 'user_id' END,
+            CASE WHEN arm IS NULL THEN 'arm' END,
+            CASE WHEN model_version IS NULL THEN 'model_version' END,
+            CASE WHEN history IS NULL OR length(history) <> list_count(history) THEN 'history' END,
+            CASE WHEN candidates IS NULL OR length(candidates) <> list_count(candidates) THEN 'candidates' END,
+            CASE WHEN item_id IS NULL THEN 'item_id' END,
+            CASE WHEN propensity IS NULL THEN 'propensity' END,
+            CASE WHEN clicked IS NULL THEN 'clicked' END,
+            CASE WHEN request_id IS NULL THEN 'request_id' END,
+            CASE WHEN position IS NULL THEN 'position' END,
+            CASE WHEN logging_policy IS NULL THEN 'logging_policy' END,
+            CASE WHEN served_at IS NULL THEN 'served_at' END,
+            CASE WHEN schema_version IS NULL THEN 'schema_version' END
+        ) AS null_fields
+    FROM ingest_stage AS s
+),
+first_rule AS (
+    SELECT
+        * EXCLUDE (null_fields),
+        CASE
+            WHEN null_fields <> '' THEN 'null_field'
+            WHEN NOT list_contains($known_arms::VARCHAR[], arm) THEN 'unknown_arm'
+            WHEN isnan(propensity) OR propensity <= 0 OR propensity > 1 THEN 'propensity_out_of_range'
+            WHEN clicked NOT IN (0, 1) THEN 'clicked_not_binary'
+            WHEN NOT list_contains(candidates, item_id) THEN 'item_not_in_candidates'
+            WHEN strftime(event_time AT TIME ZONE 'UTC', '%Y-%m') <> $month THEN 'event_time_outside_month'
+        END AS rule,
+        CASE
+            WHEN null_fields <> '' THEN 'null in: ' || null_fields
+            WHEN NOT list_contains($known_arms::VARCHAR[], arm) THEN 'arm ' || arm || ' not in known arms'
+            WHEN isnan(propensity) OR propensity <= 0 OR propensity > 1 THEN 'propensity ' || propensity || ' not in (0, 1]'
+            WHEN clicked NOT IN (0, 1) THEN 'clicked ' || clicked || ' not in {0, 1}'
+            WHEN NOT list_contains(candidates, item_id) THEN 'item_id ' || item_id || ' not among ' || length(candidates) || ' candidates'
+            WHEN strftime(event_time AT TIME ZONE 'UTC', '%Y-%m') <> $month THEN 'event_time ' || event_time || ' outside ' || $month
+        END AS detail
+    FROM ruled
+),
+dup_ids AS (
+    -- ids used by more than one otherwise-clean row (a hash aggregate; only these rows get sorted)
+    SELECT impression_id FROM first_rule WHERE rule IS NULL GROUP BY impression_id HAVING count(*) > 1
+),
+copies AS (
+    SELECT
+        source_file, source_row,
+        row_number() OVER w AS copy_no,
+        first_value(source_file || ' row ' || source_row) OVER w AS first_copy
+    FROM first_rule
+    WHERE rule IS NULL AND impression_id IN (SELECT impression_id FROM dup_ids)
+    WINDOW w AS (PARTITION BY impression_id ORDER BY source_file, source_row)
+),
+other_months AS (
+    SELECT DISTINCT impression_id, month FROM impressions
+    WHERE month <> $month AND impression_id IN (SELECT impression_id FROM ingest_stage)
+)
+SELECT
+    c.* EXCLUDE (rule, detail),
+    CASE
+        WHEN c.rule IS NOT NULL THEN c.rule
+        WHEN d.copy_no > 1 OR o.impression_id IS NOT NULL THEN 'duplicate_impression_id'
+    END AS rule,
+    CASE
+        WHEN c.rule IS NOT NULL THEN c.detail
+        WHEN d.copy_no > 1 THEN 'impression_id ' || c.impression_id || ' first seen at ' || d.first_copy
+        WHEN o.impression_id IS NOT NULL THEN 'impression_id ' || c.impression_id || ' already in month ' || o.month
+    END AS detail
+FROM first_rule AS c
+LEFT JOIN copies AS d ON c.source_file = d.source_file AND c.source_row = d.source_row
+LEFT JOIN (SELECT impression_id, min(month) AS month FROM other_months GROUP BY impression_id) AS o
+    ON c.impression_id = o.impression_id;

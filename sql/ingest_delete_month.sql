@@ -1,0 +1,2 @@
+-- Drop the clean partition of $month (inside the ingest transaction, before its replacement).
+DELETE FROM impressions WHERE month = $month;

@@ -1,0 +1,2 @@
+-- Clean rows currently held for $month.
+SELECT count(*) AS rows FROM impressions WHERE month = $month;

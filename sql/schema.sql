@@ -1,0 +1,68 @@
+-- Warehouse tables and views (idempotent; run by Warehouse() on open).
+-- impressions: the clean rows of every ingested month (one partition per `month`, replaced as a whole).
+-- No PRIMARY KEY: uniqueness of impression_id is enforced by ingest_check.sql (and checked again by the
+-- Great Expectations suite); a DuckDB index would slow the bulk delete+insert of a month.
+CREATE TABLE IF NOT EXISTS impressions (
+    month           VARCHAR     NOT NULL,
+    impression_id   VARCHAR     NOT NULL,
+    event_time      TIMESTAMPTZ NOT NULL,
+    user_id         BIGINT      NOT NULL,
+    arm             VARCHAR     NOT NULL,
+    model_version   VARCHAR     NOT NULL,
+    history         BIGINT[]    NOT NULL,
+    candidates      BIGINT[]    NOT NULL,
+    item_id         BIGINT      NOT NULL,
+    propensity      DOUBLE      NOT NULL,
+    clicked         TINYINT     NOT NULL,
+    request_id      VARCHAR     NOT NULL,
+    position        SMALLINT    NOT NULL,
+    logging_policy  VARCHAR     NOT NULL,
+    served_at       TIMESTAMPTZ NOT NULL,
+    schema_version  SMALLINT    NOT NULL,
+    source_file     VARCHAR     NOT NULL,
+    source_row      BIGINT      NOT NULL
+);
+
+-- quarantine: rows that broke the contract, as landed (any field may be null), with the first rule
+-- they broke (priority order of ingest_check.sql) and a detail naming the field or the value.
+CREATE TABLE IF NOT EXISTS quarantine (
+    month           VARCHAR     NOT NULL,
+    rule            VARCHAR     NOT NULL,
+    detail          VARCHAR     NOT NULL,
+    source_file     VARCHAR     NOT NULL,
+    source_row      BIGINT      NOT NULL,
+    impression_id   VARCHAR,
+    event_time      TIMESTAMPTZ,
+    user_id         BIGINT,
+    arm             VARCHAR,
+    model_version   VARCHAR,
+    history         BIGINT[],
+    candidates      BIGINT[],
+    item_id         BIGINT,
+    propensity      DOUBLE,
+    clicked         TINYINT,
+    request_id      VARCHAR,
+    position        SMALLINT,
+    logging_policy  VARCHAR,
+    served_at       TIMESTAMPTZ,
+    schema_version  SMALLINT
+);
+
+-- ingest_runs: one row per successful ingest (the audit trail of what replaced what).
+CREATE TABLE IF NOT EXISTS ingest_runs (
+    month               VARCHAR     NOT NULL,
+    ingested_at         TIMESTAMPTZ NOT NULL,
+    files               VARCHAR[]   NOT NULL,
+    rows_in             BIGINT      NOT NULL,
+    rows_clean          BIGINT      NOT NULL,
+    rows_quarantined    BIGINT      NOT NULL,
+    rows_replaced       BIGINT      NOT NULL,
+    quarantined_by_rule MAP(VARCHAR, BIGINT) NOT NULL
+);
+
+-- Strata of the bandit feedback y (ABPO_SPEC.md step 3: B_1 positive, B_0 no-response).
+CREATE OR REPLACE VIEW impressions_positive AS
+SELECT * FROM impressions WHERE clicked = 1;
+
+CREATE OR REPLACE VIEW impressions_no_response AS
+SELECT * FROM impressions WHERE clicked = 0;

@@ -1,0 +1,50 @@
+"""Shared fixtures (keep small): the bundled MovieLens dataset and a fresh data config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+MOVIELENS_DIR = REPO_ROOT / "data" / "ml-latest-small"
+
+
+@pytest.fixture(scope="session")
+def movielens():
+    """The bundled MovieLens latest-small, loaded once per session (treat as read-only)."""
+    from abpo.data.loaders import load_movielens
+
+    return load_movielens(MOVIELENS_DIR)
+
+
+@pytest.fixture
+def data_cfg():
+    """A fresh DataConfig with the tiny preset's values (mutable per test)."""
+    from abpo.config import load_config
+
+    return load_config("tiny").data
+
+
+@pytest.fixture
+def make_dataset():
+    """Factory: {user_id: [item ids]} (+ n_items) -> a Dataset with items 1..n_items titled t<i>."""
+    import pyarrow as pa
+
+    from abpo.data.loaders import Dataset
+    from abpo.data.schemas import CATALOG_SCHEMA, INTERACTIONS_SCHEMA
+
+    def make(sequences: dict[int, list[int]], n_items: int = 50) -> Dataset:
+        ids = list(range(1, n_items + 1))
+        catalog = pa.table(
+            {"item_id": ids, "title": [f"t{i}" for i in ids], "genres": [[] for _ in ids]}, schema=CATALOG_SCHEMA
+        )
+        rows = [(u, i, p) for u, s in sorted(sequences.items()) for p, i in enumerate(s)]
+        inter = pa.table(
+            {"user_id": [r[0] for r in rows], "item_id": [r[1] for r in rows], "event_time": [None] * len(rows),
+             "rating": [None] * len(rows), "position": [r[2] for r in rows]},
+            schema=INTERACTIONS_SCHEMA,
+        )
+        return Dataset("toy", catalog, inter, dict(sequences))
+
+    return make

@@ -1,0 +1,60 @@
+import json
+
+import pytest
+
+from abpo.data.schemas import write_impressions
+from abpo.data.synthetic import synthetic_impressions
+from abpo.validation import validate_month
+from abpo.warehouse import Warehouse
+
+ARMS = ["abpo", "grpo", "ml_retrain", "popularity"]
+MONTH = "2025-02"
+
+
+@pytest.fixture(scope="module")
+def ingested(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gx")
+    table, _ = synthetic_impressions(3000, MONTH, seed=5, violation_rate=0.05)
+    write_impressions(table, root / "landing", MONTH, part="a")
+    wh = Warehouse(root / "wh.duckdb")
+    wh.ingest_month(root / "landing", MONTH, ARMS)
+    yield root, wh
+    wh.close()
+
+
+def test_clean_partition_passes_and_summary_is_saved(ingested):
+    root, wh = ingested
+    summary = validate_month(wh, MONTH, ARMS, out_dir=root / "validation")
+    assert summary.success and not summary.failed and summary.rows == 2850
+    kinds = {(r["expectation"], r["column"]) for r in summary.results}
+    assert ("expect_column_values_to_be_unique", "impression_id") in kinds
+    assert ("expect_column_values_to_be_between", "propensity") in kinds
+    assert ("expect_column_values_to_be_in_set", "item_in_candidates") in kinds
+    saved = json.loads((root / "validation" / f"impressions_{MONTH}.json").read_text())
+    assert saved["success"] is True and saved["evaluated"] == summary.evaluated
+    assert "PASSED" in str(summary)
+
+
+def test_suite_catches_rows_that_bypassed_ingest(ingested):
+    _, wh = ingested
+    # the second line of defence: corrupt the clean table behind the ingest's back
+    wh.con.execute("UPDATE impressions SET propensity = 1.5 WHERE source_row IN (0, 1)")
+    wh.con.execute("UPDATE impressions SET arm = 'shadow', item_id = -1 WHERE source_row = 2")
+    wh.con.execute("INSERT INTO impressions SELECT * FROM impressions WHERE source_row = 3")
+    summary = validate_month(wh, MONTH, ARMS)
+    failed = {(r["expectation"], r["column"]): r["unexpected_count"] for r in summary.failed}
+    assert not summary.success
+    assert failed == {
+        ("expect_column_values_to_be_between", "propensity"): 2,
+        ("expect_column_values_to_be_in_set", "arm"): 1,
+        ("expect_column_values_to_be_in_set", "item_in_candidates"): 1,
+        ("expect_column_values_to_be_unique", "impression_id"): 2,
+    }
+    assert "FAILED" in str(summary) and "shadow" in str(summary)
+
+
+def test_empty_month_fails_the_row_count(ingested):
+    _, wh = ingested
+    summary = validate_month(wh, "2030-01", ARMS)
+    assert not summary.success
+    assert [r["expectation"] for r in summary.failed] == ["expect_table_row_count_to_be_between"]

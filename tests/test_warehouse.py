@@ -1,0 +1,330 @@
+import math
+from collections import Counter
+from datetime import datetime, timezone
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from abpo.data.schemas import month_dir, write_impressions
+from abpo.data.synthetic import synthetic_impressions
+from abpo.warehouse import RULES, IngestError, SQLFileError, Warehouse, stratified_batches
+
+ARMS = ["abpo", "grpo", "ml_retrain", "popularity"]
+MONTH = "2025-02"
+
+
+@pytest.fixture
+def wh(tmp_path):
+    with Warehouse(tmp_path / "wh.duckdb") as w:
+        yield w
+
+
+@pytest.fixture
+def landing(tmp_path):
+    return tmp_path / "landing"
+
+
+def clean(n=10, month=MONTH, seed=0, **kw) -> pa.Table:
+    table, injected = synthetic_impressions(n, month, seed=seed, n_users=50, n_items=100, **kw)
+    assert not injected
+    return table
+
+
+def with_value(table: pa.Table, column: str, row: int, value) -> pa.Table:
+    """A copy of ``table`` whose ``column`` holds ``value`` at ``row`` (the bad file of a rule test)."""
+    values = table.column(column).to_pylist()
+    values[row] = value
+    i = table.schema.get_field_index(column)
+    return table.set_column(i, table.schema.field(column), pa.array(values, table.schema.field(column).type))
+
+
+def sorted_rows(table: pa.Table) -> list[dict]:
+    return sorted(table.to_pylist(), key=lambda r: (r["month"], r.get("impression_id") or "", r.get("source_row")))
+
+
+def clean_rows(wh, month=MONTH):
+    return wh.con.sql("SELECT * FROM impressions WHERE month = $m", params={"m": month}).to_arrow_table()
+
+
+def quarantine_rows(wh, month=MONTH):
+    return wh.con.sql("SELECT * FROM quarantine WHERE month = $m ORDER BY source_row",
+                      params={"m": month}).to_arrow_table()
+
+
+# ---------------------------------------------------------------------------------------- runner
+
+
+def test_run_binds_parameters_and_names_missing_files(wh, landing):
+    write_impressions(clean(5), landing, MONTH, part="a")
+    wh.ingest_month(landing, MONTH, ARMS)
+    assert wh.run("month_count", month=MONTH).column("rows").to_pylist() == [5]
+    # a value that looks like SQL stays a value
+    assert wh.run("month_count", month="2025-02' OR '1'='1").column("rows").to_pylist() == [0]
+    with pytest.raises(SQLFileError, match=r"sql/no_such_transform\.sql: no such SQL file"):
+        wh.run("no_such_transform")
+    with pytest.raises(SQLFileError, match=r"month_count\.sql: .*"):
+        wh.run("month_count")  # parameter not bound
+
+
+# ---------------------------------------------------------------------------------------- ingest
+
+
+def test_ingest_clean_month(wh, landing):
+    t = clean(40)
+    write_impressions(t.slice(0, 25), landing, MONTH, part="a")
+    write_impressions(t.slice(25), landing, MONTH, part="b")
+    report = wh.ingest_month(landing, MONTH, ARMS)
+    assert (report.rows_in, report.rows_clean, report.rows_quarantined) == (40, 40, 0)
+    assert report.files == ["part-a.parquet", "part-b.parquet"]
+    assert report.quarantined_by_rule == {r: 0 for r in RULES}
+    got = clean_rows(wh)
+    assert sorted(got.column("impression_id").to_pylist()) == sorted(t.column("impression_id").to_pylist())
+    assert got.column("event_time").type == pa.timestamp("us", tz="UTC")
+    assert wh.months() == [MONTH]
+
+
+def test_rerun_gives_the_same_rows_not_doubles(wh, landing):
+    write_impressions(clean(30), landing, MONTH, part="a")
+    bad = with_value(clean(5, seed=9), "clicked", 1, 3)
+    write_impressions(bad, landing, MONTH, part="b")
+    first = wh.ingest_month(landing, MONTH, ARMS)
+    rows1, q1 = sorted_rows(clean_rows(wh)), sorted_rows(quarantine_rows(wh))
+    second = wh.ingest_month(landing, MONTH, ARMS)
+    assert sorted_rows(clean_rows(wh)) == rows1 and sorted_rows(quarantine_rows(wh)) == q1
+    assert len(rows1) == 34 and len(q1) == 1
+    assert second.rows_replaced == first.rows_clean == 34 and first.rows_replaced == 0
+    runs = wh.con.sql("SELECT month, rows_in, rows_clean, rows_quarantined FROM ingest_runs").fetchall()
+    assert runs == [(MONTH, 35, 34, 1), (MONTH, 35, 34, 1)]
+
+
+def test_reingest_replaces_the_partition_and_leaves_other_months(wh, landing):
+    write_impressions(clean(10, month="2025-01"), landing, "2025-01", part="a")
+    write_impressions(clean(10), landing, MONTH, part="a")
+    wh.ingest_month(landing, "2025-01", ARMS)
+    wh.ingest_month(landing, MONTH, ARMS)
+    write_impressions(clean(4, seed=5), landing, MONTH, part="a")  # the producer re-landed February
+    wh.ingest_month(landing, MONTH, ARMS)
+    assert clean_rows(wh, MONTH).num_rows == 4 and clean_rows(wh, "2025-01").num_rows == 10
+
+
+def test_failure_midway_leaves_the_previous_state(wh, landing, monkeypatch):
+    write_impressions(with_value(clean(20), "arm", 3, "shadow"), landing, MONTH, part="a")
+    wh.ingest_month(landing, MONTH, ARMS)
+    before = (sorted_rows(clean_rows(wh)), sorted_rows(quarantine_rows(wh)))
+    runs_before = wh.con.execute("SELECT count(*) FROM ingest_runs").fetchall()[0][0]
+    write_impressions(clean(7, seed=2), landing, MONTH, part="a")  # new data, then a crash midway
+
+    real_run = Warehouse.run
+
+    def crash_after_delete(self, name, **params):
+        if name == "ingest_insert_quarantine":  # clean rows already deleted and re-inserted
+            raise RuntimeError("injected failure")
+        return real_run(self, name, **params)
+
+    monkeypatch.setattr(Warehouse, "run", crash_after_delete)
+    with pytest.raises(RuntimeError, match="injected failure"):
+        wh.ingest_month(landing, MONTH, ARMS)
+    monkeypatch.undo()
+    assert (sorted_rows(clean_rows(wh)), sorted_rows(quarantine_rows(wh))) == before
+    assert wh.con.execute("SELECT count(*) FROM ingest_runs").fetchall()[0][0] == runs_before
+    assert wh.ingest_month(landing, MONTH, ARMS).rows_clean == 7  # and the warehouse still works
+
+
+# ---------------------------------------------------------------------------------------- quarantine rules
+# One test per rule: a bad file built in the test, one bad row among clean ones; the bad row lands in
+# quarantine with that rule and a detail naming the field, the clean rows go on.
+
+
+def assert_quarantined(wh, landing, table, rule, detail, bad_row=3):
+    write_impressions(table, landing, MONTH, part="bad")
+    report = wh.ingest_month(landing, MONTH, ARMS)
+    assert report.rows_in == table.num_rows
+    assert report.quarantined_by_rule == {r: int(r == rule) for r in RULES}
+    assert report.rows_clean == table.num_rows - 1 == clean_rows(wh).num_rows
+    q = quarantine_rows(wh).to_pylist()
+    assert [(r["rule"], r["source_file"], r["source_row"]) for r in q] == [(rule, "part-bad.parquet", bad_row)]
+    assert detail in q[0]["detail"]
+    return q[0]
+
+
+@pytest.mark.parametrize("column", ["impression_id", "user_id", "propensity", "clicked", "event_time", "served_at"])
+def test_rule_null_field(wh, landing, column):
+    assert_quarantined(wh, landing, with_value(clean(), column, 3, None), "null_field", f"null in: {column}")
+
+
+def test_rule_null_field_inside_the_candidate_list(wh, landing):
+    t = clean()
+    cands = t.column("candidates").to_pylist()
+    cands[3] = [*cands[3], None]
+    t = t.set_column(t.schema.get_field_index("candidates"), "candidates", pa.array(cands, pa.list_(pa.int64())))
+    assert_quarantined(wh, landing, t, "null_field", "candidates")
+
+
+@pytest.mark.parametrize("p", [0.0, -0.5, 1.0000001, 2.0, math.nan])
+def test_rule_propensity_out_of_range(wh, landing, p):
+    assert_quarantined(wh, landing, with_value(clean(), "propensity", 3, p), "propensity_out_of_range", "not in (0, 1]")
+
+
+def test_propensity_of_exactly_one_is_valid(wh, landing):
+    write_impressions(with_value(clean(), "propensity", 3, 1.0), landing, MONTH, part="a")
+    assert wh.ingest_month(landing, MONTH, ARMS).rows_quarantined == 0
+
+
+@pytest.mark.parametrize("c", [2, -1])
+def test_rule_clicked_not_binary(wh, landing, c):
+    assert_quarantined(wh, landing, with_value(clean(), "clicked", 3, c), "clicked_not_binary", f"clicked {c}")
+
+
+def test_rule_item_not_in_candidates(wh, landing):
+    assert_quarantined(wh, landing, with_value(clean(), "item_id", 3, 99_999), "item_not_in_candidates",
+                       "item_id 99999 not among 20 candidates")
+
+
+def test_rule_duplicate_impression_id_keeps_the_first_copy(wh, landing):
+    t = clean()
+    first_id = t.column("impression_id")[1].as_py()
+    row = assert_quarantined(wh, landing, with_value(t, "impression_id", 3, first_id), "duplicate_impression_id",
+                             "first seen at part-bad.parquet row 1")
+    assert row["impression_id"] == first_id
+    assert clean_rows(wh).column("impression_id").to_pylist().count(first_id) == 1
+
+
+def test_rule_duplicate_impression_id_across_months(wh, landing):
+    jan = clean(month="2025-01", seed=4)
+    write_impressions(jan, landing, "2025-01", part="a")
+    wh.ingest_month(landing, "2025-01", ARMS)
+    reused = jan.column("impression_id")[0].as_py()
+    assert_quarantined(wh, landing, with_value(clean(), "impression_id", 3, reused), "duplicate_impression_id",
+                       "already in month 2025-01")
+
+
+def test_rule_unknown_arm(wh, landing):
+    assert_quarantined(wh, landing, with_value(clean(), "arm", 3, "shadow"), "unknown_arm", "arm shadow")
+
+
+def test_rule_event_time_outside_month(wh, landing):
+    march = datetime(2025, 3, 1, 0, 0, 1, tzinfo=timezone.utc)
+    assert_quarantined(wh, landing, with_value(clean(), "event_time", 3, march), "event_time_outside_month",
+                       "outside 2025-02")
+
+
+def test_first_broken_rule_wins_and_counts_sum(wh, landing):
+    t = with_value(with_value(clean(), "arm", 3, "shadow"), "clicked", 3, 5)  # two rules on one row
+    assert_quarantined(wh, landing, t, "unknown_arm", "arm shadow")
+
+
+def test_counts_match_the_injected_violations(wh, landing):
+    table, injected = synthetic_impressions(5_000, MONTH, seed=11, violation_rate=0.1)
+    write_impressions(table, landing, MONTH, part="a")
+    report = wh.ingest_month(landing, MONTH, ARMS)
+    assert report.quarantined_by_rule == {r: injected[r] for r in RULES}
+    assert report.rows_clean == 5_000 - 500 and report.rows_in == 5_000
+    by_rule = {(r["rule"]): r["rows"] for r in wh.quarantine_by_rule([MONTH]).to_pylist()}
+    assert by_rule == {r: n for r, n in injected.items() if n}
+
+
+# ---------------------------------------------------------------------------------------- whole-file failures
+
+
+def test_non_parquet_file_fails_naming_the_file(wh, landing):
+    write_impressions(clean(), landing, MONTH, part="a")
+    wh.ingest_month(landing, MONTH, ARMS)
+    (month_dir(landing, MONTH) / "export.csv").write_text("impression_id,arm\nx,abpo\n")
+    with pytest.raises(IngestError, match=r"export\.csv: not a Parquet file"):
+        wh.ingest_month(landing, MONTH, ARMS)
+    assert clean_rows(wh).num_rows == 10  # previous state kept
+
+
+def test_wrong_schema_fails_naming_file_and_column(wh, landing):
+    d = month_dir(landing, MONTH)
+    d.mkdir(parents=True)
+    t = clean()
+    pq.write_table(t.set_column(t.schema.get_field_index("propensity"), "propensity",
+                                t.column("propensity").cast(pa.float32())), d / "part-x.parquet")
+    with pytest.raises(IngestError, match=r"part-x\.parquet: wrong schema: column 'propensity' has type float"):
+        wh.ingest_month(landing, MONTH, ARMS)
+    pq.write_table(t.drop_columns(["arm"]), d / "part-x.parquet")
+    with pytest.raises(IngestError, match=r"part-x\.parquet: wrong schema: missing column\(s\) \['arm'\]"):
+        wh.ingest_month(landing, MONTH, ARMS)
+
+
+def test_missing_or_empty_partition_fails(wh, landing):
+    with pytest.raises(IngestError, match="no landing partition for month 2025-02"):
+        wh.ingest_month(landing, MONTH, ARMS)
+    month_dir(landing, MONTH).mkdir(parents=True)
+    (month_dir(landing, MONTH) / "_SUCCESS").write_text("")  # markers are ignored
+    with pytest.raises(IngestError, match="holds no files"):
+        wh.ingest_month(landing, MONTH, ARMS)
+
+
+# ---------------------------------------------------------------------------------------- CTR, strata
+
+
+def test_ctr_by_arm_month_matches_an_independent_count(wh, landing):
+    feb, mar = clean(3000, seed=1), clean(2000, month="2025-03", seed=2)
+    write_impressions(with_value(feb, "clicked", 5, 7), landing, MONTH, part="a")  # quarantined: not counted
+    write_impressions(mar, landing, "2025-03", part="a")
+    wh.ingest_month(landing, MONTH, ARMS)
+    wh.ingest_month(landing, "2025-03", ARMS)
+    got = {(r["month"], r["arm"]): r for r in wh.ctr_by_arm_month().to_pylist()}
+    assert wh.ctr_by_arm_month().column_names[:5] == ["month", "arm", "impressions", "clicks", "users"]
+    feb_ok = feb.filter(pc.not_equal(pc.cast(pa.array(range(feb.num_rows)), pa.int64()), 5))
+    for month, t in ((MONTH, feb_ok), ("2025-03", mar)):
+        for arm in ARMS:
+            part = t.filter(pc.equal(t.column("arm"), arm))
+            r = got[(month, arm)]
+            assert r["impressions"] == part.num_rows
+            assert r["clicks"] == pc.sum(part.column("clicked").cast(pa.int64())).as_py()
+            assert r["users"] == len(set(part.column("user_id").to_pylist()))
+            assert r["ctr"] == pytest.approx(r["clicks"] / r["impressions"])
+    only_march = wh.ctr_by_arm_month(["2025-03"])
+    assert set(only_march.column("month").to_pylist()) == {"2025-03"} and only_march.num_rows == 4
+
+
+def test_strata_split_by_click(wh, landing):
+    write_impressions(clean(500), landing, MONTH, part="a")
+    wh.ingest_month(landing, MONTH, ARMS)
+    pos, neg = wh.strata([MONTH])
+    assert pos.num_rows + neg.num_rows == 500 and pos.num_rows > 0
+    assert set(pos.column("clicked").to_pylist()) == {1} and set(neg.column("clicked").to_pylist()) == {0}
+    assert wh.strata(["2025-03"])[0].num_rows == 0
+
+
+def _rows(n, clicked):
+    return [{"impression_id": f"{clicked}-{i}", "clicked": clicked} for i in range(n)]
+
+
+def test_stratified_batches_hold_both_strata_and_cover_every_row():
+    pos, neg = _rows(7, 1), _rows(53, 0)
+    batches = list(stratified_batches(pos, neg, batch_size=6, seed=0))
+    assert all(len(b) == 6 and {r["clicked"] for r in b} == {0, 1} for b in batches)
+    seen = Counter(r["impression_id"] for b in batches for r in b)
+    assert set(seen) == {r["impression_id"] for r in pos + neg}  # nothing dropped
+    # k = round(6 * 7/60) = 1 positive per batch; 53 no-responses / 5 per batch -> 11 full batches;
+    # positives (7) run out first and are recycled (4 appear twice), 2 no-responses fill the last batch
+    assert len(batches) == 11
+    assert sum(seen[r["impression_id"]] for r in pos) == 11 and max(seen[r["impression_id"]] for r in pos) == 2
+    assert sum(seen[r["impression_id"]] for r in neg) == 55
+
+
+def test_stratified_batches_recycle_no_response_when_positives_dominate():
+    batches = list(stratified_batches(_rows(30, 1), _rows(2, 0), batch_size=4, seed=1))
+    assert all({r["clicked"] for r in b} == {0, 1} for b in batches)
+    assert len(batches) == 10  # k = min(round(4*30/32), 3) = 3 positives + 1 no-response
+
+
+def test_stratified_batches_are_seeded(wh, landing):
+    write_impressions(clean(300), landing, MONTH, part="a")
+    wh.ingest_month(landing, MONTH, ARMS)
+    pos, neg = wh.strata([MONTH])
+    ids = lambda s: [[r["impression_id"] for r in b] for b in stratified_batches(pos, neg, 8, s)]  # noqa: E731
+    assert ids(0) == ids(0) != ids(1)
+
+
+def test_stratified_batches_reject_an_empty_stratum_or_tiny_batch():
+    with pytest.raises(ValueError, match="positive stratum is empty"):
+        list(stratified_batches([], _rows(3, 0), 4, 0))
+    with pytest.raises(ValueError, match="batch_size=1"):
+        list(stratified_batches(_rows(3, 1), _rows(3, 0), 1, 0))

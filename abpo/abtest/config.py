@@ -14,3 +14,8 @@ class ReportConfig:
     )
     confidence: float = field(default=0.95, metadata={"help": "Confidence level of every interval."})
     srm_alpha: float = field(default=0.001, metadata={"help": "Flag a sample-ratio mismatch below this p-value."})
+    mlflow_experiment: str = field(
+        default="abpo-monthly",
+        metadata={"help": "MLflow experiment of the monthly runs; the report is logged as artifacts of the run "
+                          "tagged abpo.month=<last month> (the active run if there is one; created if absent)."},
+    )

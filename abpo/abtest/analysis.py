@@ -1,0 +1,334 @@
+"""From per-arm-per-month counts to every number of the A/B report (ABPO_SPEC.md "Metrics / Online").
+
+Input is a small table (one row per month and arm: impressions, clicks, optionally users) plus,
+when the raw log is at hand, per-user moments for the user-clustered test and the whole-period user
+counts (see :func:`abpo.abtest.inputs.counts_from_warehouse`). Output is a :class:`Report`; rendering
+lives in :mod:`abpo.abtest.render`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from abpo.abtest import stats
+
+ALL = "all"  # the period label of the whole-period aggregate
+MONTH_RE = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
+
+# One sentence per statistic, shown in the report next to the table it explains.
+EXPLANATIONS: dict[str, str] = {
+    "ctr": "CTR is clicks divided by impressions for one arm in one month; the interval is the Wilson score "
+           "interval, which stays sensible at zero clicks.",
+    "diff": "The difference is the candidate arm's CTR minus the other arm's (or the later month's minus the "
+            "earlier month's) in percentage points, with a Wald confidence interval from the unpooled standard error.",
+    "ztest": "z and p come from the two-sided two-proportion z-test with the pooled standard error, which treats "
+             "every impression as an independent trial; p below 0.001 is shown as <0.001.",
+    "clustered": "Because users, not impressions, are randomised and one user's impressions are correlated, the "
+                 "user-clustered z-test estimates the variance of each arm's CTR with the delta method over per-user "
+                 "click and impression totals, which is the honest (usually wider) uncertainty.",
+    "holm": "Holm's step-down correction adjusts the p-values of the candidate-vs-arm comparisons within each period "
+            "so that the chance of any false positive across those comparisons stays at the nominal level.",
+    "srm": "The sample-ratio-mismatch check compares the users seen in each arm with the configured traffic shares "
+           "by a chi-square goodness-of-fit test; p < {alpha} means assignment or logging is broken and the "
+           "comparisons should not be trusted until that is explained.",
+    "trend": "The trend test compares one arm with itself across months (consecutive months and first to last) "
+             "with the same pooled z-test, the difference being the later month minus the earlier month; the "
+             "months share users, so read it as descriptive.",
+    "aggregate": "The whole-period aggregate sums impressions and clicks of each arm over the selected months and "
+                 "repeats the comparisons on those totals.",
+}
+
+
+class ReportInputError(ValueError):
+    """The counts handed to the report are unusable; the message says which row/field and why."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One arm in one period (a month, or ALL for the whole-period aggregate)."""
+
+    period: str
+    arm: str
+    impressions: int
+    clicks: int
+    users: int | None
+    ctr: float
+    ci_low: float
+    ci_high: float
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Candidate arm vs another arm in one period (difference = candidate - other)."""
+
+    period: str
+    candidate: str
+    other: str
+    test: stats.DiffTest
+    p_holm: float
+    clustered: stats.DiffTest | None
+    clustered_p_holm: float
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Trend:
+    """One arm, later month vs earlier month (difference = later - earlier)."""
+
+    arm: str
+    earlier: str
+    later: str
+    kind: str            # "consecutive" or "first-to-last"
+    test: stats.DiffTest
+    note: str = ""
+
+
+@dataclass
+class Report:
+    months: list[str]
+    arms: list[str]
+    candidate: str
+    confidence: float
+    srm_alpha: float
+    shares: dict[str, float]
+    cells: list[Cell]                     # per month and arm, months in order, candidate first
+    totals: list[Cell]                    # period == ALL
+    comparisons: list[Comparison]         # per month, then ALL
+    trends: list[Trend]
+    srm: dict[str, stats.SRMResult]       # period -> result
+    notes: list[str] = field(default_factory=list)
+    source: str = ""
+
+    def cell(self, period: str, arm: str) -> Cell | None:
+        for c in (self.totals if period == ALL else self.cells):
+            if c.period == period and c.arm == arm:
+                return c
+        return None
+
+    @property
+    def srm_flagged(self) -> list[str]:
+        return [period for period, r in self.srm.items() if r.mismatch]
+
+    def explanations(self) -> dict[str, str]:
+        return {k: v.format(alpha=self.srm_alpha) for k, v in EXPLANATIONS.items()}
+
+
+def _month_str(v: Any, where: str) -> str:
+    if hasattr(v, "strftime"):
+        return v.strftime("%Y-%m")
+    s = str(v)
+    if not MONTH_RE.match(s):
+        raise ReportInputError(f"{where}: month {s!r} is not YYYY-MM")
+    return s
+
+
+def _count(v: Any, where: str, name: str, nullable: bool = False) -> int | None:
+    if v is None:
+        if nullable:
+            return None
+        raise ReportInputError(f"{where}: {name} is missing")
+    if isinstance(v, float):
+        if not v.is_integer():
+            raise ReportInputError(f"{where}: {name}={v!r} is not a whole number")
+        v = int(v)
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        raise ReportInputError(f"{where}: {name}={v!r} is not a non-negative integer")
+    return v
+
+
+def normalise_counts(counts: pa.Table, source: str = "counts") -> list[dict[str, Any]]:
+    """Rows of (month, arm, impressions, clicks, users|None), validated: clicks <= impressions,
+    users <= impressions, one row per (month, arm). Errors name the row (1-based) and the rule."""
+    required = {"month", "arm", "impressions", "clicks"}
+    missing = required - set(counts.column_names)
+    if missing:
+        raise ReportInputError(f"{source}: missing column(s) {sorted(missing)}; have {counts.column_names}")
+    has_users = "users" in counts.column_names
+    rows, seen = [], {}
+    for i, r in enumerate(counts.to_pylist(), start=1):
+        where = f"{source} row {i}"
+        month = _month_str(r["month"], where)
+        arm = r["arm"]
+        if not isinstance(arm, str) or not arm.strip():
+            raise ReportInputError(f"{where}: arm {arm!r} is empty")
+        imps = _count(r["impressions"], where, "impressions")
+        clicks = _count(r["clicks"], where, "clicks")
+        users = _count(r.get("users"), where, "users", nullable=True) if has_users else None
+        if clicks > imps:
+            raise ReportInputError(f"{where}: clicks={clicks} exceed impressions={imps}")
+        if users is not None and users > imps:
+            raise ReportInputError(f"{where}: users={users} exceed impressions={imps} (every user has >= 1 impression)")
+        if (month, arm) in seen:
+            raise ReportInputError(f"{where}: duplicate month/arm {month}/{arm} (first at row {seen[(month, arm)]})")
+        seen[(month, arm)] = i
+        rows.append({"month": month, "arm": arm.strip(), "impressions": imps, "clicks": clicks, "users": users})
+    return rows
+
+
+def _moments_index(moments: pa.Table | None) -> dict[tuple[str, str], stats.UserMoments]:
+    """(period, arm) -> UserMoments from the table of sql/report_user_moments.sql."""
+    if moments is None:
+        return {}
+    out = {}
+    for r in moments.to_pylist():
+        period = r["period"] if r["period"] == ALL else _month_str(r["period"], "user moments")
+        out[(period, r["arm"])] = stats.UserMoments(
+            users=int(r["users"]), sx=float(r["clicks"]), sy=float(r["impressions"]),
+            sxx=float(r["clicks_sq"]), syy=float(r["impressions_sq"]), sxy=float(r["clicks_x_impressions"]),
+        )
+    return out
+
+
+def _cell(period: str, arm: str, imps: int, clicks: int, users: int | None, confidence: float) -> Cell:
+    lo, hi = stats.wilson_interval(clicks, imps, confidence)
+    return Cell(period, arm, imps, clicks, users, stats.ctr(clicks, imps), lo, hi)
+
+
+def analyse(
+    counts: pa.Table,
+    report_cfg,
+    months: list[str] | None = None,
+    moments: pa.Table | None = None,
+    source: str = "counts",
+) -> Report:
+    """Every statistic of the report from the counts (and, optionally, the per-user moments).
+
+    ``months``: the months asked for, in order; default = the months present in ``counts``. Rows of
+    other months are ignored (a note says how many); a month asked for but absent gets a note.
+    """
+    rows = normalise_counts(counts, source)
+    candidate = report_cfg.candidate_arm
+    conf = float(report_cfg.confidence)
+    if not 0.0 < conf < 1.0:
+        raise ReportInputError(f"config report.confidence = {report_cfg.confidence!r}: expected a level in (0, 1)")
+    if not 0.0 < float(report_cfg.srm_alpha) < 1.0:
+        raise ReportInputError(f"config report.srm_alpha = {report_cfg.srm_alpha!r}: expected a p-value in (0, 1)")
+    notes: list[str] = []
+    present_months = sorted({r["month"] for r in rows})
+    if months is None:
+        months = present_months
+    else:
+        months = [_month_str(m, "months") for m in months]
+        outside = [r for r in rows if r["month"] not in months]
+        if outside:
+            notes.append(f"{len(outside)} row(s) outside the selected months ignored "
+                         f"({', '.join(sorted({r['month'] for r in outside}))})")
+        rows = [r for r in rows if r["month"] in months]
+    if not rows:
+        raise ReportInputError(f"{source}: no data for the months {', '.join(months) or '(none)'}")
+    for m in months:
+        if m not in present_months:
+            notes.append(f"{m}: no data for any arm")
+    by = {(r["month"], r["arm"]): r for r in rows}
+    arm_set = {r["arm"] for r in rows}
+    arms = ([candidate] if candidate in arm_set else []) + sorted(arm_set - {candidate})
+    if candidate not in arm_set:
+        notes.append(f"candidate arm {candidate!r} has no data in the selected months: no candidate comparisons")
+    mom = _moments_index(moments)
+
+    # per arm and month
+    cells = []
+    for m in months:
+        for a in arms:
+            r = by.get((m, a))
+            if r is None:
+                if any(mm == m for mm, _ in by):
+                    notes.append(f"{m}: arm {a!r} has no data")
+                continue
+            users = r["users"] if r["users"] is not None else (mom[(m, a)].users if (m, a) in mom else None)
+            cells.append(_cell(m, a, r["impressions"], r["clicks"], users, conf))
+            if r["impressions"] == 0:
+                notes.append(f"{m}: arm {a!r} has zero impressions (CTR undefined)")
+
+    # whole-period totals
+    totals = []
+    for a in arms:
+        arm_rows = [r for r in rows if r["arm"] == a]
+        covered = [r["month"] for r in arm_rows]
+        if len(covered) < len(months):
+            notes.append(f"aggregate of {a!r} covers {', '.join(covered)} only")
+        users = mom[(ALL, a)].users if (ALL, a) in mom else None
+        if users is None and len(months) == 1:  # one month: the period's distinct users are the month's
+            users = arm_rows[0]["users"]
+        totals.append(_cell(ALL, a, sum(r["impressions"] for r in arm_rows), sum(r["clicks"] for r in arm_rows),
+                            users, conf))
+
+    # candidate vs each other arm, per month and over the whole period; Holm within each period
+    comparisons: list[Comparison] = []
+    if candidate in arm_set:
+        for period in [*months, ALL]:
+            family = []
+            for other in arms[1:]:
+                ca = next((c for c in (totals if period == ALL else cells) if c.period == period and c.arm == candidate), None)
+                co = next((c for c in (totals if period == ALL else cells) if c.period == period and c.arm == other), None)
+                if ca is None or co is None:
+                    absent = " and ".join(repr(x) for x, c in ((candidate, ca), (other, co)) if c is None)
+                    nan = math.nan
+                    t = stats.DiffTest(nan, nan, nan, nan, nan, nan, nan, nan, note=f"no data for {absent} in {period}")
+                    family.append((other, t, None, f"no data for {absent} in {period}"))
+                    continue
+                t = stats.two_proportion_ztest(ca.clicks, ca.impressions, co.clicks, co.impressions, conf)
+                ct = None
+                if (period, candidate) in mom and (period, other) in mom:
+                    ct = stats.clustered_ztest(mom[(period, candidate)], mom[(period, other)], conf)
+                family.append((other, t, ct, t.note))
+            holm = stats.holm_adjust([t.p for _, t, _, _ in family])
+            cholm = stats.holm_adjust([ct.p if ct is not None else math.nan for _, _, ct, _ in family])
+            for (other, t, ct, note), ph, cph in zip(family, holm, cholm):
+                comparisons.append(Comparison(period, candidate, other, t, ph, ct, cph, note))
+        if not any(c.clustered for c in comparisons):
+            notes.append("no per-user data (CSV input or no user moments): the user-clustered test is not available")
+
+    # trends of every arm: consecutive months, and first-to-last when there are more than two months
+    trends: list[Trend] = []
+    if len(months) < 2:
+        notes.append("one month only: no month-to-month trend")
+    else:
+        pairs = [(months[i], months[i + 1], "consecutive") for i in range(len(months) - 1)]
+        if len(months) > 2:
+            pairs.append((months[0], months[-1], "first-to-last"))
+        for a in arms:
+            for early, late, kind in pairs:
+                ce, cl = by.get((early, a)), by.get((late, a))
+                if ce is None or cl is None:
+                    absent = ", ".join(m for m, c in ((early, ce), (late, cl)) if c is None)
+                    nan = math.nan
+                    t = stats.DiffTest(nan, nan, nan, nan, nan, nan, nan, nan, note=f"no data for {a!r} in {absent}")
+                else:
+                    t = stats.two_proportion_ztest(cl["clicks"], cl["impressions"], ce["clicks"], ce["impressions"], conf)
+                trends.append(Trend(a, early, late, kind, t, t.note))
+
+    # sample-ratio mismatch of users per arm
+    shares = dict(report_cfg.arm_shares)
+    for a, v in shares.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
+            raise ReportInputError(f"config report.arm_shares[{a!r}] = {v!r}: expected a number >= 0")
+    srm: dict[str, stats.SRMResult] = {}
+    for m in months:
+        users = {c.arm: c.users for c in cells if c.period == m}
+        if not users:
+            continue
+        if any(u is None for u in users.values()):
+            notes.append(f"{m}: no user counts: sample-ratio check not possible")
+            continue
+        configured_missing = sorted(set(shares) - set(users))
+        r = stats.srm_test(users, shares, report_cfg.srm_alpha)
+        if configured_missing:
+            extra = f"configured arm(s) {', '.join(configured_missing)} absent: shares renormalised over the arms present"
+            r = stats.SRMResult(**{**r.__dict__, "note": "; ".join(x for x in (r.note, extra) if x)})
+        srm[m] = r
+    total_users = {c.arm: c.users for c in totals}
+    if total_users and all(u is not None for u in total_users.values()):
+        srm[ALL] = stats.srm_test(total_users, shares, report_cfg.srm_alpha)
+    else:
+        notes.append("whole period: distinct users per arm unknown (per-month counts cannot be summed): "
+                     "no whole-period sample-ratio check")
+
+    return Report(months=months, arms=arms, candidate=candidate, confidence=conf, srm_alpha=report_cfg.srm_alpha,
+                  shares=shares, cells=cells, totals=totals, comparisons=comparisons, trends=trends, srm=srm,
+                  notes=notes, source=source)

@@ -1,0 +1,270 @@
+"""Rendering a :class:`~abpo.abtest.analysis.Report`: the same tables as Markdown and as one
+self-contained HTML page (CSS inline, the PNG embedded as base64, no external assets), the PNG of
+CTR per arm over months with confidence bands, and a JSON file with the raw numbers."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime as _dt
+import io
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from abpo.abtest import stats
+from abpo.abtest.analysis import ALL, Report
+
+HTML_NAME, MD_NAME, PNG_NAME, JSON_NAME = "report.html", "report.md", "ctr_by_arm.png", "report.json"
+
+
+TEXT_HEADERS = {"Month", "Arm", "Period", "Comparison", "Months", "Kind", "Users observed (expected)", "Verdict", "Note"}
+
+
+@dataclass(frozen=True)
+class Table:
+    key: str            # which explanation belongs to it
+    title: str
+    headers: list[str]
+    rows: list[list[str]]
+
+    @property
+    def text_columns(self) -> list[bool]:
+        """Which columns hold text (left-aligned in HTML) rather than numbers."""
+        return [h in TEXT_HEADERS for h in self.headers]
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    out_dir: Path
+    html: Path
+    markdown: Path
+    png: Path
+    json: Path
+
+
+def _int(v: int | None) -> str:
+    return "n/a" if v is None else f"{v:,}"
+
+
+def _pct(v: float, digits: int = 3) -> str:
+    return "n/a" if v is None or math.isnan(v) else f"{100 * v:.{digits}f}%"
+
+
+def _pp(v: float) -> str:
+    return "n/a" if v is None or math.isnan(v) else f"{100 * v:+.3f}"
+
+
+def _ci_pp(lo: float, hi: float) -> str:
+    return "n/a" if math.isnan(lo) or math.isnan(hi) else f"[{100 * lo:+.3f}, {100 * hi:+.3f}]"
+
+
+def _ci_pct(lo: float, hi: float) -> str:
+    return "n/a" if math.isnan(lo) or math.isnan(hi) else f"[{100 * lo:.3f}%, {100 * hi:.3f}%]"
+
+
+def _period(p: str) -> str:
+    return "whole period" if p == ALL else p
+
+
+def tables(report: Report) -> list[Table]:
+    """The report's tables as formatted strings (shared by the Markdown and HTML renderings)."""
+    cl = f"{round(100 * report.confidence)}%"
+    out = []
+    out.append(Table("ctr", "Impressions, clicks and CTR per arm and month",
+                     ["Month", "Arm", "Impressions", "Clicks", "Users", "CTR", f"{cl} CI"],
+                     [[c.period, c.arm, _int(c.impressions), _int(c.clicks), _int(c.users), _pct(c.ctr),
+                       _ci_pct(c.ci_low, c.ci_high)] for c in report.cells]))
+    out.append(Table("aggregate", f"Whole-period aggregate ({report.months[0]} to {report.months[-1]})",
+                     ["Arm", "Impressions", "Clicks", "Users", "CTR", f"{cl} CI"],
+                     [[c.arm, _int(c.impressions), _int(c.clicks), _int(c.users), _pct(c.ctr),
+                       _ci_pct(c.ci_low, c.ci_high)] for c in report.totals]))
+    rows = []
+    for c in report.comparisons:
+        t, k = c.test, c.clustered
+        rows.append([_period(c.period), f"{c.candidate} − {c.other}", _pct(t.ctr_a), _pct(t.ctr_b), _pp(t.diff),
+                     _ci_pp(t.ci_low, t.ci_high), stats.format_z(t.z), stats.format_p(t.p), stats.format_p(c.p_holm),
+                     stats.format_z(k.z) if k else "n/a", stats.format_p(k.p) if k else "n/a",
+                     stats.format_p(c.clustered_p_holm), _ci_pp(k.ci_low, k.ci_high) if k else "n/a",
+                     "; ".join(x for x in (c.note, k.note if k else "") if x)])
+    headers = ["Period", "Comparison", f"CTR {report.candidate}", "CTR other", "Δ (pp)", f"{cl} CI (pp)",
+               "z", "p", "p (Holm)", "clustered z", "clustered p", "clustered p (Holm)", f"clustered {cl} CI (pp)",
+               "Note"]
+    if not any(c.clustered for c in report.comparisons):  # no per-user data: leave the clustered columns out
+        keep = [i for i, h in enumerate(headers) if not h.startswith("clustered")]
+        headers, rows = [headers[i] for i in keep], [[r[i] for i in keep] for r in rows]
+    out.append(Table("ztest", f"Candidate arm ({report.candidate}) vs each other arm", headers, rows))
+    out.append(Table("trend", "Month-to-month trend of every arm (later − earlier)",
+                     ["Arm", "Months", "Kind", "CTR earlier", "CTR later", "Δ (pp)", f"{cl} CI (pp)", "z", "p", "Note"],
+                     [[t.arm, f"{t.earlier} → {t.later}", t.kind, _pct(t.test.ctr_b), _pct(t.test.ctr_a),
+                       _pp(t.test.diff), _ci_pp(t.test.ci_low, t.test.ci_high), stats.format_z(t.test.z),
+                       stats.format_p(t.test.p), t.note] for t in report.trends]))
+    srm_rows = []
+    for period, r in report.srm.items():
+        obs = ", ".join(f"{a} {o:,} (exp. {e:,.0f})" if not math.isnan(e) else f"{a} {o:,}"
+                        for a, o, e in zip(r.arms, r.observed, r.expected))
+        verdict = "n/a" if math.isnan(r.p) else ("MISMATCH" if r.mismatch else "ok")
+        srm_rows.append([_period(period), obs, "n/a" if math.isnan(r.chi2) else f"{r.chi2:.2f}", str(r.dof),
+                         stats.format_p(r.p), verdict, r.note])
+    out.append(Table("srm", "Sample-ratio mismatch (users per arm vs configured shares)",
+                     ["Period", "Users observed (expected)", "χ²", "dof", "p", "Verdict", "Note"], srm_rows))
+    return out
+
+
+def srm_verdict(report: Report) -> str:
+    if not report.srm:
+        return "Sample-ratio check not possible: no user counts."
+    flagged = report.srm_flagged
+    if flagged:
+        return (f"SAMPLE-RATIO MISMATCH in {', '.join(_period(p) for p in flagged)} (p < {report.srm_alpha}): "
+                "user assignment or logging is off; do not trust the comparisons until it is explained.")
+    tested = [p for p, r in report.srm.items() if not math.isnan(r.p)]
+    if not tested:
+        return "Sample-ratio check undefined (see the notes of the table)."
+    return (f"No sample-ratio mismatch (p ≥ {report.srm_alpha} in {', '.join(_period(p) for p in tested)}): "
+            "users per arm match the configured shares.")
+
+
+def _p_is(name: str, p: float) -> str:
+    f = stats.format_p(p)
+    return f"{name} < 0.001" if f.startswith("<") else f"{name} = {f}"
+
+
+def headline(report: Report) -> list[str]:
+    """One line per whole-period comparison: the figures a reader looks for first."""
+    lines = []
+    for c in report.comparisons:
+        if c.period != ALL:
+            continue
+        t = c.test
+        if not t.defined:
+            lines.append(f"{c.candidate} vs {c.other}: {c.note or 'undefined'}")
+            continue
+        s = (f"{c.candidate} vs {c.other}: {_pp(t.diff)} pp (CI {_ci_pp(t.ci_low, t.ci_high)}), z = {stats.format_z(t.z)}, "
+             f"{_p_is('p', t.p)}, {_p_is('Holm p', c.p_holm)}")
+        if c.clustered is not None and c.clustered.defined:
+            s += f"; user-clustered {_p_is('p', c.clustered.p)}"
+        lines.append(s)
+    return lines
+
+
+def plot_png(report: Report) -> bytes:
+    """PNG of CTR (%) per arm over the months, with the Wilson confidence band of each point."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    months = report.months
+    x = list(range(len(months)))
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+    n = max(len(report.arms), 1)
+    for k, arm in enumerate(report.arms):
+        y, lo, hi = [], [], []
+        for m in months:
+            c = report.cell(m, arm)
+            y.append(100 * c.ctr if c else math.nan)
+            lo.append(100 * c.ci_low if c else math.nan)
+            hi.append(100 * c.ci_high if c else math.nan)
+        # a small horizontal offset keeps overlapping error bars apart
+        xs = [xi + (k - (n - 1) / 2) * 0.03 for xi in x]
+        line = ax.plot(xs, y, marker="o", label=arm, linewidth=2.5 if arm == report.candidate else 1.5)[0]
+        err = [[yi - li if not math.isnan(yi) else 0 for yi, li in zip(y, lo)],
+               [hi_ - yi if not math.isnan(yi) else 0 for yi, hi_ in zip(y, hi)]]
+        ax.errorbar(xs, y, yerr=err, fmt="none", ecolor=line.get_color(), capsize=3, alpha=0.8)
+        if len(months) > 1:
+            ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.15)
+    ax.set_xticks(x, months)
+    ax.set_xlim(-0.5, len(months) - 0.5)
+    ax.set_ylabel("CTR (%)")
+    ax.set_title(f"CTR per arm and month ({round(100 * report.confidence)}% Wilson intervals)")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize="small")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _env():
+    import jinja2
+
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("abpo.abtest", "templates"),
+        autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2",), default_for_string=False),
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+
+
+def _context(report: Report, generated: str) -> dict[str, Any]:
+    return {
+        "r": report,
+        "tables": tables(report),
+        "explain": report.explanations(),
+        "srm_verdict": srm_verdict(report),
+        "srm_flagged": bool(report.srm_flagged),
+        "headline": headline(report),
+        "generated": generated,
+        "period": f"{report.months[0]} to {report.months[-1]}" if len(report.months) > 1 else report.months[0],
+    }
+
+
+def _md_cell(s: str) -> str:
+    return s.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(report: Report, png_name: str = PNG_NAME, generated: str | None = None) -> str:
+    ctx = _context(report, generated or _now())
+    ctx["png_name"] = png_name
+    env = _env()
+    env.filters["md"] = _md_cell
+    return env.get_template("report.md.j2").render(**ctx)
+
+
+def render_html(report: Report, png: bytes, generated: str | None = None) -> str:
+    ctx = _context(report, generated or _now())
+    ctx["png_b64"] = base64.b64encode(png).decode("ascii")
+    return _env().get_template("report.html.j2").render(**ctx)
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _jsonable(v: Any) -> Any:
+    if dataclasses.is_dataclass(v):
+        d = {f.name: _jsonable(getattr(v, f.name)) for f in dataclasses.fields(v)}
+        if isinstance(v, stats.DiffTest):
+            d["diff_pp"] = _jsonable(v.diff_pp)
+        return d
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    return v
+
+
+def to_json(report: Report) -> str:
+    """Every number of the report (NaN -> null), for machines."""
+    return json.dumps(_jsonable(report), indent=2, ensure_ascii=False)
+
+
+def write_report(report: Report, out_dir: str | Path) -> ReportFiles:
+    """Write report.html (self-contained), report.md, ctr_by_arm.png and report.json into ``out_dir``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    png = plot_png(report)
+    generated = _now()
+    files = ReportFiles(out, out / HTML_NAME, out / MD_NAME, out / PNG_NAME, out / JSON_NAME)
+    files.png.write_bytes(png)
+    files.html.write_text(render_html(report, png, generated), encoding="utf-8")
+    files.markdown.write_text(render_markdown(report, PNG_NAME, generated), encoding="utf-8")
+    files.json.write_text(to_json(report), encoding="utf-8")
+    return files

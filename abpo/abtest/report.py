@@ -1,0 +1,134 @@
+"""The report step: counts in (warehouse or CSV) -> statistics -> files -> MLflow.
+
+``report_from_warehouse`` is what the monthly pipeline and ``abpo report --months`` call;
+``report_from_csv`` is ``abpo report --csv``.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pyarrow as pa
+
+from abpo.abtest.analysis import ALL, Report, ReportInputError, analyse
+from abpo.abtest.inputs import MOMENTS_SQL, counts_from_moments, read_counts_csv
+from abpo.abtest.render import ReportFiles, write_report
+
+MONTH_TAG = "abpo.month"
+
+
+def months_label(months: list[str]) -> str:
+    return months[0] if len(months) == 1 else f"{months[0]}..{months[-1]}"
+
+
+def load_from_warehouse(warehouse_path: str | Path, months: list[str]) -> tuple[pa.Table, pa.Table]:
+    """(counts, user moments) of the months, aggregated inside DuckDB in ONE pass over the log:
+    moments = sql/report_user_moments.sql (per arm and month, and per arm over the months), and the
+    counts (month, arm, impressions, clicks, users) derived from its monthly rows, which equal
+    Warehouse.ctr_by_arm_month (sql/ctr_by_arm_month.sql) at half the cost on large logs."""
+    path = Path(warehouse_path)
+    if not path.exists():
+        raise ReportInputError(f"{path}: warehouse not found (ingest a month first: abpo ingest --month YYYY-MM)")
+    from abpo.warehouse import Warehouse
+
+    with Warehouse(path) as wh:
+        moments = wh.run(MOMENTS_SQL, months=months)
+    return counts_from_moments(moments), moments
+
+
+def build_from_warehouse(cfg, months: list[str], warehouse_path: str | Path | None = None) -> Report:
+    path = Path(warehouse_path) if warehouse_path else cfg.paths.resolve("warehouse")
+    counts, moments = load_from_warehouse(path, months)
+    if counts.num_rows == 0:
+        raise ReportInputError(f"{path}: no impressions for {', '.join(months)}")
+    return analyse(counts, cfg.report, months=months, moments=moments, source=f"warehouse {path.name}")
+
+
+def default_out_dir(cfg, label: str) -> Path:
+    return cfg.paths.resolve("reports") / label
+
+
+def report_from_warehouse(
+    cfg, months: list[str], out_dir: str | Path | None = None, log_mlflow: bool = True
+) -> tuple[Report, ReportFiles]:
+    """Aggregate the months in the warehouse, write the report (default under paths.reports/<months>),
+    and log it as artifacts of the month's MLflow run (see :func:`log_report`)."""
+    report = build_from_warehouse(cfg, months)
+    files = write_report(report, out_dir or default_out_dir(cfg, months_label(report.months)))
+    if log_mlflow:
+        log_report(cfg, report, files)
+    return report, files
+
+
+def report_from_csv(
+    cfg, csv_path: str | Path, out_dir: str | Path | None = None, months: list[str] | None = None,
+    log_mlflow: bool = False,
+) -> tuple[Report, ReportFiles]:
+    """The same report from a CSV of counts (``month,arm,impressions,clicks[,users]``)."""
+    csv_path = Path(csv_path)
+    counts = read_counts_csv(csv_path)
+    report = analyse(counts, cfg.report, months=months, source=f"CSV {csv_path.name}")
+    files = write_report(report, out_dir or default_out_dir(cfg, f"csv-{csv_path.stem}"))
+    if log_mlflow:
+        log_report(cfg, report, files)
+    return report, files
+
+
+def report_metrics(report: Report) -> dict[str, float]:
+    """Whole-period figures worth a metric in MLflow (undefined ones are left out)."""
+    out: dict[str, float] = {}
+    for c in report.totals:
+        if not math.isnan(c.ctr):
+            out[f"ctr.{c.arm}"] = c.ctr
+    for c in report.comparisons:
+        if c.period == ALL and c.test.defined:
+            out[f"diff_pp.{c.other}"] = c.test.diff_pp
+            out[f"p.{c.other}"] = c.test.p
+            out[f"p_holm.{c.other}"] = c.p_holm
+    out["srm_flagged_periods"] = float(len(report.srm_flagged))
+    return out
+
+
+def log_report(cfg, report: Report, files: ReportFiles) -> str:
+    """Log the report files as artifacts (under ``report/<months>``) of the month's run and return its id.
+
+    The month's run is, in this order: the active MLflow run (the pipeline's), else the latest run of
+    experiment ``report.mlflow_experiment`` tagged ``abpo.month=<last month>``, else a new run there
+    with that tag.
+    """
+    import mlflow
+
+    from abpo import registry
+
+    registry.configure(cfg)
+    month = report.months[-1]
+    artifact_path = f"report/{months_label(report.months)}"
+    active = mlflow.active_run()
+    if active is not None:
+        _log(files, artifact_path, report)
+        return active.info.run_id
+    experiment = cfg.report.mlflow_experiment
+    exp = mlflow.get_experiment_by_name(experiment)
+    existing = []
+    if exp is not None:
+        existing = mlflow.search_runs(
+            experiment_ids=[exp.experiment_id], filter_string=f"tags.`{MONTH_TAG}` = '{month}'",
+            order_by=["attributes.start_time DESC"], max_results=1, output_format="list",
+        )
+    if existing:
+        with mlflow.start_run(run_id=existing[0].info.run_id) as run:
+            _log(files, artifact_path, report)
+            return run.info.run_id
+    with registry.start_run(cfg, experiment, run_name=f"month {month}", tags={MONTH_TAG: month}) as run:
+        _log(files, artifact_path, report)
+        return run.info.run_id
+
+
+def _log(files: ReportFiles, artifact_path: str, report: Report) -> None:
+    import mlflow
+
+    for p in (files.html, files.markdown, files.png, files.json):
+        mlflow.log_artifact(str(p), artifact_path=artifact_path)
+    mlflow.log_metrics({f"report.{k}": v for k, v in report_metrics(report).items()})
+    mlflow.set_tag("abpo.report", artifact_path)

@@ -9,16 +9,28 @@ from dataclasses import dataclass, field
 class PolicyConfig:
     model: str = field(
         default="tiny",
-        metadata={"help": "tiny | smollm2-135m | a local Hugging Face model directory or id (loaded offline)."},
+        metadata={
+            "help": "tiny | smollm2-135m | gpu (gemma-3-4b-it, local weights only) | a local Hugging Face model "
+            "directory or a hub id already in the local cache (loaded offline)."
+        },
     )
     max_history: int = field(default=10, metadata={"help": "Most recent history items shown in the prompt."})
     max_prompt_tokens: int = field(
-        default=1024, metadata={"help": "Prompt token budget; over it the oldest history items are dropped first."}
+        default=4096,
+        metadata={"help": "Prompt token budget; over it the oldest history items are dropped first (never candidates)."},
     )
     tau: float = field(default=1.0, metadata={"help": "Temperature of e_p(a|q) = softmax(s_p(a,q)/tau) over C."})
     scoring_batch_tokens: int = field(
-        default=16384, metadata={"help": "Memory bound for candidate scoring: tokens per forward pass."}
+        default=16384,
+        metadata={
+            "help": "Memory bound of shared-prefix scoring: token positions per forward (prompt + the chunk's "
+            "packed answer tokens; at least one answer per chunk)."
+        },
     )
+    max_answer_tokens: int = field(
+        default=96, metadata={"help": "Generation limit for one answer <item_id>ID</item_id><item>TITLE</item>."}
+    )
+    generation_batch_size: int = field(default=8, metadata={"help": "Prompts per batch for greedy generation."})
     # tiny model shape (used when model == tiny)
     tiny_hidden_size: int = field(default=128, metadata={"help": "tiny: hidden size."})
     tiny_layers: int = field(default=2, metadata={"help": "tiny: decoder layers."})
@@ -45,4 +57,23 @@ class SFTConfig:
     grad_accum: int = field(default=1, metadata={"help": "Gradient accumulation steps."})
     warmup_ratio: float = field(default=0.05, metadata={"help": "Linear warm-up share of steps."})
     weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay."})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient clipping norm."})
     logging_steps: int = field(default=10, metadata={"help": "Log loss every this many steps."})
+    use_lora: bool = field(
+        default=True,
+        metadata={"help": "Train LoRA adapters (policy.lora_*) and merge them; false = full fine-tuning (tiny)."},
+    )
+    gradient_checkpointing: bool = field(default=False, metadata={"help": "Trade compute for memory (GPU scale)."})
+    max_examples: int = field(
+        default=0, metadata={"help": "Train on at most this many D_sup examples (seeded choice); 0 = all."}
+    )
+    eval_max_users: int = field(
+        default=0, metadata={"help": "Evaluate pi_init on at most this many held-out users (seeded); 0 = all."}
+    )
+    eval_generation: bool = field(
+        default=True, metadata={"help": "Also report HR@1 by greedy generation (and the malformed-answer share)."}
+    )
+    experiment: str = field(default="abpo-sft", metadata={"help": "MLflow experiment of the SFT run."})
+    output: str = field(
+        default="pi_init", metadata={"help": "Directory (under paths.models) the SFT'd pi_init is saved to."}
+    )

@@ -1,35 +1,144 @@
-"""Config section `update`: the ABPO update (every knob of ABPO_SPEC.md's update step)."""
+"""Config section `update`: the ABPO update (every knob of ABPO_SPEC.md's update step), TRL-style.
+
+Each field maps either to an ABPO equation (variant, group_size, delta, eps_std, lambda_sc) or to the
+`trl.GRPOConfig` / `transformers.TrainingArguments` field named in its help; `abpo.train.trainer.grpo_config`
+does the mapping. The propensity temperature tau of e_p(a|q) = softmax(s_p/tau) is `policy.tau`: e_old must use
+the same tau as the logging policy's e0, so it is deliberately not duplicated here. LoRA shape: `policy.lora_*`.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-
 @dataclass
 class UpdateConfig:
+    # ------------------------------------------------------------------ the ABPO equations (ABPO_SPEC.md)
     variant: str = field(
         default="abpo",
-        metadata={"help": "A none | B grpo | C anchor | D anchor_snips | E anchor_sc | F abpo (ABPO_SPEC.md variants)."},
+        metadata={
+            "help": "ABPO_SPEC.md variant, letter or name: A none (no update) | B grpo (vanilla GRPO, the "
+            "GRPO-update arm) | C anchor (w=1) | D anchor_snips | E anchor_sc | F abpo (anchor+SNIPS+self-certainty)."
+        },
     )
-    group_size: int = field(default=4, metadata={"help": "G: the anchor plus G-1 sampled rollouts (paper: 16)."})
-    delta: float = field(default=1e-6, metadata={"help": "delta in w_hat = w / (mean_{B_y} w + delta)."})
-    eps_std: float = field(default=1e-4, metadata={"help": "eps_std inside the anchored spread sigma_i."})
-    lambda_sc: float = field(default=0.1, metadata={"help": "lambda_sc: weight of self-certainty for no-response rows."})
-    epsilon: float = field(default=0.2, metadata={"help": "Clip range of the surrogate ratio."})
-    beta: float = field(default=0.0, metadata={"help": "KL regulariser weight (0 = off, as optional in the spec)."})
-    learning_rate: float = field(default=5e-4, metadata={"help": "Update learning rate (paper: 5e-5)."})
-    batch_size: int = field(default=4, metadata={"help": "Logged examples per update mini-batch (paper: 4)."})
-    grad_accum: int = field(default=1, metadata={"help": "Gradient accumulation (paper: 8)."})
+    group_size: int = field(
+        default=4,
+        metadata={
+            "help": "G (paper: 16). Anchored variants C-F: the logged anchor plus G-1 sampled rollouts "
+            "(TRL num_generations = G-1); vanilla GRPO (B): G sampled rollouts. Must leave >= 2 rollouts."
+        },
+    )
+    delta: float = field(
+        default=1e-6, metadata={"help": "delta in w_hat_i = w_i / (mean_{k in B_y} w_k + delta) (step 3)."}
+    )
+    eps_std: float = field(
+        default=1e-4,
+        metadata={"help": "eps_std inside sigma_i = sqrt(weighted variance + eps_std) (step 4); also B's group std."},
+    )
+    lambda_sc: float = field(
+        default=0.1,
+        metadata={"help": "lambda_sc: weight of the self-certainty reward r_sc of no-response (y=0) rows (step 2)."},
+    )
+    w_max: float = field(
+        default=0.0,
+        metadata={
+            "help": "Optional cap on the raw SNIPS weight w_i = e_old/e0 before self-normalisation; 0 = no cap "
+            "(the spec has none: leave 0 to reproduce it)."
+        },
+    )
+    # ------------------------------------------------------------------ the surrogate (step 5) -> GRPOConfig
+    epsilon: float = field(default=0.2, metadata={"help": "Clip range eps of s_i^j in the surrogate (GRPOConfig.epsilon)."})
+    beta: float = field(
+        default=0.0,
+        metadata={"help": "KL regulariser weight to the update's starting policy (GRPOConfig.beta); 0 = off (spec: optional)."},
+    )
+    importance_sampling_level: str = field(
+        default="token",
+        metadata={
+            "help": "GRPOConfig.importance_sampling_level: token (standard GRPO per-token ratio) | sequence "
+            "(length-normalised sequence ratio, GSPO)."
+        },
+    )
+    loss_type: str = field(
+        default="grpo",
+        metadata={"help": "GRPOConfig.loss_type; grpo = per-sequence token mean, then mean over the batch (step 5)."},
+    )
+    # ------------------------------------------------------------------ optimisation -> TrainingArguments
+    learning_rate: float = field(default=5e-4, metadata={"help": "Peak learning rate (paper: 5e-5)."})
+    batch_size: int = field(
+        default=4,
+        metadata={
+            "help": "Logged examples per device micro-batch (paper: 4); TRL per_device_train_batch_size = "
+            "batch_size x rollouts per example."
+        },
+    )
+    grad_accum: int = field(
+        default=1,
+        metadata={
+            "help": "Gradient accumulation steps (paper: 8). One optimizer step = batch_size x grad_accum x devices "
+            "logged examples = one generation batch = the SNIPS mini-batch (stratified: both y in it)."
+        },
+    )
     epochs: float = field(default=1.0, metadata={"help": "Passes over D_bandit (paper: 1)."})
-    max_steps: int = field(default=-1, metadata={"help": "Stop after this many steps; -1 = epochs decide."})
-    warmup_ratio: float = field(default=0.05, metadata={"help": "Warm-up ratio (paper: 0.05)."})
+    max_steps: int = field(default=-1, metadata={"help": "Stop after this many optimizer steps; -1 = epochs decide."})
+    lr_scheduler_type: str = field(default="linear", metadata={"help": "transformers scheduler name (linear, cosine, ...)."})
+    warmup_ratio: float = field(default=0.05, metadata={"help": "Linear warm-up share of the steps (paper: 0.05)."})
     weight_decay: float = field(default=0.01, metadata={"help": "Weight decay (paper: 0.01)."})
-    max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient clipping (paper: 1.0)."})
-    temperature: float = field(default=1.0, metadata={"help": "Rollout sampling temperature."})
-    max_completion_length: int = field(default=48, metadata={"help": "Max new tokens per rollout."})
-    save_steps: int = field(default=20, metadata={"help": "Checkpoint every this many steps (resume point)."})
-    bf16: bool = field(default=False, metadata={"help": "bf16 training (GPU preset)."})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient clipping norm (paper: 1.0)."})
+    optim: str = field(
+        default="adamw_torch", metadata={"help": "transformers optimizer name (paper: paged_adamw_8bit, needs bitsandbytes)."}
+    )
+    # ------------------------------------------------------------------ rollouts
+    temperature: float = field(default=1.0, metadata={"help": "Rollout sampling temperature (GRPOConfig.temperature)."})
+    top_p: float = field(default=1.0, metadata={"help": "Rollout nucleus sampling (GRPOConfig.top_p); 1 = off."})
+    max_completion_length: int = field(
+        default=48, metadata={"help": "Max new tokens per rollout; an answer is <item_id>ID</item_id><item>TITLE</item>."}
+    )
+    use_vllm: bool = field(default=False, metadata={"help": "Generate rollouts with vLLM (GPU only; needs the gpu extra)."})
+    vllm_mode: str = field(
+        default="colocate", metadata={"help": "vLLM mode: colocate (same GPU as training) | server (trl vllm-serve)."}
+    )
+    vllm_gpu_memory_utilization: float = field(
+        default=0.3, metadata={"help": "GPU memory share vLLM may take in colocate mode."}
+    )
+    # ------------------------------------------------------------------ hardware
+    bf16: bool = field(default=False, metadata={"help": "bf16 mixed precision (GPU preset). Off on CPU."})
     gradient_checkpointing: bool = field(default=False, metadata={"help": "Gradient checkpointing (GPU preset)."})
-    deepspeed: str = field(default="", metadata={"help": "DeepSpeed config file (GPU preset: configs/deepspeed_zero2.json)."})
-    use_vllm: bool = field(default=False, metadata={"help": "vLLM colocate rollouts (GPU only)."})
-    optim: str = field(default="adamw_torch", metadata={"help": "Optimizer (paper: paged_adamw_8bit)."})
+    deepspeed: str = field(
+        default="",
+        metadata={"help": "DeepSpeed JSON config, repo-relative or absolute (GPU preset: configs/deepspeed_zero2.json)."},
+    )
+    # ------------------------------------------------------------------ data, checkpoints, logging
+    months: list[str] = field(
+        default_factory=list,
+        metadata={"help": "Warehouse months (YYYY-MM) whose impressions form D_bandit; empty = every month ingested."},
+    )
+    max_examples: int = field(
+        default=0,
+        metadata={
+            "help": "Use at most this many logged rows (seeded draw, both strata kept in proportion); 0 = the whole "
+            "log. The CPU preset caps it so an update takes minutes on 2 cores."
+        },
+    )
+    arm: str = field(
+        default="abpo", metadata={"help": "Only impressions served by this arm enter the update (their e0 is this arm's)."}
+    )
+    init_model: str = field(
+        default="",
+        metadata={"help": "pi_init / starting checkpoint directory; empty = the output of `abpo sft` for this config."},
+    )
+    output_name: str = field(
+        default="",
+        metadata={"help": "Update directory under paths.models; empty = update-<letter>-<first>_<last month>-seed<seed>."},
+    )
+    save_steps: int = field(default=20, metadata={"help": "Checkpoint every this many optimizer steps (the resume point)."})
+    save_total_limit: int = field(default=2, metadata={"help": "Keep at most this many checkpoints (0 = keep all)."})
+    resume: bool = field(
+        default=True,
+        metadata={"help": "Resume from the last checkpoint in the update directory when one exists."},
+    )
+    save_merged: bool = field(
+        default=True,
+        metadata={"help": "Also save the LoRA-merged full model next to the adapter (off at GPU scale: 8 GB)."},
+    )
+    logging_steps: int = field(default=1, metadata={"help": "Log metrics (MLflow) every this many optimizer steps."})
+    mlflow_experiment: str = field(default="abpo-update", metadata={"help": "MLflow experiment of update runs."})

@@ -1,0 +1,250 @@
+"""The prompt q (user history + candidate set C) and the answer format of ABPO_SPEC.md "The prompt and the
+output format".
+
+One template, three parts in this order:
+
+1. the user's history: item titles, oldest first, the most recent ``max_history`` of them;
+2. the candidate set: one line per candidate, written exactly as a well-formed answer
+   (``<item_id>ID</item_id><item>TITLE</item>``) so the answer is a copy of one line;
+3. the instruction: pick the single most suitable next item, answer in that format.
+
+``build_prompt`` gives the user message; ``render_chat`` wraps it in the tokenizer's chat template (ending at the
+start of the assistant turn: the string the model continues); ``fit_prompt`` does both under a token budget,
+dropping the OLDEST history items first and never cutting the candidate list (``PromptTooLongError`` when the
+candidates alone do not fit).
+
+The answer r(a) of candidate a is ``format_answer(a, title(a))``; ``parse_answer`` is the strict parser used for
+the format reward and for HR@1-by-generation.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+ID_OPEN, ID_CLOSE = "<item_id>", "</item_id>"
+ITEM_OPEN, ITEM_CLOSE = "<item>", "</item>"
+#: Markup tokens of the answer format (the tiny tokenizer makes each one token).
+ANSWER_MARKUP = (ID_OPEN, ID_CLOSE, ITEM_OPEN, ITEM_CLOSE)
+
+HISTORY_HEADER = "The user interacted with these items, oldest first:"
+EMPTY_HISTORY = "(no history shown)"
+CANDIDATES_HEADER = "Candidate items:"
+INSTRUCTION = (
+    "Recommend the single most suitable next item for this user from the candidate items. "
+    f"Answer with exactly one candidate as {ID_OPEN}ID{ID_CLOSE}{ITEM_OPEN}TITLE{ITEM_CLOSE}."
+)
+#: Every fixed string of the template (the tiny tokenizer is trained on these too).
+TEMPLATE_STRINGS = (HISTORY_HEADER, EMPTY_HISTORY, CANDIDATES_HEADER, INSTRUCTION)
+
+
+class PromptTooLongError(ValueError):
+    """The candidate set alone (with no history) exceeds the prompt token budget."""
+
+
+def _clean_title(title: str) -> str:
+    # A title is shown on one line; newlines would break the one-candidate-per-line layout.
+    return " ".join(str(title).split())
+
+
+def format_answer(item_id: int, title: str) -> str:
+    """The well-formed answer r(a) for item ``item_id``: ``<item_id>ID</item_id><item>TITLE</item>``."""
+    return f"{ID_OPEN}{int(item_id)}{ID_CLOSE}{ITEM_OPEN}{_clean_title(title)}{ITEM_CLOSE}"
+
+
+def build_prompt(history_titles: list[str], candidates: list[tuple[int, str]], max_history: int) -> str:
+    """The user message of prompt q: the last ``max_history`` history titles (oldest first, numbered), then every
+    candidate as ``<item_id>ID</item_id><item>TITLE</item>`` in the given order, then the instruction.
+
+    ``max_history <= 0`` shows no history. The candidate list is never shortened here.
+    """
+    if not candidates:
+        raise ValueError("build_prompt: the candidate set is empty")
+    shown = list(history_titles)[-max_history:] if max_history > 0 else []
+    lines = [HISTORY_HEADER]
+    if shown:
+        lines += [f"{i}. {_clean_title(t)}" for i, t in enumerate(shown, 1)]
+    else:
+        lines.append(EMPTY_HISTORY)
+    lines.append(CANDIDATES_HEADER)
+    lines += [format_answer(item_id, title) for item_id, title in candidates]
+    lines.append(INSTRUCTION)
+    return "\n".join(lines)
+
+
+def render_chat(tokenizer: Any, user_text: str) -> str:
+    """The text the model continues: ``user_text`` as one user turn of the tokenizer's chat template, with the
+    generation prompt (the start of the assistant turn) appended. Tokenize it with ``add_special_tokens=False``
+    (the template already holds any BOS)."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError(
+            f"render_chat: tokenizer {type(tokenizer).__name__} ({getattr(tokenizer, 'name_or_path', '?')}) "
+            "has no chat template; the prompt format needs one"
+        )
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": user_text}], tokenize=False, add_generation_prompt=True
+    )
+
+
+def encode_prompt(tokenizer: Any, text: str) -> list[int]:
+    """Token ids of a rendered prompt (no special tokens added: the chat template holds them)."""
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def encode_answer(tokenizer: Any, answer: str) -> list[int]:
+    """Token ids of an answer r(a), tokenized on its own (the continuation of the prompt's ids)."""
+    return list(tokenizer(answer, add_special_tokens=False)["input_ids"])
+
+
+@dataclass(frozen=True)
+class FittedPrompt:
+    """A prompt fitted to the token budget."""
+
+    text: str  # chat-rendered: what the model continues
+    user_text: str  # the user message (build_prompt's output)
+    n_tokens: int
+    history_shown: int  # history items in the prompt
+    history_dropped: int  # oldest items dropped for the budget (beyond max_history)
+
+
+def fit_prompt(
+    tokenizer: Any,
+    history_titles: list[str],
+    candidates: list[tuple[int, str]],
+    *,
+    max_history: int,
+    max_prompt_tokens: int,
+) -> FittedPrompt:
+    """``build_prompt`` + ``render_chat`` under ``max_prompt_tokens``: keeps as many of the most recent (at most
+    ``max_history``) history items as fit, dropping the oldest first; the candidate list is never cut.
+
+    Raises ``PromptTooLongError`` when even the prompt with no history is over the budget.
+    """
+    history = list(history_titles)[-max_history:] if max_history > 0 else []
+
+    def render(k: int) -> tuple[str, str, int]:
+        user = build_prompt(history[len(history) - k :] if k else [], candidates, k)
+        text = render_chat(tokenizer, user)
+        return user, text, len(encode_prompt(tokenizer, text))
+
+    user, text, n = render(len(history))
+    if n <= max_prompt_tokens:
+        return FittedPrompt(text, user, n, len(history), 0)
+    user0, text0, n0 = render(0)
+    if n0 > max_prompt_tokens:
+        raise PromptTooLongError(
+            f"prompt: the {len(candidates)} candidates alone take {n0} tokens, over policy.max_prompt_tokens="
+            f"{max_prompt_tokens}; raise the budget or lower the candidate count"
+        )
+    # The token count grows with the number of history items kept: binary search the largest k that fits.
+    lo, hi, best = 0, len(history), (user0, text0, n0, 0)
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        u, t, m = render(mid)
+        if m <= max_prompt_tokens:
+            best, lo = (u, t, m, mid), mid + 1
+        else:
+            hi = mid - 1
+    u, t, m, k = best
+    return FittedPrompt(t, u, m, k, len(history) - k)
+
+
+def example_prompt(example: Any, titles: Mapping[int, str], tokenizer: Any, policy_cfg: Any) -> FittedPrompt:
+    """The fitted prompt of an ``abpo.data.candidates.Example`` (history ids and candidate ids -> titles)."""
+    missing = [i for i in [*example.history, *example.candidates] if i not in titles]
+    if missing:
+        raise KeyError(f"request {example.request_id}: item ids {missing[:5]} not in the catalog")
+    return fit_prompt(
+        tokenizer,
+        [titles[i] for i in example.history],
+        [(i, titles[i]) for i in example.candidates],
+        max_history=policy_cfg.max_history,
+        max_prompt_tokens=policy_cfg.max_prompt_tokens,
+    )
+
+
+# ----------------------------------------------------------------------------------------------------- parsing
+
+
+@dataclass(frozen=True)
+class ParsedAnswer:
+    """Result of ``parse_answer``: ``item_id`` when well formed, else ``reason`` says what is wrong."""
+
+    item_id: int | None
+    reason: str | None
+    title: str | None = None
+
+    @property
+    def well_formed(self) -> bool:
+        return self.reason is None
+
+
+def _bad(reason: str, title: str | None = None) -> ParsedAnswer:
+    return ParsedAnswer(None, reason, title)
+
+
+def _expect(text: str, pos: int, literal: str) -> int | str:
+    """Match ``literal`` at ``pos``: the new position, ``"truncated"`` if text ends inside it, else ``"bad"``."""
+    rest = text[pos : pos + len(literal)]
+    if rest == literal:
+        return pos + len(literal)
+    if literal.startswith(rest):  # text ended part way (rest may be empty)
+        return "truncated"
+    return "bad"
+
+
+_WS = re.compile(r"\s*")
+
+
+def parse_answer(text: str, candidate_ids: Sequence[int] | Mapping[int, str]) -> ParsedAnswer:
+    """Strictly parse one answer ``<item_id>ID</item_id><item>TITLE</item>`` (whitespace allowed only around it).
+
+    ``candidate_ids``: the ids of C, or a mapping id -> title (then the title must match the catalog's, up to
+    whitespace). Reasons: ``empty``, ``truncated``, ``garbage: ...``, ``id not an integer``,
+    ``trailing text after </item>``, ``id not in candidates``, ``title mismatch``.
+    """
+    if text is None or not text.strip():
+        return _bad("empty")
+    pos = _WS.match(text).end()
+    # <item_id>
+    r = _expect(text, pos, ID_OPEN)
+    if r == "truncated":
+        return _bad("truncated")
+    if r == "bad":
+        return _bad(f"garbage: expected {ID_OPEN} at char {pos}")
+    pos = r
+    # ID digits up to </item_id>
+    end = text.find(ID_CLOSE, pos)
+    if end < 0:
+        tail = text[pos:]
+        rem = tail[re.match(r"\d*", tail).end() :]
+        if ID_CLOSE.startswith(rem):  # digits, then nothing or part of </item_id>
+            return _bad("truncated")
+        return _bad(f"garbage: no {ID_CLOSE} after the id")
+    raw_id = text[pos:end]
+    if not raw_id.isdigit() or not raw_id.isascii():
+        return _bad(f"id not an integer: {raw_id[:20]!r}")
+    item_id = int(raw_id)
+    pos = end + len(ID_CLOSE)
+    # <item>
+    r = _expect(text, pos, ITEM_OPEN)
+    if r == "truncated":
+        return _bad("truncated")
+    if r == "bad":
+        return _bad(f"garbage: expected {ITEM_OPEN} at char {pos}")
+    pos = r
+    end = text.find(ITEM_CLOSE, pos)
+    if end < 0:
+        return _bad("truncated")
+    title = text[pos:end]
+    rest = text[end + len(ITEM_CLOSE) :]
+    if rest.strip():
+        return _bad("trailing text after </item>", title)
+    if item_id not in candidate_ids:
+        return ParsedAnswer(None, "id not in candidates", title)
+    if isinstance(candidate_ids, Mapping):
+        if " ".join(title.split()) != _clean_title(candidate_ids[item_id]):
+            return ParsedAnswer(None, "title mismatch", title)
+    return ParsedAnswer(item_id, None, title)

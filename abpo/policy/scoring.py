@@ -1,0 +1,309 @@
+"""Candidate scores and propensities, ABPO_SPEC.md "Propensities".
+
+For a policy p, a prompt q (history + candidate set C) and a candidate a in C with answer text
+r(a) = ``format_answer(a, title(a))`` tokenized as t_1..t_L (on its own, appended to the prompt's tokens):
+
+    (Eq. s_p)  s_p(a, q) = (1/L) * sum_{l=1..L} log p(t_l | q, t_<l)      length-normalised log-likelihood
+    (Eq. e_p)  e_p(a | q) = softmax_{a in C}( s_p(a, q) / tau )          candidate-level, never over the catalog
+
+The logging policy samples a_log ~ Categorical(e0(.|q)) and stores e0(a_log|q) (``sample_logged_action``).
+
+Shared-prefix scoring (``score_candidates``): the prompt is run once; its KV cache is copied and expanded over a
+chunk of candidates, which are run as continuations of that shared prefix (right-padded, so padding never
+influences a real token). Chunks hold at most ``batch_tokens`` cached+new token positions. The reference
+``score_candidates_naive`` runs one full forward per candidate; both give the same s_p up to float error.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from abpo.policy.prompt import FittedPrompt, encode_answer, encode_prompt, example_prompt, format_answer
+
+
+def _device(model) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _answer_token_ids(tokenizer, answers: Sequence[str]) -> list[list[int]]:
+    ids = [encode_answer(tokenizer, a) for a in answers]
+    empty = [i for i, x in enumerate(ids) if not x]
+    if empty:
+        raise ValueError(f"score_candidates: answers at positions {empty[:5]} tokenize to nothing")
+    return ids
+
+
+def _has_sliding_window(model) -> bool:
+    cfg = getattr(model, "config", None)
+    cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    types = getattr(cfg, "layer_types", None) or []
+    return any("sliding" in str(t) for t in types) or bool(getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True))
+
+
+@torch.no_grad()
+def score_token_ids(
+    model, prompt_ids: Sequence[int], answer_ids: Sequence[Sequence[int]], *, batch_tokens: int, method: str = "auto"
+) -> torch.Tensor:
+    """Eq. s_p on token ids: ``[M]`` mean log-prob of each ``answer_ids[m]`` continuing ``prompt_ids``.
+
+    Shared prefix: one forward over the prompt gives its KV cache and log p(t_1 | q); the answers' remaining tokens
+    are then scored as continuations of that cache, in chunks:
+
+    - ``packed`` (default): one row holding several answers back to back, with a 4D attention mask (every answer
+      token sees the whole prompt and the earlier tokens of its own answer only) and position ids restarting at
+      the prompt length for each answer; the cache is cropped back to the prompt after each chunk (no copies).
+      A chunk holds at most ``batch_tokens`` positions (prompt + packed answer tokens).
+    - ``expand``: the cache copied and expanded over a chunk of right-padded answers (chunk size x (prompt +
+      longest answer) <= ``batch_tokens``); used for models with sliding-window layers (a custom 4D mask would
+      bypass their window).
+
+    Returns float32 on the CPU.
+    """
+    if not prompt_ids:
+        raise ValueError("score_token_ids: empty prompt")
+    if method == "auto":
+        method = "expand" if _has_sliding_window(model) else "packed"
+    if method not in ("packed", "expand"):
+        raise ValueError(f"score_token_ids: method {method!r} is not auto | packed | expand")
+    device = _device(model)
+    M = len(answer_ids)
+    scores = torch.empty(M, dtype=torch.float32)
+    if M == 0:
+        return scores
+    was_training = model.training
+    model.eval()
+    try:
+        prefix = torch.tensor([list(prompt_ids)], dtype=torch.long, device=device)
+        out = model(input_ids=prefix, use_cache=True, logits_to_keep=1)
+        cache = out.past_key_values
+        first_logp = torch.log_softmax(out.logits[0, -1].float(), dim=-1)  # log p(t_1 | q)
+        Lp = prefix.shape[1]
+        if method == "packed":
+            _score_packed(model, cache, first_logp, Lp, answer_ids, batch_tokens, scores, device)
+        else:
+            _score_expanded(model, cache, first_logp, Lp, answer_ids, batch_tokens, scores, device)
+    finally:
+        model.train(was_training)
+    return scores
+
+
+def _score_packed(model, cache, first_logp, Lp, answer_ids, batch_tokens, scores, device) -> None:
+    M = len(answer_ids)
+    start = 0
+    while start < M:
+        # answers [start, stop): their tokens t_1..t_{L-1} are packed (t_L is predicted, never fed)
+        stop, q = start, 0
+        while stop < M and (stop == start or Lp + q + len(answer_ids[stop]) - 1 <= batch_tokens):
+            q += len(answer_ids[stop]) - 1
+            stop += 1
+        chunk = [list(answer_ids[m]) for m in range(start, stop)]
+        total = torch.tensor([first_logp[a[0]].item() for a in chunk], dtype=torch.float64)
+        if q > 0:
+            feed, targets, pos, owner = [], [], [], []
+            for r, a in enumerate(chunk):
+                feed += a[:-1]
+                targets += a[1:]
+                pos += range(Lp, Lp + len(a) - 1)
+                owner += [r] * (len(a) - 1)
+            owner_t = torch.tensor(owner, device=device)
+            pos_t = torch.tensor(pos, device=device)
+            # 4D mask [1, 1, q, Lp + q]: prompt visible to all; inside the pack, same answer and not in the future
+            same = owner_t[:, None] == owner_t[None, :]
+            causal = pos_t[None, :] <= pos_t[:, None]
+            mask = torch.cat([torch.ones(q, Lp, dtype=torch.bool, device=device), same & causal], dim=1)[None, None]
+            logits = model(
+                input_ids=torch.tensor([feed], device=device),
+                attention_mask=mask,
+                position_ids=pos_t[None, :],
+                past_key_values=cache,
+                use_cache=True,
+            ).logits[0].float()
+            cache.crop(-q)  # drop the pack's q keys/values: the cache is the prompt's again
+            logp = torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(targets, device=device)[:, None])[:, 0]
+            total += torch.zeros(len(chunk), dtype=torch.float64).index_add_(0, owner_t.cpu(), logp.double().cpu())
+        lens = torch.tensor([len(a) for a in chunk], dtype=torch.float64)
+        scores[start:stop] = (total / lens).float()  # (1/L) sum_l log p(t_l | q, t_<l)
+        start = stop
+
+
+def _score_expanded(model, cache, first_logp, Lp, answer_ids, batch_tokens, scores, device) -> None:
+    M = len(answer_ids)
+    # Long answers together: less padding per chunk. Scores go back to the caller's order.
+    order = sorted(range(M), key=lambda m: -len(answer_ids[m]))
+    start = 0
+    while start < M:
+        La = len(answer_ids[order[start]])
+        B = max(1, min(M - start, batch_tokens // max(1, Lp + La)))
+        idx = order[start : start + B]
+        start += B
+        toks = torch.full((B, La), 0, dtype=torch.long)
+        lens = torch.tensor([len(answer_ids[m]) for m in idx])
+        for r, m in enumerate(idx):
+            toks[r, : lens[r]] = torch.tensor(answer_ids[m])
+        toks = toks.to(device)
+        total = first_logp[toks[:, 0]].clone()  # sum_l log p(t_l | q, t_<l), l = 1
+        if La > 1:
+            chunk_cache = copy.deepcopy(cache)
+            chunk_cache.batch_repeat_interleave(B)
+            logits = model(input_ids=toks[:, :-1], past_key_values=chunk_cache, use_cache=True).logits.float()
+            logp = torch.log_softmax(logits, dim=-1).gather(-1, toks[:, 1:, None]).squeeze(-1)  # [B, La-1]
+            mask = torch.arange(1, La, device=device)[None, :] < lens.to(device)[:, None]
+            total = total + (logp * mask).sum(dim=1)
+            del chunk_cache, logits, logp
+        scores[torch.tensor(idx)] = (total / lens.to(device)).float().cpu()  # (1/L) sum_l ...
+
+
+@torch.no_grad()
+def score_candidates(
+    model, tokenizer, prompt: str, answers: list[str], *, batch_tokens: int, method: str = "auto"
+) -> torch.Tensor:
+    """Eq. s_p: ``[M]`` length-normalised mean token log-prob of each answer text given the prompt, by shared-prefix
+    scoring (``score_token_ids``). ``prompt`` is the chat-rendered prompt (``fit_prompt(...).text`` or
+    ``render_chat``), ``answers[m]`` is r(a_m) (``format_answer``)."""
+    return score_token_ids(
+        model, encode_prompt(tokenizer, prompt), _answer_token_ids(tokenizer, answers), batch_tokens=batch_tokens,
+        method=method,
+    )
+
+
+@torch.no_grad()
+def score_candidates_naive(model, tokenizer, prompt: str, answers: list[str]) -> torch.Tensor:
+    """Eq. s_p, the reference: one full forward of prompt + answer per candidate, no cache sharing."""
+    device = _device(model)
+    prompt_ids = encode_prompt(tokenizer, prompt)
+    was_training = model.training
+    model.eval()
+    out = torch.empty(len(answers), dtype=torch.float32)
+    try:
+        for m, ids in enumerate(_answer_token_ids(tokenizer, answers)):
+            x = torch.tensor([prompt_ids + ids], device=device)
+            logits = model(input_ids=x).logits[0].float()
+            Lp = len(prompt_ids)
+            logp = torch.log_softmax(logits[Lp - 1 : -1], dim=-1)  # positions predicting the answer tokens
+            out[m] = logp.gather(-1, torch.tensor(ids, device=device)[:, None]).mean().cpu()
+    finally:
+        model.train(was_training)
+    return out
+
+
+def candidate_propensities(scores: torch.Tensor, tau: float) -> torch.Tensor:
+    """Eq. e_p: ``softmax(s_p(a,q) / tau)`` over the candidate set (last dimension)."""
+    if not tau > 0:
+        raise ValueError(f"policy.tau must be > 0, got {tau}")
+    return torch.softmax(scores.double() / tau, dim=-1).to(scores.dtype if scores.is_floating_point() else torch.float32)
+
+
+def sample_logged_action(propensities: torch.Tensor | np.ndarray, rng: np.random.Generator) -> tuple[int, float]:
+    """a_log ~ Categorical(e0(.|q)): the sampled candidate index and its stored propensity e0(a_log|q)."""
+    p = np.asarray(propensities, dtype=np.float64)
+    if p.ndim != 1 or p.size == 0 or not np.all(p >= 0) or not math.isclose(p.sum(), 1.0, abs_tol=1e-5):
+        raise ValueError(f"sample_logged_action: not a distribution over candidates (sum={p.sum():.6f})")
+    p = p / p.sum()
+    j = int(rng.choice(p.size, p=p))
+    return j, float(p[j])
+
+
+def rank_of(scores: torch.Tensor, index: int) -> int:
+    """1-based rank of candidate ``index`` when candidates are ordered by s (ties count against it)."""
+    s = scores[index]
+    return int((scores > s).sum().item() + (scores == s).sum().item())
+
+
+def top_k(scores: torch.Tensor, candidates: Sequence[int], k: int) -> list[int]:
+    """The ``k`` candidate ids with the highest s, best first (ties: earlier candidate first)."""
+    order = sorted(range(len(candidates)), key=lambda m: (-float(scores[m]), m))
+    return [candidates[m] for m in order[:k]]
+
+
+# ---------------------------------------------------------------------------------------------- many prompts
+
+
+@dataclass
+class ScoredExample:
+    """s_p for every candidate of one ``Example`` (aligned with ``example.candidates``)."""
+
+    example: Any
+    prompt: FittedPrompt
+    scores: torch.Tensor
+
+    def propensities(self, tau: float) -> torch.Tensor:
+        return candidate_propensities(self.scores, tau)
+
+    @property
+    def positive_index(self) -> int:
+        return list(self.example.candidates).index(self.example.positive)
+
+
+def candidate_answers(candidates: Sequence[int], titles: Mapping[int, str]) -> list[str]:
+    """r(a) for each candidate id."""
+    return [format_answer(a, titles[a]) for a in candidates]
+
+
+def score_examples(
+    model, tokenizer, examples: Sequence[Any], titles: Mapping[int, str], policy_cfg, *, progress: bool | str = False
+) -> list[ScoredExample]:
+    """Eq. s_p for every candidate of every example (prompt fitted to ``policy.max_prompt_tokens``), scored with
+    ``policy.scoring_batch_tokens``. ``progress``: a tqdm description (or True) to show a bar."""
+    it = examples
+    if progress:
+        from tqdm.auto import tqdm
+
+        it = tqdm(examples, desc=progress if isinstance(progress, str) else "scoring", unit="prompt")
+    out = []
+    for ex in it:
+        fp = example_prompt(ex, titles, tokenizer, policy_cfg)
+        s = score_candidates(
+            model, tokenizer, fp.text, candidate_answers(ex.candidates, titles), batch_tokens=policy_cfg.scoring_batch_tokens
+        )
+        out.append(ScoredExample(ex, fp, s))
+    return out
+
+
+def propensity_of(
+    model, tokenizer, prompts: Sequence[str], candidate_answer_lists: Sequence[Sequence[str]], chosen: Sequence[int],
+    *, tau: float, batch_tokens: int,
+) -> torch.Tensor:
+    """e_p(a_i | q_i) for many prompts: ``[N]`` propensity of candidate index ``chosen[i]`` of prompt i (e.g. the
+    trainer's e_old(a_log|q) for the SNIPS weight)."""
+    vals = []
+    for prompt, answers, j in zip(prompts, candidate_answer_lists, chosen, strict=True):
+        s = score_candidates(model, tokenizer, prompt, list(answers), batch_tokens=batch_tokens)
+        vals.append(candidate_propensities(s, tau)[j])
+    return torch.stack(vals) if vals else torch.empty(0)
+
+
+# ------------------------------------------------------------------------------------------------- generation
+
+
+@torch.no_grad()
+def generate_answers(model, tokenizer, prompts: Sequence[str], *, max_new_tokens: int, batch_size: int = 8) -> list[str]:
+    """Greedy answers (special tokens dropped) for rendered prompts; batched with left padding."""
+    device = _device(model)
+    was_training, side = model.training, tokenizer.padding_side
+    model.eval()
+    tokenizer.padding_side = "left"
+    out: list[str] = []
+    try:
+        for i in range(0, len(prompts), batch_size):
+            batch = [encode_prompt(tokenizer, p) for p in prompts[i : i + batch_size]]
+            enc = tokenizer.pad({"input_ids": batch}, return_tensors="pt").to(device)
+            gen = model.generate(
+                **enc,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=tokenizer.eos_token_id,
+            )
+            new = gen[:, enc["input_ids"].shape[1] :]
+            out += tokenizer.batch_decode(new, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+    finally:
+        tokenizer.padding_side = side
+        model.train(was_training)
+    return out

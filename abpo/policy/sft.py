@@ -1,0 +1,250 @@
+"""pi_init: the initial deployed policy, trained by supervised fine-tuning on D_sup (ABPO_SPEC.md "Data objects")
+with TRL's ``SFTTrainer``.
+
+Each D_sup example (x_{1:t}, C, x_{t+1}) becomes prompt q = the fitted, chat-rendered prompt and completion
+r(x_{t+1}) + EOS. The dataset is handed to TRL pre-tokenized (``input_ids`` + ``completion_mask``), with the
+same tokenization scoring uses (prompt ids, then the answer's own ids), and ``completion_only_loss=True``: the
+loss is the answer's negative log-likelihood only.
+
+The run is an MLflow run (params, the loss curve as metric + PNG, evaluation metrics, the model) and the model
+is registered as a version of ``abpo.registry.MODEL_NAME`` (aliases ``champion`` and ``pi_init``: it is the
+policy deployed before any update).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+PI_INIT_ALIAS = "pi_init"
+
+
+@dataclass
+class SFTResult:
+    model_dir: Path
+    mlflow_run_id: str | None
+    model_version: str | None
+    losses: list[tuple[int, float]] = field(default_factory=list)  # (step, training loss)
+    metrics: dict[str, float] = field(default_factory=dict)  # evaluation of pi_init (HR@K, random_HR@K, ...)
+    n_train: int = 0
+    seconds: float = 0.0
+
+
+def sft_records(examples, titles, tokenizer, policy_cfg) -> list[dict[str, list[int]]]:
+    """Pre-tokenized D_sup: ``input_ids`` = prompt ids + answer ids + EOS, ``completion_mask`` = 1 on the answer
+    and EOS (the only tokens with loss)."""
+    from abpo.policy.prompt import encode_answer, encode_prompt, example_prompt, format_answer
+
+    if tokenizer.eos_token_id is None:
+        raise ValueError(f"{getattr(tokenizer, 'name_or_path', 'tokenizer')}: no EOS token; the answer needs an end")
+    out = []
+    for ex in examples:
+        p = encode_prompt(tokenizer, example_prompt(ex, titles, tokenizer, policy_cfg).text)
+        a = encode_answer(tokenizer, format_answer(ex.positive, titles[ex.positive])) + [tokenizer.eos_token_id]
+        out.append({"input_ids": p + a, "completion_mask": [0] * len(p) + [1] * len(a)})
+    return out
+
+
+def _subsample(items: list, n: int, seed: int) -> list:
+    if n <= 0 or n >= len(items):
+        return list(items)
+    idx = np.sort(np.random.default_rng(seed).choice(len(items), size=n, replace=False))
+    return [items[i] for i in idx]
+
+
+def run_sft(model, tokenizer, records: list[dict], cfg, output_dir: str | Path, *, callbacks=(), peft_config=None):
+    """Train ``model`` on pre-tokenized ``records`` with TRL's SFTTrainer (completion-only loss); returns the
+    trained model (LoRA merged) and the trainer's log history."""
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    s = cfg.sft
+    bf16 = cfg.policy.dtype == "bfloat16"
+    args = SFTConfig(
+        output_dir=str(output_dir),
+        num_train_epochs=s.epochs,
+        max_steps=s.max_steps,
+        learning_rate=s.learning_rate,
+        per_device_train_batch_size=s.batch_size,
+        gradient_accumulation_steps=s.grad_accum,
+        warmup_steps=s.warmup_ratio,  # a float in [0, 1) is a ratio of the total steps
+        weight_decay=s.weight_decay,
+        max_grad_norm=s.max_grad_norm,
+        lr_scheduler_type="linear",
+        logging_steps=s.logging_steps,
+        logging_first_step=True,
+        save_strategy="no",
+        report_to="none",
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        bf16=bf16,
+        fp16=False,
+        gradient_checkpointing=s.gradient_checkpointing,
+        completion_only_loss=True,
+        max_length=None,  # prompts are already fitted to policy.max_prompt_tokens; nothing is truncated
+        dataset_num_proc=None,
+        dataloader_num_workers=0,
+    )
+    trainer = SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list(records),
+        processing_class=tokenizer,
+        callbacks=list(callbacks),
+        peft_config=peft_config,
+    )
+    trainer.train()
+    trained = trainer.model
+    if hasattr(trained, "merge_and_unload"):
+        trained = trained.merge_and_unload()
+    trained.eval()
+    return trained, list(trainer.state.log_history)
+
+
+def _loss_png(losses: list[tuple[int, float]], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot([s for s, _ in losses], [v for _, v in losses], marker=".")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("answer NLL (completion-only loss)")
+    ax.set_title("SFT of pi_init on D_sup")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def train_sft(
+    cfg,
+    *,
+    dataset: Any = None,
+    log_mlflow: bool = True,
+    register: bool = True,
+    evaluate: bool = True,
+    echo=print,
+) -> SFTResult:
+    """Train pi_init on D_sup (``cfg.data`` -> splits -> ``build_sup_examples``) starting from ``policy.model``;
+    save it to ``<paths.models>/<sft.output>``; log and register it in MLflow; evaluate it on the held-out
+    targets (``build_eval_examples``: HR@K vs the random K/M)."""
+    import torch
+    from transformers import TrainerCallback
+
+    from abpo.data.candidates import build_eval_examples, build_sup_examples, training_popularity
+    from abpo.data.loaders import load_dataset
+    from abpo.data.splits import split_users
+    from abpo.policy.model import load_policy, lora_config, save_policy
+
+    t0 = time.time()
+    torch.manual_seed(cfg.seed)
+    ds = dataset if dataset is not None else load_dataset(cfg.data)
+    splits, report = split_users(ds, cfg.data)
+    titles = ds.titles()
+    sup = _subsample(build_sup_examples(splits, ds, cfg.data), cfg.sft.max_examples, cfg.seed)
+    if not sup:
+        raise ValueError(f"D_sup is empty for {ds.name} (split report: {report})")
+    model, tok = load_policy(cfg.policy, cfg.paths, dataset=ds, seed=cfg.seed)
+    records = sft_records(sup, titles, tok, cfg.policy)
+    n_tok = sum(len(r["input_ids"]) for r in records)
+    echo(
+        f"sft: D_sup {len(records)} examples ({n_tok / len(records):.0f} tokens each on average), "
+        f"model {cfg.policy.model} ({model.num_parameters() / 1e6:.2f}M parameters)"
+    )
+    models_dir = cfg.paths.resolve("models")
+    out_dir = models_dir / cfg.sft.output
+    work = models_dir / f".{cfg.sft.output}.trainer"
+    losses: list[tuple[int, float]] = []
+
+    class _Losses(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kw):
+            if logs and "loss" in logs:
+                losses.append((int(state.global_step), float(logs["loss"])))
+                if log_mlflow:
+                    import mlflow
+
+                    mlflow.log_metric("train_loss", float(logs["loss"]), step=int(state.global_step))
+
+    params = {
+        **{f"sft.{k}": v for k, v in asdict(cfg.sft).items()},
+        **{f"policy.{k}": v for k, v in asdict(cfg.policy).items()},
+        "data.dataset_dir": cfg.data.dataset_dir,
+        "data.train_candidates": cfg.data.train_candidates,
+        "data.eval_candidates": cfg.data.eval_candidates,
+        "seed": cfg.seed,
+        "n_train_examples": len(records),
+        "n_users": len(splits),
+    }
+    result = SFTResult(model_dir=out_dir, mlflow_run_id=None, model_version=None, n_train=len(records))
+
+    def body(run=None):
+        trained, _ = run_sft(
+            model, tok, records, cfg, work, callbacks=[_Losses()], peft_config=lora_config(cfg.policy) if cfg.sft.use_lora else None
+        )
+        shutil.rmtree(work, ignore_errors=True)
+        tmp = out_dir.with_name(out_dir.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        save_policy(trained, tok, tmp)
+        (tmp / "abpo_sft.json").write_text(
+            json.dumps({"config": cfg.name, "seed": cfg.seed, "n_train": len(records), "losses": losses}, indent=1)
+        )
+        shutil.rmtree(out_dir, ignore_errors=True)
+        tmp.replace(out_dir)
+        result.losses = losses
+        echo(f"sft: saved pi_init to {out_dir}; loss {losses[0][1]:.3f} -> {losses[-1][1]:.3f}" if losses else "")
+        if evaluate:
+            from abpo.policy.evaluate import evaluate_policy
+
+            ev = _subsample(build_eval_examples(splits, ds, cfg.data), cfg.sft.eval_max_users, cfg.seed)
+            res = evaluate_policy(
+                trained, tok, ev, titles, cfg.policy, popularity=training_popularity(splits, ds),
+                generation=cfg.sft.eval_generation, progress="evaluate pi_init",
+            )
+            result.metrics = dict(res.metrics)
+            for line in res.lines():
+                echo(f"pi_init held-out: {line}")
+        if run is not None:
+            import mlflow
+
+            from abpo import registry
+
+            mlflow.log_params({k: str(v)[:500] for k, v in params.items()})
+            if result.metrics:
+                mlflow.log_metrics({k.replace("@", "_at_"): v for k, v in result.metrics.items()})
+            if losses:
+                png = _loss_png(losses, Path(work.parent / "sft_loss.png"))
+                mlflow.log_artifact(str(png))
+                png.unlink()
+            uri = registry.log_model_dir(out_dir)
+            result.mlflow_run_id = run.info.run_id
+            if register:
+                mv = registry.register(
+                    uri,
+                    alias=registry.CHAMPION,
+                    tags={"role": "pi_init", "config": cfg.name, "seed": cfg.seed, "run_id": run.info.run_id},
+                )
+                registry.set_alias(PI_INIT_ALIAS, mv.version)
+                result.model_version = str(mv.version)
+                echo(
+                    f"sft: registered {registry.MODEL_NAME} version {mv.version} "
+                    f"(aliases {registry.CHAMPION}, {PI_INIT_ALIAS}); MLflow run {run.info.run_id}"
+                )
+
+    if log_mlflow:
+        from abpo import registry
+
+        with registry.start_run(cfg, cfg.sft.experiment, "sft-pi_init", tags={"abpo.step": "sft"}) as run:
+            body(run)
+    else:
+        body()
+    result.seconds = time.time() - t0
+    return result

@@ -54,7 +54,8 @@ class PathsConfig:
 
 
 # Environment variables a deployment sets instead of editing YAML (precedence: YAML < env < --set).
-ENV_OVERRIDES = {"ABPO_STATE": "paths.root", "MLFLOW_TRACKING_URI": "paths.mlflow_tracking_uri"}
+ENV_OVERRIDES = {"ABPO_STATE": "paths.root", "ABPO_TRACKING_URI": "paths.mlflow_tracking_uri"}
+# (not MLFLOW_TRACKING_URI: mlflow.set_tracking_uri writes that variable itself, so it would leak between runs)
 
 
 @dataclass

@@ -145,7 +145,7 @@ def register_update(cfg, result, month: str):
 
     registry.configure(cfg)
     with mlflow.start_run(run_id=result.mlflow_run_id):
-        uri = registry.log_model_dir(result.model_dir)
+        uri = registry.log_model_dir(result.model_dir, policy_cfg=cfg.policy)
     return registry.register(
         uri,
         alias=registry.CHALLENGER,

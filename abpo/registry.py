@@ -64,9 +64,13 @@ def start_run(
         yield run
 
 
-def log_model_dir(local_dir: str | Path, name: str = "model") -> str:
+def log_model_dir(local_dir: str | Path, name: str = "model", policy_cfg=None) -> str:
     """Log a ``save_pretrained`` directory (model + tokenizer, or a LoRA adapter) as an MLflow pyfunc
-    model served by :mod:`abpo.serving`; returns the model URI to register."""
+    model served by :mod:`abpo.serving`; returns the model URI to register. ``policy_cfg`` (the `policy`
+    section it was trained with: prompt budget, tau) is stored as the model's ``model_config`` so serving
+    builds the same prompts and propensities."""
+    import dataclasses
+
     import mlflow
 
     local_dir = Path(local_dir)
@@ -77,6 +81,7 @@ def log_model_dir(local_dir: str | Path, name: str = "model") -> str:
         loader_module="abpo.serving",
         data_path=str(local_dir),
         pip_requirements=["abpo"],
+        model_config=dataclasses.asdict(policy_cfg) if policy_cfg is not None else None,
     )
     return info.model_uri
 

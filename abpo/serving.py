@@ -32,23 +32,31 @@ class RecommenderModel:
     ``candidate_titles`` (list of str). Output rows: ``ranked_item_ids`` (best first) and
     ``propensities`` (e_p(a|q) in the order of ``candidate_ids``, ABPO_SPEC.md "Propensities")."""
 
-    def __init__(self, path: str | Path, tau: float = 1.0, max_history: int = 10, batch_tokens: int = 16384):
+    def __init__(self, path: str | Path, policy_cfg=None):
+        from abpo.policy.config import PolicyConfig
+
         self.model, self.tokenizer = load_checkpoint(path)
-        self.tau, self.max_history, self.batch_tokens = tau, max_history, batch_tokens
+        self.policy = policy_cfg or PolicyConfig()
 
     def predict(self, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:
-        from abpo.policy.prompt import build_prompt, format_answer
+        from abpo.policy.prompt import fit_prompt, format_answer
         from abpo.policy.scoring import candidate_propensities, score_candidates
 
-        tau = float((params or {}).get("tau", self.tau))
+        tau = float((params or {}).get("tau", self.policy.tau))
         ranked, props = [], []
         for i, row in enumerate(model_input.itertuples(index=False)):
             ids, titles = list(row.candidate_ids), list(row.candidate_titles)
             if len(ids) != len(titles) or not ids:
                 raise ValueError(f"row {i}: candidate_ids and candidate_titles must be non-empty and of equal length")
-            prompt = build_prompt(list(row.history_titles), list(zip(ids, titles)), self.max_history)
+            # the same prompt the policy was trained and logged with: chat template, token budget
+            prompt = fit_prompt(
+                self.tokenizer, list(row.history_titles), list(zip(ids, titles)),
+                max_history=self.policy.max_history, max_prompt_tokens=self.policy.max_prompt_tokens,
+            ).text
             answers = [format_answer(a, t) for a, t in zip(ids, titles)]
-            scores = score_candidates(self.model, self.tokenizer, prompt, answers, batch_tokens=self.batch_tokens)
+            scores = score_candidates(
+                self.model, self.tokenizer, prompt, answers, batch_tokens=self.policy.scoring_batch_tokens
+            )
             e = candidate_propensities(scores, tau)
             order = scores.argsort(descending=True).tolist()
             ranked.append([ids[j] for j in order])
@@ -56,6 +64,11 @@ class RecommenderModel:
         return pd.DataFrame({"ranked_item_ids": ranked, "propensities": props})
 
 
-def _load_pyfunc(data_path: str) -> RecommenderModel:
-    """MLflow's loader_module hook: ``data_path`` is the logged checkpoint directory."""
-    return RecommenderModel(data_path)
+def _load_pyfunc(data_path: str, model_config: dict[str, Any] | None = None) -> RecommenderModel:
+    """MLflow's loader_module hook: ``data_path`` is the logged checkpoint directory, ``model_config`` the
+    `policy` config section it was logged with (see :func:`abpo.registry.log_model_dir`)."""
+    from abpo.policy.config import PolicyConfig
+
+    known = {f for f in PolicyConfig.__dataclass_fields__}
+    policy = PolicyConfig(**{k: v for k, v in (model_config or {}).items() if k in known})
+    return RecommenderModel(data_path, policy)

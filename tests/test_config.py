@@ -45,7 +45,7 @@ def test_paths_resolve_relative_to_root(tmp_path):
 
 def test_environment_overrides_yaml_and_set_overrides_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("ABPO_STATE", str(tmp_path / "state"))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow:5000")
+    monkeypatch.setenv("ABPO_TRACKING_URI", "http://mlflow:5000")
     cfg = load_config("tiny")
     assert cfg.paths.resolve("root") == tmp_path / "state" and cfg.paths.tracking_uri() == "http://mlflow:5000"
     cfg = load_config("tiny", [f"paths.root={tmp_path / 'cli'}"])

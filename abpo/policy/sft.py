@@ -224,7 +224,7 @@ def train_sft(
                 png = _loss_png(losses, Path(work.parent / "sft_loss.png"))
                 mlflow.log_artifact(str(png))
                 png.unlink()
-            uri = registry.log_model_dir(out_dir)
+            uri = registry.log_model_dir(out_dir, policy_cfg=cfg.policy)
             result.mlflow_run_id = run.info.run_id
             if register:
                 mv = registry.register(

@@ -9,12 +9,20 @@ Monthly ingest (:meth:`Warehouse.ingest_month`):
    before anything changes;
 2. ingest_stage.sql reads them, ingest_check.sql applies the contract row by row;
 3. in ONE transaction the month's clean partition and its quarantined rows are deleted and
-   re-inserted (ingest_delete_*.sql, ingest_insert_*.sql) and the run is logged (ingest_log_run.sql):
-   a rerun gives the same rows, never doubles, and a failure midway rolls back to the previous state.
+   re-inserted (ingest_delete_*.sql, ingest_insert_*.sql), the run is logged (ingest_log_run.sql) and
+   the month's per-user aggregate is rebuilt from its clean partition (user_month_stats_*.sql): a rerun
+   gives the same rows, never doubles, and a failure midway rolls back to the previous state.
+
+The per-user aggregate ``user_month_stats`` (month, arm, user_id, impressions, clicks) is what the A/B
+report reads (sql/report_user_moments.sql), so the report's cost follows the number of user-months, not
+of impressions. A warehouse written before the aggregate existed, or a month ingested by code that did
+not maintain it, is brought up to date when the warehouse is opened (:meth:`Warehouse.ensure_aggregates`);
+``abpo data rebuild-aggregates`` rebuilds or checks it by hand.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -28,6 +36,7 @@ import pyarrow.parquet as pq
 from abpo.data.schemas import IMPRESSIONS_SCHEMA, check_month, month_dir, schema_problems
 
 SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
+log = logging.getLogger(__name__)
 
 # Quarantine rules in the priority order of sql/ingest_check.sql (a row is counted under the first).
 RULES = (
@@ -58,6 +67,8 @@ class IngestReport:
     rows_replaced: int = 0  # clean rows the month held before this ingest
     quarantined_by_rule: dict[str, int] = field(default_factory=lambda: {r: 0 for r in RULES})
     seconds: float = 0.0
+    aggregate_rows: int = 0  # (arm, user) rows of the month in user_month_stats
+    aggregate_seconds: float = 0.0  # part of `seconds` spent rebuilding them
 
     @property
     def rows_quarantined(self) -> int:
@@ -73,6 +84,8 @@ class IngestReport:
             "rows_replaced": self.rows_replaced,
             "quarantined_by_rule": dict(self.quarantined_by_rule),
             "seconds": round(self.seconds, 3),
+            "aggregate_rows": self.aggregate_rows,
+            "aggregate_seconds": round(self.aggregate_seconds, 3),
         }
 
     def __str__(self) -> str:
@@ -81,11 +94,25 @@ class IngestReport:
             f"{self.rows_quarantined} quarantined (replaced {self.rows_replaced} clean rows) in {self.seconds:.2f}s"
         ]
         lines += [f"  {rule:26s} {n:>10d}" for rule, n in self.quarantined_by_rule.items()]
+        lines.append(f"  per-user aggregate: {self.aggregate_rows} (arm, user) rows rebuilt in {self.aggregate_seconds:.2f}s")
         return "\n".join(lines)
 
 
+@dataclass
+class AggregateBuild:
+    """One month of user_month_stats rebuilt from the clean impressions (Warehouse.rebuild_aggregates)."""
+
+    month: str
+    reason: str
+    users: int  # (arm, user) rows
+    impressions: int
+    clicks: int
+
+
 class Warehouse:
-    """A DuckDB file holding impressions (clean, by month), quarantine and ingest_runs (sql/schema.sql)."""
+    """A DuckDB file holding impressions (clean, by month), quarantine, ingest_runs and the per-user
+    aggregate user_month_stats (sql/schema.sql). Opening it brings the aggregate up to date
+    (:meth:`ensure_aggregates`; what was rebuilt is in ``aggregates_rebuilt``)."""
 
     def __init__(self, path: str | os.PathLike, *, sql_dir: str | os.PathLike = SQL_DIR):
         import duckdb
@@ -96,7 +123,12 @@ class Warehouse:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self.con = duckdb.connect(str(path))
         self.con.execute("SET TimeZone = 'UTC'")
-        self.run("schema")
+        try:
+            self.run("schema")
+            self.aggregates_rebuilt: list[AggregateBuild] = self.ensure_aggregates()
+        except BaseException:
+            self.con.close()
+            raise
 
     # ------------------------------------------------------------------------------------ runner
     def sql_text(self, name: str) -> str:
@@ -183,6 +215,9 @@ class Warehouse:
                     rules=list(report.quarantined_by_rule),
                     rule_counts=list(report.quarantined_by_rule.values()),
                 )
+                t_agg = time.perf_counter()
+                report.aggregate_rows = self._build_user_month_stats(month)["users"]
+                report.aggregate_seconds = time.perf_counter() - t_agg
                 self.con.commit()
             except BaseException:
                 self.con.rollback()
@@ -191,6 +226,58 @@ class Warehouse:
             self.run("ingest_drop_stage")
         report.seconds = time.perf_counter() - t0
         return report
+
+    # ------------------------------------------------------------------------------------ per-user aggregate
+    def _build_user_month_stats(self, month: str) -> dict:
+        """Replace ``month``'s rows of user_month_stats by its clean impressions summed per (arm, user)
+        and mark it built as of the month's ingest runs. Runs inside the caller's transaction."""
+        self.run("user_month_stats_delete", month=month)
+        self.run("user_month_stats_insert", month=month)
+        built = self.run("user_month_stats_mark", month=month).to_pylist()
+        return built[0]
+
+    def stale_aggregate_months(self) -> dict[str, str]:
+        """month -> why its user_month_stats rows are missing or out of date. Cheap (reads ingest_runs and
+        user_month_stats_built), except for a warehouse that predates the aggregate, where every month of
+        ``impressions`` is listed (one scan of the month column)."""
+        if self.run("user_month_stats_predates").column("predates")[0].as_py():
+            return {r["month"]: "the warehouse predates the per-user aggregate"
+                    for r in self.run("impression_months").to_pylist()}
+        return {r["month"]: r["reason"] for r in self.run("user_month_stats_stale").to_pylist()}
+
+    def rebuild_aggregates(self, months: Sequence[str] | dict[str, str]) -> list[AggregateBuild]:
+        """Rebuild user_month_stats for ``months`` (a list, or month -> reason) from the clean impressions,
+        all in ONE transaction: a failure leaves every month as it was."""
+        reasons = dict(months) if isinstance(months, dict) else {m: "rebuild requested" for m in months}
+        builds = []
+        self.con.begin()
+        try:
+            for m in sorted(reasons):
+                totals = self._build_user_month_stats(check_month(m))
+                builds.append(AggregateBuild(month=m, reason=reasons[m], **totals))
+            self.con.commit()
+        except BaseException:
+            self.con.rollback()
+            raise
+        return builds
+
+    def ensure_aggregates(self) -> list[AggregateBuild]:
+        """Rebuild the months :meth:`stale_aggregate_months` lists (none in the common case: ingest keeps
+        the aggregate current). Called on open."""
+        stale = self.stale_aggregate_months()
+        if not stale:
+            return []
+        builds = self.rebuild_aggregates(stale)
+        for b in builds:
+            log.warning("%s: rebuilt user_month_stats for %s (%s): %d users, %d impressions",
+                        self.path, b.month, b.reason, b.users, b.impressions)
+        return builds
+
+    def check_aggregates(self, months: list[str] | None = None) -> pa.Table:
+        """(month, arm) rows where user_month_stats disagrees with the raw clean impressions (users,
+        impressions or clicks); empty when it is current. Scans the raw rows: a check, not for the report."""
+        return self.run("user_month_stats_check",
+                        months=[check_month(m) for m in months] if months is not None else None)
 
     # ------------------------------------------------------------------------------------ queries
     def ctr_by_arm_month(self, months: list[str] | None = None) -> pa.Table:

@@ -1,36 +1,34 @@
 -- Per-user moments of clicks and impressions per arm, for the user-clustered (delta-method) z-test of
 -- the A/B report (abpo/abtest/stats.py: UserMoments, delta_method_ctr_variance).
+-- Read from user_month_stats (one row per month, arm and user, maintained at ingest from the clean
+-- impressions; sql/user_month_stats_insert.sql), never from the raw log: the cost follows the number of
+-- user-months of the selected months, not of impressions.
 -- One row per (period, arm): period is a month 'YYYY-MM' (users = distinct users of that month) or
--- 'all' (the selected months together; a user's clicks and impressions summed over them).
+-- 'all' (the selected months together; a user's clicks and impressions summed over them first).
 -- For users u with X_u clicks and Y_u impressions: users = n, clicks = sum X_u, impressions = sum Y_u,
 -- clicks_sq = sum X_u^2, impressions_sq = sum Y_u^2, clicks_x_impressions = sum X_u Y_u.
 -- Parameters: $months  list of 'YYYY-MM'.
-WITH per_user_month AS (
-    SELECT month, arm, user_id,
-           sum(clicked)::BIGINT AS x,
-           count(*)::BIGINT     AS y
-    FROM impressions
-    WHERE list_contains($months::VARCHAR[], month)
-    GROUP BY month, arm, user_id
-),
-per_user_period AS (
-    SELECT arm, user_id, sum(x)::BIGINT AS x, sum(y)::BIGINT AS y
-    FROM per_user_month
-    GROUP BY arm, user_id
-)
+-- (Each part reads user_month_stats by itself rather than through a shared CTE, so nothing of the size of
+-- the aggregate is materialised in between.)
 SELECT month AS period, arm,
-       count(*)::BIGINT    AS users,
-       sum(x)::BIGINT      AS clicks,
-       sum(y)::BIGINT      AS impressions,
-       sum(x * x)::BIGINT  AS clicks_sq,
-       sum(y * y)::BIGINT  AS impressions_sq,
-       sum(x * y)::BIGINT  AS clicks_x_impressions
-FROM per_user_month
+       count(*)::BIGINT                        AS users,
+       sum(clicks)::BIGINT                     AS clicks,
+       sum(impressions)::BIGINT                AS impressions,
+       sum(clicks * clicks)::BIGINT            AS clicks_sq,
+       sum(impressions * impressions)::BIGINT  AS impressions_sq,
+       sum(clicks * impressions)::BIGINT       AS clicks_x_impressions
+FROM user_month_stats
+WHERE list_contains($months::VARCHAR[], month)
 GROUP BY month, arm
 UNION ALL
 SELECT 'all' AS period, arm,
        count(*)::BIGINT, sum(x)::BIGINT, sum(y)::BIGINT,
        sum(x * x)::BIGINT, sum(y * y)::BIGINT, sum(x * y)::BIGINT
-FROM per_user_period
+FROM (
+    SELECT arm, user_id, sum(clicks)::BIGINT AS x, sum(impressions)::BIGINT AS y
+    FROM user_month_stats
+    WHERE list_contains($months::VARCHAR[], month)
+    GROUP BY arm, user_id
+) AS per_user_period
 GROUP BY arm
 ORDER BY period, arm

@@ -66,3 +66,28 @@ SELECT * FROM impressions WHERE clicked = 1;
 
 CREATE OR REPLACE VIEW impressions_no_response AS
 SELECT * FROM impressions WHERE clicked = 0;
+
+-- user_month_stats: the clean impressions of a month summed per (arm, user): the small aggregate the A/B
+-- report reads (sql/report_user_moments.sql) instead of the raw rows, so its cost follows the number of
+-- user-months, not of impressions. Rebuilt for a month from that month's clean partition inside the
+-- ingest transaction (sql/user_month_stats_*.sql); (month, arm, user_id) is unique by construction.
+CREATE TABLE IF NOT EXISTS user_month_stats (
+    month           VARCHAR     NOT NULL,
+    arm             VARCHAR     NOT NULL,
+    user_id         BIGINT      NOT NULL,
+    impressions     BIGINT      NOT NULL,
+    clicks          BIGINT      NOT NULL
+);
+
+-- user_month_stats_built: which months user_month_stats holds, and from which state of the month: the
+-- number of ingest runs of the month it reflects. A month whose count in ingest_runs differs (ingested
+-- by code that did not maintain the aggregate) or that has no row here is rebuilt when the warehouse
+-- is opened (Warehouse.stale_aggregate_months).
+CREATE TABLE IF NOT EXISTS user_month_stats_built (
+    month           VARCHAR     PRIMARY KEY,
+    ingest_runs     BIGINT      NOT NULL,
+    users           BIGINT      NOT NULL,
+    impressions     BIGINT      NOT NULL,
+    clicks          BIGINT      NOT NULL,
+    built_at        TIMESTAMPTZ NOT NULL
+);

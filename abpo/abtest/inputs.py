@@ -1,5 +1,5 @@
-"""Where the report's numbers come from: the DuckDB warehouse (aggregated there, so the report never
-holds the raw log in memory), or a plain CSV of counts from any source."""
+"""Where the report's numbers come from: the DuckDB warehouse (its per-user aggregate user_month_stats,
+kept at ingest, so the report never reads the raw log), or a plain CSV of counts from any source."""
 
 from __future__ import annotations
 
@@ -57,8 +57,8 @@ def parse_months(spec: str) -> list[str]:
 def counts_from_moments(moments: pa.Table) -> pa.Table:
     """The per-arm-per-month counts (month, arm, impressions, clicks, users) out of the monthly rows of
     sql/report_user_moments.sql: sum Y_u, sum X_u and the number of users n. They equal the warehouse's
-    CTR aggregate (sql/ctr_by_arm_month.sql; tests/abtest/test_warehouse_report.py checks it), so the
-    report needs one pass over the log instead of two."""
+    CTR aggregate over the raw rows (sql/ctr_by_arm_month.sql; tests/abtest/test_warehouse_report.py
+    checks it), so the report never touches the raw log: both come from the per-user aggregate."""
     rows = [r for r in moments.to_pylist() if r["period"] != "all"]
     return pa.Table.from_pydict(
         {"month": [r["period"] for r in rows], "arm": [r["arm"] for r in rows],

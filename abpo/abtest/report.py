@@ -23,10 +23,12 @@ def months_label(months: list[str]) -> str:
 
 
 def load_from_warehouse(warehouse_path: str | Path, months: list[str]) -> tuple[pa.Table, pa.Table]:
-    """(counts, user moments) of the months, aggregated inside DuckDB in ONE pass over the log:
-    moments = sql/report_user_moments.sql (per arm and month, and per arm over the months), and the
-    counts (month, arm, impressions, clicks, users) derived from its monthly rows, which equal
-    Warehouse.ctr_by_arm_month (sql/ctr_by_arm_month.sql) at half the cost on large logs."""
+    """(counts, user moments) of the months, aggregated inside DuckDB from the per-user aggregate
+    user_month_stats (one row per month, arm and user, rebuilt with each month's ingest), never from the
+    raw impressions: moments = sql/report_user_moments.sql (per arm and month, and per arm over the
+    months), and the counts (month, arm, impressions, clicks, users) derived from its monthly rows, which
+    equal Warehouse.ctr_by_arm_month over the raw rows. Opening the warehouse first brings the aggregate
+    up to date for a warehouse written before it existed (Warehouse.ensure_aggregates)."""
     path = Path(warehouse_path)
     if not path.exists():
         raise ReportInputError(f"{path}: warehouse not found (ingest a month first: abpo ingest --month YYYY-MM)")

@@ -1,8 +1,8 @@
 """The A/B statistics of ABPO_SPEC.md "Metrics / Online", one small function per test.
 
 Everything here works on counts (impressions, clicks, users and per-user moments), never on raw
-logs: the aggregation happens in DuckDB (sql/ctr_by_arm_month.sql, sql/report_user_moments.sql), so
-the cost of a report does not grow with the number of impressions.
+logs: the aggregation happens in DuckDB (sql/report_user_moments.sql, over the per-user-month aggregate
+that ingest maintains), so the cost of a report follows the number of user-months, not of impressions.
 
 Undefined results (a test with no data, or with a zero standard error) are NaN plus a ``note``
 saying why; nothing raises on an edge case and nothing is silently replaced by a made-up number.

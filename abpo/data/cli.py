@@ -10,7 +10,7 @@ import sys
 def register(sub, common: argparse.ArgumentParser) -> None:
     data = sub.add_parser(
         "data",
-        help="Dataset preparation and landing-zone utilities (prepare, synth, ctr).",
+        help="Dataset preparation and landing-zone utilities (prepare, synth, ctr, rebuild-aggregates).",
         description="Dataset preparation (load, split, candidate sets) and landing-zone utilities.",
     )
     dsub = data.add_subparsers(dest="data_command", metavar="SUBCOMMAND")
@@ -47,6 +47,22 @@ def register(sub, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--month", action="append", default=None, help="Restrict to this month (repeatable).")
     p.set_defaults(handler=cmd_ctr)
+
+    p = dsub.add_parser(
+        "rebuild-aggregates",
+        parents=[common],
+        help="Rebuild (or --check) the per-user aggregate user_month_stats the A/B report reads.",
+        description="Rebuild user_month_stats (clean impressions summed per month, arm and user; what "
+        "`abpo report` reads) from the clean impressions, for the --month(s) given or every month, in one "
+        "transaction. Ingest keeps it current and opening the warehouse rebuilds months it knows to be "
+        "stale (a warehouse from before the aggregate, a month ingested by older code); this is for rows "
+        "written into `impressions` by other means. --check compares it with the raw rows instead (a full "
+        "scan) and exits 1 on any difference.",
+    )
+    p.add_argument("--month", action="append", default=None, help="Only this month (repeatable; default: all).")
+    p.add_argument("--check", action="store_true",
+                   help="Do not rebuild: compare the aggregate with the raw clean impressions, exit 1 if they differ.")
+    p.set_defaults(handler=cmd_rebuild_aggregates)
 
     p = sub.add_parser(
         "ingest",
@@ -143,4 +159,29 @@ def cmd_ctr(args, cfg) -> int:
     print(f"{'month':8s} {'arm':12s} {'impressions':>12s} {'clicks':>9s} {'users':>8s} {'ctr':>8s}")
     for r in rows:
         print(f"{r['month']:8s} {r['arm']:12s} {r['impressions']:>12d} {r['clicks']:>9d} {r['users']:>8d} {r['ctr']:>8.4f}")
+    return 0
+
+
+def cmd_rebuild_aggregates(args, cfg) -> int:
+    from abpo.warehouse import Warehouse
+
+    with Warehouse(cfg.paths.resolve("warehouse")) as wh:
+        for b in wh.aggregates_rebuilt:
+            print(f"on open: rebuilt {b.month} ({b.reason})")
+        if args.check:
+            diff = wh.check_aggregates(args.month).to_pylist()
+            for r in diff:
+                print(f"{r['month']} {r['arm']}: raw users/impressions/clicks "
+                      f"{r['raw_users']}/{r['raw_impressions']}/{r['raw_clicks']}, aggregate "
+                      f"{r['aggregate_users']}/{r['aggregate_impressions']}/{r['aggregate_clicks']}")
+            scope = ", ".join(args.month) if args.month else "all months"
+            print(f"user_month_stats {'differs from' if diff else 'matches'} the clean impressions ({scope})")
+            return 1 if diff else 0
+        months = args.month if args.month else [r["month"] for r in wh.run("impression_months").to_pylist()]
+        if not months:
+            print("no impressions ingested yet")
+            return 0
+        for b in wh.rebuild_aggregates(months):
+            print(f"{b.month}: {b.users} (arm, user) rows, {b.impressions} impressions, {b.clicks} clicks")
+        print(f"warehouse: {wh.path}")
     return 0

@@ -1,10 +1,12 @@
-"""The report on a real DuckDB warehouse: the per-user moments SQL against a direct computation from the
-raw rows, the counts against the warehouse's CTR aggregate, and `abpo report --months` end to end with
-the files logged to MLflow."""
+"""The report on a real DuckDB warehouse: the per-user moments SQL (read from the per-user aggregate kept
+at ingest) against a direct computation from the raw rows, the counts against the warehouse's CTR
+aggregate over the raw rows, warehouses written before the aggregate existed, and `abpo report --months`
+end to end with the files logged to MLflow."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from collections import defaultdict
 
 import pytest
@@ -20,10 +22,10 @@ from .conftest import ARMS, MONTHS
 SHARES = {"abpo": 0.4, "grpo": 0.2, "ml_retrain": 0.2, "popularity": 0.2}
 
 
-def _raw(root, months):
+def _raw(root, months, name="warehouse.duckdb"):
     from abpo.warehouse import Warehouse
 
-    with Warehouse(root / "warehouse.duckdb") as wh:
+    with Warehouse(root / name) as wh:
         return wh.con.execute(
             "SELECT month, arm, user_id, clicked FROM impressions WHERE list_contains($m, month)", {"m": months}
         ).fetchall()
@@ -57,6 +59,58 @@ def test_moments_sql_equals_direct_computation(warehouse_root):
     key = lambda r: (r["month"], r["arm"])  # noqa: E731
     assert sorted(counts.to_pylist(), key=key) == sorted(ref.to_pylist(), key=key)
     assert ref.num_rows == 2 * len(ARMS)
+
+
+def _moments_dict(moments):
+    return {(r["period"], r["arm"]): (r["users"], r["clicks"], r["impressions"], r["clicks_sq"], r["impressions_sq"],
+                                      r["clicks_x_impressions"]) for r in moments.to_pylist()}
+
+
+def _copy(warehouse_root, tmp_path):
+    path = tmp_path / "copy.duckdb"
+    shutil.copy(warehouse_root / "warehouse.duckdb", path)
+    return path
+
+
+def test_report_reads_the_aggregate_not_the_raw_rows(warehouse_root, tmp_path):
+    from abpo.warehouse import Warehouse
+
+    path = _copy(warehouse_root, tmp_path)
+    expected = _moments_dict(load_from_warehouse(path, MONTHS)[1])
+    with Warehouse(path) as wh:
+        wh.con.execute("DELETE FROM impressions")  # the raw log gone, user_month_stats kept
+    assert _moments_dict(load_from_warehouse(path, MONTHS)[1]) == expected
+
+
+def test_report_from_a_warehouse_written_before_the_aggregate(warehouse_root, tmp_path):
+    from abpo.warehouse import Warehouse
+
+    path = _copy(warehouse_root, tmp_path)
+    with Warehouse(path) as wh:  # the tables of a warehouse from before user_month_stats
+        wh.con.execute("DROP TABLE user_month_stats; DROP TABLE user_month_stats_built")
+    _, moments = load_from_warehouse(path, MONTHS)
+    assert _moments_dict(moments) == _python_moments(_raw(tmp_path, MONTHS, path.name))
+
+
+def test_report_after_a_month_ingested_without_the_aggregate(warehouse_root, tmp_path, monkeypatch):
+    from abpo.data.schemas import write_impressions
+    from abpo.warehouse import Warehouse
+
+    from .conftest import impressions_log
+
+    path = _copy(warehouse_root, tmp_path)
+    landing = tmp_path / "landing"
+    # April re-landed (other users, other clicks) and ingested by code that did not maintain the aggregate
+    write_impressions(impressions_log(7, "2026-04", {"abpo": [1, 2, 3], "grpo": [4, 5]},
+                                      {"abpo": 0.3, "grpo": 0.2}), landing, "2026-04", part="0")
+    monkeypatch.setattr(Warehouse, "_build_user_month_stats", lambda self, month: {"users": 0})
+    with Warehouse(path) as wh:
+        wh.ingest_month(landing, "2026-04", ARMS)
+    monkeypatch.undo()
+    counts, moments = load_from_warehouse(path, MONTHS)
+    assert _moments_dict(moments) == _python_moments(_raw(tmp_path, MONTHS, path.name))
+    april = {r["arm"]: r["users"] for r in counts.to_pylist() if r["month"] == "2026-04"}
+    assert april == {"abpo": 3, "grpo": 2}
 
 
 def test_report_from_warehouse_has_clustered_tests_and_period_srm(warehouse_root):

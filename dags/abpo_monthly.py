@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-DEFAULT_ARGS = {"retries": 1, "retry_delay": timedelta(minutes=5)}
+DEFAULT_ARGS = {"retries": int(os.environ.get("ABPO_TASK_RETRIES", "1")), "retry_delay": timedelta(minutes=5)}
 
 
 def _cfg():
@@ -72,10 +72,13 @@ def abpo_monthly():
     @task
     def land(month: str, init: dict) -> dict:
         from abpo.pipeline import land_bandit_log
-        from abpo.warehouse import Warehouse
+        from abpo.warehouse import IngestError, Warehouse
 
         cfg = _cfg()
-        files = Warehouse.landing_files(cfg.paths.resolve("landing"), month)
+        try:
+            files = Warehouse.landing_files(cfg.paths.resolve("landing"), month)
+        except IngestError:  # no partition for the month yet
+            files = []
         if files:
             return {"files": len(files), "simulated": False}
         if not get_current_context()["params"]["simulate_if_missing"]:

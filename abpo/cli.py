@@ -13,6 +13,10 @@ import abpo
 # and sets `handler(args, cfg) -> int | None` via set_defaults(handler=...).
 COMMAND_MODULES = [
     "abpo.pipeline",
+    "abpo.abtest.cli",
+    "abpo.data.cli",
+    "abpo.train.cli",
+    "abpo.policy.cli",
 ]
 
 

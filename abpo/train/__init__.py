@@ -1,0 +1,9 @@
+"""The ABPO update (ABPO_SPEC.md "The update") on top of trl.GRPOTrainer.
+
+- ``abpo.train.trainer``: ``ABPOTrainer`` (advantages of variants B-F), its reward functions, ``ABPOSettings``,
+  ``MLflowStepCallback``.
+- ``abpo.train.dataset``: D_bandit (warehouse strata) -> trainer rows in stratified batch order.
+- ``abpo.train.update``: ``run_update(cfg)`` (the `abpo update` job), ``grpo_config`` / ``grpo_kwargs``,
+  ``train_update``, ``save_update``.
+- ``abpo.train.config``: the `update` config section.
+"""

@@ -1,0 +1,413 @@
+"""ABPOTrainer: trl.GRPOTrainer with the advantages of ABPO_SPEC.md "The update", for every variant (B)-(F).
+
+What TRL keeps doing (unchanged, by calling super()): the data loader and its group sampler, rollout generation
+(HF `generate` on CPU, vLLM colocate on GPU), the reward functions' bookkeeping and logging, the clipped surrogate
+loss with old log-probs (step 5: only rollouts are rows, so the anchor never gets a surrogate term), PEFT/LoRA,
+DeepSpeed, gradient accumulation, checkpoints and resume.
+
+What this subclass changes, by wrapping two parent methods (no TRL code is copied):
+
+- `_calculate_rewards`: calls super() and keeps its output, the gathered per-function rewards [N_global, 2]
+  (r_fmt, r_match of step 2, computed by the TRL reward functions `format_reward` / `match_reward` below from
+  the dataset columns `candidates`, `a_log`, `y`).
+- `_generate_and_score_completions`: calls super(), then replaces `output["advantages"]` with the variant's
+  advantages: rollout rewards r = r_match + r_fmt (+ lambda_sc r_sc for y = 0, self-certainty from pi_theta's
+  logits over each completion), the anchor's reward r_log (the same function on the logged item's well-formed
+  text), the SNIPS weight w = e_old(a_log|q)/e0(a_log|q) with e_old recomputed here with the shared-prefix scorer
+  over the example's candidate set under the rollout policy pi_old, stratified self-normalisation over the
+  generation batch (the SNIPS mini-batch), then `abpo.algo.variants.rollout_advantages`.
+  Rewards are gathered over processes before any group statistic (a group's rows may span processes), then each
+  process keeps its own slice, exactly as TRL slices its advantages.
+
+Group layout: TRL's RepeatSampler puts each logged example's `num_generations` rollouts next to each other;
+num_generations = G - 1 for anchored variants (the anchor is not sampled), G for vanilla GRPO (B).
+The TRL internals relied on are pinned by tests/train/test_trl_contract.py (trl>=1.16,<1.17).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from accelerate.utils import gather_object
+from transformers import TrainerCallback
+from trl import GRPOConfig, GRPOTrainer
+
+from abpo.algo.rewards import (
+    anchor_reward,
+    chosen_items,
+    format_reward as format_reward_tensor,
+    match_reward as match_reward_tensor,
+    self_certainty,
+    total_reward,
+)
+from abpo.algo.snips import effective_sample_size, snips_weight, stratified_self_normalise
+from abpo.algo.variants import Variant, get_variant, rollout_advantages
+
+TESTED_TRL = (">=1.16", "<1.17")
+
+
+# ----------------------------------------------------------------------------------------- reward functions
+# TRL calls each with prompts, completions, completion_ids and every dataset column as keyword lists.
+
+
+def _completion_texts(completions: Sequence[Any]) -> list[str]:
+    """Conversational completions ([{"role": "assistant", "content": ...}]) or plain strings -> texts."""
+    out = []
+    for c in completions:
+        if isinstance(c, str):
+            out.append(c)
+        elif isinstance(c, list) and c and isinstance(c[-1], dict):
+            out.append(str(c[-1].get("content") or ""))
+        else:
+            raise TypeError(f"abpo.train: unexpected completion type {type(c).__name__} from TRL")
+    return out
+
+
+def format_reward(prompts, completions, candidates, **kwargs) -> list[float]:
+    """r_fmt per rollout (ABPO_SPEC.md step 2) as a TRL reward function."""
+    return format_reward_tensor(_completion_texts(completions), candidates).tolist()
+
+
+def match_reward(prompts, completions, candidates, a_log, y, **kwargs) -> list[float]:
+    """r_match per rollout (ABPO_SPEC.md step 2: +1[a = a_log] if y = 1, -1[a = a_log] if y = 0) as a TRL
+    reward function. Each row is one rollout, so a_log / y are broadcast per row ([N] with one column)."""
+    chosen = chosen_items(_completion_texts(completions), candidates)  # [N], -1 for malformed
+    logged = torch.tensor([int(a) for a in a_log], dtype=torch.int64)
+    fb = torch.tensor([int(v) for v in y], dtype=torch.int64)
+    return match_reward_tensor(chosen[:, None], logged, fb)[:, 0].tolist()
+
+
+REWARD_FUNCS = [format_reward, match_reward]  # order = columns of rewards_per_func: 0 r_fmt, 1 r_match
+
+
+# ------------------------------------------------------------------------------------------------ settings
+
+
+@dataclass
+class ABPOSettings:
+    """The ABPO knobs the trainer needs on top of GRPOConfig (see abpo.train.config.UpdateConfig)."""
+
+    variant: str = "abpo"
+    delta: float = 1e-6
+    eps_std: float = 1e-4
+    lambda_sc: float = 0.1
+    tau: float = 1.0  # policy.tau: the same temperature as the logging policy's e0
+    w_max: float = 0.0  # optional cap on raw w (0 = none, the spec)
+    scoring_batch_tokens: int = 16384  # policy.scoring_batch_tokens
+
+
+def rollouts_per_example(variant: Variant | str, group_size: int) -> int:
+    """TRL num_generations: G - 1 sampled rollouts for anchored variants (the anchor a^1 = a^log is not sampled),
+    G for vanilla GRPO (B)."""
+    v = get_variant(variant) if isinstance(variant, str) else variant
+    k = group_size - 1 if v.anchor else group_size
+    if k < 2:
+        raise ValueError(
+            f"update.group_size={group_size}: variant {v.letter} ({v.name}) would sample {k} rollout(s); "
+            "rule: at least 2 rollouts per logged example (TRL needs num_generations >= 2)"
+        )
+    return k
+
+
+# ------------------------------------------------------------------------------------------------- trainer
+
+
+class ABPOTrainer(GRPOTrainer):
+    """GRPOTrainer whose advantages follow ABPO_SPEC.md steps 2-4 for `settings.variant` (B-F).
+
+    The dataset must hold the columns of `abpo.train.dataset.COLUMNS` plus `candidate_answers` (r(a) for each
+    candidate, for e_old) and be read in order (`args.shuffle_dataset=False`: its row order is the stratified
+    batch order). `reward_funcs` are fixed (`REWARD_FUNCS`).
+    """
+
+    _tag_names = ["trl", "grpo", "abpo"]
+
+    def __init__(self, model, args: GRPOConfig, *, settings: ABPOSettings, train_dataset, processing_class, **kwargs):
+        self.abpo = settings
+        self.variant = get_variant(settings.variant)
+        if not self.variant.update:
+            raise ValueError(
+                f"update.variant={settings.variant}: variant A performs no update; nothing to train "
+                "(run_update returns pi_init unchanged for it)"
+            )
+        if args.shuffle_dataset:
+            raise ValueError(
+                "ABPOTrainer: GRPOConfig.shuffle_dataset must be False: the dataset's row order is the stratified "
+                "batch order (both feedback types in every SNIPS mini-batch); shuffling happens when it is built"
+            )
+        if args.num_iterations != 1:
+            raise ValueError("ABPOTrainer: num_iterations must be 1 (pi_old is the policy of the previous step)")
+        missing = [c for c in ("candidates", "a_log", "y", "e0", "anchor_text", "request_id", "candidate_answers")
+                   if c not in train_dataset.column_names]
+        if missing:
+            raise ValueError(f"ABPOTrainer: train_dataset lacks column(s) {missing}")
+        super().__init__(
+            model=model,
+            reward_funcs=list(REWARD_FUNCS),
+            args=args,
+            train_dataset=train_dataset,
+            processing_class=processing_class,
+            **kwargs,
+        )
+        self._abpo_rewards_per_func: torch.Tensor | None = None
+        self._answer_ids_cache: dict[str, list[int]] = {}
+
+    # ------------------------------------------------------------------------------ wrapped TRL methods
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._abpo_rewards_per_func = rewards_per_func  # gathered over processes: [N_global, len(REWARD_FUNCS)]
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs):
+        self._abpo_rewards_per_func = None
+        output = super()._generate_and_score_completions(inputs)
+        if self._abpo_rewards_per_func is None:
+            raise RuntimeError(
+                "ABPOTrainer: GRPOTrainer._generate_and_score_completions no longer calls _calculate_rewards; "
+                "the TRL internals changed (see tests/train/test_trl_contract.py)"
+            )
+        t0 = time.perf_counter()
+        mode = "train" if self.model.training else "eval"
+        num_generations = self.num_generations if mode == "train" else self.num_generations_eval
+        advantages, metrics = self._abpo_advantages(inputs, output, self._abpo_rewards_per_func, num_generations)
+        if advantages.shape != output["advantages"].shape:
+            raise RuntimeError(
+                f"ABPOTrainer: advantages {tuple(advantages.shape)} vs TRL's {tuple(output['advantages'].shape)}; "
+                "the TRL internals changed (see tests/train/test_trl_contract.py)"
+            )
+        output["advantages"] = advantages.to(output["advantages"].device, output["advantages"].dtype)
+        metrics["abpo/advantage_time_s"] = time.perf_counter() - t0
+        for k, v in metrics.items():
+            self._metrics[mode][k].append(float(v))
+        return output
+
+    # ------------------------------------------------------------------------------ the ABPO terms
+
+    def _answer_ids(self, text: str) -> list[int]:
+        from abpo.policy.prompt import encode_answer
+
+        ids = self._answer_ids_cache.get(text)
+        if ids is None:
+            ids = encode_answer(self.processing_class, text)
+            if len(self._answer_ids_cache) < 200_000:
+                self._answer_ids_cache[text] = ids
+        return ids
+
+    def _unwrapped(self):
+        return self.accelerator.unwrap_model(self.model)
+
+    @torch.no_grad()
+    def _e_old(self, prompt_ids: list[int], answers: Sequence[str], candidates: Sequence[int], a_log: int) -> float:
+        """e_old(a_log | q) = softmax_C(s_old / tau)[a_log] (ABPO_SPEC.md "Propensities", step 3) under the rollout
+        policy, by the policy helper's shared-prefix scorer over the example's whole candidate set."""
+        from abpo.policy.scoring import candidate_propensities, score_token_ids
+
+        scores = score_token_ids(
+            self._unwrapped(), prompt_ids, [self._answer_ids(a) for a in answers],
+            batch_tokens=self.abpo.scoring_batch_tokens,
+        )
+        e = candidate_propensities(scores, self.abpo.tau)  # e_old(. | q) over C
+        return float(e[list(candidates).index(a_log)])
+
+    @torch.no_grad()
+    def _self_certainty(self, pairs: list[tuple[list[int], list[int]]]) -> list[float]:
+        """r_sc = (1/T) sum_t KL(U || pi_theta(. | q, a_<t)) (ABPO_SPEC.md step 2) of each (prompt ids,
+        completion ids) under the current policy, in chunks of the per-device batch. Prompts are left-padded and
+        completions right-padded, with position ids from the attention mask (padding changes no position)."""
+        if not pairs:
+            return []
+        model = self._unwrapped()
+        device = self.accelerator.device
+        pad = self.processing_class.pad_token_id
+        chunk = max(1, self.args.per_device_train_batch_size)
+        out: list[float] = []
+        was_training = model.training
+        model.eval()
+        try:
+            for s in range(0, len(pairs), chunk):
+                part = pairs[s : s + chunk]
+                P = max(len(p) for p, _ in part)
+                C = max(max(len(c) for _, c in part), 1)
+                ids = torch.full((len(part), P + C), pad, dtype=torch.long)
+                attn = torch.zeros((len(part), P + C), dtype=torch.long)
+                cmask = torch.zeros((len(part), C), dtype=torch.long)
+                for r, (p, c) in enumerate(part):
+                    ids[r, P - len(p) : P] = torch.tensor(p)
+                    attn[r, P - len(p) : P] = 1
+                    if c:
+                        ids[r, P : P + len(c)] = torch.tensor(c)
+                        attn[r, P : P + len(c)] = 1
+                        cmask[r, : len(c)] = 1
+                pos = (attn.cumsum(-1) - 1).clamp(min=0)
+                with self.accelerator.autocast():
+                    logits = model(
+                        input_ids=ids.to(device), attention_mask=attn.to(device), position_ids=pos.to(device),
+                        logits_to_keep=C + 1, use_cache=False,
+                    ).logits
+                # logits[:, t] predicts completion token t (positions P-1 .. P+C-2)
+                out += self_certainty(logits[:, :C].float(), cmask.to(device)).cpu().tolist()
+        finally:
+            model.train(was_training)
+        return out
+
+    def _abpo_advantages(self, inputs, output, rewards_per_func: torch.Tensor, k: int):
+        """Advantages [N_local] of this process's rollouts for the variant, and the step's metrics."""
+        v, st = self.variant, self.abpo
+        n_local = len(inputs)
+        prompt_ids = [row[m.bool()].tolist() for row, m in zip(output["prompt_ids"].cpu(), output["prompt_mask"].cpu())]
+        comp_ids = [row[m.bool()].tolist() for row, m in zip(output["completion_ids"].cpu(), output["completion_mask"].cpu())]
+        y_local = [int(x["y"]) for x in inputs]
+
+        # Self-certainty of the rollouts of no-response rows (step 2); 0 elsewhere (never enters their reward).
+        r_sc_local = [0.0] * n_local
+        if v.self_certainty:
+            rows = [i for i in range(n_local) if y_local[i] == 0]
+            for i, val in zip(rows, self._self_certainty([(prompt_ids[i], comp_ids[i]) for i in rows])):
+                r_sc_local[i] = val
+
+        # Per logged example (once per process even when its rows repeat here): e_old and the anchor's r_sc.
+        first_row: dict[str, int] = {}
+        for i, x in enumerate(inputs):
+            first_row.setdefault(str(x["request_id"]), i)
+        e_old_ex: dict[str, float] = {}
+        sc_log_ex: dict[str, float] = {}
+        if v.anchor and v.snips:
+            for rid, i in first_row.items():
+                x = inputs[i]
+                e_old_ex[rid] = self._e_old(prompt_ids[i], x["candidate_answers"], x["candidates"], int(x["a_log"]))
+        if v.anchor and v.self_certainty:
+            eos = self.processing_class.eos_token_id  # what SFT appends after an answer (abpo.policy.sft)
+            todo = [(rid, i) for rid, i in first_row.items() if y_local[i] == 0]
+            pairs = [(prompt_ids[i], self._answer_ids(inputs[i]["anchor_text"]) + [eos]) for _, i in todo]
+            for (rid, _), val in zip(todo, self._self_certainty(pairs)):
+                sc_log_ex[rid] = val
+
+        local = [
+            (
+                str(x["request_id"]), y_local[i], float(x["e0"]), r_sc_local[i],
+                e_old_ex.get(str(x["request_id"]), math.nan), sc_log_ex.get(str(x["request_id"]), 0.0),
+            )
+            for i, x in enumerate(inputs)
+        ]
+        rows = gather_object(local)  # every process's rows, in TRL's gather order (rewards_per_func's order)
+        n = len(rows)
+        if rewards_per_func.shape[0] != n or n % k:
+            raise RuntimeError(
+                f"ABPOTrainer: {rewards_per_func.shape[0]} gathered rewards for {n} gathered rows, group size {k}; "
+                "the TRL internals changed (see tests/train/test_trl_contract.py)"
+            )
+        b = n // k
+        groups = [rows[g * k : (g + 1) * k] for g in range(b)]
+        for g, grp in enumerate(groups):
+            if len({r[0] for r in grp}) != 1:
+                raise RuntimeError(
+                    f"ABPOTrainer: group {g} of the generation batch mixes logged examples {sorted({r[0] for r in grp})}; "
+                    "rule: TRL's sampler keeps one example's num_generations rollouts together"
+                )
+        y = torch.tensor([grp[0][1] for grp in groups], dtype=torch.int64)  # [B]
+        rpf = rewards_per_func.detach().float().cpu()
+        r_fmt = rpf[:, 0].view(b, k)
+        r_match = rpf[:, 1].view(b, k)
+        lam = v.effective_lambda_sc(st.lambda_sc)
+        r_sc = torch.tensor([r[3] for r in rows], dtype=torch.float32).view(b, k) if v.self_certainty else None
+        r_roll = total_reward(r_match, r_fmt, r_sc, y, lam)  # [B, K] step 2
+
+        metrics: dict[str, float] = {}
+        r_log = w = None
+        if v.anchor:
+            sc_log = torch.tensor([grp[0][5] for grp in groups], dtype=torch.float32) if v.self_certainty else None
+            r_log = anchor_reward(y, sc_log, lam)  # [B] step 2, last bullet
+            metrics["abpo/reward/anchor_mean"] = r_log.mean().item()
+        if v.anchor and v.snips:
+            e0 = torch.tensor([grp[0][2] for grp in groups], dtype=torch.float64)
+            e_old = torch.tensor([grp[0][4] for grp in groups], dtype=torch.float64)
+            if torch.isnan(e_old).any():
+                raise RuntimeError("ABPOTrainer: e_old missing for a logged example after the gather")
+            w = snips_weight(e_old, e0)  # step 3: w = e_old / e0
+            if st.w_max > 0:
+                w = w.clamp(max=st.w_max)
+            w_hat = stratified_self_normalise(w, y, st.delta)
+            metrics.update({
+                "abpo/snips/w_mean": w.mean().item(),
+                "abpo/snips/w_max": w.max().item(),
+                "abpo/snips/w_hat_max": w_hat.max().item(),
+                "abpo/snips/ess": effective_sample_size(w).item(),
+                "abpo/snips/ess_fraction": effective_sample_size(w).item() / b,
+                "abpo/snips/e_old_mean": e_old.mean().item(),
+                "abpo/snips/e0_mean": e0.mean().item(),
+            })
+            for stratum, name in ((1, "positive"), (0, "no_response")):
+                if (y == stratum).any():
+                    metrics[f"abpo/snips/ess_{name}"] = effective_sample_size(w[y == stratum]).item()
+            w = w.float()
+        adv = rollout_advantages(v, r_log, r_roll, y, w, delta=st.delta, eps_std=st.eps_std)  # [B, K] step 4
+
+        # Metrics of ABPO_SPEC.md / the issue: reward components, match rates per stratum, advantage stats.
+        pos = (y == 1)[:, None].expand(b, k)
+        neg = ~pos
+        hit_pos = (r_match == 1.0) & pos
+        hit_neg = (r_match == -1.0) & neg
+        metrics.update({
+            "abpo/reward/total_mean": r_roll.mean().item(),
+            "abpo/reward/format_mean": r_fmt.mean().item(),
+            "abpo/reward/match_mean": r_match.mean().item(),
+            "abpo/batch/positive_examples": float((y == 1).sum()),
+            "abpo/batch/no_response_examples": float((y == 0).sum()),
+            "abpo/advantages/mean": adv.mean().item(),
+            "abpo/advantages/std": adv.std(unbiased=False).item(),
+            "abpo/advantages/min": adv.min().item(),
+            "abpo/advantages/max": adv.max().item(),
+            "abpo/advantages/abs_mean": adv.abs().mean().item(),
+        })
+        if pos.any():
+            metrics["abpo/match_rate/positive"] = (hit_pos.sum() / pos.sum()).item()
+        if neg.any():
+            metrics["abpo/match_rate/no_response"] = (hit_neg.sum() / neg.sum()).item()
+        if r_sc is not None and neg.any():
+            metrics["abpo/reward/self_certainty_mean"] = r_sc[neg].mean().item()
+
+        flat = adv.reshape(-1)
+        start = self.accelerator.process_index * n_local  # TRL's process slice
+        return flat[start : start + n_local].clone(), metrics
+
+
+# ------------------------------------------------------------------------------------------------ MLflow
+
+
+class MLflowStepCallback(TrainerCallback):
+    """Logs every numeric value of each `Trainer.log` call (TRL's metrics: rewards per function, KL, entropy,
+    clip ratios, step_time; ABPO's: abpo/*) to the active MLflow run at the optimizer step."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs:
+            return
+        import mlflow
+
+        if mlflow.active_run() is None:
+            return
+        metrics = {
+            k: float(v)
+            for k, v in logs.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))
+        }
+        if metrics:
+            mlflow.log_metrics(metrics, step=int(state.global_step))
+
+
+class StopAfterStepCallback(TrainerCallback):
+    """Stops training after optimizer step `step` (after its checkpoint is written): simulates an interruption
+    in the resume test and lets the benchmark time a fixed number of steps."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step >= self.step:
+            control.should_training_stop = True
+        return control

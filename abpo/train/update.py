@@ -1,0 +1,373 @@
+"""One monthly update of one arm: D_bandit from the warehouse -> ABPOTrainer -> a LoRA checkpoint + MLflow run.
+
+    run_update(cfg)  ->  UpdateResult(adapter_dir, model_dir, checkpoint_dir, mlflow_run_id, ...)
+
+Layout under ``<paths.models>/<update.output_name or update-<letter>-<first month>_<last month>-seed<seed>>/``:
+
+    checkpoints/checkpoint-N/   TRL/Trainer checkpoints (adapter, optimizer, scheduler, RNG): the resume points
+    adapter/                    the final LoRA adapter + tokenizer (``PeftModel.from_pretrained(pi_init, adapter/)``)
+    model/                      the LoRA-merged full model + tokenizer (when update.save_merged), what serving loads
+    update.json                 what was trained on, the variant, the MLflow run id
+
+Variant (A) performs no update: ``run_update`` returns pi_init unchanged (and says so).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class UpdateInputMissing(RuntimeError):
+    """An input of the update (pi_init, the bandit log in the warehouse) does not exist yet; the message names the
+    command that makes it."""
+
+
+@dataclass
+class UpdateResult:
+    variant: str
+    output_dir: Path
+    adapter_dir: Path | None
+    model_dir: Path  # what to serve/evaluate next: the merged model (or pi_init for variant A)
+    checkpoint_dir: Path | None  # the last checkpoint written (resume point)
+    init_model_dir: Path
+    mlflow_run_id: str | None
+    global_step: int
+    resumed_from: str | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    batching: dict[str, Any] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------------- config
+
+
+def output_dir_for(cfg, months: list[str] | None = None) -> Path:
+    """<paths.models>/<update.output_name>, default update-<letter>-<first month>_<last month>-seed<seed>."""
+    from abpo.algo.variants import get_variant
+
+    name = cfg.update.output_name
+    if not name:
+        span = f"{months[0]}_{months[-1]}" if months else "all"
+        name = f"update-{get_variant(cfg.update.variant).letter}-{span}-seed{cfg.seed}"
+    return cfg.paths.resolve("models") / name
+
+
+def grpo_config(update_cfg, *, output_dir: str | Path, seed: int, **overrides):
+    """trl.GRPOConfig for `update_cfg` (the `update` section); see `grpo_kwargs`."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(**grpo_kwargs(update_cfg, output_dir=output_dir, seed=seed, **overrides))
+
+
+def grpo_kwargs(update_cfg, *, output_dir: str | Path, seed: int, **overrides) -> dict[str, Any]:
+    """The GRPOConfig keyword arguments for `update_cfg`: the mapping of every knob, in one place (a plain dict,
+    so the GPU preset's mapping can be checked on a machine without a GPU or DeepSpeed).
+
+    Batch geometry: per_device_train_batch_size counts rollout rows = batch_size x rollouts_per_example; one
+    optimizer step = one generation batch (steps_per_generation = grad_accum), the SNIPS mini-batch of step 3.
+    """
+    from abpo.algo.variants import get_variant
+    from abpo.config import REPO_ROOT
+    from abpo.train.trainer import rollouts_per_example
+
+    u = update_cfg
+    variant = get_variant(u.variant)
+    k = rollouts_per_example(variant, u.group_size)
+    deepspeed = None
+    if u.deepspeed:
+        ds = Path(u.deepspeed)
+        deepspeed = str(ds if ds.is_absolute() else REPO_ROOT / ds)
+    kwargs: dict[str, Any] = dict(
+        output_dir=str(output_dir),
+        seed=seed,
+        data_seed=seed,
+        # groups: one logged example -> k rollouts; batch_size examples per device micro-batch
+        num_generations=k,
+        per_device_train_batch_size=u.batch_size * k,
+        gradient_accumulation_steps=u.grad_accum,
+        steps_per_generation=u.grad_accum,
+        num_iterations=1,
+        shuffle_dataset=False,  # the dataset's order is the stratified batch order
+        # surrogate (step 5)
+        epsilon=u.epsilon,
+        beta=u.beta,
+        loss_type=u.loss_type,
+        importance_sampling_level=u.importance_sampling_level,
+        # optimisation
+        learning_rate=u.learning_rate,
+        lr_scheduler_type=u.lr_scheduler_type,
+        warmup_steps=u.warmup_ratio,  # transformers 5: a float in [0, 1) is a ratio of the total steps
+        weight_decay=u.weight_decay,
+        max_grad_norm=u.max_grad_norm,
+        optim=u.optim,
+        num_train_epochs=u.epochs,
+        max_steps=u.max_steps,
+        # rollouts
+        temperature=u.temperature,
+        top_p=u.top_p,
+        max_completion_length=u.max_completion_length,
+        use_vllm=u.use_vllm,
+        vllm_mode=u.vllm_mode,
+        vllm_gpu_memory_utilization=u.vllm_gpu_memory_utilization,
+        # hardware (GRPOConfig defaults bf16=True and gradient_checkpointing=True: set both explicitly)
+        bf16=u.bf16,
+        fp16=False,
+        gradient_checkpointing=u.gradient_checkpointing,
+        deepspeed=deepspeed,
+        disable_dropout=True,
+        # checkpoints and logging (metrics go to MLflow through MLflowStepCallback)
+        save_strategy="steps",
+        save_steps=u.save_steps,
+        save_total_limit=u.save_total_limit or None,
+        logging_steps=u.logging_steps,
+        report_to="none",
+        log_completions=False,
+        dataloader_num_workers=0,
+        remove_unused_columns=False,
+    )
+    kwargs.update(overrides)
+    return kwargs
+
+
+def settings_for(cfg):
+    from abpo.train.trainer import ABPOSettings
+
+    u = cfg.update
+    return ABPOSettings(
+        variant=u.variant, delta=u.delta, eps_std=u.eps_std, lambda_sc=u.lambda_sc, tau=cfg.policy.tau,
+        w_max=u.w_max, scoring_batch_tokens=cfg.policy.scoring_batch_tokens,
+    )
+
+
+# ------------------------------------------------------------------------------------------------------ inputs
+
+
+def default_init_dir(cfg) -> Path:
+    """pi_init: `update.init_model`, else the directory `abpo sft` writes for this config."""
+    if cfg.update.init_model:
+        p = Path(cfg.update.init_model)
+        if not p.is_absolute():
+            from abpo.config import REPO_ROOT
+
+            p = p if p.exists() else REPO_ROOT / p
+        return p
+    return cfg.paths.resolve("models") / cfg.sft.output
+
+
+def load_start_model(init_dir: Path, cfg):
+    """(model, tokenizer) of pi_init; a PEFT adapter directory is merged into its base first (the update trains a
+    fresh LoRA on top of pi_init)."""
+    from abpo.policy.model import load_policy
+
+    if not (init_dir / "config.json").exists() and not (init_dir / "adapter_config.json").exists():
+        raise UpdateInputMissing(
+            f"{init_dir}: pi_init not found (no config.json / adapter_config.json); run `abpo sft "
+            f"--config {cfg.name}` first, or set update.init_model to a model directory"
+        )
+    policy = dataclasses.replace(cfg.policy, model=str(init_dir))
+    model, tokenizer = load_policy(policy, cfg.paths, seed=cfg.seed)
+    if hasattr(model, "merge_and_unload"):
+        model = model.merge_and_unload()
+    model.train()
+    return model, tokenizer
+
+
+def warehouse_strata(cfg):
+    """(positive, no_response, months) of `update.arm` in `update.months` (all ingested months when empty)."""
+    import pyarrow.compute as pc
+
+    from abpo.warehouse import Warehouse
+
+    path = cfg.paths.resolve("warehouse")
+    if not path.exists():
+        raise UpdateInputMissing(
+            f"{path}: no warehouse yet; build and ingest the bandit log first: `abpo simulate-log --config "
+            f"{cfg.name}` then `abpo ingest --month YYYY-MM --config {cfg.name}`"
+        )
+    with Warehouse(path) as wh:
+        months = list(cfg.update.months) or wh.months()
+        if not months:
+            raise UpdateInputMissing(
+                f"{path}: no impressions ingested; build and ingest the bandit log first: `abpo simulate-log "
+                f"--config {cfg.name}` then `abpo ingest --month YYYY-MM --config {cfg.name}`"
+            )
+        positive, no_response = wh.strata(months)
+    arm = cfg.update.arm
+    if arm:
+        positive = positive.filter(pc.equal(positive.column("arm"), arm))
+        no_response = no_response.filter(pc.equal(no_response.column("arm"), arm))
+    if positive.num_rows + no_response.num_rows == 0:
+        raise UpdateInputMissing(
+            f"{path}: no impressions of arm {arm!r} in months {months}; build and ingest the bandit log first "
+            f"(`abpo simulate-log --arm {arm}`, `abpo ingest`), or set update.arm / update.months"
+        )
+    return positive, no_response, months
+
+
+# ------------------------------------------------------------------------------------------------------- train
+
+
+def _last_checkpoint(ckpt_dir: Path) -> str | None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return get_last_checkpoint(str(ckpt_dir)) if ckpt_dir.is_dir() else None
+
+
+def train_update(
+    model,
+    tokenizer,
+    train_dataset,
+    update_cfg,
+    settings,
+    *,
+    output_dir: Path,
+    seed: int,
+    peft_config=None,
+    resume: bool | str = True,
+    callbacks: list | None = None,
+    grpo_overrides: dict | None = None,
+    quiet: bool = False,
+):
+    """Build ABPOTrainer and train (resuming from the last checkpoint in `output_dir/checkpoints` when `resume`).
+    Returns (trainer, resumed_from). Logging to MLflow happens when a run is active; `quiet` drops the console
+    progress/printer callbacks (metrics still reach `trainer.state.log_history` and MLflow)."""
+    from abpo.train.trainer import ABPOTrainer, MLflowStepCallback
+
+    ckpt_dir = Path(output_dir) / "checkpoints"
+    args = grpo_config(update_cfg, output_dir=ckpt_dir, seed=seed, **(grpo_overrides or {}))
+    trainer = ABPOTrainer(
+        model=model,
+        args=args,
+        settings=settings,
+        train_dataset=train_dataset,
+        processing_class=tokenizer,
+        peft_config=peft_config,
+        callbacks=[MLflowStepCallback(), *(callbacks or [])],
+    )
+    if quiet:
+        from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+        trainer.remove_callback(PrinterCallback)
+        trainer.remove_callback(ProgressCallback)
+    resumed_from = None
+    if isinstance(resume, str):
+        resumed_from = resume
+    elif resume:
+        resumed_from = _last_checkpoint(ckpt_dir)
+    trainer.train(resume_from_checkpoint=resumed_from)
+    return trainer, resumed_from
+
+
+def save_update(trainer, tokenizer, output_dir: Path, *, save_merged: bool) -> tuple[Path, Path | None]:
+    """adapter/ (LoRA or full weights) and, if asked, model/ (merged); both with the tokenizer."""
+    adapter_dir = Path(output_dir) / "adapter"
+    if adapter_dir.exists():
+        shutil.rmtree(adapter_dir)
+    trainer.save_model(str(adapter_dir))
+    tokenizer.save_pretrained(adapter_dir)
+    merged_dir = None
+    if save_merged:
+        from abpo.policy.model import save_policy
+
+        merged_dir = Path(output_dir) / "model"
+        if merged_dir.exists():
+            shutil.rmtree(merged_dir)
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        if hasattr(model, "merge_and_unload"):
+            import copy
+
+            model = copy.deepcopy(model).merge_and_unload()
+        save_policy(model, tokenizer, merged_dir)
+    return adapter_dir, merged_dir
+
+
+def run_update(cfg, *, progress: bool = True) -> UpdateResult:
+    """The `abpo update` job: pi_init + D_bandit (warehouse) -> the variant's update, logged to MLflow."""
+    from abpo import registry
+    from abpo.algo.variants import get_variant
+    from abpo.data.loaders import load_dataset
+    from abpo.policy.model import lora_config
+
+    variant = get_variant(cfg.update.variant)
+    init_dir = default_init_dir(cfg)
+    if not variant.update:
+        out = output_dir_for(cfg, list(cfg.update.months))
+        if not init_dir.exists():
+            raise UpdateInputMissing(f"{init_dir}: pi_init not found; run `abpo sft --config {cfg.name}` first")
+        with registry.start_run(cfg, cfg.update.mlflow_experiment, f"update-{variant.letter}",
+                                tags={"abpo.variant": variant.name, "abpo.init_model": str(init_dir)}) as run:
+            import mlflow
+
+            mlflow.log_param("update.variant", variant.name)
+        return UpdateResult(variant.name, out, None, init_dir, None, init_dir, run.info.run_id, 0)
+
+    model, tokenizer = load_start_model(init_dir, cfg)
+    positive, no_response, months = warehouse_strata(cfg)
+    from abpo.train.dataset import subsample_strata, update_dataset_from_strata
+
+    dataset = load_dataset(cfg.data)
+    examples_per_batch = cfg.update.batch_size * cfg.update.grad_accum  # x processes (one on the CPU preset)
+    try:
+        import accelerate
+
+        examples_per_batch *= accelerate.PartialState().num_processes
+    except Exception:  # noqa: BLE001 - no distributed state: one process
+        pass
+    positive, no_response, note = subsample_strata(positive, no_response, cfg.update.max_examples, cfg.seed)
+    train_ds, report = update_dataset_from_strata(
+        positive, no_response, dataset.titles(), tokenizer, cfg.policy,
+        examples_per_batch=examples_per_batch, seed=cfg.seed,
+    )
+    if note:
+        report.notes.insert(0, note)
+    out = output_dir_for(cfg, months)
+    resume = cfg.update.resume
+    if (out / "update.json").exists():
+        # a finished update of the same inputs: a rerun retrains from scratch (same seed -> same result) instead
+        # of "resuming" a completed run; only an interrupted update (checkpoints, no update.json) resumes
+        shutil.rmtree(out / "checkpoints", ignore_errors=True)
+        (out / "update.json").unlink()
+        resume = False
+    out.mkdir(parents=True, exist_ok=True)
+    tags = {
+        "abpo.variant": variant.name,
+        "abpo.variant_letter": variant.letter,
+        "abpo.arm": cfg.update.arm,
+        "abpo.months": ",".join(months),
+        "abpo.init_model": str(init_dir),
+        "abpo.output_dir": str(out),
+    }
+    with registry.start_run(cfg, cfg.update.mlflow_experiment, f"update-{variant.letter}-{'_'.join(months)}", tags=tags) as run:
+        import mlflow
+
+        params = {f"update.{k}": v for k, v in dataclasses.asdict(cfg.update).items()}
+        params.update({"policy.tau": cfg.policy.tau, "policy.lora_r": cfg.policy.lora_r, "seed": cfg.seed})
+        params.update(report.as_params())
+        mlflow.log_params({k: (",".join(map(str, v)) if isinstance(v, list) else v) for k, v in params.items()})
+        trainer, resumed_from = train_update(
+            model, tokenizer, train_ds, cfg.update, settings_for(cfg), output_dir=out, seed=cfg.seed,
+            peft_config=lora_config(cfg.policy), resume=resume,
+            grpo_overrides={"disable_tqdm": not progress},
+        )
+        if resumed_from:
+            mlflow.set_tag("abpo.resumed_from", resumed_from)
+        adapter_dir, merged_dir = save_update(trainer, tokenizer, out, save_merged=cfg.update.save_merged)
+        mlflow.set_tags({"abpo.adapter_dir": str(adapter_dir), "abpo.model_dir": str(merged_dir or adapter_dir)})
+        ckpt = _last_checkpoint(out / "checkpoints")
+        steps = [h for h in trainer.state.log_history if "abpo/advantages/mean" in h]  # per-step logs, not the summary
+        final = {k: float(v) for k, v in (steps[-1] if steps else {}).items()
+                 if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        result = UpdateResult(
+            variant=variant.name, output_dir=out, adapter_dir=adapter_dir, model_dir=merged_dir or adapter_dir,
+            checkpoint_dir=Path(ckpt) if ckpt else None, init_model_dir=init_dir, mlflow_run_id=run.info.run_id,
+            global_step=trainer.state.global_step, resumed_from=resumed_from, metrics=final,
+            batching=report.as_params(),
+        )
+    (out / "update.json").write_text(json.dumps(
+        {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(result).items()}, indent=1, default=str
+    ))
+    return result

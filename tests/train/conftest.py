@@ -1,0 +1,100 @@
+"""Fixtures for the trainer tests: a 2-layer Llama with a small BPE vocabulary trained on real MovieLens titles,
+and D_bandit-style rows built from the bundled catalog (tiny sizes: these run on 2 shared CPU cores)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+N_ITEMS = 40  # catalog slice the tiny tokenizer and the candidate sets use
+M = 6  # candidates per prompt
+
+
+@pytest.fixture(scope="session")
+def tiny_titles(movielens) -> dict[int, str]:
+    titles = movielens.titles()
+    ids = sorted(titles)[:N_ITEMS]
+    return {i: titles[i] for i in ids}
+
+
+@pytest.fixture(scope="session")
+def tiny_policy_cfg():
+    from abpo.policy.config import PolicyConfig
+
+    return PolicyConfig(
+        model="tiny", max_history=3, max_prompt_tokens=4096, tiny_hidden_size=32, tiny_layers=2, tiny_heads=2,
+        tiny_intermediate_size=64, tiny_vocab_size=400, lora_r=4, lora_alpha=8,
+        scoring_batch_tokens=4096,
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, tiny_titles, tiny_policy_cfg):
+    """save_pretrained directory of the tiny model + tokenizer (built once; load fresh copies per test)."""
+    from abpo.config import PathsConfig
+    from abpo.policy.model import build_tiny
+
+    root = tmp_path_factory.mktemp("tiny")
+    paths = PathsConfig(root=str(root))
+    return build_tiny(tiny_policy_cfg, paths, tiny_titles, seed=0)
+
+
+@pytest.fixture
+def load_tiny(tiny_model_dir):
+    def _load():
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+        tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+        return model, tok
+
+    return _load
+
+
+def impression_rows(titles: dict[int, str], n: int, seed: int = 0) -> list[dict]:
+    """IMPRESSIONS_SCHEMA-like dicts: alternating y = 1 / y = 0, a_log in C, e0 in (0, 1]."""
+    rng = np.random.default_rng(seed)
+    ids = sorted(titles)
+    rows = []
+    for i in range(n):
+        pick = rng.choice(len(ids), size=M + 2, replace=False)
+        history = [ids[j] for j in pick[:2]]
+        cands = [ids[j] for j in pick[2:]]
+        a = int(rng.integers(M))
+        rows.append({
+            "impression_id": f"imp-{seed}-{i}", "user_id": i, "arm": "abpo", "history": history,
+            "candidates": cands, "item_id": cands[a], "propensity": float(rng.uniform(0.05, 0.6)),
+            "clicked": int(i % 2 == 0),
+        })
+    return rows
+
+
+@pytest.fixture
+def make_impressions():
+    """impression_rows as a fixture (tests import nothing from conftest)."""
+    return impression_rows
+
+
+@pytest.fixture
+def update_rows(tiny_titles, tiny_policy_cfg, load_tiny):
+    """Trainer rows (abpo.train.dataset.COLUMNS) of 8 logged examples in batches of 4 (both strata in each)."""
+    from abpo.train.dataset import BatchingReport, build_update_rows
+
+    _, tok = load_tiny()
+    rows = impression_rows(tiny_titles, 8)
+    batches = [rows[0:4], rows[4:8]]
+    return build_update_rows(batches, tiny_titles, tok, tiny_policy_cfg, examples_per_batch=4, report=BatchingReport())
+
+
+@pytest.fixture
+def tiny_update_cfg():
+    from abpo.train.config import UpdateConfig
+
+    return dataclasses.replace(
+        UpdateConfig(), group_size=3, batch_size=4, grad_accum=1, max_steps=2, save_steps=1, learning_rate=5e-3,
+        max_completion_length=24, warmup_ratio=0.0,
+    )

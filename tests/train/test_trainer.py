@@ -1,0 +1,251 @@
+"""ABPOTrainer: reward functions, the advantages it writes for each variant, e_old and self-certainty, and
+end-to-end training with checkpoints (tiny 2-layer model; real TRL, transformers, peft)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from abpo.algo.advantages import anchored_advantages, group_advantages
+from abpo.algo.rewards import anchor_reward, self_certainty
+from abpo.algo.variants import get_variant
+from abpo.train.trainer import ABPOSettings, format_reward, match_reward, rollouts_per_example
+
+
+def _as_completion(text):
+    return [{"role": "assistant", "content": text}]
+
+
+def test_reward_functions_by_hand():
+    cands = [[5, 7, 9]] * 4
+    texts = [
+        "<item_id>7</item_id><item>Seven</item>",  # well formed, = a_log
+        "<item_id>9</item_id><item>Nine</item>",  # well formed, != a_log
+        "<item_id>4</item_id><item>Four</item>",  # id not in C: malformed
+        "7 please",  # malformed
+    ]
+    comps = [_as_completion(t) for t in texts]
+    assert format_reward(None, comps, cands) == [1.0, 1.0, 0.0, 0.0]
+    # click: +1 for matching a_log
+    assert match_reward(None, comps, cands, a_log=[7] * 4, y=[1] * 4) == [1.0, 0.0, 0.0, 0.0]
+    # no response: -1 for matching a_log
+    assert match_reward(None, comps, cands, a_log=[7] * 4, y=[0] * 4) == [-1.0, 0.0, 0.0, 0.0]
+    # plain-string completions (non-conversational datasets) work too
+    assert format_reward(None, texts[:1], cands[:1]) == [1.0]
+
+
+def test_rollouts_per_example():
+    assert rollouts_per_example("abpo", 16) == 15  # anchor + G-1 rollouts
+    assert rollouts_per_example("grpo", 16) == 16  # vanilla GRPO samples all G
+    assert rollouts_per_example("C", 4) == 3
+    with pytest.raises(ValueError, match="at least 2 rollouts"):
+        rollouts_per_example("abpo", 2)
+
+
+def _make(load_tiny, rows, update_cfg, tmp_path, variant, **overrides):
+    from abpo.train.dataset import to_hf_dataset
+    from abpo.train.trainer import ABPOTrainer
+    from abpo.train.update import grpo_config
+
+    model, tok = load_tiny()
+    u = dataclasses.replace(update_cfg, variant=variant)
+    args = grpo_config(u, output_dir=tmp_path / f"ckpt-{variant}", seed=0, disable_tqdm=True, **overrides)
+    trainer = ABPOTrainer(
+        model=model, args=args, settings=ABPOSettings(variant=variant, lambda_sc=0.5, scoring_batch_tokens=4096),
+        train_dataset=to_hf_dataset(rows), processing_class=tok,
+    )
+    return trainer, tok
+
+
+def test_trainer_refuses_shuffled_data_and_variant_a(load_tiny, update_rows, tiny_update_cfg, tmp_path):
+    with pytest.raises(ValueError, match="shuffle_dataset must be False"):
+        _make(load_tiny, update_rows, tiny_update_cfg, tmp_path, "abpo", shuffle_dataset=True)
+    with pytest.raises(ValueError, match="variant A performs no update"):
+        _make(load_tiny, update_rows, tiny_update_cfg, tmp_path, "none")
+
+
+def _batch(trainer, rows):
+    k = trainer.num_generations
+    return [dict(r) for r in rows for _ in range(k)]
+
+
+def test_anchor_variant_advantages_by_hand(load_tiny, update_rows, tiny_update_cfg, tmp_path):
+    """(C): w = 1, no self-certainty. The advantages TRL will use are anchored_advantages of the gathered rollout
+    rewards r = r_match + r_fmt and the anchor rewards 2 (y=1) / 0 (y=0), not TRL's own group advantages."""
+    torch.manual_seed(0)
+    trainer, _ = _make(load_tiny, update_rows, tiny_update_cfg, tmp_path, "anchor")
+    batch = _batch(trainer, update_rows[:4])
+    trainer.model.train()
+    out = trainer._generate_and_score_completions(batch)
+    k = trainer.num_generations
+    rpf = trainer._abpo_rewards_per_func
+    r_roll = (rpf[:, 0] + rpf[:, 1]).view(-1, k)
+    y = torch.tensor([r["y"] for r in update_rows[:4]])
+    r_log = anchor_reward(y, None, 0.0)
+    assert r_log.tolist() == [2.0 if v else 0.0 for v in y.tolist()]
+    expected = anchored_advantages(r_log, r_roll, torch.ones(4), 1e-4).reshape(-1)
+    assert torch.allclose(out["advantages"], expected, atol=1e-6)
+
+
+def test_e_old_and_self_certainty_match_direct_computation(load_tiny, update_rows, tiny_update_cfg, tmp_path):
+    """e_old from the trainer = e_p of the policy helper's scorer on the chat-rendered prompt; the batched,
+    padded self-certainty = an unpadded forward per sequence through abpo.algo.rewards.self_certainty."""
+    from abpo.policy.prompt import encode_answer, encode_prompt, render_chat
+    from abpo.policy.scoring import propensity_of
+
+    trainer, tok = _make(load_tiny, update_rows, tiny_update_cfg, tmp_path, "abpo")
+    row = update_rows[1]
+    text = render_chat(tok, row["prompt"][0]["content"])
+    p_ids = encode_prompt(tok, text)
+    e_old = trainer._e_old(p_ids, row["candidate_answers"], row["candidates"], row["a_log"])
+    j = row["candidates"].index(row["a_log"])
+    ref = propensity_of(trainer.model, tok, [text], [row["candidate_answers"]], [j], tau=1.0, batch_tokens=4096)
+    assert e_old == pytest.approx(float(ref[0]), rel=1e-5)
+
+    pairs = []
+    for r in update_rows[:3]:
+        pairs.append((encode_prompt(tok, render_chat(tok, r["prompt"][0]["content"])), encode_answer(tok, r["anchor_text"])))
+    pairs.append((pairs[0][0], pairs[0][1][:3]))  # a short completion: padding of different lengths
+    got = trainer._self_certainty(pairs)
+    model = trainer.model
+    for (p, c), val in zip(pairs, got):
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([p + c])).logits[:, len(p) - 1 : len(p) + len(c) - 1]
+        ref = self_certainty(logits, torch.ones(1, len(c)))
+        assert val == pytest.approx(float(ref[0]), rel=1e-4, abs=1e-6)
+
+
+def test_b_and_f_give_different_advantages_on_the_same_rollouts(load_tiny, update_rows, tiny_update_cfg, tmp_path):
+    """The same generation batch (same rollouts, same rewards) scored as ABPO (F) and as vanilla GRPO (B)."""
+    torch.manual_seed(0)
+    trainer, _ = _make(load_tiny, update_rows, tiny_update_cfg, tmp_path, "abpo")
+    batch = _batch(trainer, update_rows[:4])
+    trainer.model.train()
+    out = trainer._generate_and_score_completions(batch)
+    adv_f = out["advantages"].clone()
+    rpf = trainer._abpo_rewards_per_func
+    trainer.variant = get_variant("grpo")
+    adv_b, metrics = trainer._abpo_advantages(batch, out, rpf, trainer.num_generations)
+    k = trainer.num_generations
+    assert torch.allclose(adv_b, group_advantages((rpf[:, 0] + rpf[:, 1]).view(-1, k), 1e-4).reshape(-1))
+    assert not torch.allclose(adv_f, adv_b), "ABPO and vanilla GRPO advantages should differ on the same batch"
+    assert "abpo/snips/w_mean" not in metrics  # B has no SNIPS
+
+
+@pytest.mark.slow
+def test_train_b_and_f_save_reloadable_lora(load_tiny, update_rows, tiny_update_cfg, tmp_path):
+    """Variants B and F train for two optimizer steps each; the logged advantages differ and the saved LoRA
+    adapter reloads onto the base model with identical logits."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from abpo.policy.model import lora_config
+    from abpo.policy.config import PolicyConfig
+    from abpo.train.dataset import to_hf_dataset
+    from abpo.train.update import save_update, train_update
+
+    logged = {}
+    for variant in ("grpo", "abpo"):
+        model, tok = load_tiny()
+        u = dataclasses.replace(tiny_update_cfg, variant=variant, max_steps=2, save_steps=10)
+        trainer, _ = train_update(
+            model, tok, to_hf_dataset(update_rows), u, ABPOSettings(variant=variant, scoring_batch_tokens=4096),
+            output_dir=tmp_path / variant, seed=0, peft_config=lora_config(PolicyConfig(lora_r=4, lora_alpha=8)),
+            resume=False, grpo_overrides={"disable_tqdm": True},
+        )
+        assert trainer.state.global_step == 2
+        logs = [h for h in trainer.state.log_history if "abpo/advantages/mean" in h]
+        assert len(logs) == 2
+        logged[variant] = [(h["abpo/advantages/mean"], h["abpo/advantages/std"]) for h in logs]
+        adapter_dir, merged_dir = save_update(trainer, tok, tmp_path / variant, save_merged=True)
+        assert (adapter_dir / "adapter_config.json").exists() and (merged_dir / "config.json").exists()
+
+        ids = torch.tensor([tok("<|bos|><|user|>hello<|end|><|assistant|>", add_special_tokens=False)["input_ids"]])
+        trained = trainer.accelerator.unwrap_model(trainer.model).eval()
+        with torch.no_grad():
+            want = trained(input_ids=ids).logits
+        base, _ = load_tiny()
+        reloaded = PeftModel.from_pretrained(base, adapter_dir).eval()
+        merged = AutoModelForCausalLM.from_pretrained(merged_dir).eval()
+        with torch.no_grad():
+            assert torch.allclose(reloaded(input_ids=ids).logits, want, atol=1e-5)
+            assert torch.allclose(merged(input_ids=ids).logits, want, atol=1e-4)
+        if variant == "abpo":
+            # the untrained model's rollouts all score 0: GRPO's group-normalised advantages are then all 0 (no
+            # gradient), while the anchor still gives ABPO a learning signal
+            lora_b = [p for n, p in trained.named_parameters() if "lora_B" in n]
+            assert any(p.abs().sum() > 0 for p in lora_b), "LoRA B is still zero: no update happened"
+    assert logged["grpo"] != logged["abpo"]
+    # vanilla GRPO advantages are centred on the rollouts' own mean; ABPO's are not (the anchor shifts them)
+    assert all(abs(m) < 1e-5 for m, _ in logged["grpo"])
+
+
+@pytest.mark.slow
+def test_interrupted_update_resumes_to_the_same_result(load_tiny, update_rows, tiny_update_cfg, tmp_path):
+    """Four steps uninterrupted vs. stopped after step 2 (checkpoint) and resumed: identical adapter weights."""
+    from abpo.policy.config import PolicyConfig
+    from abpo.policy.model import lora_config
+    from abpo.train.dataset import to_hf_dataset
+    from abpo.train.trainer import StopAfterStepCallback
+    from abpo.train.update import train_update
+
+    rows = update_rows + [dict(r, request_id=r["request_id"] + "-b") for r in update_rows]  # 4 batches of 4
+    u = dataclasses.replace(tiny_update_cfg, variant="abpo", max_steps=4, save_steps=2, save_total_limit=0)
+    peft = lora_config(PolicyConfig(lora_r=4, lora_alpha=8))
+    settings = ABPOSettings(variant="abpo", scoring_batch_tokens=4096)
+
+    def weights(trainer):
+        m = trainer.accelerator.unwrap_model(trainer.model)
+        return {n: p.detach().clone() for n, p in m.named_parameters() if "lora_" in n}
+
+    model, tok = load_tiny()
+    full, _ = train_update(model, tok, to_hf_dataset(rows), u, settings, output_dir=tmp_path / "full", seed=0,
+                           peft_config=peft, resume=False, grpo_overrides={"disable_tqdm": True})
+    model, tok = load_tiny()
+    part, _ = train_update(model, tok, to_hf_dataset(rows), u, settings, output_dir=tmp_path / "cut", seed=0,
+                           peft_config=peft, resume=False, callbacks=[StopAfterStepCallback(2)],
+                           grpo_overrides={"disable_tqdm": True})
+    assert part.state.global_step == 2
+    assert (tmp_path / "cut" / "checkpoints" / "checkpoint-2").is_dir()
+    model, tok = load_tiny()
+    resumed, resumed_from = train_update(model, tok, to_hf_dataset(rows), u, settings, output_dir=tmp_path / "cut",
+                                         seed=0, peft_config=peft, resume=True, grpo_overrides={"disable_tqdm": True})
+    assert resumed_from and resumed_from.endswith("checkpoint-2")
+    assert resumed.state.global_step == 4
+    a, b = weights(full), weights(resumed)
+    assert a.keys() == b.keys() and a
+    for n in a:
+        assert torch.equal(a[n], b[n]), f"{n} differs between the uninterrupted and the resumed update"
+    # and the run really moved the weights between step 2 and step 4
+    assert any(not torch.equal(weights(part)[n], a[n]) for n in a)
+
+
+def test_metrics_reach_mlflow_every_step(load_tiny, update_rows, tiny_update_cfg, tmp_path):
+    """The issue's per-step metrics land in a real (SQLite) MLflow run through MLflowStepCallback."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    from abpo import registry
+    from abpo.config import load_config
+    from abpo.train.dataset import to_hf_dataset
+    from abpo.train.update import train_update
+
+    cfg = load_config("tiny", [f"paths.root={tmp_path / 'var'}"])
+    model, tok = load_tiny()
+    u = dataclasses.replace(tiny_update_cfg, variant="abpo", max_steps=2, save_steps=10)
+    with registry.start_run(cfg, "test-update", "update-F") as run:
+        train_update(model, tok, to_hf_dataset(update_rows), u, ABPOSettings(variant="abpo", scoring_batch_tokens=4096),
+                     output_dir=tmp_path / "out", seed=0, resume=False, grpo_overrides={"disable_tqdm": True})
+    client = MlflowClient()
+    keys = [
+        "rewards/format_reward/mean", "rewards/match_reward/mean", "abpo/reward/self_certainty_mean",
+        "abpo/reward/total_mean", "abpo/reward/anchor_mean", "abpo/match_rate/positive", "abpo/match_rate/no_response",
+        "abpo/snips/w_mean", "abpo/snips/w_max", "abpo/snips/ess", "abpo/advantages/mean", "abpo/advantages/std",
+        "entropy", "step_time",
+    ]
+    for key in keys:
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, key)]
+        assert steps == [1, 2], f"{key}: logged at steps {steps}"
+    assert mlflow.active_run() is None

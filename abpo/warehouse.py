@@ -33,21 +33,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from abpo.data.schemas import IMPRESSIONS_SCHEMA, check_month, month_dir, schema_problems
+from abpo.data.schemas import IMPRESSIONS_SCHEMA, RULES, check_month, month_dir, schema_problems
 
 SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
 log = logging.getLogger(__name__)
 
-# Quarantine rules in the priority order of sql/ingest_check.sql (a row is counted under the first).
-RULES = (
-    "null_field",
-    "unknown_arm",
-    "propensity_out_of_range",
-    "clicked_not_binary",
-    "item_not_in_candidates",
-    "event_time_outside_month",
-    "duplicate_impression_id",
-)
 
 
 class IngestError(RuntimeError):

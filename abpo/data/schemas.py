@@ -42,6 +42,18 @@ INTERACTIONS_SCHEMA = pa.schema(
     ]
 )
 
+# The contract's quarantine rules, in the priority order of sql/ingest_check.sql (a row that breaks several is
+# counted under the first).
+RULES = (
+    "null_field",
+    "unknown_arm",
+    "propensity_out_of_range",
+    "clicked_not_binary",
+    "item_not_in_candidates",
+    "event_time_outside_month",
+    "duplicate_impression_id",
+)
+
 IMPRESSIONS_SCHEMA = pa.schema(
     [
         # core contract (issue 2)

@@ -14,19 +14,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from abpo.data.schemas import IMPRESSIONS_SCHEMA, SCHEMA_VERSION, check_month
+from abpo.data.schemas import IMPRESSIONS_SCHEMA, RULES, SCHEMA_VERSION, check_month
 
 DEFAULT_ARMS = ("abpo", "grpo", "ml_retrain", "popularity")
-# the quarantine rules of abpo/warehouse.py, in the warehouse's priority order
-RULES = (
-    "null_field",
-    "unknown_arm",
-    "propensity_out_of_range",
-    "clicked_not_binary",
-    "item_not_in_candidates",
-    "event_time_outside_month",
-    "duplicate_impression_id",
-)
 _NULLABLE_TARGETS = ("user_id", "model_version", "propensity", "clicked", "event_time", "request_id")
 
 

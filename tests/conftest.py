@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
+
+# Tests never write into the user's state directory (var/): anything that falls back to the configured
+# default lands in a throw-away directory instead. Tests that need their own state pass paths.root.
+os.environ["ABPO_STATE"] = tempfile.mkdtemp(prefix="abpo-test-state-")
+os.environ.pop("ABPO_TRACKING_URI", None)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MOVIELENS_DIR = REPO_ROOT / "data" / "ml-latest-small"

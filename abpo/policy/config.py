@@ -19,6 +19,15 @@ class PolicyConfig:
         default=4096,
         metadata={"help": "Prompt token budget; over it the oldest history items are dropped first (never candidates)."},
     )
+    history_item_ids: bool = field(
+        default=False,
+        metadata={
+            "help": "Show history items like candidates (<item_id>ID</item_id><item>TITLE</item>) instead of "
+            "numbered titles (prompts built from Examples: SFT, evaluation, D_bandit). Keep false unless every "
+            "prompt builder passes (id, title) history pairs: the update trainer and serving pass titles. Measured "
+            "on tiny: HR@5 0.130 vs 0.123 without (300 users; within noise)."
+        },
+    )
     tau: float = field(default=1.0, metadata={"help": "Temperature of e_p(a|q) = softmax(s_p(a,q)/tau) over C."})
     scoring_batch_tokens: int = field(
         default=16384,
@@ -46,6 +55,14 @@ class PolicyConfig:
         metadata={"help": "Modules LoRA adapts (paper: q, v, o, gate, up, down)."},
     )
     dtype: str = field(default="float32", metadata={"help": "float32 | bfloat16."})
+    num_threads: int = field(
+        default=0,
+        metadata={
+            "help": "CPU threads torch uses once load_policy ran (torch.set_num_threads); 0 = torch's default. "
+            "1 is the robust choice for the tiny model on a shared machine: with 2 threads, each of its many small "
+            "ops waits for the slower thread, several times slower when another process holds a core."
+        },
+    )
 
 
 @dataclass

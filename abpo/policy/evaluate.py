@@ -22,11 +22,24 @@ class EvalResult:
     ranks: list[int] = field(default_factory=list)
     malformed: dict[str, int] = field(default_factory=dict)  # reason -> count (generation only)
 
+    def hits(self, k: int) -> int:
+        """Users whose target is in the top k."""
+        return sum(1 for r in self.ranks if r <= k)
+
+    def p_value(self, k: int) -> float:
+        """One-sided exact binomial test of HR@k > K/M (H0: the ranking is random, each user a hit with
+        probability K/M)."""
+        from scipy.stats import binomtest
+
+        p0 = min(1.0, self.metrics[f"random_HR@{k}"])
+        return float(binomtest(self.hits(k), len(self.ranks), p0, alternative="greater").pvalue)
+
     def lines(self) -> list[str]:
         out = [f"users: {self.n_users}, candidates per user: {self.n_candidates}"]
         for k in sorted({int(key.split("@")[1]) for key in self.metrics if key.startswith("HR@")}):
             out.append(
-                f"HR@{k} = {self.metrics[f'HR@{k}']:.4f} (random K/M = {self.metrics[f'random_HR@{k}']:.4f}), "
+                f"HR@{k} = {self.metrics[f'HR@{k}']:.4f} (random K/M = {self.metrics[f'random_HR@{k}']:.4f}; "
+                f"{self.hits(k)}/{len(self.ranks)} hits, one-sided binomial p = {self.p_value(k):.2g}), "
                 f"NDCG@{k} = {self.metrics[f'NDCG@{k}']:.4f}"
                 + (f", Diversity@{k} = {self.metrics[f'Diversity@{k}']:.2f}" if f"Diversity@{k}" in self.metrics else "")
             )

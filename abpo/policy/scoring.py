@@ -126,7 +126,9 @@ def _score_packed(model, cache, first_logp, Lp, answer_ids, batch_tokens, scores
                 use_cache=True,
             ).logits[0].float()
             cache.crop(-q)  # drop the pack's q keys/values: the cache is the prompt's again
-            logp = torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(targets, device=device)[:, None])[:, 0]
+            # log p(target) = logit(target) - logsumexp(logits): no [q, V] log-softmax tensor is written
+            tgt = torch.tensor(targets, device=device)[:, None]
+            logp = logits.gather(-1, tgt)[:, 0] - torch.logsumexp(logits, dim=-1)
             total += torch.zeros(len(chunk), dtype=torch.float64).index_add_(0, owner_t.cpu(), logp.double().cpu())
         lens = torch.tensor([len(a) for a in chunk], dtype=torch.float64)
         scores[start:stop] = (total / lens).float()  # (1/L) sum_l log p(t_l | q, t_<l)

@@ -39,15 +39,19 @@ class SFTResult:
 def sft_records(examples, titles, tokenizer, policy_cfg) -> list[dict[str, list[int]]]:
     """Pre-tokenized D_sup: ``input_ids`` = prompt ids + answer ids + EOS, ``completion_mask`` = 1 on the answer
     and EOS (the only tokens with loss)."""
-    from abpo.policy.prompt import encode_answer, encode_prompt, example_prompt, format_answer
+    from abpo.policy.prompt import example_prompt, format_answer
 
     if tokenizer.eos_token_id is None:
         raise ValueError(f"{getattr(tokenizer, 'name_or_path', 'tokenizer')}: no EOS token; the answer needs an end")
+    prompts = [example_prompt(ex, titles, tokenizer, policy_cfg).text for ex in examples]
+    answers = [format_answer(ex.positive, titles[ex.positive]) for ex in examples]
     out = []
-    for ex in examples:
-        p = encode_prompt(tokenizer, example_prompt(ex, titles, tokenizer, policy_cfg).text)
-        a = encode_answer(tokenizer, format_answer(ex.positive, titles[ex.positive])) + [tokenizer.eos_token_id]
-        out.append({"input_ids": p + a, "completion_mask": [0] * len(p) + [1] * len(a)})
+    for i in range(0, len(examples), 256):  # batched encoding (the same ids as encode_prompt / encode_answer)
+        ps = tokenizer(prompts[i : i + 256], add_special_tokens=False)["input_ids"]
+        ans = tokenizer(answers[i : i + 256], add_special_tokens=False)["input_ids"]
+        for p, a in zip(ps, ans, strict=True):
+            a = list(a) + [tokenizer.eos_token_id]
+            out.append({"input_ids": list(p) + a, "completion_mask": [0] * len(p) + [1] * len(a)})
     return out
 
 
@@ -58,11 +62,71 @@ def _subsample(items: list, n: int, seed: int) -> list:
     return [items[i] for i in idx]
 
 
+def _accepts_logits_to_keep(model) -> bool:
+    import inspect
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    try:
+        return "logits_to_keep" in inspect.signature(type(base).forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _completion_sft_trainer_class():
+    """TRL's ``SFTTrainer`` with a completion-only loss that projects ONLY the completion positions through the LM
+    head (``logits_to_keep`` as a boolean mask).
+
+    TRL's own loss (its fused LM head) projects every position of the batch through the head on devices without
+    Triton (CPU): with answers of ~15 tokens after prompts of hundreds, almost all of that work (and its entropy /
+    accuracy metrics over the full vocabulary) is for positions whose loss is masked out. The loss here is the same
+    quantity, sum over completion tokens of -log p(token | prefix) / number of completion tokens (or TRL's
+    ``num_items_in_batch`` under gradient accumulation); entropy and token accuracy are logged on the completion
+    tokens as TRL does. Models whose forward has no ``logits_to_keep`` use TRL's loss unchanged.
+    """
+    import torch
+    import torch.nn.functional as F
+    from trl import SFTTrainer
+
+    class CompletionSFTTrainer(SFTTrainer):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            if return_outputs or "labels" not in inputs or "attention_mask" not in inputs or not _accepts_logits_to_keep(
+                self.accelerator.unwrap_model(model)
+            ):
+                return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            mode = "train" if self.model.training else "eval"
+            labels = inputs["labels"]
+            # position t predicts token t+1: keep t where labels[t+1] is a completion token
+            keep = torch.zeros_like(labels, dtype=torch.bool)
+            keep[:, :-1] = labels[:, 1:] != -100
+            targets = labels[:, 1:][keep[:, :-1]]
+            fwd = {k: v for k, v in inputs.items() if k not in ("labels", "completion_mask", "assistant_masks")}
+            logits = model(**fwd, use_cache=False, logits_to_keep=keep).logits.float()  # [N, V]
+            logits = logits.reshape(-1, logits.shape[-1])
+            n = targets.numel() if num_items_in_batch is None else num_items_in_batch
+            loss = F.cross_entropy(logits, targets, reduction="sum") / torch.as_tensor(n).clamp(min=1)
+            if self.args.average_tokens_across_devices and num_items_in_batch is not None:
+                loss = loss * self.accelerator.num_processes
+            with torch.no_grad():
+                logp = torch.log_softmax(logits, dim=-1)
+                entropy = -(logp.exp() * logp).sum(-1)
+                valid = max(targets.numel(), 1)
+                self._metrics[mode]["entropy"].append(entropy.sum().item() / valid)
+                self._metrics[mode]["mean_token_accuracy"].append(
+                    (logits.argmax(-1) == targets).sum().item() / valid
+                )
+                if mode == "train":
+                    self._total_train_tokens += int(inputs["attention_mask"].sum().item())
+                self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
+            return loss
+
+    return CompletionSFTTrainer
+
+
 def run_sft(model, tokenizer, records: list[dict], cfg, output_dir: str | Path, *, callbacks=(), peft_config=None):
     """Train ``model`` on pre-tokenized ``records`` with TRL's SFTTrainer (completion-only loss); returns the
     trained model (LoRA merged) and the trainer's log history."""
     from datasets import Dataset
-    from trl import SFTConfig, SFTTrainer
+    from trl import SFTConfig
 
     s = cfg.sft
     bf16 = cfg.policy.dtype == "bfloat16"
@@ -91,7 +155,7 @@ def run_sft(model, tokenizer, records: list[dict], cfg, output_dir: str | Path, 
         dataset_num_proc=None,
         dataloader_num_workers=0,
     )
-    trainer = SFTTrainer(
+    trainer = _completion_sft_trainer_class()(
         model=model,
         args=args,
         train_dataset=Dataset.from_list(records),
@@ -210,6 +274,10 @@ def train_sft(
                 generation=cfg.sft.eval_generation, progress="evaluate pi_init",
             )
             result.metrics = dict(res.metrics)
+            result.metrics["n_users"] = float(res.n_users)
+            for k in (1, 5):
+                if f"HR@{k}" in res.metrics:  # one-sided binomial test of HR@k > K/M
+                    result.metrics[f"HR@{k}_p_value"] = res.p_value(k)
             for line in res.lines():
                 echo(f"pi_init held-out: {line}")
         if run is not None:

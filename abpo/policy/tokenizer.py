@@ -1,6 +1,13 @@
 """The `tiny` model's tokenizer: byte-level BPE trained with `tokenizers` on the catalog titles and the prompt
-template, so any text round-trips (no unknown tokens), digits are single tokens (item ids are generated digit by
-digit) and the answer markup ``<item_id> </item_id> <item> </item>`` are one token each.
+template, so any text round-trips (no unknown tokens), digits are single tokens and the answer markup
+``<item_id> </item_id> <item> </item>`` are one token each.
+
+Per-item tokens: every catalog item gets ONE token for its whole id markup ``<item_id>ID</item_id>`` (an added
+token; added tokens are matched longest-first before the BPE, so ``<item_id>1234</item_id>`` is that one token
+wherever it occurs: in the candidate lines, the history lines and the answers). Its embedding (tied with the output
+head) is a per-item vector the model can learn popularity and co-occurrence in, and the first answer token is a
+choice among items. The text is unchanged (a pretrained tokenizer just splits the digits); an id outside the
+catalog still tokenizes as ``<item_id>`` + digits + ``</item_id>``.
 
 Chat format (the template ``render_chat`` applies)::
 
@@ -13,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from abpo.policy.prompt import ANSWER_MARKUP, TEMPLATE_STRINGS, build_prompt, format_answer
+from abpo.policy.prompt import ANSWER_MARKUP, ID_CLOSE, ID_OPEN, TEMPLATE_STRINGS, build_prompt, format_answer
 
 PAD, BOS, EOS = "<|pad|>", "<|bos|>", "<|end|>"
 USER, ASSISTANT, SYSTEM = "<|user|>", "<|assistant|>", "<|system|>"
@@ -42,12 +49,19 @@ def training_corpus(titles: Iterable[str]) -> list[str]:
     return corpus
 
 
-def train_tiny_tokenizer(titles: Iterable[str], vocab_size: int):
-    """Train the byte-level BPE and wrap it as a transformers ``PreTrainedTokenizerFast`` with the chat template.
+def item_token(item_id: int) -> str:
+    """The per-item token of ``item_id``: its whole id markup ``<item_id>ID</item_id>``."""
+    return f"{ID_OPEN}{int(item_id)}{ID_CLOSE}"
 
-    Deterministic for a given title set (the corpus is sorted; the BPE trainer breaks ties deterministically).
+
+def train_tiny_tokenizer(titles: Iterable[str], vocab_size: int, item_ids: Iterable[int] = ()):
+    """Train the byte-level BPE (``vocab_size`` tokens) and wrap it as a transformers ``PreTrainedTokenizerFast``
+    with the chat template; then add one token per id in ``item_ids`` (``item_token``, ascending id order).
+
+    Deterministic for a given title and id set (the corpus is sorted; the BPE trainer breaks ties
+    deterministically).
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
@@ -64,6 +78,9 @@ def train_tiny_tokenizer(titles: Iterable[str], vocab_size: int):
     )
     tok.train_from_iterator(training_corpus(titles), trainer=trainer)
     tok.add_tokens(list(ANSWER_MARKUP))  # one token each, not special (kept by decode)
+    ids = sorted({int(i) for i in item_ids})
+    if ids:
+        tok.add_tokens([AddedToken(item_token(i), normalized=False) for i in ids])
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token=BOS,

@@ -114,3 +114,25 @@ def test_fit_errors_when_candidates_alone_do_not_fit(tiny_tokenizer):
     none = fit_prompt(tiny_tokenizer, [], cands, max_history=10, max_prompt_tokens=100_000)
     with pytest.raises(PromptTooLongError, match="3 candidates alone take"):
         fit_prompt(tiny_tokenizer, ["A (2000)"], cands, max_history=10, max_prompt_tokens=none.n_tokens - 1)
+
+
+def test_tiny_tokenizer_has_one_token_per_catalog_item(tiny_tokenizer, small_titles):
+    """<item_id>ID</item_id> is one token for a catalog id (in answers and candidate lines alike); a non-catalog
+    id still round-trips as markup + single digits; years in titles stay digits."""
+    from abpo.policy.tokenizer import item_token
+
+    some = list(small_titles)[7]
+    ans = format_answer(some, small_titles[some])
+    ids = encode_prompt(tiny_tokenizer, ans)
+    assert tiny_tokenizer.convert_ids_to_tokens(ids[0]) == item_token(some)
+    assert tiny_tokenizer.decode(ids) == ans
+    line_ids = encode_prompt(tiny_tokenizer, "x\n" + ans + "\n")
+    assert ids[0] in line_ids
+    other = encode_prompt(tiny_tokenizer, format_answer(987654321, "Heat (1995)"))
+    toks = tiny_tokenizer.convert_ids_to_tokens(other)
+    assert toks[:2] == ["<item_id>", "9"] and "1" in toks and tiny_tokenizer.decode(other).startswith("<item_id>987654321")
+
+
+def test_history_items_may_carry_ids():
+    text = build_prompt([(7, "Heat (1995)"), "Toy Story (1995)"], [(1234, "Alien (1979)")], max_history=5)
+    assert text.split("\n")[1:3] == [format_answer(7, "Heat (1995)"), "2. Toy Story (1995)"]

@@ -119,3 +119,30 @@ def test_bandit_log_contract_and_ingest(slice_cfg, movielens, tiny_dir, tmp_path
     rep = wh.ingest_month(slice_cfg.paths.resolve("landing"), "2024-02", known_arms=["abpo"])
     ctr = wh.ctr_by_arm_month(["2024-02"]).to_pylist()
     assert ctr[0]["impressions"] == 24 and ctr[0]["clicks"] == sum(r["clicked"] for r in rows), rep
+
+
+def test_completion_loss_equals_full_logits_nll(tiny_model, tiny_tokenizer, small_titles, small_policy_cfg, tmp_path):
+    """The SFT loss (only completion positions projected through the LM head) is the answer NLL computed from the
+    full logits."""
+    from datasets import Dataset
+    from trl import SFTConfig
+
+    from abpo.data.candidates import Example
+    from abpo.policy.sft import _completion_sft_trainer_class, sft_records
+
+    torch.set_num_threads(1)
+    ids = list(small_titles)
+    exs = [Example(f"1:{t}", 1, ids[:t], ids[t : t + 6], ids[t + 2]) for t in (3, 5, 9)]
+    recs = sft_records(exs, small_titles, tiny_tokenizer, small_policy_cfg)
+    args = SFTConfig(output_dir=str(tmp_path), report_to="none", completion_only_loss=True, max_length=None, bf16=False,
+                     per_device_train_batch_size=3)
+    trainer = _completion_sft_trainer_class()(model=tiny_model, args=args, train_dataset=Dataset.from_list(recs),
+                                              processing_class=tiny_tokenizer)
+    batch = trainer.data_collator(trainer.train_dataset.to_list())
+    loss = trainer.compute_loss(trainer.model, dict(batch))
+    with torch.no_grad():
+        logits = tiny_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    ref = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), batch["labels"][:, 1:].flatten(), ignore_index=-100)
+    assert float(loss) == pytest.approx(float(ref), abs=1e-5)
+    mode = "train" if trainer.model.training else "eval"
+    assert trainer._metrics[mode]["mean_token_accuracy"]  # TRL's metrics still logged

@@ -141,6 +141,11 @@ def smollm2_dir(paths_cfg) -> Path:
 
     tok = AutoTokenizer.from_pretrained(src, gguf_file=SMOLLM2_GGUF)
     model = AutoModelForCausalLM.from_pretrained(src, gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
+    # transformers dequantizes GGUF tensors on load: the weights are plain float32, but the model still carries a
+    # gguf quantizer marker that forbids save_pretrained. Drop it so the cache is an ordinary HF checkpoint.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")

@@ -31,7 +31,8 @@ def test_monthly_dag_runs_end_to_end(tmp_path):
     env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow"), "ABPO_STATE": str(tmp_path / "state"),
            "AIRFLOW__CORE__LOAD_EXAMPLES": "false", "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
            "ABPO_TASK_RETRIES": "0"}
-    env.pop("ABPO_TRACKING_URI", None)
+    for leaked in ("ABPO_TRACKING_URI", "MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI"):  # set by earlier tests
+        env.pop(leaked, None)
     proc = subprocess.run([sys.executable, "-c", RUN, str(DAGS)], env=env, capture_output=True, text=True,
                           timeout=1800)
     assert "DAGRUN_STATE=success" in proc.stdout, (proc.stdout[-3000:], proc.stderr[-6000:])
@@ -48,7 +49,8 @@ def test_monthly_dag_runs_end_to_end(tmp_path):
 
     from mlflow import MlflowClient
 
-    client = MlflowClient(tracking_uri=f"sqlite:///{state / 'mlflow.db'}")
+    uri = f"sqlite:///{state / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     versions = client.search_model_versions("name='abpo-recommender'")
     assert len(versions) == 2  # pi_init and the ABPO update
     champion = client.get_model_version_by_alias("abpo-recommender", "champion")

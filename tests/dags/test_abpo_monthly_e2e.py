@@ -55,4 +55,4 @@ def test_monthly_dag_runs_end_to_end(tmp_path):
     assert len(versions) == 2  # pi_init and the ABPO update
     champion = client.get_model_version_by_alias("abpo-recommender", "champion")
     challenger = client.get_model_version_by_alias("abpo-recommender", "challenger")
-    assert challenger.version == "2" and champion.version in ("1", "2")
+    assert int(challenger.version) == 2 and int(champion.version) in (1, 2)

@@ -17,6 +17,7 @@ from abpo.algo.rewards import (
     format_reward,
     match_reward,
     self_certainty,
+    self_certainty_from_token_kl,
     token_kl_from_uniform,
     total_reward,
 )
@@ -48,6 +49,7 @@ __all__ = [
     "match_reward",
     "rollout_advantages",
     "self_certainty",
+    "self_certainty_from_token_kl",
     "sequence_log_ratio",
     "snips_weight",
     "snips_weight_from_logprobs",

@@ -129,7 +129,18 @@ def self_certainty(logits: Tensor, mask: Tensor) -> Tensor:
             f"abpo.algo.rewards.self_certainty: logits {tuple(logits.shape)} and mask {tuple(mask.shape)}; "
             "rule: logits [B, T, V] and mask [B, T]"
         )
-    kl = token_kl_from_uniform(logits)  # [B, T]: KL(U || p_t)
+    return self_certainty_from_token_kl(token_kl_from_uniform(logits), mask)  # KL(U || p_t): [B, T]
+
+
+def self_certainty_from_token_kl(kl: Tensor, mask: Tensor) -> Tensor:
+    """r_sc = (1/T) sum_t KL(U || p_t) (ABPO_SPEC.md step 2) from the per-token KL(U || p_t) [B, T] (e.g. collected
+    one decoding step at a time by `token_kl_from_uniform` while the rollouts are generated) and the completion mask
+    [B, T]. A row with no completion tokens gets 0. Returns [B]."""
+    if kl.dim() != 2 or mask.shape != kl.shape:
+        raise ValueError(
+            f"abpo.algo.rewards.self_certainty_from_token_kl: kl {tuple(kl.shape)} and mask {tuple(mask.shape)}; "
+            "rule: both [B, T]"
+        )
     m = mask.to(kl.dtype)
     kl = torch.where(m > 0, kl, torch.zeros_like(kl))  # padded positions may hold anything, even inf
     return (kl * m).sum(-1) / m.sum(-1).clamp(min=1.0)  # (1/T) sum_t KL(U || p_t)

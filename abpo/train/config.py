@@ -67,7 +67,8 @@ class UpdateConfig:
     batch_size: int = field(
         default=4,
         metadata={
-            "help": "Logged examples per device micro-batch (paper: 4); TRL per_device_train_batch_size = "
+            "help": "Logged examples per device micro-batch (paper: 4; CPU preset: 16, i.e. 48 rollouts in one "
+            "generate call and one loss pass: fewer, better-vectorised steps); TRL per_device_train_batch_size = "
             "batch_size x rollouts per example."
         },
     )
@@ -116,7 +117,7 @@ class UpdateConfig:
         default=0,
         metadata={
             "help": "Use at most this many logged rows (seeded draw, both strata kept in proportion); 0 = the whole "
-            "log. The CPU preset caps it so an update takes minutes on 2 cores."
+            "log (both presets). A cap for quick experiments."
         },
     )
     arm: str = field(

@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +44,8 @@ from abpo.algo.rewards import (
     format_reward as format_reward_tensor,
     match_reward as match_reward_tensor,
     self_certainty,
+    self_certainty_from_token_kl,
+    token_kl_from_uniform,
     total_reward,
 )
 from abpo.algo.snips import effective_sample_size, snips_weight, stratified_self_normalise
@@ -83,6 +86,24 @@ def match_reward(prompts, completions, candidates, a_log, y, **kwargs) -> list[f
 
 
 REWARD_FUNCS = [format_reward, match_reward]  # order = columns of rewards_per_func: 0 r_fmt, 1 r_match
+
+
+# ------------------------------------------------------------------------------------------ TRL's fused head
+
+
+@contextmanager
+def _compact_fused_lm_head():
+    """Within the block, TRL's fused LM head gathers the labelled (completion) positions before projecting them on
+    every device, as it already does on CUDA/XPU (`compact = _use_triton(device)` in `add_fused_lm_head`). Only that
+    decision changes: the kernel itself still picks its own (torch) implementation on the CPU."""
+    import trl.trainer.utils as trl_utils
+
+    original = trl_utils._use_triton
+    trl_utils._use_triton = lambda device: True
+    try:
+        yield
+    finally:
+        trl_utils._use_triton = original
 
 
 # ------------------------------------------------------------------------------------------------ settings
@@ -155,9 +176,57 @@ class ABPOTrainer(GRPOTrainer):
             **kwargs,
         )
         self._abpo_rewards_per_func: torch.Tensor | None = None
+        self._abpo_rollout_sc: list[float] | None = None  # r_sc of this generation batch's rollouts, if recorded
         self._answer_ids_cache: dict[str, list[int]] = {}
 
     # ------------------------------------------------------------------------------ wrapped TRL methods
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+        """super(), with TRL's fused LM head scoring only the completion positions on every device.
+
+        TRL's fused head (trl.trainer.utils.add_fused_lm_head) projects only the positions with a label (the
+        completion tokens) on CUDA/XPU, but on other devices it projects EVERY position, prompt included, through the
+        LM head, forward and backward, to keep tile shapes static for compilers (Neuron). On the CPU that is pure
+        waste: with ~530 prompt tokens and ~20 completion tokens per row, ~95% of the head's work (the largest cost
+        of a CPU update step) is thrown away. The result is identical either way (masked positions are zero); see
+        tests/train/test_trl_contract.py for the pinned line."""
+        with _compact_fused_lm_head():
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
+            )
+
+    def _generate_single_turn(self, prompt_ids, *args, **kwargs):
+        """super() (TRL's rollout generation), recording each rollout's self-certainty on the way when the variant
+        needs it and generation runs through HF `generate` in this process: a forward hook on the LM head keeps
+        KL(U || p_t) of every decoding step's next-token logits (the logits pi_theta = pi_old samples token t
+        from), so r_sc of the rollouts costs no extra forward pass over prompt + completion. With vLLM (or
+        continuous batching) the logits never reach this process: `_self_certainty` runs the forward instead."""
+        self._abpo_rollout_sc = None
+        record = (
+            self.variant.self_certainty
+            and not self.use_vllm
+            and not getattr(self, "use_transformers_continuous_batching", False)
+        )
+        if not record:
+            return super()._generate_single_turn(prompt_ids, *args, **kwargs)
+        steps: list[torch.Tensor] = []
+
+        def keep_token_kl(module, inputs, output):
+            logits = output[0] if isinstance(output, tuple) else output
+            steps.append(token_kl_from_uniform(logits[:, -1, :].detach()).cpu())  # [B]: KL(U || p_t), step t
+
+        handle = self._unwrapped().get_output_embeddings().register_forward_hook(keep_token_kl)
+        try:
+            completion_ids, logprobs = super()._generate_single_turn(prompt_ids, *args, **kwargs)
+        finally:
+            handle.remove()
+        lengths = [len(c) for c in completion_ids]
+        if steps and all(s.shape == (len(prompt_ids),) for s in steps) and max(lengths, default=0) <= len(steps):
+            kl = torch.stack(steps, dim=1)  # [B, S]: column t = the logits completion token t was sampled from
+            mask = torch.arange(kl.shape[1])[None, :] < torch.tensor(lengths)[:, None]
+            self._abpo_rollout_sc = self_certainty_from_token_kl(kl, mask).tolist()
+        # otherwise (an unexpected call pattern of generate): _abpo_advantages falls back to a forward pass
+        return completion_ids, logprobs
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
@@ -166,6 +235,7 @@ class ABPOTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs):
         self._abpo_rewards_per_func = None
+        self._abpo_rollout_sc = None
         output = super()._generate_and_score_completions(inputs)
         if self._abpo_rewards_per_func is None:
             raise RuntimeError(
@@ -268,7 +338,12 @@ class ABPOTrainer(GRPOTrainer):
         r_sc_local = [0.0] * n_local
         if v.self_certainty:
             rows = [i for i in range(n_local) if y_local[i] == 0]
-            for i, val in zip(rows, self._self_certainty([(prompt_ids[i], comp_ids[i]) for i in rows])):
+            recorded = getattr(self, "_abpo_rollout_sc", None)  # from the generation logits (HF generate)
+            if recorded is not None and len(recorded) == n_local:
+                vals = [recorded[i] for i in rows]
+            else:
+                vals = self._self_certainty([(prompt_ids[i], comp_ids[i]) for i in rows])
+            for i, val in zip(rows, vals):
                 r_sc_local[i] = val
 
         # Per logged example (once per process even when its rows repeat here): e_old and the anchor's r_sc.

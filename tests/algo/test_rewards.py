@@ -14,6 +14,7 @@ from abpo.algo.rewards import (
     format_reward,
     match_reward,
     self_certainty,
+    self_certainty_from_token_kl,
     token_kl_from_uniform,
     total_reward,
 )
@@ -100,6 +101,11 @@ def test_self_certainty_hand_example_with_masking():
     r = self_certainty(logits, mask)
     half_log_4_3 = 0.5 * math.log(4.0 / 3.0)
     assert r.tolist() == pytest.approx([half_log_4_3 / 2, half_log_4_3], abs=1e-12)
+    # the same from per-token KL values collected step by step (what the trainer records during generation)
+    kl = torch.stack([token_kl_from_uniform(logits[:, t]) for t in range(2)], dim=1)
+    assert self_certainty_from_token_kl(kl, mask).tolist() == pytest.approx(r.tolist(), abs=1e-12)
+    with pytest.raises(ValueError, match=r"rule: both \[B, T\]"):
+        self_certainty_from_token_kl(kl, mask[:, :1])
 
 
 def test_self_certainty_matches_direct_kl_and_is_stable_for_large_logits():

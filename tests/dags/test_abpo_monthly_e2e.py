@@ -20,7 +20,8 @@ from airflow.dag_processing.dagbag import DagBag
 bag = DagBag(sys.argv[1])
 assert not bag.import_errors, bag.import_errors
 overrides = ["data.max_users=30", "sft.max_steps=4", "sft.max_examples=60", "sft.eval_max_users=15",
-             "data.eval_candidates=20", "update.max_steps=2", "update.max_examples=8", "update.save_steps=1"]
+             "data.eval_candidates=20", "update.max_steps=2", "update.max_examples=8", "update.batch_size=4",
+             "update.save_steps=1"]
 run = bag.dags["abpo_monthly"].test(run_conf={"month": "2024-01", "overrides": overrides})
 print("DAGRUN_STATE=" + str(run.state))
 """

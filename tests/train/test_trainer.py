@@ -117,6 +117,31 @@ def test_e_old_and_self_certainty_match_direct_computation(load_tiny, update_row
         assert val == pytest.approx(float(ref[0]), rel=1e-4, abs=1e-6)
 
 
+def test_rollout_self_certainty_recorded_during_generation_equals_a_forward_pass(
+    load_tiny, update_rows, tiny_update_cfg, tmp_path
+):
+    """r_sc of the rollouts comes from the logits HF generate sampled them from (LM-head hook), with no extra
+    forward; it must equal the padded forward pass over prompt + completion (`_self_certainty`), and a variant
+    without self-certainty records nothing."""
+    torch.manual_seed(0)
+    trainer, _ = _make(load_tiny, update_rows, tiny_update_cfg, tmp_path, "abpo")
+    batch = _batch(trainer, update_rows[:4])
+    trainer.model.train()
+    out = trainer._generate_and_score_completions(batch)
+    recorded = trainer._abpo_rollout_sc
+    assert recorded is not None and len(recorded) == len(batch)
+    p_ids = [r[m.bool()].tolist() for r, m in zip(out["prompt_ids"], out["prompt_mask"])]
+    c_ids = [r[m.bool()].tolist() for r, m in zip(out["completion_ids"], out["completion_mask"])]
+    assert len({len(c) for c in c_ids}) > 1 or max(len(c) for c in c_ids) > 1  # real completions, not empty
+    forward = trainer._self_certainty(list(zip(p_ids, c_ids)))
+    assert recorded == pytest.approx(forward, rel=1e-4, abs=1e-5)
+
+    trainer_c, _ = _make(load_tiny, update_rows, tiny_update_cfg, tmp_path, "anchor")
+    trainer_c.model.train()
+    trainer_c._generate_and_score_completions(_batch(trainer_c, update_rows[:4]))
+    assert trainer_c._abpo_rollout_sc is None
+
+
 def test_b_and_f_give_different_advantages_on_the_same_rollouts(load_tiny, update_rows, tiny_update_cfg, tmp_path):
     """The same generation batch (same rollouts, same rewards) scored as ABPO (F) and as vanilla GRPO (B)."""
     torch.manual_seed(0)

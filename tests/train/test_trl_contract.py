@@ -41,13 +41,19 @@ def test_trl_version_is_the_tested_range():
         ("_compute_loss", ["self", "model", "inputs"]),
         ("_get_train_sampler", ["self", "dataset"]),
         ("_prepare_inputs", ["self", "generation_batch"]),
+        ("_generate_single_turn", ["self", "prompt_ids", "images", "multimodal_fields", "num_generations", "has_tool_images"]),
+        ("_get_per_token_logps_and_entropies", None),
         ("log", ["self", "logs", "start_time"]),
     ],
 )
 def test_wrapped_method_signatures(name, params):
     fn = getattr(GRPOTrainer, name, None)
     assert fn is not None, f"GRPOTrainer.{name} is gone (ABPOTrainer relies on it)"
-    assert list(inspect.signature(fn).parameters) == params, f"GRPOTrainer.{name} signature changed"
+    got = list(inspect.signature(fn).parameters)
+    if params is None:  # ABPOTrainer passes the first four through by position, the rest by keyword
+        params = ["self", "model", "input_ids", "attention_mask", "logits_to_keep"]
+        got = got[: len(params)]
+    assert got == params, f"GRPOTrainer.{name} signature changed"
 
 
 def test_generate_and_score_source_contract():
@@ -65,6 +71,19 @@ def test_generate_and_score_source_contract():
     )
     loss = inspect.getsource(GRPOTrainer._compute_loss)
     assert 'inputs["advantages"]' in loss, "_compute_loss no longer reads inputs['advantages']"
+
+
+def test_fused_lm_head_and_generation_source_contract():
+    """ABPOTrainer's two CPU savings rely on: (1) add_fused_lm_head deciding to gather the labelled positions with
+    `trl.trainer.utils._use_triton(device)` (abpo.train.trainer._compact_fused_lm_head flips that decision);
+    (2) HF generation calling the LM head module once per generated token (the self-certainty hook)."""
+    import trl.trainer.utils as trl_utils
+
+    assert callable(getattr(trl_utils, "_use_triton", None)), "trl.trainer.utils._use_triton is gone"
+    src = inspect.getsource(trl_utils.add_fused_lm_head)
+    assert "compact = _use_triton(hidden_states.device)" in src, "TRL changed how the fused LM head picks positions"
+    gen = inspect.getsource(GRPOTrainer._generate_single_turn)
+    assert "unwrapped_model.generate(" in gen, "TRL's non-vLLM rollouts no longer go through HF generate"
 
 
 def test_repeat_sampler_without_shuffle_keeps_order_and_groups():
@@ -122,3 +141,12 @@ def test_generate_and_score_output_and_loss(load_tiny, update_rows, tiny_update_
         logp, logp.detach(), out["advantages"], out["completion_mask"], trainer.args.epsilon, ratio_level="token"
     )
     assert torch.allclose(loss, expected, atol=1e-5)
+    # the compacted fused LM head (completion positions only) = TRL's own CPU path (every position projected)
+    full, full_ent, _ = GRPOTrainer._get_per_token_logps_and_entropies(
+        trainer, trainer.model, ids, att, out["completion_ids"].size(1), compute_entropy=True
+    )
+    comp, comp_ent, _ = trainer._get_per_token_logps_and_entropies(
+        trainer.model, ids, att, out["completion_ids"].size(1), compute_entropy=True
+    )
+    m = out["completion_mask"].bool()
+    assert torch.allclose(comp[m], full[m], atol=1e-5) and torch.allclose(comp_ent[m], full_ent[m], atol=1e-4)

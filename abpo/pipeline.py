@@ -162,15 +162,12 @@ def evaluate_gate(cfg, challenger_dir: Path, champion_dir: Path, *, metric: str 
     from abpo.data.splits import split_users
     from abpo.policy.evaluate import evaluate_policy
     from abpo.policy.model import load_policy
+    from abpo.policy.sft import seeded_subsample
 
     ds = load_dataset(cfg.data)
     splits, _ = split_users(ds, cfg.data)
-    examples = build_eval_examples(splits, ds, cfg.data)
-    if cfg.sft.eval_max_users and len(examples) > cfg.sft.eval_max_users:
-        import numpy as np
-
-        keep = np.random.default_rng(cfg.seed).choice(len(examples), cfg.sft.eval_max_users, replace=False)
-        examples = [examples[i] for i in sorted(keep)]
+    # the same held-out users pi_init was evaluated on after SFT
+    examples = seeded_subsample(build_eval_examples(splits, ds, cfg.data), cfg.sft.eval_max_users, cfg.seed)
     popularity = training_popularity(splits, ds)
     out: dict[str, Any] = {}
     for role, path in (("champion", champion_dir), ("challenger", challenger_dir)):

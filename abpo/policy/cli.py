@@ -85,7 +85,7 @@ def cmd_evaluate(args: argparse.Namespace, cfg) -> int:
     from abpo.data.splits import split_users
     from abpo.policy.evaluate import evaluate_policy
     from abpo.policy.model import load_policy
-    from abpo.policy.sft import _subsample
+    from abpo.policy.sft import seeded_subsample
 
     _threads()
     model_dir = Path(args.model) if args.model else cfg.paths.resolve("models") / cfg.sft.output
@@ -95,7 +95,7 @@ def cmd_evaluate(args: argparse.Namespace, cfg) -> int:
     ds = load_dataset(cfg.data)
     splits, _ = split_users(ds, cfg.data)
     n = cfg.sft.eval_max_users if args.max_users is None else args.max_users
-    ev = _subsample(build_eval_examples(splits, ds, cfg.data), n, cfg.seed)
+    ev = seeded_subsample(build_eval_examples(splits, ds, cfg.data), n, cfg.seed)
     model, tok = load_policy(dataclasses.replace(cfg.policy, model=str(model_dir)), cfg.paths, dataset=ds)
     res = evaluate_policy(model, tok, ev, ds.titles(), cfg.policy, popularity=training_popularity(splits, ds),
                           generation=args.generation)

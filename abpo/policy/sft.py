@@ -55,7 +55,8 @@ def sft_records(examples, titles, tokenizer, policy_cfg) -> list[dict[str, list[
     return out
 
 
-def _subsample(items: list, n: int, seed: int) -> list:
+def seeded_subsample(items: list, n: int, seed: int) -> list:
+    """``n`` of ``items`` drawn without replacement by ``seed``, in their original order (all when n <= 0)."""
     if n <= 0 or n >= len(items):
         return list(items)
     idx = np.sort(np.random.default_rng(seed).choice(len(items), size=n, replace=False))
@@ -214,7 +215,7 @@ def train_sft(
     ds = dataset if dataset is not None else load_dataset(cfg.data)
     splits, report = split_users(ds, cfg.data)
     titles = ds.titles()
-    sup = _subsample(build_sup_examples(splits, ds, cfg.data), cfg.sft.max_examples, cfg.seed)
+    sup = seeded_subsample(build_sup_examples(splits, ds, cfg.data), cfg.sft.max_examples, cfg.seed)
     if not sup:
         raise ValueError(f"D_sup is empty for {ds.name} (split report: {report})")
     model, tok = load_policy(cfg.policy, cfg.paths, dataset=ds, seed=cfg.seed)
@@ -268,7 +269,7 @@ def train_sft(
         if evaluate:
             from abpo.policy.evaluate import evaluate_policy
 
-            ev = _subsample(build_eval_examples(splits, ds, cfg.data), cfg.sft.eval_max_users, cfg.seed)
+            ev = seeded_subsample(build_eval_examples(splits, ds, cfg.data), cfg.sft.eval_max_users, cfg.seed)
             res = evaluate_policy(
                 trained, tok, ev, titles, cfg.policy, popularity=training_popularity(splits, ds),
                 generation=cfg.sft.eval_generation, progress="evaluate pi_init",

@@ -29,7 +29,8 @@ def load_checkpoint(path: str | Path):
 
 class RecommenderModel:
     """Input rows: ``history_titles`` (list of str, chronological), ``candidate_ids`` (list of int),
-    ``candidate_titles`` (list of str). Output rows: ``ranked_item_ids`` (best first) and
+    ``candidate_titles`` (list of str), and ``history_item_ids`` (list of int, aligned with the titles; required
+    when the policy was trained with ``policy.history_item_ids``). Output rows: ``ranked_item_ids`` (best first) and
     ``propensities`` (e_p(a|q) in the order of ``candidate_ids``, ABPO_SPEC.md "Propensities")."""
 
     def __init__(self, path: str | Path, policy_cfg=None):
@@ -39,7 +40,7 @@ class RecommenderModel:
         self.policy = policy_cfg or PolicyConfig()
 
     def predict(self, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:
-        from abpo.policy.prompt import fit_prompt, format_answer
+        from abpo.policy.prompt import format_answer, request_prompt
         from abpo.policy.scoring import candidate_propensities, score_candidates
 
         tau = float((params or {}).get("tau", self.policy.tau))
@@ -48,11 +49,16 @@ class RecommenderModel:
             ids, titles = list(row.candidate_ids), list(row.candidate_titles)
             if len(ids) != len(titles) or not ids:
                 raise ValueError(f"row {i}: candidate_ids and candidate_titles must be non-empty and of equal length")
-            # the same prompt the policy was trained and logged with: chat template, token budget
-            prompt = fit_prompt(
-                self.tokenizer, list(row.history_titles), list(zip(ids, titles)),
-                max_history=self.policy.max_history, max_prompt_tokens=self.policy.max_prompt_tokens,
-            ).text
+            hist_titles = list(row.history_titles)
+            hist_ids = list(getattr(row, "history_item_ids", None) or [])
+            if self.policy.history_item_ids and len(hist_ids) != len(hist_titles):
+                raise ValueError(
+                    f"row {i}: history_item_ids has {len(hist_ids)} ids for {len(hist_titles)} history titles; rule: "
+                    "this policy was trained with policy.history_item_ids, its prompts show the history's ids"
+                )
+            hist = list(zip(hist_ids, hist_titles)) if hist_ids else [(-1, t) for t in hist_titles]
+            # the same prompt builder the policy was trained and logged with: chat template, token budget
+            prompt = request_prompt(self.tokenizer, hist, list(zip(ids, titles)), self.policy).text
             answers = [format_answer(a, t) for a, t in zip(ids, titles)]
             scores = score_candidates(
                 self.model, self.tokenizer, prompt, answers, batch_tokens=self.policy.scoring_batch_tokens

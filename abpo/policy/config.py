@@ -23,8 +23,8 @@ class PolicyConfig:
         default=False,
         metadata={
             "help": "Show history items like candidates (<item_id>ID</item_id><item>TITLE</item>) instead of "
-            "numbered titles (prompts built from Examples: SFT, evaluation, D_bandit). Keep false unless every "
-            "prompt builder passes (id, title) history pairs: the update trainer and serving pass titles. Measured "
+            "numbered titles. Every prompt (SFT, evaluation, D_bandit, the update's rollouts and e_old, serving) is "
+            "built by abpo.policy.prompt.request_prompt, so the setting holds everywhere. Measured "
             "on tiny: HR@5 0.130 vs 0.123 without (300 users; within noise)."
         },
     )
@@ -40,6 +40,15 @@ class PolicyConfig:
         default=96, metadata={"help": "Generation limit for one answer <item_id>ID</item_id><item>TITLE</item>."}
     )
     generation_batch_size: int = field(default=8, metadata={"help": "Prompts per batch for greedy generation."})
+    constrained_rollouts: bool = field(
+        default=False,
+        metadata={
+            "help": "Update rollouts may only name a candidate of their request: at each step only tokens that "
+            "continue a well-formed answer <item_id>ID</item_id><item>TITLE</item> of C (+ EOS) are allowed "
+            "(abpo.policy.constrained). The update's log-probs are then those of the constrained policy. On in the "
+            "CPU presets (tiny, smollm2), off at GPU scale (the paper samples freely; vLLM has no such hook here)."
+        },
+    )
     # tiny model shape (used when model == tiny)
     tiny_hidden_size: int = field(default=128, metadata={"help": "tiny: hidden size."})
     tiny_layers: int = field(default=2, metadata={"help": "tiny: decoder layers."})

@@ -160,18 +160,37 @@ def fit_prompt(
     return FittedPrompt(t, u, m, k, len(history) - k)
 
 
+def request_prompt(
+    tokenizer: Any,
+    history: Sequence[tuple[int, str]],
+    candidates: Sequence[tuple[int, str]],
+    policy_cfg: Any,
+) -> FittedPrompt:
+    """THE prompt of a request (history and candidates as (item id, title) pairs): every caller that builds a
+    prompt for the policy (SFT, evaluation, the logging policy's e0, the update's rollouts and e_old, serving)
+    goes through here, so ``policy.history_item_ids``, ``policy.max_history`` and ``policy.max_prompt_tokens``
+    mean the same thing everywhere (a prompt built one way and scored another would make e_old / e0 compare two
+    different policies)."""
+    with_ids = bool(getattr(policy_cfg, "history_item_ids", False))
+    return fit_prompt(
+        tokenizer,
+        [(int(i), t) if with_ids else t for i, t in history],
+        [(int(i), t) for i, t in candidates],
+        max_history=policy_cfg.max_history,
+        max_prompt_tokens=policy_cfg.max_prompt_tokens,
+    )
+
+
 def example_prompt(example: Any, titles: Mapping[int, str], tokenizer: Any, policy_cfg: Any) -> FittedPrompt:
     """The fitted prompt of an ``abpo.data.candidates.Example`` (history ids and candidate ids -> titles)."""
     missing = [i for i in [*example.history, *example.candidates] if i not in titles]
     if missing:
         raise KeyError(f"request {example.request_id}: item ids {missing[:5]} not in the catalog")
-    with_ids = bool(getattr(policy_cfg, "history_item_ids", False))
-    return fit_prompt(
+    return request_prompt(
         tokenizer,
-        [(i, titles[i]) if with_ids else titles[i] for i in example.history],
+        [(i, titles[i]) for i in example.history],
         [(i, titles[i]) for i in example.candidates],
-        max_history=policy_cfg.max_history,
-        max_prompt_tokens=policy_cfg.max_prompt_tokens,
+        policy_cfg,
     )
 
 

@@ -27,6 +27,13 @@ class UpdateConfig:
             "(TRL num_generations = G-1); vanilla GRPO (B): G sampled rollouts. Must leave >= 2 rollouts."
         },
     )
+    grpo_equal_samples: bool = field(
+        default=False,
+        metadata={
+            "help": "Vanilla GRPO (B) samples G-1 rollouts instead of G, the count the anchored variants C-F "
+            "sample, so that B and F compare at equal sampled completions (and equal generation cost)."
+        },
+    )
     delta: float = field(
         default=1e-6, metadata={"help": "delta in w_hat_i = w_i / (mean_{k in B_y} w_k + delta) (step 3)."}
     )
@@ -51,16 +58,22 @@ class UpdateConfig:
         default=0.0,
         metadata={"help": "KL regulariser weight to the update's starting policy (GRPOConfig.beta); 0 = off (spec: optional)."},
     )
-    importance_sampling_level: str = field(
-        default="token",
+    ratio_level: str = field(
+        default="sequence",
         metadata={
-            "help": "GRPOConfig.importance_sampling_level: token (standard GRPO per-token ratio) | sequence "
-            "(length-normalised sequence ratio, GSPO)."
+            "help": "How s_i^j of step 5 is formed (abpo.algo.surrogate.clipped_surrogate): sequence (the spec: "
+            "pi_theta(a|q)/pi_old(a|q), the product over the completion's tokens; default) | geometric (its "
+            "length-normalised root, GSPO) | token (one clipped ratio per token averaged over the completion, TRL's "
+            "classic GRPO loss). Every level keeps the spec's mean over rollouts: each rollout weighs 1/(B(G-1))."
         },
     )
     loss_type: str = field(
         default="grpo",
-        metadata={"help": "GRPOConfig.loss_type; grpo = per-sequence token mean, then mean over the batch (step 5)."},
+        metadata={
+            "help": "GRPOConfig.loss_type; only grpo is accepted. The loss itself is ABPO's (step 5, computed by "
+            "abpo.algo.surrogate per ratio_level); TRL's dapo/bnpo/dr_grpo/cispo weight completions by batch "
+            "token counts, which breaks the (1/(G-1)) mean over rollouts of step 5, so they are refused."
+        },
     )
     # ------------------------------------------------------------------ optimisation -> TrainingArguments
     learning_rate: float = field(default=5e-4, metadata={"help": "Peak learning rate (paper: 5e-5)."})
@@ -101,6 +114,14 @@ class UpdateConfig:
     vllm_gpu_memory_utilization: float = field(
         default=0.3, metadata={"help": "GPU memory share vLLM may take in colocate mode."}
     )
+    vllm_importance_sampling_correction: bool = field(
+        default=False,
+        metadata={
+            "help": "TRL's truncated importance-sampling correction of vLLM rollouts (weights each token by "
+            "pi_train/pi_vLLM). Not part of ABPO_SPEC.md step 5, and it costs an extra forward pass: off. Turn on "
+            "only if vLLM's sampling numerics drift visibly from the trained model's (bf16 kernels)."
+        },
+    )
     # ------------------------------------------------------------------ hardware
     bf16: bool = field(default=False, metadata={"help": "bf16 mixed precision (GPU preset). Off on CPU."})
     gradient_checkpointing: bool = field(default=False, metadata={"help": "Gradient checkpointing (GPU preset)."})
@@ -118,6 +139,15 @@ class UpdateConfig:
         metadata={
             "help": "Use at most this many logged rows (seeded draw, both strata kept in proportion); 0 = the whole "
             "log (both presets). A cap for quick experiments."
+        },
+    )
+    stratification: str = field(
+        default="oversample",
+        metadata={
+            "help": "How stratified SNIPS mini-batches are filled (abpo.warehouse.stratified_batches): oversample "
+            "(default: every batch holds round(B*P/(P+N)) >= 1 positives; the scarcer stratum is recycled in a "
+            "fresh seeded order, so some of its rows appear twice in the epoch) | proportional (each row once; "
+            "positives spread evenly over floor((P+N)/B) batches; the rows that fill no batch are reported)."
         },
     )
     arm: str = field(

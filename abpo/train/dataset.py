@@ -19,6 +19,8 @@ happens in `stratified_batches`.
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,6 +60,37 @@ class BatchingReport:
         }
 
 
+_SOFTMAX_RULE = re.compile(r"^softmax\(tau=([0-9.eE+-]+)\)$")
+
+
+def logged_tau(logging_policy: str) -> float:
+    """tau of a ``softmax(tau=X)`` logging rule (what `abpo.policy.bandit` and the LLM arms write into the log's
+    ``logging_policy``); ValueError for any other rule."""
+    m = _SOFTMAX_RULE.match(str(logging_policy).strip())
+    if not m:
+        raise ValueError(f"logging_policy {logging_policy!r} is not softmax(tau=X)")
+    return float(m.group(1))
+
+
+def _check_tau(row: Mapping[str, Any], tau: float, where: str) -> None:
+    """e0 was computed as softmax(s/tau_log); e_old = softmax(s_old/tau) is only comparable with it (the SNIPS
+    weight e_old/e0 of step 3) when tau == tau_log."""
+    rid = row.get("impression_id", "?")
+    rule = row.get("logging_policy")
+    try:
+        tau_log = logged_tau(rule)
+    except ValueError as e:
+        raise UpdateDataError(
+            f"{where} impression {rid}: {e}; rule: the update recomputes e_old = softmax(s/tau) over C, which needs "
+            "a log written by a softmax(tau) logging policy over the same candidates"
+        ) from None
+    if not math.isclose(tau_log, tau, rel_tol=1e-9, abs_tol=1e-12):
+        raise UpdateDataError(
+            f"{where} impression {rid}: logged with {rule} but policy.tau={tau}; rule: e_old must use the tau of the "
+            "logging policy's e0 (set policy.tau to the logged value)"
+        )
+
+
 def _check_row(row: Mapping[str, Any], titles: Mapping[int, str], where: str) -> None:
     rid = row.get("impression_id", "?")
     cands = [int(c) for c in row["candidates"]]
@@ -75,16 +108,15 @@ def _check_row(row: Mapping[str, Any], titles: Mapping[int, str], where: str) ->
 
 def example_row(row: Mapping[str, Any], titles: Mapping[int, str], tokenizer, policy_cfg, where: str = "D_bandit") -> dict:
     """One impression (IMPRESSIONS_SCHEMA dict) -> one trainer row (see the module docstring)."""
-    from abpo.policy.prompt import fit_prompt, format_answer
+    from abpo.policy.prompt import format_answer, request_prompt
 
     _check_row(row, titles, where)
+    _check_tau(row, float(policy_cfg.tau), where)
     cands = [int(c) for c in row["candidates"]]
-    fitted = fit_prompt(
-        tokenizer,
-        [titles[int(i)] for i in row["history"]],
-        [(c, titles[c]) for c in cands],
-        max_history=policy_cfg.max_history,
-        max_prompt_tokens=policy_cfg.max_prompt_tokens,
+    # the same prompt builder as the logging policy's e0 (abpo.policy.bandit -> example_prompt): e_old and e0 are
+    # then propensities of the same prompt, and the rollouts answer the prompt the log was served with
+    fitted = request_prompt(
+        tokenizer, [(int(i), titles[int(i)]) for i in row["history"]], [(c, titles[c]) for c in cands], policy_cfg
     )
     a_log = int(row["item_id"])
     return {

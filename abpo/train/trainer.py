@@ -1,11 +1,17 @@
 """ABPOTrainer: trl.GRPOTrainer with the advantages of ABPO_SPEC.md "The update", for every variant (B)-(F).
 
 What TRL keeps doing (unchanged, by calling super()): the data loader and its group sampler, rollout generation
-(HF `generate` on CPU, vLLM colocate on GPU), the reward functions' bookkeeping and logging, the clipped surrogate
-loss with old log-probs (step 5: only rollouts are rows, so the anchor never gets a surrogate term), PEFT/LoRA,
-DeepSpeed, gradient accumulation, checkpoints and resume.
+(HF `generate` on CPU, vLLM colocate on GPU), the reward functions' bookkeeping and logging, the per-token
+log-probs (its fused LM head), PEFT/LoRA, DeepSpeed, gradient accumulation, checkpoints and resume.
 
-What this subclass changes, by wrapping two parent methods (no TRL code is copied):
+What this subclass changes (no TRL code is copied):
+
+- `_compute_loss`: replaced by step 5 exactly, `abpo.algo.surrogate.clipped_surrogate` with `update.ratio_level`
+  (default: the spec's sequence ratio; only rollouts are rows, so the anchor never gets a surrogate term): each
+  rollout weighs the same whatever its token count (TRL's grpo loss averages tokens per rollout, dapo/bnpo
+  weigh by batch token counts; both are refused or replaced).
+- constrained rollouts (`policy.constrained_rollouts`, abpo.policy.constrained): `generate` gets a per-row
+  candidate-trie logits processor, and the loss uses the log-probs of that constrained policy (Eq. q there).
 
 - `_calculate_rewards`: calls super() and keeps its output, the gathered per-function rewards [N_global, 2]
   (r_fmt, r_match of step 2, computed by the TRL reward functions `format_reward` / `match_reward` below from
@@ -49,9 +55,12 @@ from abpo.algo.rewards import (
     total_reward,
 )
 from abpo.algo.snips import effective_sample_size, snips_weight, stratified_self_normalise
+from abpo.algo.surrogate import clipped_surrogate
 from abpo.algo.variants import Variant, get_variant, rollout_advantages
 
 TESTED_TRL = (">=1.16", "<1.17")
+ALLOWED_LOSS_TYPES = frozenset({"grpo"})
+RATIO_LEVELS = frozenset({"sequence", "geometric", "token"})
 
 
 # ----------------------------------------------------------------------------------------- reward functions
@@ -120,13 +129,17 @@ class ABPOSettings:
     tau: float = 1.0  # policy.tau: the same temperature as the logging policy's e0
     w_max: float = 0.0  # optional cap on raw w (0 = none, the spec)
     scoring_batch_tokens: int = 16384  # policy.scoring_batch_tokens
+    constrained_rollouts: bool = False  # policy.constrained_rollouts: rollouts only name candidates (Eq. q)
+    ratio_level: str = "sequence"  # update.ratio_level: how s_i^j of step 5 is formed
+    grpo_equal_samples: bool = False  # update.grpo_equal_samples: (B) samples G-1 rollouts like C-F
 
 
-def rollouts_per_example(variant: Variant | str, group_size: int) -> int:
+def rollouts_per_example(variant: Variant | str, group_size: int, *, equal_samples: bool = False) -> int:
     """TRL num_generations: G - 1 sampled rollouts for anchored variants (the anchor a^1 = a^log is not sampled),
-    G for vanilla GRPO (B)."""
+    G for vanilla GRPO (B), or G - 1 for B too when ``equal_samples`` (update.grpo_equal_samples: B and F then
+    sample the same number of completions per logged example)."""
     v = get_variant(variant) if isinstance(variant, str) else variant
-    k = group_size - 1 if v.anchor else group_size
+    k = group_size - 1 if (v.anchor or equal_samples) else group_size
     if k < 2:
         raise ValueError(
             f"update.group_size={group_size}: variant {v.letter} ({v.name}) would sample {k} rollout(s); "
@@ -163,6 +176,31 @@ class ABPOTrainer(GRPOTrainer):
             )
         if args.num_iterations != 1:
             raise ValueError("ABPOTrainer: num_iterations must be 1 (pi_old is the policy of the previous step)")
+        if args.steps_per_generation != args.gradient_accumulation_steps:
+            raise ValueError(
+                f"ABPOTrainer: steps_per_generation={args.steps_per_generation} != gradient_accumulation_steps="
+                f"{args.gradient_accumulation_steps}; rule: one generation batch is one optimizer step, the SNIPS "
+                "mini-batch of step 3 (its w_hat are normalised over exactly the rows of one step)"
+            )
+        if args.loss_type not in ALLOWED_LOSS_TYPES:
+            raise ValueError(
+                f"ABPOTrainer: loss_type={args.loss_type!r}; rule: one of {sorted(ALLOWED_LOSS_TYPES)}. ABPO's loss "
+                "is the mean over rollouts of step 5 (computed here by abpo.algo.surrogate); TRL's dapo/bnpo/"
+                "dr_grpo/cispo weight completions by batch token counts, which breaks the (1/(G-1)) mean"
+            )
+        if settings.ratio_level not in RATIO_LEVELS:
+            raise ValueError(
+                f"ABPOTrainer: update.ratio_level={settings.ratio_level!r}; rule: one of {sorted(RATIO_LEVELS)}"
+            )
+        if settings.constrained_rollouts:
+            from abpo.policy.constrained import check_sampling
+
+            if args.use_vllm:
+                raise ValueError(
+                    "policy.constrained_rollouts with update.use_vllm: rule: constrained rollouts run through HF "
+                    "generate (the vLLM path samples freely, as the paper does); turn one of them off"
+                )
+            check_sampling(top_p=args.top_p, top_k=args.top_k, min_p=args.min_p)
         missing = [c for c in ("candidates", "a_log", "y", "e0", "anchor_text", "request_id", "candidate_answers")
                    if c not in train_dataset.column_names]
         if missing:
@@ -178,6 +216,13 @@ class ABPOTrainer(GRPOTrainer):
         self._abpo_rewards_per_func: torch.Tensor | None = None
         self._abpo_rollout_sc: list[float] | None = None  # r_sc of this generation batch's rollouts, if recorded
         self._answer_ids_cache: dict[str, list[int]] = {}
+        self._abpo_gen_inputs: list[dict] | None = None  # the rows being generated for (constrained rollouts)
+        self._trie_cache: dict[str, Any] = {}
+        if settings.constrained_rollouts and self.accelerator.num_processes != 1:
+            raise ValueError(
+                "policy.constrained_rollouts: rule: single-process training only (its log-probs are computed on the "
+                "unwrapped model, outside DDP/DeepSpeed); use free generation for multi-process runs"
+            )
 
     # ------------------------------------------------------------------------------ wrapped TRL methods
 
@@ -196,37 +241,117 @@ class ABPOTrainer(GRPOTrainer):
             )
 
     def _generate_single_turn(self, prompt_ids, *args, **kwargs):
-        """super() (TRL's rollout generation), recording each rollout's self-certainty on the way when the variant
-        needs it and generation runs through HF `generate` in this process: a forward hook on the LM head keeps
-        KL(U || p_t) of every decoding step's next-token logits (the logits pi_theta = pi_old samples token t
-        from), so r_sc of the rollouts costs no extra forward pass over prompt + completion. With vLLM (or
-        continuous batching) the logits never reach this process: `_self_certainty` runs the forward instead."""
+        """super() (TRL's rollout generation), with two additions on the HF `generate` path:
+
+        - constrained rollouts (policy.constrained_rollouts): a `CandidateConstraint` logits processor is passed to
+          `generate`, so row r only continues a well-formed answer of its own candidate set (abpo.policy.constrained,
+          Eq. q); the rows are the generation batch's dataset rows (`_abpo_gen_inputs`, set by
+          `_generate_and_score_completions`), one candidate set per row, so per-example sets work in one batch;
+        - self-certainty on the way, when the variant needs it: a forward hook on the LM head keeps KL(U || p_t) of
+          every decoding step's next-token logits (the full-vocabulary pi_theta = pi_old distribution token t is
+          drawn from), so r_sc of the rollouts costs no extra forward pass over prompt + completion. With vLLM (or
+          continuous batching) the logits never reach this process: `_self_certainty` runs the forward instead."""
         self._abpo_rollout_sc = None
-        record = (
-            self.variant.self_certainty
-            and not self.use_vllm
-            and not getattr(self, "use_transformers_continuous_batching", False)
-        )
-        if not record:
+        hf_generate = not self.use_vllm and not getattr(self, "use_transformers_continuous_batching", False)
+        record = self.variant.self_certainty and hf_generate
+        constraint = self._rollout_constraint(len(prompt_ids)) if self.abpo.constrained_rollouts and hf_generate else None
+        if not record and constraint is None:
             return super()._generate_single_turn(prompt_ids, *args, **kwargs)
+        model = self._unwrapped()
         steps: list[torch.Tensor] = []
 
         def keep_token_kl(module, inputs, output):
             logits = output[0] if isinstance(output, tuple) else output
             steps.append(token_kl_from_uniform(logits[:, -1, :].detach()).cpu())  # [B]: KL(U || p_t), step t
 
-        handle = self._unwrapped().get_output_embeddings().register_forward_hook(keep_token_kl)
+        handle = model.get_output_embeddings().register_forward_hook(keep_token_kl) if record else None
+        if constraint is not None:
+            from transformers import LogitsProcessorList
+
+            generate = model.generate  # TRL calls `unwrapped_model.generate(...)` on this same object
+
+            def constrained_generate(*a, **kw):
+                processors = LogitsProcessorList(kw.pop("logits_processor", None) or [])
+                processors.append(constraint)
+                return generate(*a, logits_processor=processors, **kw)
+
+            model.generate = constrained_generate
         try:
             completion_ids, logprobs = super()._generate_single_turn(prompt_ids, *args, **kwargs)
         finally:
-            handle.remove()
-        lengths = [len(c) for c in completion_ids]
-        if steps and all(s.shape == (len(prompt_ids),) for s in steps) and max(lengths, default=0) <= len(steps):
-            kl = torch.stack(steps, dim=1)  # [B, S]: column t = the logits completion token t was sampled from
-            mask = torch.arange(kl.shape[1])[None, :] < torch.tensor(lengths)[:, None]
-            self._abpo_rollout_sc = self_certainty_from_token_kl(kl, mask).tolist()
-        # otherwise (an unexpected call pattern of generate): _abpo_advantages falls back to a forward pass
+            if handle is not None:
+                handle.remove()
+            if constraint is not None:
+                del model.generate  # the class's generate again
+        if record:
+            lengths = [len(c) for c in completion_ids]
+            if steps and all(s.shape == (len(prompt_ids),) for s in steps) and max(lengths, default=0) <= len(steps):
+                kl = torch.stack(steps, dim=1)  # [B, S]: column t = the logits completion token t was sampled from
+                mask = torch.arange(kl.shape[1])[None, :] < torch.tensor(lengths)[:, None]
+                self._abpo_rollout_sc = self_certainty_from_token_kl(kl, mask).tolist()
+            # otherwise (an unexpected call pattern of generate): _abpo_advantages falls back to a forward pass
         return completion_ids, logprobs
+
+    # ------------------------------------------------------------------------------ constrained rollouts
+
+    def _trie(self, row: dict):
+        """The answer trie of one dataset row's candidate set (cached per logged example)."""
+        from abpo.policy.constrained import AnswerTrie
+
+        key = str(row["request_id"])
+        trie = self._trie_cache.get(key)
+        if trie is None:
+            if len(self._trie_cache) > 20_000:
+                self._trie_cache.clear()
+            answers = [self._answer_ids(a) for a in row["candidate_answers"]]
+            longest = max(len(a) for a in answers) + 1  # + EOS
+            if longest > self.max_completion_length:
+                raise ValueError(
+                    f"logged example {key}: its longest candidate answer takes {longest} tokens with EOS, over "
+                    f"update.max_completion_length={self.max_completion_length}; rule: with constrained rollouts every "
+                    "candidate's answer must fit (a cut answer gets no format reward): raise the limit"
+                )
+            trie = AnswerTrie(answers, self.processing_class.eos_token_id)
+            self._trie_cache[key] = trie
+        return trie
+
+    def _rollout_constraint(self, n_rows: int):
+        from abpo.policy.constrained import CandidateConstraint
+
+        rows = self._abpo_gen_inputs
+        if rows is None or len(rows) != n_rows:
+            raise RuntimeError(
+                f"ABPOTrainer: {n_rows} prompts to generate for but {0 if rows is None else len(rows)} dataset rows; "
+                "the TRL internals changed (see tests/train/test_trl_contract.py)"
+            )
+        return CandidateConstraint([self._trie(r) for r in rows])
+
+    def _constrained_logps(self, model, input_ids, attention_mask, completion_ids, allowed):
+        """log q_theta of every completion token under the candidate constraint (Eq. q of abpo.policy.constrained)
+        and the constrained steps' entropies, ``[N, T]`` each: the decoder's hidden states, then only the
+        branching positions projected on their allowed tokens' rows of the LM head."""
+        from abpo.policy.constrained import constrained_token_logps
+
+        unwrapped = self.accelerator.unwrap_model(model)
+        base = unwrapped.get_base_model() if hasattr(unwrapped, "get_base_model") else unwrapped
+        t = completion_ids.size(1)
+        with self.accelerator.autocast():
+            hidden = base.get_decoder()(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+        return constrained_token_logps(
+            hidden[:, -t - 1 : -1], base.get_output_embeddings(), completion_ids, allowed.to(hidden.device), self.temperature
+        )
+
+    def _constrained_ref_logps(self, output) -> torch.Tensor:
+        """log q_ref of the rollouts (the optional KL term with constrained rollouts): TRL's ref log-probs are over the
+        full vocabulary, so they are recomputed under the same constraint with the reference policy."""
+        input_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+        attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        args = (input_ids, attention_mask, output["completion_ids"], output["abpo_allowed"])
+        with torch.no_grad():
+            if self.ref_model is not None:
+                return self._constrained_logps(self.ref_model, *args)[0]
+            with self._unwrapped().disable_adapter():  # PEFT: the reference is the model without the adapter
+                return self._constrained_logps(self.model, *args)[0]
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
@@ -236,7 +361,27 @@ class ABPOTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs):
         self._abpo_rewards_per_func = None
         self._abpo_rollout_sc = None
-        output = super()._generate_and_score_completions(inputs)
+        self._abpo_gen_inputs = list(inputs)
+        try:
+            output = super()._generate_and_score_completions(inputs)
+        finally:
+            self._abpo_gen_inputs = None
+        if self.abpo.constrained_rollouts:
+            from abpo.policy.constrained import allowed_tensor
+
+            comps = [row[m.bool()].tolist() for row, m in zip(output["completion_ids"].cpu(), output["completion_mask"].cpu())]
+            # S_t of every completion position: the loss's log q_theta (Eq. q) travels with the rows through TRL's
+            # shuffle and split of the generation batch
+            output["abpo_allowed"] = allowed_tensor(
+                [self._trie(x) for x in inputs], comps, output["completion_ids"].size(1)
+            ).to(output["completion_ids"].device)
+            if "old_per_token_logps" in output:
+                raise RuntimeError(
+                    "ABPOTrainer: TRL computed full-vocabulary old log-probs (misaligned steps or vLLM importance "
+                    "sampling), which constrained rollouts cannot use"
+                )
+            if output.get("ref_per_token_logps") is not None:
+                output["ref_per_token_logps"] = self._constrained_ref_logps(output)
         if self._abpo_rewards_per_func is None:
             raise RuntimeError(
                 "ABPOTrainer: GRPOTrainer._generate_and_score_completions no longer calls _calculate_rewards; "
@@ -256,6 +401,55 @@ class ABPOTrainer(GRPOTrainer):
         for k, v in metrics.items():
             self._metrics[mode][k].append(float(v))
         return output
+
+    def _compute_loss(self, model, inputs):
+        """Minus the objective of ABPO_SPEC.md step 5 for this micro-batch, scaled for gradient accumulation:
+
+            J = mean over rollouts of min(s A, clip(s, 1-eps_low, 1+eps_high) A)  [- beta KL]
+
+        computed by `abpo.algo.surrogate.clipped_surrogate` with `update.ratio_level` (sequence: s = pi_theta(a|q) /
+        pi_old(a|q), the spec's ratio). Every rollout weighs the same (1/(B(G-1)) over the generation batch: equal
+        micro-batches, each a mean, divided by the accumulation steps), whatever its token count. The token
+        log-probs are TRL's full-vocabulary ones, or those of the constrained policy q_theta with constrained
+        rollouts (Eq. q of abpo.policy.constrained: the distribution the rollouts were sampled from). old = the
+        detached current log-probs (one optimizer step per generation batch: s = 1 in value, its gradient is
+        A grad log pi) unless TRL stored others."""
+        from abpo.algo.surrogate import sequence_log_ratio
+
+        prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
+        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
+        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
+        mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
+        if self.abpo.constrained_rollouts:
+            logps, entropies = self._constrained_logps(model, input_ids, attention_mask, completion_ids, inputs["abpo_allowed"])
+        else:
+            logps, entropies, _ = self._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True
+            )
+        old = inputs.get("old_per_token_logps")
+        old = logps.detach() if old is None else old
+        advantages = inputs["advantages"]
+        ref = inputs.get("ref_per_token_logps") if self.beta != 0.0 else None
+        objective = clipped_surrogate(
+            logps, old, advantages, mask, (self.epsilon_low, self.epsilon_high),
+            ratio_level=self.abpo.ratio_level, logp_ref=ref, beta=self.beta,
+        )
+        mode = "train" if self.model.training else "eval"
+        loss = -objective / (self.current_gradient_accumulation_steps if mode == "train" else 1.0)
+
+        with torch.no_grad():  # metrics: TRL's names where they mean the same
+            m = mask.to(logps.dtype)
+            if self.abpo.ratio_level == "token":
+                ratio, adv, w = torch.exp((logps - old) * m), advantages[:, None].expand_as(logps), m
+            else:
+                ratio, adv = torch.exp(sequence_log_ratio(logps, old, m, self.abpo.ratio_level)), advantages
+                w = torch.ones_like(ratio)
+            clipped = ((ratio < 1 - self.epsilon_low) & (adv < 0)) | ((ratio > 1 + self.epsilon_high) & (adv > 0))
+            self._metrics[mode]["clip_ratio/region_mean"].append((clipped.float() * w).sum().item() / max(w.sum().item(), 1.0))
+            self._metrics[mode]["entropy"].append((entropies * m).sum().item() / max(m.sum().item(), 1.0))
+            self._metrics[mode]["abpo/objective"].append(objective.item())
+        return loss
 
     # ------------------------------------------------------------------------------ the ABPO terms
 
@@ -386,6 +580,13 @@ class ABPOTrainer(GRPOTrainer):
                     "rule: TRL's sampler keeps one example's num_generations rollouts together"
                 )
         y = torch.tensor([grp[0][1] for grp in groups], dtype=torch.int64)  # [B]
+        if self.model.training and not ((y == 1).any() and (y == 0).any()):
+            raise RuntimeError(
+                f"ABPOTrainer: the generation batch of optimizer step {self.state.global_step + 1} holds only y = "
+                f"{int(y[0])} rows; rule: every SNIPS mini-batch holds both positive and no-response rows (ABPO_SPEC.md "
+                "step 3: w_hat is self-normalised inside B_1 and B_0). The batches of abpo.train.dataset are built "
+                "so; a batch without one stratum means the dataset was not built by update_dataset_from_strata"
+            )
         rpf = rewards_per_func.detach().float().cpu()
         r_fmt = rpf[:, 0].view(b, k)
         r_match = rpf[:, 1].view(b, k)
@@ -429,6 +630,7 @@ class ABPOTrainer(GRPOTrainer):
         hit_pos = (r_match == 1.0) & pos
         hit_neg = (r_match == -1.0) & neg
         metrics.update({
+            "abpo/rollouts/well_formed": (r_fmt == 1.0).float().mean().item(),
             "abpo/reward/total_mean": r_roll.mean().item(),
             "abpo/reward/format_mean": r_fmt.mean().item(),
             "abpo/reward/match_mean": r_match.mean().item(),

@@ -76,7 +76,7 @@ def grpo_kwargs(update_cfg, *, output_dir: str | Path, seed: int, **overrides) -
 
     u = update_cfg
     variant = get_variant(u.variant)
-    k = rollouts_per_example(variant, u.group_size)
+    k = rollouts_per_example(variant, u.group_size, equal_samples=u.grpo_equal_samples)
     deepspeed = None
     if u.deepspeed:
         ds = Path(u.deepspeed)
@@ -92,11 +92,11 @@ def grpo_kwargs(update_cfg, *, output_dir: str | Path, seed: int, **overrides) -
         steps_per_generation=u.grad_accum,
         num_iterations=1,
         shuffle_dataset=False,  # the dataset's order is the stratified batch order
-        # surrogate (step 5)
+        # surrogate (step 5): ABPOTrainer._compute_loss computes it (abpo.algo.surrogate, update.ratio_level);
+        # loss_type is checked there (only grpo: the per-rollout mean)
         epsilon=u.epsilon,
         beta=u.beta,
         loss_type=u.loss_type,
-        importance_sampling_level=u.importance_sampling_level,
         # optimisation
         learning_rate=u.learning_rate,
         lr_scheduler_type=u.lr_scheduler_type,
@@ -113,6 +113,7 @@ def grpo_kwargs(update_cfg, *, output_dir: str | Path, seed: int, **overrides) -
         use_vllm=u.use_vllm,
         vllm_mode=u.vllm_mode,
         vllm_gpu_memory_utilization=u.vllm_gpu_memory_utilization,
+        vllm_importance_sampling_correction=u.vllm_importance_sampling_correction,
         # hardware (GRPOConfig defaults bf16=True and gradient_checkpointing=True: set both explicitly)
         bf16=u.bf16,
         fp16=False,
@@ -140,6 +141,8 @@ def settings_for(cfg):
     return ABPOSettings(
         variant=u.variant, delta=u.delta, eps_std=u.eps_std, lambda_sc=u.lambda_sc, tau=cfg.policy.tau,
         w_max=u.w_max, scoring_batch_tokens=cfg.policy.scoring_batch_tokens,
+        constrained_rollouts=cfg.policy.constrained_rollouts, ratio_level=u.ratio_level,
+        grpo_equal_samples=u.grpo_equal_samples,
     )
 
 

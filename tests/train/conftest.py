@@ -68,7 +68,7 @@ def impression_rows(titles: dict[int, str], n: int, seed: int = 0) -> list[dict]
         rows.append({
             "impression_id": f"imp-{seed}-{i}", "user_id": i, "arm": "abpo", "history": history,
             "candidates": cands, "item_id": cands[a], "propensity": float(rng.uniform(0.05, 0.6)),
-            "clicked": int(i % 2 == 0),
+            "clicked": int(i % 2 == 0), "logging_policy": "softmax(tau=1.0)",
         })
     return rows
 

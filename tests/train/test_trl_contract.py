@@ -9,7 +9,9 @@ Pinned: trl>=1.16,<1.17. Relied on:
   columns as keyword lists.
 - the advantages are sliced per process as advantages[process_index * N_local : (process_index + 1) * N_local].
 - RepeatSampler with shuffle=False keeps the dataset order and each prompt's num_generations rows adjacent.
-- _compute_loss reads inputs["advantages"] (loss_type="grpo": minus the token-level clipped surrogate).
+- _compute_loss(self, model, inputs) is replaced whole by ABPOTrainer's (step 5 via abpo.algo.surrogate); it reads
+  the keys TRL's generation batch carries (prompt_ids/mask, completion_ids/mask, advantages, old/ref log-probs)
+  and TRL's self.epsilon_low/high, self.beta, self.temperature, self.current_gradient_accumulation_steps.
 - self._metrics[mode][name] lists are averaged by GRPOTrainer.log; self.num_generations(_eval), self.eos_token_ids.
 """
 
@@ -112,7 +114,8 @@ def _trainer(load_tiny, update_rows, tiny_update_cfg, tmp_path, variant="abpo"):
 def test_generate_and_score_output_and_loss(load_tiny, update_rows, tiny_update_cfg, tmp_path):
     """One real generation batch through TRL: the keys and shapes the wrapper uses, prompt tokens equal to the
     chat-rendered prompt the log was scored with, and TRL's grpo loss = minus the token-level clipped surrogate
-    of abpo.algo (so the advantages we write are the ones the loss uses)."""
+    of abpo.algo (so the advantages we write are the ones the loss uses; in value every ratio level gives the same
+    loss at s = 1, tests/train/test_fidelity.py checks the gradients)."""
     from abpo.algo.surrogate import clipped_surrogate
     from abpo.policy.prompt import encode_prompt, render_chat
 

@@ -18,6 +18,7 @@ import yaml
 
 from abpo.abtest.config import ReportConfig
 from abpo.data.config import DataConfig
+from abpo.evaluation.config import ExperimentConfig
 from abpo.policy.config import PolicyConfig, SFTConfig
 from abpo.train.config import UpdateConfig
 
@@ -70,6 +71,7 @@ class Config:
     sft: SFTConfig = field(default_factory=SFTConfig)
     update: UpdateConfig = field(default_factory=UpdateConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
+    experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

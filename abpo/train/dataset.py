@@ -204,9 +204,11 @@ def update_dataset_from_strata(
     *,
     examples_per_batch: int,
     seed: int,
+    stratification: str = "oversample",
 ):
     """The warehouse's strata (two IMPRESSIONS_SCHEMA tables: y = 1 rows, y = 0 rows) -> (datasets.Dataset,
-    BatchingReport), ordered in stratified batches of `examples_per_batch` logged examples."""
+    BatchingReport), ordered in stratified batches of `examples_per_batch` logged examples
+    (`update.stratification`: oversample | proportional, see abpo.warehouse.stratified_batches)."""
     from abpo.warehouse import stratified_batches
 
     report = BatchingReport(
@@ -221,7 +223,10 @@ def update_dataset_from_strata(
         raise UpdateDataError(
             f"update batch of {examples_per_batch} logged example(s): rule: >= 2 so both strata fit in one batch"
         )
-    batches = stratified_batches(positive, no_response, examples_per_batch, seed)
+    if stratification not in ("oversample", "proportional"):
+        raise UpdateDataError(f"update.stratification={stratification!r}; rule: oversample | proportional")
+    batches = stratified_batches(positive, no_response, examples_per_batch, seed,
+                                 **({} if stratification == "oversample" else {"mode": stratification}))  # TEMP
     rows = build_update_rows(batches, titles, tokenizer, policy_cfg, examples_per_batch=examples_per_batch, report=report)
     total = positive.num_rows + no_response.num_rows
     unique = len({r["request_id"] for r in rows})

@@ -326,19 +326,40 @@ class ABPOTrainer(GRPOTrainer):
             )
         return CandidateConstraint([self._trie(r) for r in rows])
 
-    def _constrained_logps(self, model, input_ids, attention_mask, completion_ids, allowed):
+    def _constrained_logps(self, model, input_ids, attention_mask, completion_ids, allowed, *, share_prompts: bool = True):
         """log q_theta of every completion token under the candidate constraint (Eq. q of abpo.policy.constrained)
         and the constrained steps' entropies, ``[N, T]`` each: the decoder's hidden states, then only the
-        branching positions projected on their allowed tokens' rows of the LM head."""
+        branching positions projected on their allowed tokens' rows of the LM head.
+
+        ``share_prompts``: each distinct prompt of the micro-batch runs through the decoder once (a logged example's
+        G-1 rollouts share it), its key/value cache is gathered per rollout and the completions run on top of it;
+        gradients flow through the shared prompt pass. The same positions, masks and weights as one forward per row
+        (``share_prompts=False``, the reference it is tested against), at about 1/(G-1) of the prompt's cost."""
         from abpo.policy.constrained import constrained_token_logps
 
         unwrapped = self.accelerator.unwrap_model(model)
         base = unwrapped.get_base_model() if hasattr(unwrapped, "get_base_model") else unwrapped
+        decoder = base.get_decoder()
         t = completion_ids.size(1)
+        p = input_ids.size(1) - t
         with self.accelerator.autocast():
-            hidden = base.get_decoder()(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+            if not share_prompts:
+                hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+                hidden = hidden[:, p - 1 : p + t - 1]
+            else:
+                prompts = torch.cat([input_ids[:, :p], attention_mask[:, :p]], dim=1)
+                uniq, inverse = torch.unique(prompts, dim=0, return_inverse=True)
+                out = decoder(input_ids=uniq[:, :p], attention_mask=uniq[:, p:], use_cache=True)
+                cache = out.past_key_values
+                cache.batch_select_indices(inverse)  # [U] prompt caches -> one per rollout (differentiable gather)
+                last = out.last_hidden_state[inverse, -1:]  # predicts completion token 0
+                rest = decoder(
+                    input_ids=completion_ids[:, :-1], attention_mask=attention_mask[:, :-1], past_key_values=cache,
+                    use_cache=True,
+                ).last_hidden_state if t > 1 else last[:, :0]
+                hidden = torch.cat([last, rest], dim=1)  # position t predicts completion token t
         return constrained_token_logps(
-            hidden[:, -t - 1 : -1], base.get_output_embeddings(), completion_ids, allowed.to(hidden.device), self.temperature
+            hidden, base.get_output_embeddings(), completion_ids, allowed.to(hidden.device), self.temperature
         )
 
     def _constrained_ref_logps(self, output) -> torch.Tensor:

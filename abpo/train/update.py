@@ -38,8 +38,9 @@ class UpdateResult:
     mlflow_run_id: str | None
     global_step: int
     resumed_from: str | None = None
-    metrics: dict[str, float] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)  # the last step's logged metrics
     batching: dict[str, Any] = field(default_factory=dict)
+    history: list[dict[str, float]] = field(default_factory=list)  # every step's logged metrics
 
 
 # ---------------------------------------------------------------------------------------------------- config
@@ -288,8 +289,15 @@ def save_update(trainer, tokenizer, output_dir: Path, *, save_merged: bool) -> t
     return adapter_dir, merged_dir
 
 
-def run_update(cfg, *, progress: bool = True) -> UpdateResult:
-    """The `abpo update` job: pi_init + D_bandit (warehouse) -> the variant's update, logged to MLflow."""
+def run_update(
+    cfg, *, progress: bool = True, strata=None, log_mlflow: bool = True, nested: bool = False, callbacks=None
+) -> UpdateResult:
+    """The `abpo update` job: pi_init + D_bandit (warehouse) -> the variant's update, logged to MLflow.
+
+    ``strata``: (positive, no_response, months) tables in IMPRESSIONS_SCHEMA to train on instead of the
+    warehouse's (the experiment runner passes the log it built in memory). ``log_mlflow=False`` runs without an
+    MLflow run (the metrics stay in ``result.metrics`` / ``result.history``); ``nested`` opens the run inside the
+    active one. ``callbacks``: extra transformers TrainerCallbacks (progress reporting)."""
     from abpo import registry
     from abpo.algo.variants import get_variant
     from abpo.data.loaders import load_dataset
@@ -301,7 +309,9 @@ def run_update(cfg, *, progress: bool = True) -> UpdateResult:
         out = output_dir_for(cfg, list(cfg.update.months))
         if not init_dir.exists():
             raise UpdateInputMissing(f"{init_dir}: pi_init not found; run `abpo sft --config {cfg.name}` first")
-        with registry.start_run(cfg, cfg.update.mlflow_experiment, f"update-{variant.letter}",
+        if not log_mlflow:
+            return UpdateResult(variant.name, out, None, init_dir, None, init_dir, None, 0)
+        with registry.start_run(cfg, cfg.update.mlflow_experiment, f"update-{variant.letter}", nested=nested,
                                 tags={"abpo.variant": variant.name, "abpo.init_model": str(init_dir)}) as run:
             import mlflow
 
@@ -309,7 +319,7 @@ def run_update(cfg, *, progress: bool = True) -> UpdateResult:
         return UpdateResult(variant.name, out, None, init_dir, None, init_dir, run.info.run_id, 0)
 
     model, tokenizer = load_start_model(init_dir, cfg)
-    positive, no_response, months = warehouse_strata(cfg)
+    positive, no_response, months = strata if strata is not None else warehouse_strata(cfg)
     from abpo.train.dataset import subsample_strata, update_dataset_from_strata
 
     dataset = load_dataset(cfg.data)
@@ -323,7 +333,7 @@ def run_update(cfg, *, progress: bool = True) -> UpdateResult:
     positive, no_response, note = subsample_strata(positive, no_response, cfg.update.max_examples, cfg.seed)
     train_ds, report = update_dataset_from_strata(
         positive, no_response, dataset.titles(), tokenizer, cfg.policy,
-        examples_per_batch=examples_per_batch, seed=cfg.seed,
+        examples_per_batch=examples_per_batch, seed=cfg.seed, stratification=cfg.update.stratification,
     )
     if note:
         report.notes.insert(0, note)
@@ -344,31 +354,47 @@ def run_update(cfg, *, progress: bool = True) -> UpdateResult:
         "abpo.init_model": str(init_dir),
         "abpo.output_dir": str(out),
     }
-    with registry.start_run(cfg, cfg.update.mlflow_experiment, f"update-{variant.letter}-{'_'.join(months)}", tags=tags) as run:
-        import mlflow
+    import contextlib
 
+    run_ctx = (
+        registry.start_run(cfg, cfg.update.mlflow_experiment, f"update-{variant.letter}-{'_'.join(months)}", tags=tags,
+                           nested=nested)
+        if log_mlflow else contextlib.nullcontext()
+    )
+    with run_ctx as run:
         params = {f"update.{k}": v for k, v in dataclasses.asdict(cfg.update).items()}
-        params.update({"policy.tau": cfg.policy.tau, "policy.lora_r": cfg.policy.lora_r, "seed": cfg.seed})
+        params.update({"policy.tau": cfg.policy.tau, "policy.lora_r": cfg.policy.lora_r, "seed": cfg.seed,
+                       "policy.constrained_rollouts": cfg.policy.constrained_rollouts})
         params.update(report.as_params())
-        mlflow.log_params({k: (",".join(map(str, v)) if isinstance(v, list) else v) for k, v in params.items()})
+        if run is not None:
+            import mlflow
+
+            mlflow.log_params({k: (",".join(map(str, v)) if isinstance(v, list) else v) for k, v in params.items()})
         trainer, resumed_from = train_update(
             model, tokenizer, train_ds, cfg.update, settings_for(cfg), output_dir=out, seed=cfg.seed,
-            peft_config=lora_config(cfg.policy), resume=resume,
+            peft_config=lora_config(cfg.policy), resume=resume, callbacks=callbacks,
             grpo_overrides={"disable_tqdm": not progress},
         )
-        if resumed_from:
-            mlflow.set_tag("abpo.resumed_from", resumed_from)
         adapter_dir, merged_dir = save_update(trainer, tokenizer, out, save_merged=cfg.update.save_merged)
-        mlflow.set_tags({"abpo.adapter_dir": str(adapter_dir), "abpo.model_dir": str(merged_dir or adapter_dir)})
+        if run is not None:
+            import mlflow
+
+            if resumed_from:
+                mlflow.set_tag("abpo.resumed_from", resumed_from)
+            mlflow.set_tags({"abpo.adapter_dir": str(adapter_dir), "abpo.model_dir": str(merged_dir or adapter_dir)})
         ckpt = _last_checkpoint(out / "checkpoints")
         steps = [h for h in trainer.state.log_history if "abpo/advantages/mean" in h]  # per-step logs, not the summary
         final = {k: float(v) for k, v in (steps[-1] if steps else {}).items()
                  if isinstance(v, (int, float)) and not isinstance(v, bool)}
         result = UpdateResult(
             variant=variant.name, output_dir=out, adapter_dir=adapter_dir, model_dir=merged_dir or adapter_dir,
-            checkpoint_dir=Path(ckpt) if ckpt else None, init_model_dir=init_dir, mlflow_run_id=run.info.run_id,
+            checkpoint_dir=Path(ckpt) if ckpt else None, init_model_dir=init_dir,
+            mlflow_run_id=run.info.run_id if run is not None else None,
             global_step=trainer.state.global_step, resumed_from=resumed_from, metrics=final,
-            batching=report.as_params(),
+            batching=report.as_params(), history=[
+                {k: float(v) for k, v in h.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+                for h in steps
+            ],
         )
     (out / "update.json").write_text(json.dumps(
         {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(result).items()}, indent=1, default=str

@@ -77,6 +77,11 @@ def test_constrained_rollouts_name_candidates_and_the_loss_uses_their_distributi
     assert ((logq != 0).sum(-1) == 1).all()
     expected = -clipped_surrogate(logq, logq.detach(), out["advantages"], out["completion_mask"], 0.2)
     assert torch.allclose(loss, expected, atol=1e-6)
+    # the shared-prompt pass (each logged example's prompt once, its rollouts on its cache) = one forward per row
+    ref, ref_ent = trainer._constrained_logps(trainer.model, ids, att, out["completion_ids"], out["abpo_allowed"],
+                                              share_prompts=False)
+    assert torch.allclose(logq, ref, atol=1e-5)
+    assert _same(_grads(trainer.model, logq.sum()), _grads(trainer.model, ref.sum()), atol=1e-5)
     full, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, att, out["completion_ids"].size(1))
     unconstrained = -clipped_surrogate(full, full.detach(), out["advantages"], out["completion_mask"], 0.2)
     assert _same(_grads(trainer.model, loss), _grads(trainer.model, expected))

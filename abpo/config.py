@@ -104,6 +104,8 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         (inner, *_) = typing.get_args(tp) or (Any,)
         if isinstance(value, str):
             value = [v.strip() for v in value.split(",") if v.strip()]
+        elif not isinstance(value, (list, tuple)):
+            value = [value]  # `--set experiment.seeds=0`: YAML reads a lone scalar
         return [(_coerce(v, inner, f"{where}[{i}]") if inner is not Any else v) for i, v in enumerate(value)]
     return value
 

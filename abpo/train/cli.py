@@ -27,7 +27,7 @@ def register(sub, common: argparse.ArgumentParser) -> None:
 
 def cmd_update(args: argparse.Namespace, cfg) -> int:
     from abpo.algo.variants import get_variant
-    from abpo.train.update import UpdateInputMissing, run_update
+    from abpo.train.update import UpdateInputMissing, rollout_signal, run_update
 
     if args.variant:
         cfg.update.variant = args.variant
@@ -59,6 +59,10 @@ def cmd_update(args: argparse.Namespace, cfg) -> int:
         shown = {k: round(res.metrics[k], 4) for k in keys if k in res.metrics}
         if shown:
             print(f"update: last step {shown}")
+        signal = rollout_signal(res.history)
+        if signal:
+            print(f"update: rollouts over {len(res.history)} steps (means): "
+                  + ", ".join(f"{k} {v:.3f}" for k, v in signal.items()))
         print(f"update: LoRA adapter   {res.adapter_dir}")
         print(f"update: merged model   {res.model_dir}")
         print(f"update: last checkpoint {res.checkpoint_dir}")

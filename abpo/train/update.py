@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +42,28 @@ class UpdateResult:
     metrics: dict[str, float] = field(default_factory=dict)  # the last step's logged metrics
     batching: dict[str, Any] = field(default_factory=dict)
     history: list[dict[str, float]] = field(default_factory=list)  # every step's logged metrics
+
+
+# ------------------------------------------------------------------------------------------- rollout signal
+
+#: Per-step metrics whose mean over an update says whether its rollouts carried a learning signal.
+SIGNAL_KEYS = {
+    "format_reward": "rewards/format_reward/mean",
+    "match_rate_positive": "abpo/match_rate/positive",
+    "match_rate_no_response": "abpo/match_rate/no_response",
+    "frac_reward_zero_std": "frac_reward_zero_std",
+}
+
+
+def rollout_signal(history: list[dict[str, float]]) -> dict[str, float]:
+    """Means over the update's steps of the rollout-signal metrics (SIGNAL_KEYS; a metric absent at a step, e.g.
+    the positive match rate of a batch without clicks, is averaged over the steps that have it)."""
+    out = {}
+    for name, key in SIGNAL_KEYS.items():
+        vals = [h[key] for h in history if key in h and math.isfinite(h[key])]
+        if vals:
+            out[name] = sum(vals) / len(vals)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------- config
@@ -396,6 +419,10 @@ def run_update(
                 for h in steps
             ],
         )
+        if run is not None and result.history:
+            import mlflow
+
+            mlflow.log_metrics({f"summary/{k}": v for k, v in rollout_signal(result.history).items()})
     (out / "update.json").write_text(json.dumps(
         {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(result).items()}, indent=1, default=str
     ))

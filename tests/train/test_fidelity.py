@@ -90,6 +90,37 @@ def test_constrained_rollouts_name_candidates_and_the_loss_uses_their_distributi
     )
 
 
+def test_constrained_rollouts_carry_a_learning_signal_that_free_rollouts_do_not(
+    load_tiny, update_rows, tiny_update_cfg, tmp_path
+):
+    """A short vanilla-GRPO update (no anchor: the rollouts are its only signal) on the untrained fixture model:
+    with constrained rollouts every rollout is well formed, some match the logged item of a click, and most groups
+    have rewards that differ; sampled freely, none is well formed and every group's rewards are equal."""
+    from abpo.policy.config import PolicyConfig
+    from abpo.policy.model import lora_config
+    from abpo.train.dataset import to_hf_dataset
+    from abpo.train.update import rollout_signal, train_update
+
+    rows = update_rows + [dict(r, request_id=r["request_id"] + "-b") for r in update_rows]  # 4 batches of 4
+    u = dataclasses.replace(_long(tiny_update_cfg), variant="grpo", group_size=8, max_steps=4, save_steps=100)
+    signal = {}
+    for constrained in (True, False):
+        torch.manual_seed(0)
+        model, tok = load_tiny()
+        trainer, _ = train_update(
+            model, tok, to_hf_dataset(rows), u if constrained else dataclasses.replace(u, max_completion_length=24),
+            ABPOSettings(variant="grpo", scoring_batch_tokens=4096, constrained_rollouts=constrained),
+            output_dir=tmp_path / str(constrained), seed=0, peft_config=lora_config(PolicyConfig(lora_r=4, lora_alpha=8)),
+            resume=False, grpo_overrides={"disable_tqdm": True, "save_strategy": "no"},
+        )
+        history = [h for h in trainer.state.log_history if "abpo/advantages/mean" in h]
+        assert len(history) == 4
+        signal[constrained] = rollout_signal(history)
+    on, off = signal[True], signal[False]
+    assert on["format_reward"] == 1.0 and on["match_rate_positive"] > 0.05 and on["frac_reward_zero_std"] < 0.75
+    assert off["format_reward"] == 0.0 and off["match_rate_positive"] == 0.0 and off["frac_reward_zero_std"] == 1.0
+
+
 def test_constrained_rollouts_refuse_vllm_and_truncated_sampling(load_tiny, update_rows, tiny_update_cfg, tmp_path):
     settings = ABPOSettings(variant="abpo", scoring_batch_tokens=4096, constrained_rollouts=True)
     with pytest.raises(ValueError, match="top_p=0.9"):
@@ -160,7 +191,8 @@ def test_gpu_preset_has_no_vllm_importance_sampling_and_samples_freely():
 
     cfg = load_config("gpu")
     assert grpo_kwargs(cfg.update, output_dir="x", seed=0)["vllm_importance_sampling_correction"] is False
-    assert cfg.policy.constrained_rollouts is False and load_config("tiny").policy.constrained_rollouts is True
+    assert cfg.policy.constrained_rollouts is False
+    assert load_config("tiny").policy.constrained_rollouts is True and load_config("smollm2").policy.constrained_rollouts
 
 
 # ------------------------------------------------------------------------------------ the log and the update

@@ -36,7 +36,7 @@ def test_abpo_update_cli_on_the_warehouse(tmp_path, tiny_model_dir, tiny_titles,
     root = tmp_path / "var"
     sets = [
         f"paths.root={root}", f"update.init_model={tiny_model_dir}", "update.max_steps=2", "update.batch_size=2",
-        "update.group_size=3", "update.max_completion_length=16", "update.save_steps=1", "update.max_examples=12",
+        "update.group_size=3", "update.max_completion_length=64", "update.save_steps=1", "update.max_examples=12",
         "policy.lora_r=4",
     ]
     cfg = load_config("tiny", sets)
@@ -59,6 +59,9 @@ def test_abpo_update_cli_on_the_warehouse(tmp_path, tiny_model_dir, tiny_titles,
     assert run.data.tags["abpo.variant"] == "abpo" and run.data.tags["abpo.months"] == MONTH
     assert run.data.params["data.positive_rows"] == "6" and run.data.params["data.no_response_rows"] == "6"
     assert [m.step for m in MlflowClient().get_metric_history(run_id, "abpo/snips/ess")] == [1, 2]
+    # the printed and logged rollout summary (constrained rollouts: the tiny preset's default)
+    assert "update: rollouts over 2 steps (means): format_reward 1.000" in out
+    assert run.data.metrics["summary/format_reward"] == 1.0
 
     # variant A: no update, the policy stays pi_init
     assert main(["update", "--variant", "none"] + [a for s in sets for a in ("--set", s)]) == 0

@@ -1,0 +1,154 @@
+"""`abpo experiment` (abpo.evaluation.experiment): the user split, the shared metric code, the paired tests, the
+table, and an end-to-end run on a small MovieLens-format directory (cells reused on rerun, MLflow parent + nested
+runs, outputs)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from abpo.evaluation.experiment import (
+    metrics_from_scores,
+    paired_tests,
+    row_key,
+    row_label,
+    split_of_user,
+    table_markdown,
+    table_rows,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_rows_are_variants_or_baselines():
+    assert [row_key(r) for r in ("A", "B", "F", "anchor_sc", "popularity")] == [
+        "none", "grpo", "abpo", "anchor_sc", "popularity"]
+    assert row_label("none") == "(A) No-Update" and row_label("abpo") == "(F) ABPO" and row_label("ml_retrain") == "ML-retrain"
+    with pytest.raises(ValueError, match="experiment.rows"):
+        row_key("bogus")
+
+
+def test_user_split_is_stable_and_near_its_fraction():
+    users = range(5000)
+    a = [split_of_user(u, 0.3) for u in users]
+    assert a == [split_of_user(u, 0.3) for u in users]  # stable across calls (and processes: a hash, not random)
+    share = a.count("validation") / len(a)
+    assert abs(share - 0.3) < 3 * np.sqrt(0.3 * 0.7 / len(a))
+
+
+def test_metrics_from_scores_by_hand():
+    from abpo.data.candidates import Example
+
+    cands = [10, 11, 12, 13, 14, 15]
+    exs = [Example("u1", 1, [9], cands, 11), Example("u2", 2, [9], cands, 12)]
+    scores = [[0.1, 0.9, 0.5, 0, 0, 0], [0.9, 0.1, 0.5, 0, 0, 0]]  # u1: target first; u2: target second
+    pop = {10: 100, 11: 10, 12: 1, 13: 1, 14: 1, 15: 1}
+    m = metrics_from_scores(exs, scores, pop)
+    assert m["ranks"] == [1, 2] and m["users"] == [1, 2]
+    assert m["HR@1"] == 0.5 and m["HR@5"] == 1.0
+    assert m["NDCG@5"] == pytest.approx((1.0 + 1.0 / np.log2(3)) / 2)
+    # top-1: item 11 (u1) and item 10 (u2); novelty (log 100 - log c)/(log 100 - log 1): 0.5 and 0 -> 25
+    assert m["Diversity@1"] == pytest.approx(25.0)
+    with pytest.raises(ValueError, match="scores for 6 candidates"):
+        metrics_from_scores(exs[:1], [[0.1, 0.2]], pop)
+
+
+def _cell(row, seed, ranks):
+    return {"row": row, "seed": seed, "ranks": ranks, "users": list(range(len(ranks))),
+            **{m: float(np.mean(np.asarray(ranks) <= 5)) for m in ("HR@1", "HR@5", "NDCG@5", "Diversity@1", "Diversity@5")}}
+
+
+def test_paired_tests_count_discordant_users_by_hand():
+    a = [_cell("abpo", 0, [1, 1, 1, 9, 9, 2]), _cell("abpo", 1, [1, 9])]
+    b = [_cell("none", 0, [9, 9, 1, 9, 1, 2]), _cell("none", 1, [9, 9])]
+    t = paired_tests(a, b)
+    # seed 0: a wins users 0, 1; loses user 4; seed 1: a wins user 0 -> 3 wins, 1 loss over 8 units
+    assert (t["units"], t["hr5_wins"], t["hr5_losses"]) == (8, 3, 1)
+    assert t["dHR@5"] == pytest.approx(2 / 8)
+    assert t["p_mcnemar_HR@5"] == pytest.approx(0.625)  # two-sided binomial, 1 of 4 discordant pairs
+    assert paired_tests(a, a)["p_mcnemar_HR@5"] == 1.0 and paired_tests(a, a)["p_wilcoxon_NDCG@5"] == 1.0
+    with pytest.raises(ValueError, match="different users"):
+        paired_tests(a, [dict(b[0], users=[5, 4, 3, 2, 1, 0])])
+
+
+def test_table_has_mean_std_over_seeds_and_tests_against_a_and_b():
+    cells = [_cell(r, s, [1 + (s + i) % 7 for i in range(20)]) for r in ("none", "grpo", "abpo") for s in (0, 1, 2)]
+    recs = table_rows(cells, ["none", "grpo", "abpo"])
+    assert [r["row"] for r in recs] == ["none", "grpo", "abpo"] and all(r["seeds"] == 3 for r in recs)
+    vals = [c["HR@5"] for c in cells if c["row"] == "abpo"]
+    assert recs[2]["HR@5"] == pytest.approx(np.mean(vals)) and recs[2]["HR@5_std"] == pytest.approx(np.std(vals, ddof=1))
+    assert "vs_none_p_mcnemar_HR@5" in recs[2] and "vs_grpo_p_wilcoxon_NDCG@5" in recs[2]
+    assert "vs_none_dHR@5" not in recs[0]  # a row is not tested against itself
+    md = table_markdown(recs, title="t")
+    assert md.count("\n| ") == 4 and "(F) ABPO" in md
+
+
+def _small_movielens(dst: Path, n_users: int = 40) -> Path:
+    """The first n_users users of the bundled MovieLens (their ratings) and the movies they rated, in MovieLens format."""
+    src = REPO_ROOT / "data" / "ml-latest-small"
+    with open(src / "ratings.csv", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if int(r["userId"]) <= n_users]
+    items = {r["movieId"] for r in rows}
+    with open(src / "movies.csv", newline="", encoding="utf-8") as f:
+        movies = [m for m in csv.DictReader(f) if m["movieId"] in items]
+    dst.mkdir(parents=True)
+    with open(dst / "ratings.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["userId", "movieId", "rating", "timestamp"])
+        w.writeheader()
+        w.writerows(rows)
+    with open(dst / "movies.csv", "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=["movieId", "title", "genres"])
+        w.writeheader()
+        w.writerows(movies)
+    return dst
+
+
+@pytest.mark.slow
+def test_experiment_end_to_end_on_a_movielens_format_directory(tmp_path, capsys):
+    """Two seeds x (No-Update, vanilla GRPO, ABPO, popularity, ML-retrain) on 40 users with a very small model:
+    every cell computed once, the table/CSV/PNG written, MLflow holds the parent and one nested run per cell, and a
+    rerun recomputes nothing."""
+    from mlflow import MlflowClient
+
+    from abpo import registry
+    from abpo.config import load_config
+    from abpo.evaluation.experiment import run_experiment
+
+    data = _small_movielens(tmp_path / "ml40")
+    overrides = [
+        f"paths.root={tmp_path / 'var'}", f"data.dataset_dir={data}", "data.eval_candidates=20",
+        "policy.tiny_hidden_size=32", "policy.tiny_intermediate_size=64", "policy.tiny_vocab_size=600",
+        "sft.max_steps=6", "update.max_steps=2", "update.batch_size=4", "update.save_steps=100",
+        "experiment.seeds=0,1", "experiment.rows=none,grpo,abpo,popularity,ml_retrain", "experiment.workers=1",
+        "experiment.name=t",
+    ]
+    cfg = load_config("tiny", overrides)
+    res = run_experiment(cfg, config_ref="tiny", overrides=overrides, echo=print)
+    assert res.computed == 10 and res.reused == 0
+    assert [r["row"] for r in res.table] == ["none", "grpo", "abpo", "popularity", "ml_retrain"]
+    for key in ("csv", "md", "png", "json"):
+        assert res.outputs[key].exists() and res.outputs[key].stat().st_size > 0
+    cells = sorted((res.exp_dir / "cells").glob("*.json"))
+    assert len(cells) == 10
+    f = json.loads((res.exp_dir / "cells" / "seed1-abpo.json").read_text())
+    assert f["update"]["steps"] == 2 and f["update"]["history"][0]["abpo/rollouts/well_formed"] == 1.0
+    a, b = (json.loads((res.exp_dir / "cells" / f"seed0-{r}.json").read_text()) for r in ("none", "popularity"))
+    assert a["users"] == b["users"] and len(a["users"]) > 0  # every row scored on the same users
+    out = capsys.readouterr().out
+    assert "[seed 0 abpo] update step 2/2" in out and "wall time" in out
+
+    registry.configure(cfg)
+    client = MlflowClient()
+    exp = client.get_experiment_by_name(cfg.experiment.mlflow_experiment)
+    runs = client.search_runs([exp.experiment_id])
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert len(parents) == 1 and len(runs) == 11
+    assert "abpo.HR_at_5" in parents[0].data.metrics and "none.NDCG_at_5" in parents[0].data.metrics
+
+    again = run_experiment(cfg, config_ref="tiny", overrides=overrides, echo=print)
+    assert again.computed == 0 and again.reused == 10
+    assert again.table[2]["HR@5"] == res.table[2]["HR@5"]

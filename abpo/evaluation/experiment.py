@@ -414,10 +414,13 @@ def write_outputs(exp_dir: Path, recs: Sequence[Mapping], summary: Mapping[str, 
 def cell_fingerprint(cfg, row: str) -> str:
     """What a cell's result depends on: the data, policy, SFT, update (for variants) and experiment settings."""
     d = {k: dataclasses.asdict(getattr(cfg, k)) for k in ("data", "policy", "sft")}
-    d["update"] = dataclasses.asdict(cfg.update) if row not in BASELINES else None
+    updates = row not in BASELINES and row_key(row) != "none"  # A is pi_init itself: no update setting matters
+    d["update"] = dataclasses.asdict(cfg.update) if updates else None
     e = dataclasses.asdict(cfg.experiment)
-    d["experiment"] = {k: e[k] for k in ("eval_split", "validation_fraction", "max_eval_users", "update_max_examples",
-                                         "month", "ml_retrain_epochs")}
+    keys = ["eval_split", "validation_fraction", "max_eval_users", "month"]
+    keys += ["update_max_examples"] if updates else []
+    keys += ["ml_retrain_epochs"] if row == "ml_retrain" else []
+    d["experiment"] = {k: e[k] for k in keys}
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

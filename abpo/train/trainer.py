@@ -489,16 +489,25 @@ class ABPOTrainer(GRPOTrainer):
 
     @torch.no_grad()
     def _e_old(self, prompt_ids: list[int], answers: Sequence[str], candidates: Sequence[int], a_log: int) -> float:
-        """e_old(a_log | q) = softmax_C(s_old / tau)[a_log] (ABPO_SPEC.md "Propensities", step 3) under the rollout
-        policy, by the policy helper's shared-prefix scorer over the example's whole candidate set."""
-        from abpo.policy.scoring import candidate_propensities, score_token_ids
+        """e_old(a_log | q) of one logged example (see `_e_old_batch`)."""
+        return self._e_old_batch([(prompt_ids, answers, candidates, a_log)])[0]
 
-        scores = score_token_ids(
-            self._unwrapped(), prompt_ids, [self._answer_ids(a) for a in answers],
+    @torch.no_grad()
+    def _e_old_batch(self, items: Sequence[tuple[list[int], Sequence[str], Sequence[int], int]]) -> list[float]:
+        """e_old(a_log | q) = softmax_C(s_old / tau)[a_log] (ABPO_SPEC.md "Propensities", step 3) under the rollout
+        policy pi_old for every (prompt ids, candidate answers, candidates, a_log), scored together by the policy
+        helper's batched shared-prefix scorer over each example's whole candidate set."""
+        from abpo.policy.scoring import candidate_propensities, score_token_ids_batch
+
+        scores = score_token_ids_batch(
+            self._unwrapped(), [p for p, _, _, _ in items], [[self._answer_ids(a) for a in ans] for _, ans, _, _ in items],
             batch_tokens=self.abpo.scoring_batch_tokens,
         )
-        e = candidate_propensities(scores, self.abpo.tau)  # e_old(. | q) over C
-        return float(e[list(candidates).index(a_log)])
+        out = []
+        for s, (_, _, cands, a_log) in zip(scores, items, strict=True):
+            e = candidate_propensities(s, self.abpo.tau)  # e_old(. | q) over C
+            out.append(float(e[list(cands).index(a_log)]))
+        return out
 
     @torch.no_grad()
     def _self_certainty(self, pairs: list[tuple[list[int], list[int]]]) -> list[float]:
@@ -568,9 +577,12 @@ class ABPOTrainer(GRPOTrainer):
         e_old_ex: dict[str, float] = {}
         sc_log_ex: dict[str, float] = {}
         if v.anchor and v.snips:
-            for rid, i in first_row.items():
-                x = inputs[i]
-                e_old_ex[rid] = self._e_old(prompt_ids[i], x["candidate_answers"], x["candidates"], int(x["a_log"]))
+            todo = list(first_row.items())
+            vals = self._e_old_batch([
+                (prompt_ids[i], inputs[i]["candidate_answers"], inputs[i]["candidates"], int(inputs[i]["a_log"]))
+                for _, i in todo
+            ])
+            e_old_ex.update({rid: val for (rid, _), val in zip(todo, vals)})
         if v.anchor and v.self_certainty:
             eos = self.processing_class.eos_token_id  # what SFT appends after an answer (abpo.policy.sft)
             todo = [(rid, i) for rid, i in first_row.items() if y_local[i] == 0]

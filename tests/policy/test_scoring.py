@@ -14,6 +14,7 @@ from abpo.policy.scoring import (
     sample_logged_action,
     score_candidates,
     score_candidates_naive,
+    score_token_ids_batch,
     top_k,
 )
 
@@ -40,6 +41,42 @@ def test_shared_prefix_equals_naive(tiny_model, tiny_tokenizer, small_titles, m,
     assert torch.allclose(shared, naive, atol=1e-4, rtol=0), (shared - naive).abs().max()
     # the scores differ between candidates (the test could not pass with a constant)
     assert shared.std() > 1e-3
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_packed_scoring_masks_under_eager_attention_too(tiny_dir, tiny_tokenizer, small_titles, attn):
+    """The packed scorer's 4-D mask must mask under every attention implementation: a boolean mask is ADDED to
+    the scores by eager attention (True = +1; nothing masked: 3e-3 off before the additive mask)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir, attn_implementation=attn).eval()
+    prompt, _, answers = _prompt(tiny_tokenizer, small_titles, 12)
+    packed = score_candidates(model, tiny_tokenizer, prompt, answers, batch_tokens=100_000, method="packed")
+    naive = score_candidates_naive(model, tiny_tokenizer, prompt, answers)
+    assert torch.allclose(packed, naive, atol=1e-5, rtol=0), (packed - naive).abs().max()
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+@pytest.mark.parametrize("batch_tokens,pack_tokens", [(100_000, 4096), (1, 1), (3000, 40)])
+def test_batched_scoring_of_many_prompts_equals_naive(tiny_dir, tiny_tokenizer, small_titles, attn, batch_tokens,
+                                                      pack_tokens):
+    """Several prompts of different lengths (left-padded in one group, or one per group) with candidate sets of
+    different sizes, packed in rows of various sizes: every s_p equals one naive forward per candidate."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir, attn_implementation=attn).eval()
+    tok = tiny_tokenizer
+    reqs = [_prompt(tok, small_titles, m, seed=s, history=h) for m, s, h in ((5, 1, 0), (17, 2, 5), (9, 3, 2))]
+    got = score_token_ids_batch(
+        model, [encode_prompt(tok, p) for p, _, _ in reqs], [[encode_answer(tok, a) for a in ans] for _, _, ans in reqs],
+        batch_tokens=batch_tokens, pack_tokens=pack_tokens,
+    )
+    assert [g.shape for g in got] == [(5,), (17,), (9,)]
+    for g, (p, _, ans) in zip(got, reqs):
+        naive = score_candidates_naive(model, tok, p, ans)
+        assert torch.allclose(g, naive, atol=1e-4, rtol=0), (g - naive).abs().max()
+    with pytest.raises(ValueError, match="2 prompts for 1 answer lists"):
+        score_token_ids_batch(model, [[1], [2]], [[[3]]], batch_tokens=10)
 
 
 def test_score_is_mean_token_logprob_by_hand(tiny_model, tiny_tokenizer, small_titles):

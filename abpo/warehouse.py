@@ -295,6 +295,7 @@ def stratified_batches(
     no_response: pa.Table | Sequence[dict],
     batch_size: int,
     seed: int,
+    mode: str = "oversample",
 ) -> Iterator[list[dict]]:
     """Mini-batches of ``batch_size`` rows that each hold both strata (ABPO_SPEC.md step 3: the SNIPS
     weight is self-normalised inside B_1 and B_0 of every mini-batch, so both must be present).
@@ -306,6 +307,12 @@ def stratified_batches(
     batch goes without it: it is recycled in a fresh seeded shuffle, so some of its rows appear twice in
     the epoch (rows are never silently dropped, and a short last batch never happens). An empty stratum
     raises ValueError: no batch could hold both.
+
+    ``mode="proportional"`` uses every row at most once instead: floor((P + N) / batch_size) batches, the
+    positives spread as evenly as the count allows (each batch gets floor or ceil of P / n_batches), the rest
+    no-response rows; the (P + N) mod batch_size rows that fill no batch are left out (the caller counts them,
+    `BatchingReport.rows_not_in_batches`). It raises ValueError when a stratum has fewer rows than there are
+    batches (some batch would lack it).
     """
     if batch_size < 2:
         raise ValueError(f"batch_size={batch_size}: a batch holding both strata needs at least 2 rows")
@@ -314,9 +321,14 @@ def stratified_batches(
     if P == 0 or N == 0:
         empty = "positive" if P == 0 else "no-response"
         raise ValueError(f"the {empty} stratum is empty: no mini-batch can hold both strata (P={P}, N={N})")
+    if mode not in ("oversample", "proportional"):
+        raise ValueError(f"stratified_batches: mode {mode!r}; rule: oversample | proportional")
+    rng = np.random.default_rng([int(seed), 0x57A7])
+    if mode == "proportional":
+        yield from _proportional_batches(pos, neg, batch_size, rng)
+        return
     k = min(max(int(round(batch_size * P / (P + N))), 1), batch_size - 1)
     n_batches = max(-(-P // k), -(-N // (batch_size - k)))
-    rng = np.random.default_rng([int(seed), 0x57A7])
 
     def stream(n: int, need: int) -> np.ndarray:
         """``need`` indices: seeded permutations of range(n) back to back (recycling after n)."""
@@ -331,3 +343,28 @@ def stratified_batches(
         n_rows = neg.take(pa.array(neg_idx[start : start + chunk].reshape(-1))).to_pylist()
         for b in range(min(chunk, n_batches - start)):
             yield p_rows[b * k : (b + 1) * k] + n_rows[b * (batch_size - k) : (b + 1) * (batch_size - k)]
+
+
+def _proportional_batches(pos: pa.Table, neg: pa.Table, batch_size: int, rng) -> Iterator[list[dict]]:
+    """stratified_batches(mode="proportional"): each row at most once, positives spread evenly."""
+    P, N = pos.num_rows, neg.num_rows
+    n_batches = (P + N) // batch_size
+    if n_batches == 0 or P < n_batches or N < n_batches:
+        raise ValueError(
+            f"proportional stratification: P={P} positive and N={N} no-response rows in batches of {batch_size} make "
+            f"{n_batches} batch(es); rule: each stratum needs at least one row per batch (use mode='oversample')"
+        )
+    p_counts = np.full(n_batches, P // n_batches)
+    p_counts[: P % n_batches] += 1
+    p_counts = np.minimum(p_counts, batch_size - 1)  # leave room for a no-response row
+    n_counts = batch_size - p_counts
+    pos_idx, neg_idx = rng.permutation(P), rng.permutation(N)
+    po = np.concatenate([[0], np.cumsum(p_counts)])
+    no = np.concatenate([[0], np.cumsum(n_counts)])
+    if no[-1] > N:
+        raise ValueError(f"proportional stratification: {N} no-response rows cannot fill {n_batches} batches of "
+                         f"{batch_size} next to {P} positives; rule: use mode='oversample'")
+    p_rows = pos.take(pa.array(pos_idx[: po[-1]])).to_pylist()
+    n_rows = neg.take(pa.array(neg_idx[: no[-1]])).to_pylist()
+    for b in range(n_batches):
+        yield p_rows[po[b] : po[b + 1]] + n_rows[no[b] : no[b + 1]]

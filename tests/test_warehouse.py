@@ -463,3 +463,23 @@ def test_stratified_batches_reject_an_empty_stratum_or_tiny_batch():
         list(stratified_batches([], _rows(3, 0), 4, 0))
     with pytest.raises(ValueError, match="batch_size=1"):
         list(stratified_batches(_rows(3, 1), _rows(3, 0), 1, 0))
+
+
+def test_proportional_stratification_uses_each_row_once_and_spreads_positives():
+    from abpo.warehouse import stratified_batches
+
+    pos = [{"impression_id": f"p{i}", "clicked": 1} for i in range(10)]
+    neg = [{"impression_id": f"n{i}", "clicked": 0} for i in range(60)]
+    batches = list(stratified_batches(pos, neg, 8, seed=3, mode="proportional"))
+    assert len(batches) == 70 // 8 == 8 and all(len(b) == 8 for b in batches)
+    ids = [r["impression_id"] for b in batches for r in b]
+    assert len(ids) == len(set(ids)) == 64  # no row twice; the 6 rows that fill no batch are left to the caller
+    counts = [sum(r["clicked"] for r in b) for b in batches]
+    assert sum(counts) == 10 and sorted(counts) == [1, 1, 1, 1, 1, 1, 2, 2]  # spread evenly, never 0
+    with pytest.raises(ValueError, match="each stratum needs at least one row per batch"):
+        list(stratified_batches(pos[:5], neg, 8, seed=3, mode="proportional"))  # 5 positives, 8 batches
+    with pytest.raises(ValueError, match="mode 'other'"):
+        list(stratified_batches(pos, neg, 8, seed=3, mode="other"))
+    # the default recycles the scarcer stratum instead: 10 batches of 1 positive + 7 no-responses, 70 rows
+    over = list(stratified_batches(pos, neg, 8, seed=3))
+    assert all(sum(r["clicked"] for r in b) == 1 for b in over) and len(over) == 10

@@ -225,8 +225,7 @@ def update_dataset_from_strata(
         )
     if stratification not in ("oversample", "proportional"):
         raise UpdateDataError(f"update.stratification={stratification!r}; rule: oversample | proportional")
-    batches = stratified_batches(positive, no_response, examples_per_batch, seed,
-                                 **({} if stratification == "oversample" else {"mode": stratification}))  # TEMP
+    batches = stratified_batches(positive, no_response, examples_per_batch, seed, mode=stratification)
     rows = build_update_rows(batches, titles, tokenizer, policy_cfg, examples_per_batch=examples_per_batch, report=report)
     total = positive.num_rows + no_response.num_rows
     unique = len({r["request_id"] for r in rows})

@@ -123,6 +123,7 @@ def test_experiment_end_to_end_on_a_movielens_format_directory(tmp_path, capsys)
         f"paths.root={tmp_path / 'var'}", f"data.dataset_dir={data}", "data.eval_candidates=20",
         "policy.tiny_hidden_size=32", "policy.tiny_intermediate_size=64", "policy.tiny_vocab_size=600",
         "sft.max_steps=6", "update.max_steps=2", "update.batch_size=4", "update.save_steps=100",
+        "update.max_completion_length=128",
         "experiment.seeds=0,1", "experiment.rows=none,grpo,abpo,popularity,ml_retrain", "experiment.workers=1",
         "experiment.name=t",
     ]

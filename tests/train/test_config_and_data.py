@@ -118,6 +118,13 @@ def test_dataset_from_warehouse_strata_is_stratified(tiny_titles, tiny_policy_cf
     assert {r for r in ds["request_id"]} == {r["impression_id"] for r in imps}
     with pytest.raises(ValueError, match="both strata"):
         update_dataset_from_strata(pos.slice(0, 0), neg, tiny_titles, tok, tiny_policy_cfg, examples_per_batch=4, seed=0)
+    # update.stratification=proportional: each logged row at most once; the rows filling no batch are reported
+    ds, report = update_dataset_from_strata(pos, neg, tiny_titles, tok, tiny_policy_cfg, examples_per_batch=4, seed=3,
+                                            stratification="proportional")
+    assert len(ds) == 8 and len(set(ds["request_id"])) == 8 and report.rows_repeated == 0
+    assert report.rows_not_in_batches == 2 and "not placed in any batch" in report.notes[-1]
+    for b in range(0, 8, 4):
+        assert set(ds["y"][b : b + 4]) == {0, 1}
 
 
 def test_cli_update_names_the_missing_input(tmp_path, capsys):

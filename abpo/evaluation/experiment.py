@@ -224,18 +224,16 @@ def _llm_scores(ctx: SeedContext, model_dir: Path) -> list[list[float]]:
     return [s.scores.tolist() for s in scored]
 
 
-class _StepEcho:
-    """Trainer callback printing a cell's update progress every 10 steps (cells run in worker processes)."""
+def _step_echo(prefix: str, echo):
+    """A TrainerCallback printing a cell's update progress every 10 steps (cells run in worker processes)."""
+    from transformers import TrainerCallback
 
-    def __new__(cls, prefix: str, echo):
-        from transformers import TrainerCallback
+    class StepEcho(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step % 10 == 0 or state.global_step == state.max_steps:
+                echo(f"{prefix} update step {state.global_step}/{state.max_steps}")
 
-        class Cb(TrainerCallback):
-            def on_step_end(self, args, state, control, **kwargs):
-                if state.global_step % 10 == 0 or state.global_step == state.max_steps:
-                    echo(f"{prefix} update step {state.global_step}/{state.max_steps}")
-
-        return Cb()
+    return StepEcho()
 
 
 def run_cell(ctx: SeedContext, row: str, echo=print) -> dict[str, Any]:
@@ -271,7 +269,7 @@ def run_cell(ctx: SeedContext, row: str, echo=print) -> dict[str, Any]:
             pos = ctx.d_bandit.filter(pc.equal(ctx.d_bandit.column("clicked"), 1))
             neg = ctx.d_bandit.filter(pc.equal(ctx.d_bandit.column("clicked"), 0))
             res = run_update(c, progress=False, strata=(pos, neg, [ctx.cfg.experiment.month]), log_mlflow=False,
-                             callbacks=[_StepEcho(prefix, echo)])
+                             callbacks=[_step_echo(prefix, echo)])
             model_dir = res.model_dir
             out["update"] = {"steps": res.global_step, "final": res.metrics, "history": res.history,
                              "batching": res.batching}

@@ -108,7 +108,7 @@ def _small_movielens(dst: Path, n_users: int = 40) -> Path:
 
 
 @pytest.mark.slow
-def test_experiment_end_to_end_on_a_movielens_format_directory(tmp_path, capsys):
+def test_experiment_end_to_end_on_a_movielens_format_directory(tmp_path, capfd):
     """Two seeds x (No-Update, vanilla GRPO, ABPO, popularity, ML-retrain) on 40 users with a very small model:
     every cell computed once, the table/CSV/PNG written, MLflow holds the parent and one nested run per cell, and a
     rerun recomputes nothing."""
@@ -139,7 +139,7 @@ def test_experiment_end_to_end_on_a_movielens_format_directory(tmp_path, capsys)
     assert f["update"]["steps"] == 2 and f["update"]["history"][0]["abpo/rollouts/well_formed"] == 1.0
     a, b = (json.loads((res.exp_dir / "cells" / f"seed0-{r}.json").read_text()) for r in ("none", "popularity"))
     assert a["users"] == b["users"] and len(a["users"]) > 0  # every row scored on the same users
-    out = capsys.readouterr().out
+    out = capfd.readouterr().out
     assert "[seed 0 abpo] update step 2/2" in out and "wall time" in out
 
     registry.configure(cfg)

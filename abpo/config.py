@@ -17,9 +17,11 @@ from typing import Any
 import yaml
 
 from abpo.abtest.config import ReportConfig
+from abpo.arms.config import ArmsConfig
 from abpo.data.config import DataConfig
 from abpo.evaluation.config import ExperimentConfig
 from abpo.policy.config import PolicyConfig, SFTConfig
+from abpo.sim.config import SimConfig
 from abpo.train.config import UpdateConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -72,6 +74,8 @@ class Config:
     update: UpdateConfig = field(default_factory=UpdateConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
     experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
+    sim: SimConfig = field(default_factory=SimConfig)
+    arms: ArmsConfig = field(default_factory=ArmsConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -117,17 +117,17 @@ def get_version(alias: str, name: str = MODEL_NAME):
         return None
 
 
-def download_model_dir(cfg, ref: str, dst: str | Path | None = None) -> Path:
+def download_model_dir(cfg, ref: str, dst: str | Path | None = None, name: str = MODEL_NAME) -> Path:
     """Local path of the checkpoint directory of a registered version: ``ref`` is an alias
     (``champion``) or a version number. Returns the ``save_pretrained`` directory inside the pyfunc model."""
     import mlflow
 
     configure(cfg)
-    uri = f"models:/{MODEL_NAME}/{ref}" if str(ref).isdigit() else f"models:/{MODEL_NAME}@{ref}"
+    uri = f"models:/{name}/{ref}" if str(ref).isdigit() else f"models:/{name}@{ref}"
     local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(dst) if dst else None))
     data = local / "data"
     candidates = [p for p in data.iterdir()] if data.is_dir() else []
     for p in candidates:
-        if (p / "config.json").exists() or (p / "adapter_config.json").exists():
+        if any((p / f).exists() for f in ("config.json", "adapter_config.json", "ranker.json")):
             return p
     raise FileNotFoundError(f"{uri}: downloaded to {local} but no save_pretrained directory under data/")

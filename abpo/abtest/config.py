@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 class ReportConfig:
     candidate_arm: str = field(default="abpo", metadata={"help": "The arm compared against every other arm."})
     arm_shares: dict[str, float] = field(
-        default_factory=lambda: {"abpo": 0.25, "grpo": 0.25, "ml_retrain": 0.25, "popularity": 0.25},
-        metadata={"help": "Configured traffic share of each arm (users), for the sample-ratio-mismatch check."},
+        default_factory=lambda: {"abpo": 0.43, "grpo": 0.25, "ml_retrain": 0.18, "popularity": 0.14},
+        metadata={"help": "Configured traffic share of each arm (users): what the simulator's router assigns and what "
+                          "the sample-ratio-mismatch check expects."},
     )
     confidence: float = field(default=0.95, metadata={"help": "Confidence level of every interval."})
     srm_alpha: float = field(default=0.001, metadata={"help": "Flag a sample-ratio mismatch below this p-value."})

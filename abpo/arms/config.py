@@ -1,0 +1,40 @@
+"""Config section `arms`: the four arms of the production loop (abpo.arms) and the continual monthly cycle."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ArmsConfig:
+    names: list[str] = field(
+        default_factory=lambda: ["abpo", "grpo", "ml_retrain", "popularity"],
+        metadata={"help": "Arms served and updated each month (every one of them also in report.arm_shares)."},
+    )
+    popularity_window: int = field(
+        default=0,
+        metadata={"help": "popularity arm: count only each user's last N interactions and clicks to date (a rolling "
+                          "window); 0 = all of them."},
+    )
+    popularity_temperature: float = field(
+        default=0.5, metadata={"help": "popularity arm: exposure ~ softmax(log(1 + count) / T) over the candidates."}
+    )
+    ml_retrain_temperature: float = field(
+        default=0.1, metadata={"help": "ml_retrain arm: exposure ~ softmax(ALS score / T) over the candidates."}
+    )
+    ml_retrain_iterations: int = field(default=15, metadata={"help": "ml_retrain arm: ALS iterations per refit."})
+    replay_months: int = field(
+        default=0,
+        metadata={"help": "LLM arms: also train on the arm's logs of this many months before the current one "
+                          "(0 = the current month only: each month's update starts from the champion)."},
+    )
+    gate_metric: str = field(default="HR@5", metadata={"help": "Offline gate metric (challenger >= champion - margin)."})
+    gate_margin: float = field(
+        default=0.0, metadata={"help": "Offline gate: the challenger passes when metric >= champion's - margin."}
+    )
+    gate_max_users: int = field(
+        default=0, metadata={"help": "Held-out users the gate scores (seeded choice); 0 = sft.eval_max_users."}
+    )
+    update_max_examples: int = field(
+        default=0, metadata={"help": "Logged rows per LLM-arm update (seeded, proportional); 0 = update.max_examples."}
+    )

@@ -1,0 +1,352 @@
+"""The continual monthly cycle of the four arms, as plain steps an orchestrator wires (dags/abpo_monthly.py):
+
+    bootstrap     pi_init (SFT, once) -> version 1 of each LLM arm, champion; the ranker arms fitted on the
+                  interactions before the first month, champion
+    serve         each arm's champion serves month m (abpo.sim: simulated traffic, landed as Parquet)
+    ingest        (abpo.pipeline.ingest_and_validate) warehouse partition + Great Expectations
+    update        each LLM arm: its variant (abpo: F, grpo: B) from its *current champion* on *its own* month-m
+                  logs (plus ``arms.replay_months`` earlier months) -> logged in its MLflow run
+    register      the update as a version of the arm's model, alias challenger, lineage tags (abpo.arms.registry)
+    gate          challenger against the arm's champion on the same held-out users (offline HR@5 >= champion's -
+                  ``arms.gate_margin``); every number printed, logged on the versions
+    promote       champion moves to the challenger only when the gate passed; otherwise it stays where it was
+    refit         popularity and ml_retrain refitted on everything seen through month m, registered, champion
+    report        the A/B report over every month to date, all arms, with the sample-ratio check
+
+Steps take the config and plain values (month, arm, version numbers) and return plain dicts, so tasks pass
+registry versions, never local paths.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from abpo import registry as core_registry
+from abpo.arms import ARM_KINDS, LLM_ARMS, RANKER_ARMS, check_arm
+from abpo.arms import registry as arm_registry
+
+CHAMPION, CHALLENGER = core_registry.CHAMPION, core_registry.CHALLENGER
+
+
+def arms_of(cfg) -> list[str]:
+    return [check_arm(a) for a in cfg.arms.names]
+
+
+@functools.lru_cache(maxsize=4)
+def _data(data_key: str, cfg_json: str):  # data_key: the hash of cfg_json, the cache key
+    from abpo.data.config import DataConfig
+    from abpo.data.loaders import load_dataset
+    from abpo.data.splits import split_users
+
+    dcfg = DataConfig(**json.loads(cfg_json))
+    ds = load_dataset(dcfg)
+    splits, _ = split_users(ds, dcfg)
+    return ds, splits
+
+
+def dataset_and_splits(cfg):
+    """(dataset, user splits) of the config's data section, cached per process."""
+    js = json.dumps(dataclasses.asdict(cfg.data), sort_keys=True)
+    return _data(hashlib.sha256(js.encode()).hexdigest(), js)
+
+
+def next_month(month: str) -> str:
+    y, m = (int(x) for x in month.split("-"))
+    return f"{y + m // 12:04d}-{m % 12 + 1:02d}"
+
+
+def _start_run(cfg, run_name: str, tags: dict[str, Any]):
+    return core_registry.start_run(cfg, arm_registry.EXPERIMENT, run_name, tags=tags)
+
+
+# --------------------------------------------------------------------------------------------- bootstrap
+
+
+def bootstrap_arms(cfg, echo=print) -> dict[str, Any]:
+    """Every arm gets a champion if it has none: LLM arms start from pi_init (trained and registered first if
+    needed), ranker arms are fitted on the interactions before ``sim.start_month``. Arms that already have a
+    champion are left as they are (a rerun changes nothing)."""
+    from abpo.pipeline import ensure_pi_init
+
+    out: dict[str, Any] = {}
+    init = None
+    for arm in arms_of(cfg):
+        mv = arm_registry.get_version(cfg, arm, CHAMPION)
+        if mv is not None:
+            out[arm] = {"version": str(mv.version), "bootstrapped": False}
+            continue
+        if ARM_KINDS[arm] == "ranker":
+            res = refit_ranker_arm(cfg, arm, None, echo=echo)
+            out[arm] = {"version": res["version"], "bootstrapped": True}
+            continue
+        if init is None:
+            init = ensure_pi_init(cfg)
+        tags = arm_registry.lineage_tags(cfg, kind="llm", source="pi_init", parent_version=None, months=[],
+                                         data_hash="", variant=ARM_KINDS[arm],
+                                         pi_init_version=f"{core_registry.MODEL_NAME} v{init['model_version']}")
+        with _start_run(cfg, f"bootstrap-{arm}", {"abpo.arm": arm}) as run:
+            uri = arm_registry.log_arm_model(cfg, arm, init["model_dir"], kind="llm")
+        mv = arm_registry.register_version(cfg, arm, uri, run.info.run_id, tags, alias=CHAMPION)
+        echo(f"bootstrap {arm}: {arm_registry.model_name(arm)} v{mv.version} (pi_init) is champion")
+        out[arm] = {"version": str(mv.version), "bootstrapped": True}
+    return out
+
+
+# ------------------------------------------------------------------------------------------------- serve
+
+
+def serve_month(cfg, month: str, echo=print) -> dict[str, Any]:
+    """Month ``month``'s traffic served by every arm's champion (abpo.sim.simulate_month), landed as Parquet."""
+    from abpo.sim.simulator import simulate_month
+
+    ds, splits = dataset_and_splits(cfg)
+    arms = {a: arm_registry.load_arm(cfg, a, ds) for a in arms_of(cfg)}
+    res = simulate_month(cfg, month, arms, dataset=ds, splits=splits, echo=echo)
+    for a, v in res.per_arm.items():
+        echo(f"  {a:<11} {v['impressions']:>6} impressions {v['clicks']:>5} clicks  CTR {v['ctr']:.4f}")
+    return {"month": month, "path": str(res.path), "seconds": res.seconds, "per_arm": res.per_arm}
+
+
+# ------------------------------------------------------------------------------------------ LLM arm update
+
+
+def training_months(cfg, month: str) -> list[str]:
+    """The month and ``arms.replay_months`` months before it (those present in the warehouse)."""
+    from abpo.warehouse import Warehouse
+
+    with Warehouse(cfg.paths.resolve("warehouse")) as wh:
+        have = set(wh.months())
+    want, m = [month], month
+    for _ in range(cfg.arms.replay_months):
+        y, mm = (int(x) for x in m.split("-"))
+        m = f"{y - (mm == 1):04d}-{(mm - 2) % 12 + 1:02d}"
+        want.insert(0, m)
+    return [x for x in want if x in have or x == month]
+
+
+def update_llm_arm(cfg, arm: str, month: str, echo=print) -> dict[str, Any]:
+    """The arm's variant, started from the arm's current champion, on the arm's own logs of ``month`` (and the
+    replay window); the checkpoint is logged into the update's MLflow run. Returns the run and lineage facts."""
+    import mlflow
+
+    from abpo.train.update import run_update, warehouse_strata
+
+    if ARM_KINDS[check_arm(arm)] == "ranker":
+        raise ValueError(f"update_llm_arm: {arm!r} is a ranker arm; rule: one of {list(LLM_ARMS)}")
+    champ = arm_registry.get_version(cfg, arm, CHAMPION)
+    if champ is None:
+        raise LookupError(f"{arm_registry.model_name(arm)}: no champion; bootstrap the arms first")
+    parent_dir = arm_registry.local_dir(cfg, arm, champ.version)
+    months = training_months(cfg, month)
+    u = dataclasses.replace(
+        cfg.update, variant=ARM_KINDS[arm], arm=arm, months=months, init_model=str(parent_dir), resume=False,
+        output_name=f"arms/{arm}/{month}", save_merged=True,
+        max_examples=cfg.arms.update_max_examples or cfg.update.max_examples,
+    )
+    c = dataclasses.replace(cfg, update=u)
+    pos, neg, months = warehouse_strata(c)
+    data_hash = arm_registry.table_hash(pos, neg)
+    echo(f"update {arm} ({u.variant}) from champion v{champ.version} on {pos.num_rows} positive + {neg.num_rows} "
+         f"no-response rows of {months}")
+    res = run_update(c, progress=False, strata=(pos, neg, months))
+    with mlflow.start_run(run_id=res.mlflow_run_id):
+        uri = arm_registry.log_arm_model(cfg, arm, res.model_dir, kind="llm")
+    parent_months = [m for m in (champ.tags or {}).get("months", "").split(",") if m]
+    return {"arm": arm, "month": month, "run_id": res.mlflow_run_id, "model_uri": uri,
+            "parent_version": str(champ.version), "months": sorted(set(parent_months) | set(months)),
+            "data_hash": data_hash, "rows": pos.num_rows + neg.num_rows, "steps": res.global_step,
+            "variant": res.variant}
+
+
+def register_update(cfg, arm: str, updated: dict[str, Any], echo=print) -> dict[str, Any]:
+    """The update as a new version of the arm's model, alias challenger (a retry of the same run reuses its
+    version)."""
+    tags = arm_registry.lineage_tags(cfg, kind="llm", source="update", parent_version=updated["parent_version"],
+                                     months=updated["months"], data_hash=updated["data_hash"],
+                                     variant=updated["variant"], month=updated["month"], rows=updated["rows"],
+                                     steps=updated["steps"])
+    mv = arm_registry.register_version(cfg, arm, updated["model_uri"], updated["run_id"], tags, alias=CHALLENGER)
+    echo(f"register {arm}: {arm_registry.model_name(arm)} v{mv.version} (parent v{updated['parent_version']}) "
+         f"is challenger")
+    return {"arm": arm, "version": str(mv.version), "parent_version": updated["parent_version"]}
+
+
+# ---------------------------------------------------------------------------------------------------- gate
+
+
+def gate_examples(cfg):
+    """The held-out users every gate scores (seeded): x_{T+N} targets with evaluation candidates."""
+    from abpo.data.candidates import build_eval_examples, training_popularity
+    from abpo.policy.sft import seeded_subsample
+
+    ds, splits = dataset_and_splits(cfg)
+    n = cfg.arms.gate_max_users or cfg.sft.eval_max_users
+    examples = seeded_subsample(build_eval_examples(splits, ds, cfg.data), n, cfg.seed)
+    key = hashlib.sha256(json.dumps([ds.name, cfg.data.seed, cfg.data.eval_candidates, cfg.seed,
+                                     [e.request_id for e in examples]]).encode()).hexdigest()[:12]
+    return examples, training_popularity(splits, ds), key
+
+
+def _metric_tag(metric: str) -> str:
+    return "gate.m." + metric.replace("@", "_at_")  # MLflow tag keys allow no '@'
+
+
+def _metric_name(tag: str) -> str:
+    return tag[len("gate.m."):].replace("_at_", "@")
+
+
+def offline_metrics(cfg, arm: str, version: str, echo=print) -> dict[str, float]:
+    """The version's offline metrics on the gate's users, computed once per (version, user set) and kept as
+    version tags ``gate.m.<metric>`` (versions are immutable, so a champion is never scored twice)."""
+    from abpo.policy.evaluate import evaluate_policy
+    from abpo.policy.model import load_policy
+
+    examples, popularity, key = gate_examples(cfg)
+    mv = arm_registry.get_version(cfg, arm, version)
+    tags = dict(mv.tags or {})
+    if tags.get("gate.eval_key") == key:
+        return {_metric_name(k): float(v) for k, v in tags.items() if k.startswith("gate.m.")}
+    ds, _ = dataset_and_splits(cfg)
+    t = time.time()
+    path = arm_registry.local_dir(cfg, arm, version)
+    model, tok = load_policy(dataclasses.replace(cfg.policy, model=str(path)), cfg.paths, dataset=ds)
+    res = evaluate_policy(model, tok, examples, ds.titles(), cfg.policy, popularity=popularity, progress=False)
+    metrics = {k: float(v) for k, v in res.metrics.items() if not k.startswith("random_")}
+    arm_registry.set_tags(cfg, arm, version, {"gate.eval_key": key, **{_metric_tag(k): v for k, v in metrics.items()}})
+    echo(f"  scored {arm} v{version} on {len(examples)} held-out users in {time.time() - t:.0f}s")
+    return metrics
+
+
+def gate_arm(cfg, arm: str, version: str, echo=print) -> dict[str, Any]:
+    """Challenger ``version`` against the arm's champion on the same held-out users: passes when its
+    ``arms.gate_metric`` is at least the champion's minus ``arms.gate_margin``."""
+    champ = arm_registry.get_version(cfg, arm, CHAMPION)
+    metric, margin = cfg.arms.gate_metric, cfg.arms.gate_margin
+    ch = offline_metrics(cfg, arm, str(champ.version), echo=echo)
+    new = offline_metrics(cfg, arm, str(version), echo=echo)
+    passed = new[metric] >= ch[metric] - margin
+    reason = (f"{metric} challenger v{version} {new[metric]:.4f} {'>=' if passed else '<'} champion v{champ.version} "
+              f"{ch[metric]:.4f} - margin {margin}")
+    echo(f"gate {arm}: {'PASS' if passed else 'FAIL'}: {reason}")
+    arm_registry.set_tags(cfg, arm, version, {"gate.verdict": "pass" if passed else "fail", "gate.reason": reason,
+                                             "gate.champion_version": champ.version})
+    return {"arm": arm, "version": str(version), "champion_version": str(champ.version), "passed": passed,
+            "reason": reason, "metric": metric, "challenger": new, "champion": ch}
+
+
+def promote_arm(cfg, arm: str, gate: dict[str, Any], echo=print) -> dict[str, Any]:
+    """Move the arm's champion to the gated challenger when the gate passed; otherwise leave it where it was."""
+    if gate["passed"]:
+        arm_registry.set_alias(cfg, arm, CHAMPION, gate["version"])
+        echo(f"promote {arm}: champion -> v{gate['version']}")
+    else:
+        echo(f"promote {arm}: champion stays v{gate['champion_version']} (v{gate['version']} stays challenger)")
+    now = arm_registry.get_version(cfg, arm, CHAMPION)
+    return {"arm": arm, "champion_version": str(now.version), "promoted": bool(gate["passed"])}
+
+
+# --------------------------------------------------------------------------------------------- ranker arms
+
+
+def ranker_training_sequences(cfg, month: str | None) -> tuple[dict[int, list[int]], list[str]]:
+    """Interactions and clicks through ``month`` (None: only what precedes ``sim.start_month``), per user,
+    chronological; and the months they cover."""
+    from abpo.sim.simulator import interactions_to_date
+    from abpo.warehouse import Warehouse
+
+    _, splits = dataset_and_splits(cfg)
+    if month is None:
+        return interactions_to_date(cfg, splits, cfg.sim.start_month), []
+    seqs = interactions_to_date(cfg, splits, next_month(month))
+    with Warehouse(cfg.paths.resolve("warehouse")) as wh:
+        clicks = wh.run("clicks_to_date", month=month)
+        months = [m for m in wh.months() if m <= month]
+    for u, i in zip(clicks.column("user_id").to_pylist(), clicks.column("item_id").to_pylist()):
+        seqs.setdefault(int(u), []).append(int(i))
+    return seqs, months
+
+
+def refit_ranker_arm(cfg, arm: str, month: str | None, echo=print) -> dict[str, Any]:
+    """Refit a ranker arm on everything seen through ``month`` (None: the bootstrap fit), register it with lineage
+    and make it champion (a refit has no gate: it is the arm's definition, retrained)."""
+    from abpo.arms.rankers import fit_ranker, save_ranker, temperature_of
+
+    if ARM_KINDS[check_arm(arm)] != "ranker":
+        raise ValueError(f"refit_ranker_arm: {arm!r} is an LLM arm; rule: one of {list(RANKER_ARMS)}")
+    ds, _ = dataset_and_splits(cfg)
+    t = time.time()
+    seqs, months = ranker_training_sequences(cfg, month)
+    ranker = fit_ranker(arm, cfg, seqs, ds.item_ids().tolist())
+    out_dir = cfg.paths.resolve("models") / "arms" / arm / (month or "bootstrap")
+    save_ranker(ranker, out_dir)
+    temperature = temperature_of(arm, cfg)
+    (out_dir / "arm.json").write_text(json.dumps({"arm": arm, "temperature": temperature}))
+    data_hash = hashlib.sha256(json.dumps(sorted(seqs.items())).encode()).hexdigest()[:16]
+    parent = arm_registry.get_version(cfg, arm, CHAMPION)
+    tags = arm_registry.lineage_tags(cfg, kind="ranker", source="refit" if month else "bootstrap",
+                                     parent_version=parent.version if parent else None, months=months,
+                                     data_hash=data_hash, variant=arm, interactions=sum(map(len, seqs.values())))
+    with _start_run(cfg, f"refit-{arm}-{month or 'bootstrap'}", {"abpo.arm": arm, "abpo.month": month or ""}) as run:
+        uri = arm_registry.log_arm_model(cfg, arm, out_dir, kind="ranker")
+    mv = arm_registry.register_version(cfg, arm, uri, run.info.run_id, tags, alias=CHAMPION)
+    echo(f"refit {arm}: {sum(map(len, seqs.values()))} interactions and clicks through {month or 'the start'} in "
+         f"{time.time() - t:.1f}s -> {arm_registry.model_name(arm)} v{mv.version}, champion")
+    return {"arm": arm, "version": str(mv.version), "months": months}
+
+
+# -------------------------------------------------------------------------------------------------- report
+
+
+def report_to_date(cfg, month: str, echo=print) -> dict[str, Any]:
+    """The A/B report over every warehouse month up to ``month``, every arm (sample-ratio check on the configured
+    shares)."""
+    from abpo.abtest.report import report_from_warehouse
+    from abpo.warehouse import Warehouse
+
+    with Warehouse(cfg.paths.resolve("warehouse")) as wh:
+        months = [m for m in wh.months() if m <= month]
+    report, files = report_from_warehouse(cfg, months)
+    echo(f"report {months[0]}..{months[-1]}: {files.html}")
+    return {"months": months, "html": str(files.html), "markdown": str(files.markdown), "png": str(files.png)}
+
+
+# ------------------------------------------------------------------------------------------- a whole month
+
+
+def run_month(cfg, month: str, *, serve: bool = True, echo=print) -> dict[str, Any]:
+    """The whole cycle for ``month`` in one process (what the DAG runs as tasks): serve -> ingest -> per LLM arm
+    update/register/gate/promote -> ranker refits -> report."""
+    from abpo.pipeline import ingest_and_validate
+
+    out: dict[str, Any] = {"month": month, "bootstrap": bootstrap_arms(cfg, echo=echo)}
+    if serve:
+        out["serve"] = serve_month(cfg, month, echo=echo)
+    out["ingest"] = ingest_and_validate(cfg, month)
+    for arm in arms_of(cfg):
+        if ARM_KINDS[arm] == "ranker":
+            continue
+        updated = update_llm_arm(cfg, arm, month, echo=echo)
+        reg = register_update(cfg, arm, updated, echo=echo)
+        gate = gate_arm(cfg, arm, reg["version"], echo=echo)
+        out[arm] = {"update": updated, "gate": gate, "promote": promote_arm(cfg, arm, gate, echo=echo)}
+    for arm in arms_of(cfg):
+        if ARM_KINDS[arm] == "ranker":
+            out[arm] = refit_ranker_arm(cfg, arm, month, echo=echo)
+    out["report"] = report_to_date(cfg, month, echo=echo)
+    return out
+
+
+def json_safe(d: Any) -> Any:
+    if isinstance(d, dict):
+        return {str(k): json_safe(v) for k, v in d.items()}
+    if isinstance(d, (list, tuple)):
+        return [json_safe(v) for v in d]
+    if isinstance(d, Path):
+        return str(d)
+    return d

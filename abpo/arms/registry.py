@@ -1,0 +1,162 @@
+"""Every version an arm serves is a registered MLflow model version, one registered model per arm
+(``abpo-arm-<arm>``), with aliases ``champion`` (what serves) and ``challenger`` (the last candidate).
+
+Why one registered model per arm and not one model with an arm tag: an alias is unique within a registered model,
+so four arms each with their own champion need four models; it also gives each arm its own version history in the
+MLflow UI and lets a team set permissions per arm.
+
+Lineage tags on every version: ``parent_version`` (the champion it was updated from; empty for a bootstrap),
+``months`` (every month it has been trained on, parent's included), ``data_hash`` (sha256 of the rows it was
+trained on), ``config`` (preset name) and ``config_hash``, ``seed``, ``code_version`` (abpo version and git commit),
+``kind`` (llm | ranker), ``variant``, ``source`` (pi_init | update | refit)."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from abpo import registry
+
+PREFIX = "abpo-arm-"
+EXPERIMENT = "abpo-arms"
+
+
+def model_name(arm: str) -> str:
+    from abpo.arms import check_arm
+
+    return PREFIX + check_arm(arm)
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> str:
+    import abpo
+
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=Path(abpo.__file__).parents[1],
+                             capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        sha = ""
+    return f"abpo {abpo.__version__}" + (f" git {sha}" if sha else "")
+
+
+def config_hash(cfg) -> str:
+    return hashlib.sha256(json.dumps(cfg.to_dict(), sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def table_hash(*tables) -> str:
+    """sha256 of the training rows (their impression ids and clicks, order-independent)."""
+    h = hashlib.sha256()
+    for t in tables:
+        rows = sorted(zip(t.column("impression_id").to_pylist(), t.column("clicked").to_pylist()))
+        h.update(json.dumps(rows).encode())
+    return h.hexdigest()[:16]
+
+
+def lineage_tags(cfg, *, kind: str, source: str, parent_version: str | None, months: list[str], data_hash: str,
+                 variant: str = "", **extra: Any) -> dict[str, str]:
+    tags = {"kind": kind, "source": source, "parent_version": str(parent_version or ""), "months": ",".join(months),
+            "data_hash": data_hash, "config": cfg.name, "config_hash": config_hash(cfg), "seed": str(cfg.seed),
+            "code_version": code_version(), "variant": variant}
+    tags.update({k: str(v) for k, v in extra.items()})
+    return tags
+
+
+def get_version(cfg, arm: str, ref: str = registry.CHAMPION):
+    """The version ``ref`` (an alias or a number) of the arm's model, or None when it does not exist."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    registry.configure(cfg)
+    try:
+        if str(ref).isdigit():
+            return MlflowClient().get_model_version(model_name(arm), str(ref))
+        return MlflowClient().get_model_version_by_alias(model_name(arm), ref)
+    except MlflowException:
+        return None
+
+
+def log_arm_model(cfg, arm: str, local_dir: str | Path, *, kind: str) -> str:
+    """Log ``local_dir`` into the active MLflow run as the arm's model; returns the model URI to register."""
+    import mlflow
+
+    if kind == "llm":
+        return registry.log_model_dir(local_dir, policy_cfg=cfg.policy)
+    info = mlflow.pyfunc.log_model(name="model", loader_module="abpo.arms.serving", data_path=str(local_dir),
+                                   pip_requirements=["abpo"])
+    return info.model_uri
+
+
+def register_version(cfg, arm: str, model_uri: str, run_id: str, tags: dict[str, str], alias: str | None):
+    """Register ``model_uri`` (logged by ``run_id``) as a version of the arm's model with ``tags``; a retry of the
+    same run reuses the version that run already registered. Sets ``alias`` on it."""
+    from mlflow import MlflowClient
+
+    registry.configure(cfg)
+    name = model_name(arm)
+    client = MlflowClient()
+    existing = []
+    try:
+        existing = client.search_model_versions(f"name='{name}' and run_id='{run_id}'")
+    except Exception:  # noqa: BLE001 - a model that does not exist yet has no versions
+        existing = []
+    mv = existing[0] if existing else registry.register(model_uri, alias=None, tags=tags, name=name)
+    if alias:
+        client.set_registered_model_alias(name, alias, str(mv.version))
+    return client.get_model_version(name, str(mv.version))
+
+
+def set_alias(cfg, arm: str, alias: str, version: str | int) -> None:
+    registry.configure(cfg)
+    registry.set_alias(alias, version, name=model_name(arm))
+
+
+def set_tags(cfg, arm: str, version: str | int, tags: dict[str, Any]) -> None:
+    from mlflow import MlflowClient
+
+    registry.configure(cfg)
+    client = MlflowClient()
+    for k, v in tags.items():
+        client.set_model_version_tag(model_name(arm), str(version), k, str(v))
+
+
+def local_dir(cfg, arm: str, version: str | int) -> Path:
+    """The version's checkpoint (or ranker files) as a local directory: downloaded from the registry once into
+    ``<paths.models>/registry/<model>/v<version>`` (versions are immutable, so the copy never goes stale)."""
+    dst = cfg.paths.resolve("models") / "registry" / model_name(arm) / f"v{version}"
+    done = dst / ".complete"
+    if not done.exists():
+        import shutil
+
+        if dst.exists():
+            shutil.rmtree(dst)
+        dst.mkdir(parents=True)
+        path = registry.download_model_dir(cfg, str(version), dst=dst, name=model_name(arm))
+        done.write_text(str(path.relative_to(dst)))
+    return dst / done.read_text()
+
+
+def load_arm(cfg, arm: str, dataset, ref: str = registry.CHAMPION):
+    """The servable arm (abpo.arms.Arm) of the arm's version ``ref`` (default: its champion)."""
+    from abpo.arms import ARM_KINDS
+
+    mv = get_version(cfg, arm, ref)
+    if mv is None:
+        raise LookupError(f"MLflow model {model_name(arm)}: no version {ref!r}; bootstrap the arms first "
+                          "(`abpo arms bootstrap`)")
+    path = local_dir(cfg, arm, mv.version)
+    if ARM_KINDS[arm] == "ranker":
+        from abpo.arms.rankers import RankerArm, load_ranker
+
+        temperature = json.loads((path / "arm.json").read_text())["temperature"]
+        return RankerArm(arm, load_ranker(path), temperature, mv.version)
+    from abpo.arms.llm import LLMArm
+
+    return LLMArm.from_dir(arm, path, cfg, dataset, mv.version)
+
+
+def version_info(mv) -> dict[str, Any]:
+    return {"version": str(mv.version), **dict(mv.tags or {})}

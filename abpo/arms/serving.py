@@ -1,0 +1,34 @@
+"""The MLflow pyfunc loader of a registered ranker-arm version (``popularity``, ``ml_retrain``):
+``mlflow.pyfunc.load_model("models:/abpo-arm-popularity@champion")`` gives the arm's exposure distribution.
+
+Input rows: ``history_item_ids`` (list of int, oldest first) and ``candidate_ids`` (list of int). Output rows:
+``ranked_item_ids`` (best first) and ``propensities`` (softmax(score / T) in the order of ``candidate_ids``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+
+class RankerModel:
+    def __init__(self, path: str | Path):
+        from abpo.arms.rankers import load_ranker
+
+        self.ranker = load_ranker(path)
+        self.temperature = float(json.loads((Path(path) / "arm.json").read_text())["temperature"])
+
+    def predict(self, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:
+        from abpo.baselines import softmax_propensities
+
+        reqs = [(0, list(r.history_item_ids), list(r.candidate_ids)) for r in model_input.itertuples(index=False)]
+        scores = self.ranker.score(reqs)
+        ranked = [[int(c) for _, c in sorted(zip(-s, r[2]), key=lambda x: x[0])] for s, r in zip(scores, reqs)]
+        props = [softmax_propensities(s, self.temperature).tolist() for s in scores]
+        return pd.DataFrame({"ranked_item_ids": ranked, "propensities": props})
+
+
+def _load_pyfunc(data_path: str, model_config: dict[str, Any] | None = None) -> RankerModel:
+    return RankerModel(data_path)

@@ -18,6 +18,8 @@ COMMAND_MODULES = [
     "abpo.train.cli",
     "abpo.policy.cli",
     "abpo.evaluation.cli",
+    "abpo.sim.cli",
+    "abpo.arms.cli",
 ]
 
 

@@ -1,13 +1,13 @@
-"""The monthly pipeline's steps as plain functions, and `abpo demo`: the main job end to end on the
-embedded defaults.
+"""The shared steps of the pipeline (data preparation, pi_init, ingest + validation) and `abpo demo`: the main job
+end to end on the embedded defaults.
 
-    prepare -> pi_init (SFT, registered as champion) -> bandit log landed for the month -> ingest + validate
-    -> update (ABPO) -> register (challenger) -> evaluate (the gate) -> promote (champion moves if it passes)
+    abpo demo:  prepare -> bootstrap (pi_init SFT, every arm's first champion) -> for each of three months:
+                `airflow dags test abpo_monthly` with simulate=true (serve -> ingest -> per-arm update, gate,
+                promote, refit -> report; abpo.arms.cycle) -> the final report's summary
 
-Each step takes the loaded :class:`abpo.config.Config` and returns what it produced, so an orchestrator (an
-Airflow DAG, a notebook, this module's `demo`) only wires them. Re-running a month is idempotent on the data
-side (the landed part and the warehouse partition are replaced); every model run is a new MLflow run and
-registry version, as registries are append-only records.
+Each step takes the loaded :class:`abpo.config.Config` and returns what it produced, so an orchestrator (the
+Airflow DAG, a notebook, the demo) only wires them. Re-running a month is idempotent on the data side (the landed
+part and the warehouse partition are replaced).
 """
 
 from __future__ import annotations
@@ -102,15 +102,6 @@ def ensure_pi_init(cfg, *, fresh: bool = False) -> dict[str, Any]:
     }
 
 
-def land_bandit_log(cfg, month: str) -> dict[str, Any]:
-    """D_bandit logged by pi_init for ``month``, landed as Parquet (a rerun replaces the part)."""
-    from abpo.policy.bandit import build_bandit_log
-
-    table = build_bandit_log(cfg, month=month, arm=cfg.update.arm)
-    clicked = sum(table.column("clicked").to_pylist())
-    return {"impressions": table.num_rows, "clicks": clicked, "landing": cfg.paths.resolve("landing")}
-
-
 def ingest_and_validate(cfg, month: str) -> dict[str, Any]:
     """Replace the month's partition in the warehouse (contract violations quarantined) and run the GX suite."""
     from abpo.validation import validate_month
@@ -130,119 +121,125 @@ def ingest_and_validate(cfg, month: str) -> dict[str, Any]:
     }
 
 
-def update_policy(cfg):
-    """The update of the arm's policy from the warehouse strata (``update.variant``; abpo by default)."""
-    from abpo.train.update import run_update
-
-    return run_update(cfg, progress=True)
-
-
-def register_update(cfg, result, month: str):
-    """Log the updated checkpoint into its MLflow run and register it as a new version, alias challenger."""
-    import mlflow
-
-    from abpo import registry
-
-    registry.configure(cfg)
-    with mlflow.start_run(run_id=result.mlflow_run_id):
-        uri = registry.log_model_dir(result.model_dir, policy_cfg=cfg.policy)
-    return registry.register(
-        uri,
-        alias=registry.CHALLENGER,
-        tags={"role": "update", "variant": result.variant, "month": month, "run_id": result.mlflow_run_id,
-              "init_model": str(result.init_model_dir)},
-    )
-
-
-def evaluate_gate(cfg, challenger_dir: Path, champion_dir: Path, *, metric: str = "HR@5") -> dict[str, Any]:
-    """Offline gate: challenger and champion on the same held-out targets (ABPO_SPEC.md Metrics). Passes when
-    the challenger is not worse on ``metric``."""
-    from abpo.data.candidates import build_eval_examples, training_popularity
-    from abpo.data.loaders import load_dataset
-    from abpo.data.splits import split_users
-    from abpo.policy.evaluate import evaluate_policy
-    from abpo.policy.model import load_policy
-    from abpo.policy.sft import seeded_subsample
-
-    ds = load_dataset(cfg.data)
-    splits, _ = split_users(ds, cfg.data)
-    # the same held-out users pi_init was evaluated on after SFT
-    examples = seeded_subsample(build_eval_examples(splits, ds, cfg.data), cfg.sft.eval_max_users, cfg.seed)
-    popularity = training_popularity(splits, ds)
-    out: dict[str, Any] = {}
-    for role, path in (("champion", champion_dir), ("challenger", challenger_dir)):
-        model, tok = load_policy(dataclasses.replace(cfg.policy, model=str(path)), cfg.paths, dataset=ds)
-        res = evaluate_policy(model, tok, examples, ds.titles(), cfg.policy, popularity=popularity,
-                              progress=f"evaluate {role}")
-        out[role] = {k: v for k, v in res.metrics.items() if not k.startswith("random_")}
-        out["random_" + metric] = res.metrics[f"random_{metric}"]
-    out["users"] = len(examples)
-    out["metric"] = metric
-    out["passed"] = out["challenger"][metric] >= out["champion"][metric]
-    return out
-
-
-def promote(cfg, version: str | int) -> None:
-    from abpo import registry
-
-    registry.configure(cfg)
-    registry.set_alias(registry.CHAMPION, version)
-
-
 # ------------------------------------------------------------------------------------------------ abpo demo
+
+
 
 
 def register(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "demo",
         parents=[common],
-        help="Run the main job end to end on the embedded defaults and say what it produced.",
-        description="Run the main job end to end on the embedded defaults (bundled MovieLens, DuckDB, "
-        "SQLite-backed MLflow, the tiny CPU model): prepare the data, train and register pi_init, land the "
-        "month's bandit log, ingest and validate it, run the ABPO update, register it as challenger, evaluate "
-        "it against the champion and promote it if the gate passes. Prints what it produced and where.",
+        help="Run the production loop end to end on the embedded defaults: three simulated months through Airflow.",
+        description="Run the main job end to end on the embedded defaults (bundled MovieLens, DuckDB, SQLite-backed "
+        "Airflow and MLflow, the tiny CPU model; use --config demo for the preset sized for 2 cores): prepare the "
+        "data, bootstrap pi_init and every arm's first champion, then run MONTHS simulated months (from "
+        "sim.start_month) through the abpo_monthly DAG with `airflow dags test` (serve -> ingest + GX -> each LLM "
+        "arm updated from its champion on its own logs, gated, promoted -> ranker refits -> A/B report), and print "
+        "the final report's summary, where the HTML report, the Airflow UI and the MLflow UI are, and the wall time.",
     )
-    p.add_argument("--month", default="2024-01", help="Month the bandit log is landed under (default: 2024-01).")
-    p.add_argument("--fresh", action="store_true", help="Retrain pi_init even when a registered one exists.")
+    p.add_argument("--months", type=int, default=3, help="Simulated months to run (default: 3).")
     p.set_defaults(handler=run_demo)
 
 
-def run_demo(args: argparse.Namespace, cfg) -> int:
-    from abpo import registry
+def _months_from(start: str, n: int) -> list[str]:
+    from abpo.arms.cycle import next_month
 
+    out = [start]
+    while len(out) < n:
+        out.append(next_month(out[-1]))
+    return out
+
+
+def airflow_env(cfg, config_ref: str) -> dict[str, str]:
+    """The environment of the demo's Airflow: SQLite metadata under <state>/airflow, this repo's DAGs and plugins,
+    the demo's config and state for the tasks."""
+    import os
+
+    from abpo.config import REPO_ROOT, preset_path
+
+    ref = preset_path(config_ref)
+    env = {**os.environ,
+           "AIRFLOW_HOME": str(cfg.paths.resolve("root") / "airflow"),
+           "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
+           "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO_ROOT / "plugins"),
+           "AIRFLOW__CORE__LOAD_EXAMPLES": "false",
+           "ABPO_CONFIG": str(ref.resolve()) if ref.exists() else config_ref,
+           "ABPO_STATE": str(cfg.paths.resolve("root")),
+           "ABPO_TASK_RETRIES": "0"}
+    if cfg.paths.mlflow_tracking_uri:
+        env["ABPO_TRACKING_URI"] = cfg.paths.mlflow_tracking_uri
+    return env
+
+
+_SHOWN = ("simulate ", "  serve ", "  abpo ", "  grpo ", "  ml_retrain ", "  popularity ", "update ", "register ",
+          "gate ", "promote ", "refit ", "report ", "  scored ")
+
+
+def _run_airflow(args: list[str], env: dict[str, str], log_path: Path) -> int:
+    """Run the `airflow` CLI of this environment, the whole output into ``log_path``; the pipeline's own step lines
+    (and the last lines on a failure) are echoed."""
+    import subprocess
+    import sys
+
+    exe = Path(sys.executable).with_name("airflow")
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    tail: list[str] = []
+    with log_path.open("w") as log, subprocess.Popen([str(exe), *args], env=env, stdout=subprocess.PIPE,
+                                                     stderr=subprocess.STDOUT, text=True) as proc:
+        for line in proc.stdout:  # type: ignore[union-attr]
+            log.write(line)
+            tail = (tail + [line.rstrip()])[-40:]
+            if line.startswith(_SHOWN):  # the tasks' own prints reach the output unprefixed
+                print("   " + line.rstrip(), flush=True)
+    if proc.returncode != 0:
+        print("\n".join(tail))
+    return proc.returncode
+
+
+def run_demo(args: argparse.Namespace, cfg) -> int:
+    import json as _json
+
+    from abpo.arms.cycle import bootstrap_arms, report_to_date
+
+    t0 = time.time()
     log = StepLog()
-    month = args.month
-    print(f"abpo demo: config {cfg.name}, month {month}, state under {cfg.paths.resolve('root')}", flush=True)
+    months = _months_from(cfg.sim.start_month, args.months)
+    root = cfg.paths.resolve("root")
+    print(f"abpo demo: config {cfg.name}, months {months[0]}..{months[-1]}, state under {root}", flush=True)
 
     log.run("prepare", prepare_data, cfg)
-    init = log.run("pi_init", ensure_pi_init, cfg, fresh=args.fresh)
-    log.run("bandit_log", land_bandit_log, cfg, month)
-    log.run("ingest", ingest_and_validate, cfg, month)
-    result = log.run("update", update_policy, cfg, describe=lambda r: {
-        "variant": r.variant, "steps": r.global_step, "model_dir": r.model_dir, "checkpoint": r.checkpoint_dir,
-        "mlflow_run": r.mlflow_run_id})
-    mv = log.run("register", register_update, cfg, result, month, describe=lambda v: {
-        "model": registry.MODEL_NAME, "version": v.version, "alias": registry.CHALLENGER})
-    gate = log.run("evaluate", evaluate_gate, cfg, Path(result.model_dir), Path(init["model_dir"]))
+    arms = log.run("bootstrap", bootstrap_arms, cfg)
+    env = airflow_env(cfg, args.config)
+    log.run("airflow_db", lambda: {"rc": _run_airflow(["db", "migrate"], env, root / "airflow" / "db-migrate.log"),
+                                   "airflow_home": env["AIRFLOW_HOME"]})
+    for m in months:
+        y, mm = (int(x) for x in m.split("-"))
+        logical = f"{y + mm // 12:04d}-{mm % 12 + 1:02d}-01T00:00:00+00:00"  # the run that processes month m
+        conf = {"month": m, "simulate": True, "overrides": list(args.overrides)}
+        step_log = root / "airflow" / f"dags-test-{m}.log"
 
-    def _promote() -> dict[str, Any]:
-        if gate["passed"]:
-            promote(cfg, mv.version)
-        return {"promoted": gate["passed"], "champion_version": registry.get_version(registry.CHAMPION).version}
+        def _month(m=m, logical=logical, conf=conf, step_log=step_log) -> dict[str, Any]:
+            rc = _run_airflow(["dags", "test", "abpo_monthly", logical, "-c", _json.dumps(conf)], env, step_log)
+            if rc != 0:
+                raise RuntimeError(f"airflow dags test abpo_monthly for {m} failed (exit {rc}); log: {step_log}")
+            return {"month": m, "log": step_log}
 
-    log.run("promote", _promote)
+        log.run(f"month {m}", _month)
 
-    out = cfg.paths.resolve("root") / "demo_summary.json"
-    out.write_text(json.dumps(log.steps, indent=1, default=str))
-    print("\nabpo demo produced:")
-    print(f"  warehouse      {cfg.paths.resolve('warehouse')}  (tables impressions, quarantine, ingest_runs)")
-    print(f"  landing zone   {cfg.paths.resolve('landing')}/impressions/month={month}/")
-    print(f"  pi_init        {init['model_dir']}  ({registry.MODEL_NAME} v{init['model_version']})")
-    print(f"  ABPO update    {result.model_dir}  ({registry.MODEL_NAME} v{mv.version}, alias {registry.CHALLENGER})")
-    print(f"  gate           {gate['metric']}: challenger {gate['challenger'][gate['metric']]:.4f} vs champion "
-          f"{gate['champion'][gate['metric']]:.4f} (random {gate['random_' + gate['metric']]:.4f}) -> "
-          f"{'promoted to champion' if gate['passed'] else 'not promoted'}")
-    print(f"  MLflow         {cfg.paths.tracking_uri()}  (UI: .venv/bin/mlflow ui --backend-store-uri "
-          f"{cfg.paths.tracking_uri()})")
+    final = report_to_date(cfg, months[-1], echo=lambda *_: None)
+    md = Path(final["markdown"]).read_text()
+    summary = md.split("## Summary", 1)[-1].split("\n## ", 1)[0].strip()
+    out = root / "demo_summary.json"
+    out.write_text(_json.dumps({"steps": log.steps, "arms": arms, "report": final}, indent=1, default=str))
+    wall = time.time() - t0
+    print(f"\nabpo demo: {len(months)} months through abpo_monthly in {wall / 60:.1f} min wall time")
+    print(f"\nFinal A/B report ({final['months'][0]}..{final['months'][-1]}), summary:\n{summary}\n")
+    print(f"  HTML report    {final['html']}")
+    print(f"  Airflow UI     AIRFLOW_HOME={env['AIRFLOW_HOME']} .venv/bin/airflow standalone  -> http://localhost:8080 "
+          "(runs of abpo_monthly; the A/B reports under /abpo/reports/)")
+    print(f"  MLflow UI      .venv/bin/mlflow ui --backend-store-uri {cfg.paths.tracking_uri()}  -> http://localhost:5000 "
+          "(models abpo-arm-*: champion / challenger, lineage tags)")
+    print(f"  warehouse      {cfg.paths.resolve('warehouse')}")
     print(f"  step log       {out}")
     return 0

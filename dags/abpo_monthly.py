@@ -1,14 +1,26 @@
-"""abpo_monthly: the monthly ABPO update of the LLM recommender from its own deployment logs.
+"""abpo_monthly: the continual monthly cycle of the four arms (abpo, grpo, ml_retrain, popularity).
 
-Wiring only: every task calls one step of `abpo.pipeline` (heavy imports happen inside the tasks, so the file
-parses in milliseconds). The month processed is the one that just ended (the run of 2026-03-01 processes
-2026-02), or the `month` param of a manual trigger:
+Wiring only: every task calls one step of `abpo.arms.cycle` (heavy imports happen inside the tasks, so the file
+parses in milliseconds). For month m:
 
-    airflow dags trigger abpo_monthly                      # the previous month
-    airflow dags trigger abpo_monthly -c '{"month": "2024-01"}'
+    resolve_month -> bootstrap (arms without a champion get one) -> serve (simulate: param) -> ingest (+ GX)
+    -> per LLM arm (task group): update from the arm's champion on its own month-m logs -> register (challenger)
+       -> gate (against the arm's champion) -> promote (only when the gate passed); a month with too few rows of
+       a stratum (arms.min_rows_per_stratum) skips the arm's group: it keeps its champion
+    -> per ranker arm: refit on everything to date -> register (champion)
+    -> report (every month to date, all arms, sample-ratio check on report.arm_shares)
 
+The month processed is the one that just ended (the run of 2026-03-01 processes 2026-02), or the `month` param:
+
+    airflow dags trigger abpo_monthly                                     # the previous month
+    airflow dags trigger abpo_monthly -c '{"month": "2026-01"}'           # logs already landed for 2026-01
+    airflow dags trigger abpo_monthly -c '{"month": "2026-01", "simulate": true}'   # the simulator serves it
+
+`serve` never fabricates data unless `simulate` is true: without it the month must have landed
+(landing/impressions/month=YYYY-MM/), else the task fails and says where it looked.
 Config: the preset or YAML file in $ABPO_CONFIG (default `tiny`), plus the `overrides` param
-(`["update.variant=grpo", ...]`). State lives where the config says (default var/ of the repo, or $ABPO_STATE).
+(`["arms.gate_margin=0.01", ...]`). State lives where the config says (default var/ of the repo, or $ABPO_STATE).
+Tasks pass months and registry version numbers, never local paths.
 """
 
 from __future__ import annotations
@@ -16,9 +28,12 @@ from __future__ import annotations
 import os
 from datetime import datetime, timedelta
 
-from airflow.sdk import Param, dag, get_current_context, task
+from airflow.sdk import Param, TaskGroup, dag, get_current_context, task
 
 DEFAULT_ARGS = {"retries": int(os.environ.get("ABPO_TASK_RETRIES", "1")), "retry_delay": timedelta(minutes=5)}
+# abpo.arms.LLM_ARMS / RANKER_ARMS (not imported: the file must parse without abpo; a test checks they agree)
+LLM_ARMS = ("abpo", "grpo")
+RANKER_ARMS = ("ml_retrain", "popularity")
 
 
 def _cfg():
@@ -28,9 +43,11 @@ def _cfg():
     return load_config(os.environ.get("ABPO_CONFIG", "tiny"), list(params.get("overrides") or []))
 
 
-def _plain(d: dict) -> dict:
-    """XCom-safe copy (paths and other objects as strings)."""
-    return {k: (v if isinstance(v, (int, float, bool, str, type(None), list, dict)) else str(v)) for k, v in d.items()}
+def _skip_unless_configured(cfg, arm: str) -> None:
+    from airflow.exceptions import AirflowSkipException
+
+    if arm not in cfg.arms.names:
+        raise AirflowSkipException(f"arm {arm} is not in arms.names {cfg.arms.names}")
 
 
 @dag(
@@ -43,12 +60,12 @@ def _plain(d: dict) -> dict:
     tags=["abpo", "recommender"],
     params={
         "month": Param("", type="string", description="YYYY-MM to process; empty = the month before the run."),
-        "simulate_if_missing": Param(
-            True, type="boolean",
-            description="When nothing has landed for the month, land the offline bandit log of pi_init "
-            "(ABPO_SPEC.md offline construction) instead of failing.",
+        "simulate": Param(
+            False, type="boolean",
+            description="Serve the month with the simulator (abpo.sim) before ingesting it. Off in production: "
+            "the month must have landed.",
         ),
-        "overrides": Param([], type="array", description="Config overrides, e.g. [\"update.variant=grpo\"]."),
+        "overrides": Param([], type="array", description="Config overrides, e.g. [\"arms.gate_margin=0.01\"]."),
     },
     doc_md=__doc__,
 )
@@ -61,88 +78,94 @@ def abpo_monthly():
             from abpo.data.schemas import check_month
 
             return check_month(month)
-        return (ctx["logical_date"] - timedelta(days=1)).strftime("%Y-%m")
+        # a manual trigger without a logical date: the run's own time
+        when = ctx.get("logical_date") or getattr(ctx.get("dag_run"), "run_after", None) or datetime.now()
+        return (when.replace(day=1) - timedelta(days=1)).strftime("%Y-%m")
 
     @task
-    def pi_init() -> dict:
-        from abpo.pipeline import ensure_pi_init
+    def bootstrap() -> dict:
+        from abpo.arms.cycle import bootstrap_arms, json_safe
 
-        return _plain(ensure_pi_init(_cfg()))
+        return json_safe(bootstrap_arms(_cfg()))
 
     @task
-    def land(month: str, init: dict) -> dict:
-        from abpo.pipeline import land_bandit_log
+    def serve(month: str, arms: dict) -> dict:
+        from abpo.arms.cycle import json_safe, serve_month
         from abpo.warehouse import IngestError, Warehouse
 
         cfg = _cfg()
+        if get_current_context()["params"].get("simulate"):
+            return json_safe(serve_month(cfg, month))
         try:
             files = Warehouse.landing_files(cfg.paths.resolve("landing"), month)
-        except IngestError:  # no partition for the month yet
-            files = []
-        if files:
-            return {"files": len(files), "simulated": False}
-        if not get_current_context()["params"]["simulate_if_missing"]:
-            raise FileNotFoundError(f"{cfg.paths.resolve('landing')}: nothing landed for month={month}")
-        return _plain({**land_bandit_log(cfg, month), "simulated": True})
+        except IngestError as e:
+            raise FileNotFoundError(f"{cfg.paths.resolve('landing')}: nothing landed for month={month} ({e}); "
+                                    "land the month's logs, or trigger with simulate=true") from e
+        return {"month": month, "files": len(files), "simulated": False}
 
     @task
-    def ingest(month: str, landed: dict) -> dict:
+    def ingest(month: str, served: dict) -> dict:
+        from abpo.arms.cycle import json_safe
         from abpo.pipeline import ingest_and_validate
 
-        return _plain(ingest_and_validate(_cfg(), month))
+        return json_safe(ingest_and_validate(_cfg(), month))
 
     @task
-    def update(month: str, ingested: dict) -> dict:
-        import dataclasses
+    def update(arm: str, month: str, ingested: dict) -> dict:
+        from airflow.exceptions import AirflowSkipException
 
-        from abpo.pipeline import update_policy
-
-        return _plain(dataclasses.asdict(update_policy(_cfg())))
-
-    @task
-    def register(month: str, updated: dict) -> str:
-        from types import SimpleNamespace
-
-        from abpo.pipeline import register_update
-
-        return str(register_update(_cfg(), SimpleNamespace(**updated), month).version)
-
-    @task
-    def evaluate(updated: dict, init: dict) -> dict:
-        from pathlib import Path
-
-        from abpo.pipeline import evaluate_gate
-
-        return evaluate_gate(_cfg(), Path(updated["model_dir"]), Path(init["model_dir"]))
-
-    @task
-    def promote(gate: dict, version: str) -> str:
-        from abpo.pipeline import promote as promote_version
-
-        if gate["passed"]:
-            promote_version(_cfg(), version)
-            return f"champion -> version {version}"
-        return f"version {version} stays challenger ({gate['metric']} below the champion)"
-
-    @task
-    def report(month: str, promoted: str) -> dict:
-        from abpo.abtest.report import report_from_warehouse
-        from abpo.warehouse import Warehouse
+        from abpo.arms.cycle import NotEnoughFeedback, json_safe, update_llm_arm
 
         cfg = _cfg()
-        with Warehouse(cfg.paths.resolve("warehouse")) as wh:
-            months = [m for m in wh.months() if m <= month]
-        _, files = report_from_warehouse(cfg, months)
-        return {"html": str(files.html), "markdown": str(files.markdown), "png": str(files.png)}
+        _skip_unless_configured(cfg, arm)
+        try:
+            return json_safe(update_llm_arm(cfg, arm, month))
+        except NotEnoughFeedback as e:  # the arm keeps its champion; register/gate/promote are skipped too
+            raise AirflowSkipException(str(e)) from e
+
+    @task
+    def register(arm: str, updated: dict) -> dict:
+        from abpo.arms.cycle import register_update
+
+        return register_update(_cfg(), arm, updated)
+
+    @task
+    def gate(arm: str, registered: dict) -> dict:
+        from abpo.arms.cycle import gate_arm, json_safe
+
+        return json_safe(gate_arm(_cfg(), arm, registered["version"]))
+
+    @task
+    def promote(arm: str, gated: dict) -> dict:
+        from abpo.arms.cycle import promote_arm
+
+        return promote_arm(_cfg(), arm, gated)
+
+    @task
+    def refit(arm: str, month: str, ingested: dict) -> dict:
+        from abpo.arms.cycle import json_safe, refit_ranker_arm
+
+        cfg = _cfg()
+        _skip_unless_configured(cfg, arm)
+        return json_safe(refit_ranker_arm(cfg, arm, month))
+
+    @task(trigger_rule="none_failed")
+    def report(month: str) -> dict:
+        from abpo.arms.cycle import report_to_date
+
+        return report_to_date(_cfg(), month)
 
     month = resolve_month()
-    init = pi_init()
-    landed = land(month, init)
-    ingested = ingest(month, landed)
-    updated = update(month, ingested)
-    version = register(month, updated)
-    gate = evaluate(updated, init)
-    report(month, promote(gate, version))
+    ingested = ingest(month, serve(month, bootstrap()))
+    done = []
+    for arm in LLM_ARMS:
+        with TaskGroup(group_id=arm):
+            done.append(promote(arm, gate(arm, register(arm, update(arm, month, ingested)))))
+    for arm in RANKER_ARMS:
+        with TaskGroup(group_id=arm):
+            done.append(refit(arm, month, ingested))
+    final = report(month)
+    done >> final
 
 
 abpo_monthly()

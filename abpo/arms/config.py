@@ -28,6 +28,11 @@ class ArmsConfig:
         metadata={"help": "LLM arms: also train on the arm's logs of this many months before the current one "
                           "(0 = the current month only: each month's update starts from the champion)."},
     )
+    min_rows_per_stratum: int = field(
+        default=4,
+        metadata={"help": "LLM arms: a month with fewer positive or no-response rows than this is not updated (the "
+                          "arm keeps its champion; the DAG marks the arm's update skipped)."},
+    )
     gate_metric: str = field(default="HR@5", metadata={"help": "Offline gate metric (challenger >= champion - margin)."})
     gate_margin: float = field(
         default=0.0, metadata={"help": "Offline gate: the challenger passes when metric >= champion's - margin."}

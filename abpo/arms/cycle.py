@@ -34,6 +34,11 @@ from abpo.arms import registry as arm_registry
 CHAMPION, CHALLENGER = core_registry.CHAMPION, core_registry.CHALLENGER
 
 
+class NotEnoughFeedback(RuntimeError):
+    """An LLM arm's month has too few logged rows of a stratum to update from: the arm keeps its champion this
+    month (the orchestrator records the update as skipped, not failed)."""
+
+
 def arms_of(cfg) -> list[str]:
     return [check_arm(a) for a in cfg.arms.names]
 
@@ -151,6 +156,12 @@ def update_llm_arm(cfg, arm: str, month: str, echo=print) -> dict[str, Any]:
     )
     c = dataclasses.replace(cfg, update=u)
     pos, neg, months = warehouse_strata(c)
+    need = max(cfg.arms.min_rows_per_stratum, 1)
+    if pos.num_rows < need or neg.num_rows < need:
+        raise NotEnoughFeedback(
+            f"arm {arm}, months {months}: {pos.num_rows} positive and {neg.num_rows} no-response rows; rule: at "
+            f"least arms.min_rows_per_stratum = {need} of each (every SNIPS mini-batch holds both strata). The arm "
+            f"keeps champion v{champ.version} this month.")
     data_hash = arm_registry.table_hash(pos, neg)
     echo(f"update {arm} ({u.variant}) from champion v{champ.version} on {pos.num_rows} positive + {neg.num_rows} "
          f"no-response rows of {months}")
@@ -331,7 +342,12 @@ def run_month(cfg, month: str, *, serve: bool = True, echo=print) -> dict[str, A
     for arm in arms_of(cfg):
         if ARM_KINDS[arm] == "ranker":
             continue
-        updated = update_llm_arm(cfg, arm, month, echo=echo)
+        try:
+            updated = update_llm_arm(cfg, arm, month, echo=echo)
+        except NotEnoughFeedback as e:
+            echo(f"update {arm}: skipped: {e}")
+            out[arm] = {"skipped": str(e)}
+            continue
         reg = register_update(cfg, arm, updated, echo=echo)
         gate = gate_arm(cfg, arm, reg["version"], echo=echo)
         out[arm] = {"update": updated, "gate": gate, "promote": promote_arm(cfg, arm, gate, echo=echo)}

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 @dataclass
 class SimConfig:
     start_month: str = field(
-        default="2024-01",
+        default="2026-01",
         metadata={"help": "First simulated month (YYYY-MM): month index 0 serves each user's first requests_per_user "
                           "update positions, the next month the following ones (windows never overlap)."},
     )

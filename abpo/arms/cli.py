@@ -1,0 +1,43 @@
+"""`abpo arms`: the production loop's arms outside Airflow: bootstrap, one whole month, and where each arm stands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(sub, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "arms", parents=[common], help="Bootstrap the arms, run one month of the loop, or show each arm's champion.",
+        description="The four arms of the production loop (abpo.arms). `bootstrap` gives every arm without one a "
+        "champion (pi_init for the LLM arms; ranker fits); `month --month M` runs the whole monthly cycle in one "
+        "process, as the abpo_monthly DAG does in tasks (serve with --simulate, ingest, update each LLM arm from its "
+        "champion on its own logs, register, gate, promote, refit the rankers, report); `status` prints each "
+        "arm's champion and challenger with their lineage tags.",
+    )
+    p.add_argument("action", choices=["bootstrap", "month", "status"])
+    p.add_argument("--month", help="YYYY-MM (action month).")
+    p.add_argument("--simulate", action="store_true",
+                   help="action month: serve the month with the simulator first (otherwise it must have landed).")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace, cfg) -> int:
+    from abpo.arms import cycle
+
+    if args.action == "bootstrap":
+        print(json.dumps(cycle.bootstrap_arms(cfg), indent=1))
+    elif args.action == "month":
+        if not args.month:
+            raise SystemExit("abpo arms month: --month YYYY-MM is required")
+        out = cycle.run_month(cfg, args.month, serve=args.simulate)
+        print(f"report: {out['report']['html']}")
+    else:
+        from abpo.arms import registry as arm_registry
+
+        for arm in cycle.arms_of(cfg):
+            for alias in (cycle.CHAMPION, cycle.CHALLENGER):
+                mv = arm_registry.get_version(cfg, arm, alias)
+                shown = json.dumps(arm_registry.version_info(mv)) if mv is not None else "none"
+                print(f"{arm_registry.model_name(arm):<22} {alias:<10} {shown}")
+    return 0

@@ -98,7 +98,7 @@ def ensure_pi_init(cfg, *, fresh: bool = False) -> dict[str, Any]:
         "model_version": res.model_version,
         "mlflow_run": res.mlflow_run_id,
         "reused": False,
-        **{k: v for k, v in (res.metrics or {}).items() if k.startswith(("HR@", "random_HR@"))},
+        "metrics": {k: float(v) for k, v in (res.metrics or {}).items()},  # on the seeded held-out users
     }
 
 

@@ -81,6 +81,7 @@ def bootstrap_arms(cfg, echo=print) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     init = None
+    init_metrics: dict[str, float] | None = None
     for arm in arms_of(cfg):
         mv = arm_registry.get_version(cfg, arm, CHAMPION)
         if mv is not None:
@@ -99,6 +100,14 @@ def bootstrap_arms(cfg, echo=print) -> dict[str, Any]:
             uri = arm_registry.log_arm_model(cfg, arm, init["model_dir"], kind="llm")
         mv = arm_registry.register_version(cfg, arm, uri, run.info.run_id, tags, alias=CHAMPION)
         echo(f"bootstrap {arm}: {arm_registry.model_name(arm)} v{mv.version} (pi_init) is champion")
+        # every LLM arm starts from the same checkpoint: its gate metrics are computed (or taken from pi_init's
+        # SFT evaluation, which scores the same seeded users when arms.gate_max_users is 0) once, not per arm
+        if init_metrics is None:
+            fresh = init.get("metrics") if not cfg.arms.gate_max_users else None
+            init_metrics = record_offline_metrics(cfg, arm, str(mv.version), fresh) if fresh else \
+                offline_metrics(cfg, arm, str(mv.version), echo=echo)
+        else:
+            record_offline_metrics(cfg, arm, str(mv.version), init_metrics)
         out[arm] = {"version": str(mv.version), "bootstrapped": True}
     return out
 
@@ -229,9 +238,17 @@ def offline_metrics(cfg, arm: str, version: str, echo=print) -> dict[str, float]
     model, tok = load_policy(dataclasses.replace(cfg.policy, model=str(path)), cfg.paths, dataset=ds)
     res = evaluate_policy(model, tok, examples, ds.titles(), cfg.policy, popularity=popularity, progress=False)
     metrics = {k: float(v) for k, v in res.metrics.items() if not k.startswith("random_")}
-    arm_registry.set_tags(cfg, arm, version, {"gate.eval_key": key, **{_metric_tag(k): v for k, v in metrics.items()}})
+    record_offline_metrics(cfg, arm, version, metrics)
     echo(f"  scored {arm} v{version} on {len(examples)} held-out users in {time.time() - t:.0f}s")
     return metrics
+
+
+def record_offline_metrics(cfg, arm: str, version: str, metrics: dict[str, float]) -> dict[str, float]:
+    """Keep ``metrics`` (on the gate's users) as the version's ``gate.m.*`` tags; returns them without random_*."""
+    _, _, key = gate_examples(cfg)
+    kept = {k: float(v) for k, v in metrics.items() if not k.startswith("random_")}
+    arm_registry.set_tags(cfg, arm, version, {"gate.eval_key": key, **{_metric_tag(k): v for k, v in kept.items()}})
+    return kept
 
 
 def gate_arm(cfg, arm: str, version: str, echo=print) -> dict[str, Any]:

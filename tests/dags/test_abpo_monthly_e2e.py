@@ -1,6 +1,6 @@
-"""The whole monthly DAG, run for real by Airflow (`dag.test()` on a fresh SQLite metadata DB) on a shrunken
-tiny config: pi_init SFT -> landed bandit log -> ingest + GX -> ABPO update -> register -> gate -> promote ->
-report. Runs in a subprocess so its AIRFLOW_HOME and MLflow state stay its own."""
+"""`abpo demo` on a shrunken config: bootstrap, then three simulated months through the real abpo_monthly DAG
+(`airflow dags test` on a fresh SQLite metadata DB, subprocesses of the demo), and the final A/B report holds four
+arms and three months. A missing month without simulate=true fails the DAG instead of fabricating data."""
 
 import json
 import os
@@ -10,50 +10,47 @@ from pathlib import Path
 
 import pytest
 
-DAGS = Path(__file__).resolve().parents[2] / "dags"
+SMALL = ["data.max_users=60", "sft.max_steps=20", "sft.eval_max_users=20", "data.eval_candidates=20",
+         "update.max_steps=2", "update.batch_size=8", "update.save_steps=100", "arms.min_rows_per_stratum=1"]
 
-RUN = r"""
-import json, sys
-from airflow.utils import db
-db.initdb()
-from airflow.dag_processing.dagbag import DagBag
-bag = DagBag(sys.argv[1])
-assert not bag.import_errors, bag.import_errors
-overrides = ["data.max_users=30", "sft.max_steps=4", "sft.max_examples=60", "sft.eval_max_users=15",
-             "data.eval_candidates=20", "update.max_steps=2", "update.max_examples=8", "update.batch_size=4",
-             "update.save_steps=1"]
-run = bag.dags["abpo_monthly"].test(run_conf={"month": "2024-01", "overrides": overrides})
-print("DAGRUN_STATE=" + str(run.state))
-"""
+
+def _env(tmp_path):
+    env = {**os.environ, "ABPO_STATE": str(tmp_path / "state")}
+    for leaked in ("ABPO_TRACKING_URI", "MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI", "AIRFLOW_HOME"):
+        env.pop(leaked, None)
+    return env
 
 
 @pytest.mark.slow
-def test_monthly_dag_runs_end_to_end(tmp_path):
-    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow"), "ABPO_STATE": str(tmp_path / "state"),
-           "AIRFLOW__CORE__LOAD_EXAMPLES": "false", "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
-           "ABPO_TASK_RETRIES": "0"}
-    for leaked in ("ABPO_TRACKING_URI", "MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI"):  # set by earlier tests
-        env.pop(leaked, None)
-    proc = subprocess.run([sys.executable, "-c", RUN, str(DAGS)], env=env, capture_output=True, text=True,
-                          timeout=1800)
-    assert "DAGRUN_STATE=success" in proc.stdout, (proc.stdout[-3000:], proc.stderr[-6000:])
-
+def test_demo_runs_three_months_through_the_dag(tmp_path):
+    sets = [x for s in SMALL for x in ("--set", s)]
+    proc = subprocess.run([str(Path(sys.executable).with_name("abpo")), "demo", "--config", "demo", *sets], env=_env(tmp_path),
+                          capture_output=True, text=True, timeout=2400)
+    assert proc.returncode == 0, (proc.stdout[-4000:], proc.stderr[-4000:])
+    assert "3 months through abpo_monthly" in proc.stdout and "wall time" in proc.stdout
     state = tmp_path / "state"
-    import duckdb
-
-    con = duckdb.connect(str(state / "warehouse.duckdb"), read_only=True)
-    (rows,) = con.execute("select count(*) from impressions where month = '2024-01'").fetchall()[0]
-    con.close()
-    assert rows > 0
-    assert json.loads((state / "validation" / "impressions_2024-01.json").read_text())["success"] is True
-    assert (state / "reports" / "2024-01" / "report.html").stat().st_size > 1000
+    report = json.loads((state / "reports" / "2026-01..2026-03" / "report.json").read_text())
+    cells = {(r["period"], r["arm"]) for r in report["cells"]}
+    assert {m for m, _ in cells} == {"2026-01", "2026-02", "2026-03"}
+    assert {a for _, a in cells} == {"abpo", "grpo", "ml_retrain", "popularity"}
 
     from mlflow import MlflowClient
 
     uri = f"sqlite:///{state / 'mlflow.db'}"
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
-    versions = client.search_model_versions("name='abpo-recommender'")
-    assert len(versions) == 2  # pi_init and the ABPO update
-    champion = client.get_model_version_by_alias("abpo-recommender", "champion")
-    challenger = client.get_model_version_by_alias("abpo-recommender", "challenger")
-    assert int(challenger.version) == 2 and int(champion.version) in (1, 2)
+    for arm in ("abpo", "grpo", "ml_retrain", "popularity"):
+        champion = client.get_model_version_by_alias(f"abpo-arm-{arm}", "champion")
+        assert int(champion.version) >= 1
+    assert len(client.search_model_versions("name='abpo-arm-popularity'")) == 4  # bootstrap + 3 monthly refits
+
+    # production default: a month nothing landed for fails in `serve`, nothing is simulated
+    env = {**_env(tmp_path), "AIRFLOW_HOME": str(state / "airflow"), "AIRFLOW__CORE__LOAD_EXAMPLES": "false",
+           "AIRFLOW__CORE__DAGS_FOLDER": str(Path(__file__).resolve().parents[2] / "dags"),
+           "ABPO_CONFIG": "demo", "ABPO_TASK_RETRIES": "0"}
+    conf = json.dumps({"month": "2026-04", "overrides": SMALL})
+    airflow = Path(sys.executable).with_name("airflow")
+    proc = subprocess.run([str(airflow), "dags", "test", "abpo_monthly", "2026-05-01T00:00:00+00:00", "-c", conf],
+                          env=env, capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert "nothing landed for month=2026-04" in out
+    assert not (state / "landing" / "impressions" / "month=2026-04").exists()

@@ -1,0 +1,89 @@
+"""Arms: exact propensities (empirical exposure frequencies within 3 standard errors of the stated ones), rankers
+that survive saving and loading, and the DAG's static arm lists agreeing with abpo.arms."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+
+def _popularity_arm(temperature=0.5):
+    from abpo.arms.rankers import RankerArm
+    from abpo.baselines.popularity import PopularityRanker
+
+    r = PopularityRanker().fit({1: [10, 11, 12, 10], 2: [10, 12, 13], 3: [10, 14]}, [10, 11, 12, 13, 14, 15])
+    return RankerArm("popularity", r, temperature, "7")
+
+
+def test_exposure_frequencies_match_the_stated_propensities():
+    from abpo.arms import expose
+
+    arm = _popularity_arm()
+    req = (5, [11], [15, 13, 12, 10])
+    (p,) = arm.propensities([req])
+    assert np.all(p > 0) and p.sum() == pytest.approx(1.0)
+    n = 40000
+    u = np.random.default_rng(12345).random(n)  # one fixed draw; P(any of 4 items beyond 3 SE) ~ 1%
+    out = expose(arm, [req] * n, u.tolist())
+    stated = {e.item_id: e.propensity for e in out}
+    assert stated == pytest.approx(dict(zip(req[2], p)))  # the propensity logged is the item's exact probability
+    assert {e.model_version for e in out} == {"7"} and out[0].logging_policy.startswith("softmax(")
+    for item, prob in zip(req[2], p):
+        freq = np.mean([e.item_id == item for e in out])
+        assert abs(freq - prob) <= 3 * np.sqrt(prob * (1 - prob) / n), (item, freq, prob)
+
+
+def test_expose_refuses_a_distribution_with_a_zero():
+    from abpo.arms import expose
+
+    class Broken:
+        name, model_version, logging_policy = "x", "1", "rule"
+
+        def propensities(self, requests):
+            return [np.array([1.0, 0.0]) for _ in requests]
+
+    with pytest.raises(ValueError, match="probability > 0"):
+        expose(Broken(), [(1, [], [1, 2])], [0.5])
+
+
+@pytest.mark.parametrize("name", ["popularity", "ml_retrain"])
+def test_rankers_round_trip_through_their_files(tmp_path, name):
+    from abpo.arms.rankers import fit_ranker, load_ranker, save_ranker
+    from abpo.config import load_config
+
+    cfg = load_config("tiny", ["arms.ml_retrain_iterations=3"])
+    rng = np.random.default_rng(0)
+    seqs = {u: rng.choice(np.arange(1, 41), size=8, replace=False).tolist() for u in range(30)}
+    r = fit_ranker(name, cfg, seqs, list(range(1, 41)))
+    back = load_ranker(save_ranker(r, tmp_path / name))
+    reqs = [(0, [1, 2, 3], [4, 5, 6, 7]), (1, [9], [10, 20, 30])]
+    for a, b in zip(r.score(reqs), back.score(reqs)):
+        np.testing.assert_allclose(a, b)
+
+
+def test_ranker_pyfunc_serves_propensities(tmp_path):
+    import json
+
+    import pandas as pd
+
+    from abpo.arms.rankers import save_ranker
+    from abpo.arms.serving import _load_pyfunc
+
+    arm = _popularity_arm(temperature=0.5)
+    d = save_ranker(arm.ranker, tmp_path / "p")
+    (d / "arm.json").write_text(json.dumps({"arm": "popularity", "temperature": 0.5}))
+    out = _load_pyfunc(str(d)).predict(pd.DataFrame({"history_item_ids": [[11]], "candidate_ids": [[15, 13, 12, 10]]}))
+    np.testing.assert_allclose(out["propensities"][0], arm.propensities([(0, [11], [15, 13, 12, 10])])[0])
+    assert out["ranked_item_ids"][0][0] == 10
+
+
+def test_dag_arm_lists_agree_with_the_package():
+    import ast
+    from pathlib import Path
+
+    from abpo.arms import LLM_ARMS, RANKER_ARMS
+
+    tree = ast.parse((Path(__file__).resolve().parents[2] / "dags" / "abpo_monthly.py").read_text())
+    consts = {t.id: ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+              for t in n.targets if isinstance(t, ast.Name) and t.id in ("LLM_ARMS", "RANKER_ARMS")}
+    assert consts == {"LLM_ARMS": LLM_ARMS, "RANKER_ARMS": RANKER_ARMS}

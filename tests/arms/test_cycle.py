@@ -1,0 +1,57 @@
+"""The continual cycle on a shrunken tiny config, two months in one process: month 2's LLM updates start from month
+1's champion (lineage read back from the registry), a failing gate leaves the arm's champion where it was, the ranker
+arms are refitted and promoted every month, and the LLM arm's logged propensity is its champion's e_p."""
+
+from __future__ import annotations
+
+import pytest
+
+SMALL = ["data.max_users=60", "data.update_steps=6", "sft.max_steps=20", "sft.eval_max_users=20",
+         "data.eval_candidates=20", "update.max_steps=2", "update.batch_size=8", "update.save_steps=100",
+         "arms.min_rows_per_stratum=1", "sim.click_next=1.0", "sim.click_base=0.2"]
+
+
+@pytest.mark.slow
+def test_two_months_lineage_gate_and_refits(tmp_path):
+    from mlflow import MlflowClient
+
+    from abpo import registry
+    from abpo.arms import registry as arm_registry
+    from abpo.arms.cycle import dataset_and_splits, run_month
+    from abpo.config import load_config
+
+    cfg = load_config("tiny", [f"paths.root={tmp_path}", *SMALL])
+    m1 = run_month(cfg, "2026-01", echo=lambda *_: None)
+    assert {a: m1["bootstrap"][a]["version"] for a in ("abpo", "grpo", "ml_retrain", "popularity")} == \
+        {"abpo": "1", "grpo": "1", "ml_retrain": "1", "popularity": "1"}
+    champ1 = {a: m1[a]["promote"]["champion_version"] for a in ("abpo", "grpo")}
+
+    # month 2 with a gate no challenger can pass: every LLM arm keeps its month-1 champion
+    cfg2 = load_config("tiny", [f"paths.root={tmp_path}", *SMALL, "arms.gate_margin=-1.0"])
+    m2 = run_month(cfg2, "2026-02", echo=lambda *_: None)
+    registry.configure(cfg)
+    client = MlflowClient()
+    for arm in ("abpo", "grpo"):
+        new = client.get_model_version(arm_registry.model_name(arm), m2[arm]["gate"]["version"])
+        assert new.tags["parent_version"] == champ1[arm]  # updated from month 1's champion, not from pi_init
+        assert new.tags["months"] == "2026-01,2026-02" and new.tags["source"] == "update"
+        assert new.tags["variant"] == {"abpo": "abpo", "grpo": "grpo"}[arm] and new.tags["data_hash"]
+        assert not m2[arm]["gate"]["passed"] and new.tags["gate.verdict"] == "fail"
+        assert str(arm_registry.get_version(cfg, arm, "champion").version) == champ1[arm]  # champion stayed
+        assert str(arm_registry.get_version(cfg, arm, "challenger").version) == str(new.version)
+    for arm in ("ml_retrain", "popularity"):
+        mv = arm_registry.get_version(cfg, arm, "champion")
+        assert str(mv.version) == "3" and mv.tags["parent_version"] == "2" and mv.tags["months"] == "2026-01,2026-02"
+
+    # what the abpo arm logged in month 2 is its champion's e_p over the candidates (the update's e_old rule)
+    import pyarrow.parquet as pq
+
+    ds, _ = dataset_and_splits(cfg)
+    t = pq.read_table(cfg.paths.resolve("landing") / "impressions" / "month=2026-02" / "part-sim.parquet").to_pylist()
+    rows = [r for r in t if r["arm"] == "abpo"][:5]
+    assert {r["model_version"] for r in rows} == {champ1["abpo"]}
+    arm = arm_registry.load_arm(cfg, "abpo", ds)
+    probs = arm.propensities([(r["user_id"], r["history"], r["candidates"]) for r in rows])
+    for r, p in zip(rows, probs):
+        assert r["propensity"] == pytest.approx(float(p[r["candidates"].index(r["item_id"])]), rel=1e-5)
+    assert m2["report"]["months"] == ["2026-01", "2026-02"]

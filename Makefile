@@ -6,7 +6,7 @@ setup:
 	bash scripts/setup.sh
 
 demo: setup
-	.venv/bin/abpo demo
+	.venv/bin/abpo demo --config demo
 
 test: setup
 	bash scripts/setup-browser.sh

@@ -84,7 +84,14 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"abpo: config error: {e}", file=sys.stderr)
         return 2
-    rc = args.handler(args, cfg)
+    from abpo.arms.registry import PromotionRace
+    from abpo.registry import RegistryUnavailable
+
+    try:
+        rc = args.handler(args, cfg)
+    except (RegistryUnavailable, PromotionRace) as e:  # operational refusals: a message, not a traceback
+        print(f"abpo {args.command}: {e}", file=sys.stderr)
+        return 1
     return int(rc or 0)
 
 

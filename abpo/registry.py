@@ -106,15 +106,32 @@ def set_alias(alias: str, version: int | str, name: str = MODEL_NAME) -> None:
     MlflowClient().set_registered_model_alias(name, alias, str(version))
 
 
+class RegistryUnavailable(RuntimeError):
+    """The MLflow registry could not answer (server down, network, database error): never read as "no alias"."""
+
+
+def is_not_found(e: Exception) -> bool:
+    """True when an MlflowException means "no such model / version / alias", as opposed to a registry that could
+    not answer."""
+    code = getattr(e, "error_code", "")
+    return code == "RESOURCE_DOES_NOT_EXIST" or (code == "INVALID_PARAMETER_VALUE" and "not found" in str(e))
+
+
 def get_version(alias: str, name: str = MODEL_NAME):
-    """The model version an alias points to, or None when the alias (or the model) does not exist."""
+    """The model version an alias points to, or None when the alias (or the model) does not exist. Raises
+    RegistryUnavailable when the registry cannot answer, so a down server never reads as "no champion"."""
+    import mlflow
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
     try:
         return MlflowClient().get_model_version_by_alias(name, alias)
-    except MlflowException:
-        return None
+    except MlflowException as e:
+        if is_not_found(e):
+            return None
+        raise RegistryUnavailable(
+            f"MLflow registry {mlflow.get_registry_uri()}: could not read alias {alias!r} of model {name!r} "
+            f"({getattr(e, 'error_code', '')}: {str(e)[:300]})") from e
 
 
 def download_model_dir(cfg, ref: str, dst: str | Path | None = None, name: str = MODEL_NAME) -> Path:

@@ -130,10 +130,10 @@ def abpo_monthly():
         return register_update(_cfg(), arm, updated)
 
     @task
-    def gate(arm: str, registered: dict) -> dict:
+    def gate(arm: str, month: str, registered: dict) -> dict:
         from abpo.arms.cycle import gate_arm, json_safe
 
-        return json_safe(gate_arm(_cfg(), arm, registered["version"]))
+        return json_safe(gate_arm(_cfg(), arm, registered["version"], month))
 
     @task
     def promote(arm: str, gated: dict) -> dict:
@@ -160,7 +160,7 @@ def abpo_monthly():
     done = []
     for arm in LLM_ARMS:
         with TaskGroup(group_id=arm):
-            done.append(promote(arm, gate(arm, register(arm, update(arm, month, ingested)))))
+            done.append(promote(arm, gate(arm, month, register(arm, update(arm, month, ingested)))))
     for arm in RANKER_ARMS:
         with TaskGroup(group_id=arm):
             done.append(refit(arm, month, ingested))

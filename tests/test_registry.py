@@ -33,3 +33,45 @@ def test_register_alias_and_download(tmp_path):
     assert json.loads((local / "config.json").read_text())["marker"] == 1
     assert (local / "weights.bin").read_bytes() == bytes([1]) * 16
     assert (tmp_path / "var" / "mlflow.db").exists()
+
+
+def test_pi_init_becomes_champion_only_when_none_exists(tmp_path):
+    from abpo.policy.sft import PI_INIT_ALIAS, register_pi_init
+
+    cfg = load_config("tiny", [f"paths.root={tmp_path / 'var'}"])
+    registry.configure(cfg)
+    uris = []
+    for marker in (1, 2):
+        with registry.start_run(cfg, "test-registry", f"sft{marker}"):
+            uris.append(registry.log_model_dir(_checkpoint(tmp_path / f"p{marker}", marker)))
+    mv1, first1 = register_pi_init(uris[0], {"role": "pi_init"})
+    mv2, first2 = register_pi_init(uris[1], {"role": "pi_init"})  # a retrained pi_init
+    assert (first1, first2) == (True, False)
+    assert int(registry.get_version(registry.CHAMPION).version) == int(mv1.version)  # not displaced
+    assert int(registry.get_version(PI_INIT_ALIAS).version) == int(mv2.version)
+
+
+def test_an_unreachable_registry_raises_instead_of_reading_as_no_alias(tmp_path, monkeypatch):
+    import socket
+
+    import mlflow
+    import pytest
+
+    from abpo.arms import registry as arm_registry
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    uri = f"http://127.0.0.1:{port}"
+    cfg = load_config("tiny", [f"paths.root={tmp_path / 'var'}", f"paths.mlflow_tracking_uri={uri}"])
+    try:
+        registry.configure(cfg)
+        with pytest.raises(registry.RegistryUnavailable, match=f"127.0.0.1:{port}"):
+            registry.get_version(registry.CHAMPION)
+        with pytest.raises(registry.RegistryUnavailable, match="abpo-arm-abpo"):
+            arm_registry.get_version(cfg, "abpo", "champion")
+    finally:
+        mlflow.set_tracking_uri(None)
+        mlflow.set_registry_uri(None)

@@ -15,7 +15,12 @@ def register(sub, common: argparse.ArgumentParser) -> None:
         "champion on its own logs, register, gate, promote, refit the rankers, report); `status` prints each "
         "arm's champion and challenger with their lineage tags.",
     )
-    p.add_argument("action", choices=["bootstrap", "month", "status"])
+    p.add_argument("action", choices=["bootstrap", "month", "status", "promote", "rollback"])
+    p.add_argument("--arm", help="actions promote / rollback: the arm (abpo, grpo, ml_retrain, popularity).")
+    p.add_argument("--version", help="action promote: the registered version to make champion.")
+    p.add_argument("--expect-champion", help="action promote: refuse unless the champion is this version (a race "
+                   "with another promotion changes nothing).")
+    p.add_argument("--reason", default="", help="actions promote / rollback: recorded on the version as a tag.")
     p.add_argument("--month", help="YYYY-MM (action month).")
     p.add_argument("--simulate", action="store_true",
                    help="action month: serve the month with the simulator first (otherwise it must have landed).")
@@ -32,6 +37,18 @@ def run(args: argparse.Namespace, cfg) -> int:
             raise SystemExit("abpo arms month: --month YYYY-MM is required")
         out = cycle.run_month(cfg, args.month, serve=args.simulate)
         print(f"report: {out['report']['html']}")
+    elif args.action in ("promote", "rollback"):
+        from abpo.arms import registry as arm_registry
+
+        if not args.arm or (args.action == "promote" and not args.version):
+            raise SystemExit(f"abpo arms {args.action}: --arm" + (" and --version are" if args.action == "promote"
+                                                                   else " is") + " required")
+        if args.action == "promote":
+            out = arm_registry.promote(cfg, args.arm, args.version, expected_champion=args.expect_champion,
+                                       reason=args.reason)
+        else:
+            out = arm_registry.rollback(cfg, args.arm, reason=args.reason)
+        print(f"{arm_registry.model_name(args.arm)}: champion v{out['champion']} (was v{out['previous'] or 'none'})")
     else:
         from abpo.arms import registry as arm_registry
 

@@ -37,6 +37,13 @@ class ArmsConfig:
     gate_margin: float = field(
         default=0.0, metadata={"help": "Offline gate: the challenger passes when metric >= champion's - margin."}
     )
+    gate_ope_margin: float = field(
+        default=0.05,
+        metadata={"help": "Off-policy gate (non-inferiority): the challenger passes when the lower bound of the "
+                          "bootstrap interval of its SNIPS CTR minus the champion's, on the arm's month logs, is at "
+                          "least -margin (absolute CTR; 0.05 = 5 points). A negative value disables this check."},
+    )
+    gate_ope_bootstrap: int = field(default=2000, metadata={"help": "Bootstrap resamples of the off-policy gate."})
     gate_max_users: int = field(
         default=0, metadata={"help": "Held-out users the gate scores (seeded choice); 0 = sft.eval_max_users."}
     )

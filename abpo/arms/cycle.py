@@ -7,8 +7,9 @@
     update        each LLM arm: its variant (abpo: F, grpo: B) from its *current champion* on *its own* month-m
                   logs (plus ``arms.replay_months`` earlier months) -> logged in its MLflow run
     register      the update as a version of the arm's model, alias challenger, lineage tags (abpo.arms.registry)
-    gate          challenger against the arm's champion on the same held-out users (offline HR@5 >= champion's -
-                  ``arms.gate_margin``); every number printed, logged on the versions
+    gate          challenger against the arm's champion: offline HR@5 on the same held-out users (>= champion's -
+                  ``arms.gate_margin``) and the off-policy SNIPS CTR on the arm's month logs (bootstrap lower bound
+                  of the difference >= -``arms.gate_ope_margin``); every number printed and logged to MLflow
     promote       champion moves to the challenger only when the gate passed; otherwise it stays where it was
     refit         popularity and ml_retrain refitted on everything seen through month m, registered, champion
     report        the A/B report over every month to date, all arms, with the sample-ratio check
@@ -251,27 +252,93 @@ def record_offline_metrics(cfg, arm: str, version: str, metrics: dict[str, float
     return kept
 
 
-def gate_arm(cfg, arm: str, version: str, echo=print) -> dict[str, Any]:
-    """Challenger ``version`` against the arm's champion on the same held-out users: passes when its
-    ``arms.gate_metric`` is at least the champion's minus ``arms.gate_margin``."""
+def off_policy_gate(cfg, arm: str, version: str, month: str, echo=print) -> dict[str, Any]:
+    """The challenger's SNIPS CTR on the arm's own month-``month`` logs against the champion's, with a bootstrap
+    interval of the difference and both effective sample sizes (abpo.evaluation.off_policy.compare_snips).
+    Rows the champion logged are weighted 1 for it (its propensity is the logged e0); other rows are rescored."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from abpo.evaluation.off_policy import compare_snips
+    from abpo.warehouse import Warehouse
+
+    ds, _ = dataset_and_splits(cfg)
+    champ = arm_registry.get_version(cfg, arm, CHAMPION)
+    with Warehouse(cfg.paths.resolve("warehouse")) as wh:
+        pos, neg = wh.strata([month])
+    rows = pa.concat_tables([pos, neg])
+    rows = rows.filter(pc.equal(rows.column("arm"), arm))
+    if rows.num_rows == 0:
+        raise ValueError(f"off-policy gate {arm} v{version}: no logged rows of arm {arm} in {month}")
+    reqs = list(zip(rows.column("user_id").to_pylist(), rows.column("history").to_pylist(),
+                    rows.column("candidates").to_pylist()))
+    items = rows.column("item_id").to_pylist()
+
+    def target(ref: str) -> np.ndarray:
+        arm_obj = arm_registry.load_arm(cfg, arm, ds, ref)
+        return np.array([float(p[list(c).index(a)]) for p, (_, _, c), a in
+                         zip(arm_obj.propensities(reqs), reqs, items, strict=True)])
+
+    e0 = np.asarray(rows.column("propensity").to_pylist(), dtype=np.float64)
+    logged_by_champion = set(rows.column("model_version").to_pylist()) == {str(champ.version)}
+    e_champ = e0 if logged_by_champion else target(str(champ.version))
+    cmp = compare_snips(rows.column("clicked").to_pylist(), e0, target(str(version)), e_champ,
+                        n_boot=cfg.arms.gate_ope_bootstrap, seed=cfg.seed)
+    return {"n": cmp.n, "challenger_snips": cmp.challenger.snips, "champion_snips": cmp.champion.snips,
+            "diff": cmp.diff, "ci_low": cmp.ci_low, "ci_high": cmp.ci_high, "confidence": cmp.confidence,
+            "challenger_ess": cmp.challenger.ess, "champion_ess": cmp.champion.ess,
+            "challenger_max_weight": cmp.challenger.max_weight}
+
+
+def gate_arm(cfg, arm: str, version: str, month: str | None = None, echo=print) -> dict[str, Any]:
+    """Challenger ``version`` against the arm's champion. Offline: ``arms.gate_metric`` on the held-out users at
+    least the champion's minus ``arms.gate_margin``. Off-policy (when ``month`` is given and
+    ``arms.gate_ope_margin`` >= 0): the lower bound of the bootstrap interval of SNIPS CTR (challenger - champion)
+    on the arm's month logs at least -``arms.gate_ope_margin``. Both must pass. Every number is logged to MLflow
+    (experiment abpo-arms, run gate-<arm>-v<version>) and kept as version tags; the verdict and its reason are
+    printed."""
     champ = arm_registry.get_version(cfg, arm, CHAMPION)
     metric, margin = cfg.arms.gate_metric, cfg.arms.gate_margin
     ch = offline_metrics(cfg, arm, str(champ.version), echo=echo)
     new = offline_metrics(cfg, arm, str(version), echo=echo)
-    passed = new[metric] >= ch[metric] - margin
-    reason = (f"{metric} challenger v{version} {new[metric]:.4f} {'>=' if passed else '<'} champion v{champ.version} "
-              f"{ch[metric]:.4f} - margin {margin}")
+    offline_ok = new[metric] >= ch[metric] - margin
+    reasons = [f"offline {metric} challenger v{version} {new[metric]:.4f} {'>=' if offline_ok else '<'} champion "
+               f"v{champ.version} {ch[metric]:.4f} - margin {margin}"]
+    ope = None
+    ope_ok = True
+    if month is not None and cfg.arms.gate_ope_margin >= 0:
+        ope = off_policy_gate(cfg, arm, str(version), month, echo=echo)
+        m = cfg.arms.gate_ope_margin
+        ope_ok = bool(ope["ci_low"] >= -m)
+        reasons.append(
+            f"off-policy SNIPS CTR challenger {ope['challenger_snips']:.4f} vs champion {ope['champion_snips']:.4f} "
+            f"on {ope['n']} {month} rows: diff {ope['diff']:+.4f}, {ope['confidence']:.0%} CI [{ope['ci_low']:+.4f}, "
+            f"{ope['ci_high']:+.4f}] {'>=' if ope_ok else '<'} -margin {m} (ESS {ope['challenger_ess']:.0f})")
+    passed = offline_ok and ope_ok
+    reason = "; ".join(reasons)
     echo(f"gate {arm}: {'PASS' if passed else 'FAIL'}: {reason}")
-    arm_registry.set_tags(cfg, arm, version, {"gate.verdict": "pass" if passed else "fail", "gate.reason": reason,
+    arm_registry.set_tags(cfg, arm, version, {"gate.verdict": "pass" if passed else "fail", "gate.reason": reason[:4900],
                                              "gate.champion_version": champ.version})
+    numbers = {f"offline.challenger.{k.replace('@', '_at_')}": v for k, v in new.items()}
+    numbers.update({f"offline.champion.{k.replace('@', '_at_')}": v for k, v in ch.items()})
+    numbers.update({f"ope.{k}": float(v) for k, v in (ope or {}).items()})
+    numbers["passed"] = float(passed)
+    with _start_run(cfg, f"gate-{arm}-v{version}", {"abpo.arm": arm, "abpo.month": month or "",
+                                                     "abpo.challenger": version,
+                                                     "abpo.champion": str(champ.version), "abpo.verdict": reason}):
+        import mlflow
+
+        mlflow.log_metrics({k: float(v) for k, v in numbers.items() if v == v})  # NaN-free
     return {"arm": arm, "version": str(version), "champion_version": str(champ.version), "passed": passed,
-            "reason": reason, "metric": metric, "challenger": new, "champion": ch}
+            "reason": reason, "metric": metric, "challenger": new, "champion": ch, "off_policy": ope}
 
 
 def promote_arm(cfg, arm: str, gate: dict[str, Any], echo=print) -> dict[str, Any]:
     """Move the arm's champion to the gated challenger when the gate passed; otherwise leave it where it was."""
     if gate["passed"]:
-        arm_registry.set_alias(cfg, arm, CHAMPION, gate["version"])
+        arm_registry.promote(cfg, arm, gate["version"], expected_champion=gate["champion_version"],
+                             reason=f"gate passed: {gate['reason']}"[:4900])
         echo(f"promote {arm}: champion -> v{gate['version']}")
     else:
         echo(f"promote {arm}: champion stays v{gate['champion_version']} (v{gate['version']} stays challenger)")
@@ -322,7 +389,8 @@ def refit_ranker_arm(cfg, arm: str, month: str | None, echo=print) -> dict[str, 
                                      data_hash=data_hash, variant=arm, interactions=sum(map(len, seqs.values())))
     with _start_run(cfg, f"refit-{arm}-{month or 'bootstrap'}", {"abpo.arm": arm, "abpo.month": month or ""}) as run:
         uri = arm_registry.log_arm_model(cfg, arm, out_dir, kind="ranker")
-    mv = arm_registry.register_version(cfg, arm, uri, run.info.run_id, tags, alias=CHAMPION)
+    mv = arm_registry.register_version(cfg, arm, uri, run.info.run_id, tags, alias=None)
+    arm_registry.promote(cfg, arm, mv.version, reason=f"refit through {month or 'the start'}")
     echo(f"refit {arm}: {sum(map(len, seqs.values()))} interactions and clicks through {month or 'the start'} in "
          f"{time.time() - t:.1f}s -> {arm_registry.model_name(arm)} v{mv.version}, champion")
     return {"arm": arm, "version": str(mv.version), "months": months}
@@ -366,7 +434,7 @@ def run_month(cfg, month: str, *, serve: bool = True, echo=print) -> dict[str, A
             out[arm] = {"skipped": str(e)}
             continue
         reg = register_update(cfg, arm, updated, echo=echo)
-        gate = gate_arm(cfg, arm, reg["version"], echo=echo)
+        gate = gate_arm(cfg, arm, reg["version"], month, echo=echo)
         out[arm] = {"update": updated, "gate": gate, "promote": promote_arm(cfg, arm, gate, echo=echo)}
     for arm in arms_of(cfg):
         if ARM_KINDS[arm] == "ranker":

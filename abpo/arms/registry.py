@@ -66,17 +66,22 @@ def lineage_tags(cfg, *, kind: str, source: str, parent_version: str | None, mon
 
 
 def get_version(cfg, arm: str, ref: str = registry.CHAMPION):
-    """The version ``ref`` (an alias or a number) of the arm's model, or None when it does not exist."""
+    """The version ``ref`` (an alias or a number) of the arm's model, or None when it does not exist; raises
+    abpo.registry.RegistryUnavailable when the registry cannot answer."""
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
-    registry.configure(cfg)
+    uri = registry.configure(cfg)
     try:
         if str(ref).isdigit():
             return MlflowClient().get_model_version(model_name(arm), str(ref))
         return MlflowClient().get_model_version_by_alias(model_name(arm), ref)
-    except MlflowException:
-        return None
+    except MlflowException as e:
+        if registry.is_not_found(e):
+            return None
+        raise registry.RegistryUnavailable(
+            f"MLflow registry {uri}: could not read {ref!r} of model {model_name(arm)!r} "
+            f"({getattr(e, 'error_code', '')}: {str(e)[:300]})") from e
 
 
 def log_arm_model(cfg, arm: str, local_dir: str | Path, *, kind: str) -> str:
@@ -160,3 +165,47 @@ def load_arm(cfg, arm: str, dataset, ref: str = registry.CHAMPION):
 
 def version_info(mv) -> dict[str, Any]:
     return {"version": str(mv.version), **dict(mv.tags or {})}
+
+
+class PromotionRace(RuntimeError):
+    """The champion moved since the caller looked: the promotion is refused, nothing changed."""
+
+
+def promote(cfg, arm: str, version: str | int, *, expected_champion: str | int | None = None,
+            reason: str = "") -> dict[str, str]:
+    """Move the arm's ``champion`` alias to ``version`` and record where it came from on the version
+    (``promoted_from``, ``promoted_at``, ``promoted_reason``), which is what :func:`rollback` follows. With
+    ``expected_champion`` the promotion is refused (PromotionRace) when the champion is not that version."""
+    from datetime import UTC, datetime
+
+    if get_version(cfg, arm, str(version)) is None:
+        raise LookupError(f"{model_name(arm)}: no version {version}")
+    current = get_version(cfg, arm, registry.CHAMPION)
+    cur = str(current.version) if current is not None else ""
+    if expected_champion is not None and cur != str(expected_champion):
+        raise PromotionRace(f"{model_name(arm)}: champion is v{cur or 'none'}, not the expected v{expected_champion}; "
+                            "nothing promoted (look again and retry)")
+    if cur == str(version):
+        return {"arm": arm, "champion": cur, "previous": cur}
+    set_tags(cfg, arm, version, {"promoted_from": cur, "promoted_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                                 "promoted_reason": reason or "promote"})
+    set_alias(cfg, arm, registry.CHAMPION, version)
+    return {"arm": arm, "champion": str(version), "previous": cur}
+
+
+def rollback(cfg, arm: str, *, reason: str = "") -> dict[str, str]:
+    """Put the arm's previous champion back (the ``promoted_from`` of the current one), recorded as tags
+    ``rolled_back_at`` / ``rolled_back_to`` on the version that was champion."""
+    from datetime import UTC, datetime
+
+    current = get_version(cfg, arm, registry.CHAMPION)
+    if current is None:
+        raise LookupError(f"{model_name(arm)}: no champion to roll back")
+    previous = (current.tags or {}).get("promoted_from", "")
+    if not previous:
+        raise LookupError(f"{model_name(arm)}: champion v{current.version} has no previous champion (tag "
+                          "promoted_from is empty): nothing to roll back to")
+    set_tags(cfg, arm, current.version, {"rolled_back_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                                         "rolled_back_to": previous, "rolled_back_reason": reason or "rollback"})
+    set_alias(cfg, arm, registry.CHAMPION, previous)
+    return {"arm": arm, "champion": previous, "previous": str(current.version)}

@@ -55,6 +55,18 @@ def sft_records(examples, titles, tokenizer, policy_cfg) -> list[dict[str, list[
     return out
 
 
+def register_pi_init(model_uri: str, tags: dict):
+    """Register pi_init as a new version of abpo-recommender with alias ``pi_init``; alias ``champion`` only when
+    no champion exists (a retrained pi_init never displaces a gated champion). Returns (version, became champion).
+    A registry that cannot answer raises (abpo.registry.RegistryUnavailable) instead of reading as "no champion"."""
+    from abpo import registry
+
+    first = registry.get_version(registry.CHAMPION) is None
+    mv = registry.register(model_uri, alias=registry.CHAMPION if first else None, tags=tags)
+    registry.set_alias(PI_INIT_ALIAS, mv.version)
+    return mv, first
+
+
 def seeded_subsample(items: list, n: int, seed: int) -> list:
     """``n`` of ``items`` drawn without replacement by ``seed``, in their original order (all when n <= 0)."""
     if n <= 0 or n >= len(items):
@@ -296,16 +308,13 @@ def train_sft(
             uri = registry.log_model_dir(out_dir, policy_cfg=cfg.policy)
             result.mlflow_run_id = run.info.run_id
             if register:
-                mv = registry.register(
-                    uri,
-                    alias=registry.CHAMPION,
-                    tags={"role": "pi_init", "config": cfg.name, "seed": cfg.seed, "run_id": run.info.run_id},
-                )
-                registry.set_alias(PI_INIT_ALIAS, mv.version)
+                mv, first = register_pi_init(
+                    uri, {"role": "pi_init", "config": cfg.name, "seed": cfg.seed, "run_id": run.info.run_id})
                 result.model_version = str(mv.version)
+                aliases = f"{registry.CHAMPION}, {PI_INIT_ALIAS}" if first else PI_INIT_ALIAS
                 echo(
                     f"sft: registered {registry.MODEL_NAME} version {mv.version} "
-                    f"(aliases {registry.CHAMPION}, {PI_INIT_ALIAS}); MLflow run {run.info.run_id}"
+                    f"(aliases {aliases}); MLflow run {run.info.run_id}"
                 )
 
     if log_mlflow:

@@ -87,3 +87,26 @@ def test_dag_arm_lists_agree_with_the_package():
     consts = {t.id: ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
               for t in n.targets if isinstance(t, ast.Name) and t.id in ("LLM_ARMS", "RANKER_ARMS")}
     assert consts == {"LLM_ARMS": LLM_ARMS, "RANKER_ARMS": RANKER_ARMS}
+
+
+def test_promote_refuses_a_race_and_rollback_restores_the_previous_champion(tmp_path):
+    from abpo.arms import registry as arm_registry
+    from abpo.arms.cycle import refit_ranker_arm
+    from abpo.config import load_config
+
+    cfg = load_config("tiny", [f"paths.root={tmp_path}", "data.max_users=40"])
+    quiet = dict(echo=lambda *_: None)
+    assert refit_ranker_arm(cfg, "popularity", None, **quiet)["version"] == "1"
+    assert refit_ranker_arm(cfg, "popularity", None, **quiet)["version"] == "2"
+    champ = arm_registry.get_version(cfg, "popularity", "champion")
+    assert str(champ.version) == "2" and champ.tags["promoted_from"] == "1"
+    with pytest.raises(arm_registry.PromotionRace, match="not the expected v1"):
+        arm_registry.promote(cfg, "popularity", "1", expected_champion="1")
+    assert str(arm_registry.get_version(cfg, "popularity", "champion").version) == "2"  # the race changed nothing
+    out = arm_registry.rollback(cfg, "popularity", reason="bad CTR")
+    assert out == {"arm": "popularity", "champion": "1", "previous": "2"}
+    v2 = arm_registry.get_version(cfg, "popularity", "2")
+    assert v2.tags["rolled_back_to"] == "1" and v2.tags["rolled_back_reason"] == "bad CTR"
+    assert str(arm_registry.get_version(cfg, "popularity", "champion").version) == "1"
+    with pytest.raises(LookupError, match="no previous champion"):
+        arm_registry.rollback(cfg, "popularity")

@@ -37,8 +37,14 @@ def test_two_months_lineage_gate_and_refits(tmp_path):
         assert new.tags["months"] == "2026-01,2026-02" and new.tags["source"] == "update"
         assert new.tags["variant"] == {"abpo": "abpo", "grpo": "grpo"}[arm] and new.tags["data_hash"]
         assert not m2[arm]["gate"]["passed"] and new.tags["gate.verdict"] == "fail"
+        ope = m2[arm]["gate"]["off_policy"]  # the off-policy half of the gate ran on the arm's own month-2 rows
+        assert ope["n"] == m2["serve"]["per_arm"][arm]["impressions"] and ope["ci_low"] <= ope["diff"] <= ope["ci_high"]
+        assert ope["champion_snips"] == pytest.approx(m2["serve"]["per_arm"][arm]["ctr"], abs=1e-4)
         assert str(arm_registry.get_version(cfg, arm, "champion").version) == champ1[arm]  # champion stayed
         assert str(arm_registry.get_version(cfg, arm, "challenger").version) == str(new.version)
+    gates = client.search_runs([MlflowClient().get_experiment_by_name("abpo-arms").experiment_id],
+                               "tags.`abpo.month` = '2026-02' and attributes.run_name LIKE 'gate-%'")
+    assert len(gates) == 2 and all("ope.diff" in r.data.metrics for r in gates)
     for arm in ("ml_retrain", "popularity"):
         mv = arm_registry.get_version(cfg, arm, "champion")
         assert str(mv.version) == "3" and mv.tags["parent_version"] == "2" and mv.tags["months"] == "2026-01,2026-02"

@@ -62,3 +62,21 @@ def test_validation_names_the_row_and_rule():
 def test_target_that_never_picks_a_logged_item():
     est = off_policy_ctr([1, 0], [0.5, 0.5], [0.0, 0.0])
     assert est.ips == 0.0 and math.isnan(est.snips) and est.ess == 0.0
+
+
+def test_compare_snips_difference_and_bootstrap_interval():
+    import numpy as np
+
+    from abpo.evaluation.off_policy import compare_snips
+
+    rng = np.random.default_rng(0)
+    n = 2000
+    e0 = np.full(n, 0.25)
+    y = (rng.random(n) < 0.2).astype(int)
+    same = compare_snips(y, e0, e0, e0, n_boot=300)
+    assert same.diff == 0 and same.ci_low == 0 and same.ci_high == 0
+    assert same.champion.snips == pytest.approx(y.mean())  # the logging policy's SNIPS is its observed CTR
+    # a challenger twice as likely to expose the clicked items and half as likely the others
+    better = compare_snips(y, e0, np.where(y == 1, 0.5, 0.125), e0, n_boot=300)
+    assert better.diff > 0 and better.ci_low > 0 and better.ci_low < better.diff < better.ci_high
+    assert better.challenger.snips == pytest.approx(2 * y.sum() / (2 * y.sum() + 0.5 * (n - y.sum())))

@@ -3,7 +3,8 @@
 Wiring only: every task calls one step of `abpo.arms.cycle` (heavy imports happen inside the tasks, so the file
 parses in milliseconds). For month m:
 
-    resolve_month -> bootstrap (arms without a champion get one) -> serve (simulate: param) -> ingest (+ GX)
+    resolve_month -> bootstrap (refuses when an earlier month was ingested but never finished; arms without a
+    champion get one) -> serve (simulate: param) -> ingest (+ GX)
     -> per LLM arm (task group): update from the arm's champion on its own month-m logs -> register (challenger)
        -> gate (against the arm's champion) -> promote (only when the gate passed); a month with too few rows of
        a stratum (arms.min_rows_per_stratum) skips the arm's group: it keeps its champion
@@ -83,10 +84,12 @@ def abpo_monthly():
         return (when.replace(day=1) - timedelta(days=1)).strftime("%Y-%m")
 
     @task
-    def bootstrap() -> dict:
-        from abpo.arms.cycle import bootstrap_arms, json_safe
+    def bootstrap(month: str) -> dict:
+        from abpo.arms.cycle import bootstrap_arms, json_safe, require_previous_month
 
-        return json_safe(bootstrap_arms(_cfg()))
+        cfg = _cfg()
+        require_previous_month(cfg, month)  # a failed month m-1 blocks month m
+        return json_safe(bootstrap_arms(cfg))
 
     @task
     def serve(month: str, arms: dict) -> dict:
@@ -156,7 +159,7 @@ def abpo_monthly():
         return report_to_date(_cfg(), month)
 
     month = resolve_month()
-    ingested = ingest(month, serve(month, bootstrap()))
+    ingested = ingest(month, serve(month, bootstrap(month)))
     done = []
     for arm in LLM_ARMS:
         with TaskGroup(group_id=arm):

@@ -12,7 +12,8 @@
                   of the difference >= -``arms.gate_ope_margin``); every number printed and logged to MLflow
     promote       champion moves to the challenger only when the gate passed; otherwise it stays where it was
     refit         popularity and ml_retrain refitted on everything seen through month m, registered, champion
-    report        the A/B report over every month to date, all arms, with the sample-ratio check
+    report        the A/B report over every month to date, all arms, with the sample-ratio check; marks the
+                  month complete (a month whose predecessor was ingested but never completed refuses to start)
 
 Steps take the config and plain values (month, arm, version numbers) and return plain dicts, so tasks pass
 registry versions, never local paths.
@@ -399,6 +400,39 @@ def refit_ranker_arm(cfg, arm: str, month: str | None, echo=print) -> dict[str, 
 # -------------------------------------------------------------------------------------------------- report
 
 
+class PreviousMonthIncomplete(RuntimeError):
+    """Month m-1 was started (ingested) but its cycle never finished: month m must not run on top of it."""
+
+
+def _done_marker(cfg, month: str) -> Path:
+    return cfg.paths.resolve("root") / "cycle" / f"{month}.json"
+
+
+def mark_month_complete(cfg, month: str, facts: dict[str, Any]) -> Path:
+    """Record that ``month``'s cycle finished (written by the report step, the last one)."""
+    path = _done_marker(cfg, month)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(json_safe(facts)))
+    tmp.replace(path)
+    return path
+
+
+def require_previous_month(cfg, month: str) -> None:
+    """Refuse to start ``month`` when an earlier month was ingested but its cycle did not finish (a failed or
+    interrupted run): its arms may be half-updated, so the next month would serve and train on top of that.
+    Rerun the failed month first (reruns are idempotent on the data side)."""
+    from abpo.warehouse import Warehouse
+
+    with Warehouse(cfg.paths.resolve("warehouse")) as wh:
+        earlier = [m for m in wh.months() if m < month]
+    unfinished = [m for m in earlier if not _done_marker(cfg, m).exists()]
+    if unfinished:
+        raise PreviousMonthIncomplete(
+            f"month {month}: earlier month(s) {unfinished} were ingested but their cycle never finished (no "
+            f"{_done_marker(cfg, unfinished[-1])}); rerun abpo_monthly for {unfinished[-1]} first")
+
+
 def report_to_date(cfg, month: str, echo=print) -> dict[str, Any]:
     """The A/B report over every warehouse month up to ``month``, every arm (sample-ratio check on the configured
     shares)."""
@@ -409,7 +443,9 @@ def report_to_date(cfg, month: str, echo=print) -> dict[str, Any]:
         months = [m for m in wh.months() if m <= month]
     report, files = report_from_warehouse(cfg, months)
     echo(f"report {months[0]}..{months[-1]}: {files.html}")
-    return {"months": months, "html": str(files.html), "markdown": str(files.markdown), "png": str(files.png)}
+    out = {"months": months, "html": str(files.html), "markdown": str(files.markdown), "png": str(files.png)}
+    mark_month_complete(cfg, month, out)
+    return out
 
 
 # ------------------------------------------------------------------------------------------- a whole month
@@ -420,6 +456,7 @@ def run_month(cfg, month: str, *, serve: bool = True, echo=print) -> dict[str, A
     update/register/gate/promote -> ranker refits -> report."""
     from abpo.pipeline import ingest_and_validate
 
+    require_previous_month(cfg, month)
     out: dict[str, Any] = {"month": month, "bootstrap": bootstrap_arms(cfg, echo=echo)}
     if serve:
         out["serve"] = serve_month(cfg, month, echo=echo)

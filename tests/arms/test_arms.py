@@ -110,3 +110,23 @@ def test_promote_refuses_a_race_and_rollback_restores_the_previous_champion(tmp_
     assert str(arm_registry.get_version(cfg, "popularity", "champion").version) == "1"
     with pytest.raises(LookupError, match="no previous champion"):
         arm_registry.rollback(cfg, "popularity")
+
+
+def test_a_month_whose_predecessor_never_finished_refuses_to_start(tmp_path):
+    from abpo.arms.cycle import PreviousMonthIncomplete, mark_month_complete, require_previous_month
+    from abpo.config import load_config
+    from abpo.data.schemas import write_impressions
+    from abpo.data.synthetic import synthetic_impressions
+    from abpo.warehouse import Warehouse
+
+    cfg = load_config("tiny", [f"paths.root={tmp_path}"])
+    require_previous_month(cfg, "2026-01")  # nothing ingested yet: fine
+    table, _ = synthetic_impressions(50, "2026-01", seed=0)
+    write_impressions(table, cfg.paths.resolve("landing"), "2026-01", part="a")
+    with Warehouse(cfg.paths.resolve("warehouse")) as wh:
+        wh.ingest_month(cfg.paths.resolve("landing"), "2026-01", cfg.data.known_arms)
+    with pytest.raises(PreviousMonthIncomplete, match=r"\['2026-01'\].*rerun abpo_monthly for 2026-01"):
+        require_previous_month(cfg, "2026-02")
+    require_previous_month(cfg, "2026-01")  # rerunning the unfinished month itself is allowed
+    mark_month_complete(cfg, "2026-01", {"report": "x"})
+    require_previous_month(cfg, "2026-02")

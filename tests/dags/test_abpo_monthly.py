@@ -25,7 +25,7 @@ def test_the_cycle_is_wired_per_arm(dagbag):
     rankers = ["ml_retrain.refit", "popularity.refit"]
     assert set(dag.task_ids) == {"resolve_month", "bootstrap", "serve", "ingest", "report", *llm, *rankers}
     edges = [("bootstrap", "serve"), ("serve", "ingest"), ("ingest", "abpo.update"), ("ingest", "grpo.update"),
-             ("ingest", "ml_retrain.refit"), ("ingest", "popularity.refit"), ("resolve_month", "serve")]
+             ("ingest", "ml_retrain.refit"), ("ingest", "popularity.refit"), ("resolve_month", "serve"), ("resolve_month", "bootstrap")]
     for arm in ("abpo", "grpo"):
         edges += [(f"{arm}.update", f"{arm}.register"), (f"{arm}.register", f"{arm}.gate"),
                   (f"{arm}.gate", f"{arm}.promote"), (f"{arm}.promote", "report")]

@@ -86,10 +86,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from abpo.arms.registry import PromotionRace
     from abpo.registry import RegistryUnavailable
+    from abpo.warehouse import WarehouseBusy
 
     try:
         rc = args.handler(args, cfg)
-    except (RegistryUnavailable, PromotionRace) as e:  # operational refusals: a message, not a traceback
+    except (RegistryUnavailable, PromotionRace, WarehouseBusy) as e:  # operational refusals: a message, not a traceback
         print(f"abpo {args.command}: {e}", file=sys.stderr)
         return 1
     return int(rc or 0)

@@ -102,16 +102,20 @@ def ensure_pi_init(cfg, *, fresh: bool = False) -> dict[str, Any]:
     }
 
 
-def ingest_and_validate(cfg, month: str) -> dict[str, Any]:
-    """Replace the month's partition in the warehouse (contract violations quarantined) and run the GX suite."""
+def ingest_and_validate(cfg, month: str, *, force: bool = False) -> dict[str, Any]:
+    """Write, audit, publish the month's landing files (abpo.warehouse.Warehouse.ingest_month): contract violations
+    quarantined, the replace guard and the Great Expectations suite run on the staged rows, and only then the
+    month's partition is replaced. A failed audit raises IngestRefused and leaves the partition as it was."""
     from abpo.validation import validate_month
-    from abpo.warehouse import Warehouse
+    from abpo.warehouse import open_warehouse
 
-    with Warehouse(cfg.paths.resolve("warehouse")) as wh:
-        report = wh.ingest_month(cfg.paths.resolve("landing"), month, cfg.data.known_arms)
-        summary = validate_month(wh, month, cfg.data.known_arms, out_dir=cfg.paths.resolve("root") / "validation")
-    if not summary.success:
-        raise RuntimeError(f"month {month}: Great Expectations suite failed, see {summary.path}")
+    out_dir = cfg.paths.resolve("root") / "validation"
+    with open_warehouse(cfg) as wh:
+        report = wh.ingest_month(
+            cfg.paths.resolve("landing"), month, cfg.data.known_arms, force=force,
+            min_keep_fraction=cfg.data.ingest_min_keep_fraction,
+            audit=lambda w, m: validate_month(w, m, cfg.data.known_arms, out_dir=out_dir, staged=True))
+    summary = report.audit
     return {
         "rows_in": report.rows_in,
         "rows_clean": report.rows_clean,

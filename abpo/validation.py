@@ -1,7 +1,8 @@
 """Great Expectations suite over an ingested month: the second line of defence after quarantine.
 
 The warehouse's ingest (sql/ingest_check.sql) already keeps contract violations out of the clean
-`impressions` partition. This suite re-checks that partition with an independent engine (GX 1.x,
+`impressions` partition. This suite re-checks the staged clean rows before the ingest publishes them (write,
+audit, publish: a failure publishes nothing), and can re-check a published partition with an independent engine (GX 1.x,
 pandas-backed, ephemeral context: nothing is written to a GX project), so a bug in the SQL rules or
 a row that reached the table another way is caught. sql/validate_month.sql gives GX the scalar
 columns plus derived checks of the list columns (item_in_candidates, candidate_count) it cannot
@@ -79,14 +80,16 @@ def build_suite(month: str, known_arms: Sequence[str]):
 
 
 def validate_month(
-    warehouse, month: str, known_arms: Sequence[str], *, out_dir: str | os.PathLike | None = None
+    warehouse, month: str, known_arms: Sequence[str], *, out_dir: str | os.PathLike | None = None,
+    staged: bool = False,
 ) -> ValidationSummary:
-    """Run the suite on ``month``'s clean partition; save the summary to ``out_dir`` if given."""
+    """Run the suite on ``month``'s clean partition, or with ``staged`` on the clean rows of the ingest in progress
+    before they are published (the ingest's audit); save the summary to ``out_dir`` if given."""
     import great_expectations as gx
 
     check_month(month)
     t0 = time.perf_counter()
-    df = warehouse.run("validate_month", month=month).to_pandas()
+    df = (warehouse.run("validate_staged") if staged else warehouse.run("validate_month", month=month)).to_pandas()
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
     context = gx.get_context(mode="ephemeral")

@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from abpo.data.schemas import IMPRESSIONS_SCHEMA, RULES, check_month, month_dir, schema_problems
+from abpo.data.schemas import IMPRESSIONS_SCHEMA, RULES, SCHEMA_VERSION, check_month, month_dir, schema_problems
 
 SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
 log = logging.getLogger(__name__)
@@ -42,6 +42,15 @@ log = logging.getLogger(__name__)
 
 class IngestError(RuntimeError):
     """The landing data of a month cannot be ingested at all (missing, not Parquet, wrong schema)."""
+
+
+class IngestRefused(IngestError):
+    """The staged month failed its audit (the replace guard or the Great Expectations suite): nothing was published,
+    the month's partition is as it was."""
+
+
+class WarehouseBusy(RuntimeError):
+    """Another process holds the DuckDB file's write lock."""
 
 
 class SQLFileError(RuntimeError):
@@ -59,6 +68,7 @@ class IngestReport:
     seconds: float = 0.0
     aggregate_rows: int = 0  # (arm, user) rows of the month in user_month_stats
     aggregate_seconds: float = 0.0  # part of `seconds` spent rebuilding them
+    audit: object = None  # the audit's summary (abpo.validation.ValidationSummary) when one ran
 
     @property
     def rows_quarantined(self) -> int:
@@ -102,20 +112,38 @@ class AggregateBuild:
 class Warehouse:
     """A DuckDB file holding impressions (clean, by month), quarantine, ingest_runs and the per-user
     aggregate user_month_stats (sql/schema.sql). Opening it brings the aggregate up to date
-    (:meth:`ensure_aggregates`; what was rebuilt is in ``aggregates_rebuilt``)."""
+    (:meth:`ensure_aggregates`; what was rebuilt is in ``aggregates_rebuilt``), unless opened ``read_only`` (readers:
+    no lock held against a writer's next open, nothing written). ``memory_limit`` / ``temp_directory`` bound DuckDB's
+    memory and give it a spill directory. Another process holding the write lock raises WarehouseBusy."""
 
-    def __init__(self, path: str | os.PathLike, *, sql_dir: str | os.PathLike = SQL_DIR):
+    def __init__(self, path: str | os.PathLike, *, sql_dir: str | os.PathLike = SQL_DIR, read_only: bool = False,
+                 memory_limit: str = "", temp_directory: str | os.PathLike = ""):
         import duckdb
 
         self.path = Path(path)
         self.sql_dir = Path(sql_dir)
         if str(path) != ":memory:":
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.con = duckdb.connect(str(path))
+        self.read_only = bool(read_only)
+        try:
+            self.con = duckdb.connect(str(path), read_only=self.read_only)
+        except duckdb.IOException as e:
+            if "lock" in str(e).lower():
+                raise WarehouseBusy(f"{path}: the warehouse is in use by another process (DuckDB allows one writer); "
+                                    f"retry when it has finished ({str(e).splitlines()[0][:200]})") from None
+            raise
         self.con.execute("SET TimeZone = 'UTC'")
+        if memory_limit:
+            self.con.execute(f"SET memory_limit = '{memory_limit}'")
+        if temp_directory:
+            Path(temp_directory).mkdir(parents=True, exist_ok=True)
+            self.con.execute(f"SET temp_directory = '{Path(temp_directory).as_posix()}'")
+        self.aggregates_rebuilt: list[AggregateBuild] = []
+        if self.read_only:
+            return
         try:
             self.run("schema")
-            self.aggregates_rebuilt: list[AggregateBuild] = self.ensure_aggregates()
+            self.aggregates_rebuilt = self.ensure_aggregates()
         except BaseException:
             self.con.close()
             raise
@@ -171,25 +199,43 @@ class Warehouse:
         return files
 
     def ingest_month(
-        self, landing_dir: str | os.PathLike, month: str, known_arms: Sequence[str]
+        self, landing_dir: str | os.PathLike, month: str, known_arms: Sequence[str], *, force: bool = False,
+        min_keep_fraction: float = 0.5, audit=None,
     ) -> IngestReport:
-        """Replace ``month``'s partition with its landing files; contract violations go to quarantine."""
+        """Write, audit, publish ``month``'s landing files.
+
+        write    stage the files (a corrupt one is named) and apply the contract: violations go to quarantine
+        audit    refuse (IngestRefused, nothing published) when the month would be replaced by 0 clean rows, or by
+                 fewer than ``min_keep_fraction`` of the clean rows it holds, unless ``force``; then ``audit(self,
+                 month)`` (the Great Expectations suite over the staged clean rows) must return an object whose
+                 ``success`` is true
+        publish  in one transaction: the rows being replaced move to ``impressions_history`` (restorable with
+                 :meth:`restore_month`), the month's partition and quarantine are replaced, the run is logged
+        """
         check_month(month)
         t0 = time.perf_counter()
         files = self.landing_files(landing_dir, month)
         report = IngestReport(month=month, files=[p.name for p in files])
-        self.run("ingest_stage", files=[str(p.resolve()) for p in files])
+        self._stage(files)
         try:
-            self.run("ingest_check", month=month, known_arms=list(known_arms))
+            self.run("ingest_check", month=month, known_arms=list(known_arms), schema_version=SCHEMA_VERSION)
             for row in self.run("ingest_rule_counts").to_pylist():
                 if row["rule"] is None:
                     report.rows_clean = row["rows"]
                 else:
                     report.quarantined_by_rule[row["rule"]] = row["rows"]
             report.rows_in = report.rows_clean + report.rows_quarantined
+            report.rows_replaced = self.run("month_count", month=month).column("rows")[0].as_py()
+            self._audit_replace(report, force=force, min_keep_fraction=min_keep_fraction)
+            if audit is not None:
+                summary = audit(self, month)
+                report.audit = summary
+                if not summary.success:
+                    raise IngestRefused(f"month {month}: the staged rows failed the Great Expectations suite; nothing "
+                                        f"was published, the month's partition is unchanged.\n{summary}")
             self.con.begin()
             try:
-                report.rows_replaced = self.run("month_count", month=month).column("rows")[0].as_py()
+                self.run("ingest_history_save", month=month)
                 self.run("ingest_delete_month", month=month)
                 self.run("ingest_delete_quarantine", month=month)
                 self.run("ingest_insert_clean", month=month)
@@ -216,6 +262,60 @@ class Warehouse:
             self.run("ingest_drop_stage")
         report.seconds = time.perf_counter() - t0
         return report
+
+    def _stage(self, files: list[Path]) -> None:
+        """Stage the files; when DuckDB cannot read them, find and name the corrupt one."""
+        try:
+            self.run("ingest_stage", files=[str(p.resolve()) for p in files])
+        except SQLFileError as e:
+            for p in files:
+                try:
+                    self.con.sql("SELECT count(*) FROM read_parquet($f)", params={"f": str(p.resolve())}).fetchall()
+                    pq.read_table(p)
+                except Exception as bad:  # noqa: BLE001 - any reader error names the file
+                    raise IngestError(f"{p}: corrupt Parquet data ({type(bad).__name__}: {str(bad)[:200]}); nothing "
+                                      "was ingested, the month's partition is unchanged") from None
+            raise IngestError(f"{files[0].parent}: the landing files could not be staged ({e})") from e
+
+    @staticmethod
+    def _audit_replace(report: IngestReport, *, force: bool, min_keep_fraction: float) -> None:
+        """The replace guard: a month holding clean rows is not replaced by none, or by far fewer, unless forced."""
+        if force or report.rows_replaced == 0:
+            return
+        if report.rows_clean == 0 or report.rows_clean < min_keep_fraction * report.rows_replaced:
+            raise IngestRefused(
+                f"month {report.month}: the landing files ({', '.join(report.files)}) give {report.rows_clean} clean "
+                f"rows ({report.rows_quarantined} quarantined) where the warehouse holds {report.rows_replaced}; rule: "
+                f"a month is not replaced by fewer than {min_keep_fraction:.0%} of its clean rows unless forced "
+                "(`abpo data ingest --force`); nothing was published")
+
+    def month_versions(self, month: str) -> list[dict]:
+        """The replaced versions of ``month`` kept in impressions_history (newest last)."""
+        return self.run("history_versions", month=check_month(month)).to_pylist()
+
+    def restore_month(self, month: str, version: int | None = None) -> dict:
+        """Put a replaced version of ``month`` back (default: the newest); the rows it replaces become a new history
+        version, so a restore can itself be undone. The month's quarantine is left as the last ingest wrote it."""
+        check_month(month)
+        versions = self.month_versions(month)
+        if not versions:
+            raise IngestError(f"month {month}: no replaced version in impressions_history to restore")
+        v = int(version if version is not None else versions[-1]["version"])
+        if v not in {int(r["version"]) for r in versions}:
+            raise IngestError(f"month {month}: no history version {v} (have {[r['version'] for r in versions]})")
+        self.con.begin()
+        try:
+            self.run("ingest_history_save", month=month)
+            self.run("ingest_delete_month", month=month)
+            self.run("history_restore", month=month, version=v)
+            self.run("history_drop", month=month, version=v)
+            self._build_user_month_stats(month)
+            rows = self.run("month_count", month=month).column("rows")[0].as_py()
+            self.con.commit()
+        except BaseException:
+            self.con.rollback()
+            raise
+        return {"month": month, "restored_version": v, "rows": rows}
 
     # ------------------------------------------------------------------------------------ per-user aggregate
     def _build_user_month_stats(self, month: str) -> dict:
@@ -284,6 +384,15 @@ class Warehouse:
 
     def months(self) -> list[str]:
         return [r[0] for r in self.con.execute("SELECT DISTINCT month FROM impressions ORDER BY 1").fetchall()]
+
+
+def open_warehouse(cfg, *, read_only: bool = False) -> Warehouse:
+    """The config's warehouse (paths.warehouse) with its memory limit and spill directory (section data)."""
+    tmp = cfg.data.warehouse_temp_directory
+    if tmp and not Path(tmp).is_absolute():
+        tmp = str(cfg.paths.resolve("root") / tmp)
+    return Warehouse(cfg.paths.resolve("warehouse"), read_only=read_only, memory_limit=cfg.data.warehouse_memory_limit,
+                     temp_directory=tmp)
 
 
 def _as_table(rows) -> pa.Table:

@@ -1,6 +1,8 @@
 -- Apply the impressions contract to the staged rows: `rule` is the first rule a row breaks (in this
 -- priority order), NULL for a clean row; `detail` says which field or value.
 --   null_field               any contract column is null (or a null inside history/candidates)
+--   unknown_schema_version   schema_version is not $schema_version, the version this warehouse reads (a row
+--                            of another version may mean something else by the same columns)
 --   unknown_arm              arm not in $known_arms
 --   propensity_out_of_range  propensity not in (0, 1] (NaN included)
 --   clicked_not_binary       clicked not 0/1
@@ -36,6 +38,7 @@ first_rule AS (
         * EXCLUDE (null_fields),
         CASE
             WHEN null_fields <> '' THEN 'null_field'
+            WHEN schema_version <> $schema_version THEN 'unknown_schema_version'
             WHEN NOT list_contains($known_arms::VARCHAR[], arm) THEN 'unknown_arm'
             WHEN isnan(propensity) OR propensity <= 0 OR propensity > 1 THEN 'propensity_out_of_range'
             WHEN clicked NOT IN (0, 1) THEN 'clicked_not_binary'
@@ -44,6 +47,7 @@ first_rule AS (
         END AS rule,
         CASE
             WHEN null_fields <> '' THEN 'null in: ' || null_fields
+            WHEN schema_version <> $schema_version THEN 'schema_version ' || schema_version || ', this warehouse reads version ' || $schema_version
             WHEN NOT list_contains($known_arms::VARCHAR[], arm) THEN 'arm ' || arm || ' not in known arms'
             WHEN isnan(propensity) OR propensity <= 0 OR propensity > 1 THEN 'propensity ' || propensity || ' not in (0, 1]'
             WHEN clicked NOT IN (0, 1) THEN 'clicked ' || clicked || ' not in {0, 1}'

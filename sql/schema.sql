@@ -91,3 +91,8 @@ CREATE TABLE IF NOT EXISTS user_month_stats_built (
     clicks          BIGINT      NOT NULL,
     built_at        TIMESTAMPTZ NOT NULL
 );
+
+-- impressions_history: clean rows a later ingest (or restore) of their month replaced, kept so the previous version
+-- of a month can be restored (Warehouse.restore_month). `version` counts the month's replaced versions (1, 2, ...).
+CREATE TABLE IF NOT EXISTS impressions_history AS
+SELECT *, NULL::TIMESTAMPTZ AS replaced_at, NULL::INTEGER AS version FROM impressions LIMIT 0;

@@ -131,8 +131,8 @@ def test_reingest_replaces_the_partition_and_leaves_other_months(wh, landing):
     wh.ingest_month(landing, "2025-01", ARMS)
     wh.ingest_month(landing, MONTH, ARMS)
     jan_stats = user_stats(wh, "2025-01")
-    write_impressions(clean(4, seed=5), landing, MONTH, part="a")  # the producer re-landed February
-    wh.ingest_month(landing, MONTH, ARMS)
+    write_impressions(clean(4, seed=5), landing, MONTH, part="a")  # the producer re-landed February (smaller)
+    wh.ingest_month(landing, MONTH, ARMS, force=True)
     assert clean_rows(wh, MONTH).num_rows == 4 and clean_rows(wh, "2025-01").num_rows == 10
     assert user_stats(wh, MONTH) == direct_user_stats((MONTH, clean(4, seed=5)))
     assert user_stats(wh, "2025-01") == jan_stats == direct_user_stats(("2025-01", clean(10, month="2025-01")))
@@ -158,11 +158,11 @@ def test_failure_midway_leaves_the_previous_state(wh, landing, monkeypatch, cras
 
     monkeypatch.setattr(Warehouse, "run", crash_midway)
     with pytest.raises(RuntimeError, match="injected failure"):
-        wh.ingest_month(landing, MONTH, ARMS)
+        wh.ingest_month(landing, MONTH, ARMS, force=True)
     monkeypatch.undo()
     assert (sorted_rows(clean_rows(wh)), sorted_rows(quarantine_rows(wh)), user_stats(wh), built(wh)) == before
     assert wh.con.execute("SELECT count(*) FROM ingest_runs").fetchall()[0][0] == runs_before
-    assert wh.ingest_month(landing, MONTH, ARMS).rows_clean == 7  # and the warehouse still works
+    assert wh.ingest_month(landing, MONTH, ARMS, force=True).rows_clean == 7  # and the warehouse still works
     assert user_stats(wh) == direct_user_stats((MONTH, clean(7, seed=2)))
 
 

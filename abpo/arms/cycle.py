@@ -134,9 +134,9 @@ def serve_month(cfg, month: str, echo=print) -> dict[str, Any]:
 
 def training_months(cfg, month: str) -> list[str]:
     """The month and ``arms.replay_months`` months before it (those present in the warehouse)."""
-    from abpo.warehouse import Warehouse
+    from abpo.warehouse import open_warehouse
 
-    with Warehouse(cfg.paths.resolve("warehouse")) as wh:
+    with open_warehouse(cfg, read_only=True) as wh:
         have = set(wh.months())
     want, m = [month], month
     for _ in range(cfg.arms.replay_months):
@@ -262,11 +262,11 @@ def off_policy_gate(cfg, arm: str, version: str, month: str, echo=print) -> dict
     import pyarrow.compute as pc
 
     from abpo.evaluation.off_policy import compare_snips
-    from abpo.warehouse import Warehouse
+    from abpo.warehouse import open_warehouse
 
     ds, _ = dataset_and_splits(cfg)
     champ = arm_registry.get_version(cfg, arm, CHAMPION)
-    with Warehouse(cfg.paths.resolve("warehouse")) as wh:
+    with open_warehouse(cfg, read_only=True) as wh:
         pos, neg = wh.strata([month])
     rows = pa.concat_tables([pos, neg])
     rows = rows.filter(pc.equal(rows.column("arm"), arm))
@@ -354,13 +354,13 @@ def ranker_training_sequences(cfg, month: str | None) -> tuple[dict[int, list[in
     """Interactions and clicks through ``month`` (None: only what precedes ``sim.start_month``), per user,
     chronological; and the months they cover."""
     from abpo.sim.simulator import interactions_to_date
-    from abpo.warehouse import Warehouse
+    from abpo.warehouse import open_warehouse
 
     _, splits = dataset_and_splits(cfg)
     if month is None:
         return interactions_to_date(cfg, splits, cfg.sim.start_month), []
     seqs = interactions_to_date(cfg, splits, next_month(month))
-    with Warehouse(cfg.paths.resolve("warehouse")) as wh:
+    with open_warehouse(cfg, read_only=True) as wh:
         clicks = wh.run("clicks_to_date", month=month)
         months = [m for m in wh.months() if m <= month]
     for u, i in zip(clicks.column("user_id").to_pylist(), clicks.column("item_id").to_pylist()):
@@ -422,9 +422,11 @@ def require_previous_month(cfg, month: str) -> None:
     """Refuse to start ``month`` when an earlier month was ingested but its cycle did not finish (a failed or
     interrupted run): its arms may be half-updated, so the next month would serve and train on top of that.
     Rerun the failed month first (reruns are idempotent on the data side)."""
-    from abpo.warehouse import Warehouse
+    from abpo.warehouse import open_warehouse
 
-    with Warehouse(cfg.paths.resolve("warehouse")) as wh:
+    if not cfg.paths.resolve("warehouse").exists():
+        return
+    with open_warehouse(cfg, read_only=True) as wh:
         earlier = [m for m in wh.months() if m < month]
     unfinished = [m for m in earlier if not _done_marker(cfg, m).exists()]
     if unfinished:
@@ -437,9 +439,9 @@ def report_to_date(cfg, month: str, echo=print) -> dict[str, Any]:
     """The A/B report over every warehouse month up to ``month``, every arm (sample-ratio check on the configured
     shares)."""
     from abpo.abtest.report import report_from_warehouse
-    from abpo.warehouse import Warehouse
+    from abpo.warehouse import open_warehouse
 
-    with Warehouse(cfg.paths.resolve("warehouse")) as wh:
+    with open_warehouse(cfg, read_only=True) as wh:
         months = [m for m in wh.months() if m <= month]
     report, files = report_from_warehouse(cfg, months)
     echo(f"report {months[0]}..{months[-1]}: {files.html}")

@@ -67,16 +67,50 @@ def register(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "ingest",
         parents=[common],
-        help="Ingest one month of landed impressions into the warehouse (quarantine + GX validation).",
-        description="Replace the month's partition in the DuckDB warehouse with its landing files "
-        "(atomically); rows breaking the contract go to the quarantine table with their rule; then run "
-        "the Great Expectations suite on the clean partition. Prints counts in / clean / quarantined "
-        "per rule. Exit code 1 if the files cannot be ingested or the suite fails.",
+        help="Ingest one month of landed impressions: write, audit (replace guard + GX), then publish.",
+        description="Write, audit, publish the month's landing files into the DuckDB warehouse. Write: stage the "
+        "files (a corrupt file is named) and apply the contract; rows breaking it go to quarantine with their rule. "
+        "Audit, on the staged rows: a month holding clean rows is not replaced by none or by fewer than "
+        "data.ingest_min_keep_fraction of them unless --force, and the Great Expectations suite must pass. Publish "
+        "(one transaction): the replaced rows move to impressions_history (`abpo data restore-month`), the month's "
+        "partition and quarantine are replaced. A failed audit publishes nothing. Prints counts in / clean / "
+        "quarantined per rule. Exit code 1 if the files cannot be ingested or the audit refuses them.",
     )
     p.add_argument("--month", required=True, help="Month to ingest, YYYY-MM.")
     p.add_argument("--landing", default=None, help="Landing directory (default: paths.landing).")
-    p.add_argument("--no-validate", action="store_true", help="Skip the Great Expectations suite.")
+    p.add_argument("--no-validate", action="store_true", help="Skip the Great Expectations suite in the audit.")
+    p.add_argument("--force", action="store_true",
+                   help="Publish even when the month would shrink below data.ingest_min_keep_fraction (or to 0 rows).")
     p.set_defaults(handler=cmd_ingest)
+
+    p = sub.add_parser(
+        "restore-month", parents=[common],
+        help="Put back the previous version of a month that a later ingest replaced.",
+        description="Restore a replaced version of MONTH from impressions_history (default: the newest). The rows it "
+        "replaces become a history version themselves, so a restore can be undone by restoring again. Without "
+        "--version and with --list, print the month's kept versions.",
+    )
+    p.add_argument("--month", required=True, help="YYYY-MM")
+    p.add_argument("--version", type=int, default=None, help="History version to restore (default: the newest).")
+    p.add_argument("--list", action="store_true", help="Only list the month's kept versions.")
+    p.set_defaults(handler=cmd_restore_month)
+
+
+def cmd_restore_month(args, cfg) -> int:
+    from abpo.warehouse import IngestError, open_warehouse
+
+    with open_warehouse(cfg) as wh:
+        if args.list:
+            for r in wh.month_versions(args.month):
+                print(f"{args.month} version {r['version']}: {r['rows']} rows, replaced at {r['replaced_at']}")
+            return 0
+        try:
+            out = wh.restore_month(args.month, args.version)
+        except IngestError as e:
+            print(f"abpo data restore-month: {e}", file=sys.stderr)
+            return 1
+    print(f"{out['month']}: restored history version {out['restored_version']} ({out['rows']} clean rows)")
+    return 0
 
 
 def cmd_prepare(args, cfg) -> int:
@@ -128,24 +162,25 @@ def cmd_synth(args, cfg) -> int:
 
 
 def cmd_ingest(args, cfg) -> int:
-    from abpo.warehouse import IngestError, Warehouse
+    from abpo.validation import validate_month
+    from abpo.warehouse import IngestError, open_warehouse
 
     landing = args.landing or cfg.paths.resolve("landing")
-    with Warehouse(cfg.paths.resolve("warehouse")) as wh:
+    out_dir = cfg.paths.resolve("root") / "validation"
+    audit = None if args.no_validate else (
+        lambda w, m: validate_month(w, m, cfg.data.known_arms, out_dir=out_dir, staged=True))
+    with open_warehouse(cfg) as wh:
         try:
-            report = wh.ingest_month(landing, args.month, cfg.data.known_arms)
+            report = wh.ingest_month(landing, args.month, cfg.data.known_arms, force=args.force,
+                                     min_keep_fraction=cfg.data.ingest_min_keep_fraction, audit=audit)
         except IngestError as e:
             print(f"abpo ingest: {e}", file=sys.stderr)
             return 1
         print(report)
+        if report.audit is not None:
+            print(report.audit)
         print(f"warehouse: {wh.path}")
-        if args.no_validate:
-            return 0
-        from abpo.validation import validate_month
-
-        summary = validate_month(wh, args.month, cfg.data.known_arms, out_dir=cfg.paths.resolve("root") / "validation")
-        print(summary)
-        return 0 if summary.success else 1
+    return 0
 
 
 def cmd_ctr(args, cfg) -> int:

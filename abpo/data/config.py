@@ -35,6 +35,18 @@ class DataConfig:
         default=8, metadata={"help": "Cap on D_sup pairs (x_{1:t}, x_{t+1}) per user, latest first; 0 = all."}
     )
     max_users: int = field(default=0, metadata={"help": "Use at most this many users (seeded choice); 0 = all."})
+    ingest_min_keep_fraction: float = field(
+        default=0.5,
+        metadata={"help": "Ingest refuses to replace a month by fewer than this share of the clean rows it holds (0 "
+                          "clean rows always refused) unless forced (`abpo data ingest --force`)."},
+    )
+    warehouse_memory_limit: str = field(
+        default="", metadata={"help": "DuckDB memory_limit for the warehouse (e.g. 2GB); empty = DuckDB's default."}
+    )
+    warehouse_temp_directory: str = field(
+        default="duckdb_tmp",
+        metadata={"help": "DuckDB spill directory (relative to paths.root unless absolute); empty = DuckDB's default."},
+    )
     known_arms: list[str] = field(
         default_factory=lambda: ["abpo", "grpo", "ml_retrain", "popularity"],
         metadata={"help": "Arms the warehouse accepts in impressions; rows of any other arm are quarantined."},

@@ -46,6 +46,7 @@ INTERACTIONS_SCHEMA = pa.schema(
 # counted under the first).
 RULES = (
     "null_field",
+    "unknown_schema_version",
     "unknown_arm",
     "propensity_out_of_range",
     "clicked_not_binary",

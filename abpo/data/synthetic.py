@@ -84,6 +84,7 @@ def synthetic_impressions(
     request_id = pc.binary_join_element_wise(pa.scalar(prefix + "req-"), seq, "")
     model_version = np.char.add(arm.astype(str), "-v1").astype(object)
 
+    schema_version = np.full(n, SCHEMA_VERSION, dtype=np.int16)
     injected: Counter = Counter()
     masks: dict[str, np.ndarray] = {}
     n_bad = int(round(violation_rate * n))
@@ -103,6 +104,8 @@ def synthetic_impressions(
                 for c, cname in enumerate(_NULLABLE_TARGETS):
                     m = masks.setdefault(cname, np.zeros(n, dtype=bool))
                     m[rows[col == c]] = True
+            elif name == "unknown_schema_version":
+                schema_version[rows] = SCHEMA_VERSION + 1
             elif name == "unknown_arm":
                 arm[rows] = "shadow"
             elif name == "propensity_out_of_range":
@@ -142,7 +145,7 @@ def synthetic_impressions(
             pa.array(np.zeros(n, dtype=np.int16), pa.int16()),
             pa.array(np.full(n, "softmax(tau=1.0)", dtype=object), pa.string()),
             pa.array(served_us, pa.int64()).cast(ts),
-            pa.array(np.full(n, SCHEMA_VERSION, dtype=np.int16), pa.int16()),
+            pa.array(schema_version, pa.int16()),
         ],
         schema=pa.schema([pa.field(f.name, f.type) for f in IMPRESSIONS_SCHEMA]),
     )

@@ -215,7 +215,7 @@ def warehouse_strata(cfg):
             f"{path}: no warehouse yet; build and ingest the bandit log first: `abpo simulate-log --config "
             f"{cfg.name}` then `abpo ingest --month YYYY-MM --config {cfg.name}`"
         )
-    with Warehouse(path) as wh:
+    with Warehouse(path, read_only=True) as wh:  # a reader: never holds the write lock
         months = list(cfg.update.months) or wh.months()
         if not months:
             raise UpdateInputMissing(

@@ -29,9 +29,17 @@ from __future__ import annotations
 import os
 from datetime import datetime, timedelta
 
-from airflow.sdk import Param, TaskGroup, dag, get_current_context, task
+from airflow.sdk import Asset, Param, TaskGroup, dag, get_current_context, task
 
-DEFAULT_ARGS = {"retries": int(os.environ.get("ABPO_TASK_RETRIES", "1")), "retry_delay": timedelta(minutes=5)}
+# Every task has a timeout (a hung task fails and can be retried); the update tasks get their own, longer one and
+# run in the pool named by $ABPO_UPDATE_POOL (create it with `airflow pools set gpu <slots> "ABPO updates"` and set
+# ABPO_UPDATE_POOL=gpu on a GPU deployment; default_pool otherwise).
+DEFAULT_ARGS = {"retries": int(os.environ.get("ABPO_TASK_RETRIES", "1")), "retry_delay": timedelta(minutes=5),
+                "execution_timeout": timedelta(minutes=int(os.environ.get("ABPO_TASK_TIMEOUT_MIN", "120")))}
+UPDATE_TIMEOUT = timedelta(minutes=int(os.environ.get("ABPO_UPDATE_TIMEOUT_MIN", "720")))
+UPDATE_POOL = os.environ.get("ABPO_UPDATE_POOL", "default_pool")
+# Assets the DAG produces (downstream DAGs can be scheduled on them): the clean impressions and each arm's champion.
+CLEAN_IMPRESSIONS = Asset(name="abpo_clean_impressions", uri="abpo://warehouse/impressions")
 # abpo.arms.LLM_ARMS / RANKER_ARMS (not imported: the file must parse without abpo; a test checks they agree)
 LLM_ARMS = ("abpo", "grpo")
 RANKER_ARMS = ("ml_retrain", "popularity")
@@ -106,14 +114,14 @@ def abpo_monthly():
                                     "land the month's logs, or trigger with simulate=true") from e
         return {"month": month, "files": len(files), "simulated": False}
 
-    @task
+    @task(outlets=[CLEAN_IMPRESSIONS])
     def ingest(month: str, served: dict) -> dict:
         from abpo.arms.cycle import json_safe
         from abpo.pipeline import ingest_and_validate
 
         return json_safe(ingest_and_validate(_cfg(), month))
 
-    @task
+    @task(pool=UPDATE_POOL, execution_timeout=UPDATE_TIMEOUT)
     def update(arm: str, month: str, ingested: dict) -> dict:
         from airflow.exceptions import AirflowSkipException
 
@@ -137,6 +145,9 @@ def abpo_monthly():
         from abpo.arms.cycle import gate_arm, json_safe
 
         return json_safe(gate_arm(_cfg(), arm, registered["version"], month))
+
+    def champion_asset(arm: str) -> Asset:
+        return Asset(name=f"abpo_champion_{arm}", uri=f"mlflow://models/abpo-arm-{arm}/champion")
 
     @task
     def promote(arm: str, gated: dict) -> dict:
@@ -163,10 +174,11 @@ def abpo_monthly():
     done = []
     for arm in LLM_ARMS:
         with TaskGroup(group_id=arm):
-            done.append(promote(arm, gate(arm, month, register(arm, update(arm, month, ingested)))))
+            done.append(promote.override(outlets=[champion_asset(arm)])(
+                arm, gate(arm, month, register(arm, update(arm, month, ingested)))))
     for arm in RANKER_ARMS:
         with TaskGroup(group_id=arm):
-            done.append(refit(arm, month, ingested))
+            done.append(refit.override(outlets=[champion_asset(arm)])(arm, month, ingested))
     final = report(month)
     done >> final
 

@@ -35,6 +35,11 @@ def test_the_cycle_is_wired_per_arm(dagbag):
     assert dag.get_task("report").trigger_rule == "none_failed"  # an arm skipped for lack of feedback still reports
     assert dag.max_active_runs == 1 and not dag.catchup
     assert dag.params["simulate"] is False  # production never fabricates a month
+    assert all(t.execution_timeout is not None for t in dag.tasks)
+    assert dag.get_task("abpo.update").execution_timeout > dag.get_task("abpo.gate").execution_timeout
+    assert [a.name for a in dag.get_task("ingest").outlets] == ["abpo_clean_impressions"]
+    for arm, task_id in (("abpo", "abpo.promote"), ("grpo", "grpo.promote"), ("popularity", "popularity.refit")):
+        assert [a.uri for a in dag.get_task(task_id).outlets] == [f"mlflow://models/abpo-arm-{arm}/champion"]
 
 
 def test_dag_file_imports_no_heavy_modules():

@@ -83,15 +83,21 @@ def pi_init_dir(cfg) -> Path:
 
 
 def ensure_pi_init(cfg, *, fresh: bool = False) -> dict[str, Any]:
-    """Train pi_init by SFT on D_sup and register it (alias champion + pi_init), unless a registered pi_init
-    already exists for this state directory and ``fresh`` is not set."""
+    """Train pi_init by SFT on D_sup and register it (alias pi_init; champion only when none exists), unless a
+    registered pi_init exists and ``fresh`` is not set: then it is reused, downloaded from the registry when the
+    local directory is missing (a fresh worker), never retrained behind the registry's back. A registry that cannot
+    answer raises (abpo.registry.RegistryUnavailable)."""
     from abpo import registry
     from abpo.policy.sft import PI_INIT_ALIAS, train_sft
 
     registry.configure(cfg)
     existing = registry.get_version(PI_INIT_ALIAS)
-    if existing is not None and (pi_init_dir(cfg) / "config.json").exists() and not fresh:
-        return {"model_dir": pi_init_dir(cfg), "model_version": existing.version, "reused": True}
+    if existing is not None and not fresh:
+        local = pi_init_dir(cfg)
+        if not (local / "config.json").exists():
+            local = registry.download_model_dir(cfg, str(existing.version),
+                                                dst=cfg.paths.resolve("models") / "registry" / f"pi_init-v{existing.version}")
+        return {"model_dir": local, "model_version": existing.version, "reused": True}
     res = train_sft(cfg)
     return {
         "model_dir": res.model_dir,

@@ -130,3 +130,24 @@ def test_a_month_whose_predecessor_never_finished_refuses_to_start(tmp_path):
     require_previous_month(cfg, "2026-01")  # rerunning the unfinished month itself is allowed
     mark_month_complete(cfg, "2026-01", {"report": "x"})
     require_previous_month(cfg, "2026-02")
+
+
+def test_a_retried_register_reuses_the_version_its_run_registered(tmp_path):
+    import json
+
+    from abpo import registry
+    from abpo.arms import registry as arm_registry
+    from abpo.config import load_config
+
+    cfg = load_config("tiny", [f"paths.root={tmp_path}"])
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    with registry.start_run(cfg, arm_registry.EXPERIMENT, "update") as run:
+        uri = arm_registry.log_arm_model(cfg, "abpo", ckpt, kind="llm")
+    a = arm_registry.register_version(cfg, "abpo", uri, run.info.run_id, {"source": "update"}, alias="challenger")
+    b = arm_registry.register_version(cfg, "abpo", uri, run.info.run_id, {"source": "update"}, alias="challenger")
+    assert str(a.version) == str(b.version) == "1"
+    from mlflow import MlflowClient
+
+    assert len(MlflowClient().search_model_versions("name='abpo-arm-abpo'")) == 1

@@ -53,7 +53,7 @@ def _cfg():
 
 
 def _skip_unless_configured(cfg, arm: str) -> None:
-    from airflow.exceptions import AirflowSkipException
+    from airflow.sdk.exceptions import AirflowSkipException
 
     if arm not in cfg.arms.names:
         raise AirflowSkipException(f"arm {arm} is not in arms.names {cfg.arms.names}")
@@ -61,7 +61,9 @@ def _skip_unless_configured(cfg, arm: str) -> None:
 
 @dag(
     dag_id="abpo_monthly",
-    schedule="@monthly",
+    # $ABPO_SCHEDULE overrides the cadence (a cron string, "@monthly", or "none" for manual runs only)
+    schedule=None if os.environ.get("ABPO_SCHEDULE", "@monthly").lower() == "none" else os.environ.get(
+        "ABPO_SCHEDULE", "@monthly"),
     start_date=datetime(2024, 1, 1),
     catchup=False,
     max_active_runs=1,
@@ -123,7 +125,7 @@ def abpo_monthly():
 
     @task(pool=UPDATE_POOL, execution_timeout=UPDATE_TIMEOUT)
     def update(arm: str, month: str, ingested: dict) -> dict:
-        from airflow.exceptions import AirflowSkipException
+        from airflow.sdk.exceptions import AirflowSkipException
 
         from abpo.arms.cycle import NotEnoughFeedback, json_safe, update_llm_arm
 

@@ -1,5 +1,7 @@
--- Apply the impressions contract to the staged rows: `rule` is the first rule a row breaks (in this
--- priority order), NULL for a clean row; `detail` says which field or value.
+-- Apply the impressions contract to the staged rows. The result, ingest_violations, holds only the rows that break a
+-- rule (source_file, source_row, rule, detail): `rule` is the first rule the row breaks (in this priority order),
+-- `detail` says which field or value. A staged row not in it is clean. Only this narrow table is written: the staged
+-- rows themselves are read once more by the insert steps (clean = staged ANTI JOIN violations), never copied here.
 --   null_field               any contract column is null (or a null inside history/candidates)
 --   unknown_schema_version   schema_version is not $schema_version, the version this warehouse reads (a row
 --                            of another version may mean something else by the same columns)
@@ -10,10 +12,11 @@
 --   event_time_outside_month event_time (UTC) not in $month (YYYY-MM)
 --   duplicate_impression_id  the id was already used: by an earlier clean row of this month (file
 --                            name, then row order; the first copy is kept) or by another month.
-CREATE OR REPLACE TEMP TABLE ingest_checked AS
+CREATE OR REPLACE TEMP TABLE ingest_violations AS
 WITH ruled AS (
     SELECT
-        s.*,
+        s.source_file, s.source_row, s.impression_id, s.event_time, s.arm, s.propensity, s.clicked,
+        s.candidates, s.item_id, s.schema_version,
         concat_ws(', ',
             CASE WHEN impression_id IS NULL THEN 'impression_id' END,
             CASE WHEN event_time IS NULL THEN 'event_time' END,
@@ -33,9 +36,9 @@ WITH ruled AS (
         ) AS null_fields
     FROM ingest_stage AS s
 ),
-first_rule AS (
+first_rule AS MATERIALIZED (
     SELECT
-        * EXCLUDE (null_fields),
+        source_file, source_row, impression_id,
         CASE
             WHEN null_fields <> '' THEN 'null_field'
             WHEN schema_version <> $schema_version THEN 'unknown_schema_version'
@@ -73,18 +76,22 @@ other_months AS (
     SELECT DISTINCT impression_id, month FROM impressions
     WHERE month <> $month AND impression_id IN (SELECT impression_id FROM ingest_stage)
 )
-SELECT
-    c.* EXCLUDE (rule, detail),
-    CASE
-        WHEN c.rule IS NOT NULL THEN c.rule
-        WHEN d.copy_no > 1 OR o.impression_id IS NOT NULL THEN 'duplicate_impression_id'
-    END AS rule,
-    CASE
-        WHEN c.rule IS NOT NULL THEN c.detail
-        WHEN d.copy_no > 1 THEN 'impression_id ' || c.impression_id || ' first seen at ' || d.first_copy
-        WHEN o.impression_id IS NOT NULL THEN 'impression_id ' || c.impression_id || ' already in month ' || o.month
-    END AS detail
-FROM first_rule AS c
-LEFT JOIN copies AS d ON c.source_file = d.source_file AND c.source_row = d.source_row
-LEFT JOIN (SELECT impression_id, min(month) AS month FROM other_months GROUP BY impression_id) AS o
-    ON c.impression_id = o.impression_id;
+SELECT * FROM (
+    SELECT
+        c.source_file,
+        c.source_row,
+        CASE
+            WHEN c.rule IS NOT NULL THEN c.rule
+            WHEN d.copy_no > 1 OR o.impression_id IS NOT NULL THEN 'duplicate_impression_id'
+        END AS rule,
+        CASE
+            WHEN c.rule IS NOT NULL THEN c.detail
+            WHEN d.copy_no > 1 THEN 'impression_id ' || c.impression_id || ' first seen at ' || d.first_copy
+            WHEN o.impression_id IS NOT NULL THEN 'impression_id ' || c.impression_id || ' already in month ' || o.month
+        END AS detail
+    FROM first_rule AS c
+    LEFT JOIN copies AS d ON c.source_file = d.source_file AND c.source_row = d.source_row
+    LEFT JOIN (SELECT impression_id, min(month) AS month FROM other_months GROUP BY impression_id) AS o
+        ON c.impression_id = o.impression_id
+)
+WHERE rule IS NOT NULL;

@@ -1,3 +1,3 @@
 -- Free the staging tables of the last ingest.
-DROP TABLE IF EXISTS ingest_checked;
+DROP TABLE IF EXISTS ingest_violations;
 DROP TABLE IF EXISTS ingest_stage;

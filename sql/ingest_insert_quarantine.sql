@@ -1,8 +1,8 @@
--- The checked rows that broke a rule go to quarantine with that rule.
+-- The staged rows that broke a rule go to quarantine with that rule.
 INSERT INTO quarantine
 SELECT
-    $month AS month, rule, detail, source_file, source_row,
-    impression_id, event_time, user_id, arm, model_version, history, candidates, item_id,
-    propensity, clicked, request_id, position, logging_policy, served_at, schema_version
-FROM ingest_checked
-WHERE rule IS NOT NULL;
+    $month AS month, v.rule, v.detail, s.source_file, s.source_row,
+    s.impression_id, s.event_time, s.user_id, s.arm, s.model_version, s.history, s.candidates, s.item_id,
+    s.propensity, s.clicked, s.request_id, s.position, s.logging_policy, s.served_at, s.schema_version
+FROM ingest_stage AS s
+JOIN ingest_violations AS v ON s.source_file = v.source_file AND s.source_row = v.source_row;

@@ -1,4 +1,4 @@
--- The staged clean rows of the month being ingested (ingest_checked, before they are published), as the Great
+-- The staged clean rows of the month being ingested (ingest_stage less ingest_violations, before they are published), as the Great
 -- Expectations suite sees them (abpo/validation.py; the same columns as validate_month.sql):
 -- scalar contract columns plus derived checks of the list columns, which GX cannot look inside.
 SELECT
@@ -19,6 +19,6 @@ SELECT
     list_contains(candidates, item_id)                  AS item_in_candidates,
     length(candidates)                                  AS candidate_count,
     length(history)                                     AS history_length
-FROM ingest_checked
-WHERE rule IS NULL
+FROM ingest_stage AS s
+ANTI JOIN ingest_violations AS v ON s.source_file = v.source_file AND s.source_row = v.source_row
 ORDER BY source_file, source_row;

@@ -483,3 +483,77 @@ def test_proportional_stratification_uses_each_row_once_and_spreads_positives():
     # the default recycles the scarcer stratum instead: 10 batches of 1 positive + 7 no-responses, 70 rows
     over = list(stratified_batches(pos, neg, 8, seed=3))
     assert all(sum(r["clicked"] for r in b) == 1 for b in over) and len(over) == 10
+
+
+# ---------------------------------------------------------------------------------------- Arrow-native batches
+@pytest.mark.parametrize("P,N,B,mode", [(7, 53, 6, "oversample"), (30, 2, 4, "oversample"), (40, 70, 4, "proportional"),
+                                        (130, 500, 6, "proportional")])
+def test_batch_plan_fills_every_slot_once_with_both_strata(P, N, B, mode):
+    import numpy as np
+
+    from abpo.warehouse import stratified_batch_plan
+
+    plan = stratified_batch_plan(P, N, B, seed=3, mode=mode)
+    batch = np.concatenate([plan.pos_batch, plan.neg_batch])
+    slot = np.concatenate([plan.pos_slot, plan.neg_slot]).astype(np.int64)
+    assert len(set(zip(batch.tolist(), slot.tolist(), strict=True))) == batch.size == plan.n_batches * B  # no slot twice
+    assert slot.min() == 0 and slot.max() == B - 1
+    assert set(plan.pos_batch.tolist()) == set(plan.neg_batch.tolist()) == set(range(plan.n_batches))  # both strata
+    assert (np.diff(plan.pos_batch) >= 0).all() and (np.diff(plan.neg_batch) >= 0).all()
+    for b in range(plan.n_batches):  # positives take the first slots of their batch
+        assert plan.pos_slot[plan.pos_batch == b].max() < plan.neg_slot[plan.neg_batch == b].min()
+    if mode == "oversample":
+        assert set(plan.pos_rank.tolist()) == set(range(P)) and set(plan.neg_rank.tolist()) == set(range(N))
+    else:
+        assert len(set(plan.pos_rank.tolist())) == plan.pos_rank.size and len(set(plan.neg_rank.tolist())) == \
+            plan.neg_rank.size
+        assert plan.rows_not_in_batches == P + N - plan.n_batches * B
+
+
+def test_batch_tables_are_the_batches_as_arrow():
+    from abpo.warehouse import stratified_batch_tables
+
+    pos, neg = pa.Table.from_pylist(_rows(9, 1)), pa.Table.from_pylist(_rows(70, 0))
+    tables = list(stratified_batch_tables(pos, neg, 5, seed=2, chunk_batches=3))
+    assert all(t.num_rows == 15 for t in tables[:-1])  # whole batches per chunk
+    joined = pa.concat_tables(tables)
+    assert joined.column_names == ["impression_id", "clicked", "batch", "slot"]
+    rows = joined.to_pylist()
+    by_batch = [[{k: r[k] for k in ("impression_id", "clicked")} for r in rows if r["batch"] == b]
+                for b in range(rows[-1]["batch"] + 1)]
+    assert by_batch == list(stratified_batches(pos, neg, 5, seed=2))
+
+
+@pytest.mark.parametrize("mode,B", [("oversample", 4), ("proportional", 16)])
+def test_batch_stream_from_duckdb_equals_the_batches_over_the_strata(tmp_path, landing, mode, B):
+    """Streamed from the warehouse in small record batches (so batches straddle them), under a memory limit with a
+    spill directory: the same rows in the same (batch, slot) as stratified_batch_tables over wh.strata."""
+    from abpo.warehouse import stratified_batch_tables
+
+    write_impressions(clean(400, seed=1), landing, MONTH, part="a")
+    write_impressions(clean(300, month="2025-03", seed=2, id_prefix="m"), landing, "2025-03", part="a")
+    with Warehouse(tmp_path / "s.duckdb", memory_limit="200MB", temp_directory=tmp_path / "spill") as w:
+        w.ingest_month(landing, MONTH, ARMS)
+        w.ingest_month(landing, "2025-03", ARMS)
+        months = [MONTH, "2025-03"]
+        chunks = list(w.stratified_batch_stream(months, B, seed=5, mode=mode, chunk_rows=37))
+        pos, neg = w.strata(months)
+    streamed = pa.concat_tables(chunks)
+    expected = pa.concat_tables(list(stratified_batch_tables(pos, neg, B, seed=5, mode=mode)))
+    assert streamed.equals(expected)
+    for c in chunks:  # a chunk holds whole batches only
+        counts = Counter(c.column("batch").to_pylist())
+        assert set(counts.values()) == {B}
+    assert set(streamed.column("month").to_pylist()) == set(months)
+
+
+def test_batch_stream_rejects_an_empty_stratum(wh):
+    with pytest.raises(ValueError, match="stratum is empty"):
+        list(wh.stratified_batch_stream([MONTH], 4, seed=0))
+
+
+def test_landing_files_are_written_in_row_groups_a_reader_decodes_in_parallel(landing):
+    from abpo.data.schemas import LANDING_ROW_GROUP_ROWS
+
+    path = write_impressions(clean(LANDING_ROW_GROUP_ROWS + 10), landing, MONTH, part="a")
+    assert pq.ParquetFile(path).metadata.num_row_groups == 2

@@ -159,6 +159,11 @@ def month_dir(landing_dir: str | os.PathLike, month: str) -> Path:
     return Path(landing_dir) / "impressions" / f"month={check_month(month)}"
 
 
+# Row groups of this many rows: a reader (DuckDB's ingest) decodes a file's row groups in parallel, so one huge group
+# would be read on one core.
+LANDING_ROW_GROUP_ROWS = 131_072
+
+
 def write_impressions(
     table: pa.Table, landing_dir: str | os.PathLike, month: str, *, part: str | None = None
 ) -> Path:
@@ -179,7 +184,7 @@ def write_impressions(
     path = out_dir / f"part-{name}.parquet"
     tmp = out_dir / f".{path.name}.{uuid.uuid4().hex[:8]}.tmp"
     try:
-        pq.write_table(table, tmp, compression="zstd")
+        pq.write_table(table, tmp, compression="zstd", row_group_size=LANDING_ROW_GROUP_ROWS)
         os.replace(tmp, path)
     finally:
         if tmp.exists():

@@ -1,65 +1,342 @@
-"""Airflow UI plugin: the A/B reports and MLflow one click away from the abpo_monthly DAG.
+"""Airflow UI plugin: the A/B reports, the Great Expectations results and each arm's champion in MLflow, one click
+away in the Airflow UI, for Airflow users only.
 
-- a FastAPI app mounted at /abpo on the Airflow API server: /abpo/reports/ lists the reports written by
-  `abpo report` (newest first) and serves each self-contained report.html;
-- nav links (Airflow 3 `external_views`) to that list and to the MLflow UI ($ABPO_MLFLOW_UI, default
-  http://localhost:5000).
+A FastAPI app mounted at /abpo on the Airflow API server:
 
-The reports directory is the config's paths.reports ($ABPO_CONFIG preset, $ABPO_STATE state directory).
+- /abpo/reports/ lists the reports written by `abpo report` and the DAG's report task (newest first);
+  /abpo/reports/latest redirects to the newest one; /abpo/reports/<name>/<file> serves a report's files;
+- /abpo/validation/ lists the Great Expectations summaries the ingest saves (validation/impressions_<month>.json
+  under paths.root); /abpo/validation/<YYYY-MM> shows one as a page, /abpo/validation/<YYYY-MM>.json as saved;
+  /abpo/validation/latest redirects to the newest month;
+- /abpo/champions: each arm's champion (alias ``champion`` of the registered model ``abpo-arm-<arm>``, read from
+  the config's tracking URI) with a link to its MLflow UI page ($ABPO_MLFLOW_UI, default http://localhost:5000);
+  a registry that does not answer within :data:`LOOKUP_TIMEOUT_S` gives a page saying so (503), never a 500.
+
+Authentication: Airflow does not authenticate a plugin's FastAPI app, so every route depends on Airflow's own
+``requires_access_dag("GET", param_dag_id="abpo_monthly")`` (airflow.api_fastapi.core_api.security): the JWT of the
+``Authorization: Bearer`` header or of the ``_token`` cookie the Airflow UI sets is validated by the configured auth
+manager (401 without one, 403 for an invalid or revoked one), and the user must be allowed to read the DAG
+abpo_monthly, whose outputs these pages are: who cannot see the DAG cannot see its reports either, with any auth
+manager (per-DAG permissions, teams). With ``[core] simple_auth_manager_all_admins`` every request is an admin's,
+as everywhere in Airflow.
+
+Names are whitelisted (a report directory: YYYY-MM, YYYY-MM..YYYY-MM or csv-<name>; a file: :data:`REPORT_FILES`;
+a month: YYYY-MM); anything else (NUL bytes, ``..``, encoded slashes) is a 404. Reports are written atomically
+(abpo.abtest.render.write_report), so a half-written one is never served.
+
+Nav links (Airflow 3 ``external_views``, category abpo): the report list, the latest report, the latest GX results,
+the arms' champions, and the MLflow UI.
+
+The app is built on its first request (:class:`LazyApp`): every process that loads plugins imports this module (the
+scheduler, the dag processor, each task's process), and only the API server needs Airflow's API security module.
+The directories come from the config ($ABPO_CONFIG preset, $ABPO_STATE state directory, $ABPO_TRACKING_URI).
 """
 
 from __future__ import annotations
 
 import html
+import json
 import os
+import re
+import threading
 from pathlib import Path
+from typing import ClassVar
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from airflow.plugins_manager import AirflowPlugin
-from fastapi import FastAPI, HTTPException
-from fastapi.responses import FileResponse, HTMLResponse
 
+DAG_ID = "abpo_monthly"
 REPORT_FILES = ("report.html", "report.md", "ctr_by_arm.png", "report.json")
+_MONTH = r"[0-9]{4}-(?:0[1-9]|1[0-2])"
+# abpo.abtest.report: months_label (YYYY-MM or first..last) for the warehouse, csv-<stem> for a CSV
+REPORT_NAME = re.compile(rf"{_MONTH}(?:\.\.{_MONTH})?|csv-[A-Za-z0-9_][A-Za-z0-9_.-]{{0,99}}")
+MONTH = re.compile(_MONTH)
+VALIDATION_FILE = re.compile(rf"impressions_({_MONTH})\.json")  # abpo.pipeline.ingest_and_validate
+MODEL_PREFIX = "abpo-arm-"  # abpo.arms.registry.PREFIX
+CHAMPION = "champion"  # abpo.registry.CHAMPION
+LOOKUP_TIMEOUT_S = 5.0  # an MLflow server that is down retries for minutes: the page answers after this
+
+
+def mlflow_ui() -> str:
+    return os.environ.get("ABPO_MLFLOW_UI", "http://localhost:5000").rstrip("/")
+
+
+def _cfg():
+    from abpo.config import load_config
+
+    return load_config(os.environ.get("ABPO_CONFIG", "tiny"))
 
 
 def reports_dir() -> Path:
-    from abpo.config import load_config
-
-    return load_config(os.environ.get("ABPO_CONFIG", "tiny")).paths.resolve("reports")
+    return _cfg().paths.resolve("reports")
 
 
-def create_app() -> FastAPI:
-    app = FastAPI(title="abpo reports", description="A/B reports of the abpo_monthly pipeline")
+def validation_dir() -> Path:
+    return _cfg().paths.resolve("root") / "validation"
+
+
+def list_reports(root: Path) -> list[Path]:
+    """The report directories under ``root`` with a report.html and a whitelisted name, newest first."""
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if REPORT_NAME.fullmatch(p.name) and (p / "report.html").is_file()]
+    return sorted(found, key=lambda p: (p / "report.html").stat().st_mtime, reverse=True)
+
+
+def list_validations(root: Path) -> list[str]:
+    """The months with a saved GX summary, newest month first."""
+    if not root.is_dir():
+        return []
+    months = (m.group(1) for p in root.iterdir() if (m := VALIDATION_FILE.fullmatch(p.name)) and p.is_file())
+    return sorted(months, reverse=True)
+
+
+def redact(uri: str) -> str:
+    """``uri`` without the password of its user info (a database URI shown on a page)."""
+    try:
+        parts = urlsplit(uri)
+        if parts.password is None:
+            return uri
+        host = parts.hostname or ""
+        netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
+        return urlunsplit(parts._replace(netloc=netloc))
+    except ValueError:
+        return "<unparsable URI>"
+
+
+def model_page(name: str, version: str | None = None) -> str:
+    """The MLflow 3 UI page of a registered model (or of one of its versions)."""
+    url = f"{mlflow_ui()}/#/models/{quote(name, safe='')}"
+    return url + (f"/versions/{quote(str(version), safe='')}" if version is not None else "")
+
+
+class RegistryUnreachable(RuntimeError):
+    """The MLflow registry did not answer (down, too slow, misconfigured)."""
+
+
+def lookup_champions(tracking_uri: str, arms: list[str]) -> list[dict]:
+    """Each arm's champion: {arm, model, version (None: no champion yet), months}. Raises RegistryUnreachable."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    from abpo.registry import is_not_found
+
+    if tracking_uri.startswith("sqlite:///"):
+        db = Path(tracking_uri.removeprefix("sqlite:///"))
+        if not db.is_file():  # MLflow would create (and migrate) an empty store: say there is none
+            raise RegistryUnreachable(f"no MLflow store at {db} yet (nothing registered)")
+    client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    rows = []
+    for arm in arms:
+        name = MODEL_PREFIX + arm
+        try:
+            v = client.get_model_version_by_alias(name, CHAMPION)
+        except MlflowException as e:
+            if not is_not_found(e):
+                raise RegistryUnreachable(f"{getattr(e, 'error_code', '')}: {str(e)[:300]}") from e
+            rows.append({"arm": arm, "model": name, "version": None, "months": ""})
+            continue
+        months = (v.tags or {}).get("months", "")
+        rows.append({"arm": arm, "model": name, "version": str(v.version), "months": months})
+    return rows
+
+
+_LOOKUPS = threading.BoundedSemaphore(4)  # lookups in flight (a stuck one keeps its thread until MLflow gives up)
+
+
+def with_deadline(fn, timeout: float):
+    """``fn()`` in a daemon thread, or RegistryUnreachable when it has not returned within ``timeout`` seconds."""
+    if not _LOOKUPS.acquire(blocking=False):
+        raise RegistryUnreachable("earlier lookups are still waiting for the registry")
+    box: dict = {}
+
+    def run():
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            box["error"] = e
+        finally:
+            _LOOKUPS.release()
+
+    t = threading.Thread(target=run, name="abpo-mlflow-lookup", daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        raise RegistryUnreachable(f"no answer within {timeout:g} s")
+    if "error" in box:
+        e = box["error"]
+        if isinstance(e, RegistryUnreachable):
+            raise e
+        raise RegistryUnreachable(f"{type(e).__name__}: {str(e)[:300]}") from e
+    return box["value"]
+
+
+def page(title: str, body: str) -> str:
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head>"
+            f"<body><h1>{html.escape(title)}</h1>{body}</body></html>")
+
+
+def create_app():
+    """The reports app; every route requires an Airflow user who may read the DAG abpo_monthly."""
+    from airflow.api_fastapi.core_api.security import requires_access_dag
+    from fastapi import Depends, FastAPI, HTTPException
+    from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
+
+    app = FastAPI(
+        title="abpo reports", description="A/B reports, GX results and arm champions of the abpo_monthly pipeline",
+        dependencies=[Depends(requires_access_dag("GET", param_dag_id=DAG_ID))],
+        docs_url=None, redoc_url=None, openapi_url=None,
+    )
+
+    def not_found(what: str) -> HTTPException:
+        return HTTPException(status_code=404, detail=f"no {what}")
+
+    @app.get("/", response_class=HTMLResponse)
+    def index() -> str:
+        links = [("reports/", "A/B reports"), ("reports/latest", "latest A/B report"),
+                 ("validation/", "Great Expectations results"), ("champions", "arm champions in MLflow")]
+        rows = "".join(f'<li><a href="{h}">{t}</a></li>' for h, t in links)
+        return page("abpo", f"<ul>{rows}</ul>")
 
     @app.get("/reports/", response_class=HTMLResponse)
-    def list_reports() -> str:
+    def reports() -> str:
         root = reports_dir()
-        found = sorted(
-            (p for p in root.glob("*/report.html") if p.is_file()), key=lambda p: p.stat().st_mtime, reverse=True
-        ) if root.is_dir() else []
         rows = "".join(
-            f'<li><a href="{html.escape(p.parent.name)}/report.html">{html.escape(p.parent.name)}</a></li>'
-            for p in found
-        )
+            f'<li><a href="{html.escape(p.name)}/report.html">{html.escape(p.name)}</a></li>'
+            for p in list_reports(root))
         body = f"<ul>{rows}</ul>" if rows else f"<p>No report yet under {html.escape(str(root))}.</p>"
-        return f"<!doctype html><html><head><title>abpo A/B reports</title></head><body><h1>A/B reports</h1>{body}</body></html>"
+        return page("A/B reports", body)
+
+    @app.get("/reports/latest")
+    def latest_report():
+        found = list_reports(reports_dir())
+        if not found:
+            return HTMLResponse(page("A/B reports", "<p>No report yet.</p>"), status_code=404)
+        return RedirectResponse(f"{quote(found[0].name)}/report.html", status_code=307)
 
     @app.get("/reports/{name}/{filename}")
     def report_file(name: str, filename: str) -> FileResponse:
+        if not REPORT_NAME.fullmatch(name) or filename not in REPORT_FILES:
+            raise not_found("such report file")
         root = reports_dir().resolve()
-        path = (root / name / filename).resolve()
-        if filename not in REPORT_FILES or path.parent.parent != root or not path.is_file():
-            raise HTTPException(status_code=404, detail=f"no report file {name}/{filename}")
+        path = root / name / filename
+        if not path.is_file() or path.resolve().parent.parent != root:  # no symlink out of the reports directory
+            raise not_found("such report file")
         return FileResponse(path)
+
+    @app.get("/validation/", response_class=HTMLResponse)
+    def validations() -> str:
+        months = list_validations(validation_dir())
+        rows = "".join(f'<li><a href="{m}">{m}</a> (<a href="{m}.json">JSON</a>)</li>' for m in months)
+        return page("Great Expectations results", f"<ul>{rows}</ul>" if rows else "<p>No validation yet.</p>")
+
+    @app.get("/validation/latest")
+    def latest_validation():
+        months = list_validations(validation_dir())
+        if not months:
+            return HTMLResponse(page("Great Expectations results", "<p>No validation yet.</p>"), status_code=404)
+        return RedirectResponse(months[0], status_code=307)
+
+    @app.get("/validation/{name}")
+    def validation(name: str):
+        m = re.fullmatch(rf"({_MONTH})(\.json)?", name)
+        if not m:
+            raise not_found("such validation result")
+        path = validation_dir() / f"impressions_{m.group(1)}.json"
+        if not path.is_file():
+            raise not_found(f"validation result for {m.group(1)}")
+        if m.group(2):
+            return FileResponse(path, media_type="application/json")
+        try:
+            summary = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            raise HTTPException(status_code=404, detail=f"unreadable validation result {path.name}: {e}") from e
+        return HTMLResponse(validation_page(m.group(1), summary))
+
+    @app.get("/champions", response_class=HTMLResponse)
+    def champions():
+        cfg = _cfg()
+        uri = cfg.paths.tracking_uri()
+        try:
+            rows = with_deadline(lambda: lookup_champions(uri, list(cfg.arms.names)), LOOKUP_TIMEOUT_S)
+        except RegistryUnreachable as e:
+            body = (f"<p>The MLflow registry {html.escape(redact(uri))} could not be read: "
+                    f"{html.escape(str(e).replace(uri, redact(uri)))}</p>"
+                    f'<p><a href="{html.escape(mlflow_ui())}" target="_blank" rel="noopener">MLflow UI</a></p>')
+            return HTMLResponse(page("Arm champions", body), status_code=503)
+        return page("Arm champions", champions_table(rows))
 
     return app
 
 
+def champions_table(rows: list[dict]) -> str:
+    out = [("<table><thead><tr><th>Arm</th><th>Registered model</th><th>Champion</th><th>Months trained on</th>"
+            "</tr></thead><tbody>")]
+    for r in rows:
+        model = (f'<a href="{html.escape(model_page(r["model"]))}" target="_blank" rel="noopener">'
+                 f'{html.escape(r["model"])}</a>')
+        if r["version"] is None:
+            champ = "no champion yet"
+        else:
+            champ = (f'<a href="{html.escape(model_page(r["model"], r["version"]))}" target="_blank" '
+                     f'rel="noopener">version {html.escape(r["version"])}</a>')
+        out.append(f'<tr><td>{html.escape(r["arm"])}</td><td>{model}</td><td>{champ}</td>'
+                   f'<td>{html.escape(str(r["months"]))}</td></tr>')
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def validation_page(month: str, s: dict) -> str:
+    ok = bool(s.get("success"))
+    head = (f"<p><b>{'PASSED' if ok else 'FAILED'}</b>: {int(s.get('evaluated', 0)) - len(s.get('failed') or [])}"
+            f"/{int(s.get('evaluated', 0))} expectations, {int(s.get('rows', 0))} rows, "
+            f"{float(s.get('seconds', 0.0)):.1f} s. <a href='{month}.json'>JSON</a></p>")
+    rows = []
+    for r in s.get("results") or []:
+        rows.append(
+            "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
+                r.get("expectation", ""), r.get("column") or "", "yes" if r.get("success") else "NO",
+                r.get("unexpected_count", 0), ", ".join(map(str, r.get("partial_unexpected") or [])),
+                r.get("observed_value") or "")) + "</tr>")
+    table = ("<table><thead><tr><th>Expectation</th><th>Column</th><th>Passed</th><th>Unexpected</th>"
+             "<th>Examples</th><th>Observed</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+    return page(f"Great Expectations suite impressions_{month}", head + table)
+
+
+class LazyApp:
+    """An ASGI app that builds ``factory()`` on its first request (see the module's docstring)."""
+
+    def __init__(self, factory):
+        self.factory = factory
+        self._app = None
+        self._lock = threading.Lock()
+
+    @property
+    def app(self):
+        if self._app is None:
+            with self._lock:
+                if self._app is None:
+                    self._app = self.factory()
+        return self._app
+
+    async def __call__(self, scope, receive, send):
+        await self.app(scope, receive, send)
+
+
+def _nav(name: str, href: str, url_route: str | None = None) -> dict:
+    view = {"name": name, "href": href, "destination": "nav", "category": "abpo"}
+    if url_route:  # shown inside the Airflow UI (same origin: the browser sends the _token cookie)
+        view["url_route"] = url_route
+    return view
+
+
 class AbpoPlugin(AirflowPlugin):
     name = "abpo"
-    fastapi_apps = [{"app": create_app(), "url_prefix": "/abpo", "name": "abpo reports"}]
-    external_views = [
-        {"name": "A/B reports", "href": "/abpo/reports/", "destination": "nav", "category": "abpo",
-         "url_route": "abpo-reports"},
-        {"name": "MLflow", "href": os.environ.get("ABPO_MLFLOW_UI", "http://localhost:5000"), "destination": "nav",
-         "category": "abpo"},
+    fastapi_apps: ClassVar[list] = [{"app": LazyApp(create_app), "url_prefix": "/abpo", "name": "abpo reports"}]
+    external_views: ClassVar[list] = [
+        _nav("A/B reports", "/abpo/reports/", "abpo-reports"),
+        _nav("Latest A/B report", "/abpo/reports/latest", "abpo-latest-report"),
+        _nav("GX validation", "/abpo/validation/latest", "abpo-validation"),
+        _nav("Arm champions", "/abpo/champions", "abpo-champions"),
+        _nav("MLflow", mlflow_ui()),
     ]

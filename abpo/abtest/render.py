@@ -257,14 +257,56 @@ def to_json(report: Report) -> str:
 
 
 def write_report(report: Report, out_dir: str | Path) -> ReportFiles:
-    """Write report.html (self-contained), report.md, ctr_by_arm.png and report.json into ``out_dir``."""
+    """Write report.html (self-contained), report.md, ctr_by_arm.png and report.json into ``out_dir``, atomically.
+
+    Every file is rendered in memory and written into a temporary directory on the same filesystem, then moved
+    into place by rename, so a reader (the Airflow plugin, a browser) never sees a half-written report:
+
+    - a new ``out_dir`` appears with its four files at once: the temporary directory is created beside it and
+      renamed to it;
+    - an existing ``out_dir`` keeps its identity: the temporary directory is created inside it and each file is
+      moved over the old one with ``os.replace`` (report.html last). Each file is then always whole, the directory
+      never disappears (unlike rename old away / rename new in, which leaves a moment with no report), and whatever
+      else the directory holds is kept (``abpo report --out`` may name any directory).
+
+    A failure before the move (rendering, a full disk) raises with the previous report as it was and no temporary
+    file left behind."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     png = plot_png(report)
     generated = _now()
-    files = ReportFiles(out, out / HTML_NAME, out / MD_NAME, out / PNG_NAME, out / JSON_NAME)
-    files.png.write_bytes(png)
-    files.html.write_text(render_html(report, png, generated), encoding="utf-8")
-    files.markdown.write_text(render_markdown(report, PNG_NAME, generated), encoding="utf-8")
-    files.json.write_text(to_json(report), encoding="utf-8")
-    return files
+    contents = {  # report.html last: the plugin lists the directories that hold one
+        PNG_NAME: png,
+        MD_NAME: render_markdown(report, PNG_NAME, generated).encode("utf-8"),
+        JSON_NAME: to_json(report).encode("utf-8"),
+        HTML_NAME: render_html(report, png, generated).encode("utf-8"),
+    }
+    _write_atomically(out.absolute(), contents)
+    return ReportFiles(out, out / HTML_NAME, out / MD_NAME, out / PNG_NAME, out / JSON_NAME)
+
+
+def _write_atomically(out: Path, contents: dict[str, bytes]) -> None:
+    """Files ``contents`` (name -> bytes) in directory ``out``, each appearing whole (see :func:`write_report`)."""
+    import os
+    import shutil
+    import uuid
+
+    exists = out.is_dir()
+    if not exists:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    # a plain mkdir (not tempfile.mkdtemp, which makes it 0700): the report directory gets the umask's permissions
+    tmp = (out if exists else out.parent) / f".{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    tmp.mkdir()
+    try:
+        for name, data in contents.items():
+            (tmp / name).write_bytes(data)
+        if not exists:
+            try:
+                os.rename(tmp, out)
+                return
+            except OSError:
+                if not out.is_dir():  # not a concurrent writer that created it first
+                    raise
+        for name in contents:
+            os.replace(tmp / name, out / name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import matplotlib.image as mpimg
 import pytest
@@ -67,6 +68,100 @@ def test_single_month_plot_and_missing_arm(counts_table, tmp_path):
     files = write_report(analyse(one, ReportConfig()), tmp_path)
     assert files.png.read_bytes().startswith(PNG_MAGIC)
     assert "one month only: no month-to-month trend" in files.markdown.read_text()
+
+
+
+# ---- written atomically: a reader never sees a half-written report ----
+
+
+def _snapshot(d):
+    return {p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def test_failed_rewrite_leaves_the_previous_report(report, counts_table, tmp_path, monkeypatch):
+    from abpo.abtest import render
+
+    out = tmp_path / "reports" / "2026-02..2026-04"
+    write_report(report, out)
+    (out / "notes.txt").write_text("kept")
+    before = _snapshot(tmp_path)
+    one = analyse(counts_table.filter([m == "2026-03" for m in counts_table.column("month").to_pylist()]),
+                  ReportConfig())
+
+    def boom(_report):
+        raise RuntimeError("rendering failed midway")
+
+    monkeypatch.setattr(render, "to_json", boom)  # after the PNG, the HTML and the Markdown
+    with pytest.raises(RuntimeError, match="midway"):
+        write_report(one, out)
+    assert _snapshot(tmp_path) == before  # every file as it was, nothing half-new, no temporary left
+
+    real_write = Path.write_bytes
+    calls = []
+
+    def disk_full(self, data):
+        calls.append(self.name)
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device")
+        return real_write(self, data)
+
+    monkeypatch.undo()
+    monkeypatch.setattr(Path, "write_bytes", disk_full)
+    with pytest.raises(OSError, match="No space"):
+        write_report(one, out)
+    monkeypatch.undo()
+    assert _snapshot(tmp_path) == before
+    files = write_report(one, out)  # and a successful rewrite replaces the four files, keeping the rest
+    after = _snapshot(tmp_path)
+    assert set(after) == set(before) and after["reports/2026-02..2026-04/notes.txt"] == b"kept"
+    assert after["reports/2026-02..2026-04/report.html"] != before["reports/2026-02..2026-04/report.html"]
+    assert json.loads(files.json.read_text())["months"] == ["2026-03"]
+
+
+def test_new_report_appears_whole_or_not_at_all(report, tmp_path, monkeypatch):
+    from abpo.abtest import render
+
+    out = tmp_path / "reports" / "2026-03"
+    out.parent.mkdir()
+    monkeypatch.setattr(render, "render_html", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("midway")))
+    with pytest.raises(RuntimeError):
+        write_report(report, out)
+    assert not out.exists() and list((tmp_path / "reports").iterdir()) == []
+    monkeypatch.undo()
+    files = write_report(report, out)
+    assert sorted(p.name for p in out.iterdir()) == ["ctr_by_arm.png", "report.html", "report.json", "report.md"]
+    assert [p.name for p in (tmp_path / "reports").iterdir()] == ["2026-03"]
+    # the directory gets the umask's permissions, like one made by mkdir (not mkdtemp's 0700)
+    (tmp_path / "plain").mkdir()
+    assert out.stat().st_mode == (tmp_path / "plain").stat().st_mode
+    assert files.html == out / "report.html" and files.out_dir == out
+
+
+def test_concurrent_readers_see_whole_files(report, counts_table, tmp_path):
+    """A reader polling while the report is rewritten sees the old bytes or the new, never a prefix."""
+    import threading
+
+    out = tmp_path / "r"
+    write_report(report, out)
+    versions = {out.joinpath("report.html").read_bytes()}
+    one = analyse(counts_table.filter([m == "2026-03" for m in counts_table.column("month").to_pylist()]),
+                  ReportConfig())
+    seen, done = set(), threading.Event()
+
+    def reader():
+        while not done.is_set():
+            seen.add(out.joinpath("report.html").read_bytes())
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        for r in (one, report, one):
+            write_report(r, out)
+            versions.add(out.joinpath("report.html").read_bytes())
+    finally:
+        done.set()
+        t.join()
+    assert seen <= versions
 
 
 # ---- the page in a real browser ----

@@ -1,54 +1,318 @@
-"""The Airflow UI plugin: Airflow's own plugin manager loads it, and its app lists and serves reports
-(and nothing outside the reports directory)."""
+"""The Airflow UI plugin, on the real Airflow API server app: Airflow's plugin manager loads it, `create_app` mounts it
+at /abpo beside Airflow's own routes, and the SimpleAuthManager (a configured user with a password) authenticates
+every request: no token 401, a forged one 403, a token from POST /auth/token (header or the UI's _token cookie) 200.
+Then: only whitelisted report names and files are served (404 otherwise, never 500), the latest report and GX
+result are one redirect away, and the champions page reads a real MLflow registry or says it could not."""
 
-import importlib.util
+import json
 import os
+import socket
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
+# Airflow reads AIRFLOW_HOME (and so its SQLite database) when first imported: keep it out of ~/airflow
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="abpo-airflow-home-"))
 PLUGINS = Path(__file__).resolve().parents[2] / "plugins"
+USER, PASSWORD = "reader", "reader-password-for-tests"
+JWT_SECRET = "abpo-plugin-tests-jwt-secret-" + "0123456789abcdef" * 4  # >= 64 bytes for HS512
+
+ROUTES = ["/abpo/", "/abpo/reports/", "/abpo/reports/latest", "/abpo/reports/2026-03/report.html",
+          "/abpo/reports/%00/report.html", "/abpo/validation/", "/abpo/validation/latest",
+          "/abpo/validation/2026-03", "/abpo/validation/2026-03.json", "/abpo/champions"]
+
+
+def _ensure_airflow_db():
+    """The API server's database (tokens are checked against revoked ones, DAG access against teams): created from
+    Airflow's models (what `airflow db migrate` does on an empty database, in ~4 s) unless it already exists."""
+    from airflow import settings
+    from sqlalchemy import inspect
+
+    if not inspect(settings.engine).has_table("dag"):
+        from airflow.utils.db import initdb
+
+        initdb()
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory):
+    """A TestClient on airflow.api_fastapi.app.create_app() with the repo's plugins folder and the SimpleAuthManager
+    (user `reader`, role viewer, password from a passwords file; not all-admins, which would authenticate everyone)."""
+    from airflow import plugins_manager, settings
+
+    mp = pytest.MonkeyPatch()
+    passwords = tmp_path_factory.mktemp("auth") / "passwords.json"
+    passwords.write_text(json.dumps({USER: PASSWORD}))
+    for key, value in {
+        "AUTH_MANAGER": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+        "SIMPLE_AUTH_MANAGER_USERS": f"{USER}:viewer",
+        "SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+        "SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+        "LOAD_EXAMPLES": "False",
+    }.items():
+        mp.setenv(f"AIRFLOW__CORE__{key}", value)
+    mp.setenv("AIRFLOW__API_AUTH__JWT_SECRET", JWT_SECRET)
+    mp.setattr(settings, "PLUGINS_FOLDER", str(PLUGINS), raising=False)
+    plugins_manager._get_plugins.cache_clear()
+    _ensure_airflow_db()
+    from airflow.api_fastapi.app import create_app, purge_cached_app
+    from fastapi.testclient import TestClient
+
+    purge_cached_app()
+    try:
+        with TestClient(create_app("core")) as client:
+            yield client
+    finally:
+        purge_cached_app()
+        plugins_manager._get_plugins.cache_clear()
+        mp.undo()
+
+
+@pytest.fixture(scope="module")
+def token(api):
+    r = api.post("/auth/token", json={"username": USER, "password": PASSWORD})
+    assert r.status_code == 201, r.text
+    return r.json()["access_token"]
 
 
 @pytest.fixture
-def plugin_module(tmp_path, monkeypatch):
-    monkeypatch.setenv("ABPO_STATE", str(tmp_path))
-    spec = importlib.util.spec_from_file_location("abpo_plugin", PLUGINS / "abpo_plugin.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["abpo_plugin"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+def get(api, token):
+    """GET as the authenticated user (Bearer header), without following redirects."""
+    return lambda url: api.get(url, headers={"Authorization": f"Bearer {token}"}, follow_redirects=False)
 
 
-def test_airflow_loads_the_plugin(monkeypatch):
+@pytest.fixture
+def plugin():
+    """The module Airflow's plugin manager loaded (the one the mounted app reads its constants from)."""
     from airflow import plugins_manager
 
-    monkeypatch.setattr(plugins_manager.settings, "PLUGINS_FOLDER", str(PLUGINS), raising=False)
-    plugins_manager._get_plugins.cache_clear()
+    abpo = next(p for p in plugins_manager._get_plugins()[0] if p.name == "abpo")
+    return sys.modules[abpo.__module__]
+
+
+@pytest.fixture
+def state(tmp_path, monkeypatch):
+    monkeypatch.setenv("ABPO_STATE", str(tmp_path))
+    monkeypatch.delenv("ABPO_TRACKING_URI", raising=False)
+    monkeypatch.setenv("ABPO_MLFLOW_UI", "http://mlflow.example:5000/")
+    return tmp_path
+
+
+def _report(state: Path, name: str, body: str = "abpo", age: float = 0.0) -> Path:
+    d = state / "reports" / name
+    d.mkdir(parents=True)
+    (d / "report.html").write_text(f"<html><body><table><tr><td>{body}</td></tr></table></body></html>")
+    (d / "report.json").write_text("{}")
+    t = time.time() - age
+    os.utime(d / "report.html", (t, t))
+    return d
+
+
+# ---- the plugin as Airflow loads it ----
+
+
+def test_airflow_loads_the_plugin(api):
+    from airflow import plugins_manager
+
     plugins, import_errors = plugins_manager._get_plugins()
     assert import_errors == {}
     plugin = next(p for p in plugins if p.name == "abpo")
-    assert {v["name"] for v in plugin.external_views} == {"A/B reports", "MLflow"}
+    views = {v["name"]: v for v in plugin.external_views}
+    assert {n: v["href"] for n, v in views.items()} == {
+        "A/B reports": "/abpo/reports/", "Latest A/B report": "/abpo/reports/latest",
+        "GX validation": "/abpo/validation/latest", "Arm champions": "/abpo/champions",
+        "MLflow": os.environ.get("ABPO_MLFLOW_UI", "http://localhost:5000").rstrip("/")}
+    assert all(v["destination"] == "nav" and v["category"] == "abpo" for v in views.values())
     assert plugin.fastapi_apps[0]["url_prefix"] == "/abpo"
-    plugins_manager._get_plugins.cache_clear()
+    # Airflow's own plugins endpoint describes it (and requires a token as well)
+    assert api.get("/api/v2/plugins").status_code == 401
 
 
-def test_lists_and_serves_reports_only(plugin_module, tmp_path):
-    from fastapi.testclient import TestClient
+# ---- authentication through Airflow's auth manager ----
 
-    client = TestClient(plugin_module.create_app())
-    assert "No report yet" in client.get("/reports/").text
-    report = tmp_path / "reports" / "2026-02..2026-04"
-    report.mkdir(parents=True)
-    (report / "report.html").write_text("<html><body><table><tr><td>abpo</td></tr></table></body></html>")
-    (tmp_path / "secret.txt").write_text("no")
-    listing = client.get("/reports/").text
-    assert 'href="2026-02..2026-04/report.html"' in listing
-    served = client.get("/reports/2026-02..2026-04/report.html")
-    assert served.status_code == 200 and "<td>abpo</td>" in served.text
-    assert client.get("/reports/2026-02..2026-04/secret.txt").status_code == 404
-    assert client.get("/reports/../secret.txt").status_code == 404
-    assert client.get("/reports/..%2F/secret.txt").status_code == 404
+
+def test_every_route_requires_an_airflow_user(api, state):
+    _report(state, "2026-03")
+    for url in ROUTES:
+        r = api.get(url, follow_redirects=False)
+        assert r.status_code == 401, (url, r.status_code, r.text[:200])
+        assert r.json() == {"detail": "Not authenticated"}
+
+
+def test_forged_token_is_refused(api, state):
+    import jwt
+
+    _report(state, "2026-03")
+    forged = jwt.encode({"sub": USER, "role": "admin", "exp": int(time.time()) + 600, "aud": "apache-airflow"},
+                        "not-the-secret-" * 5, algorithm="HS512")
+    for headers in ({"Authorization": f"Bearer {forged}"}, {"Cookie": f"_token={forged}"},
+                    {"Authorization": "Bearer not-a-jwt"}):
+        r = api.get("/abpo/reports/2026-03/report.html", headers=headers)
+        assert r.status_code == 403, (headers, r.status_code, r.text[:200])
+        assert "<td>abpo</td>" not in r.text
+
+
+def test_token_from_the_login_endpoint_works_as_header_and_cookie(api, token, state):
+    _report(state, "2026-03")
+    for headers in ({"Authorization": f"Bearer {token}"}, {"Cookie": f"_token={token}"}):
+        r = api.get("/abpo/reports/2026-03/report.html", headers=headers)
+        assert r.status_code == 200, (headers, r.text[:200])
+        assert "<td>abpo</td>" in r.text
+    assert api.post("/auth/token", json={"username": USER, "password": "wrong"}).status_code == 401
+
+
+# ---- reports ----
+
+
+def test_lists_and_serves_reports_only(get, state):
+    assert "No report yet" in get("/abpo/reports/").text
+    assert get("/abpo/reports/latest").status_code == 404
+    _report(state, "2026-02..2026-04", body="range", age=60)
+    _report(state, "2026-03", body="march", age=120)
+    _report(state, "csv-counts_v2", body="csv", age=180)
+    _report(state, ".2026-05.tmp-123-abc", body="half-written")  # write_report's temporary directory
+    _report(state, "notes", body="not a report name")
+    (state / "secret.txt").write_text("no")
+    listing = get("/abpo/reports/").text
+    assert ('href="2026-02..2026-04/report.html"' in listing and 'href="2026-03/report.html"' in listing
+            and 'href="csv-counts_v2/report.html"' in listing)
+    assert listing.index("2026-02..2026-04") < listing.index("2026-03/") < listing.index("csv-counts_v2")
+    assert "tmp" not in listing and "notes" not in listing
+    r = get("/abpo/reports/latest")
+    assert r.status_code == 307 and r.headers["location"] == "2026-02..2026-04/report.html"
+    served = get("/abpo/reports/2026-02..2026-04/report.html")
+    assert served.status_code == 200 and "<td>range</td>" in served.text
+    assert get("/abpo/reports/2026-03/report.json").json() == {}
+
+
+@pytest.mark.parametrize("path", [
+    "2026-03/secret.txt", "2026-03/report.md",  # not a report file / not written
+    "../secret.txt", "..%2F/secret.txt", "2026-03%2F..%2F..%2Fsecret.txt/report.html", "%2e%2e/report.html",
+    "%00/report.html", "2026-03%00/report.html", "2026-03/report.html%00", "2026-03/%00",
+    ".2026-05.tmp-123-abc/report.html", "notes/report.html", "2026-13/report.html", "2026-3/report.html",
+    "outside/report.html", "2026-06/report.html",  # symlinks out of the reports directory
+    "csv-../report.html", "csv-%00/report.html",
+])
+def test_bad_names_are_404_never_500(get, state, path):
+    _report(state, "2026-03")
+    _report(state, ".2026-05.tmp-123-abc")
+    _report(state, "notes")
+    (state / "secret.txt").write_text("no")
+    outside = state / "elsewhere"
+    outside.mkdir()
+    (outside / "report.html").write_text("outside")
+    (state / "reports" / "2026-06").symlink_to(outside)
+    (state / "reports" / "outside").symlink_to(outside)
+    r = get(f"/abpo/reports/{path}")
+    assert r.status_code == 404, (path, r.status_code, r.text[:200])
+    assert "outside" not in r.text and "<td>" not in r.text
+
+
+# ---- Great Expectations results ----
+
+
+def _summary(month: str, success: bool = True) -> dict:
+    failed = [] if success else [
+        {"expectation": "expect_column_values_to_be_in_set", "column": "arm", "success": False,
+         "unexpected_count": 3, "partial_unexpected": ["<b>bogus</b>"], "observed_value": None}]
+    ok = [{"expectation": "expect_table_row_count_to_be_between", "column": None, "success": True,
+           "unexpected_count": 0, "partial_unexpected": [], "observed_value": "1200"}]
+    return {"month": month, "success": success, "rows": 1200, "evaluated": len(ok + failed), "failed": failed,
+            "results": ok + failed, "seconds": 0.4}
+
+
+def test_validation_results(get, state):
+    assert "No validation yet" in get("/abpo/validation/").text
+    assert get("/abpo/validation/latest").status_code == 404
+    out = state / "validation"  # abpo.pipeline.ingest_and_validate: <paths.root>/validation/impressions_<month>.json
+    out.mkdir()
+    (out / "impressions_2026-03.json").write_text(json.dumps(_summary("2026-03")))
+    (out / "impressions_2026-04.json").write_text(json.dumps(_summary("2026-04", success=False)))
+    (out / "impressions_2026-05.json").write_text("{half a fi")
+    assert get("/abpo/validation/").text.count("<li>") == 3
+    r = get("/abpo/validation/latest")
+    assert r.status_code == 307 and r.headers["location"] == "2026-05"
+    april = get("/abpo/validation/2026-04")
+    assert april.status_code == 200 and "FAILED" in april.text and "1/2 expectations" in april.text
+    assert "&lt;b&gt;bogus&lt;/b&gt;" in april.text and "<b>bogus</b>" not in april.text
+    assert "PASSED" in get("/abpo/validation/2026-03").text
+    assert get("/abpo/validation/2026-03.json").json() == _summary("2026-03")
+    assert get("/abpo/validation/2026-05").status_code == 404  # unreadable
+    for bad in ("2026-06", "2026-13", "%2e%2e", "%00", "2026-03%00", "impressions_2026-03.json", "2026-03.json%00"):
+        assert get(f"/abpo/validation/{bad}").status_code == 404, bad
+
+
+# ---- the arms' champions in MLflow ----
+
+
+def test_champions_link_to_the_mlflow_model_versions(get, state):
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{state / 'mlflow.db'}"  # the config's default tracking URI under paths.root
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    for arm, versions, champion in (("abpo", 2, "2"), ("grpo", 1, "1"), ("ml_retrain", 1, None)):
+        name = f"abpo-arm-{arm}"
+        client.create_registered_model(name)
+        for _ in range(versions):
+            v = client.create_model_version(name, source=state.as_uri(), tags={"months": "2026-02,2026-03"})
+        client.set_registered_model_alias(name, "challenger", v.version)
+        if champion:
+            client.set_registered_model_alias(name, "champion", champion)
+    r = get("/abpo/champions")
+    assert r.status_code == 200, r.text
+    page = r.text
+    assert 'href="http://mlflow.example:5000/#/models/abpo-arm-abpo/versions/2"' in page
+    assert 'href="http://mlflow.example:5000/#/models/abpo-arm-grpo/versions/1"' in page
+    assert "abpo-arm-ml_retrain/versions" not in page and "abpo-arm-popularity/versions" not in page
+    assert page.count("no champion yet") == 2  # ml_retrain (no alias), popularity (no registered model)
+    assert 'href="http://mlflow.example:5000/#/models/abpo-arm-popularity"' in page
+
+
+def test_champions_without_a_store(get, state):
+    r = get("/abpo/champions")
+    assert r.status_code == 503 and "no MLflow store" in r.text
+    assert not (state / "mlflow.db").exists()  # not created by looking
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_champions_when_the_registry_refuses(get, state, monkeypatch):
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("ABPO_TRACKING_URI", f"http://abpo:hunter2@127.0.0.1:{_closed_port()}")
+    r = get("/abpo/champions")
+    assert r.status_code == 503 and "could not be read" in r.text
+    assert "hunter2" not in r.text and "abpo:***@127.0.0.1" in r.text
+    assert 'href="http://mlflow.example:5000"' in r.text
+
+
+def test_champions_when_the_registry_does_not_answer(get, state, plugin, monkeypatch):
+    monkeypatch.setattr(plugin, "LOOKUP_TIMEOUT_S", 0.5)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "3")
+    with socket.socket() as silent:  # accepts connections (the kernel's backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        monkeypatch.setenv("ABPO_TRACKING_URI", f"http://127.0.0.1:{silent.getsockname()[1]}")
+        t0 = time.monotonic()
+        r = get("/abpo/champions")
+        assert time.monotonic() - t0 < 3
+    assert r.status_code == 503 and "no answer within 0.5 s" in r.text
+
+
+def test_redact():
+    from importlib.util import module_from_spec, spec_from_file_location
+
+    spec = spec_from_file_location("abpo_plugin_unit", PLUGINS / "abpo_plugin.py")
+    mod = module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.redact("postgresql://mlflow:s3cret@db:5432/mlflow") == "postgresql://mlflow:***@db:5432/mlflow"
+    assert mod.redact("http://mlflow:5000") == "http://mlflow:5000"
+    assert mod.redact("sqlite:////var/abpo/mlflow.db") == "sqlite:////var/abpo/mlflow.db"
+    assert mod.model_page("abpo-arm-abpo", "3").endswith("/#/models/abpo-arm-abpo/versions/3")

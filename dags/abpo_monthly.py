@@ -34,7 +34,8 @@ from airflow.sdk import Asset, Param, TaskGroup, dag, get_current_context, task
 # Every task has a timeout (a hung task fails and can be retried); the update tasks get their own, longer one and
 # run in the pool named by $ABPO_UPDATE_POOL (create it with `airflow pools set gpu <slots> "ABPO updates"` and set
 # ABPO_UPDATE_POOL=gpu on a GPU deployment; default_pool otherwise).
-DEFAULT_ARGS = {"retries": int(os.environ.get("ABPO_TASK_RETRIES", "1")), "retry_delay": timedelta(minutes=5),
+DEFAULT_ARGS = {"retries": int(os.environ.get("ABPO_TASK_RETRIES", "1")),
+                "retry_delay": timedelta(seconds=int(os.environ.get("ABPO_TASK_RETRY_DELAY_S", "300"))),
                 "execution_timeout": timedelta(minutes=int(os.environ.get("ABPO_TASK_TIMEOUT_MIN", "120")))}
 UPDATE_TIMEOUT = timedelta(minutes=int(os.environ.get("ABPO_UPDATE_TIMEOUT_MIN", "720")))
 UPDATE_POOL = os.environ.get("ABPO_UPDATE_POOL", "default_pool")

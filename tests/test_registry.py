@@ -75,3 +75,28 @@ def test_an_unreachable_registry_raises_instead_of_reading_as_no_alias(tmp_path,
     finally:
         mlflow.set_tracking_uri(None)
         mlflow.set_registry_uri(None)
+
+
+def test_a_task_attempt_that_never_completed_is_marked_killed_and_the_completed_one_found(tmp_path):
+    from mlflow import MlflowClient
+
+    from abpo import registry
+    from abpo.config import load_config
+
+    cfg = load_config("tiny", [f"paths.root={tmp_path}"])
+    assert registry.completed_task_run(cfg, "tasks", "update:abpo:2026-01") is None  # nothing yet
+    client = MlflowClient()
+    exp = client.get_experiment_by_name("tasks").experiment_id
+    killed = client.create_run(exp, tags={registry.TASK_KEY_TAG: "update:abpo:2026-01"})  # a process killed mid-run
+    assert registry.completed_task_run(cfg, "tasks", "update:abpo:2026-01") is None
+    assert client.get_run(killed.info.run_id).info.status == "KILLED"
+    with registry.start_run(cfg, "tasks", "update", tags={registry.TASK_KEY_TAG: "update:abpo:2026-01"}) as run:
+        pass
+    unrecorded = run.info.run_id  # FINISHED, but killed before it recorded its result: not completed
+    with registry.start_run(cfg, "tasks", "update", tags={registry.TASK_KEY_TAG: "update:abpo:2026-01"}) as run:
+        pass
+    registry.record_task_result(run.info.run_id, {"version": "3"})
+    found = registry.completed_task_run(cfg, "tasks", "update:abpo:2026-01")
+    assert found.info.run_id == run.info.run_id and registry.task_result(found) == {"version": "3"}
+    assert client.get_run(unrecorded).info.status == "KILLED"
+    assert registry.completed_task_run(cfg, "tasks", "update:abpo:2026-02") is None  # keys do not mix

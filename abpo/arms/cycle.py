@@ -72,6 +72,21 @@ def _start_run(cfg, run_name: str, tags: dict[str, Any]):
     return core_registry.start_run(cfg, arm_registry.EXPERIMENT, run_name, tags=tags)
 
 
+def task_key(cfg, *parts: Any) -> str:
+    """What a task does and on which inputs, plus the config's hash: the key under which its completed MLflow run
+    is found again when the task is retried or its month re-run (abpo.registry.completed_task_run)."""
+    return ":".join([*(str(p) for p in parts), arm_registry.config_hash(cfg)])
+
+
+def _reuse(cfg, experiment: str, key: str, echo) -> dict[str, Any] | None:
+    """The recorded result of the completed run of task ``key``, or None (unfinished attempts marked KILLED)."""
+    prev = core_registry.completed_task_run(cfg, experiment, key)
+    if prev is None:
+        return None
+    echo(f"  {key.rsplit(':', 1)[0]}: completed before in MLflow run {prev.info.run_id}; its result is reused")
+    return core_registry.task_result(prev)
+
+
 # --------------------------------------------------------------------------------------------- bootstrap
 
 
@@ -98,9 +113,16 @@ def bootstrap_arms(cfg, echo=print) -> dict[str, Any]:
         tags = arm_registry.lineage_tags(cfg, kind="llm", source="pi_init", parent_version=None, months=[],
                                          data_hash="", variant=ARM_KINDS[arm],
                                          pi_init_version=f"{core_registry.MODEL_NAME} v{init['model_version']}")
-        with _start_run(cfg, f"bootstrap-{arm}", {"abpo.arm": arm}) as run:
-            uri = arm_registry.log_arm_model(cfg, arm, init["model_dir"], kind="llm")
-        mv = arm_registry.register_version(cfg, arm, uri, run.info.run_id, tags, alias=CHAMPION)
+        key = task_key(cfg, "bootstrap", arm, f"pi_init-v{init['model_version']}")
+        done = _reuse(cfg, arm_registry.EXPERIMENT, key, echo)
+        if done is not None:  # registered before, its champion alias since removed: the same version again
+            mv = arm_registry.register_version(cfg, arm, done["model_uri"], done["run_id"], tags, alias=CHAMPION)
+        else:
+            with _start_run(cfg, f"bootstrap-{arm}", {"abpo.arm": arm, core_registry.TASK_KEY_TAG: key}) as run:
+                uri = arm_registry.log_arm_model(cfg, arm, init["model_dir"], kind="llm")
+            mv = arm_registry.register_version(cfg, arm, uri, run.info.run_id, tags, alias=CHAMPION)
+            core_registry.record_task_result(run.info.run_id, {"model_uri": uri, "run_id": run.info.run_id,
+                                                               "version": str(mv.version)})
         echo(f"bootstrap {arm}: {arm_registry.model_name(arm)} v{mv.version} (pi_init) is champion")
         # every LLM arm starts from the same checkpoint: its gate metrics are computed (or taken from pi_init's
         # SFT evaluation, which scores the same seeded users when arms.gate_max_users is 0) once, not per arm
@@ -174,16 +196,22 @@ def update_llm_arm(cfg, arm: str, month: str, echo=print) -> dict[str, Any]:
             f"least arms.min_rows_per_stratum = {need} of each (every SNIPS mini-batch holds both strata). The arm "
             f"keeps champion v{champ.version} this month.")
     data_hash = arm_registry.table_hash(pos, neg)
+    key = task_key(cfg, "update", arm, month, data_hash, f"parent-v{champ.version}")
+    done = _reuse(cfg, cfg.update.mlflow_experiment, key, echo)
+    if done is not None:
+        return done
     echo(f"update {arm} ({u.variant}) from champion v{champ.version} on {pos.num_rows} positive + {neg.num_rows} "
          f"no-response rows of {months}")
-    res = run_update(c, progress=False, strata=(pos, neg, months))
+    res = run_update(c, progress=False, strata=(pos, neg, months), run_tags={core_registry.TASK_KEY_TAG: key})
     with mlflow.start_run(run_id=res.mlflow_run_id):
         uri = arm_registry.log_arm_model(cfg, arm, res.model_dir, kind="llm")
     parent_months = [m for m in (champ.tags or {}).get("months", "").split(",") if m]
-    return {"arm": arm, "month": month, "run_id": res.mlflow_run_id, "model_uri": uri,
-            "parent_version": str(champ.version), "months": sorted(set(parent_months) | set(months)),
-            "data_hash": data_hash, "rows": pos.num_rows + neg.num_rows, "steps": res.global_step,
-            "variant": res.variant}
+    out = {"arm": arm, "month": month, "run_id": res.mlflow_run_id, "model_uri": uri,
+           "parent_version": str(champ.version), "months": sorted(set(parent_months) | set(months)),
+           "data_hash": data_hash, "rows": pos.num_rows + neg.num_rows, "steps": res.global_step,
+           "variant": res.variant}
+    core_registry.record_task_result(res.mlflow_run_id, out)
+    return out
 
 
 def register_update(cfg, arm: str, updated: dict[str, Any], echo=print) -> dict[str, Any]:
@@ -300,6 +328,11 @@ def gate_arm(cfg, arm: str, version: str, month: str | None = None, echo=print) 
     (experiment abpo-arms, run gate-<arm>-v<version>) and kept as version tags; the verdict and its reason are
     printed."""
     champ = arm_registry.get_version(cfg, arm, CHAMPION)
+    key = task_key(cfg, "gate", arm, f"v{version}", f"champion-v{champ.version}", month or "offline")
+    done = _reuse(cfg, arm_registry.EXPERIMENT, key, echo)
+    if done is not None:
+        echo(f"gate {arm}: {'PASS' if done['passed'] else 'FAIL'}: {done['reason']}")
+        return done
     metric, margin = cfg.arms.gate_metric, cfg.arms.gate_margin
     ch = offline_metrics(cfg, arm, str(champ.version), echo=echo)
     new = offline_metrics(cfg, arm, str(version), echo=echo)
@@ -327,12 +360,15 @@ def gate_arm(cfg, arm: str, version: str, month: str | None = None, echo=print) 
     numbers["passed"] = float(passed)
     with _start_run(cfg, f"gate-{arm}-v{version}", {"abpo.arm": arm, "abpo.month": month or "",
                                                      "abpo.challenger": version,
-                                                     "abpo.champion": str(champ.version), "abpo.verdict": reason}):
+                                                     "abpo.champion": str(champ.version), "abpo.verdict": reason[:4900],
+                                                     core_registry.TASK_KEY_TAG: key}) as run:
         import mlflow
 
         mlflow.log_metrics({k: float(v) for k, v in numbers.items() if v == v})  # NaN-free
-    return {"arm": arm, "version": str(version), "champion_version": str(champ.version), "passed": passed,
-            "reason": reason, "metric": metric, "challenger": new, "champion": ch, "off_policy": ope}
+    out = {"arm": arm, "version": str(version), "champion_version": str(champ.version), "passed": passed,
+           "reason": reason, "metric": metric, "challenger": new, "champion": ch, "off_policy": ope}
+    core_registry.record_task_result(run.info.run_id, json_safe(out))
+    return out
 
 
 def promote_arm(cfg, arm: str, gate: dict[str, Any], echo=print) -> dict[str, Any]:
@@ -384,17 +420,24 @@ def refit_ranker_arm(cfg, arm: str, month: str | None, echo=print) -> dict[str, 
     temperature = temperature_of(arm, cfg)
     (out_dir / "arm.json").write_text(json.dumps({"arm": arm, "temperature": temperature}))
     data_hash = hashlib.sha256(json.dumps(sorted(seqs.items())).encode()).hexdigest()[:16]
+    key = task_key(cfg, "refit", arm, month or "bootstrap", data_hash)
+    done = _reuse(cfg, arm_registry.EXPERIMENT, key, echo)
+    if done is not None:
+        return done
     parent = arm_registry.get_version(cfg, arm, CHAMPION)
     tags = arm_registry.lineage_tags(cfg, kind="ranker", source="refit" if month else "bootstrap",
                                      parent_version=parent.version if parent else None, months=months,
                                      data_hash=data_hash, variant=arm, interactions=sum(map(len, seqs.values())))
-    with _start_run(cfg, f"refit-{arm}-{month or 'bootstrap'}", {"abpo.arm": arm, "abpo.month": month or ""}) as run:
+    with _start_run(cfg, f"refit-{arm}-{month or 'bootstrap'}", {"abpo.arm": arm, "abpo.month": month or "",
+                                                                 core_registry.TASK_KEY_TAG: key}) as run:
         uri = arm_registry.log_arm_model(cfg, arm, out_dir, kind="ranker")
     mv = arm_registry.register_version(cfg, arm, uri, run.info.run_id, tags, alias=None)
     arm_registry.promote(cfg, arm, mv.version, reason=f"refit through {month or 'the start'}")
     echo(f"refit {arm}: {sum(map(len, seqs.values()))} interactions and clicks through {month or 'the start'} in "
          f"{time.time() - t:.1f}s -> {arm_registry.model_name(arm)} v{mv.version}, champion")
-    return {"arm": arm, "version": str(mv.version), "months": months}
+    out = {"arm": arm, "version": str(mv.version), "months": months}
+    core_registry.record_task_result(run.info.run_id, out)
+    return out
 
 
 # -------------------------------------------------------------------------------------------------- report

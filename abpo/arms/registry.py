@@ -182,6 +182,9 @@ def promote(cfg, arm: str, version: str | int, *, expected_champion: str | int |
         raise LookupError(f"{model_name(arm)}: no version {version}")
     current = get_version(cfg, arm, registry.CHAMPION)
     cur = str(current.version) if current is not None else ""
+    if cur == str(version) and (expected_champion is None or (current.tags or {}).get("promoted_from") == str(
+            expected_champion)):  # already done (a retried promote task): nothing to move
+        return {"arm": arm, "champion": cur, "previous": str(expected_champion or cur)}
     if expected_champion is not None and cur != str(expected_champion):
         raise PromotionRace(f"{model_name(arm)}: champion is v{cur or 'none'}, not the expected v{expected_champion}; "
                             "nothing promoted (look again and retry)")

@@ -313,14 +313,16 @@ def save_update(trainer, tokenizer, output_dir: Path, *, save_merged: bool) -> t
 
 
 def run_update(
-    cfg, *, progress: bool = True, strata=None, log_mlflow: bool = True, nested: bool = False, callbacks=None
+    cfg, *, progress: bool = True, strata=None, log_mlflow: bool = True, nested: bool = False, callbacks=None,
+    run_tags: dict[str, str] | None = None,
 ) -> UpdateResult:
     """The `abpo update` job: pi_init + D_bandit (warehouse) -> the variant's update, logged to MLflow.
 
     ``strata``: (positive, no_response, months) tables in IMPRESSIONS_SCHEMA to train on instead of the
     warehouse's (the experiment runner passes the log it built in memory). ``log_mlflow=False`` runs without an
     MLflow run (the metrics stay in ``result.metrics`` / ``result.history``); ``nested`` opens the run inside the
-    active one. ``callbacks``: extra transformers TrainerCallbacks (progress reporting)."""
+    active one. ``callbacks``: extra transformers TrainerCallbacks (progress reporting). ``run_tags``: extra tags of
+    the update's MLflow run (the production loop's task key)."""
     from abpo import registry
     from abpo.algo.variants import get_variant
     from abpo.data.loaders import load_dataset
@@ -376,6 +378,7 @@ def run_update(
         "abpo.months": ",".join(months),
         "abpo.init_model": str(init_dir),
         "abpo.output_dir": str(out),
+        **(run_tags or {}),
     }
     import contextlib
 

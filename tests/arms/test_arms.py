@@ -97,9 +97,12 @@ def test_promote_refuses_a_race_and_rollback_restores_the_previous_champion(tmp_
     cfg = load_config("tiny", [f"paths.root={tmp_path}", "data.max_users=40"])
     quiet = dict(echo=lambda *_: None)
     assert refit_ranker_arm(cfg, "popularity", None, **quiet)["version"] == "1"
-    assert refit_ranker_arm(cfg, "popularity", None, **quiet)["version"] == "2"
+    other = load_config("tiny", [f"paths.root={tmp_path}", "data.max_users=40", "seed=1"])  # another config: a new fit
+    assert refit_ranker_arm(other, "popularity", None, **quiet)["version"] == "2"
     champ = arm_registry.get_version(cfg, "popularity", "champion")
     assert str(champ.version) == "2" and champ.tags["promoted_from"] == "1"
+    # a retried promote task (its first attempt moved the alias) is a no-op, not a race
+    assert arm_registry.promote(cfg, "popularity", "2", expected_champion="1")["champion"] == "2"
     with pytest.raises(arm_registry.PromotionRace, match="not the expected v1"):
         arm_registry.promote(cfg, "popularity", "1", expected_champion="1")
     assert str(arm_registry.get_version(cfg, "popularity", "champion").version) == "2"  # the race changed nothing
@@ -151,3 +154,26 @@ def test_a_retried_register_reuses_the_version_its_run_registered(tmp_path):
     from mlflow import MlflowClient
 
     assert len(MlflowClient().search_model_versions("name='abpo-arm-abpo'")) == 1
+
+
+def test_a_rerun_refit_reuses_its_completed_run_and_version(tmp_path):
+    """Same data, same config: the second refit finds the first one's completed MLflow run (task key) and returns its
+    version; nothing is fitted, logged or registered twice."""
+    from mlflow import MlflowClient
+
+    from abpo import registry
+    from abpo.arms import registry as arm_registry
+    from abpo.arms.cycle import refit_ranker_arm
+    from abpo.config import load_config
+
+    cfg = load_config("tiny", [f"paths.root={tmp_path}", "data.max_users=40"])
+    said = []
+    first = refit_ranker_arm(cfg, "popularity", None, echo=said.append)
+    again = refit_ranker_arm(cfg, "popularity", None, echo=said.append)
+    assert first == again and first["version"] == "1"
+    assert any("completed before" in line for line in said)
+    client = MlflowClient()
+    assert len(client.search_model_versions("name='abpo-arm-popularity'")) == 1
+    exp = client.get_experiment_by_name(arm_registry.EXPERIMENT)
+    runs = client.search_runs([exp.experiment_id], filter_string="tags.`abpo.arm` = 'popularity'")
+    assert [r.info.status for r in runs] == ["FINISHED"] and runs[0].data.tags[registry.TASK_DONE_TAG] == "true"

@@ -1,0 +1,145 @@
+"""The real Airflow 3 services for end-to-end tests: `airflow db migrate` on a fresh SQLite metadata DB under a
+temporary AIRFLOW_HOME, then the API server, the scheduler (LocalExecutor) and the DAG processor as separate
+processes, and a small REST client with a token from the simple auth manager."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SMALL = ["data.max_users=40", "sft.max_steps=10", "sft.eval_max_users=15", "data.eval_candidates=20",
+         "update.max_steps=2", "update.batch_size=8", "update.save_steps=100", "arms.min_rows_per_stratum=1",
+         "arms.gate_ope_bootstrap=200"]
+SERVICES = {"api-server": ["api-server"], "scheduler": ["scheduler"], "dag-processor": ["dag-processor"]}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Api:
+    def __init__(self, base: str):
+        self.base = base
+        self.token = ""
+
+    def call(self, method: str, path: str, body: dict | None = None):
+        req = urllib.request.Request(self.base + path, method=method,
+                                     data=json.dumps(body).encode() if body is not None else None,
+                                     headers={"Content-Type": "application/json",
+                                              **({"Authorization": f"Bearer {self.token}"} if self.token else {})})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return json.loads(r.read() or b"null")
+
+    @staticmethod
+    def wait(fn, what: str, timeout: float, every: float = 2.0):
+        end = time.time() + timeout
+        last = None
+        while time.time() < end:
+            try:
+                out = fn()
+                if out:
+                    return out
+            except Exception as e:  # noqa: BLE001 - not up yet
+                last = e
+            time.sleep(every)
+        raise TimeoutError(f"{what}: not within {timeout:.0f}s (last error: {last})")
+
+    def task_states(self, run_id: str) -> dict[str, dict]:
+        tis = self.call("GET", f"/api/v2/dags/abpo_monthly/dagRuns/{run_id}/taskInstances")["task_instances"]
+        return {t["task_id"]: t for t in tis}
+
+    def wait_run(self, run_id: str, timeout: float) -> dict:
+        def finished():
+            r = self.call("GET", f"/api/v2/dags/abpo_monthly/dagRuns/{run_id}")
+            return r if r["state"] in ("success", "failed") else None
+
+        return self.wait(finished, "the DAG run", timeout, every=5)
+
+
+class AirflowServices:
+    """``with AirflowServices(tmp_path, extra_env) as af:`` migrates, starts the three services, waits for the API
+    and the parsed DAG, unpauses abpo_monthly; ``af.kill(name)`` SIGKILLs a service with every process it started
+    (its task processes included), ``af.start(name)`` starts it again."""
+
+    def __init__(self, tmp_path: Path, extra_env: dict[str, str]):
+        self.tmp = tmp_path
+        self.port = free_port()
+        self.home, self.state = tmp_path / "airflow", tmp_path / "state"
+        self.env = {**os.environ, "AIRFLOW_HOME": str(self.home), "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+                    "AIRFLOW__CORE__LOAD_EXAMPLES": "false", "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+                    "AIRFLOW__API__PORT": str(self.port),
+                    "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{self.port}/execution/",
+                    "AIRFLOW__CORE__PARALLELISM": "2", "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+                    "ABPO_SCHEDULE": "none", "ABPO_CONFIG": "demo", "ABPO_STATE": str(self.state),
+                    "ABPO_TASK_RETRIES": "0", **extra_env}
+        for leaked in ("ABPO_TRACKING_URI", "MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI"):
+            self.env.pop(leaked, None)
+        self.airflow = str(Path(sys.executable).with_name("airflow"))
+        self.procs: dict[str, tuple[subprocess.Popen, object]] = {}
+        self.api = Api(f"http://127.0.0.1:{self.port}")
+
+    def start(self, name: str) -> None:
+        log = open(self.tmp / f"{name}.log", "a")  # noqa: SIM115 - closed when the process is stopped
+        proc = subprocess.Popen([self.airflow, *SERVICES[name]], env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        self.procs[name] = (proc, log)
+
+    def kill(self, name: str) -> list[int]:
+        """SIGKILL the service and all its descendants at once (as a lost machine would); returns their pids."""
+        import psutil
+
+        proc, log = self.procs.pop(name)
+        tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+        for p in tree:
+            try:
+                p.send_signal(signal.SIGKILL)
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(tree, timeout=30)
+        log.close()
+        return [p.pid for p in tree]
+
+    def log(self, name: str) -> str:
+        return (self.tmp / f"{name}.log").read_text()[-4000:]
+
+    def __enter__(self) -> AirflowServices:
+        subprocess.run([self.airflow, "db", "migrate"], env=self.env, check=True, capture_output=True, timeout=300)
+        try:
+            for name in SERVICES:
+                self.start(name)
+            self.api.token = self.api.wait(lambda: self.api.call("GET", "/auth/token")["access_token"],
+                                           "API server token", 180)
+            self.api.wait(lambda: self.api.call("GET", "/api/v2/dags/abpo_monthly")["dag_id"], "DAG parsed", 180)
+            self.api.call("PATCH", "/api/v2/dags/abpo_monthly", {"is_paused": False})
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def trigger(self, conf: dict) -> str:
+        run = self.api.call("POST", "/api/v2/dags/abpo_monthly/dagRuns", {"logical_date": None, "conf": conf})
+        assert run["logical_date"] is None  # a manual run without a logical date, as `airflow dags trigger` makes
+        return run["dag_run_id"]
+
+    def __exit__(self, *exc) -> None:
+        for name in list(self.procs):
+            proc, log = self.procs.pop(name)
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+            log.close()

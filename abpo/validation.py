@@ -129,6 +129,8 @@ def validate_month(
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         path = out / f"impressions_{month}.json"
-        path.write_text(json.dumps(summary.as_dict(), indent=2))
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # written whole, then renamed: a reader (the UI
+        tmp.write_text(json.dumps(summary.as_dict(), indent=2))  # plugin) never sees half a file
+        os.replace(tmp, path)
         summary.path = str(path)
     return summary

@@ -7,7 +7,8 @@ A FastAPI app mounted at /abpo on the Airflow API server:
   /abpo/reports/latest redirects to the newest one; /abpo/reports/<name>/<file> serves a report's files;
 - /abpo/validation/ lists the Great Expectations summaries the ingest saves (validation/impressions_<month>.json
   under paths.root); /abpo/validation/<YYYY-MM> shows one as a page, /abpo/validation/<YYYY-MM>.json as saved;
-  /abpo/validation/latest redirects to the newest month;
+  /abpo/validation/latest redirects to the newest month; /abpo/validation/docs/index.html serves the GX Data Docs
+  site the ingest's Checkpoint builds (validation/data_docs);
 - /abpo/champions: each arm's champion (alias ``champion`` of the registered model ``abpo-arm-<arm>``, read from
   the config's tracking URI) with a link to its MLflow UI page ($ABPO_MLFLOW_UI, default http://localhost:5000);
   a registry that does not answer within :data:`LOOKUP_TIMEOUT_S` gives a page saying so (503), never a 500.
@@ -51,6 +52,8 @@ _MONTH = r"[0-9]{4}-(?:0[1-9]|1[0-2])"
 # abpo.abtest.report: months_label (YYYY-MM or first..last) for the warehouse, csv-<stem> for a CSV
 REPORT_NAME = re.compile(rf"{_MONTH}(?:\.\.{_MONTH})?|csv-[A-Za-z0-9_][A-Za-z0-9_.-]{{0,99}}")
 MONTH = re.compile(_MONTH)
+# a Data Docs file: path segments of letters, digits, '_', '-', '.', '=' (no segment of dots only), a known extension
+DOCS_FILE = re.compile(r"(?:(?!\.+/)[A-Za-z0-9_.=-]+/)*(?!\.+$)[A-Za-z0-9_.=-]+\.(?:html|css|js|png|gif|ico|otf|ttf|woff2?|svg|json)")
 VALIDATION_FILE = re.compile(rf"impressions_({_MONTH})\.json")  # abpo.pipeline.ingest_and_validate
 MODEL_PREFIX = "abpo-arm-"  # abpo.arms.registry.PREFIX
 CHAMPION = "champion"  # abpo.registry.CHAMPION
@@ -228,7 +231,20 @@ def create_app():
     def validations() -> str:
         months = list_validations(validation_dir())
         rows = "".join(f'<li><a href="{m}">{m}</a> (<a href="{m}.json">JSON</a>)</li>' for m in months)
-        return page("Great Expectations results", f"<ul>{rows}</ul>" if rows else "<p>No validation yet.</p>")
+        docs = '<p><a href="docs/index.html">GX Data Docs</a></p>' if (validation_dir() / "data_docs").is_dir() else ""
+        return page("Great Expectations results", (f"<ul>{rows}</ul>" if rows else "<p>No validation yet.</p>") + docs)
+
+    @app.get("/validation/docs/{path:path}")
+    def data_docs(path: str) -> FileResponse:
+        """The GX Data Docs site the ingest's Checkpoint builds (abpo.validation): static files under
+        validation/data_docs, nothing outside it."""
+        root = (validation_dir() / "data_docs").resolve()
+        if "\x00" in path or not DOCS_FILE.fullmatch(path):
+            raise not_found("such Data Docs file")
+        target = (root / path).resolve()
+        if not target.is_relative_to(root) or not target.is_file():
+            raise not_found("such Data Docs file")
+        return FileResponse(target)
 
     @app.get("/validation/latest")
     def latest_validation():

@@ -31,6 +31,10 @@ def test_clean_partition_passes_and_summary_is_saved(ingested):
     assert ("expect_column_values_to_be_between", "propensity") in kinds
     assert ("expect_column_values_to_be_in_set", "item_in_candidates") in kinds
     saved = json.loads((root / "validation" / f"impressions_{MONTH}.json").read_text())
+    # the GX way: a Checkpoint whose action built the Data Docs site with this month's validation result page
+    docs = root / "validation" / "data_docs"
+    assert (docs / "index.html").exists() and f"impressions_{MONTH}" in (docs / "index.html").read_text()
+    assert list((docs / "validations").rglob("*.html"))
     assert saved["success"] is True and saved["evaluated"] == summary.evaluated
     assert "PASSED" in str(summary)
 

@@ -316,3 +316,26 @@ def test_redact():
     assert mod.redact("http://mlflow:5000") == "http://mlflow:5000"
     assert mod.redact("sqlite:////var/abpo/mlflow.db") == "sqlite:////var/abpo/mlflow.db"
     assert mod.model_page("abpo-arm-abpo", "3").endswith("/#/models/abpo-arm-abpo/versions/3")
+
+
+def test_gx_data_docs_built_by_the_ingest_checkpoint_are_served(get, state):
+    from abpo.data.schemas import write_impressions
+    from abpo.data.synthetic import synthetic_impressions
+    from abpo.validation import validate_month
+    from abpo.warehouse import Warehouse
+
+    table, _ = synthetic_impressions(200, "2026-03", seed=1)
+    write_impressions(table, state / "gx-landing", "2026-03", part="a")
+    with Warehouse(state / "gx-wh.duckdb") as wh:
+        wh.ingest_month(state / "gx-landing", "2026-03", ["abpo", "grpo", "ml_retrain", "popularity"])
+        validate_month(wh, "2026-03", ["abpo", "grpo", "ml_retrain", "popularity"], out_dir=state / "validation")
+    assert "GX Data Docs" in get("/abpo/validation/").text
+    index = get("/abpo/validation/docs/index.html")
+    assert index.status_code == 200 and "impressions_2026-03" in index.text
+    page = next((state / "validation" / "data_docs" / "validations").rglob("*.html"))
+    rel = page.relative_to(state / "validation" / "data_docs").as_posix()
+    assert get(f"/abpo/validation/docs/{rel}").status_code == 200
+    (state / "secret.html").write_text("no")
+    for bad in ("../../secret.html", "%2e%2e/%2e%2e/secret.html", "..%2F..%2Fsecret.html", "index.html%00",
+                "missing.html", "index.py", "static/../../../secret.html"):
+        assert get(f"/abpo/validation/docs/{bad}").status_code == 404, bad

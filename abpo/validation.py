@@ -5,8 +5,10 @@ The warehouse's ingest (sql/ingest_check.sql) already keeps contract violations 
 audit, publish: a failure publishes nothing), and can re-check a published partition with an independent engine (GX
 1.x), so a bug in the SQL rules or a row that reached the table another way is caught. sql/validate_month.sql and
 sql/validate_staged.sql give GX the scalar columns plus derived checks of the list columns (item_in_candidates,
-candidate_count) it cannot look inside (scalar columns only reach pandas). The run is the GX way: a Checkpoint over
-a ValidationDefinition whose action updates the Data Docs site (``validation/data_docs/index.html`` under paths.root, linked from the Airflow UI
+candidate_count) it cannot look inside, as the in-memory table staging.validate_batch, which GX reads through a SQL
+data source (duckdb-engine on the warehouse's own connection): each expectation is an aggregate query in DuckDB and
+the month never passes through pandas. The run is the GX way: a Checkpoint over a ValidationDefinition whose action
+updates the Data Docs site (``validation/data_docs/index.html`` under paths.root, linked from the Airflow UI
 plugin); the summary is also saved as JSON (``validation/impressions_<month>.json``).
 """
 
@@ -80,6 +82,71 @@ def build_suite(month: str, known_arms: Sequence[str]):
     return suite
 
 
+def _buffered_connection_class():
+    import duckdb_engine
+
+    class BufferedCursor(duckdb_engine.CursorWrapper):
+        """duckdb-engine's cursor with its result fetched at execute time. Its cursors share their connection's one
+        result set, and GX's SqlAlchemyExecutionEngine fetches a query's rows only after returning the connection to
+        the pool (whose reset replaces the result), so every metric query came back empty and every expectation failed
+        with "list index out of range" (great_expectations#10738, #11579). GX's metric queries return aggregates and
+        at most a few unexpected values, so holding them is cheap."""
+
+        def execute(self, statement, parameters=None, context=None):
+            super().execute(statement, parameters, context)
+            con = self._CursorWrapper__c
+            self._description = con.description
+            self._rows = con.fetchmany(MAX_GX_QUERY_ROWS + 1) if con.description else []
+            if con.description and len(self._rows) <= MAX_GX_QUERY_ROWS:
+                assert not con.fetchmany(1)  # the result is finished: the connection is free for the next query
+            elif len(self._rows) > MAX_GX_QUERY_ROWS:  # never silently cut: GX asked for rows, not an aggregate
+                con.abort()
+                raise RuntimeError(f"a Great Expectations query returned more than {MAX_GX_QUERY_ROWS} rows; the "
+                                   f"suite is meant to compute aggregates: {statement[:300]}")
+
+        @property
+        def description(self):
+            return self._description
+
+        @property
+        def rowcount(self):
+            return -1
+
+        def fetchall(self):
+            rows, self._rows = self._rows, []
+            return rows
+
+        def fetchone(self):
+            return self._rows.pop(0) if self._rows else None
+
+        def fetchmany(self, size=None):
+            n = size or 1
+            rows, self._rows = self._rows[:n], self._rows[n:]
+            return rows
+
+    class BufferedConnection(duckdb_engine.ConnectionWrapper):
+        """A cursor of the warehouse's connection (it sees the in-memory ``staging`` database, first on its search
+        path, so GX finds the batch table by its bare name) as a DBAPI connection for SQLAlchemy, with buffered
+        cursors."""
+
+        def cursor(self):
+            return BufferedCursor(self._ConnectionWrapper__c, self)
+
+    return BufferedConnection
+
+
+def _BufferedConnection(duckdb_cursor):  # noqa: N802 - a class built on first use (duckdb-engine imported lazily)
+    global _BUFFERED
+    if _BUFFERED is None:
+        _BUFFERED = _buffered_connection_class()
+    duckdb_cursor.execute("SET search_path = 'staging,main'")
+    return _BUFFERED(duckdb_cursor)
+
+
+_BUFFERED = None
+MAX_GX_QUERY_ROWS = 10_000  # GX's metric queries return aggregates and at most 20 unexpected values per expectation
+
+
 def validate_month(
     warehouse, month: str, known_arms: Sequence[str], *, out_dir: str | os.PathLike | None = None,
     staged: bool = False,
@@ -89,39 +156,46 @@ def validate_month(
     ``out_dir/data_docs``.
 
     The run is the GX way: a Checkpoint over a ValidationDefinition (suite + batch definition) whose action updates
-    the Data Docs site. The batch is a pandas DataFrame of the scalar columns only (the lists are reduced to derived
-    columns in SQL). GX's SQL engine would compute the expectations as aggregates in DuckDB instead, but GX 1.24
-    over duckdb-engine returns no rows for its metric queries (great_expectations#10738, #11579: every expectation
-    fails with "list index out of range", tried with duckdb-engine 0.17 and SQLAlchemy 2.1), so the SQL path waits
-    for a native DuckDB engine."""
+    the Data Docs site. GX reads the batch through SQL: a SQL data source on a cursor of the warehouse's own
+    connection (:class:`_BufferedConnection`), the batch being the in-memory table staging.validate_batch
+    (sql/validate_staged.sql or sql/validate_month.sql), so each expectation is an aggregate query in DuckDB and only
+    counts and a few unexpected values come back: the month never passes through pandas."""
     import great_expectations as gx
 
     check_month(month)
     t0 = time.perf_counter()
-    df = (warehouse.run("validate_staged") if staged else warehouse.run("validate_month", month=month)).to_pandas()
-    from great_expectations.data_context.types.base import ProgressBarsConfig
+    if staged:
+        warehouse.run("validate_staged")
+    else:
+        warehouse.run("validate_month", month=month)
+    try:
+        rows = warehouse.con.execute("SELECT count(*) FROM staging.validate_batch").fetchall()[0][0]
+        from great_expectations.data_context.types.base import ProgressBarsConfig
 
-    context = gx.get_context(mode="ephemeral")
-    context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
-    docs = Path(out_dir) / "data_docs" if out_dir is not None else None
-    if docs is not None:
-        context.add_data_docs_site("abpo", {
-            "class_name": "SiteBuilder",
-            "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(docs)},
-            "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
-        })
-    batch_def = (
-        context.data_sources.add_pandas(name="warehouse")
-        .add_dataframe_asset(name=f"impressions_{month}" + ("_staged" if staged else ""))
-        .add_batch_definition_whole_dataframe("clean_rows")
-    )
-    suite = context.suites.add(build_suite(month, known_arms))
-    definition = context.validation_definitions.add(
-        gx.ValidationDefinition(name=f"impressions_{month}", data=batch_def, suite=suite))
-    actions = [gx.checkpoint.UpdateDataDocsAction(name="data_docs")] if docs is not None else []
-    checkpoint = context.checkpoints.add(gx.Checkpoint(name=f"ingest_{month}", validation_definitions=[definition],
-                                                       actions=actions))
-    outcome = checkpoint.run(batch_parameters={"dataframe": df})
+        context = gx.get_context(mode="ephemeral")
+        context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
+        docs = Path(out_dir) / "data_docs" if out_dir is not None else None
+        if docs is not None:
+            context.add_data_docs_site("abpo", {
+                "class_name": "SiteBuilder",
+                "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(docs)},
+                "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+            })
+        source = context.data_sources.add_sql(
+            name="warehouse", connection_string="duckdb:///:memory:",  # the URL names the dialect; creator connects
+            kwargs={"creator": lambda: _BufferedConnection(warehouse.con.cursor())})
+        # a table asset (not a query asset: GX reflects a query's columns by running the whole query)
+        batch_def = source.add_table_asset(name=f"impressions_{month}" + ("_staged" if staged else ""),
+                                           table_name="validate_batch").add_batch_definition_whole_table("clean_rows")
+        suite = context.suites.add(build_suite(month, known_arms))
+        definition = context.validation_definitions.add(
+            gx.ValidationDefinition(name=f"impressions_{month}", data=batch_def, suite=suite))
+        actions = [gx.checkpoint.UpdateDataDocsAction(name="data_docs")] if docs is not None else []
+        checkpoint = context.checkpoints.add(gx.Checkpoint(name=f"ingest_{month}", validation_definitions=[definition],
+                                                           actions=actions))
+        outcome = checkpoint.run()
+    finally:
+        warehouse.con.execute("DROP TABLE IF EXISTS staging.validate_batch")
     (result,) = outcome.run_results.values()
     for r in result.results:  # an expectation that could not be computed is a broken validation, not a failed one
         info = r.exception_info or {}
@@ -148,7 +222,7 @@ def validate_month(
     summary = ValidationSummary(
         month=month,
         success=bool(result.success),
-        rows=len(df),
+        rows=int(rows),
         evaluated=len(results),
         failed=[r for r in results if not r["success"]],
         results=results,

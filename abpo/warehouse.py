@@ -7,7 +7,8 @@ Monthly ingest (:meth:`Warehouse.ingest_month`):
 1. the month's landing files are listed and each is checked to be Parquet with the impressions
    schema; a file that is not fails the whole ingest (IngestError names the file and the problem)
    before anything changes;
-2. ingest_stage.sql reads them, ingest_check.sql applies the contract row by row and keeps the violations;
+2. ingest_stage.sql reads them into the in-memory ``staging`` database, ingest_check.sql applies the contract row by
+   row and keeps the violations;
 3. in ONE transaction the month's clean partition and its quarantined rows are deleted and
    re-inserted (ingest_delete_*.sql, ingest_insert_*.sql), the run is logged (ingest_log_run.sql) and
    the month's per-user aggregate is rebuilt from its clean partition (user_month_stats_*.sql): a rerun
@@ -138,6 +139,10 @@ class Warehouse:
         if temp_directory:
             Path(temp_directory).mkdir(parents=True, exist_ok=True)
             self.con.execute(f"SET temp_directory = '{Path(temp_directory).as_posix()}'")
+        # the ingest's staging tables and the validation batch live in an in-memory database (buffer-managed: it
+        # spills to the temp directory under the memory limit) that this connection's cursors see, so the Great
+        # Expectations suite reads them through SQL (abpo/validation.py); none of it is written to the warehouse file
+        self.con.execute("ATTACH IF NOT EXISTS ':memory:' AS staging")
         self.aggregates_rebuilt: list[AggregateBuild] = []
         if self.read_only:
             return

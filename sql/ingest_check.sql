@@ -12,7 +12,7 @@
 --   event_time_outside_month event_time (UTC) not in $month (YYYY-MM)
 --   duplicate_impression_id  the id was already used: by an earlier clean row of this month (file
 --                            name, then row order; the first copy is kept) or by another month.
-CREATE OR REPLACE TEMP TABLE ingest_violations AS
+CREATE OR REPLACE TABLE staging.ingest_violations AS
 WITH ruled AS (
     SELECT
         s.source_file, s.source_row, s.impression_id, s.event_time, s.arm, s.propensity, s.clicked,
@@ -34,7 +34,7 @@ WITH ruled AS (
             CASE WHEN served_at IS NULL THEN 'served_at' END,
             CASE WHEN schema_version IS NULL THEN 'schema_version' END
         ) AS null_fields
-    FROM ingest_stage AS s
+    FROM staging.ingest_stage AS s
 ),
 first_rule AS MATERIALIZED (
     SELECT
@@ -74,7 +74,7 @@ copies AS (
 ),
 other_months AS (
     SELECT DISTINCT impression_id, month FROM impressions
-    WHERE month <> $month AND impression_id IN (SELECT impression_id FROM ingest_stage)
+    WHERE month <> $month AND impression_id IN (SELECT impression_id FROM staging.ingest_stage)
 )
 SELECT * FROM (
     SELECT

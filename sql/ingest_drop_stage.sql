@@ -1,3 +1,4 @@
 -- Free the staging tables of the last ingest.
-DROP TABLE IF EXISTS ingest_violations;
-DROP TABLE IF EXISTS ingest_stage;
+DROP TABLE IF EXISTS staging.ingest_violations;
+DROP TABLE IF EXISTS staging.validate_batch;
+DROP TABLE IF EXISTS staging.ingest_stage;

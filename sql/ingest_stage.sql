@@ -1,6 +1,6 @@
 -- Stage one month's landing files as they are, with the file and row each row came from.
 -- $files: absolute paths of the month's Parquet files (schemas already checked by the runner).
-CREATE OR REPLACE TEMP TABLE ingest_stage AS
+CREATE OR REPLACE TABLE staging.ingest_stage AS
 SELECT
     * EXCLUDE (filename, file_row_number),
     regexp_extract(filename, '[^/]+$') AS source_file,

@@ -1,9 +1,12 @@
 -- The staged clean rows of the month being ingested (ingest_stage less ingest_violations, before they are published), as the Great
 -- Expectations suite sees them (abpo/validation.py; the same columns as validate_month.sql):
 -- scalar contract columns plus derived checks of the list columns, which GX cannot look inside.
+-- Materialised as staging.validate_batch (the in-memory staging database, spilling under the memory limit): GX
+-- reads it through SQL and computes every expectation as an aggregate query; the rows never reach pandas.
+CREATE OR REPLACE TABLE staging.validate_batch AS
 SELECT
     impression_id,
-    event_time,
+    event_time AT TIME ZONE 'UTC'                      AS event_time,  -- UTC wall time: GX fetches plain timestamps
     user_id,
     arm,
     model_version,
@@ -13,12 +16,11 @@ SELECT
     request_id,
     position,
     logging_policy,
-    served_at,
+    served_at AT TIME ZONE 'UTC'                       AS served_at,
     schema_version,
     strftime(event_time AT TIME ZONE 'UTC', '%Y-%m')   AS event_month,
     list_contains(candidates, item_id)                  AS item_in_candidates,
     length(candidates)                                  AS candidate_count,
     length(history)                                     AS history_length
-FROM ingest_stage AS s
-ANTI JOIN ingest_violations AS v ON s.source_file = v.source_file AND s.source_row = v.source_row
-ORDER BY source_file, source_row;
+FROM staging.ingest_stage AS s
+ANTI JOIN staging.ingest_violations AS v ON s.source_file = v.source_file AND s.source_row = v.source_row;

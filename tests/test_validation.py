@@ -62,3 +62,28 @@ def test_empty_month_fails_the_row_count(ingested):
     summary = validate_month(wh, "2030-01", ARMS)
     assert not summary.success
     assert [r["expectation"] for r in summary.failed] == ["expect_table_row_count_to_be_between"]
+
+
+def test_the_suite_runs_as_sql_aggregates_never_through_pandas(ingested, monkeypatch):
+    """GX reads the batch through its SQL engine on DuckDB: no query hands Python more than a few rows (the month has
+    2,850), neither the warehouse's SQL files nor any query GX runs (the cursor refuses more than the cap)."""
+    import abpo.validation as validation
+
+    _, wh = ingested
+    monkeypatch.setattr(validation, "MAX_GX_QUERY_ROWS", 100)
+    sizes = []
+    run = wh.run
+
+    def spy(name, **params):
+        out = run(name, **params)
+        sizes.append(out.num_rows)
+        return out
+
+    monkeypatch.setattr(wh, "run", spy)
+    summary = validate_month(wh, MONTH, ARMS)
+    assert summary.rows > 2000 and summary.evaluated == 23 and max(sizes) < 100
+    assert wh.con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = 'staging'").fetchall() == [(0,)]
+    monkeypatch.setattr(validation, "MAX_GX_QUERY_ROWS", 0)  # a query returning more than the cap: said, not cut
+    with pytest.raises(Exception, match="more than 0 rows"):
+        validate_month(wh, MONTH, ARMS)
+    assert wh.con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = 'staging'").fetchall() == [(0,)]

@@ -141,8 +141,10 @@ class Warehouse:
             self.con.execute(f"SET temp_directory = '{Path(temp_directory).as_posix()}'")
         # the ingest's staging tables and the validation batch live in an in-memory database (buffer-managed: it
         # spills to the temp directory under the memory limit) that this connection's cursors see, so the Great
-        # Expectations suite reads them through SQL (abpo/validation.py); none of it is written to the warehouse file
-        self.con.execute("ATTACH IF NOT EXISTS ':memory:' AS staging")
+        # Expectations suite reads them through SQL (abpo/validation.py); none of it is written to the warehouse file.
+        # A read-only connection never ingests, and DuckDB refuses an in-memory database in read-only mode.
+        if not self.read_only:
+            self.con.execute("ATTACH IF NOT EXISTS ':memory:' AS staging")
         self.aggregates_rebuilt: list[AggregateBuild] = []
         if self.read_only:
             return

@@ -108,6 +108,15 @@ def test_ingest_clean_month(wh, landing):
     assert wh.months() == [MONTH]
 
 
+def test_a_read_only_reader_sees_the_ingested_month(tmp_path, landing):
+    """Readers (the report, the previous-month check, the UI) open the file read-only: no staging database there."""
+    write_impressions(clean(20), landing, MONTH, part="a")
+    with Warehouse(tmp_path / "ro.duckdb") as w:
+        w.ingest_month(landing, MONTH, ARMS)
+    with Warehouse(tmp_path / "ro.duckdb", read_only=True) as r:
+        assert r.months() == [MONTH] and len(clean_rows(r)) == 20
+
+
 def test_rerun_gives_the_same_rows_not_doubles(wh, landing):
     write_impressions(clean(30), landing, MONTH, part="a")
     bad = with_value(clean(5, seed=9), "clicked", 1, 3)

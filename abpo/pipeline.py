@@ -88,9 +88,14 @@ def ensure_pi_init(cfg, *, fresh: bool = False) -> dict[str, Any]:
     local directory is missing (a fresh worker), never retrained behind the registry's back. A registry that cannot
     answer raises (abpo.registry.RegistryUnavailable)."""
     from abpo import registry
+    from abpo.arms.registry import config_hash
     from abpo.policy.sft import PI_INIT_ALIAS, train_sft
 
     registry.configure(cfg)
+    # the SFT runs under a task key (abpo.registry.completed_task_run): an attempt killed mid-SFT (a lost worker, a
+    # task the scheduler reset) left its run RUNNING; the next call marks it KILLED, whether it retrains or reuses
+    key = f"sft:pi_init:{config_hash(cfg)}"
+    registry.completed_task_run(cfg, cfg.sft.experiment, key)
     existing = registry.get_version(PI_INIT_ALIAS)
     if existing is not None and not fresh:
         local = pi_init_dir(cfg)
@@ -98,7 +103,10 @@ def ensure_pi_init(cfg, *, fresh: bool = False) -> dict[str, Any]:
             local = registry.download_model_dir(cfg, str(existing.version),
                                                 dst=cfg.paths.resolve("models") / "registry" / f"pi_init-v{existing.version}")
         return {"model_dir": local, "model_version": existing.version, "reused": True}
-    res = train_sft(cfg)
+    res = train_sft(cfg, run_tags={registry.TASK_KEY_TAG: key})
+    if res.mlflow_run_id:
+        registry.record_task_result(res.mlflow_run_id, {"model_version": str(res.model_version),
+                                                        "model_dir": str(res.model_dir)})
     return {
         "model_dir": res.model_dir,
         "model_version": res.model_version,

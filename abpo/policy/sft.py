@@ -210,10 +210,11 @@ def train_sft(
     register: bool = True,
     evaluate: bool = True,
     echo=print,
+    run_tags: dict[str, str] | None = None,
 ) -> SFTResult:
     """Train pi_init on D_sup (``cfg.data`` -> splits -> ``build_sup_examples``) starting from ``policy.model``;
-    save it to ``<paths.models>/<sft.output>``; log and register it in MLflow; evaluate it on the held-out
-    targets (``build_eval_examples``: HR@K vs the random K/M)."""
+    save it to ``<paths.models>/<sft.output>``; log and register it in MLflow (``run_tags`` added to the run's
+    tags); evaluate it on the held-out targets (``build_eval_examples``: HR@K vs the random K/M)."""
     import torch
     from transformers import TrainerCallback
 
@@ -320,7 +321,8 @@ def train_sft(
     if log_mlflow:
         from abpo import registry
 
-        with registry.start_run(cfg, cfg.sft.experiment, "sft-pi_init", tags={"abpo.step": "sft"}) as run:
+        with registry.start_run(cfg, cfg.sft.experiment, "sft-pi_init",
+                                tags={"abpo.step": "sft", **(run_tags or {})}) as run:
             body(run)
     else:
         body()

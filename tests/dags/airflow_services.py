@@ -95,19 +95,40 @@ class AirflowServices:
         self.procs[name] = (proc, log)
 
     def kill(self, name: str) -> list[int]:
-        """SIGKILL the service and all its descendants at once (as a lost machine would); returns their pids."""
+        """SIGKILL the service and all its descendants at once (as a lost machine would); returns their pids.
+        The tree is frozen first (SIGSTOP, repeated until no new descendant appears), so a process forked while the
+        tree is being listed (a task starting just then) cannot escape as an orphan that keeps running."""
         import psutil
 
         proc, log = self.procs.pop(name)
-        tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
-        for p in tree:
+        tree: dict[int, psutil.Process] = {}
+        for _ in range(50):
+            try:
+                found = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+            except psutil.NoSuchProcess:
+                found = []
+            for p in tree.values():  # children of frozen processes forked before they stopped
+                try:
+                    found.extend(p.children(recursive=True))
+                except psutil.NoSuchProcess:
+                    pass
+            new = [p for p in found if p.pid not in tree]
+            if not new:
+                break
+            for p in new:
+                tree[p.pid] = p
+                try:
+                    p.send_signal(signal.SIGSTOP)
+                except psutil.NoSuchProcess:
+                    pass
+        for p in tree.values():
             try:
                 p.send_signal(signal.SIGKILL)
             except psutil.NoSuchProcess:
                 pass
-        psutil.wait_procs(tree, timeout=30)
+        psutil.wait_procs(list(tree.values()), timeout=30)
         log.close()
-        return [p.pid for p in tree]
+        return list(tree)
 
     def log(self, name: str) -> str:
         return (self.tmp / f"{name}.log").read_text()[-4000:]

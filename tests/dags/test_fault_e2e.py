@@ -2,7 +2,8 @@
 are SIGKILLed while the abpo arm's update is training, as a lost machine would be. A new scheduler takes over: the
 orphaned task instance times out, is retried, and the month completes. Nothing is doubled or lost: the month's rows
 are in the warehouse once, every task key has exactly one completed MLflow run (the killed attempt's run is marked
-KILLED, none is left RUNNING), and each arm has one model version per completed registration."""
+KILLED, none is left RUNNING, pi_init's SFT included), and each arm has one model version per completed
+registration."""
 
 from __future__ import annotations
 
@@ -12,12 +13,17 @@ import pytest
 
 from airflow_services import SMALL, AirflowServices
 
+# Recovery fast enough for a test, yet not so eager that a busy 2-core machine trips it: a scheduler whose own
+# heartbeat lags past SCHEDULER_HEALTH_CHECK_THRESHOLD is declared dead and every task it queued is reset (with 10 s
+# the live scheduler reset its own running bootstrap, mid-SFT), and a running task whose heartbeat lags past
+# TASK_INSTANCE_HEARTBEAT_TIMEOUT is failed. 60 s each: the killed scheduler's tasks are taken over about a minute
+# after the kill.
 FAST_RECOVERY = {
     "ABPO_TASK_RETRIES": "2", "ABPO_TASK_RETRY_DELAY_S": "5",
-    "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "20",
+    "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60",
     "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
     "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "10",
-    "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD": "10",
+    "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD": "60",
 }
 
 
@@ -60,7 +66,9 @@ def test_killing_the_scheduler_mid_update_loses_and_doubles_nothing(tmp_path):
 
     client = _client(af.state)
     runs = _all_runs(client)
-    assert not [r.info.run_id for r in runs if r.info.status == "RUNNING"]
+    running = [(r.info.run_id, r.info.run_name, r.data.tags.get("abpo.task_key")) for r in runs
+               if r.info.status == "RUNNING"]
+    assert not running, (running, [(r.info.run_name, r.info.status, r.data.tags.get("abpo.task_key")) for r in runs])
     assert client.get_run(victim.info.run_id).info.status == "KILLED"
     by_key: dict[str, list] = {}
     for r in runs:

@@ -1,4 +1,5 @@
-"""Shared fixtures (keep small): the bundled MovieLens dataset and a fresh data config."""
+"""Shared fixtures (keep small): the bundled MovieLens dataset, a fresh data config, and the tiny preset on a
+MovieLens slice for SFT."""
 
 from __future__ import annotations
 
@@ -55,3 +56,21 @@ def make_dataset():
         return Dataset("toy", catalog, inter, dict(sequences))
 
     return make
+
+
+@pytest.fixture
+def slice_cfg(tmp_path):
+    """The tiny preset on 12 MovieLens users, a very small model, state under tmp_path."""
+    from abpo.config import load_config
+
+    cfg = load_config("tiny", [f"paths.root={tmp_path / 'var'}"])
+    cfg.data.max_users, cfg.data.sup_examples_per_user = 12, 4
+    cfg.data.train_candidates, cfg.data.eval_candidates, cfg.data.update_steps = 8, 10, 2
+    p = cfg.policy
+    p.tiny_hidden_size, p.tiny_layers, p.tiny_heads, p.tiny_intermediate_size, p.tiny_vocab_size = 32, 1, 2, 64, 2048
+    p.max_history, p.scoring_batch_tokens = 3, 8192
+    cfg.sft.use_lora = False
+    s = cfg.sft
+    s.max_steps, s.batch_size, s.learning_rate, s.logging_steps, s.warmup_ratio = 12, 8, 1e-2, 1, 0.0
+    s.eval_generation = True
+    return cfg

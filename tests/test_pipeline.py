@@ -7,20 +7,14 @@ from __future__ import annotations
 import torch
 
 
-def test_a_killed_sft_attempt_is_marked_killed_and_pi_init_trained_once(tmp_path):
+def test_a_killed_sft_attempt_is_marked_killed_and_pi_init_trained_once(slice_cfg):
     from mlflow import MlflowClient
 
     from abpo import pipeline, registry
     from abpo.arms.registry import config_hash
-    from abpo.config import load_config
 
-    cfg = load_config("tiny", [f"paths.root={tmp_path / 'var'}"])
-    cfg.data.max_users, cfg.data.sup_examples_per_user = 12, 4
-    cfg.data.train_candidates, cfg.data.eval_candidates, cfg.data.update_steps = 8, 10, 2
-    p = cfg.policy
-    p.tiny_hidden_size, p.tiny_layers, p.tiny_heads, p.tiny_intermediate_size, p.tiny_vocab_size = 32, 1, 2, 64, 2048
-    p.max_history, p.scoring_batch_tokens = 3, 8192
-    cfg.sft.use_lora, cfg.sft.max_steps, cfg.sft.batch_size, cfg.sft.eval_max_users = False, 2, 8, 4
+    cfg = slice_cfg
+    cfg.sft.max_steps, cfg.sft.eval_max_users, cfg.sft.eval_generation = 2, 4, False
     torch.set_num_threads(1)
 
     key = f"sft:pi_init:{config_hash(cfg)}"

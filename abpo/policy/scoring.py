@@ -159,6 +159,31 @@ def _logsumexp_(x: torch.Tensor) -> torch.Tensor:
     return x.sub_(m).exp_().sum(dim=-1).log_() + m[..., 0]
 
 
+@torch.no_grad()
+def _token_logprobs(head, hidden: torch.Tensor, targets: torch.Tensor, rows: int = 64) -> torch.Tensor:
+    """log p(targets[n] | hidden[n]) = logit - logsumexp(logits) over the full vocabulary (the terms of Eq. s_p),
+    float64, ``[N]``. The LM head runs ``rows`` positions at a time into one reused buffer, and each chunk's
+    logsumexp follows while its logits are still in cache: with a 64-wide model the head is bound by writing the
+    [N, vocab] logits to memory, and chunking halves its time on the CPU (same values)."""
+    n = hidden.shape[0]
+    out = torch.empty(n, dtype=torch.float64, device=hidden.device)
+    if n == 0:
+        return out
+    plain = isinstance(head, torch.nn.Linear) and head.weight.dtype == torch.float32 and hidden.dtype == torch.float32
+    buf = torch.empty((min(rows, n), head.out_features), dtype=torch.float32, device=hidden.device) if plain else None
+    for s in range(0, n, rows):
+        e = min(s + rows, n)
+        if plain:
+            logits = torch.mm(hidden[s:e], head.weight.t(), out=buf[: e - s])
+            if head.bias is not None:
+                logits.add_(head.bias)
+        else:
+            logits = head(hidden[s:e]).float()
+        picked = logits.gather(-1, targets[s:e, None])[:, 0]
+        out[s:e] = picked - _logsumexp_(logits)
+    return out
+
+
 def _score_group(decoder, head, prompts, answers, P, pack_tokens, outs, device, dtype, pad) -> None:
     """score_token_ids_batch for one group of prompts (see there)."""
     U = len(prompts)
@@ -215,10 +240,7 @@ def _score_group(decoder, head, prompts, answers, P, pack_tokens, outs, device, 
         cache.crop(-Q)  # the cache is the prompts' again
         uu = torch.tensor([w[0] for w in where])
         cc = torch.tensor([w[1] for w in where])
-        logits = head(h[uu.to(device), cc.to(device)]).float()
-        tgt = torch.tensor(targets, device=logits.device)[:, None]
-        picked = logits.gather(-1, tgt)[:, 0]
-        logp = (picked - _logsumexp_(logits)).double().cpu()
+        logp = _token_logprobs(head, h[uu.to(device), cc.to(device)], torch.tensor(targets, device=device)).cpu()
         for (u, _, m), v in zip(where, logp.tolist()):
             totals[u][m] += v
     for u in range(U):

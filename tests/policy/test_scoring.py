@@ -167,3 +167,18 @@ def test_answer_tokens_roundtrip(tiny_tokenizer, small_titles):
     for i, t in list(small_titles.items())[:50]:
         a = format_answer(i, t)
         assert tiny_tokenizer.decode(encode_answer(tiny_tokenizer, a)) == a
+
+
+@pytest.mark.parametrize("head", ["linear", "linear+bias", "module"])
+def test_chunked_lm_head_logprobs_equal_a_full_log_softmax(head):
+    from abpo.policy.scoring import _token_logprobs
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(16, 300, bias=head == "linear+bias")
+    mod = torch.nn.Sequential(lin) if head == "module" else lin  # not a plain Linear: the module itself is called
+    hidden, targets = torch.randn(150, 16), torch.randint(0, 300, (150,))  # 150 = 2 full chunks of 64 + a rest
+    ref = torch.log_softmax(lin(hidden).double(), dim=-1).gather(-1, targets[:, None])[:, 0]
+    got = _token_logprobs(mod, hidden, targets, rows=64)
+    assert got.dtype == torch.float64 and got.shape == (150,)
+    assert torch.allclose(got, ref, atol=1e-5)
+    assert _token_logprobs(mod, hidden[:0], targets[:0]).shape == (0,)

@@ -88,13 +88,13 @@ def ensure_pi_init(cfg, *, fresh: bool = False) -> dict[str, Any]:
     local directory is missing (a fresh worker), never retrained behind the registry's back. A registry that cannot
     answer raises (abpo.registry.RegistryUnavailable)."""
     from abpo import registry
-    from abpo.arms.registry import config_hash
+    from abpo.arms.cycle import task_key
     from abpo.policy.sft import PI_INIT_ALIAS, train_sft
 
     registry.configure(cfg)
     # the SFT runs under a task key (abpo.registry.completed_task_run): an attempt killed mid-SFT (a lost worker, a
     # task the scheduler reset) left its run RUNNING; the next call marks it KILLED, whether it retrains or reuses
-    key = f"sft:pi_init:{config_hash(cfg)}"
+    key = task_key(cfg, "sft", "pi_init")
     registry.completed_task_run(cfg, cfg.sft.experiment, key)
     existing = registry.get_version(PI_INIT_ALIAS)
     if existing is not None and not fresh:

@@ -11,13 +11,13 @@ def test_a_killed_sft_attempt_is_marked_killed_and_pi_init_trained_once(slice_cf
     from mlflow import MlflowClient
 
     from abpo import pipeline, registry
-    from abpo.arms.registry import config_hash
+    from abpo.arms.cycle import task_key
 
     cfg = slice_cfg
     cfg.sft.max_steps, cfg.sft.eval_max_users, cfg.sft.eval_generation = 2, 4, False
     torch.set_num_threads(1)
 
-    key = f"sft:pi_init:{config_hash(cfg)}"
+    key = task_key(cfg, "sft", "pi_init")
     registry.configure(cfg)
     client = MlflowClient()
     exp = registry._ensure_experiment(cfg, cfg.sft.experiment)

@@ -167,8 +167,6 @@ def _token_logprobs(head, hidden: torch.Tensor, targets: torch.Tensor, rows: int
     [N, vocab] logits to memory, and chunking halves its time on the CPU (same values)."""
     n = hidden.shape[0]
     out = torch.empty(n, dtype=torch.float64, device=hidden.device)
-    if n == 0:
-        return out
     plain = isinstance(head, torch.nn.Linear) and head.weight.dtype == torch.float32 and hidden.dtype == torch.float32
     buf = torch.empty((min(rows, n), head.out_features), dtype=torch.float32, device=hidden.device) if plain else None
     for s in range(0, n, rows):

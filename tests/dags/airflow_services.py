@@ -107,11 +107,6 @@ class AirflowServices:
                 found = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
             except psutil.NoSuchProcess:
                 found = []
-            for p in tree.values():  # children of frozen processes forked before they stopped
-                try:
-                    found.extend(p.children(recursive=True))
-                except psutil.NoSuchProcess:
-                    pass
             new = [p for p in found if p.pid not in tree]
             if not new:
                 break

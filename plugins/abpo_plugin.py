@@ -46,9 +46,10 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from airflow.plugins_manager import AirflowPlugin
 
+from abpo.months import MONTH_PATTERN as _MONTH  # the one month grammar (abpo.months: a leaf module, cheap to import)
+
 DAG_ID = "abpo_monthly"
 REPORT_FILES = ("report.html", "report.md", "ctr_by_arm.png", "report.json")
-_MONTH = r"[0-9]{4}-(?:0[1-9]|1[0-2])"
 # abpo.abtest.report: months_label (YYYY-MM or first..last) for the warehouse, csv-<stem> for a CSV
 REPORT_NAME = re.compile(rf"{_MONTH}(?:\.\.{_MONTH})?|csv-[A-Za-z0-9_][A-Za-z0-9_.-]{{0,99}}")
 MONTH = re.compile(_MONTH)

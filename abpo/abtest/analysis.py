@@ -9,16 +9,15 @@ lives in :mod:`abpo.abtest.render`.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
 from abpo.abtest import stats
+from abpo.months import is_month
 
 ALL = "all"  # the period label of the whole-period aggregate
-MONTH_RE = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
 
 # One sentence per statistic, shown in the report next to the table it explains.
 EXPLANATIONS: dict[str, str] = {
@@ -122,8 +121,8 @@ def _month_str(v: Any, where: str) -> str:
     if hasattr(v, "strftime"):
         return v.strftime("%Y-%m")
     s = str(v)
-    if not MONTH_RE.match(s):
-        raise ReportInputError(f"{where}: month {s!r} is not YYYY-MM")
+    if not is_month(s):
+        raise ReportInputError(f"{where}: month {s!r} is not YYYY-MM (ASCII digits, month 01-12, nothing after)")
     return s
 
 

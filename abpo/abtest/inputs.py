@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from abpo.abtest.analysis import MONTH_RE
+from abpo.months import is_month, month_index, month_of_index
 
 CSV_REQUIRED = ["month", "arm", "impressions", "clicks"]
 CSV_OPTIONAL = ["users"]
@@ -27,11 +27,6 @@ class CSVFormatError(ValueError):
     """A counts CSV breaks the format; the message names the file, the line and what is wrong."""
 
 
-def _month_index(m: str) -> int:
-    y, mm = m.split("-")
-    return int(y) * 12 + int(mm) - 1
-
-
 def parse_months(spec: str) -> list[str]:
     """``2026-02..2026-04`` (inclusive range), ``2026-02,2026-04`` (a list) or ``2026-03`` -> sorted months."""
     spec = spec.strip()
@@ -39,18 +34,18 @@ def parse_months(spec: str) -> list[str]:
         start, _, end = spec.partition("..")
         start, end = start.strip(), end.strip()
         for m in (start, end):
-            if not MONTH_RE.match(m):
-                raise ValueError(f"--months {spec!r}: {m!r} is not YYYY-MM")
-        a, b = _month_index(start), _month_index(end)
+            if not is_month(m):
+                raise ValueError(f"--months {spec!r}: {m!r} is not YYYY-MM (ASCII digits, month 01-12)")
+        a, b = month_index(start), month_index(end)
         if b < a:
             raise ValueError(f"--months {spec!r}: the range ends before it starts")
-        return [f"{i // 12:04d}-{i % 12 + 1:02d}" for i in range(a, b + 1)]
+        return [month_of_index(i) for i in range(a, b + 1)]
     months = [m.strip() for m in spec.split(",") if m.strip()]
     if not months:
         raise ValueError("--months: empty")
     for m in months:
-        if not MONTH_RE.match(m):
-            raise ValueError(f"--months {spec!r}: {m!r} is not YYYY-MM")
+        if not is_month(m):
+            raise ValueError(f"--months {spec!r}: {m!r} is not YYYY-MM (ASCII digits, month 01-12)")
     return sorted(set(months))
 
 
@@ -68,7 +63,8 @@ def counts_from_moments(moments: pa.Table) -> pa.Table:
     )
 
 
-_INT_RE = re.compile(r"^\d+$")
+_INT_RE = re.compile(r"[0-9]+")  # ASCII digits only (fullmatch)
+INT64_MAX = 2**63 - 1
 
 
 def read_counts_csv(path: str | Path) -> pa.Table:
@@ -108,18 +104,22 @@ def read_counts_csv(path: str | Path) -> pa.Table:
                     raise CSVFormatError(
                         f"{path} line {line}: expected {len(header)} fields ({','.join(header)}), got {len(fields)}")
                 v = {h: fields[i].strip() for h, i in col.items()}
-                if not MONTH_RE.match(v["month"]):
-                    raise CSVFormatError(f"{path} line {line}: month {v['month']!r} is not YYYY-MM")
+                if not is_month(v["month"]):
+                    raise CSVFormatError(f"{path} line {line}: month {v['month']!r} is not YYYY-MM (ASCII digits, "
+                                         "month 01-12)")
                 if not v["arm"]:
                     raise CSVFormatError(f"{path} line {line}: arm is empty")
                 nums = {}
                 for name in ("impressions", "clicks", "users"):
                     if name not in v:
                         continue
-                    if not _INT_RE.match(v[name]):
+                    if not _INT_RE.fullmatch(v[name]):
                         raise CSVFormatError(
                             f"{path} line {line}: {name} {v[name]!r} is not a non-negative integer")
                     nums[name] = int(v[name])
+                    if nums[name] > INT64_MAX:
+                        raise CSVFormatError(f"{path} line {line}: {name} {v[name]} is too large; rule: at most "
+                                             f"{INT64_MAX} (a 64-bit count)")
                 if nums["clicks"] > nums["impressions"]:
                     raise CSVFormatError(
                         f"{path} line {line}: clicks {nums['clicks']} exceed impressions {nums['impressions']}")

@@ -171,8 +171,9 @@ def plot_png(report: Report) -> bytes:
         # a small horizontal offset keeps overlapping error bars apart
         xs = [xi + (k - (n - 1) / 2) * 0.03 for xi in x]
         line = ax.plot(xs, y, marker="o", label=arm, linewidth=2.5 if arm == report.candidate else 1.5)[0]
-        err = [[yi - li if not math.isnan(yi) else 0 for yi, li in zip(y, lo)],
-               [hi_ - yi if not math.isnan(yi) else 0 for yi, hi_ in zip(y, hi)]]
+        # an error bar is a length: never negative (matplotlib refuses one), whatever rounding did to a bound
+        err = [[max(0.0, yi - li) if not math.isnan(yi) else 0 for yi, li in zip(y, lo)],
+               [max(0.0, hi_ - yi) if not math.isnan(yi) else 0 for yi, hi_ in zip(y, hi)]]
         ax.errorbar(xs, y, yerr=err, fmt="none", ecolor=line.get_color(), capsize=3, alpha=0.8)
         if len(months) > 1:
             ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.15)

@@ -39,16 +39,24 @@ def ctr(clicks: int, impressions: int) -> float:
 def wilson_interval(clicks: int, impressions: int, confidence: float = 0.95) -> tuple[float, float]:
     """Wilson score interval of one proportion (Wilson 1927):
     (p + z^2/2n -+ z sqrt(p(1-p)/n + z^2/4n^2)) / (1 + z^2/n).
-    Used for the per-arm CTR bands: unlike the Wald interval it does not collapse to a point at 0 clicks."""
+    Used for the per-arm CTR bands: unlike the Wald interval it does not collapse to a point at 0 clicks.
+
+    The bounds are exact where the formula is: the lower bound is 0 at 0 clicks and the upper bound 1 at
+    ``clicks == impressions`` (in floating point ``centre - half`` comes out near +5e-17 instead of 0, above the
+    CTR itself, and the report's plot got a negative error bar), and lower <= CTR <= upper always."""
     if impressions <= 0:
         return (math.nan, math.nan)
+    if not 0 <= clicks <= impressions:
+        raise ValueError(f"wilson_interval: clicks {clicks} not in [0, impressions {impressions}]")
     z = z_critical(confidence)
     n = float(impressions)
     p = clicks / n
     denom = 1.0 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    low = 0.0 if clicks == 0 else min(p, max(0.0, centre - half))
+    high = 1.0 if clicks == impressions else max(p, min(1.0, centre + half))
+    return (low, high)
 
 
 @dataclass(frozen=True)

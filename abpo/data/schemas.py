@@ -18,8 +18,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from abpo.months import MonthError, parse_month  # noqa: F401 - MonthError re-exported
+
 SCHEMA_VERSION = 1
-MONTH_RE = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
 TS = pa.timestamp("us", tz="UTC")
 
 CATALOG_SCHEMA = pa.schema(
@@ -148,10 +149,9 @@ def conform(table: pa.Table, schema: pa.Schema, where: str = "table") -> pa.Tabl
     return pa.Table.from_arrays(cols, schema=pa.schema([pa.field(f.name, f.type) for f in schema]))
 
 
-def check_month(month: str) -> str:
-    if not isinstance(month, str) or not MONTH_RE.match(month):
-        raise ValueError(f"month {month!r}: expected YYYY-MM")
-    return month
+def check_month(month: str, what: str = "month") -> str:
+    """``month`` when it is YYYY-MM (abpo.months.parse_month, the one strict parser), else MonthError."""
+    return parse_month(month, what)
 
 
 def month_dir(landing_dir: str | os.PathLike, month: str) -> Path:

@@ -74,3 +74,54 @@ def slice_cfg(tmp_path):
     s.max_steps, s.batch_size, s.learning_rate, s.logging_steps, s.warmup_ratio = 12, 8, 1e-2, 1, 0.0
     s.eval_generation = True
     return cfg
+
+
+def write_movielens_dir(
+    directory, n_items: int, n_users: int, *, ratings_per_user: int = 20, tie_share: float = 0.2, seed: int = 0
+) -> Path:
+    """Write a MovieLens-format directory (movies.csv + ratings.csv, LF) with ``n_items`` items (ids 1..n_items,
+    distinct titles "Film <i> <word>, The (<year>)", quoted like MovieLens) and ``n_users`` users (ids 1..n_users),
+    each rating min(ratings_per_user, n_items) distinct items chosen by a Zipf-like popularity (seeded), at
+    increasing timestamps of which a share ``tie_share`` repeat the previous second (same-second ties).
+    Returns the directory. Deterministic from ``seed``."""
+    import csv
+
+    import numpy as np
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng([seed, n_items, n_users])
+    words = ["Night", "River", "Love", "War", "Star", "Ghost", "City", "Dream", "Game", "Road", "Heart", "Storm"]
+    genres = ["Drama", "Comedy", "Action", "Thriller", "Romance", "Horror", "Sci-Fi", "Children"]
+    with open(directory / "movies.csv", "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(["movieId", "title", "genres"])
+        for i in range(1, n_items + 1):
+            title = f"Film {i} {words[i % len(words)]}, The ({1950 + i % 70})"
+            w.writerow([i, title, "|".join(genres[j] for j in range(len(genres)) if (i >> j) & 1) or "(no genres listed)"])
+    p = 1.0 / np.arange(1, n_items + 1) ** 0.8
+    p /= p.sum()
+    k = min(ratings_per_user, n_items)
+    with open(directory / "ratings.csv", "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(["userId", "movieId", "rating", "timestamp"])
+        for u in range(1, n_users + 1):
+            items = rng.choice(n_items, size=k, replace=False, p=p) + 1
+            steps = np.where(rng.random(k) < tie_share, 0, rng.integers(1, 100_000, size=k))
+            ts = 900_000_000 + u * 1_000 + np.cumsum(steps)
+            for i, t in zip(items.tolist(), ts.tolist()):
+                w.writerow([u, i, float(rng.integers(1, 11)) / 2, t])
+    return directory
+
+
+@pytest.fixture
+def movielens_dir(tmp_path):
+    """Factory: movielens_dir(n_items, n_users, **kw) -> a fresh MovieLens-format directory under tmp_path
+    (``write_movielens_dir``; kw: ratings_per_user, tie_share, seed)."""
+    made = []
+
+    def make(n_items: int, n_users: int, **kw) -> Path:
+        made.append(None)
+        return write_movielens_dir(tmp_path / f"ml-{n_items}x{n_users}-{len(made)}", n_items, n_users, **kw)
+
+    return make

@@ -41,10 +41,13 @@ def training_corpus(titles: Iterable[str]) -> list[str]:
     titles = sorted({" ".join(str(t).split()) for t in titles})
     corpus = list(titles)
     corpus += [format_answer(i, t) for i, t in enumerate(titles)]
-    # A few full prompts so the numbered-history and layout whitespace patterns are merged like real prompts.
+    # A few full prompts so the numbered-history and layout whitespace patterns are merged like real prompts:
+    # 10 history titles and the rest as candidates; a short last chunk (a small catalog) keeps at least one
+    # candidate, since a prompt needs one (any catalog of >= 1 title trains; full chunks are unchanged).
     for start in range(0, min(len(titles), 2000), 20):
         chunk = titles[start : start + 20]
-        corpus.append(build_prompt(chunk[:10], list(enumerate(chunk[10:], start)), 10))
+        n_hist = min(10, len(chunk) - 1)
+        corpus.append(build_prompt(chunk[:n_hist], list(enumerate(chunk[n_hist:], start)), 10))
     corpus += list(TEMPLATE_STRINGS) * 200
     return corpus
 

@@ -98,7 +98,8 @@ def write_movielens_dir(
         w.writerow(["movieId", "title", "genres"])
         for i in range(1, n_items + 1):
             title = f"Film {i} {words[i % len(words)]}, The ({1950 + i % 70})"
-            w.writerow([i, title, "|".join(genres[j] for j in range(len(genres)) if (i >> j) & 1) or "(no genres listed)"])
+            genre = "|".join(g for j, g in enumerate(genres) if (i >> j) & 1) or "(no genres listed)"
+            w.writerow([i, title, genre])
     p = 1.0 / np.arange(1, n_items + 1) ** 0.8
     p /= p.sum()
     k = min(ratings_per_user, n_items)

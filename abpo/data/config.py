@@ -16,6 +16,13 @@ class DataConfig:
         default="Office_Products", metadata={"help": "amazon18 only: the domain (file prefix) to load."}
     )
     seed: int = field(default=0, metadata={"help": "Seed for distractor sampling and every other data-side draw."})
+    tie_seed: int = field(
+        default=0,
+        metadata={"help": "movielens: seed of the shuffle that orders a user's ratings in the same second (their true "
+                          "order is unknown; item_id order would leak the next item to a sequential model). Apart "
+                          "from data.seed so that the sequences, splits and targets stay put when only the "
+                          "distractors are redrawn."},
+    )
     min_history: int = field(
         default=5, metadata={"help": "T must be at least this: users with fewer initial-history items are reported and skipped."}
     )
@@ -31,8 +38,14 @@ class DataConfig:
         default=0.5,
         metadata={"help": "Share of evaluation negatives drawn as popularity-based hard negatives (the rest uniform)."},
     )
+    train_hard_negative_fraction: float = field(
+        default=0.5,
+        metadata={"help": "Share of training distractors (D_sup, D_bandit) drawn by training popularity like the "
+                          "evaluation's hard negatives, so training sees the evaluation's candidate distribution; "
+                          "0 = the spec's uniform distractors."},
+    )
     sup_examples_per_user: int = field(
-        default=8, metadata={"help": "Cap on D_sup pairs (x_{1:t}, x_{t+1}) per user, latest first; 0 = all."}
+        default=0, metadata={"help": "Cap on D_sup pairs (x_{1:t}, x_{t+1}) per user, latest first; 0 = all."}
     )
     max_users: int = field(default=0, metadata={"help": "Use at most this many users (seeded choice); 0 = all."})
     ingest_min_keep_fraction: float = field(

@@ -1,12 +1,14 @@
 """Dataset loaders: a directory on disk -> item catalog + chronological per-user sequences.
 
 - MovieLens format (ratings.csv + movies.csv, any directory in that format; CRLF or LF line ends):
-  every rating is an interaction; a user's sequence is ordered by timestamp, ties broken by item_id
-  ascending.
+  every rating is an interaction; a user's sequence is ordered by timestamp. Ratings of one user in the same
+  second are in unknown order: they are put in a seeded shuffle (``tie_order_keys``, data.tie_seed), not by
+  item_id, whose order would leak the next item to a sequential model.
 - Amazon-2018 5-core as processed by MiniOneRec (index/<Domain>.item.json for titles, valid/ and
   test/ CSVs whose rows are (last <= 10 items, next item) windows): sequences are rebuilt by chaining
   the windows of each user (see ``_chain_windows``); how many windows chained, were already covered
-  or left a gap is kept in ``Dataset.notes``.
+  or left a gap is kept in ``Dataset.notes``. The export has no timestamps, so its order (fixed by MiniOneRec's
+  preprocessing) is kept as it is: same-time ties cannot be told apart there.
 """
 
 from __future__ import annotations
@@ -105,8 +107,26 @@ def _positions(users: np.ndarray) -> np.ndarray:
     return (idx - run_start).astype(np.int32)
 
 
-def load_movielens(directory: str | os.PathLike) -> Dataset:
-    """Load a MovieLens-format directory (ratings.csv, movies.csv)."""
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser on uint64 arrays (wrapping arithmetic): a well-mixed 64-bit hash."""
+    x = x + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def tie_order_keys(seed: int, users: np.ndarray, items: np.ndarray) -> np.ndarray:
+    """A pseudo-random uint64 key per (seed, user, item): sorting a user's same-second ratings by it is a seeded
+    shuffle that depends on nothing else (not on the file's row order, nor on other users' ratings)."""
+    with np.errstate(over="ignore"):
+        h = _splitmix64(np.full(len(users), np.uint64(int(seed) & 0xFFFFFFFFFFFFFFFF)))
+        h = _splitmix64(h ^ np.asarray(users, dtype=np.int64).astype(np.uint64))
+        return _splitmix64(h ^ np.asarray(items, dtype=np.int64).astype(np.uint64))
+
+
+def load_movielens(directory: str | os.PathLike, *, tie_seed: int = 0) -> Dataset:
+    """Load a MovieLens-format directory (ratings.csv, movies.csv). A user's ratings in the same second are
+    ordered by a seeded shuffle (``tie_order_keys(tie_seed, user, item)``)."""
     directory = Path(directory)
     movies_path, ratings_path = directory / "movies.csv", directory / "ratings.csv"
     movies = _read_csv(movies_path, {"movieId": pa.int64(), "title": pa.string(), "genres": pa.string()})
@@ -145,8 +165,11 @@ def load_movielens(directory: str | os.PathLike) -> Dataset:
             f"{ratings_path}: line {row + 2}, field 'movieId': {int(items[row])} is not in {movies_path.name} "
             "(rule: every rated item is in the catalog)"
         )
-    # chronological per user; equal timestamps ordered by item_id ascending (deterministic tie-break)
-    order = np.lexsort((items, ts, users))
+    # chronological per user; equal timestamps in a seeded shuffle (their true order is unknown, and item_id
+    # order would leak the next item). item, then rating, only settle hash collisions and duplicate rows, so the
+    # order never depends on the file's row order.
+    rating = ratings.column("rating").to_numpy(zero_copy_only=False)
+    order = np.lexsort((rating, items, tie_order_keys(tie_seed, users, items), ts, users))
     users, items, ts = users[order], items[order], ts[order]
     interactions = pa.table(
         {
@@ -291,7 +314,7 @@ def load_dataset(data_cfg) -> Dataset:
     """Dispatch on ``data_cfg.format`` (movielens | amazon18); the path is relative to the repo root."""
     directory = resolve_dataset_dir(data_cfg.dataset_dir)
     if data_cfg.format == "movielens":
-        return load_movielens(directory)
+        return load_movielens(directory, tie_seed=data_cfg.tie_seed)
     if data_cfg.format == "amazon18":
         return load_amazon18(directory, data_cfg.amazon_domain)
     raise ValueError(f"data.format {data_cfg.format!r}: expected movielens or amazon18")

@@ -1,18 +1,25 @@
+import os
 import time
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from abpo.data.candidates import (
-    _sample_without_replacement,
+    _Catalog,
+    _candidate_sets,
+    _UserNegatives,
+    _weighted_first_distinct,
     assert_target_held_out,
     build_bandit_requests,
     build_eval_examples,
     build_sup_examples,
     training_popularity,
 )
-from abpo.data.splits import split_users
+from abpo.data.splits import UserSplit, split_users
+
+AMAZON = Path(os.environ.get("ABPO_AMAZON18_DIR", Path(__file__).resolve().parents[3] / "shared" / "data" / "amazon18"))
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +67,9 @@ def test_sup_and_bandit_positions(ml_sets):
     s = splits[0]
     sup = [e for e in sets["sup"] if e.user_id == s.user_id]
     T = len(s.history)
-    # latest sup_examples_per_user pairs (x_{1:t}, x_{t+1}) inside x_{1:T}, chronological
-    assert [len(e.history) for e in sup] == list(range(T - cfg.sup_examples_per_user, T))
+    # every pair (x_{1:t}, x_{t+1}) inside x_{1:T} (sup_examples_per_user = 0: all), chronological
+    assert cfg.sup_examples_per_user == 0
+    assert [len(e.history) for e in sup] == list(range(1, T))
     assert all(e.positive == s.history[len(e.history)] for e in sup)
     assert sup[-1].positive == s.history[-1]  # D_sup never reaches into the update range
     bandit = [e for e in sets["bandit"] if e.user_id == s.user_id]
@@ -72,12 +80,14 @@ def test_sup_and_bandit_positions(ml_sets):
     assert len(ids) == len(set(ids))  # request ids unique across all three sets
 
 
-def test_sup_takes_all_pairs_when_uncapped(movielens, data_cfg):
-    data_cfg.sup_examples_per_user = 0
+def test_sup_takes_the_latest_pairs_when_capped(movielens, data_cfg):
+    data_cfg.sup_examples_per_user = 8
     splits, _ = split_users(movielens, data_cfg)
-    s = min(splits, key=lambda s: len(s.history))
+    s = max(splits, key=lambda s: len(s.history))
     sup = build_sup_examples([s], movielens, data_cfg)
-    assert [len(e.history) for e in sup] == list(range(1, len(s.history)))
+    T = len(s.history)
+    assert [len(e.history) for e in sup] == list(range(T - 8, T))
+    assert [e.positive for e in sup] == s.history[T - 8 :]
 
 
 def test_eval_set_has_target_random_and_popular_unseen_negatives(ml_sets, movielens):
@@ -113,9 +123,12 @@ def test_reproducible_from_the_seed_and_independent_of_other_users(movielens, da
         "eval": build_eval_examples(splits, movielens, data_cfg),
     }
     assert again == sets
-    # a user's examples do not depend on which other users are present
-    sub = build_bandit_requests(splits[5:7], movielens, data_cfg)
-    assert sub == [e for e in sets["bandit"] if e.user_id in {splits[5].user_id, splits[6].user_id}]
+    # a user's examples depend only on the seed, their sequence and the popularity weights (fixed here)
+    pop = training_popularity(splits, movielens)
+    pair = {splits[5].user_id, splits[6].user_id}
+    for name, build in (("sup", build_sup_examples), ("bandit", build_bandit_requests), ("eval", build_eval_examples)):
+        sub = build(splits[5:7], movielens, data_cfg, popularity=pop)
+        assert sub == [e for e in sets[name] if e.user_id in pair], name
     data_cfg.seed = 1
     other = build_bandit_requests(splits, movielens, data_cfg)
     assert [e.candidates for e in other] != [e.candidates for e in sets["bandit"]]
@@ -128,22 +141,167 @@ def test_candidate_order_is_shuffled(ml_sets):
     assert len(where) > 10  # the positive is not always in the same slot
 
 
-def test_sampler_is_uniform_and_distinct():
+def _negatives(unseen_weights: list[int]) -> tuple[_Catalog, _UserNegatives]:
+    """A catalog 1..n+1 where the user saw item n+1 only; unseen item i+1 has popularity unseen_weights[i]."""
+    class _DS:
+        def item_ids(self):
+            return np.arange(1, len(unseen_weights) + 2)
+
+    cat = _Catalog(_DS())
+    split = UserSplit(user_id=1, history=[], update=[], target=len(unseen_weights) + 1)
+    return cat, _UserNegatives(cat, split, np.array([*unseen_weights, 0], dtype=np.int64))
+
+
+@pytest.mark.parametrize("n_unseen", [40, 12])  # the uniform stream, and the small-catalog permutation
+def test_uniform_distractors_are_uniform_and_distinct(n_unseen):
+    cat, neg = _negatives([1] * n_unseen)
     rng = np.random.default_rng(0)
-    counts = np.zeros(40)
-    for _ in range(4000):
-        d = _sample_without_replacement(rng, 40, 9)
-        assert len(set(d.tolist())) == 9
-        counts[d] += 1
-    assert counts.min() > 0.85 * counts.mean() and counts.max() < 1.15 * counts.mean()
-    assert len(_sample_without_replacement(rng, 10, 10)) == 10
-    with pytest.raises(ValueError):
-        _sample_without_replacement(rng, 3, 4)
+    counts = Counter()
+    sets = _candidate_sets(rng, cat, neg, [n_unseen + 1] * 4000, 10, 0)
+    for c in sets:
+        assert len(set(c)) == 10 and n_unseen + 1 in c
+        counts.update(c)
+    del counts[n_unseen + 1]
+    freq = np.array([counts[i] for i in range(1, n_unseen + 1)], dtype=float)
+    assert freq.min() > 0.85 * freq.mean() and freq.max() < 1.15 * freq.mean()
+    slots = Counter(c.index(n_unseen + 1) for c in sets)  # the positive lands in every slot alike
+    assert len(slots) == 10 and min(slots.values()) > 0.7 * 400
+    with pytest.raises(ValueError, match="cannot draw"):
+        _candidate_sets(rng, cat, neg, [n_unseen + 1], n_unseen + 2, 0)
+
+
+def _successive_inclusion(w: list[float], k: int) -> np.ndarray:
+    """Exact P(item i among k drawn one by one without replacement, each with probability w / remaining w)."""
+    from itertools import permutations
+
+    p = np.zeros(len(w))
+    for seq in permutations([i for i in range(len(w)) if w[i] > 0], k):
+        pr, left = 1.0, float(sum(w))
+        for i in seq:
+            pr *= w[i] / left
+            left -= w[i]
+        p[list(seq)] += pr
+    return p
+
+
+@pytest.mark.parametrize("w, k", [([0, 1, 2, 3, 4, 10], 2), ([1000, 1, 1, 1, 0], 3)])  # the 2nd ends in Gumbel top-k
+def test_popularity_draws_are_successive_sampling(w, k):
+    cum = np.cumsum(w)
+    rng = np.random.default_rng(0)
+    hits = np.zeros(len(w))
+    n = 20000
+    for _ in range(n):
+        first: dict[int, None] = {}
+        _weighted_first_distinct(rng, cum, k, first)
+        got = list(first)[:k]
+        assert len(set(got)) == k and all(w[i] > 0 for i in got)
+        hits[got] += 1
+    np.testing.assert_allclose(hits / n, _successive_inclusion(w, k), atol=0.015)
+
+
+def test_hard_share_of_a_candidate_set():
+    # 2 popular unseen items, 6 with a little popularity, 30 never interacted with; 9 negatives per set
+    w = [50, 50] + [1] * 6
+    cat, neg = _negatives(w + [0] * 30)
+    n_unseen, pos = len(neg.unseen), len(neg.unseen) + 1
+    rng = np.random.default_rng(0)
+    for n_hard in (0, 3, 5, 9):
+        sets = _candidate_sets(rng, cat, neg, [pos] * 4000, 10, n_hard)
+        assert all(len(set(c)) == 10 and pos in c for c in sets)
+        popular = np.mean([len({1, 2} & set(c)) for c in sets])
+        weighted = np.mean([sum(1 <= i <= 8 for i in c) for c in sets])
+        k = min(n_hard, 8)  # at most the items with popularity; the rest uniform over the unseen items left
+        p_hard = _successive_inclusion(w, k) if k else np.zeros(8)
+        share_rest = (9 - k) / (n_unseen - k)
+        exp_popular = sum(p_hard[i] + (1 - p_hard[i]) * share_rest for i in (0, 1))
+        exp_weighted = k + (8 - k) * share_rest
+        assert abs(popular - exp_popular) < 0.04 and abs(weighted - exp_weighted) < 0.08, n_hard
+
+
+def _popularity_world(make_dataset):
+    """40 users who all rated items 1..10 (popular); user 100 rated items 50..60; catalog 1..200."""
+    rng = np.random.default_rng(0)
+    seqs = {u: rng.permutation(np.arange(1, 11)).tolist() for u in range(1, 41)}
+    seqs[100] = list(range(50, 61))
+    return make_dataset(seqs, n_items=200)
+
+
+def test_training_hard_negatives_follow_popularity(make_dataset, data_cfg):
+    ds = _popularity_world(make_dataset)
+    data_cfg.min_history, data_cfg.update_steps, data_cfg.train_candidates, data_cfg.eval_candidates = 3, 4, 20, 20
+    splits, _ = split_users(ds, data_cfg)
+    mine = [s for s in splits if s.user_id == 100]
+    share = {}
+    for frac in (0.0, 0.5, 1.0):
+        data_cfg.train_hard_negative_fraction = frac
+        sets = build_sup_examples(mine, ds, data_cfg) + build_bandit_requests(mine, ds, data_cfg)
+        assert assert_target_held_out(splits, sets) == len(sets)
+        share[frac] = np.mean([np.mean([1 <= i <= 10 for i in e.candidates if i != e.positive]) for e in sets])
+    # uniform: 10 popular of 189 unseen items; half / all of the 19 distractors drawn by popularity: 10 of them
+    # (round(9.5) = 10 hard at 0.5) and at 1.0 every popular item, the rest uniform
+    assert share[0.0] < 0.15
+    assert share[0.5] > 10 / 19 - 0.01 and share[1.0] > 10 / 19 - 0.01 and share[0.5] > 4 * share[0.0]
+    data_cfg.train_hard_negative_fraction = 1.5
+    with pytest.raises(ValueError, match="train_hard_negative_fraction=1.5"):
+        build_sup_examples(mine, ds, data_cfg)
+
+
+def test_training_popularity_never_draws_the_target_and_skips_held_out_counts(make_dataset, data_cfg):
+    # item 70 is only ever a held-out target (of users 1..40): no training popularity, never a hard negative
+    rng = np.random.default_rng(1)
+    seqs = {u: [*rng.permutation(np.arange(1, 11)).tolist(), 70] for u in range(1, 41)}
+    seqs[100] = [*range(50, 60), 61]
+    ds = make_dataset(seqs, n_items=80)
+    data_cfg.min_history, data_cfg.update_steps, data_cfg.train_candidates, data_cfg.eval_candidates = 3, 4, 20, 20
+    data_cfg.train_hard_negative_fraction = 1.0
+    splits, _ = split_users(ds, data_cfg)
+    pop = training_popularity(splits, ds)
+    assert 70 not in pop and ds.popularity()[70] == 40
+    sets = build_sup_examples(splits, ds, data_cfg) + build_bandit_requests(splits, ds, data_cfg)
+    assert assert_target_held_out(splits, sets) == len(sets)
+    assert sets == build_sup_examples(splits, ds, data_cfg, popularity=pop) + build_bandit_requests(
+        splits, ds, data_cfg, popularity=pop
+    )
+    # user 100's hard negatives: items 1..10 (the only ones with training popularity it has not seen), every one
+    # of them in every set; the rest uniform over items it never saw (70 included: it is not user 100's target)
+    for e in (e for e in sets if e.user_id == 100):
+        assert set(range(1, 11)) <= set(e.candidates) and 61 not in e.candidates
+    sup = build_sup_examples(splits, ds, data_cfg)
+    data_cfg.seed = 5  # the uniform rest of each set follows the seed
+    other = build_sup_examples(splits, ds, data_cfg)
+    assert [e.positive for e in other] == [e.positive for e in sup]
+    assert [e.candidates for e in other] != [e.candidates for e in sup]
 
 
 def test_all_610_users_build_fast(movielens, data_cfg):
     start = time.perf_counter()
     splits, _ = split_users(movielens, data_cfg)
     n = sum(len(f(splits, movielens, data_cfg)) for f in (build_sup_examples, build_bandit_requests, build_eval_examples))
-    assert n == 610 * (data_cfg.sup_examples_per_user + data_cfg.update_steps + 1)
-    assert time.perf_counter() - start < 10  # ~1 s on one free core; generous for a shared CI box
+    assert n == sum(len(s.history) - 1 + data_cfg.update_steps + 1 for s in splits)  # every D_sup pair
+    assert time.perf_counter() - start < 15  # ~3 s on one free core (97k D_sup pairs); generous for a shared CI box
+
+
+@pytest.mark.skipif(not (AMAZON / "index").is_dir(), reason=f"{AMAZON} absent (not vendored)")
+@pytest.mark.parametrize("domain", ["Office_Products", "Industrial_and_Scientific"])
+def test_amazon18_domains_build_every_set(domain, data_cfg):
+    from abpo.data.loaders import load_dataset
+
+    data_cfg.format, data_cfg.dataset_dir, data_cfg.amazon_domain = "amazon18", str(AMAZON), domain
+    data_cfg.min_history, data_cfg.update_steps = 3, 2
+    ds = load_dataset(data_cfg)
+    splits, report = split_users(ds, data_cfg)
+    assert len(splits) > 1500 and report.users_total == len(ds.sequences)
+    sup, bandit = build_sup_examples(splits, ds, data_cfg), build_bandit_requests(splits, ds, data_cfg)
+    ev = build_eval_examples(splits, ds, data_cfg)
+    assert len(sup) == sum(len(s.history) - 1 for s in splits) and len(bandit) == 2 * len(splits) == 2 * len(ev)
+    assert assert_target_held_out(splits, sup, bandit) == len(sup) + len(bandit)
+    for e in sup + bandit + ev:
+        assert e.positive in e.candidates and len(set(e.candidates)) == len(e.candidates)
+    pop = training_popularity(splits, ds)
+    median = np.median([pop.get(int(i), 0) for i in ds.item_ids()])
+
+    def share(sets):
+        return np.mean([pop.get(i, 0) > median for e in sets for i in e.candidates if i != e.positive])
+
+    data_cfg.train_hard_negative_fraction = 0.0
+    assert share(sup) > share(build_sup_examples(splits, ds, data_cfg)) + 0.1  # hard negatives: more popular items

@@ -4,10 +4,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from abpo.data.loaders import DataFormatError, _chain_windows, load_amazon18, load_dataset, load_movielens
+from abpo.data.loaders import (
+    DataFormatError,
+    _chain_windows,
+    load_amazon18,
+    load_dataset,
+    load_movielens,
+    tie_order_keys,
+)
 from abpo.data.schemas import CATALOG_SCHEMA, INTERACTIONS_SCHEMA
 # read from ../shared/data next to the checkout (not vendored); ABPO_AMAZON18_DIR overrides
 AMAZON = Path(os.environ.get("ABPO_AMAZON18_DIR", Path(__file__).resolve().parents[3] / "shared" / "data" / "amazon18"))
+MOVIELENS_DIR = Path(__file__).resolve().parents[2] / "data" / "ml-latest-small"
 needs_amazon = pytest.mark.skipif(not (AMAZON / "index").is_dir(), reason=f"{AMAZON} absent (not vendored)")
 
 
@@ -32,7 +40,7 @@ def test_bundled_movielens_counts_and_schemas(movielens):
     assert sum(pop.values()) == 100_836 and pop[356] == max(pop.values())  # Forrest Gump, most rated
 
 
-def test_sequences_are_chronological_with_item_id_tie_break(movielens):
+def test_sequences_are_chronological_with_seeded_shuffled_ties(movielens):
     t = movielens.interactions
     users = t.column("user_id").to_numpy()
     ts = t.column("event_time").cast("int64").to_numpy()
@@ -40,22 +48,80 @@ def test_sequences_are_chronological_with_item_id_tie_break(movielens):
     same_user = users[1:] == users[:-1]
     assert (ts[1:][same_user] >= ts[:-1][same_user]).all()
     ties = same_user & (ts[1:] == ts[:-1])
-    assert ties.sum() > 1000  # MovieLens has many same-second ratings: the tie-break matters
-    assert (items[1:][ties] > items[:-1][ties]).all()
-    assert movielens.sequences[1][:3] == [804, 1210, 2018]  # user 1: 804 and 1210 share the first second
+    assert ties.sum() > 1000  # MovieLens has many same-second ratings: the tie order matters
+    # ties follow the seeded key, not item_id: about half the tied neighbours are in ascending item order
+    keys = tie_order_keys(0, users, items)
+    assert (keys[1:][ties] > keys[:-1][ties]).all()
+    assert 0.4 < (items[1:][ties] > items[:-1][ties]).mean() < 0.6
+    assert set(movielens.sequences[1][:2]) == {804, 1210}  # user 1: 804 and 1210 share the first second
     pos = t.column("position").to_numpy()
     assert (pos[~np.concatenate([[False], same_user])] == 0).all()
+
+
+def _tie_groups(ds) -> dict[tuple[int, int], list[int]]:
+    """(user, second) -> items in sequence order, for seconds with more than one rating."""
+    t = ds.interactions
+    groups: dict[tuple[int, int], list[int]] = {}
+    for u, e, i in zip(t.column("user_id").to_pylist(), t.column("event_time").cast("int64").to_pylist(),
+                       t.column("item_id").to_pylist()):
+        groups.setdefault((u, e), []).append(i)
+    return {k: v for k, v in groups.items() if len(v) > 1}
+
+
+def test_tie_shuffle_is_seeded(movielens):
+    again = load_movielens(MOVIELENS_DIR, tie_seed=0)
+    assert again.sequences == movielens.sequences and again.interactions.equals(movielens.interactions)
+    other = load_movielens(MOVIELENS_DIR, tie_seed=1)
+    g0, g1 = _tie_groups(movielens), _tie_groups(other)
+    assert g0.keys() == g1.keys() and len(g0) > 500
+    assert all(sorted(g0[k]) == sorted(g1[k]) for k in g0)  # the same ratings in each second...
+    changed = np.mean([g0[k] != g1[k] for k in g0])
+    assert changed > 0.4  # ...in another order for many of them (a pair flips with probability 1/2)
+    # and only the ties move: every sequence keeps its items, in the same seconds
+    assert {u: sorted(s) for u, s in other.sequences.items()} == {u: sorted(s) for u, s in movielens.sequences.items()}
+    ts = lambda d: d.interactions.column("event_time").to_pylist()  # noqa: E731
+    assert ts(other) == ts(movielens)
+
+
+def test_tie_order_ignores_row_order_and_other_users(tmp_path, movielens_dir):
+    d = movielens_dir(60, 30, ratings_per_user=25, tie_share=0.5)
+    base = load_movielens(d, tie_seed=7)
+    assert len(_tie_groups(base)) > 100
+    header, *rows = (d / "ratings.csv").read_text().splitlines()
+    rng = np.random.default_rng(1)
+    shuffled = _write_ml(tmp_path / "shuffled", [rows[i] for i in rng.permutation(len(rows))],
+                         (d / "movies.csv").read_text().splitlines()[1:], eol="\n")
+    assert load_movielens(shuffled, tie_seed=7).sequences == base.sequences
+    # a user's order does not depend on the other users present
+    odd = _write_ml(tmp_path / "odd", [r for r in rows if int(r.split(",")[0]) % 2],
+                    (d / "movies.csv").read_text().splitlines()[1:], eol="\n")
+    assert load_movielens(odd, tie_seed=7).sequences == {u: s for u, s in base.sequences.items() if u % 2}
+
+
+def test_without_ties_the_order_is_chronological_whatever_the_seed(tmp_path):
+    ratings = ["1,3,4.0,30", "1,1,4.0,10", "1,2,4.0,20", "2,2,1.0,5", "2,1,1.0,6", "2,3,1.0,4"]
+    d = _write_ml(tmp_path / "noties", ratings)
+    for seed in range(5):
+        assert load_movielens(d, tie_seed=seed).sequences == {1: [1, 2, 3], 2: [3, 2, 1]}
+
+
+def test_load_dataset_passes_the_tie_seed(data_cfg):
+    data_cfg.tie_seed = 1
+    assert load_dataset(data_cfg).sequences == load_movielens(MOVIELENS_DIR, tie_seed=1).sequences
 
 
 def test_crlf_and_lf_give_the_same_dataset(tmp_path):
     ratings = ["1,2,4.5,100", "1,1,3.0,100", "1,3,5.0,50", "2,1,1.0,7"]
     a = load_movielens(_write_ml(tmp_path / "crlf", ratings, eol="\r\n"))
     b = load_movielens(_write_ml(tmp_path / "lf", ratings, eol="\n"))
-    assert a.sequences == b.sequences == {1: [3, 1, 2], 2: [1]}  # ts 50, then tie at 100 -> item 1 before 2
+    assert a.sequences == b.sequences
+    # user 1: ts 50, then a tie at 100 (seeded order)
+    assert a.sequences[1][0] == 3 and sorted(a.sequences[1][1:]) == [1, 2] and a.sequences[2] == [1]
     assert a.catalog.equals(b.catalog) and a.interactions.equals(b.interactions)
     assert a.titles()[2] == "B, The (1991)"  # quoted comma survives
     assert a.catalog.column("genres").to_pylist() == [["Drama"], ["Comedy", "Drama"], []]
-    assert a.interactions.column("rating").to_pylist() == [5.0, 3.0, 4.5, 1.0]
+    rating_of = {(1, 2): 4.5, (1, 1): 3.0, (1, 3): 5.0, (2, 1): 1.0}  # ratings travel with their rows
+    assert a.interactions.column("rating").to_pylist() == [rating_of[1, i] for i in a.sequences[1]] + [1.0]
 
 
 def test_rating_of_unknown_movie_names_file_line_and_rule(tmp_path):

@@ -3,6 +3,8 @@ list), and every catalog item id is one token."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from abpo.config import PathsConfig
@@ -59,3 +61,18 @@ def test_tiny_tokenizer_and_model_on_any_catalog_size(n, movielens_dir, small_po
     assert tok2.convert_ids_to_tokens(ids[0]) == item_token(some)
     with torch.no_grad():
         assert model(torch.tensor([ids])).logits.shape == (1, len(ids), len(tok2))
+
+
+AMAZON = Path(__file__).resolve().parents[3] / "shared" / "data" / "amazon18"
+
+
+@pytest.mark.skipif(not (AMAZON / "index").is_dir(), reason=f"{AMAZON} absent (not vendored)")
+@pytest.mark.parametrize("domain", ["Office_Products", "Industrial_and_Scientific"])
+def test_tiny_tokenizer_on_amazon18_titles(domain):
+    from abpo.data.loaders import load_amazon18
+    from abpo.policy.tokenizer import item_token, train_tiny_tokenizer
+
+    titles = load_amazon18(AMAZON, domain).titles()
+    tok = train_tiny_tokenizer(titles.values(), 800, item_ids=titles)
+    ids = tok([item_token(i) for i in titles], add_special_tokens=False)["input_ids"]
+    assert all(len(x) == 1 for x in ids) and len({x[0] for x in ids}) == len(titles)

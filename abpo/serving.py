@@ -1,6 +1,7 @@
 """The MLflow pyfunc loader for a registered policy checkpoint (``loader_module`` of
 :func:`abpo.registry.log_model_dir`): ``mlflow.pyfunc.load_model("models:/abpo-recommender@champion")``
-gives a recommender that ranks a request's candidate set by s_p(a,q) and returns e_p(a|q)."""
+gives a recommender that ranks a request's candidate set by s_p(a,q) and returns e_p(a|q), with the prompt builder
+and the s_p (item token or answer mean, per ``policy.prompt_style``) the policy was trained and logged with."""
 
 from __future__ import annotations
 
@@ -40,8 +41,8 @@ class RecommenderModel:
         self.policy = policy_cfg or PolicyConfig()
 
     def predict(self, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:
-        from abpo.policy.prompt import format_answer, request_prompt
-        from abpo.policy.scoring import candidate_propensities, score_candidates
+        from abpo.policy.prompt import encode_prompt, format_answer, prompt_style, request_prompt
+        from abpo.policy.scoring import candidate_propensities, score_prompt_ids
 
         tau = float((params or {}).get("tau", self.policy.tau))
         ranked, props = [], []
@@ -51,18 +52,20 @@ class RecommenderModel:
                 raise ValueError(f"row {i}: candidate_ids and candidate_titles must be non-empty and of equal length")
             hist_titles = list(row.history_titles)
             hist_ids = list(getattr(row, "history_item_ids", None) or [])
-            if self.policy.history_item_ids and len(hist_ids) != len(hist_titles):
+            needs_ids = self.policy.history_item_ids or prompt_style(self.policy) == "item_tokens"
+            if needs_ids and len(hist_ids) != len(hist_titles):
                 raise ValueError(
                     f"row {i}: history_item_ids has {len(hist_ids)} ids for {len(hist_titles)} history titles; rule: "
-                    "this policy was trained with policy.history_item_ids, its prompts show the history's ids"
+                    "this policy's prompts show the history's ids (policy.history_item_ids or "
+                    "policy.prompt_style=item_tokens)"
                 )
             hist = list(zip(hist_ids, hist_titles)) if hist_ids else [(-1, t) for t in hist_titles]
             # the same prompt builder the policy was trained and logged with: chat template, token budget
             prompt = request_prompt(self.tokenizer, hist, list(zip(ids, titles)), self.policy).text
             answers = [format_answer(a, t) for a, t in zip(ids, titles)]
-            scores = score_candidates(
-                self.model, self.tokenizer, prompt, answers, batch_tokens=self.policy.scoring_batch_tokens
-            )
+            scores = score_prompt_ids(
+                self.model, self.tokenizer, [encode_prompt(self.tokenizer, prompt)], [ids], [answers], self.policy
+            )[0]
             e = candidate_propensities(scores, tau)
             order = scores.argsort(descending=True).tolist()
             ranked.append([ids[j] for j in order])

@@ -14,6 +14,7 @@ set, or not drawn when data.max_users caps the user count.
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -116,3 +117,14 @@ def split_users(dataset, data_cfg) -> tuple[list[UserSplit], SplitReport]:
     report.skipped_users = {k: sorted(v) for k, v in sorted(skipped.items())}
     report.skipped = Counter({k: len(v) for k, v in report.skipped_users.items()})
     return splits, report
+
+
+VALIDATION_SALT = "abpo-experiment-users"
+
+
+def split_of_user(user_id: int, validation_fraction: float) -> str:
+    """'validation' or 'test' for a user: a salted SHA-256 of the id, fixed across seeds and reruns. Settings are
+    chosen on the validation users only (the experiment's sweep, pi_init's early stopping), never on test targets."""
+    h = hashlib.sha256(f"{VALIDATION_SALT}:{int(user_id)}".encode()).digest()
+    u = int.from_bytes(h[:8], "big") / 2**64
+    return "validation" if u < validation_fraction else "test"

@@ -38,9 +38,10 @@ from typing import Any
 
 import numpy as np
 
+from abpo.data.splits import VALIDATION_SALT as SPLIT_SALT, split_of_user  # noqa: F401 (re-exported)
+
 KS = (1, 5)
 BASELINES = ("popularity", "ml_retrain")
-SPLIT_SALT = "abpo-experiment-users"
 
 
 # ------------------------------------------------------------------------------------------------- rows
@@ -75,13 +76,6 @@ def row_label(row: str) -> str:
 
 
 # ----------------------------------------------------------------------------------------- evaluation users
-
-
-def split_of_user(user_id: int, validation_fraction: float) -> str:
-    """'validation' or 'test' for a user: a salted SHA-256 of the id, fixed across seeds and reruns."""
-    h = hashlib.sha256(f"{SPLIT_SALT}:{int(user_id)}".encode()).digest()
-    u = int.from_bytes(h[:8], "big") / 2**64
-    return "validation" if u < validation_fraction else "test"
 
 
 def eval_examples_for(cfg, splits, ds) -> list:

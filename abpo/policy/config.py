@@ -14,7 +14,22 @@ class PolicyConfig:
             "directory or a hub id already in the local cache (loaded offline)."
         },
     )
-    max_history: int = field(default=10, metadata={"help": "Most recent history items shown in the prompt."})
+    prompt_style: str = field(
+        default="text",
+        metadata={
+            "help": "text | item_tokens. text: the paper's prompt (history titles, candidate lines "
+            "<item_id>ID</item_id><item>TITLE</item>, the instruction) and s_p = the mean log-prob over the whole "
+            "answer (ABPO_SPEC.md). item_tokens (needs one vocabulary token per item: the tiny model): the "
+            "instruction, the candidate set as item tokens, then the history as item tokens (the most recent last, "
+            "right before the answer); the same answer format, and s_p = the log-prob of the answer's item token, the "
+            "one token that chooses (abpo.policy.scoring). One builder (abpo.policy.prompt.request_prompt) serves "
+            "SFT, logging, e_old, rollouts, serving and evaluation in both styles."
+        },
+    )
+    max_history: int = field(
+        default=10,
+        metadata={"help": "Most recent history items shown in the prompt (text: titles; item_tokens: item tokens)."},
+    )
     max_prompt_tokens: int = field(
         default=4096,
         metadata={"help": "Prompt token budget; over it the oldest history items are dropped first (never candidates)."},
@@ -63,6 +78,14 @@ class PolicyConfig:
         default_factory=lambda: ["q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
         metadata={"help": "Modules LoRA adapts (paper: q, v, o, gate, up, down)."},
     )
+    lora_train_embeddings: bool = field(
+        default=False,
+        metadata={
+            "help": "With LoRA: also train the input embeddings and the LM head in full (peft modules_to_save, kept "
+            "tied), where an item-token model keeps its per-item knowledge; a LoRA on attention and MLP alone cannot "
+            "move them. Full fine-tuning (lora_r = 0) trains them anyway."
+        },
+    )
     dtype: str = field(default="float32", metadata={"help": "float32 | bfloat16."})
     num_threads: int = field(
         default=0,
@@ -76,6 +99,26 @@ class PolicyConfig:
 
 @dataclass
 class SFTConfig:
+    pretrain_epochs: int = field(
+        default=0,
+        metadata={
+            "help": "pi_init stage 1 (abpo.policy.pretrain): at most this many epochs of next-item pre-training over "
+            "every position of each user's item-token sequence x_{1:T} (full softmax over the catalog's item "
+            "tokens), before the answer-format SFT (stage 2). Needs one token per item (the tiny model); 0 = off."
+        },
+    )
+    pretrain_learning_rate: float = field(default=3e-3, metadata={"help": "Stage 1 peak learning rate (AdamW, cosine)."})
+    pretrain_batch_size: int = field(default=32, metadata={"help": "Stage 1: sequence windows per step."})
+    pretrain_max_length: int = field(
+        default=200, metadata={"help": "Stage 1: window length in items (long sequences are cut, one item overlap)."}
+    )
+    pretrain_patience: int = field(
+        default=2,
+        metadata={
+            "help": "Stage 1 early stopping: stop after this many epochs without a lower loss of the validation "
+            "users (experiment.validation_fraction) on their next items x_{T+1..T+N-1}; the best epoch is kept."
+        },
+    )
     epochs: float = field(default=1.0, metadata={"help": "Passes over D_sup."})
     max_steps: int = field(default=-1, metadata={"help": "Stop after this many optimizer steps; -1 = epochs decide."})
     learning_rate: float = field(default=3e-3, metadata={"help": "SFT learning rate."})

@@ -28,7 +28,13 @@ E_{a ~ q_theta}[A], the objective of ABPO_SPEC.md step 5 for that sampling polic
 would add sum_t A * grad log pi_theta(S_t | a_<t): a term that pushes probability onto (or off) whole allowed sets,
 e.g. raises every title token of rewarded answers, which is not a gradient of the sampled objective.
 Forced tokens have log q = 0 and no gradient. Self-certainty (r_sc) still uses pi_theta's full-vocabulary
-next-token distribution, as ABPO_SPEC.md defines it (KL of the uniform distribution over the vocabulary).
+next-token distribution, as ABPO_SPEC.md defines it (KL of the uniform distribution over the vocabulary), but only
+at the positions that carry a choice (``AnswerTrie.choice_mask``): a forced title token says how confidently the
+model copies a title, not how sure it is of the item.
+
+When only the first step branches (one token per item id: ``AnswerTrie.single_choice``), a rollout is one draw
+from softmax_{a in C}(z[item_token(a)] / T) followed by its forced tokens, and ``sample_single_choice`` makes it
+with one forward over the prompts instead of one decoding step per answer token (the same distribution, Eq. q).
 
 Top-p / top-k / min-p would truncate the masked distribution and break (Eq. q); constrained rollouts require them
 off (``check_sampling``).
@@ -70,6 +76,51 @@ class AnswerTrie:
             if node is None:
                 return None
         return node
+
+    @property
+    def single_choice(self) -> bool:
+        """True when only the first token branches: every answer is its first token + a forced chain (+ EOS)."""
+        cached = getattr(self, "_single_choice", None)
+        if cached is None:
+            def chain(node: dict) -> bool:
+                while node:
+                    if len(node) != 1:
+                        return False
+                    node = next(iter(node.values()))
+                return True
+
+            cached = all(chain(child) for child in self.root.values())
+            self._single_choice = cached
+        return cached
+
+    def forced_tail(self, first: int) -> list[int]:
+        """The tokens forced after first token ``first`` (up to and including EOS) in a ``single_choice`` trie."""
+        node = self.root.get(int(first))
+        if node is None:
+            raise ConstrainedRolloutError(f"token {first} is not a first answer token of this candidate set")
+        out = []
+        while node:
+            if len(node) != 1:
+                raise ConstrainedRolloutError("forced_tail: the answer branches after its first token")
+            tok, node = next(iter(node.items()))
+            out.append(int(tok))
+        return out
+
+    def choice_mask(self, completion: Sequence[int]) -> list[int]:
+        """1 at the positions of ``completion`` that carry a choice, 0 at forced ones: position t is a choice when
+        the answers of C branch there (more than one allowed continuation of completion[:t]); once the completion
+        leaves the trie (a free, malformed answer) every later token is free text and counts as a choice. With one
+        token per item id that is the item token alone."""
+        out = []
+        node: dict | None = self.root
+        for tok in completion:
+            if node is None:  # already left the trie: free text
+                out.append(1)
+                continue
+            nxt = node.get(int(tok))
+            out.append(1 if (len(node) != 1 or nxt is None) else 0)  # a branch, or a step off the trie
+            node = nxt
+        return out
 
     def allowed_per_position(self, completion: Sequence[int]) -> list[list[int]]:
         """S_t for every position t of ``completion``: the allowed tokens given completion[:t] (sorted).
@@ -148,6 +199,45 @@ class CandidateConstraint(LogitsProcessor):
         constrained[rows_t] = True
         keep |= ~constrained[:, None]  # unconstrained rows keep everything
         return scores.masked_fill(~keep, float("-inf"))
+
+
+@torch.no_grad()
+def sample_single_choice(
+    model, prompt_ids: Sequence[Sequence[int]], tries: Sequence[AnswerTrie], temperature: float,
+    *, generator: torch.Generator | None = None,
+) -> tuple[list[list[int]], torch.Tensor]:
+    """Constrained rollouts for ``single_choice`` tries with one forward: for each prompt r, its first answer token
+    is drawn from softmax_{v in S_0}(z_r[v] / T) (Eq. q at the only branching step, S_0 = the first tokens of
+    ``tries[r]``), then its forced tail (title markup and EOS) is appended. Returns the completions and the
+    full-vocabulary next-token logits ``[N, V]`` at the choice position (float32, for self-certainty)."""
+    if not tries or len(tries) != len(prompt_ids):
+        raise ValueError(f"sample_single_choice: {len(prompt_ids)} prompts for {len(tries)} tries")
+    if not all(t.single_choice for t in tries):
+        raise ValueError("sample_single_choice: a candidate set's answers branch after their first token")
+    device = next(model.parameters()).device
+    longest = max(len(p) for p in prompt_ids)
+    ids = torch.zeros((len(prompt_ids), longest), dtype=torch.long)
+    attn = torch.zeros_like(ids)
+    for r, p in enumerate(prompt_ids):
+        ids[r, longest - len(p) :] = torch.as_tensor(list(p), dtype=torch.long)
+        attn[r, longest - len(p) :] = 1
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)
+    was_training = model.training
+    model.eval()
+    try:
+        z = model(
+            input_ids=ids.to(device), attention_mask=attn.to(device), position_ids=pos.to(device), logits_to_keep=1,
+            use_cache=False,
+        ).logits[:, -1].float().cpu()
+    finally:
+        model.train(was_training)
+    out = []
+    for r, trie in enumerate(tries):
+        allowed = torch.tensor(sorted(trie.root), dtype=torch.long)
+        probs = torch.softmax(z[r, allowed] / temperature, dim=-1)
+        first = int(allowed[torch.multinomial(probs, 1, generator=generator)])
+        out.append([first, *trie.forced_tail(first)])
+    return out, z
 
 
 def check_sampling(*, top_p: float, top_k: int | None, min_p: float | None) -> None:

@@ -64,7 +64,7 @@ def catalog_fingerprint(titles: dict[int, str]) -> str:
 def tiny_dir(policy_cfg, paths_cfg, titles: dict[int, str], seed: int) -> Path:
     """Cache directory of the tiny model for this shape, seed and catalog."""
     key = json.dumps(
-        {"shape": _tiny_shape(policy_cfg), "seed": seed, "catalog": catalog_fingerprint(titles), "v": 2},
+        {"shape": _tiny_shape(policy_cfg), "seed": seed, "catalog": catalog_fingerprint(titles), "v": 3},
         sort_keys=True,
     )
     return paths_cfg.resolve("models") / f"tiny-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
@@ -160,18 +160,23 @@ def smollm2_dir(paths_cfg) -> Path:
 
 
 def lora_config(policy_cfg):
-    """peft ``LoraConfig`` from ``policy.lora_*`` (paper: r=8, alpha=16, dropout 0, q,v,o,gate,up,down);
-    ``None`` when ``lora_r == 0`` (full fine-tuning)."""
+    """peft ``LoraConfig`` from ``policy.lora_*`` (paper: r=8, alpha=16, dropout 0, q,v,o,gate,up,down; with
+    ``lora_train_embeddings`` the embeddings and LM head are trained in full too); ``None`` when ``lora_r == 0``
+    (full fine-tuning)."""
     if policy_cfg.lora_r <= 0:
         return None
     from peft import LoraConfig
 
+    extra = {}
+    if getattr(policy_cfg, "lora_train_embeddings", False):  # per-item knowledge: embeddings + head, kept tied
+        extra = {"modules_to_save": ["embed_tokens", "lm_head"], "ensure_weight_tying": True}
     return LoraConfig(
         r=policy_cfg.lora_r,
         lora_alpha=policy_cfg.lora_alpha,
         lora_dropout=policy_cfg.lora_dropout,
         target_modules=list(policy_cfg.lora_target_modules),
         task_type="CAUSAL_LM",
+        **extra,
     )
 
 

@@ -1,7 +1,7 @@
 """The prompt q (user history + candidate set C) and the answer format of ABPO_SPEC.md "The prompt and the
-output format".
+output format", in two styles (``policy.prompt_style``).
 
-One template, three parts in this order:
+``text`` (the paper's prompt; the smollm2 and gpu presets): one template, three parts in this order:
 
 1. the user's history: item titles, oldest first, the most recent ``max_history`` of them;
 2. the candidate set: one line per candidate, written exactly as a well-formed answer
@@ -13,13 +13,22 @@ start of the assistant turn: the string the model continues); ``fit_prompt`` doe
 dropping the OLDEST history items first and never cutting the candidate list (``PromptTooLongError`` when the
 candidates alone do not fit).
 
-The answer r(a) of candidate a is ``format_answer(a, title(a))``; ``parse_answer`` is the strict parser used for
-the format reward and for HR@1-by-generation.
+``item_tokens`` (models with one vocabulary token per item, i.e. the tiny model; the tiny and demo presets):
+the instruction, then the candidate set as item tokens ``<item_id>ID</item_id>`` back to back, then the history as
+item tokens, oldest first and the most recent last (``build_item_token_prompt``). Each item is ONE token, so a
+history of 200 items and 100 candidates is ~330 tokens, where the text style needs ~1,800 for 10 titles. The
+history comes last so that the latest items sit right before the answer at the same relative positions whatever the
+candidate count: the layout of next-item pre-training (abpo.policy.pretrain), where the next item is predicted
+right after the last one. Over the budget the oldest history items are dropped first, as in the text style.
+
+The answer r(a) of candidate a is ``format_answer(a, title(a))`` in both styles; ``parse_answer`` is the strict
+parser used for the format reward and for HR@1-by-generation.
 """
 
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,8 +45,17 @@ INSTRUCTION = (
     "Recommend the single most suitable next item for this user from the candidate items. "
     f"Answer with exactly one candidate as {ID_OPEN}ID{ID_CLOSE}{ITEM_OPEN}TITLE{ITEM_CLOSE}."
 )
-#: Every fixed string of the template (the tiny tokenizer is trained on these too).
-TEMPLATE_STRINGS = (HISTORY_HEADER, EMPTY_HISTORY, CANDIDATES_HEADER, INSTRUCTION)
+ITEM_TOKEN_INSTRUCTION = (
+    f"Recommend the next item from the candidates. Answer as {ID_OPEN}ID{ID_CLOSE}{ITEM_OPEN}TITLE{ITEM_CLOSE}."
+)
+ITEM_TOKEN_CANDIDATES_HEADER = "Candidates:"
+ITEM_TOKEN_HISTORY_HEADER = "History:"
+PROMPT_STYLES = ("text", "item_tokens")
+#: Every fixed string of the templates (the tiny tokenizer is trained on these too).
+TEMPLATE_STRINGS = (
+    HISTORY_HEADER, EMPTY_HISTORY, CANDIDATES_HEADER, INSTRUCTION,
+    ITEM_TOKEN_INSTRUCTION, ITEM_TOKEN_CANDIDATES_HEADER, ITEM_TOKEN_HISTORY_HEADER,
+)
 
 
 class PromptTooLongError(ValueError):
@@ -52,6 +70,50 @@ def _clean_title(title: str) -> str:
 def format_answer(item_id: int, title: str) -> str:
     """The well-formed answer r(a) for item ``item_id``: ``<item_id>ID</item_id><item>TITLE</item>``."""
     return f"{ID_OPEN}{int(item_id)}{ID_CLOSE}{ITEM_OPEN}{_clean_title(title)}{ITEM_CLOSE}"
+
+
+def item_token(item_id: int) -> str:
+    """The item token of ``item_id``: its whole id markup ``<item_id>ID</item_id>``, the first token of its answer
+    (one vocabulary token in a tokenizer with item tokens, abpo.policy.tokenizer)."""
+    return f"{ID_OPEN}{int(item_id)}{ID_CLOSE}"
+
+
+def build_item_token_prompt(history_ids: Sequence[int], candidate_ids: Sequence[int], max_history: int) -> str:
+    """The user message of prompt q in the ``item_tokens`` style: the instruction, the candidates as item tokens,
+    then the last ``max_history`` history items as item tokens (oldest first, the most recent last).
+    ``max_history <= 0`` shows no history. The candidate list is never shortened here."""
+    if not candidate_ids:
+        raise ValueError("build_item_token_prompt: the candidate set is empty")
+    shown = list(history_ids)[-max_history:] if max_history > 0 else []
+    return "\n".join([
+        ITEM_TOKEN_INSTRUCTION,
+        ITEM_TOKEN_CANDIDATES_HEADER + "".join(item_token(a) for a in candidate_ids),
+        ITEM_TOKEN_HISTORY_HEADER + ("".join(item_token(h) for h in shown) if shown else EMPTY_HISTORY),
+    ])
+
+
+def prompt_style(policy_cfg: Any) -> str:
+    """``policy.prompt_style``, checked."""
+    style = getattr(policy_cfg, "prompt_style", "text")
+    if style not in PROMPT_STYLES:
+        raise ValueError(f"policy.prompt_style={style!r}; rule: one of {list(PROMPT_STYLES)}")
+    return style
+
+
+def check_item_tokens(tokenizer: Any, item_ids: Sequence[int]) -> list[int]:
+    """The vocabulary ids of the item tokens of ``item_ids``; raises when one of them is not ONE token of
+    ``tokenizer`` (the item_tokens style and choice scoring need a tokenizer with item tokens)."""
+    toks = [item_token(i) for i in item_ids]
+    ids = tokenizer.convert_tokens_to_ids(toks)
+    unk = getattr(tokenizer, "unk_token_id", None)
+    bad = [int(i) for i, t in zip(item_ids, ids) if t is None or (unk is not None and t == unk)]
+    if bad:
+        raise ValueError(
+            f"policy.prompt_style=item_tokens: items {bad[:5]} have no item token in tokenizer "
+            f"{getattr(tokenizer, 'name_or_path', type(tokenizer).__name__)}; rule: the item_tokens style needs one "
+            "vocabulary token per item (the tiny model's tokenizer, built on this catalog); use prompt_style=text"
+        )
+    return [int(t) for t in ids]
 
 
 def _history_line(i: int, item: str | tuple[int, str]) -> str:
@@ -160,6 +222,61 @@ def fit_prompt(
     return FittedPrompt(t, u, m, k, len(history) - k)
 
 
+_FIXED_TOKENS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _item_token_overhead(tokenizer: Any) -> tuple[int, int]:
+    """Tokens of the item_tokens prompt besides its items: (with a history, with the empty-history marker). Each
+    item is one added token, so the text between items tokenizes the same whatever the items (measured once per
+    tokenizer on a 1-candidate, 1-item prompt)."""
+    try:
+        cached = _FIXED_TOKENS.get(tokenizer)
+    except TypeError:
+        cached = None
+    if cached is None:
+        probe = next(iter(tokenizer.get_added_vocab()), None)
+        item = None
+        for tok in tokenizer.get_added_vocab():
+            if tok.startswith(ID_OPEN) and tok.endswith(ID_CLOSE) and tok[len(ID_OPEN) : -len(ID_CLOSE)].isdigit():
+                item = int(tok[len(ID_OPEN) : -len(ID_CLOSE)])
+                break
+        if item is None:
+            raise ValueError(f"policy.prompt_style=item_tokens: tokenizer has no item tokens (first added: {probe!r})")
+        with_h = len(encode_prompt(tokenizer, render_chat(tokenizer, build_item_token_prompt([item], [item], 1)))) - 2
+        no_h = len(encode_prompt(tokenizer, render_chat(tokenizer, build_item_token_prompt([], [item], 0)))) - 1
+        cached = (with_h, no_h)
+        try:
+            _FIXED_TOKENS[tokenizer] = cached
+        except TypeError:
+            pass
+    return cached
+
+
+def fit_item_token_prompt(
+    tokenizer: Any, history_ids: Sequence[int], candidate_ids: Sequence[int], *, max_history: int,
+    max_prompt_tokens: int,
+) -> FittedPrompt:
+    """``build_item_token_prompt`` + ``render_chat`` under ``max_prompt_tokens``: every item is one token, so the
+    prompt with k >= 1 history items takes (its fixed text) + |C| + k tokens; the oldest items beyond the budget are
+    dropped, the candidate list is never cut (``PromptTooLongError`` when the candidates alone do not fit). Raises
+    when an item has no item token (``check_item_tokens``)."""
+    history = list(history_ids)[-max_history:] if max_history > 0 else []
+    check_item_tokens(tokenizer, [*candidate_ids, *history])
+    with_h, no_h = _item_token_overhead(tokenizer)
+    n0 = no_h + len(candidate_ids)
+    k = max(0, min(len(history), max_prompt_tokens - with_h - len(candidate_ids)))
+    if k == 0 and n0 > max_prompt_tokens:
+        raise PromptTooLongError(
+            f"prompt: the {len(candidate_ids)} candidates alone take {n0} tokens, over policy.max_prompt_tokens="
+            f"{max_prompt_tokens}; raise the budget or lower the candidate count"
+        )
+    if k == 0:
+        user = build_item_token_prompt([], candidate_ids, 0)
+        return FittedPrompt(render_chat(tokenizer, user), user, n0, 0, len(history))
+    user = build_item_token_prompt(history[len(history) - k :], candidate_ids, k)
+    return FittedPrompt(render_chat(tokenizer, user), user, with_h + len(candidate_ids) + k, k, len(history) - k)
+
+
 def request_prompt(
     tokenizer: Any,
     history: Sequence[tuple[int, str]],
@@ -171,6 +288,11 @@ def request_prompt(
     goes through here, so ``policy.history_item_ids``, ``policy.max_history`` and ``policy.max_prompt_tokens``
     mean the same thing everywhere (a prompt built one way and scored another would make e_old / e0 compare two
     different policies)."""
+    if prompt_style(policy_cfg) == "item_tokens":
+        return fit_item_token_prompt(
+            tokenizer, [int(i) for i, _ in history], [int(i) for i, _ in candidates],
+            max_history=policy_cfg.max_history, max_prompt_tokens=policy_cfg.max_prompt_tokens,
+        )
     with_ids = bool(getattr(policy_cfg, "history_item_ids", False))
     return fit_prompt(
         tokenizer,

@@ -1,10 +1,29 @@
 """Candidate scores and propensities, ABPO_SPEC.md "Propensities".
 
-For a policy p, a prompt q (history + candidate set C) and a candidate a in C with answer text
-r(a) = ``format_answer(a, title(a))`` tokenized as t_1..t_L (on its own, appended to the prompt's tokens):
+For a policy p, a prompt q (history + candidate set C) and a candidate a in C, s_p(a, q) is the log-likelihood of
+the item's representation r(a), and e_p its softmax over C:
 
-    (Eq. s_p)  s_p(a, q) = (1/L) * sum_{l=1..L} log p(t_l | q, t_<l)      length-normalised log-likelihood
-    (Eq. e_p)  e_p(a | q) = softmax_{a in C}( s_p(a, q) / tau )          candidate-level, never over the catalog
+    (Eq. s_p, text)        s_p(a, q) = (1/L) * sum_{l=1..L} log p(t_l | q, t_<l)   r(a) = the answer text t_1..t_L
+    (Eq. s_p, item token)  s_p(a, q) = log p(item_token(a) | q)                   r(a) = the item's one token
+    (Eq. e_p)              e_p(a | q) = softmax_{a in C}( s_p(a, q) / tau )       candidate-level, never the catalog
+
+Which one is used follows ``policy.prompt_style`` (``scores_on_choice``):
+
+- ``text`` (the paper's gemma prompt, smollm2, gpu): the answer ``format_answer(a, title(a))`` tokenized on its
+  own and appended to the prompt's tokens, length-normalised over all its tokens, as the spec defines s_p for a text
+  model (its id digits and title together name the item).
+- ``item_tokens`` (the tiny model: one vocabulary token per item): the answer's first token IS the item, and
+  everything after it (``<item>TITLE</item>`` and EOS) is forced by the item and carries no choice. Averaging those
+  ~15 forced title tokens into s_p would rank items by how easily their titles are copied (length normalisation
+  even favours long ones). s_p is the log-probability of the item token, the model's own representation of the item
+  (ABPO_SPEC.md: "r(a) is that item token"), and e_p = softmax(s_p / tau) over C is then exactly the distribution
+  constrained rollouts sample the item from at temperature tau (abpo.policy.constrained, Eq. q: the masked softmax
+  over C's item tokens; the forced rest has probability 1). e0, e_old, serving and HR@K rank by that one
+  distribution.
+
+Both are candidate-level propensities as ABPO needs them: a score per candidate of the same request, normalised
+over C only (the full-vocabulary log-normaliser of the item-token score is shared by all candidates and cancels in
+the softmax over C), so e_old / e0 compares two policies' probabilities of the same logged item among the same C.
 
 The logging policy samples a_log ~ Categorical(e0(.|q)) and stores e0(a_log|q) (``sample_logged_action``).
 
@@ -25,7 +44,20 @@ from typing import Any
 import numpy as np
 import torch
 
-from abpo.policy.prompt import FittedPrompt, encode_answer, encode_prompt, example_prompt, format_answer
+from abpo.policy.prompt import (
+    FittedPrompt,
+    check_item_tokens,
+    encode_answer,
+    encode_prompt,
+    example_prompt,
+    format_answer,
+    prompt_style,
+)
+
+
+def scores_on_choice(policy_cfg) -> bool:
+    """True when s_p is the item token's log-prob (``policy.prompt_style=item_tokens``), False for the text mean."""
+    return prompt_style(policy_cfg) == "item_tokens"
 
 
 def _device(model) -> torch.device:
@@ -151,6 +183,72 @@ def score_token_ids_batch(
     finally:
         model.train(was_training)
     return out
+
+
+@torch.no_grad()
+def score_choice_batch(
+    model, prompt_ids: Sequence[Sequence[int]], choice_ids: Sequence[Sequence[int]], *, batch_tokens: int
+) -> list[torch.Tensor]:
+    """Eq. s_p (item token) for several prompts: ``[M_i]`` = log p(choice_ids[i][m] | prompt i), the full-vocabulary
+    log-softmax of the next-token logits after the prompt, read at each candidate's item token.
+
+    One forward per group of prompts (similar lengths together, left-padded, position ids from the attention mask,
+    group size x longest prompt <= ``batch_tokens``); only the last position goes through the LM head. Returns
+    float32 on the CPU."""
+    if len(prompt_ids) != len(choice_ids):
+        raise ValueError(f"score_choice_batch: {len(prompt_ids)} prompts for {len(choice_ids)} candidate lists")
+    for i, p in enumerate(prompt_ids):
+        if not p:
+            raise ValueError(f"score_choice_batch: prompt {i} is empty")
+    device = _device(model)
+    out: list[torch.Tensor] = [torch.empty(len(c), dtype=torch.float32) for c in choice_ids]
+    was_training = model.training
+    model.eval()
+    try:
+        order = sorted(range(len(prompt_ids)), key=lambda i: len(prompt_ids[i]))
+        start = 0
+        while start < len(order):
+            stop = start + 1
+            while stop < len(order) and (stop - start + 1) * len(prompt_ids[order[stop]]) <= batch_tokens:
+                stop += 1
+            group = order[start:stop]
+            start = stop
+            longest = max(len(prompt_ids[i]) for i in group)
+            ids = torch.zeros((len(group), longest), dtype=torch.long)
+            attn = torch.zeros((len(group), longest), dtype=torch.long)
+            for r, i in enumerate(group):
+                p = prompt_ids[i]
+                ids[r, longest - len(p) :] = torch.as_tensor(list(p), dtype=torch.long)
+                attn[r, longest - len(p) :] = 1
+            pos = (attn.cumsum(-1) - 1).clamp(min=0)
+            logits = model(
+                input_ids=ids.to(device), attention_mask=attn.to(device), position_ids=pos.to(device),
+                logits_to_keep=1, use_cache=False,
+            ).logits[:, -1].float()
+            logp = torch.log_softmax(logits, dim=-1).cpu()
+            for r, i in enumerate(group):
+                out[i] = logp[r, torch.as_tensor(list(choice_ids[i]), dtype=torch.long)].clone()
+    finally:
+        model.train(was_training)
+    return out
+
+
+def score_prompt_ids(
+    model, tokenizer, prompt_ids: Sequence[Sequence[int]], candidates: Sequence[Sequence[int]],
+    answers: Sequence[Sequence[str]], policy_cfg,
+) -> list[torch.Tensor]:
+    """Eq. s_p of every candidate of every (tokenized) prompt, as ``policy.prompt_style`` defines it: the item
+    token's log-prob (``score_choice_batch``) or the answer's mean token log-prob (``score_token_ids_batch``).
+    ``candidates[i]`` are prompt i's item ids and ``answers[i]`` their answers r(a) (only read for text)."""
+    if scores_on_choice(policy_cfg):
+        return score_choice_batch(
+            model, prompt_ids, [check_item_tokens(tokenizer, c) for c in candidates],
+            batch_tokens=policy_cfg.scoring_batch_tokens,
+        )
+    return score_token_ids_batch(
+        model, prompt_ids, [_answer_token_ids(tokenizer, a) for a in answers],
+        batch_tokens=policy_cfg.scoring_batch_tokens,
+    )
 
 
 def _logsumexp_(x: torch.Tensor) -> torch.Tensor:
@@ -406,8 +504,9 @@ def score_examples(
     prompts_per_call: int = 64,
 ) -> list[ScoredExample]:
     """Eq. s_p for every candidate of every example (prompt fitted to ``policy.max_prompt_tokens``), scored with
-    ``score_token_ids_batch`` (``policy.scoring_batch_tokens`` bounds a group of prompts). ``progress``: a tqdm
-    description (or True) to show a bar."""
+    ``score_prompt_ids`` (the item token's log-prob or the answer mean, per ``policy.prompt_style``;
+    ``policy.scoring_batch_tokens`` bounds a group of prompts). ``progress``: a tqdm description (or True) to show
+    a bar."""
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -419,8 +518,9 @@ def score_examples(
             part = examples[i : i + prompts_per_call]
             fitted = [example_prompt(ex, titles, tokenizer, policy_cfg) for ex in part]
             p_ids = tokenizer([fp.text for fp in fitted], add_special_tokens=False)["input_ids"]  # = encode_prompt
-            a_ids = [_answer_token_ids(tokenizer, candidate_answers(ex.candidates, titles)) for ex in part]
-            scores = score_token_ids_batch(model, p_ids, a_ids, batch_tokens=policy_cfg.scoring_batch_tokens)
+            cands = [list(ex.candidates) for ex in part]
+            answers = [] if scores_on_choice(policy_cfg) else [candidate_answers(c, titles) for c in cands]
+            scores = score_prompt_ids(model, tokenizer, p_ids, cands, answers, policy_cfg)
             out += [ScoredExample(ex, fp, s) for ex, fp, s in zip(part, fitted, scores)]
             if bar is not None:
                 bar.update(len(part))

@@ -1,5 +1,7 @@
 """pi_init: the initial deployed policy, trained by supervised fine-tuning on D_sup (ABPO_SPEC.md "Data objects")
-with TRL's ``SFTTrainer``.
+with TRL's ``SFTTrainer``; for item-token models (``sft.pretrain_epochs > 0``) after a next-item pre-training stage
+over every position of each user's x_{1:T} (``pretrain_stage``, abpo.policy.pretrain). Each stage's wall time is
+printed and logged (``stage_seconds_*``).
 
 Each D_sup example (x_{1:t}, C, x_{t+1}) becomes prompt q = the fitted, chat-rendered prompt and completion
 r(x_{t+1}) + EOS. The dataset is handed to TRL pre-tokenized (``input_ids`` + ``completion_mask``), with the
@@ -34,6 +36,7 @@ class SFTResult:
     metrics: dict[str, float] = field(default_factory=dict)  # evaluation of pi_init (HR@K, random_HR@K, ...)
     n_train: int = 0
     seconds: float = 0.0
+    stage_seconds: dict[str, float] = field(default_factory=dict)  # pretrain (stage 1), sft (stage 2)
 
 
 def sft_records(examples, titles, tokenizer, policy_cfg) -> list[dict[str, list[int]]]:
@@ -53,6 +56,31 @@ def sft_records(examples, titles, tokenizer, policy_cfg) -> list[dict[str, list[
             a = list(a) + [tokenizer.eos_token_id]
             out.append({"input_ids": list(p) + a, "completion_mask": [0] * len(p) + [1] * len(a)})
     return out
+
+
+def pretrain_stage(model, tokenizer, dataset, splits, cfg, *, echo=print, log_mlflow: bool = False):
+    """pi_init stage 1 (abpo.policy.pretrain): next-item pre-training of ``model`` in place on every user's
+    x_{1:T}, early-stopped on the validation users' next items x_{T+1..T+N-1} (``experiment.validation_fraction``;
+    the test users' targets are never read). Metrics go to the active MLflow run when ``log_mlflow``."""
+    from abpo.data.splits import split_of_user
+    from abpo.policy.pretrain import pretrain_next_item
+
+    s = cfg.sft
+    train = {sp.user_id: sp.history for sp in splits}
+    val = {sp.user_id: (sp.history, sp.update) for sp in splits
+           if split_of_user(sp.user_id, cfg.experiment.validation_fraction) == "validation"}
+    log = None
+    if log_mlflow:
+        import mlflow
+
+        def log(name, value, step):
+            mlflow.log_metric(name, value, step=step)
+
+    return pretrain_next_item(
+        model, tokenizer, train, val, item_ids=list(dataset.titles()), epochs=s.pretrain_epochs,
+        learning_rate=s.pretrain_learning_rate, batch_size=s.pretrain_batch_size, max_length=s.pretrain_max_length,
+        patience=s.pretrain_patience, weight_decay=0.0, seed=cfg.seed, echo=echo, log_metric=log,
+    )
 
 
 def register_pi_init(model_uri: str, tags: dict):
@@ -265,9 +293,20 @@ def train_sft(
     result = SFTResult(model_dir=out_dir, mlflow_run_id=None, model_version=None, n_train=len(records))
 
     def body(run=None):
+        if cfg.sft.pretrain_epochs > 0:
+            pre = pretrain_stage(model, tok, ds, splits, cfg, echo=echo, log_mlflow=run is not None)
+            result.stage_seconds["pretrain"] = pre.seconds
+            result.metrics.update({
+                "pretrain_epochs_run": float(pre.epochs_run), "pretrain_best_epoch": float(pre.best_epoch),
+            })
+            echo(f"pi_init stage 1 (next-item pre-training): {pre.seconds:.1f}s, {pre.epochs_run} epochs, best "
+                 f"epoch {pre.best_epoch}, {pre.n_train_positions} training positions")
+        t_sft = time.time()
         trained, _ = run_sft(
             model, tok, records, cfg, work, callbacks=[_Losses()], peft_config=lora_config(cfg.policy) if cfg.sft.use_lora else None
         )
+        result.stage_seconds["sft"] = time.time() - t_sft
+        echo(f"pi_init stage 2 (answer-format SFT): {result.stage_seconds['sft']:.1f}s, {len(records)} D_sup pairs")
         shutil.rmtree(work, ignore_errors=True)
         tmp = out_dir.with_name(out_dir.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
@@ -302,6 +341,7 @@ def train_sft(
             mlflow.log_params({k: str(v)[:500] for k, v in params.items()})
             if result.metrics:
                 mlflow.log_metrics({k.replace("@", "_at_"): v for k, v in result.metrics.items()})
+            mlflow.log_metrics({f"stage_seconds_{k}": v for k, v in result.stage_seconds.items()})
             if losses:
                 png = _loss_png(losses, Path(work.parent / "sft_loss.png"))
                 mlflow.log_artifact(str(png))

@@ -132,6 +132,7 @@ class ABPOSettings:
     constrained_rollouts: bool = False  # policy.constrained_rollouts: rollouts only name candidates (Eq. q)
     ratio_level: str = "sequence"  # update.ratio_level: how s_i^j of step 5 is formed
     grpo_equal_samples: bool = False  # update.grpo_equal_samples: (B) samples G-1 rollouts like C-F
+    prompt_style: str = "text"  # policy.prompt_style: item_tokens scores e_old on the item token (abpo.policy.scoring)
 
 
 def rollouts_per_example(variant: Variant | str, group_size: int, *, equal_samples: bool = False) -> int:
@@ -255,6 +256,8 @@ class ABPOTrainer(GRPOTrainer):
         hf_generate = not self.use_vllm and not getattr(self, "use_transformers_continuous_batching", False)
         record = self.variant.self_certainty and hf_generate
         constraint = self._rollout_constraint(len(prompt_ids)) if self.abpo.constrained_rollouts and hf_generate else None
+        if constraint is not None and all(t is not None and t.single_choice for t in constraint.tries):
+            return self._single_choice_rollouts(prompt_ids, constraint.tries, record)
         if not record and constraint is None:
             return super()._generate_single_turn(prompt_ids, *args, **kwargs)
         model = self._unwrapped()
@@ -287,10 +290,27 @@ class ABPOTrainer(GRPOTrainer):
             lengths = [len(c) for c in completion_ids]
             if steps and all(s.shape == (len(prompt_ids),) for s in steps) and max(lengths, default=0) <= len(steps):
                 kl = torch.stack(steps, dim=1)  # [B, S]: column t = the logits completion token t was sampled from
-                mask = torch.arange(kl.shape[1])[None, :] < torch.tensor(lengths)[:, None]
-                self._abpo_rollout_sc = self_certainty_from_token_kl(kl, mask).tolist()
+                mask = torch.zeros_like(kl, dtype=torch.long)  # r_sc over the choice positions only
+                for r, (row, c) in enumerate(zip(self._abpo_gen_inputs or [], completion_ids)):
+                    m = self._trie(row).choice_mask(c)
+                    mask[r, : len(m)] = torch.tensor(m, dtype=torch.long)
+                if self._abpo_gen_inputs is not None and len(self._abpo_gen_inputs) == len(completion_ids):
+                    self._abpo_rollout_sc = self_certainty_from_token_kl(kl, mask).tolist()
             # otherwise (an unexpected call pattern of generate): _abpo_advantages falls back to a forward pass
         return completion_ids, logprobs
+
+    def _single_choice_rollouts(self, prompt_ids, tries, record: bool):
+        """Constrained rollouts when every candidate set branches at its first token only (one token per item id):
+        one forward over the prompts, the item token drawn from Eq. q at ``temperature``, then its forced tail
+        (abpo.policy.constrained.sample_single_choice): the distribution HF ``generate`` with the candidate
+        constraint samples from, without a decoding step per forced title token. Self-certainty (when the variant
+        needs it) is KL(U || pi_theta(.|q)) at that one choice position, from the same logits."""
+        from abpo.policy.constrained import sample_single_choice
+
+        completion_ids, logits = sample_single_choice(self._unwrapped(), prompt_ids, tries, self.temperature)
+        if record:
+            self._abpo_rollout_sc = token_kl_from_uniform(logits).tolist()
+        return completion_ids, None
 
     # ------------------------------------------------------------------------------ constrained rollouts
 
@@ -497,12 +517,21 @@ class ABPOTrainer(GRPOTrainer):
         """e_old(a_log | q) = softmax_C(s_old / tau)[a_log] (ABPO_SPEC.md "Propensities", step 3) under the rollout
         policy pi_old for every (prompt ids, candidate answers, candidates, a_log), scored together by the policy
         helper's batched shared-prefix scorer over each example's whole candidate set."""
-        from abpo.policy.scoring import candidate_propensities, score_token_ids_batch
+        from abpo.policy.prompt import check_item_tokens
+        from abpo.policy.scoring import candidate_propensities, score_choice_batch, score_token_ids_batch
 
-        scores = score_token_ids_batch(
-            self._unwrapped(), [p for p, _, _, _ in items], [[self._answer_ids(a) for a in ans] for _, ans, _, _ in items],
-            batch_tokens=self.abpo.scoring_batch_tokens,
-        )
+        if self.abpo.prompt_style == "item_tokens":  # s_p = log p(item token | q), as e0 was logged
+            scores = score_choice_batch(
+                self._unwrapped(), [p for p, _, _, _ in items],
+                [check_item_tokens(self.processing_class, list(c)) for _, _, c, _ in items],
+                batch_tokens=self.abpo.scoring_batch_tokens,
+            )
+        else:
+            scores = score_token_ids_batch(
+                self._unwrapped(), [p for p, _, _, _ in items],
+                [[self._answer_ids(a) for a in ans] for _, ans, _, _ in items],
+                batch_tokens=self.abpo.scoring_batch_tokens,
+            )
         out = []
         for s, (_, _, cands, a_log) in zip(scores, items, strict=True):
             e = candidate_propensities(s, self.abpo.tau)  # e_old(. | q) over C
@@ -510,10 +539,17 @@ class ABPOTrainer(GRPOTrainer):
         return out
 
     @torch.no_grad()
-    def _self_certainty(self, pairs: list[tuple[list[int], list[int]]]) -> list[float]:
-        """r_sc = (1/T) sum_t KL(U || pi_theta(. | q, a_<t)) (ABPO_SPEC.md step 2) of each (prompt ids,
-        completion ids) under the current policy, in chunks of the per-device batch. Prompts are left-padded and
-        completions right-padded, with position ids from the attention mask (padding changes no position)."""
+    def _self_certainty(self, pairs: list[tuple[list[int], list[int]]], rows: Sequence[dict] | None = None) -> list[float]:
+        """r_sc = mean over the choice positions t of KL(U || pi_theta(. | q, a_<t)) (ABPO_SPEC.md step 2) of each
+        (prompt ids, completion ids) under the current policy, in chunks of the per-device batch.
+
+        The spec averages over all T tokens of the completion. Here only the tokens that carry a choice count
+        (``AnswerTrie.choice_mask`` of the row's candidate set, ``rows[i]``): the tokens forced by the chosen item
+        (for item-token models, everything after the item token; for text models, the title once the id is fixed)
+        would measure how confidently the model copies a title, which says nothing about the choice. For an
+        item-token model r_sc is KL(U || pi_theta(.|q)) at the item token. Without ``rows`` every token counts.
+        Prompts are left-padded and completions right-padded, with position ids from the attention mask (padding
+        changes no position)."""
         if not pairs:
             return []
         model = self._unwrapped()
@@ -537,7 +573,9 @@ class ABPOTrainer(GRPOTrainer):
                     if c:
                         ids[r, P : P + len(c)] = torch.tensor(c)
                         attn[r, P : P + len(c)] = 1
-                        cmask[r, : len(c)] = 1
+                        row = rows[s + r] if rows is not None else None
+                        cm = self._trie(row).choice_mask(c) if row is not None else [1] * len(c)
+                        cmask[r, : len(c)] = torch.tensor(cm, dtype=torch.long)
                 pos = (attn.cumsum(-1) - 1).clamp(min=0)
                 with self.accelerator.autocast():
                     logits = model(
@@ -566,7 +604,7 @@ class ABPOTrainer(GRPOTrainer):
             if recorded is not None and len(recorded) == n_local:
                 vals = [recorded[i] for i in rows]
             else:
-                vals = self._self_certainty([(prompt_ids[i], comp_ids[i]) for i in rows])
+                vals = self._self_certainty([(prompt_ids[i], comp_ids[i]) for i in rows], [inputs[i] for i in rows])
             for i, val in zip(rows, vals):
                 r_sc_local[i] = val
 
@@ -587,7 +625,7 @@ class ABPOTrainer(GRPOTrainer):
             eos = self.processing_class.eos_token_id  # what SFT appends after an answer (abpo.policy.sft)
             todo = [(rid, i) for rid, i in first_row.items() if y_local[i] == 0]
             pairs = [(prompt_ids[i], self._answer_ids(inputs[i]["anchor_text"]) + [eos]) for _, i in todo]
-            for (rid, _), val in zip(todo, self._self_certainty(pairs)):
+            for (rid, _), val in zip(todo, self._self_certainty(pairs, [inputs[i] for _, i in todo])):
                 sc_log_ex[rid] = val
 
         local = [

@@ -166,7 +166,7 @@ def settings_for(cfg):
         variant=u.variant, delta=u.delta, eps_std=u.eps_std, lambda_sc=u.lambda_sc, tau=cfg.policy.tau,
         w_max=u.w_max, scoring_batch_tokens=cfg.policy.scoring_batch_tokens,
         constrained_rollouts=cfg.policy.constrained_rollouts, ratio_level=u.ratio_level,
-        grpo_equal_samples=u.grpo_equal_samples,
+        grpo_equal_samples=u.grpo_equal_samples, prompt_style=cfg.policy.prompt_style,
     )
 
 

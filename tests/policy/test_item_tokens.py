@@ -1,0 +1,264 @@
+"""The item_tokens prompt style: the prompt round trip, s_p on the item token, e0 = the constrained rollout
+distribution at tau = 1, self-certainty on the choice positions only, and next-item pre-training."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+
+@pytest.fixture(scope="module")
+def item_cfg(small_policy_cfg):
+    return dataclasses.replace(small_policy_cfg, prompt_style="item_tokens", max_history=50)
+
+
+def _ids(small_titles, a, b):
+    return sorted(small_titles)[a:b]
+
+
+# ------------------------------------------------------------------------------------------------ the prompt
+
+
+def test_item_token_prompt_round_trip(tiny_tokenizer, small_titles, item_cfg):
+    from abpo.policy.prompt import encode_prompt, item_token, request_prompt
+
+    hist, cands = _ids(small_titles, 0, 30), _ids(small_titles, 100, 120)
+    fp = request_prompt(tiny_tokenizer, [(i, small_titles[i]) for i in hist], [(i, small_titles[i]) for i in cands],
+                        item_cfg)
+    ids = encode_prompt(tiny_tokenizer, fp.text)
+    assert len(ids) == fp.n_tokens and fp.history_shown == 30 and fp.history_dropped == 0
+    toks = tiny_tokenizer.convert_ids_to_tokens(ids)
+    items = [t for t in toks if t.startswith("<item_id>") and t.endswith("</item_id>") and t[9:-10].isdigit()]
+    # every candidate, then every history item, each as ONE token, in order; nothing else names an item
+    assert items == [item_token(a) for a in cands] + [item_token(h) for h in hist]
+    # the most recent history item is the last thing before the chat suffix (right before the answer)
+    assert toks[toks.index(item_token(hist[-1])) + 1 :] == ["<|end|>", "<|assistant|>"]
+    # decoding gives the text back
+    assert tiny_tokenizer.decode(ids) == fp.text
+
+
+def test_item_token_prompt_budget_drops_oldest_first(tiny_tokenizer, small_titles, item_cfg):
+    from abpo.policy.prompt import PromptTooLongError, encode_prompt, fit_item_token_prompt
+
+    hist, cands = _ids(small_titles, 0, 50), _ids(small_titles, 100, 120)
+    full = fit_item_token_prompt(tiny_tokenizer, hist, cands, max_history=50, max_prompt_tokens=10_000)
+    for budget in (full.n_tokens, full.n_tokens - 1, full.n_tokens - 17):
+        fp = fit_item_token_prompt(tiny_tokenizer, hist, cands, max_history=50, max_prompt_tokens=budget)
+        assert fp.n_tokens == len(encode_prompt(tiny_tokenizer, fp.text)) == budget
+        assert fp.history_dropped == full.n_tokens - budget  # one token per item: exactly the excess, oldest first
+        assert fp.user_text.endswith("".join(f"<item_id>{h}</item_id>" for h in hist[-fp.history_shown :]))
+    with pytest.raises(PromptTooLongError, match="candidates alone"):
+        fit_item_token_prompt(tiny_tokenizer, hist, cands, max_history=50, max_prompt_tokens=10)
+    short = fit_item_token_prompt(tiny_tokenizer, hist, cands, max_history=5, max_prompt_tokens=10_000)
+    assert short.history_shown == 5
+
+
+def test_item_tokens_refuses_a_tokenizer_without_item_tokens(tiny_tokenizer, small_titles, item_cfg):
+    from abpo.policy.prompt import request_prompt
+
+    with pytest.raises(ValueError, match=r"items \[999999\] have no item token"):
+        request_prompt(tiny_tokenizer, [], [(999999, "nope")], item_cfg)
+
+
+def test_answer_format_is_the_same_in_both_styles(tiny_tokenizer, small_titles):
+    from abpo.policy.prompt import encode_answer, format_answer, item_token
+
+    a = sorted(small_titles)[7]
+    ids = encode_answer(tiny_tokenizer, format_answer(a, small_titles[a]))
+    assert tiny_tokenizer.convert_ids_to_tokens(ids[:1]) == [item_token(a)]  # the answer starts with its item token
+
+
+# ------------------------------------------------------------------------------------------------ scoring
+
+
+def _example(small_titles, user=1):
+    from abpo.data.candidates import Example
+
+    ids = sorted(small_titles)
+    return Example(f"{user}:30", user, ids[:30], ids[200:220], ids[205])
+
+
+def test_s_p_is_the_item_token_log_prob(tiny_model, tiny_tokenizer, small_titles, item_cfg):
+    from abpo.policy.prompt import encode_prompt, example_prompt, item_token
+    from abpo.policy.scoring import score_examples
+
+    ex = _example(small_titles)
+    s = score_examples(tiny_model, tiny_tokenizer, [ex], small_titles, item_cfg)[0].scores
+    ids = encode_prompt(tiny_tokenizer, example_prompt(ex, small_titles, tiny_tokenizer, item_cfg).text)
+    with torch.no_grad():
+        logp = torch.log_softmax(tiny_model(input_ids=torch.tensor([ids])).logits[0, -1].float(), -1)
+    want = logp[tiny_tokenizer.convert_tokens_to_ids([item_token(a) for a in ex.candidates])]
+    torch.testing.assert_close(s, want, atol=1e-5, rtol=0)
+
+
+def test_s_p_is_the_answer_mean_for_text(tiny_model, tiny_tokenizer, small_titles, small_policy_cfg):
+    from abpo.policy.prompt import example_prompt
+    from abpo.policy.scoring import candidate_answers, score_candidates_naive, score_examples
+
+    cfg = dataclasses.replace(small_policy_cfg, prompt_style="text")
+    ex = _example(small_titles)
+    s = score_examples(tiny_model, tiny_tokenizer, [ex], small_titles, cfg)[0].scores
+    naive = score_candidates_naive(tiny_model, tiny_tokenizer, example_prompt(ex, small_titles, tiny_tokenizer, cfg).text,
+                                   candidate_answers(ex.candidates, small_titles))
+    torch.testing.assert_close(s, naive, atol=1e-4, rtol=0)
+
+
+def test_scoring_batches_prompts_of_different_lengths(tiny_model, tiny_tokenizer, small_titles, item_cfg):
+    """Left-padded groups give each prompt the scores it gets alone."""
+    from abpo.data.candidates import Example
+    from abpo.policy.scoring import score_examples
+
+    ids = sorted(small_titles)
+    exs = [Example(f"{u}:{n}", u, ids[:n], ids[200 + u : 220 + u], ids[205 + u]) for u, n in ((1, 3), (2, 40), (3, 0))]
+    together = score_examples(tiny_model, tiny_tokenizer, exs, small_titles, item_cfg)
+    for ex, sc in zip(exs, together):
+        alone = score_examples(tiny_model, tiny_tokenizer, [ex], small_titles, item_cfg)[0].scores
+        torch.testing.assert_close(sc.scores, alone, atol=1e-5, rtol=0)
+
+
+def test_e0_is_the_constrained_rollout_distribution_at_tau_1(tiny_model, tiny_tokenizer, small_titles, item_cfg):
+    """e_p(.|q) at tau = 1 over C equals (a) the masked softmax CandidateConstraint + generate sample the first token
+    from, (b) the constrained policy's log q of the whole answer (forced tokens have q = 1), and (c) what
+    sample_single_choice draws (chi-square)."""
+    from scipy.stats import chisquare
+
+    from abpo.policy.constrained import AnswerTrie, CandidateConstraint, constrained_token_logps, sample_single_choice
+    from abpo.policy.prompt import encode_answer, encode_prompt, example_prompt
+    from abpo.policy.scoring import candidate_answers, candidate_propensities, score_examples
+
+    ex = _example(small_titles)
+    e0 = candidate_propensities(score_examples(tiny_model, tiny_tokenizer, [ex], small_titles, item_cfg)[0].scores, 1.0)
+    prompt = encode_prompt(tiny_tokenizer, example_prompt(ex, small_titles, tiny_tokenizer, item_cfg).text)
+    answers = [encode_answer(tiny_tokenizer, a) for a in candidate_answers(ex.candidates, small_titles)]
+    trie = AnswerTrie(answers, tiny_tokenizer.eos_token_id)
+    assert trie.single_choice
+    # (a) the logits processor's mask at the first step
+    with torch.no_grad():
+        z = tiny_model(input_ids=torch.tensor([prompt])).logits[:, -1].float()
+    masked = CandidateConstraint([trie])(torch.tensor([prompt]), z.clone())
+    p_first = torch.softmax(masked, -1)[0]
+    firsts = [a[0] for a in answers]
+    torch.testing.assert_close(p_first[firsts], e0.float(), atol=1e-5, rtol=0)
+    assert float(p_first[firsts].sum()) == pytest.approx(1.0, abs=1e-5)
+    # (b) log q_theta of each whole answer + EOS under the constraint = log e0
+    comps = [a + [tiny_tokenizer.eos_token_id] for a in answers]
+    T = max(len(c) for c in comps)
+    from abpo.policy.constrained import allowed_tensor
+
+    allowed = allowed_tensor([trie] * len(comps), comps, T)
+    ids = torch.zeros((len(comps), T), dtype=torch.long)
+    for r, c in enumerate(comps):
+        ids[r, : len(c)] = torch.tensor(c)
+    with torch.no_grad():
+        full = [tiny_model.model(input_ids=torch.tensor([prompt + c[:-1]])).last_hidden_state[0, len(prompt) - 1 :]
+                for c in comps]
+    hidden = torch.zeros((len(comps), T, full[0].shape[-1]))
+    for r, h in enumerate(full):
+        hidden[r, : h.shape[0]] = h
+    logq, _ = constrained_token_logps(hidden, tiny_model.lm_head, ids, allowed, 1.0)
+    torch.testing.assert_close(logq.sum(1), torch.log(e0.float()), atol=1e-4, rtol=0)
+    # (c) the one-forward sampler draws from e0
+    g = torch.Generator().manual_seed(0)
+    n = 4000
+    outs, _ = sample_single_choice(tiny_model, [prompt] * n, [trie] * n, 1.0, generator=g)
+    assert all(o in comps for o in outs)  # whole answers with their forced title and EOS
+    counts = np.array([sum(o[0] == f for o in outs) for f in firsts], dtype=float)
+    expected = e0.double().numpy() * n
+    keep = expected >= 5
+    obs, exp = counts[keep], expected[keep]
+    if (~keep).any():  # pool the rare candidates into one bin
+        obs, exp = np.append(obs, counts[~keep].sum()), np.append(exp, expected[~keep].sum())
+    stat = chisquare(obs, exp * obs.sum() / exp.sum())
+    assert stat.pvalue > 1e-3
+
+
+# ----------------------------------------------------------------------------------------- self-certainty
+
+
+def test_choice_mask_marks_only_the_item_token(tiny_tokenizer, small_titles):
+    from abpo.policy.constrained import AnswerTrie
+    from abpo.policy.prompt import encode_answer
+    from abpo.policy.scoring import candidate_answers
+
+    cands = sorted(small_titles)[10:20]
+    answers = [encode_answer(tiny_tokenizer, a) for a in candidate_answers(cands, small_titles)]
+    trie = AnswerTrie(answers, tiny_tokenizer.eos_token_id)
+    comp = answers[3] + [tiny_tokenizer.eos_token_id]
+    assert trie.choice_mask(comp) == [1] + [0] * (len(comp) - 1)
+    # a free completion that leaves the trie: the step off it and everything after are free choices
+    off = [answers[3][0], answers[3][1], 5, 6]
+    assert trie.choice_mask(off) == [1, 0, 1, 1]
+    # multi-token ids (a text tokenizer): the trie branches on each id token, not on the forced title
+    t2 = AnswerTrie([[1, 2, 9, 9, 9], [1, 3, 8, 8], [4, 7]], eos_token_id=0)
+    assert t2.choice_mask([1, 2, 9, 9, 9, 0]) == [1, 1, 0, 0, 0, 0]
+
+
+def test_self_certainty_ignores_forced_tokens(tiny_model, tiny_tokenizer, small_titles):
+    """r_sc with the choice mask depends on the item token's position only: changing the logits at forced
+    positions changes nothing, changing them at the choice position does."""
+    from abpo.algo.rewards import self_certainty
+    from abpo.policy.constrained import AnswerTrie
+    from abpo.policy.prompt import encode_answer
+    from abpo.policy.scoring import candidate_answers
+
+    cands = sorted(small_titles)[10:20]
+    answers = [encode_answer(tiny_tokenizer, a) for a in candidate_answers(cands, small_titles)]
+    trie = AnswerTrie(answers, tiny_tokenizer.eos_token_id)
+    comp = answers[0] + [tiny_tokenizer.eos_token_id]
+    mask = torch.tensor([trie.choice_mask(comp)])
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(1, len(comp), 50, generator=g)
+    base = self_certainty(logits, mask)
+    forced = logits.clone()
+    forced[0, 1:] = torch.randn(len(comp) - 1, 50, generator=g) * 10  # a sharply certain title copy
+    torch.testing.assert_close(self_certainty(forced, mask), base)
+    assert not torch.allclose(self_certainty(forced, torch.ones_like(mask)), base)  # the old all-token mean moves
+    chosen = logits.clone()
+    chosen[0, 0] *= 10
+    assert float(self_certainty(chosen, mask)) > float(base)
+
+
+# ----------------------------------------------------------------------------------------- pre-training
+
+
+def test_windows_cover_every_transition_once():
+    from abpo.policy.pretrain import windows
+
+    seq = list(range(23))
+    ws = windows(seq, 5)
+    pairs = [(w[i], w[i + 1]) for w in ws for i in range(len(w) - 1)]
+    assert pairs == [(i, i + 1) for i in range(22)]
+    assert all(len(w) <= 5 for w in ws)
+    assert windows([1], 5) == [] and windows([1, 2], 2) == [[1, 2]]
+    with pytest.raises(ValueError, match="at least 2"):
+        windows(seq, 1)
+
+
+def test_pretraining_learns_a_sequential_pattern(tiny_dir, small_titles):
+    """On synthetic sequences where item k is always followed by item k+1, next-item pre-training drives the
+    validation loss far below the uniform log|items| and keeps the best epoch."""
+    import math
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from abpo.policy.pretrain import pretrain_next_item
+
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    ids = sorted(small_titles)[:40]
+    rng = np.random.default_rng(0)
+    seqs = {}
+    for u in range(60):
+        s = int(rng.integers(0, 20))
+        seqs[u] = [ids[(s + k) % 40] for k in range(12)]
+    train = {u: s[:10] for u, s in seqs.items()}
+    val = {u: (s[:10], s[10:]) for u, s in seqs.items() if u % 5 == 0}
+    res = pretrain_next_item(model, tok, train, val, item_ids=list(small_titles), epochs=12, learning_rate=1e-2,
+                             batch_size=16, max_length=8, patience=3, echo=lambda *_: None)
+    assert res.n_train_positions == 60 * 9 and res.n_val_positions == 12 * 2
+    assert res.val_losses[res.best_epoch - 1] == min(res.val_losses)
+    assert min(res.val_losses) < 0.5 * math.log(len(small_titles))
+    assert res.val_hr10[res.best_epoch - 1] > 0.5

@@ -120,15 +120,9 @@ def ingest_and_validate(cfg, month: str, *, force: bool = False) -> dict[str, An
     """Write, audit, publish the month's landing files (abpo.warehouse.Warehouse.ingest_month): contract violations
     quarantined, the replace guard and the Great Expectations suite run on the staged rows, and only then the
     month's partition is replaced. A failed audit raises IngestRefused and leaves the partition as it was."""
-    from abpo.validation import validate_month
-    from abpo.warehouse import open_warehouse
+    from abpo.warehouse import ingest_with_config
 
-    out_dir = cfg.paths.resolve("root") / "validation"
-    with open_warehouse(cfg) as wh:
-        report = wh.ingest_month(
-            cfg.paths.resolve("landing"), month, cfg.data.known_arms, force=force,
-            min_keep_fraction=cfg.data.ingest_min_keep_fraction,
-            audit=lambda w, m: validate_month(w, m, cfg.data.known_arms, out_dir=out_dir, staged=True))
+    report, _ = ingest_with_config(cfg, month, force=force)  # every contract and audit setting of section data
     summary = report.audit
     return {
         "rows_in": report.rows_in,

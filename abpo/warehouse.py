@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -34,9 +35,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from abpo.data.schemas import IMPRESSIONS_SCHEMA, RULES, SCHEMA_VERSION, check_month, month_dir, schema_problems
+from abpo.data.config import DataConfig
+from abpo.data.schemas import IMPRESSIONS_SCHEMA, LOGGING_POLICY_PATTERN, RULES, SCHEMA_VERSION, check_month, month_dir, schema_problems
 
 SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
+_DATA_DEFAULTS = DataConfig()  # the contract parameters' defaults (section data)
 log = logging.getLogger(__name__)
 
 
@@ -52,6 +55,34 @@ class IngestRefused(IngestError):
 
 class WarehouseBusy(RuntimeError):
     """Another process holds the DuckDB file's write lock."""
+
+
+class WarehouseUnreadable(RuntimeError):
+    """The warehouse file cannot be opened (not a DuckDB database, unreadable, a setting DuckDB refuses); the
+    message names the file and the setting or the problem."""
+
+
+class WarehouseSettingError(ValueError):
+    """A warehouse setting (data.warehouse_memory_limit) breaks its grammar; the message names the key and the rule."""
+
+
+# DuckDB's memory_limit: a number and a unit (or a percentage of RAM). Checked here so that a wrong value is a message
+# naming the config key, and passed to DuckDB as a config value, never as SQL text.
+MEMORY_LIMIT_RE = re.compile(r"[0-9]+(?:\.[0-9]+)? ?(?:[KMGT]i?B|B|%)", re.IGNORECASE)
+
+
+def check_memory_limit(value: str, key: str = "data.warehouse_memory_limit") -> str:
+    """``value`` when it is empty (DuckDB's default) or a size such as ``2GB``, ``1.5GiB``, ``512 MB``, ``60%``."""
+    if value and not MEMORY_LIMIT_RE.fullmatch(value):
+        raise WarehouseSettingError(f"{key} {value!r}: rule: a size such as 2GB, 1.5GiB or 512MB (units B, KB, MB, GB, "
+                                    "TB, KiB, MiB, GiB, TiB), a percentage of RAM such as 60%, or empty for DuckDB's "
+                                    "default (80% of RAM)")
+    return value
+
+
+class IngestStepFailed(IngestError):
+    """A step of the ingest failed (disk full, the database invalidated, ...): the message names the step's SQL file
+    and DuckDB's error; nothing was published."""
 
 
 class SQLFileError(RuntimeError):
@@ -126,19 +157,23 @@ class Warehouse:
         if str(path) != ":memory:":
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self.read_only = bool(read_only)
-        try:
-            self.con = duckdb.connect(str(path), read_only=self.read_only)
-        except duckdb.IOException as e:
-            if "lock" in str(e).lower():
-                raise WarehouseBusy(f"{path}: the warehouse is in use by another process (DuckDB allows one writer); "
-                                    f"retry when it has finished ({str(e).splitlines()[0][:200]})") from None
-            raise
-        self.con.execute("SET TimeZone = 'UTC'")
-        if memory_limit:
-            self.con.execute(f"SET memory_limit = '{memory_limit}'")
+        # settings go to DuckDB as config values, never into SQL text (a config value is not SQL)
+        config: dict[str, str] = {}
+        if check_memory_limit(str(memory_limit or "")):
+            config["memory_limit"] = str(memory_limit)
         if temp_directory:
             Path(temp_directory).mkdir(parents=True, exist_ok=True)
-            self.con.execute(f"SET temp_directory = '{Path(temp_directory).as_posix()}'")
+            config["temp_directory"] = Path(temp_directory).as_posix()
+        try:
+            self.con = duckdb.connect(str(path), read_only=self.read_only, config=config)
+        except duckdb.Error as e:
+            first = str(e).splitlines()[0][:300]
+            if isinstance(e, duckdb.IOException) and "lock" in first.lower():
+                raise WarehouseBusy(f"{path}: the warehouse is in use by another process (DuckDB allows one writer); "
+                                    f"retry when it has finished ({first})") from None
+            raise WarehouseUnreadable(f"{path}: cannot open the warehouse ({type(e).__name__}: {first}); settings "
+                                      f"{config}") from e
+        self.con.execute("SET TimeZone = 'UTC'")  # a constant (TimeZone as a connect config needs icu loaded first)
         # the ingest's staging tables and the validation batch live in an in-memory database (buffer-managed: it
         # spills to the temp directory under the memory limit) that this connection's cursors see, so the Great
         # Expectations suite reads them through SQL (abpo/validation.py); none of it is written to the warehouse file.
@@ -190,10 +225,16 @@ class Warehouse:
         d = month_dir(landing_dir, month)
         if not d.is_dir():
             raise IngestError(f"{d}: no landing partition for month {month}")
+        if d.is_symlink():
+            raise IngestError(f"{d}: a symbolic link (to {os.readlink(d)}); rule: the landing partition is a real "
+                              "directory")
         files = sorted(p for p in d.iterdir() if not p.name.startswith((".", "_")))
         if not files:
             raise IngestError(f"{d}: the landing partition holds no files")
         for p in files:
+            if p.is_symlink():  # its rows would be recorded under the target's name, from outside the landing zone
+                raise IngestError(f"{p}: a symbolic link (to {os.readlink(p)}); rule: the landing partition holds "
+                                  "regular Parquet files only")
             if not p.is_file():
                 raise IngestError(f"{p}: not a file (the landing partition holds Parquet files only)")
             try:
@@ -207,25 +248,37 @@ class Warehouse:
 
     def ingest_month(
         self, landing_dir: str | os.PathLike, month: str, known_arms: Sequence[str], *, force: bool = False,
-        min_keep_fraction: float = 0.5, audit=None,
+        min_keep_fraction: float = 0.5, audit=None, min_propensity: float = _DATA_DEFAULTS.min_propensity,
+        max_clock_skew_seconds: float = _DATA_DEFAULTS.max_clock_skew_seconds,
+        max_quarantine_fraction: float = _DATA_DEFAULTS.max_quarantine_fraction,
     ) -> IngestReport:
         """Write, audit, publish ``month``'s landing files.
 
         write    stage the files (a corrupt one is named) and apply the contract: violations go to quarantine
         audit    refuse (IngestRefused, nothing published) when the month would be replaced by 0 clean rows, or by
-                 fewer than ``min_keep_fraction`` of the clean rows it holds, unless ``force``; then ``audit(self,
-                 month)`` (the Great Expectations suite over the staged clean rows) must return an object whose
-                 ``success`` is true
+                 fewer than ``min_keep_fraction`` of the clean rows it holds, or when more than
+                 ``max_quarantine_fraction`` of the landed rows broke the contract, unless ``force``; then
+                 ``audit(self, month)`` (the Great Expectations suite over the staged clean rows) must return an
+                 object whose ``success`` is true
         publish  in one transaction: the rows being replaced move to ``impressions_history`` (restorable with
-                 :meth:`restore_month`), the month's partition and quarantine are replaced, the run is logged
+                 :meth:`restore_month`; a rerun whose clean rows equal the published ones adds no history version),
+                 the month's partition and quarantine are replaced, the run is logged
+
+        ``min_propensity`` and ``max_clock_skew_seconds`` are contract parameters (sql/ingest_check.sql). A step that
+        fails (disk full, ...) raises IngestStepFailed naming its SQL file; the clean-up after it never hides it.
         """
         check_month(month)
+        if not 0.0 < float(min_propensity) <= 1.0:
+            raise ValueError(f"data.min_propensity {min_propensity!r}: rule: in (0, 1]")
         t0 = time.perf_counter()
         files = self.landing_files(landing_dir, month)
         report = IngestReport(month=month, files=[p.name for p in files])
         self._stage(files)
+        failed: BaseException | None = None
         try:
-            self.run("ingest_check", month=month, known_arms=list(known_arms), schema_version=SCHEMA_VERSION)
+            self.run("ingest_check", month=month, known_arms=list(known_arms), schema_version=SCHEMA_VERSION,
+                     min_propensity=float(min_propensity), max_clock_skew_seconds=float(max_clock_skew_seconds),
+                     logging_policy_re=LOGGING_POLICY_PATTERN)
             for row in self.run("ingest_rule_counts").to_pylist():
                 if row["rule"] is None:
                     report.rows_clean = row["rows"]
@@ -234,15 +287,20 @@ class Warehouse:
             report.rows_in = report.rows_clean + report.rows_quarantined
             report.rows_replaced = self.run("month_count", month=month).column("rows")[0].as_py()
             self._audit_replace(report, force=force, min_keep_fraction=min_keep_fraction)
+            self._audit_quarantine(report, force=force, max_fraction=max_quarantine_fraction)
             if audit is not None:
                 summary = audit(self, month)
                 report.audit = summary
                 if not summary.success:
                     raise IngestRefused(f"month {month}: the staged rows failed the Great Expectations suite; nothing "
                                         f"was published, the month's partition is unchanged.\n{summary}")
+            # a rerun with the very rows already published keeps no second copy of them in the history
+            same = report.rows_replaced == report.rows_clean and report.rows_clean > 0 and bool(
+                self.run("ingest_same_as_published", month=month).column("same")[0].as_py())
             self.con.begin()
             try:
-                self.run("ingest_history_save", month=month)
+                if not same:
+                    self.run("ingest_history_save", month=month)
                 self.run("ingest_delete_month", month=month)
                 self.run("ingest_delete_quarantine", month=month)
                 self.run("ingest_insert_clean", month=month)
@@ -262,22 +320,42 @@ class Warehouse:
                 report.aggregate_rows = self._build_user_month_stats(month)["users"]
                 report.aggregate_seconds = time.perf_counter() - t_agg
                 self.con.commit()
-            except BaseException:
-                self.con.rollback()
+            except BaseException as e:
+                self._rollback_after(e)
                 raise
+        except SQLFileError as e:
+            failed = e
+            raise IngestStepFailed(f"ingest {month} failed at step {e}; nothing was published, the month's "
+                                   "partition is as it was") from e
+        except BaseException as e:
+            failed = e
+            raise
         finally:
-            self.run("ingest_drop_stage")
+            try:
+                self.run("ingest_drop_stage")
+            except Exception as cleanup:  # noqa: BLE001 - never let the clean-up hide the step that failed
+                if failed is None:
+                    raise
+                log.warning("ingest %s: clean-up after the failure also failed: %s", month, cleanup)
         report.seconds = time.perf_counter() - t0
         return report
+
+    def _rollback_after(self, error: BaseException) -> None:
+        """Roll the open transaction back; a rollback that fails too (a database DuckDB invalidated after a disk-full
+        error) is logged, and the caller re-raises ``error``, the failure that matters."""
+        try:
+            self.con.rollback()
+        except Exception as e:  # noqa: BLE001
+            log.warning("%s: rollback after %s failed too: %s", self.path, type(error).__name__, e)
 
     def _stage(self, files: list[Path]) -> None:
         """Stage the files; when DuckDB cannot read them, find and name the corrupt one."""
         try:
-            self.run("ingest_stage", files=[str(p.resolve()) for p in files])
+            self.run("ingest_stage", files=[str(p.absolute()) for p in files])
         except SQLFileError as e:
             for p in files:
                 try:
-                    self.con.sql("SELECT count(*) FROM read_parquet($f)", params={"f": str(p.resolve())}).fetchall()
+                    self.con.sql("SELECT count(*) FROM read_parquet($f)", params={"f": str(p.absolute())}).fetchall()
                     pq.read_table(p)
                 except Exception as bad:  # noqa: BLE001 - any reader error names the file
                     raise IngestError(f"{p}: corrupt Parquet data ({type(bad).__name__}: {str(bad)[:200]}); nothing "
@@ -296,6 +374,21 @@ class Warehouse:
                 f"a month is not replaced by fewer than {min_keep_fraction:.0%} of its clean rows unless forced "
                 "(`abpo data ingest --force`); nothing was published")
 
+    @staticmethod
+    def _audit_quarantine(report: IngestReport, *, force: bool, max_fraction: float) -> None:
+        """The quarantine ceiling: a month where more than ``max_fraction`` of the landed rows broke the contract is
+        not published (something upstream is broken), unless forced."""
+        if force or report.rows_in == 0:
+            return
+        share = report.rows_quarantined / report.rows_in
+        if share > max_fraction:
+            fired = ", ".join(f"{rule} {n}" for rule, n in sorted(report.quarantined_by_rule.items(),
+                                                                   key=lambda kv: -kv[1]) if n)
+            raise IngestRefused(
+                f"month {report.month}: {report.rows_quarantined} of {report.rows_in} landed rows ({share:.1%}) broke "
+                f"the contract (rules fired: {fired}); rule: at most data.max_quarantine_fraction = {max_fraction:g} "
+                "of a month may be quarantined unless forced (`abpo ingest --force`); nothing was published")
+
     def month_versions(self, month: str) -> list[dict]:
         """The replaced versions of ``month`` kept in impressions_history (newest last)."""
         return self.run("history_versions", month=check_month(month)).to_pylist()
@@ -310,6 +403,16 @@ class Warehouse:
         v = int(version if version is not None else versions[-1]["version"])
         if v not in {int(r["version"]) for r in versions}:
             raise IngestError(f"month {month}: no history version {v} (have {[r['version'] for r in versions]})")
+        # the ingest's uniqueness rule (sql/ingest_check.sql, duplicate_impression_id): an id lives in one month only.
+        # Ids of the version may have been ingested into another month since it was replaced.
+        clash = self.run("history_restore_conflicts", month=month, version=v).to_pylist()
+        if clash:
+            n = clash[0]["conflicts"]
+            shown = ", ".join(f"{r['impression_id']} (in {r['other_month']})" for r in clash[:5])
+            raise IngestRefused(
+                f"month {month}: history version {v} holds {n} impression id(s) that are now in another month, e.g. "
+                f"{shown}; rule: an impression_id is unique across months (duplicate_impression_id, as at ingest); "
+                "nothing was restored")
         self.con.begin()
         try:
             self.run("ingest_history_save", month=month)
@@ -319,8 +422,8 @@ class Warehouse:
             self._build_user_month_stats(month)
             rows = self.run("month_count", month=month).column("rows")[0].as_py()
             self.con.commit()
-        except BaseException:
-            self.con.rollback()
+        except BaseException as e:
+            self._rollback_after(e)
             raise
         return {"month": month, "restored_version": v, "rows": rows}
 
@@ -438,6 +541,27 @@ def open_warehouse(cfg, *, read_only: bool = False) -> Warehouse:
         tmp = str(cfg.paths.resolve("root") / tmp)
     return Warehouse(cfg.paths.resolve("warehouse"), read_only=read_only, memory_limit=cfg.data.warehouse_memory_limit,
                      temp_directory=tmp)
+
+
+def ingest_with_config(cfg, month: str, *, landing: str | os.PathLike | None = None, force: bool = False,
+                       validate: bool = True) -> tuple[IngestReport, Path]:
+    """Write, audit, publish ``month`` with every contract and audit setting of the config's ``data`` section (the one
+    place they are read, for `abpo ingest` and the pipeline alike): known arms, min_propensity, max_clock_skew_seconds,
+    ingest_min_keep_fraction, max_quarantine_fraction, and the Great Expectations suite unless ``validate`` is false.
+    Returns the report and the warehouse's path."""
+    from abpo.validation import validate_month
+
+    d = cfg.data
+    out_dir = cfg.paths.resolve("root") / "validation"
+    audit = (lambda w, m: validate_month(w, m, d.known_arms, out_dir=out_dir, staged=True,
+                                         min_propensity=d.min_propensity,
+                                         max_clock_skew_seconds=d.max_clock_skew_seconds)) if validate else None
+    with open_warehouse(cfg) as wh:
+        report = wh.ingest_month(landing or cfg.paths.resolve("landing"), month, d.known_arms, force=force,
+                                 min_keep_fraction=d.ingest_min_keep_fraction, audit=audit,
+                                 min_propensity=d.min_propensity, max_clock_skew_seconds=d.max_clock_skew_seconds,
+                                 max_quarantine_fraction=d.max_quarantine_fraction)
+        return report, wh.path
 
 
 def _as_table(rows) -> pa.Table:

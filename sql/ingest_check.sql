@@ -3,20 +3,29 @@
 -- `detail` says which field or value. A staged row not in it is clean. Only this narrow table is written: the staged
 -- rows themselves are read once more by the insert steps (clean = staged ANTI JOIN violations), never copied here.
 --   null_field               any contract column is null (or a null inside history/candidates)
+--   empty_field              impression_id, request_id or model_version is empty or only spaces (a key that
+--                            identifies nothing)
 --   unknown_schema_version   schema_version is not $schema_version, the version this warehouse reads (a row
 --                            of another version may mean something else by the same columns)
 --   unknown_arm              arm not in $known_arms
---   propensity_out_of_range  propensity not in (0, 1] (NaN included)
+--   propensity_out_of_range  propensity not in [$min_propensity, 1] (NaN included; $min_propensity > 0 is
+--                            data.min_propensity: below it the SNIPS weight e/e0 overflows or means nothing)
 --   clicked_not_binary       clicked not 0/1
 --   item_not_in_candidates   the exposed item_id is not one of `candidates`
+--   negative_field           user_id or position below 0 (ids and slots count from 0)
+--   unknown_logging_policy   logging_policy is not a stochastic rule this warehouse knows: softmax(tau=X) (the LLM
+--                            arms, abpo.policy.bandit) or softmax(score/T, T=X) <ranker> (the ranker arms), X > 0
+--                            finite; off-policy estimates are only valid for such a rule
 --   event_time_outside_month event_time (UTC) not in $month (YYYY-MM)
+--   served_at_out_of_range   served_at more than $max_clock_skew_seconds (data.max_clock_skew_seconds) from
+--                            event_time (a clock far off, or a replay)
 --   duplicate_impression_id  the id was already used: by an earlier clean row of this month (file
 --                            name, then row order; the first copy is kept) or by another month.
 CREATE OR REPLACE TABLE staging.ingest_violations AS
 WITH ruled AS (
     SELECT
         s.source_file, s.source_row, s.impression_id, s.event_time, s.arm, s.propensity, s.clicked,
-        s.candidates, s.item_id, s.schema_version,
+        s.candidates, s.item_id, s.schema_version, s.logging_policy, s.served_at,
         concat_ws(', ',
             CASE WHEN impression_id IS NULL THEN 'impression_id' END,
             CASE WHEN event_time IS NULL THEN 'event_time' END,
@@ -33,7 +42,20 @@ WITH ruled AS (
             CASE WHEN logging_policy IS NULL THEN 'logging_policy' END,
             CASE WHEN served_at IS NULL THEN 'served_at' END,
             CASE WHEN schema_version IS NULL THEN 'schema_version' END
-        ) AS null_fields
+        ) AS null_fields,
+        concat_ws(', ',
+            CASE WHEN trim(impression_id) = '' THEN 'impression_id' END,
+            CASE WHEN trim(request_id) = '' THEN 'request_id' END,
+            CASE WHEN trim(model_version) = '' THEN 'model_version' END
+        ) AS empty_fields,
+        concat_ws(', ',
+            CASE WHEN user_id < 0 THEN 'user_id ' || user_id END,
+            CASE WHEN position < 0 THEN 'position ' || position END
+        ) AS negative_fields,
+        -- $logging_policy_re: abpo.data.schemas.LOGGING_POLICY_PATTERN (group 1: the temperature, which must be > 0)
+        coalesce(regexp_full_match(logging_policy, $logging_policy_re)
+                 AND TRY_CAST(regexp_extract(logging_policy, $logging_policy_re, 1) AS DOUBLE) > 0, false) AS policy_ok,
+        abs(epoch(served_at) - epoch(event_time)) AS skew_seconds
     FROM staging.ingest_stage AS s
 ),
 first_rule AS MATERIALIZED (
@@ -41,21 +63,30 @@ first_rule AS MATERIALIZED (
         source_file, source_row, impression_id,
         CASE
             WHEN null_fields <> '' THEN 'null_field'
+            WHEN empty_fields <> '' THEN 'empty_field'
             WHEN schema_version <> $schema_version THEN 'unknown_schema_version'
             WHEN NOT list_contains($known_arms::VARCHAR[], arm) THEN 'unknown_arm'
-            WHEN isnan(propensity) OR propensity <= 0 OR propensity > 1 THEN 'propensity_out_of_range'
+            WHEN isnan(propensity) OR propensity < $min_propensity OR propensity > 1 THEN 'propensity_out_of_range'
             WHEN clicked NOT IN (0, 1) THEN 'clicked_not_binary'
             WHEN NOT list_contains(candidates, item_id) THEN 'item_not_in_candidates'
+            WHEN negative_fields <> '' THEN 'negative_field'
+            WHEN NOT policy_ok THEN 'unknown_logging_policy'
             WHEN strftime(event_time AT TIME ZONE 'UTC', '%Y-%m') <> $month THEN 'event_time_outside_month'
+            WHEN skew_seconds > $max_clock_skew_seconds THEN 'served_at_out_of_range'
         END AS rule,
         CASE
             WHEN null_fields <> '' THEN 'null in: ' || null_fields
+            WHEN empty_fields <> '' THEN 'empty: ' || empty_fields
             WHEN schema_version <> $schema_version THEN 'schema_version ' || schema_version || ', this warehouse reads version ' || $schema_version
             WHEN NOT list_contains($known_arms::VARCHAR[], arm) THEN 'arm ' || arm || ' not in known arms'
             WHEN isnan(propensity) OR propensity <= 0 OR propensity > 1 THEN 'propensity ' || propensity || ' not in (0, 1]'
+            WHEN propensity < $min_propensity THEN 'propensity ' || propensity || ' below data.min_propensity ' || $min_propensity
             WHEN clicked NOT IN (0, 1) THEN 'clicked ' || clicked || ' not in {0, 1}'
             WHEN NOT list_contains(candidates, item_id) THEN 'item_id ' || item_id || ' not among ' || length(candidates) || ' candidates'
+            WHEN negative_fields <> '' THEN negative_fields || ' < 0'
+            WHEN NOT policy_ok THEN 'logging_policy ' || logging_policy || ' is not softmax(tau=X) or softmax(score/T, T=X) <ranker> with X > 0'
             WHEN strftime(event_time AT TIME ZONE 'UTC', '%Y-%m') <> $month THEN 'event_time ' || event_time || ' outside ' || $month
+            WHEN skew_seconds > $max_clock_skew_seconds THEN 'served_at ' || served_at || ' is ' || round(skew_seconds) || ' s from event_time ' || event_time || ', more than ' || $max_clock_skew_seconds || ' s (data.max_clock_skew_seconds)'
         END AS detail
     FROM ruled
 ),

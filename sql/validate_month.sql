@@ -20,6 +20,11 @@ SELECT
     strftime(event_time AT TIME ZONE 'UTC', '%Y-%m')   AS event_month,
     list_contains(candidates, item_id)                  AS item_in_candidates,
     length(candidates)                                  AS candidate_count,
-    length(history)                                     AS history_length
+    length(history)                                     AS history_length,
+    trim(impression_id) <> '' AND trim(request_id) <> '' AND trim(model_version) <> '' AS ids_nonempty,
+    abs(epoch(served_at) - epoch(event_time))           AS serve_skew_seconds,
+    -- $logging_policy_re: abpo.data.schemas.LOGGING_POLICY_PATTERN, as in ingest_check.sql
+    coalesce(regexp_full_match(logging_policy, $logging_policy_re)
+             AND TRY_CAST(regexp_extract(logging_policy, $logging_policy_re, 1) AS DOUBLE) > 0, false) AS logging_policy_ok
 FROM impressions
 WHERE month = $month;

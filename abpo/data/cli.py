@@ -162,24 +162,20 @@ def cmd_synth(args, cfg) -> int:
 
 
 def cmd_ingest(args, cfg) -> int:
-    from abpo.validation import validate_month
-    from abpo.warehouse import IngestError, open_warehouse
+    from abpo.months import parse_month
+    from abpo.warehouse import IngestError, ingest_with_config
 
-    landing = args.landing or cfg.paths.resolve("landing")
-    out_dir = cfg.paths.resolve("root") / "validation"
-    audit = None if args.no_validate else (
-        lambda w, m: validate_month(w, m, cfg.data.known_arms, out_dir=out_dir, staged=True))
-    with open_warehouse(cfg) as wh:
-        try:
-            report = wh.ingest_month(landing, args.month, cfg.data.known_arms, force=args.force,
-                                     min_keep_fraction=cfg.data.ingest_min_keep_fraction, audit=audit)
-        except IngestError as e:
-            print(f"abpo ingest: {e}", file=sys.stderr)
-            return 1
-        print(report)
-        if report.audit is not None:
-            print(report.audit)
-        print(f"warehouse: {wh.path}")
+    month = parse_month(args.month, "--month")
+    try:
+        report, path = ingest_with_config(cfg, month, landing=args.landing, force=args.force,
+                                          validate=not args.no_validate)
+    except IngestError as e:
+        print(f"abpo ingest: {e}", file=sys.stderr)
+        return 1
+    print(report)
+    if report.audit is not None:
+        print(report.audit)
+    print(f"warehouse: {path}")
     return 0
 
 

@@ -64,3 +64,20 @@ class DataConfig:
         default_factory=lambda: ["abpo", "grpo", "ml_retrain", "popularity"],
         metadata={"help": "Arms the warehouse accepts in impressions; rows of any other arm are quarantined."},
     )
+    min_propensity: float = field(
+        default=1e-9,
+        metadata={"help": "Contract floor of a logged propensity: rows below it are quarantined "
+                          "(propensity_out_of_range) and the GX suite checks it. Near 0 the SNIPS weight e/e0 "
+                          "overflows (5e-324 gave a NaN estimate); an arm draws an item this unlikely about once in "
+                          "a billion exposures per candidate. Must be in (0, 1]."},
+    )
+    max_clock_skew_seconds: float = field(
+        default=86400.0,
+        metadata={"help": "Contract: served_at may differ from event_time by at most this many seconds; rows further "
+                          "apart are quarantined (served_at_out_of_range)."},
+    )
+    max_quarantine_fraction: float = field(
+        default=0.2,
+        metadata={"help": "Ingest refuses to publish a month whose quarantined share of the landed rows is above this "
+                          "(naming the rules that fired) unless forced (`abpo ingest --force`); 1 disables."},
+    )

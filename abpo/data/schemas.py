@@ -47,14 +47,24 @@ INTERACTIONS_SCHEMA = pa.schema(
 # counted under the first).
 RULES = (
     "null_field",
+    "empty_field",
     "unknown_schema_version",
     "unknown_arm",
     "propensity_out_of_range",
     "clicked_not_binary",
     "item_not_in_candidates",
+    "negative_field",
+    "unknown_logging_policy",
     "event_time_outside_month",
+    "served_at_out_of_range",
     "duplicate_impression_id",
 )
+
+# The stochastic logging rules the contract knows (rule unknown_logging_policy; RE2 and Python syntax alike): what the LLM
+# arms and abpo.policy.bandit write, softmax(tau=X), and what the ranker arms write, softmax(score/T, T=X) <ranker>.
+# Group 1 is the temperature X, which must also be > 0 (checked as a number, so 0.0 and 0e5 are refused).
+LOGGING_POLICY_PATTERN = (r"softmax\((?:tau|score/T, T)=([0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)\)"
+                          r"(?: [a-z][a-z0-9_]*)?")
 
 IMPRESSIONS_SCHEMA = pa.schema(
     [

@@ -85,6 +85,8 @@ def synthetic_impressions(
     model_version = np.char.add(arm.astype(str), "-v1").astype(object)
 
     schema_version = np.full(n, SCHEMA_VERSION, dtype=np.int16)
+    position = np.zeros(n, dtype=np.int16)
+    logging_policy = np.full(n, "softmax(tau=1.0)", dtype=object)
     injected: Counter = Counter()
     masks: dict[str, np.ndarray] = {}
     n_bad = int(round(violation_rate * n))
@@ -104,6 +106,15 @@ def synthetic_impressions(
                 for c, cname in enumerate(_NULLABLE_TARGETS):
                     m = masks.setdefault(cname, np.zeros(n, dtype=bool))
                     m[rows[col == c]] = True
+            elif name == "empty_field":
+                model_version[rows] = rng.choice(np.array(["", "  "], dtype=object), size=len(rows))
+            elif name == "negative_field":
+                position[rows] = -1 - rng.integers(0, 5, size=len(rows))
+            elif name == "unknown_logging_policy":
+                logging_policy[rows] = rng.choice(np.array(["softmax(tau=abc)", "argmax", "softmax(tau=0)"],
+                                                           dtype=object), size=len(rows))
+            elif name == "served_at_out_of_range":
+                served_us[rows] = event_us[rows] + rng.integers(2, 40, size=len(rows)) * 86_400_000_000
             elif name == "unknown_schema_version":
                 schema_version[rows] = SCHEMA_VERSION + 1
             elif name == "unknown_arm":
@@ -142,8 +153,8 @@ def synthetic_impressions(
             arr("clicked", clicked, pa.int8()),
             request_id if "request_id" not in masks else pa.array(
                 request_id.to_numpy(zero_copy_only=False), pa.string(), mask=masks["request_id"]),
-            pa.array(np.zeros(n, dtype=np.int16), pa.int16()),
-            pa.array(np.full(n, "softmax(tau=1.0)", dtype=object), pa.string()),
+            pa.array(position, pa.int16()),
+            pa.array(logging_policy, pa.string()),
             pa.array(served_us, pa.int64()).cast(ts),
             pa.array(schema_version, pa.int16()),
         ],

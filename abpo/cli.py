@@ -36,6 +36,9 @@ def _common_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="Override one config value, e.g. --set data.train_candidates=50 (repeatable).",
     )
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="On an expected error (bad input, a missing version, an unreadable store) print the "
+                        "traceback too, not only the one-line message.")
     return common
 
 
@@ -58,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="ABPO: monthly continual updates of an LLM recommender from its own deployment logs.",
     )
     parser.add_argument("--version", action="version", version=f"abpo {abpo.__version__}")
+    parser.add_argument("--debug", action="store_true", default=False,
+                        help="Print the traceback of an expected error too (also $ABPO_DEBUG=1).")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     common = _common_parser()
     p = sub.add_parser(
@@ -71,28 +76,52 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def expected_errors() -> tuple[type[BaseException], ...]:
+    """The errors a user can cause or meet (bad input, a missing version or arm, an unreadable or busy store, a
+    refused promotion): :func:`main` turns them into one line on stderr and exit code 2. Anything else is a bug and
+    keeps its traceback."""
+    from abpo.abtest.analysis import ReportInputError
+    from abpo.abtest.inputs import CSVFormatError
+    from abpo.arms.registry import NotInRegistry, PromotionRace
+    from abpo.config import ConfigError
+    from abpo.data.schemas import SchemaError
+    from abpo.months import MonthError
+    from abpo.registry import RegistryUnavailable
+    from abpo.warehouse import IngestError, WarehouseBusy, WarehouseSettingError, WarehouseUnreadable
+
+    return (ConfigError, MonthError, CSVFormatError, ReportInputError, SchemaError, IngestError, WarehouseBusy,
+            WarehouseUnreadable, WarehouseSettingError, RegistryUnavailable, PromotionRace, NotInRegistry)
+
+
+def one_line(e: BaseException) -> str:
+    """The error's message on one line (a multi-line message keeps its lines, joined by ' | ')."""
+    text = " | ".join(line.strip() for line in str(e).splitlines() if line.strip())
+    return text or type(e).__name__
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The CLI error boundary: an expected error (:func:`expected_errors`) prints ``abpo <command>: <message>`` and
+    returns 2; ``--debug`` (or $ABPO_DEBUG=1) adds the traceback."""
+    import os
+    import traceback
+
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2
-    from abpo.config import ConfigError, load_config
-
+    debug = bool(getattr(args, "debug", False)) or os.environ.get("ABPO_DEBUG", "") not in ("", "0")
+    command = " ".join(x for x in (args.command, getattr(args, "data_command", None)) if x)
     try:
+        from abpo.config import load_config
+
         cfg = load_config(args.config, args.overrides)
-    except ConfigError as e:
-        print(f"abpo: config error: {e}", file=sys.stderr)
-        return 2
-    from abpo.arms.registry import PromotionRace
-    from abpo.registry import RegistryUnavailable
-    from abpo.warehouse import WarehouseBusy
-
-    try:
         rc = args.handler(args, cfg)
-    except (RegistryUnavailable, PromotionRace, WarehouseBusy) as e:  # operational refusals: a message, not a traceback
-        print(f"abpo {args.command}: {e}", file=sys.stderr)
-        return 1
+    except expected_errors() as e:
+        if debug:
+            traceback.print_exc()
+        print(f"abpo {command}: {one_line(e)}", file=sys.stderr)
+        return 2
     return int(rc or 0)
 
 

@@ -12,10 +12,15 @@ trained on), ``config`` (preset name) and ``config_hash``, ``seed``, ``code_vers
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
+import os
+import socket
 import subprocess
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +30,18 @@ PREFIX = "abpo-arm-"
 EXPERIMENT = "abpo-arms"
 
 
+class NotInRegistry(LookupError):
+    """An arm, a version or a champion the caller named does not exist (an unknown arm, a version never registered,
+    no champion or no previous champion to roll back to); the message names it."""
+
+
 def model_name(arm: str) -> str:
     from abpo.arms import check_arm
 
-    return PREFIX + check_arm(arm)
+    try:
+        return PREFIX + check_arm(arm)
+    except ValueError as e:
+        raise NotInRegistry(str(e)) from None
 
 
 @functools.lru_cache(maxsize=1)
@@ -71,17 +84,22 @@ def get_version(cfg, arm: str, ref: str = registry.CHAMPION):
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
+    name = model_name(arm)
     uri = registry.configure(cfg)
     try:
         if str(ref).isdigit():
-            return MlflowClient().get_model_version(model_name(arm), str(ref))
-        return MlflowClient().get_model_version_by_alias(model_name(arm), ref)
+            return MlflowClient().get_model_version(name, str(ref))
+        return MlflowClient().get_model_version_by_alias(name, ref)
     except MlflowException as e:
         if registry.is_not_found(e):
             return None
         raise registry.RegistryUnavailable(
-            f"MLflow registry {uri}: could not read {ref!r} of model {model_name(arm)!r} "
+            f"MLflow registry {uri}: could not read {ref!r} of model {name!r} "
             f"({getattr(e, 'error_code', '')}: {str(e)[:300]})") from e
+    except Exception as e:  # noqa: BLE001 - the store itself cannot be opened (a corrupt mlflow.db, a bad URI)
+        raise registry.RegistryUnavailable(
+            f"MLflow registry {uri}: could not read {ref!r} of model {name!r}: the store cannot be opened "
+            f"({type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''})") from e
 
 
 def log_arm_model(cfg, arm: str, local_dir: str | Path, *, kind: str) -> str:
@@ -109,7 +127,10 @@ def register_version(cfg, arm: str, model_uri: str, run_id: str, tags: dict[str,
     except Exception:  # noqa: BLE001 - a model that does not exist yet has no versions
         existing = []
     mv = existing[0] if existing else registry.register(model_uri, alias=None, tags=tags, name=name)
-    if alias:
+    if alias == registry.CHAMPION:  # the champion only moves under the arm's promotion lock
+        with promotion_lock(cfg, arm):
+            client.set_registered_model_alias(name, alias, str(mv.version))
+    elif alias:
         client.set_registered_model_alias(name, alias, str(mv.version))
     return client.get_model_version(name, str(mv.version))
 
@@ -168,18 +189,96 @@ def version_info(mv) -> dict[str, Any]:
 
 
 class PromotionRace(RuntimeError):
-    """The champion moved since the caller looked: the promotion is refused, nothing changed."""
+    """The champion moved since the caller looked, or another promotion of the arm holds the lock: the promotion is
+    refused, nothing changed."""
+
+
+# The promotion lock. MLflow's registry has no compare-and-set: SetRegisteredModelAlias moves an alias
+# unconditionally. What it does have is a unique registered-model name: CreateRegisteredModel fails with
+# RESOURCE_ALREADY_EXISTS when the name exists (a primary key in the SQL store, SQLite or PostgreSQL, behind the REST
+# server too). So the lock of arm A is the registered model "abpo-lock-<A>": whoever creates it holds it, and deletes it
+# when done. Every process that moves a champion (the CLI, each Airflow worker, on any machine) talks to the same
+# registry, so two workers cannot both hold it: a check-then-set done inside it (re-read the champion, compare with the
+# expected one, move the alias) is atomic with respect to every other promotion. A lock older than LOCK_TTL_S (its
+# holder crashed: a promotion holds it for well under a second) is taken over.
+LOCK_PREFIX = "abpo-lock-"
+LOCK_TTL_S = 120.0
+LOCK_WAIT_S = 30.0
+
+
+@contextlib.contextmanager
+def promotion_lock(cfg, arm: str, *, wait_s: float | None = None, ttl_s: float | None = None):
+    """Hold arm ``arm``'s promotion lock (a registered model ``abpo-lock-<arm>`` in the registry, see above) for the
+    block; raises PromotionRace when another holder keeps it longer than ``wait_s``."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    wait_s = LOCK_WAIT_S if wait_s is None else wait_s
+    ttl_s = LOCK_TTL_S if ttl_s is None else ttl_s
+    name = LOCK_PREFIX + model_name(arm)[len(PREFIX):]
+    uri = registry.configure(cfg)
+    client = MlflowClient()
+    token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+    deadline = time.monotonic() + wait_s
+    delay = 0.05
+    while True:
+        try:
+            client.create_registered_model(name, tags={"owner": token, "acquired_at": f"{time.time():.3f}"},
+                                           description=f"promotion lock of arm {arm} (abpo.arms.registry)")
+            break
+        except MlflowException as e:
+            if getattr(e, "error_code", "") != "RESOURCE_ALREADY_EXISTS":  # e.g. SQLite busy under contention
+                if time.monotonic() > deadline:
+                    raise registry.RegistryUnavailable(
+                        f"MLflow registry {uri}: could not take the promotion lock {name!r} "
+                        f"({getattr(e, 'error_code', '')}: {str(e)[:300]})") from e
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+                continue
+        try:
+            held = client.get_registered_model(name)
+            since = float((held.tags or {}).get("acquired_at", "0") or 0)
+            if time.time() - since > ttl_s and (held.tags or {}).get("owner"):
+                # a crashed holder: take the lock over (only if it is still the same stale holder)
+                if client.get_registered_model(name).tags.get("owner") == held.tags.get("owner"):
+                    client.delete_registered_model(name)
+                continue
+        except MlflowException:
+            continue  # released in between: try again at once
+        if time.monotonic() > deadline:
+            raise PromotionRace(f"{model_name(arm)}: another promotion holds the lock {name!r} (owner "
+                                f"{(held.tags or {}).get('owner', '?')}) for more than {wait_s:g} s; nothing promoted "
+                                "(retry when it has finished)")
+        time.sleep(delay)
+        delay = min(delay * 2, 1.0)
+    try:
+        yield
+    finally:
+        try:
+            if client.get_registered_model(name).tags.get("owner") == token:
+                client.delete_registered_model(name)
+        except MlflowException:
+            pass  # taken over after the TTL, or already gone
 
 
 def promote(cfg, arm: str, version: str | int, *, expected_champion: str | int | None = None,
             reason: str = "") -> dict[str, str]:
     """Move the arm's ``champion`` alias to ``version`` and record where it came from on the version
     (``promoted_from``, ``promoted_at``, ``promoted_reason``), which is what :func:`rollback` follows. With
-    ``expected_champion`` the promotion is refused (PromotionRace) when the champion is not that version."""
+    ``expected_champion`` the promotion is refused (PromotionRace) when the champion is not that version.
+
+    Atomic: the champion is re-read, compared and moved inside the arm's :func:`promotion_lock`, so of several
+    concurrent promotions expecting the same champion exactly one moves it and the others are refused."""
+    if get_version(cfg, arm, str(version)) is None:
+        raise NotInRegistry(f"{model_name(arm)}: no version {version}; nothing promoted")
+    with promotion_lock(cfg, arm):
+        return _promote_locked(cfg, arm, version, expected_champion=expected_champion, reason=reason)
+
+
+def _promote_locked(cfg, arm: str, version: str | int, *, expected_champion: str | int | None,
+                    reason: str) -> dict[str, str]:
     from datetime import UTC, datetime
 
-    if get_version(cfg, arm, str(version)) is None:
-        raise LookupError(f"{model_name(arm)}: no version {version}")
     current = get_version(cfg, arm, registry.CHAMPION)
     cur = str(current.version) if current is not None else ""
     if cur == str(version) and (expected_champion is None or (current.tags or {}).get("promoted_from") == str(
@@ -193,6 +292,10 @@ def promote(cfg, arm: str, version: str | int, *, expected_champion: str | int |
     set_tags(cfg, arm, version, {"promoted_from": cur, "promoted_at": datetime.now(UTC).isoformat(timespec="seconds"),
                                  "promoted_reason": reason or "promote"})
     set_alias(cfg, arm, registry.CHAMPION, version)
+    now = get_version(cfg, arm, registry.CHAMPION)
+    if now is None or str(now.version) != str(version):  # only a writer outside the lock can cause this
+        raise PromotionRace(f"{model_name(arm)}: champion is v{now.version if now else 'none'} right after moving it "
+                            f"to v{version}: something moved it without the promotion lock")
     return {"arm": arm, "champion": str(version), "previous": cur}
 
 
@@ -201,14 +304,19 @@ def rollback(cfg, arm: str, *, reason: str = "") -> dict[str, str]:
     ``rolled_back_at`` / ``rolled_back_to`` on the version that was champion."""
     from datetime import UTC, datetime
 
+    with promotion_lock(cfg, arm):
+        return _rollback_locked(cfg, arm, reason=reason, now=datetime.now(UTC))
+
+
+def _rollback_locked(cfg, arm: str, *, reason: str, now) -> dict[str, str]:
     current = get_version(cfg, arm, registry.CHAMPION)
     if current is None:
-        raise LookupError(f"{model_name(arm)}: no champion to roll back")
+        raise NotInRegistry(f"{model_name(arm)}: no champion to roll back")
     previous = (current.tags or {}).get("promoted_from", "")
     if not previous:
-        raise LookupError(f"{model_name(arm)}: champion v{current.version} has no previous champion (tag "
-                          "promoted_from is empty): nothing to roll back to")
-    set_tags(cfg, arm, current.version, {"rolled_back_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        raise NotInRegistry(f"{model_name(arm)}: champion v{current.version} has no previous champion (tag "
+                            "promoted_from is empty): nothing to roll back to")
+    set_tags(cfg, arm, current.version, {"rolled_back_at": now.isoformat(timespec="seconds"),
                                          "rolled_back_to": previous, "rolled_back_reason": reason or "rollback"})
     set_alias(cfg, arm, registry.CHAMPION, previous)
     return {"arm": arm, "champion": previous, "previous": str(current.version)}

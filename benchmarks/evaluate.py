@@ -1,20 +1,25 @@
-"""Offline evaluation speed: users scored per second at M = 100 on the tiny model, the batched scorer against the
-previous one-prompt-at-a-time path, side by side in one run (same model, users and candidates).
+"""Offline evaluation speed: users scored per second at M = 100 on the tiny model, the paper's text prompt against
+the item-token prompt, side by side in one run (same model weights, users and candidates).
 
-    .venv/bin/python benchmarks/evaluate.py [--users 60] [--threads 1 2] [--model DIR]
+    .venv/bin/python benchmarks/evaluate.py [--users 100] [--threads 1] [--model DIR] [--config tiny]
 
-    old      score_candidates per user: one prompt, its candidates packed behind it (the path before batching)
-    batched  abpo.policy.scoring.score_examples: batch tokenization, prompt groups, packed answer rows, only the
-             answer positions through the LM head, in-place logsumexp (what evaluation, the bandit log and e_old use)
+    text         policy.prompt_style=text, policy.max_history=10 (the prompt before the item-token policy):
+                 history titles, candidate lines <item_id>ID</item_id><item>TITLE</item> (~1,800 tokens at M = 100),
+                 s_p = the mean log-prob over each answer (batched shared-prefix scoring, packed answer rows)
+    item_tokens  the preset's prompt_style=item_tokens and max_history (200 in tiny): the candidates and the history
+                 as item tokens (~330 tokens), s_p = the item token's log-prob: one forward per prompt group, the LM
+                 head at the last position only
 
-Prints users/s of both, the ratio, and the largest |s_new - s_old| (they must agree to float error). The model is
-the tiny preset's pi_init when `--model` names it (var/models/pi_init after `abpo sft`), else the untrained tiny
-model (the cost of scoring does not depend on the weights).
+Both go through abpo.policy.scoring.score_examples (what evaluation, the bandit log, the arms and e_old use). The
+model is `--model` (e.g. var/models/pi_init after `abpo sft`) or the untrained tiny model of the preset: the cost of
+scoring does not depend on the weights. Each path scores the users twice and the faster pass counts (the first
+warms caches). The last line is exactly `users/s item_tokens/text = <r>x` (goal: at least 10x).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -24,10 +29,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--users", type=int, default=60, help="held-out users scored by each path")
-    ap.add_argument("--threads", type=int, nargs="+", default=[1], help="torch thread counts to measure")
+    ap.add_argument("--users", type=int, default=100, help="held-out users scored by each path")
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     ap.add_argument("--model", default="", help="model directory (default: the untrained tiny model)")
     ap.add_argument("--config", default="tiny")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     args = ap.parse_args(argv)
 
     import torch
@@ -39,9 +45,10 @@ def main(argv=None) -> int:
     from abpo.data.splits import split_users
     from abpo.policy.model import build_tiny
     from abpo.policy.prompt import example_prompt
-    from abpo.policy.scoring import candidate_answers, score_candidates, score_examples
+    from abpo.policy.scoring import score_examples
 
-    cfg = load_config(args.config)
+    cfg = load_config(args.config, args.overrides)
+    torch.set_num_threads(args.threads)
     ds = load_dataset(cfg.data)
     titles = ds.titles()
     model_dir = args.model or build_tiny(cfg.policy, cfg.paths, titles, seed=cfg.seed)
@@ -50,30 +57,23 @@ def main(argv=None) -> int:
     splits, _ = split_users(ds, cfg.data)
     examples = build_eval_examples(splits, ds, cfg.data)[: args.users]
     m = len(examples[0].candidates)
-    print(f"{len(examples)} users, M = {m} candidates, model {model_dir}")
-    rows = []
-    for threads in args.threads:
-        torch.set_num_threads(threads)
-        t0 = time.perf_counter()
-        old = [
-            score_candidates(model, tok, example_prompt(e, titles, tok, cfg.policy).text,
-                             candidate_answers(e.candidates, titles), batch_tokens=cfg.policy.scoring_batch_tokens)
-            for e in examples
-        ]
-        t_old = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        new = score_examples(model, tok, examples, titles, cfg.policy)
-        t_new = time.perf_counter() - t0
-        diff = max(float((a - b.scores).abs().max()) for a, b in zip(old, new))
-        rows.append((threads, len(examples) / t_old, len(examples) / t_new, diff))
-        print(f"threads {threads}: old {rows[-1][1]:.2f} users/s, batched {rows[-1][2]:.2f} users/s", flush=True)
-    print()
-    print(f"{'threads':>7} {'old users/s':>12} {'batched users/s':>16} {'ratio':>6} {'max |diff|':>11}")
-    for threads, o, n, d in rows:
-        print(f"{threads:>7} {o:>12.2f} {n:>16.2f} {n / o:>6.2f} {d:>11.1e}")
-    base = rows[0][1]
-    best = max(n for _, _, n, _ in rows)
-    print(f"best batched vs old at {rows[0][0]} thread(s): {best / base:.2f}x (goal: 4x)")
+    styles = {
+        "text": dataclasses.replace(cfg.policy, prompt_style="text", max_history=10),
+        "item_tokens": dataclasses.replace(cfg.policy, prompt_style="item_tokens"),
+    }
+    print(f"{len(examples)} users, M = {m} candidates, {args.threads} thread(s), model {model_dir}")
+    speed = {}
+    for name, pol in styles.items():
+        n_tok = sum(example_prompt(e, titles, tok, pol).n_tokens for e in examples) / len(examples)
+        best = float("inf")
+        for _ in range(2):
+            t0 = time.perf_counter()
+            score_examples(model, tok, examples, titles, pol)
+            best = min(best, time.perf_counter() - t0)
+        speed[name] = len(examples) / best
+        print(f"{name:<12} max_history {pol.max_history:>3}: {n_tok:7.0f} prompt tokens, {speed[name]:8.2f} users/s",
+              flush=True)
+    print(f"users/s item_tokens/text = {speed['item_tokens'] / speed['text']:.1f}x")
     return 0
 
 

@@ -239,7 +239,9 @@ def gate_examples(cfg):
     n = cfg.arms.gate_max_users or cfg.sft.eval_max_users
     examples = seeded_subsample(build_eval_examples(splits, ds, cfg.data), n, cfg.seed)
     key = hashlib.sha256(json.dumps([ds.name, cfg.data.seed, cfg.data.eval_candidates, cfg.seed,
-                                     [e.request_id for e in examples]]).encode()).hexdigest()[:12]
+                                     cfg.data.tie_seed, cfg.data.eval_hard_negative_fraction,
+                                     [e.request_id for e in examples],
+                                     [e.candidates for e in examples]]).encode()).hexdigest()[:12]
     return examples, training_popularity(splits, ds), key
 
 

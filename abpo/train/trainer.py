@@ -315,7 +315,8 @@ class ABPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------------------ constrained rollouts
 
     def _trie(self, row: dict):
-        """The answer trie of one dataset row's candidate set (cached per logged example)."""
+        """The answer trie of one dataset row's candidate set (cached per logged example): the constraint of
+        constrained rollouts, and where the answers branch (the choice positions of self-certainty)."""
         from abpo.policy.constrained import AnswerTrie
 
         key = str(row["request_id"])
@@ -325,7 +326,7 @@ class ABPOTrainer(GRPOTrainer):
                 self._trie_cache.clear()
             answers = [self._answer_ids(a) for a in row["candidate_answers"]]
             longest = max(len(a) for a in answers) + 1  # + EOS
-            if longest > self.max_completion_length:
+            if self.abpo.constrained_rollouts and longest > self.max_completion_length:
                 raise ValueError(
                     f"logged example {key}: its longest candidate answer takes {longest} tokens with EOS, over "
                     f"update.max_completion_length={self.max_completion_length}; rule: with constrained rollouts every "

@@ -133,7 +133,7 @@ def test_rollout_self_certainty_recorded_during_generation_equals_a_forward_pass
     p_ids = [r[m.bool()].tolist() for r, m in zip(out["prompt_ids"], out["prompt_mask"])]
     c_ids = [r[m.bool()].tolist() for r, m in zip(out["completion_ids"], out["completion_mask"])]
     assert len({len(c) for c in c_ids}) > 1 or max(len(c) for c in c_ids) > 1  # real completions, not empty
-    forward = trainer._self_certainty(list(zip(p_ids, c_ids)))
+    forward = trainer._self_certainty(list(zip(p_ids, c_ids)), batch)  # over each row's choice positions
     assert recorded == pytest.approx(forward, rel=1e-4, abs=1e-5)
 
     trainer_c, _ = _make(load_tiny, update_rows, tiny_update_cfg, tmp_path, "anchor")
@@ -274,3 +274,103 @@ def test_metrics_reach_mlflow_every_step(load_tiny, update_rows, tiny_update_cfg
         steps = [m.step for m in client.get_metric_history(run.info.run_id, key)]
         assert steps == [1, 2], f"{key}: logged at steps {steps}"
     assert mlflow.active_run() is None
+
+
+# ------------------------------------------------------------------------------------ item-token policy
+
+
+@pytest.fixture
+def item_rows(tiny_titles, tiny_policy_cfg, load_tiny):
+    """The update_rows of 8 logged examples with the item_tokens prompt."""
+    from abpo.train.dataset import BatchingReport, build_update_rows
+
+    from .conftest import impression_rows
+
+    _, tok = load_tiny()
+    pol = dataclasses.replace(tiny_policy_cfg, prompt_style="item_tokens")
+    rows = impression_rows(tiny_titles, 8)
+    return build_update_rows([rows[0:4], rows[4:8]], tiny_titles, tok, pol, examples_per_batch=4,
+                             report=BatchingReport()), pol
+
+
+def _make_items(load_tiny, rows, update_cfg, tmp_path, variant):
+    from abpo.train.dataset import to_hf_dataset
+    from abpo.train.trainer import ABPOTrainer
+    from abpo.train.update import grpo_config
+
+    model, tok = load_tiny()
+    u = dataclasses.replace(update_cfg, variant=variant, max_completion_length=64)
+    args = grpo_config(u, output_dir=tmp_path / f"ckpt-{variant}", seed=0, disable_tqdm=True)
+    settings = ABPOSettings(variant=variant, lambda_sc=0.5, scoring_batch_tokens=4096, constrained_rollouts=True,
+                            prompt_style="item_tokens")
+    return ABPOTrainer(model=model, args=args, settings=settings, train_dataset=to_hf_dataset(rows),
+                       processing_class=tok), tok
+
+
+def test_item_token_rollouts_e_old_and_self_certainty(load_tiny, item_rows, tiny_update_cfg, tmp_path, tiny_titles):
+    """With the item_tokens prompt: rollouts are whole well-formed answers of the row's candidates (one forward,
+    the forced title appended), the recorded r_sc is KL(U || pi(.|q)) at the item token (= the forward pass over
+    the choice positions), and e_old is softmax over C of the item tokens' log-probs (= score_examples)."""
+    from abpo.algo.rewards import token_kl_from_uniform
+    from abpo.policy.prompt import check_item_tokens, encode_prompt, parse_answer, render_chat
+    from abpo.policy.scoring import candidate_propensities
+
+    rows, pol = item_rows
+    torch.manual_seed(0)
+    trainer, tok = _make_items(load_tiny, rows, tiny_update_cfg, tmp_path, "abpo")
+    batch = _batch(trainer, rows[:4])
+    trainer.model.train()
+    out = trainer._generate_and_score_completions(batch)
+    c_ids = [r[m.bool()].tolist() for r, m in zip(out["completion_ids"], out["completion_mask"])]
+    p_ids = [r[m.bool()].tolist() for r, m in zip(out["prompt_ids"], out["prompt_mask"])]
+    for row, c in zip(batch, c_ids):
+        assert c[-1] == tok.eos_token_id
+        assert parse_answer(tok.decode(c[:-1]), {a: tiny_titles[a] for a in row["candidates"]}).well_formed
+    recorded = trainer._abpo_rollout_sc
+    assert recorded == pytest.approx(trainer._self_certainty(list(zip(p_ids, c_ids)), batch), rel=1e-4, abs=1e-5)
+    with torch.no_grad():
+        z = trainer.model(input_ids=torch.tensor([p_ids[0]])).logits[:, -1]
+    assert recorded[0] == pytest.approx(float(token_kl_from_uniform(z)[0]), rel=1e-4)
+
+    row = rows[1]
+    p = encode_prompt(tok, render_chat(tok, row["prompt"][0]["content"]))
+    e_old = trainer._e_old(p, row["candidate_answers"], row["candidates"], row["a_log"])
+    # the same prompt the trainer row holds, scored by the policy helper: log p(item token | q), softmax over C
+    with torch.no_grad():
+        logp = torch.log_softmax(trainer.model(input_ids=torch.tensor([p])).logits[0, -1].float(), -1)
+    s = logp[check_item_tokens(tok, row["candidates"])]
+    want = candidate_propensities(s, 1.0)[list(row["candidates"]).index(row["a_log"])]
+    assert e_old == pytest.approx(float(want), rel=1e-5)
+
+
+@pytest.mark.parametrize("how", ["full", "lora_embeddings", "lora"])
+def test_update_moves_the_item_embeddings_when_configured(load_tiny, item_rows, tiny_update_cfg, tmp_path, how):
+    """Full fine-tuning (policy.lora_r = 0) and LoRA with policy.lora_train_embeddings train the (tied) item
+    embeddings and LM head; a LoRA on attention and MLP alone leaves them where they were."""
+    from abpo.policy.model import lora_config
+    from abpo.train.dataset import to_hf_dataset
+    from abpo.train.update import train_update
+
+    rows, pol = item_rows
+    model, tok = load_tiny()
+    before = model.get_input_embeddings().weight.detach().clone()
+    cfg = {"full": dataclasses.replace(pol, lora_r=0),
+           "lora_embeddings": dataclasses.replace(pol, lora_r=4, lora_alpha=8, lora_train_embeddings=True),
+           "lora": dataclasses.replace(pol, lora_r=4, lora_alpha=8)}[how]
+    u = dataclasses.replace(tiny_update_cfg, variant="abpo", max_steps=2, save_steps=10, learning_rate=5e-2,
+                            max_completion_length=64)
+    settings = ABPOSettings(variant="abpo", scoring_batch_tokens=4096, constrained_rollouts=True,
+                            prompt_style="item_tokens")
+    trainer, _ = train_update(model, tok, to_hf_dataset(rows), u, settings, output_dir=tmp_path / how, seed=0,
+                              peft_config=lora_config(cfg), resume=False, grpo_overrides={"disable_tqdm": True})
+    trained = trainer.accelerator.unwrap_model(trainer.model)
+    if hasattr(trained, "merge_and_unload"):
+        trained = trained.merge_and_unload()
+    after = trained.get_input_embeddings().weight.detach()
+    head = trained.get_output_embeddings().weight.detach()
+    moved = float((after - before).abs().max())
+    if how == "lora":
+        assert moved == 0.0
+    else:
+        assert moved > 0.0
+        torch.testing.assert_close(after, head)  # still tied

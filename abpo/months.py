@@ -42,3 +42,14 @@ def month_index(month: str) -> int:
 
 def month_of_index(i: int) -> str:
     return f"{i // 12:04d}-{i % 12 + 1:02d}"
+
+
+def month_arg(value: str) -> str:
+    """argparse ``type=`` for a ``--month`` option: a bad month stops the command before it does anything (argparse
+    prints the rule and exits 2)."""
+    import argparse
+
+    try:
+        return parse_month(value, "--month")
+    except MonthError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None

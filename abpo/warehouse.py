@@ -319,7 +319,7 @@ class Warehouse:
                 t_agg = time.perf_counter()
                 report.aggregate_rows = self._build_user_month_stats(month)["users"]
                 report.aggregate_seconds = time.perf_counter() - t_agg
-                self.con.commit()
+                self._commit(f"the commit of month {month}")
             except BaseException as e:
                 self._rollback_after(e)
                 raise
@@ -336,9 +336,19 @@ class Warehouse:
             except Exception as cleanup:  # noqa: BLE001 - never let the clean-up hide the step that failed
                 if failed is None:
                     raise
-                log.warning("ingest %s: clean-up after the failure also failed: %s", month, cleanup)
+                log.info("ingest %s: clean-up after the failure also failed: %s", month, cleanup)
         report.seconds = time.perf_counter() - t0
         return report
+
+    def _commit(self, what: str) -> None:
+        """Commit, naming ``what`` when DuckDB cannot (the WAL or the file cannot be written: a full disk)."""
+        import duckdb
+
+        try:
+            self.con.commit()
+        except duckdb.Error as e:
+            raise SQLFileError(f"{what} (writing {self.path}): {type(e).__name__}: {str(e).splitlines()[0][:300]}"
+                               ) from e
 
     def _rollback_after(self, error: BaseException) -> None:
         """Roll the open transaction back; a rollback that fails too (a database DuckDB invalidated after a disk-full
@@ -346,7 +356,7 @@ class Warehouse:
         try:
             self.con.rollback()
         except Exception as e:  # noqa: BLE001
-            log.warning("%s: rollback after %s failed too: %s", self.path, type(error).__name__, e)
+            log.info("%s: rollback after %s failed too: %s", self.path, type(error).__name__, e)
 
     def _stage(self, files: list[Path]) -> None:
         """Stage the files; when DuckDB cannot read them, find and name the corrupt one."""

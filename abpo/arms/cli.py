@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from abpo.months import month_arg
+
 
 def register(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
@@ -21,7 +23,7 @@ def register(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--expect-champion", help="action promote: refuse unless the champion is this version (a race "
                    "with another promotion changes nothing).")
     p.add_argument("--reason", default="", help="actions promote / rollback: recorded on the version as a tag.")
-    p.add_argument("--month", help="YYYY-MM (action month).")
+    p.add_argument("--month", type=month_arg, help="YYYY-MM (action month).")
     p.add_argument("--simulate", action="store_true",
                    help="action month: serve the month with the simulator first (otherwise it must have landed).")
     p.set_defaults(handler=run)

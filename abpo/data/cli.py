@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from abpo.months import month_arg
+
 
 def register(sub, common: argparse.ArgumentParser) -> None:
     data = sub.add_parser(
@@ -33,7 +35,7 @@ def register(sub, common: argparse.ArgumentParser) -> None:
         description="Write N synthetic impressions (IMPRESSIONS_SCHEMA, random users/items, a share of "
         "contract violations if asked) into landing/impressions/month=YYYY-MM/part-synthetic.parquet.",
     )
-    p.add_argument("--month", required=True, help="Month to land, YYYY-MM.")
+    p.add_argument("--month", required=True, type=month_arg, help="Month to land, YYYY-MM.")
     p.add_argument("--n", type=int, default=100_000, help="Number of impressions (default 100000).")
     p.add_argument("--violation-rate", type=float, default=0.01, help="Share of rows breaking one rule (default 0.01).")
     p.add_argument("--landing", default=None, help="Landing directory (default: paths.landing).")
@@ -45,7 +47,7 @@ def register(sub, common: argparse.ArgumentParser) -> None:
         help="Print impressions, clicks, users and CTR per arm and month from the warehouse.",
         description="Print sql/ctr_by_arm_month.sql over the clean impressions (all months, or --month ...).",
     )
-    p.add_argument("--month", action="append", default=None, help="Restrict to this month (repeatable).")
+    p.add_argument("--month", action="append", type=month_arg, default=None, help="Restrict to this month (repeatable).")
     p.set_defaults(handler=cmd_ctr)
 
     p = dsub.add_parser(
@@ -59,7 +61,7 @@ def register(sub, common: argparse.ArgumentParser) -> None:
         "written into `impressions` by other means. --check compares it with the raw rows instead (a full "
         "scan) and exits 1 on any difference.",
     )
-    p.add_argument("--month", action="append", default=None, help="Only this month (repeatable; default: all).")
+    p.add_argument("--month", action="append", type=month_arg, default=None, help="Only this month (repeatable; default: all).")
     p.add_argument("--check", action="store_true",
                    help="Do not rebuild: compare the aggregate with the raw clean impressions, exit 1 if they differ.")
     p.set_defaults(handler=cmd_rebuild_aggregates)
@@ -76,7 +78,7 @@ def register(sub, common: argparse.ArgumentParser) -> None:
         "partition and quarantine are replaced. A failed audit publishes nothing. Prints counts in / clean / "
         "quarantined per rule. Exit code 1 if the files cannot be ingested or the audit refuses them.",
     )
-    p.add_argument("--month", required=True, help="Month to ingest, YYYY-MM.")
+    p.add_argument("--month", required=True, type=month_arg, help="Month to ingest, YYYY-MM.")
     p.add_argument("--landing", default=None, help="Landing directory (default: paths.landing).")
     p.add_argument("--no-validate", action="store_true", help="Skip the Great Expectations suite in the audit.")
     p.add_argument("--force", action="store_true",
@@ -90,7 +92,7 @@ def register(sub, common: argparse.ArgumentParser) -> None:
         "replaces become a history version themselves, so a restore can be undone by restoring again. Without "
         "--version and with --list, print the month's kept versions.",
     )
-    p.add_argument("--month", required=True, help="YYYY-MM")
+    p.add_argument("--month", required=True, type=month_arg, help="YYYY-MM")
     p.add_argument("--version", type=int, default=None, help="History version to restore (default: the newest).")
     p.add_argument("--list", action="store_true", help="Only list the month's kept versions.")
     p.set_defaults(handler=cmd_restore_month)
@@ -162,10 +164,9 @@ def cmd_synth(args, cfg) -> int:
 
 
 def cmd_ingest(args, cfg) -> int:
-    from abpo.months import parse_month
     from abpo.warehouse import IngestError, ingest_with_config
 
-    month = parse_month(args.month, "--month")
+    month = args.month  # checked by argparse (abpo.months.month_arg)
     try:
         report, path = ingest_with_config(cfg, month, landing=args.landing, force=args.force,
                                           validate=not args.no_validate)

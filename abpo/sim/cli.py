@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from abpo.months import month_arg
+
 
 def register(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
@@ -16,7 +18,7 @@ def register(sub, common: argparse.ArgumentParser) -> None:
         "prints impressions and clicks per arm. Arms without a champion are bootstrapped first (pi_init; ranker "
         "fits).",
     )
-    p.add_argument("--month", required=True, help="YYYY-MM; month index = months since sim.start_month.")
+    p.add_argument("--month", required=True, type=month_arg, help="YYYY-MM; month index = months since sim.start_month.")
     p.set_defaults(handler=run)
 
 

@@ -50,3 +50,9 @@ class ArmsConfig:
     update_max_examples: int = field(
         default=0, metadata={"help": "Logged rows per LLM-arm update (seeded, proportional); 0 = update.max_examples."}
     )
+    gate_min_ess: float = field(
+        default=10.0,
+        metadata={"help": "Off-policy gate: the challenger fails (closed) when the effective sample size of its SNIPS "
+                          "weights on the arm's month logs is below this, or when the estimate is not finite; an "
+                          "interval from fewer effective rows says nothing."},
+    )

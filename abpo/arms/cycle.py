@@ -322,11 +322,33 @@ def off_policy_gate(cfg, arm: str, version: str, month: str, echo=print) -> dict
             "challenger_max_weight": cmp.challenger.max_weight}
 
 
+def ope_verdict(ope: dict[str, Any], margin: float, min_ess: float) -> tuple[bool, str]:
+    """The off-policy check of the gate, failing closed: a non-finite estimate (a NaN SNIPS, interval or effective
+    sample size: e.g. a logged propensity so small that its weight overflowed) or an effective sample size below
+    ``min_ess`` fails, whatever the interval says; otherwise the interval's lower bound must be >= -``margin``."""
+    import math
+
+    keys = ("challenger_snips", "champion_snips", "diff", "ci_low", "ci_high", "challenger_ess")
+    bad = [k for k in keys if not isinstance(ope.get(k), (int, float)) or not math.isfinite(float(ope[k]))]
+    if bad:
+        return False, (f"off-policy estimate not finite ({', '.join(f'{k} {ope.get(k)}' for k in bad)}) on "
+                       f"{ope.get('n')} rows: fails closed")
+    if ope["challenger_ess"] < min_ess:
+        return False, (f"off-policy effective sample size {ope['challenger_ess']:.1f} of {ope.get('n')} rows < "
+                       f"arms.gate_min_ess {min_ess:g}: fails closed (SNIPS diff {ope['diff']:+.4f})")
+    ok = bool(ope["ci_low"] >= -margin)
+    return ok, (f"off-policy SNIPS CTR challenger {ope['challenger_snips']:.4f} vs champion "
+                f"{ope['champion_snips']:.4f} on {ope['n']} rows: diff {ope['diff']:+.4f}, {ope['confidence']:.0%} CI "
+                f"[{ope['ci_low']:+.4f}, {ope['ci_high']:+.4f}] {'>=' if ok else '<'} -margin {margin} (ESS "
+                f"{ope['challenger_ess']:.0f})")
+
+
 def gate_arm(cfg, arm: str, version: str, month: str | None = None, echo=print) -> dict[str, Any]:
     """Challenger ``version`` against the arm's champion. Offline: ``arms.gate_metric`` on the held-out users at
     least the champion's minus ``arms.gate_margin``. Off-policy (when ``month`` is given and
     ``arms.gate_ope_margin`` >= 0): the lower bound of the bootstrap interval of SNIPS CTR (challenger - champion)
-    on the arm's month logs at least -``arms.gate_ope_margin``. Both must pass. Every number is logged to MLflow
+    on the arm's month logs at least -``arms.gate_ope_margin``, the estimate finite and its effective sample size at
+    least ``arms.gate_min_ess`` (:func:`ope_verdict`: fails closed). Both must pass. Every number is logged to MLflow
     (experiment abpo-arms, run gate-<arm>-v<version>) and kept as version tags; the verdict and its reason are
     printed."""
     champ = arm_registry.get_version(cfg, arm, CHAMPION)
@@ -345,12 +367,8 @@ def gate_arm(cfg, arm: str, version: str, month: str | None = None, echo=print) 
     ope_ok = True
     if month is not None and cfg.arms.gate_ope_margin >= 0:
         ope = off_policy_gate(cfg, arm, str(version), month, echo=echo)
-        m = cfg.arms.gate_ope_margin
-        ope_ok = bool(ope["ci_low"] >= -m)
-        reasons.append(
-            f"off-policy SNIPS CTR challenger {ope['challenger_snips']:.4f} vs champion {ope['champion_snips']:.4f} "
-            f"on {ope['n']} {month} rows: diff {ope['diff']:+.4f}, {ope['confidence']:.0%} CI [{ope['ci_low']:+.4f}, "
-            f"{ope['ci_high']:+.4f}] {'>=' if ope_ok else '<'} -margin {m} (ESS {ope['challenger_ess']:.0f})")
+        ope_ok, why = ope_verdict(ope, cfg.arms.gate_ope_margin, cfg.arms.gate_min_ess)
+        reasons.append(f"{why} ({month})")
     passed = offline_ok and ope_ok
     reason = "; ".join(reasons)
     echo(f"gate {arm}: {'PASS' if passed else 'FAIL'}: {reason}")

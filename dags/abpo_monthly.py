@@ -20,7 +20,11 @@ The month processed is the one that just ended (the run of 2026-03-01 processes 
 `serve` never fabricates data unless `simulate` is true: without it the month must have landed
 (landing/impressions/month=YYYY-MM/), else the task fails and says where it looked.
 Config: the preset or YAML file in $ABPO_CONFIG (default `tiny`), plus the `overrides` param
-(`["arms.gate_margin=0.01", ...]`). State lives where the config says (default var/ of the repo, or $ABPO_STATE).
+(`["arms.gate_margin=0.01", ...]`), limited to OVERRIDE_ALLOWED: whoever may trigger the DAG may tune the month's
+cycle (gate, simulator, report, update hyperparameters, seed), never where state lives, the tracking URI, the
+warehouse's settings or the data contract (those belong to the deployment's config file and environment). The
+param's JSON schema refuses any other key when the run is triggered, and every task checks again.
+State lives where the config says (default var/ of the repo, or $ABPO_STATE).
 Tasks pass months and registry version numbers, never local paths.
 """
 
@@ -44,13 +48,43 @@ CLEAN_IMPRESSIONS = Asset(name="abpo_clean_impressions", uri="abpo://warehouse/i
 # abpo.arms.LLM_ARMS / RANKER_ARMS (not imported: the file must parse without abpo; a test checks they agree)
 LLM_ARMS = ("abpo", "grpo")
 RANKER_ARMS = ("ml_retrain", "popularity")
+# The config keys a run's `overrides` param may set ("section.*": any key of the section). Not paths.*, data.*
+# (warehouse settings, contract), policy.*, sft.*, update.init_model / output_name / deepspeed / mlflow_experiment: a
+# trigger must not point the loop at other files, stores or models.
+OVERRIDE_ALLOWED = (
+    "arms.*", "sim.*", "report.*", "seed",
+    *(f"update.{k}" for k in ("group_size", "delta", "eps_std", "lambda_sc", "w_max", "epsilon", "beta",
+                              "learning_rate", "batch_size", "grad_accum", "epochs", "max_steps", "warmup_ratio",
+                              "weight_decay", "max_grad_norm", "temperature", "top_p", "max_examples",
+                              "stratification", "logging_steps")),
+)
+# the same list as a JSON-schema pattern of one override (Airflow validates params against it when a run is triggered)
+OVERRIDE_PATTERN = "^(?:" + "|".join(k.replace(".", "\\.").replace("\\.*", "\\.[a-z_0-9]+") for k in OVERRIDE_ALLOWED) + ")=.*$"
+# abpo.months.MONTH_PATTERN (not imported: the file must parse without abpo; a test checks they agree), or empty.
+# Ends in (?![\s\S]), "no character follows", not $: JSON-schema validation searches with Python's re, where $ also
+# matches before a trailing newline ("2026-01\n" passed); the lookahead means the same in JavaScript (the trigger form).
+MONTH_PARAM_PATTERN = "^(?:|[0-9]{4}-(?:0[1-9]|1[0-2]))(?![\\s\\S])"
+
+
+def check_overrides(overrides) -> list[str]:
+    """The `overrides` param when every item is ``key=value`` with a key in OVERRIDE_ALLOWED; ValueError naming the
+    first item that is not, and the allowed keys."""
+    import re
+
+    if not isinstance(overrides, (list, tuple)):
+        raise ValueError(f"overrides {overrides!r}: rule: a list of \"key=value\" strings")
+    for item in overrides:
+        if not isinstance(item, str) or not re.fullmatch(OVERRIDE_PATTERN, item, flags=re.DOTALL):
+            raise ValueError(f"overrides item {item!r}: rule: key=value with a key in {', '.join(OVERRIDE_ALLOWED)} "
+                             "(section.* = any key of that section)")
+    return list(overrides)
 
 
 def _cfg():
     from abpo.config import load_config
 
     params = get_current_context()["params"]
-    return load_config(os.environ.get("ABPO_CONFIG", "tiny"), list(params.get("overrides") or []))
+    return load_config(os.environ.get("ABPO_CONFIG", "tiny"), check_overrides(params.get("overrides") or []))
 
 
 def _skip_unless_configured(cfg, arm: str) -> None:
@@ -71,13 +105,18 @@ def _skip_unless_configured(cfg, arm: str) -> None:
     default_args=DEFAULT_ARGS,
     tags=["abpo", "recommender"],
     params={
-        "month": Param("", type="string", description="YYYY-MM to process; empty = the month before the run."),
+        "month": Param("", type="string", pattern=MONTH_PARAM_PATTERN,
+                       description="YYYY-MM to process (ASCII digits, month 01-12); empty = the month before the run."),
         "simulate": Param(
             False, type="boolean",
             description="Serve the month with the simulator (abpo.sim) before ingesting it. Off in production: "
             "the month must have landed.",
         ),
-        "overrides": Param([], type="array", description="Config overrides, e.g. [\"arms.gate_margin=0.01\"]."),
+        "overrides": Param(
+            [], type="array", items={"type": "string", "pattern": OVERRIDE_PATTERN},
+            description="Config overrides, e.g. [\"arms.gate_margin=0.01\"]. Allowed keys only: "
+            + ", ".join(OVERRIDE_ALLOWED) + " (section.* = any key of that section); paths, data (warehouse, "
+            "contract), policy, sft and the other update keys belong to the deployment's config, not to a run."),
     },
     doc_md=__doc__,
 )
@@ -87,9 +126,9 @@ def abpo_monthly():
         ctx = get_current_context()
         month = ctx["params"].get("month") or ""
         if month:
-            from abpo.data.schemas import check_month
+            from abpo.months import parse_month
 
-            return check_month(month)
+            return parse_month(month, "param month")
         # a manual trigger without a logical date: the run's own time
         when = ctx.get("logical_date") or getattr(ctx.get("dag_run"), "run_after", None) or datetime.now()
         return (when.replace(day=1) - timedelta(days=1)).strftime("%Y-%m")

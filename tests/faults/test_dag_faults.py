@@ -1,0 +1,79 @@
+"""The DAG's params by the route a user takes (a triggered run's conf, validated by Airflow against each param's JSON
+schema) and inside the tasks: config overrides only from an allow-list, the month strict (issue 18, items 2 and 6)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="abpo-airflow-home-"))
+DAGS = Path(__file__).resolve().parents[2] / "dags"
+EVIL = [
+    "data.warehouse_memory_limit=1GB'; CREATE TABLE pwned AS SELECT 42 AS x; --",
+    "data.warehouse_temp_directory=/tmp/x",
+    "paths.root=/etc",
+    "paths.mlflow_tracking_uri=http://attacker:5000",
+    "update.init_model=/tmp/other-model",
+    "policy.model=/tmp/x",
+    " arms.gate_margin=0.01",
+    "arms.gate_margin",
+]
+
+
+@pytest.fixture(scope="module")
+def dag():
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(DAGS))
+    assert bag.import_errors == {}
+    return bag.dags["abpo_monthly"]
+
+
+@pytest.fixture(scope="module")
+def dag_module():
+    spec = importlib.util.spec_from_file_location("abpo_monthly_for_tests", DAGS / "abpo_monthly.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("item", EVIL)
+def test_a_triggered_run_cannot_override_keys_outside_the_allow_list(dag, dag_module, item):
+    from airflow.sdk.definitions.param import ParamValidationError
+
+    with pytest.raises(ParamValidationError):
+        dag.params.get_param("overrides").resolve([item])
+    with pytest.raises(ValueError, match="rule: key=value with a key in arms.*"):
+        dag_module.check_overrides(["arms.gate_margin=0.01", item])
+
+
+def test_allowed_overrides_pass_and_load(dag, dag_module):
+    from abpo.config import load_config
+
+    ok = ["arms.gate_margin=0.01", "arms.gate_min_ess=5", "sim.click_base=0.02", "report.confidence=0.9", "seed=3",
+          "update.learning_rate=0.001"]
+    assert dag.params.get_param("overrides").resolve(ok) == ok
+    cfg = load_config("tiny", dag_module.check_overrides(ok))
+    assert cfg.arms.gate_margin == 0.01 and cfg.seed == 3
+    assert "Allowed keys only: arms.*" in dag.params.get_param("overrides").description
+
+
+@pytest.mark.parametrize("month", ["2026-01\n", "٢٠٢٦-٠١", "2026-13", "2026-1", "x"])
+def test_the_month_param_is_strict(dag, month):
+    from airflow.sdk.definitions.param import ParamValidationError
+
+    with pytest.raises(ParamValidationError):
+        dag.params.get_param("month").resolve(month)
+
+
+def test_the_month_param_pattern_is_the_one_month_grammar(dag_module):
+    from abpo.months import MONTH_PATTERN, is_month
+
+    assert dag_module.MONTH_PARAM_PATTERN == f"^(?:|{MONTH_PATTERN})" + r"(?![\s\S])"
+    for m in ("2026-01", "1999-12", "", "2026-00", "20260-1", "2026-01\n"):
+        assert bool(re.search(dag_module.MONTH_PARAM_PATTERN, m)) == (is_month(m) or m == "")

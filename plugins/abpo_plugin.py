@@ -88,11 +88,65 @@ def list_reports(root: Path) -> list[Path]:
 
 
 def list_validations(root: Path) -> list[str]:
-    """The months with a saved GX summary, newest month first."""
+    """The months with a saved GX summary (a regular file, not a symbolic link), newest month first."""
     if not root.is_dir():
         return []
-    months = (m.group(1) for p in root.iterdir() if (m := VALIDATION_FILE.fullmatch(p.name)) and p.is_file())
+    months = (m.group(1) for p in root.iterdir()
+              if (m := VALIDATION_FILE.fullmatch(p.name)) and p.is_file() and not p.is_symlink())
     return sorted(months, reverse=True)
+
+
+MAX_DOCS_PATH = 512  # characters of a Data Docs path (GX's longest are ~150); longer is a 404, not an OSError
+MAX_SUMMARY_BYTES = 16 * 1024 * 1024
+
+
+class Refused(Exception):
+    """A file the plugin will not serve: ``status`` (404: absent, outside its directory, a link; 422: there but not a
+    validation summary) and a message naming the file and the rule."""
+
+    def __init__(self, status: int, detail: str):
+        super().__init__(detail)
+        self.status, self.detail = status, detail
+
+
+def read_inside(root: Path, name: str, limit: int = MAX_SUMMARY_BYTES) -> bytes:
+    """The bytes of the regular file ``root/name``: refused (404) when it is missing, a symbolic link, or resolves
+    outside ``root``. Opened with O_NOFOLLOW after the checks, so a link swapped in between is refused too."""
+    path = root / name
+    try:
+        real_root = root.resolve()
+        if path.is_symlink() or not path.is_file() or path.resolve().parent != real_root:
+            raise Refused(404, f"no {name} under {root.name}/ (rule: a regular file inside the directory, no links)")
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "rb") as fh:
+            data = fh.read(limit + 1)
+    except OSError as e:
+        raise Refused(404, f"no readable {name} ({e.strerror or type(e).__name__})") from None
+    if len(data) > limit:
+        raise Refused(422, f"{name}: larger than {limit} bytes; rule: a validation summary is small")
+    return data
+
+
+def check_summary(name: str, s) -> dict:
+    """``s`` when it has the shape abpo.validation.ValidationSummary.as_dict() writes; Refused(422) naming the file,
+    the field and the rule otherwise (a hand-edited or foreign file must not reach the page as a 500)."""
+    def bad(field: str, rule: str):
+        return Refused(422, f"malformed validation result {name}: {field}; rule: {rule}")
+
+    if not isinstance(s, dict):
+        raise bad(f"top level is {type(s).__name__}", "a JSON object")
+    if not isinstance(s.get("success"), bool):
+        raise bad(f"success is {s.get('success')!r}", "true or false")
+    for key in ("rows", "evaluated"):
+        if not isinstance(s.get(key), int) or isinstance(s.get(key), bool) or s[key] < 0:
+            raise bad(f"{key} is {s.get(key)!r}", "a non-negative integer")
+    if not isinstance(s.get("seconds", 0.0), (int, float)) or isinstance(s.get("seconds"), bool):
+        raise bad(f"seconds is {s.get('seconds')!r}", "a number")
+    for key in ("failed", "results"):
+        v = s.get(key, [])
+        if not isinstance(v, list) or not all(isinstance(r, dict) for r in v):
+            raise bad(f"{key} is not a list of objects", "a list of expectation results")
+    return s
 
 
 def redact(uri: str) -> str:
@@ -184,7 +238,7 @@ def create_app():
     """The reports app; every route requires an Airflow user who may read the DAG abpo_monthly."""
     from airflow.api_fastapi.core_api.security import requires_access_dag
     from fastapi import Depends, FastAPI, HTTPException
-    from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
+    from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 
     app = FastAPI(
         title="abpo reports", description="A/B reports, GX results and arm champions of the abpo_monthly pipeline",
@@ -222,11 +276,14 @@ def create_app():
     def report_file(name: str, filename: str) -> FileResponse:
         if not REPORT_NAME.fullmatch(name) or filename not in REPORT_FILES:
             raise not_found("such report file")
-        root = reports_dir().resolve()
-        path = root / name / filename
-        if not path.is_file() or path.resolve().parent.parent != root:  # no symlink out of the reports directory
-            raise not_found("such report file")
-        return FileResponse(path)
+        try:
+            root = reports_dir().resolve()
+            path = root / name / filename
+            if not path.is_file() or path.resolve().parent.parent != root:  # no symlink out of the reports directory
+                raise not_found("such report file")
+        except OSError:
+            raise not_found("such report file") from None
+        return FileResponse(path.resolve())
 
     @app.get("/validation/", response_class=HTMLResponse)
     def validations() -> str:
@@ -238,13 +295,16 @@ def create_app():
     @app.get("/validation/docs/{path:path}")
     def data_docs(path: str) -> FileResponse:
         """The GX Data Docs site the ingest's Checkpoint builds (abpo.validation): static files under
-        validation/data_docs, nothing outside it."""
-        root = (validation_dir() / "data_docs").resolve()
-        if "\x00" in path or not DOCS_FILE.fullmatch(path):
+        validation/data_docs, nothing outside it (every path resolved; a link out of the site is a 404)."""
+        if len(path) > MAX_DOCS_PATH or "\x00" in path or not DOCS_FILE.fullmatch(path):
             raise not_found("such Data Docs file")
-        target = (root / path).resolve()
-        if not target.is_relative_to(root) or not target.is_file():
-            raise not_found("such Data Docs file")
+        try:
+            root = (validation_dir() / "data_docs").resolve()
+            target = (root / path).resolve()
+            if not target.is_relative_to(root) or not target.is_file():
+                raise not_found("such Data Docs file")
+        except OSError:  # a name too long for the file system, a loop of links: not a file we serve
+            raise not_found("such Data Docs file") from None
         return FileResponse(target)
 
     @app.get("/validation/latest")
@@ -259,16 +319,18 @@ def create_app():
         m = re.fullmatch(rf"({_MONTH})(\.json)?", name)
         if not m:
             raise not_found("such validation result")
-        path = validation_dir() / f"impressions_{m.group(1)}.json"
-        if not path.is_file():
-            raise not_found(f"validation result for {m.group(1)}")
-        if m.group(2):
-            return FileResponse(path, media_type="application/json")
+        file = f"impressions_{m.group(1)}.json"
         try:
-            summary = json.loads(path.read_text())
-        except (OSError, ValueError) as e:
-            raise HTTPException(status_code=404, detail=f"unreadable validation result {path.name}: {e}") from e
-        return HTMLResponse(validation_page(m.group(1), summary))
+            data = read_inside(validation_dir(), file)  # no symlink, nothing outside validation/
+            if m.group(2):
+                return Response(data, media_type="application/json")
+            try:
+                summary = json.loads(data)
+            except ValueError as e:
+                raise Refused(404, f"unreadable validation result {file}: {e}") from None
+            return HTMLResponse(validation_page(m.group(1), check_summary(file, summary)))
+        except Refused as e:
+            raise HTTPException(status_code=e.status, detail=e.detail) from None
 
     @app.get("/champions", response_class=HTMLResponse)
     def champions():

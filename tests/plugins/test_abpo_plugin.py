@@ -339,3 +339,41 @@ def test_gx_data_docs_built_by_the_ingest_checkpoint_are_served(get, state):
     for bad in ("../../secret.html", "%2e%2e/%2e%2e/secret.html", "..%2F..%2Fsecret.html", "index.html%00",
                 "missing.html", "index.py", "static/../../../secret.html"):
         assert get(f"/abpo/validation/docs/{bad}").status_code == 404, bad
+
+
+# ---- faults (issue 18): links out of the state directory, malformed summaries, absurd paths ----
+
+
+def test_a_symlinked_validation_summary_is_never_served(get, state, tmp_path_factory):
+    secret = tmp_path_factory.mktemp("elsewhere") / "secret.json"
+    secret.write_text(json.dumps({"password": "hunter2"}))
+    out = state / "validation"
+    out.mkdir()
+    (out / "impressions_2026-03.json").symlink_to(secret)
+    for url in ("/abpo/validation/2026-03.json", "/abpo/validation/2026-03"):
+        r = get(url)
+        assert r.status_code == 404 and "hunter2" not in r.text, (url, r.status_code, r.text)
+    assert "2026-03" not in get("/abpo/validation/").text  # not listed either
+    (out / "impressions_2026-04.json").write_text(json.dumps(_summary("2026-04")))
+    assert get("/abpo/validation/2026-04.json").json() == _summary("2026-04")
+
+
+@pytest.mark.parametrize("content, says", [
+    ("[]", "top level is list"),
+    ('{"success": "yes"}', "success is 'yes'"),
+    (json.dumps({**_summary("2026-03"), "evaluated": "many"}), "evaluated is 'many'"),
+    (json.dumps({**_summary("2026-03"), "results": [1, 2]}), "results is not a list of objects"),
+])
+def test_a_malformed_summary_is_a_clear_422(get, state, content, says):
+    out = state / "validation"
+    out.mkdir()
+    (out / "impressions_2026-03.json").write_text(content)
+    r = get("/abpo/validation/2026-03")
+    assert r.status_code == 422 and "malformed validation result impressions_2026-03.json" in r.text and says in r.text
+
+
+def test_a_3000_segment_docs_path_is_a_404(get, state):
+    (state / "validation" / "data_docs").mkdir(parents=True)
+    for path in ("a/" * 3000 + "index.html", "x" * 5000 + ".html", "a/" * 200 + "index.html"):
+        r = get(f"/abpo/validation/docs/{path}")
+        assert r.status_code == 404, (len(path), r.status_code)

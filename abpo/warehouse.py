@@ -544,12 +544,24 @@ class Warehouse:
         return [r[0] for r in self.con.execute("SELECT DISTINCT month FROM impressions ORDER BY 1").fetchall()]
 
 
+MEMORY_LIMIT_ENV = "ABPO_WAREHOUSE_MEMORY_LIMIT"  # a deployment's cap (docker-compose.yml sets it), over the config
+
+
+def warehouse_memory_limit(cfg) -> str:
+    """$ABPO_WAREHOUSE_MEMORY_LIMIT when set, else data.warehouse_memory_limit; checked against the size grammar."""
+    env = os.environ.get(MEMORY_LIMIT_ENV, "")
+    if env:
+        return check_memory_limit(env, f"${MEMORY_LIMIT_ENV}")
+    return check_memory_limit(cfg.data.warehouse_memory_limit)
+
+
 def open_warehouse(cfg, *, read_only: bool = False) -> Warehouse:
-    """The config's warehouse (paths.warehouse) with its memory limit and spill directory (section data)."""
+    """The config's warehouse (paths.warehouse) with its memory limit (:func:`warehouse_memory_limit`) and spill
+    directory (section data)."""
     tmp = cfg.data.warehouse_temp_directory
     if tmp and not Path(tmp).is_absolute():
         tmp = str(cfg.paths.resolve("root") / tmp)
-    return Warehouse(cfg.paths.resolve("warehouse"), read_only=read_only, memory_limit=cfg.data.warehouse_memory_limit,
+    return Warehouse(cfg.paths.resolve("warehouse"), read_only=read_only, memory_limit=warehouse_memory_limit(cfg),
                      temp_directory=tmp)
 
 

@@ -181,9 +181,9 @@ def cmd_ingest(args, cfg) -> int:
 
 
 def cmd_ctr(args, cfg) -> int:
-    from abpo.warehouse import Warehouse
+    from abpo.warehouse import open_warehouse
 
-    with Warehouse(cfg.paths.resolve("warehouse")) as wh:
+    with open_warehouse(cfg) as wh:
         rows = wh.ctr_by_arm_month(args.month).to_pylist()
     if not rows:
         print("no impressions ingested yet")
@@ -195,9 +195,9 @@ def cmd_ctr(args, cfg) -> int:
 
 
 def cmd_rebuild_aggregates(args, cfg) -> int:
-    from abpo.warehouse import Warehouse
+    from abpo.warehouse import open_warehouse
 
-    with Warehouse(cfg.paths.resolve("warehouse")) as wh:
+    with open_warehouse(cfg) as wh:
         for b in wh.aggregates_rebuilt:
             print(f"on open: rebuilt {b.month} ({b.reason})")
         if args.check:

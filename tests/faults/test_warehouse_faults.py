@@ -207,3 +207,32 @@ def test_a_full_disk_during_ingest_names_the_step(state):
     assert f"ingest {MONTH} failed at step" in out.stderr and "ingest_drop_stage" not in out.stderr.split(
         "failed at step")[1].splitlines()[0], out.stderr[-2000:]
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("preset", ["tiny", "demo", "smollm2", "gpu"])
+def test_every_preset_caps_duckdb_memory(preset, state):
+    """DuckDB's default is 80% of RAM; every preset sets a cap, and the warehouse really runs under it."""
+    from abpo.config import load_config
+    from abpo.warehouse import check_memory_limit, open_warehouse
+
+    cfg = load_config(preset)
+    assert cfg.data.warehouse_memory_limit and check_memory_limit(cfg.data.warehouse_memory_limit)
+    with open_warehouse(cfg) as wh:
+        got = wh.con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
+    want = duckdb.connect(config={"memory_limit": cfg.data.warehouse_memory_limit}).execute(
+        "SELECT current_setting('memory_limit')").fetchall()[0][0]
+    assert got == want
+
+
+def test_compose_caps_duckdb_memory_and_the_cap_is_checked(monkeypatch, state):
+    from abpo.config import load_config
+    from abpo.warehouse import MEMORY_LIMIT_ENV, WarehouseSettingError, open_warehouse
+
+    text = (REPO / "docker-compose.yml").read_text()  # the tasks' environment (x-airflow-env, every Airflow service)
+    assert f"  {MEMORY_LIMIT_ENV}: ${{{MEMORY_LIMIT_ENV}:-4GB}}\n" in text
+    monkeypatch.setenv(MEMORY_LIMIT_ENV, "1GiB")
+    with open_warehouse(load_config("tiny")) as wh:
+        assert wh.con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0] == "1.0 GiB"
+    monkeypatch.setenv(MEMORY_LIMIT_ENV, "1GB'; DROP TABLE x; --")
+    with pytest.raises(WarehouseSettingError, match=r"\$ABPO_WAREHOUSE_MEMORY_LIMIT"):
+        open_warehouse(load_config("tiny"))

@@ -109,7 +109,7 @@ def cmd_restore_month(args, cfg) -> int:
         try:
             out = wh.restore_month(args.month, args.version)
         except IngestError as e:
-            print(f"abpo data restore-month: {e}", file=sys.stderr)
+            print(f"abpo restore-month: {e}", file=sys.stderr)
             return 1
     print(f"{out['month']}: restored history version {out['restored_version']} ({out['rows']} clean rows)")
     return 0

@@ -180,6 +180,10 @@ def get_version(alias: str, name: str = MODEL_NAME):
         raise RegistryUnavailable(
             f"MLflow registry {mlflow.get_registry_uri()}: could not read alias {alias!r} of model {name!r} "
             f"({getattr(e, 'error_code', '')}: {str(e)[:300]})") from e
+    except Exception as e:  # noqa: BLE001 - the store itself cannot be opened (a corrupt mlflow.db, a bad URI)
+        raise RegistryUnavailable(
+            f"MLflow registry {mlflow.get_registry_uri()}: could not read alias {alias!r} of model {name!r}: the store "
+            f"cannot be opened ({type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''})") from e
 
 
 def download_model_dir(cfg, ref: str, dst: str | Path | None = None, name: str = MODEL_NAME) -> Path:

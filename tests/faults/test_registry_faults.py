@@ -96,3 +96,14 @@ def test_a_corrupt_mlflow_store_is_a_message_and_debug_gives_the_traceback(abpo,
     assert rc == 2 and "the store cannot be opened" in err and "Traceback" not in err, err
     rc, out, err = abpo("arms", "status", "--debug")
     assert rc == 2 and "Traceback" in err
+
+
+def test_the_core_registry_reads_a_corrupt_store_as_unavailable_not_as_no_champion(state):
+    from abpo import registry
+    from abpo.config import load_config
+
+    state.mkdir(parents=True)
+    (state / "mlflow.db").write_bytes(b"not a database " * 400)
+    registry.configure(load_config("tiny"))
+    with pytest.raises(registry.RegistryUnavailable, match="the store cannot be opened"):
+        registry.get_version(registry.CHAMPION)

@@ -48,15 +48,24 @@ CLEAN_IMPRESSIONS = Asset(name="abpo_clean_impressions", uri="abpo://warehouse/i
 # abpo.arms.LLM_ARMS / RANKER_ARMS (not imported: the file must parse without abpo; a test checks they agree)
 LLM_ARMS = ("abpo", "grpo")
 RANKER_ARMS = ("ml_retrain", "popularity")
-# The config keys a run's `overrides` param may set ("section.*": any key of the section). Not paths.*, data.*
-# (warehouse settings, contract), policy.*, sft.*, update.init_model / output_name / deepspeed / mlflow_experiment: a
-# trigger must not point the loop at other files, stores or models.
+# The config keys a run's `overrides` param may set ("section.*": any key of the section): how big and how long a month's
+# work is, the gate, the simulator, the report. Not paths.* (state, tracking URI), the dataset's location or format,
+# the warehouse's settings, the data contract and audit (known_arms, min_propensity, max_clock_skew_seconds,
+# max_quarantine_fraction, ingest_min_keep_fraction), policy.* (the model), sft.experiment / output, update.init_model /
+# output_name / deepspeed / mlflow_experiment / variant / arm: a trigger must not point the loop at other files, stores,
+# models or rules.
 OVERRIDE_ALLOWED = (
     "arms.*", "sim.*", "report.*", "seed",
+    *(f"data.{k}" for k in ("seed", "tie_seed", "min_history", "update_steps", "train_candidates", "eval_candidates",
+                            "eval_hard_negative_fraction", "train_hard_negative_fraction", "sup_examples_per_user",
+                            "max_users")),
+    *(f"sft.{k}" for k in ("epochs", "max_steps", "learning_rate", "batch_size", "grad_accum", "warmup_ratio",
+                           "weight_decay", "max_grad_norm", "logging_steps", "use_lora", "gradient_checkpointing",
+                           "max_examples", "eval_max_users", "eval_generation")),
     *(f"update.{k}" for k in ("group_size", "delta", "eps_std", "lambda_sc", "w_max", "epsilon", "beta",
                               "learning_rate", "batch_size", "grad_accum", "epochs", "max_steps", "warmup_ratio",
                               "weight_decay", "max_grad_norm", "temperature", "top_p", "max_examples",
-                              "stratification", "logging_steps")),
+                              "stratification", "logging_steps", "save_steps", "save_total_limit")),
 )
 # the same list as a JSON-schema pattern of one override (Airflow validates params against it when a run is triggered)
 OVERRIDE_PATTERN = "^(?:" + "|".join(k.replace(".", "\\.").replace("\\.*", "\\.[a-z_0-9]+") for k in OVERRIDE_ALLOWED) + ")=.*$"
@@ -115,8 +124,9 @@ def _skip_unless_configured(cfg, arm: str) -> None:
         "overrides": Param(
             [], type="array", items={"type": "string", "pattern": OVERRIDE_PATTERN},
             description="Config overrides, e.g. [\"arms.gate_margin=0.01\"]. Allowed keys only: "
-            + ", ".join(OVERRIDE_ALLOWED) + " (section.* = any key of that section); paths, data (warehouse, "
-            "contract), policy, sft and the other update keys belong to the deployment's config, not to a run."),
+            + ", ".join(OVERRIDE_ALLOWED) + " (section.* = any key of that section); paths, the tracking URI, the "
+            "dataset's location, the warehouse's settings, the data contract, the model and the other sft / update "
+            "keys belong to the deployment's config, not to a run."),
     },
     doc_md=__doc__,
 )

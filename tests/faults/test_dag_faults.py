@@ -20,6 +20,11 @@ EVIL = [
     "paths.mlflow_tracking_uri=http://attacker:5000",
     "update.init_model=/tmp/other-model",
     "policy.model=/tmp/x",
+    "data.dataset_dir=/etc",
+    "data.min_propensity=0",
+    "data.max_quarantine_fraction=1",
+    "data.known_arms=abpo,shadow",
+    "sft.output=/tmp/x",
     " arms.gate_margin=0.01",
     "arms.gate_margin",
 ]
@@ -50,6 +55,19 @@ def test_a_triggered_run_cannot_override_keys_outside_the_allow_list(dag, dag_mo
         dag.params.get_param("overrides").resolve([item])
     with pytest.raises(ValueError, match="rule: key=value with a key in arms.*"):
         dag_module.check_overrides(["arms.gate_margin=0.01", item])
+
+
+def test_the_e2e_tests_and_the_demo_overrides_are_allowed(dag_module):
+    """What `abpo demo --set ...` and the slow DAG tests pass as the run's overrides (sizes and steps) stays allowed."""
+    import ast
+
+    root = DAGS.parent / "tests" / "dags"
+    for path, name in ((root / "airflow_services.py", "SMALL"), (root / "test_abpo_monthly_e2e.py", "SMALL"),
+                       (DAGS.parent / "tests" / "arms" / "test_cycle.py", "SMALL")):
+        tree = ast.parse(path.read_text())
+        small = next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                     and any(isinstance(t, ast.Name) and t.id == name for t in n.targets))
+        assert dag_module.check_overrides(small) == small
 
 
 def test_allowed_overrides_pass_and_load(dag, dag_module):

@@ -269,7 +269,9 @@ class Warehouse:
         """
         check_month(month)
         if not 0.0 < float(min_propensity) <= 1.0:
-            raise ValueError(f"data.min_propensity {min_propensity!r}: rule: in (0, 1]")
+            raise WarehouseSettingError(f"data.min_propensity {min_propensity!r}: rule: in (0, 1]")
+        if not 0.0 <= float(max_quarantine_fraction) <= 1.0:
+            raise WarehouseSettingError(f"data.max_quarantine_fraction {max_quarantine_fraction!r}: rule: in [0, 1]")
         t0 = time.perf_counter()
         files = self.landing_files(landing_dir, month)
         report = IngestReport(month=month, files=[p.name for p in files])

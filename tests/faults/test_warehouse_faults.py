@@ -236,3 +236,11 @@ def test_compose_caps_duckdb_memory_and_the_cap_is_checked(monkeypatch, state):
     monkeypatch.setenv(MEMORY_LIMIT_ENV, "1GB'; DROP TABLE x; --")
     with pytest.raises(WarehouseSettingError, match=r"\$ABPO_WAREHOUSE_MEMORY_LIMIT"):
         open_warehouse(load_config("tiny"))
+
+
+@pytest.mark.parametrize("setting, says", [("data.min_propensity=0", "data.min_propensity 0.0: rule: in (0, 1]"),
+                                           ("data.max_quarantine_fraction=1.5", "rule: in [0, 1]")])
+def test_contract_settings_out_of_range_are_one_line(abpo, state, setting, says):
+    land(state, clean_table())
+    rc, out, err = abpo("ingest", "--month", MONTH, "--no-validate", "--set", setting)
+    assert rc == 2 and says in err and "Traceback" not in err, err

@@ -31,7 +31,7 @@ def test_registered_model_serves_same_scores(tmp_path, titles):
     torch.set_num_threads(1)
     cfg = load_config("tiny", [f"paths.root={tmp_path}", "policy.tiny_hidden_size=32", "policy.tiny_heads=2",
                                "policy.tiny_intermediate_size=64", "policy.tiny_vocab_size=600", "policy.tau=0.7",
-                               "policy.max_history=3"])
+                               "policy.max_history=3", "policy.prompt_style=text"])
     ckpt = build_tiny(cfg.policy, cfg.paths, titles, seed=0)
     with registry.start_run(cfg, "test-serving", "serve"):
         uri = registry.log_model_dir(ckpt, policy_cfg=cfg.policy)
@@ -51,6 +51,37 @@ def test_registered_model_serves_same_scores(tmp_path, titles):
     e = candidate_propensities(s, 0.7)
     assert torch.allclose(torch.tensor(out["propensities"][0]), e, atol=1e-5)
     assert abs(sum(out["propensities"][0]) - 1) < 1e-5
+    assert out["ranked_item_ids"][0] == [ids[j] for j in s.argsort(descending=True).tolist()]
+
+
+def test_item_token_model_serves_its_item_token_scores(tmp_path, titles):
+    """A model logged with policy.prompt_style=item_tokens serves e_p from the item-token scores of the same
+    prompt the policy code builds (history ids required)."""
+    import mlflow
+
+    from abpo.data.candidates import Example
+    from abpo.policy.model import build_tiny
+    from abpo.policy.scoring import candidate_propensities, score_examples
+    from abpo.serving import load_checkpoint
+
+    torch.set_num_threads(1)
+    cfg = load_config("tiny", [f"paths.root={tmp_path}", "policy.tiny_hidden_size=32", "policy.tiny_heads=2",
+                               "policy.tiny_intermediate_size=64", "policy.tiny_vocab_size=600", "policy.tau=0.7",
+                               "policy.prompt_style=item_tokens"])
+    ckpt = build_tiny(cfg.policy, cfg.paths, titles, seed=0)
+    with registry.start_run(cfg, "test-serving", "serve"):
+        uri = registry.log_model_dir(ckpt, policy_cfg=cfg.policy)
+    registry.register(uri)
+    ids, hist = list(titles)[:6], list(titles)[10:40]
+    served = mlflow.pyfunc.load_model(f"models:/{registry.MODEL_NAME}@{registry.CHALLENGER}")
+    req = {"history_titles": [[titles[i] for i in hist]], "candidate_ids": [ids],
+           "candidate_titles": [[titles[i] for i in ids]]}
+    with pytest.raises(ValueError, match="history_item_ids"):
+        served.predict(pd.DataFrame(req))
+    out = served.predict(pd.DataFrame({**req, "history_item_ids": [hist]}))
+    model, tok = load_checkpoint(ckpt)
+    s = score_examples(model, tok, [Example("r", 0, hist, ids, ids[0])], titles, cfg.policy)[0].scores
+    assert torch.allclose(torch.tensor(out["propensities"][0]), candidate_propensities(s, 0.7), atol=1e-5)
     assert out["ranked_item_ids"][0] == [ids[j] for j in s.argsort(descending=True).tolist()]
 
 

@@ -120,9 +120,13 @@ def self_certainty(logits: Tensor, mask: Tensor) -> Tensor:
     """r_sc = (1/T) sum_t KL(U || pi_theta(. | q, a_<t)) (ABPO_SPEC.md step 2, self-certainty).
 
     logits: [B, T, V], the policy's next-token logits at the completion's positions (logits[:, t] predicts
-    completion token t); mask: [B, T], 1 for completion tokens, 0 for padding. T in the equation is the
-    number of completion tokens of each row (the mask's row sum). A row with no completion tokens gets 0.
-    Returns [B] (>= 0; larger = more certain).
+    completion token t); mask: [B, T], 1 for the tokens averaged over, 0 elsewhere. T in the equation is the
+    mask's row sum. A row with nothing to average gets 0. Returns [B] (>= 0; larger = more certain).
+
+    The spec averages over every completion token. The trainer passes 1 only at the tokens that carry a choice
+    (``abpo.policy.constrained.AnswerTrie.choice_mask``: where the candidates' answers branch, e.g. the item token
+    of an item-token model): tokens forced by the chosen item (its title) measure how confidently a title is
+    copied, not how certain the policy is of its choice.
     """
     if logits.dim() != 3 or mask.shape != logits.shape[:2]:
         raise ValueError(

@@ -26,6 +26,14 @@ class PolicyConfig:
             "SFT, logging, e_old, rollouts, serving and evaluation in both styles."
         },
     )
+    item_prompt_candidates: bool = field(
+        default=True,
+        metadata={
+            "help": "item_tokens only: list the candidate set in the prompt. false = the prompt holds the instruction "
+            "and the history only, and the candidate set acts through the constraint alone (scoring and rollouts "
+            "over C's item tokens). Chosen on the validation users (README, 'The policy')."
+        },
+    )
     max_history: int = field(
         default=10,
         metadata={"help": "Most recent history items shown in the prompt (text: titles; item_tokens: item tokens)."},
@@ -117,6 +125,16 @@ class SFTConfig:
         metadata={
             "help": "Stage 1 early stopping: stop after this many epochs without a lower loss of the validation "
             "users (experiment.validation_fraction) on their next items x_{T+1..T+N-1}; the best epoch is kept."
+        },
+    )
+    loss_tokens: str = field(
+        default="answer",
+        metadata={
+            "help": "Stage 2's loss: answer (every answer token + EOS: r(a) of a text model) | choice (the answer's "
+            "item token only; policy.prompt_style=item_tokens). With one token per item the rest of the answer "
+            "(<item>TITLE</item>, EOS) is forced by the item under constrained decoding and carries no choice; "
+            "learning to copy ~15 title tokens through the tied item embeddings cost the tiny model its next-item "
+            "ranking on the validation users (README, 'pi_init')."
         },
     )
     epochs: float = field(default=1.0, metadata={"help": "Passes over D_sup."})

@@ -63,8 +63,11 @@ def catalog_fingerprint(titles: dict[int, str]) -> str:
 
 def tiny_dir(policy_cfg, paths_cfg, titles: dict[int, str], seed: int) -> Path:
     """Cache directory of the tiny model for this shape, seed and catalog."""
+    from abpo.policy.prompt import TEMPLATE_STRINGS
+
     key = json.dumps(
-        {"shape": _tiny_shape(policy_cfg), "seed": seed, "catalog": catalog_fingerprint(titles), "v": 3},
+        {"shape": _tiny_shape(policy_cfg), "seed": seed, "catalog": catalog_fingerprint(titles), "v": 3,
+         "template": hashlib.sha256("\n".join(TEMPLATE_STRINGS).encode()).hexdigest()[:12]},  # the tokenizer learns it
         sort_keys=True,
     )
     return paths_cfg.resolve("models") / f"tiny-{hashlib.sha256(key.encode()).hexdigest()[:12]}"

@@ -45,9 +45,8 @@ INSTRUCTION = (
     "Recommend the single most suitable next item for this user from the candidate items. "
     f"Answer with exactly one candidate as {ID_OPEN}ID{ID_CLOSE}{ITEM_OPEN}TITLE{ITEM_CLOSE}."
 )
-ITEM_TOKEN_INSTRUCTION = (
-    f"Recommend the next item from the candidates. Answer as {ID_OPEN}ID{ID_CLOSE}{ITEM_OPEN}TITLE{ITEM_CLOSE}."
-)
+#: Short on purpose: every token of the fixed text is paid in each of the ~97k SFT pairs and every scored prompt.
+ITEM_TOKEN_INSTRUCTION = "Recommend the next item from the candidates."
 ITEM_TOKEN_CANDIDATES_HEADER = "Candidates:"
 ITEM_TOKEN_HISTORY_HEADER = "History:"
 PROMPT_STYLES = ("text", "item_tokens")
@@ -78,18 +77,21 @@ def item_token(item_id: int) -> str:
     return f"{ID_OPEN}{int(item_id)}{ID_CLOSE}"
 
 
-def build_item_token_prompt(history_ids: Sequence[int], candidate_ids: Sequence[int], max_history: int) -> str:
-    """The user message of prompt q in the ``item_tokens`` style: the instruction, the candidates as item tokens,
-    then the last ``max_history`` history items as item tokens (oldest first, the most recent last).
-    ``max_history <= 0`` shows no history. The candidate list is never shortened here."""
+def build_item_token_prompt(
+    history_ids: Sequence[int], candidate_ids: Sequence[int], max_history: int, *, show_candidates: bool = True
+) -> str:
+    """The user message of prompt q in the ``item_tokens`` style: the instruction, the candidates as item tokens
+    (unless ``show_candidates`` is false: then C acts through the constraint alone), then the last ``max_history``
+    history items as item tokens (oldest first, the most recent last). ``max_history <= 0`` shows no history. The
+    candidate list is never shortened here."""
     if not candidate_ids:
         raise ValueError("build_item_token_prompt: the candidate set is empty")
     shown = list(history_ids)[-max_history:] if max_history > 0 else []
-    return "\n".join([
-        ITEM_TOKEN_INSTRUCTION,
-        ITEM_TOKEN_CANDIDATES_HEADER + "".join(item_token(a) for a in candidate_ids),
-        ITEM_TOKEN_HISTORY_HEADER + ("".join(item_token(h) for h in shown) if shown else EMPTY_HISTORY),
-    ])
+    lines = [ITEM_TOKEN_INSTRUCTION]
+    if show_candidates:
+        lines.append(ITEM_TOKEN_CANDIDATES_HEADER + "".join(item_token(a) for a in candidate_ids))
+    lines.append(ITEM_TOKEN_HISTORY_HEADER + ("".join(item_token(h) for h in shown) if shown else EMPTY_HISTORY))
+    return "\n".join(lines)
 
 
 def prompt_style(policy_cfg: Any) -> str:
@@ -225,12 +227,12 @@ def fit_prompt(
 _FIXED_TOKENS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _item_token_overhead(tokenizer: Any) -> tuple[int, int]:
+def _item_token_overhead(tokenizer: Any, show_candidates: bool = True) -> tuple[int, int]:
     """Tokens of the item_tokens prompt besides its items: (with a history, with the empty-history marker). Each
     item is one added token, so the text between items tokenizes the same whatever the items (measured once per
     tokenizer on a 1-candidate, 1-item prompt)."""
     try:
-        cached = _FIXED_TOKENS.get(tokenizer)
+        cached = _FIXED_TOKENS.get(tokenizer, {}).get(show_candidates)
     except TypeError:
         cached = None
     if cached is None:
@@ -242,11 +244,14 @@ def _item_token_overhead(tokenizer: Any) -> tuple[int, int]:
                 break
         if item is None:
             raise ValueError(f"policy.prompt_style=item_tokens: tokenizer has no item tokens (first added: {probe!r})")
-        with_h = len(encode_prompt(tokenizer, render_chat(tokenizer, build_item_token_prompt([item], [item], 1)))) - 2
-        no_h = len(encode_prompt(tokenizer, render_chat(tokenizer, build_item_token_prompt([], [item], 0)))) - 1
+        c = 1 if show_candidates else 0
+        with_h = len(encode_prompt(tokenizer, render_chat(
+            tokenizer, build_item_token_prompt([item], [item], 1, show_candidates=show_candidates)))) - 1 - c
+        no_h = len(encode_prompt(tokenizer, render_chat(
+            tokenizer, build_item_token_prompt([], [item], 0, show_candidates=show_candidates)))) - c
         cached = (with_h, no_h)
         try:
-            _FIXED_TOKENS[tokenizer] = cached
+            _FIXED_TOKENS.setdefault(tokenizer, {})[show_candidates] = cached
         except TypeError:
             pass
     return cached
@@ -254,7 +259,7 @@ def _item_token_overhead(tokenizer: Any) -> tuple[int, int]:
 
 def fit_item_token_prompt(
     tokenizer: Any, history_ids: Sequence[int], candidate_ids: Sequence[int], *, max_history: int,
-    max_prompt_tokens: int,
+    max_prompt_tokens: int, show_candidates: bool = True,
 ) -> FittedPrompt:
     """``build_item_token_prompt`` + ``render_chat`` under ``max_prompt_tokens``: every item is one token, so the
     prompt with k >= 1 history items takes (its fixed text) + |C| + k tokens; the oldest items beyond the budget are
@@ -262,19 +267,20 @@ def fit_item_token_prompt(
     when an item has no item token (``check_item_tokens``)."""
     history = list(history_ids)[-max_history:] if max_history > 0 else []
     check_item_tokens(tokenizer, [*candidate_ids, *history])
-    with_h, no_h = _item_token_overhead(tokenizer)
-    n0 = no_h + len(candidate_ids)
-    k = max(0, min(len(history), max_prompt_tokens - with_h - len(candidate_ids)))
+    with_h, no_h = _item_token_overhead(tokenizer, show_candidates)
+    n_c = len(candidate_ids) if show_candidates else 0
+    n0 = no_h + n_c
+    k = max(0, min(len(history), max_prompt_tokens - with_h - n_c))
     if k == 0 and n0 > max_prompt_tokens:
         raise PromptTooLongError(
             f"prompt: the {len(candidate_ids)} candidates alone take {n0} tokens, over policy.max_prompt_tokens="
             f"{max_prompt_tokens}; raise the budget or lower the candidate count"
         )
     if k == 0:
-        user = build_item_token_prompt([], candidate_ids, 0)
+        user = build_item_token_prompt([], candidate_ids, 0, show_candidates=show_candidates)
         return FittedPrompt(render_chat(tokenizer, user), user, n0, 0, len(history))
-    user = build_item_token_prompt(history[len(history) - k :], candidate_ids, k)
-    return FittedPrompt(render_chat(tokenizer, user), user, with_h + len(candidate_ids) + k, k, len(history) - k)
+    user = build_item_token_prompt(history[len(history) - k :], candidate_ids, k, show_candidates=show_candidates)
+    return FittedPrompt(render_chat(tokenizer, user), user, with_h + n_c + k, k, len(history) - k)
 
 
 def request_prompt(
@@ -292,6 +298,7 @@ def request_prompt(
         return fit_item_token_prompt(
             tokenizer, [int(i) for i, _ in history], [int(i) for i, _ in candidates],
             max_history=policy_cfg.max_history, max_prompt_tokens=policy_cfg.max_prompt_tokens,
+            show_candidates=bool(getattr(policy_cfg, "item_prompt_candidates", True)),
         )
     with_ids = bool(getattr(policy_cfg, "history_item_ids", False))
     return fit_prompt(

@@ -39,10 +39,22 @@ class SFTResult:
     stage_seconds: dict[str, float] = field(default_factory=dict)  # pretrain (stage 1), sft (stage 2)
 
 
-def sft_records(examples, titles, tokenizer, policy_cfg) -> list[dict[str, list[int]]]:
-    """Pre-tokenized D_sup: ``input_ids`` = prompt ids + answer ids + EOS, ``completion_mask`` = 1 on the answer
-    and EOS (the only tokens with loss)."""
-    from abpo.policy.prompt import example_prompt, format_answer
+LOSS_TOKENS = ("answer", "choice")
+
+
+def sft_records(examples, titles, tokenizer, policy_cfg, loss_tokens: str = "answer") -> list[dict[str, list[int]]]:
+    """Pre-tokenized D_sup: ``input_ids`` = prompt ids + answer ids + EOS, ``completion_mask`` = 1 on the tokens
+    with loss: the answer and EOS (``loss_tokens="answer"``), or the answer's item token only (``"choice"``, for
+    item-token models: the only answer token that chooses; the rest is forced by the item)."""
+    from abpo.policy.prompt import check_item_tokens, example_prompt, format_answer, prompt_style
+
+    if loss_tokens not in LOSS_TOKENS:
+        raise ValueError(f"sft.loss_tokens={loss_tokens!r}; rule: one of {list(LOSS_TOKENS)}")
+    if loss_tokens == "choice" and prompt_style(policy_cfg) != "item_tokens":
+        raise ValueError(
+            "sft.loss_tokens=choice needs policy.prompt_style=item_tokens (one token per item: the item token is the "
+            "choice); a text model's answer is learnt whole (sft.loss_tokens=answer)"
+        )
 
     if tokenizer.eos_token_id is None:
         raise ValueError(f"{getattr(tokenizer, 'name_or_path', 'tokenizer')}: no EOS token; the answer needs an end")
@@ -52,9 +64,16 @@ def sft_records(examples, titles, tokenizer, policy_cfg) -> list[dict[str, list[
     for i in range(0, len(examples), 256):  # batched encoding (the same ids as encode_prompt / encode_answer)
         ps = tokenizer(prompts[i : i + 256], add_special_tokens=False)["input_ids"]
         ans = tokenizer(answers[i : i + 256], add_special_tokens=False)["input_ids"]
-        for p, a in zip(ps, ans, strict=True):
+        for j, (p, a) in enumerate(zip(ps, ans, strict=True)):
             a = list(a) + [tokenizer.eos_token_id]
-            out.append({"input_ids": list(p) + a, "completion_mask": [0] * len(p) + [1] * len(a)})
+            if loss_tokens == "choice":
+                item_tok = check_item_tokens(tokenizer, [examples[i + j].positive])[0]
+                if a[0] != item_tok:
+                    raise ValueError(f"request {examples[i + j].request_id}: the answer does not start with its item token")
+                mask = [1] + [0] * (len(a) - 1)
+            else:
+                mask = [1] * len(a)
+            out.append({"input_ids": list(p) + a, "completion_mask": [0] * len(p) + mask})
     return out
 
 
@@ -147,14 +166,19 @@ def _completion_sft_trainer_class():
             loss = F.cross_entropy(logits, targets, reduction="sum") / torch.as_tensor(n).clamp(min=1)
             if self.args.average_tokens_across_devices and num_items_in_batch is not None:
                 loss = loss * self.accelerator.num_processes
-            with torch.no_grad():
-                logp = torch.log_softmax(logits, dim=-1)
-                entropy = -(logp.exp() * logp).sum(-1)
-                valid = max(targets.numel(), 1)
-                self._metrics[mode]["entropy"].append(entropy.sum().item() / valid)
-                self._metrics[mode]["mean_token_accuracy"].append(
-                    (logits.argmax(-1) == targets).sum().item() / valid
-                )
+            # entropy and token accuracy (two more passes over [answer tokens, vocabulary]) only on the steps
+            # whose metrics are logged: TRL averages what it collected since the last log
+            log_step = mode != "train" or (self.state.global_step + 1) % max(1, int(self.args.logging_steps)) == 0 \
+                or self.state.global_step == 0
+            if log_step:
+                with torch.no_grad():
+                    logp = torch.log_softmax(logits.detach(), dim=-1)
+                    entropy = -(logp.exp() * logp).sum(-1)
+                    valid = max(targets.numel(), 1)
+                    self._metrics[mode]["entropy"].append(entropy.sum().item() / valid)
+                    self._metrics[mode]["mean_token_accuracy"].append(
+                        (logits.argmax(-1) == targets).sum().item() / valid
+                    )
                 if mode == "train":
                     self._total_train_tokens += int(inputs["attention_mask"].sum().item())
                 self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
@@ -260,7 +284,7 @@ def train_sft(
     if not sup:
         raise ValueError(f"D_sup is empty for {ds.name} (split report: {report})")
     model, tok = load_policy(cfg.policy, cfg.paths, dataset=ds, seed=cfg.seed)
-    records = sft_records(sup, titles, tok, cfg.policy)
+    records = sft_records(sup, titles, tok, cfg.policy, cfg.sft.loss_tokens)
     n_tok = sum(len(r["input_ids"]) for r in records)
     echo(
         f"sft: D_sup {len(records)} examples ({n_tok / len(records):.0f} tokens each on average), "

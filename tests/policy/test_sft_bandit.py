@@ -66,6 +66,7 @@ def test_bandit_log_contract_and_ingest(slice_cfg, movielens, tiny_dir, tmp_path
     model = AutoModelForCausalLM.from_pretrained(tiny_dir).eval()
     tok = AutoTokenizer.from_pretrained(tiny_dir)
     slice_cfg.policy.tau = 0.05  # sharp e0, so propensities are far from uniform
+    slice_cfg.policy.prompt_style = "text"  # the session's model has item tokens for 400 titles only
     table = build_bandit_log(slice_cfg, month="2024-02", model=model, tokenizer=tok, dataset=movielens,
                              model_version="7", progress=False)
     assert table.schema.equals(IMPRESSIONS_SCHEMA)

@@ -491,6 +491,10 @@ class ABPOTrainer(GRPOTrainer):
             self._metrics[mode]["clip_ratio/region_mean"].append((clipped.float() * w).sum().item() / max(w.sum().item(), 1.0))
             self._metrics[mode]["entropy"].append((entropies * m).sum().item() / max(m.sum().item(), 1.0))
             self._metrics[mode]["abpo/objective"].append(objective.item())
+            if ref is not None:  # the KL term's value: mean over rollouts of kl_k3 (TRL's metric name)
+                from abpo.algo.surrogate import kl_k3
+
+                self._metrics[mode]["kl"].append(kl_k3(logps.detach(), ref.detach(), mask).mean().item())
         return loss
 
     # ------------------------------------------------------------------------------ the ABPO terms

@@ -179,9 +179,9 @@ def _completion_sft_trainer_class():
                     self._metrics[mode]["mean_token_accuracy"].append(
                         (logits.argmax(-1) == targets).sum().item() / valid
                     )
-                if mode == "train":
-                    self._total_train_tokens += int(inputs["attention_mask"].sum().item())
-                self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
+            if mode == "train":
+                self._total_train_tokens += int(inputs["attention_mask"].sum().item())
+            self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
             return loss
 
     return CompletionSFTTrainer

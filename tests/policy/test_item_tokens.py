@@ -321,3 +321,37 @@ def test_pi_init_on_amazon18(tmp_path, domain):
     cfg = _small_sft_cfg(tmp_path, src, fmt="amazon18", amazon_domain=domain, max_users=60, update_steps=2)
     res = train_sft(cfg, log_mlflow=False, register=False, echo=lambda *_: None)
     assert (res.model_dir / "config.json").exists() and res.metrics["n_users"] > 0
+
+
+def test_choice_loss_records_mask_only_the_item_token(tiny_tokenizer, small_titles, item_cfg, small_policy_cfg):
+    from abpo.policy.prompt import item_token
+    from abpo.policy.sft import sft_records
+
+    ex = _example(small_titles)
+    full = sft_records([ex], small_titles, tiny_tokenizer, item_cfg, "answer")[0]
+    choice = sft_records([ex], small_titles, tiny_tokenizer, item_cfg, "choice")[0]
+    assert full["input_ids"] == choice["input_ids"]
+    on = [t for t, m in zip(choice["input_ids"], choice["completion_mask"]) if m]
+    assert tiny_tokenizer.convert_ids_to_tokens(on) == [item_token(ex.positive)]
+    assert sum(full["completion_mask"]) > 10  # the whole answer and EOS
+    with pytest.raises(ValueError, match="needs policy.prompt_style=item_tokens"):
+        sft_records([ex], small_titles, tiny_tokenizer, dataclasses.replace(small_policy_cfg, prompt_style="text"),
+                    "choice")
+    with pytest.raises(ValueError, match="sft.loss_tokens='x'"):
+        sft_records([ex], small_titles, tiny_tokenizer, item_cfg, "x")
+
+
+def test_item_prompt_without_candidates(tiny_tokenizer, small_titles, item_cfg):
+    """policy.item_prompt_candidates=false: the prompt holds the instruction and the history only; the budget
+    arithmetic still holds."""
+    from abpo.policy.prompt import encode_prompt, fit_item_token_prompt, item_token, request_prompt
+
+    cfg = dataclasses.replace(item_cfg, item_prompt_candidates=False)
+    hist, cands = _ids(small_titles, 0, 30), _ids(small_titles, 100, 120)
+    fp = request_prompt(tiny_tokenizer, [(i, small_titles[i]) for i in hist], [(i, small_titles[i]) for i in cands], cfg)
+    assert not any(item_token(a) in fp.text for a in cands)
+    assert fp.n_tokens == len(encode_prompt(tiny_tokenizer, fp.text))
+    for budget in (fp.n_tokens - 1, fp.n_tokens - 20):
+        cut = fit_item_token_prompt(tiny_tokenizer, hist, cands, max_history=50, max_prompt_tokens=budget,
+                                    show_candidates=False)
+        assert cut.n_tokens == len(encode_prompt(tiny_tokenizer, cut.text)) == budget

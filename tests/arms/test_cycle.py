@@ -20,8 +20,12 @@ def test_two_months_lineage_gate_and_refits(tmp_path):
     from abpo.arms.cycle import dataset_and_splits, run_month
     from abpo.config import load_config
 
+    # month 1 with a gate every challenger passes (20 gate users: one flipped hit moves HR@5 by 0.05), so that month
+    # 2 must start from month 1's promoted challenger; the gate's own verdicts are tested in test_gate*
     cfg = load_config("tiny", [f"paths.root={tmp_path}", *SMALL])
-    m1 = run_month(cfg, "2026-01", echo=lambda *_: None)
+    cfg1 = load_config("tiny", [f"paths.root={tmp_path}", *SMALL, "arms.gate_margin=1.0", "arms.gate_ope_margin=1.0",
+                                "arms.gate_min_ess=0"])
+    m1 = run_month(cfg1, "2026-01", echo=lambda *_: None)
     assert {a: m1["bootstrap"][a]["version"] for a in ("abpo", "grpo", "ml_retrain", "popularity")} == \
         {"abpo": "1", "grpo": "1", "ml_retrain": "1", "popularity": "1"}
     champ1 = {a: m1[a]["promote"]["champion_version"] for a in ("abpo", "grpo")}

@@ -57,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.batch_tokens:
         cfg.policy.scoring_batch_tokens = args.batch_tokens
     cfg.policy.max_prompt_tokens = max(cfg.policy.max_prompt_tokens, 16384)  # M = 200 prompts are ~4.5k tokens
+    # shared-prefix scoring is the text prompt's s_p (the answer mean); item-token models score one position
+    cfg.policy.prompt_style, cfg.policy.max_history = "text", 10
     ds = load_dataset(cfg.data)
     with tempfile.TemporaryDirectory(prefix="abpo-bench-scoring-") as tmp:
         paths = PathsConfig(root=tmp) if cfg.policy.model == "tiny" else cfg.paths

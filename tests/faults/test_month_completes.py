@@ -5,6 +5,8 @@ every later month stayed blocked."""
 
 from __future__ import annotations
 
+import pytest
+
 from abpo.arms.cycle import require_previous_month, report_to_date
 from abpo.config import load_config
 from abpo.data.schemas import write_impressions
@@ -26,3 +28,25 @@ def test_a_month_with_a_zero_click_and_an_all_click_arm_completes(state):
             assert out[key] and __import__("pathlib").Path(out[key]).is_file()
     require_previous_month(cfg, "2026-03")  # nothing blocks the next month
     assert (cfg.paths.resolve("root") / "cycle" / "2026-02.json").is_file()
+
+
+ZERO_CLICK_MONTH = ["data.max_users=60", "data.update_steps=6", "sft.max_steps=20", "sft.eval_max_users=20",
+                    "sft.pretrain_epochs=2", "data.eval_candidates=20", "update.max_steps=2", "update.batch_size=8",
+                    "update.save_steps=100", "arms.min_rows_per_stratum=1", "sim.click_next=0.0",
+                    "sim.click_soon=0.0", "sim.click_base=0.0", "sim.click_taste=0.0"]
+
+
+@pytest.mark.slow
+def test_a_simulated_month_where_no_arm_gets_a_click_completes(tmp_path):
+    """The whole cycle (`abpo arms month --simulate`'s run_month: bootstrap, serve, ingest, updates, refits, report)
+    on a month in which every arm is at 0 clicks: the LLM updates are skipped for want of positive feedback, the
+    report is written, the month is marked complete and the next month is not refused."""
+    from abpo.arms.cycle import require_previous_month, run_month
+
+    cfg = load_config("tiny", [f"paths.root={tmp_path / 'var'}", *ZERO_CLICK_MONTH])
+    out = run_month(cfg, "2026-01", echo=lambda *_: None)
+    per_arm = out["serve"]["per_arm"]
+    assert per_arm and all(v["clicks"] == 0 for v in per_arm.values()), per_arm
+    assert all("skipped" in out[a] for a in ("abpo", "grpo")), {a: out[a] for a in ("abpo", "grpo")}
+    assert __import__("pathlib").Path(out["report"]["html"]).is_file()
+    require_previous_month(cfg, "2026-02")

@@ -17,7 +17,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 SMALL = ["data.max_users=40", "sft.max_steps=10", "sft.eval_max_users=15", "data.eval_candidates=20",
          "update.max_steps=2", "update.batch_size=8", "update.save_steps=100", "arms.min_rows_per_stratum=1",
-         "arms.gate_ope_bootstrap=200"]
+         "arms.gate_ope_bootstrap=200",
+         # clicks likely enough that a 40-user month gives every LLM arm both strata (the grpo arm serves ~20 rows;
+         # with the default click model it once got none, and its update group was skipped, not failed)
+         "sim.click_next=1.0", "sim.click_base=0.2"]
 SERVICES = {"api-server": ["api-server"], "scheduler": ["scheduler"], "dag-processor": ["dag-processor"]}
 
 

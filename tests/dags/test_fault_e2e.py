@@ -41,7 +41,7 @@ def _all_runs(client):
 
 @pytest.mark.slow
 def test_killing_the_scheduler_mid_update_loses_and_doubles_nothing(tmp_path):
-    overrides = [*SMALL, "update.max_steps=6"]  # long enough an update to be killed inside it
+    overrides = [*SMALL, "update.max_steps=60"]  # long enough an update to be killed inside it (item-token steps take ~0.1 s)
     with AirflowServices(tmp_path, FAST_RECOVERY) as af:
         rid = af.trigger({"month": "2026-01", "simulate": True, "overrides": overrides})
 

@@ -16,7 +16,7 @@ def test_a_manual_run_on_the_real_scheduler_succeeds_task_by_task(tmp_path):
         done = af.api.wait_run(rid, 1500)
         states = {k: t["state"] for k, t in af.api.task_states(rid).items()}
         assert done["state"] == "success", (states, af.log("scheduler"))
-        assert len(states) == 15 and set(states.values()) == {"success"}, states
+        assert len(states) == 15 and set(states.values()) == {"success"}, sorted(states.items())
 
     from mlflow import MlflowClient
 

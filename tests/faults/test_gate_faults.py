@@ -19,12 +19,15 @@ def _ope(clicked, e0, e_challenger, e_champion) -> dict:
             "champion_ess": c.champion.ess}
 
 
+def _log(seed: int, n: int = 400):
+    """The tiny preset's config and a logged month of n rows: clicks at a 20% rate, e0 = 0.05 everywhere."""
+    rng = np.random.default_rng(seed)
+    return load_config("tiny"), (rng.random(n) < 0.2).astype(int), np.full(n, 0.05)
+
+
 def test_a_nan_estimate_fails_closed():
-    cfg = load_config("tiny")
-    n = 400
-    rng = np.random.default_rng(0)
-    clicked = (rng.random(n) < 0.2).astype(int)
-    e0 = np.full(n, 0.05)
+    cfg, clicked, e0 = _log(0)
+    n = len(e0)
     e0[3] = 5e-324  # what the contract let through before data.min_propensity
     ope = _ope(clicked, e0, np.full(n, 0.05), e0)
     assert np.isnan(ope["challenger_snips"]) and ope["ci_low"] >= -cfg.arms.gate_ope_margin  # the old check passed
@@ -33,11 +36,8 @@ def test_a_nan_estimate_fails_closed():
 
 
 def test_a_tiny_effective_sample_fails_closed_and_a_fair_one_passes():
-    cfg = load_config("tiny")
-    n = 400
-    rng = np.random.default_rng(1)
-    clicked = (rng.random(n) < 0.2).astype(int)
-    e0 = np.full(n, 0.05)
+    cfg, clicked, e0 = _log(1)
+    n = len(e0)
     skewed = np.full(n, 1e-6)
     skewed[:3] = 0.9  # the challenger puts its weight on 3 logged rows: ESS about 3
     ok, why = ope_verdict(_ope(clicked, e0, skewed, e0), cfg.arms.gate_ope_margin, cfg.arms.gate_min_ess)

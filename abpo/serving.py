@@ -41,8 +41,8 @@ class RecommenderModel:
         self.policy = policy_cfg or PolicyConfig()
 
     def predict(self, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:
-        from abpo.policy.prompt import encode_prompt, format_answer, prompt_style, request_prompt
-        from abpo.policy.scoring import candidate_propensities, score_prompt_ids
+        from abpo.policy.prompt import encode_answer, encode_prompt, format_answer, prompt_style, request_prompt
+        from abpo.policy.scoring import candidate_propensities, score_prompt_ids, scores_on_choice
 
         tau = float((params or {}).get("tau", self.policy.tau))
         ranked, props = [], []
@@ -62,9 +62,10 @@ class RecommenderModel:
             hist = list(zip(hist_ids, hist_titles)) if hist_ids else [(-1, t) for t in hist_titles]
             # the same prompt builder the policy was trained and logged with: chat template, token budget
             prompt = request_prompt(self.tokenizer, hist, list(zip(ids, titles)), self.policy).text
-            answers = [format_answer(a, t) for a, t in zip(ids, titles)]
+            answer_ids = None if scores_on_choice(self.policy) else [
+                [encode_answer(self.tokenizer, format_answer(a, t)) for a, t in zip(ids, titles)]]
             scores = score_prompt_ids(
-                self.model, self.tokenizer, [encode_prompt(self.tokenizer, prompt)], [ids], [answers], self.policy
+                self.model, self.tokenizer, [encode_prompt(self.tokenizer, prompt)], [ids], answer_ids, self.policy
             )[0]
             e = candidate_propensities(scores, tau)
             order = scores.argsort(descending=True).tolist()

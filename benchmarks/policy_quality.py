@@ -38,8 +38,6 @@ def main(argv=None) -> int:
     ap.add_argument("--state", default="", help="state directory for pi_init (default: a temporary directory)")
     args = ap.parse_args(argv)
 
-    import torch
-
     from abpo.baselines import make_ranker
     from abpo.config import load_config
     from abpo.data.candidates import training_popularity
@@ -80,7 +78,6 @@ def main(argv=None) -> int:
         scores = ranker.score([(ex.user_id, ex.history, ex.candidates) for ex in examples])
         rows[name] = metrics_from_scores(examples, [list(map(float, s)) for s in scores], pop)
         print(f"{name} fitted and scored in {time.time() - t:.1f}s")
-    del torch
     print(f"{'row':<12} {'HR@1':>7} {'HR@5':>7} {'NDCG@5':>7}")
     for name, r in rows.items():
         print(f"{name:<12} {r['HR@1']:7.4f} {r['HR@5']:7.4f} {r['NDCG@5']:7.4f}")

@@ -47,6 +47,8 @@ from collections.abc import Sequence
 import torch
 from transformers import LogitsProcessor
 
+from abpo.policy.scoring import next_token_logits
+
 PAD_ALLOWED = -1  # padding of the allowed-token tensor
 
 
@@ -204,33 +206,18 @@ class CandidateConstraint(LogitsProcessor):
 @torch.no_grad()
 def sample_single_choice(
     model, prompt_ids: Sequence[Sequence[int]], tries: Sequence[AnswerTrie], temperature: float,
-    *, generator: torch.Generator | None = None,
+    *, batch_tokens: int = 16384, generator: torch.Generator | None = None,
 ) -> tuple[list[list[int]], torch.Tensor]:
     """Constrained rollouts for ``single_choice`` tries with one forward: for each prompt r, its first answer token
     is drawn from softmax_{v in S_0}(z_r[v] / T) (Eq. q at the only branching step, S_0 = the first tokens of
-    ``tries[r]``), then its forced tail (title markup and EOS) is appended. Returns the completions and the
-    full-vocabulary next-token logits ``[N, V]`` at the choice position (float32, for self-certainty)."""
+    ``tries[r]``), then its forced tail (title markup and EOS) is appended. z are the prompts' next-token logits
+    (``abpo.policy.scoring.next_token_logits``, groups of at most ``batch_tokens`` positions). Returns the
+    completions and the full-vocabulary logits ``[N, V]`` at the choice position (float32, for self-certainty)."""
     if not tries or len(tries) != len(prompt_ids):
         raise ValueError(f"sample_single_choice: {len(prompt_ids)} prompts for {len(tries)} tries")
     if not all(t.single_choice for t in tries):
         raise ValueError("sample_single_choice: a candidate set's answers branch after their first token")
-    device = next(model.parameters()).device
-    longest = max(len(p) for p in prompt_ids)
-    ids = torch.zeros((len(prompt_ids), longest), dtype=torch.long)
-    attn = torch.zeros_like(ids)
-    for r, p in enumerate(prompt_ids):
-        ids[r, longest - len(p) :] = torch.as_tensor(list(p), dtype=torch.long)
-        attn[r, longest - len(p) :] = 1
-    pos = (attn.cumsum(-1) - 1).clamp(min=0)
-    was_training = model.training
-    model.eval()
-    try:
-        z = model(
-            input_ids=ids.to(device), attention_mask=attn.to(device), position_ids=pos.to(device), logits_to_keep=1,
-            use_cache=False,
-        ).logits[:, -1].float().cpu()
-    finally:
-        model.train(was_training)
+    z = next_token_logits(model, prompt_ids, batch_tokens=batch_tokens)
     out = []
     for r, trie in enumerate(tries):
         allowed = torch.tensor(sorted(trie.root), dtype=torch.long)

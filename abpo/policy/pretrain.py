@@ -54,12 +54,11 @@ def windows(sequence: Sequence[int], length: int) -> list[list[int]]:
     return [seq[s : s + length] for s in range(0, len(seq) - 1, length - 1)]
 
 
-def item_vocabulary(tokenizer, item_ids: Sequence[int]) -> tuple[torch.Tensor, dict[int, int]]:
-    """The item tokens' vocabulary ids (``[I]``, in ``item_ids`` order) and item id -> index into them."""
+def item_vocabulary(tokenizer, item_ids: Sequence[int]) -> torch.Tensor:
+    """The item tokens' vocabulary ids, ``[I]`` in ``item_ids`` order: item index k <-> vocabulary id [k]."""
     from abpo.policy.prompt import check_item_tokens
 
-    ids = check_item_tokens(tokenizer, list(item_ids))
-    return torch.tensor(ids, dtype=torch.long), {int(i): k for k, i in enumerate(item_ids)}
+    return torch.tensor(check_item_tokens(tokenizer, list(item_ids)), dtype=torch.long)
 
 
 def _decoder_and_head(model):
@@ -80,32 +79,26 @@ def next_item_loss(
     decoder, head, item_vocab: torch.Tensor, batch: list[list[int]], target_from: list[int] | None = None,
     *, with_hits: bool = False,
 ) -> tuple[torch.Tensor, int, int]:
-    """Eq. next-item over a batch of windows of item-token ids: the summed cross-entropy of each window's next
-    items (from position ``target_from[r]`` on, default 1), the number of targets, and (``with_hits``) how many
-    targets are in the top 10 of all items."""
+    """Eq. next-item over a batch of windows of item indices (into ``item_vocab``, the item tokens' vocabulary ids):
+    the summed cross-entropy of each window's next items (from position ``target_from[r]`` on, default 1), the number
+    of targets, and (``with_hits``) how many targets are in the top 10 of all items."""
     device = head.weight.device
     n, longest = len(batch), max(len(r) for r in batch)
-    ids = torch.zeros((n, longest), dtype=torch.long)
-    attn = torch.zeros_like(ids)
-    tmask = torch.zeros_like(ids, dtype=torch.bool)  # positions whose NEXT token is a target
+    idx = torch.zeros((n, longest), dtype=torch.long)  # item indices; padding reads item 0 under a zero mask
+    attn = torch.zeros_like(idx)
+    tmask = torch.zeros_like(idx, dtype=torch.bool)  # positions whose NEXT item is a target
     for r, row in enumerate(batch):
-        ids[r, : len(row)] = torch.as_tensor(row)
+        idx[r, : len(row)] = torch.as_tensor(row)
         attn[r, : len(row)] = 1
         start = 1 if target_from is None else target_from[r]
         tmask[r, max(start, 1) - 1 : len(row) - 1] = True
-    hidden = decoder(input_ids=ids.to(device), attention_mask=attn.to(device), use_cache=False).last_hidden_state
+    vocab = item_vocab.to(device)
+    hidden = decoder(input_ids=vocab[idx.to(device)], attention_mask=attn.to(device), use_cache=False).last_hidden_state
     h = hidden[tmask.to(device)]  # [P, H]
-    targets_tok = ids[:, 1:][tmask[:, :-1]]  # vocabulary ids of the next items
-    w = head.weight[item_vocab.to(device)]  # [I, H]
-    logits = h @ w.T
+    targets = idx[:, 1:][tmask[:, :-1]].to(device)  # item indices of the next items
+    logits = h @ head.weight[vocab].T  # [P, I]: the softmax runs over the item tokens only
     if getattr(head, "bias", None) is not None:
-        logits = logits + head.bias[item_vocab.to(device)]
-    # vocabulary id -> item index
-    lookup = torch.full((int(item_vocab.max()) + 1,), -1, dtype=torch.long)
-    lookup[item_vocab] = torch.arange(len(item_vocab))
-    targets = lookup[targets_tok].to(device)
-    if (targets < 0).any():
-        raise ValueError("next_item_loss: a target token is not an item token")
+        logits = logits + head.bias[vocab]
     loss = torch.nn.functional.cross_entropy(logits.float(), targets, reduction="sum")
     hits = 0
     if with_hits:
@@ -139,10 +132,10 @@ def pretrain_next_item(
     epoch (e.g. mlflow.log_metric)."""
     t0 = time.time()
     catalog = sorted({int(i) for i in item_ids})
-    item_vocab, _ = item_vocabulary(tokenizer, catalog)
-    tok_of = dict(zip(catalog, item_vocab.tolist()))
+    item_vocab = item_vocabulary(tokenizer, catalog)
+    index_of = {item: k for k, item in enumerate(catalog)}  # rows hold item indices into item_vocab
     train_rows = [
-        [tok_of[int(i)] for i in w] for s in train_sequences.values() for w in windows(s, max_length)
+        [index_of[int(i)] for i in w] for s in train_sequences.values() for w in windows(s, max_length)
     ]
     val_rows, val_from = [], []
     for ctx, nxt in val_pairs.values():
@@ -152,7 +145,7 @@ def pretrain_next_item(
         k = min(len(nxt), len(seq) - 1)
         if k <= 0:
             continue
-        val_rows.append([tok_of[int(i)] for i in seq])
+        val_rows.append([index_of[int(i)] for i in seq])
         val_from.append(len(seq) - k)
     n_train = sum(len(r) - 1 for r in train_rows)
     n_val = sum(len(r) - f for r, f in zip(val_rows, val_from))

@@ -186,22 +186,16 @@ def score_token_ids_batch(
 
 
 @torch.no_grad()
-def score_choice_batch(
-    model, prompt_ids: Sequence[Sequence[int]], choice_ids: Sequence[Sequence[int]], *, batch_tokens: int
-) -> list[torch.Tensor]:
-    """Eq. s_p (item token) for several prompts: ``[M_i]`` = log p(choice_ids[i][m] | prompt i), the full-vocabulary
-    log-softmax of the next-token logits after the prompt, read at each candidate's item token.
-
-    One forward per group of prompts (similar lengths together, left-padded, position ids from the attention mask,
-    group size x longest prompt <= ``batch_tokens``); only the last position goes through the LM head. Returns
-    float32 on the CPU."""
-    if len(prompt_ids) != len(choice_ids):
-        raise ValueError(f"score_choice_batch: {len(prompt_ids)} prompts for {len(choice_ids)} candidate lists")
+def next_token_logits(model, prompt_ids: Sequence[Sequence[int]], *, batch_tokens: int) -> torch.Tensor:
+    """``[N, V]`` float32 (CPU): each prompt's full-vocabulary next-token logits, i.e. at the position after its last
+    token. One forward per group of prompts (similar lengths together, left-padded, position ids from the attention
+    mask, group size x longest prompt <= ``batch_tokens``); only the last position goes through the LM head. What
+    item-token scoring (``score_choice_batch``) and one-forward rollouts (``constrained.sample_single_choice``) read."""
     for i, p in enumerate(prompt_ids):
         if not p:
-            raise ValueError(f"score_choice_batch: prompt {i} is empty")
+            raise ValueError(f"next_token_logits: prompt {i} is empty")
     device = _device(model)
-    out: list[torch.Tensor] = [torch.empty(len(c), dtype=torch.float32) for c in choice_ids]
+    out: torch.Tensor | None = None
     was_training = model.training
     model.eval()
     try:
@@ -221,34 +215,49 @@ def score_choice_batch(
                 ids[r, longest - len(p) :] = torch.as_tensor(list(p), dtype=torch.long)
                 attn[r, longest - len(p) :] = 1
             pos = (attn.cumsum(-1) - 1).clamp(min=0)
-            logits = model(
+            z = model(
                 input_ids=ids.to(device), attention_mask=attn.to(device), position_ids=pos.to(device),
                 logits_to_keep=1, use_cache=False,
-            ).logits[:, -1].float()
-            logp = torch.log_softmax(logits, dim=-1).cpu()
-            for r, i in enumerate(group):
-                out[i] = logp[r, torch.as_tensor(list(choice_ids[i]), dtype=torch.long)].clone()
+            ).logits[:, -1].float().cpu()
+            if out is None:
+                out = torch.empty((len(prompt_ids), z.shape[-1]), dtype=torch.float32)
+            out[torch.tensor(group)] = z
     finally:
         model.train(was_training)
-    return out
+    return out if out is not None else torch.empty((0, 0), dtype=torch.float32)
+
+
+def score_choice_batch(
+    model, prompt_ids: Sequence[Sequence[int]], choice_ids: Sequence[Sequence[int]], *, batch_tokens: int
+) -> list[torch.Tensor]:
+    """Eq. s_p (item token) for several prompts: ``[M_i]`` = log p(choice_ids[i][m] | prompt i), the full-vocabulary
+    log-softmax of the next-token logits after the prompt (``next_token_logits``), read at each candidate's item
+    token. Returns float32 on the CPU."""
+    if len(prompt_ids) != len(choice_ids):
+        raise ValueError(f"score_choice_batch: {len(prompt_ids)} prompts for {len(choice_ids)} candidate lists")
+    if not prompt_ids:
+        return []
+    logp = torch.log_softmax(next_token_logits(model, prompt_ids, batch_tokens=batch_tokens), dim=-1)
+    return [logp[i, torch.as_tensor(list(c), dtype=torch.long)].clone() for i, c in enumerate(choice_ids)]
 
 
 def score_prompt_ids(
     model, tokenizer, prompt_ids: Sequence[Sequence[int]], candidates: Sequence[Sequence[int]],
-    answers: Sequence[Sequence[str]], policy_cfg,
+    answer_ids: Sequence[Sequence[Sequence[int]]] | None, policy_cfg,
 ) -> list[torch.Tensor]:
-    """Eq. s_p of every candidate of every (tokenized) prompt, as ``policy.prompt_style`` defines it: the item
+    """Eq. s_p of every candidate of every (tokenized) prompt, as ``policy_cfg.prompt_style`` defines it: the item
     token's log-prob (``score_choice_batch``) or the answer's mean token log-prob (``score_token_ids_batch``).
-    ``candidates[i]`` are prompt i's item ids and ``answers[i]`` their answers r(a) (only read for text)."""
+    ``candidates[i]`` are prompt i's item ids and ``answer_ids[i]`` their answers r(a) as token ids (only read for
+    text; None for item tokens). ``policy_cfg``: anything with ``prompt_style`` and ``scoring_batch_tokens`` (the
+    policy config, or the trainer's ABPOSettings)."""
     if scores_on_choice(policy_cfg):
         return score_choice_batch(
             model, prompt_ids, [check_item_tokens(tokenizer, c) for c in candidates],
             batch_tokens=policy_cfg.scoring_batch_tokens,
         )
-    return score_token_ids_batch(
-        model, prompt_ids, [_answer_token_ids(tokenizer, a) for a in answers],
-        batch_tokens=policy_cfg.scoring_batch_tokens,
-    )
+    if answer_ids is None:
+        raise ValueError("score_prompt_ids: policy.prompt_style=text scores the answers: answer_ids is required")
+    return score_token_ids_batch(model, prompt_ids, answer_ids, batch_tokens=policy_cfg.scoring_batch_tokens)
 
 
 def _logsumexp_(x: torch.Tensor) -> torch.Tensor:
@@ -519,8 +528,9 @@ def score_examples(
             fitted = [example_prompt(ex, titles, tokenizer, policy_cfg) for ex in part]
             p_ids = tokenizer([fp.text for fp in fitted], add_special_tokens=False)["input_ids"]  # = encode_prompt
             cands = [list(ex.candidates) for ex in part]
-            answers = [] if scores_on_choice(policy_cfg) else [candidate_answers(c, titles) for c in cands]
-            scores = score_prompt_ids(model, tokenizer, p_ids, cands, answers, policy_cfg)
+            a_ids = None if scores_on_choice(policy_cfg) else [
+                _answer_token_ids(tokenizer, candidate_answers(c, titles)) for c in cands]
+            scores = score_prompt_ids(model, tokenizer, p_ids, cands, a_ids, policy_cfg)
             out += [ScoredExample(ex, fp, s) for ex, fp, s in zip(part, fitted, scores)]
             if bar is not None:
                 bar.update(len(part))

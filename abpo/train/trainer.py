@@ -307,7 +307,9 @@ class ABPOTrainer(GRPOTrainer):
         needs it) is KL(U || pi_theta(.|q)) at that one choice position, from the same logits."""
         from abpo.policy.constrained import sample_single_choice
 
-        completion_ids, logits = sample_single_choice(self._unwrapped(), prompt_ids, tries, self.temperature)
+        completion_ids, logits = sample_single_choice(
+            self._unwrapped(), prompt_ids, tries, self.temperature, batch_tokens=self.abpo.scoring_batch_tokens
+        )
         if record:
             self._abpo_rollout_sc = token_kl_from_uniform(logits).tolist()
         return completion_ids, None
@@ -521,22 +523,16 @@ class ABPOTrainer(GRPOTrainer):
     def _e_old_batch(self, items: Sequence[tuple[list[int], Sequence[str], Sequence[int], int]]) -> list[float]:
         """e_old(a_log | q) = softmax_C(s_old / tau)[a_log] (ABPO_SPEC.md "Propensities", step 3) under the rollout
         policy pi_old for every (prompt ids, candidate answers, candidates, a_log), scored together by the policy
-        helper's batched shared-prefix scorer over each example's whole candidate set."""
-        from abpo.policy.prompt import check_item_tokens
-        from abpo.policy.scoring import candidate_propensities, score_choice_batch, score_token_ids_batch
+        helper's batched scorer (``score_prompt_ids``) over each example's whole candidate set, with the s_p e0 was
+        logged with (ABPOSettings carries prompt_style and scoring_batch_tokens): the item token's log-prob, or the
+        mean over each answer's (cached) token ids."""
+        from abpo.policy.scoring import candidate_propensities, score_prompt_ids, scores_on_choice
 
-        if self.abpo.prompt_style == "item_tokens":  # s_p = log p(item token | q), as e0 was logged
-            scores = score_choice_batch(
-                self._unwrapped(), [p for p, _, _, _ in items],
-                [check_item_tokens(self.processing_class, list(c)) for _, _, c, _ in items],
-                batch_tokens=self.abpo.scoring_batch_tokens,
-            )
-        else:
-            scores = score_token_ids_batch(
-                self._unwrapped(), [p for p, _, _, _ in items],
-                [[self._answer_ids(a) for a in ans] for _, ans, _, _ in items],
-                batch_tokens=self.abpo.scoring_batch_tokens,
-            )
+        answer_ids = None if scores_on_choice(self.abpo) else [[self._answer_ids(a) for a in ans] for _, ans, _, _ in items]
+        scores = score_prompt_ids(
+            self._unwrapped(), self.processing_class, [p for p, _, _, _ in items], [list(c) for _, _, c, _ in items],
+            answer_ids, self.abpo,
+        )
         out = []
         for s, (_, _, cands, a_log) in zip(scores, items, strict=True):
             e = candidate_propensities(s, self.abpo.tau)  # e_old(. | q) over C

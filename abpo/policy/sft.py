@@ -64,11 +64,12 @@ def sft_records(examples, titles, tokenizer, policy_cfg, loss_tokens: str = "ans
     for i in range(0, len(examples), 256):  # batched encoding (the same ids as encode_prompt / encode_answer)
         ps = tokenizer(prompts[i : i + 256], add_special_tokens=False)["input_ids"]
         ans = tokenizer(answers[i : i + 256], add_special_tokens=False)["input_ids"]
+        if loss_tokens == "choice":  # the positives' item tokens, one lookup per chunk
+            firsts = check_item_tokens(tokenizer, [ex.positive for ex in examples[i : i + 256]])
         for j, (p, a) in enumerate(zip(ps, ans, strict=True)):
             a = list(a) + [tokenizer.eos_token_id]
             if loss_tokens == "choice":
-                item_tok = check_item_tokens(tokenizer, [examples[i + j].positive])[0]
-                if a[0] != item_tok:
+                if a[0] != firsts[j]:
                     raise ValueError(f"request {examples[i + j].request_id}: the answer does not start with its item token")
                 mask = [1] + [0] * (len(a) - 1)
             else:

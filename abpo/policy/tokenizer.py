@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from abpo.policy.prompt import ANSWER_MARKUP, ID_CLOSE, ID_OPEN, TEMPLATE_STRINGS, build_prompt, format_answer
+from abpo.policy.prompt import ANSWER_MARKUP, TEMPLATE_STRINGS, build_prompt, format_answer, item_token  # noqa: F401 (item_token re-exported)
 
 PAD, BOS, EOS = "<|pad|>", "<|bos|>", "<|end|>"
 USER, ASSISTANT, SYSTEM = "<|user|>", "<|assistant|>", "<|system|>"
@@ -50,11 +50,6 @@ def training_corpus(titles: Iterable[str]) -> list[str]:
         corpus.append(build_prompt(chunk[:n_hist], list(enumerate(chunk[n_hist:], start)), 10))
     corpus += list(TEMPLATE_STRINGS) * 200
     return corpus
-
-
-def item_token(item_id: int) -> str:
-    """The per-item token of ``item_id``: its whole id markup ``<item_id>ID</item_id>``."""
-    return f"{ID_OPEN}{int(item_id)}{ID_CLOSE}"
 
 
 def train_tiny_tokenizer(titles: Iterable[str], vocab_size: int, item_ids: Iterable[int] = ()):

@@ -17,7 +17,7 @@ COMMAND_MODULES = [
     "abpo.data.cli",
     "abpo.train.cli",
     "abpo.policy.cli",
-    "abpo.evaluation.cli",
+    "abpo.experiment.cli",
     "abpo.sim.cli",
     "abpo.arms.cli",
 ]

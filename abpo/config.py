@@ -19,7 +19,7 @@ import yaml
 from abpo.abtest.config import ReportConfig
 from abpo.arms.config import ArmsConfig
 from abpo.data.config import DataConfig
-from abpo.evaluation.config import ExperimentConfig
+from abpo.experiment.config import ExperimentConfig
 from abpo.policy.config import PolicyConfig, SFTConfig
 from abpo.sim.config import SimConfig
 from abpo.train.config import UpdateConfig

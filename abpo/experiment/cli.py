@@ -1,4 +1,4 @@
-"""`abpo experiment`: the paper's Table 1 and ablation (abpo.evaluation.experiment)."""
+"""`abpo experiment`: the paper's Table 1 and ablation (abpo.experiment.runner)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def register(sub, common: argparse.ArgumentParser) -> None:
 
 
 def _cmd_experiment(args: argparse.Namespace, cfg) -> int:
-    from abpo.evaluation.experiment import run_experiment
+    from abpo.experiment.runner import run_experiment
 
     overrides = list(args.overrides)
     for flag, key in (("seeds", "experiment.seeds"), ("rows", "experiment.rows"), ("workers", "experiment.workers"),

@@ -1,4 +1,4 @@
-"""`abpo experiment` (abpo.evaluation.experiment): the user split, the shared metric code, the paired tests, the
+"""`abpo experiment` (abpo.experiment.runner): the user split, the shared metric code, the paired tests, the
 table, and an end-to-end run on a small MovieLens-format directory (cells reused on rerun, MLflow parent + nested
 runs, outputs)."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from abpo.evaluation.experiment import (
+from abpo.experiment.runner import (
     metrics_from_scores,
     paired_tests,
     row_key,
@@ -116,7 +116,7 @@ def test_experiment_end_to_end_on_a_movielens_format_directory(tmp_path, capfd):
 
     from abpo import registry
     from abpo.config import load_config
-    from abpo.evaluation.experiment import run_experiment
+    from abpo.experiment.runner import run_experiment
 
     data = _small_movielens(tmp_path / "ml40")
     overrides = [
@@ -163,7 +163,7 @@ AMAZON = Path(__file__).resolve().parents[3] / "shared" / "data" / "amazon18"
 def test_experiment_runs_on_an_amazon18_domain(tmp_path):
     """The same runner on Amazon-2018 Office_Products (60 users, a very small model, one seed)."""
     from abpo.config import load_config
-    from abpo.evaluation.experiment import run_experiment
+    from abpo.experiment.runner import run_experiment
 
     overrides = [
         f"paths.root={tmp_path / 'var'}", "data.format=amazon18", f"data.dataset_dir={AMAZON}",

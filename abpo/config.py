@@ -20,12 +20,12 @@ from abpo.abtest.config import ReportConfig
 from abpo.arms.config import ArmsConfig
 from abpo.data.config import DataConfig
 from abpo.experiment.config import ExperimentConfig
+from abpo.paths import CONFIG_DIR, REPO_ROOT
 from abpo.policy.config import PolicyConfig, SFTConfig
 from abpo.sim.config import SimConfig
 from abpo.train.config import UpdateConfig
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-CONFIG_DIR = REPO_ROOT / "configs"
+__all__ = ["CONFIG_DIR", "REPO_ROOT", "Config", "ConfigError", "PathsConfig", "describe", "load_config", "preset_path"]
 
 
 @dataclass

@@ -10,6 +10,7 @@ the UI plugin and every module can use it.
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 
 # the pattern without anchors, for composing (the plugin's report names YYYY-MM..YYYY-MM)
 MONTH_PATTERN = r"[0-9]{4}-(?:0[1-9]|1[0-2])"
@@ -34,14 +35,86 @@ def parse_month(value: object, what: str = "month") -> str:
     return value  # type: ignore[return-value]
 
 
+class Month(str):
+    """A calendar month ``YYYY-MM``, parsed once (:meth:`parse`) and then passed around as a value: its arithmetic
+    (:meth:`next`, :meth:`previous`, :meth:`plus`, :meth:`index`, :meth:`minus`) and its bounds live here and nowhere
+    else. It is a ``str`` (the text ``YYYY-MM`` itself), so it goes unchanged into SQL parameters, JSON, MLflow tags,
+    partition folder names and sorted lists (text order is time order)."""
+
+    __slots__ = ()
+
+    def __new__(cls, value: object, what: str = "month") -> Month:
+        if isinstance(value, Month):
+            return value
+        return super().__new__(cls, parse_month(value, what))
+
+    @classmethod
+    def parse(cls, value: object, what: str = "month") -> Month:
+        """``value`` as a Month; MonthError naming ``what``, the value and the rule when it is not ``YYYY-MM``."""
+        return cls(value, what)
+
+    @classmethod
+    def of_index(cls, i: int) -> Month:
+        """The month :meth:`index` ``i``."""
+        return cls(f"{i // 12:04d}-{i % 12 + 1:02d}")
+
+    @classmethod
+    def of_date(cls, when: datetime) -> Month:
+        """The month ``when`` falls in (its own calendar; give a UTC datetime for the UTC month)."""
+        return cls(f"{when.year:04d}-{when.month:02d}")
+
+    @property
+    def year(self) -> int:
+        return int(self[:4])
+
+    @property
+    def number(self) -> int:
+        """1..12."""
+        return int(self[5:7])
+
+    def index(self) -> int:  # type: ignore[override]  # str.index(sub) is not meaningful for a month
+        """Months since year 0 (``2026-01`` -> 2026 * 12): consecutive months differ by 1."""
+        return self.year * 12 + self.number - 1
+
+    def plus(self, n: int) -> Month:
+        """The month ``n`` months later (earlier when ``n`` < 0)."""
+        return Month.of_index(self.index() + n)
+
+    def next(self) -> Month:
+        return self.plus(1)
+
+    def previous(self) -> Month:
+        return self.plus(-1)
+
+    def minus(self, other: str) -> int:
+        """How many months ``other`` is before this one (``Month("2026-03").minus("2026-01")`` is 2)."""
+        return self.index() - Month(other).index()
+
+    def bounds(self) -> tuple[datetime, datetime]:
+        """[start, end) of the month in UTC: its first instant and the next month's first instant."""
+        nxt = self.next()
+        return (datetime(self.year, self.number, 1, tzinfo=UTC), datetime(nxt.year, nxt.number, 1, tzinfo=UTC))
+
+    def __repr__(self) -> str:
+        return f"Month({str(self)!r})"
+
+    def __reduce__(self):  # pickles (and copies) as Month(text), not through str's constructor
+        return (Month, (str(self),))
+
+
+def month_range(first: str, n: int) -> list[Month]:
+    """``n`` consecutive months from ``first``."""
+    start = Month(first)
+    return [start.plus(i) for i in range(n)]
+
+
 def month_index(month: str) -> int:
     """Months since year 0 (``2026-01`` -> 2026 * 12): consecutive months differ by 1."""
-    y, m = parse_month(month).split("-")
-    return int(y) * 12 + int(m) - 1
+    return Month(month).index()
 
 
 def month_of_index(i: int) -> str:
-    return f"{i // 12:04d}-{i % 12 + 1:02d}"
+    return Month.of_index(i)
 
 
 def month_arg(value: str) -> str:

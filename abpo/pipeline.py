@@ -154,15 +154,6 @@ def register(sub, common: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=run_demo)
 
 
-def _months_from(start: str, n: int) -> list[str]:
-    from abpo.arms.cycle import next_month
-
-    out = [start]
-    while len(out) < n:
-        out.append(next_month(out[-1]))
-    return out
-
-
 def airflow_env(cfg, config_ref: str) -> dict[str, str]:
     """The environment of the demo's Airflow: SQLite metadata under <state>/airflow, this repo's DAGs and plugins,
     the demo's config and state for the tasks."""
@@ -216,7 +207,9 @@ def run_demo(args: argparse.Namespace, cfg) -> int:
 
     t0 = time.time()
     log = StepLog()
-    months = _months_from(cfg.sim.start_month, args.months)
+    from abpo.months import month_range
+
+    months = month_range(cfg.sim.start_month, args.months)
     root = cfg.paths.resolve("root")
     print(f"abpo demo: config {cfg.name}, months {months[0]}..{months[-1]}, state under {root}", flush=True)
 
@@ -226,8 +219,7 @@ def run_demo(args: argparse.Namespace, cfg) -> int:
     log.run("airflow_db", lambda: {"rc": _run_airflow(["db", "migrate"], env, root / "airflow" / "db-migrate.log"),
                                    "airflow_home": env["AIRFLOW_HOME"]})
     for m in months:
-        y, mm = (int(x) for x in m.split("-"))
-        logical = f"{y + mm // 12:04d}-{mm % 12 + 1:02d}-01T00:00:00+00:00"  # the run that processes month m
+        logical = m.next().bounds()[0].isoformat()  # the run of 2026-02-01T00:00:00+00:00 processes 2026-01
         conf = {"month": m, "simulate": True, "overrides": list(args.overrides)}
         step_log = root / "airflow" / f"dags-test-{m}.log"
 

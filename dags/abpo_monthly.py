@@ -135,13 +135,13 @@ def abpo_monthly():
     def resolve_month() -> str:
         ctx = get_current_context()
         month = ctx["params"].get("month") or ""
-        if month:
-            from abpo.months import parse_month
+        from abpo.months import Month
 
-            return parse_month(month, "param month")
+        if month:
+            return str(Month.parse(month, "param month"))
         # a manual trigger without a logical date: the run's own time
         when = ctx.get("logical_date") or getattr(ctx.get("dag_run"), "run_after", None) or datetime.now()
-        return (when.replace(day=1) - timedelta(days=1)).strftime("%Y-%m")
+        return str(Month.of_date(when).previous())
 
     @task
     def bootstrap(month: str) -> dict:

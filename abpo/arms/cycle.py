@@ -32,6 +32,7 @@ from typing import Any
 from abpo import registry as core_registry
 from abpo.arms import ARM_KINDS, LLM_ARMS, RANKER_ARMS, check_arm
 from abpo.arms import registry as arm_registry
+from abpo.months import Month
 
 CHAMPION, CHALLENGER = core_registry.CHAMPION, core_registry.CHALLENGER
 
@@ -61,11 +62,6 @@ def dataset_and_splits(cfg):
     """(dataset, user splits) of the config's data section, cached per process."""
     js = json.dumps(dataclasses.asdict(cfg.data), sort_keys=True)
     return _data(hashlib.sha256(js.encode()).hexdigest(), js)
-
-
-def next_month(month: str) -> str:
-    y, m = (int(x) for x in month.split("-"))
-    return f"{y + m // 12:04d}-{m % 12 + 1:02d}"
 
 
 def _start_run(cfg, run_name: str, tags: dict[str, Any]):
@@ -160,11 +156,7 @@ def training_months(cfg, month: str) -> list[str]:
 
     with open_warehouse(cfg, read_only=True) as wh:
         have = set(wh.months())
-    want, m = [month], month
-    for _ in range(cfg.arms.replay_months):
-        y, mm = (int(x) for x in m.split("-"))
-        m = f"{y - (mm == 1):04d}-{(mm - 2) % 12 + 1:02d}"
-        want.insert(0, m)
+    want = [str(Month(month).plus(-k)) for k in range(cfg.arms.replay_months, -1, -1)]
     return [x for x in want if x in have or x == month]
 
 
@@ -415,7 +407,7 @@ def ranker_training_sequences(cfg, month: str | None) -> tuple[dict[int, list[in
     _, splits = dataset_and_splits(cfg)
     if month is None:
         return interactions_to_date(cfg, splits, cfg.sim.start_month), []
-    seqs = interactions_to_date(cfg, splits, next_month(month))
+    seqs = interactions_to_date(cfg, splits, str(Month(month).next()))
     with open_warehouse(cfg, read_only=True) as wh:
         clicks = wh.run("clicks_to_date", month=month)
         months = [m for m in wh.months() if m <= month]

@@ -304,10 +304,9 @@ def load_amazon18(directory: str | os.PathLike, domain: str) -> Dataset:
 
 
 def resolve_dataset_dir(dataset_dir: str | os.PathLike) -> Path:
-    from abpo.config import REPO_ROOT
+    from abpo.paths import repo_path
 
-    p = Path(dataset_dir)
-    return p if p.is_absolute() else REPO_ROOT / p
+    return repo_path(dataset_dir)
 
 
 def load_dataset(data_cfg) -> Dataset:

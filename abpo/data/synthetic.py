@@ -8,13 +8,12 @@ it broke per rule, so a test can check the warehouse's quarantine counts against
 from __future__ import annotations
 
 from collections import Counter
-from datetime import datetime, timezone
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from abpo.data.schemas import IMPRESSIONS_SCHEMA, RULES, SCHEMA_VERSION, check_month
+from abpo.months import Month
 
 DEFAULT_ARMS = ("abpo", "grpo", "ml_retrain", "popularity")
 _NULLABLE_TARGETS = ("user_id", "model_version", "propensity", "clicked", "event_time", "request_id")
@@ -22,9 +21,7 @@ _NULLABLE_TARGETS = ("user_id", "model_version", "propensity", "clicked", "event
 
 def month_bounds_us(month: str) -> tuple[int, int]:
     """[start, end) of a YYYY-MM month in microseconds since the epoch (UTC)."""
-    y, m = map(int, check_month(month).split("-"))
-    start = datetime(y, m, 1, tzinfo=timezone.utc)
-    end = datetime(y + (m == 12), m % 12 + 1, 1, tzinfo=timezone.utc)
+    start, end = Month(check_month(month)).bounds()
     return int(start.timestamp() * 1e6), int(end.timestamp() * 1e6)
 
 

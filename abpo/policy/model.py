@@ -210,7 +210,7 @@ def resolve_model_dir(policy_cfg, paths_cfg, *, dataset: Any = None, seed: int =
     name = PRESETS.get(name, name)
     p = Path(name)
     if not p.is_absolute() and not p.exists():
-        from abpo.config import REPO_ROOT
+        from abpo.paths import REPO_ROOT
 
         if (REPO_ROOT / p).exists():
             p = REPO_ROOT / p

@@ -14,17 +14,18 @@ the click. Deterministic for (config seed, month): exposures and clicks use pre-
 
 from __future__ import annotations
 
-import calendar
 import hashlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+
+from abpo.months import Month
 
 SIM_PART = "sim"
 
@@ -50,10 +51,8 @@ class SimResult:
 
 
 def month_index(start: str, month: str) -> int:
-    from abpo.data.schemas import check_month
-
-    (y0, m0), (y1, m1) = ((int(x) for x in check_month(s).split("-")) for s in (start, month))
-    return (y1 - y0) * 12 + (m1 - m0)
+    """Months from ``start`` (``sim.start_month``, index 0) to ``month``."""
+    return Month(month).minus(Month(start, "sim.start_month"))
 
 
 def months_available(cfg) -> int:
@@ -106,9 +105,8 @@ def _uniforms(seed: int, month: str, stream: int, n: int) -> np.ndarray:
 
 
 def _times(month: str, n: int) -> list[datetime]:
-    y, m = (int(x) for x in month.split("-"))
-    start = datetime(y, m, 1, tzinfo=UTC)
-    step = calendar.monthrange(y, m)[1] * 86400 / max(n, 1)
+    start, end = Month(month).bounds()
+    step = (end - start).total_seconds() / max(n, 1)
     return [start + timedelta(seconds=int(j * step)) for j in range(n)]
 
 

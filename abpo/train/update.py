@@ -95,7 +95,7 @@ def grpo_kwargs(update_cfg, *, output_dir: str | Path, seed: int, **overrides) -
     optimizer step = one generation batch (steps_per_generation = grad_accum), the SNIPS mini-batch of step 3.
     """
     from abpo.algo.variants import get_variant
-    from abpo.config import REPO_ROOT
+    from abpo.paths import REPO_ROOT
     from abpo.train.trainer import rollouts_per_example
 
     u = update_cfg
@@ -178,7 +178,7 @@ def default_init_dir(cfg) -> Path:
     if cfg.update.init_model:
         p = Path(cfg.update.init_model)
         if not p.is_absolute():
-            from abpo.config import REPO_ROOT
+            from abpo.paths import REPO_ROOT
 
             p = p if p.exists() else REPO_ROOT / p
         return p

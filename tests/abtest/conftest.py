@@ -37,10 +37,10 @@ def impressions_log(seed: int, month: str, users_by_arm: dict[str, list[int]], c
     import datetime as dt
 
     from abpo.data.schemas import IMPRESSIONS_SCHEMA
+    from abpo.months import Month
 
     rng = np.random.default_rng(seed)
-    year, mon = map(int, month.split("-"))
-    start = dt.datetime(year, mon, 1, tzinfo=dt.timezone.utc)
+    start, _ = Month(month).bounds()
     rows = {f.name: [] for f in IMPRESSIONS_SCHEMA}
     k = 0
     for arm, users in users_by_arm.items():

@@ -335,6 +335,44 @@ def ope_verdict(ope: dict[str, Any], margin: float, min_ess: float) -> tuple[boo
                 f"{ope['challenger_ess']:.0f})")
 
 
+@dataclasses.dataclass(frozen=True)
+class GateVerdict:
+    """What :func:`gate_verdict` decided: both halves and the reason printed, logged and tagged."""
+
+    passed: bool
+    offline_passed: bool
+    ope_passed: bool  # True when the off-policy half did not run
+    reason: str
+
+
+def gate_verdict(*, metric: str, challenger: dict[str, float], champion: dict[str, float], margin: float,
+                 challenger_version: str, champion_version: str, ope: dict[str, Any] | None = None,
+                 ope_margin: float = 0.0, min_ess: float = 0.0, month: str | None = None) -> GateVerdict:
+    """The gate's decision, a pure function of the numbers (no registry, no MLflow). Offline: the challenger's
+    ``metric`` at least the champion's minus ``margin``; a non-finite value on either side fails closed. Off-policy
+    (when ``ope`` is given): :func:`ope_verdict` with ``ope_margin`` and ``min_ess``. Both must pass."""
+    import math
+
+    for side, metrics in (("challenger", challenger), ("champion", champion)):
+        if metric not in metrics:
+            raise ValueError(f"gate: the {side}'s metrics have no {metric!r} (arms.gate_metric; rule: one of "
+                             f"{sorted(metrics)})")
+    new, old = float(challenger[metric]), float(champion[metric])
+    if math.isfinite(new) and math.isfinite(old) and math.isfinite(margin):
+        offline_ok = new >= old - margin
+        reasons = [f"offline {metric} challenger v{challenger_version} {new:.4f} {'>=' if offline_ok else '<'} "
+                   f"champion v{champion_version} {old:.4f} - margin {margin}"]
+    else:
+        offline_ok = False
+        reasons = [f"offline {metric} not finite (challenger v{challenger_version} {new}, champion "
+                   f"v{champion_version} {old}, margin {margin}): fails closed"]
+    ope_ok = True
+    if ope is not None:
+        ope_ok, why = ope_verdict(ope, ope_margin, min_ess)
+        reasons.append(f"{why} ({month})" if month else why)
+    return GateVerdict(offline_ok and ope_ok, offline_ok, ope_ok, "; ".join(reasons))
+
+
 def gate_arm(cfg, arm: str, version: str, month: str | None = None, echo=print) -> dict[str, Any]:
     """Challenger ``version`` against the arm's champion. Offline: ``arms.gate_metric`` on the held-out users at
     least the champion's minus ``arms.gate_margin``. Off-policy (when ``month`` is given and
@@ -349,20 +387,16 @@ def gate_arm(cfg, arm: str, version: str, month: str | None = None, echo=print) 
     if done is not None:
         echo(f"gate {arm}: {'PASS' if done['passed'] else 'FAIL'}: {done['reason']}")
         return done
-    metric, margin = cfg.arms.gate_metric, cfg.arms.gate_margin
+    metric = cfg.arms.gate_metric
     ch = offline_metrics(cfg, arm, str(champ.version), echo=echo)
     new = offline_metrics(cfg, arm, str(version), echo=echo)
-    offline_ok = new[metric] >= ch[metric] - margin
-    reasons = [f"offline {metric} challenger v{version} {new[metric]:.4f} {'>=' if offline_ok else '<'} champion "
-               f"v{champ.version} {ch[metric]:.4f} - margin {margin}"]
     ope = None
-    ope_ok = True
     if month is not None and cfg.arms.gate_ope_margin >= 0:
         ope = off_policy_gate(cfg, arm, str(version), month, echo=echo)
-        ope_ok, why = ope_verdict(ope, cfg.arms.gate_ope_margin, cfg.arms.gate_min_ess)
-        reasons.append(f"{why} ({month})")
-    passed = offline_ok and ope_ok
-    reason = "; ".join(reasons)
+    verdict = gate_verdict(metric=metric, challenger=new, champion=ch, margin=cfg.arms.gate_margin,
+                           challenger_version=str(version), champion_version=str(champ.version), ope=ope,
+                           ope_margin=cfg.arms.gate_ope_margin, min_ess=cfg.arms.gate_min_ess, month=month)
+    passed, reason = verdict.passed, verdict.reason
     echo(f"gate {arm}: {'PASS' if passed else 'FAIL'}: {reason}")
     arm_registry.set_tags(cfg, arm, version, {"gate.verdict": "pass" if passed else "fail", "gate.reason": reason[:4900],
                                              "gate.champion_version": champ.version})

@@ -26,7 +26,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from abpo.arms.llm import LLMArm
-    from abpo.arms.rankers import RankerArm, fit_ranker
+    from abpo.arms.rankers import RankerArm
     from abpo.config import load_config
     from abpo.data.loaders import load_dataset
     from abpo.data.splits import split_users
@@ -39,8 +39,9 @@ def main(argv=None) -> int:
     ds = load_dataset(cfg.data)
     splits, _ = split_users(ds, cfg.data)
     month = cfg.sim.start_month
-    pop = RankerArm("bench", fit_ranker("popularity", cfg, interactions_to_date(cfg, splits, month),
-                                        ds.item_ids().tolist()), cfg.arms.popularity_temperature, "1")
+    pop = RankerArm("bench", RankerArm.make_ranker("popularity", cfg).fit(interactions_to_date(cfg, splits, month),
+                                                                          ds.item_ids().tolist()),
+                    cfg.arms.popularity.temperature, "1")
     model_dir = args.model or build_tiny(cfg.policy, cfg.paths, ds.titles(), seed=cfg.seed)
     llm = LLMArm.from_dir("bench", model_dir, cfg, ds, "1")
     rates = {}

@@ -35,6 +35,8 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import Asset, Param, TaskGroup, dag, get_current_context, task
 
+from abpo.arms.names import LLM_ARMS, MODEL_PREFIX, RANKER_ARMS  # the one registry of arms (dependency-free)
+
 # Every task has a timeout (a hung task fails and can be retried); the update tasks get their own, longer one and
 # run in the pool named by $ABPO_UPDATE_POOL (create it with `airflow pools set gpu <slots> "ABPO updates"` and set
 # ABPO_UPDATE_POOL=gpu on a GPU deployment; default_pool otherwise).
@@ -45,9 +47,6 @@ UPDATE_TIMEOUT = timedelta(minutes=int(os.environ.get("ABPO_UPDATE_TIMEOUT_MIN",
 UPDATE_POOL = os.environ.get("ABPO_UPDATE_POOL", "default_pool")
 # Assets the DAG produces (downstream DAGs can be scheduled on them): the clean impressions and each arm's champion.
 CLEAN_IMPRESSIONS = Asset(name="abpo_clean_impressions", uri="abpo://warehouse/impressions")
-# abpo.arms.LLM_ARMS / RANKER_ARMS (not imported: the file must parse without abpo; a test checks they agree)
-LLM_ARMS = ("abpo", "grpo")
-RANKER_ARMS = ("ml_retrain", "popularity")
 # The config keys a run's `overrides` param may set ("section.*": any key of the section): how big and how long a month's
 # work is, the gate, the simulator, the report. Not paths.* (state, tracking URI), the dataset's location or format,
 # the warehouse's settings, the data contract and audit (known_arms, min_propensity, max_clock_skew_seconds,
@@ -67,8 +66,10 @@ OVERRIDE_ALLOWED = (
                               "weight_decay", "max_grad_norm", "temperature", "top_p", "max_examples",
                               "stratification", "logging_steps", "save_steps", "save_total_limit")),
 )
-# the same list as a JSON-schema pattern of one override (Airflow validates params against it when a run is triggered)
-OVERRIDE_PATTERN = "^(?:" + "|".join(k.replace(".", "\\.").replace("\\.*", "\\.[a-z_0-9]+") for k in OVERRIDE_ALLOWED) + ")=.*$"
+# the same list as a JSON-schema pattern of one override (Airflow validates params against it when a run is triggered);
+# "section.*" also covers the keys of a block inside the section (arms.popularity.temperature)
+OVERRIDE_PATTERN = "^(?:" + "|".join(k.replace(".", "\\.").replace("\\.*", "\\.[a-z_0-9]+(?:\\.[a-z_0-9]+)*")
+                                     for k in OVERRIDE_ALLOWED) + ")=.*$"
 # abpo.months.MONTH_PATTERN (not imported: the file must parse without abpo; a test checks they agree), or empty.
 # Ends in (?![\s\S]), "no character follows", not $: JSON-schema validation searches with Python's re, where $ also
 # matches before a trailing newline ("2026-01\n" passed); the lookahead means the same in JavaScript (the trigger form).
@@ -199,7 +200,7 @@ def abpo_monthly():
         return json_safe(gate_arm(_cfg(), arm, registered["version"], month))
 
     def champion_asset(arm: str) -> Asset:
-        return Asset(name=f"abpo_champion_{arm}", uri=f"mlflow://models/abpo-arm-{arm}/champion")
+        return Asset(name=f"abpo_champion_{arm}", uri=f"mlflow://models/{MODEL_PREFIX}{arm}/champion")
 
     @task
     def promote(arm: str, gated: dict) -> dict:

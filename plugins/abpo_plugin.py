@@ -46,6 +46,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from airflow.plugins_manager import AirflowPlugin
 
+from abpo.arms.names import MODEL_PREFIX  # one registered model per arm (abpo.arms.names: dependency-free)
 from abpo.months import MONTH_PATTERN as _MONTH  # the one month grammar (abpo.months: a leaf module, cheap to import)
 
 DAG_ID = "abpo_monthly"
@@ -56,7 +57,6 @@ MONTH = re.compile(_MONTH)
 # a Data Docs file: path segments of letters, digits, '_', '-', '.', '=' (no segment of dots only), a known extension
 DOCS_FILE = re.compile(r"(?:(?!\.+/)[A-Za-z0-9_.=-]+/)*(?!\.+$)[A-Za-z0-9_.=-]+\.(?:html|css|js|png|gif|ico|otf|ttf|woff2?|svg|json)")
 VALIDATION_FILE = re.compile(rf"impressions_({_MONTH})\.json")  # abpo.pipeline.ingest_and_validate
-MODEL_PREFIX = "abpo-arm-"  # abpo.arms.registry.PREFIX
 CHAMPION = "champion"  # abpo.registry.CHAMPION
 LOOKUP_TIMEOUT_S = 5.0  # an MLflow server that is down retries for minutes: the page answers after this
 

@@ -1,8 +1,33 @@
-"""Config section `arms`: the four arms of the production loop (abpo.arms) and the continual monthly cycle."""
+"""Config section `arms`: the four arms of the production loop (abpo.arms), one block per arm that has settings of
+its own (``arms.popularity``, ``arms.ml_retrain``), and the continual monthly cycle (abpo.monthly)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+
+@dataclass
+class PopularityArmConfig:
+    """Block ``arms.popularity``: every field but ``temperature`` is a parameter of the ranker (abpo.baselines)."""
+
+    temperature: float = field(
+        default=0.5, metadata={"help": "popularity arm: exposure ~ softmax(log(1 + count) / T) over the candidates."}
+    )
+    window: int = field(
+        default=0,
+        metadata={"help": "popularity arm: count only each user's last N interactions and clicks to date (a rolling "
+                          "window); 0 = all of them."},
+    )
+
+
+@dataclass
+class MLRetrainArmConfig:
+    """Block ``arms.ml_retrain``: every field but ``temperature`` is a parameter of the ranker (abpo.baselines)."""
+
+    temperature: float = field(
+        default=0.1, metadata={"help": "ml_retrain arm: exposure ~ softmax(ALS score / T) over the candidates."}
+    )
+    iterations: int = field(default=15, metadata={"help": "ml_retrain arm: ALS iterations per refit."})
 
 
 @dataclass
@@ -11,18 +36,8 @@ class ArmsConfig:
         default_factory=lambda: ["abpo", "grpo", "ml_retrain", "popularity"],
         metadata={"help": "Arms served and updated each month (every one of them also in report.arm_shares)."},
     )
-    popularity_window: int = field(
-        default=0,
-        metadata={"help": "popularity arm: count only each user's last N interactions and clicks to date (a rolling "
-                          "window); 0 = all of them."},
-    )
-    popularity_temperature: float = field(
-        default=0.5, metadata={"help": "popularity arm: exposure ~ softmax(log(1 + count) / T) over the candidates."}
-    )
-    ml_retrain_temperature: float = field(
-        default=0.1, metadata={"help": "ml_retrain arm: exposure ~ softmax(ALS score / T) over the candidates."}
-    )
-    ml_retrain_iterations: int = field(default=15, metadata={"help": "ml_retrain arm: ALS iterations per refit."})
+    popularity: PopularityArmConfig = field(default_factory=PopularityArmConfig)
+    ml_retrain: MLRetrainArmConfig = field(default_factory=MLRetrainArmConfig)
     replay_months: int = field(
         default=0,
         metadata={"help": "LLM arms: also train on the arm's logs of this many months before the current one "

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from abpo import registry as core_registry
-from abpo.arms import ARM_KINDS, LLM_ARMS, RANKER_ARMS, check_arm
 from abpo.arms import registry as arm_registry
+from abpo.arms.names import LLM, LLM_ARMS, RANKER, RANKER_ARMS, arm_class, check_arm, entry
 from abpo.months import Month
 
 CHAMPION, CHALLENGER = core_registry.CHAMPION, core_registry.CHALLENGER
@@ -100,14 +100,14 @@ def bootstrap_arms(cfg, echo=print) -> dict[str, Any]:
         if mv is not None:
             out[arm] = {"version": str(mv.version), "bootstrapped": False}
             continue
-        if ARM_KINDS[arm] == "ranker":
+        if entry(arm).kind == RANKER:
             res = refit_ranker_arm(cfg, arm, None, echo=echo)
             out[arm] = {"version": res["version"], "bootstrapped": True}
             continue
         if init is None:
             init = ensure_pi_init(cfg)
         tags = arm_registry.lineage_tags(cfg, kind="llm", source="pi_init", parent_version=None, months=[],
-                                         data_hash="", variant=ARM_KINDS[arm],
+                                         data_hash="", variant=entry(arm).refreshed_by,
                                          pi_init_version=f"{core_registry.MODEL_NAME} v{init['model_version']}")
         key = task_key(cfg, "bootstrap", arm, f"pi_init-v{init['model_version']}")
         done = _reuse(cfg, arm_registry.EXPERIMENT, key, echo)
@@ -115,7 +115,7 @@ def bootstrap_arms(cfg, echo=print) -> dict[str, Any]:
             mv = arm_registry.register_version(cfg, arm, done["model_uri"], done["run_id"], tags, alias=CHAMPION)
         else:
             with _start_run(cfg, f"bootstrap-{arm}", {"abpo.arm": arm, core_registry.TASK_KEY_TAG: key}) as run:
-                uri = arm_registry.log_arm_model(cfg, arm, init["model_dir"], kind="llm")
+                uri = arm_registry.log_arm_model(cfg, arm, init["model_dir"])
             mv = arm_registry.register_version(cfg, arm, uri, run.info.run_id, tags, alias=CHAMPION)
             core_registry.record_task_result(run.info.run_id, {"model_uri": uri, "run_id": run.info.run_id,
                                                                "version": str(mv.version)})
@@ -165,21 +165,16 @@ def update_llm_arm(cfg, arm: str, month: str, echo=print) -> dict[str, Any]:
     replay window); the checkpoint is logged into the update's MLflow run. Returns the run and lineage facts."""
     import mlflow
 
-    from abpo.train.update import run_update, warehouse_strata
+    from abpo.train.update import warehouse_strata
 
-    if ARM_KINDS[check_arm(arm)] == "ranker":
+    if entry(arm).kind != LLM:
         raise ValueError(f"update_llm_arm: {arm!r} is a ranker arm; rule: one of {list(LLM_ARMS)}")
     champ = arm_registry.get_version(cfg, arm, CHAMPION)
     if champ is None:
         raise LookupError(f"{arm_registry.model_name(arm)}: no champion; bootstrap the arms first")
     parent_dir = arm_registry.local_dir(cfg, arm, champ.version)
     months = training_months(cfg, month)
-    u = dataclasses.replace(
-        cfg.update, variant=ARM_KINDS[arm], arm=arm, months=months, init_model=str(parent_dir), resume=False,
-        output_name=f"arms/{arm}/{month}", save_merged=True,
-        max_examples=cfg.arms.update_max_examples or cfg.update.max_examples,
-    )
-    c = dataclasses.replace(cfg, update=u)
+    c = dataclasses.replace(cfg, update=dataclasses.replace(cfg.update, arm=arm, months=months))
     pos, neg, months = warehouse_strata(c)
     need = max(cfg.arms.min_rows_per_stratum, 1)
     if pos.num_rows < need or neg.num_rows < need:
@@ -192,11 +187,12 @@ def update_llm_arm(cfg, arm: str, month: str, echo=print) -> dict[str, Any]:
     done = _reuse(cfg, cfg.update.mlflow_experiment, key, echo)
     if done is not None:
         return done
-    echo(f"update {arm} ({u.variant}) from champion v{champ.version} on {pos.num_rows} positive + {neg.num_rows} "
+    echo(f"update {arm} ({entry(arm).refreshed_by}) from champion v{champ.version} on {pos.num_rows} positive + {neg.num_rows} "
          f"no-response rows of {months}")
-    res = run_update(c, progress=False, strata=(pos, neg, months), run_tags={core_registry.TASK_KEY_TAG: key})
+    res = arm_class(arm).refresh(arm, cfg, month=month, parent_dir=parent_dir, strata=(pos, neg, months),
+                                 run_tags={core_registry.TASK_KEY_TAG: key})
     with mlflow.start_run(run_id=res.mlflow_run_id):
-        uri = arm_registry.log_arm_model(cfg, arm, res.model_dir, kind="llm")
+        uri = arm_registry.log_arm_model(cfg, arm, res.model_dir)
     parent_months = [m for m in (champ.tags or {}).get("months", "").split(",") if m]
     out = {"arm": arm, "month": month, "run_id": res.mlflow_run_id, "model_uri": uri,
            "parent_version": str(champ.version), "months": sorted(set(parent_months) | set(months)),
@@ -453,18 +449,13 @@ def ranker_training_sequences(cfg, month: str | None) -> tuple[dict[int, list[in
 def refit_ranker_arm(cfg, arm: str, month: str | None, echo=print) -> dict[str, Any]:
     """Refit a ranker arm on everything seen through ``month`` (None: the bootstrap fit), register it with lineage
     and make it champion (a refit has no gate: it is the arm's definition, retrained)."""
-    from abpo.arms.rankers import fit_ranker, save_ranker, temperature_of
-
-    if ARM_KINDS[check_arm(arm)] != "ranker":
+    if entry(arm).kind != RANKER:
         raise ValueError(f"refit_ranker_arm: {arm!r} is an LLM arm; rule: one of {list(RANKER_ARMS)}")
     ds, _ = dataset_and_splits(cfg)
     t = time.time()
     seqs, months = ranker_training_sequences(cfg, month)
-    ranker = fit_ranker(arm, cfg, seqs, ds.item_ids().tolist())
-    out_dir = cfg.paths.resolve("models") / "arms" / arm / (month or "bootstrap")
-    save_ranker(ranker, out_dir)
-    temperature = temperature_of(arm, cfg)
-    (out_dir / "arm.json").write_text(json.dumps({"arm": arm, "temperature": temperature}))
+    fitted = arm_class(arm).refresh(arm, cfg, sequences=seqs, item_ids=ds.item_ids().tolist())
+    out_dir = fitted.save(cfg.paths.resolve("models") / "arms" / arm / (month or "bootstrap"))
     data_hash = hashlib.sha256(json.dumps(sorted(seqs.items())).encode()).hexdigest()[:16]
     key = task_key(cfg, "refit", arm, month or "bootstrap", data_hash)
     done = _reuse(cfg, arm_registry.EXPERIMENT, key, echo)
@@ -476,7 +467,7 @@ def refit_ranker_arm(cfg, arm: str, month: str | None, echo=print) -> dict[str, 
                                      data_hash=data_hash, variant=arm, interactions=sum(map(len, seqs.values())))
     with _start_run(cfg, f"refit-{arm}-{month or 'bootstrap'}", {"abpo.arm": arm, "abpo.month": month or "",
                                                                  core_registry.TASK_KEY_TAG: key}) as run:
-        uri = arm_registry.log_arm_model(cfg, arm, out_dir, kind="ranker")
+        uri = arm_registry.log_arm_model(cfg, arm, out_dir)
     mv = arm_registry.register_version(cfg, arm, uri, run.info.run_id, tags, alias=None)
     arm_registry.promote(cfg, arm, mv.version, reason=f"refit through {month or 'the start'}")
     echo(f"refit {arm}: {sum(map(len, seqs.values()))} interactions and clicks through {month or 'the start'} in "
@@ -553,7 +544,7 @@ def run_month(cfg, month: str, *, serve: bool = True, echo=print) -> dict[str, A
         out["serve"] = serve_month(cfg, month, echo=echo)
     out["ingest"] = ingest_and_validate(cfg, month)
     for arm in arms_of(cfg):
-        if ARM_KINDS[arm] == "ranker":
+        if entry(arm).kind == RANKER:
             continue
         try:
             updated = update_llm_arm(cfg, arm, month, echo=echo)
@@ -565,7 +556,7 @@ def run_month(cfg, month: str, *, serve: bool = True, echo=print) -> dict[str, A
         gate = gate_arm(cfg, arm, reg["version"], month, echo=echo)
         out[arm] = {"update": updated, "gate": gate, "promote": promote_arm(cfg, arm, gate, echo=echo)}
     for arm in arms_of(cfg):
-        if ARM_KINDS[arm] == "ranker":
+        if entry(arm).kind == RANKER:
             out[arm] = refit_ranker_arm(cfg, arm, month, echo=echo)
     out["report"] = report_to_date(cfg, month, echo=echo)
     return out

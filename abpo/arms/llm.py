@@ -1,33 +1,79 @@
-"""LLM arms (``abpo``: variant F, ``grpo``: variant B): expose by sampling e_p(.|q) = softmax(s_p(a,q) / tau) over
-the candidate set (ABPO_SPEC.md Eqs. s_p, e_p), with the shared-prefix scorer and the prompt builder that the
-update uses for e_old (abpo.policy.scoring.score_examples), so the logged propensity is the e0 the next update
-reads. ``logging_policy`` is ``softmax(tau=X)``: the update checks its tau against it."""
+"""LLMArm(variant): the LLM arms (``abpo``: variant F, ``grpo``: variant B). They expose by sampling
+e_p(.|q) = softmax(s_p(a,q) / tau) over the candidate set (ABPO_SPEC.md Eqs. s_p, e_p), with the shared-prefix
+scorer and the prompt builder that the update uses for e_old (abpo.policy.scoring.score_examples), so the logged
+propensity is the e0 the next update reads. ``logging_policy`` is ``softmax(tau=X)``: the update checks its tau
+against it. A month refreshes an LLM arm by its variant's update from the champion (:meth:`LLMArm.refresh`)."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 
+from abpo.arms.base import Arm
+from abpo.arms.names import LLM, entry
 
-class LLMArm:
-    def __init__(self, name: str, model, tokenizer, titles: Mapping[int, str], policy_cfg, model_version: str):
+
+class LLMArm(Arm):
+    kind: ClassVar[str] = LLM
+
+    def __init__(self, name: str, model, tokenizer, titles: Mapping[int, str], policy_cfg, model_version: str,
+                 variant: str | None = None):
         self.name = name
+        self.variant = variant
         self.model, self.tokenizer = model, tokenizer
         self.titles = titles
         self.policy = policy_cfg
         self.model_version = str(model_version)
+        self.temperature = float(policy_cfg.tau)
         self.logging_policy = f"softmax(tau={policy_cfg.tau})"  # the rule abpo.policy.bandit writes
 
     @classmethod
-    def from_dir(cls, name: str, model_dir: str | Path, cfg, dataset, model_version: str) -> LLMArm:
+    def temperature_of(cls, name: str, cfg) -> float:
+        return float(cfg.policy.tau)
+
+    @classmethod
+    def from_dir(cls, name: str, model_dir: str | Path, cfg, dataset, model_version: str,
+                 variant: str | None = None) -> LLMArm:
         from abpo.policy.model import load_policy
 
         model, tok = load_policy(dataclasses.replace(cfg.policy, model=str(model_dir)), cfg.paths, dataset=dataset)
         model.eval()
-        return cls(name, model, tok, dataset.titles(), cfg.policy, model_version)
+        return cls(name, model, tok, dataset.titles(), cfg.policy, model_version, variant=variant)
+
+    @classmethod
+    def load(cls, name: str, path: str | Path, cfg, *, dataset, model_version: str) -> LLMArm:
+        return cls.from_dir(name, path, cfg, dataset, model_version, variant=entry(name).refreshed_by)
+
+    def save(self, out_dir: str | Path) -> Path:
+        out = Path(out_dir)
+        self.model.save_pretrained(out)
+        self.tokenizer.save_pretrained(out)
+        return out
+
+    @classmethod
+    def log_model(cls, cfg, local_dir: str | Path) -> str:
+        from abpo import registry
+
+        return registry.log_model_dir(local_dir, policy_cfg=cfg.policy)
+
+    @classmethod
+    def refresh(cls, name: str, cfg, *, month: str, parent_dir: str | Path, strata, run_tags: dict[str, str]) -> Any:
+        """The arm's variant, trained from ``parent_dir`` (its champion) on ``strata`` (positive, no-response,
+        months: its own logs), saved under ``models/arms/<arm>/<month>``; returns abpo.train.update's result.
+        (abpo.train.update.run_update reads its run inputs from section ``update``: they are set here, for this
+        call only.)"""
+        from abpo.train.update import run_update
+
+        u = dataclasses.replace(
+            cfg.update, variant=entry(name).refreshed_by, arm=name, months=list(strata[2]), init_model=str(parent_dir),
+            resume=False, output_name=f"arms/{name}/{month}", save_merged=True,
+            max_examples=cfg.arms.update_max_examples or cfg.update.max_examples,
+        )
+        return run_update(dataclasses.replace(cfg, update=u), progress=False, strata=strata, run_tags=run_tags)
 
     def propensities(self, requests: Sequence) -> list[np.ndarray]:
         from abpo.data.candidates import Example

@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from abpo import registry
+from abpo.arms import names
 
-PREFIX = "abpo-arm-"
+PREFIX = names.MODEL_PREFIX
 EXPERIMENT = "abpo-arms"
 
 
@@ -36,10 +37,8 @@ class NotInRegistry(LookupError):
 
 
 def model_name(arm: str) -> str:
-    from abpo.arms import check_arm
-
     try:
-        return PREFIX + check_arm(arm)
+        return names.model_name(arm)
     except ValueError as e:
         raise NotInRegistry(str(e)) from None
 
@@ -102,15 +101,10 @@ def get_version(cfg, arm: str, ref: str = registry.CHAMPION):
             f"({type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''})") from e
 
 
-def log_arm_model(cfg, arm: str, local_dir: str | Path, *, kind: str) -> str:
-    """Log ``local_dir`` into the active MLflow run as the arm's model; returns the model URI to register."""
-    import mlflow
-
-    if kind == "llm":
-        return registry.log_model_dir(local_dir, policy_cfg=cfg.policy)
-    info = mlflow.pyfunc.log_model(name="model", loader_module="abpo.arms.serving", data_path=str(local_dir),
-                                   pip_requirements=["abpo"])
-    return info.model_uri
+def log_arm_model(cfg, arm: str, local_dir: str | Path) -> str:
+    """Log ``local_dir`` into the active MLflow run as the arm's model (its class's ``log_model``); returns the model
+    URI to register."""
+    return names.arm_class(arm).log_model(cfg, local_dir)
 
 
 def register_version(cfg, arm: str, model_uri: str, run_id: str, tags: dict[str, str], alias: str | None):
@@ -167,21 +161,12 @@ def local_dir(cfg, arm: str, version: str | int) -> Path:
 
 def load_arm(cfg, arm: str, dataset, ref: str = registry.CHAMPION):
     """The servable arm (abpo.arms.Arm) of the arm's version ``ref`` (default: its champion)."""
-    from abpo.arms import ARM_KINDS
-
     mv = get_version(cfg, arm, ref)
     if mv is None:
         raise LookupError(f"MLflow model {model_name(arm)}: no version {ref!r}; bootstrap the arms first "
                           "(`abpo arms bootstrap`)")
-    path = local_dir(cfg, arm, mv.version)
-    if ARM_KINDS[arm] == "ranker":
-        from abpo.arms.rankers import RankerArm, load_ranker
-
-        temperature = json.loads((path / "arm.json").read_text())["temperature"]
-        return RankerArm(arm, load_ranker(path), temperature, mv.version)
-    from abpo.arms.llm import LLMArm
-
-    return LLMArm.from_dir(arm, path, cfg, dataset, mv.version)
+    return names.arm_class(arm).load(arm, local_dir(cfg, arm, mv.version), cfg, dataset=dataset,
+                                     model_version=str(mv.version))
 
 
 def version_info(mv) -> dict[str, Any]:

@@ -15,10 +15,11 @@ import pandas as pd
 
 class RankerModel:
     def __init__(self, path: str | Path):
-        from abpo.arms.rankers import load_ranker
+        from abpo.arms.rankers import ARM_FILE, RankerArm
 
-        self.ranker = load_ranker(path)
-        self.temperature = float(json.loads((Path(path) / "arm.json").read_text())["temperature"])
+        meta = json.loads((Path(path) / ARM_FILE).read_text())
+        self.arm = RankerArm.load(meta["arm"], path)
+        self.ranker, self.temperature = self.arm.ranker, self.arm.temperature
 
     def predict(self, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:
         from abpo.baselines import softmax_propensities

@@ -1,22 +1,30 @@
-"""The non-LLM rankers the experiment compares against (and the future popularity / ML-retrain arms): one
-interface, ``Ranker``.
+"""The non-LLM rankers (the experiment's rows and the production loop's ranker arms): one interface, ``Ranker``,
+and one factory, :func:`make_ranker`.
 
     ranker.fit(sequences, item_ids)      sequences: user id -> chronological training item ids; item_ids: the catalog
     ranker.score(requests)               requests: (user id, history item ids oldest first, candidate item ids);
                                          returns one float array per request, one score per candidate, higher = better
+    ranker.save(dir) / Ranker.load(dir)  plain files (:func:`save_ranker`, :func:`load_ranker`)
 
-``make_ranker(name, cfg, seed)`` builds one by name: ``popularity`` (abpo.baselines.popularity) or ``ml_retrain``
-(abpo.baselines.als: implicit's ALS; why not a sequential model: see that module).
+:data:`RANKERS` names them: ``popularity`` (abpo.baselines.popularity) and ``ml_retrain`` (abpo.baselines.als:
+implicit's ALS; why not a sequential model: see that module). A new ranker is one class here and one entry in
+RANKERS.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
 Request = tuple[int, Sequence[int], Sequence[int]]
+RANKER_FILE = "ranker.json"
+
+# ranker name -> "module:Class" (imported when used: implicit is only loaded for ALS)
+RANKERS = {"popularity": "abpo.baselines.popularity:PopularityRanker", "ml_retrain": "abpo.baselines.als:ALSRanker"}
 
 
 class Ranker(Protocol):
@@ -25,6 +33,8 @@ class Ranker(Protocol):
     def fit(self, sequences: Mapping[int, Sequence[int]], item_ids: Sequence[int]) -> Ranker: ...
 
     def score(self, requests: Sequence[Request]) -> list[np.ndarray]: ...
+
+    def save(self, out: Path) -> dict: ...
 
 
 def softmax_propensities(scores: np.ndarray, temperature: float) -> np.ndarray:
@@ -40,15 +50,50 @@ def softmax_propensities(scores: np.ndarray, temperature: float) -> np.ndarray:
     return p / p.sum()
 
 
-def make_ranker(name: str, cfg, *, seed: int) -> Ranker:
-    """A ranker by its experiment-row name, configured from ``cfg.experiment``."""
-    if name == "popularity":
-        from abpo.baselines.popularity import PopularityRanker
+def ranker_class(name: str) -> type:
+    import importlib
 
-        return PopularityRanker()
-    if name == "ml_retrain":
-        from abpo.baselines.als import ALSRanker
+    if name not in RANKERS:
+        raise ValueError(f"make_ranker: unknown ranker {name!r}; rule: {' | '.join(RANKERS)}")
+    module, _, cls = RANKERS[name].partition(":")
+    return getattr(importlib.import_module(module), cls)
 
-        epochs = cfg.experiment.ml_retrain_epochs or ALSRanker.DEFAULT_ITERATIONS
-        return ALSRanker(iterations=epochs, seed=seed)
-    raise ValueError(f"make_ranker: unknown ranker {name!r}; rule: popularity | ml_retrain")
+
+def make_ranker(name: str, cfg=None, *, seed: int = 0, **params: Any) -> Ranker:
+    """The one ranker factory: an unfitted ranker by name with its ``params`` (popularity: ``window``; ml_retrain:
+    ``iterations`` and the ALS settings) and ``seed`` when the ranker takes one. ``cfg`` (an experiment's config)
+    sets the iterations of a ranker that has them from ``experiment.ml_retrain_epochs`` when that is not 0 and
+    ``params`` does not give them."""
+    import inspect
+
+    cls = ranker_class(name)
+    accepted = inspect.signature(cls).parameters
+    if "seed" in accepted:
+        params.setdefault("seed", seed)
+    if cfg is not None and "iterations" in accepted and cfg.experiment.ml_retrain_epochs:
+        params.setdefault("iterations", cfg.experiment.ml_retrain_epochs)
+    return cls(**params)
+
+
+def save_ranker(ranker: Ranker, out_dir: str | Path) -> Path:
+    """Write a fitted ranker as plain files: ``ranker.json`` (its kind and what its class saves) and whatever else
+    the class writes (ALS: ``als.npz``, implicit's own format)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if ranker.name not in RANKERS:
+        raise ValueError(f"save_ranker: unknown ranker {ranker.name!r}")
+    meta = {"kind": ranker.name, **ranker.save(out)}
+    (out / RANKER_FILE).write_text(json.dumps(meta))
+    return out
+
+
+def load_ranker(path: str | Path) -> Ranker:
+    """The ranker :func:`save_ranker` wrote into ``path``."""
+    path = Path(path)
+    f = path / RANKER_FILE
+    if not f.exists():
+        raise FileNotFoundError(f"{path}: no {RANKER_FILE}; not a directory written by save_ranker")
+    meta = json.loads(f.read_text())
+    if meta.get("kind") not in RANKERS:
+        raise ValueError(f"{f}: field kind = {meta.get('kind')!r}; rule: {' | '.join(RANKERS)}")
+    return ranker_class(meta["kind"]).load(path, meta)

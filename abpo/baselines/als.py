@@ -14,6 +14,7 @@ never cold (the history is the user). Deterministic for a seed (one thread, ``ra
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -76,3 +77,20 @@ class ALSRanker:
                     raise ValueError(f"ALSRanker.score: candidate ids {missing} are not in the catalog")
                 out.append(items[idx] @ user)
         return [np.asarray(s, dtype=np.float64) for s in out]
+
+    def save(self, out: Path) -> dict:
+        """Write ``als.npz`` (implicit's own format) into ``out``; returns the ``ranker.json`` fields."""
+        if self.model is None:
+            raise ValueError(f"save_ranker({out}): the ALS ranker is not fitted")
+        self.model.save(str(out / "als.npz"))
+        return {"params": self.params, "seed": self.seed,
+                "item_ids": [i for i, _ in sorted(self.index.items(), key=lambda kv: kv[1])]}
+
+    @classmethod
+    def load(cls, path: Path, meta: dict) -> ALSRanker:
+        from implicit.cpu.als import AlternatingLeastSquares
+
+        r = cls(**meta["params"], seed=int(meta["seed"]))
+        r.model = AlternatingLeastSquares.load(str(path / "als.npz"))
+        r.index = {int(i): j for j, i in enumerate(meta["item_ids"])}
+        return r

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -30,3 +31,13 @@ class PopularityRanker:
     def score(self, requests) -> list[np.ndarray]:
         return [np.log1p(np.array([self.counts.get(int(c), 0) for c in cands], dtype=np.float64))
                 for _, _, cands in requests]
+
+    def save(self, out: Path) -> dict:
+        """Write nothing beside the metadata: the counts are small; returns the ``ranker.json`` fields."""
+        return {"window": self.window, "counts": {str(k): int(v) for k, v in sorted(self.counts.items())}}
+
+    @classmethod
+    def load(cls, path: Path, meta: dict) -> PopularityRanker:
+        r = cls(window=int(meta["window"]))
+        r.counts = Counter({int(k): int(v) for k, v in meta["counts"].items()})
+        return r

@@ -114,7 +114,7 @@ def simulate_month(cfg, month: str, arms: Mapping[str, Any], *, dataset=None, sp
                    echo: Callable[[str], None] = print) -> SimResult:
     """Serve ``month``'s requests with ``arms`` (arm name -> abpo.arms.Arm, the champions), click, and (``write``)
     land the impressions as ``landing/impressions/month=<month>/part-sim.parquet`` (a rerun replaces it)."""
-    from abpo.arms import expose
+    from abpo.arms.base import expose
     from abpo.data.loaders import load_dataset
     from abpo.data.schemas import IMPRESSIONS_SCHEMA, SCHEMA_VERSION, write_impressions
     from abpo.data.splits import split_users

@@ -16,7 +16,7 @@ def _popularity_arm(temperature=0.5):
 
 
 def test_exposure_frequencies_match_the_stated_propensities():
-    from abpo.arms import expose
+    from abpo.arms.base import expose
 
     arm = _popularity_arm()
     req = (5, [11], [15, 13, 12, 10])
@@ -34,7 +34,7 @@ def test_exposure_frequencies_match_the_stated_propensities():
 
 
 def test_expose_refuses_a_distribution_with_a_zero():
-    from abpo.arms import expose
+    from abpo.arms.base import expose
 
     class Broken:
         name, model_version, logging_policy = "x", "1", "rule"
@@ -48,16 +48,21 @@ def test_expose_refuses_a_distribution_with_a_zero():
 
 @pytest.mark.parametrize("name", ["popularity", "ml_retrain"])
 def test_rankers_round_trip_through_their_files(tmp_path, name):
-    from abpo.arms.rankers import fit_ranker, load_ranker, save_ranker
+    from abpo.arms.rankers import RankerArm
     from abpo.config import load_config
 
-    cfg = load_config("tiny", ["arms.ml_retrain_iterations=3"])
+    cfg = load_config("tiny", ["arms.ml_retrain.iterations=3", "arms.popularity.temperature=0.25"])
     rng = np.random.default_rng(0)
     seqs = {u: rng.choice(np.arange(1, 41), size=8, replace=False).tolist() for u in range(30)}
-    r = fit_ranker(name, cfg, seqs, list(range(1, 41)))
-    back = load_ranker(save_ranker(r, tmp_path / name))
+    arm = RankerArm.refresh(name, cfg, sequences=seqs, item_ids=list(range(1, 41)))
+    assert arm.temperature == {"popularity": 0.25, "ml_retrain": 0.1}[name]  # the arm's own config block
+    if name == "ml_retrain":
+        assert arm.ranker.params["iterations"] == 3
+    back = RankerArm.load(name, arm.save(tmp_path / name), model_version="4")
+    assert back.temperature == arm.temperature and back.model_version == "4"
+    assert back.logging_policy == arm.logging_policy
     reqs = [(0, [1, 2, 3], [4, 5, 6, 7]), (1, [9], [10, 20, 30])]
-    for a, b in zip(r.score(reqs), back.score(reqs)):
+    for a, b in zip(arm.propensities(reqs), back.propensities(reqs)):
         np.testing.assert_allclose(a, b)
 
 
@@ -66,12 +71,11 @@ def test_ranker_pyfunc_serves_propensities(tmp_path):
 
     import pandas as pd
 
-    from abpo.arms.rankers import save_ranker
     from abpo.arms.serving import _load_pyfunc
 
     arm = _popularity_arm(temperature=0.5)
-    d = save_ranker(arm.ranker, tmp_path / "p")
-    (d / "arm.json").write_text(json.dumps({"arm": "popularity", "temperature": 0.5}))
+    d = arm.save(tmp_path / "p")
+    assert json.loads((d / "arm.json").read_text()) == {"arm": "popularity", "temperature": 0.5}
     out = _load_pyfunc(str(d)).predict(pd.DataFrame({"history_item_ids": [[11]], "candidate_ids": [[15, 13, 12, 10]]}))
     np.testing.assert_allclose(out["propensities"][0], arm.propensities([(0, [11], [15, 13, 12, 10])])[0])
     assert out["ranked_item_ids"][0][0] == 10
@@ -81,12 +85,17 @@ def test_dag_arm_lists_agree_with_the_package():
     import ast
     from pathlib import Path
 
-    from abpo.arms import LLM_ARMS, RANKER_ARMS
+    from abpo.arms.names import ARMS, LLM_ARMS, RANKER_ARMS, arm_class
 
     tree = ast.parse((Path(__file__).resolve().parents[2] / "dags" / "abpo_monthly.py").read_text())
-    consts = {t.id: ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
-              for t in n.targets if isinstance(t, ast.Name) and t.id in ("LLM_ARMS", "RANKER_ARMS")}
-    assert consts == {"LLM_ARMS": LLM_ARMS, "RANKER_ARMS": RANKER_ARMS}
+    imported = {a.name for n in tree.body if isinstance(n, ast.ImportFrom) and n.module == "abpo.arms.names"
+                for a in n.names}
+    assert {"LLM_ARMS", "RANKER_ARMS"} <= imported  # the DAG takes its arm lists from the one registry
+    assert not any(isinstance(n, ast.Assign) and any(getattr(t, "id", "") in ("LLM_ARMS", "RANKER_ARMS")
+                                                     for t in n.targets) for n in tree.body)  # and spells none
+    for name, e in ARMS.items():  # every registered arm names a class of its kind
+        assert arm_class(name).kind == e.kind and (name in LLM_ARMS) == (e.kind == "llm")
+    assert set(LLM_ARMS) | set(RANKER_ARMS) == set(ARMS)
 
 
 def test_promote_refuses_a_race_and_rollback_restores_the_previous_champion(tmp_path):
@@ -147,7 +156,7 @@ def test_a_retried_register_reuses_the_version_its_run_registered(tmp_path):
     ckpt.mkdir()
     (ckpt / "config.json").write_text(json.dumps({"model_type": "llama"}))
     with registry.start_run(cfg, arm_registry.EXPERIMENT, "update") as run:
-        uri = arm_registry.log_arm_model(cfg, "abpo", ckpt, kind="llm")
+        uri = arm_registry.log_arm_model(cfg, "abpo", ckpt)
     a = arm_registry.register_version(cfg, "abpo", uri, run.info.run_id, {"source": "update"}, alias="challenger")
     b = arm_registry.register_version(cfg, "abpo", uri, run.info.run_id, {"source": "update"}, alias="challenger")
     assert str(a.version) == str(b.version) == "1"

@@ -91,13 +91,13 @@ def test_interactions_to_date_grow_by_the_earlier_windows_only(tmp_path, moviele
 
 
 def _ranker_arms(cfg, movielens, splits):
-    from abpo.arms.rankers import RankerArm, fit_ranker
+    from abpo.arms.rankers import RankerArm
     from abpo.sim.simulator import interactions_to_date
 
     seqs = interactions_to_date(cfg, splits, cfg.sim.start_month)
     items = movielens.item_ids().tolist()
     # every arm served by a ranker: fast, and the contract does not care what served
-    return {a: RankerArm(a, fit_ranker("popularity", cfg, seqs, items), 0.5, "1")
+    return {a: RankerArm(a, RankerArm.make_ranker("popularity", cfg).fit(seqs, items), 0.5, "1")
             for a in ("abpo", "grpo", "ml_retrain", "popularity")}
 
 

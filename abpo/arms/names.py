@@ -1,0 +1,56 @@
+"""Every arm by name: the one registry from an arm's name to its class, its kind and what it refreshes with.
+
+Dependency-free (no numpy, no other abpo module), so the DAG file and the Airflow UI plugin import it when they
+are parsed. Classes are named as ``module:Class`` and imported only by :func:`arm_class`.
+
+Adding an arm is one :class:`ArmEntry` here plus its class (a subclass of :class:`abpo.arms.base.Arm`; an LLM
+variant or a ranker reuses :class:`abpo.arms.llm.LLMArm` or :class:`abpo.arms.rankers.RankerArm`) and its config
+block in section ``arms`` (see the README's "Adding an arm")."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+MODEL_PREFIX = "abpo-arm-"  # one registered MLflow model per arm: abpo-arm-<arm>
+
+LLM, RANKER = "llm", "ranker"
+
+
+@dataclass(frozen=True)
+class ArmEntry:
+    name: str
+    cls: str  # "module:Class" of the arm's abpo.arms.base.Arm subclass
+    kind: str  # "llm": updated, registered as challenger, gated and promoted monthly; "ranker": refitted, champion
+    refreshed_by: str  # llm: the update variant (abpo.algo.variants); ranker: the ranker (abpo.baselines.RANKERS)
+
+
+ARMS: dict[str, ArmEntry] = {e.name: e for e in (
+    ArmEntry("abpo", "abpo.arms.llm:LLMArm", LLM, "abpo"),
+    ArmEntry("grpo", "abpo.arms.llm:LLMArm", LLM, "grpo"),
+    ArmEntry("ml_retrain", "abpo.arms.rankers:RankerArm", RANKER, "ml_retrain"),
+    ArmEntry("popularity", "abpo.arms.rankers:RankerArm", RANKER, "popularity"),
+)}
+LLM_ARMS = tuple(n for n, e in ARMS.items() if e.kind == LLM)
+RANKER_ARMS = tuple(n for n, e in ARMS.items() if e.kind == RANKER)
+
+
+def check_arm(name: str) -> str:
+    if name not in ARMS:
+        raise ValueError(f"arm {name!r}: unknown; rule: one of {sorted(ARMS)}")
+    return name
+
+
+def entry(name: str) -> ArmEntry:
+    return ARMS[check_arm(name)]
+
+
+def arm_class(name: str) -> type:
+    """The arm's class (imported on first use)."""
+    module, _, cls = entry(name).cls.partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def model_name(name: str) -> str:
+    """The arm's registered MLflow model."""
+    return MODEL_PREFIX + check_arm(name)

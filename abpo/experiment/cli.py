@@ -1,4 +1,5 @@
-"""`abpo experiment`: the paper's Table 1 and ablation (abpo.experiment.runner)."""
+"""`abpo experiment`: the paper's Table 1 and ablation, the validation sweep and successive rounds
+(abpo.experiment.runner, abpo.experiment.sweep)."""
 
 from __future__ import annotations
 
@@ -9,37 +10,57 @@ def register(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "experiment",
         parents=[common],
-        help="Reproduce the paper's Table 1 and ablation: variants A-F + popularity + ML-retrain over seeds.",
+        help="Reproduce the paper's Table 1 and ablation: variants A-F, full-information, popularity, ML-retrain.",
         description=(
-            "For every seed in experiment.seeds: pi_init by SFT, D_bandit logged by it, then one cell per row of "
-            "experiment.rows (No-Update, vanilla GRPO, (C), (D), (E), ABPO, popularity, ML-retrain), all ranked on "
-            "the same held-out candidates of the experiment.eval_split users. Prints HR@1, HR@5, NDCG@5, "
-            "Diversity@1, Diversity@5 (mean ± std over seeds) with paired tests against No-Update and vanilla GRPO, "
-            "and writes table.csv, table.md, ablation.png under <paths.root>/experiments/<experiment.name>/, all "
-            "logged to MLflow. Finished cells are reused on a rerun. Any MovieLens-format directory "
-            "(--set data.dataset_dir=DIR) or an Amazon-2018 domain (--set data.format=amazon18 --set "
-            "data.dataset_dir=DIR --set data.amazon_domain=Office_Products)."
+            "For every seed in experiment.seeds: pi_init (next-item pre-training + SFT; shared by every experiment "
+            "with the same data, policy and SFT settings), then per round (experiment.rounds) a D_bandit logged by "
+            "each row's current policy and the row's update from it: No-Update, vanilla GRPO, (C), (D), (E), ABPO "
+            "and the full-information upper reference; popularity and ML-retrain fitted on the same data. All rows "
+            "are ranked on the same held-out candidates of the experiment.eval_split users. Prints HR@1, HR@5, "
+            "NDCG@5, Diversity@1, Diversity@5 (mean ± std over seeds) and, against No-Update and vanilla GRPO, the "
+            "paired difference with its cluster-bootstrap interval and p, the minimum detectable effect and a "
+            "non-inferiority test; writes table.md/csv, ablation.png, rounds.csv/png under "
+            "<paths.root>/experiments/<experiment.name>/, all logged to MLflow. Finished cells are never recomputed. "
+            "Any MovieLens-format directory (--set data.dataset_dir=DIR) or an Amazon-2018 domain (--config "
+            "amazon18 --set data.amazon_domain=Office_Products|Industrial_and_Scientific)."
         ),
     )
     p.add_argument("--seeds", help="Comma-separated seeds (experiment.seeds).")
     p.add_argument("--rows", help="Comma-separated rows (experiment.rows), e.g. none,grpo,abpo.")
     p.add_argument("--workers", type=int, help="Parallel worker processes (experiment.workers).")
     p.add_argument("--split", choices=["test", "validation"], help="Evaluation users (experiment.eval_split).")
+    p.add_argument("--rounds", type=int, help="Successive update rounds R (experiment.rounds).")
+    p.add_argument(
+        "--sweep", action="append", metavar="KEY=V1,V2",
+        help="Try these values of a config key (repeat for a grid over several keys); validation users only. "
+        "Each probe is an experiment under <name>-sweep/<probe>/, summarised in sweep.md.",
+    )
     p.set_defaults(handler=_cmd_experiment)
 
 
 def _cmd_experiment(args: argparse.Namespace, cfg) -> int:
+    from abpo.config import load_config
     from abpo.experiment.runner import run_experiment
 
     overrides = list(args.overrides)
     for flag, key in (("seeds", "experiment.seeds"), ("rows", "experiment.rows"), ("workers", "experiment.workers"),
-                      ("split", "experiment.eval_split")):
+                      ("split", "experiment.eval_split"), ("rounds", "experiment.rounds")):
         value = getattr(args, flag)
         if value is not None:
             overrides.append(f"{key}={value}")
-    from abpo.config import load_config
-
     cfg = load_config(args.config, overrides)
+    if args.sweep:
+        from abpo.experiment.sweep import parse_sweep, run_sweep
+
+        axes = parse_sweep(args.sweep)
+        for key, values in axes:  # every value must make a valid config before anything runs
+            for v in values:
+                load_config(args.config, [*overrides, f"{key}={v}"])
+        res = run_sweep(cfg, axes, config_ref=args.config, overrides=overrides)
+        print(res.outputs["md"].read_text())
+        for name, path in res.outputs.items():
+            print(f"{name}: {path}")
+        return 0
     res = run_experiment(cfg, config_ref=args.config, overrides=overrides)
     print(res.outputs["md"].read_text())
     for name, path in res.outputs.items():

@@ -12,17 +12,20 @@ class ExperimentConfig:
         metadata={"help": "Experiment directory under <paths.root>/experiments/ (cells, seeds' models, outputs)."},
     )
     seeds: list[int] = field(
-        default_factory=lambda: [0, 1, 2],
+        default_factory=lambda: [0, 1, 2, 3, 4],
         metadata={
             "help": "Seeds: each gets its own pi_init (SFT), its own D_bandit and its own updates; the data split "
             "and candidate sets follow data.seed and are the same for every seed (paired comparisons)."
         },
     )
     rows: list[str] = field(
-        default_factory=lambda: ["none", "grpo", "anchor", "anchor_snips", "anchor_sc", "abpo", "popularity", "ml_retrain"],
+        default_factory=lambda: ["none", "grpo", "anchor", "anchor_snips", "anchor_sc", "abpo", "full_info",
+                                 "popularity", "ml_retrain"],
         metadata={
             "help": "Table rows: update variants (A none = No-Update, B grpo, C anchor, D anchor_snips, E anchor_sc, "
-            "F abpo) and the baselines popularity and ml_retrain, all ranked on the same evaluation candidates."
+            "F abpo), full_info (the upper reference: next-item fine-tuning of pi_init on the true next items of the "
+            "same update positions, what complete feedback would give) and the baselines popularity and "
+            "ml_retrain, all ranked on the same evaluation candidates."
         },
     )
     eval_split: str = field(
@@ -42,6 +45,45 @@ class ExperimentConfig:
     update_max_examples: int = field(
         default=0,
         metadata={"help": "update.max_examples for every variant's update (logged rows used); 0 = keep update.max_examples."},
+    )
+    update_steps: int = field(
+        default=0,
+        metadata={
+            "help": "N-1 for this experiment: bandit requests per user (the logged rows an update sees); 0 = keep "
+            "data.update_steps. Applied as data.update_steps everywhere in the experiment (it also sets T, so pi_init "
+            "trains on x_{1:T} of the shorter histories)."
+        },
+    )
+    eval_candidates: int = field(
+        default=0,
+        metadata={
+            "help": "M of the evaluation's candidate sets for this experiment (the paper's is 200); 0 = keep "
+            "data.eval_candidates. Applied as data.eval_candidates everywhere in the experiment."
+        },
+    )
+    rounds: int = field(
+        default=1,
+        metadata={
+            "help": "Successive update rounds R. Each user's update positions x_{T+1..T+N-1} (data.update_steps) are "
+            "cut into R consecutive windows; round r logs a fresh D_bandit on window r with the row's round r-1 "
+            "policy (pi_init for r = 1) and updates that policy from it. 1 = one update on the whole log."
+        },
+    )
+    full_info_learning_rate: float = field(
+        default=1.0e-4,
+        metadata={"help": "Learning rate of the full_info row's next-item fine-tuning (one epoch, sft.batch_size)."},
+    )
+    noninferiority_margin: float = field(
+        default=0.01,
+        metadata={
+            "help": "Non-inferiority margin δ against No-Update, an absolute HR@5 difference: H0 Δ <= -δ is tested "
+            "one-sided at level experiment.alpha (abpo.experiment.stats)."
+        },
+    )
+    alpha: float = field(default=0.05, metadata={"help": "Test level of the intervals, the MDE and non-inferiority."})
+    power: float = field(default=0.8, metadata={"help": "Power of the minimum detectable effect beside each comparison."})
+    bootstrap_samples: int = field(
+        default=2000, metadata={"help": "User resamples of the cluster-bootstrap interval of each paired difference."}
     )
     month: str = field(default="2024-01", metadata={"help": "Month stamped on the offline D_bandit impressions."})
     workers: int = field(

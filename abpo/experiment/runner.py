@@ -2,25 +2,36 @@
 
 For every seed s (``experiment.seeds``):
 
-    pi_init(s)   SFT on D_sup (abpo.policy.sft.train_sft, seed s)                          <exp>/seed<s>/models/pi_init
-    D_bandit(s)  pi_init(s) logs one exposure per bandit request (abpo.policy.bandit)         <exp>/seed<s>/d_bandit.parquet
-    cells        one per table row, all ranked on the same evaluation candidates:
-                 A none (pi_init itself), B grpo, C anchor, D anchor_snips, E anchor_sc, F abpo (each an update of
-                 pi_init(s) on D_bandit(s), abpo.train.update.run_update), popularity and ml_retrain (abpo.baselines,
-                 fitted on the same training data: every user's x_{1:T} plus the clicked exposures of D_bandit(s))
+    pi_init(s)   next-item pre-training + SFT on D_sup (abpo.policy.sft.train_sft, seed s), trained once per
+                 (data, policy, sft, seed) and shared by every experiment and sweep probe:
+                 <root>/experiments/_pi_init/<key>/models/pi_init
+    rounds       each user's update positions x_{T+1..T+N-1} cut into R = ``experiment.rounds`` windows. In round
+                 r every LLM row's round r-1 policy (pi_init for r = 1) logs a fresh D_bandit on window r
+                 (abpo.policy.bandit: a ~ e(.|q), y = 1 iff a = x_{t'+1}), then the row trains on it:
+                 A none (nothing), B grpo, C anchor, D anchor_snips, E anchor_sc, F abpo (abpo.train.update), and
+                 full_info (the upper reference: next-item fine-tuning on the true next items of the window's
+                 requests, what complete feedback would give)
+    baselines    popularity and ml_retrain (abpo.baselines), fitted on the same training data: every user's x_{1:T}
+                 plus the clicked exposures of pi_init's logs of the R windows
 
-A cell is saved as JSON (<exp>/cells/seed<s>-<row>.json: metrics, the per-user ranks, the update's per-step
-metrics); a rerun skips every finished cell whose settings are unchanged. Cells run in ``experiment.workers``
-processes; progress is printed per cell.
+A cell is one (seed, row, round): its metrics on the evaluation users, the target's per-user ranks, the update's
+per-step metrics, and the match rates of the round's policy on the round's logged exposures, by stratum (the mean
+e(a_log|q) over the clicked and over the no-response rows: the probability that a rollout names the exposed item;
+the paper's Fig. 1-2). Cells are kept content-addressed (<root>/experiments/_cells/<fingerprint>.json, a copy
+under <exp>/cells/), so neither a rerun nor another experiment or probe with the same settings recomputes one.
+Rows and seeds run in ``experiment.workers`` processes; progress is printed per cell.
 
 Evaluation (ABPO_SPEC.md "Metrics"): HR@1, HR@5, NDCG@5, Diversity@1, Diversity@5 of the held-out target
-x_{T+N} among its candidates, on the users of ``experiment.eval_split`` (test, or validation: a fixed salted-hash
-split of the users, so nothing is chosen on the test targets). The table: mean ± std over seeds, and paired tests
-over (seed, user) units of each row against No-Update (A) and against vanilla GRPO (B): McNemar's exact test on
-HR@5 hits and Wilcoxon's signed-rank test on NDCG@5.
+x_{T+N} among its candidates (M = ``experiment.eval_candidates``), on the users of ``experiment.eval_split``
+(test, or validation: a fixed salted-hash split of the users, so nothing is chosen on the test targets). The
+table: mean ± std over seeds of the last round, and paired comparisons (abpo.experiment.stats) of each row
+against No-Update (A) and against vanilla GRPO (B): Δ with its cluster-bootstrap interval, McNemar's exact test
+on HR@5 hits, Wilcoxon's signed-rank test on NDCG@5, the minimum detectable effect at ``experiment.power``, and a
+non-inferiority test against No-Update with margin ``experiment.noninferiority_margin``.
 
-Outputs in <exp>/: table.csv, table.md, ablation.png (HR@5 and NDCG@5, mean ± std), experiment.json; all logged
-to MLflow (``experiment.mlflow_experiment``: a parent run, a nested run per cell).
+Outputs in <exp>/: table.csv, table.md, ablation.png (HR@5 and NDCG@5, mean ± std), rounds.csv and rounds.png
+(per round and row: HR@5, NDCG@5, Diversity@5 and the two match rates), experiment.json; all logged to MLflow
+(``experiment.mlflow_experiment``: a parent run, a nested run per cell).
 """
 
 from __future__ import annotations
@@ -42,23 +53,24 @@ from abpo.data.splits import VALIDATION_SALT as SPLIT_SALT, split_of_user  # noq
 
 KS = (1, 5)
 BASELINES = ("popularity", "ml_retrain")
+FULL_INFO = "full_info"
 
 
 # ------------------------------------------------------------------------------------------------- rows
 
 
 def row_key(row: str) -> str:
-    """A row's canonical name: a variant's config name (none, grpo, ..., abpo) or a baseline name."""
+    """A row's canonical name: a variant's config name (none, grpo, ..., abpo), full_info or a baseline name."""
     from abpo.algo.variants import get_variant
 
-    if row in BASELINES:
+    if row in BASELINES or row == FULL_INFO:
         return row
     try:
         return get_variant(row).name
     except ValueError:
         raise ValueError(
-            f"experiment.rows: {row!r}; rule: a variant (A-F or none, grpo, anchor, anchor_snips, anchor_sc, abpo) "
-            f"or a baseline ({', '.join(BASELINES)})"
+            f"experiment.rows: {row!r}; rule: a variant (A-F or none, grpo, anchor, anchor_snips, anchor_sc, abpo), "
+            f"{FULL_INFO} or a baseline ({', '.join(BASELINES)})"
         ) from None
 
 
@@ -70,9 +82,39 @@ def row_label(row: str) -> str:
         return "Popularity"
     if row == "ml_retrain":
         return "ML-retrain"
+    if row == FULL_INFO:
+        return "Full-information (upper ref.)"
     v = get_variant(row)
     names = {"A": "No-Update", "B": "Vanilla GRPO", "F": "ABPO"}
     return f"({v.letter}) {names.get(v.letter, v.description)}"
+
+
+def is_llm_row(row: str) -> bool:
+    """Rows whose policy is the LLM (a variant or full_info): they go through rounds; baselines are fitted once."""
+    return row not in BASELINES
+
+
+def experiment_config(cfg):
+    """The config an experiment runs with: ``experiment.update_steps`` and ``experiment.eval_candidates`` applied as
+    data.update_steps and data.eval_candidates, and the
+    experiment's settings checked (each error names the key and the rule)."""
+    e = cfg.experiment
+    if e.update_steps < 0:
+        raise ValueError(f"experiment.update_steps={e.update_steps}; rule: 0 (keep data.update_steps) or >= 1")
+    if e.update_steps:
+        cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, update_steps=e.update_steps))
+    if e.rounds < 1:
+        raise ValueError(f"experiment.rounds={e.rounds}; rule: at least 1")
+    if e.rounds > cfg.data.update_steps:
+        raise ValueError(f"experiment.rounds={e.rounds} > data.update_steps={cfg.data.update_steps}; rule: every "
+                         "round needs at least one update position per user")
+    if e.eval_candidates < 0:
+        raise ValueError(f"experiment.eval_candidates={e.eval_candidates}; rule: 0 (keep data.eval_candidates) or >= 2")
+    if e.bootstrap_samples < 1:
+        raise ValueError(f"experiment.bootstrap_samples={e.bootstrap_samples}; rule: at least 1")
+    if e.eval_candidates:
+        cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, eval_candidates=e.eval_candidates))
+    return cfg
 
 
 # ----------------------------------------------------------------------------------------- evaluation users
@@ -118,204 +160,367 @@ def metrics_from_scores(examples: Sequence, scores: Sequence[Sequence[float]], p
 
 # --------------------------------------------------------------------------------------------- per seed
 
+# policy settings that do not change pi_init (its key leaves them out, so a sweep of tau reuses it)
+PI_INIT_INDEPENDENT = ("tau", "num_threads", "constrained_rollouts", "scoring_batch_tokens")
+
+
+def experiments_root(cfg) -> Path:
+    return cfg.paths.resolve("root") / "experiments"
+
+
+def _digest(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def pi_init_key(cfg, seed: int) -> str:
+    """What pi_init(seed) depends on: the data, the policy's model and prompt settings, the SFT settings, the seed
+    and the validation users (early stopping)."""
+    policy = {k: v for k, v in dataclasses.asdict(cfg.policy).items() if k not in PI_INIT_INDEPENDENT}
+    return _digest({"data": dataclasses.asdict(cfg.data), "policy": policy, "sft": dataclasses.asdict(cfg.sft),
+                    "seed": int(seed), "validation_fraction": cfg.experiment.validation_fraction})
+
+
+def seed_config(cfg, seed: int, exp_dir: Path | None = None):
+    """The config of one seed: its seed, and its state directory (the shared pi_init store, where its SFT writes
+    ``models/pi_init``). ``exp_dir`` is accepted for callers of the earlier layout and not used."""
+    store = experiments_root(cfg) / "_pi_init" / pi_init_key(cfg, seed)
+    c = dataclasses.replace(cfg, seed=int(seed))
+    c.paths = dataclasses.replace(cfg.paths, root=str(store))
+    c.sft = dataclasses.replace(cfg.sft, output="pi_init")
+    return c
+
+
+def round_positions(n_update: int, r: int, rounds: int) -> range:
+    """Window r (1-based) of R: the indices i (t' = T + i) of a user's n_update update positions, cut into R
+    consecutive windows of near-equal length (numpy.array_split's rule: the first n mod R windows one longer)."""
+    if not 1 <= r <= rounds:
+        raise ValueError(f"round {r}: rule: 1..{rounds}")
+    base, extra = divmod(n_update, rounds)
+    start = (r - 1) * base + min(r - 1, extra)
+    return range(start, start + base + (1 if r <= extra else 0))
+
+
+def round_month(month: str, r: int) -> str:
+    """The month stamped on round r's log: experiment.month, then one month per round."""
+    y, m = (int(x) for x in month.split("-"))
+    k = y * 12 + (m - 1) + (r - 1)
+    return f"{k // 12:04d}-{k % 12 + 1:02d}"
+
 
 @dataclass
 class SeedContext:
     """Everything a seed's cells share (loaded in the worker process)."""
 
-    cfg: Any
-    seed_dir: Path
+    cfg: Any  # the seed's config (seed_config)
+    store: Path  # the shared pi_init store of this seed (<root>/experiments/_pi_init/<key>)
     dataset: Any
     splits: list
     eval_examples: list
     popularity: dict[int, int]
     pi_init_dir: Path
-    d_bandit: Any  # pyarrow Table (IMPRESSIONS_SCHEMA)
+    requests: list  # every D_bandit request t' in {T..T+N-2} of every user (build_bandit_requests)
+
+    def window(self, r: int, rounds: int) -> list:
+        """The requests of round r's window (round_positions) of every user."""
+        first = {s.user_id: len(s.history) for s in self.splits}
+        n_upd = {s.user_id: len(s.update) for s in self.splits}
+        keep = []
+        for ex in self.requests:
+            i = len(ex.history) - first[ex.user_id]
+            if i in round_positions(n_upd[ex.user_id], r, rounds):
+                keep.append(ex)
+        return keep
 
 
-def seed_config(cfg, seed: int, exp_dir: Path):
-    """The config of one seed: seed, its own state directory (models, checkpoints), quiet MLflow-free steps."""
-    c = dataclasses.replace(cfg, seed=int(seed))
-    c.paths = dataclasses.replace(cfg.paths, root=str(exp_dir / f"seed{seed}"))
-    c.sft = dataclasses.replace(cfg.sft, output="pi_init")
-    return c
+def pi_init_log_path(ctx: SeedContext, r: int, rounds: int) -> Path:
+    """pi_init's log of round r's window (shared: No-Update's rounds, every row's round 1, the baselines)."""
+    tau = ctx.cfg.policy.tau
+    return ctx.store / "d_bandit" / f"r{r}of{rounds}-tau{tau:g}-m{ctx.cfg.experiment.month}.parquet"
 
 
-def prepare_seed(cfg, seed: int, exp_dir: Path, echo=print) -> dict[str, Any]:
-    """pi_init(seed) and D_bandit(seed), each computed once (kept under <exp>/seed<seed>/)."""
+def log_window(ctx: SeedContext, model, tokenizer, r: int, rounds: int, model_version: str):
+    """Round r's D_bandit: ``model`` logs one exposure per request of window r (a ~ e(.|q) at policy.tau)."""
+    from abpo.policy.bandit import build_bandit_log
+
+    return build_bandit_log(
+        ctx.cfg, month=round_month(ctx.cfg.experiment.month, r), arm="abpo", model=model, tokenizer=tokenizer,
+        dataset=ctx.dataset, write=False, progress=False, model_version=model_version,
+        requests=ctx.window(r, rounds), rng_stream=7 + 1000 * (r - 1),
+    )
+
+
+def _write_parquet(table, path: Path) -> None:
     import pyarrow.parquet as pq
 
-    from abpo.data.loaders import load_dataset
-    from abpo.policy.bandit import build_bandit_log
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    pq.write_table(table, tmp)
+    tmp.replace(path)
+
+
+def _load_model(ctx: SeedContext, model_dir: Path):
+    from abpo.policy.model import load_policy
+
+    model, tok = load_policy(dataclasses.replace(ctx.cfg.policy, model=str(model_dir)), ctx.cfg.paths,
+                             dataset=ctx.dataset)
+    model.eval()
+    return model, tok
+
+
+def pi_init_log(ctx: SeedContext, r: int, rounds: int, model=None, tokenizer=None):
+    """pi_init's log of window r, computed once per (seed, pi_init, tau, window) and kept in the store."""
+    import pyarrow.parquet as pq
+
+    path = pi_init_log_path(ctx, r, rounds)
+    if not path.exists():
+        if model is None:
+            model, tokenizer = _load_model(ctx, ctx.pi_init_dir)
+        _write_parquet(log_window(ctx, model, tokenizer, r, rounds, f"pi_init-seed{ctx.cfg.seed}"), path)
+    return pq.read_table(path)
+
+
+def prepare_seed(cfg, seed: int, exp_dir: Path | None = None, echo=print) -> dict[str, Any]:
+    """pi_init(seed) and its logs of every round's window, each computed once (kept in the shared store)."""
     from abpo.policy.sft import train_sft
 
-    c = seed_config(cfg, seed, exp_dir)
-    seed_dir = c.paths.resolve("root")
-    seed_dir.mkdir(parents=True, exist_ok=True)
-    ds = load_dataset(c.data)
+    cfg = experiment_config(cfg)
+    c = seed_config(cfg, seed)
+    store = c.paths.resolve("root")
+    store.mkdir(parents=True, exist_ok=True)
     pi_dir = c.paths.resolve("models") / "pi_init"
-    t0 = time.time()
-    done = {}
+    done: dict[str, Any] = {}
     if not (pi_dir / "abpo_sft.json").exists():
-        echo(f"[seed {seed}] SFT of pi_init on D_sup ...")
-        train_sft(c, dataset=ds, log_mlflow=False, register=False, evaluate=False, echo=lambda *_: None)
+        from abpo.data.loaders import load_dataset
+
+        echo(f"[seed {seed}] pi_init: next-item pre-training + SFT on D_sup ...")
+        t0 = time.time()
+        train_sft(c, dataset=load_dataset(c.data), log_mlflow=False, register=False, evaluate=False,
+                  echo=lambda *_: None)
         done["sft_seconds"] = round(time.time() - t0, 1)
-    log_path = seed_dir / "d_bandit.parquet"
-    if not log_path.exists():
-        echo(f"[seed {seed}] D_bandit logged by pi_init ...")
-        t1 = time.time()
-        table = build_bandit_log(c, month=cfg.experiment.month, arm="abpo", dataset=ds, write=False, progress=False,
-                                 model_version=f"pi_init-seed{seed}")
-        tmp = log_path.with_suffix(".tmp")
-        pq.write_table(table, tmp)
-        tmp.replace(log_path)
-        done["bandit_seconds"] = round(time.time() - t1, 1)
-    table = pq.read_table(log_path)
-    clicks = int(sum(table.column("clicked").to_pylist()))
-    echo(f"[seed {seed}] pi_init and D_bandit ready ({table.num_rows} logged rows, {clicks} clicks)")
-    return {"seed": seed, "rows": table.num_rows, "clicks": clicks, **done}
+    ctx = load_seed(cfg, seed)
+    rounds = cfg.experiment.rounds
+    t1 = time.time()
+    rows = clicks = 0
+    for r in range(1, rounds + 1):
+        t = pi_init_log(ctx, r, rounds)
+        rows += t.num_rows
+        clicks += int(sum(t.column("clicked").to_pylist()))
+    done["bandit_seconds"] = round(time.time() - t1, 1)
+    echo(f"[seed {seed}] pi_init and its D_bandit ready ({rows} logged rows over {rounds} round(s), {clicks} clicks)")
+    return {"seed": seed, "rows": rows, "clicks": clicks, **done}
 
 
-def load_seed(cfg, seed: int, exp_dir: Path) -> SeedContext:
-    import pyarrow.parquet as pq
-
-    from abpo.data.candidates import training_popularity
+def load_seed(cfg, seed: int, exp_dir: Path | None = None) -> SeedContext:
+    from abpo.data.candidates import build_bandit_requests, training_popularity
     from abpo.data.loaders import load_dataset
     from abpo.data.splits import split_users
 
-    c = seed_config(cfg, seed, exp_dir)
-    seed_dir = c.paths.resolve("root")
+    cfg = experiment_config(cfg)
+    c = seed_config(cfg, seed)
     ds = load_dataset(c.data)
     splits, _ = split_users(ds, c.data)
     return SeedContext(
-        cfg=c, seed_dir=seed_dir, dataset=ds, splits=splits, eval_examples=eval_examples_for(c, splits, ds),
+        cfg=c, store=c.paths.resolve("root"), dataset=ds, splits=splits, eval_examples=eval_examples_for(c, splits, ds),
         popularity=training_popularity(splits, ds), pi_init_dir=c.paths.resolve("models") / "pi_init",
-        d_bandit=pq.read_table(seed_dir / "d_bandit.parquet"),
+        requests=build_bandit_requests(splits, ds, c.data),
     )
 
 
 # ------------------------------------------------------------------------------------------------ cells
 
 
-def training_sequences(ctx: SeedContext) -> dict[int, list[int]]:
+def training_sequences(ctx: SeedContext, logs: Sequence | None = None) -> dict[int, list[int]]:
     """What the baselines are trained on, the same information the LLM rows saw: every user's x_{1:T} (pi_init's
-    D_sup) followed by the items they clicked in D_bandit (chronological). No-responses are not interactions."""
+    D_sup) followed by the items they clicked in pi_init's logs (chronological). No-responses are not
+    interactions. ``logs``: those logs (default: every round's, ``pi_init_log``)."""
+    import pyarrow as pa
+
+    if logs is None:
+        rounds = ctx.cfg.experiment.rounds
+        logs = [pi_init_log(ctx, r, rounds) for r in range(1, rounds + 1)]
     seqs = {int(s.user_id): list(map(int, s.history)) for s in ctx.splits}
-    t = ctx.d_bandit.sort_by([("user_id", "ascending"), ("event_time", "ascending")])
+    t = pa.concat_tables(list(logs)).sort_by([("user_id", "ascending"), ("event_time", "ascending")])
     for u, item, y in zip(t.column("user_id").to_pylist(), t.column("item_id").to_pylist(), t.column("clicked").to_pylist()):
         if y == 1:
             seqs.setdefault(int(u), []).append(int(item))
     return seqs
 
 
-def _llm_scores(ctx: SeedContext, model_dir: Path) -> list[list[float]]:
-    from abpo.policy.model import load_policy
+def _scores(model, tok, ctx: SeedContext, examples) -> list:
     from abpo.policy.scoring import score_examples
 
-    model, tok = load_policy(dataclasses.replace(ctx.cfg.policy, model=str(model_dir)), ctx.cfg.paths, dataset=ctx.dataset)
-    model.eval()
-    scored = score_examples(model, tok, ctx.eval_examples, ctx.dataset.titles(), ctx.cfg.policy)
-    return [s.scores.tolist() for s in scored]
+    return score_examples(model, tok, examples, ctx.dataset.titles(), ctx.cfg.policy)
+
+
+def match_rates(model, tok, ctx: SeedContext, log) -> dict[str, float]:
+    """The policy's match rates on a log's exposures, by stratum: the mean e(a_log|q) (Eq. e_p at policy.tau) over
+    the clicked rows and over the no-response rows, i.e. the probability that a constrained rollout names the
+    exposed item (the quantity the update's rollout match rates estimate)."""
+    from abpo.data.candidates import Example
+    from abpo.policy.scoring import candidate_propensities
+
+    cols = {k: log.column(k).to_pylist() for k in ("request_id", "user_id", "history", "candidates", "item_id", "clicked")}
+    exs = [Example(rid, int(u), list(h), list(c), int(a)) for rid, u, h, c, a in
+           zip(cols["request_id"], cols["user_id"], cols["history"], cols["candidates"], cols["item_id"])]
+    sums, counts = {1: 0.0, 0: 0.0}, {1: 0, 0: 0}
+    for s, y in zip(_scores(model, tok, ctx, exs), cols["clicked"], strict=True):
+        e = candidate_propensities(s.scores, ctx.cfg.policy.tau)
+        sums[int(y)] += float(e[list(s.example.candidates).index(s.example.positive)])
+        counts[int(y)] += 1
+    return {"match_positive": sums[1] / counts[1] if counts[1] else float("nan"),
+            "match_no_response": sums[0] / counts[0] if counts[0] else float("nan"),
+            "log_rows": len(exs), "log_clicks": counts[1]}
 
 
 def _step_echo(prefix: str, echo):
-    """A TrainerCallback printing a cell's update progress every 10 steps (cells run in worker processes)."""
+    """A TrainerCallback printing a cell's update progress every 50 steps (cells run in worker processes)."""
     from transformers import TrainerCallback
 
     class StepEcho(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
-            if state.global_step % 10 == 0 or state.global_step == state.max_steps:
+            if state.global_step % 50 == 0 or state.global_step == state.max_steps:
                 echo(f"{prefix} update step {state.global_step}/{state.max_steps}")
 
     return StepEcho()
 
 
-def run_cell(ctx: SeedContext, row: str, echo=print) -> dict[str, Any]:
-    """One cell of the table: train (or fit) the row's model for this seed and score the evaluation users."""
+def update_round(ctx: SeedContext, row: str, start_dir: Path, log, out_dir: Path, prefix: str, echo=print) -> dict:
+    """Train the row's round: a variant's update of ``start_dir`` on ``log`` (abpo.train.update.run_update)."""
     import pyarrow.compute as pc
 
-    from abpo.algo.variants import get_variant
+    from abpo.train.update import run_update
+
+    u = dataclasses.replace(
+        ctx.cfg.update, variant=row, output_name=out_dir.name, init_model=str(start_dir),
+        months=[ctx.cfg.experiment.month], resume=False,
+        max_examples=ctx.cfg.experiment.update_max_examples or ctx.cfg.update.max_examples,
+    )
+    c = dataclasses.replace(ctx.cfg, update=u)
+    c.paths = dataclasses.replace(ctx.cfg.paths, root=str(out_dir.parent.parent), models=out_dir.parent.name)
+    pos = log.filter(pc.equal(log.column("clicked"), 1))
+    neg = log.filter(pc.equal(log.column("clicked"), 0))
+    res = run_update(c, progress=False, strata=(pos, neg, [ctx.cfg.experiment.month]), log_mlflow=False,
+                     callbacks=[_step_echo(prefix, echo)])
+    return {"model_dir": str(res.model_dir), "steps": res.global_step, "final": res.metrics, "history": res.history,
+            "batching": res.batching}
+
+
+def full_info_round(ctx: SeedContext, start_dir: Path, requests: list, out_dir: Path) -> dict:
+    """The upper reference: next-item fine-tuning of ``start_dir`` on the true next item x_{t'+1} of every request
+    of the window (the answer-format SFT loss, sft.loss_tokens), one epoch at experiment.full_info_learning_rate:
+    what complete feedback on the same positions would teach."""
+    import shutil
+
+    import torch
+
+    from abpo.policy.model import save_policy
+    from abpo.policy.sft import run_sft, sft_records
+
+    torch.manual_seed(ctx.cfg.seed)
+    model, tok = _load_model(ctx, start_dir)
+    model.train()
+    records = sft_records(requests, ctx.dataset.titles(), tok, ctx.cfg.policy, ctx.cfg.sft.loss_tokens)
+    c = dataclasses.replace(ctx.cfg, sft=dataclasses.replace(
+        ctx.cfg.sft, learning_rate=ctx.cfg.experiment.full_info_learning_rate, epochs=1, max_steps=-1))
+    work = out_dir.with_name(f".{out_dir.name}.trainer")
+    trained, history = run_sft(model, tok, records, c, work)
+    shutil.rmtree(work, ignore_errors=True)
+    save_policy(trained, tok, out_dir)
+    losses = [h["loss"] for h in history if "loss" in h]
+    return {"model_dir": str(out_dir), "examples": len(records), "loss_first": losses[0] if losses else None,
+            "loss_last": losses[-1] if losses else None}
+
+
+def run_baseline_cell(ctx: SeedContext, row: str, echo=print) -> dict[str, Any]:
+    """A baseline's cell: fit on x_{1:T} + the clicks of pi_init's logs, score the evaluation users."""
+    from abpo.baselines import make_ranker
 
     prefix = f"[seed {ctx.cfg.seed} {row}]"
     t0 = time.time()
-    out: dict[str, Any] = {"row": row, "seed": ctx.cfg.seed}
-    if row in BASELINES:
-        from abpo.baselines import make_ranker
-
-        ranker = make_ranker(row, ctx.cfg, seed=ctx.cfg.seed)
-        seqs = training_sequences(ctx)
-        echo(f"{prefix} fitting on {sum(len(s) for s in seqs.values())} interactions of {len(seqs)} users")
-        ranker.fit(seqs, ctx.dataset.item_ids().tolist())
-        scores = ranker.score([(ex.user_id, ex.history, ex.candidates) for ex in ctx.eval_examples])
-        scores = [np.asarray(s, dtype=np.float64).tolist() for s in scores]
-    else:
-        v = get_variant(row)
-        model_dir = ctx.pi_init_dir
-        if v.update:
-            from abpo.train.update import run_update
-
-            u = dataclasses.replace(
-                ctx.cfg.update, variant=v.name, output_name=f"update-{v.name}", init_model=str(ctx.pi_init_dir),
-                months=[ctx.cfg.experiment.month], resume=False,
-                max_examples=ctx.cfg.experiment.update_max_examples or ctx.cfg.update.max_examples,
-            )
-            c = dataclasses.replace(ctx.cfg, update=u)
-            pos = ctx.d_bandit.filter(pc.equal(ctx.d_bandit.column("clicked"), 1))
-            neg = ctx.d_bandit.filter(pc.equal(ctx.d_bandit.column("clicked"), 0))
-            res = run_update(c, progress=False, strata=(pos, neg, [ctx.cfg.experiment.month]), log_mlflow=False,
-                             callbacks=[_step_echo(prefix, echo)])
-            model_dir = res.model_dir
-            out["update"] = {"steps": res.global_step, "final": res.metrics, "history": res.history,
-                             "batching": res.batching}
-            out["update_seconds"] = round(time.time() - t0, 1)
-        echo(f"{prefix} scoring {len(ctx.eval_examples)} users")
-        scores = _llm_scores(ctx, model_dir)
-    out.update(metrics_from_scores(ctx.eval_examples, scores, ctx.popularity))
+    ranker = make_ranker(row, ctx.cfg, seed=ctx.cfg.seed)
+    seqs = training_sequences(ctx)
+    echo(f"{prefix} fitting on {sum(len(s) for s in seqs.values())} interactions of {len(seqs)} users")
+    ranker.fit(seqs, ctx.dataset.item_ids().tolist())
+    scores = ranker.score([(ex.user_id, ex.history, ex.candidates) for ex in ctx.eval_examples])
+    out: dict[str, Any] = {"row": row, "seed": ctx.cfg.seed, "round": ctx.cfg.experiment.rounds}
+    out.update(metrics_from_scores(ctx.eval_examples, [np.asarray(s, dtype=np.float64).tolist() for s in scores],
+                                   ctx.popularity))
     out["seconds"] = round(time.time() - t0, 1)
     echo(f"{prefix} HR@5 {out['HR@5']:.4f} NDCG@5 {out['NDCG@5']:.4f} in {out['seconds']:.0f}s")
     return out
 
 
+def run_llm_round(ctx: SeedContext, row: str, r: int, start_dir: Path, out_dir: Path, echo=print) -> dict[str, Any]:
+    """One (seed, LLM row, round) cell: log window r with the start policy, train the row on it, score the
+    evaluation users and the match rates on the round's log. Returns the cell (with ``model_dir``)."""
+    from abpo.algo.variants import get_variant
+
+    rounds = ctx.cfg.experiment.rounds
+    prefix = f"[seed {ctx.cfg.seed} {row} round {r}/{rounds}]" if rounds > 1 else f"[seed {ctx.cfg.seed} {row}]"
+    t0 = time.time()
+    out: dict[str, Any] = {"row": row, "seed": ctx.cfg.seed, "round": r}
+    if start_dir == ctx.pi_init_dir:
+        log = pi_init_log(ctx, r, rounds)
+    else:
+        model, tok = _load_model(ctx, start_dir)
+        log = log_window(ctx, model, tok, r, rounds, f"{row}-round{r - 1}-seed{ctx.cfg.seed}")
+        del model
+    model_dir = start_dir
+    if row == FULL_INFO:
+        echo(f"{prefix} full-information fine-tuning on {log.num_rows} requests")
+        out["full_info"] = full_info_round(ctx, start_dir, ctx.window(r, rounds), out_dir)
+        model_dir = Path(out["full_info"]["model_dir"])
+    elif get_variant(row).update:
+        out["update"] = update_round(ctx, row, start_dir, log, out_dir, prefix, echo)
+        model_dir = Path(out["update"].pop("model_dir"))
+    out["train_seconds"] = round(time.time() - t0, 1)
+    model, tok = _load_model(ctx, model_dir)
+    echo(f"{prefix} scoring {len(ctx.eval_examples)} users and {log.num_rows} logged exposures")
+    out.update(match_rates(model, tok, ctx, log))
+    out.update(metrics_from_scores(ctx.eval_examples, [s.scores.tolist() for s in _scores(model, tok, ctx, ctx.eval_examples)],
+                                   ctx.popularity))
+    out["model_dir"] = str(model_dir)
+    out["seconds"] = round(time.time() - t0, 1)
+    echo(f"{prefix} HR@5 {out['HR@5']:.4f} NDCG@5 {out['NDCG@5']:.4f} match pos {out['match_positive']:.3f} "
+         f"no-resp {out['match_no_response']:.3f} in {out['seconds']:.0f}s")
+    return out
+
+
+def run_cell(ctx: SeedContext, row: str, echo=print) -> dict[str, Any]:
+    """One cell of a one-round table (kept for callers of the earlier API): a baseline, or an LLM row's round 1."""
+    if not is_llm_row(row):
+        return run_baseline_cell(ctx, row, echo)
+    out_dir = ctx.store / "models" / f"adhoc-{row}"
+    return run_llm_round(ctx, row, 1, ctx.pi_init_dir, out_dir, echo)
+
+
 # ---------------------------------------------------------------------------------------------- the table
 
 
-def paired_tests(cells_a: Sequence[Mapping], cells_b: Sequence[Mapping]) -> dict[str, float]:
-    """Row a against row b over (seed, user) units (the same users and candidates in both): McNemar's exact test
-    on HR@5 hits (two-sided binomial test of the discordant pairs) and Wilcoxon's signed-rank test on NDCG@5.
-    Differences are a minus b."""
-    from scipy.stats import binomtest, wilcoxon
+def paired_tests(cells_a: Sequence[Mapping], cells_b: Sequence[Mapping], **kw) -> dict[str, float]:
+    """Row a against row b over the same (seed, user) units: abpo.experiment.stats.paired_comparison (Δ, McNemar
+    and Wilcoxon p, cluster-bootstrap intervals, MDE; non-inferiority with ``margin``). Differences are a - b."""
+    from abpo.experiment.stats import paired_comparison
 
-    by_seed_b = {int(c["seed"]): c for c in cells_b}
-    hit_a, hit_b, nd_a, nd_b = [], [], [], []
-    for ca in cells_a:
-        cb = by_seed_b.get(int(ca["seed"]))
-        if cb is None:
-            continue
-        if ca["users"] != cb["users"]:
-            raise ValueError(f"seed {ca['seed']}: rows {ca['row']} and {cb['row']} were scored on different users")
-        ra, rb = np.asarray(ca["ranks"]), np.asarray(cb["ranks"])
-        hit_a.append(ra <= 5)
-        hit_b.append(rb <= 5)
-        nd_a.append(np.where(ra <= 5, 1.0 / np.log2(ra + 1.0), 0.0))
-        nd_b.append(np.where(rb <= 5, 1.0 / np.log2(rb + 1.0), 0.0))
-    if not hit_a:
-        return {}
-    ha, hb = np.concatenate(hit_a), np.concatenate(hit_b)
-    da = np.concatenate(nd_a) - np.concatenate(nd_b)
-    b, c = int((ha & ~hb).sum()), int((~ha & hb).sum())
-    p_mcnemar = float(binomtest(min(b, c), b + c, 0.5).pvalue) if b + c else 1.0
-    p_wilcoxon = float(wilcoxon(da).pvalue) if np.any(da != 0) else 1.0
-    return {
-        "units": int(len(ha)), "dHR@5": float(ha.mean() - hb.mean()), "hr5_wins": b, "hr5_losses": c,
-        "p_mcnemar_HR@5": p_mcnemar, "dNDCG@5": float(da.mean()), "p_wilcoxon_NDCG@5": p_wilcoxon,
-    }
+    return paired_comparison(cells_a, cells_b, **kw)
 
 
 METRICS = ("HR@1", "HR@5", "NDCG@5", "Diversity@1", "Diversity@5")
+ROUND_METRICS = ("HR@5", "NDCG@5", "Diversity@5", "match_positive", "match_no_response")
 
 
-def table_rows(cells: Sequence[Mapping], rows: Sequence[str]) -> list[dict[str, Any]]:
-    """One dict per row: mean and std over seeds of every metric, and the paired tests against A and B."""
+def _mean_std(vals) -> tuple[float, float]:
+    v = np.asarray([x for x in vals if x is not None and math.isfinite(x)], dtype=np.float64)
+    if v.size == 0:
+        return float("nan"), float("nan")
+    return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else 0.0
+
+
+def table_rows(cells: Sequence[Mapping], rows: Sequence[str], experiment_cfg=None) -> list[dict[str, Any]]:
+    """One dict per row: mean and std over seeds of every metric, and the paired comparisons against No-Update
+    (with the non-inferiority test) and against vanilla GRPO (abpo.experiment.stats)."""
+    e = experiment_cfg
+    kw = {} if e is None else {"bootstrap_samples": e.bootstrap_samples, "alpha": e.alpha, "power": e.power}
     by_row: dict[str, list[Mapping]] = {}
     for c in cells:
         by_row.setdefault(c["row"], []).append(c)
@@ -325,15 +530,33 @@ def table_rows(cells: Sequence[Mapping], rows: Sequence[str]) -> list[dict[str, 
         if not cs:
             continue
         rec: dict[str, Any] = {"row": row, "label": row_label(row), "seeds": len(cs)}
-        for m in METRICS:
-            vals = np.array([c[m] for c in cs], dtype=np.float64)
-            rec[m] = float(vals.mean())
-            rec[f"{m}_std"] = float(vals.std(ddof=1)) if len(vals) > 1 else 0.0
+        for m in (*METRICS, "match_positive", "match_no_response"):
+            if all(m in c for c in cs):
+                rec[m], rec[f"{m}_std"] = _mean_std([c[m] for c in cs])
         for ref in ("none", "grpo"):
             if row != ref and ref in by_row:
-                for k, v in paired_tests(cs, by_row[ref]).items():
+                margin = e.noninferiority_margin if (e is not None and ref == "none") else None
+                for k, v in paired_tests(cs, by_row[ref], margin=margin, **kw).items():
                     rec[f"vs_{ref}_{k}"] = v
         out.append(rec)
+    return out
+
+
+def round_rows(cells: Sequence[Mapping], rows: Sequence[str]) -> list[dict[str, Any]]:
+    """Per (row, round) of the LLM rows: mean and std over seeds of ROUND_METRICS (the rounds' curves)."""
+    groups: dict[tuple[str, int], list[Mapping]] = {}
+    for c in cells:
+        if is_llm_row(c["row"]):
+            groups.setdefault((c["row"], int(c["round"])), []).append(c)
+    out = []
+    for row in rows:
+        for (rw, r), cs in sorted(groups.items(), key=lambda kv: kv[0][1]):
+            if rw != row:
+                continue
+            rec: dict[str, Any] = {"row": row, "label": row_label(row), "round": r, "seeds": len(cs)}
+            for m in ROUND_METRICS:
+                rec[m], rec[f"{m}_std"] = _mean_std([c.get(m) for c in cs])
+            out.append(rec)
     return out
 
 
@@ -343,26 +566,87 @@ def _fmt_p(p: float | None) -> str:
     return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
+def _fmt_diff(r: Mapping, ref: str, metric: str, p_key: str) -> str:
+    key = f"vs_{ref}_d{metric}"
+    if key not in r:
+        return "-"
+    lo, hi = r.get(f"vs_{ref}_ci_low_{metric}"), r.get(f"vs_{ref}_ci_high_{metric}")
+    ci = f" [{lo:+.4f}, {hi:+.4f}]" if lo is not None and math.isfinite(lo) else ""
+    return f"{r[key]:+.4f}{ci} ({_fmt_p(r.get(f'vs_{ref}_{p_key}'))})"
+
+
 def table_markdown(recs: Sequence[Mapping], *, title: str, note: str = "") -> str:
-    head = ["Row", *METRICS, "ΔHR@5 vs A (p)", "ΔNDCG@5 vs A (p)", "ΔHR@5 vs B (p)", "ΔNDCG@5 vs B (p)"]
+    """The metrics table (mean ± std over seeds) and the comparisons table (Δ [95% interval] (p), MDE, NI)."""
+    head = ["Row", *METRICS]
     lines = [f"### {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in recs:
         cells = [r["label"]]
         for m in METRICS:
             digits = 2 if m.startswith("Diversity") else 4  # Diversity is on a 0-100 scale
             cells.append(f"{r[m]:.{digits}f} ± {r[m + '_std']:.{digits}f}")
-        for ref in ("none", "grpo"):
-            for d, p in (("dHR@5", "p_mcnemar_HR@5"), ("dNDCG@5", "p_wilcoxon_NDCG@5")):
-                key = f"vs_{ref}_{d}"
-                cells.append(f"{r[key]:+.4f} ({_fmt_p(r[f'vs_{ref}_{p}'])})" if key in r else "-")
         lines.append("| " + " | ".join(cells) + " |")
+    comp = ["Row", "ΔHR@5 vs A [95% CI] (p)", "MDE HR@5 vs A", "Non-inferior to A (p)", "ΔNDCG@5 vs A [95% CI] (p)",
+            "ΔHR@5 vs B [95% CI] (p)", "MDE HR@5 vs B", "ΔNDCG@5 vs B [95% CI] (p)"]
+    lines += ["", "| " + " | ".join(comp) + " |", "|" + "---|" * len(comp)]
+    for r in recs:
+        if not any(k.startswith("vs_") for k in r):
+            continue
+        ni = "-"
+        if "vs_none_non_inferior" in r:
+            ni = f"{'yes' if r['vs_none_non_inferior'] else 'no'} ({_fmt_p(r['vs_none_ni_p'])})"
+        mde = {ref: (f"{r[f'vs_{ref}_mde_HR@5']:.4f}" if f"vs_{ref}_mde_HR@5" in r else "-") for ref in ("none", "grpo")}
+        lines.append("| " + " | ".join([
+            r["label"], _fmt_diff(r, "none", "HR@5", "p_mcnemar_HR@5"), mde["none"], ni,
+            _fmt_diff(r, "none", "NDCG@5", "p_wilcoxon_NDCG@5"), _fmt_diff(r, "grpo", "HR@5", "p_mcnemar_HR@5"),
+            mde["grpo"], _fmt_diff(r, "grpo", "NDCG@5", "p_wilcoxon_NDCG@5"),
+        ]) + " |")
     if note:
         lines += ["", note]
     return "\n".join(lines) + "\n"
 
 
-def write_outputs(exp_dir: Path, recs: Sequence[Mapping], summary: Mapping[str, Any]) -> dict[str, Path]:
-    """table.csv, table.md, ablation.png and experiment.json in ``exp_dir`` (each written then renamed)."""
+def rounds_markdown(recs: Sequence[Mapping]) -> str:
+    head = ["Row", "Round", *ROUND_METRICS]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in recs:
+        vals = [f"{r[m]:.{2 if m.startswith('Diversity') else 4}f} ± {r[m + '_std']:.{2 if m.startswith('Diversity') else 4}f}"
+                if math.isfinite(r[m]) else "-" for m in ROUND_METRICS]
+        lines.append("| " + " | ".join([r["label"], str(r["round"]), *vals]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _plot_rounds(path: Path, rounds_recs: Sequence[Mapping], table: Sequence[Mapping]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(ROUND_METRICS), figsize=(4 * len(ROUND_METRICS), 3.6))
+    rows = list(dict.fromkeys(r["row"] for r in rounds_recs))
+    pi0 = next((r for r in rounds_recs if r["row"] == "none" and r["round"] == 1), None)  # pi_init itself
+    for ax, m in zip(axes, ROUND_METRICS):
+        for row in rows:
+            pts = [r for r in rounds_recs if r["row"] == row]
+            xs, ys = [r["round"] for r in pts], [r[m] for r in pts]
+            if pi0 is not None and not m.startswith("match"):  # round 0: pi_init, where every row starts
+                xs, ys = [0, *xs], [pi0[m], *ys]
+            ax.plot(xs, ys, marker="o", label=pts[0]["label"], lw=2.2 if row == "abpo" else 1.2)
+        for t in table:
+            if t["row"] in BASELINES and m in t:
+                ax.axhline(t[m], ls="--", lw=0.8, color="grey")
+        ax.set_title(m.replace("match_positive", "match rate, positive").replace("match_no_response", "match rate, no-response"),
+                     fontsize=9)
+        ax.set_xlabel("round")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, format="png")
+    plt.close(fig)
+
+
+def write_outputs(exp_dir: Path, recs: Sequence[Mapping], summary: Mapping[str, Any],
+                  rounds_recs: Sequence[Mapping] = ()) -> dict[str, Path]:
+    """table.csv, table.md, ablation.png, rounds.csv, rounds.png and experiment.json in ``exp_dir`` (each written
+    then renamed)."""
     import csv
 
     import matplotlib
@@ -370,19 +654,28 @@ def write_outputs(exp_dir: Path, recs: Sequence[Mapping], summary: Mapping[str, 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    paths = {k: exp_dir / n for k, n in (("csv", "table.csv"), ("md", "table.md"), ("png", "ablation.png"),
-                                          ("json", "experiment.json"))}
+    names = (("csv", "table.csv"), ("md", "table.md"), ("png", "ablation.png"), ("rounds_csv", "rounds.csv"),
+             ("rounds_png", "rounds.png"), ("json", "experiment.json"))
+    paths = {k: exp_dir / n for k, n in names}
     tmp = {k: p.with_name(p.name + ".tmp") for k, p in paths.items()}
-    keys = sorted({k for r in recs for k in r}, key=lambda k: (k not in ("row", "label", "seeds"), k))
-    with open(tmp["csv"], "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=keys)
-        w.writeheader()
-        for r in recs:
-            w.writerow(r)
-    note = (f"{summary['eval_users']} {summary['eval_split']} users x {summary['seeds']} seeds; mean ± std over seeds; "
-            "paired tests over (seed, user): McNemar exact on HR@5, Wilcoxon signed-rank on NDCG@5. "
-            f"Wall time {summary['wall_seconds'] / 60:.1f} min.")
-    tmp["md"].write_text(table_markdown(recs, title=f"{summary['dataset']}: {summary['name']}", note=note))
+    for key, data in (("csv", recs), ("rounds_csv", rounds_recs)):
+        keys = sorted({k for r in data for k in r}, key=lambda k: (k not in ("row", "label", "round", "seeds"), k))
+        with open(tmp[key], "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=keys or ["row"])
+            w.writeheader()
+            for r in data:
+                w.writerow(r)
+    e = summary
+    note = (f"{e['eval_users']} {e['eval_split']} users x {e['seeds']} seeds, M = {e['eval_candidates']} candidates, "
+            f"{e['rounds']} round(s); mean ± std over seeds. Comparisons: Δ = row - reference with a {100 * (1 - e['alpha']):.0f}% "
+            f"cluster-bootstrap interval over users; p: McNemar exact on HR@5, Wilcoxon signed-rank on NDCG@5, over "
+            f"(seed, user); MDE: minimum detectable ΔHR@5 at {100 * e['power']:.0f}% power, two-sided α = {e['alpha']}; "
+            f"non-inferiority to No-Update with margin {e['noninferiority_margin']} HR@5 (one-sided). "
+            f"Wall time {e['wall_seconds'] / 60:.1f} min.")
+    md = table_markdown(recs, title=f"{e['dataset']}: {e['name']}", note=note)
+    if rounds_recs and e["rounds"] > 1:
+        md += "\n#### Rounds (mean ± std over seeds; match rates on each round's logged exposures)\n\n" + rounds_markdown(rounds_recs)
+    tmp["md"].write_text(md)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     labels = [r["label"] for r in recs]
     for ax, m in zip(axes, ("HR@5", "NDCG@5")):
@@ -390,11 +683,13 @@ def write_outputs(exp_dir: Path, recs: Sequence[Mapping], summary: Mapping[str, 
                color=["#d62728" if r["row"] == "abpo" else "#1f77b4" if r["row"] not in BASELINES else "#7f7f7f"
                       for r in recs])
         ax.set_xticks(range(len(recs)), labels, rotation=35, ha="right", fontsize=8)
-        ax.set_title(f"{m} (mean ± std over {summary['seeds']} seeds)")
+        ax.set_title(f"{m} (mean ± std over {e['seeds']} seeds)")
     fig.tight_layout()
     fig.savefig(tmp["png"], dpi=110, format="png")
     plt.close(fig)
-    tmp["json"].write_text(json.dumps({"summary": summary, "table": list(recs)}, indent=1, default=str))
+    _plot_rounds(tmp["rounds_png"], rounds_recs, recs)
+    tmp["json"].write_text(json.dumps({"summary": summary, "table": list(recs), "rounds": list(rounds_recs)},
+                                      indent=1, default=str))
     for k in paths:
         tmp[k].replace(paths[k])
     return paths
@@ -403,25 +698,35 @@ def write_outputs(exp_dir: Path, recs: Sequence[Mapping], summary: Mapping[str, 
 # ----------------------------------------------------------------------------------------- orchestration
 
 
-def cell_fingerprint(cfg, row: str) -> str:
-    """What a cell's result depends on: the data, policy, SFT, update (for variants) and experiment settings."""
-    d = {k: dataclasses.asdict(getattr(cfg, k)) for k in ("data", "policy", "sft")}
-    updates = row not in BASELINES and row_key(row) != "none"  # A is pi_init itself: no update setting matters
+def cell_fingerprint(cfg, row: str, seed: int | None = None, r: int | None = None) -> str:
+    """What a cell's result depends on: the data, policy and SFT settings (pi_init and the candidates), the seed,
+    the round and the number of rounds, the update settings (variants that update), full_info's learning rate, and
+    the experiment's evaluation settings."""
+    e = cfg.experiment
+    d: dict[str, Any] = {k: dataclasses.asdict(getattr(cfg, k)) for k in ("data", "policy", "sft")}
+    d.update(row=row, seed=None if seed is None else int(seed), round=r, rounds=e.rounds)
+    updates = is_llm_row(row) and row != FULL_INFO and row_key(row) != "none"
     d["update"] = dataclasses.asdict(cfg.update) if updates else None
-    e = dataclasses.asdict(cfg.experiment)
     keys = ["eval_split", "validation_fraction", "max_eval_users", "month"]
     keys += ["update_max_examples"] if updates else []
+    keys += ["full_info_learning_rate"] if row == FULL_INFO else []
     keys += ["ml_retrain_epochs"] if row == "ml_retrain" else []
-    d["experiment"] = {k: e[k] for k in keys}
-    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    ed = dataclasses.asdict(e)
+    d["experiment"] = {k: ed[k] for k in keys}
+    return _digest(d)
 
 
 def experiment_dir(cfg) -> Path:
-    return cfg.paths.resolve("root") / "experiments" / cfg.experiment.name
+    return experiments_root(cfg) / cfg.experiment.name
 
 
-def _cell_path(exp_dir: Path, seed: int, row: str) -> Path:
-    return exp_dir / "cells" / f"seed{seed}-{row}.json"
+def _cell_path(exp_dir: Path, seed: int, row: str, r: int = 1, rounds: int = 1) -> Path:
+    suffix = "" if rounds == 1 else f"-r{r}of{rounds}"
+    return exp_dir / "cells" / f"seed{seed}-{row}{suffix}.json"
+
+
+def _cache_path(cfg, fingerprint: str) -> Path:
+    return experiments_root(cfg) / "_cells" / f"{fingerprint}.json"
 
 
 def _load_cell(path: Path, fingerprint: str) -> dict | None:
@@ -431,28 +736,66 @@ def _load_cell(path: Path, fingerprint: str) -> dict | None:
     return cell if cell.get("fingerprint") == fingerprint else None
 
 
+def _find_cell(cfg, exp_dir: Path, seed: int, row: str, r: int) -> dict | None:
+    """A finished cell with these settings: the experiment's own copy, or one any experiment or probe computed."""
+    fp = cell_fingerprint(cfg, row, seed, r)
+    cell = _load_cell(_cell_path(exp_dir, seed, row, r, cfg.experiment.rounds), fp)
+    if cell is None:
+        cell = _load_cell(_cache_path(cfg, fp), fp)
+        if cell is not None:
+            _save_json(_cell_path(exp_dir, seed, row, r, cfg.experiment.rounds), cell)
+    return cell
+
+
+def _save_json(path: Path, obj) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(obj))
+    tmp.replace(path)
+
+
+def _save_cell(cfg, exp_dir: Path, cell: dict) -> None:
+    _save_json(_cache_path(cfg, cell["fingerprint"]), cell)
+    _save_json(_cell_path(exp_dir, cell["seed"], cell["row"], cell["round"], cfg.experiment.rounds), cell)
+
+
 def _worker_config(config_ref: str, overrides: list[str]):
     from abpo.config import load_config
 
-    return load_config(config_ref, overrides)
+    return experiment_config(load_config(config_ref, overrides))
 
 
 def _prepare_task(config_ref: str, overrides: list[str], seed: int, exp_dir: str) -> dict:
     cfg = _worker_config(config_ref, overrides)
-    return prepare_seed(cfg, seed, Path(exp_dir), echo=lambda m: print(m, flush=True))
+    return prepare_seed(cfg, seed, echo=lambda m: print(m, flush=True))
 
 
-def _cell_task(config_ref: str, overrides: list[str], seed: int, row: str, exp_dir: str) -> dict:
+def _row_task(config_ref: str, overrides: list[str], seed: int, row: str, exp_dir: str) -> list[dict]:
+    """Every missing round of one (seed, row): rounds run in order, each starting from the previous round's
+    model; finished rounds (with their model kept) are skipped."""
     cfg = _worker_config(config_ref, overrides)
-    ctx = load_seed(cfg, seed, Path(exp_dir))
-    cell = run_cell(ctx, row, echo=lambda m: print(m, flush=True))
-    cell["fingerprint"] = cell_fingerprint(cfg, row)
-    path = _cell_path(Path(exp_dir), seed, row)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(cell))
-    tmp.replace(path)
-    return cell
+    exp = Path(exp_dir)
+    echo = lambda m: print(m, flush=True)  # noqa: E731
+    ctx = load_seed(cfg, seed)
+    if not is_llm_row(row):
+        cell = run_baseline_cell(ctx, row, echo)
+        cell["fingerprint"] = cell_fingerprint(cfg, row, seed, cfg.experiment.rounds)
+        _save_cell(cfg, exp, cell)
+        return [cell]
+    rounds = cfg.experiment.rounds
+    out, start = [], ctx.pi_init_dir
+    for r in range(1, rounds + 1):
+        cell = _find_cell(cfg, exp, seed, row, r)
+        if cell is not None and (r == rounds or Path(cell["model_dir"]).exists()):
+            start = Path(cell["model_dir"])
+            continue
+        fp = cell_fingerprint(cfg, row, seed, r)
+        cell = run_llm_round(ctx, row, r, start, experiments_root(cfg) / "_runs" / "models" / fp, echo)
+        cell["fingerprint"] = fp
+        _save_cell(cfg, exp, cell)
+        out.append(cell)
+        start = Path(cell["model_dir"])
+    return out
 
 
 @dataclass
@@ -465,6 +808,7 @@ class ExperimentResult:
     reused: int
     mlflow_run_id: str | None = None
     prep: list[dict] = field(default_factory=list)
+    rounds: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _log_cell(cell: Mapping, cfg, reused: bool) -> None:
@@ -472,18 +816,23 @@ def _log_cell(cell: Mapping, cfg, reused: bool) -> None:
 
     from abpo import registry
 
-    with registry.start_run(cfg, cfg.experiment.mlflow_experiment, f"seed{cell['seed']}-{cell['row']}", nested=True,
-                            tags={"abpo.row": cell["row"], "abpo.cell_seed": cell["seed"], "abpo.reused": reused}):
-        mlflow.log_params({"row": cell["row"], "seed": cell["seed"], "eval_users": len(cell["ranks"])})
-        mlflow.log_metrics({k.replace("@", "_at_"): float(cell[k]) for k in METRICS + ("NDCG@1",) if k in cell})
+    name = f"seed{cell['seed']}-{cell['row']}" + (f"-r{cell['round']}" if cfg.experiment.rounds > 1 else "")
+    with registry.start_run(cfg, cfg.experiment.mlflow_experiment, name, nested=True,
+                            tags={"abpo.row": cell["row"], "abpo.cell_seed": cell["seed"], "abpo.reused": reused,
+                                  "abpo.round": cell.get("round", 1)}):
+        mlflow.log_params({"row": cell["row"], "seed": cell["seed"], "eval_users": len(cell["ranks"]),
+                           "round": cell.get("round", 1)})
+        mlflow.log_metrics({k.replace("@", "_at_"): float(cell[k]) for k in (*METRICS, "match_positive", "match_no_response")
+                            if k in cell and math.isfinite(float(cell[k]))})
         mlflow.log_metric("cell_seconds", float(cell["seconds"]))
         for i, h in enumerate(cell.get("update", {}).get("history", []), 1):
             mlflow.log_metrics({k.replace("@", "_at_"): v for k, v in h.items() if math.isfinite(v)}, step=i)
 
 
-def run_experiment(cfg, *, config_ref: str = "tiny", overrides: Sequence[str] = (), echo=print) -> ExperimentResult:
-    """Compute every missing cell of the table (in ``experiment.workers`` processes), then the table, the plot and
-    the MLflow runs. ``config_ref`` / ``overrides`` rebuild the same config in the worker processes."""
+def run_experiment(cfg, *, config_ref: str = "tiny", overrides: Sequence[str] = (), echo=print,
+                   mlflow_tags: Mapping[str, str] | None = None) -> ExperimentResult:
+    """Compute every missing cell of the table (in ``experiment.workers`` processes), then the tables, the plots
+    and the MLflow runs. ``config_ref`` / ``overrides`` rebuild the same config in the worker processes."""
     import multiprocessing as mp
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
@@ -491,6 +840,7 @@ def run_experiment(cfg, *, config_ref: str = "tiny", overrides: Sequence[str] = 
     from abpo.data.loaders import load_dataset
 
     t0 = time.time()
+    cfg = experiment_config(cfg)
     e = cfg.experiment
     rows = [row_key(r) for r in e.rows]
     if len(set(rows)) != len(rows):
@@ -500,25 +850,30 @@ def run_experiment(cfg, *, config_ref: str = "tiny", overrides: Sequence[str] = 
     exp_dir = experiment_dir(cfg)
     exp_dir.mkdir(parents=True, exist_ok=True)
     overrides = list(overrides)
-    todo, cells, reused = [], {}, 0
+    rounds = e.rounds
+    cells: dict[tuple[int, str, int], tuple[dict, bool]] = {}
+    todo: list[tuple[int, str]] = []
+    reused = 0
     for seed in e.seeds:
         for row in rows:
-            cell = _load_cell(_cell_path(exp_dir, seed, row), cell_fingerprint(cfg, row))
-            if cell is None:
+            row_rounds = range(1, rounds + 1) if is_llm_row(row) else [rounds]
+            found = {r: _find_cell(cfg, exp_dir, seed, row, r) for r in row_rounds}
+            for r, cell in found.items():
+                if cell is not None:
+                    cells[(seed, row, r)] = (cell, True)
+                    reused += 1
+            if any(c is None for c in found.values()):
                 todo.append((seed, row))
-            else:
-                cells[(seed, row)] = (cell, True)
-                reused += 1
-    total = len(e.seeds) * len(rows)
-    echo(f"experiment {e.name}: {total} cells ({len(rows)} rows x {len(e.seeds)} seeds), {reused} already done, "
-         f"{len(todo)} to compute with {e.workers} worker(s); directory {exp_dir}")
+    total = len(e.seeds) * (sum(rounds if is_llm_row(r) else 1 for r in rows))
+    echo(f"experiment {e.name}: {total} cells ({len(rows)} rows x {len(e.seeds)} seeds x {rounds} round(s)), "
+         f"{reused} already done, {len(todo)} row chain(s) to compute with {e.workers} worker(s); directory {exp_dir}")
     prep: list[dict] = []
+    computed = 0
     if todo:
         seeds_needed = sorted({s for s, _ in todo})
         with ProcessPoolExecutor(max_workers=max(1, e.workers), mp_context=mp.get_context("spawn")) as pool:
             pending = {pool.submit(_prepare_task, config_ref, overrides, s, str(exp_dir)): ("prep", s, None)
                        for s in seeds_needed}
-            done_n = reused
             while pending:
                 finished, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in finished:
@@ -528,38 +883,47 @@ def run_experiment(cfg, *, config_ref: str = "tiny", overrides: Sequence[str] = 
                         prep.append(result)
                         for s2, r2 in todo:
                             if s2 == seed:
-                                pending[pool.submit(_cell_task, config_ref, overrides, s2, r2, str(exp_dir))] = ("cell", s2, r2)
+                                pending[pool.submit(_row_task, config_ref, overrides, s2, r2, str(exp_dir))] = ("row", s2, r2)
                     else:
-                        done_n += 1
-                        cells[(seed, row)] = (result, False)
-                        echo(f"[{done_n}/{total}] seed {seed} {row_label(row)}: HR@5 {result['HR@5']:.4f} "
-                             f"({time.time() - t0:.0f}s elapsed)")
-    all_cells = [cells[(s, r)][0] for s in e.seeds for r in rows]
-    recs = table_rows(all_cells, rows)
+                        for cell in result:
+                            computed += 1
+                            cells[(seed, row, int(cell["round"]))] = (cell, False)
+                        last = result[-1] if result else None
+                        if last is not None:
+                            echo(f"[{reused + computed}/{total}] seed {seed} {row_label(row)}: HR@5 {last['HR@5']:.4f} "
+                                 f"({time.time() - t0:.0f}s elapsed)")
+    final = [cells[(s, r, rounds)][0] for s in e.seeds for r in rows]
+    recs = table_rows(final, rows, e)
+    rounds_recs = round_rows([c for c, _ in cells.values()], rows)
     wall = time.time() - t0
     ds = load_dataset(cfg.data)
     summary = {
         "name": e.name, "dataset": ds.name, "seeds": len(e.seeds), "rows": rows, "eval_split": e.eval_split,
-        "eval_users": len(all_cells[0]["ranks"]), "eval_candidates": cfg.data.eval_candidates,
-        "wall_seconds": round(wall, 1), "computed_cells": len(todo), "reused_cells": reused,
+        "eval_users": len(final[0]["ranks"]), "eval_candidates": cfg.data.eval_candidates, "rounds": rounds,
+        "wall_seconds": round(wall, 1), "computed_cells": computed, "reused_cells": reused,
         "update_max_examples": e.update_max_examples or cfg.update.max_examples, "workers": e.workers,
+        "update_steps": cfg.data.update_steps, "group_size": cfg.update.group_size, "alpha": e.alpha,
+        "power": e.power, "noninferiority_margin": e.noninferiority_margin,
         "config": config_ref, "overrides": overrides, "cpu_count": os.cpu_count(),
     }
-    outputs = write_outputs(exp_dir, recs, summary)
-    run_id = None
-    with registry.start_run(cfg, e.mlflow_experiment, f"experiment-{e.name}", tags={"abpo.dataset": ds.name}) as run:
+    outputs = write_outputs(exp_dir, recs, summary, rounds_recs)
+    with registry.start_run(cfg, e.mlflow_experiment, f"experiment-{e.name}",
+                            tags={"abpo.dataset": ds.name, **dict(mlflow_tags or {})}) as run:
         import mlflow
 
         run_id = run.info.run_id
         mlflow.log_params({k: (",".join(map(str, v)) if isinstance(v, list) else v) for k, v in summary.items()
                            if k not in ("overrides",)})
+        if overrides:
+            mlflow.set_tag("abpo.overrides", " ".join(overrides)[:5000])
         for r in recs:
             mlflow.log_metrics({f"{r['row']}.{m.replace('@', '_at_')}": r[m] for m in METRICS})
+        for r in rounds_recs:
+            mlflow.log_metrics({f"{r['row']}.{m.replace('@', '_at_')}": r[m] for m in ROUND_METRICS
+                                if math.isfinite(r[m])}, step=int(r["round"]))
         for p in outputs.values():
             mlflow.log_artifact(str(p))
-        for s in e.seeds:
-            for row in rows:
-                cell, was_reused = cells[(s, row)]
-                _log_cell(cell, cfg, was_reused)
-    echo(f"experiment {e.name}: wall time {wall / 60:.1f} min ({len(todo)} cells computed, {reused} reused)")
-    return ExperimentResult(exp_dir, recs, outputs, wall, len(todo), reused, run_id, prep)
+        for (_, _, _), (cell, was_reused) in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
+            _log_cell(cell, cfg, was_reused)
+    echo(f"experiment {e.name}: wall time {wall / 60:.1f} min ({computed} cells computed, {reused} reused)")
+    return ExperimentResult(exp_dir, recs, outputs, wall, computed, reused, run_id, prep, rounds_recs)

@@ -41,11 +41,14 @@ def build_bandit_log(
     model_version: str | None = None,
     write: bool = True,
     progress: bool | str = "simulate log",
+    requests: list | None = None,
+    rng_stream: int = 7,
 ) -> pa.Table:
     """Build D_bandit with the logging policy pi_init (the SFT output ``<paths.models>/<sft.output>`` unless
     ``model``/``tokenizer`` are given) and return it in IMPRESSIONS_SCHEMA (one row per request, ``arm``); with
-    ``write`` also land it for ``month`` (part ``offline-pi_init``: a rerun replaces it). Draws are seeded by
-    ``cfg.seed``."""
+    ``write`` also land it for ``month`` (part ``offline-pi_init``: a rerun replaces it). ``requests``: log these
+    D_bandit requests instead of every one (the experiment's rounds log one window of each user's update positions
+    per round). Draws are seeded by (``cfg.seed``, ``rng_stream``)."""
     import dataclasses
 
     from abpo.data.candidates import build_bandit_requests
@@ -63,12 +66,13 @@ def build_bandit_log(
             raise FileNotFoundError(f"{init_dir}: pi_init not found; run `abpo sft --config {cfg.name}` first")
         model, tokenizer = load_policy(dataclasses.replace(cfg.policy, model=str(init_dir)), cfg.paths, dataset=ds)
         model_version = model_version or _registered_pi_init(cfg)
-    splits, _ = split_users(ds, cfg.data)
-    requests = build_bandit_requests(splits, ds, cfg.data)
+    if requests is None:
+        splits, _ = split_users(ds, cfg.data)
+        requests = build_bandit_requests(splits, ds, cfg.data)
     if not requests:
         raise ValueError(f"{ds.name}: no bandit requests (data.update_steps={cfg.data.update_steps})")
     scored = score_examples(model, tokenizer, requests, ds.titles(), cfg.policy, progress=progress)
-    rng = np.random.default_rng([int(cfg.seed), 7])
+    rng = np.random.default_rng([int(cfg.seed), int(rng_stream)])
     times = _month_times(month, len(scored))
     cols: dict[str, list] = {f.name: [] for f in IMPRESSIONS_SCHEMA}
     tau = cfg.policy.tau

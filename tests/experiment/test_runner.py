@@ -63,13 +63,17 @@ def _cell(row, seed, ranks):
 
 
 def test_paired_tests_count_discordant_users_by_hand():
-    a = [_cell("abpo", 0, [1, 1, 1, 9, 9, 2]), _cell("abpo", 1, [1, 9])]
-    b = [_cell("none", 0, [9, 9, 1, 9, 1, 2]), _cell("none", 1, [9, 9])]
+    a = [_cell("abpo", 0, [1, 1, 1, 9, 9, 2]), _cell("abpo", 1, [1, 9, 9, 9, 9, 9])]
+    b = [_cell("none", 0, [9, 9, 1, 9, 1, 2]), _cell("none", 1, [9, 9, 9, 9, 9, 9])]
     t = paired_tests(a, b)
-    # seed 0: a wins users 0, 1; loses user 4; seed 1: a wins user 0 -> 3 wins, 1 loss over 8 units
-    assert (t["units"], t["hr5_wins"], t["hr5_losses"]) == (8, 3, 1)
-    assert t["dHR@5"] == pytest.approx(2 / 8)
+    # seed 0: a wins users 0, 1; loses user 4; seed 1: a wins user 0 -> 3 wins, 1 loss over 12 units
+    assert (t["units"], t["users"], t["seeds"], t["hr5_wins"], t["hr5_losses"]) == (12, 6, 2, 3, 1)
+    assert t["dHR@5"] == pytest.approx(2 / 12)
     assert t["p_mcnemar_HR@5"] == pytest.approx(0.625)  # two-sided binomial, 1 of 4 discordant pairs
+    # per-user differences averaged over seeds: user 0 (1+1)/2, user 1 1/2, user 4 -1/2, others 0
+    d_u = np.array([1.0, 0.5, 0, 0, -0.5, 0])
+    assert t["se_HR@5"] == pytest.approx(d_u.std(ddof=1) / np.sqrt(6))
+    assert t["ci_low_HR@5"] <= t["dHR@5"] <= t["ci_high_HR@5"]
     assert paired_tests(a, a)["p_mcnemar_HR@5"] == 1.0 and paired_tests(a, a)["p_wilcoxon_NDCG@5"] == 1.0
     with pytest.raises(ValueError, match="different users"):
         paired_tests(a, [dict(b[0], users=[5, 4, 3, 2, 1, 0])])
@@ -84,7 +88,8 @@ def test_table_has_mean_std_over_seeds_and_tests_against_a_and_b():
     assert "vs_none_p_mcnemar_HR@5" in recs[2] and "vs_grpo_p_wilcoxon_NDCG@5" in recs[2]
     assert "vs_none_dHR@5" not in recs[0]  # a row is not tested against itself
     md = table_markdown(recs, title="t")
-    assert md.count("\n| ") == 4 and "(F) ABPO" in md
+    assert md.count("\n| ") == 4 + 4 and "(F) ABPO" in md  # the metrics table, then the comparisons of A, B, F
+    assert "MDE HR@5 vs A" in md and "[95% CI]" in md
 
 
 def _small_movielens(dst: Path, n_users: int = 40) -> Path:
@@ -121,6 +126,7 @@ def test_experiment_end_to_end_on_a_movielens_format_directory(tmp_path, capfd):
     data = _small_movielens(tmp_path / "ml40")
     overrides = [
         f"paths.root={tmp_path / 'var'}", f"data.dataset_dir={data}", "data.eval_candidates=20",
+        "experiment.eval_candidates=0", "experiment.update_steps=0",
         "policy.tiny_hidden_size=32", "policy.tiny_intermediate_size=64", "policy.tiny_vocab_size=600",
         "sft.max_steps=6", "update.max_steps=2", "update.batch_size=4", "update.save_steps=100",
         "update.max_completion_length=128",
@@ -168,7 +174,8 @@ def test_experiment_runs_on_an_amazon18_domain(tmp_path):
     overrides = [
         f"paths.root={tmp_path / 'var'}", "data.format=amazon18", f"data.dataset_dir={AMAZON}",
         "data.amazon_domain=Office_Products", "data.max_users=60", "data.eval_candidates=20", "data.min_history=3",
-        "data.update_steps=2", "policy.tiny_hidden_size=32", "policy.tiny_intermediate_size=64",
+        "data.update_steps=2", "experiment.eval_candidates=0", "experiment.update_steps=0",
+        "policy.tiny_hidden_size=32", "policy.tiny_intermediate_size=64",
         "policy.tiny_vocab_size=800", "update.max_completion_length=128", "sft.max_steps=4", "update.max_steps=1",
         "update.batch_size=4", "update.save_steps=100", "experiment.seeds=0", "experiment.rows=none,abpo,popularity",
         "experiment.workers=1", "experiment.name=amazon",
@@ -176,3 +183,116 @@ def test_experiment_runs_on_an_amazon18_domain(tmp_path):
     res = run_experiment(load_config("tiny", overrides), config_ref="tiny", overrides=overrides, echo=print)
     assert res.computed == 3 and [r["row"] for r in res.table] == ["none", "abpo", "popularity"]
     assert "Office_Products" in res.outputs["md"].read_text()
+
+
+def test_round_windows_partition_the_update_positions():
+    from abpo.experiment.runner import round_positions
+
+    for n in (1, 2, 5, 12):
+        for rounds in range(1, n + 1):
+            windows = [list(round_positions(n, r, rounds)) for r in range(1, rounds + 1)]
+            assert [i for w in windows for i in w] == list(range(n))  # consecutive, in order, each position once
+            assert max(map(len, windows)) - min(map(len, windows)) <= 1 and all(windows)
+    assert list(round_positions(12, 2, 3)) == [4, 5, 6, 7]
+    with pytest.raises(ValueError, match="round 4"):
+        round_positions(12, 4, 3)
+
+
+def test_round_months_follow_the_experiment_month():
+    from abpo.experiment.runner import round_month
+
+    assert [round_month("2024-11", r) for r in (1, 2, 3)] == ["2024-11", "2024-12", "2025-01"]
+
+
+def test_experiment_config_applies_and_checks_its_settings():
+    from abpo.config import load_config
+    from abpo.experiment.runner import experiment_config
+
+    cfg = experiment_config(load_config("tiny", ["experiment.update_steps=12", "experiment.eval_candidates=200"]))
+    assert (cfg.data.update_steps, cfg.data.eval_candidates) == (12, 200)
+    kept = experiment_config(load_config("tiny", ["experiment.update_steps=0", "experiment.eval_candidates=0"]))
+    assert (kept.data.update_steps, kept.data.eval_candidates) == (4, 100)  # data's own values
+    for bad, msg in (("experiment.rounds=0", "experiment.rounds=0"), ("experiment.rounds=13", "data.update_steps=12"),
+                     ("experiment.update_steps=-1", "experiment.update_steps=-1"),
+                     ("experiment.bootstrap_samples=0", "bootstrap_samples")):
+        with pytest.raises(ValueError, match=msg):
+            experiment_config(load_config("tiny", [bad]))
+
+
+def test_pi_init_is_shared_across_tau_but_not_seeds_and_cells_are_keyed_by_round():
+    from abpo.config import load_config
+    from abpo.experiment.runner import cell_fingerprint, pi_init_key
+
+    base = load_config("tiny")
+    other_tau = load_config("tiny", ["policy.tau=0.5"])
+    assert pi_init_key(base, 0) == pi_init_key(other_tau, 0) != pi_init_key(base, 1)
+    assert pi_init_key(base, 0) != pi_init_key(load_config("tiny", ["sft.learning_rate=0.01"]), 0)
+    fp = cell_fingerprint(base, "abpo", 0, 1)
+    assert fp != cell_fingerprint(base, "abpo", 0, 2) != cell_fingerprint(base, "grpo", 0, 2)
+    assert fp != cell_fingerprint(load_config("tiny", ["experiment.rounds=3"]), "abpo", 0, 1)
+    assert fp != cell_fingerprint(load_config("tiny", ["update.learning_rate=0.001"]), "abpo", 0, 1)
+    # No-Update and the baselines do not depend on the update settings: a sweep of them reuses these cells
+    lr = load_config("tiny", ["update.learning_rate=0.001"])
+    assert cell_fingerprint(base, "none", 0, 1) == cell_fingerprint(lr, "none", 0, 1)
+    assert cell_fingerprint(base, "popularity", 0, 1) == cell_fingerprint(lr, "popularity", 0, 1)
+    fi = load_config("tiny", ["experiment.full_info_learning_rate=0.001"])
+    assert cell_fingerprint(base, "full_info", 0, 1) != cell_fingerprint(fi, "full_info", 0, 1)
+    assert cell_fingerprint(base, "abpo", 0, 1) == cell_fingerprint(fi, "abpo", 0, 1)
+
+
+@pytest.mark.slow
+def test_rounds_full_information_and_sweep_end_to_end(tmp_path):
+    """Two rounds of No-Update, ABPO and the full-information row on 40 users: round 2 starts from round 1's model
+    and logs with it, the match rates are probabilities, the rounds table/plot are written; a rerun computes
+    nothing; a sweep of the update's learning rate over two probes reuses No-Update's cells and refuses the test
+    users."""
+    import pyarrow.parquet as pq
+
+    from abpo.config import load_config
+    from abpo.experiment.runner import run_experiment
+    from abpo.experiment.sweep import parse_sweep, run_sweep
+
+    data = _small_movielens(tmp_path / "ml40")
+    overrides = [
+        f"paths.root={tmp_path / 'var'}", f"data.dataset_dir={data}", "data.eval_candidates=20",
+        "experiment.eval_candidates=0", "experiment.update_steps=4", "experiment.rounds=2",
+        "policy.tiny_hidden_size=32", "policy.tiny_intermediate_size=64", "policy.tiny_vocab_size=600",
+        "sft.max_steps=6", "update.max_steps=2", "update.batch_size=4", "update.save_steps=100",
+        "update.max_completion_length=128", "experiment.bootstrap_samples=100",
+        "experiment.seeds=0", "experiment.rows=none,abpo,full_info", "experiment.workers=1", "experiment.name=r",
+    ]
+    cfg = load_config("tiny", overrides)
+    res = run_experiment(cfg, config_ref="tiny", overrides=overrides, echo=print)
+    assert res.computed == 6 and res.reused == 0
+    assert [(r["row"], r["round"]) for r in res.rounds] == [
+        ("none", 1), ("none", 2), ("abpo", 1), ("abpo", 2), ("full_info", 1), ("full_info", 2)]
+    cells = {p.name: json.loads(p.read_text()) for p in (res.exp_dir / "cells").glob("*.json")}
+    r1, r2 = cells["seed0-abpo-r1of2.json"], cells["seed0-abpo-r2of2.json"]
+    assert r1["update"]["steps"] == 2 and r2["update"]["steps"] == 2
+    assert r1["model_dir"] != r2["model_dir"] and Path(r1["model_dir"]).exists()
+    assert r1["log_rows"] == r2["log_rows"] > 0  # 4 update positions: 2 per window and user
+    for c in cells.values():
+        assert 0 <= c["match_positive"] <= 1 and 0 <= c["match_no_response"] <= 1
+    assert cells["seed0-full_info-r1of2.json"]["full_info"]["examples"] == r1["log_rows"]
+    # No-Update's round-2 log was logged by pi_init on window 2 (its own store), ABPO's by its round-1 model
+    store_logs = sorted((Path(cfg.paths.resolve("root")) / "experiments" / "_pi_init").glob("*/d_bandit/*.parquet"))
+    assert [p.name.split("-")[0] for p in store_logs] == ["r1of2", "r2of2"]
+    assert pq.read_table(store_logs[1]).num_rows == r2["log_rows"]
+    for key in ("rounds_csv", "rounds_png", "md"):
+        assert res.outputs[key].stat().st_size > 0
+    assert "#### Rounds" in res.outputs["md"].read_text()
+
+    again = run_experiment(cfg, config_ref="tiny", overrides=overrides, echo=print)
+    assert again.computed == 0 and again.reused == 6
+
+    val = [*overrides, "experiment.eval_split=validation", "experiment.rounds=1", "experiment.rows=none,abpo",
+           "experiment.name=s"]
+    axes = parse_sweep(["update.learning_rate=1e-4,1e-3"])
+    sweep = run_sweep(load_config("tiny", val), axes, config_ref="tiny", overrides=val, echo=print)
+    assert [(l["probe"], l["row"]) for l in sweep.lines] == [
+        ("learning_rate=1e-4", "none"), ("learning_rate=1e-4", "abpo"),
+        ("learning_rate=1e-3", "none"), ("learning_rate=1e-3", "abpo")]
+    assert sweep.lines[0]["HR@5"] == sweep.lines[2]["HR@5"]  # the same No-Update cell, computed once
+    assert (sweep.sweep_dir / "learning_rate=1e-3" / "table.md").exists() and sweep.outputs["md"].exists()
+    with pytest.raises(ValueError, match="validation users only"):
+        run_sweep(load_config("tiny", overrides), axes, config_ref="tiny", overrides=overrides)

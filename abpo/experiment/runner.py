@@ -202,9 +202,9 @@ def round_positions(n_update: int, r: int, rounds: int) -> range:
 
 def round_month(month: str, r: int) -> str:
     """The month stamped on round r's log: experiment.month, then one month per round."""
-    y, m = (int(x) for x in month.split("-"))
-    k = y * 12 + (m - 1) + (r - 1)
-    return f"{k // 12:04d}-{k % 12 + 1:02d}"
+    from abpo.months import Month
+
+    return str(Month.parse(month, "experiment.month").plus(r - 1))
 
 
 @dataclass
@@ -253,7 +253,7 @@ def _write_parquet(table, path: Path) -> None:
     import pyarrow.parquet as pq
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
     pq.write_table(table, tmp)
     tmp.replace(path)
 
@@ -280,13 +280,22 @@ def pi_init_log(ctx: SeedContext, r: int, rounds: int, model=None, tokenizer=Non
 
 
 def prepare_seed(cfg, seed: int, exp_dir: Path | None = None, echo=print) -> dict[str, Any]:
-    """pi_init(seed) and its logs of every round's window, each computed once (kept in the shared store)."""
-    from abpo.policy.sft import train_sft
+    """pi_init(seed) and its logs of every round's window, each computed once (kept in the shared store; a second
+    experiment preparing the same seed at the same time waits on the store's lock, then reuses them)."""
+    import fcntl
 
     cfg = experiment_config(cfg)
     c = seed_config(cfg, seed)
     store = c.paths.resolve("root")
     store.mkdir(parents=True, exist_ok=True)
+    with open(store / ".prepare.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _prepare_locked(cfg, c, seed, echo)
+
+
+def _prepare_locked(cfg, c, seed: int, echo) -> dict[str, Any]:
+    from abpo.policy.sft import train_sft
+
     pi_dir = c.paths.resolve("models") / "pi_init"
     done: dict[str, Any] = {}
     if not (pi_dir / "abpo_sft.json").exists():
@@ -749,7 +758,7 @@ def _find_cell(cfg, exp_dir: Path, seed: int, row: str, r: int) -> dict | None:
 
 def _save_json(path: Path, obj) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")  # two experiments may finish the same shared cell
     tmp.write_text(json.dumps(obj))
     tmp.replace(path)
 

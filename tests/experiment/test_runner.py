@@ -167,20 +167,20 @@ AMAZON = Path(__file__).resolve().parents[3] / "shared" / "data" / "amazon18"
 @pytest.mark.slow
 @pytest.mark.skipif(not (AMAZON / "index").is_dir(), reason="../shared/data/amazon18 not present (not vendored)")
 def test_experiment_runs_on_an_amazon18_domain(tmp_path):
-    """The same runner on Amazon-2018 Office_Products (60 users, a very small model, one seed)."""
+    """The amazon18 preset (Office_Products, read in place) with the same runner: 60 users, a very small model, one
+    seed."""
     from abpo.config import load_config
     from abpo.experiment.runner import run_experiment
 
     overrides = [
-        f"paths.root={tmp_path / 'var'}", "data.format=amazon18", f"data.dataset_dir={AMAZON}",
-        "data.amazon_domain=Office_Products", "data.max_users=60", "data.eval_candidates=20", "data.min_history=3",
-        "data.update_steps=2", "experiment.eval_candidates=0", "experiment.update_steps=0",
+        f"paths.root={tmp_path / 'var'}", f"data.dataset_dir={AMAZON}", "data.max_users=60",
+        "experiment.eval_candidates=20",
         "policy.tiny_hidden_size=32", "policy.tiny_intermediate_size=64",
         "policy.tiny_vocab_size=800", "update.max_completion_length=128", "sft.max_steps=4", "update.max_steps=1",
         "update.batch_size=4", "update.save_steps=100", "experiment.seeds=0", "experiment.rows=none,abpo,popularity",
         "experiment.workers=1", "experiment.name=amazon",
     ]
-    res = run_experiment(load_config("tiny", overrides), config_ref="tiny", overrides=overrides, echo=print)
+    res = run_experiment(load_config("amazon18", overrides), config_ref="amazon18", overrides=overrides, echo=print)
     assert res.computed == 3 and [r["row"] for r in res.table] == ["none", "abpo", "popularity"]
     assert "Office_Products" in res.outputs["md"].read_text()
 

@@ -12,7 +12,7 @@ import abpo
 # Modules exposing `register(subparsers, common)`; each adds its subcommands with parents=[common]
 # and sets `handler(args, cfg) -> int | None` via set_defaults(handler=...).
 COMMAND_MODULES = [
-    "abpo.pipeline",
+    "abpo.monthly.demo",
     "abpo.abtest.cli",
     "abpo.data.cli",
     "abpo.train.cli",
@@ -112,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     debug = bool(getattr(args, "debug", False)) or os.environ.get("ABPO_DEBUG", "") not in ("", "0")
     command = " ".join(x for x in (args.command, getattr(args, "data_command", None)) if x)
+    from abpo.logs import console
+
+    console()  # the steps' progress (logging, loggers under `abpo`) as plain lines on stdout
     try:
         from abpo.config import load_config
 

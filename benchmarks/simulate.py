@@ -47,7 +47,7 @@ def main(argv=None) -> int:
     rates = {}
     for label, arm in (("popularity", pop), ("tiny LLM", llm)):
         t = time.perf_counter()
-        res = simulate_month(cfg, month, {"bench": arm}, dataset=ds, splits=splits, write=False, echo=lambda *_: None)
+        res = simulate_month(cfg, month, {"bench": arm}, dataset=ds, splits=splits, write=False)
         dt = time.perf_counter() - t
         rates[label] = res.table.num_rows / dt
         print(f"{label:<11} {res.table.num_rows} impressions in {dt:.2f}s: {rates[label]:,.0f} impressions/s "

@@ -1,7 +1,8 @@
 """abpo_monthly: the continual monthly cycle of the four arms (abpo, grpo, ml_retrain, popularity).
 
-Wiring only: every task calls one step of `abpo.arms.cycle` (heavy imports happen inside the tasks, so the file
-parses in milliseconds). For month m:
+Wiring only: every task is one step of `abpo.monthly`, named like the step's module (abpo/monthly/<task>.py), in the
+order of abpo.monthly.steps.STEPS, the list `abpo arms month` runs too (heavy imports happen inside the tasks, so the
+file parses in milliseconds). For month m:
 
     resolve_month -> bootstrap (refuses when an earlier month was ingested but never finished; arms without a
     champion get one) -> serve (simulate: param) -> ingest (+ GX)
@@ -35,7 +36,8 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import Asset, Param, TaskGroup, dag, get_current_context, task
 
-from abpo.arms.names import LLM_ARMS, MODEL_PREFIX, RANKER_ARMS  # the one registry of arms (dependency-free)
+from abpo.arms.names import ARMS, MODEL_PREFIX  # the one registry of arms (dependency-free)
+from abpo.monthly.steps import PER_ARM  # the steps' order, which `abpo arms month` runs too (dependency-free)
 
 # Every task has a timeout (a hung task fails and can be retried); the update tasks get their own, longer one and
 # run in the pool named by $ABPO_UPDATE_POOL (create it with `airflow pools set gpu <slots> "ABPO updates"` and set
@@ -93,6 +95,9 @@ def check_overrides(overrides) -> list[str]:
 def _cfg():
     from abpo.config import load_config
 
+    from abpo.logs import console
+
+    console(os.environ.get("ABPO_CONSOLE_PREFIX", ""))  # the steps' log lines on the task's stdout
     params = get_current_context()["params"]
     return load_config(os.environ.get("ABPO_CONFIG", "tiny"), check_overrides(params.get("overrides") or []))
 
@@ -146,92 +151,87 @@ def abpo_monthly():
 
     @task
     def bootstrap(month: str) -> dict:
-        from abpo.arms.cycle import bootstrap_arms, json_safe, require_previous_month
+        from abpo.monthly.bootstrap import bootstrap
 
-        cfg = _cfg()
-        require_previous_month(cfg, month)  # a failed month m-1 blocks month m
-        return json_safe(bootstrap_arms(cfg))
+        return bootstrap(_cfg(), month).arms
 
     @task
     def serve(month: str, arms: dict) -> dict:
-        from abpo.arms.cycle import json_safe, serve_month
-        from abpo.warehouse import IngestError, Warehouse
+        from abpo.monthly.serve import serve
 
-        cfg = _cfg()
-        if get_current_context()["params"].get("simulate"):
-            return json_safe(serve_month(cfg, month))
-        try:
-            files = Warehouse.landing_files(cfg.paths.resolve("landing"), month)
-        except IngestError as e:
-            raise FileNotFoundError(f"{cfg.paths.resolve('landing')}: nothing landed for month={month} ({e}); "
-                                    "land the month's logs, or trigger with simulate=true") from e
-        return {"month": month, "files": len(files), "simulated": False}
+        return serve(_cfg(), month, simulate=bool(get_current_context()["params"].get("simulate"))).to_json()
 
     @task(outlets=[CLEAN_IMPRESSIONS])
     def ingest(month: str, served: dict) -> dict:
-        from abpo.arms.cycle import json_safe
-        from abpo.pipeline import ingest_and_validate
+        from abpo.monthly.ingest import ingest_and_validate
 
-        return json_safe(ingest_and_validate(_cfg(), month))
+        return ingest_and_validate(_cfg(), month).to_json()
 
     @task(pool=UPDATE_POOL, execution_timeout=UPDATE_TIMEOUT)
     def update(arm: str, month: str, ingested: dict) -> dict:
         from airflow.sdk.exceptions import AirflowSkipException
 
-        from abpo.arms.cycle import NotEnoughFeedback, json_safe, update_llm_arm
+        from abpo.monthly.common import NotEnoughFeedback
+        from abpo.monthly.update import update_llm_arm
 
         cfg = _cfg()
         _skip_unless_configured(cfg, arm)
         try:
-            return json_safe(update_llm_arm(cfg, arm, month))
+            return update_llm_arm(cfg, arm, month).to_json()
         except NotEnoughFeedback as e:  # the arm keeps its champion; register/gate/promote are skipped too
             raise AirflowSkipException(str(e)) from e
 
     @task
-    def register(arm: str, updated: dict) -> dict:
-        from abpo.arms.cycle import register_update
+    def register(arm: str, month: str, updated: dict) -> dict:
+        from abpo.monthly.register import register_update
+        from abpo.monthly.update import UpdateResult
 
-        return register_update(_cfg(), arm, updated)
+        return register_update(_cfg(), arm, UpdateResult.from_json(updated)).to_json()
 
     @task
     def gate(arm: str, month: str, registered: dict) -> dict:
-        from abpo.arms.cycle import gate_arm, json_safe
+        from abpo.monthly.gate import gate_arm
 
-        return json_safe(gate_arm(_cfg(), arm, registered["version"], month))
+        return gate_arm(_cfg(), arm, registered["version"], month).to_json()
 
     def champion_asset(arm: str) -> Asset:
         return Asset(name=f"abpo_champion_{arm}", uri=f"mlflow://models/{MODEL_PREFIX}{arm}/champion")
 
     @task
-    def promote(arm: str, gated: dict) -> dict:
-        from abpo.arms.cycle import promote_arm
+    def promote(arm: str, month: str, gated: dict) -> dict:
+        from abpo.monthly.gate import GateResult
+        from abpo.monthly.promote import promote_arm
 
-        return promote_arm(_cfg(), arm, gated)
+        return promote_arm(_cfg(), arm, GateResult.from_json(gated)).to_json()
 
     @task
     def refit(arm: str, month: str, ingested: dict) -> dict:
-        from abpo.arms.cycle import json_safe, refit_ranker_arm
+        from abpo.monthly.refit import refit_ranker_arm
 
         cfg = _cfg()
         _skip_unless_configured(cfg, arm)
-        return json_safe(refit_ranker_arm(cfg, arm, month))
+        return refit_ranker_arm(cfg, arm, month).to_json()
 
     @task(trigger_rule="none_failed")
     def report(month: str) -> dict:
-        from abpo.arms.cycle import report_to_date
+        from abpo.monthly.report import report_to_date
 
-        return report_to_date(_cfg(), month)
+        return report_to_date(_cfg(), month).to_json()
 
     month = resolve_month()
     ingested = ingest(month, serve(month, bootstrap(month)))
+    # per arm (a task group), the steps of its kind in order, each fed the one before; the last moves the champion
+    step_tasks = {"update": update, "register": register, "gate": gate, "promote": promote, "refit": refit}
     done = []
-    for arm in LLM_ARMS:
-        with TaskGroup(group_id=arm):
-            done.append(promote.override(outlets=[champion_asset(arm)])(
-                arm, gate(arm, month, register(arm, update(arm, month, ingested)))))
-    for arm in RANKER_ARMS:
-        with TaskGroup(group_id=arm):
-            done.append(refit.override(outlets=[champion_asset(arm)])(arm, month, ingested))
+    for kind, chain in PER_ARM.items():
+        for arm in (name for name, e in ARMS.items() if e.kind == kind):
+            with TaskGroup(group_id=arm):
+                upstream = ingested
+                for step in chain:
+                    t = step_tasks[step]
+                    upstream = (t.override(outlets=[champion_asset(arm)]) if step == chain[-1] else t)(
+                        arm, month, upstream)
+            done.append(upstream)
     final = report(month)
     done >> final
 

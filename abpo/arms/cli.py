@@ -30,15 +30,19 @@ def register(sub, common: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, cfg) -> int:
-    from abpo.arms import cycle
+    from abpo.monthly.common import CHALLENGER, CHAMPION, arms_of
 
     if args.action == "bootstrap":
-        print(json.dumps(cycle.bootstrap_arms(cfg), indent=1))
+        from abpo.monthly.bootstrap import bootstrap_arms
+
+        print(json.dumps(bootstrap_arms(cfg).arms, indent=1))
     elif args.action == "month":
+        from abpo.monthly.month import run_month
+
         if not args.month:
             raise SystemExit("abpo arms month: --month YYYY-MM is required")
-        out = cycle.run_month(cfg, args.month, serve=args.simulate)
-        print(f"report: {out['report']['html']}")
+        out = run_month(cfg, args.month, simulate=args.simulate)
+        print(f"report: {out.report.html}")
     elif args.action in ("promote", "rollback"):
         from abpo.arms import registry as arm_registry
 
@@ -54,8 +58,8 @@ def run(args: argparse.Namespace, cfg) -> int:
     else:
         from abpo.arms import registry as arm_registry
 
-        for arm in cycle.arms_of(cfg):
-            for alias in (cycle.CHAMPION, cycle.CHALLENGER):
+        for arm in arms_of(cfg):
+            for alias in (CHAMPION, CHALLENGER):
                 mv = arm_registry.get_version(cfg, arm, alias)
                 shown = json.dumps(arm_registry.version_info(mv)) if mv is not None else "none"
                 print(f"{arm_registry.model_name(arm):<22} {alias:<10} {shown}")

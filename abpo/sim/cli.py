@@ -23,11 +23,12 @@ def register(sub, common: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, cfg) -> int:
-    from abpo.arms.cycle import bootstrap_arms, serve_month
+    from abpo.monthly.bootstrap import bootstrap_arms
+    from abpo.monthly.serve import serve_month
 
     bootstrap_arms(cfg)
     out = serve_month(cfg, args.month)
-    total_i = sum(v["impressions"] for v in out["per_arm"].values())
-    total_c = sum(v["clicks"] for v in out["per_arm"].values())
-    print(f"simulate {args.month}: {total_i} impressions, {total_c} clicks in {out['seconds']}s -> {out['path']}")
+    total_i = sum(v["impressions"] for v in out.per_arm.values())
+    total_c = sum(v["clicks"] for v in out.per_arm.values())
+    print(f"simulate {args.month}: {total_i} impressions, {total_c} clicks in {out.seconds}s -> {out.path}")
     return 0

@@ -15,8 +15,9 @@ the click. Deterministic for (config seed, month): exposures and clicks use pre-
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -28,6 +29,7 @@ import pyarrow as pa
 from abpo.months import Month
 
 SIM_PART = "sim"
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -110,8 +112,8 @@ def _times(month: str, n: int) -> list[datetime]:
     return [start + timedelta(seconds=int(j * step)) for j in range(n)]
 
 
-def simulate_month(cfg, month: str, arms: Mapping[str, Any], *, dataset=None, splits=None, write: bool = True,
-                   echo: Callable[[str], None] = print) -> SimResult:
+def simulate_month(cfg, month: str, arms: Mapping[str, Any], *, dataset=None, splits=None,
+                   write: bool = True) -> SimResult:
     """Serve ``month``'s requests with ``arms`` (arm name -> abpo.arms.Arm, the champions), click, and (``write``)
     land the impressions as ``landing/impressions/month=<month>/part-sim.parquet`` (a rerun replaces it)."""
     from abpo.arms.base import expose
@@ -132,7 +134,7 @@ def simulate_month(cfg, month: str, arms: Mapping[str, Any], *, dataset=None, sp
     u_expose = _uniforms(cfg.seed, month, 1, len(requests))
     u_click = _uniforms(cfg.seed, month, 2, len(requests))
     genres = dict(zip(ds.catalog.column("item_id").to_pylist(), ds.catalog.column("genres").to_pylist()))
-    echo(f"simulate {month}: {len(requests)} requests of {len(splits)} users, arms {dict(shares)}")
+    log.info(f"simulate {month}: {len(requests)} requests of {len(splits)} users, arms {dict(shares)}")
 
     exposures: dict[int, Any] = {}
     per_arm: dict[str, dict[str, Any]] = {}
@@ -144,7 +146,7 @@ def simulate_month(cfg, month: str, arms: Mapping[str, Any], *, dataset=None, sp
         exposures.update(zip(idx, exp))
         per_arm[name] = {"impressions": len(idx), "users": len({requests[j].user_id for j in idx}),
                          "model_version": str(arm.model_version), "serve_seconds": round(time.time() - t, 2)}
-        echo(f"  serve {name:<11} v{arm.model_version}: {len(idx)} requests in {time.time() - t:.1f}s")
+        log.info(f"  serve {name:<11} v{arm.model_version}: {len(idx)} requests in {time.time() - t:.1f}s")
 
     times = _times(month, len(requests))
     cols: dict[str, list] = {f.name: [] for f in IMPRESSIONS_SCHEMA}

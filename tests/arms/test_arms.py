@@ -90,7 +90,7 @@ def test_dag_arm_lists_agree_with_the_package():
     tree = ast.parse((Path(__file__).resolve().parents[2] / "dags" / "abpo_monthly.py").read_text())
     imported = {a.name for n in tree.body if isinstance(n, ast.ImportFrom) and n.module == "abpo.arms.names"
                 for a in n.names}
-    assert {"LLM_ARMS", "RANKER_ARMS"} <= imported  # the DAG takes its arm lists from the one registry
+    assert "ARMS" in imported  # the DAG takes its arms from the one registry
     assert not any(isinstance(n, ast.Assign) and any(getattr(t, "id", "") in ("LLM_ARMS", "RANKER_ARMS")
                                                      for t in n.targets) for n in tree.body)  # and spells none
     for name, e in ARMS.items():  # every registered arm names a class of its kind
@@ -100,14 +100,13 @@ def test_dag_arm_lists_agree_with_the_package():
 
 def test_promote_refuses_a_race_and_rollback_restores_the_previous_champion(tmp_path):
     from abpo.arms import registry as arm_registry
-    from abpo.arms.cycle import refit_ranker_arm
+    from abpo.monthly.refit import refit_ranker_arm
     from abpo.config import load_config
 
     cfg = load_config("tiny", [f"paths.root={tmp_path}", "data.max_users=40"])
-    quiet = dict(echo=lambda *_: None)
-    assert refit_ranker_arm(cfg, "popularity", None, **quiet)["version"] == "1"
+    assert refit_ranker_arm(cfg, "popularity", None).version == "1"
     other = load_config("tiny", [f"paths.root={tmp_path}", "data.max_users=40", "seed=1"])  # another config: a new fit
-    assert refit_ranker_arm(other, "popularity", None, **quiet)["version"] == "2"
+    assert refit_ranker_arm(other, "popularity", None).version == "2"
     champ = arm_registry.get_version(cfg, "popularity", "champion")
     assert str(champ.version) == "2" and champ.tags["promoted_from"] == "1"
     # a retried promote task (its first attempt moved the alias) is a no-op, not a race
@@ -125,7 +124,7 @@ def test_promote_refuses_a_race_and_rollback_restores_the_previous_champion(tmp_
 
 
 def test_a_month_whose_predecessor_never_finished_refuses_to_start(tmp_path):
-    from abpo.arms.cycle import PreviousMonthIncomplete, mark_month_complete, require_previous_month
+    from abpo.monthly.report import PreviousMonthIncomplete, mark_month_complete, require_previous_month
     from abpo.config import load_config
     from abpo.data.schemas import write_impressions
     from abpo.data.synthetic import synthetic_impressions
@@ -165,22 +164,22 @@ def test_a_retried_register_reuses_the_version_its_run_registered(tmp_path):
     assert len(MlflowClient().search_model_versions("name='abpo-arm-abpo'")) == 1
 
 
-def test_a_rerun_refit_reuses_its_completed_run_and_version(tmp_path):
+def test_a_rerun_refit_reuses_its_completed_run_and_version(tmp_path, caplog):
     """Same data, same config: the second refit finds the first one's completed MLflow run (task key) and returns its
     version; nothing is fitted, logged or registered twice."""
     from mlflow import MlflowClient
 
     from abpo import registry
     from abpo.arms import registry as arm_registry
-    from abpo.arms.cycle import refit_ranker_arm
+    from abpo.monthly.refit import refit_ranker_arm
     from abpo.config import load_config
 
     cfg = load_config("tiny", [f"paths.root={tmp_path}", "data.max_users=40"])
-    said = []
-    first = refit_ranker_arm(cfg, "popularity", None, echo=said.append)
-    again = refit_ranker_arm(cfg, "popularity", None, echo=said.append)
-    assert first == again and first["version"] == "1"
-    assert any("completed before" in line for line in said)
+    with caplog.at_level("INFO", logger="abpo"):
+        first = refit_ranker_arm(cfg, "popularity", None)
+        again = refit_ranker_arm(cfg, "popularity", None)
+    assert first == again and first.version == "1"
+    assert any("completed before" in r.getMessage() for r in caplog.records)
     client = MlflowClient()
     assert len(client.search_model_versions("name='abpo-arm-popularity'")) == 1
     exp = client.get_experiment_by_name(arm_registry.EXPERIMENT)

@@ -17,7 +17,9 @@ def test_two_months_lineage_gate_and_refits(tmp_path):
 
     from abpo import registry
     from abpo.arms import registry as arm_registry
-    from abpo.arms.cycle import dataset_and_splits, run_month
+    from abpo.monthly.common import dataset_and_splits
+    from abpo.monthly.month import run_month
+    from abpo.monthly.steps import STEPS
     from abpo.config import load_config
 
     # month 1 with a gate every challenger passes (20 gate users: one flipped hit moves HR@5 by 0.05), so that month
@@ -25,14 +27,19 @@ def test_two_months_lineage_gate_and_refits(tmp_path):
     cfg = load_config("tiny", [f"paths.root={tmp_path}", *SMALL])
     cfg1 = load_config("tiny", [f"paths.root={tmp_path}", *SMALL, "arms.gate_margin=1.0", "arms.gate_ope_margin=1.0",
                                 "arms.gate_min_ess=0"])
-    m1 = run_month(cfg1, "2026-01", echo=lambda *_: None)
+    m1 = run_month(cfg1, "2026-01").to_json()
+    # the steps ran in the order of abpo.monthly.steps.STEPS (per arm: its kind's chain), the DAG's order
+    assert [s.split(".")[-1] for s in m1["ran"]] == ["bootstrap", "serve", "ingest",
+                                                      *["update", "register", "gate", "promote"] * 2,
+                                                      *["refit"] * 2, "report"]
+    assert list(dict.fromkeys(s.split(".")[-1] for s in m1["ran"])) == list(STEPS)
     assert {a: m1["bootstrap"][a]["version"] for a in ("abpo", "grpo", "ml_retrain", "popularity")} == \
         {"abpo": "1", "grpo": "1", "ml_retrain": "1", "popularity": "1"}
     champ1 = {a: m1[a]["promote"]["champion_version"] for a in ("abpo", "grpo")}
 
     # month 2 with a gate no challenger can pass: every LLM arm keeps its month-1 champion
     cfg2 = load_config("tiny", [f"paths.root={tmp_path}", *SMALL, "arms.gate_margin=-1.0"])
-    m2 = run_month(cfg2, "2026-02", echo=lambda *_: None)
+    m2 = run_month(cfg2, "2026-02").to_json()
     registry.configure(cfg)
     client = MlflowClient()
     for arm in ("abpo", "grpo"):

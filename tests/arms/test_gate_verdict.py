@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from abpo.arms.cycle import gate_verdict
+from abpo.monthly.gate import gate_verdict
 
 NAN, INF = math.nan, math.inf
 

@@ -56,5 +56,37 @@ def test_dag_file_imports_no_heavy_modules():
              "print(' '.join(sorted(set(sys.modules) - before)))")
     loaded = set(subprocess.run([sys.executable, "-c", probe, str(DAGS / "abpo_monthly.py")], capture_output=True,
                                 text=True, check=True).stdout.split())
-    assert {m for m in loaded if m == "abpo" or m.startswith("abpo.")} == {"abpo", "abpo.arms", "abpo.arms.names"}
+    assert {m for m in loaded if m == "abpo" or m.startswith("abpo.")} == {
+        "abpo", "abpo.arms", "abpo.arms.names", "abpo.monthly", "abpo.monthly.steps"}
     assert not {m.split(".")[0] for m in loaded} & {"torch", "transformers", "mlflow", "numpy", "pandas", "duckdb"}
+
+
+def test_the_dag_runs_the_steps_of_abpo_monthly_in_their_order(dagbag):
+    """The DAG and `abpo arms month` (abpo.monthly.month.run_month, whose order the slow test_cycle checks) follow
+    one list, abpo.monthly.steps: every task but resolve_month is a step named like its module in abpo/monthly/ and
+    calls it, the month's steps run in the list's order, each arm runs its kind's chain in order, and report comes
+    after every chain."""
+    import inspect
+
+    from abpo.arms.names import ARMS
+    from abpo.monthly import steps
+
+    dag = dagbag.dags["abpo_monthly"]
+    monthly = Path(__file__).resolve().parents[2] / "abpo" / "monthly"
+    for task in dag.tasks:
+        if task.task_id == "resolve_month":
+            continue
+        step = task.task_id.split(".")[-1]
+        assert step in steps.STEPS and (monthly / f"{step}.py").is_file(), task.task_id
+        assert f"from abpo.monthly.{step} import" in inspect.getsource(task.python_callable), task.task_id
+
+    def downstream(a: str, b: str) -> bool:
+        return b in dag.get_task(a).downstream_task_ids
+
+    once = steps.ONCE
+    assert all(downstream(a, b) for a, b in zip(once, once[1:]))
+    for arm, e in ARMS.items():
+        chain = [f"{arm}.{s}" for s in steps.PER_ARM[e.kind]]
+        assert {t for t in dag.task_ids if t.startswith(f"{arm}.")} == set(chain)
+        assert downstream(once[-1], chain[0]) and all(downstream(a, b) for a, b in zip(chain, chain[1:]))
+        assert all(downstream(chain[-1], last) for last in steps.LAST)

@@ -28,6 +28,11 @@ def test_demo_runs_three_months_through_the_dag(tmp_path):
                           capture_output=True, text=True, timeout=2400)
     assert proc.returncode == 0, (proc.stdout[-4000:], proc.stderr[-4000:])
     assert "3 months through abpo_monthly" in proc.stdout and "wall time" in proc.stdout
+    # the console view: the tasks' log lines (abpo.logs) picked out of Airflow's output, one per step and arm
+    for line in ("   simulate 2026-02:", "   update abpo (abpo) from champion", "   gate grpo: ", "   promote abpo: ",
+                 "   refit popularity: ", "   report 2026-01..2026-03: "):
+        assert line in proc.stdout, line
+    assert "abpo| " not in proc.stdout
     state = tmp_path / "state"
     report = json.loads((state / "reports" / "2026-01..2026-03" / "report.json").read_text())
     cells = {(r["period"], r["arm"]) for r in report["cells"]}

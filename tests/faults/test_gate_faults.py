@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from abpo.arms.cycle import ope_verdict
+from abpo.monthly.gate import ope_verdict
 from abpo.config import load_config
 from abpo.evaluation.off_policy import compare_snips
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from abpo.arms.cycle import require_previous_month, report_to_date
+from abpo.monthly.report import report_to_date, require_previous_month
 from abpo.config import load_config
 from abpo.data.schemas import write_impressions
 from abpo.data.synthetic import synthetic_impressions
@@ -22,10 +22,10 @@ def test_a_month_with_a_zero_click_and_an_all_click_arm_completes(state):
         write_impressions(table, cfg.paths.resolve("landing"), month, part="sim")
         report, _ = ingest_with_config(cfg, month)
         assert report.rows_quarantined == 0 and report.audit.success
-        out = report_to_date(cfg, month, echo=lambda *_: None)
-        assert out["months"][-1] == month
-        for key in ("html", "markdown", "png"):
-            assert out[key] and __import__("pathlib").Path(out[key]).is_file()
+        out = report_to_date(cfg, month)
+        assert out.months[-1] == month
+        for path in (out.html, out.markdown, out.png):
+            assert path and __import__("pathlib").Path(path).is_file()
     require_previous_month(cfg, "2026-03")  # nothing blocks the next month
     assert (cfg.paths.resolve("root") / "cycle" / "2026-02.json").is_file()
 
@@ -41,10 +41,10 @@ def test_a_simulated_month_where_no_arm_gets_a_click_completes(tmp_path):
     """The whole cycle (`abpo arms month --simulate`'s run_month: bootstrap, serve, ingest, updates, refits, report)
     on a month in which every arm is at 0 clicks: the LLM updates are skipped for want of positive feedback, the
     report is written, the month is marked complete and the next month is not refused."""
-    from abpo.arms.cycle import require_previous_month, run_month
+    from abpo.monthly.month import run_month
 
     cfg = load_config("tiny", [f"paths.root={tmp_path / 'var'}", *ZERO_CLICK_MONTH])
-    out = run_month(cfg, "2026-01", echo=lambda *_: None)
+    out = run_month(cfg, "2026-01").to_json()
     per_arm = out["serve"]["per_arm"]
     assert per_arm and all(v["clicks"] == 0 for v in per_arm.values()), per_arm
     assert all("skipped" in out[a] for a in ("abpo", "grpo")), {a: out[a] for a in ("abpo", "grpo")}

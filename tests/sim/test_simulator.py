@@ -110,9 +110,8 @@ def test_simulated_month_passes_the_contract_and_ingests_clean(tmp_path, moviele
     cfg = _cfg(tmp_path)
     splits, _ = split_users(movielens, cfg.data)
     arms = _ranker_arms(cfg, movielens, splits)
-    res = simulate_month(cfg, "2026-02", arms, dataset=movielens, splits=splits, echo=lambda *_: None)
-    again = simulate_month(cfg, "2026-02", arms, dataset=movielens, splits=splits, write=False,
-                           echo=lambda *_: None)
+    res = simulate_month(cfg, "2026-02", arms, dataset=movielens, splits=splits)
+    again = simulate_month(cfg, "2026-02", arms, dataset=movielens, splits=splits, write=False)
     assert res.table.equals(again.table)  # deterministic for (seed, month)
     assert res.path.name == "part-sim.parquet"
     assert sum(v["impressions"] for v in res.per_arm.values()) == res.table.num_rows == 2 * len(splits)
@@ -132,7 +131,7 @@ def test_click_rates_follow_the_model_on_simulated_traffic(tmp_path, movielens):
                "sim.click_taste=0.0")
     splits, _ = split_users(movielens, cfg.data)
     arms = _ranker_arms(cfg, movielens, splits)
-    res = simulate_month(cfg, "2026-01", arms, dataset=movielens, splits=splits, write=False, echo=lambda *_: None)
+    res = simulate_month(cfg, "2026-01", arms, dataset=movielens, splits=splits, write=False)
     t = res.table.to_pydict()
     reqs = {r.request_id: r for r in month_requests(cfg, movielens, splits, "2026-01")}
     hit = [reqs[rid].next_item == item for rid, item in zip(t["request_id"], t["item_id"])]

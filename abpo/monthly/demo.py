@@ -1,24 +1,23 @@
-"""The shared steps of the pipeline (data preparation, pi_init, ingest + validation) and `abpo demo`: the main job
-end to end on the embedded defaults.
+"""`abpo demo`: the main job end to end on the embedded defaults.
 
-    abpo demo:  prepare -> bootstrap (pi_init SFT, every arm's first champion) -> for each of three months:
-                `airflow dags test abpo_monthly` with simulate=true (serve -> ingest -> per-arm update, gate,
-                promote, refit -> report; abpo.arms.cycle) -> the final report's summary
+    prepare -> bootstrap (pi_init SFT, every arm's first champion; abpo.monthly.bootstrap) -> for each of the months:
+    `airflow dags test abpo_monthly` with simulate=true (the monthly steps as tasks: serve -> ingest -> per-arm
+    update, register, gate, promote, refit -> report) -> the final report's summary
 
-Each step takes the loaded :class:`abpo.config.Config` and returns what it produced, so an orchestrator (the
-Airflow DAG, a notebook, the demo) only wires them. Re-running a month is idempotent on the data side (the landed
-part and the warehouse partition are replaced).
+The console view: the demo's own steps (StepLog) and, from each month's Airflow run, the lines the tasks log through
+the ``abpo`` loggers (abpo.logs.console marks them with :data:`TASK_LINE` on the tasks' stdout, the demo shows them
+without it); Airflow's own output goes to the month's log file.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+TASK_LINE = "abpo| "  # the prefix of the tasks' log lines on `airflow dags test`'s output ($ABPO_CONSOLE_PREFIX)
 
 
 @dataclass
@@ -52,6 +51,7 @@ def _plain(v: Any) -> Any:
     return v
 
 
+
 # ------------------------------------------------------------------------------------------------ the steps
 
 
@@ -78,64 +78,7 @@ def prepare_data(cfg) -> dict[str, Any]:
     }
 
 
-def pi_init_dir(cfg) -> Path:
-    return cfg.paths.resolve("models") / cfg.sft.output
-
-
-def ensure_pi_init(cfg, *, fresh: bool = False) -> dict[str, Any]:
-    """Train pi_init by SFT on D_sup and register it (alias pi_init; champion only when none exists), unless a
-    registered pi_init exists and ``fresh`` is not set: then it is reused, downloaded from the registry when the
-    local directory is missing (a fresh worker), never retrained behind the registry's back. A registry that cannot
-    answer raises (abpo.registry.RegistryUnavailable)."""
-    from abpo import registry
-    from abpo.arms.cycle import task_key
-    from abpo.policy.sft import PI_INIT_ALIAS, train_sft
-
-    registry.configure(cfg)
-    # the SFT runs under a task key (abpo.registry.completed_task_run): an attempt killed mid-SFT (a lost worker, a
-    # task the scheduler reset) left its run RUNNING; the next call marks it KILLED, whether it retrains or reuses
-    key = task_key(cfg, "sft", "pi_init")
-    registry.completed_task_run(cfg, cfg.sft.experiment, key)
-    existing = registry.get_version(PI_INIT_ALIAS)
-    if existing is not None and not fresh:
-        local = pi_init_dir(cfg)
-        if not (local / "config.json").exists():
-            local = registry.download_model_dir(cfg, str(existing.version),
-                                                dst=cfg.paths.resolve("models") / "registry" / f"pi_init-v{existing.version}")
-        return {"model_dir": local, "model_version": existing.version, "reused": True}
-    res = train_sft(cfg, run_tags={registry.TASK_KEY_TAG: key})
-    if res.mlflow_run_id:
-        registry.record_task_result(res.mlflow_run_id, {"model_version": str(res.model_version),
-                                                        "model_dir": str(res.model_dir)})
-    return {
-        "model_dir": res.model_dir,
-        "model_version": res.model_version,
-        "mlflow_run": res.mlflow_run_id,
-        "reused": False,
-        "metrics": {k: float(v) for k, v in (res.metrics or {}).items()},  # on the seeded held-out users
-    }
-
-
-def ingest_and_validate(cfg, month: str, *, force: bool = False) -> dict[str, Any]:
-    """Write, audit, publish the month's landing files (abpo.warehouse.Warehouse.ingest_month): contract violations
-    quarantined, the replace guard and the Great Expectations suite run on the staged rows, and only then the
-    month's partition is replaced. A failed audit raises IngestRefused and leaves the partition as it was."""
-    from abpo.warehouse import ingest_with_config
-
-    report, _ = ingest_with_config(cfg, month, force=force)  # every contract and audit setting of section data
-    summary = report.audit
-    return {
-        "rows_in": report.rows_in,
-        "rows_clean": report.rows_clean,
-        "quarantined": dict(report.quarantined_by_rule),
-        "validation": summary.path,
-        "warehouse": cfg.paths.resolve("warehouse"),
-    }
-
-
 # ------------------------------------------------------------------------------------------------ abpo demo
-
-
 
 
 def register(sub, common: argparse.ArgumentParser) -> None:
@@ -159,29 +102,27 @@ def airflow_env(cfg, config_ref: str) -> dict[str, str]:
     the demo's config and state for the tasks."""
     import os
 
-    from abpo.config import REPO_ROOT, preset_path
+    from abpo.config import preset_path
+    from abpo.paths import DAGS_DIR, PLUGINS_DIR
 
     ref = preset_path(config_ref)
     env = {**os.environ,
            "AIRFLOW_HOME": str(cfg.paths.resolve("root") / "airflow"),
-           "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
-           "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO_ROOT / "plugins"),
+           "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS_DIR),
+           "AIRFLOW__CORE__PLUGINS_FOLDER": str(PLUGINS_DIR),
            "AIRFLOW__CORE__LOAD_EXAMPLES": "false",
            "ABPO_CONFIG": str(ref.resolve()) if ref.exists() else config_ref,
            "ABPO_STATE": str(cfg.paths.resolve("root")),
-           "ABPO_TASK_RETRIES": "0"}
+           "ABPO_TASK_RETRIES": "0",
+           "ABPO_CONSOLE_PREFIX": TASK_LINE}
     if cfg.paths.mlflow_tracking_uri:
         env["ABPO_TRACKING_URI"] = cfg.paths.mlflow_tracking_uri
     return env
 
 
-_SHOWN = ("simulate ", "  serve ", "  abpo ", "  grpo ", "  ml_retrain ", "  popularity ", "update ", "register ",
-          "gate ", "promote ", "refit ", "report ", "  scored ")
-
-
 def _run_airflow(args: list[str], env: dict[str, str], log_path: Path) -> int:
-    """Run the `airflow` CLI of this environment, the whole output into ``log_path``; the pipeline's own step lines
-    (and the last lines on a failure) are echoed."""
+    """Run the `airflow` CLI of this environment, the whole output into ``log_path``; the tasks' log lines (marked
+    with :data:`TASK_LINE`) and the last lines on a failure are echoed."""
     import subprocess
     import sys
 
@@ -193,8 +134,8 @@ def _run_airflow(args: list[str], env: dict[str, str], log_path: Path) -> int:
         for line in proc.stdout:  # type: ignore[union-attr]
             log.write(line)
             tail = (tail + [line.rstrip()])[-40:]
-            if line.startswith(_SHOWN):  # the tasks' own prints reach the output unprefixed
-                print("   " + line.rstrip(), flush=True)
+            if line.startswith(TASK_LINE):  # a task's own log line (abpo.logs.console on the task's stdout)
+                print("   " + line[len(TASK_LINE):].rstrip(), flush=True)
     if proc.returncode != 0:
         print("\n".join(tail))
     return proc.returncode
@@ -203,18 +144,18 @@ def _run_airflow(args: list[str], env: dict[str, str], log_path: Path) -> int:
 def run_demo(args: argparse.Namespace, cfg) -> int:
     import json as _json
 
-    from abpo.arms.cycle import bootstrap_arms, report_to_date
+    from abpo.months import month_range
+    from abpo.monthly.bootstrap import bootstrap_arms
+    from abpo.monthly.report import report_to_date
 
     t0 = time.time()
     log = StepLog()
-    from abpo.months import month_range
-
     months = month_range(cfg.sim.start_month, args.months)
     root = cfg.paths.resolve("root")
     print(f"abpo demo: config {cfg.name}, months {months[0]}..{months[-1]}, state under {root}", flush=True)
 
     log.run("prepare", prepare_data, cfg)
-    arms = log.run("bootstrap", bootstrap_arms, cfg)
+    arms = log.run("bootstrap", bootstrap_arms, cfg, describe=lambda r: r.arms).arms
     env = airflow_env(cfg, args.config)
     log.run("airflow_db", lambda: {"rc": _run_airflow(["db", "migrate"], env, root / "airflow" / "db-migrate.log"),
                                    "airflow_home": env["AIRFLOW_HOME"]})
@@ -231,7 +172,7 @@ def run_demo(args: argparse.Namespace, cfg) -> int:
 
         log.run(f"month {m}", _month)
 
-    final = report_to_date(cfg, months[-1], echo=lambda *_: None)
+    final = report_to_date(cfg, months[-1]).to_json()
     md = Path(final["markdown"]).read_text()
     summary = md.split("## Summary", 1)[-1].split("\n## ", 1)[0].strip()
     out = root / "demo_summary.json"

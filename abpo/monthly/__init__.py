@@ -1,0 +1,24 @@
+"""The monthly cycle: one module per step, named like the Airflow task that runs it (dags/abpo_monthly.py), in the
+order of :data:`abpo.monthly.steps.STEPS`, which the DAG and ``abpo arms month`` (month.py) both follow.
+
+    bootstrap.py  bootstrap   a failed month m-1 blocks month m; pi_init (SFT, once) -> version 1 of each LLM arm,
+                              champion; the ranker arms fitted on the interactions before the first month
+    serve.py      serve       each arm's champion serves month m (abpo.sim: simulated traffic, landed as Parquet), or
+                              the month must have landed (production)
+    ingest.py     ingest      warehouse partition + Great Expectations (abpo.warehouse, abpo.validation)
+    update.py     <arm>.update     each LLM arm: its variant from its current champion on its own month-m logs
+    register.py   <arm>.register   the update as a version of the arm's model, alias challenger, lineage tags
+    gate.py       <arm>.gate       challenger vs champion: offline HR@5 and the off-policy SNIPS CTR
+                                   (gate_verdict: a pure function of the numbers)
+    promote.py    <arm>.promote    champion moves to the challenger only when the gate passed
+    refit.py      <arm>.refit      each ranker arm refitted on everything seen through month m, champion
+    report.py     report      the A/B report over every month to date; marks the month complete
+    month.py      (abpo arms month) the whole month in one process
+    demo.py       (abpo demo) the main job end to end through Airflow
+    common.py     the typed result base (to_json), task keys for idempotent retries, the cached dataset
+    steps.py      the ordered list of steps (dependency-free: the DAG imports it)
+
+Steps take the config and plain values (a Month, an arm name, version numbers) and return a typed result (a
+dataclass with ``to_json()``), so tasks pass registry versions, never local paths. Progress goes through
+``logging`` (abpo.logs.console shows it).
+"""

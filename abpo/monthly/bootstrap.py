@@ -1,0 +1,115 @@
+"""Step ``bootstrap`` (Airflow task ``bootstrap``): refuse a month whose predecessor was ingested but never
+finished, then give every arm without a champion its first one: the LLM arms pi_init (trained by SFT and registered
+first when there is none), the ranker arms a fit on the interactions before ``sim.start_month``. Arms that have a
+champion are left as they are (a rerun changes nothing)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Any
+
+from abpo import registry as core_registry
+from abpo.arms import registry as arm_registry
+from abpo.arms.names import RANKER, entry
+from abpo.months import Month
+from abpo.monthly.common import CHAMPION, StepResult, arms_of, reuse, start_run, task_key
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class BootstrapResult(StepResult):
+    arms: dict[str, dict[str, Any]]  # arm -> {"version": its champion, "bootstrapped": registered just now}
+
+
+def pi_init_dir(cfg) -> Path:
+    return cfg.paths.resolve("models") / cfg.sft.output
+
+
+def ensure_pi_init(cfg, *, fresh: bool = False) -> dict[str, Any]:
+    """Train pi_init by SFT on D_sup and register it (alias pi_init; champion only when none exists), unless a
+    registered pi_init exists and ``fresh`` is not set: then it is reused, downloaded from the registry when the
+    local directory is missing (a fresh worker), never retrained behind the registry's back. A registry that cannot
+    answer raises (abpo.registry.RegistryUnavailable)."""
+    from abpo import registry
+    from abpo.policy.sft import PI_INIT_ALIAS, train_sft
+
+    registry.configure(cfg)
+    # the SFT runs under a task key (abpo.registry.completed_task_run): an attempt killed mid-SFT (a lost worker, a
+    # task the scheduler reset) left its run RUNNING; the next call marks it KILLED, whether it retrains or reuses
+    key = task_key(cfg, "sft", "pi_init")
+    registry.completed_task_run(cfg, cfg.sft.experiment, key)
+    existing = registry.get_version(PI_INIT_ALIAS)
+    if existing is not None and not fresh:
+        local = pi_init_dir(cfg)
+        if not (local / "config.json").exists():
+            local = registry.download_model_dir(cfg, str(existing.version),
+                                                dst=cfg.paths.resolve("models") / "registry" / f"pi_init-v{existing.version}")
+        return {"model_dir": local, "model_version": existing.version, "reused": True}
+    res = train_sft(cfg, run_tags={registry.TASK_KEY_TAG: key})
+    if res.mlflow_run_id:
+        registry.record_task_result(res.mlflow_run_id, {"model_version": str(res.model_version),
+                                                        "model_dir": str(res.model_dir)})
+    return {
+        "model_dir": res.model_dir,
+        "model_version": res.model_version,
+        "mlflow_run": res.mlflow_run_id,
+        "reused": False,
+        "metrics": {k: float(v) for k, v in (res.metrics or {}).items()},  # on the seeded held-out users
+    }
+
+
+def bootstrap_arms(cfg) -> BootstrapResult:
+    """Every arm gets a champion if it has none (see the module docstring)."""
+    from abpo.monthly.gate import offline_metrics, record_offline_metrics
+    from abpo.monthly.refit import refit_ranker_arm
+
+    out: dict[str, Any] = {}
+    init = None
+    init_metrics: dict[str, float] | None = None
+    for arm in arms_of(cfg):
+        mv = arm_registry.get_version(cfg, arm, CHAMPION)
+        if mv is not None:
+            out[arm] = {"version": str(mv.version), "bootstrapped": False}
+            continue
+        if entry(arm).kind == RANKER:
+            res = refit_ranker_arm(cfg, arm, None)
+            out[arm] = {"version": res.version, "bootstrapped": True}
+            continue
+        if init is None:
+            init = ensure_pi_init(cfg)
+        tags = arm_registry.lineage_tags(cfg, kind="llm", source="pi_init", parent_version=None, months=[],
+                                         data_hash="", variant=entry(arm).refreshed_by,
+                                         pi_init_version=f"{core_registry.MODEL_NAME} v{init['model_version']}")
+        key = task_key(cfg, "bootstrap", arm, f"pi_init-v{init['model_version']}")
+        done = reuse(cfg, arm_registry.EXPERIMENT, key)
+        if done is not None:  # registered before, its champion alias since removed: the same version again
+            mv = arm_registry.register_version(cfg, arm, done["model_uri"], done["run_id"], tags, alias=CHAMPION)
+        else:
+            with start_run(cfg, f"bootstrap-{arm}", {"abpo.arm": arm, core_registry.TASK_KEY_TAG: key}) as run:
+                uri = arm_registry.log_arm_model(cfg, arm, init["model_dir"])
+            mv = arm_registry.register_version(cfg, arm, uri, run.info.run_id, tags, alias=CHAMPION)
+            core_registry.record_task_result(run.info.run_id, {"model_uri": uri, "run_id": run.info.run_id,
+                                                               "version": str(mv.version)})
+        log.info(f"bootstrap {arm}: {arm_registry.model_name(arm)} v{mv.version} (pi_init) is champion")
+        # every LLM arm starts from the same checkpoint: its gate metrics are computed (or taken from pi_init's
+        # SFT evaluation, which scores the same seeded users when arms.gate_max_users is 0) once, not per arm
+        if init_metrics is None:
+            fresh = init.get("metrics") if not cfg.arms.gate_max_users else None
+            init_metrics = record_offline_metrics(cfg, arm, str(mv.version), fresh) if fresh else \
+                offline_metrics(cfg, arm, str(mv.version))
+        else:
+            record_offline_metrics(cfg, arm, str(mv.version), init_metrics)
+        out[arm] = {"version": str(mv.version), "bootstrapped": True}
+    return BootstrapResult(out)
+
+
+def bootstrap(cfg, month: Month) -> BootstrapResult:
+    """The step: a failed month m-1 blocks month m (abpo.monthly.report.require_previous_month), then
+    :func:`bootstrap_arms`."""
+    from abpo.monthly.report import require_previous_month
+
+    require_previous_month(cfg, Month(month))
+    return bootstrap_arms(cfg)

@@ -1,0 +1,230 @@
+"""Step ``gate`` (Airflow task ``<arm>.gate``): the challenger against the arm's champion.
+
+    offline      HR@5 (``arms.gate_metric``) on the same held-out users, at least the champion's minus
+                 ``arms.gate_margin``
+    off-policy   the SNIPS CTR on the arm's month logs: the bootstrap lower bound of (challenger - champion) at least
+                 -``arms.gate_ope_margin``, the estimate finite and its effective sample size at least
+                 ``arms.gate_min_ess`` (fails closed)
+
+The decision is :func:`gate_verdict`, a pure function of those numbers; :func:`gate_arm` computes them (scoring,
+the warehouse's logs), applies it, and records every number in MLflow and as version tags."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import time
+from typing import Any
+
+from abpo import registry as core_registry
+from abpo.arms import registry as arm_registry
+from abpo.monthly.common import CHAMPION, StepResult, dataset_and_splits, reuse, start_run, task_key
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class GateResult(StepResult):
+    arm: str
+    version: str  # the challenger
+    champion_version: str
+    passed: bool
+    reason: str
+    metric: str
+    challenger: dict[str, float]  # offline metrics on the gate's users
+    champion: dict[str, float]
+    off_policy: dict[str, Any] | None  # abpo.evaluation.off_policy.compare_snips' numbers, or None when not run
+
+
+@dataclasses.dataclass(frozen=True)
+class GateVerdict:
+    """What :func:`gate_verdict` decided: both halves and the reason printed, logged and tagged."""
+
+    passed: bool
+    offline_passed: bool
+    ope_passed: bool  # True when the off-policy half did not run
+    reason: str
+
+
+def ope_verdict(ope: dict[str, Any], margin: float, min_ess: float) -> tuple[bool, str]:
+    """The off-policy check of the gate, failing closed: a non-finite estimate (a NaN SNIPS, interval or effective
+    sample size: e.g. a logged propensity so small that its weight overflowed) or an effective sample size below
+    ``min_ess`` fails, whatever the interval says; otherwise the interval's lower bound must be >= -``margin``."""
+    keys = ("challenger_snips", "champion_snips", "diff", "ci_low", "ci_high", "challenger_ess")
+    bad = [k for k in keys if not isinstance(ope.get(k), (int, float)) or not math.isfinite(float(ope[k]))]
+    if bad:
+        return False, (f"off-policy estimate not finite ({', '.join(f'{k} {ope.get(k)}' for k in bad)}) on "
+                       f"{ope.get('n')} rows: fails closed")
+    if ope["challenger_ess"] < min_ess:
+        return False, (f"off-policy effective sample size {ope['challenger_ess']:.1f} of {ope.get('n')} rows < "
+                       f"arms.gate_min_ess {min_ess:g}: fails closed (SNIPS diff {ope['diff']:+.4f})")
+    ok = bool(ope["ci_low"] >= -margin)
+    return ok, (f"off-policy SNIPS CTR challenger {ope['challenger_snips']:.4f} vs champion "
+                f"{ope['champion_snips']:.4f} on {ope['n']} rows: diff {ope['diff']:+.4f}, {ope['confidence']:.0%} CI "
+                f"[{ope['ci_low']:+.4f}, {ope['ci_high']:+.4f}] {'>=' if ok else '<'} -margin {margin} (ESS "
+                f"{ope['challenger_ess']:.0f})")
+
+
+def gate_verdict(*, metric: str, challenger: dict[str, float], champion: dict[str, float], margin: float,
+                 challenger_version: str, champion_version: str, ope: dict[str, Any] | None = None,
+                 ope_margin: float = 0.0, min_ess: float = 0.0, month: str | None = None) -> GateVerdict:
+    """The gate's decision, a pure function of the numbers (no registry, no MLflow). Offline: the challenger's
+    ``metric`` at least the champion's minus ``margin``; a non-finite value on either side fails closed. Off-policy
+    (when ``ope`` is given): :func:`ope_verdict` with ``ope_margin`` and ``min_ess``. Both must pass."""
+    for side, metrics in (("challenger", challenger), ("champion", champion)):
+        if metric not in metrics:
+            raise ValueError(f"gate: the {side}'s metrics have no {metric!r} (arms.gate_metric; rule: one of "
+                             f"{sorted(metrics)})")
+    new, old = float(challenger[metric]), float(champion[metric])
+    if math.isfinite(new) and math.isfinite(old) and math.isfinite(margin):
+        offline_ok = new >= old - margin
+        reasons = [f"offline {metric} challenger v{challenger_version} {new:.4f} {'>=' if offline_ok else '<'} "
+                   f"champion v{champion_version} {old:.4f} - margin {margin}"]
+    else:
+        offline_ok = False
+        reasons = [f"offline {metric} not finite (challenger v{challenger_version} {new}, champion "
+                   f"v{champion_version} {old}, margin {margin}): fails closed"]
+    ope_ok = True
+    if ope is not None:
+        ope_ok, why = ope_verdict(ope, ope_margin, min_ess)
+        reasons.append(f"{why} ({month})" if month else why)
+    return GateVerdict(offline_ok and ope_ok, offline_ok, ope_ok, "; ".join(reasons))
+
+
+def gate_examples(cfg):
+    """The held-out users every gate scores (seeded): x_{T+N} targets with evaluation candidates."""
+    from abpo.data.candidates import build_eval_examples, training_popularity
+    from abpo.policy.sft import seeded_subsample
+
+    ds, splits = dataset_and_splits(cfg)
+    n = cfg.arms.gate_max_users or cfg.sft.eval_max_users
+    examples = seeded_subsample(build_eval_examples(splits, ds, cfg.data), n, cfg.seed)
+    key = hashlib.sha256(json.dumps([ds.name, cfg.data.seed, cfg.data.eval_candidates, cfg.seed,
+                                     cfg.data.tie_seed, cfg.data.eval_hard_negative_fraction,
+                                     [e.request_id for e in examples],
+                                     [e.candidates for e in examples]]).encode()).hexdigest()[:12]
+    return examples, training_popularity(splits, ds), key
+
+
+def _metric_tag(metric: str) -> str:
+    return "gate.m." + metric.replace("@", "_at_")  # MLflow tag keys allow no '@'
+
+
+def _metric_name(tag: str) -> str:
+    return tag[len("gate.m."):].replace("_at_", "@")
+
+
+def offline_metrics(cfg, arm: str, version: str) -> dict[str, float]:
+    """The version's offline metrics on the gate's users, computed once per (version, user set) and kept as
+    version tags ``gate.m.<metric>`` (versions are immutable, so a champion is never scored twice)."""
+    from abpo.policy.evaluate import evaluate_policy
+    from abpo.policy.model import load_policy
+
+    examples, popularity, key = gate_examples(cfg)
+    mv = arm_registry.get_version(cfg, arm, version)
+    tags = dict(mv.tags or {})
+    if tags.get("gate.eval_key") == key:
+        return {_metric_name(k): float(v) for k, v in tags.items() if k.startswith("gate.m.")}
+    ds, _ = dataset_and_splits(cfg)
+    t = time.time()
+    path = arm_registry.local_dir(cfg, arm, version)
+    model, tok = load_policy(dataclasses.replace(cfg.policy, model=str(path)), cfg.paths, dataset=ds)
+    res = evaluate_policy(model, tok, examples, ds.titles(), cfg.policy, popularity=popularity, progress=False)
+    metrics = {k: float(v) for k, v in res.metrics.items() if not k.startswith("random_")}
+    record_offline_metrics(cfg, arm, version, metrics)
+    log.info(f"  scored {arm} v{version} on {len(examples)} held-out users in {time.time() - t:.0f}s")
+    return metrics
+
+
+def record_offline_metrics(cfg, arm: str, version: str, metrics: dict[str, float]) -> dict[str, float]:
+    """Keep ``metrics`` (on the gate's users) as the version's ``gate.m.*`` tags; returns them without random_*."""
+    _, _, key = gate_examples(cfg)
+    kept = {k: float(v) for k, v in metrics.items() if not k.startswith("random_")}
+    arm_registry.set_tags(cfg, arm, version, {"gate.eval_key": key, **{_metric_tag(k): v for k, v in kept.items()}})
+    return kept
+
+
+def off_policy_gate(cfg, arm: str, version: str, month: str) -> dict[str, Any]:
+    """The challenger's SNIPS CTR on the arm's own month-``month`` logs against the champion's, with a bootstrap
+    interval of the difference and both effective sample sizes (abpo.evaluation.off_policy.compare_snips).
+    Rows the champion logged are weighted 1 for it (its propensity is the logged e0); other rows are rescored."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from abpo.evaluation.off_policy import compare_snips
+    from abpo.warehouse import open_warehouse
+
+    ds, _ = dataset_and_splits(cfg)
+    champ = arm_registry.get_version(cfg, arm, CHAMPION)
+    with open_warehouse(cfg, read_only=True) as wh:
+        pos, neg = wh.strata([month])
+    rows = pa.concat_tables([pos, neg])
+    rows = rows.filter(pc.equal(rows.column("arm"), arm))
+    if rows.num_rows == 0:
+        raise ValueError(f"off-policy gate {arm} v{version}: no logged rows of arm {arm} in {month}")
+    reqs = list(zip(rows.column("user_id").to_pylist(), rows.column("history").to_pylist(),
+                    rows.column("candidates").to_pylist()))
+    items = rows.column("item_id").to_pylist()
+
+    def target(ref: str) -> np.ndarray:
+        arm_obj = arm_registry.load_arm(cfg, arm, ds, ref)
+        return np.array([float(p[list(c).index(a)]) for p, (_, _, c), a in
+                         zip(arm_obj.propensities(reqs), reqs, items, strict=True)])
+
+    e0 = np.asarray(rows.column("propensity").to_pylist(), dtype=np.float64)
+    logged_by_champion = set(rows.column("model_version").to_pylist()) == {str(champ.version)}
+    e_champ = e0 if logged_by_champion else target(str(champ.version))
+    cmp = compare_snips(rows.column("clicked").to_pylist(), e0, target(str(version)), e_champ,
+                        n_boot=cfg.arms.gate_ope_bootstrap, seed=cfg.seed)
+    return {"n": cmp.n, "challenger_snips": cmp.challenger.snips, "champion_snips": cmp.champion.snips,
+            "diff": cmp.diff, "ci_low": cmp.ci_low, "ci_high": cmp.ci_high, "confidence": cmp.confidence,
+            "challenger_ess": cmp.challenger.ess, "champion_ess": cmp.champion.ess,
+            "challenger_max_weight": cmp.challenger.max_weight}
+
+
+def gate_arm(cfg, arm: str, version: str, month: str | None = None) -> GateResult:
+    """Challenger ``version`` against the arm's champion. Offline: ``arms.gate_metric`` on the held-out users at
+    least the champion's minus ``arms.gate_margin``. Off-policy (when ``month`` is given and
+    ``arms.gate_ope_margin`` >= 0): the lower bound of the bootstrap interval of SNIPS CTR (challenger - champion)
+    on the arm's month logs at least -``arms.gate_ope_margin``, the estimate finite and its effective sample size at
+    least ``arms.gate_min_ess`` (:func:`ope_verdict`: fails closed). Both must pass. Every number is logged to MLflow
+    (experiment abpo-arms, run gate-<arm>-v<version>) and kept as version tags; the verdict and its reason are
+    printed."""
+    champ = arm_registry.get_version(cfg, arm, CHAMPION)
+    key = task_key(cfg, "gate", arm, f"v{version}", f"champion-v{champ.version}", month or "offline")
+    done = reuse(cfg, arm_registry.EXPERIMENT, key)
+    if done is not None:
+        log.info(f"gate {arm}: {'PASS' if done['passed'] else 'FAIL'}: {done['reason']}")
+        return GateResult.from_json(done)
+    metric = cfg.arms.gate_metric
+    ch = offline_metrics(cfg, arm, str(champ.version))
+    new = offline_metrics(cfg, arm, str(version))
+    ope = None
+    if month is not None and cfg.arms.gate_ope_margin >= 0:
+        ope = off_policy_gate(cfg, arm, str(version), month)
+    verdict = gate_verdict(metric=metric, challenger=new, champion=ch, margin=cfg.arms.gate_margin,
+                           challenger_version=str(version), champion_version=str(champ.version), ope=ope,
+                           ope_margin=cfg.arms.gate_ope_margin, min_ess=cfg.arms.gate_min_ess, month=month)
+    passed, reason = verdict.passed, verdict.reason
+    log.info(f"gate {arm}: {'PASS' if passed else 'FAIL'}: {reason}")
+    arm_registry.set_tags(cfg, arm, version, {"gate.verdict": "pass" if passed else "fail", "gate.reason": reason[:4900],
+                                             "gate.champion_version": champ.version})
+    numbers = {f"offline.challenger.{k.replace('@', '_at_')}": v for k, v in new.items()}
+    numbers.update({f"offline.champion.{k.replace('@', '_at_')}": v for k, v in ch.items()})
+    numbers.update({f"ope.{k}": float(v) for k, v in (ope or {}).items()})
+    numbers["passed"] = float(passed)
+    with start_run(cfg, f"gate-{arm}-v{version}", {"abpo.arm": arm, "abpo.month": month or "",
+                                                     "abpo.challenger": version,
+                                                     "abpo.champion": str(champ.version), "abpo.verdict": reason[:4900],
+                                                     core_registry.TASK_KEY_TAG: key}) as run:
+        import mlflow
+
+        mlflow.log_metrics({k: float(v) for k, v in numbers.items() if v == v})  # NaN-free
+    out = GateResult(arm=arm, version=str(version), champion_version=str(champ.version), passed=passed,
+                     reason=reason, metric=metric, challenger=new, champion=ch, off_policy=ope)
+    core_registry.record_task_result(run.info.run_id, out.to_json())
+    return out

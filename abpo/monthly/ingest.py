@@ -1,0 +1,29 @@
+"""Step ``ingest`` (Airflow task ``ingest``): write, audit, publish the month's landing files
+(abpo.warehouse.Warehouse.ingest_month): contract violations quarantined, the replace guard and the Great
+Expectations suite run on the staged rows, and only then the month's partition is replaced. A failed audit raises
+IngestRefused and leaves the partition as it was."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from abpo.months import Month
+from abpo.monthly.common import StepResult
+
+
+@dataclasses.dataclass
+class IngestResult(StepResult):
+    rows_in: int
+    rows_clean: int
+    quarantined: dict[str, int]
+    validation: str | None  # the GX summary file
+    warehouse: str
+
+
+def ingest_and_validate(cfg, month: Month, *, force: bool = False) -> IngestResult:
+    from abpo.warehouse import ingest_with_config
+
+    report, _ = ingest_with_config(cfg, Month(month), force=force)  # every contract and audit setting of section data
+    return IngestResult(rows_in=report.rows_in, rows_clean=report.rows_clean,
+                        quarantined=dict(report.quarantined_by_rule), validation=report.audit.path,
+                        warehouse=str(cfg.paths.resolve("warehouse")))

@@ -1,0 +1,76 @@
+"""Step ``refit`` (Airflow task ``<arm>.refit``, one per ranker arm): the arm refitted on everything seen through
+month m (the interactions to date and every click logged before), registered with lineage and made champion at once
+(a refit has no gate: it is the arm's definition, retrained). The bootstrap's first fit is the same step with no
+month."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import time
+
+from abpo import registry as core_registry
+from abpo.arms import registry as arm_registry
+from abpo.arms.names import RANKER, RANKER_ARMS, arm_class, entry
+from abpo.months import Month
+from abpo.monthly.common import CHAMPION, StepResult, dataset_and_splits, reuse, start_run, task_key
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class RefitResult(StepResult):
+    arm: str
+    version: str  # the new champion
+    months: list[str]  # the warehouse months whose clicks it saw
+
+
+def ranker_training_sequences(cfg, month: Month | None) -> tuple[dict[int, list[int]], list[str]]:
+    """Interactions and clicks through ``month`` (None: only what precedes ``sim.start_month``), per user,
+    chronological; and the months they cover."""
+    from abpo.sim.simulator import interactions_to_date
+    from abpo.warehouse import open_warehouse
+
+    _, splits = dataset_and_splits(cfg)
+    if month is None:
+        return interactions_to_date(cfg, splits, cfg.sim.start_month), []
+    seqs = interactions_to_date(cfg, splits, str(Month(month).next()))
+    with open_warehouse(cfg, read_only=True) as wh:
+        clicks = wh.run("clicks_to_date", month=month)
+        months = [m for m in wh.months() if m <= month]
+    for u, i in zip(clicks.column("user_id").to_pylist(), clicks.column("item_id").to_pylist()):
+        seqs.setdefault(int(u), []).append(int(i))
+    return seqs, months
+
+
+def refit_ranker_arm(cfg, arm: str, month: Month | None) -> RefitResult:
+    """Refit a ranker arm on everything seen through ``month`` (None: the bootstrap fit), register it with lineage
+    and make it champion (a refit has no gate: it is the arm's definition, retrained)."""
+    if entry(arm).kind != RANKER:
+        raise ValueError(f"refit_ranker_arm: {arm!r} is an LLM arm; rule: one of {list(RANKER_ARMS)}")
+    ds, _ = dataset_and_splits(cfg)
+    t = time.time()
+    seqs, months = ranker_training_sequences(cfg, month)
+    fitted = arm_class(arm).refresh(arm, cfg, sequences=seqs, item_ids=ds.item_ids().tolist())
+    out_dir = fitted.save(cfg.paths.resolve("models") / "arms" / arm / (month or "bootstrap"))
+    data_hash = hashlib.sha256(json.dumps(sorted(seqs.items())).encode()).hexdigest()[:16]
+    key = task_key(cfg, "refit", arm, month or "bootstrap", data_hash)
+    done = reuse(cfg, arm_registry.EXPERIMENT, key)
+    if done is not None:
+        return RefitResult.from_json(done)
+    parent = arm_registry.get_version(cfg, arm, CHAMPION)
+    tags = arm_registry.lineage_tags(cfg, kind="ranker", source="refit" if month else "bootstrap",
+                                     parent_version=parent.version if parent else None, months=months,
+                                     data_hash=data_hash, variant=arm, interactions=sum(map(len, seqs.values())))
+    with start_run(cfg, f"refit-{arm}-{month or 'bootstrap'}", {"abpo.arm": arm, "abpo.month": month or "",
+                                                                 core_registry.TASK_KEY_TAG: key}) as run:
+        uri = arm_registry.log_arm_model(cfg, arm, out_dir)
+    mv = arm_registry.register_version(cfg, arm, uri, run.info.run_id, tags, alias=None)
+    arm_registry.promote(cfg, arm, mv.version, reason=f"refit through {month or 'the start'}")
+    log.info(f"refit {arm}: {sum(map(len, seqs.values()))} interactions and clicks through {month or 'the start'} "
+             f"in {time.time() - t:.1f}s -> {arm_registry.model_name(arm)} v{mv.version}, champion")
+    out = RefitResult(arm=arm, version=str(mv.version), months=months)
+    core_registry.record_task_result(run.info.run_id, out.to_json())
+    return out

@@ -1,0 +1,60 @@
+"""Step ``serve`` (Airflow task ``serve``): month m's traffic. With ``simulate`` the simulator (abpo.sim) serves it:
+every arm's champion exposes, the click model clicks, and the month lands as Parquet. Without it (production) the
+month must have landed already (landing/impressions/month=YYYY-MM/): the step checks it and fails saying where it
+looked; it never fabricates data."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+from abpo.arms import registry as arm_registry
+from abpo.months import Month
+from abpo.monthly.common import StepResult, arms_of, dataset_and_splits
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class ServeResult(StepResult):
+    month: str
+    simulated: bool
+    files: int = 0  # landed files found (not simulated)
+    path: str = ""  # the simulated part written
+    seconds: float = 0.0
+    per_arm: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:  # the keys the DAG's serve task returned before
+        if not self.simulated:
+            return {"month": self.month, "files": self.files, "simulated": False}
+        return {"month": self.month, "path": self.path, "seconds": self.seconds, "per_arm": self.per_arm}
+
+
+def serve_month(cfg, month: Month) -> ServeResult:
+    """Month ``month``'s traffic served by every arm's champion (abpo.sim.simulate_month), landed as Parquet."""
+    from abpo.sim.simulator import simulate_month
+
+    ds, splits = dataset_and_splits(cfg)
+    arms = {a: arm_registry.load_arm(cfg, a, ds) for a in arms_of(cfg)}
+    res = simulate_month(cfg, month, arms, dataset=ds, splits=splits)
+    for a, v in res.per_arm.items():
+        log.info(f"  {a:<11} {v['impressions']:>6} impressions {v['clicks']:>5} clicks  CTR {v['ctr']:.4f}")
+    return ServeResult(str(month), True, path=str(res.path), seconds=res.seconds, per_arm=res.per_arm)
+
+
+def check_landed(cfg, month: Month) -> ServeResult:
+    """The month's landed files (production); FileNotFoundError naming the landing zone when there are none."""
+    from abpo.warehouse import IngestError, Warehouse
+
+    try:
+        files = Warehouse.landing_files(cfg.paths.resolve("landing"), month)
+    except IngestError as e:
+        raise FileNotFoundError(f"{cfg.paths.resolve('landing')}: nothing landed for month={month} ({e}); "
+                                "land the month's logs, or trigger with simulate=true") from e
+    return ServeResult(str(month), False, files=len(files))
+
+
+def serve(cfg, month: Month, *, simulate: bool) -> ServeResult:
+    """The step: :func:`serve_month` when ``simulate``, else :func:`check_landed`."""
+    return serve_month(cfg, Month(month)) if simulate else check_landed(cfg, Month(month))

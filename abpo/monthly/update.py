@@ -1,0 +1,99 @@
+"""Step ``update`` (Airflow task ``<arm>.update``, one per LLM arm): the arm's variant (abpo: F, grpo: B), started
+from the arm's *current champion*, on *its own* logs of month m (plus ``arms.replay_months`` earlier months), read
+from the warehouse strata; the checkpoint is logged into the update's MLflow run. Too few rows of a stratum raise
+NotEnoughFeedback: the arm keeps its champion this month (the DAG marks the arm's steps skipped)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+from abpo import registry as core_registry
+from abpo.arms import registry as arm_registry
+from abpo.arms.names import LLM, LLM_ARMS, arm_class, entry
+from abpo.months import Month
+from abpo.monthly.common import CHAMPION, NotEnoughFeedback, StepResult, reuse, task_key
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class UpdateResult(StepResult):
+    arm: str
+    month: str
+    run_id: str  # the update's MLflow run, which holds the checkpoint
+    model_uri: str
+    parent_version: str  # the champion it started from
+    months: list[str]  # every month trained on, the parent's included
+    data_hash: str
+    rows: int
+    steps: int
+    variant: str
+
+
+def training_months(cfg, month: Month) -> list[str]:
+    """The month and ``arms.replay_months`` months before it (those present in the warehouse)."""
+    from abpo.warehouse import open_warehouse
+
+    with open_warehouse(cfg, read_only=True) as wh:
+        have = set(wh.months())
+    want = [str(Month(month).plus(-k)) for k in range(cfg.arms.replay_months, -1, -1)]
+    return [x for x in want if x in have or x == month]
+
+
+def arm_strata(cfg, arm: str, months: list[str]):
+    """(positive, no-response) rows that arm ``arm`` logged in ``months``, from the warehouse's strata."""
+    import pyarrow.compute as pc
+
+    from abpo.train.update import UpdateInputMissing
+    from abpo.warehouse import open_warehouse
+
+    path = cfg.paths.resolve("warehouse")
+    if not path.exists():
+        raise UpdateInputMissing(f"{path}: no warehouse yet; ingest month {months[-1]} first")
+    with open_warehouse(cfg, read_only=True) as wh:  # a reader: never holds the write lock
+        positive, no_response = wh.strata(months)
+    positive = positive.filter(pc.equal(positive.column("arm"), arm))
+    no_response = no_response.filter(pc.equal(no_response.column("arm"), arm))
+    if positive.num_rows + no_response.num_rows == 0:
+        raise UpdateInputMissing(f"{path}: no impressions of arm {arm!r} in months {months}")
+    return positive, no_response
+
+
+def update_llm_arm(cfg, arm: str, month: Month) -> UpdateResult:
+    """The step for one LLM arm (see the module docstring). Returns the run and lineage facts."""
+    import mlflow
+
+    if entry(arm).kind != LLM:
+        raise ValueError(f"update_llm_arm: {arm!r} is a ranker arm; rule: one of {list(LLM_ARMS)}")
+    month = Month(month)
+    champ = arm_registry.get_version(cfg, arm, CHAMPION)
+    if champ is None:
+        raise LookupError(f"{arm_registry.model_name(arm)}: no champion; bootstrap the arms first")
+    parent_dir = arm_registry.local_dir(cfg, arm, champ.version)
+    months = training_months(cfg, month)
+    pos, neg = arm_strata(cfg, arm, months)
+    need = max(cfg.arms.min_rows_per_stratum, 1)
+    if pos.num_rows < need or neg.num_rows < need:
+        raise NotEnoughFeedback(
+            f"arm {arm}, months {months}: {pos.num_rows} positive and {neg.num_rows} no-response rows; rule: at "
+            f"least arms.min_rows_per_stratum = {need} of each (every SNIPS mini-batch holds both strata). The arm "
+            f"keeps champion v{champ.version} this month.")
+    data_hash = arm_registry.table_hash(pos, neg)
+    key = task_key(cfg, "update", arm, month, data_hash, f"parent-v{champ.version}")
+    done = reuse(cfg, cfg.update.mlflow_experiment, key)
+    if done is not None:
+        return UpdateResult.from_json(done)
+    log.info(f"update {arm} ({entry(arm).refreshed_by}) from champion v{champ.version} on {pos.num_rows} positive + "
+             f"{neg.num_rows} no-response rows of {months}")
+    res = arm_class(arm).refresh(arm, cfg, month=month, parent_dir=parent_dir, strata=(pos, neg, months),
+                                 run_tags={core_registry.TASK_KEY_TAG: key})
+    with mlflow.start_run(run_id=res.mlflow_run_id):
+        uri = arm_registry.log_arm_model(cfg, arm, res.model_dir)
+    parent_months = [m for m in (champ.tags or {}).get("months", "").split(",") if m]
+    out = UpdateResult(arm=arm, month=str(month), run_id=res.mlflow_run_id, model_uri=uri,
+                       parent_version=str(champ.version), months=sorted(set(parent_months) | set(months)),
+                       data_hash=data_hash, rows=pos.num_rows + neg.num_rows, steps=res.global_step,
+                       variant=res.variant)
+    core_registry.record_task_result(res.mlflow_run_id, out.to_json())
+    return out

@@ -12,14 +12,14 @@ import abpo
 # Modules exposing `register(subparsers, common)`; each adds its subcommands with parents=[common]
 # and sets `handler(args, cfg) -> int | None` via set_defaults(handler=...).
 COMMAND_MODULES = [
-    "abpo.monthly.demo",
-    "abpo.abtest.cli",
-    "abpo.data.cli",
+    "abpo.commands.demo",
+    "abpo.commands.report",
+    "abpo.commands.data",
     "abpo.train.cli",
     "abpo.policy.cli",
     "abpo.experiment.cli",
-    "abpo.sim.cli",
-    "abpo.arms.cli",
+    "abpo.commands.simulate",
+    "abpo.commands.arms",
 ]
 
 

@@ -36,8 +36,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from abpo.data.config import DataConfig
+from abpo.data.schemas import (
+    IMPRESSIONS_SCHEMA,
+    LOGGING_POLICY_PATTERN,
+    RULES,
+    SCHEMA_VERSION,
+    check_month,
+    month_dir,
+    schema_problems,
+)
 from abpo.paths import SQL_DIR
-from abpo.data.schemas import IMPRESSIONS_SCHEMA, LOGGING_POLICY_PATTERN, RULES, SCHEMA_VERSION, check_month, month_dir, schema_problems
 
 _DATA_DEFAULTS = DataConfig()  # the contract parameters' defaults (section data)
 log = logging.getLogger(__name__)

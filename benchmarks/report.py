@@ -151,8 +151,8 @@ def time_raw_baseline(path: Path) -> float:
 def time_report(root: Path, out: Path) -> dict[str, float]:
     """The report step as `abpo report --months` runs it, phase by phase (MLflow left out)."""
     from abpo.abtest.analysis import analyse
-    from abpo.abtest.report import load_from_warehouse
     from abpo.abtest.render import write_report
+    from abpo.abtest.report import load_from_warehouse
     from abpo.config import Config
 
     cfg = Config()  # the defaults (no preset file involved), pointed at the benchmark's warehouse

@@ -94,7 +94,6 @@ def check_overrides(overrides) -> list[str]:
 
 def _cfg():
     from abpo.config import load_config
-
     from abpo.logs import console
 
     console(os.environ.get("ABPO_CONSOLE_PREFIX", ""))  # the steps' log lines on the task's stdout

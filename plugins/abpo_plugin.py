@@ -56,7 +56,7 @@ REPORT_NAME = re.compile(rf"{_MONTH}(?:\.\.{_MONTH})?|csv-[A-Za-z0-9_][A-Za-z0-9
 MONTH = re.compile(_MONTH)
 # a Data Docs file: path segments of letters, digits, '_', '-', '.', '=' (no segment of dots only), a known extension
 DOCS_FILE = re.compile(r"(?:(?!\.+/)[A-Za-z0-9_.=-]+/)*(?!\.+$)[A-Za-z0-9_.=-]+\.(?:html|css|js|png|gif|ico|otf|ttf|woff2?|svg|json)")
-VALIDATION_FILE = re.compile(rf"impressions_({_MONTH})\.json")  # abpo.pipeline.ingest_and_validate
+VALIDATION_FILE = re.compile(rf"impressions_({_MONTH})\.json")  # abpo.monthly.ingest (the GX summary per month)
 CHAMPION = "champion"  # abpo.registry.CHAMPION
 LOOKUP_TIMEOUT_S = 5.0  # an MLflow server that is down retries for minutes: the page answers after this
 

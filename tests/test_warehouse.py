@@ -1,6 +1,6 @@
 import math
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -248,7 +248,7 @@ def test_rule_unknown_arm(wh, landing):
 
 
 def test_rule_event_time_outside_month(wh, landing):
-    march = datetime(2025, 3, 1, 0, 0, 1, tzinfo=timezone.utc)
+    march = datetime(2025, 3, 1, 0, 0, 1, tzinfo=UTC)
     assert_quarantined(wh, landing, with_value(clean(), "event_time", 3, march), "event_time_outside_month",
                        "outside 2025-02")
 

@@ -8,5 +8,5 @@
   or from a CSV; the ``--months`` spec.
 - :mod:`abpo.abtest.render`: Markdown, self-contained HTML, PNG, JSON.
 - :mod:`abpo.abtest.report`: the step itself (``report_from_warehouse``, ``report_from_csv``) and its
-  MLflow logging; :mod:`abpo.abtest.cli`: ``abpo report``.
+  MLflow logging; :mod:`abpo.commands.report`: ``abpo report``.
 """

@@ -234,7 +234,7 @@ def render_html(report: Report, png: bytes, generated: str | None = None) -> str
 
 
 def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _jsonable(v: Any) -> Any:

@@ -11,8 +11,8 @@ saying why; nothing raises on an edge case and nothing is silently replaced by a
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from scipy import stats as _st
 

@@ -8,6 +8,7 @@ it broke per rule, so a test can check the warehouse's quarantine counts against
 from __future__ import annotations
 
 from collections import Counter
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc

@@ -14,9 +14,10 @@ order of :data:`abpo.monthly.steps.STEPS`, which the DAG and ``abpo arms month``
     refit.py      <arm>.refit      each ranker arm refitted on everything seen through month m, champion
     report.py     report      the A/B report over every month to date; marks the month complete
     month.py      (abpo arms month) the whole month in one process
-    demo.py       (abpo demo) the main job end to end through Airflow
     common.py     the typed result base (to_json), task keys for idempotent retries, the cached dataset
     steps.py      the ordered list of steps (dependency-free: the DAG imports it)
+
+``abpo demo`` (abpo.commands.demo) runs the steps through Airflow, as a production scheduler does.
 
 Steps take the config and plain values (a Month, an arm name, version numbers) and return a typed result (a
 dataclass with ``to_json()``), so tasks pass registry versions, never local paths. Progress goes through

@@ -13,8 +13,8 @@ from typing import Any
 from abpo import registry as core_registry
 from abpo.arms import registry as arm_registry
 from abpo.arms.names import RANKER, entry
-from abpo.months import Month
 from abpo.monthly.common import CHAMPION, StepResult, arms_of, reuse, start_run, task_key
+from abpo.months import Month
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from abpo.months import Month
 from abpo.monthly.common import StepResult
+from abpo.months import Month
 
 
 @dataclasses.dataclass

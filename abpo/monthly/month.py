@@ -9,7 +9,6 @@ import logging
 from typing import Any
 
 from abpo.arms.names import entry
-from abpo.months import Month
 from abpo.monthly import steps
 from abpo.monthly.bootstrap import BootstrapResult, bootstrap
 from abpo.monthly.common import NotEnoughFeedback, StepResult, arms_of
@@ -21,6 +20,7 @@ from abpo.monthly.register import register_update
 from abpo.monthly.report import ReportResult, report_to_date
 from abpo.monthly.serve import ServeResult, serve
 from abpo.monthly.update import update_llm_arm
+from abpo.months import Month
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ import time
 from abpo import registry as core_registry
 from abpo.arms import registry as arm_registry
 from abpo.arms.names import RANKER, RANKER_ARMS, arm_class, entry
-from abpo.months import Month
 from abpo.monthly.common import CHAMPION, StepResult, dataset_and_splits, reuse, start_run, task_key
+from abpo.months import Month
 
 log = logging.getLogger(__name__)
 

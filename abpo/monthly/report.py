@@ -10,8 +10,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from abpo.months import Month
 from abpo.monthly.common import StepResult, json_safe
+from abpo.months import Month
 
 log = logging.getLogger(__name__)
 

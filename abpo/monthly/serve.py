@@ -10,8 +10,8 @@ import logging
 from typing import Any
 
 from abpo.arms import registry as arm_registry
-from abpo.months import Month
 from abpo.monthly.common import StepResult, arms_of, dataset_and_splits
+from abpo.months import Month
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ import logging
 from abpo import registry as core_registry
 from abpo.arms import registry as arm_registry
 from abpo.arms.names import LLM, LLM_ARMS, arm_class, entry
-from abpo.months import Month
 from abpo.monthly.common import CHAMPION, NotEnoughFeedback, StepResult, reuse, task_key
+from abpo.months import Month
 
 log = logging.getLogger(__name__)
 

@@ -4,5 +4,5 @@
     abpo.sim.clicks      the click model (documented in the README; every parameter in config section `sim`)
     abpo.sim.simulator   month m's requests from real sequences, each arm's exposures, clicks, and the landed
                          Parquet month partition in the impressions contract (ingest cannot tell it from serving)
-    abpo.sim.cli         `abpo simulate --month YYYY-MM`
+    abpo.commands.simulate  `abpo simulate --month YYYY-MM`
 """

@@ -15,8 +15,15 @@ import pytest
 import torch
 
 from abpo.algo.advantages import anchored_advantages, anchored_baseline, anchored_spread, group_advantages
-from abpo.algo.rewards import NO_ITEM, anchor_reward, chosen_items, format_reward, match_reward, self_certainty
-from abpo.algo.rewards import total_reward
+from abpo.algo.rewards import (
+    NO_ITEM,
+    anchor_reward,
+    chosen_items,
+    format_reward,
+    match_reward,
+    self_certainty,
+    total_reward,
+)
 from abpo.algo.snips import snips_weight, stratified_self_normalise
 from abpo.policy.prompt import format_answer
 

@@ -100,8 +100,8 @@ def test_dag_arm_lists_agree_with_the_package():
 
 def test_promote_refuses_a_race_and_rollback_restores_the_previous_champion(tmp_path):
     from abpo.arms import registry as arm_registry
-    from abpo.monthly.refit import refit_ranker_arm
     from abpo.config import load_config
+    from abpo.monthly.refit import refit_ranker_arm
 
     cfg = load_config("tiny", [f"paths.root={tmp_path}", "data.max_users=40"])
     assert refit_ranker_arm(cfg, "popularity", None).version == "1"
@@ -124,10 +124,10 @@ def test_promote_refuses_a_race_and_rollback_restores_the_previous_champion(tmp_
 
 
 def test_a_month_whose_predecessor_never_finished_refuses_to_start(tmp_path):
-    from abpo.monthly.report import PreviousMonthIncomplete, mark_month_complete, require_previous_month
     from abpo.config import load_config
     from abpo.data.schemas import write_impressions
     from abpo.data.synthetic import synthetic_impressions
+    from abpo.monthly.report import PreviousMonthIncomplete, mark_month_complete, require_previous_month
     from abpo.warehouse import Warehouse
 
     cfg = load_config("tiny", [f"paths.root={tmp_path}"])
@@ -171,8 +171,8 @@ def test_a_rerun_refit_reuses_its_completed_run_and_version(tmp_path, caplog):
 
     from abpo import registry
     from abpo.arms import registry as arm_registry
-    from abpo.monthly.refit import refit_ranker_arm
     from abpo.config import load_config
+    from abpo.monthly.refit import refit_ranker_arm
 
     cfg = load_config("tiny", [f"paths.root={tmp_path}", "data.max_users=40"])
     with caplog.at_level("INFO", logger="abpo"):

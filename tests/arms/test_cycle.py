@@ -17,10 +17,10 @@ def test_two_months_lineage_gate_and_refits(tmp_path):
 
     from abpo import registry
     from abpo.arms import registry as arm_registry
+    from abpo.config import load_config
     from abpo.monthly.common import dataset_and_splits
     from abpo.monthly.month import run_month
     from abpo.monthly.steps import STEPS
-    from abpo.config import load_config
 
     # month 1 with a gate every challenger passes (20 gate users: one flipped hit moves HR@5 by 0.05), so that month
     # 2 must start from month 1's promoted challenger; the gate's own verdicts are tested in test_gate*

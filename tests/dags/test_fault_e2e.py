@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from airflow_services import SMALL, AirflowServices
 
 # Recovery fast enough for a test, yet not so eager that a busy 2-core machine trips it: a scheduler whose own

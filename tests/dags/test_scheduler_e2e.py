@@ -5,7 +5,6 @@ through the REST API, then the registry and the warehouse it left behind."""
 from __future__ import annotations
 
 import pytest
-
 from airflow_services import SMALL, AirflowServices
 
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from abpo.monthly.report import report_to_date, require_previous_month
 from abpo.config import load_config
 from abpo.data.schemas import write_impressions
 from abpo.data.synthetic import synthetic_impressions
+from abpo.monthly.report import report_to_date, require_previous_month
 from abpo.warehouse import ingest_with_config
 
 

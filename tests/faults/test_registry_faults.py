@@ -42,7 +42,7 @@ def test_concurrent_promotions_expecting_the_same_champion_move_it_once(state):
     lost = [o for o in outs if o[0] != 0]
     assert len(won) == 1 and len(lost) == 2, outs
     assert "(was v1)" in won[0][1]
-    for rc, out, err in lost:
+    for rc, _out, err in lost:
         assert rc == 2 and "not the expected v1" in err and "Traceback" not in err, err
     from abpo.arms import registry as arm_registry
     from abpo.config import load_config

@@ -166,8 +166,8 @@ def test_train_b_and_f_save_reloadable_lora(load_tiny, update_rows, tiny_update_
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from abpo.policy.model import lora_config
     from abpo.policy.config import PolicyConfig
+    from abpo.policy.model import lora_config
     from abpo.train.dataset import to_hf_dataset
     from abpo.train.update import save_update, train_update
 

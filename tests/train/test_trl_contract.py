@@ -21,9 +21,8 @@ import inspect
 
 import pytest
 import torch
-from packaging.version import Version
-
 import trl
+from packaging.version import Version
 from trl import GRPOTrainer
 
 

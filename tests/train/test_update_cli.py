@@ -3,7 +3,7 @@ impressions of real catalog items -> strata -> stratified batches -> ABPOTrainer
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pyarrow as pa
 import pytest
@@ -14,7 +14,7 @@ MONTH = "2025-02"
 def _land(rows, landing):
     from abpo.data.schemas import IMPRESSIONS_SCHEMA, SCHEMA_VERSION, write_impressions
 
-    t = datetime(2025, 2, 10, tzinfo=timezone.utc)
+    t = datetime(2025, 2, 10, tzinfo=UTC)
     full = [
         dict(r, event_time=t, served_at=t, model_version="1", request_id=r["impression_id"], position=0,
              logging_policy="softmax(tau=1.0)", schema_version=SCHEMA_VERSION)

@@ -144,9 +144,9 @@ def _run_airflow(args: list[str], env: dict[str, str], log_path: Path) -> int:
 def run_demo(args: argparse.Namespace, cfg) -> int:
     import json as _json
 
-    from abpo.months import month_range
     from abpo.monthly.bootstrap import bootstrap_arms
     from abpo.monthly.report import report_to_date
+    from abpo.months import month_range
 
     t0 = time.time()
     log = StepLog()

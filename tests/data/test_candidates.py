@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from abpo.data.candidates import (
-    _Catalog,
     _candidate_sets,
+    _Catalog,
     _UserNegatives,
     _weighted_first_distinct,
     assert_target_held_out,

@@ -13,6 +13,7 @@ from abpo.data.loaders import (
     tie_order_keys,
 )
 from abpo.data.schemas import CATALOG_SCHEMA, INTERACTIONS_SCHEMA
+
 # read from ../shared/data next to the checkout (not vendored); ABPO_AMAZON18_DIR overrides
 AMAZON = Path(os.environ.get("ABPO_AMAZON18_DIR", Path(__file__).resolve().parents[3] / "shared" / "data" / "amazon18"))
 MOVIELENS_DIR = Path(__file__).resolve().parents[2] / "data" / "ml-latest-small"

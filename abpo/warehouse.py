@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 from abpo.data.config import DataConfig
 from abpo.data.schemas import (
     IMPRESSIONS_SCHEMA,
+    INTERACTIONS_SCHEMA,
     LOGGING_POLICY_PATTERN,
     RULES,
     SCHEMA_VERSION,
@@ -552,6 +553,52 @@ class Warehouse:
 
     def months(self) -> list[str]:
         return [r[0] for r in self.con.execute("SELECT DISTINCT month FROM impressions ORDER BY 1").fetchall()]
+
+    # ------------------------------------------------------------------------------------ interactions
+    def ingest_interactions(self, landing_dir: str | os.PathLike, month: str) -> int | None:
+        """Replace ``month``'s partition of ``interactions`` by the landed files of
+        landing/interactions/month=YYYY-MM/ (INTERACTIONS_SCHEMA; IngestError naming a file that is not), in one
+        transaction. Returns the rows ingested, or None when nothing landed for the month (the partition is left as
+        it was: serving that logs no interactions has nothing to add)."""
+        d = month_dir(landing_dir, check_month(month), "interactions")
+        if not d.is_dir():
+            return None
+        if d.is_symlink():
+            raise IngestError(f"{d}: a symbolic link; rule: the landing partition is a real directory")
+        files = sorted(p for p in d.iterdir() if not p.name.startswith((".", "_")))
+        for p in files:
+            if p.is_symlink() or not p.is_file():
+                raise IngestError(f"{p}: rule: the landing partition holds regular Parquet files only")
+            try:
+                problems = schema_problems(pq.read_schema(p), INTERACTIONS_SCHEMA)
+            except (pa.ArrowInvalid, OSError) as e:
+                raise IngestError(f"{p}: not a Parquet file ({e})") from e
+            if problems:
+                raise IngestError(f"{p}: wrong schema: " + "; ".join(problems))
+        if not files:
+            return None
+        self.con.begin()
+        try:
+            self.run("interactions_delete_month", month=month)
+            self.run("interactions_insert", month=month, files=[str(p.absolute()) for p in files])
+            rows = self.con.execute("SELECT count(*) FROM interactions WHERE month = $m", {"m": month}).fetchall()[0][0]
+            self._commit(f"the interactions of month {month}")
+        except BaseException as e:
+            self._rollback_after(e)
+            raise
+        return int(rows)
+
+    def interactions_to_date(self, month: str) -> dict[int, list[int]]:
+        """user -> the items consumed in the months up to and including ``month``, in sequence order (empty for a
+        warehouse without interactions)."""
+        has = self.con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'interactions'")
+        if not has.fetchall()[0][0]:
+            return {}
+        t = self.run("interactions_to_date", month=check_month(month))
+        out: dict[int, list[int]] = {}
+        for u, i in zip(t.column("user_id").to_pylist(), t.column("item_id").to_pylist()):
+            out.setdefault(int(u), []).append(int(i))
+        return out
 
 
 MEMORY_LIMIT_ENV = "ABPO_WAREHOUSE_MEMORY_LIMIT"  # a deployment's cap (docker-compose.yml sets it), over the config

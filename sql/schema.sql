@@ -96,3 +96,15 @@ CREATE TABLE IF NOT EXISTS user_month_stats_built (
 -- of a month can be restored (Warehouse.restore_month). `version` counts the month's replaced versions (1, 2, ...).
 CREATE TABLE IF NOT EXISTS impressions_history AS
 SELECT *, NULL::TIMESTAMPTZ AS replaced_at, NULL::INTEGER AS version FROM impressions LIMIT 0;
+
+-- interactions: what users consumed each month (landing/interactions/month=YYYY-MM/, from serving's logs or the
+-- simulator), one partition per `month`, replaced as a whole by Warehouse.ingest_interactions. The ranker arms are
+-- refitted on the interactions to date (sql/interactions_to_date.sql) and the clicks.
+CREATE TABLE IF NOT EXISTS interactions (
+    month           VARCHAR     NOT NULL,
+    user_id         BIGINT      NOT NULL,
+    item_id         BIGINT      NOT NULL,
+    event_time      TIMESTAMPTZ,
+    position        INTEGER     NOT NULL,
+    source_file     VARCHAR     NOT NULL
+);

@@ -164,9 +164,10 @@ def check_month(month: str, what: str = "month") -> str:
     return parse_month(month, what)
 
 
-def month_dir(landing_dir: str | os.PathLike, month: str) -> Path:
-    """landing/impressions/month=YYYY-MM (the Hive-style partition folder of one month)."""
-    return Path(landing_dir) / "impressions" / f"month={check_month(month)}"
+def month_dir(landing_dir: str | os.PathLike, month: str, kind: str = "impressions") -> Path:
+    """landing/<kind>/month=YYYY-MM (the Hive-style partition folder of one month; kind impressions or
+    interactions)."""
+    return Path(landing_dir) / kind / f"month={check_month(month)}"
 
 
 # Row groups of this many rows: a reader (DuckDB's ingest) decodes a file's row groups in parallel, so one huge group
@@ -185,8 +186,22 @@ def write_impressions(
     makes a producer's rerun idempotent; without it a fresh unique name is used. The file is written
     to a hidden temporary name and renamed, so a reader never sees half a file.
     """
-    out_dir = month_dir(landing_dir, month)
-    table = conform(table, IMPRESSIONS_SCHEMA, where=f"impressions for {month}")
+    return _write_landing(conform(table, IMPRESSIONS_SCHEMA, where=f"impressions for {month}"),
+                          month_dir(landing_dir, month), part)
+
+
+def write_interactions(
+    table: pa.Table, landing_dir: str | os.PathLike, month: str, *, part: str | None = None
+) -> Path:
+    """Write what users consumed in ``month`` (INTERACTIONS_SCHEMA: user, item, time, position in the user's
+    sequence) into landing/interactions/month=YYYY-MM/part-*.parquet, as :func:`write_impressions` does; the
+    warehouse ingests it with the month (abpo.warehouse.Warehouse.ingest_interactions) and the ranker arms' refits
+    read it back (interactions to date)."""
+    return _write_landing(conform(table, INTERACTIONS_SCHEMA, where=f"interactions for {month}"),
+                          month_dir(landing_dir, month, "interactions"), part)
+
+
+def _write_landing(table: pa.Table, out_dir: Path, part: str | None) -> Path:
     name = part if part is not None else uuid.uuid4().hex[:16]
     if not re.fullmatch(r"[A-Za-z0-9_.=-]+", name):
         raise ValueError(f"part {name!r}: use letters, digits, '_', '-', '.', '='")

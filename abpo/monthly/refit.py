@@ -28,16 +28,17 @@ class RefitResult(StepResult):
 
 
 def ranker_training_sequences(cfg, month: Month | None) -> tuple[dict[int, list[int]], list[str]]:
-    """Interactions and clicks through ``month`` (None: only what precedes ``sim.start_month``), per user,
-    chronological; and the months they cover."""
-    from abpo.sim.simulator import interactions_to_date
+    """Per user, chronological: the history before the first month (the dataset's x_{1:T}), then, through ``month``
+    (None: nothing more), the interactions the warehouse holds and every click logged; and the months covered."""
     from abpo.warehouse import open_warehouse
 
     _, splits = dataset_and_splits(cfg)
+    seqs = {s.user_id: list(s.history) for s in splits}
     if month is None:
-        return interactions_to_date(cfg, splits, cfg.sim.start_month), []
-    seqs = interactions_to_date(cfg, splits, str(Month(month).next()))
+        return seqs, []
     with open_warehouse(cfg, read_only=True) as wh:
+        for u, items in wh.interactions_to_date(month).items():
+            seqs.setdefault(u, []).extend(items)
         clicks = wh.run("clicks_to_date", month=month)
         months = [m for m in wh.months() if m <= month]
     for u, i in zip(clicks.column("user_id").to_pylist(), clicks.column("item_id").to_pylist()):

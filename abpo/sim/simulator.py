@@ -93,9 +93,32 @@ def month_requests(cfg, dataset, splits, month: str) -> list[SimRequest]:
     return out
 
 
+def month_interactions(cfg, splits, month: str, times: dict[tuple[int, int], datetime] | None = None) -> pa.Table:
+    """What users consume in ``month`` (INTERACTIONS_SCHEMA): each user's real items of the month's window
+    x_{T+i*k+1 .. T+(i+1)*k} (the next items of the month's requests), with their positions in the user's sequence;
+    ``times``: (user, window step) -> the request's time (else the month's start). Landed with the impressions, so
+    the warehouse holds the interactions to date (the ranker arms' training data) without asking the simulator."""
+    from abpo.data.schemas import INTERACTIONS_SCHEMA
+
+    k = cfg.sim.requests_per_user
+    i = month_index(cfg.sim.start_month, month)
+    start, _ = Month(month).bounds()
+    rows: dict[str, list] = {f.name: [] for f in INTERACTIONS_SCHEMA}
+    for s in splits:
+        T = len(s.history)
+        for j in range(max(i * k, 0), min((i + 1) * k, len(s.update))):
+            rows["user_id"].append(int(s.user_id))
+            rows["item_id"].append(int(s.update[j]))
+            rows["event_time"].append((times or {}).get((int(s.user_id), j - i * k), start))
+            rows["rating"].append(None)
+            rows["position"].append(T + j)
+    return pa.table(rows, schema=INTERACTIONS_SCHEMA)
+
+
 def interactions_to_date(cfg, splits, month: str) -> dict[int, list[int]]:
     """What the platform has seen users consume before ``month``: x_{1:T} and the real items of every earlier
-    simulated month (the rankers' training data, with the clicks logged before the month)."""
+    simulated month (what the warehouse's interactions to date hold once those months are ingested: tests check
+    the two agree)."""
     k = cfg.sim.requests_per_user
     i = max(month_index(cfg.sim.start_month, month), 0)
     return {s.user_id: [*s.history, *s.update[: min(i * k, len(s.update))]] for s in splits}
@@ -118,7 +141,7 @@ def simulate_month(cfg, month: str, arms: Mapping[str, Any], *, dataset=None, sp
     land the impressions as ``landing/impressions/month=<month>/part-sim.parquet`` (a rerun replaces it)."""
     from abpo.arms.base import expose
     from abpo.data.loaders import load_dataset
-    from abpo.data.schemas import IMPRESSIONS_SCHEMA, SCHEMA_VERSION, write_impressions
+    from abpo.data.schemas import IMPRESSIONS_SCHEMA, SCHEMA_VERSION, write_impressions, write_interactions
     from abpo.data.splits import split_users
     from abpo.sim.assignment import assign_users, check_shares
     from abpo.sim.clicks import check_click_config, click_probability
@@ -175,5 +198,10 @@ def simulate_month(cfg, month: str, arms: Mapping[str, Any], *, dataset=None, sp
     for v in per_arm.values():
         v.setdefault("clicks", 0)
         v["ctr"] = round(v["clicks"] / v["impressions"], 4) if v["impressions"] else float("nan")
-    path = write_impressions(table, cfg.paths.resolve("landing"), month, part=SIM_PART) if write else None
+    path = None
+    if write:
+        path = write_impressions(table, cfg.paths.resolve("landing"), month, part=SIM_PART)
+        when = {(r.user_id, r.step): ts for r, ts in zip(requests, times, strict=True)}
+        write_interactions(month_interactions(cfg, splits, month, when), cfg.paths.resolve("landing"), month,
+                           part=SIM_PART)
     return SimResult(month, table, path, per_arm, round(time.time() - t0, 1))

@@ -122,6 +122,37 @@ def test_simulated_month_passes_the_contract_and_ingests_clean(tmp_path, moviele
     assert summary.success
 
 
+def test_the_warehouse_holds_the_interactions_to_date_the_simulator_served(tmp_path, movielens):
+    """The simulator lands what users consumed with each month; the cycle's ingest step puts it in the warehouse,
+    and the ranker arms' refit data (abpo.monthly.refit: the histories, the warehouse's interactions to date, the
+    clicks) equals what the simulator knows users consumed (interactions_to_date), month after month: the refits
+    read production data, never the simulator. A rerun replaces the month's interactions, never doubles them."""
+    from abpo.data.splits import split_users
+    from abpo.monthly.ingest import ingest_and_validate
+    from abpo.monthly.refit import ranker_training_sequences
+    from abpo.months import Month
+    from abpo.sim.simulator import interactions_to_date, simulate_month
+    from abpo.warehouse import open_warehouse
+
+    cfg = _cfg(tmp_path)
+    splits, _ = split_users(movielens, cfg.data)
+    arms = _ranker_arms(cfg, movielens, splits)
+    bootstrap, _ = ranker_training_sequences(cfg, None)
+    assert bootstrap == interactions_to_date(cfg, splits, cfg.sim.start_month)
+    for month in ("2026-01", "2026-02", "2026-02"):  # the second 2026-02 is a rerun
+        simulate_month(cfg, month, arms, dataset=movielens, splits=splits)
+        out = ingest_and_validate(cfg, month)
+        assert out.interactions == sum(min(2, max(len(s.update) - 2 * Month(month).minus("2026-01"), 0))
+                                       for s in splits)
+        with open_warehouse(cfg, read_only=True) as wh:
+            clicks = wh.run("clicks_to_date", month=month)
+        seqs, months = ranker_training_sequences(cfg, month)
+        expected = interactions_to_date(cfg, splits, Month(month).next())
+        for u, i in zip(clicks.column("user_id").to_pylist(), clicks.column("item_id").to_pylist()):
+            expected[u].append(i)
+        assert seqs == expected and months == ["2026-01", "2026-02"][: Month(month).minus("2026-01") + 1]
+
+
 def test_click_rates_follow_the_model_on_simulated_traffic(tmp_path, movielens):
     """Exposures of the true next item are clicked at about click_next, all others far less often."""
     from abpo.data.splits import split_users

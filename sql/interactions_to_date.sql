@@ -1,0 +1,7 @@
+-- What every user consumed in the months up to and including $month (YYYY-MM), per user in sequence order: with
+-- the users' histories before the first month and the clicks (clicks_to_date.sql), what the ranker arms are refitted
+-- on (abpo.monthly.refit).
+SELECT user_id, item_id
+FROM interactions
+WHERE month <= $month
+ORDER BY user_id, month, position;

@@ -1,5 +1,7 @@
-"""Shared fixtures (keep small): the bundled MovieLens dataset, a fresh data config, and the tiny preset on a
-MovieLens slice for SFT."""
+"""Shared fixtures (keep small): the bundled MovieLens dataset, a fresh data config, the one config helper
+(``make_cfg``: the tiny preset with its state under the test's tmp_path), the one tiny-model builder
+(``build_tiny_model``: a `tiny` model + tokenizer per (policy config, titles), built once per session), and the tiny
+preset on a MovieLens slice for SFT."""
 
 from __future__ import annotations
 
@@ -24,6 +26,40 @@ def movielens():
     from abpo.data.loaders import load_movielens
 
     return load_movielens(MOVIELENS_DIR)
+
+
+@pytest.fixture
+def make_cfg(tmp_path):
+    """Factory: ``make_cfg(*overrides, preset="tiny")`` -> the preset's Config with ``paths.root`` under this test's
+    tmp_path and the ``key=value`` overrides applied (what `--set` takes)."""
+    from abpo.config import load_config
+
+    def make(*overrides: str, preset: str = "tiny"):
+        return load_config(preset, [f"paths.root={tmp_path}", *overrides])
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def build_tiny_model(tmp_path_factory):
+    """Factory: ``build_tiny_model(policy_cfg, titles)`` -> the save_pretrained directory of a `tiny` model and its
+    tokenizer (abpo.policy.model.build_tiny, seed 0), built once per session for each (policy config, titles)."""
+    import dataclasses
+    import json
+
+    from abpo.config import PathsConfig
+    from abpo.policy.model import build_tiny
+
+    built: dict[str, str] = {}
+
+    def build(policy_cfg, titles: dict[int, str]) -> str:
+        key = json.dumps([dataclasses.asdict(policy_cfg), sorted(titles.items())], default=str)
+        if key not in built:
+            paths = PathsConfig(root=str(tmp_path_factory.mktemp("tiny_model")))
+            built[key] = build_tiny(policy_cfg, paths, titles, seed=0)
+        return built[key]
+
+    return build
 
 
 @pytest.fixture

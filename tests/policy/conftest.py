@@ -30,15 +30,11 @@ def small_policy_cfg():
 
 
 @pytest.fixture(scope="session")
-def tiny_dir(tmp_path_factory, small_policy_cfg, small_titles):
+def tiny_dir(build_tiny_model, small_policy_cfg, small_titles):
     import torch
 
-    from abpo.config import PathsConfig
-    from abpo.policy.model import build_tiny
-
     torch.set_num_threads(1)
-    paths = PathsConfig(root=str(tmp_path_factory.mktemp("policy_var")))
-    return build_tiny(small_policy_cfg, paths, small_titles, seed=0)
+    return build_tiny_model(small_policy_cfg, small_titles)
 
 
 @pytest.fixture(scope="session")

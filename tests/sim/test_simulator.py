@@ -6,11 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-
-def _cfg(tmp_path, *extra):
-    from abpo.config import load_config
-
-    return load_config("tiny", [f"paths.root={tmp_path}", "data.max_users=60", "data.update_steps=6", *extra])
+SMALL = ("data.max_users=60", "data.update_steps=6")
 
 
 def test_assignment_is_stable_and_matches_the_shares():
@@ -54,11 +50,11 @@ def test_click_model_responds_as_documented():
     assert click_probability(6, 3, [], [1, 2, 4], genres, c) == pytest.approx(0.01)
 
 
-def test_months_are_consecutive_never_overlap_and_keep_the_target_held_out(tmp_path, movielens):
+def test_months_are_consecutive_never_overlap_and_keep_the_target_held_out(make_cfg, movielens):
     from abpo.data.splits import split_users
     from abpo.sim.simulator import month_requests
 
-    cfg = _cfg(tmp_path)
+    cfg = make_cfg(*SMALL)
     splits, _ = split_users(movielens, cfg.data)
     by_user = {s.user_id: s for s in splits}
     months = ["2026-01", "2026-02", "2026-03"]
@@ -79,11 +75,11 @@ def test_months_are_consecutive_never_overlap_and_keep_the_target_held_out(tmp_p
         month_requests(cfg, movielens, splits, "2026-04")  # 6 update steps / 2 per month = 3 months
 
 
-def test_interactions_to_date_grow_by_the_earlier_windows_only(tmp_path, movielens):
+def test_interactions_to_date_grow_by_the_earlier_windows_only(make_cfg, movielens):
     from abpo.data.splits import split_users
     from abpo.sim.simulator import interactions_to_date
 
-    cfg = _cfg(tmp_path)
+    cfg = make_cfg(*SMALL)
     splits, _ = split_users(movielens, cfg.data)
     s = splits[0]
     assert interactions_to_date(cfg, splits, "2026-01")[s.user_id] == s.history
@@ -101,13 +97,13 @@ def _ranker_arms(cfg, movielens, splits):
             for a in ("abpo", "grpo", "ml_retrain", "popularity")}
 
 
-def test_simulated_month_passes_the_contract_and_ingests_clean(tmp_path, movielens):
+def test_simulated_month_passes_the_contract_and_ingests_clean(make_cfg, movielens):
     from abpo.data.splits import split_users
     from abpo.sim.simulator import simulate_month
     from abpo.validation import validate_month
     from abpo.warehouse import Warehouse
 
-    cfg = _cfg(tmp_path)
+    cfg = make_cfg(*SMALL)
     splits, _ = split_users(movielens, cfg.data)
     arms = _ranker_arms(cfg, movielens, splits)
     res = simulate_month(cfg, "2026-02", arms, dataset=movielens, splits=splits)
@@ -122,7 +118,7 @@ def test_simulated_month_passes_the_contract_and_ingests_clean(tmp_path, moviele
     assert summary.success
 
 
-def test_the_warehouse_holds_the_interactions_to_date_the_simulator_served(tmp_path, movielens):
+def test_the_warehouse_holds_the_interactions_to_date_the_simulator_served(make_cfg, movielens):
     """The simulator lands what users consumed with each month; the cycle's ingest step puts it in the warehouse,
     and the ranker arms' refit data (abpo.monthly.refit: the histories, the warehouse's interactions to date, the
     clicks) equals what the simulator knows users consumed (interactions_to_date), month after month: the refits
@@ -134,7 +130,7 @@ def test_the_warehouse_holds_the_interactions_to_date_the_simulator_served(tmp_p
     from abpo.sim.simulator import interactions_to_date, simulate_month
     from abpo.warehouse import open_warehouse
 
-    cfg = _cfg(tmp_path)
+    cfg = make_cfg(*SMALL)
     splits, _ = split_users(movielens, cfg.data)
     arms = _ranker_arms(cfg, movielens, splits)
     bootstrap, _ = ranker_training_sequences(cfg, None)
@@ -153,12 +149,12 @@ def test_the_warehouse_holds_the_interactions_to_date_the_simulator_served(tmp_p
         assert seqs == expected and months == ["2026-01", "2026-02"][: Month(month).minus("2026-01") + 1]
 
 
-def test_click_rates_follow_the_model_on_simulated_traffic(tmp_path, movielens):
+def test_click_rates_follow_the_model_on_simulated_traffic(make_cfg, movielens):
     """Exposures of the true next item are clicked at about click_next, all others far less often."""
     from abpo.data.splits import split_users
     from abpo.sim.simulator import month_requests, simulate_month
 
-    cfg = _cfg(tmp_path, "data.max_users=0", "sim.click_next=0.9", "sim.click_soon=0.0", "sim.click_base=0.0",
+    cfg = make_cfg(*SMALL, "data.max_users=0", "sim.click_next=0.9", "sim.click_soon=0.0", "sim.click_base=0.0",
                "sim.click_taste=0.0")
     splits, _ = split_users(movielens, cfg.data)
     arms = _ranker_arms(cfg, movielens, splits)

@@ -31,14 +31,9 @@ def tiny_policy_cfg():
 
 
 @pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory, tiny_titles, tiny_policy_cfg):
+def tiny_model_dir(build_tiny_model, tiny_titles, tiny_policy_cfg):
     """save_pretrained directory of the tiny model + tokenizer (built once; load fresh copies per test)."""
-    from abpo.config import PathsConfig
-    from abpo.policy.model import build_tiny
-
-    root = tmp_path_factory.mktemp("tiny")
-    paths = PathsConfig(root=str(root))
-    return build_tiny(tiny_policy_cfg, paths, tiny_titles, seed=0)
+    return build_tiny_model(tiny_policy_cfg, tiny_titles)
 
 
 @pytest.fixture

@@ -82,7 +82,7 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     keeps its traceback."""
     from abpo.abtest.analysis import ReportInputError
     from abpo.abtest.inputs import CSVFormatError
-    from abpo.arms.registry import NotInRegistry, PromotionRace
+    from abpo.arms.versions import NotInRegistry, PromotionRace
     from abpo.config import ConfigError
     from abpo.data.schemas import SchemaError
     from abpo.months import MonthError

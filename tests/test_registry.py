@@ -57,7 +57,7 @@ def test_an_unreachable_registry_raises_instead_of_reading_as_no_alias(tmp_path,
     import mlflow
     import pytest
 
-    from abpo.arms import registry as arm_registry
+    from abpo.arms import versions as arm_versions
 
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
@@ -71,7 +71,7 @@ def test_an_unreachable_registry_raises_instead_of_reading_as_no_alias(tmp_path,
         with pytest.raises(registry.RegistryUnavailable, match=f"127.0.0.1:{port}"):
             registry.get_version(registry.CHAMPION)
         with pytest.raises(registry.RegistryUnavailable, match="abpo-arm-abpo"):
-            arm_registry.get_version(cfg, "abpo", "champion")
+            arm_versions.get_version(cfg, "abpo", "champion")
     finally:
         mlflow.set_tracking_uri(None)
         mlflow.set_registry_uri(None)

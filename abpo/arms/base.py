@@ -35,7 +35,7 @@ class Servable(Protocol):
     """What :func:`expose` needs of an arm."""
 
     name: str
-    model_version: str  # the registered version that serves (abpo.arms.registry)
+    model_version: str  # the registered version that serves (abpo.arms.versions)
     logging_policy: str  # how propensities are made, e.g. "softmax(tau=1.0)"
 
     def propensities(self, requests: Sequence[Request]) -> list[np.ndarray]: ...

@@ -6,7 +6,7 @@ itself): every user's interactions to date (the initial history x_{1:T} and the 
 simulated months before it) and every click logged by any arm before it (:meth:`RankerArm.refresh`). They expose by
 sampling softmax(score / T) over the candidate set (popularity: score = log(1 + count), so exposure ~ count^(1/T)),
 so their propensities are informative and exact. A fitted arm is saved as files (:meth:`RankerArm.save`: the
-ranker's files and ``arm.json``) and registered in MLflow like the LLM checkpoints (abpo.arms.registry)."""
+ranker's files and ``arm.json``) and registered in MLflow like the LLM checkpoints (abpo.arms.versions)."""
 
 from __future__ import annotations
 

@@ -44,23 +44,23 @@ def run(args: argparse.Namespace, cfg) -> int:
         out = run_month(cfg, args.month, simulate=args.simulate)
         print(f"report: {out.report.html}")
     elif args.action in ("promote", "rollback"):
-        from abpo.arms import registry as arm_registry
+        from abpo.arms import versions as arm_versions
 
         if not args.arm or (args.action == "promote" and not args.version):
             raise SystemExit(f"abpo arms {args.action}: --arm" + (" and --version are" if args.action == "promote"
                                                                    else " is") + " required")
         if args.action == "promote":
-            out = arm_registry.promote(cfg, args.arm, args.version, expected_champion=args.expect_champion,
+            out = arm_versions.promote(cfg, args.arm, args.version, expected_champion=args.expect_champion,
                                        reason=args.reason)
         else:
-            out = arm_registry.rollback(cfg, args.arm, reason=args.reason)
-        print(f"{arm_registry.model_name(args.arm)}: champion v{out['champion']} (was v{out['previous'] or 'none'})")
+            out = arm_versions.rollback(cfg, args.arm, reason=args.reason)
+        print(f"{arm_versions.model_name(args.arm)}: champion v{out['champion']} (was v{out['previous'] or 'none'})")
     else:
-        from abpo.arms import registry as arm_registry
+        from abpo.arms import versions as arm_versions
 
         for arm in arms_of(cfg):
             for alias in (CHAMPION, CHALLENGER):
-                mv = arm_registry.get_version(cfg, arm, alias)
-                shown = json.dumps(arm_registry.version_info(mv)) if mv is not None else "none"
-                print(f"{arm_registry.model_name(arm):<22} {alias:<10} {shown}")
+                mv = arm_versions.get_version(cfg, arm, alias)
+                shown = json.dumps(arm_versions.version_info(mv)) if mv is not None else "none"
+                print(f"{arm_versions.model_name(arm):<22} {alias:<10} {shown}")
     return 0

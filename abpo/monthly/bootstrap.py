@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from abpo import registry as core_registry
-from abpo.arms import registry as arm_registry
+from abpo.arms import versions as arm_versions
 from abpo.arms.names import RANKER, entry
 from abpo.monthly.common import CHAMPION, StepResult, arms_of, reuse, start_run, task_key
 from abpo.months import Month
@@ -70,7 +70,7 @@ def bootstrap_arms(cfg) -> BootstrapResult:
     init = None
     init_metrics: dict[str, float] | None = None
     for arm in arms_of(cfg):
-        mv = arm_registry.get_version(cfg, arm, CHAMPION)
+        mv = arm_versions.get_version(cfg, arm, CHAMPION)
         if mv is not None:
             out[arm] = {"version": str(mv.version), "bootstrapped": False}
             continue
@@ -80,20 +80,20 @@ def bootstrap_arms(cfg) -> BootstrapResult:
             continue
         if init is None:
             init = ensure_pi_init(cfg)
-        tags = arm_registry.lineage_tags(cfg, kind="llm", source="pi_init", parent_version=None, months=[],
+        tags = arm_versions.lineage_tags(cfg, kind="llm", source="pi_init", parent_version=None, months=[],
                                          data_hash="", variant=entry(arm).refreshed_by,
                                          pi_init_version=f"{core_registry.MODEL_NAME} v{init['model_version']}")
         key = task_key(cfg, "bootstrap", arm, f"pi_init-v{init['model_version']}")
-        done = reuse(cfg, arm_registry.EXPERIMENT, key)
+        done = reuse(cfg, arm_versions.EXPERIMENT, key)
         if done is not None:  # registered before, its champion alias since removed: the same version again
-            mv = arm_registry.register_version(cfg, arm, done["model_uri"], done["run_id"], tags, alias=CHAMPION)
+            mv = arm_versions.register_version(cfg, arm, done["model_uri"], done["run_id"], tags, alias=CHAMPION)
         else:
             with start_run(cfg, f"bootstrap-{arm}", {"abpo.arm": arm, core_registry.TASK_KEY_TAG: key}) as run:
-                uri = arm_registry.log_arm_model(cfg, arm, init["model_dir"])
-            mv = arm_registry.register_version(cfg, arm, uri, run.info.run_id, tags, alias=CHAMPION)
+                uri = arm_versions.log_arm_model(cfg, arm, init["model_dir"])
+            mv = arm_versions.register_version(cfg, arm, uri, run.info.run_id, tags, alias=CHAMPION)
             core_registry.record_task_result(run.info.run_id, {"model_uri": uri, "run_id": run.info.run_id,
                                                                "version": str(mv.version)})
-        log.info(f"bootstrap {arm}: {arm_registry.model_name(arm)} v{mv.version} (pi_init) is champion")
+        log.info(f"bootstrap {arm}: {arm_versions.model_name(arm)} v{mv.version} (pi_init) is champion")
         # every LLM arm starts from the same checkpoint: its gate metrics are computed (or taken from pi_init's
         # SFT evaluation, which scores the same seeded users when arms.gate_max_users is 0) once, not per arm
         if init_metrics is None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from abpo import registry as core_registry
-from abpo.arms import registry as arm_registry
+from abpo.arms import versions as arm_versions
 from abpo.arms.names import check_arm
 
 CHAMPION, CHALLENGER = core_registry.CHAMPION, core_registry.CHALLENGER
@@ -73,13 +73,13 @@ def dataset_and_splits(cfg):
 
 
 def start_run(cfg, run_name: str, tags: dict[str, Any]):
-    return core_registry.start_run(cfg, arm_registry.EXPERIMENT, run_name, tags=tags)
+    return core_registry.start_run(cfg, arm_versions.EXPERIMENT, run_name, tags=tags)
 
 
 def task_key(cfg, *parts: Any) -> str:
     """What a task does and on which inputs, plus the config's hash: the key under which its completed MLflow run
     is found again when the task is retried or its month re-run (abpo.registry.completed_task_run)."""
-    return ":".join([*(str(p) for p in parts), arm_registry.config_hash(cfg)])
+    return ":".join([*(str(p) for p in parts), arm_versions.config_hash(cfg)])
 
 
 def reuse(cfg, experiment: str, key: str) -> dict[str, Any] | None:

@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from abpo import registry as core_registry
-from abpo.arms import registry as arm_registry
+from abpo.arms import versions as arm_versions
 from abpo.monthly.common import CHAMPION, StepResult, dataset_and_splits, reuse, start_run, task_key
 
 log = logging.getLogger(__name__)
@@ -124,13 +124,13 @@ def offline_metrics(cfg, arm: str, version: str) -> dict[str, float]:
     from abpo.policy.model import load_policy
 
     examples, popularity, key = gate_examples(cfg)
-    mv = arm_registry.get_version(cfg, arm, version)
+    mv = arm_versions.get_version(cfg, arm, version)
     tags = dict(mv.tags or {})
     if tags.get("gate.eval_key") == key:
         return {_metric_name(k): float(v) for k, v in tags.items() if k.startswith("gate.m.")}
     ds, _ = dataset_and_splits(cfg)
     t = time.time()
-    path = arm_registry.local_dir(cfg, arm, version)
+    path = arm_versions.local_dir(cfg, arm, version)
     model, tok = load_policy(dataclasses.replace(cfg.policy, model=str(path)), cfg.paths, dataset=ds)
     res = evaluate_policy(model, tok, examples, ds.titles(), cfg.policy, popularity=popularity, progress=False)
     metrics = {k: float(v) for k, v in res.metrics.items() if not k.startswith("random_")}
@@ -143,7 +143,7 @@ def record_offline_metrics(cfg, arm: str, version: str, metrics: dict[str, float
     """Keep ``metrics`` (on the gate's users) as the version's ``gate.m.*`` tags; returns them without random_*."""
     _, _, key = gate_examples(cfg)
     kept = {k: float(v) for k, v in metrics.items() if not k.startswith("random_")}
-    arm_registry.set_tags(cfg, arm, version, {"gate.eval_key": key, **{_metric_tag(k): v for k, v in kept.items()}})
+    arm_versions.set_tags(cfg, arm, version, {"gate.eval_key": key, **{_metric_tag(k): v for k, v in kept.items()}})
     return kept
 
 
@@ -159,7 +159,7 @@ def off_policy_gate(cfg, arm: str, version: str, month: str) -> dict[str, Any]:
     from abpo.warehouse import open_warehouse
 
     ds, _ = dataset_and_splits(cfg)
-    champ = arm_registry.get_version(cfg, arm, CHAMPION)
+    champ = arm_versions.get_version(cfg, arm, CHAMPION)
     with open_warehouse(cfg, read_only=True) as wh:
         pos, neg = wh.strata([month])
     rows = pa.concat_tables([pos, neg])
@@ -171,7 +171,7 @@ def off_policy_gate(cfg, arm: str, version: str, month: str) -> dict[str, Any]:
     items = rows.column("item_id").to_pylist()
 
     def target(ref: str) -> np.ndarray:
-        arm_obj = arm_registry.load_arm(cfg, arm, ds, ref)
+        arm_obj = arm_versions.load_arm(cfg, arm, ds, ref)
         return np.array([float(p[list(c).index(a)]) for p, (_, _, c), a in
                          zip(arm_obj.propensities(reqs), reqs, items, strict=True)])
 
@@ -194,9 +194,9 @@ def gate_arm(cfg, arm: str, version: str, month: str | None = None) -> GateResul
     least ``arms.gate_min_ess`` (:func:`ope_verdict`: fails closed). Both must pass. Every number is logged to MLflow
     (experiment abpo-arms, run gate-<arm>-v<version>) and kept as version tags; the verdict and its reason are
     printed."""
-    champ = arm_registry.get_version(cfg, arm, CHAMPION)
+    champ = arm_versions.get_version(cfg, arm, CHAMPION)
     key = task_key(cfg, "gate", arm, f"v{version}", f"champion-v{champ.version}", month or "offline")
-    done = reuse(cfg, arm_registry.EXPERIMENT, key)
+    done = reuse(cfg, arm_versions.EXPERIMENT, key)
     if done is not None:
         log.info(f"gate {arm}: {'PASS' if done['passed'] else 'FAIL'}: {done['reason']}")
         return GateResult.from_json(done)
@@ -211,7 +211,7 @@ def gate_arm(cfg, arm: str, version: str, month: str | None = None) -> GateResul
                            ope_margin=cfg.arms.gate_ope_margin, min_ess=cfg.arms.gate_min_ess, month=month)
     passed, reason = verdict.passed, verdict.reason
     log.info(f"gate {arm}: {'PASS' if passed else 'FAIL'}: {reason}")
-    arm_registry.set_tags(cfg, arm, version, {"gate.verdict": "pass" if passed else "fail", "gate.reason": reason[:4900],
+    arm_versions.set_tags(cfg, arm, version, {"gate.verdict": "pass" if passed else "fail", "gate.reason": reason[:4900],
                                              "gate.champion_version": champ.version})
     numbers = {f"offline.challenger.{k.replace('@', '_at_')}": v for k, v in new.items()}
     numbers.update({f"offline.champion.{k.replace('@', '_at_')}": v for k, v in ch.items()})

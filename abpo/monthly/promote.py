@@ -1,12 +1,12 @@
 """Step ``promote`` (Airflow task ``<arm>.promote``): the arm's champion moves to the gated challenger only when the
-gate passed (under the arm's promotion lock, abpo.arms.registry.promote); otherwise it stays where it was."""
+gate passed (under the arm's promotion lock, abpo.arms.versions.promote); otherwise it stays where it was."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
 
-from abpo.arms import registry as arm_registry
+from abpo.arms import versions as arm_versions
 from abpo.monthly.common import CHAMPION, StepResult
 from abpo.monthly.gate import GateResult
 
@@ -23,10 +23,10 @@ class PromoteResult(StepResult):
 def promote_arm(cfg, arm: str, gate: GateResult) -> PromoteResult:
     """Move the arm's champion to the gated challenger when the gate passed; otherwise leave it where it was."""
     if gate.passed:
-        arm_registry.promote(cfg, arm, gate.version, expected_champion=gate.champion_version,
+        arm_versions.promote(cfg, arm, gate.version, expected_champion=gate.champion_version,
                              reason=f"gate passed: {gate.reason}"[:4900])
         log.info(f"promote {arm}: champion -> v{gate.version}")
     else:
         log.info(f"promote {arm}: champion stays v{gate.champion_version} (v{gate.version} stays challenger)")
-    now = arm_registry.get_version(cfg, arm, CHAMPION)
+    now = arm_versions.get_version(cfg, arm, CHAMPION)
     return PromoteResult(arm=arm, champion_version=str(now.version), promoted=bool(gate.passed))

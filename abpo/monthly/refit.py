@@ -12,7 +12,7 @@ import logging
 import time
 
 from abpo import registry as core_registry
-from abpo.arms import registry as arm_registry
+from abpo.arms import versions as arm_versions
 from abpo.arms.names import RANKER, RANKER_ARMS, arm_class, entry
 from abpo.monthly.common import CHAMPION, StepResult, dataset_and_splits, reuse, start_run, task_key
 from abpo.months import Month
@@ -58,20 +58,20 @@ def refit_ranker_arm(cfg, arm: str, month: Month | None) -> RefitResult:
     out_dir = fitted.save(cfg.paths.resolve("models") / "arms" / arm / (month or "bootstrap"))
     data_hash = hashlib.sha256(json.dumps(sorted(seqs.items())).encode()).hexdigest()[:16]
     key = task_key(cfg, "refit", arm, month or "bootstrap", data_hash)
-    done = reuse(cfg, arm_registry.EXPERIMENT, key)
+    done = reuse(cfg, arm_versions.EXPERIMENT, key)
     if done is not None:
         return RefitResult.from_json(done)
-    parent = arm_registry.get_version(cfg, arm, CHAMPION)
-    tags = arm_registry.lineage_tags(cfg, kind="ranker", source="refit" if month else "bootstrap",
+    parent = arm_versions.get_version(cfg, arm, CHAMPION)
+    tags = arm_versions.lineage_tags(cfg, kind="ranker", source="refit" if month else "bootstrap",
                                      parent_version=parent.version if parent else None, months=months,
                                      data_hash=data_hash, variant=arm, interactions=sum(map(len, seqs.values())))
     with start_run(cfg, f"refit-{arm}-{month or 'bootstrap'}", {"abpo.arm": arm, "abpo.month": month or "",
                                                                  core_registry.TASK_KEY_TAG: key}) as run:
-        uri = arm_registry.log_arm_model(cfg, arm, out_dir)
-    mv = arm_registry.register_version(cfg, arm, uri, run.info.run_id, tags, alias=None)
-    arm_registry.promote(cfg, arm, mv.version, reason=f"refit through {month or 'the start'}")
+        uri = arm_versions.log_arm_model(cfg, arm, out_dir)
+    mv = arm_versions.register_version(cfg, arm, uri, run.info.run_id, tags, alias=None)
+    arm_versions.promote(cfg, arm, mv.version, reason=f"refit through {month or 'the start'}")
     log.info(f"refit {arm}: {sum(map(len, seqs.values()))} interactions and clicks through {month or 'the start'} "
-             f"in {time.time() - t:.1f}s -> {arm_registry.model_name(arm)} v{mv.version}, champion")
+             f"in {time.time() - t:.1f}s -> {arm_versions.model_name(arm)} v{mv.version}, champion")
     out = RefitResult(arm=arm, version=str(mv.version), months=months)
     core_registry.record_task_result(run.info.run_id, out.to_json())
     return out

@@ -1,12 +1,12 @@
 """Step ``register`` (Airflow task ``<arm>.register``): the update as a new version of the arm's registered model,
-alias challenger, with lineage tags (abpo.arms.registry); a retry of the same run reuses its version."""
+alias challenger, with lineage tags (abpo.arms.versions); a retry of the same run reuses its version."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
 
-from abpo.arms import registry as arm_registry
+from abpo.arms import versions as arm_versions
 from abpo.monthly.common import CHALLENGER, StepResult
 from abpo.monthly.update import UpdateResult
 
@@ -21,10 +21,10 @@ class RegisterResult(StepResult):
 
 
 def register_update(cfg, arm: str, updated: UpdateResult) -> RegisterResult:
-    tags = arm_registry.lineage_tags(cfg, kind="llm", source="update", parent_version=updated.parent_version,
+    tags = arm_versions.lineage_tags(cfg, kind="llm", source="update", parent_version=updated.parent_version,
                                      months=updated.months, data_hash=updated.data_hash, variant=updated.variant,
                                      month=updated.month, rows=updated.rows, steps=updated.steps)
-    mv = arm_registry.register_version(cfg, arm, updated.model_uri, updated.run_id, tags, alias=CHALLENGER)
-    log.info(f"register {arm}: {arm_registry.model_name(arm)} v{mv.version} (parent v{updated.parent_version}) "
+    mv = arm_versions.register_version(cfg, arm, updated.model_uri, updated.run_id, tags, alias=CHALLENGER)
+    log.info(f"register {arm}: {arm_versions.model_name(arm)} v{mv.version} (parent v{updated.parent_version}) "
              f"is challenger")
     return RegisterResult(arm=arm, version=str(mv.version), parent_version=updated.parent_version)

@@ -9,7 +9,7 @@ import dataclasses
 import logging
 from typing import Any
 
-from abpo.arms import registry as arm_registry
+from abpo.arms import versions as arm_versions
 from abpo.monthly.common import StepResult, arms_of, dataset_and_splits
 from abpo.months import Month
 
@@ -36,7 +36,7 @@ def serve_month(cfg, month: Month) -> ServeResult:
     from abpo.sim.simulator import simulate_month
 
     ds, splits = dataset_and_splits(cfg)
-    arms = {a: arm_registry.load_arm(cfg, a, ds) for a in arms_of(cfg)}
+    arms = {a: arm_versions.load_arm(cfg, a, ds) for a in arms_of(cfg)}
     res = simulate_month(cfg, month, arms, dataset=ds, splits=splits)
     for a, v in res.per_arm.items():
         log.info(f"  {a:<11} {v['impressions']:>6} impressions {v['clicks']:>5} clicks  CTR {v['ctr']:.4f}")

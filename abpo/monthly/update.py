@@ -9,7 +9,7 @@ import dataclasses
 import logging
 
 from abpo import registry as core_registry
-from abpo.arms import registry as arm_registry
+from abpo.arms import versions as arm_versions
 from abpo.arms.names import LLM, LLM_ARMS, arm_class, entry
 from abpo.monthly.common import CHAMPION, NotEnoughFeedback, StepResult, reuse, task_key
 from abpo.months import Month
@@ -67,10 +67,10 @@ def update_llm_arm(cfg, arm: str, month: Month) -> UpdateResult:
     if entry(arm).kind != LLM:
         raise ValueError(f"update_llm_arm: {arm!r} is a ranker arm; rule: one of {list(LLM_ARMS)}")
     month = Month(month)
-    champ = arm_registry.get_version(cfg, arm, CHAMPION)
+    champ = arm_versions.get_version(cfg, arm, CHAMPION)
     if champ is None:
-        raise LookupError(f"{arm_registry.model_name(arm)}: no champion; bootstrap the arms first")
-    parent_dir = arm_registry.local_dir(cfg, arm, champ.version)
+        raise LookupError(f"{arm_versions.model_name(arm)}: no champion; bootstrap the arms first")
+    parent_dir = arm_versions.local_dir(cfg, arm, champ.version)
     months = training_months(cfg, month)
     pos, neg = arm_strata(cfg, arm, months)
     need = max(cfg.arms.min_rows_per_stratum, 1)
@@ -79,7 +79,7 @@ def update_llm_arm(cfg, arm: str, month: Month) -> UpdateResult:
             f"arm {arm}, months {months}: {pos.num_rows} positive and {neg.num_rows} no-response rows; rule: at "
             f"least arms.min_rows_per_stratum = {need} of each (every SNIPS mini-batch holds both strata). The arm "
             f"keeps champion v{champ.version} this month.")
-    data_hash = arm_registry.table_hash(pos, neg)
+    data_hash = arm_versions.table_hash(pos, neg)
     key = task_key(cfg, "update", arm, month, data_hash, f"parent-v{champ.version}")
     done = reuse(cfg, cfg.update.mlflow_experiment, key)
     if done is not None:
@@ -89,7 +89,7 @@ def update_llm_arm(cfg, arm: str, month: Month) -> UpdateResult:
     res = arm_class(arm).refresh(arm, cfg, month=month, parent_dir=parent_dir, strata=(pos, neg, months),
                                  run_tags={core_registry.TASK_KEY_TAG: key})
     with mlflow.start_run(run_id=res.mlflow_run_id):
-        uri = arm_registry.log_arm_model(cfg, arm, res.model_dir)
+        uri = arm_versions.log_arm_model(cfg, arm, res.model_dir)
     parent_months = [m for m in (champ.tags or {}).get("months", "").split(",") if m]
     out = UpdateResult(arm=arm, month=str(month), run_id=res.mlflow_run_id, model_uri=uri,
                        parent_version=str(champ.version), months=sorted(set(parent_months) | set(months)),

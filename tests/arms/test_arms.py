@@ -99,7 +99,7 @@ def test_dag_arm_lists_agree_with_the_package():
 
 
 def test_promote_refuses_a_race_and_rollback_restores_the_previous_champion(tmp_path):
-    from abpo.arms import registry as arm_registry
+    from abpo.arms import versions as arm_versions
     from abpo.config import load_config
     from abpo.monthly.refit import refit_ranker_arm
 
@@ -107,20 +107,20 @@ def test_promote_refuses_a_race_and_rollback_restores_the_previous_champion(tmp_
     assert refit_ranker_arm(cfg, "popularity", None).version == "1"
     other = load_config("tiny", [f"paths.root={tmp_path}", "data.max_users=40", "seed=1"])  # another config: a new fit
     assert refit_ranker_arm(other, "popularity", None).version == "2"
-    champ = arm_registry.get_version(cfg, "popularity", "champion")
+    champ = arm_versions.get_version(cfg, "popularity", "champion")
     assert str(champ.version) == "2" and champ.tags["promoted_from"] == "1"
     # a retried promote task (its first attempt moved the alias) is a no-op, not a race
-    assert arm_registry.promote(cfg, "popularity", "2", expected_champion="1")["champion"] == "2"
-    with pytest.raises(arm_registry.PromotionRace, match="not the expected v1"):
-        arm_registry.promote(cfg, "popularity", "1", expected_champion="1")
-    assert str(arm_registry.get_version(cfg, "popularity", "champion").version) == "2"  # the race changed nothing
-    out = arm_registry.rollback(cfg, "popularity", reason="bad CTR")
+    assert arm_versions.promote(cfg, "popularity", "2", expected_champion="1")["champion"] == "2"
+    with pytest.raises(arm_versions.PromotionRace, match="not the expected v1"):
+        arm_versions.promote(cfg, "popularity", "1", expected_champion="1")
+    assert str(arm_versions.get_version(cfg, "popularity", "champion").version) == "2"  # the race changed nothing
+    out = arm_versions.rollback(cfg, "popularity", reason="bad CTR")
     assert out == {"arm": "popularity", "champion": "1", "previous": "2"}
-    v2 = arm_registry.get_version(cfg, "popularity", "2")
+    v2 = arm_versions.get_version(cfg, "popularity", "2")
     assert v2.tags["rolled_back_to"] == "1" and v2.tags["rolled_back_reason"] == "bad CTR"
-    assert str(arm_registry.get_version(cfg, "popularity", "champion").version) == "1"
+    assert str(arm_versions.get_version(cfg, "popularity", "champion").version) == "1"
     with pytest.raises(LookupError, match="no previous champion"):
-        arm_registry.rollback(cfg, "popularity")
+        arm_versions.rollback(cfg, "popularity")
 
 
 def test_a_month_whose_predecessor_never_finished_refuses_to_start(tmp_path):
@@ -147,17 +147,17 @@ def test_a_retried_register_reuses_the_version_its_run_registered(tmp_path):
     import json
 
     from abpo import registry
-    from abpo.arms import registry as arm_registry
+    from abpo.arms import versions as arm_versions
     from abpo.config import load_config
 
     cfg = load_config("tiny", [f"paths.root={tmp_path}"])
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     (ckpt / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    with registry.start_run(cfg, arm_registry.EXPERIMENT, "update") as run:
-        uri = arm_registry.log_arm_model(cfg, "abpo", ckpt)
-    a = arm_registry.register_version(cfg, "abpo", uri, run.info.run_id, {"source": "update"}, alias="challenger")
-    b = arm_registry.register_version(cfg, "abpo", uri, run.info.run_id, {"source": "update"}, alias="challenger")
+    with registry.start_run(cfg, arm_versions.EXPERIMENT, "update") as run:
+        uri = arm_versions.log_arm_model(cfg, "abpo", ckpt)
+    a = arm_versions.register_version(cfg, "abpo", uri, run.info.run_id, {"source": "update"}, alias="challenger")
+    b = arm_versions.register_version(cfg, "abpo", uri, run.info.run_id, {"source": "update"}, alias="challenger")
     assert str(a.version) == str(b.version) == "1"
     from mlflow import MlflowClient
 
@@ -170,7 +170,7 @@ def test_a_rerun_refit_reuses_its_completed_run_and_version(tmp_path, caplog):
     from mlflow import MlflowClient
 
     from abpo import registry
-    from abpo.arms import registry as arm_registry
+    from abpo.arms import versions as arm_versions
     from abpo.config import load_config
     from abpo.monthly.refit import refit_ranker_arm
 
@@ -182,6 +182,6 @@ def test_a_rerun_refit_reuses_its_completed_run_and_version(tmp_path, caplog):
     assert any("completed before" in r.getMessage() for r in caplog.records)
     client = MlflowClient()
     assert len(client.search_model_versions("name='abpo-arm-popularity'")) == 1
-    exp = client.get_experiment_by_name(arm_registry.EXPERIMENT)
+    exp = client.get_experiment_by_name(arm_versions.EXPERIMENT)
     runs = client.search_runs([exp.experiment_id], filter_string="tags.`abpo.arm` = 'popularity'")
     assert [r.info.status for r in runs] == ["FINISHED"] and runs[0].data.tags[registry.TASK_DONE_TAG] == "true"

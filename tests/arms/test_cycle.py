@@ -16,7 +16,7 @@ def test_two_months_lineage_gate_and_refits(tmp_path):
     from mlflow import MlflowClient
 
     from abpo import registry
-    from abpo.arms import registry as arm_registry
+    from abpo.arms import versions as arm_versions
     from abpo.config import load_config
     from abpo.monthly.common import dataset_and_splits
     from abpo.monthly.month import run_month
@@ -43,7 +43,7 @@ def test_two_months_lineage_gate_and_refits(tmp_path):
     registry.configure(cfg)
     client = MlflowClient()
     for arm in ("abpo", "grpo"):
-        new = client.get_model_version(arm_registry.model_name(arm), m2[arm]["gate"]["version"])
+        new = client.get_model_version(arm_versions.model_name(arm), m2[arm]["gate"]["version"])
         assert new.tags["parent_version"] == champ1[arm]  # updated from month 1's champion, not from pi_init
         assert new.tags["months"] == "2026-01,2026-02" and new.tags["source"] == "update"
         assert new.tags["variant"] == {"abpo": "abpo", "grpo": "grpo"}[arm] and new.tags["data_hash"]
@@ -51,13 +51,13 @@ def test_two_months_lineage_gate_and_refits(tmp_path):
         ope = m2[arm]["gate"]["off_policy"]  # the off-policy half of the gate ran on the arm's own month-2 rows
         assert ope["n"] == m2["serve"]["per_arm"][arm]["impressions"] and ope["ci_low"] <= ope["diff"] <= ope["ci_high"]
         assert ope["champion_snips"] == pytest.approx(m2["serve"]["per_arm"][arm]["ctr"], abs=1e-4)
-        assert str(arm_registry.get_version(cfg, arm, "champion").version) == champ1[arm]  # champion stayed
-        assert str(arm_registry.get_version(cfg, arm, "challenger").version) == str(new.version)
+        assert str(arm_versions.get_version(cfg, arm, "champion").version) == champ1[arm]  # champion stayed
+        assert str(arm_versions.get_version(cfg, arm, "challenger").version) == str(new.version)
     gates = client.search_runs([MlflowClient().get_experiment_by_name("abpo-arms").experiment_id],
                                "tags.`abpo.month` = '2026-02' and attributes.run_name LIKE 'gate-%'")
     assert len(gates) == 2 and all("ope.diff" in r.data.metrics for r in gates)
     for arm in ("ml_retrain", "popularity"):
-        mv = arm_registry.get_version(cfg, arm, "champion")
+        mv = arm_versions.get_version(cfg, arm, "champion")
         assert str(mv.version) == "3" and mv.tags["parent_version"] == "2" and mv.tags["months"] == "2026-01,2026-02"
 
     # what the abpo arm logged in month 2 is its champion's e_p over the candidates (the update's e_old rule)
@@ -67,7 +67,7 @@ def test_two_months_lineage_gate_and_refits(tmp_path):
     t = pq.read_table(cfg.paths.resolve("landing") / "impressions" / "month=2026-02" / "part-sim.parquet").to_pylist()
     rows = [r for r in t if r["arm"] == "abpo"][:5]
     assert {r["model_version"] for r in rows} == {champ1["abpo"]}
-    arm = arm_registry.load_arm(cfg, "abpo", ds)
+    arm = arm_versions.load_arm(cfg, "abpo", ds)
     probs = arm.propensities([(r["user_id"], r["history"], r["candidates"]) for r in rows])
     for r, p in zip(rows, probs):
         assert r["propensity"] == pytest.approx(float(p[r["candidates"].index(r["item_id"])]), rel=1e-5)

@@ -44,10 +44,10 @@ def test_concurrent_promotions_expecting_the_same_champion_move_it_once(state):
     assert "(was v1)" in won[0][1]
     for rc, _out, err in lost:
         assert rc == 2 and "not the expected v1" in err and "Traceback" not in err, err
-    from abpo.arms import registry as arm_registry
+    from abpo.arms import versions as arm_versions
     from abpo.config import load_config
 
-    champ = arm_registry.get_version(load_config("tiny"), "abpo", "champion")
+    champ = arm_versions.get_version(load_config("tiny"), "abpo", "champion")
     assert f"champion v{champ.version} (was v1)" in won[0][1]
     assert champ.tags["promoted_from"] == "1"
 
@@ -55,18 +55,18 @@ def test_concurrent_promotions_expecting_the_same_champion_move_it_once(state):
 def test_the_promotion_lock_is_exclusive_and_taken_over_when_stale(state):
     from mlflow import MlflowClient
 
-    from abpo.arms import registry as arm_registry
+    from abpo.arms import versions as arm_versions
     from abpo.config import load_config
 
     _registry_with_versions(state, 2)
     cfg = load_config("tiny")
-    with arm_registry.promotion_lock(cfg, "abpo"):
-        with pytest.raises(arm_registry.PromotionRace, match="another promotion holds the lock"):
-            with arm_registry.promotion_lock(cfg, "abpo", wait_s=0.5):
+    with arm_versions.promotion_lock(cfg, "abpo"):
+        with pytest.raises(arm_versions.PromotionRace, match="another promotion holds the lock"):
+            with arm_versions.promotion_lock(cfg, "abpo", wait_s=0.5):
                 pass
     # a holder that crashed (its lock older than the TTL) does not block promotions for ever
     MlflowClient().create_registered_model("abpo-lock-abpo", tags={"owner": "dead:1:x", "acquired_at": "0"})
-    assert arm_registry.promote(cfg, "abpo", "2", expected_champion="1")["champion"] == "2"
+    assert arm_versions.promote(cfg, "abpo", "2", expected_champion="1")["champion"] == "2"
     assert not MlflowClient().search_registered_models("name = 'abpo-lock-abpo'")
 
 

@@ -209,7 +209,7 @@ def promotion_lock(cfg, arm: str, *, wait_s: float | None = None, ttl_s: float |
     while True:
         try:
             client.create_registered_model(name, tags={"owner": token, "acquired_at": f"{time.time():.3f}"},
-                                           description=f"promotion lock of arm {arm} (abpo.arms.registry)")
+                                           description=f"promotion lock of arm {arm} (abpo.arms.versions)")
             break
         except MlflowException as e:
             if getattr(e, "error_code", "") != "RESOURCE_ALREADY_EXISTS":  # e.g. SQLite busy under contention

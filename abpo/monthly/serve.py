@@ -12,8 +12,14 @@ from typing import Any
 from abpo.arms import versions as arm_versions
 from abpo.monthly.common import StepResult, arms_of, dataset_and_splits
 from abpo.months import Month
+from abpo.warehouse import IngestError
 
 log = logging.getLogger(__name__)
+
+
+class NothingLanded(IngestError, FileNotFoundError):
+    """Nothing landed for the month and the simulator is not asked to serve it (the `abpo` command reports it in one
+    line, as an ingest error)."""
 
 
 @dataclasses.dataclass
@@ -44,14 +50,15 @@ def serve_month(cfg, month: Month) -> ServeResult:
 
 
 def check_landed(cfg, month: Month) -> ServeResult:
-    """The month's landed files (production); FileNotFoundError naming the landing zone when there are none."""
-    from abpo.warehouse import IngestError, Warehouse
+    """The month's landed files (production); NothingLanded (an IngestError and a FileNotFoundError) naming the
+    landing zone when there are none."""
+    from abpo.warehouse import Warehouse
 
     try:
         files = Warehouse.landing_files(cfg.paths.resolve("landing"), month)
     except IngestError as e:
-        raise FileNotFoundError(f"{cfg.paths.resolve('landing')}: nothing landed for month={month} ({e}); "
-                                "land the month's logs, or trigger with simulate=true") from e
+        raise NothingLanded(f"{cfg.paths.resolve('landing')}: nothing landed for month={month} ({e}); "
+                            "land the month's logs, or trigger with simulate=true (abpo arms month: --simulate)") from e
     return ServeResult(str(month), False, files=len(files))
 
 

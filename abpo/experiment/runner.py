@@ -49,7 +49,10 @@ from typing import Any
 
 import numpy as np
 
-from abpo.data.splits import VALIDATION_SALT as SPLIT_SALT, split_of_user  # noqa: F401 (re-exported)
+from abpo.data.splits import (
+    VALIDATION_SALT as SPLIT_SALT,  # noqa: F401 (re-exported)
+    split_of_user,
+)
 
 KS = (1, 5)
 BASELINES = ("popularity", "ml_retrain")

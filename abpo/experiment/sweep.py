@@ -67,21 +67,23 @@ def _fmt(v: float | None, digits: int = 4, sign: bool = False) -> str:
     return f"{v:+.{digits}f}" if sign else f"{v:.{digits}f}"
 
 
+def _diff(r: dict[str, Any], ref: str) -> str:
+    """ΔHR@5 against a reference row with its interval and McNemar p, or '-'."""
+    d = r.get(f"vs_{ref}_dHR@5")
+    if d is None:
+        return "-"
+    p = r[f"vs_{ref}_p_mcnemar_HR@5"]
+    return (f"{d:+.4f} [{r[f'vs_{ref}_ci_low_HR@5']:+.4f}, {r[f'vs_{ref}_ci_high_HR@5']:+.4f}] "
+            f"({'<0.001' if p < 0.001 else f'{p:.3f}'})")
+
+
 def sweep_markdown(lines: Sequence[dict[str, Any]], title: str) -> str:
     head = ["Probe", "Row", "HR@5", "NDCG@5", "ΔHR@5 vs A [95% CI] (p)", "ΔHR@5 vs B [95% CI] (p)", "MDE vs A"]
     out = [f"### {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in lines:
-        def diff(ref: str) -> str:
-            d = r.get(f"vs_{ref}_dHR@5")
-            if d is None:
-                return "-"
-            p = r[f"vs_{ref}_p_mcnemar_HR@5"]
-            return (f"{d:+.4f} [{r[f'vs_{ref}_ci_low_HR@5']:+.4f}, {r[f'vs_{ref}_ci_high_HR@5']:+.4f}] "
-                    f"({'<0.001' if p < 0.001 else f'{p:.3f}'})")
-
         out.append("| " + " | ".join([
             r["probe"], r["label"], f"{r['HR@5']:.4f} ± {r['HR@5_std']:.4f}", f"{r['NDCG@5']:.4f} ± {r['NDCG@5_std']:.4f}",
-            diff("none"), diff("grpo"), _fmt(r.get("vs_none_mde_HR@5")),
+            _diff(r, "none"), _diff(r, "grpo"), _fmt(r.get("vs_none_mde_HR@5")),
         ]) + " |")
     return "\n".join(out) + "\n"
 

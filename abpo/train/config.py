@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+
 @dataclass
 class UpdateConfig:
     # ------------------------------------------------------------------ the ABPO equations (ABPO_SPEC.md)

@@ -235,7 +235,7 @@ def test_pi_init_is_shared_across_tau_but_not_seeds_and_cells_are_keyed_by_round
     lr = load_config("tiny", ["update.learning_rate=0.001"])
     assert cell_fingerprint(base, "none", 0, 1) == cell_fingerprint(lr, "none", 0, 1)
     assert cell_fingerprint(base, "popularity", 0, 1) == cell_fingerprint(lr, "popularity", 0, 1)
-    fi = load_config("tiny", ["experiment.full_info_learning_rate=0.001"])
+    fi = load_config("tiny", ["experiment.full_info_learning_rate=0.01"])
     assert cell_fingerprint(base, "full_info", 0, 1) != cell_fingerprint(fi, "full_info", 0, 1)
     assert cell_fingerprint(base, "abpo", 0, 1) == cell_fingerprint(fi, "abpo", 0, 1)
 
@@ -289,7 +289,7 @@ def test_rounds_full_information_and_sweep_end_to_end(tmp_path):
            "experiment.name=s"]
     axes = parse_sweep(["update.learning_rate=1e-4,1e-3"])
     sweep = run_sweep(load_config("tiny", val), axes, config_ref="tiny", overrides=val, echo=print)
-    assert [(l["probe"], l["row"]) for l in sweep.lines] == [
+    assert [(line["probe"], line["row"]) for line in sweep.lines] == [
         ("learning_rate=1e-4", "none"), ("learning_rate=1e-4", "abpo"),
         ("learning_rate=1e-3", "none"), ("learning_rate=1e-3", "abpo")]
     assert sweep.lines[0]["HR@5"] == sweep.lines[2]["HR@5"]  # the same No-Update cell, computed once

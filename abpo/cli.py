@@ -17,7 +17,7 @@ COMMAND_MODULES = [
     "abpo.commands.data",
     "abpo.train.cli",
     "abpo.policy.cli",
-    "abpo.experiment.cli",
+    "abpo.commands.experiment",
     "abpo.commands.simulate",
     "abpo.commands.arms",
 ]

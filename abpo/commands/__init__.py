@@ -5,9 +5,10 @@ import-linter contracts in pyproject.toml keep every other package from importin
                  rollback
     data.py      ``abpo data ...``, ``abpo ingest``, ``abpo restore-month``
     demo.py      ``abpo demo``: the main job end to end through Airflow
+    experiment.py ``abpo experiment``: the paper's table, the validation sweep, rounds (abpo.experiment)
     report.py    ``abpo report``: the A/B report
     simulate.py  ``abpo simulate``: one simulated month landed
 
-(``abpo update`` and ``abpo sft`` / ``evaluate`` / ``simulate-log`` are still abpo.train.cli and abpo.policy.cli,
-``abpo experiment`` abpo.experiment.cli; they import only downward.)
+(``abpo update`` and ``abpo sft`` / ``evaluate`` / ``simulate-log`` are still abpo.train.cli and abpo.policy.cli;
+they import only downward.)
 """

@@ -4,6 +4,7 @@ the Airflow tasks and ``abpo demo`` print. A leaf module: it imports nothing of 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 
@@ -42,3 +43,15 @@ def console(prefix: str = "") -> logging.Handler:
     if logger.level == logging.NOTSET or logger.level > logging.INFO:
         logger.setLevel(logging.INFO)
     return handler
+
+
+@contextlib.contextmanager
+def quiet(name: str = ROOT):
+    """Hide the INFO records of logger ``name`` (and its children) for the block (warnings still show)."""
+    logger = logging.getLogger(name)
+    before = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)

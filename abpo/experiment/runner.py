@@ -831,14 +831,27 @@ def _log_cell(cell: Mapping, cfg, reused: bool) -> None:
     name = f"seed{cell['seed']}-{cell['row']}" + (f"-r{cell['round']}" if cfg.experiment.rounds > 1 else "")
     with registry.start_run(cfg, cfg.experiment.mlflow_experiment, name, nested=True,
                             tags={"abpo.row": cell["row"], "abpo.cell_seed": cell["seed"], "abpo.reused": reused,
-                                  "abpo.round": cell.get("round", 1)}):
+                                  "abpo.round": cell.get("round", 1)}) as run:
         mlflow.log_params({"row": cell["row"], "seed": cell["seed"], "eval_users": len(cell["ranks"]),
                            "round": cell.get("round", 1)})
         mlflow.log_metrics({k.replace("@", "_at_"): float(cell[k]) for k in (*METRICS, "match_positive", "match_no_response")
                             if k in cell and math.isfinite(float(cell[k]))})
         mlflow.log_metric("cell_seconds", float(cell["seconds"]))
-        for i, h in enumerate(cell.get("update", {}).get("history", []), 1):
-            mlflow.log_metrics({k.replace("@", "_at_"): v for k, v in h.items() if math.isfinite(v)}, step=i)
+        _log_history(run.info.run_id, cell.get("update", {}).get("history", []))
+
+
+def _log_history(run_id: str, history: Sequence[Mapping[str, float]], batch: int = 1000) -> None:
+    """The update's per-step metrics in batches of ``batch`` (MLflow's limit per call): one call per step would
+    take minutes for a table of 500-step updates."""
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    metrics = [Metric(k.replace("@", "_at_"), float(v), now, i) for i, h in enumerate(history, 1)
+               for k, v in h.items() if math.isfinite(v)]
+    client = MlflowClient()
+    for i in range(0, len(metrics), batch):
+        client.log_batch(run_id, metrics=metrics[i:i + batch])
 
 
 def run_experiment(cfg, *, config_ref: str = "tiny", overrides: Sequence[str] = (), echo=print,

@@ -11,8 +11,7 @@ landing/impressions/month=YYYY-MM/, so the warehouse ingests them exactly like s
 
 from __future__ import annotations
 
-import calendar
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -23,10 +22,10 @@ OFFLINE_PART = "offline-pi_init"
 
 def _month_times(month: str, n: int) -> list[datetime]:
     """n timestamps spread evenly over the month (deterministic)."""
-    y, m = (int(x) for x in month.split("-"))
-    start = datetime(y, m, 1, tzinfo=UTC)
-    seconds = calendar.monthrange(y, m)[1] * 86400
-    step = seconds / max(n, 1)
+    from abpo.months import Month
+
+    start, end = Month.parse(month).bounds()
+    step = (end - start).total_seconds() / max(n, 1)
     return [start + timedelta(seconds=int(i * step)) for i in range(n)]
 
 

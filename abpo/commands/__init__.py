@@ -6,9 +6,10 @@ import-linter contracts in pyproject.toml keep every other package from importin
     data.py      ``abpo data ...``, ``abpo ingest``, ``abpo restore-month``
     demo.py      ``abpo demo``: the main job end to end through Airflow
     experiment.py ``abpo experiment``: the paper's table, the validation sweep, rounds (abpo.experiment)
+    policy.py    ``abpo sft``, ``abpo evaluate``, ``abpo simulate-log``: pi_init, its offline metrics, a synthetic
+                 D_bandit (abpo.policy)
     report.py    ``abpo report``: the A/B report
     simulate.py  ``abpo simulate``: one simulated month landed
+    update.py    ``abpo update``: one ABPO (or ablation / GRPO) update from the warehouse's log (abpo.train)
 
-(``abpo update`` and ``abpo sft`` / ``evaluate`` / ``simulate-log`` are still abpo.train.cli and abpo.policy.cli;
-they import only downward.)
 """

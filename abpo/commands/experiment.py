@@ -56,7 +56,8 @@ def _cmd_experiment(args: argparse.Namespace, cfg) -> int:
         for key, values in axes:  # every value must make a valid config before anything runs
             for v in values:
                 load_config(args.config, [*overrides, f"{key}={v}"])
-        res = run_sweep(cfg, axes, config_ref=args.config, overrides=overrides)
+        res = run_sweep(cfg, axes, config_for=lambda ov: load_config(args.config, ov), config_ref=args.config,
+                        overrides=overrides)
         print(res.outputs["md"].read_text())
         for name, path in res.outputs.items():
             print(f"{name}: {path}")

@@ -771,21 +771,13 @@ def _save_cell(cfg, exp_dir: Path, cell: dict) -> None:
     _save_json(_cell_path(exp_dir, cell["seed"], cell["row"], cell["round"], cfg.experiment.rounds), cell)
 
 
-def _worker_config(config_ref: str, overrides: list[str]):
-    from abpo.config import load_config
-
-    return experiment_config(load_config(config_ref, overrides))
-
-
-def _prepare_task(config_ref: str, overrides: list[str], seed: int, exp_dir: str) -> dict:
-    cfg = _worker_config(config_ref, overrides)
+def _prepare_task(cfg, seed: int, exp_dir: str) -> dict:
     return prepare_seed(cfg, seed, echo=lambda m: print(m, flush=True))
 
 
-def _row_task(config_ref: str, overrides: list[str], seed: int, row: str, exp_dir: str) -> list[dict]:
+def _row_task(cfg, seed: int, row: str, exp_dir: str) -> list[dict]:
     """Every missing round of one (seed, row): rounds run in order, each starting from the previous round's
-    model; finished rounds (with their model kept) are skipped."""
-    cfg = _worker_config(config_ref, overrides)
+    model; finished rounds (with their model kept) are skipped. ``cfg`` is the parent's config, pickled."""
     exp = Path(exp_dir)
     echo = lambda m: print(m, flush=True)  # noqa: E731
     ctx = load_seed(cfg, seed)
@@ -857,7 +849,8 @@ def _log_history(run_id: str, history: Sequence[Mapping[str, float]], batch: int
 def run_experiment(cfg, *, config_ref: str = "tiny", overrides: Sequence[str] = (), echo=print,
                    mlflow_tags: Mapping[str, str] | None = None) -> ExperimentResult:
     """Compute every missing cell of the table (in ``experiment.workers`` processes), then the tables, the plots
-    and the MLflow runs. ``config_ref`` / ``overrides`` rebuild the same config in the worker processes."""
+    and the MLflow runs. The worker processes get ``cfg`` itself (pickled); ``config_ref`` / ``overrides`` only
+    say in the summary and in MLflow how it was made."""
     import multiprocessing as mp
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
@@ -897,7 +890,7 @@ def run_experiment(cfg, *, config_ref: str = "tiny", overrides: Sequence[str] = 
     if todo:
         seeds_needed = sorted({s for s, _ in todo})
         with ProcessPoolExecutor(max_workers=max(1, e.workers), mp_context=mp.get_context("spawn")) as pool:
-            pending = {pool.submit(_prepare_task, config_ref, overrides, s, str(exp_dir)): ("prep", s, None)
+            pending = {pool.submit(_prepare_task, cfg, s, str(exp_dir)): ("prep", s, None)
                        for s in seeds_needed}
             while pending:
                 finished, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -908,7 +901,7 @@ def run_experiment(cfg, *, config_ref: str = "tiny", overrides: Sequence[str] = 
                         prep.append(result)
                         for s2, r2 in todo:
                             if s2 == seed:
-                                pending[pool.submit(_row_task, config_ref, overrides, s2, r2, str(exp_dir))] = ("row", s2, r2)
+                                pending[pool.submit(_row_task, cfg, s2, r2, str(exp_dir))] = ("row", s2, r2)
                     else:
                         for cell in result:
                             computed += 1

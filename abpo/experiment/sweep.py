@@ -17,7 +17,7 @@ from __future__ import annotations
 import csv
 import itertools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,10 +88,11 @@ def sweep_markdown(lines: Sequence[dict[str, Any]], title: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def run_sweep(cfg, axes: Sequence[tuple[str, Sequence[str]]], *, config_ref: str = "tiny",
-              overrides: Sequence[str] = (), echo=print) -> SweepResult:
-    """Run every probe of the grid (module docstring) on the validation users and write the summary."""
-    from abpo.config import load_config
+def run_sweep(cfg, axes: Sequence[tuple[str, Sequence[str]]], *, config_for: Callable[[list[str]], Any],
+              config_ref: str = "tiny", overrides: Sequence[str] = (), echo=print) -> SweepResult:
+    """Run every probe of the grid (module docstring) on the validation users and write the summary.
+    ``config_for(overrides)`` makes a probe's config (the command passes the preset's loader: this package sits
+    below abpo.config and does not import it)."""
     from abpo.experiment.runner import experiments_root, run_experiment
 
     if cfg.experiment.eval_split != "validation":
@@ -106,7 +107,7 @@ def run_sweep(cfg, axes: Sequence[tuple[str, Sequence[str]]], *, config_ref: str
     for i, probe in enumerate(grid, 1):
         name = probe_name(probe)
         ov = [*overrides, *probe, f"experiment.name={base}-sweep/{name}"]
-        pcfg = load_config(config_ref, ov)
+        pcfg = config_for(ov)
         echo(f"sweep {base}: probe {i}/{len(grid)} {name}")
         res = run_experiment(pcfg, config_ref=config_ref, overrides=ov, echo=echo,
                              mlflow_tags={"abpo.sweep": base, "abpo.probe": name})

@@ -288,11 +288,13 @@ def test_rounds_full_information_and_sweep_end_to_end(tmp_path):
     val = [*overrides, "experiment.eval_split=validation", "experiment.rounds=1", "experiment.rows=none,abpo",
            "experiment.name=s"]
     axes = parse_sweep(["update.learning_rate=1e-4,1e-3"])
-    sweep = run_sweep(load_config("tiny", val), axes, config_ref="tiny", overrides=val, echo=print)
+    sweep = run_sweep(load_config("tiny", val), axes, config_for=lambda ov: load_config("tiny", ov), overrides=val,
+                      echo=print)
     assert [(line["probe"], line["row"]) for line in sweep.lines] == [
         ("learning_rate=1e-4", "none"), ("learning_rate=1e-4", "abpo"),
         ("learning_rate=1e-3", "none"), ("learning_rate=1e-3", "abpo")]
     assert sweep.lines[0]["HR@5"] == sweep.lines[2]["HR@5"]  # the same No-Update cell, computed once
     assert (sweep.sweep_dir / "learning_rate=1e-3" / "table.md").exists() and sweep.outputs["md"].exists()
     with pytest.raises(ValueError, match="validation users only"):
-        run_sweep(load_config("tiny", overrides), axes, config_ref="tiny", overrides=overrides)
+        run_sweep(load_config("tiny", overrides), axes, config_for=lambda ov: load_config("tiny", ov),
+                  overrides=overrides)

@@ -43,7 +43,7 @@ def test_the_sweep_refuses_test_users(tmp_path):
     cfg = load_config("tiny", [f"paths.root={tmp_path}"])
     assert cfg.experiment.eval_split == "test"
     with pytest.raises(ValueError, match="validation users only"):
-        run_sweep(cfg, parse_sweep(["update.beta=0,0.04"]))
+        run_sweep(cfg, parse_sweep(["update.beta=0,0.04"]), config_for=lambda ov: load_config("tiny", ov))
     assert not (tmp_path / "experiments").exists()  # refused before anything ran
 
 

@@ -183,9 +183,9 @@ def pi_init_key(cfg, seed: int) -> str:
                     "seed": int(seed), "validation_fraction": cfg.experiment.validation_fraction})
 
 
-def seed_config(cfg, seed: int, exp_dir: Path | None = None):
+def seed_config(cfg, seed: int):
     """The config of one seed: its seed, and its state directory (the shared pi_init store, where its SFT writes
-    ``models/pi_init``). ``exp_dir`` is accepted for callers of the earlier layout and not used."""
+    ``models/pi_init``)."""
     store = experiments_root(cfg) / "_pi_init" / pi_init_key(cfg, seed)
     c = dataclasses.replace(cfg, seed=int(seed))
     c.paths = dataclasses.replace(cfg.paths, root=str(store))
@@ -282,7 +282,7 @@ def pi_init_log(ctx: SeedContext, r: int, rounds: int, model=None, tokenizer=Non
     return pq.read_table(path)
 
 
-def prepare_seed(cfg, seed: int, exp_dir: Path | None = None, echo=print) -> dict[str, Any]:
+def prepare_seed(cfg, seed: int, echo=print) -> dict[str, Any]:
     """pi_init(seed) and its logs of every round's window, each computed once (kept in the shared store; a second
     experiment preparing the same seed at the same time waits on the store's lock, then reuses them)."""
     import fcntl
@@ -299,22 +299,21 @@ def prepare_seed(cfg, seed: int, exp_dir: Path | None = None, echo=print) -> dic
 def _prepare_locked(cfg, c, seed: int, echo) -> dict[str, Any]:
     from abpo.policy.sft import train_sft
 
-    pi_dir = c.paths.resolve("models") / "pi_init"
+    ctx = load_seed(cfg, seed)
     done: dict[str, Any] = {}
-    if not (pi_dir / "abpo_sft.json").exists():
-        from abpo.data.loaders import load_dataset
-
+    if not (ctx.pi_init_dir / "abpo_sft.json").exists():
         echo(f"[seed {seed}] pi_init: next-item pre-training + SFT on D_sup ...")
         t0 = time.time()
-        train_sft(c, dataset=load_dataset(c.data), log_mlflow=False, register=False, evaluate=False,
-                  echo=lambda *_: None)
+        train_sft(c, dataset=ctx.dataset, log_mlflow=False, register=False, evaluate=False, echo=lambda *_: None)
         done["sft_seconds"] = round(time.time() - t0, 1)
-    ctx = load_seed(cfg, seed)
     rounds = cfg.experiment.rounds
     t1 = time.time()
+    model = tokenizer = None
+    if not all(pi_init_log_path(ctx, r, rounds).exists() for r in range(1, rounds + 1)):
+        model, tokenizer = _load_model(ctx, ctx.pi_init_dir)  # once for every missing window
     rows = clicks = 0
     for r in range(1, rounds + 1):
-        t = pi_init_log(ctx, r, rounds)
+        t = pi_init_log(ctx, r, rounds, model, tokenizer)
         rows += t.num_rows
         clicks += int(sum(t.column("clicked").to_pylist()))
     done["bandit_seconds"] = round(time.time() - t1, 1)
@@ -322,7 +321,7 @@ def _prepare_locked(cfg, c, seed: int, echo) -> dict[str, Any]:
     return {"seed": seed, "rows": rows, "clicks": clicks, **done}
 
 
-def load_seed(cfg, seed: int, exp_dir: Path | None = None) -> SeedContext:
+def load_seed(cfg, seed: int) -> SeedContext:
     from abpo.data.candidates import build_bandit_requests, training_popularity
     from abpo.data.loaders import load_dataset
     from abpo.data.splits import split_users
@@ -371,17 +370,31 @@ def match_rates(model, tok, ctx: SeedContext, log) -> dict[str, float]:
     from abpo.data.candidates import Example
     from abpo.policy.scoring import candidate_propensities
 
-    cols = {k: log.column(k).to_pylist() for k in ("request_id", "user_id", "history", "candidates", "item_id", "clicked")}
+    cols = {k: log.column(k).to_pylist() for k in ("request_id", "user_id", "history", "candidates", "item_id")}
     exs = [Example(rid, int(u), list(h), list(c), int(a)) for rid, u, h, c, a in
            zip(cols["request_id"], cols["user_id"], cols["history"], cols["candidates"], cols["item_id"])]
-    sums, counts = {1: 0.0, 0: 0.0}, {1: 0, 0: 0}
-    for s, y in zip(_scores(model, tok, ctx, exs), cols["clicked"], strict=True):
+    probs = []
+    for s in _scores(model, tok, ctx, exs):
         e = candidate_propensities(s.scores, ctx.cfg.policy.tau)
-        sums[int(y)] += float(e[list(s.example.candidates).index(s.example.positive)])
+        probs.append(float(e[list(s.example.candidates).index(s.example.positive)]))
+    return _rates_by_stratum(probs, log.column("clicked").to_pylist())
+
+
+def logged_match_rates(log) -> dict[str, float]:
+    """``match_rates`` of the policy that logged ``log``, without scoring again: its e(a_log|q) is the stored
+    propensity (abpo.policy.bandit)."""
+    return _rates_by_stratum(log.column("propensity").to_pylist(), log.column("clicked").to_pylist())
+
+
+def _rates_by_stratum(probs: Sequence[float], clicked: Sequence[int]) -> dict[str, float]:
+    """Mean e(a_log|q) over the clicked and over the no-response rows, and the row counts."""
+    sums, counts = {1: 0.0, 0: 0.0}, {1: 0, 0: 0}
+    for p, y in zip(probs, clicked, strict=True):
+        sums[int(y)] += float(p)
         counts[int(y)] += 1
     return {"match_positive": sums[1] / counts[1] if counts[1] else float("nan"),
             "match_no_response": sums[0] / counts[0] if counts[0] else float("nan"),
-            "log_rows": len(exs), "log_clicks": counts[1]}
+            "log_rows": len(probs), "log_clicks": counts[1]}
 
 
 def _step_echo(prefix: str, echo):
@@ -488,7 +501,8 @@ def run_llm_round(ctx: SeedContext, row: str, r: int, start_dir: Path, out_dir: 
     out["train_seconds"] = round(time.time() - t0, 1)
     model, tok = _load_model(ctx, model_dir)
     echo(f"{prefix} scoring {len(ctx.eval_examples)} users and {log.num_rows} logged exposures")
-    out.update(match_rates(model, tok, ctx, log))
+    # a row that trained nothing this round (No-Update) is the policy that logged it: its rates are in the log
+    out.update(logged_match_rates(log) if model_dir == start_dir else match_rates(model, tok, ctx, log))
     out.update(metrics_from_scores(ctx.eval_examples, [s.scores.tolist() for s in _scores(model, tok, ctx, ctx.eval_examples)],
                                    ctx.popularity))
     out["model_dir"] = str(model_dir)
@@ -496,14 +510,6 @@ def run_llm_round(ctx: SeedContext, row: str, r: int, start_dir: Path, out_dir: 
     echo(f"{prefix} HR@5 {out['HR@5']:.4f} NDCG@5 {out['NDCG@5']:.4f} match pos {out['match_positive']:.3f} "
          f"no-resp {out['match_no_response']:.3f} in {out['seconds']:.0f}s")
     return out
-
-
-def run_cell(ctx: SeedContext, row: str, echo=print) -> dict[str, Any]:
-    """One cell of a one-round table (kept for callers of the earlier API): a baseline, or an LLM row's round 1."""
-    if not is_llm_row(row):
-        return run_baseline_cell(ctx, row, echo)
-    out_dir = ctx.store / "models" / f"adhoc-{row}"
-    return run_llm_round(ctx, row, 1, ctx.pi_init_dir, out_dir, echo)
 
 
 # ---------------------------------------------------------------------------------------------- the table
@@ -771,7 +777,7 @@ def _save_cell(cfg, exp_dir: Path, cell: dict) -> None:
     _save_json(_cell_path(exp_dir, cell["seed"], cell["row"], cell["round"], cfg.experiment.rounds), cell)
 
 
-def _prepare_task(cfg, seed: int, exp_dir: str) -> dict:
+def _prepare_task(cfg, seed: int) -> dict:
     return prepare_seed(cfg, seed, echo=lambda m: print(m, flush=True))
 
 
@@ -890,7 +896,7 @@ def run_experiment(cfg, *, config_ref: str = "tiny", overrides: Sequence[str] = 
     if todo:
         seeds_needed = sorted({s for s, _ in todo})
         with ProcessPoolExecutor(max_workers=max(1, e.workers), mp_context=mp.get_context("spawn")) as pool:
-            pending = {pool.submit(_prepare_task, cfg, s, str(exp_dir)): ("prep", s, None)
+            pending = {pool.submit(_prepare_task, cfg, s): ("prep", s, None)
                        for s in seeds_needed}
             while pending:
                 finished, _ = wait(pending, return_when=FIRST_COMPLETED)

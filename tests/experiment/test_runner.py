@@ -274,6 +274,15 @@ def test_rounds_full_information_and_sweep_end_to_end(tmp_path):
     for c in cells.values():
         assert 0 <= c["match_positive"] <= 1 and 0 <= c["match_no_response"] <= 1
     assert cells["seed0-full_info-r1of2.json"]["full_info"]["examples"] == r1["log_rows"]
+    # No-Update's rates come from the log's stored propensities: the same as scoring the log with pi_init again
+    from abpo.experiment.runner import _load_model, load_seed, match_rates, pi_init_log
+
+    ctx = load_seed(cfg, 0)
+    rescored = match_rates(*_load_model(ctx, ctx.pi_init_dir), ctx, pi_init_log(ctx, 1, 2))
+    none1 = cells["seed0-none-r1of2.json"]
+    assert none1["match_positive"] == pytest.approx(rescored["match_positive"], abs=1e-6)
+    assert none1["match_no_response"] == pytest.approx(rescored["match_no_response"], abs=1e-6)
+    assert (none1["log_rows"], none1["log_clicks"]) == (rescored["log_rows"], rescored["log_clicks"])
     # No-Update's round-2 log was logged by pi_init on window 2 (its own store), ABPO's by its round-1 model
     store_logs = sorted((Path(cfg.paths.resolve("root")) / "experiments" / "_pi_init").glob("*/d_bandit/*.parquet"))
     assert [p.name.split("-")[0] for p in store_logs] == ["r1of2", "r2of2"]

@@ -410,22 +410,19 @@ def _step_echo(prefix: str, echo):
 
 
 def update_round(ctx: SeedContext, row: str, start_dir: Path, log, out_dir: Path, prefix: str, echo=print) -> dict:
-    """Train the row's round: a variant's update of ``start_dir`` on ``log`` (abpo.train.update.run_update)."""
+    """Train the row's round: a variant's update of ``start_dir`` on ``log`` into ``out_dir``
+    (abpo.train.update.run_update), from scratch (no resume), on ``experiment.update_max_examples`` rows."""
     import pyarrow.compute as pc
 
-    from abpo.train.update import run_update
+    from abpo.train.update import UpdateRun, run_update
 
-    u = dataclasses.replace(
-        ctx.cfg.update, variant=row, output_name=out_dir.name, init_model=str(start_dir),
-        months=[ctx.cfg.experiment.month], resume=False,
-        max_examples=ctx.cfg.experiment.update_max_examples or ctx.cfg.update.max_examples,
-    )
-    c = dataclasses.replace(ctx.cfg, update=u)
-    c.paths = dataclasses.replace(ctx.cfg.paths, root=str(out_dir.parent.parent), models=out_dir.parent.name)
+    u = dataclasses.replace(ctx.cfg.update, resume=False,
+                            max_examples=ctx.cfg.experiment.update_max_examples or ctx.cfg.update.max_examples)
+    run = UpdateRun(variant=row, arm="", months=(ctx.cfg.experiment.month,), init_model=start_dir, output=out_dir)
     pos = log.filter(pc.equal(log.column("clicked"), 1))
     neg = log.filter(pc.equal(log.column("clicked"), 0))
-    res = run_update(c, progress=False, strata=(pos, neg, [ctx.cfg.experiment.month]), log_mlflow=False,
-                     callbacks=[_step_echo(prefix, echo)])
+    res = run_update(dataclasses.replace(ctx.cfg, update=u), run, progress=False, strata=(pos, neg),
+                     log_mlflow=False, callbacks=[_step_echo(prefix, echo)])
     return {"model_dir": str(res.model_dir), "steps": res.global_step, "final": res.metrics, "history": res.history,
             "batching": res.batching}
 
@@ -716,6 +713,13 @@ def write_outputs(exp_dir: Path, recs: Sequence[Mapping], summary: Mapping[str, 
 # ----------------------------------------------------------------------------------------- orchestration
 
 
+# The run inputs section `update` held until they became arguments (abpo.train.update.UpdateRun), with the values
+# every preset gave them. A cell's update never read them (its row and round set them), but they were part of the
+# digested section: putting them back keeps the fingerprints, and so every cached cell, of before the change.
+RETIRED_UPDATE_KEYS: dict[str, Any] = {"variant": "abpo", "months": [], "arm": "abpo", "init_model": "",
+                                       "output_name": ""}
+
+
 def cell_fingerprint(cfg, row: str, seed: int | None = None, r: int | None = None) -> str:
     """What a cell's result depends on: the data, policy and SFT settings (pi_init and the candidates), the seed,
     the round and the number of rounds, the update settings (variants that update), full_info's learning rate, and
@@ -724,7 +728,7 @@ def cell_fingerprint(cfg, row: str, seed: int | None = None, r: int | None = Non
     d: dict[str, Any] = {k: dataclasses.asdict(getattr(cfg, k)) for k in ("data", "policy", "sft")}
     d.update(row=row, seed=None if seed is None else int(seed), round=r, rounds=e.rounds)
     updates = is_llm_row(row) and row != FULL_INFO and row_key(row) != "none"
-    d["update"] = dataclasses.asdict(cfg.update) if updates else None
+    d["update"] = {**dataclasses.asdict(cfg.update), **RETIRED_UPDATE_KEYS} if updates else None
     keys = ["eval_split", "validation_fraction", "max_eval_users", "month"]
     keys += ["update_max_examples"] if updates else []
     keys += ["full_info_learning_rate"] if row == FULL_INFO else []

@@ -26,7 +26,8 @@ def register(sub, common: argparse.ArgumentParser) -> None:
                    help="Train on this month's log (repeatable; default: every month ingested).")
     p.add_argument("--arm", default="abpo", help="Train on the impressions this arm served (default: abpo).")
     p.add_argument("--init-model", type=Path, default=None, metavar="DIR",
-                   help="Start from this model directory (default: the output of `abpo sft`, <paths.models>/<sft.output>).")
+                   help="Start from this model directory (default: the output of `abpo sft`, "
+                   "<paths.models>/<sft.output>).")
     p.add_argument("--output", type=Path, default=None, metavar="DIR",
                    help="Update directory, under paths.models unless absolute "
                    "(default: update-<letter>-<first month>_<last month>-seed<seed>).")

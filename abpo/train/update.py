@@ -282,8 +282,9 @@ def train_update(
     quiet: bool = False,
 ):
     """Build ABPOTrainer for ``settings.variant`` and train (resuming from the last checkpoint in
-    `output_dir/checkpoints` when `resume`). Returns (trainer, resumed_from). Logging to MLflow happens when a run is active; `quiet` drops the console
-    progress/printer callbacks (metrics still reach `trainer.state.log_history` and MLflow)."""
+    `output_dir/checkpoints` when `resume`). Returns (trainer, resumed_from). Logging to MLflow happens when a run
+    is active; `quiet` drops the console progress/printer callbacks (metrics still reach
+    `trainer.state.log_history` and MLflow)."""
     from abpo.train.trainer import ABPOTrainer, MLflowStepCallback
 
     ckpt_dir = Path(output_dir) / "checkpoints"
@@ -413,8 +414,8 @@ def run_update(
     import contextlib
 
     run_ctx = (
-        registry.start_run(cfg, cfg.update.mlflow_experiment, f"update-{variant.letter}-{'_'.join(run.months)}", tags=tags,
-                           nested=nested)
+        registry.start_run(cfg, cfg.update.mlflow_experiment, f"update-{variant.letter}-{'_'.join(run.months)}",
+                           tags=tags, nested=nested)
         if log_mlflow else contextlib.nullcontext()
     )
     with run_ctx as mlrun:

@@ -29,7 +29,8 @@ def test_an_updates_run_inputs_are_arguments_not_settings(tmp_path):
     from abpo.train.config import UpdateConfig
     from abpo.train.update import UpdateRun, init_dir_for, output_dir_for
 
-    assert not {"variant", "arm", "months", "init_model", "output_name"} & {f.name for f in dataclasses.fields(UpdateConfig)}
+    settings = {f.name for f in dataclasses.fields(UpdateConfig)}
+    assert not {"variant", "arm", "months", "init_model", "output_name"} & settings
     cfg = load_config("tiny", [f"paths.root={tmp_path}"])
     models = tmp_path / "models"
     run = UpdateRun(variant="B", months=("2026-01", "2026-03"))

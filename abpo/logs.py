@@ -1,12 +1,16 @@
 """The console view of abpo's logging: every module logs through ``logging.getLogger(__name__)`` (loggers under
 ``abpo``); :func:`console` shows their INFO records as plain lines on stdout, which is what the ``abpo`` command,
-the Airflow tasks and ``abpo demo`` print. A leaf module: it imports nothing of abpo."""
+the Airflow tasks and ``abpo demo`` print. Worker processes hand their records to the parent
+(:func:`from_workers`), so a pool's lines go wherever the parent's go. A leaf module: it imports nothing of abpo."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import logging.handlers
 import sys
+from collections.abc import Callable, Iterator
+from typing import Any
 
 ROOT = "abpo"
 
@@ -55,3 +59,37 @@ def quiet(name: str = ROOT):
         yield
     finally:
         logger.setLevel(before)
+
+
+def _to_queue(queue: Any, level: int) -> None:
+    """A pool worker's initializer: its ``abpo`` records at ``level`` and above go to ``queue``, nowhere else."""
+    logger = logging.getLogger(ROOT)
+    for h in list(logger.handlers):
+        logger.removeHandler(h)
+    logger.addHandler(logging.handlers.QueueHandler(queue))
+    logger.setLevel(level)
+    logger.propagate = False
+
+
+class _ToLoggers(logging.handlers.QueueListener):
+    """Handles each record a worker sent as if this process had logged it: through the logger of the same name, so
+    its handlers, levels and filters apply (the console's prefix, a test's caplog)."""
+
+    def handle(self, record: logging.LogRecord) -> None:
+        logger = logging.getLogger(record.name)
+        if logger.isEnabledFor(record.levelno):
+            logger.handle(record)
+
+
+@contextlib.contextmanager
+def from_workers(mp_context: Any) -> Iterator[tuple[Callable[..., None], tuple[Any, ...]]]:
+    """``(initializer, initargs)`` for a process pool of ``mp_context``: its workers' ``abpo`` records are handled by
+    this process's loggers while the block runs. A spawned worker starts with no logging set up, so without it their
+    lines would be lost (or, printed directly, miss the console's prefix and a test's capture)."""
+    queue = mp_context.Queue()
+    listener = _ToLoggers(queue)
+    listener.start()
+    try:
+        yield _to_queue, (queue, logging.getLogger(ROOT).getEffectiveLevel())
+    finally:
+        listener.stop()

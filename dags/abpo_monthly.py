@@ -52,9 +52,9 @@ CLEAN_IMPRESSIONS = Asset(name="abpo_clean_impressions", uri="abpo://warehouse/i
 # The config keys a run's `overrides` param may set ("section.*": any key of the section): how big and how long a month's
 # work is, the gate, the simulator, the report. Not paths.* (state, tracking URI), the dataset's location or format,
 # the warehouse's settings, the data contract and audit (known_arms, min_propensity, max_clock_skew_seconds,
-# max_quarantine_fraction, ingest_min_keep_fraction), policy.* (the model), sft.experiment / output, update.init_model /
-# output_name / deepspeed / mlflow_experiment / variant / arm: a trigger must not point the loop at other files, stores,
-# models or rules.
+# max_quarantine_fraction, ingest_min_keep_fraction), policy.* (the model), sft.experiment / output, update.deepspeed /
+# mlflow_experiment: a trigger must not point the loop at other files, stores, models or rules. (What an arm's update
+# trains, its variant, logs, starting model and output, is no config at all: the update step passes it.)
 OVERRIDE_ALLOWED = (
     "arms.*", "sim.*", "report.*", "seed",
     *(f"data.{k}" for k in ("seed", "tie_seed", "min_history", "update_steps", "train_candidates", "eval_candidates",

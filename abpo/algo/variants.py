@@ -32,7 +32,7 @@ class Variant:
     self_certainty: bool  # y = 0 rewards add lambda_sc * r_sc (step 2)
     update: bool  # False: no update at all (variant A)
     letter: str  # "A".."F" as in ABPO_SPEC.md
-    name: str  # the config value (update.variant)
+    name: str  # what `abpo update --variant`, an arm's registry entry and an experiment row name it
     description: str
 
     def effective_lambda_sc(self, lambda_sc: float) -> float:

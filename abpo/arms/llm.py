@@ -15,6 +15,7 @@ import numpy as np
 
 from abpo.arms.base import Arm
 from abpo.arms.names import LLM, entry
+from abpo.months import Month
 
 
 class LLMArm(Arm):
@@ -61,19 +62,19 @@ class LLMArm(Arm):
         return registry.log_model_dir(local_dir, policy_cfg=cfg.policy)
 
     @classmethod
-    def refresh(cls, name: str, cfg, *, month: str, parent_dir: str | Path, strata, run_tags: dict[str, str]) -> Any:
-        """The arm's variant, trained from ``parent_dir`` (its champion) on ``strata`` (positive, no-response,
-        months: its own logs), saved under ``models/arms/<arm>/<month>``; returns abpo.train.update's result.
-        (abpo.train.update.run_update reads its run inputs from section ``update``: they are set here, for this
-        call only.)"""
-        from abpo.train.update import run_update
+    def refresh(cls, name: str, cfg, *, month: Month, parent_dir: Path, months: Sequence[str], strata,
+                run_tags: dict[str, str]) -> Any:
+        """The arm's variant, trained from ``parent_dir`` (its champion) on ``strata`` (positive, no-response: its
+        own logs of ``months``), saved under ``models/arms/<arm>/<month>``; returns abpo.train.update's result.
+        Every month starts afresh from the champion (no resume) and keeps the merged model, which serving loads;
+        ``arms.update_max_examples`` caps the rows."""
+        from abpo.train.update import UpdateRun, run_update
 
-        u = dataclasses.replace(
-            cfg.update, variant=entry(name).refreshed_by, arm=name, months=list(strata[2]), init_model=str(parent_dir),
-            resume=False, output_name=f"arms/{name}/{month}", save_merged=True,
-            max_examples=cfg.arms.update_max_examples or cfg.update.max_examples,
-        )
-        return run_update(dataclasses.replace(cfg, update=u), progress=False, strata=strata, run_tags=run_tags)
+        u = dataclasses.replace(cfg.update, resume=False, save_merged=True,
+                                max_examples=cfg.arms.update_max_examples or cfg.update.max_examples)
+        run = UpdateRun(variant=entry(name).refreshed_by, arm=name, months=tuple(months), init_model=parent_dir,
+                        output=Path("arms") / name / month)
+        return run_update(dataclasses.replace(cfg, update=u), run, progress=False, strata=strata, run_tags=run_tags)
 
     def propensities(self, requests: Sequence) -> list[np.ndarray]:
         from abpo.data.candidates import Example

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+
+from abpo.months import month_arg
 
 
 def register(sub, common: argparse.ArgumentParser) -> None:
@@ -11,15 +14,23 @@ def register(sub, common: argparse.ArgumentParser) -> None:
         "update",
         parents=[common],
         help="Update pi_init from the bandit log (ABPO or a variant A-F) with TRL; save a LoRA checkpoint.",
-        description="Read D_bandit (update.arm's impressions of update.months) from the DuckDB warehouse in "
-        "stratified mini-batches, run the update of update.variant (ABPO_SPEC.md: A none, B grpo, C anchor, "
-        "D anchor_snips, E anchor_sc, F abpo) on pi_init (the output of `abpo sft`) with trl.GRPOTrainer, "
-        "log every step to MLflow, and save the LoRA adapter (and merged model). Resumes from the last "
-        "checkpoint of the same update directory unless --no-resume. Prints where the checkpoint and the "
-        "MLflow run are.",
+        description="Read D_bandit (--arm's impressions of the --month(s)) from the DuckDB warehouse in stratified "
+        "mini-batches, run the update of --variant (ABPO_SPEC.md: A none, B grpo, C anchor, D anchor_snips, "
+        "E anchor_sc, F abpo) on pi_init (the output of `abpo sft`, or --init-model) with trl.GRPOTrainer, log every "
+        "step to MLflow, and save the LoRA adapter (and merged model). Resumes from the last checkpoint of the same "
+        "update directory unless --no-resume. Prints where the checkpoint and the MLflow run are. The flags say what "
+        "to train; the config's section update says how (abpo config --explain).",
     )
-    p.add_argument("--variant", default=None, help="Variant letter or name (default: update.variant), e.g. abpo, grpo, F, B.")
-    p.add_argument("--month", action="append", default=None, help="Train on this month's log (repeatable; default: update.months or all).")
+    p.add_argument("--variant", default="abpo", help="Variant letter or name (default: abpo), e.g. abpo, grpo, F, B.")
+    p.add_argument("--month", action="append", type=month_arg, default=None,
+                   help="Train on this month's log (repeatable; default: every month ingested).")
+    p.add_argument("--arm", default="abpo", help="Train on the impressions this arm served (default: abpo).")
+    p.add_argument("--init-model", type=Path, default=None, metavar="DIR",
+                   help="Start from this model directory (default: the output of `abpo sft`, "
+                   "<paths.models>/<sft.output>).")
+    p.add_argument("--output", type=Path, default=None, metavar="DIR",
+                   help="Update directory, under paths.models unless absolute "
+                   "(default: update-<letter>-<first month>_<last month>-seed<seed>).")
     p.add_argument("--max-steps", type=int, default=None, help="Stop after this many optimizer steps (default: update.max_steps).")
     p.add_argument("--no-resume", action="store_true", help="Start over even if a checkpoint exists.")
     p.set_defaults(handler=cmd_update)
@@ -27,23 +38,21 @@ def register(sub, common: argparse.ArgumentParser) -> None:
 
 def cmd_update(args: argparse.Namespace, cfg) -> int:
     from abpo.algo.variants import get_variant
-    from abpo.train.update import UpdateInputMissing, rollout_signal, run_update
+    from abpo.train.update import UpdateInputMissing, UpdateRun, rollout_signal, run_update
 
-    if args.variant:
-        cfg.update.variant = args.variant
-    if args.month:
-        cfg.update.months = list(args.month)
     if args.max_steps is not None:
         cfg.update.max_steps = args.max_steps
     if args.no_resume:
         cfg.update.resume = False
     try:
-        variant = get_variant(cfg.update.variant)
+        variant = get_variant(args.variant)
     except ValueError as e:
         print(f"abpo update: {e}", file=sys.stderr)
         return 2
+    run = UpdateRun(variant=variant.name, arm=args.arm, months=tuple(args.month or ()), init_model=args.init_model,
+                    output=args.output)
     try:
-        res = run_update(cfg)
+        res = run_update(cfg, run)
     except UpdateInputMissing as e:
         print(f"abpo update: {e}", file=sys.stderr)
         return 1

@@ -19,7 +19,8 @@ per-step metrics, and the match rates of the round's policy on the round's logge
 e(a_log|q) over the clicked and over the no-response rows: the probability that a rollout names the exposed item;
 the paper's Fig. 1-2). Cells are kept content-addressed (<root>/experiments/_cells/<fingerprint>.json, a copy
 under <exp>/cells/), so neither a rerun nor another experiment or probe with the same settings recomputes one.
-Rows and seeds run in ``experiment.workers`` processes; progress is printed per cell.
+Rows and seeds run in ``experiment.workers`` processes; progress is logged per cell (this module's logger: the
+workers' records are handled by the parent's loggers, abpo.logs.from_workers).
 
 Evaluation (ABPO_SPEC.md "Metrics"): HR@1, HR@5, NDCG@5, Diversity@1, Diversity@5 of the held-out target
 x_{T+N} among its candidates (M = ``experiment.eval_candidates``), on the users of ``experiment.eval_split``
@@ -39,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import math
 import os
 import time
@@ -53,6 +55,8 @@ from abpo.data.splits import (
     VALIDATION_SALT as SPLIT_SALT,  # noqa: F401 (re-exported)
     split_of_user,
 )
+
+log = logging.getLogger(__name__)
 
 KS = (1, 5)
 BASELINES = ("popularity", "ml_retrain")
@@ -282,7 +286,7 @@ def pi_init_log(ctx: SeedContext, r: int, rounds: int, model=None, tokenizer=Non
     return pq.read_table(path)
 
 
-def prepare_seed(cfg, seed: int, echo=print) -> dict[str, Any]:
+def prepare_seed(cfg, seed: int) -> dict[str, Any]:
     """pi_init(seed) and its logs of every round's window, each computed once (kept in the shared store; a second
     experiment preparing the same seed at the same time waits on the store's lock, then reuses them)."""
     import fcntl
@@ -293,18 +297,20 @@ def prepare_seed(cfg, seed: int, echo=print) -> dict[str, Any]:
     store.mkdir(parents=True, exist_ok=True)
     with open(store / ".prepare.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        return _prepare_locked(cfg, c, seed, echo)
+        return _prepare_locked(cfg, c, seed)
 
 
-def _prepare_locked(cfg, c, seed: int, echo) -> dict[str, Any]:
+def _prepare_locked(cfg, c, seed: int) -> dict[str, Any]:
+    from abpo.logs import quiet
     from abpo.policy.sft import train_sft
 
     ctx = load_seed(cfg, seed)
     done: dict[str, Any] = {}
     if not (ctx.pi_init_dir / "abpo_sft.json").exists():
-        echo(f"[seed {seed}] pi_init: next-item pre-training + SFT on D_sup ...")
+        log.info(f"[seed {seed}] pi_init: next-item pre-training + SFT on D_sup ...")
         t0 = time.time()
-        train_sft(c, dataset=ctx.dataset, log_mlflow=False, register=False, evaluate=False, echo=lambda *_: None)
+        with quiet("abpo.policy"):  # the per-epoch lines of every seed at once would drown the cells' progress
+            train_sft(c, dataset=ctx.dataset, log_mlflow=False, register=False, evaluate=False)
         done["sft_seconds"] = round(time.time() - t0, 1)
     rounds = cfg.experiment.rounds
     t1 = time.time()
@@ -317,7 +323,7 @@ def _prepare_locked(cfg, c, seed: int, echo) -> dict[str, Any]:
         rows += t.num_rows
         clicks += int(sum(t.column("clicked").to_pylist()))
     done["bandit_seconds"] = round(time.time() - t1, 1)
-    echo(f"[seed {seed}] pi_init and its D_bandit ready ({rows} logged rows over {rounds} round(s), {clicks} clicks)")
+    log.info(f"[seed {seed}] pi_init and its D_bandit ready ({rows} logged rows over {rounds} round(s), {clicks} clicks)")
     return {"seed": seed, "rows": rows, "clicks": clicks, **done}
 
 
@@ -397,35 +403,33 @@ def _rates_by_stratum(probs: Sequence[float], clicked: Sequence[int]) -> dict[st
             "log_rows": len(probs), "log_clicks": counts[1]}
 
 
-def _step_echo(prefix: str, echo):
-    """A TrainerCallback printing a cell's update progress every 50 steps (cells run in worker processes)."""
+def _step_logger(prefix: str):
+    """A TrainerCallback logging a cell's update progress every 50 steps (the update runs without a progress bar:
+    cells share the console)."""
     from transformers import TrainerCallback
 
-    class StepEcho(TrainerCallback):
+    class StepLogger(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
             if state.global_step % 50 == 0 or state.global_step == state.max_steps:
-                echo(f"{prefix} update step {state.global_step}/{state.max_steps}")
+                log.info(f"{prefix} update step {state.global_step}/{state.max_steps}")
 
-    return StepEcho()
+    return StepLogger()
 
 
-def update_round(ctx: SeedContext, row: str, start_dir: Path, log, out_dir: Path, prefix: str, echo=print) -> dict:
-    """Train the row's round: a variant's update of ``start_dir`` on ``log`` (abpo.train.update.run_update)."""
+def update_round(ctx: SeedContext, row: str, start_dir: Path, bandit_log, out_dir: Path, prefix: str) -> dict:
+    """Train the row's round: a variant's update of ``start_dir`` on ``bandit_log`` into ``out_dir``
+    (abpo.train.update.run_update), from scratch (no resume), on ``experiment.update_max_examples`` rows."""
     import pyarrow.compute as pc
 
-    from abpo.train.update import run_update
+    from abpo.train.update import UpdateRun, run_update
 
-    u = dataclasses.replace(
-        ctx.cfg.update, variant=row, output_name=out_dir.name, init_model=str(start_dir),
-        months=[ctx.cfg.experiment.month], resume=False,
-        max_examples=ctx.cfg.experiment.update_max_examples or ctx.cfg.update.max_examples,
-    )
-    c = dataclasses.replace(ctx.cfg, update=u)
-    c.paths = dataclasses.replace(ctx.cfg.paths, root=str(out_dir.parent.parent), models=out_dir.parent.name)
-    pos = log.filter(pc.equal(log.column("clicked"), 1))
-    neg = log.filter(pc.equal(log.column("clicked"), 0))
-    res = run_update(c, progress=False, strata=(pos, neg, [ctx.cfg.experiment.month]), log_mlflow=False,
-                     callbacks=[_step_echo(prefix, echo)])
+    u = dataclasses.replace(ctx.cfg.update, resume=False,
+                            max_examples=ctx.cfg.experiment.update_max_examples or ctx.cfg.update.max_examples)
+    run = UpdateRun(variant=row, arm="", months=(ctx.cfg.experiment.month,), init_model=start_dir, output=out_dir)
+    pos = bandit_log.filter(pc.equal(bandit_log.column("clicked"), 1))
+    neg = bandit_log.filter(pc.equal(bandit_log.column("clicked"), 0))
+    res = run_update(dataclasses.replace(ctx.cfg, update=u), run, progress=False, strata=(pos, neg),
+                     log_mlflow=False, callbacks=[_step_logger(prefix)])
     return {"model_dir": str(res.model_dir), "steps": res.global_step, "final": res.metrics, "history": res.history,
             "batching": res.batching}
 
@@ -456,7 +460,7 @@ def full_info_round(ctx: SeedContext, start_dir: Path, requests: list, out_dir: 
             "loss_last": losses[-1] if losses else None}
 
 
-def run_baseline_cell(ctx: SeedContext, row: str, echo=print) -> dict[str, Any]:
+def run_baseline_cell(ctx: SeedContext, row: str) -> dict[str, Any]:
     """A baseline's cell: fit on x_{1:T} + the clicks of pi_init's logs, score the evaluation users."""
     from abpo.baselines import make_ranker
 
@@ -464,18 +468,18 @@ def run_baseline_cell(ctx: SeedContext, row: str, echo=print) -> dict[str, Any]:
     t0 = time.time()
     ranker = make_ranker(row, ctx.cfg, seed=ctx.cfg.seed)
     seqs = training_sequences(ctx)
-    echo(f"{prefix} fitting on {sum(len(s) for s in seqs.values())} interactions of {len(seqs)} users")
+    log.info(f"{prefix} fitting on {sum(len(s) for s in seqs.values())} interactions of {len(seqs)} users")
     ranker.fit(seqs, ctx.dataset.item_ids().tolist())
     scores = ranker.score([(ex.user_id, ex.history, ex.candidates) for ex in ctx.eval_examples])
     out: dict[str, Any] = {"row": row, "seed": ctx.cfg.seed, "round": ctx.cfg.experiment.rounds}
     out.update(metrics_from_scores(ctx.eval_examples, [np.asarray(s, dtype=np.float64).tolist() for s in scores],
                                    ctx.popularity))
     out["seconds"] = round(time.time() - t0, 1)
-    echo(f"{prefix} HR@5 {out['HR@5']:.4f} NDCG@5 {out['NDCG@5']:.4f} in {out['seconds']:.0f}s")
+    log.info(f"{prefix} HR@5 {out['HR@5']:.4f} NDCG@5 {out['NDCG@5']:.4f} in {out['seconds']:.0f}s")
     return out
 
 
-def run_llm_round(ctx: SeedContext, row: str, r: int, start_dir: Path, out_dir: Path, echo=print) -> dict[str, Any]:
+def run_llm_round(ctx: SeedContext, row: str, r: int, start_dir: Path, out_dir: Path) -> dict[str, Any]:
     """One (seed, LLM row, round) cell: log window r with the start policy, train the row on it, score the
     evaluation users and the match rates on the round's log. Returns the cell (with ``model_dir``)."""
     from abpo.algo.variants import get_variant
@@ -485,30 +489,30 @@ def run_llm_round(ctx: SeedContext, row: str, r: int, start_dir: Path, out_dir: 
     t0 = time.time()
     out: dict[str, Any] = {"row": row, "seed": ctx.cfg.seed, "round": r}
     if start_dir == ctx.pi_init_dir:
-        log = pi_init_log(ctx, r, rounds)
+        bandit_log = pi_init_log(ctx, r, rounds)
     else:
         model, tok = _load_model(ctx, start_dir)
-        log = log_window(ctx, model, tok, r, rounds, f"{row}-round{r - 1}-seed{ctx.cfg.seed}")
+        bandit_log = log_window(ctx, model, tok, r, rounds, f"{row}-round{r - 1}-seed{ctx.cfg.seed}")
         del model
     model_dir = start_dir
     if row == FULL_INFO:
-        echo(f"{prefix} full-information fine-tuning on {log.num_rows} requests")
+        log.info(f"{prefix} full-information fine-tuning on {bandit_log.num_rows} requests")
         out["full_info"] = full_info_round(ctx, start_dir, ctx.window(r, rounds), out_dir)
         model_dir = Path(out["full_info"]["model_dir"])
     elif get_variant(row).update:
-        out["update"] = update_round(ctx, row, start_dir, log, out_dir, prefix, echo)
+        out["update"] = update_round(ctx, row, start_dir, bandit_log, out_dir, prefix)
         model_dir = Path(out["update"].pop("model_dir"))
     out["train_seconds"] = round(time.time() - t0, 1)
     model, tok = _load_model(ctx, model_dir)
-    echo(f"{prefix} scoring {len(ctx.eval_examples)} users and {log.num_rows} logged exposures")
+    log.info(f"{prefix} scoring {len(ctx.eval_examples)} users and {bandit_log.num_rows} logged exposures")
     # a row that trained nothing this round (No-Update) is the policy that logged it: its rates are in the log
-    out.update(logged_match_rates(log) if model_dir == start_dir else match_rates(model, tok, ctx, log))
+    out.update(logged_match_rates(bandit_log) if model_dir == start_dir else match_rates(model, tok, ctx, bandit_log))
     out.update(metrics_from_scores(ctx.eval_examples, [s.scores.tolist() for s in _scores(model, tok, ctx, ctx.eval_examples)],
                                    ctx.popularity))
     out["model_dir"] = str(model_dir)
     out["seconds"] = round(time.time() - t0, 1)
-    echo(f"{prefix} HR@5 {out['HR@5']:.4f} NDCG@5 {out['NDCG@5']:.4f} match pos {out['match_positive']:.3f} "
-         f"no-resp {out['match_no_response']:.3f} in {out['seconds']:.0f}s")
+    log.info(f"{prefix} HR@5 {out['HR@5']:.4f} NDCG@5 {out['NDCG@5']:.4f} match pos {out['match_positive']:.3f} "
+             f"no-resp {out['match_no_response']:.3f} in {out['seconds']:.0f}s")
     return out
 
 
@@ -716,6 +720,13 @@ def write_outputs(exp_dir: Path, recs: Sequence[Mapping], summary: Mapping[str, 
 # ----------------------------------------------------------------------------------------- orchestration
 
 
+# The run inputs section `update` held until they became arguments (abpo.train.update.UpdateRun), with the values
+# every preset gave them. A cell's update never read them (its row and round set them), but they were part of the
+# digested section: putting them back keeps the fingerprints, and so every cached cell, of before the change.
+RETIRED_UPDATE_KEYS: dict[str, Any] = {"variant": "abpo", "months": [], "arm": "abpo", "init_model": "",
+                                       "output_name": ""}
+
+
 def cell_fingerprint(cfg, row: str, seed: int | None = None, r: int | None = None) -> str:
     """What a cell's result depends on: the data, policy and SFT settings (pi_init and the candidates), the seed,
     the round and the number of rounds, the update settings (variants that update), full_info's learning rate, and
@@ -724,7 +735,7 @@ def cell_fingerprint(cfg, row: str, seed: int | None = None, r: int | None = Non
     d: dict[str, Any] = {k: dataclasses.asdict(getattr(cfg, k)) for k in ("data", "policy", "sft")}
     d.update(row=row, seed=None if seed is None else int(seed), round=r, rounds=e.rounds)
     updates = is_llm_row(row) and row != FULL_INFO and row_key(row) != "none"
-    d["update"] = dataclasses.asdict(cfg.update) if updates else None
+    d["update"] = {**dataclasses.asdict(cfg.update), **RETIRED_UPDATE_KEYS} if updates else None
     keys = ["eval_split", "validation_fraction", "max_eval_users", "month"]
     keys += ["update_max_examples"] if updates else []
     keys += ["full_info_learning_rate"] if row == FULL_INFO else []
@@ -777,18 +788,13 @@ def _save_cell(cfg, exp_dir: Path, cell: dict) -> None:
     _save_json(_cell_path(exp_dir, cell["seed"], cell["row"], cell["round"], cfg.experiment.rounds), cell)
 
 
-def _prepare_task(cfg, seed: int) -> dict:
-    return prepare_seed(cfg, seed, echo=lambda m: print(m, flush=True))
-
-
 def _row_task(cfg, seed: int, row: str, exp_dir: str) -> list[dict]:
     """Every missing round of one (seed, row): rounds run in order, each starting from the previous round's
     model; finished rounds (with their model kept) are skipped. ``cfg`` is the parent's config, pickled."""
     exp = Path(exp_dir)
-    echo = lambda m: print(m, flush=True)  # noqa: E731
     ctx = load_seed(cfg, seed)
     if not is_llm_row(row):
-        cell = run_baseline_cell(ctx, row, echo)
+        cell = run_baseline_cell(ctx, row)
         cell["fingerprint"] = cell_fingerprint(cfg, row, seed, cfg.experiment.rounds)
         _save_cell(cfg, exp, cell)
         return [cell]
@@ -800,7 +806,7 @@ def _row_task(cfg, seed: int, row: str, exp_dir: str) -> list[dict]:
             start = Path(cell["model_dir"])
             continue
         fp = cell_fingerprint(cfg, row, seed, r)
-        cell = run_llm_round(ctx, row, r, start, experiments_root(cfg) / "_runs" / "models" / fp, echo)
+        cell = run_llm_round(ctx, row, r, start, experiments_root(cfg) / "_runs" / "models" / fp)
         cell["fingerprint"] = fp
         _save_cell(cfg, exp, cell)
         out.append(cell)
@@ -852,16 +858,18 @@ def _log_history(run_id: str, history: Sequence[Mapping[str, float]], batch: int
         client.log_batch(run_id, metrics=metrics[i:i + batch])
 
 
-def run_experiment(cfg, *, config_ref: str = "tiny", overrides: Sequence[str] = (), echo=print,
+def run_experiment(cfg, *, config_ref: str = "tiny", overrides: Sequence[str] = (),
                    mlflow_tags: Mapping[str, str] | None = None) -> ExperimentResult:
     """Compute every missing cell of the table (in ``experiment.workers`` processes), then the tables, the plots
     and the MLflow runs. The worker processes get ``cfg`` itself (pickled); ``config_ref`` / ``overrides`` only
-    say in the summary and in MLflow how it was made."""
+    say in the summary and in MLflow how it was made. Progress is logged; the workers' lines come through this
+    process's loggers."""
     import multiprocessing as mp
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
     from abpo import registry
     from abpo.data.loaders import load_dataset
+    from abpo.logs import from_workers
 
     t0 = time.time()
     cfg = experiment_config(cfg)
@@ -889,15 +897,18 @@ def run_experiment(cfg, *, config_ref: str = "tiny", overrides: Sequence[str] = 
             if any(c is None for c in found.values()):
                 todo.append((seed, row))
     total = len(e.seeds) * (sum(rounds if is_llm_row(r) else 1 for r in rows))
-    echo(f"experiment {e.name}: {total} cells ({len(rows)} rows x {len(e.seeds)} seeds x {rounds} round(s)), "
-         f"{reused} already done, {len(todo)} row chain(s) to compute with {e.workers} worker(s); directory {exp_dir}")
+    log.info(f"experiment {e.name}: {total} cells ({len(rows)} rows x {len(e.seeds)} seeds x {rounds} round(s)), "
+             f"{reused} already done, {len(todo)} row chain(s) to compute with {e.workers} worker(s); directory "
+             f"{exp_dir}")
     prep: list[dict] = []
     computed = 0
     if todo:
         seeds_needed = sorted({s for s, _ in todo})
-        with ProcessPoolExecutor(max_workers=max(1, e.workers), mp_context=mp.get_context("spawn")) as pool:
-            pending = {pool.submit(_prepare_task, cfg, s): ("prep", s, None)
-                       for s in seeds_needed}
+        spawn = mp.get_context("spawn")
+        with (from_workers(spawn) as (init_logging, logging_args),
+              ProcessPoolExecutor(max_workers=max(1, e.workers), mp_context=spawn, initializer=init_logging,
+                                  initargs=logging_args) as pool):
+            pending = {pool.submit(prepare_seed, cfg, s): ("prep", s, None) for s in seeds_needed}
             while pending:
                 finished, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in finished:
@@ -914,8 +925,8 @@ def run_experiment(cfg, *, config_ref: str = "tiny", overrides: Sequence[str] = 
                             cells[(seed, row, int(cell["round"]))] = (cell, False)
                         last = result[-1] if result else None
                         if last is not None:
-                            echo(f"[{reused + computed}/{total}] seed {seed} {row_label(row)}: HR@5 {last['HR@5']:.4f} "
-                                 f"({time.time() - t0:.0f}s elapsed)")
+                            log.info(f"[{reused + computed}/{total}] seed {seed} {row_label(row)}: HR@5 "
+                                     f"{last['HR@5']:.4f} ({time.time() - t0:.0f}s elapsed)")
     final = [cells[(s, r, rounds)][0] for s in e.seeds for r in rows]
     recs = table_rows(final, rows, e)
     rounds_recs = round_rows([c for c, _ in cells.values()], rows)
@@ -949,5 +960,5 @@ def run_experiment(cfg, *, config_ref: str = "tiny", overrides: Sequence[str] = 
             mlflow.log_artifact(str(p))
         for (_, _, _), (cell, was_reused) in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
             _log_cell(cell, cfg, was_reused)
-    echo(f"experiment {e.name}: wall time {wall / 60:.1f} min ({computed} cells computed, {reused} reused)")
+    log.info(f"experiment {e.name}: wall time {wall / 60:.1f} min ({computed} cells computed, {reused} reused)")
     return ExperimentResult(exp_dir, recs, outputs, wall, computed, reused, run_id, prep, rounds_recs)

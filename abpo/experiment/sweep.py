@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import csv
 import itertools
+import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 
 def parse_sweep(specs: Sequence[str]) -> list[tuple[str, list[str]]]:
@@ -89,7 +92,7 @@ def sweep_markdown(lines: Sequence[dict[str, Any]], title: str) -> str:
 
 
 def run_sweep(cfg, axes: Sequence[tuple[str, Sequence[str]]], *, config_for: Callable[[list[str]], Any],
-              config_ref: str = "tiny", overrides: Sequence[str] = (), echo=print) -> SweepResult:
+              config_ref: str = "tiny", overrides: Sequence[str] = ()) -> SweepResult:
     """Run every probe of the grid (module docstring) on the validation users and write the summary.
     ``config_for(overrides)`` makes a probe's config (the command passes the preset's loader: this package sits
     below abpo.config and does not import it)."""
@@ -102,14 +105,14 @@ def run_sweep(cfg, axes: Sequence[tuple[str, Sequence[str]]], *, config_for: Cal
     sweep_dir = experiments_root(cfg) / f"{base}-sweep"
     sweep_dir.mkdir(parents=True, exist_ok=True)
     grid = probes(axes)
-    echo(f"sweep {base}: {len(grid)} probe(s) over {', '.join(k for k, _ in axes)} on the validation users")
+    log.info(f"sweep {base}: {len(grid)} probe(s) over {', '.join(k for k, _ in axes)} on the validation users")
     lines: list[dict[str, Any]] = []
     for i, probe in enumerate(grid, 1):
         name = probe_name(probe)
         ov = [*overrides, *probe, f"experiment.name={base}-sweep/{name}"]
         pcfg = config_for(ov)
-        echo(f"sweep {base}: probe {i}/{len(grid)} {name}")
-        res = run_experiment(pcfg, config_ref=config_ref, overrides=ov, echo=echo,
+        log.info(f"sweep {base}: probe {i}/{len(grid)} {name}")
+        res = run_experiment(pcfg, config_ref=config_ref, overrides=ov,
                              mlflow_tags={"abpo.sweep": base, "abpo.probe": name})
         for rec in res.table:
             lines.append({"probe": name, **{k: v for k, v in rec.items()}})

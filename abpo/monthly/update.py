@@ -86,8 +86,8 @@ def update_llm_arm(cfg, arm: str, month: Month) -> UpdateResult:
         return UpdateResult.from_json(done)
     log.info(f"update {arm} ({entry(arm).refreshed_by}) from champion v{champ.version} on {pos.num_rows} positive + "
              f"{neg.num_rows} no-response rows of {months}")
-    res = arm_class(arm).refresh(arm, cfg, month=month, parent_dir=parent_dir, strata=(pos, neg, months),
-                                 run_tags={core_registry.TASK_KEY_TAG: key})
+    res = arm_class(arm).refresh(arm, cfg, month=month, parent_dir=parent_dir, months=months,
+                                 strata=(pos, neg), run_tags={core_registry.TASK_KEY_TAG: key})
     with mlflow.start_run(run_id=res.mlflow_run_id):
         uri = arm_versions.log_arm_model(cfg, arm, res.model_dir)
     parent_months = [m for m in (champ.tags or {}).get("months", "").split(",") if m]

@@ -22,6 +22,7 @@ Training data is x_{1:T} of every user (never the update range or the target).
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -29,6 +30,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -122,7 +125,6 @@ def pretrain_next_item(
     patience: int,
     weight_decay: float = 0.0,
     seed: int = 0,
-    echo: Callable[[str], None] = print,
     log_metric: Callable[[str, float, int], None] | None = None,
 ) -> PretrainResult:
     """Stage 1 (Eq. next-item) on ``model`` in place: ``train_sequences`` user -> item ids x_{1:T};
@@ -202,16 +204,16 @@ def pretrain_next_item(
                 if not math.isnan(vl):
                     log_metric("pretrain_val_loss", vl, epoch)
                     log_metric("pretrain_val_hr_at_10", hr, epoch)
-            echo(f"pretrain: epoch {epoch}/{epochs} train loss {res.train_losses[-1]:.3f} validation loss {vl:.3f} "
-                 f"HR@10 (all items) {hr:.3f} ({time.time() - te:.1f}s)")
+            log.info(f"pretrain: epoch {epoch}/{epochs} train loss {res.train_losses[-1]:.3f} validation loss "
+                     f"{vl:.3f} HR@10 (all items) {hr:.3f} ({time.time() - te:.1f}s)")
             if math.isnan(vl) or vl < best - 1e-4:
                 best, bad, res.best_epoch = (vl if not math.isnan(vl) else best), 0, epoch
                 best_state = copy.deepcopy(model.state_dict())
             else:
                 bad += 1
                 if bad >= patience:
-                    echo(f"pretrain: validation loss has not improved for {patience} epochs; keeping epoch "
-                         f"{res.best_epoch}")
+                    log.info(f"pretrain: validation loss has not improved for {patience} epochs; keeping epoch "
+                             f"{res.best_epoch}")
                     break
     if best_state is not None:
         model.load_state_dict(best_state)

@@ -1,7 +1,7 @@
 """pi_init: the initial deployed policy, trained by supervised fine-tuning on D_sup (ABPO_SPEC.md "Data objects")
 with TRL's ``SFTTrainer``; for item-token models (``sft.pretrain_epochs > 0``) after a next-item pre-training stage
 over every position of each user's x_{1:T} (``pretrain_stage``, abpo.policy.pretrain). Each stage's wall time is
-printed and logged (``stage_seconds_*``).
+logged (this module's logger, shown by abpo.logs.console) and recorded in MLflow (``stage_seconds_*``).
 
 Each D_sup example (x_{1:t}, C, x_{t+1}) becomes prompt q = the fitted, chat-rendered prompt and completion
 r(x_{t+1}) + EOS. The dataset is handed to TRL pre-tokenized (``input_ids`` + ``completion_mask``), with the
@@ -16,6 +16,7 @@ policy deployed before any update).
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -23,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+log = logging.getLogger(__name__)
 
 PI_INIT_ALIAS = "pi_init"
 
@@ -78,7 +81,7 @@ def sft_records(examples, titles, tokenizer, policy_cfg, loss_tokens: str = "ans
     return out
 
 
-def pretrain_stage(model, tokenizer, dataset, splits, cfg, *, echo=print, log_mlflow: bool = False):
+def pretrain_stage(model, tokenizer, dataset, splits, cfg, *, log_mlflow: bool = False):
     """pi_init stage 1 (abpo.policy.pretrain): next-item pre-training of ``model`` in place on every user's
     x_{1:T}, early-stopped on the validation users' next items x_{T+1..T+N-1} (``experiment.validation_fraction``;
     the test users' targets are never read). Metrics go to the active MLflow run when ``log_mlflow``."""
@@ -89,17 +92,17 @@ def pretrain_stage(model, tokenizer, dataset, splits, cfg, *, echo=print, log_ml
     train = {sp.user_id: sp.history for sp in splits}
     val = {sp.user_id: (sp.history, sp.update) for sp in splits
            if split_of_user(sp.user_id, cfg.experiment.validation_fraction) == "validation"}
-    log = None
+    log_metric = None
     if log_mlflow:
         import mlflow
 
-        def log(name, value, step):
+        def log_metric(name: str, value: float, step: int) -> None:
             mlflow.log_metric(name, value, step=step)
 
     return pretrain_next_item(
         model, tokenizer, train, val, item_ids=list(dataset.titles()), epochs=s.pretrain_epochs,
         learning_rate=s.pretrain_learning_rate, batch_size=s.pretrain_batch_size, max_length=s.pretrain_max_length,
-        patience=s.pretrain_patience, weight_decay=0.0, seed=cfg.seed, echo=echo, log_metric=log,
+        patience=s.pretrain_patience, weight_decay=0.0, seed=cfg.seed, log_metric=log_metric,
     )
 
 
@@ -262,7 +265,6 @@ def train_sft(
     log_mlflow: bool = True,
     register: bool = True,
     evaluate: bool = True,
-    echo=print,
     run_tags: dict[str, str] | None = None,
 ) -> SFTResult:
     """Train pi_init on D_sup (``cfg.data`` -> splits -> ``build_sup_examples``) starting from ``policy.model``;
@@ -287,7 +289,7 @@ def train_sft(
     model, tok = load_policy(cfg.policy, cfg.paths, dataset=ds, seed=cfg.seed)
     records = sft_records(sup, titles, tok, cfg.policy, cfg.sft.loss_tokens)
     n_tok = sum(len(r["input_ids"]) for r in records)
-    echo(
+    log.info(
         f"sft: D_sup {len(records)} examples ({n_tok / len(records):.0f} tokens each on average), "
         f"model {cfg.policy.model} ({model.num_parameters() / 1e6:.2f}M parameters)"
     )
@@ -319,19 +321,19 @@ def train_sft(
 
     def body(run=None):
         if cfg.sft.pretrain_epochs > 0:
-            pre = pretrain_stage(model, tok, ds, splits, cfg, echo=echo, log_mlflow=run is not None)
+            pre = pretrain_stage(model, tok, ds, splits, cfg, log_mlflow=run is not None)
             result.stage_seconds["pretrain"] = pre.seconds
             result.metrics.update({
                 "pretrain_epochs_run": float(pre.epochs_run), "pretrain_best_epoch": float(pre.best_epoch),
             })
-            echo(f"pi_init stage 1 (next-item pre-training): {pre.seconds:.1f}s, {pre.epochs_run} epochs, best "
-                 f"epoch {pre.best_epoch}, {pre.n_train_positions} training positions")
+            log.info(f"pi_init stage 1 (next-item pre-training): {pre.seconds:.1f}s, {pre.epochs_run} epochs, "
+                     f"best epoch {pre.best_epoch}, {pre.n_train_positions} training positions")
         t_sft = time.time()
         trained, _ = run_sft(
             model, tok, records, cfg, work, callbacks=[_Losses()], peft_config=lora_config(cfg.policy) if cfg.sft.use_lora else None
         )
         result.stage_seconds["sft"] = time.time() - t_sft
-        echo(f"pi_init stage 2 (answer-format SFT): {result.stage_seconds['sft']:.1f}s, {len(records)} D_sup pairs")
+        log.info(f"pi_init stage 2 (answer-format SFT): {result.stage_seconds['sft']:.1f}s, {len(records)} D_sup pairs")
         shutil.rmtree(work, ignore_errors=True)
         tmp = out_dir.with_name(out_dir.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
@@ -342,7 +344,8 @@ def train_sft(
         shutil.rmtree(out_dir, ignore_errors=True)
         tmp.replace(out_dir)
         result.losses = losses
-        echo(f"sft: saved pi_init to {out_dir}; loss {losses[0][1]:.3f} -> {losses[-1][1]:.3f}" if losses else "")
+        loss = f"; loss {losses[0][1]:.3f} -> {losses[-1][1]:.3f}" if losses else ""
+        log.info(f"sft: saved pi_init to {out_dir}{loss}")
         if evaluate:
             from abpo.policy.evaluate import evaluate_policy
 
@@ -357,7 +360,7 @@ def train_sft(
                 if f"HR@{k}" in res.metrics:  # one-sided binomial test of HR@k > K/M
                     result.metrics[f"HR@{k}_p_value"] = res.p_value(k)
             for line in res.lines():
-                echo(f"pi_init held-out: {line}")
+                log.info(f"pi_init held-out: {line}")
         if run is not None:
             import mlflow
 
@@ -378,7 +381,7 @@ def train_sft(
                     uri, {"role": "pi_init", "config": cfg.name, "seed": cfg.seed, "run_id": run.info.run_id})
                 result.model_version = str(mv.version)
                 aliases = f"{registry.CHAMPION}, {PI_INIT_ALIAS}" if first else PI_INIT_ALIAS
-                echo(
+                log.info(
                     f"sft: registered {registry.MODEL_NAME} version {mv.version} "
                     f"(aliases {aliases}); MLflow run {run.info.run_id}"
                 )

@@ -3,7 +3,7 @@
 - ``abpo.train.trainer``: ``ABPOTrainer`` (advantages of variants B-F), its reward functions, ``ABPOSettings``,
   ``MLflowStepCallback``.
 - ``abpo.train.dataset``: D_bandit (warehouse strata) -> trainer rows in stratified batch order.
-- ``abpo.train.update``: ``run_update(cfg)`` (the `abpo update` job), ``grpo_config`` / ``grpo_kwargs``,
+- ``abpo.train.update``: ``run_update(cfg, UpdateRun(...))`` (the `abpo update` job), ``grpo_config`` / ``grpo_kwargs``,
   ``train_update``, ``save_update``.
 - ``abpo.train.config``: the `update` config section.
 """

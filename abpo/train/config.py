@@ -1,8 +1,10 @@
 """Config section `update`: the ABPO update (every knob of ABPO_SPEC.md's update step), TRL-style.
 
-Each field maps either to an ABPO equation (variant, group_size, delta, eps_std, lambda_sc) or to the
-`trl.GRPOConfig` / `transformers.TrainingArguments` field named in its help; `abpo.train.trainer.grpo_config`
-does the mapping. The propensity temperature tau of e_p(a|q) = softmax(s_p/tau) is `policy.tau`: e_old must use
+Each field maps either to an ABPO equation (group_size, delta, eps_std, lambda_sc, w_max) or to the
+`trl.GRPOConfig` / `transformers.TrainingArguments` field named in its help; `abpo.train.update.grpo_kwargs`
+does the mapping. The section says how every update trains; what one update trains (the variant, the arm whose
+logs, the months, the starting model, the output directory) differs from call to call and is an argument instead:
+`abpo.train.update.UpdateRun` (the `abpo update` flags, the arm being refreshed, the experiment's row and round). The propensity temperature tau of e_p(a|q) = softmax(s_p/tau) is `policy.tau`: e_old must use
 the same tau as the logging policy's e0, so it is deliberately not duplicated here. LoRA shape: `policy.lora_*`.
 """
 
@@ -14,13 +16,6 @@ from dataclasses import dataclass, field
 @dataclass
 class UpdateConfig:
     # ------------------------------------------------------------------ the ABPO equations (ABPO_SPEC.md)
-    variant: str = field(
-        default="abpo",
-        metadata={
-            "help": "ABPO_SPEC.md variant, letter or name: A none (no update) | B grpo (vanilla GRPO, the "
-            "GRPO-update arm) | C anchor (w=1) | D anchor_snips | E anchor_sc | F abpo (anchor+SNIPS+self-certainty)."
-        },
-    )
     group_size: int = field(
         default=4,
         metadata={
@@ -131,10 +126,6 @@ class UpdateConfig:
         metadata={"help": "DeepSpeed JSON config, repo-relative or absolute (GPU preset: configs/deepspeed_zero2.json)."},
     )
     # ------------------------------------------------------------------ data, checkpoints, logging
-    months: list[str] = field(
-        default_factory=list,
-        metadata={"help": "Warehouse months (YYYY-MM) whose impressions form D_bandit; empty = every month ingested."},
-    )
     max_examples: int = field(
         default=0,
         metadata={
@@ -150,17 +141,6 @@ class UpdateConfig:
             "fresh seeded order, so some of its rows appear twice in the epoch) | proportional (each row once; "
             "positives spread evenly over floor((P+N)/B) batches; the rows that fill no batch are reported)."
         },
-    )
-    arm: str = field(
-        default="abpo", metadata={"help": "Only impressions served by this arm enter the update (their e0 is this arm's)."}
-    )
-    init_model: str = field(
-        default="",
-        metadata={"help": "pi_init / starting checkpoint directory; empty = the output of `abpo sft` for this config."},
-    )
-    output_name: str = field(
-        default="",
-        metadata={"help": "Update directory under paths.models; empty = update-<letter>-<first>_<last month>-seed<seed>."},
     )
     save_steps: int = field(default=20, metadata={"help": "Checkpoint every this many optimizer steps (the resume point)."})
     save_total_limit: int = field(default=2, metadata={"help": "Keep at most this many checkpoints (0 = keep all)."})

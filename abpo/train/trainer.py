@@ -167,7 +167,7 @@ class ABPOTrainer(GRPOTrainer):
         self.variant = get_variant(settings.variant)
         if not self.variant.update:
             raise ValueError(
-                f"update.variant={settings.variant}: variant A performs no update; nothing to train "
+                f"variant {settings.variant}: variant A performs no update; nothing to train "
                 "(run_update returns pi_init unchanged for it)"
             )
         if args.shuffle_dataset:

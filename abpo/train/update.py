@@ -1,8 +1,9 @@
 """One monthly update of one arm: D_bandit from the warehouse -> ABPOTrainer -> a LoRA checkpoint + MLflow run.
 
-    run_update(cfg)  ->  UpdateResult(adapter_dir, model_dir, checkpoint_dir, mlflow_run_id, ...)
+    run_update(cfg, UpdateRun(variant, arm, months, init_model, output))  ->  UpdateResult(adapter_dir, model_dir, ...)
 
-Layout under ``<paths.models>/<update.output_name or update-<letter>-<first month>_<last month>-seed<seed>>/``:
+``cfg`` (section ``update``) says how to train; :class:`UpdateRun` says what this one update trains. Layout under
+``<paths.models>/<run.output or update-<letter>-<first month>_<last month>-seed<seed>>/``:
 
     checkpoints/checkpoint-N/   TRL/Trainer checkpoints (adapter, optimizer, scheduler, RNG): the resume points
     adapter/                    the final LoRA adapter + tokenizer (``PeftModel.from_pretrained(pi_init, adapter/)``)
@@ -21,6 +22,25 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from abpo.months import Month
+
+
+@dataclass(frozen=True)
+class UpdateRun:
+    """What one update trains: the inputs of a single call. They differ between calls that share one config (each
+    month updates every LLM arm from its own champion on its own logs; an experiment trains every row of every
+    round), so they are arguments of :func:`run_update`, never settings of section ``update``."""
+
+    variant: str = "abpo"  # ABPO_SPEC.md variant, letter or name (abpo.algo.variants.get_variant)
+    arm: str = "abpo"  # only impressions this arm served enter the update (their e0 is its); "" = every arm's
+    months: tuple[Month, ...] = ()  # the months whose impressions form D_bandit; () = every month ingested
+    init_model: Path | None = None  # pi_init / the starting checkpoint; None = the output of `abpo sft`
+    output: Path | None = None  # under paths.models unless absolute; None = update-<letter>-<months>-seed<seed>
+
+    def __post_init__(self) -> None:
+        # a bad month stops here, before a model is loaded, and the months are Month values from here on
+        object.__setattr__(self, "months", tuple(Month(m, "update month") for m in self.months))
 
 
 class UpdateInputMissing(RuntimeError):
@@ -69,27 +89,28 @@ def rollout_signal(history: list[dict[str, float]]) -> dict[str, float]:
 # ---------------------------------------------------------------------------------------------------- config
 
 
-def output_dir_for(cfg, months: list[str] | None = None) -> Path:
-    """<paths.models>/<update.output_name>, default update-<letter>-<first month>_<last month>-seed<seed>."""
+def output_dir_for(cfg, run: UpdateRun) -> Path:
+    """``run.output`` under <paths.models> (as given when absolute), by default
+    update-<letter>-<first month>_<last month>-seed<seed>."""
     from abpo.algo.variants import get_variant
 
-    name = cfg.update.output_name
-    if not name:
-        span = f"{months[0]}_{months[-1]}" if months else "all"
-        name = f"update-{get_variant(cfg.update.variant).letter}-{span}-seed{cfg.seed}"
-    return cfg.paths.resolve("models") / name
+    if run.output is not None:
+        return cfg.paths.resolve("models") / run.output
+    span = f"{run.months[0]}_{run.months[-1]}" if run.months else "all"
+    return cfg.paths.resolve("models") / f"update-{get_variant(run.variant).letter}-{span}-seed{cfg.seed}"
 
 
-def grpo_config(update_cfg, *, output_dir: str | Path, seed: int, **overrides):
-    """trl.GRPOConfig for `update_cfg` (the `update` section); see `grpo_kwargs`."""
+def grpo_config(update_cfg, variant: str, *, output_dir: str | Path, seed: int, **overrides):
+    """trl.GRPOConfig for `update_cfg` (the `update` section) and `variant`; see `grpo_kwargs`."""
     from trl import GRPOConfig
 
-    return GRPOConfig(**grpo_kwargs(update_cfg, output_dir=output_dir, seed=seed, **overrides))
+    return GRPOConfig(**grpo_kwargs(update_cfg, variant, output_dir=output_dir, seed=seed, **overrides))
 
 
-def grpo_kwargs(update_cfg, *, output_dir: str | Path, seed: int, **overrides) -> dict[str, Any]:
-    """The GRPOConfig keyword arguments for `update_cfg`: the mapping of every knob, in one place (a plain dict,
-    so the GPU preset's mapping can be checked on a machine without a GPU or DeepSpeed).
+def grpo_kwargs(update_cfg, variant: str, *, output_dir: str | Path, seed: int, **overrides) -> dict[str, Any]:
+    """The GRPOConfig keyword arguments for `update_cfg` and `variant` (which sets the rollouts per example): the
+    mapping of every knob, in one place (a plain dict, so the GPU preset's mapping can be checked on a machine
+    without a GPU or DeepSpeed).
 
     Batch geometry: per_device_train_batch_size counts rollout rows = batch_size x rollouts_per_example; one
     optimizer step = one generation batch (steps_per_generation = grad_accum), the SNIPS mini-batch of step 3.
@@ -99,8 +120,7 @@ def grpo_kwargs(update_cfg, *, output_dir: str | Path, seed: int, **overrides) -
     from abpo.train.trainer import rollouts_per_example
 
     u = update_cfg
-    variant = get_variant(u.variant)
-    k = rollouts_per_example(variant, u.group_size, equal_samples=u.grpo_equal_samples)
+    k = rollouts_per_example(get_variant(variant), u.group_size, equal_samples=u.grpo_equal_samples)
     deepspeed = None
     if u.deepspeed:
         ds = Path(u.deepspeed)
@@ -158,12 +178,13 @@ def grpo_kwargs(update_cfg, *, output_dir: str | Path, seed: int, **overrides) -
     return kwargs
 
 
-def settings_for(cfg):
+def settings_for(cfg, variant: str):
+    """ABPOTrainer's settings of `variant` from the config (section update and the policy's scoring settings)."""
     from abpo.train.trainer import ABPOSettings
 
     u = cfg.update
     return ABPOSettings(
-        variant=u.variant, delta=u.delta, eps_std=u.eps_std, lambda_sc=u.lambda_sc, tau=cfg.policy.tau,
+        variant=variant, delta=u.delta, eps_std=u.eps_std, lambda_sc=u.lambda_sc, tau=cfg.policy.tau,
         w_max=u.w_max, scoring_batch_tokens=cfg.policy.scoring_batch_tokens,
         constrained_rollouts=cfg.policy.constrained_rollouts, ratio_level=u.ratio_level,
         grpo_equal_samples=u.grpo_equal_samples, prompt_style=cfg.policy.prompt_style,
@@ -173,16 +194,17 @@ def settings_for(cfg):
 # ------------------------------------------------------------------------------------------------------ inputs
 
 
-def default_init_dir(cfg) -> Path:
-    """pi_init: `update.init_model`, else the directory `abpo sft` writes for this config."""
-    if cfg.update.init_model:
-        p = Path(cfg.update.init_model)
-        if not p.is_absolute():
-            from abpo.paths import REPO_ROOT
+def init_dir_for(cfg, run: UpdateRun) -> Path:
+    """pi_init: ``run.init_model`` (a relative path that does not exist here is taken from the repository root),
+    else the directory `abpo sft` writes for this config."""
+    if run.init_model is None:
+        return cfg.paths.resolve("models") / cfg.sft.output
+    p = run.init_model
+    if not p.is_absolute() and not p.exists():
+        from abpo.paths import REPO_ROOT
 
-            p = p if p.exists() else REPO_ROOT / p
-        return p
-    return cfg.paths.resolve("models") / cfg.sft.output
+        p = REPO_ROOT / p
+    return p
 
 
 def load_start_model(init_dir: Path, cfg):
@@ -193,7 +215,7 @@ def load_start_model(init_dir: Path, cfg):
     if not (init_dir / "config.json").exists() and not (init_dir / "adapter_config.json").exists():
         raise UpdateInputMissing(
             f"{init_dir}: pi_init not found (no config.json / adapter_config.json); run `abpo sft "
-            f"--config {cfg.name}` first, or set update.init_model to a model directory"
+            f"--config {cfg.name}` first, or pass the model directory (`abpo update --init-model DIR`)"
         )
     policy = dataclasses.replace(cfg.policy, model=str(init_dir))
     model, tokenizer = load_policy(policy, cfg.paths, seed=cfg.seed)
@@ -203,8 +225,8 @@ def load_start_model(init_dir: Path, cfg):
     return model, tokenizer
 
 
-def warehouse_strata(cfg):
-    """(positive, no_response, months) of `update.arm` in `update.months` (all ingested months when empty)."""
+def warehouse_strata(cfg, run: UpdateRun):
+    """(positive, no_response, months) of ``run.arm`` in ``run.months`` (every ingested month when empty)."""
     import pyarrow.compute as pc
 
     from abpo.warehouse import Warehouse
@@ -216,21 +238,21 @@ def warehouse_strata(cfg):
             f"{cfg.name}` then `abpo ingest --month YYYY-MM --config {cfg.name}`"
         )
     with Warehouse(path, read_only=True) as wh:  # a reader: never holds the write lock
-        months = list(cfg.update.months) or wh.months()
+        months = list(run.months) or wh.months()
         if not months:
             raise UpdateInputMissing(
                 f"{path}: no impressions ingested; build and ingest the bandit log first: `abpo simulate-log "
                 f"--config {cfg.name}` then `abpo ingest --month YYYY-MM --config {cfg.name}`"
             )
         positive, no_response = wh.strata(months)
-    arm = cfg.update.arm
+    arm = run.arm
     if arm:
         positive = positive.filter(pc.equal(positive.column("arm"), arm))
         no_response = no_response.filter(pc.equal(no_response.column("arm"), arm))
     if positive.num_rows + no_response.num_rows == 0:
         raise UpdateInputMissing(
             f"{path}: no impressions of arm {arm!r} in months {months}; build and ingest the bandit log first "
-            f"(`abpo simulate-log --arm {arm}`, `abpo ingest`), or set update.arm / update.months"
+            f"(`abpo simulate-log --arm {arm}`, `abpo ingest`), or choose others (`abpo update --arm --month`)"
         )
     return positive, no_response, months
 
@@ -259,13 +281,14 @@ def train_update(
     grpo_overrides: dict | None = None,
     quiet: bool = False,
 ):
-    """Build ABPOTrainer and train (resuming from the last checkpoint in `output_dir/checkpoints` when `resume`).
-    Returns (trainer, resumed_from). Logging to MLflow happens when a run is active; `quiet` drops the console
-    progress/printer callbacks (metrics still reach `trainer.state.log_history` and MLflow)."""
+    """Build ABPOTrainer for ``settings.variant`` and train (resuming from the last checkpoint in
+    `output_dir/checkpoints` when `resume`). Returns (trainer, resumed_from). Logging to MLflow happens when a run
+    is active; `quiet` drops the console progress/printer callbacks (metrics still reach
+    `trainer.state.log_history` and MLflow)."""
     from abpo.train.trainer import ABPOTrainer, MLflowStepCallback
 
     ckpt_dir = Path(output_dir) / "checkpoints"
-    args = grpo_config(update_cfg, output_dir=ckpt_dir, seed=seed, **(grpo_overrides or {}))
+    args = grpo_config(update_cfg, settings.variant, output_dir=ckpt_dir, seed=seed, **(grpo_overrides or {}))
     trainer = ABPOTrainer(
         model=model,
         args=args,
@@ -313,13 +336,15 @@ def save_update(trainer, tokenizer, output_dir: Path, *, save_merged: bool) -> t
 
 
 def run_update(
-    cfg, *, progress: bool = True, strata=None, log_mlflow: bool = True, nested: bool = False, callbacks=None,
-    run_tags: dict[str, str] | None = None,
+    cfg, run: UpdateRun, *, progress: bool = True, strata=None, log_mlflow: bool = True, nested: bool = False,
+    callbacks=None, run_tags: dict[str, str] | None = None,
 ) -> UpdateResult:
-    """The `abpo update` job: pi_init + D_bandit (warehouse) -> the variant's update, logged to MLflow.
+    """The `abpo update` job: pi_init + D_bandit (warehouse) -> the variant's update, logged to MLflow; ``cfg`` says
+    how to train, ``run`` what (:class:`UpdateRun`).
 
-    ``strata``: (positive, no_response, months) tables in IMPRESSIONS_SCHEMA to train on instead of the
-    warehouse's (the experiment runner passes the log it built in memory). ``log_mlflow=False`` runs without an
+    ``strata``: (positive, no_response) tables in IMPRESSIONS_SCHEMA, the logs of ``run.months``, to train on
+    instead of the warehouse's (the arm loop passes an arm's own rows it has already read and checked; the
+    experiment runner the log it built in memory). ``log_mlflow=False`` runs without an
     MLflow run (the metrics stay in ``result.metrics`` / ``result.history``); ``nested`` opens the run inside the
     active one. ``callbacks``: extra transformers TrainerCallbacks (progress reporting). ``run_tags``: extra tags of
     the update's MLflow run (the production loop's task key)."""
@@ -328,23 +353,29 @@ def run_update(
     from abpo.data.loaders import load_dataset
     from abpo.policy.model import lora_config
 
-    variant = get_variant(cfg.update.variant)
-    init_dir = default_init_dir(cfg)
+    if strata is not None and not run.months:
+        raise ValueError("run_update: strata without run.months; rule: name the months whose logs the tables hold")
+    variant = get_variant(run.variant)
+    init_dir = init_dir_for(cfg, run)
     if not variant.update:
-        out = output_dir_for(cfg, list(cfg.update.months))
+        out = output_dir_for(cfg, run)
         if not init_dir.exists():
             raise UpdateInputMissing(f"{init_dir}: pi_init not found; run `abpo sft --config {cfg.name}` first")
         if not log_mlflow:
             return UpdateResult(variant.name, out, None, init_dir, None, init_dir, None, 0)
         with registry.start_run(cfg, cfg.update.mlflow_experiment, f"update-{variant.letter}", nested=nested,
-                                tags={"abpo.variant": variant.name, "abpo.init_model": str(init_dir)}) as run:
+                                tags={"abpo.variant": variant.name, "abpo.init_model": str(init_dir)}) as mlrun:
             import mlflow
 
             mlflow.log_param("update.variant", variant.name)
-        return UpdateResult(variant.name, out, None, init_dir, None, init_dir, run.info.run_id, 0)
+        return UpdateResult(variant.name, out, None, init_dir, None, init_dir, mlrun.info.run_id, 0)
 
     model, tokenizer = load_start_model(init_dir, cfg)
-    positive, no_response, months = strata if strata is not None else warehouse_strata(cfg)
+    if strata is not None:
+        positive, no_response = strata
+    else:
+        positive, no_response, months = warehouse_strata(cfg, run)
+        run = dataclasses.replace(run, months=tuple(months))
     from abpo.train.dataset import subsample_strata, update_dataset_from_strata
 
     dataset = load_dataset(cfg.data)
@@ -362,7 +393,7 @@ def run_update(
     )
     if note:
         report.notes.insert(0, note)
-    out = output_dir_for(cfg, months)
+    out = output_dir_for(cfg, run)
     resume = cfg.update.resume
     if (out / "update.json").exists():
         # a finished update of the same inputs: a rerun retrains from scratch (same seed -> same result) instead
@@ -374,8 +405,8 @@ def run_update(
     tags = {
         "abpo.variant": variant.name,
         "abpo.variant_letter": variant.letter,
-        "abpo.arm": cfg.update.arm,
-        "abpo.months": ",".join(months),
+        "abpo.arm": run.arm,
+        "abpo.months": ",".join(run.months),
         "abpo.init_model": str(init_dir),
         "abpo.output_dir": str(out),
         **(run_tags or {}),
@@ -383,26 +414,29 @@ def run_update(
     import contextlib
 
     run_ctx = (
-        registry.start_run(cfg, cfg.update.mlflow_experiment, f"update-{variant.letter}-{'_'.join(months)}", tags=tags,
-                           nested=nested)
+        registry.start_run(cfg, cfg.update.mlflow_experiment, f"update-{variant.letter}-{'_'.join(run.months)}",
+                           tags=tags, nested=nested)
         if log_mlflow else contextlib.nullcontext()
     )
-    with run_ctx as run:
+    with run_ctx as mlrun:
         params = {f"update.{k}": v for k, v in dataclasses.asdict(cfg.update).items()}
+        # what was trained, under the names these inputs had as settings (runs stay comparable in MLflow); the
+        # starting model and the output directory are the tags abpo.init_model and abpo.output_dir
+        params.update({"update.variant": variant.name, "update.arm": run.arm, "update.months": list(run.months)})
         params.update({"policy.tau": cfg.policy.tau, "policy.lora_r": cfg.policy.lora_r, "seed": cfg.seed,
                        "policy.constrained_rollouts": cfg.policy.constrained_rollouts})
         params.update(report.as_params())
-        if run is not None:
+        if mlrun is not None:
             import mlflow
 
             mlflow.log_params({k: (",".join(map(str, v)) if isinstance(v, list) else v) for k, v in params.items()})
         trainer, resumed_from = train_update(
-            model, tokenizer, train_ds, cfg.update, settings_for(cfg), output_dir=out, seed=cfg.seed,
+            model, tokenizer, train_ds, cfg.update, settings_for(cfg, variant.name), output_dir=out, seed=cfg.seed,
             peft_config=lora_config(cfg.policy), resume=resume, callbacks=callbacks,
             grpo_overrides={"disable_tqdm": not progress},
         )
         adapter_dir, merged_dir = save_update(trainer, tokenizer, out, save_merged=cfg.update.save_merged)
-        if run is not None:
+        if mlrun is not None:
             import mlflow
 
             if resumed_from:
@@ -415,14 +449,14 @@ def run_update(
         result = UpdateResult(
             variant=variant.name, output_dir=out, adapter_dir=adapter_dir, model_dir=merged_dir or adapter_dir,
             checkpoint_dir=Path(ckpt) if ckpt else None, init_model_dir=init_dir,
-            mlflow_run_id=run.info.run_id if run is not None else None,
+            mlflow_run_id=mlrun.info.run_id if mlrun is not None else None,
             global_step=trainer.state.global_step, resumed_from=resumed_from, metrics=final,
             batching=report.as_params(), history=[
                 {k: float(v) for k, v in h.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
                 for h in steps
             ],
         )
-        if run is not None and result.history:
+        if mlrun is not None and result.history:
             import mlflow
 
             mlflow.log_metrics({f"summary/{k}": v for k, v in rollout_signal(result.history).items()})

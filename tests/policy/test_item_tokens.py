@@ -4,6 +4,7 @@ distribution at tau = 1, self-certainty on the choice positions only, and next-i
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 import numpy as np
 import pytest
@@ -237,9 +238,9 @@ def test_windows_cover_every_transition_once():
         windows(seq, 1)
 
 
-def test_pretraining_learns_a_sequential_pattern(tiny_dir, small_titles):
+def test_pretraining_learns_a_sequential_pattern(tiny_dir, small_titles, caplog):
     """On synthetic sequences where item k is always followed by item k+1, next-item pre-training drives the
-    validation loss far below the uniform log|items| and keeps the best epoch."""
+    validation loss far below the uniform log|items| and keeps the best epoch; each epoch is logged."""
     import math
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -256,8 +257,10 @@ def test_pretraining_learns_a_sequential_pattern(tiny_dir, small_titles):
         seqs[u] = [ids[(s + k) % 40] for k in range(12)]
     train = {u: s[:10] for u, s in seqs.items()}
     val = {u: (s[:10], s[10:]) for u, s in seqs.items() if u % 5 == 0}
-    res = pretrain_next_item(model, tok, train, val, item_ids=list(small_titles), epochs=12, learning_rate=1e-2,
-                             batch_size=16, max_length=8, patience=3, echo=lambda *_: None)
+    with caplog.at_level(logging.INFO, logger="abpo.policy.pretrain"):
+        res = pretrain_next_item(model, tok, train, val, item_ids=list(small_titles), epochs=12, learning_rate=1e-2,
+                                 batch_size=16, max_length=8, patience=3)
+    assert sum(m.startswith("pretrain: epoch ") for m in caplog.messages) == res.epochs_run
     assert res.n_train_positions == 60 * 9 and res.n_val_positions == 12 * 2
     assert res.val_losses[res.best_epoch - 1] == min(res.val_losses)
     assert min(res.val_losses) < 0.5 * math.log(len(small_titles))
@@ -292,7 +295,7 @@ def test_pi_init_builds_and_trains_on_any_movielens_catalog(movielens_dir, tmp_p
 
     d = movielens_dir(n_items, n_users=30, ratings_per_user=5 if n_items < 20 else 9)
     cfg = _small_sft_cfg(tmp_path, d)
-    res = train_sft(cfg, log_mlflow=False, register=False, echo=lambda *_: None)
+    res = train_sft(cfg, log_mlflow=False, register=False)
     assert (res.model_dir / "config.json").exists()
     assert set(res.stage_seconds) == {"pretrain", "sft"}
     assert res.metrics["n_users"] > 0 and 0.0 <= res.metrics["HR@5"] <= 1.0
@@ -305,7 +308,7 @@ def test_pi_init_on_a_one_item_catalog_says_why(movielens_dir, tmp_path):
     d = movielens_dir(1, n_users=5, ratings_per_user=1)
     cfg = _small_sft_cfg(tmp_path, d)
     with pytest.raises(ValueError, match="D_sup is empty"):
-        train_sft(cfg, log_mlflow=False, register=False, echo=lambda *_: None)
+        train_sft(cfg, log_mlflow=False, register=False)
 
 
 @pytest.mark.parametrize("domain", ["Office_Products", "Industrial_and_Scientific"])
@@ -319,7 +322,7 @@ def test_pi_init_on_amazon18(tmp_path, domain):
     if not src.is_dir():
         pytest.skip(f"{src} absent (the Amazon-2018 domains are read in place, never vendored)")
     cfg = _small_sft_cfg(tmp_path, src, fmt="amazon18", amazon_domain=domain, max_users=60, update_steps=2)
-    res = train_sft(cfg, log_mlflow=False, register=False, echo=lambda *_: None)
+    res = train_sft(cfg, log_mlflow=False, register=False)
     assert (res.model_dir / "config.json").exists() and res.metrics["n_users"] > 0
 
 

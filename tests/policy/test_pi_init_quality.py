@@ -27,7 +27,7 @@ def test_pi_init_hr5_beats_random_and_popularity(tmp_path):
     # the tiny preset as shipped; state under tmp_path, no MLflow, no generation (the ranking by s_p is what HR@5
     # measures)
     cfg = load_config("tiny", [f"paths.root={tmp_path / 'var'}", "sft.eval_generation=false"])
-    res = train_sft(cfg, log_mlflow=False, register=False, echo=print)
+    res = train_sft(cfg, log_mlflow=False, register=False)
     assert set(res.stage_seconds) == {"pretrain", "sft"}
 
     m = res.metrics

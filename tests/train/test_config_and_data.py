@@ -21,22 +21,46 @@ def test_every_update_knob_is_documented():
         assert f.metadata.get("help"), f"update.{f.name} has no help text"
 
 
+def test_an_updates_run_inputs_are_arguments_not_settings(tmp_path):
+    """What one update trains (UpdateRun) names its directories; section `update` holds none of it."""
+    from pathlib import Path
+
+    from abpo.months import Month, MonthError
+    from abpo.train.config import UpdateConfig
+    from abpo.train.update import UpdateRun, init_dir_for, output_dir_for
+
+    settings = {f.name for f in dataclasses.fields(UpdateConfig)}
+    assert not {"variant", "arm", "months", "init_model", "output_name"} & settings
+    cfg = load_config("tiny", [f"paths.root={tmp_path}"])
+    models = tmp_path / "models"
+    run = UpdateRun(variant="B", months=("2026-01", "2026-03"))
+    assert run.months == ("2026-01", "2026-03") and all(isinstance(m, Month) for m in run.months)
+    assert output_dir_for(cfg, run) == models / f"update-B-2026-01_2026-03-seed{cfg.seed}"
+    assert output_dir_for(cfg, UpdateRun()) == models / f"update-F-all-seed{cfg.seed}"
+    assert output_dir_for(cfg, UpdateRun(output=Path("arms/abpo/2026-01"))) == models / "arms/abpo/2026-01"
+    assert output_dir_for(cfg, UpdateRun(output=tmp_path / "elsewhere")) == tmp_path / "elsewhere"
+    assert init_dir_for(cfg, UpdateRun()) == models / cfg.sft.output
+    assert init_dir_for(cfg, UpdateRun(init_model=tmp_path / "m")) == tmp_path / "m"
+    with pytest.raises(MonthError, match="update month '2026-13'"):
+        UpdateRun(months=("2026-13",))
+
+
 def test_tiny_preset_builds_a_cpu_grpo_config(tmp_path):
     cfg = load_config("tiny")
-    args = grpo_config(cfg.update, output_dir=tmp_path, seed=cfg.seed)
+    args = grpo_config(cfg.update, "abpo", output_dir=tmp_path, seed=cfg.seed)
     g = cfg.update.group_size
     assert args.num_generations == g - 1  # the anchor is not sampled
     assert args.per_device_train_batch_size == cfg.update.batch_size * (g - 1)
     assert args.generation_batch_size // args.num_generations == cfg.update.batch_size * cfg.update.grad_accum
     assert args.shuffle_dataset is False and args.num_iterations == 1
     assert args.bf16 is False and args.use_vllm is False and args.report_to == []
-    grpo = grpo_config(dataclasses.replace(cfg.update, variant="grpo"), output_dir=tmp_path, seed=0)
+    grpo = grpo_config(cfg.update, "grpo", output_dir=tmp_path, seed=0)
     assert grpo.num_generations == g  # vanilla GRPO samples all G
 
 
 def test_gpu_preset_maps_the_paper_values():
     cfg = load_config("gpu")
-    kw = grpo_kwargs(cfg.update, output_dir="/tmp/x", seed=cfg.seed)
+    kw = grpo_kwargs(cfg.update, "abpo", output_dir="/tmp/x", seed=cfg.seed)
     assert kw["num_generations"] == 15 and kw["per_device_train_batch_size"] == 4 * 15  # G = 16, batch 4
     assert kw["gradient_accumulation_steps"] == 8 and kw["learning_rate"] == 5e-5
     assert kw["warmup_steps"] == 0.05 and kw["weight_decay"] == 0.01 and kw["max_grad_norm"] == 1.0

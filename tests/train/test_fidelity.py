@@ -21,8 +21,8 @@ def _make(load_tiny, rows, update_cfg, tmp_path, variant, settings=None, **overr
     from abpo.train.update import grpo_config
 
     model, tok = load_tiny()
-    u = dataclasses.replace(update_cfg, variant=variant)
-    args = grpo_config(u, output_dir=tmp_path / f"ckpt-{variant}", seed=0, disable_tqdm=True, **overrides)
+    args = grpo_config(update_cfg, variant, output_dir=tmp_path / f"ckpt-{variant}", seed=0, disable_tqdm=True,
+                       **overrides)
     settings = settings or ABPOSettings(variant=variant, lambda_sc=0.5, scoring_batch_tokens=4096)
     trainer = ABPOTrainer(model=model, args=args, settings=settings, train_dataset=to_hf_dataset(rows), processing_class=tok)
     trainer.current_gradient_accumulation_steps = 1  # set by Trainer's loop before each step
@@ -102,7 +102,7 @@ def test_constrained_rollouts_carry_a_learning_signal_that_free_rollouts_do_not(
     from abpo.train.update import rollout_signal, train_update
 
     rows = update_rows + [dict(r, request_id=r["request_id"] + "-b") for r in update_rows]  # 4 batches of 4
-    u = dataclasses.replace(_long(tiny_update_cfg), variant="grpo", group_size=8, max_steps=4, save_steps=100)
+    u = dataclasses.replace(_long(tiny_update_cfg), group_size=8, max_steps=4, save_steps=100)
     signal = {}
     for constrained in (True, False):
         torch.manual_seed(0)
@@ -181,8 +181,8 @@ def test_vanilla_grpo_can_sample_as_many_rollouts_as_abpo():
 
     assert rollouts_per_example("grpo", 4) == 4
     assert rollouts_per_example("grpo", 4, equal_samples=True) == 3 == rollouts_per_example("abpo", 4)
-    cfg = load_config("tiny", ["update.variant=grpo", "update.grpo_equal_samples=true"])
-    assert grpo_kwargs(cfg.update, output_dir="x", seed=0)["num_generations"] == cfg.update.group_size - 1
+    cfg = load_config("tiny", ["update.grpo_equal_samples=true"])
+    assert grpo_kwargs(cfg.update, "grpo", output_dir="x", seed=0)["num_generations"] == cfg.update.group_size - 1
 
 
 def test_gpu_preset_has_no_vllm_importance_sampling_and_samples_freely():
@@ -190,7 +190,7 @@ def test_gpu_preset_has_no_vllm_importance_sampling_and_samples_freely():
     from abpo.train.update import grpo_kwargs
 
     cfg = load_config("gpu")
-    assert grpo_kwargs(cfg.update, output_dir="x", seed=0)["vllm_importance_sampling_correction"] is False
+    assert grpo_kwargs(cfg.update, "abpo", output_dir="x", seed=0)["vllm_importance_sampling_correction"] is False
     assert cfg.policy.constrained_rollouts is False
     assert load_config("tiny").policy.constrained_rollouts is True and load_config("smollm2").policy.constrained_rollouts
 

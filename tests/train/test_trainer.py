@@ -50,8 +50,8 @@ def _make(load_tiny, rows, update_cfg, tmp_path, variant, **overrides):
     from abpo.train.update import grpo_config
 
     model, tok = load_tiny()
-    u = dataclasses.replace(update_cfg, variant=variant)
-    args = grpo_config(u, output_dir=tmp_path / f"ckpt-{variant}", seed=0, disable_tqdm=True, **overrides)
+    args = grpo_config(update_cfg, variant, output_dir=tmp_path / f"ckpt-{variant}", seed=0, disable_tqdm=True,
+                       **overrides)
     trainer = ABPOTrainer(
         model=model, args=args, settings=ABPOSettings(variant=variant, lambda_sc=0.5, scoring_batch_tokens=4096),
         train_dataset=to_hf_dataset(rows), processing_class=tok,
@@ -174,7 +174,7 @@ def test_train_b_and_f_save_reloadable_lora(load_tiny, update_rows, tiny_update_
     logged = {}
     for variant in ("grpo", "abpo"):
         model, tok = load_tiny()
-        u = dataclasses.replace(tiny_update_cfg, variant=variant, max_steps=2, save_steps=10)
+        u = dataclasses.replace(tiny_update_cfg, max_steps=2, save_steps=10)
         trainer, _ = train_update(
             model, tok, to_hf_dataset(update_rows), u, ABPOSettings(variant=variant, scoring_batch_tokens=4096),
             output_dir=tmp_path / variant, seed=0, peft_config=lora_config(PolicyConfig(lora_r=4, lora_alpha=8)),
@@ -217,7 +217,7 @@ def test_interrupted_update_resumes_to_the_same_result(load_tiny, update_rows, t
     from abpo.train.update import train_update
 
     rows = update_rows + [dict(r, request_id=r["request_id"] + "-b") for r in update_rows]  # 4 batches of 4
-    u = dataclasses.replace(tiny_update_cfg, variant="abpo", max_steps=4, save_steps=2, save_total_limit=0)
+    u = dataclasses.replace(tiny_update_cfg, max_steps=4, save_steps=2, save_total_limit=0)
     peft = lora_config(PolicyConfig(lora_r=4, lora_alpha=8))
     settings = ABPOSettings(variant="abpo", scoring_batch_tokens=4096)
 
@@ -259,7 +259,7 @@ def test_metrics_reach_mlflow_every_step(load_tiny, update_rows, tiny_update_cfg
 
     cfg = load_config("tiny", [f"paths.root={tmp_path / 'var'}"])
     model, tok = load_tiny()
-    u = dataclasses.replace(tiny_update_cfg, variant="abpo", max_steps=2, save_steps=10)
+    u = dataclasses.replace(tiny_update_cfg, max_steps=2, save_steps=10)
     with registry.start_run(cfg, "test-update", "update-F") as run:
         train_update(model, tok, to_hf_dataset(update_rows), u, ABPOSettings(variant="abpo", scoring_batch_tokens=4096),
                      output_dir=tmp_path / "out", seed=0, resume=False, grpo_overrides={"disable_tqdm": True})
@@ -299,8 +299,8 @@ def _make_items(load_tiny, rows, update_cfg, tmp_path, variant):
     from abpo.train.update import grpo_config
 
     model, tok = load_tiny()
-    u = dataclasses.replace(update_cfg, variant=variant, max_completion_length=64)
-    args = grpo_config(u, output_dir=tmp_path / f"ckpt-{variant}", seed=0, disable_tqdm=True)
+    u = dataclasses.replace(update_cfg, max_completion_length=64)
+    args = grpo_config(u, variant, output_dir=tmp_path / f"ckpt-{variant}", seed=0, disable_tqdm=True)
     settings = ABPOSettings(variant=variant, lambda_sc=0.5, scoring_batch_tokens=4096, constrained_rollouts=True,
                             prompt_style="item_tokens")
     return ABPOTrainer(model=model, args=args, settings=settings, train_dataset=to_hf_dataset(rows),
@@ -357,7 +357,7 @@ def test_update_moves_the_item_embeddings_when_configured(load_tiny, item_rows, 
     cfg = {"full": dataclasses.replace(pol, lora_r=0),
            "lora_embeddings": dataclasses.replace(pol, lora_r=4, lora_alpha=8, lora_train_embeddings=True),
            "lora": dataclasses.replace(pol, lora_r=4, lora_alpha=8)}[how]
-    u = dataclasses.replace(tiny_update_cfg, variant="abpo", max_steps=2, save_steps=10, learning_rate=5e-2,
+    u = dataclasses.replace(tiny_update_cfg, max_steps=2, save_steps=10, learning_rate=5e-2,
                             max_completion_length=64)
     settings = ABPOSettings(variant="abpo", scoring_batch_tokens=4096, constrained_rollouts=True,
                             prompt_style="item_tokens")

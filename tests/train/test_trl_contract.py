@@ -95,15 +95,12 @@ def test_repeat_sampler_without_shuffle_keeps_order_and_groups():
 
 
 def _trainer(load_tiny, update_rows, tiny_update_cfg, tmp_path, variant="abpo"):
-    import dataclasses
-
     from abpo.train.dataset import to_hf_dataset
     from abpo.train.trainer import ABPOSettings, ABPOTrainer
     from abpo.train.update import grpo_config
 
     model, tok = load_tiny()
-    u = dataclasses.replace(tiny_update_cfg, variant=variant)
-    args = grpo_config(u, output_dir=tmp_path / "ckpt", seed=0, disable_tqdm=True)
+    args = grpo_config(tiny_update_cfg, variant, output_dir=tmp_path / "ckpt", seed=0, disable_tqdm=True)
     return ABPOTrainer(
         model=model, args=args, settings=ABPOSettings(variant=variant, scoring_batch_tokens=4096),
         train_dataset=to_hf_dataset(update_rows), processing_class=tok,

@@ -35,7 +35,7 @@ def test_abpo_update_cli_on_the_warehouse(tmp_path, tiny_model_dir, tiny_titles,
 
     root = tmp_path / "var"
     sets = [
-        f"paths.root={root}", f"update.init_model={tiny_model_dir}", "update.max_steps=2", "update.batch_size=2",
+        f"paths.root={root}", "update.max_steps=2", "update.batch_size=2",
         "update.group_size=3", "update.max_completion_length=64", "update.save_steps=1", "update.max_examples=12",
         "policy.lora_r=4",
     ]
@@ -46,7 +46,8 @@ def test_abpo_update_cli_on_the_warehouse(tmp_path, tiny_model_dir, tiny_titles,
     with Warehouse(cfg.paths.resolve("warehouse")) as wh:
         wh.ingest_month(cfg.paths.resolve("landing"), MONTH, known_arms=["abpo", "grpo"])
 
-    argv = ["update", "--variant", "abpo"] + [a for s in sets for a in ("--set", s)]
+    sets_argv = [a for s in sets for a in ("--set", s)]
+    argv = ["update", "--variant", "abpo", "--init-model", str(tiny_model_dir), *sets_argv]
     assert main(argv) == 0
     out = capsys.readouterr().out
     out_dir = cfg.paths.resolve("models") / f"update-F-{MONTH}_{MONTH}-seed0"
@@ -58,11 +59,12 @@ def test_abpo_update_cli_on_the_warehouse(tmp_path, tiny_model_dir, tiny_titles,
     run = MlflowClient().get_run(run_id)
     assert run.data.tags["abpo.variant"] == "abpo" and run.data.tags["abpo.months"] == MONTH
     assert run.data.params["data.positive_rows"] == "6" and run.data.params["data.no_response_rows"] == "6"
+    assert run.data.params["update.arm"] == "abpo" and run.data.params["update.months"] == MONTH
     assert [m.step for m in MlflowClient().get_metric_history(run_id, "abpo/snips/ess")] == [1, 2]
     # the printed and logged rollout summary (constrained rollouts: the tiny preset's default)
     assert "update: rollouts over 2 steps (means): format_reward 1.000" in out
     assert run.data.metrics["summary/format_reward"] == 1.0
 
     # variant A: no update, the policy stays pi_init
-    assert main(["update", "--variant", "none"] + [a for s in sets for a in ("--set", s)]) == 0
+    assert main(["update", "--variant", "none", "--init-model", str(tiny_model_dir), *sets_argv]) == 0
     assert f"the policy stays pi_init at {tiny_model_dir}" in capsys.readouterr().out

@@ -95,7 +95,7 @@ def grpo_kwargs(update_cfg, *, output_dir: str | Path, seed: int, **overrides) -
     optimizer step = one generation batch (steps_per_generation = grad_accum), the SNIPS mini-batch of step 3.
     """
     from abpo.algo.variants import get_variant
-    from abpo.paths import REPO_ROOT
+    from abpo.paths import repo_path
     from abpo.train.trainer import rollouts_per_example
 
     u = update_cfg
@@ -104,7 +104,7 @@ def grpo_kwargs(update_cfg, *, output_dir: str | Path, seed: int, **overrides) -
     deepspeed = None
     if u.deepspeed:
         ds = Path(u.deepspeed)
-        deepspeed = str(ds if ds.is_absolute() else REPO_ROOT / ds)
+        deepspeed = str(repo_path(ds))
     kwargs: dict[str, Any] = dict(
         output_dir=str(output_dir),
         seed=seed,
@@ -178,9 +178,9 @@ def default_init_dir(cfg) -> Path:
     if cfg.update.init_model:
         p = Path(cfg.update.init_model)
         if not p.is_absolute():
-            from abpo.paths import REPO_ROOT
+            from abpo.paths import repo_path
 
-            p = p if p.exists() else REPO_ROOT / p
+            p = p if p.exists() else repo_path(p)
         return p
     return cfg.paths.resolve("models") / cfg.sft.output
 

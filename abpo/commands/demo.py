@@ -56,7 +56,7 @@ def _plain(v: Any) -> Any:
 
 
 def prepare_data(cfg) -> dict[str, Any]:
-    """Load the dataset and split it (ABPO_SPEC.md "Offline construction"); counts for the log."""
+    """Load the dataset and split it (docs/ABPO_SPEC.md "Offline construction"); counts for the log."""
     from abpo.data.candidates import assert_target_held_out, build_bandit_requests, build_sup_examples
     from abpo.data.loaders import load_dataset
     from abpo.data.splits import split_users

@@ -51,7 +51,7 @@ class DataConfig:
     ingest_min_keep_fraction: float = field(
         default=0.5,
         metadata={"help": "Ingest refuses to replace a month by fewer than this share of the clean rows it holds (0 "
-                          "clean rows always refused) unless forced (`abpo data ingest --force`)."},
+                          "clean rows always refused) unless forced (`abpo ingest --force`)."},
     )
     warehouse_memory_limit: str = field(
         default="", metadata={"help": "DuckDB memory_limit for the warehouse (e.g. 2GB); empty = DuckDB's default."}

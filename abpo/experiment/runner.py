@@ -21,7 +21,7 @@ the paper's Fig. 1-2). Cells are kept content-addressed (<root>/experiments/_cel
 under <exp>/cells/), so neither a rerun nor another experiment or probe with the same settings recomputes one.
 Rows and seeds run in ``experiment.workers`` processes; progress is printed per cell.
 
-Evaluation (ABPO_SPEC.md "Metrics"): HR@1, HR@5, NDCG@5, Diversity@1, Diversity@5 of the held-out target
+Evaluation (docs/ABPO_SPEC.md "Metrics"): HR@1, HR@5, NDCG@5, Diversity@1, Diversity@5 of the held-out target
 x_{T+N} among its candidates (M = ``experiment.eval_candidates``), on the users of ``experiment.eval_split``
 (test, or validation: a fixed salted-hash split of the users, so nothing is chosen on the test targets). The
 table: mean ± std over seeds of the last round, and paired comparisons (abpo.experiment.stats) of each row

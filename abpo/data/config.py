@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 class DataConfig:
     dataset_dir: str = field(
         default="data/ml-latest-small",
-        metadata={"help": "Dataset directory; relative paths are relative to the repo root."},
+        metadata={"help": "Dataset directory; a relative path is under the repo root (installed from a wheel: the "
+                          "current directory, else the bundled data)."},
     )
     format: str = field(default="movielens", metadata={"help": "Dataset format: movielens | amazon18."})
     amazon_domain: str = field(

@@ -2,8 +2,9 @@
 # One Dockerfile, two flavours chosen by build arguments (docker-compose.yml builds both):
 #   CPU (default)  torch from the CPU wheel index, no CUDA libraries: the api-server, scheduler, dag-processor,
 #                  triggerer, airflow-init and the MLflow server.
-#   GPU            TORCH_INDEX_URL=https://pypi.org/simple (PyPI's Linux torch wheel is the CUDA build) and
-#                  ABPO_EXTRAS=gpu (vLLM, DeepSpeed): the `gpu` profile's Celery worker. The CUDA runtime comes
+#   GPU            TORCH_INDEX_URL=https://pypi.org/simple (PyPI's Linux torch wheel is the CUDA build),
+#                  ABPO_EXTRAS=gpu (vLLM, DeepSpeed) and ABPO_CONSTRAINTS=constraints-gpu.txt (the GPU install set):
+#                  the `gpu` profile's Celery worker. The CUDA runtime comes
 #                  with the torch wheel; the host needs only the NVIDIA driver and the NVIDIA container toolkit.
 # No secret is written into any layer: passwords, keys and the simple auth manager's passwords file come from the
 # environment at run time (docker/airflow-init.sh writes the passwords file into a volume). .dockerignore keeps
@@ -13,6 +14,7 @@ FROM ${AIRFLOW_IMAGE}
 
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 ARG ABPO_EXTRAS=""
+ARG ABPO_CONSTRAINTS=constraints.txt
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
 # numeric users (hadolint DL3066): 0 is root, 50000 the image's `airflow` user
@@ -37,7 +39,7 @@ COPY --chown=airflow:0 docker/airflow_local_settings.py /opt/airflow/config/airf
 # ways (an async engine too). mlflow[auth]: Flask-WTF for `mlflow server --app-name basic-auth`. The Celery
 # provider, celery and redis run the GPU worker (the provider's executor does not import with celery 5.7.0: it uses
 # celery.backends.database.retry, gone there). boto3: the MLflow server's optional S3 artifact store.
-RUN pip install --no-cache-dir -c constraints.txt \
+RUN pip install --no-cache-dir -c "${ABPO_CONSTRAINTS}" \
         "$(grep -E '^apache-airflow==' constraints.txt)" \
         -e "/opt/abpo${ABPO_EXTRAS:+[${ABPO_EXTRAS}]}" \
         "$(grep -E '^mlflow==' constraints.txt | sed 's/^mlflow==/mlflow[auth]==/')" \

@@ -1,5 +1,7 @@
+# PYTHON_ARGCOMPLETE_OK  (argcomplete looks for this marker: `eval "$(register-python-argcomplete abpo)"`)
 """The `abpo` command. Each area registers its own subcommands (see COMMAND_MODULES); heavy imports
-(torch, transformers, mlflow) happen inside the handlers so `abpo --help` stays fast."""
+(torch, transformers, mlflow) happen inside the handlers so `abpo --help` stays fast. Help is formatted by
+rich-argparse (colour on a terminal, plain text in a pipe); shell completion comes from argcomplete."""
 
 from __future__ import annotations
 
@@ -20,11 +22,33 @@ COMMAND_MODULES = [
     "abpo.commands.experiment",
     "abpo.commands.simulate",
     "abpo.commands.arms",
+    "abpo.commands.airflow_install",
 ]
+# attributes naming a subcommand's action (`abpo data prepare`, `abpo arms month`, `abpo airflow install`)
+SUBCOMMAND_DESTS = ("data_command", "arms_action", "airflow_command")
+
+
+def _help_formatter():
+    from rich_argparse import RichHelpFormatter
+
+    class HelpFormatter(RichHelpFormatter):
+        text_markup = False  # help texts are plain: "[core] dags_folder" is text, not a rich style tag
+        help_markup = False
+
+    return HelpFormatter
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with rich-argparse's help formatter; the subcommands' parsers are of this class too (argparse
+    builds them with the class of their parent)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _help_formatter())
+        super().__init__(*args, **kwargs)
 
 
 def _common_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = Parser(add_help=False)
     common.add_argument(
         "--config", default="tiny", help="Preset name (tiny, gpu, ...) or path to a YAML config (default: tiny)."
     )
@@ -56,7 +80,7 @@ def _cmd_config(args: argparse.Namespace, cfg) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="abpo",
         description="ABPO: monthly continual updates of an LLM recommender from its own deployment logs.",
     )
@@ -105,13 +129,16 @@ def main(argv: list[str] | None = None) -> int:
     import os
     import traceback
 
+    import argcomplete
+
     parser = build_parser()
+    argcomplete.autocomplete(parser)  # answers a completion request from the shell ($_ARGCOMPLETE) and exits
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2
     debug = bool(getattr(args, "debug", False)) or os.environ.get("ABPO_DEBUG", "") not in ("", "0")
-    command = " ".join(x for x in (args.command, getattr(args, "data_command", None)) if x)
+    command = " ".join(x for x in (args.command, *(getattr(args, d, None) for d in SUBCOMMAND_DESTS)) if x)
     from abpo.logs import console
 
     console()  # the steps' progress (logging, loggers under `abpo`) as plain lines on stdout

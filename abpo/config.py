@@ -20,7 +20,7 @@ from abpo.abtest.config import ReportConfig
 from abpo.arms.config import ArmsConfig
 from abpo.data.config import DataConfig
 from abpo.experiment.config import ExperimentConfig
-from abpo.paths import CONFIG_DIR, REPO_ROOT
+from abpo.paths import CONFIG_DIR, REPO_ROOT, base_dir
 from abpo.policy.config import PolicyConfig, SFTConfig
 from abpo.sim.config import SimConfig
 from abpo.train.config import UpdateConfig
@@ -32,7 +32,8 @@ __all__ = ["CONFIG_DIR", "REPO_ROOT", "Config", "ConfigError", "PathsConfig", "d
 class PathsConfig:
     """Where the embedded defaults keep their state. Relative paths are relative to ``root``."""
 
-    root: str = field(default="var", metadata={"help": "State directory; relative to the repo root unless absolute."})
+    root: str = field(default="var", metadata={"help": "State directory; relative to the repo root unless absolute "
+                                                          "(installed from a wheel: to the current directory)."})
     landing: str = field(default="landing", metadata={"help": "Landing zone: impressions/month=YYYY-MM/*.parquet."})
     warehouse: str = field(default="warehouse.duckdb", metadata={"help": "DuckDB warehouse file."})
     models: str = field(default="models", metadata={"help": "Local model checkpoints (tokenizer, tiny model, SFT, updates)."})
@@ -46,7 +47,7 @@ class PathsConfig:
         """Absolute path of one of the fields above."""
         root = Path(self.root)
         if not root.is_absolute():
-            root = REPO_ROOT / root
+            root = base_dir() / root
         if name == "root":
             return root
         p = Path(getattr(self, name))

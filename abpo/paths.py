@@ -1,18 +1,62 @@
-"""Where the repository's own files are: a leaf module (it imports nothing of abpo), so every layer, from the data
-loaders to the CLI, can resolve a repo-relative path without importing the config that composes them."""
+"""Where abpo's own files are: a leaf module (it imports nothing of abpo), so every layer, from the data loaders to
+the CLI, can resolve a path without importing the config that composes them.
+
+Two layouts, one set of names:
+
+- a checkout (``pip install -e .`` or running from the repository): the repository's own ``configs/``, ``sql/``,
+  ``dags/``, ``plugins/`` and ``data/``;
+- an installed wheel (``pip install .``): the same files shipped as package data under ``abpo/_resources/``
+  (pyproject.toml maps the repository's top-level folders there with hatchling's ``force-include``).
+
+:data:`RESOURCES` is the folder holding those files in either layout. A relative path in a config (the dataset, a
+model, the DeepSpeed file) is looked up there first (:func:`repo_path`), else under :func:`base_dir`: the checkout's
+root, or the current directory when installed. The state root (``paths.root``, default ``var``) is relative to
+:func:`base_dir` too.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-CONFIG_DIR = REPO_ROOT / "configs"  # the presets: configs/<name>.yaml
-SQL_DIR = REPO_ROOT / "sql"  # the named transforms run by abpo.warehouse.Warehouse.run
-DAGS_DIR = REPO_ROOT / "dags"
-PLUGINS_DIR = REPO_ROOT / "plugins"
+PACKAGE_DIR = Path(__file__).resolve().parent
+_PACKAGED = PACKAGE_DIR / "_resources"  # the wheel's copy (pyproject.toml [tool.hatch.build.targets.wheel.force-include])
+
+
+def _checkout_root() -> Path | None:
+    root = PACKAGE_DIR.parent
+    if (root / "pyproject.toml").is_file() and (root / "sql").is_dir() and (root / "configs").is_dir():
+        return root
+    return None
+
+
+CHECKOUT: Path | None = _checkout_root()  # the repository when running from a checkout, else None
+RESOURCES: Path = CHECKOUT if CHECKOUT is not None else _PACKAGED
+REPO_ROOT = RESOURCES  # the name the rest of abpo uses for the folder holding configs/, sql/, data/ (either layout)
+CONFIG_DIR = RESOURCES / "configs"  # the presets: configs/<name>.yaml
+SQL_DIR = RESOURCES / "sql"  # the named transforms run by abpo.warehouse.Warehouse.run
+DAGS_DIR = RESOURCES / "dags"  # abpo_monthly.py (`abpo airflow install` copies it into a deployment)
+PLUGINS_DIR = RESOURCES / "plugins"  # abpo_plugin.py (the same)
+
+
+def installed() -> bool:
+    """True when abpo runs from an installed wheel (its files under abpo/_resources), not from a checkout."""
+    return CHECKOUT is None
+
+
+def base_dir() -> Path:
+    """Where a relative state root or a relative user path resolves: the checkout's root, or the current directory
+    when abpo is installed from a wheel."""
+    return CHECKOUT if CHECKOUT is not None else Path.cwd()
 
 
 def repo_path(p: str | Path) -> Path:
-    """``p`` when absolute, else the same path under the repository root."""
+    """``p`` when absolute; else ``p`` under :func:`base_dir` when it exists there; else the bundled file of that
+    name (configs/, data/, ...) when there is one; else ``p`` under :func:`base_dir` (named in the error that
+    follows)."""
     p = Path(p)
-    return p if p.is_absolute() else REPO_ROOT / p
+    if p.is_absolute():
+        return p
+    for candidate in (base_dir() / p, RESOURCES / p):
+        if candidate.exists():
+            return candidate
+    return base_dir() / p

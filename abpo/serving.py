@@ -32,7 +32,7 @@ class RecommenderModel:
     """Input rows: ``history_titles`` (list of str, chronological), ``candidate_ids`` (list of int),
     ``candidate_titles`` (list of str), and ``history_item_ids`` (list of int, aligned with the titles; required
     when the policy was trained with ``policy.history_item_ids``). Output rows: ``ranked_item_ids`` (best first) and
-    ``propensities`` (e_p(a|q) in the order of ``candidate_ids``, ABPO_SPEC.md "Propensities")."""
+    ``propensities`` (e_p(a|q) in the order of ``candidate_ids``, docs/ABPO_SPEC.md "Propensities")."""
 
     def __init__(self, path: str | Path, policy_cfg=None):
         from abpo.policy.config import PolicyConfig

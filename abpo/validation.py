@@ -63,7 +63,7 @@ class ValidationSummary:
 
 def build_suite(month: str, known_arms: Sequence[str], *, min_propensity: float = _DATA_DEFAULTS.min_propensity,
                 max_clock_skew_seconds: float = _DATA_DEFAULTS.max_clock_skew_seconds):
-    """The expectations mirroring the impressions contract (ABPO_SPEC.md D_bandit; abpo/data/schemas.py;
+    """The expectations mirroring the impressions contract (docs/ABPO_SPEC.md D_bandit; abpo/data/schemas.py;
     sql/ingest_check.sql)."""
     import great_expectations as gx
     import great_expectations.expectations as gxe

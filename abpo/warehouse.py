@@ -393,7 +393,7 @@ class Warehouse:
                 f"month {report.month}: the landing files ({', '.join(report.files)}) give {report.rows_clean} clean "
                 f"rows ({report.rows_quarantined} quarantined) where the warehouse holds {report.rows_replaced}; rule: "
                 f"a month is not replaced by fewer than {min_keep_fraction:.0%} of its clean rows unless forced "
-                "(`abpo data ingest --force`); nothing was published")
+                "(`abpo ingest --force`); nothing was published")
 
     @staticmethod
     def _audit_quarantine(report: IngestReport, *, force: bool, max_fraction: float) -> None:
@@ -675,7 +675,7 @@ class BatchPlan:
 
 
 def stratified_batch_plan(P: int, N: int, batch_size: int, seed: int, mode: str = "oversample") -> BatchPlan:
-    """The mini-batches of ABPO_SPEC.md step 3 (each holds both strata: the SNIPS weight is self-normalised inside B_1
+    """The mini-batches of docs/ABPO_SPEC.md step 3 (each holds both strata: the SNIPS weight is self-normalised inside B_1
     and B_0 of every mini-batch) for P positive and N no-response rows, as integers only.
 
     ``mode="oversample"`` (default): every batch holds k = clamp(round(batch_size * P / (P + N)), 1, batch_size - 1)

@@ -1,4 +1,4 @@
-"""The online A/B report (ABPO_SPEC.md "Metrics / Online").
+"""The online A/B report (docs/ABPO_SPEC.md "Metrics / Online").
 
 - :mod:`abpo.abtest.stats`: the tests on counts (pooled two-proportion z-test, Wilson and Wald
   intervals, delta-method user-clustered z-test, Holm, sample-ratio-mismatch chi-square).

@@ -1,4 +1,4 @@
-"""From per-arm-per-month counts to every number of the A/B report (ABPO_SPEC.md "Metrics / Online").
+"""From per-arm-per-month counts to every number of the A/B report (docs/ABPO_SPEC.md "Metrics / Online").
 
 Input is a small table (one row per month and arm: impressions, clicks, optionally users) plus,
 when the raw log is at hand, per-user moments for the user-clustered test and the whole-period user

@@ -1,4 +1,4 @@
-"""The A/B statistics of ABPO_SPEC.md "Metrics / Online", one small function per test.
+"""The A/B statistics of docs/ABPO_SPEC.md "Metrics / Online", one small function per test.
 
 Everything here works on counts (impressions, clicks, users and per-user moments), never on raw
 logs: the aggregation happens in DuckDB (sql/report_user_moments.sql, over the per-user-month aggregate

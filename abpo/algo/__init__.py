@@ -1,4 +1,4 @@
-"""The equations of the ABPO update (ABPO_SPEC.md "The update"), in pure torch, one function per equation.
+"""The equations of the ABPO update (docs/ABPO_SPEC.md "The update"), in pure torch, one function per equation.
 
     step 2  rewards.py     format_reward, match_reward, self_certainty, total_reward, anchor_reward
     step 3  snips.py       snips_weight, stratified_self_normalise

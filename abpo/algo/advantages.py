@@ -1,4 +1,4 @@
-"""Step 4 of the ABPO update (ABPO_SPEC.md "The update"): anchored baseline, spread and advantages.
+"""Step 4 of the ABPO update (docs/ABPO_SPEC.md "The update"): anchored baseline, spread and advantages.
 
 For logged example i with anchor reward r_i^log, SNIPS weight w_hat_i and G-1 rollout rewards r_i^2..r_i^G:
 
@@ -37,7 +37,7 @@ def _check(r_log: Tensor, r_roll: Tensor, w_hat: Tensor) -> None:
 
 
 def anchored_baseline(r_log: Tensor, r_roll: Tensor, w_hat: Tensor) -> Tensor:
-    """b_i = (w_hat_i r_i^log + sum_{j=2..G} r_i^j) / (w_hat_i + G - 1) (ABPO_SPEC.md step 4). Returns [B]."""
+    """b_i = (w_hat_i r_i^log + sum_{j=2..G} r_i^j) / (w_hat_i + G - 1) (docs/ABPO_SPEC.md step 4). Returns [B]."""
     _check(r_log, r_roll, w_hat)
     n_roll = r_roll.shape[1]  # G - 1
     return (w_hat * r_log + r_roll.sum(dim=1)) / (w_hat + n_roll)  # weighted mean of anchor and rollouts
@@ -45,7 +45,7 @@ def anchored_baseline(r_log: Tensor, r_roll: Tensor, w_hat: Tensor) -> Tensor:
 
 def anchored_spread(r_log: Tensor, r_roll: Tensor, w_hat: Tensor, baseline: Tensor, eps_std: float) -> Tensor:
     """sigma_i = sqrt((w_hat_i (r_i^log - b_i)^2 + sum_j (r_i^j - b_i)^2) / (w_hat_i + G - 1) + eps_std)
-    (ABPO_SPEC.md step 4): the weighted standard deviation of the group around b_i. Returns [B]."""
+    (docs/ABPO_SPEC.md step 4): the weighted standard deviation of the group around b_i. Returns [B]."""
     _check(r_log, r_roll, w_hat)
     if baseline.shape != r_log.shape:
         raise ValueError(
@@ -60,7 +60,7 @@ def anchored_spread(r_log: Tensor, r_roll: Tensor, w_hat: Tensor, baseline: Tens
 
 
 def anchored_advantages(r_log: Tensor, r_roll: Tensor, w_hat: Tensor, eps_std: float) -> Tensor:
-    """A_i^j = (r_i^j - b_i) / sigma_i for the G-1 rollouts j = 2..G only (ABPO_SPEC.md step 4).
+    """A_i^j = (r_i^j - b_i) / sigma_i for the G-1 rollouts j = 2..G only (docs/ABPO_SPEC.md step 4).
 
     Returns [B, G-1], detached (advantages carry no gradient). The anchor (j = 1) has no column here.
     """
@@ -77,7 +77,7 @@ def group_advantages(
     *,
     style: Literal["spec", "trl"] = "spec",
 ) -> Tensor:
-    """Vanilla GRPO advantages (ABPO_SPEC.md variant (B)): plain group mean/std over the G-1 rollouts, no anchor.
+    """Vanilla GRPO advantages (docs/ABPO_SPEC.md variant (B)): plain group mean/std over the G-1 rollouts, no anchor.
 
     style="spec": A_i^j = (r_i^j - mean_j r_i^j) / sqrt(mean_j (r_i^j - mean)^2 + eps_std), i.e. exactly
         `anchored_advantages` with w_hat = 0, so (B) and (C)-(F) differ only by the anchor.

@@ -1,4 +1,4 @@
-"""Step 2 of the ABPO update (ABPO_SPEC.md "The update"): the rewards of one completion.
+"""Step 2 of the ABPO update (docs/ABPO_SPEC.md "The update"): the rewards of one completion.
 
     r_fmt   = 1[output matches <item_id>ID</item_id><item>TITLE</item>]          (format reward)
     y = 1:  r_match = +1[a^j = a^log]                r = r_match + r_fmt         (click)
@@ -48,7 +48,7 @@ def format_reward(
     candidate_ids: Sequence[CandidateIds],
     parse: Parser | None = None,
 ) -> Tensor:
-    """r_fmt in {0, 1} per completion (ABPO_SPEC.md step 2, format reward): 1 iff the completion is exactly
+    """r_fmt in {0, 1} per completion (docs/ABPO_SPEC.md step 2, format reward): 1 iff the completion is exactly
     `<item_id>ID</item_id><item>TITLE</item>` with ID in its candidate set. Returns float32 [N].
 
     candidate_ids[n]: the ids of completion n's candidate set C, or a mapping id -> title (then the title must
@@ -89,7 +89,7 @@ def _check_feedback(y: Tensor) -> None:
 
 
 def match_reward(chosen: Tensor, logged: Tensor, y: Tensor) -> Tensor:
-    """r_match (ABPO_SPEC.md step 2): y = 1 -> +1[a^j = a^log]; y = 0 -> -1[a^j = a^log].
+    """r_match (docs/ABPO_SPEC.md step 2): y = 1 -> +1[a^j = a^log]; y = 0 -> -1[a^j = a^log].
 
     chosen: int [B] or [B, K] (NO_ITEM = -1 for malformed completions, which never match);
     logged: int [B] (a^log, a valid item id >= 0); y: [B] in {0, 1}. Returns float32 shaped like `chosen`.
@@ -105,7 +105,7 @@ def match_reward(chosen: Tensor, logged: Tensor, y: Tensor) -> Tensor:
 
 
 def token_kl_from_uniform(logits: Tensor) -> Tensor:
-    """KL(U || p_t) per token from logits [..., V] (ABPO_SPEC.md step 2, self-certainty integrand).
+    """KL(U || p_t) per token from logits [..., V] (docs/ABPO_SPEC.md step 2, self-certainty integrand).
 
     KL(U||p) = sum_v (1/V) log((1/V) / p_v) = -log V - mean_v log p_v, and with log p_v = z_v - logsumexp(z):
     KL(U||p) = logsumexp_v(z) - mean_v(z) - log V. This form never materialises log_softmax (memory: one
@@ -117,7 +117,7 @@ def token_kl_from_uniform(logits: Tensor) -> Tensor:
 
 
 def self_certainty(logits: Tensor, mask: Tensor) -> Tensor:
-    """r_sc = (1/T) sum_t KL(U || pi_theta(. | q, a_<t)) (ABPO_SPEC.md step 2, self-certainty).
+    """r_sc = (1/T) sum_t KL(U || pi_theta(. | q, a_<t)) (docs/ABPO_SPEC.md step 2, self-certainty).
 
     logits: [B, T, V], the policy's next-token logits at the completion's positions (logits[:, t] predicts
     completion token t); mask: [B, T], 1 for the tokens averaged over, 0 elsewhere. T in the equation is the
@@ -137,7 +137,7 @@ def self_certainty(logits: Tensor, mask: Tensor) -> Tensor:
 
 
 def self_certainty_from_token_kl(kl: Tensor, mask: Tensor) -> Tensor:
-    """r_sc = (1/T) sum_t KL(U || p_t) (ABPO_SPEC.md step 2) from the per-token KL(U || p_t) [B, T] (e.g. collected
+    """r_sc = (1/T) sum_t KL(U || p_t) (docs/ABPO_SPEC.md step 2) from the per-token KL(U || p_t) [B, T] (e.g. collected
     one decoding step at a time by `token_kl_from_uniform` while the rollouts are generated) and the completion mask
     [B, T]. A row with no completion tokens gets 0. Returns [B]."""
     if kl.dim() != 2 or mask.shape != kl.shape:
@@ -157,7 +157,7 @@ def total_reward(
     y: Tensor,
     lambda_sc: float,
 ) -> Tensor:
-    """r (ABPO_SPEC.md step 2): y = 1 -> r_match + r_fmt; y = 0 -> r_match + r_fmt + lambda_sc * r_sc.
+    """r (docs/ABPO_SPEC.md step 2): y = 1 -> r_match + r_fmt; y = 0 -> r_match + r_fmt + lambda_sc * r_sc.
 
     r_match, r_fmt (and r_sc): [B] or [B, K]; y: [B]. r_sc = None means no self-certainty term
     (variants without it), the same as lambda_sc = 0.
@@ -181,7 +181,7 @@ def total_reward(
 
 
 def anchor_reward(y: Tensor, r_sc_log: Tensor | None, lambda_sc: float) -> Tensor:
-    """r^log (ABPO_SPEC.md step 2, last bullet): the reward of the logged item's well-formed text,
+    """r^log (docs/ABPO_SPEC.md step 2, last bullet): the reward of the logged item's well-formed text,
     i.e. r_fmt = 1 and a^1 = a^log so r_match = +1 (y=1) or -1 (y=0):
     y = 1 -> 1 + 1 = 2; y = 0 -> -1 + 1 + lambda_sc * r_sc(a^log) = lambda_sc * r_sc(a^log). Returns [B].
     """

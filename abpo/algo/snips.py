@@ -1,9 +1,9 @@
-"""Step 3 of the ABPO update (ABPO_SPEC.md "The update"): the SNIPS weight of the anchor.
+"""Step 3 of the ABPO update (docs/ABPO_SPEC.md "The update"): the SNIPS weight of the anchor.
 
     w_i     = e_old(a_i^log | q_i) / e0(a_i^log | q_i)           (stop-gradient; both over the same C_i)
     w_hat_i = w_i / (mean_{k in B_{y_i}} w_k + delta)            (self-normalised inside B_1 and B_0 separately)
 
-e_p(a|q) = softmax_{a in C}(s_p(a,q) / tau) is the candidate-level propensity (ABPO_SPEC.md "Propensities");
+e_p(a|q) = softmax_{a in C}(s_p(a,q) / tau) is the candidate-level propensity (docs/ABPO_SPEC.md "Propensities");
 e0 comes from the log, e_old is recomputed each step under the rollout policy pi_old.
 """
 
@@ -14,7 +14,7 @@ from torch import Tensor
 
 
 def snips_weight(e_old_log: Tensor, e0_log: Tensor) -> Tensor:
-    """w_i = e_old(a_i^log | q_i) / e0(a_i^log | q_i) (ABPO_SPEC.md step 3), returned detached (stop-gradient).
+    """w_i = e_old(a_i^log | q_i) / e0(a_i^log | q_i) (docs/ABPO_SPEC.md step 3), returned detached (stop-gradient).
 
     Both arguments are probabilities of the logged item a^log ("_log" = of the logged item), [B].
     """
@@ -37,7 +37,7 @@ def snips_weight(e_old_log: Tensor, e0_log: Tensor) -> Tensor:
 
 
 def snips_weight_from_logprobs(log_e_old_log: Tensor, log_e0_log: Tensor) -> Tensor:
-    """w_i = exp(log e_old(a^log|q) - log e0(a^log|q)) (ABPO_SPEC.md step 3), the same weight from
+    """w_i = exp(log e_old(a^log|q) - log e0(a^log|q)) (docs/ABPO_SPEC.md step 3), the same weight from
     log-propensities (e.g. a log_softmax over C), detached. Stable when both propensities are tiny."""
     if log_e_old_log.shape != log_e0_log.shape or log_e0_log.dim() != 1:
         raise ValueError(
@@ -54,7 +54,7 @@ def snips_weight_from_logprobs(log_e_old_log: Tensor, log_e0_log: Tensor) -> Ten
 
 
 def stratified_self_normalise(w: Tensor, y: Tensor, delta: float) -> Tensor:
-    """w_hat_i = w_i / (mean_{k in B_{y_i}} w_k + delta) (ABPO_SPEC.md step 3), detached.
+    """w_hat_i = w_i / (mean_{k in B_{y_i}} w_k + delta) (docs/ABPO_SPEC.md step 3), detached.
 
     B_1 = {k : y_k = 1} (positive responses), B_0 = {k : y_k = 0} (no response): each stratum is
     normalised by its own mean, never by the whole batch's. A stratum absent from the batch simply has no

@@ -1,4 +1,4 @@
-"""Step 5 of the ABPO update (ABPO_SPEC.md "The update"): the clipped surrogate objective (maximised).
+"""Step 5 of the ABPO update (docs/ABPO_SPEC.md "The update"): the clipped surrogate objective (maximised).
 
     J(theta) = mean_i (1/(G-1)) sum_{j=2..G} min( s_i^j A_i^j, clip(s_i^j, 1-eps, 1+eps) A_i^j )  [- beta KL]
     s_i^j    = pi_theta(a_i^j | q_i) / pi_old(a_i^j | q_i)
@@ -18,7 +18,7 @@ How the sequence ratio s is formed from token log-probs (`ratio_level`):
 When pi_theta = pi_old (one gradient step per batch of rollouts) all three give s = 1 and the gradient of
 "sequence" is A * grad log pi(a|q) (a sum over tokens) while "token"/"geometric" give A times the mean over tokens.
 
-Optional KL regulariser (ABPO_SPEC.md: "A KL regulariser is optional"): J -= beta * mean over completions of
+Optional KL regulariser (docs/ABPO_SPEC.md: "A KL regulariser is optional"): J -= beta * mean over completions of
 (1/T) sum_t k3_t with the k3 estimator k3_t = exp(ref_t - new_t) - (ref_t - new_t) - 1 >= 0 of
 KL(pi_theta || pi_ref), as in GRPO (DeepSeekMath) and TRL.
 """
@@ -64,14 +64,14 @@ def sequence_log_ratio(logp_new: Tensor, logp_old: Tensor, mask: Tensor, ratio_l
 
 def kl_k3(logp_new: Tensor, logp_ref: Tensor, mask: Tensor) -> Tensor:
     """(1/T) sum_t [exp(ref_t - new_t) - (ref_t - new_t) - 1] per completion [...]: the k3 estimate of
-    KL(pi_theta || pi_ref) on the sampled tokens (the optional KL regulariser of ABPO_SPEC.md step 5)."""
+    KL(pi_theta || pi_ref) on the sampled tokens (the optional KL regulariser of docs/ABPO_SPEC.md step 5)."""
     m = mask.to(logp_new.dtype)
     d = torch.where(m > 0, logp_ref - logp_new, torch.zeros_like(logp_new))  # ref_t - new_t
     return _masked_mean(torch.exp(d) - d - 1.0, m)
 
 
 def _clipped_term(ratio: Tensor, adv: Tensor, eps_low: float, eps_high: float) -> Tensor:
-    """min(s A, clip(s, 1-eps, 1+eps) A) (ABPO_SPEC.md step 5)."""
+    """min(s A, clip(s, 1-eps, 1+eps) A) (docs/ABPO_SPEC.md step 5)."""
     return torch.minimum(ratio * adv, torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * adv)
 
 
@@ -86,7 +86,7 @@ def clipped_surrogate(
     logp_ref: Tensor | None = None,
     beta: float = 0.0,
 ) -> Tensor:
-    """The objective of ABPO_SPEC.md step 5 (to maximise; the loss is its negative). Returns a scalar.
+    """The objective of docs/ABPO_SPEC.md step 5 (to maximise; the loss is its negative). Returns a scalar.
 
     logp_new: [..., T] log pi_theta of each completion token (with gradient); logp_old: [..., T] log pi_old
     (treated as constant); advantages: [...] A_i^j of the rollouts (constant); mask: [..., T] 1 on completion

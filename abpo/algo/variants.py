@@ -1,4 +1,4 @@
-"""The variants (A)-(F) of ABPO_SPEC.md "Variants", as a table of switches, and how each one turns the
+"""The variants (A)-(F) of docs/ABPO_SPEC.md "Variants", as a table of switches, and how each one turns the
 rewards of a batch into rollout advantages.
 
     letter  name          anchor  snips  self_certainty  update
@@ -31,7 +31,7 @@ class Variant:
     snips: bool  # the anchor's weight is the stratified SNIPS w_hat (step 3); otherwise w = 1
     self_certainty: bool  # y = 0 rewards add lambda_sc * r_sc (step 2)
     update: bool  # False: no update at all (variant A)
-    letter: str  # "A".."F" as in ABPO_SPEC.md
+    letter: str  # "A".."F" as in docs/ABPO_SPEC.md
     name: str  # what `abpo update --variant`, an arm's registry entry and an experiment row name it
     description: str
 

@@ -4,7 +4,7 @@
                  import it)
     base.py      the interface (Arm: propensities, expose, refresh, save / load, log_model, temperature)
     llm.py       LLMArm(variant): ``abpo`` (variant F) and ``grpo`` (variant B), updated monthly on their own logs;
-                 exposure softmax(s_p / tau) over C (ABPO_SPEC.md Eq. e_p)
+                 exposure softmax(s_p / tau) over C (docs/ABPO_SPEC.md Eq. e_p)
     rankers.py   RankerArm(ranker): ``ml_retrain`` (implicit's ALS) and ``popularity`` (log(1 + count) over a rolling
                  window), refitted monthly on the interactions and clicks to date; exposure softmax(score / T)
     versions.py  one registered MLflow model per arm, champion / challenger aliases, lineage, promotion lock

@@ -1,5 +1,5 @@
 """LLMArm(variant): the LLM arms (``abpo``: variant F, ``grpo``: variant B). They expose by sampling
-e_p(.|q) = softmax(s_p(a,q) / tau) over the candidate set (ABPO_SPEC.md Eqs. s_p, e_p), with the shared-prefix
+e_p(.|q) = softmax(s_p(a,q) / tau) over the candidate set (docs/ABPO_SPEC.md Eqs. s_p, e_p), with the shared-prefix
 scorer and the prompt builder that the update uses for e_old (abpo.policy.scoring.score_examples), so the logged
 propensity is the e0 the next update reads. ``logging_policy`` is ``softmax(tau=X)``: the update checks its tau
 against it. A month refreshes an LLM arm by its variant's update from the champion (:meth:`LLMArm.refresh`)."""

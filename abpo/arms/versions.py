@@ -46,12 +46,15 @@ def model_name(arm: str) -> str:
 @functools.lru_cache(maxsize=1)
 def code_version() -> str:
     import abpo
+    from abpo.paths import CHECKOUT
 
-    try:
-        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=Path(abpo.__file__).parents[1],
-                             capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        sha = ""
+    sha = ""
+    if CHECKOUT is not None:  # an installed wheel has no commit (and a venv inside some repository is not abpo's)
+        try:
+            sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=CHECKOUT,
+                                 capture_output=True, text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            sha = ""
     return f"abpo {abpo.__version__}" + (f" git {sha}" if sha else "")
 
 

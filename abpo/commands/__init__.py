@@ -1,8 +1,9 @@
 """The ``abpo`` command's subcommands: the commands layer on top of the library (abpo.cli is the entry point; the
 import-linter contracts in pyproject.toml keep every other package from importing this one).
 
-    arms.py      ``abpo arms``: bootstrap, one month of the loop (abpo.monthly.month.run_month), status, promote,
-                 rollback
+    airflow_install.py ``abpo airflow install``: the DAG and the UI plugin into an Airflow deployment's folders
+    arms.py      ``abpo arms ACTION``: bootstrap, one month of the loop (abpo.monthly.month.run_month), status,
+                 promote, rollback (one subcommand per action)
     data.py      ``abpo data ...``, ``abpo ingest``, ``abpo restore-month``
     demo.py      ``abpo demo``: the main job end to end through Airflow
     experiment.py ``abpo experiment``: the paper's table, the validation sweep, rounds (abpo.experiment)

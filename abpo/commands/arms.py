@@ -1,4 +1,5 @@
-"""`abpo arms`: the production loop's arms outside Airflow: bootstrap, one whole month, and where each arm stands."""
+"""`abpo arms ACTION`: the production loop's arms outside Airflow: bootstrap, one whole month, where each arm stands,
+promotion and rollback. One subcommand per action, each with only its own options."""
 
 from __future__ import annotations
 
@@ -10,23 +11,46 @@ from abpo.months import month_arg
 
 def register(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
-        "arms", parents=[common], help="Bootstrap the arms, run one month of the loop, or show each arm's champion.",
-        description="The four arms of the production loop (abpo.arms). `bootstrap` gives every arm without one a "
-        "champion (pi_init for the LLM arms; ranker fits); `month --month M` runs the whole monthly cycle in one "
-        "process, as the abpo_monthly DAG does in tasks (serve with --simulate, ingest, update each LLM arm from its "
-        "champion on its own logs, register, gate, promote, refit the rankers, report); `status` prints each "
-        "arm's champion and challenger with their lineage tags.",
+        "arms", help="Bootstrap the arms, run one month of the loop, show, promote or roll back each arm's champion.",
+        description="The four arms of the production loop (abpo.arms), one action each; `abpo arms ACTION --help` "
+        "shows that action's options.",
     )
-    p.add_argument("action", choices=["bootstrap", "month", "status", "promote", "rollback"])
-    p.add_argument("--arm", help="actions promote / rollback: the arm (abpo, grpo, ml_retrain, popularity).")
-    p.add_argument("--version", help="action promote: the registered version to make champion.")
-    p.add_argument("--expect-champion", help="action promote: refuse unless the champion is this version (a race "
-                   "with another promotion changes nothing).")
-    p.add_argument("--reason", default="", help="actions promote / rollback: recorded on the version as a tag.")
-    p.add_argument("--month", type=month_arg, help="YYYY-MM (action month).")
-    p.add_argument("--simulate", action="store_true",
-                   help="action month: serve the month with the simulator first (otherwise it must have landed).")
-    p.set_defaults(handler=run)
+    asub = p.add_subparsers(dest="arms_action", metavar="ACTION", required=True)
+
+    a = asub.add_parser("bootstrap", parents=[common], help="Give every arm without a champion its first one.",
+                        description="Give every arm without a champion its first one: pi_init (SFT) for the LLM arms, "
+                        "a fit for the rankers; prints what each arm got as JSON.")
+    a.set_defaults(handler=run, action="bootstrap")
+
+    a = asub.add_parser("month", parents=[common], help="Run one whole month of the cycle in one process.",
+                        description="Run the whole monthly cycle for --month in one process, as the abpo_monthly DAG "
+                        "does in tasks: serve (with --simulate), ingest, update each LLM arm from its champion on its "
+                        "own logs, register, gate, promote, refit the rankers, report.")
+    a.add_argument("--month", type=month_arg, required=True, help="The month to run, YYYY-MM.")
+    a.add_argument("--simulate", action="store_true",
+                   help="Serve the month with the simulator first (otherwise its logs must have landed).")
+    a.set_defaults(handler=run, action="month")
+
+    a = asub.add_parser("status", parents=[common], help="Print each arm's champion and challenger.",
+                        description="Print each arm's champion and challenger with their lineage tags.")
+    a.set_defaults(handler=run, action="status")
+
+    a = asub.add_parser("promote", parents=[common], help="Make a registered version an arm's champion.",
+                        description="Make --version the champion of --arm (alias champion; the version it replaces "
+                        "is recorded on it as promoted_from, so `abpo arms rollback` can put it back).")
+    a.add_argument("--arm", required=True, help="The arm: abpo, grpo, ml_retrain or popularity.")
+    a.add_argument("--version", required=True, help="The registered version to make champion.")
+    a.add_argument("--expect-champion", help="Refuse unless the champion is this version (a race with another "
+                   "promotion changes nothing).")
+    a.add_argument("--reason", default="", help="Recorded on the version as a tag.")
+    a.set_defaults(handler=run, action="promote")
+
+    a = asub.add_parser("rollback", parents=[common], help="Put back the version an arm's champion was promoted from.",
+                        description="Make the version that --arm's champion was promoted from (its tag promoted_from) "
+                        "the champion again.")
+    a.add_argument("--arm", required=True, help="The arm: abpo, grpo, ml_retrain or popularity.")
+    a.add_argument("--reason", default="", help="Recorded on the version as a tag.")
+    a.set_defaults(handler=run, action="rollback")
 
 
 def run(args: argparse.Namespace, cfg) -> int:
@@ -39,16 +63,11 @@ def run(args: argparse.Namespace, cfg) -> int:
     elif args.action == "month":
         from abpo.monthly.month import run_month
 
-        if not args.month:
-            raise SystemExit("abpo arms month: --month YYYY-MM is required")
         out = run_month(cfg, args.month, simulate=args.simulate)
         print(f"report: {out.report.html}")
     elif args.action in ("promote", "rollback"):
         from abpo.arms import versions as arm_versions
 
-        if not args.arm or (args.action == "promote" and not args.version):
-            raise SystemExit(f"abpo arms {args.action}: --arm" + (" and --version are" if args.action == "promote"
-                                                                   else " is") + " required")
         if args.action == "promote":
             out = arm_versions.promote(cfg, args.arm, args.version, expected_champion=args.expect_champion,
                                        reason=args.reason)

@@ -74,7 +74,7 @@ def register(sub, common: argparse.ArgumentParser) -> None:
         "files (a corrupt file is named) and apply the contract; rows breaking it go to quarantine with their rule. "
         "Audit, on the staged rows: a month holding clean rows is not replaced by none or by fewer than "
         "data.ingest_min_keep_fraction of them unless --force, and the Great Expectations suite must pass. Publish "
-        "(one transaction): the replaced rows move to impressions_history (`abpo data restore-month`), the month's "
+        "(one transaction): the replaced rows move to impressions_history (`abpo restore-month`), the month's "
         "partition and quarantine are replaced. A failed audit publishes nothing. Prints counts in / clean / "
         "quarantined per rule. Exit code 1 if the files cannot be ingested or the audit refuses them.",
     )

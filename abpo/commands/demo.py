@@ -56,7 +56,7 @@ def _plain(v: Any) -> Any:
 
 
 def prepare_data(cfg) -> dict[str, Any]:
-    """Load the dataset and split it (ABPO_SPEC.md "Offline construction"); counts for the log."""
+    """Load the dataset and split it (docs/ABPO_SPEC.md "Offline construction"); counts for the log."""
     from abpo.data.candidates import assert_target_held_out, build_bandit_requests, build_sup_examples
     from abpo.data.loaders import load_dataset
     from abpo.data.splits import split_users
@@ -120,6 +120,63 @@ def airflow_env(cfg, config_ref: str) -> dict[str, str]:
     return env
 
 
+# What the demo writes into its Airflow's airflow.cfg, so that `airflow standalone` started later with only
+# AIRFLOW_HOME sees what the demo's runs saw: its DAG and plugin folders, no example DAGs, the UI on this machine only.
+def demo_airflow_settings(env: dict[str, str]) -> dict[tuple[str, str], str]:
+    return {("core", "dags_folder"): env["AIRFLOW__CORE__DAGS_FOLDER"],
+            ("core", "plugins_folder"): env["AIRFLOW__CORE__PLUGINS_FOLDER"],
+            ("core", "load_examples"): "False",
+            ("api", "host"): "127.0.0.1"}
+
+
+def set_airflow_cfg(path: Path, settings: dict[tuple[str, str], str]) -> None:
+    """Set ``settings`` ((section, key) -> value) in the airflow.cfg at ``path`` line by line, keeping the rest of
+    the file (Airflow's own comments and generated secrets); a key or section that is missing is added."""
+    lines = path.read_text().splitlines() if path.exists() else []
+    todo = dict(settings)
+    out: list[str] = []
+    section = None
+
+    def flush(sec):  # the keys of `sec` not seen in it: appended at its end
+        for (s, k), v in list(todo.items()):
+            if s == sec:
+                out.append(f"{k} = {v}")
+                del todo[(s, k)]
+
+    for line in lines:
+        stripped = line.strip()
+        if stripped.startswith("[") and stripped.endswith("]"):
+            flush(section)
+            section = stripped[1:-1].strip()
+        elif section is not None and "=" in stripped and not stripped.startswith(("#", ";")):
+            key = stripped.split("=", 1)[0].strip()
+            if (section, key) in todo:
+                line = f"{key} = {todo.pop((section, key))}"
+        out.append(line)
+    flush(section)
+    for sec in dict.fromkeys(s for s, _ in todo):
+        out += ["", f"[{sec}]"]
+        flush(sec)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(out) + "\n")
+
+
+def standalone_command(env: dict[str, str]) -> str:
+    """The one shell command that starts the demo's Airflow with its UI: Airflow's own executable (its bin folder
+    first on PATH, since `airflow standalone` starts `airflow` subprocesses by name), the demo's AIRFLOW_HOME (whose
+    airflow.cfg the demo wrote) and the config and state its tasks and the UI plugin read."""
+    import shlex
+    import sys
+
+    exe = Path(sys.executable).with_name("airflow")
+    pairs = [("AIRFLOW_HOME", env["AIRFLOW_HOME"]), ("ABPO_CONFIG", env["ABPO_CONFIG"]),
+             ("ABPO_STATE", env["ABPO_STATE"])]
+    if env.get("ABPO_TRACKING_URI"):
+        pairs.append(("ABPO_TRACKING_URI", env["ABPO_TRACKING_URI"]))
+    assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in pairs)
+    return f'PATH={shlex.quote(str(exe.parent))}:"$PATH" {assigns} {shlex.quote(str(exe))} standalone'
+
+
 def _run_airflow(args: list[str], env: dict[str, str], log_path: Path) -> int:
     """Run the `airflow` CLI of this environment, the whole output into ``log_path``; the tasks' log lines (marked
     with :data:`TASK_LINE`) and the last lines on a failure are echoed."""
@@ -158,8 +215,14 @@ def run_demo(args: argparse.Namespace, cfg) -> int:
     log.run("prepare", prepare_data, cfg)
     arms = log.run("bootstrap", bootstrap_arms, cfg, describe=lambda r: r.arms).arms
     env = airflow_env(cfg, args.config)
-    log.run("airflow_db", lambda: {"rc": _run_airflow(["db", "migrate"], env, root / "airflow" / "db-migrate.log"),
-                                   "airflow_home": env["AIRFLOW_HOME"]})
+
+    def _airflow_db() -> dict[str, Any]:
+        rc = _run_airflow(["db", "migrate"], env, root / "airflow" / "db-migrate.log")
+        cfg_file = Path(env["AIRFLOW_HOME"]) / "airflow.cfg"  # written by Airflow on its first start, if not before
+        set_airflow_cfg(cfg_file, demo_airflow_settings(env))
+        return {"rc": rc, "airflow_cfg": cfg_file}
+
+    log.run("airflow_db", _airflow_db)
     for m in months:
         logical = m.next().bounds()[0].isoformat()  # the run of 2026-02-01T00:00:00+00:00 processes 2026-01
         conf = {"month": m, "simulate": True, "overrides": list(args.overrides)}
@@ -183,8 +246,11 @@ def run_demo(args: argparse.Namespace, cfg) -> int:
     print(f"\nabpo demo: {len(months)} months through abpo_monthly in {wall / 60:.1f} min wall time")
     print(f"\nFinal A/B report ({final['months'][0]}..{final['months'][-1]}), summary:\n{summary}\n")
     print(f"  HTML report    {final['html']}")
-    print(f"  Airflow UI     AIRFLOW_HOME={env['AIRFLOW_HOME']} .venv/bin/airflow standalone  -> http://localhost:8080 "
-          "(runs of abpo_monthly; the A/B reports under /abpo/reports/)")
+    passwords = Path(env["AIRFLOW_HOME"]) / "simple_auth_manager_passwords.json.generated"
+    print("  Airflow UI     the runs of abpo_monthly, the A/B reports under /abpo/reports/: start it with")
+    print(f"                   {standalone_command(env)}")
+    print(f"                 then open http://127.0.0.1:8080 as admin (the password: {passwords}, or printed on the "
+          "first start)")
     print(f"  MLflow UI      .venv/bin/mlflow ui --backend-store-uri {cfg.paths.tracking_uri()}  -> http://localhost:5000 "
           "(models abpo-arm-*: champion / challenger, lineage tags)")
     print(f"  warehouse      {cfg.paths.resolve('warehouse')}")

@@ -11,7 +11,7 @@ def register(sub, common: argparse.ArgumentParser) -> None:
         "sft",
         parents=[common],
         help="Train pi_init on D_sup (TRL SFTTrainer), evaluate it, log and register it in MLflow.",
-        description="Supervised fine-tuning of the initial policy pi_init on D_sup (ABPO_SPEC.md) with TRL's "
+        description="Supervised fine-tuning of the initial policy pi_init on D_sup (docs/ABPO_SPEC.md) with TRL's "
         "SFTTrainer, loss on the answer only. Starts from policy.model (tiny: built locally), saves to "
         "<paths.models>/<sft.output>, logs params, the loss curve and the model to MLflow, registers it "
         "(aliases champion and pi_init), and prints HR@K of pi_init on the held-out targets next to the "
@@ -39,7 +39,7 @@ def register(sub, common: argparse.ArgumentParser) -> None:
         "simulate-log",
         parents=[common],
         help="Build the synthetic bandit log D_bandit with pi_init and land it as impressions.",
-        description="ABPO_SPEC.md offline construction: for each user and t' in {T..T+N-2}, score the M "
+        description="docs/ABPO_SPEC.md offline construction: for each user and t' in {T..T+N-2}, score the M "
         "candidates with pi_init, sample a_log ~ softmax(s/tau), store e0(a_log), y = 1 iff a_log = x_{t'+1}; "
         "write it in the impressions contract to <paths.landing>/impressions/month=YYYY-MM/ for `abpo ingest`.",
     )

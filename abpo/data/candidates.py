@@ -1,4 +1,4 @@
-"""Prompts with candidate sets (ABPO_SPEC.md "Offline construction of bandit logs").
+"""Prompts with candidate sets (docs/ABPO_SPEC.md "Offline construction").
 
 Every prompt shows a history and a candidate set C that contains the positive:
 - D_sup (build_sup_examples): from the initial history x_{1:T}, pairs (x_{1:t}, x_{t+1}) for

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 class DataConfig:
     dataset_dir: str = field(
         default="data/ml-latest-small",
-        metadata={"help": "Dataset directory; relative paths are relative to the repo root."},
+        metadata={"help": "Dataset directory; a relative path is under the repo root (installed from a wheel: the "
+                          "current directory, else the bundled data)."},
     )
     format: str = field(default="movielens", metadata={"help": "Dataset format: movielens | amazon18."})
     amazon_domain: str = field(
@@ -51,7 +52,7 @@ class DataConfig:
     ingest_min_keep_fraction: float = field(
         default=0.5,
         metadata={"help": "Ingest refuses to replace a month by fewer than this share of the clean rows it holds (0 "
-                          "clean rows always refused) unless forced (`abpo data ingest --force`)."},
+                          "clean rows always refused) unless forced (`abpo ingest --force`)."},
     )
     warehouse_memory_limit: str = field(
         default="", metadata={"help": "DuckDB memory_limit for the warehouse (e.g. 2GB); empty = DuckDB's default."}

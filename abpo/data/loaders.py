@@ -310,7 +310,7 @@ def resolve_dataset_dir(dataset_dir: str | os.PathLike) -> Path:
 
 
 def load_dataset(data_cfg) -> Dataset:
-    """Dispatch on ``data_cfg.format`` (movielens | amazon18); the path is relative to the repo root."""
+    """Dispatch on ``data_cfg.format`` (movielens | amazon18); a relative path resolves as abpo.paths.repo_path says."""
     directory = resolve_dataset_dir(data_cfg.dataset_dir)
     if data_cfg.format == "movielens":
         return load_movielens(directory, tie_seed=data_cfg.tie_seed)

@@ -1,7 +1,7 @@
 """The log contract: Arrow schemas of the item catalog, the interactions and the impressions log,
 and the writer of the impressions landing zone (Parquet, one folder per month).
 
-Impressions are one row per exposed recommendation (ABPO_SPEC.md, D_bandit): the request's history
+Impressions are one row per exposed recommendation (docs/ABPO_SPEC.md, D_bandit): the request's history
 and candidate set C, the exposed item a_log, its logging propensity e0(a_log | q) over C, and the
 feedback y = clicked. The columns after ``clicked`` are what a real serving log also needs
 (see IMPRESSION_COLUMN_DOCS for the why of each); the warehouse enforces the contract

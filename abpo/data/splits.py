@@ -1,4 +1,4 @@
-"""Per-user sequence splits of ABPO_SPEC.md "Offline construction of bandit logs".
+"""Per-user sequence splits of docs/ABPO_SPEC.md "Offline construction".
 
 A user's chronological sequence x_1..x_{T+N} is cut into
     history  x_{1:T}          -> D_sup (the initial policy's SFT data)

@@ -1,4 +1,4 @@
-"""Offline metrics of ABPO_SPEC.md "Metrics": HR@K, NDCG@K (K = 1, 5) and Diversity@K.
+"""Offline metrics of docs/ABPO_SPEC.md "Metrics": HR@K, NDCG@K (K = 1, 5) and Diversity@K.
 
 The evaluation task predicts one held-out item x_{T+N} among its candidates, so each user has exactly one
 relevant item and its 1-based rank r (1 = ranked first):
@@ -48,14 +48,14 @@ def target_rank(scores: Sequence[float], target_index: int) -> int:
 
 
 def hit_rate_at_k(ranks: Sequence[int], k: int) -> float:
-    """HR@K = mean_u 1[r_u <= K] (ABPO_SPEC.md Metrics). `ranks`: 1-based rank of each user's target."""
+    """HR@K = mean_u 1[r_u <= K] (docs/ABPO_SPEC.md Metrics). `ranks`: 1-based rank of each user's target."""
     _check_k(k)
     _check_ranks(ranks)
     return sum(1.0 for r in ranks if r <= k) / len(ranks)
 
 
 def ndcg_at_k(ranks: Sequence[int], k: int) -> float:
-    """NDCG@K = mean_u 1[r_u <= K] / log2(r_u + 1) (ABPO_SPEC.md Metrics; one relevant item, so IDCG = 1)."""
+    """NDCG@K = mean_u 1[r_u <= K] / log2(r_u + 1) (docs/ABPO_SPEC.md Metrics; one relevant item, so IDCG = 1)."""
     _check_k(k)
     _check_ranks(ranks)
     return sum(1.0 / math.log2(r + 1) for r in ranks if r <= k) / len(ranks)
@@ -96,7 +96,7 @@ def diversity_at_k(
     *,
     unseen: Literal["raise", "tail"] = "raise",
 ) -> float:
-    """Diversity@K (ABPO_SPEC.md Metrics), in [0, 100]:
+    """Diversity@K (docs/ABPO_SPEC.md Metrics), in [0, 100]:
     100 * mean_u (1/K) sum_{x in top-K(u)} min-max-normalised -log p(x), with the dataset's popularity range.
 
     topk_items: each user's ranked recommendations (at least K; the first K are used);

@@ -3,7 +3,7 @@ off-policy check, ARCHITECTURE.md "evaluate").
 
 Each logged impression i has the exposed item a_i, its click y_i in {0, 1}, the logging propensity
 e0(a_i | q_i) and the target policy's propensity e_pi(a_i | q_i) of the same item over the same candidate
-set (ABPO_SPEC.md "Propensities"). With w_i = e_pi(a_i|q_i) / e0(a_i|q_i):
+set (docs/ABPO_SPEC.md "Propensities"). With w_i = e_pi(a_i|q_i) / e0(a_i|q_i):
 
     IPS   = (1/n) sum_i w_i y_i                       unbiased when e0 > 0 wherever e_pi > 0
     SNIPS = sum_i w_i y_i / sum_i w_i                 self-normalised: biased O(1/n), much lower variance

@@ -22,7 +22,7 @@ under <exp>/cells/), so neither a rerun nor another experiment or probe with the
 Rows and seeds run in ``experiment.workers`` processes; progress is logged per cell (this module's logger: the
 workers' records are handled by the parent's loggers, abpo.logs.from_workers).
 
-Evaluation (ABPO_SPEC.md "Metrics"): HR@1, HR@5, NDCG@5, Diversity@1, Diversity@5 of the held-out target
+Evaluation (docs/ABPO_SPEC.md "Metrics"): HR@1, HR@5, NDCG@5, Diversity@1, Diversity@5 of the held-out target
 x_{T+N} among its candidates (M = ``experiment.eval_candidates``), on the users of ``experiment.eval_split``
 (test, or validation: a fixed salted-hash split of the users, so nothing is chosen on the test targets). The
 table: mean ± std over seeds of the last round, and paired comparisons (abpo.experiment.stats) of each row

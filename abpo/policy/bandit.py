@@ -1,4 +1,4 @@
-"""Synthetic D_bandit: ABPO_SPEC.md "Offline construction of bandit logs", written as impressions.
+"""Synthetic D_bandit: docs/ABPO_SPEC.md "Offline construction", written as impressions.
 
 For each user and t' in {T..T+N-2} (``abpo.data.candidates.build_bandit_requests``: C_{t'} = {x_{t'+1}} + M-1
 unseen distractors, never x_{T+N}): score all M candidates with pi_init (Eq. s_p), e0 = softmax(s/tau) (Eq. e_p),

@@ -19,7 +19,7 @@ class PolicyConfig:
         metadata={
             "help": "text | item_tokens. text: the paper's prompt (history titles, candidate lines "
             "<item_id>ID</item_id><item>TITLE</item>, the instruction) and s_p = the mean log-prob over the whole "
-            "answer (ABPO_SPEC.md). item_tokens (needs one vocabulary token per item: the tiny model): the "
+            "answer (docs/ABPO_SPEC.md). item_tokens (needs one vocabulary token per item: the tiny model): the "
             "instruction, the candidate set as item tokens (policy.item_prompt_candidates), then the history as item "
             "tokens (the most recent last, right before the answer); the same answer format, and s_p = the log-prob "
             "of the answer's item token, the one token that chooses (abpo.policy.scoring). One builder (abpo.policy.prompt.request_prompt) serves "

@@ -24,11 +24,11 @@ The update's log-probs, both the stored "old" ones and the recomputed ones insid
 (``constrained_token_logps``), never the unconstrained log pi_theta of the same tokens. The ratio
 s = q_theta / q_old is then the likelihood ratio of the policy that actually sampled the rollouts, and
 A * grad log q_theta(a) with a ~ q_old is the ordinary (unbiased) score-function policy gradient of
-E_{a ~ q_theta}[A], the objective of ABPO_SPEC.md step 5 for that sampling policy. Using log pi_theta instead
+E_{a ~ q_theta}[A], the objective of docs/ABPO_SPEC.md step 5 for that sampling policy. Using log pi_theta instead
 would add sum_t A * grad log pi_theta(S_t | a_<t): a term that pushes probability onto (or off) whole allowed sets,
 e.g. raises every title token of rewarded answers, which is not a gradient of the sampled objective.
 Forced tokens have log q = 0 and no gradient. Self-certainty (r_sc) still uses pi_theta's full-vocabulary
-next-token distribution, as ABPO_SPEC.md defines it (KL of the uniform distribution over the vocabulary), but only
+next-token distribution, as docs/ABPO_SPEC.md defines it (KL of the uniform distribution over the vocabulary), but only
 at the positions that carry a choice (``AnswerTrie.choice_mask``): a forced title token says how confidently the
 model copies a title, not how sure it is of the item.
 

@@ -1,4 +1,4 @@
-"""Offline evaluation of a policy on held-out targets (ABPO_SPEC.md "Metrics"): candidates ranked by s_p
+"""Offline evaluation of a policy on held-out targets (docs/ABPO_SPEC.md "Metrics"): candidates ranked by s_p
 (HR@K, NDCG@K, Diversity@K) and, optionally, greedy generation parsed strictly (HR@1-by-generation and the
 share of malformed answers). The random baseline of HR@K is K/M."""
 

@@ -210,10 +210,9 @@ def resolve_model_dir(policy_cfg, paths_cfg, *, dataset: Any = None, seed: int =
     name = PRESETS.get(name, name)
     p = Path(name)
     if not p.is_absolute() and not p.exists():
-        from abpo.paths import REPO_ROOT
+        from abpo.paths import repo_path
 
-        if (REPO_ROOT / p).exists():
-            p = REPO_ROOT / p
+        p = repo_path(p)
     if p.exists():
         if not p.is_dir():
             raise ModelNotAvailableError(f"policy.model={name}: {p} is not a model directory")

@@ -1,5 +1,5 @@
-"""The prompt q (user history + candidate set C) and the answer format of ABPO_SPEC.md "The prompt and the
-output format", in two styles (``policy.prompt_style``).
+"""The prompt q (user history + candidate set C) and the answer format of docs/ABPO_SPEC.md
+"Prompt and answer format", in two styles (``policy.prompt_style``).
 
 ``text`` (the paper's prompt; the smollm2 and gpu presets): one template, three parts in this order:
 

@@ -1,4 +1,4 @@
-"""Candidate scores and propensities, ABPO_SPEC.md "Propensities".
+"""Candidate scores and propensities, docs/ABPO_SPEC.md "Propensities".
 
 For a policy p, a prompt q (history + candidate set C) and a candidate a in C, s_p(a, q) is the log-likelihood of
 the item's representation r(a), and e_p its softmax over C:
@@ -16,7 +16,7 @@ Which one is used follows ``policy.prompt_style`` (``scores_on_choice``):
   everything after it (``<item>TITLE</item>`` and EOS) is forced by the item and carries no choice. Averaging those
   ~15 forced title tokens into s_p would rank items by how easily their titles are copied (length normalisation
   even favours long ones). s_p is the log-probability of the item token, the model's own representation of the item
-  (ABPO_SPEC.md: "r(a) is that item token"), and e_p = softmax(s_p / tau) over C is then exactly the distribution
+  (docs/ABPO_SPEC.md: "r(a) is that item token"), and e_p = softmax(s_p / tau) over C is then exactly the distribution
   constrained rollouts sample the item from at temperature tau (abpo.policy.constrained, Eq. q: the masked softmax
   over C's item tokens; the forced rest has probability 1). e0, e_old, serving and HR@K rank by that one
   distribution.

@@ -1,4 +1,4 @@
-"""pi_init: the initial deployed policy, trained by supervised fine-tuning on D_sup (ABPO_SPEC.md "Data objects")
+"""pi_init: the initial deployed policy, trained by supervised fine-tuning on D_sup (docs/ABPO_SPEC.md "Data objects")
 with TRL's ``SFTTrainer``; for item-token models (``sft.pretrain_epochs > 0``) after a next-item pre-training stage
 over every position of each user's x_{1:T} (``pretrain_stage``, abpo.policy.pretrain). Each stage's wall time is
 logged (this module's logger, shown by abpo.logs.console) and recorded in MLflow (``stage_seconds_*``).

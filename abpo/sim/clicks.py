@@ -9,7 +9,7 @@ For a request at position t of a user's real sequence x (history x_{1:t}), the e
 with overlap(a, x) = |genres(a) & genres(x_{t-taste_window+1..t})| / |genres(a)| in [0, 1] (0 for an item without
 genres). So a positive is likely but not certain, and a no-response is ambiguous: the exposed item may still have
 been of interest (the positive stratum is imperfect, the no-response stratum is not a negative label, as
-ABPO_SPEC.md assumes). The "soon" items never reach the held-out evaluation target x_{T+N}: the simulator passes
+docs/ABPO_SPEC.md assumes). The "soon" items never reach the held-out evaluation target x_{T+N}: the simulator passes
 only update-segment items."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The ABPO update (ABPO_SPEC.md "The update") on top of trl.GRPOTrainer.
+"""The ABPO update (docs/ABPO_SPEC.md "The update") on top of trl.GRPOTrainer.
 
 - ``abpo.train.trainer``: ``ABPOTrainer`` (advantages of variants B-F), its reward functions, ``ABPOSettings``,
   ``MLflowStepCallback``.

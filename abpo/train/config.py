@@ -1,4 +1,4 @@
-"""Config section `update`: the ABPO update (every knob of ABPO_SPEC.md's update step), TRL-style.
+"""Config section `update`: the ABPO update (every knob of docs/ABPO_SPEC.md's update step), TRL-style.
 
 Each field maps either to an ABPO equation (group_size, delta, eps_std, lambda_sc, w_max) or to the
 `trl.GRPOConfig` / `transformers.TrainingArguments` field named in its help; `abpo.train.update.grpo_kwargs`
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 @dataclass
 class UpdateConfig:
-    # ------------------------------------------------------------------ the ABPO equations (ABPO_SPEC.md)
+    # ------------------------------------------------------------------ the ABPO equations (docs/ABPO_SPEC.md)
     group_size: int = field(
         default=4,
         metadata={
@@ -114,7 +114,7 @@ class UpdateConfig:
         default=False,
         metadata={
             "help": "TRL's truncated importance-sampling correction of vLLM rollouts (weights each token by "
-            "pi_train/pi_vLLM). Not part of ABPO_SPEC.md step 5, and it costs an extra forward pass: off. Turn on "
+            "pi_train/pi_vLLM). Not part of docs/ABPO_SPEC.md step 5, and it costs an extra forward pass: off. Turn on "
             "only if vLLM's sampling numerics drift visibly from the trained model's (bf16 kernels)."
         },
     )

@@ -1,6 +1,6 @@
 """D_bandit as the rows ABPOTrainer reads: the warehouse's strata, prompts rebuilt, stratified batch order.
 
-One row per logged exposure (ABPO_SPEC.md "Data objects", D_bandit) with the columns the trainer and its reward
+One row per logged exposure (docs/ABPO_SPEC.md "Data objects", D_bandit) with the columns the trainer and its reward
 functions read (TRL hands every dataset column to the reward functions as a keyword argument):
 
     prompt        [{"role": "user", "content": q}]   conversational: TRL applies the chat template itself, the
@@ -157,7 +157,7 @@ def build_update_rows(
         if ys != {0, 1}:
             raise UpdateDataError(
                 f"stratified batch {b}: feedback values {sorted(ys)} (rule: every update batch holds both a "
-                "positive and a no-response row, ABPO_SPEC.md step 3)"
+                "positive and a no-response row, docs/ABPO_SPEC.md step 3)"
             )
         for r in batch:
             out = example_row(r, titles, tokenizer, policy_cfg, where=f"stratified batch {b}")
@@ -217,7 +217,7 @@ def update_dataset_from_strata(
     if positive.num_rows == 0 or no_response.num_rows == 0:
         raise UpdateDataError(
             f"D_bandit: {positive.num_rows} positive and {no_response.num_rows} no-response rows; rule: the update "
-            "needs both strata (stratified SNIPS mini-batches, ABPO_SPEC.md step 3)"
+            "needs both strata (stratified SNIPS mini-batches, docs/ABPO_SPEC.md step 3)"
         )
     if examples_per_batch < 2:
         raise UpdateDataError(

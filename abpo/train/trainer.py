@@ -1,4 +1,4 @@
-"""ABPOTrainer: trl.GRPOTrainer with the advantages of ABPO_SPEC.md "The update", for every variant (B)-(F).
+"""ABPOTrainer: trl.GRPOTrainer with the advantages of docs/ABPO_SPEC.md "The update", for every variant (B)-(F).
 
 What TRL keeps doing (unchanged, by calling super()): the data loader and its group sampler, rollout generation
 (HF `generate` on CPU, vLLM colocate on GPU), the reward functions' bookkeeping and logging, the per-token
@@ -81,12 +81,12 @@ def _completion_texts(completions: Sequence[Any]) -> list[str]:
 
 
 def format_reward(prompts, completions, candidates, **kwargs) -> list[float]:
-    """r_fmt per rollout (ABPO_SPEC.md step 2) as a TRL reward function."""
+    """r_fmt per rollout (docs/ABPO_SPEC.md step 2) as a TRL reward function."""
     return format_reward_tensor(_completion_texts(completions), candidates).tolist()
 
 
 def match_reward(prompts, completions, candidates, a_log, y, **kwargs) -> list[float]:
-    """r_match per rollout (ABPO_SPEC.md step 2: +1[a = a_log] if y = 1, -1[a = a_log] if y = 0) as a TRL
+    """r_match per rollout (docs/ABPO_SPEC.md step 2: +1[a = a_log] if y = 1, -1[a = a_log] if y = 0) as a TRL
     reward function. Each row is one rollout, so a_log / y are broadcast per row ([N] with one column)."""
     chosen = chosen_items(_completion_texts(completions), candidates)  # [N], -1 for malformed
     logged = torch.tensor([int(a) for a in a_log], dtype=torch.int64)
@@ -153,7 +153,7 @@ def rollouts_per_example(variant: Variant | str, group_size: int, *, equal_sampl
 
 
 class ABPOTrainer(GRPOTrainer):
-    """GRPOTrainer whose advantages follow ABPO_SPEC.md steps 2-4 for `settings.variant` (B-F).
+    """GRPOTrainer whose advantages follow docs/ABPO_SPEC.md steps 2-4 for `settings.variant` (B-F).
 
     The dataset must hold the columns of `abpo.train.dataset.COLUMNS` plus `candidate_answers` (r(a) for each
     candidate, for e_old) and be read in order (`args.shuffle_dataset=False`: its row order is the stratified
@@ -447,7 +447,7 @@ class ABPOTrainer(GRPOTrainer):
         return output
 
     def _compute_loss(self, model, inputs):
-        """Minus the objective of ABPO_SPEC.md step 5 for this micro-batch, scaled for gradient accumulation:
+        """Minus the objective of docs/ABPO_SPEC.md step 5 for this micro-batch, scaled for gradient accumulation:
 
             J = mean over rollouts of min(s A, clip(s, 1-eps_low, 1+eps_high) A)  [- beta KL]
 
@@ -521,7 +521,7 @@ class ABPOTrainer(GRPOTrainer):
 
     @torch.no_grad()
     def _e_old_batch(self, items: Sequence[tuple[list[int], Sequence[str], Sequence[int], int]]) -> list[float]:
-        """e_old(a_log | q) = softmax_C(s_old / tau)[a_log] (ABPO_SPEC.md "Propensities", step 3) under the rollout
+        """e_old(a_log | q) = softmax_C(s_old / tau)[a_log] (docs/ABPO_SPEC.md "Propensities", step 3) under the rollout
         policy pi_old for every (prompt ids, candidate answers, candidates, a_log), scored together by the policy
         helper's batched scorer (``score_prompt_ids``) over each example's whole candidate set, with the s_p e0 was
         logged with (ABPOSettings carries prompt_style and scoring_batch_tokens): the item token's log-prob, or the
@@ -541,7 +541,7 @@ class ABPOTrainer(GRPOTrainer):
 
     @torch.no_grad()
     def _self_certainty(self, pairs: list[tuple[list[int], list[int]]], rows: Sequence[dict] | None = None) -> list[float]:
-        """r_sc = mean over the choice positions t of KL(U || pi_theta(. | q, a_<t)) (ABPO_SPEC.md step 2) of each
+        """r_sc = mean over the choice positions t of KL(U || pi_theta(. | q, a_<t)) (docs/ABPO_SPEC.md step 2) of each
         (prompt ids, completion ids) under the current policy, in chunks of the per-device batch.
 
         The spec averages over all T tokens of the completion. Here only the tokens that carry a choice count
@@ -655,7 +655,7 @@ class ABPOTrainer(GRPOTrainer):
         if self.model.training and not ((y == 1).any() and (y == 0).any()):
             raise RuntimeError(
                 f"ABPOTrainer: the generation batch of optimizer step {self.state.global_step + 1} holds only y = "
-                f"{int(y[0])} rows; rule: every SNIPS mini-batch holds both positive and no-response rows (ABPO_SPEC.md "
+                f"{int(y[0])} rows; rule: every SNIPS mini-batch holds both positive and no-response rows (docs/ABPO_SPEC.md "
                 "step 3: w_hat is self-normalised inside B_1 and B_0). The batches of abpo.train.dataset are built "
                 "so; a batch without one stratum means the dataset was not built by update_dataset_from_strata"
             )
@@ -696,7 +696,7 @@ class ABPOTrainer(GRPOTrainer):
             w = w.float()
         adv = rollout_advantages(v, r_log, r_roll, y, w, delta=st.delta, eps_std=st.eps_std)  # [B, K] step 4
 
-        # Metrics of ABPO_SPEC.md / the issue: reward components, match rates per stratum, advantage stats.
+        # Metrics of docs/ABPO_SPEC.md / the issue: reward components, match rates per stratum, advantage stats.
         pos = (y == 1)[:, None].expand(b, k)
         neg = ~pos
         hit_pos = (r_match == 1.0) & pos

@@ -32,7 +32,7 @@ class UpdateRun:
     month updates every LLM arm from its own champion on its own logs; an experiment trains every row of every
     round), so they are arguments of :func:`run_update`, never settings of section ``update``."""
 
-    variant: str = "abpo"  # ABPO_SPEC.md variant, letter or name (abpo.algo.variants.get_variant)
+    variant: str = "abpo"  # docs/ABPO_SPEC.md variant, letter or name (abpo.algo.variants.get_variant)
     arm: str = "abpo"  # only impressions this arm served enter the update (their e0 is its); "" = every arm's
     months: tuple[Month, ...] = ()  # the months whose impressions form D_bandit; () = every month ingested
     init_model: Path | None = None  # pi_init / the starting checkpoint; None = the output of `abpo sft`
@@ -116,7 +116,7 @@ def grpo_kwargs(update_cfg, variant: str, *, output_dir: str | Path, seed: int, 
     optimizer step = one generation batch (steps_per_generation = grad_accum), the SNIPS mini-batch of step 3.
     """
     from abpo.algo.variants import get_variant
-    from abpo.paths import REPO_ROOT
+    from abpo.paths import repo_path
     from abpo.train.trainer import rollouts_per_example
 
     u = update_cfg
@@ -124,7 +124,7 @@ def grpo_kwargs(update_cfg, variant: str, *, output_dir: str | Path, seed: int, 
     deepspeed = None
     if u.deepspeed:
         ds = Path(u.deepspeed)
-        deepspeed = str(ds if ds.is_absolute() else REPO_ROOT / ds)
+        deepspeed = str(repo_path(ds))
     kwargs: dict[str, Any] = dict(
         output_dir=str(output_dir),
         seed=seed,
@@ -195,15 +195,16 @@ def settings_for(cfg, variant: str):
 
 
 def init_dir_for(cfg, run: UpdateRun) -> Path:
-    """pi_init: ``run.init_model`` (a relative path that does not exist here is taken from the repository root),
-    else the directory `abpo sft` writes for this config."""
+    """pi_init: ``run.init_model`` (a relative path that does not exist here is taken from the repository root, or
+    installed from the current directory then the bundled resources: `abpo.paths.repo_path`), else the directory
+    `abpo sft` writes for this config."""
     if run.init_model is None:
         return cfg.paths.resolve("models") / cfg.sft.output
     p = run.init_model
     if not p.is_absolute() and not p.exists():
-        from abpo.paths import REPO_ROOT
+        from abpo.paths import repo_path
 
-        p = REPO_ROOT / p
+        p = repo_path(p)
     return p
 
 

@@ -1,4 +1,4 @@
-"""Step 4 of ABPO_SPEC.md: anchored baseline, spread and advantages (G-1 rollouts only), and variant (B)."""
+"""Step 4 of docs/ABPO_SPEC.md: anchored baseline, spread and advantages (G-1 rollouts only), and variant (B)."""
 
 import math
 
@@ -71,7 +71,7 @@ def test_group_advantages_hand_example_and_equivalence_to_zero_anchor_weight():
 
 
 def test_group_advantages_sum_to_zero_but_anchored_ones_do_not():
-    # rollouts-only normalisation centres each group; the anchor shifts the centre (ABPO_SPEC.md facts)
+    # rollouts-only normalisation centres each group; the anchor shifts the centre (docs/ABPO_SPEC.md facts)
     assert group_advantages(R_ROLL, EPS).sum(dim=1).abs().max().item() < 1e-12
     assert anchored_advantages(R_LOG, R_ROLL, W_HAT, EPS).sum(dim=1).abs().min().item() > 0.1
 

@@ -1,4 +1,4 @@
-"""Monte-Carlo and algebraic checks of the "Facts the tests should pin" of ABPO_SPEC.md (conditional on w):
+"""Monte-Carlo and algebraic checks of the "Facts the tests pin" of docs/ABPO_SPEC.md (conditional on w):
 
     E[b] = alpha r_log + (1 - alpha) V,  alpha = w / (w + G - 1),  V = E_{a ~ pi_old}[r(a)]
     A_j^w = A_j^roll + alpha (mean rollout reward - r_log)          (before scaling by sigma)

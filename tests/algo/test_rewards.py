@@ -1,4 +1,4 @@
-"""Step 2 of ABPO_SPEC.md: format, match, self-certainty and total rewards, against hand-computed values."""
+"""Step 2 of docs/ABPO_SPEC.md: format, match, self-certainty and total rewards, against hand-computed values."""
 
 import ast
 import math

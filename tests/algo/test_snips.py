@@ -1,4 +1,4 @@
-"""Step 3 of ABPO_SPEC.md: SNIPS weight (stop-gradient) and its stratified self-normalisation."""
+"""Step 3 of docs/ABPO_SPEC.md: SNIPS weight (stop-gradient) and its stratified self-normalisation."""
 
 import math
 

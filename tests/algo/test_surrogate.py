@@ -1,4 +1,4 @@
-"""Step 5 of ABPO_SPEC.md: the clipped surrogate (maximised), its ratios, masking, gradients and KL term."""
+"""Step 5 of docs/ABPO_SPEC.md: the clipped surrogate (maximised), its ratios, masking, gradients and KL term."""
 
 import math
 

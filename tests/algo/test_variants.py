@@ -1,4 +1,4 @@
-"""ABPO_SPEC.md "Variants": the (A)-(F) switch table and how each variant turns rewards into advantages."""
+"""docs/ABPO_SPEC.md "Variants": the (A)-(F) switch table and how each variant turns rewards into advantages."""
 
 import pytest
 import torch

@@ -1,14 +1,20 @@
 """`abpo demo` on a shrunken config: bootstrap, then three simulated months through the real abpo_monthly DAG
 (`airflow dags test` on a fresh SQLite metadata DB, subprocesses of the demo), and the final A/B report holds four
-arms and three months. A missing month without simulate=true fails the DAG instead of fabricating data."""
+arms and three months. The Airflow UI command the demo prints, started as printed, shows abpo_monthly (not stale)
+with the demo's three runs, loads the abpo plugin and no example DAG (checked through the REST API). A missing month
+without simulate=true fails the DAG instead of fabricating data."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
+from airflow_services import Api, free_port
 
 SMALL = ["data.max_users=60", "sft.max_steps=20", "sft.eval_max_users=20", "data.eval_candidates=20",
          "update.max_steps=2", "update.batch_size=8", "update.save_steps=100", "arms.min_rows_per_stratum=1"]
@@ -48,6 +54,8 @@ def test_demo_runs_three_months_through_the_dag(tmp_path):
         assert int(champion.version) >= 1
     assert len(client.search_model_versions("name='abpo-arm-popularity'")) == 4  # bootstrap + 3 monthly refits
 
+    _the_printed_ui_command_shows_the_demo(proc.stdout, state, tmp_path)
+
     # production default: a month nothing landed for fails in `serve`, nothing is simulated
     env = {**_env(tmp_path), "AIRFLOW_HOME": str(state / "airflow"), "AIRFLOW__CORE__LOAD_EXAMPLES": "false",
            "AIRFLOW__CORE__DAGS_FOLDER": str(Path(__file__).resolve().parents[2] / "dags"),
@@ -59,3 +67,58 @@ def test_demo_runs_three_months_through_the_dag(tmp_path):
     out = proc.stdout + proc.stderr
     assert "nothing landed for month=2026-04" in out
     assert not (state / "landing" / "impressions" / "month=2026-04").exists()
+
+
+def _the_printed_ui_command_shows_the_demo(stdout: str, state: Path, tmp_path: Path) -> None:
+    """Start the `airflow standalone` line the demo printed, as printed, in a shell whose environment has no Airflow
+    or abpo setting of its own; the one thing added is a free port for the API server (the printed command uses
+    Airflow's default 8080, which another process on this machine may hold)."""
+    (command,) = [line.strip() for line in stdout.splitlines() if line.strip().endswith(" standalone")]
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "ABPO_", "MLFLOW_"))}
+    env.update({"AIRFLOW__API__PORT": str(port),
+                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/"})
+    started = time.time()
+    with open(tmp_path / "standalone.log", "w") as log:
+        ui = subprocess.Popen(["bash", "-c", command], env=env, stdout=log, stderr=subprocess.STDOUT,
+                              start_new_session=True)
+    try:
+        api = Api(f"http://127.0.0.1:{port}")
+        passwords = state / "airflow" / "simple_auth_manager_passwords.json.generated"
+        password = api.wait(lambda: json.loads(passwords.read_text())["admin"], "the admin password", 300)
+        api.token = api.wait(lambda: api.call("POST", "/auth/token", {"username": "admin", "password": password})
+                             ["access_token"], "a token from the API server", 300)
+
+        def parsed_again():  # the UI's own DAG processor has parsed the file since it started
+            d = api.call("GET", "/api/v2/dags/abpo_monthly")
+            parsed = d.get("last_parsed_time") or ""
+            return d if parsed and _epoch(parsed) > started else None
+
+        dag = api.wait(parsed_again, "abpo_monthly parsed by the standalone's DAG processor", 300, every=5)
+        assert dag["is_stale"] is False, dag
+        dags = api.call("GET", "/api/v2/dags?limit=100")
+        assert [d["dag_id"] for d in dags["dags"]] == ["abpo_monthly"], dags["total_entries"]  # no example DAGs
+        runs = api.call("GET", "/api/v2/dags/abpo_monthly/dagRuns")
+        assert runs["total_entries"] == 3 and {r["state"] for r in runs["dag_runs"]} == {"success"}, runs
+        plugins = api.call("GET", "/api/v2/plugins")
+        assert "abpo" in {p["name"] for p in plugins["plugins"]}, plugins
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/abpo/reports/",
+                                     headers={"Authorization": f"Bearer {api.token}"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            assert r.status == 200 and "2026-01..2026-03" in r.read().decode()
+    except BaseException:
+        print((tmp_path / "standalone.log").read_text()[-6000:])
+        raise
+    finally:
+        os.killpg(ui.pid, signal.SIGTERM)
+        try:
+            ui.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(ui.pid, signal.SIGKILL)
+            ui.wait(timeout=30)
+
+
+def _epoch(iso: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()

@@ -1,4 +1,4 @@
-"""ABPO_SPEC.md "Metrics": HR@K, NDCG@K and Diversity@K against hand-computed values."""
+"""docs/ABPO_SPEC.md "Metrics": HR@K, NDCG@K and Diversity@K against hand-computed values."""
 
 import math
 

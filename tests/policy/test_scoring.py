@@ -1,4 +1,4 @@
-"""s_p, e_p and a_log sampling (ABPO_SPEC.md "Propensities"), on the very small tiny model."""
+"""s_p, e_p and a_log sampling (docs/ABPO_SPEC.md "Propensities"), on the very small tiny model."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""ABPOTrainer against ABPO_SPEC.md, point by point: constrained rollouts and their log-probs, the step-5
+"""ABPOTrainer against docs/ABPO_SPEC.md, point by point: constrained rollouts and their log-probs, the step-5
 objective (every rollout weighs the same, whatever its length), the refused TRL loss types, the runtime guards
 (one generation batch = one optimizer step, both strata in every batch, the logged tau), one prompt builder for
 the log and the update, and the F advantages recomputed by hand from e_old, e0, the per-stratum w_hat and the

@@ -10,18 +10,40 @@ The embedded default is a SQLite tracking store and a local artifact root under 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import abpo
+
 MODEL_NAME = "abpo-recommender"
 CHALLENGER = "challenger"
 CHAMPION = "champion"
+log = logging.getLogger(__name__)
+_announced: set[str] = set()
+
+
+def redact_uri(uri: str) -> str:
+    """``uri`` with any password replaced by ``***`` (``http://user:secret@host`` -> ``http://user:***@host``)."""
+    return re.sub(r"^([a-zA-Z][a-zA-Z0-9+.-]*://[^/:@]*):[^/@]*@", r"\1:***@", uri)
+
+
+def store_line(cfg) -> str:
+    """Which MLflow store the config uses and where that came from, e.g. ``MLflow store sqlite:///x.db (from
+    $MLFLOW_TRACKING_URI)``: what the commands print and the tasks log."""
+    return f"MLflow store {redact_uri(cfg.paths.tracking_uri())} (from {cfg.paths.tracking_uri_source()})"
 
 
 def configure(cfg) -> str:
-    """Point MLflow at the config's tracking store (creating the local SQLite store and artifact root)."""
+    """Point MLflow at the config's tracking store (creating the local SQLite store and artifact root). The first time
+    a process uses a store, one log line says which one and where it came from (:func:`store_line`).
+
+    ``mlflow.set_tracking_uri`` also writes MLFLOW_TRACKING_URI (and set_registry_uri MLFLOW_REGISTRY_URI) into this
+    process's environment; both are put back to what the user exported, so a subprocess started later (with another
+    state directory, say) never mistakes this process's choice for the user's."""
     import mlflow
 
     uri = cfg.paths.tracking_uri()
@@ -31,6 +53,15 @@ def configure(cfg) -> str:
     os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
+    for var, user in (("MLFLOW_TRACKING_URI", abpo.USER_MLFLOW_TRACKING_URI),
+                      ("MLFLOW_REGISTRY_URI", abpo.USER_MLFLOW_REGISTRY_URI)):
+        if user:
+            os.environ[var] = user
+        else:
+            os.environ.pop(var, None)
+    if uri not in _announced:
+        _announced.add(uri)
+        log.info(store_line(cfg))
     return uri
 
 

@@ -15,10 +15,15 @@ def register(sub, common: argparse.ArgumentParser) -> None:
         "champion (pi_init for the LLM arms; ranker fits); `month --month M` runs the whole monthly cycle in one "
         "process, as the abpo_monthly DAG does in tasks (serve with --simulate, ingest, update each LLM arm from its "
         "champion on its own logs, register, gate, promote, refit the rankers, report); `status` prints each "
-        "arm's champion and challenger with their lineage tags.",
+        "arm's champion and challenger with their lineage tags; `promote` / `rollback` move a champion by hand; "
+        "`adopt --arm A --model DIR|models:/...` makes an existing model an LLM arm's first champion (no SFT).",
     )
-    p.add_argument("action", choices=["bootstrap", "month", "status", "promote", "rollback"])
-    p.add_argument("--arm", help="actions promote / rollback: the arm (abpo, grpo, ml_retrain, popularity).")
+    p.add_argument("action", choices=["bootstrap", "month", "status", "promote", "rollback", "adopt"])
+    p.add_argument("--arm", help="actions promote / rollback / adopt: the arm (abpo, grpo, ml_retrain, popularity; "
+                   "adopt: an LLM arm).")
+    p.add_argument("--model", help="action adopt: a Hugging Face save_pretrained directory or a registered MLflow "
+                   "model (models:/NAME/VERSION, models:/NAME@ALIAS) to register as the arm's first champion without "
+                   "SFT, after checking that it scores the configured prompt format (policy.*).")
     p.add_argument("--version", help="action promote: the registered version to make champion.")
     p.add_argument("--expect-champion", help="action promote: refuse unless the champion is this version (a race "
                    "with another promotion changes nothing).")
@@ -43,6 +48,14 @@ def run(args: argparse.Namespace, cfg) -> int:
             raise SystemExit("abpo arms month: --month YYYY-MM is required")
         out = run_month(cfg, args.month, simulate=args.simulate)
         print(f"report: {out.report.html}")
+    elif args.action == "adopt":
+        from abpo.monthly.adopt import adopt_model
+
+        if not args.arm or not args.model:
+            raise SystemExit("abpo arms adopt: --arm and --model are required")
+        out = adopt_model(cfg, args.arm, args.model)
+        print(f"{out.arm}: {args.model} is champion v{out.version} (checked on {out.checked_requests} held-out "
+              "requests; no SFT)")
     elif args.action in ("promote", "rollback"):
         from abpo.arms import versions as arm_versions
 

@@ -70,7 +70,15 @@ def refit_ranker_arm(cfg, arm: str, month: Month | None) -> RefitResult:
                                      data_hash=data_hash, variant=arm, interactions=sum(map(len, seqs.values())))
     with start_run(cfg, f"refit-{arm}-{month or 'bootstrap'}", {"abpo.arm": arm, "abpo.month": month or "",
                                                                  core_registry.TASK_KEY_TAG: key}) as run:
+        import pandas as pd
+
         uri = arm_versions.log_arm_model(cfg, arm, out_dir)
+        # what it was fitted on, as an MLflow dataset input: every (user, item) in order, digest = data_hash
+        pairs = [(u, i, p) for u, items in sorted(seqs.items()) for p, i in enumerate(items)]
+        core_registry.log_dataset_input(
+            pd.DataFrame(pairs, columns=["user_id", "item_id", "position"]),
+            name=f"{arm}-interactions-through-{month or 'bootstrap'}", digest=data_hash,
+            source=cfg.paths.resolve("warehouse"), tags={"months": ",".join(months)})
     mv = arm_versions.register_version(cfg, arm, uri, run.info.run_id, tags, alias=None)
     arm_versions.promote(cfg, arm, mv.version, reason=f"refit through {month or 'the start'}")
     log.info(f"refit {arm}: {sum(map(len, seqs.values()))} interactions and clicks through {month or 'the start'} "

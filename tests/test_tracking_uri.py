@@ -31,7 +31,7 @@ def _status(env_extra: dict[str, str], state: Path) -> subprocess.CompletedProce
                                                              "MLFLOW_REGISTRY_URI")}
     env.update({"ABPO_STATE": str(state), **env_extra})
     return subprocess.run([str(Path(sys.executable).with_name("abpo")), "arms", "status"], env=env,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=900)  # a loaded CI box
 
 
 def test_abpo_arms_status_uses_the_store_in_MLFLOW_TRACKING_URI(tmp_path):

@@ -142,9 +142,10 @@ def check_model(cfg, path: Path) -> dict[str, Any]:
     return {"checked_requests": len(scored), "mean_top_propensity": sum(tops) / len(tops) if tops else math.nan}
 
 
-def adopt_model(cfg, arm: str, model: str) -> AdoptResult:
+def adopt_model(cfg, arm: str, model: str | Path) -> AdoptResult:
     """Register ``model`` (a directory or ``models:/...``) as LLM arm ``arm``'s first champion, after
     :func:`check_model`. Refused when the arm is a ranker or already has a champion; nothing is registered then."""
+    model = str(model)
     name = arm_versions.model_name(arm)  # an unknown arm: NotInRegistry naming the known ones
     if entry(arm).kind != LLM:
         raise ModelRefused(f"arm {arm!r} is a ranker arm; rule: adopt takes an LLM arm, one of {list(LLM_ARMS)}")

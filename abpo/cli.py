@@ -109,12 +109,13 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     from abpo.arms.versions import NotInRegistry, PromotionRace
     from abpo.config import ConfigError
     from abpo.data.schemas import SchemaError
+    from abpo.monthly.adopt import ModelRefused
     from abpo.months import MonthError
     from abpo.registry import RegistryUnavailable
     from abpo.warehouse import IngestError, WarehouseBusy, WarehouseSettingError, WarehouseUnreadable
 
     return (ConfigError, MonthError, CSVFormatError, ReportInputError, SchemaError, IngestError, WarehouseBusy,
-            WarehouseUnreadable, WarehouseSettingError, RegistryUnavailable, PromotionRace, NotInRegistry)
+            WarehouseUnreadable, WarehouseSettingError, RegistryUnavailable, PromotionRace, NotInRegistry, ModelRefused)
 
 
 def one_line(e: BaseException) -> str:

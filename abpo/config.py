@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+import abpo
 from abpo.abtest.config import ReportConfig
 from abpo.arms.config import ArmsConfig
 from abpo.data.config import DataConfig
@@ -39,7 +40,9 @@ class PathsConfig:
     models: str = field(default="models", metadata={"help": "Local model checkpoints (tokenizer, tiny model, SFT, updates)."})
     reports: str = field(default="reports", metadata={"help": "A/B reports (HTML, Markdown, PNG)."})
     mlflow_tracking_uri: str = field(
-        default="", metadata={"help": "MLflow tracking URI; empty = SQLite file mlflow.db under root."}
+        default="", metadata={"help": "MLflow tracking URI; empty = $MLFLOW_TRACKING_URI if set, else SQLite file "
+                              "mlflow.db under root (precedence: --set > $ABPO_TRACKING_URI > $MLFLOW_TRACKING_URI > "
+                              "YAML > that default)."}
     )
     mlflow_artifacts: str = field(default="mlartifacts", metadata={"help": "MLflow artifact root for the SQLite store."})
 
@@ -56,10 +59,19 @@ class PathsConfig:
     def tracking_uri(self) -> str:
         return self.mlflow_tracking_uri or f"sqlite:///{self.resolve('root') / 'mlflow.db'}"
 
+    def tracking_uri_source(self) -> str:
+        """Where :meth:`tracking_uri` came from (printed with it): ``--set paths.mlflow_tracking_uri``,
+        ``$ABPO_TRACKING_URI``, ``$MLFLOW_TRACKING_URI``, ``<file> paths.mlflow_tracking_uri`` or the default."""
+        if not self.mlflow_tracking_uri:
+            return "the default: SQLite mlflow.db under paths.root"
+        return getattr(self, "_tracking_uri_from", "paths.mlflow_tracking_uri")
+
 
 # Environment variables a deployment sets instead of editing YAML (precedence: YAML < env < --set).
 ENV_OVERRIDES = {"ABPO_STATE": "paths.root", "ABPO_TRACKING_URI": "paths.mlflow_tracking_uri"}
-# (not MLFLOW_TRACKING_URI: mlflow.set_tracking_uri writes that variable itself, so it would leak between runs)
+# MLFLOW_TRACKING_URI, MLflow's own variable, is honoured too, below $ABPO_TRACKING_URI: the value the user exported,
+# read once when abpo was first imported (abpo.USER_MLFLOW_TRACKING_URI), never the variable as it is now, because
+# mlflow.set_tracking_uri writes it itself (so a later read would see abpo's own last choice, leaking between runs).
 
 
 @dataclass
@@ -156,14 +168,21 @@ def load_config(name_or_path: str | Path = "tiny", overrides: list[str] | None =
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: top level must be a mapping")
     cfg = _build(Config, raw, str(path))
+    tracking_from = f"{path} paths.mlflow_tracking_uri"
+    if abpo.USER_MLFLOW_TRACKING_URI:
+        cfg.paths.mlflow_tracking_uri, tracking_from = abpo.USER_MLFLOW_TRACKING_URI, "$MLFLOW_TRACKING_URI"
     for env, key in ENV_OVERRIDES.items():
         if os.environ.get(env):
             _set_path(cfg, key, os.environ[env], f"${env}")
+            tracking_from = f"${env}" if key == "paths.mlflow_tracking_uri" else tracking_from
     for item in overrides or []:
         if "=" not in item:
             raise ConfigError(f"--set {item!r}: expected key.sub=value")
         key, value = item.split("=", 1)
         _set_path(cfg, key.strip(), value, "--set")
+        tracking_from = "--set paths.mlflow_tracking_uri" if key.strip() == "paths.mlflow_tracking_uri" else \
+            tracking_from
+    object.__setattr__(cfg.paths, "_tracking_uri_from", tracking_from)  # not a field: not in to_dict / config_hash
     return cfg
 
 

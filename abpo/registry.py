@@ -10,18 +10,40 @@ The embedded default is a SQLite tracking store and a local artifact root under 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import abpo
+
 MODEL_NAME = "abpo-recommender"
 CHALLENGER = "challenger"
 CHAMPION = "champion"
+log = logging.getLogger(__name__)
+_announced: set[str] = set()
+
+
+def redact_uri(uri: str) -> str:
+    """``uri`` with any password replaced by ``***`` (``http://user:secret@host`` -> ``http://user:***@host``)."""
+    return re.sub(r"^([a-zA-Z][a-zA-Z0-9+.-]*://[^/:@]*):[^/@]*@", r"\1:***@", uri)
+
+
+def store_line(cfg) -> str:
+    """Which MLflow store the config uses and where that came from, e.g. ``MLflow store sqlite:///x.db (from
+    $MLFLOW_TRACKING_URI)``: what the commands print and the tasks log."""
+    return f"MLflow store {redact_uri(cfg.paths.tracking_uri())} (from {cfg.paths.tracking_uri_source()})"
 
 
 def configure(cfg) -> str:
-    """Point MLflow at the config's tracking store (creating the local SQLite store and artifact root)."""
+    """Point MLflow at the config's tracking store (creating the local SQLite store and artifact root). The first time
+    a process uses a store, one log line says which one and where it came from (:func:`store_line`).
+
+    ``mlflow.set_tracking_uri`` also writes MLFLOW_TRACKING_URI (and set_registry_uri MLFLOW_REGISTRY_URI) into this
+    process's environment; both are put back to what the user exported, so a subprocess started later (with another
+    state directory, say) never mistakes this process's choice for the user's."""
     import mlflow
 
     uri = cfg.paths.tracking_uri()
@@ -31,6 +53,15 @@ def configure(cfg) -> str:
     os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
+    for var, user in (("MLFLOW_TRACKING_URI", abpo.USER_MLFLOW_TRACKING_URI),
+                      ("MLFLOW_REGISTRY_URI", abpo.USER_MLFLOW_REGISTRY_URI)):
+        if user:
+            os.environ[var] = user
+        else:
+            os.environ.pop(var, None)
+    if uri not in _announced:
+        _announced.add(uri)
+        log.info(store_line(cfg))
     return uri
 
 
@@ -112,26 +143,171 @@ def record_task_result(run_id: str, result: dict) -> None:
     client.set_tag(run_id, TASK_DONE_TAG, "true")
 
 
+# ------------------------------------------------------------------------------------------- self-contained models
+# A registered model serves without this checkout: its pyfunc carries abpo's own package as code (``code_paths``:
+# MLflow puts it first on sys.path when the model loads) and pins every package its loader imports, at the version
+# that logged it; its signature declares the request columns, the response columns and the params (tau for the LLM
+# policy, temperature for the rankers), so MLflow passes ``params`` through to ``predict`` (it drops params a model's
+# signature does not declare).
+LLM_SERVING_PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "huggingface-hub", "peft", "jinja2",
+                        "numpy", "pandas", "mlflow")
+RANKER_SERVING_PACKAGES = ("implicit", "scipy", "numpy", "pandas", "mlflow")
+
+
+def pinned_requirements(packages) -> list[str]:
+    """``name==version`` of each installed package (a local version label such as ``+cpu`` dropped: the index has
+    no such file). A package that is not installed is an error naming it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = []
+    for name in packages:
+        try:
+            out.append(f"{name}=={version(name).split('+')[0]}")
+        except PackageNotFoundError as e:
+            raise RuntimeError(f"model requirements: package {name!r} is not installed; rule: a logged model pins "
+                               "every package its loader imports, at the installed version") from e
+    return out
+
+
+@contextlib.contextmanager
+def abpo_code() -> Iterator[list[str]]:
+    """``code_paths`` for a pyfunc: a clean copy of the installed ``abpo`` package (no caches), removed after."""
+    import shutil
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="abpo-code-") as tmp:
+        dst = Path(tmp) / "abpo"
+        shutil.copytree(Path(abpo.__file__).parent, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        yield [str(dst)]
+
+
+def llm_signature(tau: float):
+    """The LLM policy's request/response schema, with ``tau`` (the propensities' temperature) as a param."""
+    from mlflow.models import ModelSignature
+    from mlflow.types.schema import Array, ColSpec, ParamSchema, ParamSpec, Schema
+
+    return ModelSignature(
+        inputs=Schema([ColSpec(Array("string"), "history_titles"), ColSpec(Array("long"), "candidate_ids"),
+                       ColSpec(Array("string"), "candidate_titles"),
+                       ColSpec(Array("long"), "history_item_ids", required=False)]),
+        outputs=Schema([ColSpec(Array("long"), "ranked_item_ids"), ColSpec(Array("double"), "propensities")]),
+        params=ParamSchema([ParamSpec("tau", "double", float(tau))]),
+    )
+
+
+def ranker_signature(temperature: float):
+    """A ranker arm's request/response schema, with its exposure ``temperature`` as a param."""
+    from mlflow.models import ModelSignature
+    from mlflow.types.schema import Array, ColSpec, ParamSchema, ParamSpec, Schema
+
+    return ModelSignature(
+        inputs=Schema([ColSpec(Array("long"), "history_item_ids"), ColSpec(Array("long"), "candidate_ids")]),
+        outputs=Schema([ColSpec(Array("long"), "ranked_item_ids"), ColSpec(Array("double"), "propensities")]),
+        params=ParamSchema([ParamSpec("temperature", "double", float(temperature))]),
+    )
+
+
+def log_pyfunc(local_dir: str | Path, *, loader_module: str, signature, packages, name: str = "model",
+               model_config: dict | None = None) -> str:
+    """Log ``local_dir`` as a self-contained pyfunc model (abpo's code, pinned ``packages``, ``signature``) into the
+    active run; returns the model URI to register."""
+    import mlflow
+
+    with abpo_code() as code_paths:
+        info = mlflow.pyfunc.log_model(name=name, loader_module=loader_module, data_path=str(local_dir),
+                                       code_paths=code_paths, pip_requirements=pinned_requirements(packages),
+                                       signature=signature, model_config=model_config)
+    return info.model_uri
+
+
 def log_model_dir(local_dir: str | Path, name: str = "model", policy_cfg=None) -> str:
     """Log a ``save_pretrained`` directory (model + tokenizer, or a LoRA adapter) as an MLflow pyfunc
     model served by :mod:`abpo.serving`; returns the model URI to register. ``policy_cfg`` (the `policy`
     section it was trained with: prompt budget, tau) is stored as the model's ``model_config`` so serving
-    builds the same prompts and propensities."""
+    builds the same prompts and propensities; its tau is the signature's default."""
     import dataclasses
-
-    import mlflow
 
     local_dir = Path(local_dir)
     if not (local_dir / "config.json").exists() and not (local_dir / "adapter_config.json").exists():
         raise FileNotFoundError(f"{local_dir}: not a save_pretrained directory (no config.json / adapter_config.json)")
-    info = mlflow.pyfunc.log_model(
-        name=name,
-        loader_module="abpo.serving",
-        data_path=str(local_dir),
-        pip_requirements=["abpo"],
-        model_config=dataclasses.asdict(policy_cfg) if policy_cfg is not None else None,
-    )
-    return info.model_uri
+    tau = float(getattr(policy_cfg, "tau", 1.0)) if policy_cfg is not None else 1.0
+    return log_pyfunc(local_dir, loader_module="abpo.serving", signature=llm_signature(tau),
+                      packages=LLM_SERVING_PACKAGES, name=name,
+                      model_config=dataclasses.asdict(policy_cfg) if policy_cfg is not None else None)
+
+
+def logged_model_id(mv) -> str | None:
+    """The MLflow 3 LoggedModel behind a registered version (``models:/m-...`` source), or None for an older one."""
+    mid = getattr(mv, "model_id", None)
+    if mid:
+        return mid
+    src = str(getattr(mv, "source", "") or "")
+    return src.removeprefix("models:/") if src.startswith("models:/m-") else None
+
+
+def log_model_metrics(mv, metrics: dict[str, float], *, run_id: str | None = None, dataset_name: str | None = None,
+                      dataset_digest: str | None = None) -> None:
+    """Log ``metrics`` on the registered version's LoggedModel (MLflow 3: comparable in the UI's model pages) through
+    ``run_id`` (default: the run that logged the version); ``dataset_name`` / ``dataset_digest`` say what they were
+    measured on. Keys with '@' are written with '_at_' (MLflow's metric names allow no '@'); NaNs are left out."""
+    import math
+
+    from mlflow import MlflowClient
+
+    client = MlflowClient()
+    model_id = logged_model_id(mv)
+    for k, v in metrics.items():
+        if isinstance(v, (int, float)) and math.isfinite(float(v)):
+            client.log_metric(run_id or mv.run_id, k.replace("@", "_at_"), float(v), model_id=model_id,
+                              dataset_name=dataset_name, dataset_digest=dataset_digest)
+
+
+def model_metrics(mv, *, dataset_name: str | None = None, dataset_digest: str | None = None) -> dict[str, float]:
+    """The metrics logged on the version's LoggedModel (the latest value of each), only those measured on
+    ``dataset_name`` / ``dataset_digest`` when given; '_at_' read back as '@'."""
+    from mlflow import MlflowClient
+
+    model_id = logged_model_id(mv)
+    if not model_id:
+        return {}
+    found = [m for m in (MlflowClient().get_logged_model(model_id).metrics or [])
+             if (dataset_name is None or m.dataset_name == dataset_name)
+             and (dataset_digest is None or m.dataset_digest == dataset_digest)]
+    return {m.key.replace("_at_", "@"): float(m.value) for m in sorted(found, key=lambda m: (m.timestamp, m.step))}
+
+
+TRAINING_COLUMNS = ("month", "impression_id", "user_id", "item_id", "arm", "model_version", "propensity", "clicked")
+
+
+def log_training_months(rows, *, name_prefix: str, source: str | Path) -> list[tuple[str, str]]:
+    """Log the logged rows an update trained on (an Arrow table with a ``month`` column) into the active run as one
+    MLflow dataset input per month (context ``training``): name ``<name_prefix>-<month>``, digest the sha256 of that
+    month's (impression_id, clicked) pairs, source the warehouse, schema and row count from the rows' scalar columns.
+    Returns [(name, digest)]."""
+    import hashlib
+    import json
+
+    import pyarrow.compute as pc
+
+    out = []
+    for month in sorted(set(rows.column("month").to_pylist())):
+        part = rows.filter(pc.equal(rows.column("month"), month))
+        pairs = sorted(zip(part.column("impression_id").to_pylist(), part.column("clicked").to_pylist()))
+        digest = hashlib.sha256(json.dumps(pairs).encode()).hexdigest()[:16]
+        df = part.select([c for c in TRAINING_COLUMNS if c in part.column_names]).to_pandas()
+        name = f"{name_prefix}-{month}"
+        log_dataset_input(df, name=name, digest=digest, source=source, tags={"month": str(month)})
+        out.append((name, digest))
+    return out
+
+
+def log_dataset_input(df, *, name: str, digest: str, source: str | Path, tags: dict[str, str] | None = None) -> None:
+    """Log ``df`` (pandas) into the active run as the training dataset ``name`` with ``digest`` (MLflow
+    ``log_input``, context ``training``; MLflow keeps its schema and row count, not the rows)."""
+    import mlflow
+
+    ds = mlflow.data.from_pandas(df, source=str(source), name=name, digest=digest)
+    mlflow.log_input(ds, context="training", tags=tags)
 
 
 def register(

@@ -32,7 +32,8 @@ class RecommenderModel:
     """Input rows: ``history_titles`` (list of str, chronological), ``candidate_ids`` (list of int),
     ``candidate_titles`` (list of str), and ``history_item_ids`` (list of int, aligned with the titles; required
     when the policy was trained with ``policy.history_item_ids``). Output rows: ``ranked_item_ids`` (best first) and
-    ``propensities`` (e_p(a|q) in the order of ``candidate_ids``, docs/ABPO_SPEC.md "Propensities")."""
+    ``propensities`` (e_p(a|q) in the order of ``candidate_ids``, docs/ABPO_SPEC.md "Propensities"). Param ``tau``
+    (default: the logged policy's) is the propensities' temperature (abpo.registry.llm_signature declares it)."""
 
     def __init__(self, path: str | Path, policy_cfg=None):
         from abpo.policy.config import PolicyConfig
@@ -47,11 +48,14 @@ class RecommenderModel:
         tau = float((params or {}).get("tau", self.policy.tau))
         ranked, props = [], []
         for i, row in enumerate(model_input.itertuples(index=False)):
-            ids, titles = list(row.candidate_ids), list(row.candidate_titles)
+            # lists, or numpy arrays when MLflow enforced the signature's Array columns
+            ids, titles = [int(x) for x in row.candidate_ids], [str(t) for t in row.candidate_titles]
             if len(ids) != len(titles) or not ids:
                 raise ValueError(f"row {i}: candidate_ids and candidate_titles must be non-empty and of equal length")
-            hist_titles = list(row.history_titles)
-            hist_ids = list(getattr(row, "history_item_ids", None) or [])
+            hist_titles = [str(t) for t in row.history_titles]
+            raw_ids = getattr(row, "history_item_ids", None)
+            hist_ids = [] if raw_ids is None or (not hasattr(raw_ids, "__len__") and pd.isna(raw_ids)) else [
+                int(x) for x in raw_ids]
             needs_ids = self.policy.history_item_ids or prompt_style(self.policy) == "item_tokens"
             if needs_ids and len(hist_ids) != len(hist_titles):
                 raise ValueError(

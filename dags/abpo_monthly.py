@@ -34,7 +34,7 @@ from __future__ import annotations
 import os
 from datetime import datetime, timedelta
 
-from airflow.sdk import Asset, Param, TaskGroup, dag, get_current_context, task
+from airflow.sdk import Asset, AssetAlias, Param, TaskGroup, dag, get_current_context, task
 
 from abpo.arms.names import ARMS, MODEL_PREFIX  # the one registry of arms (dependency-free)
 from abpo.monthly.steps import PER_ARM  # the steps' order, which `abpo arms month` runs too (dependency-free)
@@ -49,6 +49,31 @@ UPDATE_TIMEOUT = timedelta(minutes=int(os.environ.get("ABPO_UPDATE_TIMEOUT_MIN",
 UPDATE_POOL = os.environ.get("ABPO_UPDATE_POOL", "default_pool")
 # Assets the DAG produces (downstream DAGs can be scheduled on them): the clean impressions and each arm's champion.
 CLEAN_IMPRESSIONS = Asset(name="abpo_clean_impressions", uri="abpo://warehouse/impressions")
+
+
+def champion_asset(arm: str) -> Asset:
+    """The arm's champion as an Asset: a deploy DAG scheduled on it runs when (and only when) the champion moved."""
+    return Asset(name=f"abpo_champion_{arm}", uri=f"mlflow://models/{MODEL_PREFIX}{arm}/champion")
+
+
+def champion_alias(arm: str) -> AssetAlias:
+    """The outlet of the step that may move the arm's champion (promote, refit). Through an alias, not the Asset
+    itself: a task's Asset outlets get an event whenever the task succeeds, an alias only gets the events the task
+    adds (:func:`announce_champion`), so a failed gate (the champion stays) fires nothing."""
+    return AssetAlias(name=f"abpo_champion_{arm}_moves")
+
+
+def announce_champion(outlet_events, arm: str, month: str, result: dict) -> bool:
+    """Add the arm's champion Asset event when the step's result (PromoteResult / RefitResult ``to_json()``) says
+    the champion moved, with the new version (and the one it replaced, the month, the model URI) in its extra;
+    nothing otherwise. Returns whether an event was added."""
+    if not result.get("moved"):
+        return False
+    version = str(result.get("champion_version") or result.get("version"))
+    outlet_events[champion_alias(arm)].add(champion_asset(arm), extra={
+        "arm": arm, "version": version, "previous_version": str(result.get("previous_version") or ""),
+        "month": month, "model_uri": f"models:/{MODEL_PREFIX}{arm}/{version}"})
+    return True
 # The config keys a run's `overrides` param may set ("section.*": any key of the section): how big and how long a month's
 # work is, the gate, the simulator, the report. Not paths.* (state, tracking URI), the dataset's location or format,
 # the warehouse's settings, the data contract and audit (known_arms, min_propensity, max_clock_skew_seconds,
@@ -193,15 +218,14 @@ def abpo_monthly():
 
         return gate_arm(_cfg(), arm, registered["version"], month).to_json()
 
-    def champion_asset(arm: str) -> Asset:
-        return Asset(name=f"abpo_champion_{arm}", uri=f"mlflow://models/{MODEL_PREFIX}{arm}/champion")
-
     @task
     def promote(arm: str, month: str, gated: dict) -> dict:
         from abpo.monthly.gate import GateResult
         from abpo.monthly.promote import promote_arm
 
-        return promote_arm(_cfg(), arm, GateResult.from_json(gated)).to_json()
+        out = promote_arm(_cfg(), arm, GateResult.from_json(gated)).to_json()
+        announce_champion(get_current_context()["outlet_events"], arm, month, out)
+        return out
 
     @task
     def refit(arm: str, month: str, ingested: dict) -> dict:
@@ -209,7 +233,9 @@ def abpo_monthly():
 
         cfg = _cfg()
         _skip_unless_configured(cfg, arm)
-        return refit_ranker_arm(cfg, arm, month).to_json()
+        out = refit_ranker_arm(cfg, arm, month).to_json()
+        announce_champion(get_current_context()["outlet_events"], arm, month, out)
+        return out
 
     @task(trigger_rule="none_failed")
     def report(month: str) -> dict:
@@ -228,7 +254,7 @@ def abpo_monthly():
                 upstream = ingested
                 for step in chain:
                     t = step_tasks[step]
-                    upstream = (t.override(outlets=[champion_asset(arm)]) if step == chain[-1] else t)(
+                    upstream = (t.override(outlets=[champion_alias(arm)]) if step == chain[-1] else t)(
                         arm, month, upstream)
             done.append(upstream)
     final = report(month)

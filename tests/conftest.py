@@ -15,6 +15,8 @@ import pytest
 # default lands in a throw-away directory instead. Tests that need their own state pass paths.root.
 os.environ["ABPO_STATE"] = tempfile.mkdtemp(prefix="abpo-test-state-")
 os.environ.pop("ABPO_TRACKING_URI", None)
+for _var in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI"):  # a developer's own MLflow server is never written to
+    os.environ.pop(_var, None)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MOVIELENS_DIR = REPO_ROOT / "data" / "ml-latest-small"

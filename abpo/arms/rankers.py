@@ -70,8 +70,9 @@ class RankerArm(Arm):
 
     @classmethod
     def log_model(cls, cfg, local_dir: str | Path) -> str:
-        import mlflow
+        from abpo import registry
 
-        info = mlflow.pyfunc.log_model(name="model", loader_module="abpo.arms.serving", data_path=str(local_dir),
-                                       pip_requirements=["abpo"])
-        return info.model_uri
+        temperature = json.loads((Path(local_dir) / ARM_FILE).read_text())["temperature"]
+        return registry.log_pyfunc(local_dir, loader_module="abpo.arms.serving",
+                                   signature=registry.ranker_signature(temperature),
+                                   packages=registry.RANKER_SERVING_PACKAGES)

@@ -2,7 +2,8 @@
 ``mlflow.pyfunc.load_model("models:/abpo-arm-popularity@champion")`` gives the arm's exposure distribution.
 
 Input rows: ``history_item_ids`` (list of int, oldest first) and ``candidate_ids`` (list of int). Output rows:
-``ranked_item_ids`` (best first) and ``propensities`` (softmax(score / T) in the order of ``candidate_ids``)."""
+``ranked_item_ids`` (best first) and ``propensities`` (softmax(score / T) in the order of ``candidate_ids``). Param
+``temperature`` (default: the arm's) sets T for the request (abpo.registry.ranker_signature declares it)."""
 
 from __future__ import annotations
 
@@ -24,10 +25,12 @@ class RankerModel:
     def predict(self, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:
         from abpo.baselines import softmax_propensities
 
-        reqs = [(0, list(r.history_item_ids), list(r.candidate_ids)) for r in model_input.itertuples(index=False)]
+        temperature = float((params or {}).get("temperature", self.temperature))
+        reqs = [(0, [int(i) for i in r.history_item_ids], [int(c) for c in r.candidate_ids])
+                for r in model_input.itertuples(index=False)]
         scores = self.ranker.score(reqs)
         ranked = [[int(c) for _, c in sorted(zip(-s, r[2]), key=lambda x: x[0])] for s, r in zip(scores, reqs)]
-        props = [softmax_propensities(s, self.temperature).tolist() for s in scores]
+        props = [softmax_propensities(s, temperature).tolist() for s in scores]
         return pd.DataFrame({"ranked_item_ids": ranked, "propensities": props})
 
 

@@ -11,7 +11,7 @@ from abpo.months import month_arg
 
 def register(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
-        "arms", help="Bootstrap the arms, run one month of the loop, show, promote or roll back each arm's champion.",
+        "arms", help="Bootstrap the arms, run one month of the loop, show, promote, roll back or adopt each arm's champion.",
         description="The four arms of the production loop (abpo.arms), one action each; `abpo arms ACTION --help` "
         "shows that action's options.",
     )
@@ -52,6 +52,16 @@ def register(sub, common: argparse.ArgumentParser) -> None:
     a.add_argument("--reason", default="", help="Recorded on the version as a tag.")
     a.set_defaults(handler=run, action="rollback")
 
+    a = asub.add_parser("adopt", parents=[common], help="Make an existing model an LLM arm's first champion (no SFT).",
+                        description="Register --model as --arm's first champion without SFT, after checking that it "
+                        "scores the configured prompt format (policy.*): the answer format survives its tokenizer, "
+                        "item_tokens style has one token per catalog item, it has a chat template, and it scores "
+                        "held-out requests.")
+    a.add_argument("--arm", required=True, help="The LLM arm: abpo or grpo.")
+    a.add_argument("--model", required=True, help="A Hugging Face save_pretrained directory or a registered MLflow "
+                   "model (models:/NAME/VERSION, models:/NAME@ALIAS).")
+    a.set_defaults(handler=run, action="adopt")
+
 
 def run(args: argparse.Namespace, cfg) -> int:
     from abpo.monthly.common import CHALLENGER, CHAMPION, arms_of
@@ -65,6 +75,12 @@ def run(args: argparse.Namespace, cfg) -> int:
 
         out = run_month(cfg, args.month, simulate=args.simulate)
         print(f"report: {out.report.html}")
+    elif args.action == "adopt":
+        from abpo.monthly.adopt import adopt_model
+
+        out = adopt_model(cfg, args.arm, args.model)
+        print(f"{out.arm}: {args.model} is champion v{out.version} (checked on {out.checked_requests} held-out "
+              "requests; no SFT)")
     elif args.action in ("promote", "rollback"):
         from abpo.arms import versions as arm_versions
 

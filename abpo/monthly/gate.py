@@ -7,7 +7,9 @@
                  ``arms.gate_min_ess`` (fails closed)
 
 The decision is :func:`gate_verdict`, a pure function of those numbers; :func:`gate_arm` computes them (scoring,
-the warehouse's logs), applies it, and records every number in MLflow and as version tags."""
+the warehouse's logs), applies it, and records every number in MLflow: metrics of the versions' LoggedModels (the
+offline metrics on both, the gate's numbers on the challenger) and of the gate's run; the verdict and its reason are
+version tags."""
 
 from __future__ import annotations
 
@@ -109,25 +111,21 @@ def gate_examples(cfg):
     return examples, training_popularity(splits, ds), key
 
 
-def _metric_tag(metric: str) -> str:
-    return "gate.m." + metric.replace("@", "_at_")  # MLflow tag keys allow no '@'
-
-
-def _metric_name(tag: str) -> str:
-    return tag[len("gate.m."):].replace("_at_", "@")
+GATE_DATASET = "gate-users"  # the dataset name of the offline metrics on the version's LoggedModel
 
 
 def offline_metrics(cfg, arm: str, version: str) -> dict[str, float]:
-    """The version's offline metrics on the gate's users, computed once per (version, user set) and kept as
-    version tags ``gate.m.<metric>`` (versions are immutable, so a champion is never scored twice)."""
+    """The version's offline metrics on the gate's users, computed once per (version, user set) and kept as metrics
+    of the version's MLflow LoggedModel, measured on dataset ``gate-users`` whose digest is the user set's key
+    (versions are immutable, so a champion is never scored twice)."""
     from abpo.policy.evaluate import evaluate_policy
     from abpo.policy.model import load_policy
 
     examples, popularity, key = gate_examples(cfg)
     mv = arm_versions.get_version(cfg, arm, version)
-    tags = dict(mv.tags or {})
-    if tags.get("gate.eval_key") == key:
-        return {_metric_name(k): float(v) for k, v in tags.items() if k.startswith("gate.m.")}
+    kept = core_registry.model_metrics(mv, dataset_name=GATE_DATASET, dataset_digest=key)
+    if kept:
+        return kept
     ds, _ = dataset_and_splits(cfg)
     t = time.time()
     path = arm_versions.local_dir(cfg, arm, version)
@@ -140,10 +138,14 @@ def offline_metrics(cfg, arm: str, version: str) -> dict[str, float]:
 
 
 def record_offline_metrics(cfg, arm: str, version: str, metrics: dict[str, float]) -> dict[str, float]:
-    """Keep ``metrics`` (on the gate's users) as the version's ``gate.m.*`` tags; returns them without random_*."""
+    """Keep ``metrics`` (on the gate's users) as metrics of the version's LoggedModel (through the run that logged
+    it; dataset ``gate-users``, digest the user set's key, also the version's tag ``gate.eval_key``); returns them
+    without random_*."""
     _, _, key = gate_examples(cfg)
     kept = {k: float(v) for k, v in metrics.items() if not k.startswith("random_")}
-    arm_versions.set_tags(cfg, arm, version, {"gate.eval_key": key, **{_metric_tag(k): v for k, v in kept.items()}})
+    mv = arm_versions.get_version(cfg, arm, version)
+    core_registry.log_model_metrics(mv, kept, dataset_name=GATE_DATASET, dataset_digest=key)
+    arm_versions.set_tags(cfg, arm, version, {"gate.eval_key": key})
     return kept
 
 
@@ -192,8 +194,8 @@ def gate_arm(cfg, arm: str, version: str, month: str | None = None) -> GateResul
     ``arms.gate_ope_margin`` >= 0): the lower bound of the bootstrap interval of SNIPS CTR (challenger - champion)
     on the arm's month logs at least -``arms.gate_ope_margin``, the estimate finite and its effective sample size at
     least ``arms.gate_min_ess`` (:func:`ope_verdict`: fails closed). Both must pass. Every number is logged to MLflow
-    (experiment abpo-arms, run gate-<arm>-v<version>) and kept as version tags; the verdict and its reason are
-    printed."""
+    (experiment abpo-arms, run gate-<arm>-v<version>, linked to the challenger's LoggedModel); the verdict and its
+    reason are printed and kept as version tags."""
     champ = arm_versions.get_version(cfg, arm, CHAMPION)
     key = task_key(cfg, "gate", arm, f"v{version}", f"champion-v{champ.version}", month or "offline")
     done = reuse(cfg, arm_versions.EXPERIMENT, key)
@@ -221,9 +223,8 @@ def gate_arm(cfg, arm: str, version: str, month: str | None = None) -> GateResul
                                                      "abpo.challenger": version,
                                                      "abpo.champion": str(champ.version), "abpo.verdict": reason[:4900],
                                                      core_registry.TASK_KEY_TAG: key}) as run:
-        import mlflow
-
-        mlflow.log_metrics({k: float(v) for k, v in numbers.items() if v == v})  # NaN-free
+        # the gate run's metrics, linked to the challenger's LoggedModel too (the MLflow UI compares models on them)
+        core_registry.log_model_metrics(arm_versions.get_version(cfg, arm, version), numbers, run_id=run.info.run_id)
     out = GateResult(arm=arm, version=str(version), champion_version=str(champ.version), passed=passed,
                      reason=reason, metric=metric, challenger=new, champion=ch, off_policy=ope)
     core_registry.record_task_result(run.info.run_id, out.to_json())

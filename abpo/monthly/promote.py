@@ -18,6 +18,8 @@ class PromoteResult(StepResult):
     arm: str
     champion_version: str  # after the step
     promoted: bool
+    previous_version: str = ""  # the champion the gate compared against (before the step)
+    moved: bool = False  # the champion is another version than before: the DAG's champion Asset event fires
 
 
 def promote_arm(cfg, arm: str, gate: GateResult) -> PromoteResult:
@@ -28,5 +30,6 @@ def promote_arm(cfg, arm: str, gate: GateResult) -> PromoteResult:
         log.info(f"promote {arm}: champion -> v{gate.version}")
     else:
         log.info(f"promote {arm}: champion stays v{gate.champion_version} (v{gate.version} stays challenger)")
-    now = arm_versions.get_version(cfg, arm, CHAMPION)
-    return PromoteResult(arm=arm, champion_version=str(now.version), promoted=bool(gate.passed))
+    now = str(arm_versions.get_version(cfg, arm, CHAMPION).version)
+    return PromoteResult(arm=arm, champion_version=now, promoted=bool(gate.passed),
+                         previous_version=str(gate.champion_version), moved=now != str(gate.champion_version))

@@ -25,6 +25,8 @@ class RefitResult(StepResult):
     arm: str
     version: str  # the new champion
     months: list[str]  # the warehouse months whose clicks it saw
+    previous_version: str = ""  # the champion when the step started ("" when there was none)
+    moved: bool = True  # the champion is another version than when the step started (the DAG's Asset event)
 
 
 def ranker_training_sequences(cfg, month: Month | None) -> tuple[dict[int, list[int]], list[str]]:
@@ -53,25 +55,35 @@ def refit_ranker_arm(cfg, arm: str, month: Month | None) -> RefitResult:
         raise ValueError(f"refit_ranker_arm: {arm!r} is an LLM arm; rule: one of {list(RANKER_ARMS)}")
     ds, _ = dataset_and_splits(cfg)
     t = time.time()
+    before = arm_versions.get_version(cfg, arm, CHAMPION)
+    previous = str(before.version) if before is not None else ""
     seqs, months = ranker_training_sequences(cfg, month)
     fitted = arm_class(arm).refresh(arm, cfg, sequences=seqs, item_ids=ds.item_ids().tolist())
     out_dir = fitted.save(cfg.paths.resolve("models") / "arms" / arm / (month or "bootstrap"))
     data_hash = hashlib.sha256(json.dumps(sorted(seqs.items())).encode()).hexdigest()[:16]
     key = task_key(cfg, "refit", arm, month or "bootstrap", data_hash)
     done = reuse(cfg, arm_versions.EXPERIMENT, key)
-    if done is not None:
-        return RefitResult.from_json(done)
-    parent = arm_versions.get_version(cfg, arm, CHAMPION)
+    if done is not None:  # the same refit completed before (a re-run): nothing registered or moved now
+        return dataclasses.replace(RefitResult.from_json(done), previous_version=previous, moved=False)
     tags = arm_versions.lineage_tags(cfg, kind="ranker", source="refit" if month else "bootstrap",
-                                     parent_version=parent.version if parent else None, months=months,
+                                     parent_version=previous or None, months=months,
                                      data_hash=data_hash, variant=arm, interactions=sum(map(len, seqs.values())))
     with start_run(cfg, f"refit-{arm}-{month or 'bootstrap'}", {"abpo.arm": arm, "abpo.month": month or "",
                                                                  core_registry.TASK_KEY_TAG: key}) as run:
+        import pandas as pd
+
         uri = arm_versions.log_arm_model(cfg, arm, out_dir)
+        # what it was fitted on, as an MLflow dataset input: every (user, item) in order, digest = data_hash
+        pairs = [(u, i, p) for u, items in sorted(seqs.items()) for p, i in enumerate(items)]
+        core_registry.log_dataset_input(
+            pd.DataFrame(pairs, columns=["user_id", "item_id", "position"]),
+            name=f"{arm}-interactions-through-{month or 'bootstrap'}", digest=data_hash,
+            source=cfg.paths.resolve("warehouse"), tags={"months": ",".join(months)})
     mv = arm_versions.register_version(cfg, arm, uri, run.info.run_id, tags, alias=None)
     arm_versions.promote(cfg, arm, mv.version, reason=f"refit through {month or 'the start'}")
     log.info(f"refit {arm}: {sum(map(len, seqs.values()))} interactions and clicks through {month or 'the start'} "
              f"in {time.time() - t:.1f}s -> {arm_versions.model_name(arm)} v{mv.version}, champion")
-    out = RefitResult(arm=arm, version=str(mv.version), months=months)
+    out = RefitResult(arm=arm, version=str(mv.version), months=months, previous_version=previous,
+                      moved=str(mv.version) != previous)
     core_registry.record_task_result(run.info.run_id, out.to_json())
     return out

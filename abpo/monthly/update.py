@@ -89,7 +89,12 @@ def update_llm_arm(cfg, arm: str, month: Month) -> UpdateResult:
     res = arm_class(arm).refresh(arm, cfg, month=month, parent_dir=parent_dir, months=months,
                                  strata=(pos, neg), run_tags={core_registry.TASK_KEY_TAG: key})
     with mlflow.start_run(run_id=res.mlflow_run_id):
+        import pyarrow as pa
+
         uri = arm_versions.log_arm_model(cfg, arm, res.model_dir)
+        # the months it trained on, as MLflow dataset inputs with a digest each (the lineage tag data_hash covers all)
+        core_registry.log_training_months(pa.concat_tables([pos, neg]), name_prefix=f"{arm}-impressions",
+                                          source=cfg.paths.resolve("warehouse"))
     parent_months = [m for m in (champ.tags or {}).get("months", "").split(",") if m]
     out = UpdateResult(arm=arm, month=str(month), run_id=res.mlflow_run_id, model_uri=uri,
                        parent_version=str(champ.version), months=sorted(set(parent_months) | set(months)),

@@ -178,7 +178,8 @@ def test_a_rerun_refit_reuses_its_completed_run_and_version(tmp_path, caplog):
     with caplog.at_level("INFO", logger="abpo"):
         first = refit_ranker_arm(cfg, "popularity", None)
         again = refit_ranker_arm(cfg, "popularity", None)
-    assert first == again and first.version == "1"
+    assert (first.version, first.months) == (again.version, again.months) and first.version == "1"
+    assert first.moved and not again.moved  # only the first one moved the champion (the DAG's Asset event)
     assert any("completed before" in r.getMessage() for r in caplog.records)
     client = MlflowClient()
     assert len(client.search_model_versions("name='abpo-arm-popularity'")) == 1

@@ -13,6 +13,9 @@ SMALL = ["data.max_users=60", "data.update_steps=6", "sft.max_steps=20", "sft.ev
 
 @pytest.mark.slow
 def test_two_months_lineage_gate_and_refits(tmp_path):
+    import json
+
+    import mlflow
     from mlflow import MlflowClient
 
     from abpo import registry
@@ -53,12 +56,25 @@ def test_two_months_lineage_gate_and_refits(tmp_path):
         assert ope["champion_snips"] == pytest.approx(m2["serve"]["per_arm"][arm]["ctr"], abs=1e-4)
         assert str(arm_versions.get_version(cfg, arm, "champion").version) == champ1[arm]  # champion stayed
         assert str(arm_versions.get_version(cfg, arm, "challenger").version) == str(new.version)
+        # the gate's numbers are metrics of the challenger's LoggedModel (comparable in MLflow's UI), its offline
+        # metrics measured on dataset gate-users; the month it trained on is a dataset input of its run, with a digest
+        metrics = {m.key: m for m in mlflow.get_logged_model(registry.logged_model_id(new)).metrics}
+        assert {"HR_at_5", "offline.challenger.HR_at_5", "ope.diff", "passed"} <= set(metrics)
+        assert metrics["passed"].value == 0.0 and metrics["HR_at_5"].dataset_name == "gate-users"
+        assert not any(k.startswith("gate.m.") for k in new.tags)
+        inputs = client.get_run(new.run_id).inputs.dataset_inputs
+        assert [d.dataset.name for d in inputs] == [f"{arm}-impressions-2026-02"]
+        assert len(inputs[0].dataset.digest) == 16 and json.loads(inputs[0].dataset.profile)["num_rows"] == \
+            m2["serve"]["per_arm"][arm]["impressions"]
     gates = client.search_runs([MlflowClient().get_experiment_by_name("abpo-arms").experiment_id],
                                "tags.`abpo.month` = '2026-02' and attributes.run_name LIKE 'gate-%'")
     assert len(gates) == 2 and all("ope.diff" in r.data.metrics for r in gates)
     for arm in ("ml_retrain", "popularity"):
         mv = arm_versions.get_version(cfg, arm, "champion")
         assert str(mv.version) == "3" and mv.tags["parent_version"] == "2" and mv.tags["months"] == "2026-01,2026-02"
+        (fitted,) = client.get_run(mv.run_id).inputs.dataset_inputs
+        assert fitted.dataset.name == f"{arm}-interactions-through-2026-02" and fitted.dataset.digest == \
+            mv.tags["data_hash"]
 
     # what the abpo arm logged in month 2 is its champion's e_p over the candidates (the update's e_old rule)
     import pyarrow.parquet as pq

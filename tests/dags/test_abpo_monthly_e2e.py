@@ -4,6 +4,7 @@ arms and three months. The Airflow UI command the demo prints, started as printe
 with the demo's three runs, loads the abpo plugin and no example DAG (checked through the REST API). A missing month
 without simulate=true fails the DAG instead of fabricating data."""
 
+import contextlib
 import json
 import os
 import signal
@@ -53,6 +54,21 @@ def test_demo_runs_three_months_through_the_dag(tmp_path):
         champion = client.get_model_version_by_alias(f"abpo-arm-{arm}", "champion")
         assert int(champion.version) >= 1
     assert len(client.search_model_versions("name='abpo-arm-popularity'")) == 4  # bootstrap + 3 monthly refits
+
+    # the champion Asset events Airflow recorded: one per move of a champion, none otherwise, the version in the extra
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(state / "airflow" / "airflow.db")) as db:
+        events = db.execute("SELECT a.name, e.extra FROM asset_event e JOIN asset a ON a.id = e.asset_id "
+                            "WHERE a.name LIKE 'abpo_champion_%'").fetchall()
+    moved_to: dict[str, list[str]] = {}
+    for name, extra in events:
+        moved_to.setdefault(name.removeprefix("abpo_champion_"), []).append(json.loads(extra)["version"])
+    assert sorted(moved_to["popularity"]) == ["2", "3", "4"]  # each monthly refit moved it (bootstrap is no event)
+    for arm in ("abpo", "grpo"):
+        promoted = [str(mv.version) for mv in client.search_model_versions(f"name='abpo-arm-{arm}'")
+                    if (mv.tags or {}).get("promoted_reason", "").startswith("gate passed")]
+        assert sorted(moved_to.get(arm, [])) == sorted(promoted), arm
 
     _the_printed_ui_command_shows_the_demo(proc.stdout, state, tmp_path)
 

@@ -60,9 +60,9 @@ class SimConfig:
                           "boosts click)."},
     )
     preference_slope: float = field(
-        default=0.3,
+        default=0.6,
         metadata={"help": "Slope of the preference link: P_pref = sigmoid(b0 + slope * z), z the oracle's score "
-                          "standardised over the catalog for the user."},
+                          "standardised over the users for the item (personal relevance, not popularity)."},
     )
     oracle_factors: int = field(default=32, metadata={"help": "Latent factors of the ground-truth preference model."})
     oracle_iterations: int = field(default=20, metadata={"help": "ALS iterations of the ground-truth model."})

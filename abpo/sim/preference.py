@@ -5,9 +5,12 @@ contract in pyproject.toml, and tests, check it).
 Model: implicit-feedback matrix factorisation (implicit's ``AlternatingLeastSquares``) on the users' whole
 sequences. For user u and item a, ``s(u, a)`` is the dot product of their factors and
 
-    z(u, a) = (s(u, a) - mean_a' s(u, a')) / sd_a' s(u, a')          (standardised over the whole catalog)
+    z(u, a) = (s(u, a) - mean_u' s(u', a)) / sd_u' s(u', a)          (standardised over the users, per item)
 
-so a user's z-scores are comparable across users whatever their factor norms. The preference click probability is
+how much more u likes a than users do on average: personal relevance. An item's popularity alone does not raise
+it (a user-centred score would: popular items have large factors, so every user's top scores are the same hits,
+and a popularity ranker would look like an oracle, which the offline evaluation with popularity-sampled hard
+negatives says it is not). The preference click probability is
 
     p_pref(u, a) = sigmoid(b0 + slope * z(u, a))                     (``sim.preference_slope``)
 
@@ -34,8 +37,8 @@ class PreferenceOracle:
     item_index: dict[int, int]
     user_factors: np.ndarray  # (users, factors) float32
     item_factors: np.ndarray  # (items, factors) float32
-    mean: np.ndarray  # per user: mean of s(u, .) over the catalog
-    sd: np.ndarray  # per user: standard deviation of s(u, .) over the catalog (> 0)
+    mean: np.ndarray  # per item: mean of s(., a) over the users
+    sd: np.ndarray  # per item: standard deviation of s(., a) over the users (> 0)
 
     @classmethod
     def fit(cls, sequences: Mapping[int, Sequence[int]], item_ids: Sequence[int], *, factors: int,
@@ -63,13 +66,12 @@ class PreferenceOracle:
             model.fit(matrix, show_progress=False)
         uf = np.asarray(model.user_factors, dtype=np.float32)
         itf = np.asarray(model.item_factors, dtype=np.float32)
-        mean = np.empty(len(users))
-        sd = np.empty(len(users))
-        for start in range(0, len(users), 512):  # (users x items) scores in blocks: bounded memory
-            s = (uf[start:start + 512] @ itf.T).astype(np.float64)
-            mean[start:start + 512] = s.mean(axis=1)
-            sd[start:start + 512] = s.std(axis=1)
-        sd[~(sd > 0)] = 1.0
+        u64, i64 = uf.astype(np.float64), itf.astype(np.float64)
+        # over users: mean_u s(u, a) = V_a . mean(U); var_u s(u, a) = V_a' Cov(U) V_a (population moments)
+        mean = i64 @ u64.mean(axis=0)
+        cov = np.cov(u64, rowvar=False, bias=True).reshape(u64.shape[1], u64.shape[1])
+        sd = np.sqrt(np.maximum(np.einsum("if,fg,ig->i", i64, cov, i64), 0.0))
+        sd[~(sd > 1e-12)] = 1.0
         return cls({u: r for r, u in enumerate(users)}, item_index, uf, itf, mean, sd)
 
     def z(self, user: int, items: Sequence[int]) -> np.ndarray:
@@ -82,7 +84,7 @@ class PreferenceOracle:
         except KeyError as e:
             raise KeyError(f"PreferenceOracle: item {e.args[0]} is not in the catalog") from None
         s = self.item_factors[idx].astype(np.float64) @ self.user_factors[r].astype(np.float64)
-        return (s - self.mean[r]) / self.sd[r]
+        return (s - self.mean[idx]) / self.sd[idx]
 
 
 def sigmoid(x: np.ndarray | float) -> np.ndarray:

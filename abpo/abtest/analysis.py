@@ -38,6 +38,9 @@ EXPLANATIONS: dict[str, str] = {
     "trend": "The trend test compares one arm with itself across months (consecutive months and first to last) "
              "with the same pooled z-test, the difference being the later month minus the earlier month; the "
              "months share users, so read it as descriptive.",
+    "mde": "The minimum detectable effect (MDE) beside each comparison is the smallest true difference the same test "
+           "would detect with probability {power:.0%} at this sample size: (z_(1-alpha/2) + z_power) times the test's "
+           "standard error. A difference smaller than the MDE that is not significant is not evidence of no effect.",
     "aggregate": "The whole-period aggregate sums impressions and clicks of each arm over the selected months and "
                  "repeats the comparisons on those totals.",
 }
@@ -102,6 +105,7 @@ class Report:
     srm: dict[str, stats.SRMResult]       # period -> result
     notes: list[str] = field(default_factory=list)
     source: str = ""
+    power: float = 0.8  # of the minimum detectable effects
 
     def cell(self, period: str, arm: str) -> Cell | None:
         for c in (self.totals if period == ALL else self.cells):
@@ -114,7 +118,7 @@ class Report:
         return [period for period, r in self.srm.items() if r.mismatch]
 
     def explanations(self) -> dict[str, str]:
-        return {k: v.format(alpha=self.srm_alpha) for k, v in EXPLANATIONS.items()}
+        return {k: v.format(alpha=self.srm_alpha, power=self.power) for k, v in EXPLANATIONS.items()}
 
 
 def _month_str(v: Any, where: str) -> str:
@@ -205,6 +209,9 @@ def analyse(
     conf = float(report_cfg.confidence)
     if not 0.0 < conf < 1.0:
         raise ReportInputError(f"config report.confidence = {report_cfg.confidence!r}: expected a level in (0, 1)")
+    power = float(report_cfg.power)
+    if not 0.0 < power < 1.0:
+        raise ReportInputError(f"config report.power = {report_cfg.power!r}: expected a probability in (0, 1)")
     if not 0.0 < float(report_cfg.srm_alpha) < 1.0:
         raise ReportInputError(f"config report.srm_alpha = {report_cfg.srm_alpha!r}: expected a p-value in (0, 1)")
     notes: list[str] = []
@@ -271,10 +278,10 @@ def analyse(
                     t = stats.DiffTest(nan, nan, nan, nan, nan, nan, nan, nan, note=f"no data for {absent} in {period}")
                     family.append((other, t, None, f"no data for {absent} in {period}"))
                     continue
-                t = stats.two_proportion_ztest(ca.clicks, ca.impressions, co.clicks, co.impressions, conf)
+                t = stats.two_proportion_ztest(ca.clicks, ca.impressions, co.clicks, co.impressions, conf, power)
                 ct = None
                 if (period, candidate) in mom and (period, other) in mom:
-                    ct = stats.clustered_ztest(mom[(period, candidate)], mom[(period, other)], conf)
+                    ct = stats.clustered_ztest(mom[(period, candidate)], mom[(period, other)], conf, power)
                 family.append((other, t, ct, t.note))
             holm = stats.holm_adjust([t.p for _, t, _, _ in family])
             cholm = stats.holm_adjust([ct.p if ct is not None else math.nan for _, _, ct, _ in family])
@@ -299,7 +306,8 @@ def analyse(
                     nan = math.nan
                     t = stats.DiffTest(nan, nan, nan, nan, nan, nan, nan, nan, note=f"no data for {a!r} in {absent}")
                 else:
-                    t = stats.two_proportion_ztest(cl["clicks"], cl["impressions"], ce["clicks"], ce["impressions"], conf)
+                    t = stats.two_proportion_ztest(cl["clicks"], cl["impressions"], ce["clicks"], ce["impressions"], conf,
+                                                   power)
                 trends.append(Trend(a, early, late, kind, t, t.note))
 
     # sample-ratio mismatch of users per arm
@@ -328,6 +336,7 @@ def analyse(
         notes.append("whole period: distinct users per arm unknown (per-month counts cannot be summed): "
                      "no whole-period sample-ratio check")
 
-    return Report(months=months, arms=arms, candidate=candidate, confidence=conf, srm_alpha=report_cfg.srm_alpha,
+    return Report(months=months, arms=arms, candidate=candidate, confidence=conf, power=power,
+                  srm_alpha=report_cfg.srm_alpha,
                   shares=shares, cells=cells, totals=totals, comparisons=comparisons, trends=trends, srm=srm,
                   notes=notes, source=source)

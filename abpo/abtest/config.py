@@ -14,6 +14,10 @@ class ReportConfig:
                           "the sample-ratio-mismatch check expects."},
     )
     confidence: float = field(default=0.95, metadata={"help": "Confidence level of every interval."})
+    power: float = field(
+        default=0.8,
+        metadata={"help": "Power at which the minimum detectable effect printed beside every comparison is computed."},
+    )
     srm_alpha: float = field(default=0.001, metadata={"help": "Flag a sample-ratio mismatch below this p-value."})
     mlflow_experiment: str = field(
         default="abpo-monthly",

@@ -61,6 +61,10 @@ def _ci_pp(lo: float, hi: float) -> str:
     return "n/a" if math.isnan(lo) or math.isnan(hi) else f"[{100 * lo:+.3f}, {100 * hi:+.3f}]"
 
 
+def _mde(v: float) -> str:
+    return "n/a" if math.isnan(v) else f"{100 * v:.3f}"
+
+
 def _ci_pct(lo: float, hi: float) -> str:
     return "n/a" if math.isnan(lo) or math.isnan(hi) else f"[{100 * lo:.3f}%, {100 * hi:.3f}%]"
 
@@ -85,22 +89,24 @@ def tables(report: Report) -> list[Table]:
     for c in report.comparisons:
         t, k = c.test, c.clustered
         rows.append([_period(c.period), f"{c.candidate} − {c.other}", _pct(t.ctr_a), _pct(t.ctr_b), _pp(t.diff),
-                     _ci_pp(t.ci_low, t.ci_high), stats.format_z(t.z), stats.format_p(t.p), stats.format_p(c.p_holm),
-                     stats.format_z(k.z) if k else "n/a", stats.format_p(k.p) if k else "n/a",
+                     _ci_pp(t.ci_low, t.ci_high), _mde(t.mde), stats.format_z(t.z), stats.format_p(t.p),
+                     stats.format_p(c.p_holm), stats.format_z(k.z) if k else "n/a", stats.format_p(k.p) if k else "n/a",
                      stats.format_p(c.clustered_p_holm), _ci_pp(k.ci_low, k.ci_high) if k else "n/a",
-                     "; ".join(x for x in (c.note, k.note if k else "") if x)])
+                     _mde(k.mde) if k else "n/a", "; ".join(x for x in (c.note, k.note if k else "") if x)])
+    pw = f"{round(100 * report.power)}%"
     headers = ["Period", "Comparison", f"CTR {report.candidate}", "CTR other", "Δ (pp)", f"{cl} CI (pp)",
-               "z", "p", "p (Holm)", "clustered z", "clustered p", "clustered p (Holm)", f"clustered {cl} CI (pp)",
-               "Note"]
+               f"MDE at {pw} power (pp)", "z", "p", "p (Holm)", "clustered z", "clustered p", "clustered p (Holm)",
+               f"clustered {cl} CI (pp)", f"clustered MDE at {pw} power (pp)", "Note"]
     if not any(c.clustered for c in report.comparisons):  # no per-user data: leave the clustered columns out
         keep = [i for i, h in enumerate(headers) if not h.startswith("clustered")]
         headers, rows = [headers[i] for i in keep], [[r[i] for i in keep] for r in rows]
     out.append(Table("ztest", f"Candidate arm ({report.candidate}) vs each other arm", headers, rows))
     out.append(Table("trend", "Month-to-month trend of every arm (later − earlier)",
-                     ["Arm", "Months", "Kind", "CTR earlier", "CTR later", "Δ (pp)", f"{cl} CI (pp)", "z", "p", "Note"],
+                     ["Arm", "Months", "Kind", "CTR earlier", "CTR later", "Δ (pp)", f"{cl} CI (pp)",
+                      f"MDE at {pw} power (pp)", "z", "p", "Note"],
                      [[t.arm, f"{t.earlier} → {t.later}", t.kind, _pct(t.test.ctr_b), _pct(t.test.ctr_a),
-                       _pp(t.test.diff), _ci_pp(t.test.ci_low, t.test.ci_high), stats.format_z(t.test.z),
-                       stats.format_p(t.test.p), t.note] for t in report.trends]))
+                       _pp(t.test.diff), _ci_pp(t.test.ci_low, t.test.ci_high), _mde(t.test.mde),
+                       stats.format_z(t.test.z), stats.format_p(t.test.p), t.note] for t in report.trends]))
     srm_rows = []
     for period, r in report.srm.items():
         obs = ", ".join(f"{a} {o:,} (exp. {e:,.0f})" if not math.isnan(e) else f"{a} {o:,}"
@@ -143,9 +149,9 @@ def headline(report: Report) -> list[str]:
             lines.append(f"{c.candidate} vs {c.other}: {c.note or 'undefined'}")
             continue
         s = (f"{c.candidate} vs {c.other}: {_pp(t.diff)} pp (CI {_ci_pp(t.ci_low, t.ci_high)}), z = {stats.format_z(t.z)}, "
-             f"{_p_is('p', t.p)}, {_p_is('Holm p', c.p_holm)}")
+             f"{_p_is('p', t.p)}, {_p_is('Holm p', c.p_holm)}, MDE {_mde(t.mde)} pp")
         if c.clustered is not None and c.clustered.defined:
-            s += f"; user-clustered {_p_is('p', c.clustered.p)}"
+            s += f"; user-clustered {_p_is('p', c.clustered.p)}, MDE {_mde(c.clustered.mde)} pp"
         lines.append(s)
     return lines
 

@@ -72,6 +72,7 @@ class DiffTest:
     ci_low: float        # confidence interval of diff, as a fraction
     ci_high: float
     note: str = ""
+    mde: float = math.nan  # minimum detectable effect of this design at the report's power (as a fraction)
 
     @property
     def diff_pp(self) -> float:
@@ -82,8 +83,30 @@ class DiffTest:
         return not math.isnan(self.z)
 
 
+def z_power(power: float) -> float:
+    """z_{power}: the standard normal quantile at ``power`` (0.8 -> 0.8416)."""
+    if not 0.0 < power < 1.0:
+        raise ValueError(f"config report.power = {power!r}: expected a probability in (0, 1)")
+    return float(_st.norm.ppf(power))
+
+
+def minimum_detectable_effect(se: float, confidence: float = 0.95, power: float = 0.8) -> float:
+    """The smallest true difference a two-sided z-test at level 1 - ``confidence`` detects with probability
+    ``power``, for a design whose difference has standard error ``se`` under the null:
+
+        MDE = (z_{1-alpha/2} + z_{power}) * SE
+
+    (the normal approximation; the chance of rejecting on the wrong side is ignored). For two proportions with
+    n_a, n_b impressions and pooled rate p: SE = sqrt(p (1 - p) (1/n_a + 1/n_b)); for the user-clustered test the
+    delta-method SE. NaN when the SE is."""
+    if math.isnan(se):
+        return math.nan
+    return (z_critical(confidence) + z_power(power)) * se
+
+
 def two_proportion_ztest(
-    clicks_a: int, impressions_a: int, clicks_b: int, impressions_b: int, confidence: float = 0.95
+    clicks_a: int, impressions_a: int, clicks_b: int, impressions_b: int, confidence: float = 0.95,
+    power: float = 0.8,
 ) -> DiffTest:
     """Two-sided two-proportion z-test with the pooled standard error (the textbook test; equal to
     statsmodels ``proportions_ztest([xa, xb], [na, nb])``):
@@ -94,6 +117,7 @@ def two_proportion_ztest(
 
     The confidence interval of p_a - p_b is the Wald interval with the unpooled SE
     sqrt(p_a(1-p_a)/n_a + p_b(1-p_b)/n_b) (the pooled SE assumes H0, so it is only used for the test).
+    ``mde``: :func:`minimum_detectable_effect` with the pooled SE, at ``power``.
     """
     for name, v in (("clicks_a", clicks_a), ("impressions_a", impressions_a),
                     ("clicks_b", clicks_b), ("impressions_b", impressions_b)):
@@ -119,7 +143,8 @@ def two_proportion_ztest(
         what = "no clicks" if pool == 0.0 else "every impression clicked"
         return DiffTest(pa, pb, diff, 0.0, nan, nan, ci[0], ci[1], note=f"{what} on both sides: pooled SE is 0, test undefined")
     z = diff / se
-    return DiffTest(pa, pb, diff, se, z, two_sided_p(z), ci[0], ci[1])
+    return DiffTest(pa, pb, diff, se, z, two_sided_p(z), ci[0], ci[1],
+                    mde=minimum_detectable_effect(se, confidence, power))
 
 
 @dataclass(frozen=True)
@@ -159,9 +184,10 @@ def delta_method_ctr_variance(m: UserMoments) -> float:
     return resid_ss / (n - 1) / (n * ybar * ybar)
 
 
-def clustered_ztest(a: UserMoments, b: UserMoments, confidence: float = 0.95) -> DiffTest:
+def clustered_ztest(a: UserMoments, b: UserMoments, confidence: float = 0.95, power: float = 0.8) -> DiffTest:
     """User-clustered z-test of CTR_a - CTR_b: z = (R_a - R_b) / sqrt(Var(R_a) + Var(R_b)) with the
-    delta-method variances above (unpooled; arms hold disjoint users). CI: diff +- z_{1-alpha/2} * SE."""
+    delta-method variances above (unpooled; arms hold disjoint users). CI: diff +- z_{1-alpha/2} * SE; ``mde``:
+    :func:`minimum_detectable_effect` with that SE."""
     nan = math.nan
     ra = a.sx / a.sy if a.sy > 0 else nan
     rb = b.sx / b.sy if b.sy > 0 else nan
@@ -177,7 +203,8 @@ def clustered_ztest(a: UserMoments, b: UserMoments, confidence: float = 0.95) ->
         return DiffTest(ra, rb, diff, 0.0, nan, nan, diff, diff,
                         note="every user has the same CTR on both sides: clustered SE is 0, test undefined")
     z = diff / se
-    return DiffTest(ra, rb, diff, se, z, two_sided_p(z), diff - zc * se, diff + zc * se)
+    return DiffTest(ra, rb, diff, se, z, two_sided_p(z), diff - zc * se, diff + zc * se,
+                    mde=minimum_detectable_effect(se, confidence, power))
 
 
 def holm_adjust(pvalues: Sequence[float]) -> list[float]:

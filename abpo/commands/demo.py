@@ -85,7 +85,7 @@ def register(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "demo",
         parents=[common],
-        help="Run the production loop end to end on the embedded defaults: three simulated months through Airflow.",
+        help="Run the production loop end to end on the embedded defaults: four simulated months through Airflow.",
         description="Run the main job end to end on the embedded defaults (bundled MovieLens, DuckDB, SQLite-backed "
         "Airflow and MLflow, the tiny CPU model; use --config demo for the preset sized for 2 cores): prepare the "
         "data, bootstrap pi_init and every arm's first champion, then run MONTHS simulated months (from "
@@ -93,7 +93,7 @@ def register(sub, common: argparse.ArgumentParser) -> None:
         "arm updated from its champion on its own logs, gated, promoted -> ranker refits -> A/B report), and print "
         "the final report's summary, where the HTML report, the Airflow UI and the MLflow UI are, and the wall time.",
     )
-    p.add_argument("--months", type=int, default=3, help="Simulated months to run (default: 3).")
+    p.add_argument("--months", type=int, default=4, help="Simulated months to run (default: 4).")
     p.set_defaults(handler=run_demo)
 
 

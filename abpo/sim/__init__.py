@@ -1,6 +1,8 @@
 """The simulator: stands in for serving and for the users, so the production loop runs end to end here.
 
     abpo.sim.assignment  stable salted-hash assignment of users to arms with the configured traffic shares
+    abpo.sim.retrieval   the retrieval stage: each request's candidates, fitted on the interactions to date
+    abpo.sim.preference  the users' ground truth, fitted on every interaction (future ones too); no arm reads it
     abpo.sim.clicks      the click model (documented in the README; every parameter in config section `sim`)
     abpo.sim.simulator   month m's requests from real sequences, each arm's exposures, clicks, and the landed
                          Parquet month partition in the impressions contract (ingest cannot tell it from serving)

@@ -1,4 +1,5 @@
-"""Config section `sim`: the traffic simulator that stands in for serving and for the users (abpo.sim).
+"""Config section `sim`: the traffic simulator that stands in for serving and for the users (abpo.sim; README
+"Simulator" explains every parameter).
 
 Traffic shares are not here: the router uses ``report.arm_shares``, the same shares the A/B report's
 sample-ratio check expects, so the two can never disagree."""
@@ -7,38 +8,72 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+CANDIDATE_SOURCES = ("retrieval", "offline")
+
 
 @dataclass
 class SimConfig:
     start_month: str = field(
         default="2026-01",
-        metadata={"help": "First simulated month (YYYY-MM): month index 0 serves each user's first requests_per_user "
-                          "update positions, the next month the following ones (windows never overlap)."},
+        metadata={"help": "First simulated month (YYYY-MM): month index 0 is each user's first `window` update "
+                          "positions, the next month the following ones (windows never overlap)."},
+    )
+    window: int = field(
+        default=2,
+        metadata={"help": "Real later interactions each user consumes per month (positions of the update segment). "
+                          "Months available = data.update_steps // window."},
     )
     requests_per_user: int = field(
         default=2,
-        metadata={"help": "Requests per user per month: the length of each user's monthly window of real later "
-                          "interactions. Months available = data.update_steps // requests_per_user."},
+        metadata={"help": "Requests each user makes per month, spread evenly over the month's window positions (a "
+                          "position may serve several requests, each with its own candidates). sim.candidates = "
+                          "offline: must equal window (one request per position)."},
     )
     salt: str = field(
         default="abpo-arms-v1",
         metadata={"help": "Salt of the user -> arm hash: the same user stays in the same arm for a given salt."},
     )
+    candidates: str = field(
+        default="retrieval",
+        metadata={"help": "Where a request's candidates come from: retrieval (a production-like retrieval stage: "
+                          "co-occurrence top-K + popularity-weighted + uniform draws, the true next item only when "
+                          "found) or offline (the offline construction: x_{t+1} plus data.train_candidates - 1 "
+                          "never-seen distractors)."},
+    )
+    candidate_count: int = field(default=20, metadata={"help": "Candidates per request (retrieval)."})
+    retrieval_fraction: float = field(
+        default=0.5, metadata={"help": "Share of the candidates from the co-occurrence retrieval model's top scores."}
+    )
+    popular_fraction: float = field(
+        default=0.3, metadata={"help": "Share drawn weighted by popularity to date; the rest is uniform draws."}
+    )
+    retrieval_window: int = field(
+        default=3, metadata={"help": "Two items co-occur when a user consumed them at most this many positions apart."}
+    )
+    retrieval_recent: int = field(
+        default=10, metadata={"help": "The user's last items that query the co-occurrence model."}
+    )
+    base_ctr: float = field(
+        default=0.05,
+        metadata={"help": "Calibrated CTR of an arm exposing a uniformly random candidate, before the next-item "
+                          "boosts: the preference link's intercept is set to give it on each month's requests (0: only the "
+                          "boosts click)."},
+    )
+    preference_slope: float = field(
+        default=0.6,
+        metadata={"help": "Slope of the preference link: P_pref = sigmoid(b0 + slope * z), z the oracle's score "
+                          "standardised over the users for the item (personal relevance, not popularity)."},
+    )
+    oracle_factors: int = field(default=32, metadata={"help": "Latent factors of the ground-truth preference model."})
+    oracle_iterations: int = field(default=20, metadata={"help": "ALS iterations of the ground-truth model."})
+    oracle_regularization: float = field(default=0.1, metadata={"help": "ALS regularisation of the ground truth."})
     click_next: float = field(
-        default=0.7, metadata={"help": "P(click) when the exposed item is the user's true next item."}
+        default=0.5,
+        metadata={"help": "Boost when the exposed item is the user's true next item: P = 1 - (1 - P_pref)(1 - boost)."},
     )
     click_soon: float = field(
-        default=0.35,
-        metadata={"help": "P(click) when the exposed item is among the user's next soon_horizon items after the next "
+        default=0.25,
+        metadata={"help": "Boost when the exposed item is among the user's next soon_horizon items after the next "
                           "one (taken a little later: still of interest)."},
     )
     soon_horizon: int = field(default=3, metadata={"help": "How many items after the true next one count as soon."})
-    click_base: float = field(
-        default=0.01, metadata={"help": "P(click) on any other exposed item before the taste term."}
-    )
-    click_taste: float = field(
-        default=0.06,
-        metadata={"help": "Added P(click) on any other item, times its genre overlap with the recent history "
-                          "(share of the item's genres seen in the last taste_window items, 0..1)."},
-    )
-    taste_window: int = field(default=10, metadata={"help": "Recent history items that define the user's taste."})

@@ -1,15 +1,19 @@
 """Month m of simulated traffic: real users, each arm's champion serving, the click model, one landed Parquet
-month partition in the impressions contract.
+month partition in the impressions contract (README "Simulator").
 
 Users and their true behaviour come from real sequences (the configured dataset, the bundled MovieLens by
 default), split as in the offline construction (abpo.data.splits): x_{1:T} is the initial history pi_init was
 trained on, the update segment x_{T+1..T+N-1} is what users go on to do, and the target x_{T+N} stays held out for
-offline evaluation (the gate). Month index i = months since ``sim.start_month`` serves, per user, the update
-positions t' = T + i*k .. T + (i+1)*k - 1 (k = ``sim.requests_per_user``): windows are consecutive and never
-overlap. A request at t' is the user's real history x_{1:t'} and the offline construction's candidate set C_{t'}
-(x_{t'+1} plus M-1 seeded distractors never interacted with, abpo.data.candidates.build_bandit_requests). The
-user's arm (abpo.sim.assignment) exposes one item with its propensity; the click model (abpo.sim.clicks) decides
-the click. Deterministic for (config seed, month): exposures and clicks use pre-drawn uniforms per request.
+offline evaluation (the gate). Month index i = months since ``sim.start_month`` covers, per user, the update
+positions T + i*w .. T + (i+1)*w - 1 (w = ``sim.window``): windows are consecutive and never overlap, and the
+items there are what the user consumes that month (landed as the month's interactions).
+
+In month i a user makes ``sim.requests_per_user`` requests, spread over the window's positions; a request at t'
+carries the real history x_{1:t'} and a candidate set from the retrieval stage (abpo.sim.retrieval, fitted on the
+interactions to date; ``sim.candidates = offline``: the offline construction's x_{t'+1} plus distractors). The
+user's arm (abpo.sim.assignment) exposes one item with its propensity; the click model (abpo.sim.clicks, on the
+ground-truth preference model abpo.sim.preference that no arm can read) decides the click. Deterministic for
+(config seed, month): candidates, exposures and clicks use seeded generators and pre-drawn uniforms per request.
 """
 
 from __future__ import annotations
@@ -34,13 +38,14 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class SimRequest:
-    request_id: str  # "<user>:<t'>", as in the offline construction
+    request_id: str  # "<user>:<t'>" (offline construction) or "<user>:<t'>:<slot>" (retrieval)
     user_id: int
     history: list[int]  # x_{1:t'}
     candidates: list[int]  # C_{t'}
     next_item: int  # x_{t'+1}
     soon: list[int]  # x_{t'+2 ..}: at most sim.soon_horizon items, never the held-out target
-    step: int  # position in the user's month window, 0..k-1
+    step: int  # the request's slot in the user's month, 0..requests_per_user-1
+    offset: int = 0  # the position in the user's month window, 0..window-1 (t' = T + month index * window + offset)
 
 
 @dataclass
@@ -50,6 +55,7 @@ class SimResult:
     path: Path | None
     per_arm: dict[str, dict[str, Any]] = field(default_factory=dict)
     seconds: float = 0.0
+    calibration: dict[str, float] = field(default_factory=dict)  # the preference link of the month
 
 
 def month_index(start: str, month: str) -> int:
@@ -58,58 +64,116 @@ def month_index(start: str, month: str) -> int:
 
 
 def months_available(cfg) -> int:
-    return cfg.data.update_steps // max(cfg.sim.requests_per_user, 1)
+    return cfg.data.update_steps // max(cfg.sim.window, 1)
 
 
-def month_requests(cfg, dataset, splits, month: str) -> list[SimRequest]:
-    """Every user's requests of ``month`` (see the module docstring), ordered by (window step, user)."""
-    from abpo.data.candidates import build_bandit_requests
+def _check_month(cfg, month: str) -> int:
+    from abpo.sim.config import CANDIDATE_SOURCES
 
-    k = cfg.sim.requests_per_user
-    if k < 1:
-        raise ValueError(f"config sim.requests_per_user = {k}: rule: >= 1")
+    w, k = cfg.sim.window, cfg.sim.requests_per_user
+    if w < 1 or k < 1:
+        raise ValueError(f"config sim.window = {w}, sim.requests_per_user = {k}: rule: each >= 1")
+    if cfg.sim.candidates not in CANDIDATE_SOURCES:
+        raise ValueError(f"config sim.candidates = {cfg.sim.candidates!r}: rule: one of {list(CANDIDATE_SOURCES)}")
+    if cfg.sim.candidates == "offline" and k != w:
+        raise ValueError(f"config sim.requests_per_user = {k} with sim.candidates = offline: rule: equal to "
+                         f"sim.window = {w} (the offline construction has one candidate set per position)")
     i = month_index(cfg.sim.start_month, month)
     n = months_available(cfg)
     if not 0 <= i < n:
         raise ValueError(
             f"month {month}: simulated month index {i} (sim.start_month = {cfg.sim.start_month}); rule: 0 <= index < "
-            f"data.update_steps // sim.requests_per_user = {cfg.data.update_steps} // {k} = {n} (raise "
-            "data.update_steps for more months)")
+            f"data.update_steps // sim.window = {cfg.data.update_steps} // {w} = {n} (raise data.update_steps for "
+            "more months)")
+    return i
+
+
+def _soon(cfg, s, t: int) -> list[int]:
+    end = len(s.history) + len(s.update)  # index of the held-out target: never a "soon" item
+    return s.sequence[t + 1 : min(t + 1 + cfg.sim.soon_horizon, end)]
+
+
+def month_requests(cfg, dataset, splits, month: str) -> list[SimRequest]:
+    """Every user's requests of ``month`` (see the module docstring), ordered by (slot, user)."""
+    i = _check_month(cfg, month)
+    out = _offline_requests(cfg, dataset, splits, i) if cfg.sim.candidates == "offline" else \
+        _retrieval_requests(cfg, dataset, splits, month, i)
+    out.sort(key=lambda r: (r.step, r.user_id))
+    return out
+
+
+def _offline_requests(cfg, dataset, splits, i: int) -> list[SimRequest]:
+    """The offline construction's requests of month index ``i``: one per window position, x_{t'+1} forced in."""
+    from abpo.data.candidates import build_bandit_requests
+
+    w = cfg.sim.window
     by_user = {s.user_id: s for s in splits}
     out = []
     for ex in build_bandit_requests(splits, dataset, cfg.data):
         s = by_user[ex.user_id]
-        T = len(s.history)
         t = len(ex.history)  # t': x_{1:t'} is the history
-        j = t - T
-        if not i * k <= j < (i + 1) * k:
+        j = t - len(s.history)
+        if not i * w <= j < (i + 1) * w:
+            continue
+        out.append(SimRequest(ex.request_id, ex.user_id, list(ex.history), list(ex.candidates), ex.positive,
+                              _soon(cfg, s, t), j - i * w, j - i * w))
+    return out
+
+
+def _retrieval_requests(cfg, dataset, splits, month: str, i: int) -> list[SimRequest]:
+    """Month index ``i``'s requests with retrieval-stage candidates (abpo.sim.retrieval): requests_per_user per
+    user, spread evenly over the window's positions, the retrieval model and popularity fitted on the interactions
+    to date (before the month)."""
+    from abpo.sim.retrieval import CooccurrenceRetrieval, mix_counts, retrieve_candidates
+
+    sc = cfg.sim
+    items = dataset.item_ids().tolist()
+    to_date = interactions_to_date(cfg, splits, month)
+    retrieval = CooccurrenceRetrieval(window=sc.retrieval_window, recent=sc.retrieval_recent).fit(to_date, items)
+    popularity = np.zeros(len(items))
+    for seq in to_date.values():
+        for it in seq:
+            j = retrieval.index.get(int(it))
+            if j is not None:
+                popularity[j] += 1
+    counts = mix_counts(sc.candidate_count, sc.retrieval_fraction, sc.popular_fraction)
+    key = _month_key(month)
+    out = []
+    for s in sorted(splits, key=lambda s: s.user_id):
+        T = len(s.history)
+        offsets = [j - i * sc.window for j in range(i * sc.window, min((i + 1) * sc.window, len(s.update)))]
+        if not offsets:
             continue
         seq = s.sequence
-        end = T + len(s.update)  # index of the held-out target: never a "soon" item
-        soon = seq[t + 1 : min(t + 1 + cfg.sim.soon_horizon, end)]
-        out.append(SimRequest(ex.request_id, ex.user_id, list(ex.history), list(ex.candidates), ex.positive,
-                              list(soon), j - i * k))
-    out.sort(key=lambda r: (r.step, r.user_id))
+        for r in range(sc.requests_per_user):
+            o = offsets[r * len(offsets) // sc.requests_per_user]
+            t = T + i * sc.window + o
+            rng = np.random.default_rng([int(cfg.seed), key, int(s.user_id), r, 3])
+            cands = retrieve_candidates(seq[:t], retrieval=retrieval, popularity=popularity, counts=counts, rng=rng,
+                                        exclude=(s.target,))
+            out.append(SimRequest(f"{s.user_id}:{t}:{r}", int(s.user_id), seq[:t], cands, int(seq[t]),
+                                  _soon(cfg, s, t), r, o))
     return out
 
 
 def month_interactions(cfg, splits, month: str, times: dict[tuple[int, int], datetime] | None = None) -> pa.Table:
     """What users consume in ``month`` (INTERACTIONS_SCHEMA): each user's real items of the month's window
-    x_{T+i*k+1 .. T+(i+1)*k} (the next items of the month's requests), with their positions in the user's sequence;
-    ``times``: (user, window step) -> the request's time (else the month's start). Landed with the impressions, so
-    the warehouse holds the interactions to date (the ranker arms' training data) without asking the simulator."""
+    x_{T+i*w+1 .. T+(i+1)*w} (w = ``sim.window``), with their positions in the user's sequence; ``times``: (user,
+    window offset) -> the time of the first request at that position (else the month's start). Landed with the
+    impressions, so the warehouse holds the interactions to date (the ranker arms' training data) without asking
+    the simulator."""
     from abpo.data.schemas import INTERACTIONS_SCHEMA
 
-    k = cfg.sim.requests_per_user
+    w = cfg.sim.window
     i = month_index(cfg.sim.start_month, month)
     start, _ = Month(month).bounds()
     rows: dict[str, list] = {f.name: [] for f in INTERACTIONS_SCHEMA}
     for s in splits:
         T = len(s.history)
-        for j in range(max(i * k, 0), min((i + 1) * k, len(s.update))):
+        for j in range(max(i * w, 0), min((i + 1) * w, len(s.update))):
             rows["user_id"].append(int(s.user_id))
             rows["item_id"].append(int(s.update[j]))
-            rows["event_time"].append((times or {}).get((int(s.user_id), j - i * k), start))
+            rows["event_time"].append((times or {}).get((int(s.user_id), j - i * w), start))
             rows["rating"].append(None)
             rows["position"].append(T + j)
     return pa.table(rows, schema=INTERACTIONS_SCHEMA)
@@ -119,14 +183,39 @@ def interactions_to_date(cfg, splits, month: str) -> dict[int, list[int]]:
     """What the platform has seen users consume before ``month``: x_{1:T} and the real items of every earlier
     simulated month (what the warehouse's interactions to date hold once those months are ingested: tests check
     the two agree)."""
-    k = cfg.sim.requests_per_user
+    w = cfg.sim.window
     i = max(month_index(cfg.sim.start_month, month), 0)
-    return {s.user_id: [*s.history, *s.update[: min(i * k, len(s.update))]] for s in splits}
+    return {s.user_id: [*s.history, *s.update[: min(i * w, len(s.update))]] for s in splits}
+
+
+_ORACLES: dict[tuple, Any] = {}
+
+
+def ground_truth(cfg, dataset):
+    """The users' preference model (abpo.sim.preference), fitted once per process on every interaction of
+    ``dataset``, future windows and held-out targets included. Only the click model reads it."""
+    from abpo.sim.preference import PreferenceOracle
+
+    sc = cfg.sim
+    key = (dataset.name, dataset.interactions.num_rows, dataset.catalog.num_rows, int(cfg.seed), sc.oracle_factors,
+           sc.oracle_iterations, sc.oracle_regularization)
+    if key not in _ORACLES:
+        t = time.time()
+        _ORACLES.clear()  # one dataset at a time: a process never needs two
+        _ORACLES[key] = PreferenceOracle.fit(dataset.sequences, dataset.item_ids().tolist(), factors=sc.oracle_factors,
+                                             iterations=sc.oracle_iterations, regularization=sc.oracle_regularization,
+                                             seed=cfg.seed)
+        log.info(f"simulate: ground-truth preference model fitted on {dataset.interactions.num_rows} interactions "
+                 f"of {len(dataset.sequences)} users in {time.time() - t:.1f}s")
+    return _ORACLES[key]
+
+
+def _month_key(month: str) -> int:
+    return int.from_bytes(hashlib.sha256(month.encode()).digest()[:4], "big")
 
 
 def _uniforms(seed: int, month: str, stream: int, n: int) -> np.ndarray:
-    key = int.from_bytes(hashlib.sha256(month.encode()).digest()[:4], "big")
-    return np.random.default_rng([int(seed), key, stream]).random(n)
+    return np.random.default_rng([int(seed), _month_key(month), stream]).random(n)
 
 
 def _times(month: str, n: int) -> list[datetime]:
@@ -145,6 +234,7 @@ def simulate_month(cfg, month: str, arms: Mapping[str, Any], *, dataset=None, sp
     from abpo.data.splits import split_users
     from abpo.sim.assignment import assign_users, check_shares
     from abpo.sim.clicks import check_click_config, click_probability
+    from abpo.sim.preference import calibrate_intercept, preference_probability
 
     t0 = time.time()
     check_click_config(cfg.sim)
@@ -156,7 +246,9 @@ def simulate_month(cfg, month: str, arms: Mapping[str, Any], *, dataset=None, sp
     arm_of = assign_users([s.user_id for s in splits], cfg.sim.salt, shares)
     u_expose = _uniforms(cfg.seed, month, 1, len(requests))
     u_click = _uniforms(cfg.seed, month, 2, len(requests))
-    genres = dict(zip(ds.catalog.column("item_id").to_pylist(), ds.catalog.column("genres").to_pylist()))
+    oracle = ground_truth(cfg, ds)
+    z = [oracle.z(r.user_id, r.candidates) for r in requests]
+    intercept = calibrate_intercept(np.concatenate(z), cfg.sim.preference_slope, cfg.sim.base_ctr) if z else 0.0
     log.info(f"simulate {month}: {len(requests)} requests of {len(splits)} users, arms {dict(shares)}")
 
     exposures: dict[int, Any] = {}
@@ -176,8 +268,9 @@ def simulate_month(cfg, month: str, arms: Mapping[str, Any], *, dataset=None, sp
     for j, (r, ts) in enumerate(zip(requests, times, strict=True)):
         e = exposures[j]
         name = arm_of[r.user_id]
-        p_click = click_probability(e.item_id, r.next_item, r.soon, r.history, genres, cfg.sim)
-        clicked = int(u_click[j] < p_click)
+        pos = r.candidates.index(e.item_id)
+        p_pref = float(preference_probability(z[j][pos], intercept, cfg.sim.preference_slope))
+        clicked = int(u_click[j] < click_probability(p_pref, e.item_id, r.next_item, r.soon, cfg.sim))
         cols["impression_id"].append(f"{month}:{name}:{r.request_id}")
         cols["event_time"].append(ts)
         cols["user_id"].append(r.user_id)
@@ -201,7 +294,10 @@ def simulate_month(cfg, month: str, arms: Mapping[str, Any], *, dataset=None, sp
     path = None
     if write:
         path = write_impressions(table, cfg.paths.resolve("landing"), month, part=SIM_PART)
-        when = {(r.user_id, r.step): ts for r, ts in zip(requests, times, strict=True)}
+        when: dict[tuple[int, int], datetime] = {}
+        for r, ts in zip(requests, times, strict=True):
+            when.setdefault((r.user_id, r.offset), ts)
         write_interactions(month_interactions(cfg, splits, month, when), cfg.paths.resolve("landing"), month,
                            part=SIM_PART)
-    return SimResult(month, table, path, per_arm, round(time.time() - t0, 1))
+    calibration = {"intercept": intercept, "base_ctr": cfg.sim.base_ctr, "slope": cfg.sim.preference_slope}
+    return SimResult(month, table, path, per_arm, round(time.time() - t0, 1), calibration)

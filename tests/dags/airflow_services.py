@@ -20,7 +20,7 @@ SMALL = ["data.max_users=40", "sft.max_steps=10", "sft.eval_max_users=15", "data
          "arms.gate_ope_bootstrap=200",
          # clicks likely enough that a 40-user month gives every LLM arm both strata (the grpo arm serves ~20 rows;
          # with the default click model it once got none, and its update group was skipped, not failed)
-         "sim.click_next=1.0", "sim.click_base=0.2"]
+         "sim.click_next=1.0", "sim.base_ctr=0.2"]
 SERVICES = {"api-server": ["api-server"], "scheduler": ["scheduler"], "dag-processor": ["dag-processor"]}
 
 

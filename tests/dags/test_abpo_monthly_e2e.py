@@ -31,7 +31,8 @@ def _env(tmp_path):
 @pytest.mark.slow
 def test_demo_runs_three_months_through_the_dag(tmp_path):
     sets = [x for s in SMALL for x in ("--set", s)]
-    proc = subprocess.run([str(Path(sys.executable).with_name("abpo")), "demo", "--config", "demo", *sets], env=_env(tmp_path),
+    proc = subprocess.run([str(Path(sys.executable).with_name("abpo")), "demo", "--config", "demo", "--months", "3", *sets],
+                          env=_env(tmp_path),
                           capture_output=True, text=True, timeout=2400)
     assert proc.returncode == 0, (proc.stdout[-4000:], proc.stderr[-4000:])
     assert "3 months through abpo_monthly" in proc.stdout and "wall time" in proc.stdout

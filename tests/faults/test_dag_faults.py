@@ -73,7 +73,7 @@ def test_the_e2e_tests_and_the_demo_overrides_are_allowed(dag_module):
 def test_allowed_overrides_pass_and_load(dag, dag_module):
     from abpo.config import load_config
 
-    ok = ["arms.gate_margin=0.01", "arms.gate_min_ess=5", "sim.click_base=0.02", "report.confidence=0.9", "seed=3",
+    ok = ["arms.gate_margin=0.01", "arms.gate_min_ess=5", "sim.base_ctr=0.02", "report.confidence=0.9", "seed=3",
           "update.learning_rate=0.001", "arms.popularity.temperature=0.3"]
     assert dag.params.get_param("overrides").resolve(ok) == ok
     cfg = load_config("tiny", dag_module.check_overrides(ok))

@@ -36,25 +36,22 @@ def test_shares_are_checked():
 
 
 def test_click_model_responds_as_documented():
-    from abpo.sim.clicks import click_probability, genre_overlap
+    from abpo.sim.clicks import boost, click_probability
     from abpo.sim.config import SimConfig
 
-    c = SimConfig(click_next=0.7, click_soon=0.35, click_base=0.01, click_taste=0.06, soon_horizon=2, taste_window=2)
-    genres = {1: ["Drama"], 2: ["Comedy"], 3: ["Drama", "Comedy"], 4: ["Horror"], 5: [], 6: ["Drama"]}
-    assert click_probability(6, 6, [4], [1, 2], genres, c) == 0.7  # the true next item
-    assert click_probability(4, 6, [4], [1, 2], genres, c) == 0.35  # among the next few
-    assert genre_overlap(3, [1, 2], genres) == 1.0 and genre_overlap(4, [1, 2], genres) == 0.0
-    assert click_probability(3, 6, [4], [1, 2], genres, c) == pytest.approx(0.01 + 0.06)  # full taste overlap
-    assert click_probability(5, 6, [4], [1, 2], genres, c) == pytest.approx(0.01)  # no genres: base only
-    # only the last taste_window items define the taste: Drama (item 1) has dropped out of [1, 2, 4]
-    assert click_probability(6, 3, [], [1, 2, 4], genres, c) == pytest.approx(0.01)
+    c = SimConfig(click_next=0.7, click_soon=0.35, soon_horizon=2)
+    assert boost(6, 6, [4], c) == 0.7 and boost(4, 6, [4], c) == 0.35 and boost(5, 6, [4], c) == 0.0
+    assert click_probability(0.0, 6, 6, [4], c) == pytest.approx(0.7)  # the true next item
+    assert click_probability(0.2, 6, 6, [4], c) == pytest.approx(1 - 0.8 * 0.3)  # noisy-or with the preference
+    assert click_probability(0.2, 4, 6, [4], c) == pytest.approx(1 - 0.8 * 0.65)  # among the next few
+    assert click_probability(0.2, 5, 6, [4], c) == pytest.approx(0.2)  # any other item: its preference only
 
 
-def test_months_are_consecutive_never_overlap_and_keep_the_target_held_out(make_cfg, movielens):
+def test_the_offline_construction_keeps_months_consecutive_and_the_target_held_out(make_cfg, movielens):
     from abpo.data.splits import split_users
     from abpo.sim.simulator import month_requests
 
-    cfg = make_cfg(*SMALL)
+    cfg = make_cfg(*SMALL, "sim.candidates=offline")
     splits, _ = split_users(movielens, cfg.data)
     by_user = {s.user_id: s for s in splits}
     months = ["2026-01", "2026-02", "2026-03"]
@@ -73,6 +70,64 @@ def test_months_are_consecutive_never_overlap_and_keep_the_target_held_out(make_
             assert s.target not in r.soon and r.next_item == s.sequence[len(r.history)]
     with pytest.raises(ValueError, match="data.update_steps"):
         month_requests(cfg, movielens, splits, "2026-04")  # 6 update steps / 2 per month = 3 months
+    with pytest.raises(ValueError, match="sim.requests_per_user = 3 with sim.candidates = offline"):
+        month_requests(make_cfg(*SMALL, "sim.candidates=offline", "sim.requests_per_user=3"), movielens, splits,
+                       "2026-01")
+
+
+def test_retrieval_candidates_force_nothing_in_and_follow_the_mix(make_cfg, movielens):
+    """The default candidates come from the retrieval stage: the true next item only when found (so some sets
+    lack it), never an item of the history or the held-out target, M distinct items; requests_per_user requests
+    per user spread over the month's window; the same on a rerun."""
+    from abpo.data.splits import split_users
+    from abpo.sim.simulator import interactions_to_date, month_requests
+
+    cfg = make_cfg(*SMALL, "sim.requests_per_user=3", "sim.candidate_count=15")
+    splits, _ = split_users(movielens, cfg.data)
+    by_user = {s.user_id: s for s in splits}
+    for i, m in enumerate(["2026-01", "2026-02", "2026-03"]):
+        reqs = month_requests(cfg, movielens, splits, m)
+        assert reqs == month_requests(cfg, movielens, splits, m)  # seeded
+        assert len(reqs) == 3 * len(splits) and len({r.request_id for r in reqs}) == len(reqs)
+        found = 0
+        for r in reqs:
+            s = by_user[r.user_id]
+            T = len(s.history)
+            assert len(r.candidates) == len(set(r.candidates)) == 15
+            assert not set(r.candidates) & set(r.history) and s.target not in r.candidates
+            assert len(r.history) == T + 2 * i + r.offset and r.offset == r.step * 2 // 3  # slots 0,1,2 -> 0,0,1
+            assert r.next_item == s.sequence[len(r.history)]
+            found += r.next_item in r.candidates
+        assert 0 < found < len(reqs)  # found sometimes, never forced
+    # the retrieval model sees the interactions to date only: month 2 does not change when month 3 does
+    cfg1 = make_cfg(*SMALL)
+    late = [type(s)(s.user_id, s.history, [*s.update[:4], *reversed(s.update[4:])], s.target) for s in splits]
+    assert interactions_to_date(cfg1, late, "2026-02") == interactions_to_date(cfg1, splits, "2026-02")
+    first = [(r.history, r.candidates) for r in month_requests(cfg1, movielens, splits, "2026-02")]
+    assert first == [(r.history, r.candidates) for r in month_requests(cfg1, movielens, late, "2026-02")]
+
+
+def test_retrieval_mix_and_draws():
+    from abpo.sim.retrieval import CooccurrenceRetrieval, mix_counts, retrieve_candidates
+
+    assert mix_counts(20, 0.5, 0.3) == (10, 6, 4) and mix_counts(20, 0.0, 0.0) == (0, 0, 20)
+    with pytest.raises(ValueError, match="sum <= 1"):
+        mix_counts(20, 0.7, 0.5)
+    items = list(range(1, 101))
+    r = CooccurrenceRetrieval(window=1, recent=2).fit({1: [1, 2, 3], 2: [2, 3, 4], 3: [3, 5]}, items)
+    assert r.scores([9, 3])[[1, 3, 4]].tolist() == [2.0, 1.0, 1.0]  # items 2, 4, 5 co-occur with 3 (2 twice)
+    popularity = np.zeros(100)
+    popularity[[49, 59]] = 1000.0  # items 50 and 60 are the popular ones
+    got = retrieve_candidates([3], retrieval=r, popularity=popularity, counts=(2, 2, 4),
+                              rng=np.random.default_rng(0), exclude=[4])
+    assert len(got) == len(set(got)) == 8 and 3 not in got and 4 not in got
+    assert {2, 5} <= set(got) and {50, 60} <= set(got)  # the top co-occurring and the two popular items
+    # a share that runs dry is filled by the next kind: only 3 items co-occur with 3 but 5 are asked
+    got = retrieve_candidates([3], retrieval=r, popularity=popularity, counts=(5, 0, 0), rng=np.random.default_rng(1))
+    assert len(got) == 5 and {2, 4, 5} <= set(got)
+    with pytest.raises(ValueError, match="at least sim.candidate_count"):
+        retrieve_candidates(items[:95], retrieval=r, popularity=popularity, counts=(2, 2, 4),
+                            rng=np.random.default_rng(0))
 
 
 def test_interactions_to_date_grow_by_the_earlier_windows_only(make_cfg, movielens):
@@ -150,12 +205,12 @@ def test_the_warehouse_holds_the_interactions_to_date_the_simulator_served(make_
 
 
 def test_click_rates_follow_the_model_on_simulated_traffic(make_cfg, movielens):
-    """Exposures of the true next item are clicked at about click_next, all others far less often."""
+    """Exposures of the true next item are clicked at about click_next, all others never (no preference clicks)."""
     from abpo.data.splits import split_users
     from abpo.sim.simulator import month_requests, simulate_month
 
-    cfg = make_cfg(*SMALL, "data.max_users=0", "sim.click_next=0.9", "sim.click_soon=0.0", "sim.click_base=0.0",
-               "sim.click_taste=0.0")
+    cfg = make_cfg(*SMALL, "data.max_users=0", "sim.candidates=offline", "sim.click_next=0.9", "sim.click_soon=0.0",
+                   "sim.base_ctr=0.0")
     splits, _ = split_users(movielens, cfg.data)
     arms = _ranker_arms(cfg, movielens, splits)
     res = simulate_month(cfg, "2026-01", arms, dataset=movielens, splits=splits, write=False)
@@ -168,3 +223,72 @@ def test_click_rates_follow_the_model_on_simulated_traffic(make_cfg, movielens):
     assert clicks[~hit].sum() == 0
     rate = clicks[hit].mean()
     assert abs(rate - 0.9) < 3 * np.sqrt(0.9 * 0.1 / hit.sum()) + 1e-9
+
+
+class UniformArm:
+    """A logging policy that exposes a uniformly random candidate: the calibration's reference arm."""
+
+    name = "uniform"
+    model_version = "1"
+    logging_policy = "uniform"
+
+    def propensities(self, requests):
+        return [np.full(len(c), 1.0 / len(c)) for _, _, c in requests]
+
+
+@pytest.mark.parametrize("base_ctr", [0.05, 0.15])
+def test_a_uniform_arm_observes_the_configured_base_ctr(make_cfg, movielens, base_ctr):
+    """Calibration: without the next-item boosts, a uniformly random exposure's CTR is within 3 standard errors of
+    sim.base_ctr, whatever the preference slope."""
+    from abpo.data.splits import split_users
+    from abpo.sim.simulator import simulate_month
+
+    cfg = make_cfg("data.max_users=0", "data.update_steps=6", "sim.requests_per_user=4", "sim.click_next=0",
+                   "sim.click_soon=0", f"sim.base_ctr={base_ctr}", "report.arm_shares={uniform: 1.0}")
+    splits, _ = split_users(movielens, cfg.data)
+    res = simulate_month(cfg, "2026-02", {"uniform": UniformArm()}, dataset=movielens, splits=splits, write=False)
+    clicks = np.asarray(res.table.column("clicked").to_pylist())
+    se = np.sqrt(base_ctr * (1 - base_ctr) / len(clicks))
+    assert len(clicks) == 4 * len(splits)
+    assert abs(clicks.mean() - base_ctr) < 3 * se, (clicks.mean(), base_ctr, se)
+    assert res.calibration["base_ctr"] == base_ctr and np.isfinite(res.calibration["intercept"])
+
+
+def test_the_ground_truth_sees_the_future_and_no_arm_sees_it(make_cfg, movielens):
+    """The oracle is fitted on every interaction, held-out targets included (so a user's future shapes their
+    clicks), and nothing an arm receives depends on it: the requests (history, candidates) are the same whatever
+    the oracle, and only abpo.sim imports abpo.sim.preference (the import-linter contract, checked here too)."""
+    import ast
+    from pathlib import Path
+
+    from abpo.data.splits import split_users
+    from abpo.sim.preference import PreferenceOracle
+    from abpo.sim.simulator import ground_truth, month_requests
+
+    cfg = make_cfg(*SMALL)
+    splits, _ = split_users(movielens, cfg.data)
+    oracle = ground_truth(cfg, movielens)
+    s = splits[0]
+    z = oracle.z(s.user_id, movielens.item_ids().tolist())
+    assert z[list(movielens.item_ids()).index(s.target)] > np.quantile(z, 0.9)  # the future item is liked
+    # without the users' last items the ground truth differs, the arms' requests do not
+    past = {u: seq[:-3] for u, seq in movielens.sequences.items()}
+    other = PreferenceOracle.fit(past, movielens.item_ids().tolist(), factors=cfg.sim.oracle_factors,
+                                 iterations=cfg.sim.oracle_iterations, regularization=cfg.sim.oracle_regularization,
+                                 seed=cfg.seed)
+    assert not np.allclose(other.z(s.user_id, [s.target]), oracle.z(s.user_id, [s.target]))
+    reqs = month_requests(cfg, movielens, splits, "2026-02")
+    assert all(set(vars(r)) == {"request_id", "user_id", "history", "candidates", "next_item", "soon", "step",
+                                "offset"} for r in reqs[:5])
+    root = Path(__file__).resolve().parents[2]
+    importers = []
+    for path in [*root.joinpath("abpo").rglob("*.py"), *root.joinpath("dags").rglob("*.py"),
+                 *root.joinpath("plugins").rglob("*.py")]:
+        if path.parent.name == "sim" and path.parent.parent.name == "abpo":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if any(n.startswith("abpo.sim.preference") for n in names):
+                importers.append(str(path.relative_to(root)))
+    assert importers == []

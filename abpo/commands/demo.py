@@ -198,6 +198,26 @@ def _run_airflow(args: list[str], env: dict[str, str], log_path: Path) -> int:
     return proc.returncode
 
 
+# --set keys the demo carries to its Airflow tasks in their environment (:func:`airflow_env`), not in a run's overrides
+CARRIED_BY_ENV = {"paths.root": "ABPO_STATE", "paths.mlflow_tracking_uri": "ABPO_TRACKING_URI"}
+
+
+def month_run_overrides(overrides: list[str]) -> list[str]:
+    """The demo's --set overrides that each month's DAG run gets as its `overrides` param: all but those the
+    environment carries (:data:`CARRIED_BY_ENV`). ConfigError naming the first one the DAG would refuse
+    (abpo.monthly.overrides.check_overrides)."""
+    from abpo.config import ConfigError
+    from abpo.monthly.overrides import check_overrides
+
+    kept = [o for o in overrides if o.split("=", 1)[0].strip() not in CARRIED_BY_ENV]
+    try:
+        return check_overrides(kept)
+    except ValueError as e:
+        raise ConfigError(f"--set: {e}; the demo passes --set to every month's abpo_monthly run, which takes only "
+                          f"those keys (and {', '.join(CARRIED_BY_ENV)}, which travel as "
+                          f"{' / '.join(CARRIED_BY_ENV.values())}); nothing was run") from None
+
+
 def run_demo(args: argparse.Namespace, cfg) -> int:
     import json as _json
 
@@ -208,6 +228,7 @@ def run_demo(args: argparse.Namespace, cfg) -> int:
 
     t0 = time.time()
     log = StepLog()
+    dag_overrides = month_run_overrides(args.overrides)  # refused here, before anything runs, not in month 1's run
     months = month_range(cfg.sim.start_month, args.months)
     root = cfg.paths.resolve("root")
     print(f"abpo demo: config {cfg.name}, months {months[0]}..{months[-1]}, state under {root}", flush=True)
@@ -225,7 +246,7 @@ def run_demo(args: argparse.Namespace, cfg) -> int:
     log.run("airflow_db", _airflow_db)
     for m in months:
         logical = m.next().bounds()[0].isoformat()  # the run of 2026-02-01T00:00:00+00:00 processes 2026-01
-        conf = {"month": m, "simulate": True, "overrides": list(args.overrides)}
+        conf = {"month": m, "simulate": True, "overrides": dag_overrides}
         step_log = root / "airflow" / f"dags-test-{m}.log"
 
         def _month(m=m, logical=logical, conf=conf, step_log=step_log) -> dict[str, Any]:

@@ -5,7 +5,7 @@ import torch
 
 from abpo.algo.advantages import anchored_advantages, anchored_baseline, group_advantages
 from abpo.algo.variants import VARIANTS, anchor_weights, get_variant, rollout_advantages
-from abpo.train.config import UpdateConfig
+from abpo.train.update import UpdateRun
 
 R_LOG = torch.tensor([2.0, 2.0, 0.05, 0.05], dtype=torch.float64)
 R_ROLL = torch.tensor([[1.0, 0.0, 2.0], [1.0, 1.0, 0.0], [1.0, -0.9, 1.1], [0.0, 1.2, 1.0]], dtype=torch.float64)
@@ -26,10 +26,10 @@ def test_switch_table_matches_the_spec():
     assert all(VARIANTS[name].name == name for name in VARIANTS)
 
 
-def test_get_variant_by_name_or_letter_and_the_config_default():
+def test_get_variant_by_name_or_letter_and_an_update_runs_default():
     assert get_variant("F") is get_variant("abpo") is get_variant(" ABPO ") is VARIANTS["abpo"]
     assert get_variant("b").name == "grpo"
-    assert get_variant(UpdateConfig().variant).letter == "F"
+    assert get_variant(UpdateRun().variant).letter == "F"
     with pytest.raises(ValueError, match="unknown variant 'ppo'.*A=none.*F=abpo"):
         get_variant("ppo")
 

@@ -63,9 +63,12 @@ def ensure_pi_init(cfg, *, fresh: bool = False) -> dict[str, Any]:
 
 def bootstrap_arms(cfg) -> BootstrapResult:
     """Every arm gets a champion if it has none (see the module docstring)."""
+    from abpo.data.holdout import check_gate_users, check_holdout_fraction
     from abpo.monthly.gate import offline_metrics, record_offline_metrics
     from abpo.monthly.refit import refit_ranker_arm
 
+    if check_gate_users(cfg.arms.gate_users) == "warehouse":  # a wrong gate setting stops the month here, not later
+        check_holdout_fraction(cfg.arms.gate_holdout_fraction)
     out: dict[str, Any] = {}
     init = None
     init_metrics: dict[str, float] | None = None

@@ -296,11 +296,15 @@ def test_a_gate_user_without_enough_unseen_items_is_named(make_cfg, movielens_di
 
 
 def test_bad_settings_name_the_key_and_the_rule(make_cfg, movielens_dir):
+    from abpo.monthly.bootstrap import bootstrap_arms
     from abpo.monthly.gate import gate_examples
     from abpo.monthly.update import arm_strata
 
-    with pytest.raises(ValueError, match=r"arms.gate_users='own'; rule: one of \['dataset', 'warehouse'\]"):
-        gate_examples(make_cfg("arms.gate_users=own"), M1)
+    for stage in (gate_examples, bootstrap_arms):  # the month's first step refuses it before anything is trained
+        with pytest.raises(ValueError, match=r"arms.gate_users='own'; rule: one of \['dataset', 'warehouse'\]"):
+            stage(make_cfg("arms.gate_users=own"), *([M1] if stage is gate_examples else []))
+    with pytest.raises(ValueError, match=r"arms.gate_holdout_fraction=0.0; rule: a share in \(0, 1\)"):
+        bootstrap_arms(make_cfg("arms.gate_users=warehouse", "arms.gate_holdout_fraction=0"))
     cfg = warehouse_cfg(make_cfg, movielens_dir, 60, 40, "arms.gate_holdout_fraction=1.0")
     land_interactions(cfg, M1, own_users(40, 60)[M1])
     with pytest.raises(ValueError, match=r"arms.gate_holdout_fraction=1.0; rule: a share in \(0, 1\)"):

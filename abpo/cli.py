@@ -110,12 +110,14 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     from abpo.config import ConfigError
     from abpo.data.schemas import SchemaError
     from abpo.monthly.adopt import ModelRefused
+    from abpo.monthly.gate import GateUsersMissing
     from abpo.months import MonthError
     from abpo.registry import RegistryUnavailable
     from abpo.warehouse import IngestError, WarehouseBusy, WarehouseSettingError, WarehouseUnreadable
 
     return (ConfigError, MonthError, CSVFormatError, ReportInputError, SchemaError, IngestError, WarehouseBusy,
-            WarehouseUnreadable, WarehouseSettingError, RegistryUnavailable, PromotionRace, NotInRegistry, ModelRefused)
+            WarehouseUnreadable, WarehouseSettingError, RegistryUnavailable, PromotionRace, NotInRegistry, ModelRefused,
+            GateUsersMissing)
 
 
 def one_line(e: BaseException) -> str:

@@ -27,7 +27,8 @@ import logging
 import os
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,6 +50,8 @@ from abpo.data.schemas import (
 from abpo.paths import SQL_DIR
 
 _DATA_DEFAULTS = DataConfig()  # the contract parameters' defaults (section data)
+# the Arrow table of user ids the strata's SQL files anti-join (Warehouse.strata: the gate's held-out users)
+EXCLUDED_USERS_TABLE = "strata_excluded_users"
 log = logging.getLogger(__name__)
 
 
@@ -508,29 +511,58 @@ class Warehouse:
     def quarantine_by_rule(self, months: list[str] | None = None) -> pa.Table:
         return self.run("quarantine_by_rule", months=[check_month(m) for m in months] if months is not None else None)
 
-    def strata(self, months: Sequence[str]) -> tuple[pa.Table, pa.Table]:
-        """(positive rows B_1, no-response rows B_0) of the given months, each in a stable order."""
-        ms = [check_month(m) for m in months]
-        return self.run("stratify_positive", months=ms), self.run("stratify_no_response", months=ms)
+    @contextmanager
+    def _excluded_users(self, users: Iterable[int] | None) -> Iterator[None]:
+        """Register ``users`` (none when None or empty) as the Arrow table ``strata_excluded_users`` (user_id BIGINT)
+        that the strata's SQL files anti-join, for the duration of the block."""
+        ids = pa.array(sorted({int(u) for u in users or ()}), pa.int64())
+        self.con.register(EXCLUDED_USERS_TABLE, pa.table({"user_id": ids}))
+        try:
+            yield
+        finally:
+            self.con.unregister(EXCLUDED_USERS_TABLE)
 
-    def stratum_sizes(self, months: Sequence[str]) -> tuple[int, int]:
-        """(P, N): positive and no-response rows of the given months."""
-        row = self.run("stratum_sizes", months=[check_month(m) for m in months]).to_pylist()[0]
+    def strata(self, months: Sequence[str], *, exclude_users: Iterable[int] | None = None) -> tuple[pa.Table, pa.Table]:
+        """(positive rows B_1, no-response rows B_0) of the given months, each in a stable order, without the rows of
+        the users in ``exclude_users`` (an anti-join in DuckDB: the gate's held-out users, abpo.data.holdout)."""
+        ms = [check_month(m) for m in months]
+        with self._excluded_users(exclude_users):
+            return self.run("stratify_positive", months=ms), self.run("stratify_no_response", months=ms)
+
+    def stratum_sizes(self, months: Sequence[str], *, exclude_users: Iterable[int] | None = None) -> tuple[int, int]:
+        """(P, N): positive and no-response rows of the given months, without the users in ``exclude_users``."""
+        with self._excluded_users(exclude_users):
+            row = self.run("stratum_sizes", months=[check_month(m) for m in months]).to_pylist()[0]
         return int(row["positive"]), int(row["no_response"])
+
+    def held_out_rows(self, months: Sequence[str], users: Iterable[int]) -> list[dict]:
+        """Per arm, the rows of the given months that ``strata(months, exclude_users=users)`` leaves out: dicts
+        (arm, positive, no_response, users), by arm (sql/strata_held_out.sql)."""
+        with self._excluded_users(users):
+            return self.run("strata_held_out", months=[check_month(m) for m in months]).to_pylist()
+
+    def impression_users(self, months: Sequence[str]) -> list[int]:
+        """The distinct users of the clean impressions of the given months, ascending."""
+        t = self.run("impression_users", months=[check_month(m) for m in months])
+        return [int(u) for u in t.column("user_id").to_pylist()]
 
     def stratified_batch_stream(
         self, months: Sequence[str], batch_size: int, seed: int, mode: str = "oversample", *, chunk_rows: int = 65536,
+        exclude_users: Iterable[int] | None = None,
     ) -> Iterator[pa.Table]:
         """The stratified mini-batches of ``months`` (:func:`stratified_batch_plan`, the same batches as
         :func:`stratified_batch_tables` over :meth:`strata`), streamed from DuckDB as Arrow tables of whole batches
         (about ``chunk_rows`` rows each; the strata's columns plus ``batch`` and ``slot``, in (batch, slot) order).
         Only the plan's integers are held in Python; DuckDB joins, sorts and spills (memory_limit / temp_directory),
-        so a month of any size streams in bounded memory (sql/stratified_batches.sql)."""
+        so a month of any size streams in bounded memory (sql/stratified_batches.sql). The users in
+        ``exclude_users`` are left out, as by :meth:`strata`."""
         ms = [check_month(m) for m in months]
-        plan = stratified_batch_plan(*self.stratum_sizes(ms), batch_size, seed, mode)
+        excluded = sorted({int(u) for u in exclude_users or ()})
+        plan = stratified_batch_plan(*self.stratum_sizes(ms, exclude_users=excluded), batch_size, seed, mode)
         text = self.sql_text("stratified_batches")
         self.con.register("batch_plan_positive", plan.stratum(True))
         self.con.register("batch_plan_no_response", plan.stratum(False))
+        self.con.register(EXCLUDED_USERS_TABLE, pa.table({"user_id": pa.array(excluded, pa.int64())}))
         try:
             try:
                 reader = self.con.sql(text, params={"months": ms}).to_arrow_reader(chunk_rows)
@@ -550,6 +582,7 @@ class Warehouse:
         finally:
             self.con.unregister("batch_plan_positive")
             self.con.unregister("batch_plan_no_response")
+            self.con.unregister(EXCLUDED_USERS_TABLE)
 
     def months(self) -> list[str]:
         return [r[0] for r in self.con.execute("SELECT DISTINCT month FROM impressions ORDER BY 1").fetchall()]
@@ -588,13 +621,21 @@ class Warehouse:
             raise
         return int(rows)
 
+    def interaction_rows(self, month: str) -> pa.Table:
+        """The interactions of the months up to and including ``month``: user_id, item_id, month, position,
+        source_file (the landed file it came from), ordered by user, month, position (sql/interactions_to_date.sql);
+        no rows for a warehouse without interactions."""
+        has = self.con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'interactions'")
+        if not has.fetchall()[0][0]:
+            return pa.table({"user_id": pa.array([], pa.int64()), "item_id": pa.array([], pa.int64()),
+                             "month": pa.array([], pa.string()), "position": pa.array([], pa.int32()),
+                             "source_file": pa.array([], pa.string())})
+        return self.run("interactions_to_date", month=check_month(month))
+
     def interactions_to_date(self, month: str) -> dict[int, list[int]]:
         """user -> the items consumed in the months up to and including ``month``, in sequence order (empty for a
         warehouse without interactions)."""
-        has = self.con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'interactions'")
-        if not has.fetchall()[0][0]:
-            return {}
-        t = self.run("interactions_to_date", month=check_month(month))
+        t = self.interaction_rows(month)
         out: dict[int, list[int]] = {}
         for u, i in zip(t.column("user_id").to_pylist(), t.column("item_id").to_pylist()):
             out.setdefault(int(u), []).append(int(i))

@@ -3,15 +3,18 @@
 -- impression_id) on the keys alone; the batch plan the caller registered (batch_plan_positive,
 -- batch_plan_no_response: rank, batch, slot; abpo.warehouse.stratified_batch_plan) maps ranks to slots, so a row the
 -- plan recycles appears once per slot it fills; only then are the rows' columns fetched (by rowid) and sorted into
--- batch order. DuckDB sorts and spills; the caller reads the result a chunk at a time.
+-- batch order. DuckDB sorts and spills; the caller reads the result a chunk at a time. The users of
+-- strata_excluded_users (registered by the caller, as in stratify_positive.sql) are left out before the ranks.
 WITH positive_keys AS (
     SELECT rowid AS row_key, row_number() OVER (ORDER BY month, impression_id) - 1 AS rank
     FROM impressions
+    ANTI JOIN strata_excluded_users USING (user_id)
     WHERE clicked = 1 AND list_contains($months::VARCHAR[], month)
 ),
 no_response_keys AS (
     SELECT rowid AS row_key, row_number() OVER (ORDER BY month, impression_id) - 1 AS rank
     FROM impressions
+    ANTI JOIN strata_excluded_users USING (user_id)
     WHERE clicked = 0 AND list_contains($months::VARCHAR[], month)
 ),
 slots AS (

@@ -62,6 +62,19 @@ class ArmsConfig:
     gate_max_users: int = field(
         default=0, metadata={"help": "Held-out users the gate scores (seeded choice); 0 = sft.eval_max_users."}
     )
+    gate_users: str = field(
+        default="dataset",
+        metadata={"help": "Whose held-out users the offline gate scores: dataset = the configured dataset's offline "
+                          "construction (target x_{T+N}); warehouse = your own users, the arms.gate_holdout_fraction "
+                          "slice of the warehouse's interactions through the gated month (target: each one's last "
+                          "interaction, candidates drawn as data.eval_*), whose impressions then never enter an LLM "
+                          "update."},
+    )
+    gate_holdout_fraction: float = field(
+        default=0.1,
+        metadata={"help": "gate_users=warehouse: the share of users held out for the gate, by a seeded stable hash "
+                          "(sha256(\"<seed>:gate:<user>\") / 2^64 < share): in (0, 1)."},
+    )
     update_max_examples: int = field(
         default=0, metadata={"help": "Logged rows per LLM-arm update (seeded, proportional); 0 = update.max_examples."}
     )

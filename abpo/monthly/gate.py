@@ -1,7 +1,9 @@
 """Step ``gate`` (Airflow task ``<arm>.gate``): the challenger against the arm's champion.
 
     offline      HR@5 (``arms.gate_metric``) on the same held-out users, at least the champion's minus
-                 ``arms.gate_margin``
+                 ``arms.gate_margin``; the users are the configured dataset's (``arms.gate_users = dataset``) or the
+                 deployment's own: a seeded hash slice of the warehouse's users, each one's last interaction
+                 through the month as target, whose impressions no update trains on (``warehouse``)
     off-policy   the SNIPS CTR on the arm's month logs: the bootstrap lower bound of (challenger - champion) at least
                  -``arms.gate_ope_margin``, the estimate finite and its effective sample size at least
                  ``arms.gate_min_ess`` (fails closed)
@@ -96,8 +98,32 @@ def gate_verdict(*, metric: str, challenger: dict[str, float], champion: dict[st
     return GateVerdict(offline_ok and ope_ok, offline_ok, ope_ok, "; ".join(reasons))
 
 
-def gate_examples(cfg):
-    """The held-out users every gate scores (seeded): x_{T+N} targets with evaluation candidates."""
+class GateUsersMissing(LookupError):
+    """``arms.gate_users = warehouse``, but the warehouse cannot give the gate its users through the gated month (no
+    interactions at all, no user of the held-out slice with 2 or more, or one who consumed too much of the catalog
+    for a candidate set); the message names the warehouse, the month and the rule."""
+
+
+GateSet = tuple[list, dict[int, int], str]  # (examples, popularity, key): what gate_examples returns
+
+
+def gate_examples(cfg, month: str | None = None) -> GateSet:
+    """The held-out users every gate scores, as (examples, popularity, key): evaluation examples (target, history,
+    candidates), the popularity their hard negatives were drawn by (also what Diversity@K reads), and the user set's
+    key (the digest of dataset ``gate-users`` under which a version's offline metrics are kept).
+
+    ``arms.gate_users = dataset`` (default): the configured dataset's held-out users, x_{T+N} targets (``month`` is
+    not read). ``warehouse``: the deployment's own users, :func:`warehouse_gate_examples` through ``month``."""
+    from abpo.data.holdout import check_gate_users
+
+    if check_gate_users(cfg.arms.gate_users) == "warehouse":
+        return warehouse_gate_examples(cfg, month)
+    return dataset_gate_examples(cfg)
+
+
+def dataset_gate_examples(cfg) -> GateSet:
+    """The configured dataset's held-out users (seeded choice of ``arms.gate_max_users``, else
+    ``sft.eval_max_users``): x_{T+N} targets with evaluation candidates, training popularity."""
     from abpo.data.candidates import build_eval_examples, training_popularity
     from abpo.policy.sft import seeded_subsample
 
@@ -111,17 +137,130 @@ def gate_examples(cfg):
     return examples, training_popularity(splits, ds), key
 
 
+def _not_in_catalog(rows, item_ids, path, month: str) -> None:
+    """SchemaError naming the first interaction (file, month, user, position) whose item is not a catalog item, and
+    how many there are; nothing when every item is one. ``rows``: Warehouse.interaction_rows."""
+    import numpy as np
+    import pyarrow as pa
+
+    from abpo.data.schemas import SchemaError
+
+    items = rows.column("item_id").to_numpy()
+    bad = ~np.isin(items, item_ids)
+    if not bad.any():
+        return
+    where = np.flatnonzero(bad)
+    r = rows.slice(int(where[0]), 1).to_pylist()[0]
+    distinct = np.unique(items[bad])
+    others = pa.array(distinct[:5]).to_pylist()
+    raise SchemaError(
+        f"{r['source_file']}: interaction of user {r['user_id']} at position {r['position']} (month {r['month']}) has "
+        f"item_id {r['item_id']}, which is not in the catalog of the configured dataset ({len(item_ids)} items); "
+        f"rule: with arms.gate_users=warehouse every interaction through the gated month is of a catalog item (the "
+        f"gate draws candidates and popularity from the catalog); {int(bad.sum())} such interaction(s) of "
+        f"{len(distinct)} item(s) ({others}{'...' if len(distinct) > 5 else ''}) in {path} through month {month}; "
+        "none was dropped")
+
+
+def warehouse_gate_examples(cfg, month: str | None) -> GateSet:
+    """``arms.gate_users = warehouse``: the deployment's own held-out users, from the warehouse's interactions
+    through ``month`` (landing/interactions/month=YYYY-MM, table ``interactions``).
+
+    The users: those of the held-out slice (abpo.data.holdout: sha256("<seed>:gate:<user>") / 2^64 <
+    ``arms.gate_holdout_fraction``; the update leaves their impressions out of D_bandit) with at least 2
+    interactions through ``month``; a seeded choice of ``arms.gate_max_users`` (else ``sft.eval_max_users``) of
+    them. For each, target = their last interaction through ``month``, history = the ones before it, candidates =
+    the target and data.eval_candidates - 1 items they never interacted with, round(data.eval_hard_negative_fraction
+    * (data.eval_candidates - 1)) of them drawn by popularity: the offline construction's sampler
+    (abpo.data.candidates.build_eval_examples, seeded by data.seed and the user id), on popularity = every user's
+    interactions through ``month`` without these targets (the rule of training_popularity). Items are the
+    configured dataset's catalog: an interaction of another item is a SchemaError naming its file, never dropped.
+    GateUsersMissing when the warehouse has no interactions through ``month`` or no held-out user with 2 or more.
+    The key hashes the users, histories, targets, candidates and popularity, so it changes when they do."""
+    from collections import Counter
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from abpo.data.candidates import build_eval_examples
+    from abpo.data.holdout import check_holdout_fraction, in_holdout
+    from abpo.data.splits import UserSplit
+    from abpo.months import Month
+    from abpo.policy.sft import seeded_subsample
+    from abpo.warehouse import open_warehouse
+
+    if month is None:
+        raise ValueError("gate: arms.gate_users=warehouse scores the users of the warehouse's interactions through the "
+                         "gated month; rule: pass the month (gate_arm(cfg, arm, version, month))")
+    month = str(Month(month, "gate month"))
+    fraction = check_holdout_fraction(cfg.arms.gate_holdout_fraction)
+    ds, _ = dataset_and_splits(cfg)
+    path = cfg.paths.resolve("warehouse")
+    rule = ("rule: arms.gate_users=warehouse gates on the users of the warehouse's interactions through the gated "
+            "month (landing/interactions/month=YYYY-MM/*.parquet, ingested with the month) in the held-out slice "
+            f"arms.gate_holdout_fraction={fraction:g}, each with at least 2 interactions (a target: the last one, and "
+            "a history before it)")
+    if not path.exists():
+        raise GateUsersMissing(f"{path}: no warehouse, so no interactions through month {month}; {rule}; or gate on "
+                               "the configured dataset's users (arms.gate_users=dataset)")
+    with open_warehouse(cfg, read_only=True) as wh:
+        rows = wh.interaction_rows(month)
+    if rows.num_rows == 0:
+        raise GateUsersMissing(f"{path}: table interactions holds no interactions through month {month}; {rule}; or "
+                               "gate on the configured dataset's users (arms.gate_users=dataset)")
+    _not_in_catalog(rows, ds.item_ids(), path, month)
+    users = np.unique(rows.column("user_id").to_numpy())
+    held = [int(u) for u in users.tolist() if in_holdout(int(u), cfg.seed, fraction)]
+    mine = rows.filter(pc.is_in(rows.column("user_id"), value_set=pa.array(held, pa.int64())))
+    seqs: dict[int, list[int]] = {}
+    for u, i in zip(mine.column("user_id").to_pylist(), mine.column("item_id").to_pylist()):  # user, month, position
+        seqs.setdefault(int(u), []).append(int(i))
+    gated = sorted(u for u, seq in seqs.items() if len(seq) >= 2)
+    if not gated:
+        raise GateUsersMissing(
+            f"{path}: through month {month}, {len(users)} users have interactions, {len(held)} of them in the gate's "
+            f"held-out slice (seed {cfg.seed}), none with 2 or more; {rule}. Raise arms.gate_holdout_fraction, or "
+            "gate a later month")
+    splits = [UserSplit(u, seqs[u][:-1], [], seqs[u][-1]) for u in gated]
+    n_items, m = len(ds.item_ids()), cfg.data.eval_candidates
+    crowded = [s for s in splits if n_items - len(set(s.sequence)) < m - 1]
+    if crowded:
+        s = crowded[0]
+        raise GateUsersMissing(
+            f"{path}: gate user {s.user_id} consumed {len(set(s.sequence))} of the catalog's {n_items} items through "
+            f"month {month} ({len(crowded)} gate user(s) like this); rule: data.eval_candidates={m} needs {m - 1} "
+            "items the user never consumed beside the target; lower data.eval_candidates")
+    popularity = Counter(rows.column("item_id").to_numpy().tolist())
+    popularity.subtract(s.target for s in splits)
+    popularity = {int(i): int(c) for i, c in sorted(popularity.items()) if c > 0}
+    # one example per user, each depending only on the seed, the user's sequence and the popularity: choosing the
+    # users first gives the same examples as choosing among all of them, without drawing the others' candidates
+    n = cfg.arms.gate_max_users or cfg.sft.eval_max_users
+    examples = build_eval_examples(seeded_subsample(splits, n, cfg.seed), ds, cfg.data, popularity=popularity)
+    key = hashlib.sha256(json.dumps(["warehouse", ds.name, cfg.data.seed, cfg.data.eval_candidates, cfg.seed,
+                                     cfg.data.eval_hard_negative_fraction, fraction,
+                                     [e.request_id for e in examples], [e.history for e in examples],
+                                     [e.positive for e in examples], [e.candidates for e in examples],
+                                     sorted(popularity.items())]).encode()).hexdigest()[:12]
+    log.info(f"  gate users: {len(examples)} of {len(gated)} held-out users with 2+ interactions in {path} through "
+             f"{month} ({len(held)} of {len(users)} users in the slice arms.gate_holdout_fraction={fraction:g})")
+    return examples, popularity, key
+
+
 GATE_DATASET = "gate-users"  # the dataset name of the offline metrics on the version's LoggedModel
 
 
-def offline_metrics(cfg, arm: str, version: str) -> dict[str, float]:
-    """The version's offline metrics on the gate's users, computed once per (version, user set) and kept as metrics
-    of the version's MLflow LoggedModel, measured on dataset ``gate-users`` whose digest is the user set's key
-    (versions are immutable, so a champion is never scored twice)."""
+def offline_metrics(cfg, arm: str, version: str, month: str | None = None, *,
+                    gate_set: GateSet | None = None) -> dict[str, float]:
+    """The version's offline metrics on the gate's users (:func:`gate_examples` of ``month``, or ``gate_set`` when
+    the caller built it), computed once per (version, user set) and kept as metrics of the version's MLflow
+    LoggedModel, measured on dataset ``gate-users`` whose digest is the user set's key (versions are immutable, so a
+    champion is never scored twice on one user set)."""
     from abpo.policy.evaluate import evaluate_policy
     from abpo.policy.model import load_policy
 
-    examples, popularity, key = gate_examples(cfg)
+    examples, popularity, key = gate_set if gate_set is not None else gate_examples(cfg, month)
     mv = arm_versions.get_version(cfg, arm, version)
     kept = core_registry.model_metrics(mv, dataset_name=GATE_DATASET, dataset_digest=key)
     if kept:
@@ -132,16 +271,20 @@ def offline_metrics(cfg, arm: str, version: str) -> dict[str, float]:
     model, tok = load_policy(dataclasses.replace(cfg.policy, model=str(path)), cfg.paths, dataset=ds)
     res = evaluate_policy(model, tok, examples, ds.titles(), cfg.policy, popularity=popularity, progress=False)
     metrics = {k: float(v) for k, v in res.metrics.items() if not k.startswith("random_")}
-    record_offline_metrics(cfg, arm, version, metrics)
-    log.info(f"  scored {arm} v{version} on {len(examples)} held-out users in {time.time() - t:.0f}s")
+    record_offline_metrics(cfg, arm, version, metrics, key=key)
+    log.info(f"  scored {arm} v{version} on {len(examples)} held-out users ({cfg.arms.gate_users}'s, user set {key}) "
+             f"in {time.time() - t:.0f}s")
     return metrics
 
 
-def record_offline_metrics(cfg, arm: str, version: str, metrics: dict[str, float]) -> dict[str, float]:
+def record_offline_metrics(cfg, arm: str, version: str, metrics: dict[str, float], month: str | None = None, *,
+                           key: str | None = None) -> dict[str, float]:
     """Keep ``metrics`` (on the gate's users) as metrics of the version's LoggedModel (through the run that logged
     it; dataset ``gate-users``, digest the user set's key, also the version's tag ``gate.eval_key``); returns them
-    without random_*."""
-    _, _, key = gate_examples(cfg)
+    without random_*. ``key``: the user set's key when the caller has it, else that of :func:`gate_examples` of
+    ``month``."""
+    if key is None:
+        _, _, key = gate_examples(cfg, month)
     kept = {k: float(v) for k, v in metrics.items() if not k.startswith("random_")}
     mv = arm_versions.get_version(cfg, arm, version)
     core_registry.log_model_metrics(mv, kept, dataset_name=GATE_DATASET, dataset_digest=key)
@@ -193,9 +336,11 @@ def gate_arm(cfg, arm: str, version: str, month: str | None = None) -> GateResul
     least the champion's minus ``arms.gate_margin``. Off-policy (when ``month`` is given and
     ``arms.gate_ope_margin`` >= 0): the lower bound of the bootstrap interval of SNIPS CTR (challenger - champion)
     on the arm's month logs at least -``arms.gate_ope_margin``, the estimate finite and its effective sample size at
-    least ``arms.gate_min_ess`` (:func:`ope_verdict`: fails closed). Both must pass. Every number is logged to MLflow
-    (experiment abpo-arms, run gate-<arm>-v<version>, linked to the challenger's LoggedModel); the verdict and its
-    reason are printed and kept as version tags."""
+    least ``arms.gate_min_ess`` (:func:`ope_verdict`: fails closed). Both must pass. The held-out users are those of
+    :func:`gate_examples`: the configured dataset's (``arms.gate_users = dataset``) or the deployment's own, from the
+    warehouse's interactions through ``month`` (``warehouse``; ``month`` is then required). Every number is logged to
+    MLflow (experiment abpo-arms, run gate-<arm>-v<version>, linked to the challenger's LoggedModel); the verdict and
+    its reason are printed and kept as version tags."""
     champ = arm_versions.get_version(cfg, arm, CHAMPION)
     key = task_key(cfg, "gate", arm, f"v{version}", f"champion-v{champ.version}", month or "offline")
     done = reuse(cfg, arm_versions.EXPERIMENT, key)
@@ -203,8 +348,9 @@ def gate_arm(cfg, arm: str, version: str, month: str | None = None) -> GateResul
         log.info(f"gate {arm}: {'PASS' if done['passed'] else 'FAIL'}: {done['reason']}")
         return GateResult.from_json(done)
     metric = cfg.arms.gate_metric
-    ch = offline_metrics(cfg, arm, str(champ.version))
-    new = offline_metrics(cfg, arm, str(version))
+    users = gate_examples(cfg, month)  # built once: both versions are scored on these users
+    ch = offline_metrics(cfg, arm, str(champ.version), gate_set=users)
+    new = offline_metrics(cfg, arm, str(version), gate_set=users)
     ope = None
     if month is not None and cfg.arms.gate_ope_margin >= 0:
         ope = off_policy_gate(cfg, arm, str(version), month)

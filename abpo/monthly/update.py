@@ -1,7 +1,9 @@
 """Step ``update`` (Airflow task ``<arm>.update``, one per LLM arm): the arm's variant (abpo: F, grpo: B), started
 from the arm's *current champion*, on *its own* logs of month m (plus ``arms.replay_months`` earlier months), read
 from the warehouse strata; the checkpoint is logged into the update's MLflow run. Too few rows of a stratum raise
-NotEnoughFeedback: the arm keeps its champion this month (the DAG marks the arm's steps skipped)."""
+NotEnoughFeedback: the arm keeps its champion this month (the DAG marks the arm's steps skipped). With
+``arms.gate_users = warehouse`` the rows of the gate's held-out users are left out (counted in the run's tags
+abpo.gate_holdout_*): the gate scores users no update trained on."""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ class UpdateResult(StepResult):
     rows: int
     steps: int
     variant: str
+    held_out_rows: int = 0  # the arm's rows of the gate's held-out users left out (arms.gate_users = warehouse)
 
 
 def training_months(cfg, month: Month) -> list[str]:
@@ -42,22 +45,21 @@ def training_months(cfg, month: Month) -> list[str]:
 
 
 def arm_strata(cfg, arm: str, months: list[str]):
-    """(positive, no-response) rows that arm ``arm`` logged in ``months``, from the warehouse's strata."""
-    import pyarrow.compute as pc
-
-    from abpo.train.update import UpdateInputMissing
+    """(positive, no-response, held_out): the rows that arm ``arm`` logged in ``months``, from the warehouse's strata,
+    without the gate's held-out users when ``arms.gate_users = warehouse`` (abpo.train.update.read_update_strata),
+    and what was left out (a HeldOut; None with ``arms.gate_users = dataset``, where nothing is)."""
+    from abpo.train.update import UpdateInputMissing, read_update_strata
     from abpo.warehouse import open_warehouse
 
     path = cfg.paths.resolve("warehouse")
     if not path.exists():
         raise UpdateInputMissing(f"{path}: no warehouse yet; ingest month {months[-1]} first")
     with open_warehouse(cfg, read_only=True) as wh:  # a reader: never holds the write lock
-        positive, no_response = wh.strata(months)
-    positive = positive.filter(pc.equal(positive.column("arm"), arm))
-    no_response = no_response.filter(pc.equal(no_response.column("arm"), arm))
+        positive, no_response, held = read_update_strata(cfg, wh, months, arm)
     if positive.num_rows + no_response.num_rows == 0:
-        raise UpdateInputMissing(f"{path}: no impressions of arm {arm!r} in months {months}")
-    return positive, no_response
+        why = f" ({held.rows} rows of the gate's held-out users left out, arms.gate_users=warehouse)" if held else ""
+        raise UpdateInputMissing(f"{path}: no impressions of arm {arm!r} in months {months}{why}")
+    return positive, no_response, held
 
 
 def update_llm_arm(cfg, arm: str, month: Month) -> UpdateResult:
@@ -72,7 +74,7 @@ def update_llm_arm(cfg, arm: str, month: Month) -> UpdateResult:
         raise LookupError(f"{arm_versions.model_name(arm)}: no champion; bootstrap the arms first")
     parent_dir = arm_versions.local_dir(cfg, arm, champ.version)
     months = training_months(cfg, month)
-    pos, neg = arm_strata(cfg, arm, months)
+    pos, neg, held = arm_strata(cfg, arm, months)
     need = max(cfg.arms.min_rows_per_stratum, 1)
     if pos.num_rows < need or neg.num_rows < need:
         raise NotEnoughFeedback(
@@ -86,8 +88,12 @@ def update_llm_arm(cfg, arm: str, month: Month) -> UpdateResult:
         return UpdateResult.from_json(done)
     log.info(f"update {arm} ({entry(arm).refreshed_by}) from champion v{champ.version} on {pos.num_rows} positive + "
              f"{neg.num_rows} no-response rows of {months}")
+    tags = {core_registry.TASK_KEY_TAG: key}
+    if held is not None:  # arms.gate_users = warehouse: what D_bandit left out, on the update's run
+        tags.update({"abpo.gate_users": "warehouse", "abpo.gate_holdout_users": str(held.users),
+                     "abpo.gate_holdout_rows": str(held.rows)})
     res = arm_class(arm).refresh(arm, cfg, month=month, parent_dir=parent_dir, months=months,
-                                 strata=(pos, neg), run_tags={core_registry.TASK_KEY_TAG: key})
+                                 strata=(pos, neg), run_tags=tags)
     with mlflow.start_run(run_id=res.mlflow_run_id):
         import pyarrow as pa
 
@@ -99,6 +105,6 @@ def update_llm_arm(cfg, arm: str, month: Month) -> UpdateResult:
     out = UpdateResult(arm=arm, month=str(month), run_id=res.mlflow_run_id, model_uri=uri,
                        parent_version=str(champ.version), months=sorted(set(parent_months) | set(months)),
                        data_hash=data_hash, rows=pos.num_rows + neg.num_rows, steps=res.global_step,
-                       variant=res.variant)
+                       variant=res.variant, held_out_rows=held.rows if held is not None else 0)
     core_registry.record_task_result(res.mlflow_run_id, out.to_json())
     return out

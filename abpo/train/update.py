@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import shutil
 from dataclasses import dataclass, field
@@ -24,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from abpo.months import Month
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -226,10 +229,51 @@ def load_start_model(init_dir: Path, cfg):
     return model, tokenizer
 
 
-def warehouse_strata(cfg, run: UpdateRun):
-    """(positive, no_response, months) of ``run.arm`` in ``run.months`` (every ingested month when empty)."""
+@dataclass(frozen=True)
+class HeldOut:
+    """The rows of an update's months that D_bandit leaves out because their user is in the gate's held-out slice
+    (config ``arms.gate_users = warehouse``, abpo.data.holdout)."""
+
+    users: int  # held-out users with impressions of the arm in the months (of any arm when the arm is "")
+    positive: int  # the arm's clicked rows of those users
+    no_response: int  # the arm's no-response rows of those users
+
+    @property
+    def rows(self) -> int:
+        return self.positive + self.no_response
+
+
+def read_update_strata(cfg, wh, months: list[str], arm: str):
+    """(positive, no_response, held_out) of arm ``arm`` (every arm's when "") in ``months``, read from the open
+    warehouse ``wh``: the strata of D_bandit. With ``arms.gate_users = warehouse`` the rows of the gate's held-out
+    users (the slice of ``arms.gate_holdout_fraction`` among the months' users, abpo.data.holdout) are left out by an
+    anti-join in DuckDB, and counted and logged in ``held_out`` (None with ``dataset``: nothing is left out), so the
+    users the gate scores are users no update trained on."""
     import pyarrow.compute as pc
 
+    from abpo.data.holdout import check_gate_users, gate_holdout_users
+
+    held = None
+    if check_gate_users(cfg.arms.gate_users) == "dataset":
+        positive, no_response = wh.strata(months)
+    else:
+        excluded = gate_holdout_users(cfg, wh.impression_users(months))
+        positive, no_response = wh.strata(months, exclude_users=excluded)
+        counts = [r for r in wh.held_out_rows(months, excluded) if not arm or r["arm"] == arm]
+        held = HeldOut(len(excluded) if not arm else sum(r["users"] for r in counts),
+                       sum(r["positive"] for r in counts), sum(r["no_response"] for r in counts))
+        log.info(f"update {arm or 'every arm'}, months {months}: held out {held.positive} positive + "
+                 f"{held.no_response} no-response rows of the gate's users ({held.users} users, "
+                 f"arms.gate_holdout_fraction={cfg.arms.gate_holdout_fraction}, arms.gate_users=warehouse)")
+    if arm:
+        positive = positive.filter(pc.equal(positive.column("arm"), arm))
+        no_response = no_response.filter(pc.equal(no_response.column("arm"), arm))
+    return positive, no_response, held
+
+
+def warehouse_strata(cfg, run: UpdateRun):
+    """(positive, no_response, months) of ``run.arm`` in ``run.months`` (every ingested month when empty), without
+    the gate's held-out users (:func:`read_update_strata`)."""
     from abpo.warehouse import Warehouse
 
     path = cfg.paths.resolve("warehouse")
@@ -245,11 +289,8 @@ def warehouse_strata(cfg, run: UpdateRun):
                 f"{path}: no impressions ingested; build and ingest the bandit log first: `abpo simulate-log "
                 f"--config {cfg.name}` then `abpo ingest --month YYYY-MM --config {cfg.name}`"
             )
-        positive, no_response = wh.strata(months)
+        positive, no_response, _ = read_update_strata(cfg, wh, months, run.arm)
     arm = run.arm
-    if arm:
-        positive = positive.filter(pc.equal(positive.column("arm"), arm))
-        no_response = no_response.filter(pc.equal(no_response.column("arm"), arm))
     if positive.num_rows + no_response.num_rows == 0:
         raise UpdateInputMissing(
             f"{path}: no impressions of arm {arm!r} in months {months}; build and ingest the bandit log first "

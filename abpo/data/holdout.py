@@ -1,0 +1,59 @@
+"""The gate's held-out slice of a deployment's own users (config ``arms.gate_users = warehouse``).
+
+A user is in the slice when u = first 64 bits of sha256("<seed>:gate:<user id>") / 2^64 (uniform on [0, 1), the
+form of the simulator's arm assignment, abpo.sim.assignment.unit_hash, with its own salt) is below
+``arms.gate_holdout_fraction``. The rule is a pure function of (seed, user id, fraction): the same user is in the
+slice every month, whatever other users arrive, so the gate scores its own users on data no update trained on, and
+the update (abpo.train.update.read_update_strata) leaves exactly these users' impressions out of D_bandit.
+
+With ``arms.gate_users = dataset`` (the default) nothing is held out: the gate scores the held-out users of the
+configured dataset's offline construction (abpo.monthly.gate)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+
+GATE_USERS = ("dataset", "warehouse")  # the values of arms.gate_users
+
+
+def holdout_unit(seed: int, user_id: int) -> float:
+    """u in [0, 1) for ``user_id`` under ``seed``: the first 64 bits of sha256("<seed>:gate:<user id>") / 2^64."""
+    digest = hashlib.sha256(f"{int(seed)}:gate:{int(user_id)}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0**64
+
+
+def check_gate_users(value: str) -> str:
+    """``value`` when it is one of GATE_USERS (config arms.gate_users), else ValueError naming the key and the rule."""
+    if value not in GATE_USERS:
+        raise ValueError(f"arms.gate_users={value!r}; rule: one of {list(GATE_USERS)}")
+    return value
+
+
+def check_holdout_fraction(fraction: float) -> float:
+    """``fraction`` when it is in (0, 1) (config arms.gate_holdout_fraction), else ValueError naming the key and the
+    rule: 0 holds out nobody (no user to gate on), 1 everybody (no user left to update from)."""
+    if not 0.0 < float(fraction) < 1.0:
+        raise ValueError(f"arms.gate_holdout_fraction={fraction!r}; rule: a share in (0, 1) (0 leaves the gate no "
+                         "user, 1 leaves the update none)")
+    return float(fraction)
+
+
+def in_holdout(user_id: int, seed: int, fraction: float) -> bool:
+    """Whether ``user_id`` is in the held-out slice (module docstring)."""
+    return holdout_unit(seed, user_id) < fraction
+
+
+def holdout_slice(user_ids: Iterable[int], seed: int, fraction: float) -> list[int]:
+    """The users of ``user_ids`` in the held-out slice, ascending and distinct."""
+    fraction = check_holdout_fraction(fraction)
+    return sorted({int(u) for u in user_ids if in_holdout(int(u), seed, fraction)})
+
+
+def gate_holdout_users(cfg, user_ids: Iterable[int]) -> list[int]:
+    """The users of ``user_ids`` the config's gate holds out of every LLM update: the slice of
+    ``arms.gate_holdout_fraction`` (seed ``cfg.seed``) when ``arms.gate_users`` is ``warehouse``, none with
+    ``dataset``."""
+    if check_gate_users(cfg.arms.gate_users) == "dataset":
+        return []
+    return holdout_slice(user_ids, cfg.seed, cfg.arms.gate_holdout_fraction)

@@ -21,7 +21,7 @@ SMALL = ["data.max_users=16", "data.train_candidates=8", "data.eval_candidates=8
          "arms.names=abpo,popularity", "report.arm_shares={abpo: 0.5, popularity: 0.5}",
          "report.candidate_arm=abpo", "arms.min_rows_per_stratum=1", "arms.gate_max_users=4",
          "arms.gate_margin=1.0", "arms.gate_ope_margin=1.0", "arms.gate_min_ess=0", "arms.gate_ope_bootstrap=100",
-         "sim.click_next=1.0", "sim.click_base=0.3"]
+         "sim.click_next=1.0", "sim.base_ctr=0.3"]
 
 
 def test_smollm2_is_installed_by_set_up():

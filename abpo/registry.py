@@ -37,6 +37,42 @@ def store_line(cfg) -> str:
     return f"MLflow store {redact_uri(cfg.paths.tracking_uri())} (from {cfg.paths.tracking_uri_source()})"
 
 
+_initialised: set[str] = set()
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI (None for any other store)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    return Path(uri.removeprefix("sqlite:///").split("?", 1)[0])
+
+
+def ensure_store(uri: str) -> None:
+    """Create (or migrate) a SQLite tracking store's schema under an exclusive lock file beside it
+    (``<db>.init.lock``), once per process and store. MLflow creates the schema on a store's first use and that
+    migration is not safe against a second process migrating the same new file at the same moment: the loser
+    fails on ``table _alembic_tmp_... already exists``, the half-done migration stays behind and the store never
+    opens again (seen when an Airflow task and a reader of the store started together). Other stores: nothing to do
+    (a server migrates its own)."""
+    db = sqlite_path(uri)
+    if db is None or uri in _initialised:
+        return
+    import fcntl
+
+    from mlflow import MlflowClient
+
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{db}.init.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+            client.search_experiments(max_results=1)  # the tracking tables (the whole schema, at its head revision)
+            client.search_registered_models(max_results=1)  # the registry's store over the same file
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    _initialised.add(uri)
+
+
 def configure(cfg) -> str:
     """Point MLflow at the config's tracking store (creating the local SQLite store and artifact root). The first time
     a process uses a store, one log line says which one and where it came from (:func:`store_line`).
@@ -51,6 +87,7 @@ def configure(cfg) -> str:
         cfg.paths.resolve("root").mkdir(parents=True, exist_ok=True)
         cfg.paths.resolve("mlflow_artifacts").mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
+    ensure_store(uri)
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
     for var, user in (("MLFLOW_TRACKING_URI", abpo.USER_MLFLOW_TRACKING_URI),

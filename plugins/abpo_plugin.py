@@ -177,12 +177,13 @@ def lookup_champions(tracking_uri: str, arms: list[str]) -> list[dict]:
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
-    from abpo.registry import is_not_found
+    from abpo.registry import ensure_store, is_not_found
 
     if tracking_uri.startswith("sqlite:///"):
         db = Path(tracking_uri.removeprefix("sqlite:///"))
         if not db.is_file():  # MLflow would create (and migrate) an empty store: say there is none
             raise RegistryUnreachable(f"no MLflow store at {db} yet (nothing registered)")
+        ensure_store(tracking_uri)  # a store a task is creating right now: wait for its schema, never migrate it twice
     client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
     rows = []
     for arm in arms:

@@ -100,3 +100,33 @@ def test_a_task_attempt_that_never_completed_is_marked_killed_and_the_completed_
     assert found.info.run_id == run.info.run_id and registry.task_result(found) == {"version": "3"}
     assert client.get_run(unrecorded).info.status == "KILLED"
     assert registry.completed_task_run(cfg, "tasks", "update:abpo:2026-02") is None  # keys do not mix
+
+
+def test_processes_creating_one_new_sqlite_store_together_all_get_a_working_store(tmp_path):
+    """MLflow migrates a new SQLite store on first use, and two processes migrating the same new file at once leave
+    it broken for good (`table _alembic_tmp_model_versions already exists`: an Airflow task and a reader of the store
+    starting together). registry.ensure_store serialises the creation under a lock file: four processes released at
+    the same instant all succeed and the store then opens."""
+    import subprocess
+    import sys
+    import time
+
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'state' / 'mlflow.db'}"
+    go = tmp_path / "go"
+    child = ("import sys, time, pathlib\n"
+             "from abpo.registry import ensure_store\n"
+             "import mlflow  # imported before the start, so the processes race on the migration, not on imports\n"
+             "go = pathlib.Path(sys.argv[2])\n"
+             "while not go.exists(): time.sleep(0.01)\n"
+             "ensure_store(sys.argv[1])\n")
+    procs = [subprocess.Popen([sys.executable, "-c", child, uri, str(go)], stderr=subprocess.PIPE, text=True)
+             for _ in range(4)]
+    time.sleep(8)  # every child has imported mlflow and waits
+    go.touch()
+    errors = [p.communicate(timeout=300)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], errors
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    assert client.search_experiments() and client.search_registered_models() == []
+    assert (tmp_path / "state" / "mlflow.db.init.lock").exists()

@@ -29,7 +29,10 @@ FAST_RECOVERY = {
 def _client(state):
     from mlflow import MlflowClient
 
+    from abpo.registry import ensure_store
+
     uri = f"sqlite:///{state / 'mlflow.db'}"
+    ensure_store(uri)  # the bootstrap task may be creating the store right now
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
 
 

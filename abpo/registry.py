@@ -68,6 +68,10 @@ def ensure_store(uri: str) -> None:
             client = MlflowClient(tracking_uri=uri, registry_uri=uri)
             client.search_experiments(max_results=1)  # the tracking tables (the whole schema, at its head revision)
             client.search_registered_models(max_results=1)  # the registry's store over the same file
+        except Exception as e:  # noqa: BLE001 - a store that cannot be opened (corrupt, unreadable) is reported by
+            # the first real use, as RegistryUnavailable naming the store and the operation; not here, not twice
+            log.debug(f"MLflow store {redact_uri(uri)} not initialised: {type(e).__name__}: {str(e)[:200]}")
+            return
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
     _initialised.add(uri)

@@ -164,3 +164,14 @@ def movielens_dir(tmp_path):
         return write_movielens_dir(tmp_path / f"ml-{n_items}x{n_users}-{len(made)}", n_items, n_users, **kw)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def dag_module():
+    """dags/abpo_monthly.py loaded as a module (its helpers: check_overrides, announce_champion, ...)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("abpo_monthly_for_tests", REPO_ROOT / "dags" / "abpo_monthly.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

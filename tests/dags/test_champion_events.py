@@ -5,20 +5,9 @@ real (MLflow registry, the popularity refit); the events go into Airflow's own o
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
-import pytest
-
 DAGS = Path(__file__).resolve().parents[2] / "dags"
-
-
-@pytest.fixture(scope="module")
-def dag_module():
-    spec = importlib.util.spec_from_file_location("abpo_monthly_events", DAGS / "abpo_monthly.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _events(dag_module, arm: str, month: str, result: dict) -> list:

@@ -3,7 +3,6 @@ schema) and inside the tasks: config overrides only from an allow-list, the mont
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import tempfile
@@ -37,14 +36,6 @@ def dag():
     bag = DagBag(dag_folder=str(DAGS))
     assert bag.import_errors == {}
     return bag.dags["abpo_monthly"]
-
-
-@pytest.fixture(scope="module")
-def dag_module():
-    spec = importlib.util.spec_from_file_location("abpo_monthly_for_tests", DAGS / "abpo_monthly.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.mark.parametrize("item", EVIL)

@@ -198,24 +198,29 @@ def _run_airflow(args: list[str], env: dict[str, str], log_path: Path) -> int:
     return proc.returncode
 
 
-# --set keys the demo carries to its Airflow tasks in their environment (:func:`airflow_env`), not in a run's overrides
-CARRIED_BY_ENV = {"paths.root": "ABPO_STATE", "paths.mlflow_tracking_uri": "ABPO_TRACKING_URI"}
+def carried_by_env() -> dict[str, str]:
+    """--set key -> the environment variable that carries it to the demo's Airflow tasks (:func:`airflow_env`)
+    instead of a run's overrides: abpo.config.ENV_OVERRIDES, the variables the config already reads."""
+    from abpo.config import ENV_OVERRIDES
+
+    return {key: env for env, key in ENV_OVERRIDES.items()}
 
 
 def month_run_overrides(overrides: list[str]) -> list[str]:
     """The demo's --set overrides that each month's DAG run gets as its `overrides` param: all but those the
-    environment carries (:data:`CARRIED_BY_ENV`). ConfigError naming the first one the DAG would refuse
+    environment carries (:func:`carried_by_env`). ConfigError naming the first one the DAG would refuse
     (abpo.monthly.overrides.check_overrides)."""
     from abpo.config import ConfigError
     from abpo.monthly.overrides import check_overrides
 
-    kept = [o for o in overrides if o.split("=", 1)[0].strip() not in CARRIED_BY_ENV]
+    carried = carried_by_env()
+    kept = [o for o in overrides if o.split("=", 1)[0].strip() not in carried]
     try:
         return check_overrides(kept)
     except ValueError as e:
         raise ConfigError(f"--set: {e}; the demo passes --set to every month's abpo_monthly run, which takes only "
-                          f"those keys (and {', '.join(CARRIED_BY_ENV)}, which travel as "
-                          f"{' / '.join(CARRIED_BY_ENV.values())}); nothing was run") from None
+                          f"those keys (and {', '.join(carried)}, which travel as "
+                          f"{' / '.join(carried.values())}); nothing was run") from None
 
 
 def run_demo(args: argparse.Namespace, cfg) -> int:

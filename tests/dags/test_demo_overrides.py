@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from abpo.cli import main
-from abpo.commands.demo import CARRIED_BY_ENV, airflow_env, month_run_overrides
+from abpo.commands.demo import airflow_env, carried_by_env, month_run_overrides
 from abpo.config import ConfigError, load_config
 
 
@@ -18,7 +18,8 @@ def test_paths_travel_in_the_environment_and_the_rest_reach_the_run(tmp_path):
     cfg = load_config("demo", sets)
     env = airflow_env(cfg, "demo")
     assert env["ABPO_STATE"] == str(tmp_path) and env["ABPO_TRACKING_URI"] == f"sqlite:///{tmp_path}/m.db"
-    assert set(CARRIED_BY_ENV.values()) <= set(env)
+    assert carried_by_env() == {"paths.root": "ABPO_STATE", "paths.mlflow_tracking_uri": "ABPO_TRACKING_URI"}
+    assert set(carried_by_env().values()) <= set(env)
 
 
 @pytest.mark.parametrize("item", ["paths.models=/elsewhere", "data.dataset_dir=/x", "policy.model=gpt2"])

@@ -1,5 +1,4 @@
 import os
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -273,12 +272,10 @@ def test_training_popularity_never_draws_the_target_and_skips_held_out_counts(ma
     assert [e.candidates for e in other] != [e.candidates for e in sup]
 
 
-def test_all_610_users_build_fast(movielens, data_cfg):
-    start = time.perf_counter()
+def test_all_610_users_build_every_example(movielens, data_cfg):
     splits, _ = split_users(movielens, data_cfg)
     n = sum(len(f(splits, movielens, data_cfg)) for f in (build_sup_examples, build_bandit_requests, build_eval_examples))
     assert n == sum(len(s.history) - 1 + data_cfg.update_steps + 1 for s in splits)  # every D_sup pair
-    assert time.perf_counter() - start < 15  # ~3 s on one free core (97k D_sup pairs); generous for a shared CI box
 
 
 @pytest.mark.skipif(not (AMAZON / "index").is_dir(), reason=f"{AMAZON} absent (not vendored)")

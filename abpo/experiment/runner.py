@@ -642,6 +642,7 @@ def _plot_rounds(path: Path, rounds_recs: Sequence[Mapping], table: Sequence[Map
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, axes = plt.subplots(1, len(ROUND_METRICS), figsize=(4 * len(ROUND_METRICS), 3.6))
     rows = list(dict.fromkeys(r["row"] for r in rounds_recs))
@@ -659,6 +660,7 @@ def _plot_rounds(path: Path, rounds_recs: Sequence[Mapping], table: Sequence[Map
         ax.set_title(m.replace("match_positive", "match rate, positive").replace("match_no_response", "match rate, no-response"),
                      fontsize=9)
         ax.set_xlabel("round")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # rounds are whole numbers
     axes[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110, format="png")

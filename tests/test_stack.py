@@ -492,10 +492,9 @@ def _parse_with_policy(tmp_path, env: dict) -> dict:
     home = tmp_path / "airflow"
     (home / "config").mkdir(parents=True, exist_ok=True)
     shutil.copy(REPO / "docker" / "airflow_local_settings.py", home / "config")
-    # the repository first on the path, whatever PYTHONPATH held: the DAG parsed is this checkout's, with this
-    # checkout's abpo, not whichever copy is installed in the environment
-    clean = {k: v for k, v in os.environ.items()
-             if not k.startswith(("AIRFLOW", "ABPO_UPDATE")) and k != "PYTHONPATH"}
+    # PYTHONPATH is this repository, whatever it held: the DAG parsed is this checkout's, with this checkout's abpo,
+    # not whichever copy is installed in the environment
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "ABPO_UPDATE"))}
     clean["PYTHONPATH"] = str(REPO)
     out = subprocess.run([sys.executable, "-c", POLICY_PROBE, str(REPO / "dags")], check=False, capture_output=True,
                          text=True,

@@ -370,13 +370,14 @@ def _scores(model, tok, ctx: SeedContext, examples) -> list:
 
 
 def match_rates(model, tok, ctx: SeedContext, bandit_log) -> dict[str, float]:
-    """The policy's match rates on ``bandit_log``'s exposures, by stratum: the mean e(a_log|q) (Eq. e_p at policy.tau) over
-    the clicked rows and over the no-response rows, i.e. the probability that a constrained rollout names the
-    exposed item (the quantity the update's rollout match rates estimate)."""
+    """The policy's match rates on ``bandit_log``'s exposures, by stratum: the mean e(a_log|q) (Eq. e_p at
+    policy.tau) over the clicked rows and over the no-response rows, i.e. the probability that a constrained rollout
+    names the exposed item (the quantity the update's rollout match rates estimate)."""
     from abpo.data.candidates import Example
     from abpo.policy.scoring import candidate_propensities
 
-    cols = {k: bandit_log.column(k).to_pylist() for k in ("request_id", "user_id", "history", "candidates", "item_id")}
+    cols = {k: bandit_log.column(k).to_pylist()
+            for k in ("request_id", "user_id", "history", "candidates", "item_id")}
     exs = [Example(rid, int(u), list(h), list(c), int(a)) for rid, u, h, c, a in
            zip(cols["request_id"], cols["user_id"], cols["history"], cols["candidates"], cols["item_id"])]
     probs = []
@@ -387,8 +388,8 @@ def match_rates(model, tok, ctx: SeedContext, bandit_log) -> dict[str, float]:
 
 
 def logged_match_rates(bandit_log) -> dict[str, float]:
-    """``match_rates`` of the policy that logged ``bandit_log``, without scoring again: its e(a_log|q) is the stored
-    propensity (abpo.policy.bandit)."""
+    """``match_rates`` of the policy that logged ``bandit_log``, without scoring again: its e(a_log|q) is the
+    stored propensity (abpo.policy.bandit)."""
     return _rates_by_stratum(bandit_log.column("propensity").to_pylist(), bandit_log.column("clicked").to_pylist())
 
 

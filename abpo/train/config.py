@@ -150,8 +150,8 @@ class UpdateConfig:
     )
     save_merged: bool = field(
         default=True,
-        metadata={"help": "Also save the LoRA-merged full model next to the adapter (off at GPU scale: 8 GB). `abpo update` "
-            "only: the monthly arms always save it, since serving loads it."},
+        metadata={"help": "Also save the LoRA-merged full model next to the adapter (off at GPU scale: 8 GB). "
+                          "`abpo update` only: the monthly arms always save it, since serving loads it."},
     )
     logging_steps: int = field(default=1, metadata={"help": "Log metrics (MLflow) every this many optimizer steps."})
     mlflow_experiment: str = field(default="abpo-update", metadata={"help": "MLflow experiment of update runs."})

@@ -92,3 +92,25 @@ def effective_sample_size(w: Tensor) -> Tensor:
     w = w.detach().to(torch.float64)
     denom = (w * w).sum()
     return torch.where(denom > 0, w.sum() ** 2 / denom.clamp(min=torch.finfo(torch.float64).tiny), denom)
+
+
+WEIGHT_QUANTILES = (0.5, 0.9, 0.99)
+
+
+def weight_summary(w: Tensor) -> dict[str, float]:
+    """How heavy-tailed the SNIPS weights w_i = e_old/e0 of one update (or one step) are, for logging: the
+    quantiles p50, p90 and p99 (WEIGHT_QUANTILES), the max, the Kish ESS (effective_sample_size) and the ESS as a
+    share of the rows (``ess_share``: 1 for equal weights, ~1/B when one weight dominates), and ``rows``.
+
+    The one summary both the experiment's per-step diagnostics and the monthly update's log line use, so a weight
+    distribution reads the same everywhere. Empty input gives NaNs and rows 0.
+    """
+    w = w.detach().to(torch.float64).flatten()
+    n = int(w.numel())
+    if n == 0:
+        return {"p50": float("nan"), "p90": float("nan"), "p99": float("nan"), "max": float("nan"),
+                "ess": float("nan"), "ess_share": float("nan"), "rows": 0}
+    q = torch.quantile(w, torch.tensor(WEIGHT_QUANTILES, dtype=torch.float64))
+    ess = float(effective_sample_size(w))
+    return {"p50": float(q[0]), "p90": float(q[1]), "p99": float(q[2]), "max": float(w.max()), "ess": ess,
+            "ess_share": ess / n, "rows": n}

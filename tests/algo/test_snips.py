@@ -100,3 +100,18 @@ def test_snips_weight_is_unbiased_in_expectation_under_e0():
     w = snips_weight(e_old[a], e0[a])
     se = w.std().item() / math.sqrt(w.numel())
     assert abs(w.mean().item() - 1.0) < 4 * se
+
+
+def test_weight_summary_equal_and_dominated_weights():
+    import torch
+
+    from abpo.algo.snips import weight_summary
+
+    eq = weight_summary(torch.ones(10))
+    assert eq["p50"] == eq["p99"] == eq["max"] == 1.0 and eq["ess"] == pytest.approx(10.0) and eq["ess_share"] == 1.0
+    w = torch.tensor([1e-6] * 99 + [100.0])
+    s = weight_summary(w)
+    assert s["max"] == 100.0 and s["ess"] == pytest.approx(1.0, abs=1e-3) and s["rows"] == 100
+    assert s["p50"] == pytest.approx(1e-6) and s["p99"] > s["p90"]
+    empty = weight_summary(torch.tensor([]))
+    assert empty["rows"] == 0 and empty["ess"] != empty["ess"]

@@ -76,14 +76,39 @@ class ExperimentConfig:
     noninferiority_margin: float = field(
         default=0.01,
         metadata={
-            "help": "Non-inferiority margin δ against No-Update, an absolute HR@5 difference: H0 Δ <= -δ is tested "
-            "one-sided at level experiment.alpha (abpo.experiment.stats)."
+            "help": "Absolute non-inferiority margin δ against No-Update, an HR@5 difference: H0 Δ <= -δ is tested "
+            "one-sided at level experiment.noninferiority_alpha on the two-stage bootstrap (abpo.experiment.stats)."
         },
     )
-    alpha: float = field(default=0.05, metadata={"help": "Test level of the intervals, the MDE and non-inferiority."})
+    noninferiority_relative_margin: float = field(
+        default=0.05,
+        metadata={
+            "help": "Relative non-inferiority margin against No-Update, a share ρ of No-Update's mean HR@5: H0 Δ <= "
+            "-ρ · mean HR@5(No-Update), tested like the absolute margin (both are reported)."
+        },
+    )
+    noninferiority_alpha: float = field(
+        default=0.025,
+        metadata={"help": "One-sided level of both non-inferiority tests (0.025 = the lower bound of a two-sided 95% "
+                          "interval)."},
+    )
+    primary_contrast: str = field(
+        default="abpo-grpo",
+        metadata={
+            "help": "The pre-registered primary contrast 'ROW-REFERENCE' (HR@5 at the last round, ROW minus REFERENCE), "
+            "reported with its unadjusted two-stage bootstrap p; every other comparison of the table is "
+            "Holm-adjusted as one family. Default: F (abpo) vs B (grpo)."
+        },
+    )
+    alpha: float = field(default=0.05, metadata={"help": "Two-sided level of the intervals, the p-values' tests and "
+                                                          "the MDE."})
     power: float = field(default=0.8, metadata={"help": "Power of the minimum detectable effect beside each comparison."})
     bootstrap_samples: int = field(
-        default=2000, metadata={"help": "User resamples of the cluster-bootstrap interval of each paired difference."}
+        default=2000,
+        metadata={
+            "help": "Replicates of the two-stage bootstrap (seeds with replacement, then users inside each drawn "
+            "seed) behind every interval, p-value, MDE and trend test of the table."
+        },
     )
     month: str = field(default="2024-01", metadata={"help": "Month stamped on the offline D_bandit impressions."})
     workers: int = field(

@@ -26,9 +26,10 @@ Evaluation (docs/ABPO_SPEC.md "Metrics"): HR@1, HR@5, NDCG@5, Diversity@1, Diver
 x_{T+N} among its candidates (M = ``experiment.eval_candidates``), on the users of ``experiment.eval_split``
 (test, or validation: a fixed salted-hash split of the users, so nothing is chosen on the test targets). The
 table: mean ± std over seeds of the last round, and paired comparisons (abpo.experiment.stats) of each row
-against No-Update (A) and against vanilla GRPO (B): Δ with its cluster-bootstrap interval, McNemar's exact test
-on HR@5 hits, Wilcoxon's signed-rank test on NDCG@5, the minimum detectable effect at ``experiment.power``, and a
-non-inferiority test against No-Update with margin ``experiment.noninferiority_margin``.
+against No-Update (A) and against vanilla GRPO (B): Δ with its two-stage bootstrap interval and p (seeds, then
+users), Holm-adjusted except the primary contrast ``experiment.primary_contrast``, the minimum detectable effect
+at ``experiment.power``, and non-inferiority tests against No-Update (absolute and relative margin); with rounds,
+the trend test of each row's slope over rounds.
 
 Outputs in <exp>/: table.csv, table.md, ablation.png (HR@5 and NDCG@5, mean ± std), rounds.csv and rounds.png
 (per round and row: HR@5, NDCG@5, Diversity@5 and the two match rates), experiment.json; all logged to MLflow
@@ -521,8 +522,9 @@ def run_llm_round(ctx: SeedContext, row: str, r: int, start_dir: Path, out_dir: 
 
 
 def paired_tests(cells_a: Sequence[Mapping], cells_b: Sequence[Mapping], **kw) -> dict[str, float]:
-    """Row a against row b over the same (seed, user) units: abpo.experiment.stats.paired_comparison (Δ, McNemar
-    and Wilcoxon p, cluster-bootstrap intervals, MDE; non-inferiority with ``margin``). Differences are a - b."""
+    """Row a against row b over the same (seed, user) units: abpo.experiment.stats.paired_comparison (Δ, the
+    two-stage bootstrap interval, p and SE, MDE; McNemar and Wilcoxon as extra columns; non-inferiority with
+    ``margin`` / ``relative_margin``). Differences are a - b."""
     from abpo.experiment.stats import paired_comparison
 
     return paired_comparison(cells_a, cells_b, **kw)
@@ -530,6 +532,8 @@ def paired_tests(cells_a: Sequence[Mapping], cells_b: Sequence[Mapping], **kw) -
 
 METRICS = ("HR@1", "HR@5", "NDCG@5", "Diversity@1", "Diversity@5")
 ROUND_METRICS = ("HR@5", "NDCG@5", "Diversity@5", "match_positive", "match_no_response")
+TESTED = ("HR@5", "NDCG@5")  # the metrics with paired comparisons
+REFERENCES = ("none", "grpo")  # every row is compared with No-Update (A) and vanilla GRPO (B)
 
 
 def _mean_std(vals) -> tuple[float, float]:
@@ -539,15 +543,39 @@ def _mean_std(vals) -> tuple[float, float]:
     return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else 0.0
 
 
-def table_rows(cells: Sequence[Mapping], rows: Sequence[str], experiment_cfg=None) -> list[dict[str, Any]]:
-    """One dict per row: mean and std over seeds of every metric, and the paired comparisons against No-Update
-    (with the non-inferiority test) and against vanilla GRPO (abpo.experiment.stats)."""
-    e = experiment_cfg
-    kw = {} if e is None else {"bootstrap_samples": e.bootstrap_samples, "alpha": e.alpha, "power": e.power}
+def primary_contrast(spec: str) -> tuple[str, str]:
+    """experiment.primary_contrast 'ROW-REFERENCE' (names or letters, e.g. 'abpo-grpo' or 'F-B') as canonical row
+    names (row, reference)."""
+    parts = [x.strip() for x in str(spec).split("-")]
+    if len(parts) != 2 or not all(parts):
+        raise ValueError(f"experiment.primary_contrast={spec!r}; rule: 'ROW-REFERENCE', e.g. 'abpo-grpo'")
+    row, ref = (row_key(x) for x in parts)
+    if row == ref:
+        raise ValueError(f"experiment.primary_contrast={spec!r}; rule: two different rows")
+    return row, ref
+
+
+def _by_row(cells: Sequence[Mapping]) -> dict[str, list[Mapping]]:
     by_row: dict[str, list[Mapping]] = {}
     for c in cells:
         by_row.setdefault(c["row"], []).append(c)
-    out = []
+    return by_row
+
+
+def table_rows(cells: Sequence[Mapping], rows: Sequence[str], experiment_cfg=None) -> list[dict[str, Any]]:
+    """One dict per row: mean and std over seeds of every metric, and the paired comparisons (abpo.experiment.stats,
+    two-stage bootstrap) against No-Update (with both non-inferiority tests) and against vanilla GRPO.
+
+    The pre-registered primary contrast (experiment.primary_contrast, HR@5 of ROW minus REFERENCE) keeps its
+    unadjusted p and is marked ``vs_<ref>_primary``; every other p of the table (each row against A and B, HR@5 and
+    NDCG@5; A vs B and B vs A counted once) is one family, Holm-adjusted into ``vs_<ref>_p_holm_<metric>``."""
+    from abpo.experiment.stats import holm
+
+    e = experiment_cfg
+    kw = {} if e is None else {"bootstrap_samples": e.bootstrap_samples, "alpha": e.alpha, "power": e.power}
+    primary = primary_contrast(e.primary_contrast if e is not None else "abpo-grpo")
+    by_row = _by_row(cells)
+    out, contrasts = [], []
     for row in rows:
         cs = sorted(by_row.get(row, []), key=lambda c: c["seed"])
         if not cs:
@@ -556,30 +584,68 @@ def table_rows(cells: Sequence[Mapping], rows: Sequence[str], experiment_cfg=Non
         for m in (*METRICS, "match_positive", "match_no_response"):
             if all(m in c for c in cs):
                 rec[m], rec[f"{m}_std"] = _mean_std([c[m] for c in cs])
-        for ref in ("none", "grpo"):
+        refs = [*REFERENCES, *([primary[1]] if row == primary[0] and primary[1] not in REFERENCES else [])]
+        for ref in refs:
             if row != ref and ref in by_row:
-                margin = e.noninferiority_margin if (e is not None and ref == "none") else None
-                for k, v in paired_tests(cs, by_row[ref], margin=margin, **kw).items():
+                ni = {}
+                if e is not None and ref == "none":
+                    ni = {"margin": e.noninferiority_margin, "relative_margin": e.noninferiority_relative_margin,
+                          "ni_alpha": e.noninferiority_alpha}
+                for k, v in paired_tests(cs, by_row[ref], **ni, **kw).items():
                     rec[f"vs_{ref}_{k}"] = v
+                contrasts.append((rec, ref))
+                if (row, ref) == primary:
+                    rec[f"vs_{ref}_primary"] = True
+                    rec["primary_reference"] = ref
         out.append(rec)
+    # the family: one member per unordered pair of rows and metric (A vs B and B vs A are one comparison, same p)
+    family: dict[tuple[frozenset, str], list[tuple[dict, str]]] = {}
+    for rec, ref in contrasts:
+        for m in TESTED:
+            if f"vs_{ref}_p_{m}" in rec and not (rec.get(f"vs_{ref}_primary") and m == "HR@5"):
+                family.setdefault((frozenset((rec["row"], ref)), m), []).append((rec, ref))
+    members = list(family.items())
+    adjusted = holm([pairs[0][0][f"vs_{pairs[0][1]}_p_{m}"] for (_, m), pairs in members])
+    for ((_, m), pairs), adj in zip(members, adjusted):
+        for rec, ref in pairs:
+            rec[f"vs_{ref}_p_holm_{m}"] = adj
     return out
 
 
-def round_rows(cells: Sequence[Mapping], rows: Sequence[str]) -> list[dict[str, Any]]:
-    """Per (row, round) of the LLM rows: mean and std over seeds of ROUND_METRICS (the rounds' curves)."""
+def round_rows(cells: Sequence[Mapping], rows: Sequence[str], experiment_cfg=None) -> list[dict[str, Any]]:
+    """Per (row, round) of the LLM rows: mean and std over seeds of ROUND_METRICS (the rounds' curves). With more
+    than one round, the row's last round also carries the trend test (abpo.experiment.stats.trend_comparison:
+    per-(seed, user) slope over rounds, two-stage bootstrap): ``trend_slope_*`` against 0 and, for rows other than
+    B, ``trend_vs_grpo_dslope_*`` against vanilla GRPO, whose HR@5 p-values are Holm-adjusted as one family
+    (``trend_vs_grpo_dslope_p_holm_HR@5``)."""
+    from abpo.experiment.stats import holm, trend_comparison
+
+    e = experiment_cfg
+    kw = {} if e is None else {"bootstrap_samples": e.bootstrap_samples, "alpha": e.alpha}
     groups: dict[tuple[str, int], list[Mapping]] = {}
     for c in cells:
         if is_llm_row(c["row"]):
             groups.setdefault((c["row"], int(c["round"])), []).append(c)
+    llm_cells = _by_row([c for cs in groups.values() for c in cs])
     out = []
     for row in rows:
+        recs = []
         for (rw, r), cs in sorted(groups.items(), key=lambda kv: kv[0][1]):
             if rw != row:
                 continue
             rec: dict[str, Any] = {"row": row, "label": row_label(row), "round": r, "seeds": len(cs)}
             for m in ROUND_METRICS:
                 rec[m], rec[f"{m}_std"] = _mean_std([c.get(m) for c in cs])
-            out.append(rec)
+            recs.append(rec)
+        if len(recs) > 1 and all("ranks" in c for c in llm_cells[row]):
+            ref = llm_cells.get("grpo") if row != "grpo" else None
+            t = trend_comparison(llm_cells[row], ref, **kw)
+            recs[-1].update({k if k.startswith("trend") else f"trend_{k}" if k.startswith("slope")
+                             else f"trend_vs_grpo_{k}": v for k, v in t.items()})
+        out += recs
+    family = [r for r in out if "trend_vs_grpo_dslope_p_HR@5" in r]
+    for r, adj in zip(family, holm([r["trend_vs_grpo_dslope_p_HR@5"] for r in family])):
+        r["trend_vs_grpo_dslope_p_holm_HR@5"] = adj
     return out
 
 
@@ -589,17 +655,37 @@ def _fmt_p(p: float | None) -> str:
     return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
-def _fmt_diff(r: Mapping, ref: str, metric: str, p_key: str) -> str:
+def _fmt_interval(d: float, lo: float | None, hi: float | None, p: str) -> str:
+    ci = f" [{lo:+.4f}, {hi:+.4f}]" if lo is not None and math.isfinite(lo) else ""
+    return f"{d:+.4f}{ci} ({p})"
+
+
+def _fmt_diff(r: Mapping, ref: str, metric: str) -> str:
+    """Δ [interval] (p): the Holm-adjusted p, or the unadjusted p marked 'primary' for the primary contrast."""
     key = f"vs_{ref}_d{metric}"
     if key not in r:
         return "-"
-    lo, hi = r.get(f"vs_{ref}_ci_low_{metric}"), r.get(f"vs_{ref}_ci_high_{metric}")
-    ci = f" [{lo:+.4f}, {hi:+.4f}]" if lo is not None and math.isfinite(lo) else ""
-    return f"{r[key]:+.4f}{ci} ({_fmt_p(r.get(f'vs_{ref}_{p_key}'))})"
+    if r.get(f"vs_{ref}_primary") and metric == "HR@5":
+        p = f"{_fmt_p(r.get(f'vs_{ref}_p_{metric}'))}, primary"
+    else:
+        p = _fmt_p(r.get(f"vs_{ref}_p_holm_{metric}", r.get(f"vs_{ref}_p_{metric}")))
+    return _fmt_interval(r[key], r.get(f"vs_{ref}_ci_low_{metric}"), r.get(f"vs_{ref}_ci_high_{metric}"), p)
+
+
+def _fmt_ni(r: Mapping) -> str:
+    parts = []
+    if "vs_none_non_inferior" in r:
+        parts.append(f"abs {r['vs_none_ni_margin']:g}: {'yes' if r['vs_none_non_inferior'] else 'no'} "
+                     f"({_fmt_p(r['vs_none_ni_p'])})")
+    if "vs_none_non_inferior_rel" in r:
+        parts.append(f"rel {100 * r['vs_none_ni_rel_share']:g}% (= {r['vs_none_ni_rel_margin']:.4f}): "
+                     f"{'yes' if r['vs_none_non_inferior_rel'] else 'no'} ({_fmt_p(r['vs_none_ni_rel_p'])})")
+    return "; ".join(parts) or "-"
 
 
 def table_markdown(recs: Sequence[Mapping], *, title: str, note: str = "") -> str:
-    """The metrics table (mean ± std over seeds) and the comparisons table (Δ [95% interval] (p), MDE, NI)."""
+    """The metrics table (mean ± std over seeds) and the comparisons table (Δ [95% two-stage bootstrap interval]
+    (p, Holm-adjusted; the primary contrast unadjusted and marked), MDE, non-inferiority)."""
     head = ["Row", *METRICS]
     lines = [f"### {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in recs:
@@ -608,33 +694,56 @@ def table_markdown(recs: Sequence[Mapping], *, title: str, note: str = "") -> st
             digits = 2 if m.startswith("Diversity") else 4  # Diversity is on a 0-100 scale
             cells.append(f"{r[m]:.{digits}f} ± {r[m + '_std']:.{digits}f}")
         lines.append("| " + " | ".join(cells) + " |")
-    comp = ["Row", "ΔHR@5 vs A [95% CI] (p)", "MDE HR@5 vs A", "Non-inferior to A (p)", "ΔNDCG@5 vs A [95% CI] (p)",
-            "ΔHR@5 vs B [95% CI] (p)", "MDE HR@5 vs B", "ΔNDCG@5 vs B [95% CI] (p)"]
+    comp = ["Row", "ΔHR@5 vs A [95% CI] (p Holm)", "MDE HR@5 vs A", "Non-inferior to A (one-sided p)",
+            "ΔNDCG@5 vs A [95% CI] (p Holm)", "ΔHR@5 vs B [95% CI] (p Holm)", "MDE HR@5 vs B",
+            "ΔNDCG@5 vs B [95% CI] (p Holm)"]
     lines += ["", "| " + " | ".join(comp) + " |", "|" + "---|" * len(comp)]
     for r in recs:
         if not any(k.startswith("vs_") for k in r):
             continue
-        ni = "-"
-        if "vs_none_non_inferior" in r:
-            ni = f"{'yes' if r['vs_none_non_inferior'] else 'no'} ({_fmt_p(r['vs_none_ni_p'])})"
-        mde = {ref: (f"{r[f'vs_{ref}_mde_HR@5']:.4f}" if f"vs_{ref}_mde_HR@5" in r else "-") for ref in ("none", "grpo")}
+        mde = {ref: (f"{r[f'vs_{ref}_mde_HR@5']:.4f}" if f"vs_{ref}_mde_HR@5" in r else "-") for ref in REFERENCES}
         lines.append("| " + " | ".join([
-            r["label"], _fmt_diff(r, "none", "HR@5", "p_mcnemar_HR@5"), mde["none"], ni,
-            _fmt_diff(r, "none", "NDCG@5", "p_wilcoxon_NDCG@5"), _fmt_diff(r, "grpo", "HR@5", "p_mcnemar_HR@5"),
-            mde["grpo"], _fmt_diff(r, "grpo", "NDCG@5", "p_wilcoxon_NDCG@5"),
+            r["label"], _fmt_diff(r, "none", "HR@5"), mde["none"], _fmt_ni(r), _fmt_diff(r, "none", "NDCG@5"),
+            _fmt_diff(r, "grpo", "HR@5"), mde["grpo"], _fmt_diff(r, "grpo", "NDCG@5"),
         ]) + " |")
+    for r in recs:  # a primary contrast against another reference than A or B: its own line
+        ref = r.get("primary_reference")
+        if ref is not None and ref not in REFERENCES:
+            lines += ["", f"Primary contrast {r['label']} vs {row_label(ref)}: ΔHR@5 {_fmt_diff(r, ref, 'HR@5')}"]
+    lines += ["", "Intervals: 95% two-stage bootstrap (seeds, then users); p: two-sided, percentile inversion of the "
+              "same bootstrap, Holm-adjusted over every comparison in this table except the primary contrast "
+              "(marked 'primary', unadjusted)."]
     if note:
         lines += ["", note]
     return "\n".join(lines) + "\n"
 
 
+def _fmt_trend(r: Mapping, prefix: str, p_key: str) -> str:
+    if f"{prefix}_HR@5" not in r:
+        return "-"
+    p = _fmt_p(r.get(p_key))
+    return _fmt_interval(r[f"{prefix}_HR@5"], r.get(f"{prefix.replace('slope', 'slope_ci_low')}_HR@5"),
+                         r.get(f"{prefix.replace('slope', 'slope_ci_high')}_HR@5"), p)
+
+
 def rounds_markdown(recs: Sequence[Mapping]) -> str:
+    """The rounds table; with a trend test (more than one round) two more columns on each row's last round: the
+    HR@5 slope per round [95% two-stage interval] (p against 0) and its difference against B (p, Holm)."""
+    trend = any("trend_slope_HR@5" in r for r in recs)
     head = ["Row", "Round", *ROUND_METRICS]
+    if trend:
+        head += ["HR@5 slope/round [95% CI] (p)", "Δ slope HR@5 vs B [95% CI] (p Holm)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in recs:
         vals = [f"{r[m]:.{2 if m.startswith('Diversity') else 4}f} ± {r[m + '_std']:.{2 if m.startswith('Diversity') else 4}f}"
                 if math.isfinite(r[m]) else "-" for m in ROUND_METRICS]
+        if trend:
+            vals += [_fmt_trend(r, "trend_slope", "trend_slope_p_HR@5"),
+                     _fmt_trend(r, "trend_vs_grpo_dslope", "trend_vs_grpo_dslope_p_holm_HR@5")]
         lines.append("| " + " | ".join([r["label"], str(r["round"]), *vals]) + " |")
+    if trend:
+        lines += ["", "Trend: per (seed, user) least-squares slope of the HR@5 hit over rounds 1..R, averaged; 95% "
+                  "two-stage bootstrap (seeds, then users); the Δ slope p-values vs B are Holm-adjusted as one family."]
     return "\n".join(lines) + "\n"
 
 
@@ -691,11 +800,16 @@ def write_outputs(exp_dir: Path, recs: Sequence[Mapping], summary: Mapping[str, 
             for r in data:
                 w.writerow(r)
     e = summary
+    ni_rel = e.get("noninferiority_relative_margin")
     note = (f"{e['eval_users']} {e['eval_split']} users x {e['seeds']} seeds, M = {e['eval_candidates']} candidates, "
             f"{e['rounds']} round(s); mean ± std over seeds. Comparisons: Δ = row - reference with a {100 * (1 - e['alpha']):.0f}% "
-            f"cluster-bootstrap interval over users; p: McNemar exact on HR@5, Wilcoxon signed-rank on NDCG@5, over "
-            f"(seed, user); MDE: minimum detectable ΔHR@5 at {100 * e['power']:.0f}% power, two-sided α = {e['alpha']}; "
-            f"non-inferiority to No-Update with margin {e['noninferiority_margin']} HR@5 (one-sided). "
+            f"two-stage bootstrap interval (seeds, then users inside each drawn seed); p: two-sided from the same "
+            f"bootstrap (percentile inversion), Holm-adjusted except the pre-registered primary contrast "
+            f"{e.get('primary_contrast', 'abpo-grpo')} on HR@5 (unadjusted); McNemar / Wilcoxon over (seed, user) "
+            f"pairs are extra columns of table.csv only; MDE: minimum detectable ΔHR@5 at {100 * e['power']:.0f}% "
+            f"power from the two-stage SE, two-sided α = {e['alpha']}; non-inferiority to No-Update (one-sided, "
+            f"α = {e.get('noninferiority_alpha', 0.025)}) with the absolute margin {e['noninferiority_margin']} HR@5"
+            + (f" and the relative margin {100 * ni_rel:g}% of No-Update's HR@5" if ni_rel else "") + ". "
             f"Wall time {e['wall_seconds'] / 60:.1f} min.")
     md = table_markdown(recs, title=f"{e['dataset']}: {e['name']}", note=note)
     if rounds_recs and e["rounds"] > 1:
@@ -932,7 +1046,7 @@ def run_experiment(cfg, *, config_ref: str = "tiny", overrides: Sequence[str] = 
                                      f"{last['HR@5']:.4f} ({time.time() - t0:.0f}s elapsed)")
     final = [cells[(s, r, rounds)][0] for s in e.seeds for r in rows]
     recs = table_rows(final, rows, e)
-    rounds_recs = round_rows([c for c, _ in cells.values()], rows)
+    rounds_recs = round_rows([c for c, _ in cells.values()], rows, e)
     wall = time.time() - t0
     ds = load_dataset(cfg.data)
     summary = {
@@ -942,6 +1056,9 @@ def run_experiment(cfg, *, config_ref: str = "tiny", overrides: Sequence[str] = 
         "update_max_examples": e.update_max_examples or cfg.update.max_examples, "workers": e.workers,
         "update_steps": cfg.data.update_steps, "group_size": cfg.update.group_size, "alpha": e.alpha,
         "power": e.power, "noninferiority_margin": e.noninferiority_margin,
+        "noninferiority_relative_margin": e.noninferiority_relative_margin,
+        "noninferiority_alpha": e.noninferiority_alpha, "primary_contrast": e.primary_contrast,
+        "bootstrap_samples": e.bootstrap_samples,
         "config": config_ref, "overrides": overrides, "cpu_count": os.cpu_count(),
     }
     outputs = write_outputs(exp_dir, recs, summary, rounds_recs)

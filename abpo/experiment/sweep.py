@@ -71,17 +71,20 @@ def _fmt(v: float | None, digits: int = 4, sign: bool = False) -> str:
 
 
 def _diff(r: dict[str, Any], ref: str) -> str:
-    """ΔHR@5 against a reference row with its interval and McNemar p, or '-'."""
+    """ΔHR@5 against a reference row with its interval and p, or '-': the probe table's Holm-adjusted two-stage
+    bootstrap p (abpo.experiment.runner.table_rows), the unadjusted one for the primary contrast, or, for results
+    written before the two-stage bootstrap, McNemar's."""
     d = r.get(f"vs_{ref}_dHR@5")
     if d is None:
         return "-"
-    p = r[f"vs_{ref}_p_mcnemar_HR@5"]
+    p = next(r[k] for k in (f"vs_{ref}_p_holm_HR@5", f"vs_{ref}_p_HR@5", f"vs_{ref}_p_mcnemar_HR@5") if k in r)
     return (f"{d:+.4f} [{r[f'vs_{ref}_ci_low_HR@5']:+.4f}, {r[f'vs_{ref}_ci_high_HR@5']:+.4f}] "
             f"({'<0.001' if p < 0.001 else f'{p:.3f}'})")
 
 
 def sweep_markdown(lines: Sequence[dict[str, Any]], title: str) -> str:
-    head = ["Probe", "Row", "HR@5", "NDCG@5", "ΔHR@5 vs A [95% CI] (p)", "ΔHR@5 vs B [95% CI] (p)", "MDE vs A"]
+    head = ["Probe", "Row", "HR@5", "NDCG@5", "ΔHR@5 vs A [95% CI] (p Holm)", "ΔHR@5 vs B [95% CI] (p Holm)",
+            "MDE vs A"]
     out = [f"### {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in lines:
         out.append("| " + " | ".join([

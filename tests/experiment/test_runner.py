@@ -73,8 +73,9 @@ def test_paired_tests_count_discordant_users_by_hand():
     assert t["p_mcnemar_HR@5"] == pytest.approx(0.625)  # two-sided binomial, 1 of 4 discordant pairs
     # per-user differences averaged over seeds: user 0 (1+1)/2, user 1 1/2, user 4 -1/2, others 0
     d_u = np.array([1.0, 0.5, 0, 0, -0.5, 0])
-    assert t["se_HR@5"] == pytest.approx(d_u.std(ddof=1) / np.sqrt(6))
+    assert t["se_users_HR@5"] == pytest.approx(d_u.std(ddof=1) / np.sqrt(6))  # the user-only SE, an extra column
     assert t["ci_low_HR@5"] <= t["dHR@5"] <= t["ci_high_HR@5"]
+    assert 0 < t["se_HR@5"] and 0 <= t["p_HR@5"] <= 1  # the two-stage bootstrap's SE and p (tests/experiment/test_stats)
     assert paired_tests(a, a)["p_mcnemar_HR@5"] == 1.0 and paired_tests(a, a)["p_wilcoxon_NDCG@5"] == 1.0
     with pytest.raises(ValueError, match="different users"):
         paired_tests(a, [dict(b[0], users=[5, 4, 3, 2, 1, 0])])
@@ -91,6 +92,49 @@ def test_table_has_mean_std_over_seeds_and_tests_against_a_and_b():
     md = table_markdown(recs, title="t")
     assert md.count("\n| ") == 4 + 4 and "(F) ABPO" in md  # the metrics table, then the comparisons of A, B, F
     assert "MDE HR@5 vs A" in md and "[95% CI]" in md
+    assert "95% two-stage bootstrap (seeds, then users)" in md and "(p Holm)" in md
+
+
+def test_table_marks_the_primary_contrast_and_holm_adjusts_the_rest():
+    from abpo.experiment.config import ExperimentConfig
+    from abpo.experiment.stats import holm
+
+    ranks = {"none": lambda s, i: 1 + (s + i) % 9, "grpo": lambda s, i: 1 + (s + i) % 9,
+             "abpo": lambda s, i: 1 + (s + i) % 6}
+    cells = [_cell(r, s, [f(s, i) for i in range(60)]) for r, f in ranks.items() for s in (0, 1, 2)]
+    e = ExperimentConfig(bootstrap_samples=300)
+    recs = table_rows(cells, ["none", "grpo", "abpo"], e)
+    f = recs[2]
+    assert f["vs_grpo_primary"] and f["primary_reference"] == "grpo" and "vs_grpo_p_holm_HR@5" not in f
+    family = [(recs[1], "none", "HR@5"), (recs[1], "none", "NDCG@5"), (f, "none", "HR@5"), (f, "none", "NDCG@5"),
+              (f, "grpo", "NDCG@5")]  # B vs A (A vs B is the same comparison), F vs A and B, less the primary
+    adj = holm([r[f"vs_{ref}_p_{m}"] for r, ref, m in family])
+    assert [r[f"vs_{ref}_p_holm_{m}"] for r, ref, m in family] == pytest.approx(adj)
+    assert recs[0]["vs_grpo_p_holm_HR@5"] == recs[1]["vs_none_p_holm_HR@5"]
+    assert {"vs_none_ni_rel_p", "vs_none_non_inferior_rel", "vs_none_ni_p"} <= set(f)
+    md = table_markdown(recs, title="t")
+    assert ", primary)" in md and md.count(", primary)") == 1 and "rel 5%" in md
+    with pytest.raises(ValueError, match="primary_contrast"):
+        table_rows(cells, ["none", "abpo"], ExperimentConfig(primary_contrast="abpo"))
+
+
+def test_rounds_table_has_the_trend_test_when_rounds_exceed_one():
+    from abpo.experiment.config import ExperimentConfig
+    from abpo.experiment.runner import round_rows, rounds_markdown
+
+    def cells(row, grow):
+        return [dict(_cell(row, s, [1 if u < (10 * r if grow else 10) else 9 for u in range(40)]), round=r,
+                     match_positive=0.5, match_no_response=0.1) for s in (0, 1) for r in (1, 2, 3)]
+
+    recs = round_rows(cells("grpo", False) + cells("abpo", True), ["grpo", "abpo"], ExperimentConfig(bootstrap_samples=200))
+    last = [r for r in recs if r["row"] == "abpo"][-1]
+    assert last["round"] == 3 and last["trend_slope_HR@5"] == pytest.approx(0.25)
+    assert last["trend_vs_grpo_dslope_HR@5"] == pytest.approx(0.25) and "trend_vs_grpo_dslope_p_holm_HR@5" in last
+    assert "trend_vs_grpo_dslope_HR@5" not in [r for r in recs if r["row"] == "grpo"][-1]  # B is the reference
+    md = rounds_markdown(recs)
+    assert "HR@5 slope/round [95% CI] (p)" in md and "+0.2500 [" in md
+    one = round_rows([c for c in cells("abpo", True) if c["round"] == 1], ["abpo"])
+    assert "trend_slope_HR@5" not in one[0] and "slope/round" not in rounds_markdown(one)
 
 
 def _small_movielens(dst: Path, n_users: int = 40) -> Path:

@@ -52,4 +52,6 @@ def test_summary_markdown_lines():
             "vs_none_dHR@5": 0.01, "vs_none_ci_low_HR@5": -0.01, "vs_none_ci_high_HR@5": 0.03,
             "vs_none_p_mcnemar_HR@5": 0.2, "vs_none_mde_HR@5": 0.02}
     md = sweep_markdown([line], "s")
-    assert "| beta=0 | (F) ABPO | 0.3000 ± 0.0100 |" in md and "+0.0100 [-0.0100, +0.0300] (0.200)" in md
+    assert "| beta=0 | (F) ABPO | 0.3000 ± 0.0100 |" in md and "+0.0100 [-0.0100, +0.0300] (0.200)" in md  # an old result: McNemar
+    md = sweep_markdown([dict(line, **{"vs_none_p_HR@5": 0.04, "vs_none_p_holm_HR@5": 0.12})], "s")
+    assert "+0.0100 [-0.0100, +0.0300] (0.120)" in md and "(p Holm)" in md  # the Holm-adjusted two-stage p

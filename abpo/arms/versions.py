@@ -256,7 +256,11 @@ def promote(cfg, arm: str, version: str | int, *, expected_champion: str | int |
     ``expected_champion`` the promotion is refused (PromotionRace) when the champion is not that version.
 
     Atomic: the champion is re-read, compared and moved inside the arm's :func:`promotion_lock`, so of several
-    concurrent promotions expecting the same champion exactly one moves it and the others are refused."""
+    concurrent promotions expecting the same champion exactly one moves it and the others are refused. A holdback
+    arm (abpo.arms.names.HOLDBACK) is never promoted: its champion stays pi_init (ValueError)."""
+    if names.entry(arm).kind == names.HOLDBACK:
+        raise ValueError(f"{model_name(arm)}: arm {arm} is a holdback; rule: its champion stays pi_init, never "
+                         f"promoted (version {version} refused)")
     if get_version(cfg, arm, str(version)) is None:
         raise NotInRegistry(f"{model_name(arm)}: no version {version}; nothing promoted")
     with promotion_lock(cfg, arm):

@@ -114,7 +114,7 @@ def update_llm_arm(cfg, arm: str, month: Month) -> UpdateResult:
     import mlflow
 
     if entry(arm).kind != LLM:
-        raise ValueError(f"update_llm_arm: {arm!r} is a ranker arm; rule: one of {list(LLM_ARMS)}")
+        raise ValueError(f"update_llm_arm: {arm!r} is a {entry(arm).kind} arm; rule: one of {list(LLM_ARMS)}")
     month = Month(month)
     champ = arm_versions.get_version(cfg, arm, CHAMPION)
     if champ is None:

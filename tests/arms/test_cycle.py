@@ -8,7 +8,8 @@ import pytest
 
 SMALL = ["data.max_users=60", "data.update_steps=6", "sft.max_steps=20", "sft.eval_max_users=20",
          "data.eval_candidates=20", "update.max_steps=2", "update.batch_size=8", "update.save_steps=100",
-         "arms.min_rows_per_stratum=1", "sim.click_next=1.0", "sim.base_ctr=0.2"]
+         "arms.min_rows_per_stratum=1", "sim.click_next=1.0", "sim.base_ctr=0.2",
+         "arms.update_logs=own"]  # own logs here; all traffic and the holdback: tests/monthly/test_holdback_months.py
 
 
 @pytest.mark.slow

@@ -6,7 +6,8 @@ file parses in milliseconds). For month m:
 
     resolve_month -> bootstrap (refuses when an earlier month was ingested but never finished; arms without a
     champion get one) -> serve (simulate: param) -> ingest (+ GX)
-    -> per LLM arm (task group): update from the arm's champion on its own month-m logs -> register (challenger)
+    -> per LLM arm (task group): update from the arm's champion on month m's logs (arms.update_logs: every arm's,
+       or its own) -> register (challenger)
        -> gate (against the arm's champion) -> promote (only when the gate passed); a month with too few rows of
        a stratum (arms.min_rows_per_stratum) skips the arm's group: it keeps its champion
     -> per ranker arm: refit on everything to date -> register (champion)

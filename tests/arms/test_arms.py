@@ -117,7 +117,8 @@ def test_the_holdback_is_never_refreshed_adopted_updated_or_promoted(make_cfg):
         update_llm_arm(cfg, "holdback", "2026-01")
     with pytest.raises(ModelRefused, match="'holdback' is a holdback arm; rule: adopt takes an LLM arm"):
         adopt_model(cfg, "holdback", "/nonexistent")
-    with pytest.raises(ValueError, match="arm holdback is a holdback; rule: its champion stays pi_init"):
+    with pytest.raises(arm_versions.HoldbackNeverPromoted, match="arm holdback is a holdback; rule: its champion "
+                                                                "stays pi_init"):
         arm_versions.promote(cfg, "holdback", "2")
     with pytest.raises(ValueError, match="'abpo' is a llm arm; rule: one of \\['holdback'\\]"):
         hold_arm(cfg, "abpo", "2026-01")

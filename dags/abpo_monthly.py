@@ -1,4 +1,4 @@
-"""abpo_monthly: the continual monthly cycle of the four arms (abpo, grpo, ml_retrain, popularity).
+"""abpo_monthly: the continual monthly cycle of the arms (abpo, grpo, ml_retrain, popularity, holdback).
 
 Wiring only: every task is one step of `abpo.monthly`, named like the step's module (abpo/monthly/<task>.py), in the
 order of abpo.monthly.steps.STEPS, the list `abpo arms month` runs too (heavy imports happen inside the tasks, so the
@@ -6,10 +6,13 @@ file parses in milliseconds). For month m:
 
     resolve_month -> bootstrap (refuses when an earlier month was ingested but never finished; arms without a
     champion get one) -> serve (simulate: param) -> ingest (+ GX)
-    -> per LLM arm (task group): update from the arm's champion on its own month-m logs -> register (challenger)
+    -> per LLM arm (task group): update from the arm's champion on month m's logs (arms.update_logs: every arm's,
+       or its own) -> register (challenger)
        -> gate (against the arm's champion) -> promote (only when the gate passed); a month with too few rows of
        a stratum (arms.min_rows_per_stratum) skips the arm's group: it keeps its champion
     -> per ranker arm: refit on everything to date -> register (champion)
+    -> per holdback arm: hold (serves pi_init, never trains: the task checks its champion is still pi_init and
+       records why nothing was trained)
     -> report (every month to date, all arms, sample-ratio check on report.arm_shares)
 
 The month processed is the one that just ended (the run of 2026-03-01 processes 2026-02), or the `month` param:
@@ -201,6 +204,14 @@ def abpo_monthly():
         announce_champion(get_current_context()["outlet_events"], arm, month, out)
         return out
 
+    @task
+    def hold(arm: str, month: str, ingested: dict) -> dict:
+        from abpo.monthly.hold import hold_arm
+
+        cfg = _cfg()
+        _skip_unless_configured(cfg, arm)
+        return hold_arm(cfg, arm, month).to_json()
+
     @task(trigger_rule="none_failed")
     def report(month: str) -> dict:
         from abpo.monthly.report import report_to_date
@@ -210,7 +221,8 @@ def abpo_monthly():
     month = resolve_month()
     ingested = ingest(month, serve(month, bootstrap(month)))
     # per arm (a task group), the steps of its kind in order, each fed the one before; the last moves the champion
-    step_tasks = {"update": update, "register": register, "gate": gate, "promote": promote, "refit": refit}
+    step_tasks = {"update": update, "register": register, "gate": gate, "promote": promote, "refit": refit,
+                  "hold": hold}
     done = []
     for kind, chain in PER_ARM.items():
         for arm in (name for name, e in ARMS.items() if e.kind == kind):
@@ -218,8 +230,8 @@ def abpo_monthly():
                 upstream = ingested
                 for step in chain:
                     t = step_tasks[step]
-                    upstream = (t.override(outlets=[champion_alias(arm)]) if step == chain[-1] else t)(
-                        arm, month, upstream)
+                    moves = step == chain[-1] and step != "hold"  # the holdback's champion never moves
+                    upstream = (t.override(outlets=[champion_alias(arm)]) if moves else t)(arm, month, upstream)
             done.append(upstream)
     final = report(month)
     done >> final

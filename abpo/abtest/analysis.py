@@ -41,6 +41,11 @@ EXPLANATIONS: dict[str, str] = {
     "mde": "The minimum detectable effect (MDE) beside each comparison is the smallest true difference the same test "
            "would detect with probability {power:.0%} at this sample size: (z_(1-alpha/2) + z_power) times the test's "
            "standard error. A difference smaller than the MDE that is not significant is not evidence of no effect.",
+    "holdback": "Updating vs not updating: each arm that is updated every month minus the holdback, the same "
+                "starting model (pi_init) served all along and never updated, on the same users' traffic; per month "
+                "and over the whole period, with the two-proportion z-test, Holm's correction across the updated "
+                "arms of each period and the MDE at {power:.0%} power. A positive difference means the updates "
+                "beat not updating; one inside the MDE says little either way.",
     "aggregate": "The whole-period aggregate sums impressions and clicks of each arm over the selected months and "
                  "repeats the comparisons on those totals.",
 }
@@ -106,6 +111,8 @@ class Report:
     notes: list[str] = field(default_factory=list)
     source: str = ""
     power: float = 0.8  # of the minimum detectable effects
+    holdback_arm: str = ""  # report.holdback_arm when it has data, else ""
+    holdback: list[Comparison] = field(default_factory=list)  # each updated arm vs the holdback, per month, then ALL
 
     def cell(self, period: str, arm: str) -> Cell | None:
         for c in (self.totals if period == ALL else self.cells):
@@ -118,7 +125,8 @@ class Report:
         return [period for period, r in self.srm.items() if r.mismatch]
 
     def explanations(self) -> dict[str, str]:
-        return {k: v.format(alpha=self.srm_alpha, power=self.power) for k, v in EXPLANATIONS.items()}
+        return {k: v.format(alpha=self.srm_alpha, power=self.power) for k, v in EXPLANATIONS.items()
+                if k != "holdback" or self.holdback}  # the holdback's only with its table
 
 
 def _month_str(v: Any, where: str) -> str:
@@ -264,31 +272,51 @@ def analyse(
         totals.append(_cell(ALL, a, sum(r["impressions"] for r in arm_rows), sum(r["clicks"] for r in arm_rows),
                             users, conf))
 
+    def family(period: str, pairs: list[tuple[str, str]]) -> list[Comparison]:
+        """(a, b) -> a minus b in ``period``, by the pooled and (with user moments) the clustered z-test, Holm's
+        correction across the pairs."""
+        tests = []
+        for a, b in pairs:
+            ca = next((c for c in (totals if period == ALL else cells) if c.period == period and c.arm == a), None)
+            cb = next((c for c in (totals if period == ALL else cells) if c.period == period and c.arm == b), None)
+            if ca is None or cb is None:
+                absent = " and ".join(repr(x) for x, c in ((a, ca), (b, cb)) if c is None)
+                nan = math.nan
+                t = stats.DiffTest(nan, nan, nan, nan, nan, nan, nan, nan, note=f"no data for {absent} in {period}")
+                tests.append((a, b, t, None, f"no data for {absent} in {period}"))
+                continue
+            t = stats.two_proportion_ztest(ca.clicks, ca.impressions, cb.clicks, cb.impressions, conf, power)
+            ct = None
+            if (period, a) in mom and (period, b) in mom:
+                ct = stats.clustered_ztest(mom[(period, a)], mom[(period, b)], conf, power)
+            tests.append((a, b, t, ct, t.note))
+        holm = stats.holm_adjust([t.p for _, _, t, _, _ in tests])
+        cholm = stats.holm_adjust([ct.p if ct is not None else math.nan for _, _, _, ct, _ in tests])
+        return [Comparison(period, a, b, t, ph, ct, cph, note)
+                for (a, b, t, ct, note), ph, cph in zip(tests, holm, cholm)]
+
     # candidate vs each other arm, per month and over the whole period; Holm within each period
     comparisons: list[Comparison] = []
     if candidate in arm_set:
         for period in [*months, ALL]:
-            family = []
-            for other in arms[1:]:
-                ca = next((c for c in (totals if period == ALL else cells) if c.period == period and c.arm == candidate), None)
-                co = next((c for c in (totals if period == ALL else cells) if c.period == period and c.arm == other), None)
-                if ca is None or co is None:
-                    absent = " and ".join(repr(x) for x, c in ((candidate, ca), (other, co)) if c is None)
-                    nan = math.nan
-                    t = stats.DiffTest(nan, nan, nan, nan, nan, nan, nan, nan, note=f"no data for {absent} in {period}")
-                    family.append((other, t, None, f"no data for {absent} in {period}"))
-                    continue
-                t = stats.two_proportion_ztest(ca.clicks, ca.impressions, co.clicks, co.impressions, conf, power)
-                ct = None
-                if (period, candidate) in mom and (period, other) in mom:
-                    ct = stats.clustered_ztest(mom[(period, candidate)], mom[(period, other)], conf, power)
-                family.append((other, t, ct, t.note))
-            holm = stats.holm_adjust([t.p for _, t, _, _ in family])
-            cholm = stats.holm_adjust([ct.p if ct is not None else math.nan for _, _, ct, _ in family])
-            for (other, t, ct, note), ph, cph in zip(family, holm, cholm):
-                comparisons.append(Comparison(period, candidate, other, t, ph, ct, cph, note))
+            comparisons += family(period, [(candidate, other) for other in arms[1:]])
         if not any(c.clustered for c in comparisons):
             notes.append("no per-user data (CSV input or no user moments): the user-clustered test is not available")
+
+    # updating vs not updating: each updated arm minus the holdback, per month and over the whole period
+    held = str(getattr(report_cfg, "holdback_arm", "") or "")
+    holdback: list[Comparison] = []
+    if held and held in arm_set:
+        updated = [a for a in getattr(report_cfg, "updated_arms", []) if a in arm_set and a != held]
+        if updated:
+            for period in [*months, ALL]:
+                holdback += family(period, [(a, held) for a in updated])
+        else:
+            notes.append(f"holdback arm {held!r} has data but none of report.updated_arms "
+                         f"{list(getattr(report_cfg, 'updated_arms', []))} does: no updating-vs-holdback table")
+    elif held and held in dict(report_cfg.arm_shares):
+        notes.append(f"holdback arm {held!r} is in report.arm_shares but has no data in the selected months: no "
+                     "updating-vs-holdback table")
 
     # trends of every arm: consecutive months, and first-to-last when there are more than two months
     trends: list[Trend] = []
@@ -339,4 +367,4 @@ def analyse(
     return Report(months=months, arms=arms, candidate=candidate, confidence=conf, power=power,
                   srm_alpha=report_cfg.srm_alpha,
                   shares=shares, cells=cells, totals=totals, comparisons=comparisons, trends=trends, srm=srm,
-                  notes=notes, source=source)
+                  notes=notes, source=source, holdback_arm=held if holdback else "", holdback=holdback)

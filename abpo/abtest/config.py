@@ -13,6 +13,17 @@ class ReportConfig:
         metadata={"help": "Configured traffic share of each arm (users): what the simulator's router assigns and what "
                           "the sample-ratio-mismatch check expects."},
     )
+    holdback_arm: str = field(
+        default="holdback",
+        metadata={"help": "The arm that is never updated (pi_init served throughout): each arm of "
+                          "report.updated_arms is compared with it, month by month and over the whole period, in the "
+                          "table \"Updating vs not updating (holdback)\"; no table when it has no data."},
+    )
+    updated_arms: list[str] = field(
+        default_factory=lambda: ["abpo", "grpo"],
+        metadata={"help": "The arms updated monthly that the holdback table compares with report.holdback_arm "
+                          "(those with data)."},
+    )
     confidence: float = field(default=0.95, metadata={"help": "Confidence level of every interval."})
     power: float = field(
         default=0.8,

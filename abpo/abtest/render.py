@@ -101,6 +101,8 @@ def tables(report: Report) -> list[Table]:
         keep = [i for i, h in enumerate(headers) if not h.startswith("clustered")]
         headers, rows = [headers[i] for i in keep], [[r[i] for i in keep] for r in rows]
     out.append(Table("ztest", f"Candidate arm ({report.candidate}) vs each other arm", headers, rows))
+    if report.holdback:
+        out.append(holdback_table(report))
     out.append(Table("trend", "Month-to-month trend of every arm (later − earlier)",
                      ["Arm", "Months", "Kind", "CTR earlier", "CTR later", "Δ (pp)", f"{cl} CI (pp)",
                       f"MDE at {pw} power (pp)", "z", "p", "Note"],
@@ -117,6 +119,27 @@ def tables(report: Report) -> list[Table]:
     out.append(Table("srm", "Sample-ratio mismatch (users per arm vs configured shares)",
                      ["Period", "Users observed (expected)", "χ²", "dof", "p", "Verdict", "Note"], srm_rows))
     return out
+
+
+def holdback_table(report: Report) -> Table:
+    """"Updating vs not updating (holdback)": each updated arm minus the holdback per period, z-test and MDE."""
+    cl, pw = f"{round(100 * report.confidence)}%", f"{round(100 * report.power)}%"
+    clustered = any(c.clustered for c in report.holdback)
+    headers = ["Period", "Comparison", "CTR updated", f"CTR {report.holdback_arm}", "Δ (pp)", f"{cl} CI (pp)",
+               f"MDE at {pw} power (pp)", "z", "p", "p (Holm)"]
+    if clustered:
+        headers += ["clustered z", "clustered p", f"clustered MDE at {pw} power (pp)"]
+    rows = []
+    for c in report.holdback:
+        t, k = c.test, c.clustered
+        row = [_period(c.period), f"{c.candidate} − {c.other}", _pct(t.ctr_a), _pct(t.ctr_b), _pp(t.diff),
+               _ci_pp(t.ci_low, t.ci_high), _mde(t.mde), stats.format_z(t.z), stats.format_p(t.p),
+               stats.format_p(c.p_holm)]
+        if clustered:
+            row += [stats.format_z(k.z) if k else "n/a", stats.format_p(k.p) if k else "n/a",
+                    _mde(k.mde) if k else "n/a"]
+        rows.append([*row, "; ".join(x for x in (c.note, k.note if k else "") if x)])
+    return Table("holdback", "Updating vs not updating (holdback)", [*headers, "Note"], rows)
 
 
 def srm_verdict(report: Report) -> str:

@@ -75,6 +75,15 @@ class ArmsConfig:
         metadata={"help": "gate_users=warehouse: the share of users held out for the gate, by a seeded stable hash "
                           "(sha256(\"<seed>:gate:<user>\") / 2^64 < share): in (0, 1)."},
     )
+    update_logs: str = field(
+        default="all",
+        metadata={"help": "Whose logs an LLM arm's month update trains on: all = the month's clean impressions of "
+                          "every arm in arms.names (each row's e0 is the propensity its arm logged: softmax(s/tau) "
+                          "of an LLM arm, softmax(score/T) of a ranker; w = e_old/e0 is a real importance weight); "
+                          "own = only the arm's own rows (logged by the champion it starts from: w = 1). Rows whose "
+                          "propensity cannot be trusted (missing, <= 0, > 1, not finite, below data.min_propensity) "
+                          "or of an arm not in arms.names are refused, naming arm, month, impression and rule."},
+    )
     update_max_examples: int = field(
         default=0, metadata={"help": "Logged rows per LLM-arm update (seeded, proportional); 0 = update.max_examples."}
     )

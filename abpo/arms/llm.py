@@ -2,7 +2,10 @@
 e_p(.|q) = softmax(s_p(a,q) / tau) over the candidate set (docs/ABPO_SPEC.md Eqs. s_p, e_p), with the shared-prefix
 scorer and the prompt builder that the update uses for e_old (abpo.policy.scoring.score_examples), so the logged
 propensity is the e0 the next update reads. ``logging_policy`` is ``softmax(tau=X)``: the update checks its tau
-against it. A month refreshes an LLM arm by its variant's update from the champion (:meth:`LLMArm.refresh`)."""
+against it. A month refreshes an LLM arm by its variant's update from the champion (:meth:`LLMArm.refresh`).
+
+HoldbackArm: the ``holdback`` arm, served like an LLM arm (pi_init's e_p, logged the same way) but never refreshed:
+its champion stays pi_init every month, so the report's "updating vs not updating" comparison has a control."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from abpo.arms.base import Arm
-from abpo.arms.names import LLM, entry
+from abpo.arms.names import HOLDBACK, LLM, entry
 from abpo.months import Month
 
 
@@ -84,3 +87,15 @@ class LLMArm(Arm):
                     for u, h, c in requests]  # `positive` is not read when scoring
         scored = score_examples(self.model, self.tokenizer, examples, self.titles, self.policy)
         return [candidate_propensities(s.scores, self.policy.tau).double().numpy() for s in scored]
+
+
+class HoldbackArm(LLMArm):
+    """The holdback: pi_init served as an LLM arm, never updated, never promoted (abpo.monthly.hold records why its
+    month does nothing and checks its champion is still pi_init)."""
+
+    kind: ClassVar[str] = HOLDBACK
+
+    @classmethod
+    def refresh(cls, name: str, cfg, **inputs: Any) -> Any:
+        raise RuntimeError(f"arm {name}: a holdback arm is never refreshed; rule: its champion stays pi_init "
+                           "(abpo.monthly.hold)")

@@ -14,15 +14,17 @@ from dataclasses import dataclass
 
 MODEL_PREFIX = "abpo-arm-"  # one registered MLflow model per arm: abpo-arm-<arm>
 
-LLM, RANKER = "llm", "ranker"
+LLM, RANKER, HOLDBACK = "llm", "ranker", "holdback"
 
 
 @dataclass(frozen=True)
 class ArmEntry:
     name: str
     cls: str  # "module:Class" of the arm's abpo.arms.base.Arm subclass
-    kind: str  # "llm": updated, registered as challenger, gated and promoted monthly; "ranker": refitted, champion
-    refreshed_by: str  # llm: the update variant (abpo.algo.variants); ranker: the ranker (abpo.baselines.RANKERS)
+    kind: str  # "llm": updated, registered as challenger, gated and promoted monthly; "ranker": refitted, champion;
+    #            "holdback": an LLM arm whose champion stays pi_init (never updated, never promoted): the control
+    refreshed_by: str  # llm: the update variant (abpo.algo.variants); ranker: the ranker (abpo.baselines.RANKERS);
+    #                    holdback: "none", variant (A), no update
 
 
 ARMS: dict[str, ArmEntry] = {e.name: e for e in (
@@ -30,9 +32,11 @@ ARMS: dict[str, ArmEntry] = {e.name: e for e in (
     ArmEntry("grpo", "abpo.arms.llm:LLMArm", LLM, "grpo"),
     ArmEntry("ml_retrain", "abpo.arms.rankers:RankerArm", RANKER, "ml_retrain"),
     ArmEntry("popularity", "abpo.arms.rankers:RankerArm", RANKER, "popularity"),
+    ArmEntry("holdback", "abpo.arms.llm:HoldbackArm", HOLDBACK, "none"),
 )}
 LLM_ARMS = tuple(n for n, e in ARMS.items() if e.kind == LLM)
 RANKER_ARMS = tuple(n for n, e in ARMS.items() if e.kind == RANKER)
+HOLDBACK_ARMS = tuple(n for n, e in ARMS.items() if e.kind == HOLDBACK)
 
 
 def check_arm(name: str) -> str:

@@ -181,6 +181,11 @@ class PromotionRace(RuntimeError):
     refused, nothing changed."""
 
 
+class HoldbackNeverPromoted(PromotionRace):
+    """A promotion of the holdback arm (abpo.arms.names.HOLDBACK): refused, its champion stays pi_init (a
+    PromotionRace, so `abpo arms promote` reports it in one line like any refused promotion)."""
+
+
 # The promotion lock. MLflow's registry has no compare-and-set: SetRegisteredModelAlias moves an alias
 # unconditionally. What it does have is a unique registered-model name: CreateRegisteredModel fails with
 # RESOURCE_ALREADY_EXISTS when the name exists (a primary key in the SQL store, SQLite or PostgreSQL, behind the REST
@@ -256,7 +261,11 @@ def promote(cfg, arm: str, version: str | int, *, expected_champion: str | int |
     ``expected_champion`` the promotion is refused (PromotionRace) when the champion is not that version.
 
     Atomic: the champion is re-read, compared and moved inside the arm's :func:`promotion_lock`, so of several
-    concurrent promotions expecting the same champion exactly one moves it and the others are refused."""
+    concurrent promotions expecting the same champion exactly one moves it and the others are refused. A holdback
+    arm (abpo.arms.names.HOLDBACK) is never promoted: its champion stays pi_init (HoldbackNeverPromoted)."""
+    if names.entry(arm).kind == names.HOLDBACK:
+        raise HoldbackNeverPromoted(f"{model_name(arm)}: arm {arm} is a holdback; rule: its champion stays "
+                                    f"pi_init, never promoted (version {version} refused)")
     if get_version(cfg, arm, str(version)) is None:
         raise NotInRegistry(f"{model_name(arm)}: no version {version}; nothing promoted")
     with promotion_lock(cfg, arm):

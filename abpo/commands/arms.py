@@ -12,7 +12,7 @@ from abpo.months import month_arg
 def register(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "arms", help="Bootstrap the arms, run one month of the loop, show, promote, roll back or adopt each arm's champion.",
-        description="The four arms of the production loop (abpo.arms), one action each; `abpo arms ACTION --help` "
+        description="The arms of the production loop (abpo.arms), one action each; `abpo arms ACTION --help` "
         "shows that action's options.",
     )
     asub = p.add_subparsers(dest="arms_action", metavar="ACTION", required=True)

@@ -90,7 +90,8 @@ def register(sub, common: argparse.ArgumentParser) -> None:
         "Airflow and MLflow, the tiny CPU model; use --config demo for the preset sized for 2 cores): prepare the "
         "data, bootstrap pi_init and every arm's first champion, then run MONTHS simulated months (from "
         "sim.start_month) through the abpo_monthly DAG with `airflow dags test` (serve -> ingest + GX -> each LLM "
-        "arm updated from its champion on its own logs, gated, promoted -> ranker refits -> A/B report), and print "
+        "arm updated from its champion on the month's logs (arms.update_logs), gated, promoted -> ranker refits -> "
+        "the holdback held at pi_init -> A/B report), and print "
         "the final report's summary, where the HTML report, the Airflow UI and the MLflow UI are, and the wall time.",
     )
     p.add_argument("--months", type=int, default=4, help="Simulated months to run (default: 4).")

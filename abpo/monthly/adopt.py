@@ -148,7 +148,8 @@ def adopt_model(cfg, arm: str, model: str | Path) -> AdoptResult:
     model = str(model)
     name = arm_versions.model_name(arm)  # an unknown arm: NotInRegistry naming the known ones
     if entry(arm).kind != LLM:
-        raise ModelRefused(f"arm {arm!r} is a ranker arm; rule: adopt takes an LLM arm, one of {list(LLM_ARMS)}")
+        raise ModelRefused(f"arm {arm!r} is a {entry(arm).kind} arm; rule: adopt takes an LLM arm, one of "
+                           f"{list(LLM_ARMS)}")
     champ = arm_versions.get_version(cfg, arm, CHAMPION)
     if champ is not None:
         raise ModelRefused(f"{name}: champion is v{champ.version} already; rule: adopt gives an arm its first champion "

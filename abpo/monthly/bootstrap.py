@@ -83,7 +83,7 @@ def bootstrap_arms(cfg) -> BootstrapResult:
             continue
         if init is None:
             init = ensure_pi_init(cfg)
-        tags = arm_versions.lineage_tags(cfg, kind="llm", source="pi_init", parent_version=None, months=[],
+        tags = arm_versions.lineage_tags(cfg, kind=entry(arm).kind, source="pi_init", parent_version=None, months=[],
                                          data_hash="", variant=entry(arm).refreshed_by,
                                          pi_init_version=f"{core_registry.MODEL_NAME} v{init['model_version']}")
         key = task_key(cfg, "bootstrap", arm, f"pi_init-v{init['model_version']}")

@@ -1,6 +1,6 @@
 """``abpo arms month``: the whole monthly cycle in one process, running the steps of abpo.monthly.steps.STEPS in
 their order, as the Airflow DAG runs them as tasks (bootstrap -> serve -> ingest -> per LLM arm update, register,
-gate, promote -> per ranker arm refit -> report)."""
+gate, promote -> per ranker arm refit -> per holdback arm hold, which trains nothing -> report)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from abpo.monthly import steps
 from abpo.monthly.bootstrap import BootstrapResult, bootstrap
 from abpo.monthly.common import NotEnoughFeedback, StepResult, arms_of
 from abpo.monthly.gate import gate_arm
+from abpo.monthly.hold import hold_arm
 from abpo.monthly.ingest import IngestResult, ingest_and_validate
 from abpo.monthly.promote import promote_arm
 from abpo.monthly.refit import refit_ranker_arm
@@ -67,6 +68,8 @@ def _arm_chain(cfg, arm: str, month: Month, ingested: IngestResult, res: MonthRe
             upstream = promote_arm(cfg, arm, upstream)
         elif name == "refit":
             upstream = refit_ranker_arm(cfg, arm, month)
+        elif name == "hold":
+            upstream = hold_arm(cfg, arm, month)
         else:
             raise ValueError(f"run_month: no runner for step {name!r} of abpo.monthly.steps")
         done[name] = upstream
@@ -87,7 +90,7 @@ def run_month(cfg, month: str, *, simulate: bool = True) -> MonthResult:
         elif name == "ingest":
             res.ingest = ingest_and_validate(cfg, month)
         res.ran.append(name)
-    for kind in steps.PER_ARM:  # every LLM arm's chain, then every ranker arm's, as the DAG orders them
+    for kind in steps.PER_ARM:  # every LLM arm's chain, then every ranker arm's, then the holdback's, as the DAG
         for arm in arms_of(cfg):
             if entry(arm).kind == kind:
                 _arm_chain(cfg, arm, month, res.ingest, res)

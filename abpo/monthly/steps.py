@@ -10,6 +10,7 @@ ONCE = ("bootstrap", "serve", "ingest")  # once per month, in this order
 PER_ARM = {  # then per arm, by the arm's kind (abpo.arms.names), each step taking the one before it
     "llm": ("update", "register", "gate", "promote"),
     "ranker": ("refit",),
+    "holdback": ("hold",),  # a no-op that records why the holdback (pi_init, never updated) did not train
 }
 LAST = ("report",)  # after every arm
 STEPS = (*ONCE, *(s for chain in PER_ARM.values() for s in chain), *LAST)

@@ -1,6 +1,12 @@
 """Step ``update`` (Airflow task ``<arm>.update``, one per LLM arm): the arm's variant (abpo: F, grpo: B), started
-from the arm's *current champion*, on *its own* logs of month m (plus ``arms.replay_months`` earlier months), read
-from the warehouse strata; the checkpoint is logged into the update's MLflow run. Too few rows of a stratum raise
+from the arm's *current champion*, on the logs of month m (plus ``arms.replay_months`` earlier months), read from
+the warehouse strata; the checkpoint is logged into the update's MLflow run. Whose logs: ``arms.update_logs``:
+``all`` (default) = every served arm's clean impressions, each row with the e0 its arm logged, so the SNIPS weight
+w = e_old/e0 is a real importance weight (rows whose e0 cannot be trusted are refused, abpo.train.update.
+refuse_untrusted_rows); ``own`` = only the arm's own rows (logged by the champion it starts from: w = 1). Every
+update logs the share of its rows by logging arm and, with ``all``, the quantiles and ESS of w at the first step
+(the champion scores the rows before training; abpo.algo.snips.weight_summary): on its log line and its MLflow run
+(params ``logged_by.<arm>``, metrics ``first_step_w/*``, tag ``abpo.update_logs``). Too few rows of a stratum raise
 NotEnoughFeedback: the arm keeps its champion this month (the DAG marks the arm's steps skipped). With
 ``arms.gate_users = warehouse`` the rows of the gate's held-out users are left out (counted in the run's tags
 abpo.gate_holdout_*): the gate scores users no update trained on."""
@@ -32,6 +38,9 @@ class UpdateResult(StepResult):
     steps: int
     variant: str
     held_out_rows: int = 0  # the arm's rows of the gate's held-out users left out (arms.gate_users = warehouse)
+    update_logs: str = "own"  # arms.update_logs: whose rows it trained on
+    logged_by: dict[str, float] = dataclasses.field(default_factory=dict)  # share of the rows by logging arm
+    first_step_w: dict[str, float] = dataclasses.field(default_factory=dict)  # weight_summary of w = e_old/e0 (all)
 
 
 def training_months(cfg, month: Month) -> list[str]:
@@ -45,21 +54,59 @@ def training_months(cfg, month: Month) -> list[str]:
 
 
 def arm_strata(cfg, arm: str, months: list[str]):
-    """(positive, no-response, held_out): the rows that arm ``arm`` logged in ``months``, from the warehouse's strata,
-    without the gate's held-out users when ``arms.gate_users = warehouse`` (abpo.train.update.read_update_strata),
-    and what was left out (a HeldOut; None with ``arms.gate_users = dataset``, where nothing is)."""
-    from abpo.train.update import UpdateInputMissing, read_update_strata
+    """(positive, no-response, held_out): the rows arm ``arm`` updates from in ``months``: its own
+    (``arms.update_logs = own``) or every served arm's (``all``), from the warehouse's strata, without the gate's
+    held-out users when ``arms.gate_users = warehouse`` (abpo.train.update.read_update_strata), and what was left
+    out (a HeldOut; None with ``arms.gate_users = dataset``, where nothing is). Rows whose e0 cannot be trusted, or
+    of an arm not in arms.names, raise UntrustedLogRows (abpo.train.update.refuse_untrusted_rows)."""
+    from abpo.train.update import (
+        UpdateInputMissing,
+        check_update_logs,
+        read_update_strata,
+        refuse_untrusted_rows,
+    )
     from abpo.warehouse import open_warehouse
 
+    own = check_update_logs(cfg.arms.update_logs) == "own"
     path = cfg.paths.resolve("warehouse")
     if not path.exists():
         raise UpdateInputMissing(f"{path}: no warehouse yet; ingest month {months[-1]} first")
     with open_warehouse(cfg, read_only=True) as wh:  # a reader: never holds the write lock
-        positive, no_response, held = read_update_strata(cfg, wh, months, arm)
+        positive, no_response, held = read_update_strata(cfg, wh, months, arm if own else "")
     if positive.num_rows + no_response.num_rows == 0:
         why = f" ({held.rows} rows of the gate's held-out users left out, arms.gate_users=warehouse)" if held else ""
-        raise UpdateInputMissing(f"{path}: no impressions of arm {arm!r} in months {months}{why}")
+        whose = f"arm {arm!r}" if own else "any arm (arms.update_logs=all)"
+        raise UpdateInputMissing(f"{path}: no impressions of {whose} in months {months}{why}")
+    if not own:
+        refuse_untrusted_rows((positive, no_response), arms=cfg.arms.names, min_propensity=cfg.data.min_propensity,
+                              updating=arm)
     return positive, no_response, held
+
+
+def first_step_weights(cfg, arm: str, parent_dir, positive, no_response) -> dict[str, float]:
+    """abpo.algo.snips.weight_summary of the SNIPS weights w_i = e_old(a_i|q_i) / e0_i (docs/ABPO_SPEC.md step 3)
+    at the update's first step, where pi_old is the champion it starts from: the champion (``parent_dir``) scores
+    every row the update will train on (the same seeded subsample as abpo.train.dataset.subsample_strata with
+    ``arms.update_max_examples``) over its candidates with the serving scorer (abpo.arms.llm.LLMArm)."""
+    import torch
+
+    from abpo.algo.snips import weight_summary
+    from abpo.arms.llm import LLMArm
+    from abpo.monthly.common import dataset_and_splits
+    from abpo.train.dataset import subsample_strata
+
+    n = cfg.arms.update_max_examples or cfg.update.max_examples
+    pos, neg, _ = subsample_strata(positive, no_response, n, cfg.seed)
+    ds, _ = dataset_and_splits(cfg)
+    champion = LLMArm.from_dir(arm, parent_dir, cfg, ds, "champion")
+    w = []
+    for t in (pos, neg):
+        cols = t.select(["user_id", "history", "candidates", "item_id", "propensity"]).to_pydict()
+        requests = list(zip(cols["user_id"], cols["history"], cols["candidates"], strict=True))
+        for (_, _, cands), p, item, e0 in zip(requests, champion.propensities(requests), cols["item_id"],
+                                              cols["propensity"], strict=True):
+            w.append(float(p[list(cands).index(item)]) / float(e0))
+    return weight_summary(torch.tensor(w, dtype=torch.float64))
 
 
 def update_llm_arm(cfg, arm: str, month: Month) -> UpdateResult:
@@ -67,7 +114,7 @@ def update_llm_arm(cfg, arm: str, month: Month) -> UpdateResult:
     import mlflow
 
     if entry(arm).kind != LLM:
-        raise ValueError(f"update_llm_arm: {arm!r} is a ranker arm; rule: one of {list(LLM_ARMS)}")
+        raise ValueError(f"update_llm_arm: {arm!r} is a {entry(arm).kind} arm; rule: one of {list(LLM_ARMS)}")
     month = Month(month)
     champ = arm_versions.get_version(cfg, arm, CHAMPION)
     if champ is None:
@@ -86,9 +133,18 @@ def update_llm_arm(cfg, arm: str, month: Month) -> UpdateResult:
     done = reuse(cfg, cfg.update.mlflow_experiment, key)
     if done is not None:
         return UpdateResult.from_json(done)
+    from abpo.train.update import logged_by
+
+    mode = cfg.arms.update_logs
+    shares = logged_by((pos, neg))
+    weights = first_step_weights(cfg, arm, parent_dir, pos, neg) if mode == "all" else {}
+    w_text = (f"; first-step w = e_old/e0 over {weights['rows']} rows: p50 {weights['p50']:.3g} p90 "
+              f"{weights['p90']:.3g} p99 {weights['p99']:.3g} max {weights['max']:.3g}, ESS {weights['ess']:.1f} "
+              f"({weights['ess_share']:.1%})") if weights else ""
     log.info(f"update {arm} ({entry(arm).refreshed_by}) from champion v{champ.version} on {pos.num_rows} positive + "
-             f"{neg.num_rows} no-response rows of {months}")
-    tags = {core_registry.TASK_KEY_TAG: key}
+             f"{neg.num_rows} no-response rows of {months} (arms.update_logs={mode}; logged by "
+             + ", ".join(f"{a} {v:.1%}" for a, v in shares.items()) + f"){w_text}")
+    tags = {core_registry.TASK_KEY_TAG: key, "abpo.update_logs": mode}
     if held is not None:  # arms.gate_users = warehouse: what D_bandit left out, on the update's run
         tags.update({"abpo.gate_users": "warehouse", "abpo.gate_holdout_users": str(held.users),
                      "abpo.gate_holdout_rows": str(held.rows)})
@@ -99,12 +155,18 @@ def update_llm_arm(cfg, arm: str, month: Month) -> UpdateResult:
 
         uri = arm_versions.log_arm_model(cfg, arm, res.model_dir)
         # the months it trained on, as MLflow dataset inputs with a digest each (the lineage tag data_hash covers all)
-        core_registry.log_training_months(pa.concat_tables([pos, neg]), name_prefix=f"{arm}-impressions",
-                                          source=cfg.paths.resolve("warehouse"))
+        core_registry.log_training_months(pa.concat_tables([pos, neg]),
+                                          name_prefix=f"{arm}-impressions" if mode == "own" else
+                                          f"{arm}-all-arms-impressions", source=cfg.paths.resolve("warehouse"))
+        # whose rows, and how far from 1 the first step's SNIPS weights are (the log line's numbers)
+        mlflow.log_params({f"logged_by.{a}": round(v, 6) for a, v in shares.items()})
+        if weights:
+            mlflow.log_metrics({f"first_step_w/{k}": float(v) for k, v in weights.items()})
     parent_months = [m for m in (champ.tags or {}).get("months", "").split(",") if m]
     out = UpdateResult(arm=arm, month=str(month), run_id=res.mlflow_run_id, model_uri=uri,
                        parent_version=str(champ.version), months=sorted(set(parent_months) | set(months)),
                        data_hash=data_hash, rows=pos.num_rows + neg.num_rows, steps=res.global_step,
-                       variant=res.variant, held_out_rows=held.rows if held is not None else 0)
+                       variant=res.variant, held_out_rows=held.rows if held is not None else 0,
+                       update_logs=mode, logged_by=shares, first_step_w=weights)
     core_registry.record_task_result(res.mlflow_run_id, out.to_json())
     return out

@@ -61,6 +61,8 @@ class BatchingReport:
 
 
 _SOFTMAX_RULE = re.compile(r"^softmax\(tau=([0-9.eE+-]+)\)$")
+# what the ranker arms write (abpo.arms.rankers): softmax(score/T, T=X) <ranker>, X > 0
+_RANKER_RULE = re.compile(r"^softmax\(score/T, T=([0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)\) [a-z][a-z0-9_]*$")
 
 
 def logged_tau(logging_policy: str) -> float:
@@ -74,15 +76,21 @@ def logged_tau(logging_policy: str) -> float:
 
 def _check_tau(row: Mapping[str, Any], tau: float, where: str) -> None:
     """e0 was computed as softmax(s/tau_log); e_old = softmax(s_old/tau) is only comparable with it (the SNIPS
-    weight e_old/e0 of step 3) when tau == tau_log."""
+    weight e_old/e0 of step 3) when tau == tau_log. A row a ranker arm logged (``softmax(score/T, T=X) <ranker>``,
+    arms.update_logs = all) carries the ranker's exact propensity of a_log over the same C: e_old/e0 is then an
+    importance weight between two different policies (no tau to match), and the row is accepted."""
     rid = row.get("impression_id", "?")
     rule = row.get("logging_policy")
+    m = _RANKER_RULE.match(str(rule).strip())
+    if m and float(m.group(1)) > 0:
+        return
     try:
         tau_log = logged_tau(rule)
     except ValueError as e:
         raise UpdateDataError(
             f"{where} impression {rid}: {e}; rule: the update recomputes e_old = softmax(s/tau) over C, which needs "
-            "a log written by a softmax(tau) logging policy over the same candidates"
+            "a log written by a softmax(tau) logging policy (or a ranker's softmax(score/T, T=X) <ranker>) over the "
+            "same candidates"
         ) from None
     if not math.isclose(tau_log, tau, rel_tol=1e-9, abs_tol=1e-12):
         raise UpdateDataError(

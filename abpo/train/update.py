@@ -271,6 +271,72 @@ def read_update_strata(cfg, wh, months: list[str], arm: str):
     return positive, no_response, held
 
 
+UPDATE_LOGS = ("own", "all")  # config arms.update_logs
+
+
+class UntrustedLogRows(ValueError):
+    """Logged rows of an update's D_bandit whose propensity e0 cannot be trusted (or whose arm is not served):
+    refused, never used; the message names arm, month, impression and rule of the first ones."""
+
+
+def check_update_logs(value: str) -> str:
+    """``value`` when it is one of UPDATE_LOGS (config arms.update_logs), else ValueError naming the key and rule."""
+    if value not in UPDATE_LOGS:
+        raise ValueError(f"arms.update_logs={value!r}; rule: one of {list(UPDATE_LOGS)}")
+    return value
+
+
+def _untrusted(arm: Any, p: Any, arms: set[str], min_propensity: float) -> str | None:
+    """The rule a logged row breaks, or None: its arm is served (``arms``) and its e0 is a probability we can divide
+    by (finite, in [min_propensity, 1], min_propensity > 0): the SNIPS weight w = e_old/e0 of docs/ABPO_SPEC.md
+    step 3 is then finite and means what it says."""
+    if arm not in arms:
+        return f"arm not in arms.names {sorted(arms)}"
+    if p is None:
+        return "propensity missing"
+    p = float(p)
+    if not math.isfinite(p):
+        return "propensity not finite"
+    if p <= 0.0:
+        return "propensity <= 0"
+    if p > 1.0:
+        return "propensity > 1"
+    if p < min_propensity:
+        return f"propensity below data.min_propensity={min_propensity}"
+    return None
+
+
+def refuse_untrusted_rows(tables, *, arms, min_propensity: float, updating: str, show: int = 5) -> None:
+    """Raise UntrustedLogRows when any row of ``tables`` (the strata, IMPRESSIONS_SCHEMA columns month,
+    impression_id, arm, propensity) breaks a rule of :func:`_untrusted`; the message names the first ``show`` rows
+    (arm, month, impression, e0, rule) and how many there are. Ingest quarantines most such rows already
+    (sql/ingest_check.sql); this is the update's own check, so a warehouse written another way cannot slip a
+    row with a meaningless weight into D_bandit."""
+    served = set(arms)
+    bad = []
+    for t in tables:
+        cols = t.select(["month", "impression_id", "arm", "propensity"]).to_pydict()
+        for m, i, a, p in zip(cols["month"], cols["impression_id"], cols["arm"], cols["propensity"], strict=True):
+            rule = _untrusted(a, p, served, float(min_propensity))
+            if rule is not None:
+                bad.append(f"arm {a}, month {m}, impression {i}: e0 {p}; rule: {rule}")
+    if bad:
+        raise UntrustedLogRows(
+            f"update of arm {updating}: {len(bad)} logged row(s) refused, none used: " + "; ".join(bad[:show])
+            + (f"; ... and {len(bad) - show} more" if len(bad) > show else ""))
+
+
+def logged_by(tables) -> dict[str, float]:
+    """The share of the rows of ``tables`` logged by each arm (column ``arm``), by arm name; {} for no rows."""
+    from collections import Counter
+
+    counts: Counter[str] = Counter()
+    for t in tables:
+        counts.update(t.column("arm").to_pylist())
+    total = sum(counts.values())
+    return {a: counts[a] / total for a in sorted(counts)} if total else {}
+
+
 def warehouse_strata(cfg, run: UpdateRun):
     """(positive, no_response, months) of ``run.arm`` in ``run.months`` (every ingested month when empty), without
     the gate's held-out users (:func:`read_update_strata`)."""

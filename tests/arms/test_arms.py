@@ -85,7 +85,7 @@ def test_dag_arm_lists_agree_with_the_package():
     import ast
     from pathlib import Path
 
-    from abpo.arms.names import ARMS, LLM_ARMS, RANKER_ARMS, arm_class
+    from abpo.arms.names import ARMS, HOLDBACK_ARMS, LLM_ARMS, RANKER_ARMS, arm_class
 
     tree = ast.parse((Path(__file__).resolve().parents[2] / "dags" / "abpo_monthly.py").read_text())
     imported = {a.name for n in tree.body if isinstance(n, ast.ImportFrom) and n.module == "abpo.arms.names"
@@ -95,7 +95,33 @@ def test_dag_arm_lists_agree_with_the_package():
                                                      for t in n.targets) for n in tree.body)  # and spells none
     for name, e in ARMS.items():  # every registered arm names a class of its kind
         assert arm_class(name).kind == e.kind and (name in LLM_ARMS) == (e.kind == "llm")
-    assert set(LLM_ARMS) | set(RANKER_ARMS) == set(ARMS)
+    assert set(LLM_ARMS) | set(RANKER_ARMS) | set(HOLDBACK_ARMS) == set(ARMS) and HOLDBACK_ARMS == ("holdback",)
+
+
+def test_the_holdback_is_never_refreshed_adopted_updated_or_promoted(make_cfg):
+    """The holdback serves like an LLM arm (its class is an LLMArm) but every step that would change its model refuses
+    it, naming the arm and the rule."""
+    from abpo.arms import versions as arm_versions
+    from abpo.arms.llm import HoldbackArm, LLMArm
+    from abpo.arms.names import arm_class, entry
+    from abpo.monthly.adopt import ModelRefused, adopt_model
+    from abpo.monthly.hold import hold_arm
+    from abpo.monthly.update import update_llm_arm
+
+    cfg = make_cfg()
+    assert arm_class("holdback") is HoldbackArm and issubclass(HoldbackArm, LLMArm)
+    assert entry("holdback").refreshed_by == "none"  # variant (A): no update
+    with pytest.raises(RuntimeError, match="a holdback arm is never refreshed"):
+        HoldbackArm.refresh("holdback", cfg)
+    with pytest.raises(ValueError, match="'holdback' is a holdback arm; rule: one of"):
+        update_llm_arm(cfg, "holdback", "2026-01")
+    with pytest.raises(ModelRefused, match="'holdback' is a holdback arm; rule: adopt takes an LLM arm"):
+        adopt_model(cfg, "holdback", "/nonexistent")
+    with pytest.raises(arm_versions.HoldbackNeverPromoted, match="arm holdback is a holdback; rule: its champion "
+                                                                "stays pi_init"):
+        arm_versions.promote(cfg, "holdback", "2")
+    with pytest.raises(ValueError, match="'abpo' is a llm arm; rule: one of \\['holdback'\\]"):
+        hold_arm(cfg, "abpo", "2026-01")
 
 
 def test_promote_refuses_a_race_and_rollback_restores_the_previous_champion(tmp_path):

@@ -176,7 +176,7 @@ def test_the_update_leaves_the_gate_users_impressions_out_and_logs_how_many(make
     from abpo.monthly.update import arm_strata
     from abpo.train.update import UpdateRun, warehouse_strata
 
-    plain = make_cfg()
+    plain = make_cfg("arms.update_logs=own")  # the arm's own rows (all traffic: tests/monthly/test_update_logs.py)
     table = land_impressions(plain)
     abpo_rows = table.filter(pc.equal(table.column("arm"), "abpo"))
     slice_ = {u for u in set(table.column("user_id").to_pylist()) if holdout_unit(plain.seed, u) < FRACTION}
@@ -192,7 +192,7 @@ def test_the_update_leaves_the_gate_users_impressions_out_and_logs_how_many(make
     assert neg.equals(all_neg.filter(pc.equal(all_neg.column("arm"), "abpo")))
 
     # warehouse: every row of a held-out user is gone, counted, logged
-    cfg = make_cfg("arms.gate_users=warehouse", f"arms.gate_holdout_fraction={FRACTION}")
+    cfg = make_cfg("arms.gate_users=warehouse", f"arms.gate_holdout_fraction={FRACTION}", "arms.update_logs=own")
     with caplog.at_level("INFO", logger="abpo.train.update"):
         kept_pos, kept_neg, held = arm_strata(cfg, "abpo", [M1])
     kept = set(kept_pos.column("user_id").to_pylist()) | set(kept_neg.column("user_id").to_pylist())

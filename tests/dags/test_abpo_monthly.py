@@ -1,4 +1,5 @@
-"""The DAG file parses in a real Airflow DagBag with no import errors and wires the four-arm cycle in order."""
+"""The DAG file parses in a real Airflow DagBag with no import errors and wires the arms' cycle in order (the
+holdback: one task, hold, that trains nothing)."""
 
 from pathlib import Path
 
@@ -23,13 +24,15 @@ def test_the_cycle_is_wired_per_arm(dagbag):
     dag = dagbag.dags["abpo_monthly"]
     llm = [f"{a}.{s}" for a in ("abpo", "grpo") for s in ("update", "register", "gate", "promote")]
     rankers = ["ml_retrain.refit", "popularity.refit"]
-    assert set(dag.task_ids) == {"resolve_month", "bootstrap", "serve", "ingest", "report", *llm, *rankers}
+    assert set(dag.task_ids) == {"resolve_month", "bootstrap", "serve", "ingest", "report", *llm, *rankers,
+                                 "holdback.hold"}
     edges = [("bootstrap", "serve"), ("serve", "ingest"), ("ingest", "abpo.update"), ("ingest", "grpo.update"),
              ("ingest", "ml_retrain.refit"), ("ingest", "popularity.refit"), ("resolve_month", "serve"), ("resolve_month", "bootstrap")]
     for arm in ("abpo", "grpo"):
         edges += [(f"{arm}.update", f"{arm}.register"), (f"{arm}.register", f"{arm}.gate"),
                   (f"{arm}.gate", f"{arm}.promote"), (f"{arm}.promote", "report")]
-    edges += [("ml_retrain.refit", "report"), ("popularity.refit", "report")]
+    edges += [("ml_retrain.refit", "report"), ("popularity.refit", "report"), ("ingest", "holdback.hold"),
+              ("holdback.hold", "report")]
     for upstream, downstream in edges:
         assert downstream in dag.get_task(upstream).downstream_task_ids, (upstream, downstream)
     assert dag.get_task("report").trigger_rule == "none_failed"  # an arm skipped for lack of feedback still reports
@@ -41,6 +44,7 @@ def test_the_cycle_is_wired_per_arm(dagbag):
     for arm, task_id in (("abpo", "abpo.promote"), ("grpo", "grpo.promote"), ("popularity", "popularity.refit")):
         # an alias: the champion's Asset event is added only when the champion moved (tests/dags/test_champion_events)
         assert [a.name for a in dag.get_task(task_id).outlets] == [f"abpo_champion_{arm}_moves"]
+    assert dag.get_task("holdback.hold").outlets == []  # the holdback's champion (pi_init) never moves
 
 
 def test_dag_file_imports_no_heavy_modules():

@@ -1,5 +1,5 @@
 """`abpo demo` on a shrunken config: bootstrap, then three simulated months through the real abpo_monthly DAG
-(`airflow dags test` on a fresh SQLite metadata DB, subprocesses of the demo), and the final A/B report holds four
+(`airflow dags test` on a fresh SQLite metadata DB, subprocesses of the demo), and the final A/B report holds five
 arms and three months. The Airflow UI command the demo prints, started as printed, shows abpo_monthly (not stale)
 with the demo's three runs, loads the abpo plugin and no example DAG (checked through the REST API). A missing month
 without simulate=true fails the DAG instead of fabricating data."""
@@ -45,7 +45,9 @@ def test_demo_runs_three_months_through_the_dag(tmp_path):
     report = json.loads((state / "reports" / "2026-01..2026-03" / "report.json").read_text())
     cells = {(r["period"], r["arm"]) for r in report["cells"]}
     assert {m for m, _ in cells} == {"2026-01", "2026-02", "2026-03"}
-    assert {a for _, a in cells} == {"abpo", "grpo", "ml_retrain", "popularity"}
+    assert {a for _, a in cells} == {"abpo", "grpo", "ml_retrain", "popularity", "holdback"}
+    assert {(c["period"], c["candidate"]) for c in report["holdback"]} == {
+        (p, a) for p in ("2026-01", "2026-02", "2026-03", "all") for a in ("abpo", "grpo")}  # updating vs holdback
 
     from mlflow import MlflowClient
 
@@ -55,6 +57,7 @@ def test_demo_runs_three_months_through_the_dag(tmp_path):
         champion = client.get_model_version_by_alias(f"abpo-arm-{arm}", "champion")
         assert int(champion.version) >= 1
     assert len(client.search_model_versions("name='abpo-arm-popularity'")) == 4  # bootstrap + 3 monthly refits
+    assert len(client.search_model_versions("name='abpo-arm-holdback'")) == 1  # pi_init, never updated
 
     # the champion Asset events Airflow recorded: one per move of a champion, none otherwise, the version in the extra
     import sqlite3

@@ -82,6 +82,7 @@ def test_killing_the_scheduler_mid_update_loses_and_doubles_nothing(tmp_path):
         versions = client.search_model_versions(f"name='abpo-arm-{arm}'")
         assert len(versions) == 2, (arm, [(v.version, v.run_id) for v in versions])
         assert len({v.run_id for v in versions}) == 2
+    assert len(client.search_model_versions("name='abpo-arm-holdback'")) == 1  # the holdback: pi_init only
 
     import duckdb
 

@@ -15,14 +15,14 @@ def test_a_manual_run_on_the_real_scheduler_succeeds_task_by_task(tmp_path):
         done = af.api.wait_run(rid, 1500)
         states = {k: t["state"] for k, t in af.api.task_states(rid).items()}
         assert done["state"] == "success", (states, af.log("scheduler"))
-        assert len(states) == 15 and set(states.values()) == {"success"}, sorted(states.items())
+        assert len(states) == 16 and set(states.values()) == {"success"}, sorted(states.items())  # holdback.hold too
 
     from mlflow import MlflowClient
 
     state = af.state
     uri = f"sqlite:///{state / 'mlflow.db'}"
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
-    for arm in ("abpo", "grpo", "ml_retrain", "popularity"):
+    for arm in ("abpo", "grpo", "ml_retrain", "popularity", "holdback"):
         assert client.get_model_version_by_alias(f"abpo-arm-{arm}", "champion") is not None
     assert (state / "cycle" / "2026-01.json").exists()
     assert (state / "reports" / "2026-01" / "report.html").exists()

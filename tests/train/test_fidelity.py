@@ -210,6 +210,21 @@ def test_update_rows_refuse_a_log_written_with_another_tau(tiny_titles, tiny_pol
         example_row(dict(row, logging_policy="popularity"), tiny_titles, tok, tiny_policy_cfg)
 
 
+def test_update_rows_take_a_ranker_logged_row_with_its_propensity(tiny_titles, tiny_policy_cfg, load_tiny,
+                                                                  make_impressions):
+    """arms.update_logs = all: a row a ranker arm logged keeps the ranker's e0 (no tau to match); a malformed ranker
+    rule or a zero temperature is still refused."""
+    from abpo.train.dataset import UpdateDataError, example_row
+
+    _, tok = load_tiny()
+    row = dict(make_impressions(tiny_titles, 1)[0], logging_policy="softmax(score/T, T=0.1) ml_retrain",
+               propensity=0.0625)
+    assert example_row(row, tiny_titles, tok, tiny_policy_cfg)["e0"] == 0.0625
+    for bad in ("softmax(score/T, T=0) popularity", "softmax(score/T, T=0.5)", "softmax(score/T, T=x) popularity"):
+        with pytest.raises(UpdateDataError, match="is not softmax"):
+            example_row(dict(row, logging_policy=bad), tiny_titles, tok, tiny_policy_cfg)
+
+
 def test_update_prompt_is_the_prompt_the_log_was_scored_with(tiny_titles, tiny_policy_cfg, load_tiny, make_impressions):
     """With policy.history_item_ids the logged e0 was scored on a prompt whose history shows item ids; the update's
     rollouts and e_old must use that same prompt."""

@@ -64,9 +64,42 @@ class SimConfig:
         metadata={"help": "Slope of the preference link: P_pref = sigmoid(b0 + slope * z), z the oracle's score "
                           "standardised over the users for the item (personal relevance, not popularity)."},
     )
-    oracle_factors: int = field(default=32, metadata={"help": "Latent factors of the ground-truth preference model."})
-    oracle_iterations: int = field(default=20, metadata={"help": "ALS iterations of the ground-truth model."})
-    oracle_regularization: float = field(default=0.1, metadata={"help": "ALS regularisation of the ground truth."})
+    oracle: str = field(
+        default="mixture",
+        metadata={"help": "The users' ground truth (docs/simulator.md): mixture (sim.oracle_weights over the "
+                          "components) or one component alone: knn (co-occurrence with the user's recent items), "
+                          "sequential (a smoothed Markov next-item model) or als (implicit ALS factors), each fitted "
+                          "on every interaction and standardised per item over the users."},
+    )
+    oracle_weights: dict[str, float] = field(
+        default_factory=lambda: {"knn": 1.0, "sequential": 1.0, "als": 1.0},
+        metadata={"help": "Weights of the mixture oracle's components (knn, sequential, als; each >= 0, normalised "
+                          "by their sum, which must be > 0; a component left out weighs 0)."},
+    )
+    oracle_factors: int = field(default=32, metadata={"help": "Latent factors of the ground truth's ALS component."})
+    oracle_iterations: int = field(default=20, metadata={"help": "ALS iterations of the ground truth's ALS component."})
+    oracle_regularization: float = field(
+        default=0.1, metadata={"help": "ALS regularisation of the ground truth's ALS component."}
+    )
+    oracle_knn_window: int = field(
+        default=3, metadata={"help": "knn component: two items co-occur when a user consumed them at most this many "
+                                     "positions apart (counted on every interaction)."}
+    )
+    oracle_knn_recent: int = field(
+        default=10, metadata={"help": "knn component: the user's last items whose co-occurrence scores an item."}
+    )
+    oracle_markov_order: int = field(
+        default=3, metadata={"help": "sequential component: how many of the user's last items predict the next one "
+                                     "(k-step transitions mixed with weights halving per step back)."}
+    )
+    oracle_markov_smoothing: float = field(
+        default=1.0, metadata={"help": "sequential component: add-alpha smoothing of each transition row towards "
+                                       "the items' popularity (> 0)."}
+    )
+    oracle_reference_users: int = field(
+        default=2000, metadata={"help": "Users the knn, sequential and mixture standardisation is taken over: all "
+                                        "users, or a seeded sample of this many on larger data (0: all)."}
+    )
     click_next: float = field(
         default=0.5,
         metadata={"help": "Boost when the exposed item is the user's true next item: P = 1 - (1 - P_pref)(1 - boost)."},

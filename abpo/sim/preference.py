@@ -1,90 +1,119 @@
-"""The simulated users' ground truth: a preference model fitted on every interaction of the dataset, future
-windows and held-out targets included, that no arm can read (only abpo.sim imports this module: an import-linter
-contract in pyproject.toml, and tests, check it).
+"""The simulated users' ground truth: a mixture of preference models fitted on every interaction of the dataset,
+future windows and held-out targets included, that no arm can read (only abpo.sim imports this module and
+abpo.sim.oracles: import-linter contracts in pyproject.toml, and tests, check it). docs/simulator.md explains it.
 
-Model: implicit-feedback matrix factorisation (implicit's ``AlternatingLeastSquares``) on the users' whole
-sequences. For user u and item a, ``s(u, a)`` is the dot product of their factors and
+Components (abpo.sim.oracles): ``knn`` (item-to-item co-occurrence with the user's recent items), ``sequential`` (a
+smoothed mixture-transition-distribution Markov model of the next item given the user's last items) and ``als``
+(implicit ALS factors), each standardised per item over the users into z_c(u, h, a) (h: the user's history at the
+request; the whole sequence when none is given). The oracle ``sim.oracle`` is ``mixture`` (the default) or one
+component alone; the mixture is
 
-    z(u, a) = (s(u, a) - mean_u' s(u', a)) / sd_u' s(u', a)          (standardised over the users, per item)
+    m(u, h, a) = sum_c w_c z_c(u, h, a) / sum_c w_c                          (w_c: ``sim.oracle_weights``)
+    z(u, h, a) = (m(u, h, a) - mean_u' m(u', h_u', a)) / sd_u' m(u', h_u', a)
 
-how much more u likes a than users do on average: personal relevance. An item's popularity alone does not raise
-it (a user-centred score would: popular items have large factors, so every user's top scores are the same hits,
-and a popularity ranker would look like an oracle, which the offline evaluation with popularity-sampled hard
-negatives says it is not). The preference click probability is
+re-standardised over the reference users (abpo.sim.oracles) so that its z has the spread of one component's: how
+much more u likes a than users do on average, personal relevance (an item's popularity alone does not raise it; a
+user-centred score would, and a popularity ranker would look like an oracle, which the offline evaluation with
+popularity-sampled hard negatives says it is not). No arm owns it: the ML-retrain arm is ALS on the interactions to
+date, the LLM arms a policy on the history, the popularity arm counts; the simulated CTR of one arm family is not
+the oracle's own family's score. The preference click probability is
 
-    p_pref(u, a) = sigmoid(b0 + slope * z(u, a))                     (``sim.preference_slope``)
+    p_pref(u, a) = sigmoid(b0 + slope * z(u, h, a))                      (``sim.preference_slope``)
 
 where the intercept b0 is calibrated (:func:`calibrate_intercept`) so that an arm exposing a uniformly random
 candidate of the month's requests has click-through rate ``sim.base_ctr`` (before the next-item boosts of
-abpo.sim.clicks). The oracle is a different fit (``sim.oracle_*``: its own factors, regularisation, seed, and all
-the data) from the ML-retrain arm's ALS (data to date only): the same family, which is the README's first caveat.
+abpo.sim.clicks).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+
+from abpo.sim.oracles import COMPONENTS
+
+ORACLES = ("mixture", *COMPONENTS)
+
+
+def oracle_weights(sim_cfg) -> dict[str, float]:
+    """The normalised component weights of ``sim.oracle`` (one component: weight 1; mixture: sim.oracle_weights
+    over their sum). Errors name the key and the rule: a known oracle, known components, weights finite and
+    >= 0, a positive sum."""
+    oracle = sim_cfg.oracle
+    if oracle not in ORACLES:
+        raise ValueError(f"config sim.oracle = {oracle!r}: rule: one of {list(ORACLES)}")
+    if oracle != "mixture":
+        return {oracle: 1.0}
+    weights = sim_cfg.oracle_weights
+    if not isinstance(weights, Mapping) or not weights:
+        raise ValueError(f"config sim.oracle_weights = {weights!r}: rule: a mapping component -> weight, components "
+                         f"among {list(COMPONENTS)}")
+    for k, w in weights.items():
+        if k not in COMPONENTS:
+            raise ValueError(f"config sim.oracle_weights.{k}: unknown oracle component {k!r}; rule: one of "
+                             f"{list(COMPONENTS)}")
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
+            raise ValueError(f"config sim.oracle_weights.{k} = {w!r}: rule: a finite number >= 0")
+    total = float(sum(weights.values()))
+    if not total > 0:
+        raise ValueError(f"config sim.oracle_weights = {dict(weights)}: rule: the weights sum to > 0")
+    return {k: float(w) / total for k, w in weights.items() if w > 0}
 
 
 @dataclass
 class PreferenceOracle:
-    """Standardised preference scores z(u, a) of the module docstring, for every user the model was fitted on."""
+    """Standardised preference scores z(u, h, a) of the module docstring, for every user the models were fitted
+    on. ``components``: name -> fitted abpo.sim.oracles component; ``weights``: name -> normalised weight."""
 
-    user_index: dict[int, int]
-    item_index: dict[int, int]
-    user_factors: np.ndarray  # (users, factors) float32
-    item_factors: np.ndarray  # (items, factors) float32
-    mean: np.ndarray  # per item: mean of s(., a) over the users
-    sd: np.ndarray  # per item: standard deviation of s(., a) over the users (> 0)
+    components: dict[str, object]
+    weights: dict[str, float]
+    states: dict[int, list[int]]  # user -> the whole sequence: the state when no history is given
+    mean: np.ndarray | None = None  # per item: mean of the mixture m over the reference users (None: one component)
+    sd: np.ndarray | None = None
+    item_index: dict[int, int] = field(default_factory=dict)
 
     @classmethod
-    def fit(cls, sequences: Mapping[int, Sequence[int]], item_ids: Sequence[int], *, factors: int,
-            iterations: int, regularization: float, seed: int) -> PreferenceOracle:
-        """ALS on ``sequences`` (user -> every item the user interacted with, in any order; repeats count)."""
-        from implicit.cpu.als import AlternatingLeastSquares
-        from scipy.sparse import csr_matrix
-        from threadpoolctl import threadpool_limits
+    def build(cls, components: Mapping[str, object], weights: Mapping[str, float],
+              sequences: Mapping[int, Sequence[int]], item_ids: Sequence[int],
+              reference: Sequence[int]) -> PreferenceOracle:
+        """The oracle of fitted ``components`` mixed with ``weights`` (normalised, > 0), the mixture's moments over
+        the ``reference`` users' whole sequences."""
+        comps = {k: components[k] for k in weights}
+        oracle = cls(comps, dict(weights), {int(u): list(s) for u, s in sequences.items()},
+                     item_index={int(i): j for j, i in enumerate(item_ids)})
+        if len(comps) > 1:
+            n = len(oracle.item_index)
+            total, squares = np.zeros(n), np.zeros(n)
+            ref = [int(u) for u in reference]
+            for start in range(0, len(ref), 256):
+                users = ref[start:start + 256]
+                hist = [oracle.states[u] for u in users]
+                m = sum(w * comps[k].z_block(users, hist) for k, w in weights.items())
+                total += m.sum(axis=0)
+                squares += np.square(m).sum(axis=0)
+            mean = total / max(len(ref), 1)
+            sd = np.sqrt(np.maximum(squares / max(len(ref), 1) - np.square(mean), 0.0))
+            sd[~(sd > 1e-9)] = 1.0
+            oracle.mean, oracle.sd = mean, sd
+        return oracle
 
-        item_index = {int(i): j for j, i in enumerate(item_ids)}
-        users = sorted(int(u) for u in sequences)
-        rows, cols = [], []
-        for r, u in enumerate(users):
-            for i in sequences[u]:
-                j = item_index.get(int(i))
-                if j is None:
-                    raise ValueError(f"PreferenceOracle.fit: user {u}: item id {i} is not in the catalog")
-                rows.append(r)
-                cols.append(j)
-        matrix = csr_matrix((np.ones(len(rows), dtype=np.float32), (rows, cols)), shape=(len(users), len(item_index)))
-        matrix.sum_duplicates()
-        with threadpool_limits(1):  # one BLAS thread: the same factors on every run of a machine
-            model = AlternatingLeastSquares(factors=factors, regularization=regularization, iterations=iterations,
-                                            num_threads=1, random_state=int(seed), calculate_training_loss=False)
-            model.fit(matrix, show_progress=False)
-        uf = np.asarray(model.user_factors, dtype=np.float32)
-        itf = np.asarray(model.item_factors, dtype=np.float32)
-        u64, i64 = uf.astype(np.float64), itf.astype(np.float64)
-        # over users: mean_u s(u, a) = V_a . mean(U); var_u s(u, a) = V_a' Cov(U) V_a (population moments)
-        mean = i64 @ u64.mean(axis=0)
-        cov = np.cov(u64, rowvar=False, bias=True).reshape(u64.shape[1], u64.shape[1])
-        sd = np.sqrt(np.maximum(np.einsum("if,fg,ig->i", i64, cov, i64), 0.0))
-        sd[~(sd > 1e-12)] = 1.0
-        return cls({u: r for r, u in enumerate(users)}, item_index, uf, itf, mean, sd)
-
-    def z(self, user: int, items: Sequence[int]) -> np.ndarray:
-        """z(user, a) for each a in ``items`` (a KeyError names an unknown user or item)."""
-        r = self.user_index.get(int(user))
-        if r is None:
+    def z(self, user: int, items: Sequence[int], history: Sequence[int] | None = None) -> np.ndarray:
+        """z(user, h, a) for each a in ``items``, h = ``history`` (the request's x_{1:t}; None: the user's whole
+        sequence). A KeyError names an unknown user or item."""
+        if int(user) not in self.states:
             raise KeyError(f"PreferenceOracle: user {user} was not in the data it was fitted on")
         try:
             idx = [self.item_index[int(a)] for a in items]
         except KeyError as e:
             raise KeyError(f"PreferenceOracle: item {e.args[0]} is not in the catalog") from None
-        s = self.item_factors[idx].astype(np.float64) @ self.user_factors[r].astype(np.float64)
-        return (s - self.mean[idx]) / self.sd[idx]
+        h = self.states[int(user)] if history is None else history
+        m = sum(w * self.components[k].z(user, h, idx) for k, w in self.weights.items())
+        if self.mean is None:
+            return np.asarray(m, dtype=np.float64)
+        return (m - self.mean[idx]) / self.sd[idx]
 
 
 def sigmoid(x: np.ndarray | float) -> np.ndarray:

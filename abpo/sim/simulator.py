@@ -189,24 +189,61 @@ def interactions_to_date(cfg, splits, month: str) -> dict[int, list[int]]:
 
 
 _ORACLES: dict[tuple, Any] = {}
+_COMPONENTS: dict[tuple, Any] = {}
+
+
+def _component(cfg, dataset, name: str, reference: list[int]):
+    """One fitted ground-truth component (abpo.sim.oracles), cached per process by its settings: switching
+    ``sim.oracle`` or the weights refits nothing."""
+    from abpo.sim.oracles import AlsComponent, KnnComponent, SequentialComponent
+
+    sc = cfg.sim
+    settings = {"als": (sc.oracle_factors, sc.oracle_iterations, sc.oracle_regularization),
+                "knn": (sc.oracle_knn_window, sc.oracle_knn_recent, sc.oracle_reference_users),
+                "sequential": (sc.oracle_markov_order, sc.oracle_markov_smoothing, sc.oracle_reference_users)}[name]
+    key = (dataset.name, dataset.interactions.num_rows, dataset.catalog.num_rows, int(cfg.seed), name, settings)
+    if key not in _COMPONENTS:
+        if any(k[:4] != key[:4] for k in _COMPONENTS):
+            _COMPONENTS.clear()  # one dataset at a time: a process never needs two
+        t = time.time()
+        items = {int(i): j for j, i in enumerate(dataset.item_ids().tolist())}
+        if name == "als":
+            comp = AlsComponent.fit(dataset.sequences, items, factors=sc.oracle_factors,
+                                    iterations=sc.oracle_iterations, regularization=sc.oracle_regularization,
+                                    seed=cfg.seed)
+        elif name == "knn":
+            comp = KnnComponent(window=sc.oracle_knn_window, recent=sc.oracle_knn_recent).fit(
+                dataset.sequences, items, reference)
+        else:
+            comp = SequentialComponent(order=sc.oracle_markov_order, smoothing=sc.oracle_markov_smoothing).fit(
+                dataset.sequences, items, reference)
+        _COMPONENTS[key] = comp
+        log.info(f"simulate: ground-truth component {name} fitted on {dataset.interactions.num_rows} interactions "
+                 f"of {len(dataset.sequences)} users in {time.time() - t:.1f}s")
+    return _COMPONENTS[key]
 
 
 def ground_truth(cfg, dataset):
-    """The users' preference model (abpo.sim.preference), fitted once per process on every interaction of
-    ``dataset``, future windows and held-out targets included. Only the click model reads it."""
-    from abpo.sim.preference import PreferenceOracle
+    """The users' preference model (abpo.sim.preference: ``sim.oracle``, the mixture of ``sim.oracle_weights`` by
+    default), its components fitted once per process on every interaction of ``dataset``, future windows and
+    held-out targets included. Only the click model reads it; ``oracle.z(user, items, history=...)`` with a
+    request's history is the z its clicks use."""
+    from abpo.sim.oracles import reference_users
+    from abpo.sim.preference import PreferenceOracle, oracle_weights
 
     sc = cfg.sim
-    key = (dataset.name, dataset.interactions.num_rows, dataset.catalog.num_rows, int(cfg.seed), sc.oracle_factors,
-           sc.oracle_iterations, sc.oracle_regularization)
+    weights = oracle_weights(sc)
+    key = (dataset.name, dataset.interactions.num_rows, dataset.catalog.num_rows, int(cfg.seed), sc.oracle,
+           tuple(sorted(weights.items())), sc.oracle_factors, sc.oracle_iterations, sc.oracle_regularization,
+           sc.oracle_knn_window, sc.oracle_knn_recent, sc.oracle_markov_order, sc.oracle_markov_smoothing,
+           sc.oracle_reference_users)
     if key not in _ORACLES:
-        t = time.time()
-        _ORACLES.clear()  # one dataset at a time: a process never needs two
-        _ORACLES[key] = PreferenceOracle.fit(dataset.sequences, dataset.item_ids().tolist(), factors=sc.oracle_factors,
-                                             iterations=sc.oracle_iterations, regularization=sc.oracle_regularization,
-                                             seed=cfg.seed)
-        log.info(f"simulate: ground-truth preference model fitted on {dataset.interactions.num_rows} interactions "
-                 f"of {len(dataset.sequences)} users in {time.time() - t:.1f}s")
+        reference = reference_users(dataset.sequences, sc.oracle_reference_users, cfg.seed)
+        comps = {name: _component(cfg, dataset, name, reference) for name in weights}
+        if any(k[:4] != key[:4] for k in _ORACLES):
+            _ORACLES.clear()
+        _ORACLES[key] = PreferenceOracle.build(comps, weights, dataset.sequences, dataset.item_ids().tolist(),
+                                               reference)
     return _ORACLES[key]
 
 
@@ -247,7 +284,7 @@ def simulate_month(cfg, month: str, arms: Mapping[str, Any], *, dataset=None, sp
     u_expose = _uniforms(cfg.seed, month, 1, len(requests))
     u_click = _uniforms(cfg.seed, month, 2, len(requests))
     oracle = ground_truth(cfg, ds)
-    z = [oracle.z(r.user_id, r.candidates) for r in requests]
+    z = [oracle.z(r.user_id, r.candidates, history=r.history) for r in requests]
     intercept = calibrate_intercept(np.concatenate(z), cfg.sim.preference_slope, cfg.sim.base_ctr) if z else 0.0
     log.info(f"simulate {month}: {len(requests)} requests of {len(splits)} users, arms {dict(shares)}")
 

@@ -236,15 +236,15 @@ class UniformArm:
         return [np.full(len(c), 1.0 / len(c)) for _, _, c in requests]
 
 
-@pytest.mark.parametrize("base_ctr", [0.05, 0.15])
-def test_a_uniform_arm_observes_the_configured_base_ctr(make_cfg, movielens, base_ctr):
+@pytest.mark.parametrize(("base_ctr", "oracle"), [(0.05, "mixture"), (0.15, "mixture"), (0.05, "sequential")])
+def test_a_uniform_arm_observes_the_configured_base_ctr(make_cfg, movielens, base_ctr, oracle):
     """Calibration: without the next-item boosts, a uniformly random exposure's CTR is within 3 standard errors of
-    sim.base_ctr, whatever the preference slope."""
+    sim.base_ctr, under the default mixture oracle and a pure one."""
     from abpo.data.splits import split_users
     from abpo.sim.simulator import simulate_month
 
     cfg = make_cfg("data.max_users=0", "data.update_steps=6", "sim.requests_per_user=4", "sim.click_next=0",
-                   "sim.click_soon=0", f"sim.base_ctr={base_ctr}", "report.arm_shares={uniform: 1.0}")
+                   "sim.click_soon=0", f"sim.base_ctr={base_ctr}", "report.arm_shares={uniform: 1.0}", f"sim.oracle={oracle}")
     splits, _ = split_users(movielens, cfg.data)
     res = simulate_month(cfg, "2026-02", {"uniform": UniformArm()}, dataset=movielens, splits=splits, write=False)
     clicks = np.asarray(res.table.column("clicked").to_pylist())
@@ -257,26 +257,32 @@ def test_a_uniform_arm_observes_the_configured_base_ctr(make_cfg, movielens, bas
 def test_the_ground_truth_sees_the_future_and_no_arm_sees_it(make_cfg, movielens):
     """The oracle is fitted on every interaction, held-out targets included (so a user's future shapes their
     clicks), and nothing an arm receives depends on it: the requests (history, candidates) are the same whatever
-    the oracle, and only abpo.sim imports abpo.sim.preference (the import-linter contract, checked here too)."""
+    the oracle, and only abpo.sim imports abpo.sim.preference or abpo.sim.oracles (the import-linter contract,
+    checked here too)."""
     import ast
+    import dataclasses
     from pathlib import Path
 
     from abpo.data.splits import split_users
-    from abpo.sim.preference import PreferenceOracle
     from abpo.sim.simulator import ground_truth, month_requests
 
     cfg = make_cfg(*SMALL)
     splits, _ = split_users(movielens, cfg.data)
     oracle = ground_truth(cfg, movielens)
+    assert cfg.sim.oracle == "mixture" and set(oracle.weights) == {"knn", "sequential", "als"}
     s = splits[0]
-    z = oracle.z(s.user_id, movielens.item_ids().tolist())
-    assert z[list(movielens.item_ids()).index(s.target)] > np.quantile(z, 0.9)  # the future item is liked
+    items = movielens.item_ids().tolist()
+    before = s.sequence[: len(s.history) + len(s.update)]  # the history at the held-out target's request
+    for name in ("mixture", "knn", "sequential", "als"):
+        one = ground_truth(dataclasses.replace(cfg, sim=dataclasses.replace(cfg.sim, oracle=name)), movielens)
+        z = one.z(s.user_id, items, history=before)
+        assert z[items.index(s.target)] > np.quantile(z, 0.9), name  # the future item is liked
     # without the users' last items the ground truth differs, the arms' requests do not
-    past = {u: seq[:-3] for u, seq in movielens.sequences.items()}
-    other = PreferenceOracle.fit(past, movielens.item_ids().tolist(), factors=cfg.sim.oracle_factors,
-                                 iterations=cfg.sim.oracle_iterations, regularization=cfg.sim.oracle_regularization,
-                                 seed=cfg.seed)
-    assert not np.allclose(other.z(s.user_id, [s.target]), oracle.z(s.user_id, [s.target]))
+    past = dataclasses.replace(movielens, sequences={u: seq[:-3] for u, seq in movielens.sequences.items()},
+                               name=movielens.name + ":past")
+    other = ground_truth(cfg, past)
+    assert not np.allclose(other.z(s.user_id, [s.target], history=before), oracle.z(s.user_id, [s.target],
+                                                                                     history=before))
     reqs = month_requests(cfg, movielens, splits, "2026-02")
     assert all(set(vars(r)) == {"request_id", "user_id", "history", "candidates", "next_item", "soon", "step",
                                 "offset"} for r in reqs[:5])
@@ -289,6 +295,44 @@ def test_the_ground_truth_sees_the_future_and_no_arm_sees_it(make_cfg, movielens
         for node in ast.walk(ast.parse(path.read_text())):
             names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
                 [a.name for a in node.names] if isinstance(node, ast.Import) else []
-            if any(n.startswith("abpo.sim.preference") for n in names):
+            if any(n.startswith(("abpo.sim.preference", "abpo.sim.oracles")) for n in names):
                 importers.append(str(path.relative_to(root)))
     assert importers == []
+
+
+class SpyArm(UniformArm):
+    """The uniform arm that records what it was asked: an arm's whole view of a request."""
+
+    def __init__(self):
+        self.seen = []
+
+    def propensities(self, requests):
+        self.seen.extend(requests)
+        return super().propensities(requests)
+
+
+def test_arms_receive_user_history_candidates_only_and_clicks_are_seeded(make_cfg, movielens):
+    """Whatever the oracle, an arm receives the same (user, history, candidates) triples and nothing else, and
+    exposes the same items; the oracle changes only the clicks, which are the same on a rerun (seeded)."""
+    from abpo.data.splits import split_users
+    from abpo.sim.simulator import month_requests, simulate_month
+
+    shares = "report.arm_shares={uniform: 1.0}"
+    runs = {}
+    for oracle in ("mixture", "als", "knn", "sequential", "mixture"):
+        cfg = make_cfg(*SMALL, shares, f"sim.oracle={oracle}")
+        splits, _ = split_users(movielens, cfg.data)
+        spy = SpyArm()
+        res = simulate_month(cfg, "2026-02", {"uniform": spy}, dataset=movielens, splits=splits, write=False)
+        t = res.table.to_pydict()
+        if oracle in runs:  # the rerun: the same clicks
+            assert t["clicked"] == runs[oracle][1]["clicked"]
+        runs[oracle] = (spy.seen, t)
+    reqs = month_requests(cfg, movielens, splits, "2026-02")
+    expected = [(r.user_id, r.history, r.candidates) for r in reqs]
+    for oracle, (seen, t) in runs.items():
+        assert all(isinstance(x, tuple) and len(x) == 3 for x in seen), oracle
+        assert sorted(seen) == sorted(expected), oracle
+        assert t["item_id"] == runs["als"][1]["item_id"] and t["propensity"] == runs["als"][1]["propensity"]
+    clicks = {o: runs[o][1]["clicked"] for o in runs}
+    assert len({tuple(c) for c in clicks.values()}) == 4  # each oracle clicks its own way

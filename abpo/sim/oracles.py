@@ -1,0 +1,257 @@
+"""The components of the simulated users' ground truth (abpo.sim.preference mixes them; docs/simulator.md). Each is
+fitted on every interaction of the dataset, future windows and held-out targets included, and only abpo.sim
+imports this module (an import-linter contract in pyproject.toml, and a test, check it).
+
+A component scores item a for user u in a state h (the user's history at a request; the user's whole sequence when
+no request is given) with a raw score s(u, h, a):
+
+    als         s = U_u . V_a                implicit ALS factors fitted on every interaction (the family of the
+                                             ML-retrain arm, which fits it on the interactions to date)
+    knn         s = log(1 + sum_{j in last R items of h} C_W[j, a])
+                                             item-kNN: C_W[j, a] counts the users' consumptions of j and a at most
+                                             W positions apart (symmetric), counted on every interaction
+    sequential  s = log sum_{k=1..K} lambda_k P_k(a | h_{-k}),   lambda_k = 2^{1-k} / sum_k' 2^{1-k'}
+                P_k(a | j) = (N_k[j, a] + alpha * pop(a)) / (N_k[j] + alpha)
+                                             a mixture transition distribution (Raftery 1985): a K-th order Markov
+                                             model approximated by a weighted sum of k-step transitions,
+                                             N_k[j, a] = how often a came exactly k positions after j, N_k[j] its row
+                                             sum, pop(a) the item's share of every interaction (add-one smoothed;
+                                             add-alpha smoothing of each row towards it)
+
+and each is standardised per item over the users,
+
+    z(u, h, a) = (s(u, h, a) - mean_u' s(u', h_u', a)) / sd_u' s(u', h_u', a)
+
+the moments taken over every user's whole sequence as its state (for als exactly over all users, as the state does
+not enter; for knn and sequential over the reference users: every user, or a seeded sample of
+``sim.oracle_reference_users`` of them on a large dataset). So popularity alone raises no z: only how much more
+u likes a than users do. Nothing here is an arm's model as is: knn and sequential are count models no arm serves,
+and als is a different fit (its own factors, seed and all the data) from the ML-retrain arm's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+COMPONENTS = ("knn", "sequential", "als")
+
+
+def _moments(raw_rows, n_items: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-item population mean and sd of the dense (users, items) blocks yielded by ``raw_rows`` (sd 0 -> 1)."""
+    total = np.zeros(n_items)
+    squares = np.zeros(n_items)
+    n = 0
+    for block in raw_rows:
+        total += block.sum(axis=0)
+        squares += np.square(block).sum(axis=0)
+        n += block.shape[0]
+    mean = total / max(n, 1)
+    sd = np.sqrt(np.maximum(squares / max(n, 1) - np.square(mean), 0.0))
+    sd[~(sd > 1e-9)] = 1.0
+    return mean, sd
+
+
+class AlsComponent:
+    """``als`` of the module docstring: the state does not enter, and the moments over all users are exact:
+    mean_u s(u, a) = V_a . mean(U), var_u s(u, a) = V_a' Cov(U) V_a (population moments)."""
+
+    name = "als"
+
+    def __init__(self, user_index: dict[int, int], user_factors: np.ndarray, item_factors: np.ndarray):
+        self.user_index = user_index
+        self.user_factors = user_factors
+        self.item_factors = item_factors
+        u64, i64 = user_factors.astype(np.float64), item_factors.astype(np.float64)
+        self.mean = i64 @ u64.mean(axis=0)
+        cov = np.cov(u64, rowvar=False, bias=True).reshape(u64.shape[1], u64.shape[1])
+        sd = np.sqrt(np.maximum(np.einsum("if,fg,ig->i", i64, cov, i64), 0.0))
+        sd[~(sd > 1e-12)] = 1.0
+        self.sd = sd
+
+    @classmethod
+    def fit(cls, sequences: Mapping[int, Sequence[int]], item_index: Mapping[int, int], *, factors: int,
+            iterations: int, regularization: float, seed: int) -> AlsComponent:
+        """ALS on ``sequences`` (user -> every item the user interacted with, in any order; repeats count)."""
+        from implicit.cpu.als import AlternatingLeastSquares
+        from scipy.sparse import csr_matrix
+        from threadpoolctl import threadpool_limits
+
+        users = sorted(int(u) for u in sequences)
+        rows, cols = [], []
+        for r, u in enumerate(users):
+            for i in sequences[u]:
+                j = item_index.get(int(i))
+                if j is None:
+                    raise ValueError(f"PreferenceOracle.fit: user {u}: item id {i} is not in the catalog")
+                rows.append(r)
+                cols.append(j)
+        matrix = csr_matrix((np.ones(len(rows), dtype=np.float32), (rows, cols)), shape=(len(users), len(item_index)))
+        matrix.sum_duplicates()
+        with threadpool_limits(1):  # one BLAS thread: the same factors on every run of a machine
+            model = AlternatingLeastSquares(factors=factors, regularization=regularization, iterations=iterations,
+                                            num_threads=1, random_state=int(seed), calculate_training_loss=False)
+            model.fit(matrix, show_progress=False)
+        return cls({u: r for r, u in enumerate(users)}, np.asarray(model.user_factors, dtype=np.float32),
+                   np.asarray(model.item_factors, dtype=np.float32))
+
+    def z_block(self, users: Sequence[int], histories: Sequence[Sequence[int]]) -> np.ndarray:
+        rows = [self.user_index[int(u)] for u in users]
+        s = self.user_factors[rows].astype(np.float64) @ self.item_factors.astype(np.float64).T
+        return (s - self.mean) / self.sd
+
+    def z(self, user: int, history: Sequence[int], idx: Sequence[int]) -> np.ndarray:
+        s = self.item_factors[idx].astype(np.float64) @ self.user_factors[self.user_index[int(user)]].astype(np.float64)
+        return (s - self.mean[idx]) / self.sd[idx]
+
+
+class KnnComponent:
+    """``knn`` of the module docstring: item-to-item co-occurrence within ``window`` positions, on every
+    interaction; a state's score sums the co-occurrence counts of its last ``recent`` items (log1p)."""
+
+    name = "knn"
+
+    def __init__(self, *, window: int, recent: int):
+        if window < 1 or recent < 1:
+            raise ValueError(f"config sim.oracle_knn_window = {window}, sim.oracle_knn_recent = {recent}: rule: >= 1")
+        self.window = window
+        self.recent = recent
+        self.item_index: dict[int, int] = {}
+        self.counts = None
+        self.mean = self.sd = np.zeros(0)
+
+    def fit(self, sequences: Mapping[int, Sequence[int]], item_index: Mapping[int, int],
+            reference: Sequence[int]) -> KnnComponent:
+        from scipy.sparse import csr_matrix
+
+        self.item_index = dict(item_index)
+        rows: list[np.ndarray] = []
+        cols: list[np.ndarray] = []
+        for seq in sequences.values():
+            idx = np.array([self.item_index[int(i)] for i in seq if int(i) in self.item_index], dtype=np.int64)
+            for d in range(1, self.window + 1):
+                if len(idx) > d:
+                    rows += [idx[:-d], idx[d:]]
+                    cols += [idx[d:], idx[:-d]]
+        n = len(self.item_index)
+        r = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
+        c = np.concatenate(cols) if cols else np.zeros(0, dtype=np.int64)
+        self.counts = csr_matrix((np.ones(len(r), dtype=np.float64), (r, c)), shape=(n, n))
+        self.counts.sum_duplicates()
+        self.mean = np.zeros(n)
+        self.sd = np.ones(n)
+        self.mean, self.sd = _moments(self._raw_blocks([sequences[u] for u in reference]), n)
+        return self
+
+    def _recent(self, history: Sequence[int]) -> list[int]:
+        return [self.item_index[int(i)] for i in list(history)[-self.recent:] if int(i) in self.item_index]
+
+    def _raw_blocks(self, histories: Sequence[Sequence[int]], chunk: int = 256):
+        from scipy.sparse import csr_matrix
+
+        for start in range(0, len(histories), chunk):
+            part = histories[start:start + chunk]
+            rows, cols = [], []
+            for r, h in enumerate(part):
+                for j in self._recent(h):
+                    rows.append(r)
+                    cols.append(j)
+            ind = csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(part), len(self.item_index)))
+            yield np.log1p((ind @ self.counts).toarray())
+
+    def z_block(self, users: Sequence[int], histories: Sequence[Sequence[int]]) -> np.ndarray:
+        return (np.concatenate(list(self._raw_blocks(histories))) - self.mean) / self.sd
+
+    def z(self, user: int, history: Sequence[int], idx: Sequence[int]) -> np.ndarray:
+        recent = self._recent(history)
+        if not recent:
+            s = np.zeros(len(idx))
+        else:
+            s = np.log1p(np.asarray(self.counts[recent][:, idx].sum(axis=0), dtype=np.float64).reshape(-1))
+        return (s - self.mean[idx]) / self.sd[idx]
+
+
+class SequentialComponent:
+    """``sequential`` of the module docstring: the mixture transition distribution of order ``order`` with
+    add-``smoothing`` towards popularity, the k-step transition counts taken on every interaction."""
+
+    name = "sequential"
+
+    def __init__(self, *, order: int, smoothing: float):
+        if order < 1 or not smoothing > 0:
+            raise ValueError(f"config sim.oracle_markov_order = {order}, sim.oracle_markov_smoothing = {smoothing}: "
+                             "rule: order >= 1, smoothing > 0")
+        self.order = order
+        self.smoothing = float(smoothing)
+        lam = 0.5 ** np.arange(order)
+        self.lam = lam / lam.sum()
+        self.item_index: dict[int, int] = {}
+        self.steps: list = []  # k-1 -> N_k (items, items) csr
+        self.rowsum: list[np.ndarray] = []
+        self.pop = np.zeros(0)
+        self.mean = self.sd = np.zeros(0)
+
+    def fit(self, sequences: Mapping[int, Sequence[int]], item_index: Mapping[int, int],
+            reference: Sequence[int]) -> SequentialComponent:
+        from scipy.sparse import csr_matrix
+
+        self.item_index = dict(item_index)
+        n = len(self.item_index)
+        seqs = [np.array([self.item_index[int(i)] for i in s if int(i) in self.item_index], dtype=np.int64)
+                for s in sequences.values()]
+        pop = np.bincount(np.concatenate(seqs) if seqs else np.zeros(0, dtype=np.int64), minlength=n).astype(float)
+        self.pop = (pop + 1.0) / (pop.sum() + n)  # Laplace: an item nobody consumed keeps a share > 0
+        self.steps, self.rowsum = [], []
+        for k in range(1, self.order + 1):
+            r = [s[:-k] for s in seqs if len(s) > k]
+            c = [s[k:] for s in seqs if len(s) > k]
+            r = np.concatenate(r) if r else np.zeros(0, dtype=np.int64)
+            c = np.concatenate(c) if c else np.zeros(0, dtype=np.int64)
+            m = csr_matrix((np.ones(len(r)), (r, c)), shape=(n, n))
+            m.sum_duplicates()
+            self.steps.append(m)
+            self.rowsum.append(np.asarray(m.sum(axis=1), dtype=np.float64).reshape(-1))
+        self.mean = np.zeros(n)
+        self.sd = np.ones(n)
+        self.mean, self.sd = _moments(self._raw_blocks([sequences[u] for u in reference]), n)
+        return self
+
+    def _last(self, history: Sequence[int]) -> list[int | None]:
+        """h_{-1}, ..., h_{-K}: the item k positions back (None where the history is shorter or off-catalog)."""
+        h = list(history)
+        return [self.item_index.get(int(h[-k])) if len(h) >= k else None for k in range(1, self.order + 1)]
+
+    def _probability(self, last: list[int | None], idx) -> np.ndarray:
+        """sum_k lambda_k P_k(a | h_{-k}) for the items ``idx`` (a slice or list); an absent h_{-k} gives pop(a)."""
+        a = self.smoothing
+        p = np.zeros(len(self.pop[idx]))
+        for k, j in enumerate(last):
+            if j is None:
+                p += self.lam[k] * self.pop[idx]
+                continue
+            row = self.steps[k][j]
+            counts = row.toarray().reshape(-1)[idx]
+            p += self.lam[k] * (counts + a * self.pop[idx]) / (self.rowsum[k][j] + a)
+        return p
+
+    def _raw_blocks(self, histories: Sequence[Sequence[int]], chunk: int = 256):
+        for start in range(0, len(histories), chunk):
+            part = histories[start:start + chunk]
+            yield np.log(np.stack([self._probability(self._last(h), slice(None)) for h in part]))
+
+    def z_block(self, users: Sequence[int], histories: Sequence[Sequence[int]]) -> np.ndarray:
+        return (np.concatenate(list(self._raw_blocks(histories))) - self.mean) / self.sd
+
+    def z(self, user: int, history: Sequence[int], idx: Sequence[int]) -> np.ndarray:
+        return (np.log(self._probability(self._last(history), list(idx))) - self.mean[idx]) / self.sd[idx]
+
+
+def reference_users(users: Sequence[int], cap: int, seed: int) -> list[int]:
+    """The users the knn, sequential and mixture moments are taken over: all of them, or a seeded sample of
+    ``cap`` (``sim.oracle_reference_users``; 0: all)."""
+    users = sorted(int(u) for u in users)
+    if cap <= 0 or len(users) <= cap:
+        return users
+    rng = np.random.default_rng([int(seed), 30])
+    return sorted(rng.choice(users, size=cap, replace=False).tolist())

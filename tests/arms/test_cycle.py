@@ -57,10 +57,16 @@ def test_two_months_lineage_gate_and_refits(tmp_path):
         assert str(arm_versions.get_version(cfg, arm, "champion").version) == champ1[arm]  # champion stayed
         assert str(arm_versions.get_version(cfg, arm, "challenger").version) == str(new.version)
         # the gate's numbers are metrics of the challenger's LoggedModel (comparable in MLflow's UI), its offline
-        # metrics measured on dataset gate-users; the month it trained on is a dataset input of its run, with a digest
+        # metrics measured on dataset gate-users-v2; the month it trained on is a dataset input of its run, with a digest
         metrics = {m.key: m for m in mlflow.get_logged_model(registry.logged_model_id(new)).metrics}
         assert {"HR_at_5", "offline.challenger.HR_at_5", "ope.diff", "passed"} <= set(metrics)
-        assert metrics["passed"].value == 0.0 and metrics["HR_at_5"].dataset_name == "gate-users"
+        assert metrics["passed"].value == 0.0 and metrics["HR_at_5"].dataset_name == "gate-users-v2"
+        # the offline half's paired test: its numbers are tags and metrics; no lower bound clears -margin = +1
+        paired = m2[arm]["gate"]["offline"]
+        assert new.tags["gate.offline.users"] == str(paired["n"]) and new.tags["gate.offline.passed"] == "false"
+        assert float(new.tags["gate.offline.lower"]) == pytest.approx(paired["lower"], rel=1e-5) <= 1.0
+        assert metrics["offline.paired.wins"].value + metrics["offline.paired.losses"].value + \
+            metrics["offline.paired.ties"].value == paired["n"]
         assert not any(k.startswith("gate.m.") for k in new.tags)
         inputs = client.get_run(new.run_id).inputs.dataset_inputs
         assert [d.dataset.name for d in inputs] == [f"{arm}-impressions-2026-02"]

@@ -25,8 +25,8 @@ def test_two_months_lineage_gate_and_refits(tmp_path):
     from abpo.monthly.month import run_month
     from abpo.monthly.steps import STEPS
 
-    # month 1 with a gate every challenger passes (20 gate users: one flipped hit moves HR@5 by 0.05), so that month
-    # 2 must start from month 1's promoted challenger; the gate's own verdicts are tested in test_gate*
+    # month 1 with a gate every challenger passes (margin 1: any lower bound of the paired difference clears it), so
+    # that month 2 must start from month 1's promoted challenger; the gate's own verdicts are tested in test_gate*
     cfg = load_config("tiny", [f"paths.root={tmp_path}", *SMALL])
     cfg1 = load_config("tiny", [f"paths.root={tmp_path}", *SMALL, "arms.gate_margin=1.0", "arms.gate_ope_margin=1.0",
                                 "arms.gate_min_ess=0"])

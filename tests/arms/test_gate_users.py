@@ -338,8 +338,14 @@ def test_gate_arm_scores_both_versions_on_the_warehouse_users(make_cfg, movielen
     from abpo.arms import versions as arm_versions
     from abpo.monthly.adopt import adopt_model
     from abpo.monthly.common import CHALLENGER, dataset_and_splits, start_run
-    from abpo.monthly.gate import (GATE_DATASET, gate_arm, gate_examples, kept_ranks, offline_scores,
-                                   record_offline_metrics)
+    from abpo.monthly.gate import (
+        GATE_DATASET,
+        gate_arm,
+        gate_examples,
+        kept_ranks,
+        offline_scores,
+        record_offline_metrics,
+    )
 
     cfg = warehouse_cfg(make_cfg, movielens_dir, 60, 40, *SMALL_MODEL)
     ds, _ = dataset_and_splits(cfg)
@@ -368,6 +374,7 @@ def test_gate_arm_scores_both_versions_on_the_warehouse_users(make_cfg, movielen
     assert len(ranks) == len(examples) and ranks == kept_ranks(arm_versions.get_version(cfg, "abpo", challenger), key,
                                                                examples)
     assert offline_scores(cfg, "abpo", challenger, M1) == (res.challenger, ranks)  # read back, not rescored
+    assert kept_ranks(arm_versions.get_version(cfg, "abpo", champion), "no-such-key", examples) is None
     # month 2: other targets, another user set; the champion is scored on it too (nothing reused across sets). A
     # cache it cannot use is scored again, never misread: the champion's metrics kept under the old dataset name
     # (v1, no ranks), the challenger's metrics with the ranks of other users

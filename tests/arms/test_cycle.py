@@ -64,7 +64,8 @@ def test_two_months_lineage_gate_and_refits(tmp_path):
         # the offline half's paired test: its numbers are tags and metrics; no lower bound clears -margin = +1
         paired = m2[arm]["gate"]["offline"]
         assert new.tags["gate.offline.users"] == str(paired["n"]) and new.tags["gate.offline.passed"] == "false"
-        assert float(new.tags["gate.offline.lower"]) == pytest.approx(paired["lower"], rel=1e-5) <= 1.0
+        assert float(new.tags["gate.offline.lower"]) == pytest.approx(paired["lower"], rel=1e-5, abs=1e-9)
+        assert paired["lower"] <= 1.0 and paired["margin"] == -1.0
         assert metrics["offline.paired.wins"].value + metrics["offline.paired.losses"].value + \
             metrics["offline.paired.ties"].value == paired["n"]
         assert not any(k.startswith("gate.m.") for k in new.tags)

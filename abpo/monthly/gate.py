@@ -97,7 +97,10 @@ def offline_verdict(*, metric: str, challenger_ranks: Sequence[int], champion_ra
         new, old = per_user_values(challenger_ranks, metric), per_user_values(champion_ranks, metric)
     except ValueError as e:
         raise ValueError(f"gate: arms.gate_metric {metric!r}: {e}") from e
-    t = paired_noninferiority(new, old, margin=margin, alpha=alpha, power=power)
+    try:
+        t = paired_noninferiority(new, old, margin=margin, alpha=alpha, power=power)
+    except ValueError as e:
+        raise ValueError(f"gate (arms.gate_alpha {alpha!r}, arms.gate_power {power!r}): {e}") from e
     reason = (f"offline {metric} challenger v{challenger_version} {t.challenger:.4f} vs champion v{champion_version} "
               f"{t.champion:.4f} on {t.n} users (paired: {t.wins} won, {t.losses} lost, {t.ties} tied): diff "
               f"{t.diff:+.4f}, one-sided {1 - t.alpha:.1%} lower bound {t.lower:+.4f} "

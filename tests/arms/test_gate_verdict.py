@@ -134,3 +134,12 @@ def test_both_halves_must_pass():
     assert not _verdict(0, 30, ope=_ope()).passed  # offline fails, off-policy passes
     assert not _verdict(ope=_ope(ci_low=-0.5)).passed  # offline passes, off-policy fails
     assert _verdict(ope=_ope()).passed
+
+
+@pytest.mark.parametrize(("alpha", "power", "match"), [(0.0, 0.8, "arms.gate_alpha 0.0.*alpha = 0.0"),
+                                                       (0.025, 1.5, "arms.gate_power 1.5.*power = 1.5")])
+def test_a_bad_level_or_power_is_an_error_naming_the_setting(alpha, power, match):
+    new, old = _ranks(400, 0, 3)
+    with pytest.raises(ValueError, match=match):
+        gate_verdict(metric="HR@5", challenger_ranks=new, champion_ranks=old, margin=0.02, alpha=alpha, power=power,
+                     challenger_version="3", champion_version="2")

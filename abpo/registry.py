@@ -317,6 +317,28 @@ def model_metrics(mv, *, dataset_name: str | None = None, dataset_digest: str | 
     return {m.key.replace("_at_", "@"): float(m.value) for m in sorted(found, key=lambda m: (m.timestamp, m.step))}
 
 
+def log_version_dict(mv, d: dict, artifact_file: str) -> None:
+    """Keep ``d`` (JSON-safe) as artifact ``artifact_file`` of the run that logged the registered version ``mv``
+    (read back by :func:`version_dict`)."""
+    from mlflow import MlflowClient
+
+    MlflowClient().log_dict(mv.run_id, d, artifact_file)
+
+
+def version_dict(mv, artifact_file: str) -> dict | None:
+    """The JSON artifact ``artifact_file`` of the run that logged the registered version ``mv``
+    (:func:`log_version_dict`), or None when that run has no such artifact."""
+    import posixpath
+
+    import mlflow
+    from mlflow import MlflowClient
+
+    folder = posixpath.dirname(artifact_file) or None
+    if artifact_file not in {a.path for a in MlflowClient().list_artifacts(mv.run_id, folder)}:
+        return None
+    return mlflow.artifacts.load_dict(f"runs:/{mv.run_id}/{artifact_file}")
+
+
 TRAINING_COLUMNS = ("month", "impression_id", "user_id", "item_id", "arm", "model_version", "propensity", "clicked")
 
 

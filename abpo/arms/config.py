@@ -48,9 +48,25 @@ class ArmsConfig:
         metadata={"help": "LLM arms: a month with fewer positive or no-response rows than this is not updated (the "
                           "arm keeps its champion; the DAG marks the arm's update skipped)."},
     )
-    gate_metric: str = field(default="HR@5", metadata={"help": "Offline gate metric (challenger >= champion - margin)."})
+    gate_metric: str = field(
+        default="HR@5",
+        metadata={"help": "Offline gate metric, HR@K or NDCG@K: compared user by user (challenger - champion) on the "
+                          "gate's held-out users (docs/gate.md)."},
+    )
     gate_margin: float = field(
-        default=0.0, metadata={"help": "Offline gate: the challenger passes when metric >= champion's - margin."}
+        default=0.02,
+        metadata={"help": "Offline gate (paired non-inferiority, docs/gate.md): the challenger passes when the one-sided "
+                          "(1 - arms.gate_alpha) lower confidence bound of its per-user metric minus the champion's, on "
+                          "the same users, is > -margin (absolute: 0.02 = 2 points of HR@5)."},
+    )
+    gate_alpha: float = field(
+        default=0.025,
+        metadata={"help": "Offline gate: the one-sided level of the paired non-inferiority test, in (0, 0.5)."},
+    )
+    gate_power: float = field(
+        default=0.8,
+        metadata={"help": "Offline gate: the power at which the gate reports the minimum detectable difference (MDE) "
+                          "of the paired test beside its verdict, in (0, 1); it does not change the decision."},
     )
     gate_ope_margin: float = field(
         default=0.05,
@@ -60,7 +76,8 @@ class ArmsConfig:
     )
     gate_ope_bootstrap: int = field(default=2000, metadata={"help": "Bootstrap resamples of the off-policy gate."})
     gate_max_users: int = field(
-        default=0, metadata={"help": "Held-out users the gate scores (seeded choice); 0 = sft.eval_max_users."}
+        default=0, metadata={"help": "Held-out users the gate scores (seeded choice; more than there are = all of them); "
+                                  "0 = sft.eval_max_users."}
     )
     gate_users: str = field(
         default="dataset",

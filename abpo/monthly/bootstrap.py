@@ -64,14 +64,14 @@ def ensure_pi_init(cfg, *, fresh: bool = False) -> dict[str, Any]:
 def bootstrap_arms(cfg) -> BootstrapResult:
     """Every arm gets a champion if it has none (see the module docstring)."""
     from abpo.data.holdout import check_gate_users, check_holdout_fraction
-    from abpo.monthly.gate import offline_metrics, record_offline_metrics
+    from abpo.monthly.gate import offline_scores, record_offline_metrics
     from abpo.monthly.refit import refit_ranker_arm
 
     if check_gate_users(cfg.arms.gate_users) == "warehouse":  # a wrong gate setting stops the month here, not later
         check_holdout_fraction(cfg.arms.gate_holdout_fraction)
     out: dict[str, Any] = {}
     init = None
-    init_metrics: dict[str, float] | None = None
+    init_scores: tuple[dict[str, float], list[int]] | None = None
     for arm in arms_of(cfg):
         mv = arm_versions.get_version(cfg, arm, CHAMPION)
         if mv is not None:
@@ -97,17 +97,15 @@ def bootstrap_arms(cfg) -> BootstrapResult:
             core_registry.record_task_result(run.info.run_id, {"model_uri": uri, "run_id": run.info.run_id,
                                                                "version": str(mv.version)})
         log.info(f"bootstrap {arm}: {arm_versions.model_name(arm)} v{mv.version} (pi_init) is champion")
-        # every LLM arm starts from the same checkpoint: its gate metrics are computed (or taken from pi_init's
-        # SFT evaluation, which scores the same seeded users when arms.gate_max_users is 0) once, not per arm.
+        # every LLM arm starts from the same checkpoint: its gate metrics and per-user ranks are computed once, not
+        # per arm (the gate's paired test needs each user's rank, which pi_init's SFT evaluation does not keep).
         # With arms.gate_users = warehouse the gate's users are those of the gated month, unknown yet: the first
-        # gate scores the champion on them (abpo.monthly.gate.offline_metrics)
+        # gate scores the champion on them (abpo.monthly.gate.offline_scores)
         if cfg.arms.gate_users != "warehouse":
-            if init_metrics is None:
-                fresh = init.get("metrics") if not cfg.arms.gate_max_users else None
-                init_metrics = record_offline_metrics(cfg, arm, str(mv.version), fresh) if fresh else \
-                    offline_metrics(cfg, arm, str(mv.version))
+            if init_scores is None:
+                init_scores = offline_scores(cfg, arm, str(mv.version))
             else:
-                record_offline_metrics(cfg, arm, str(mv.version), init_metrics)
+                record_offline_metrics(cfg, arm, str(mv.version), init_scores[0], ranks=init_scores[1])
         out[arm] = {"version": str(mv.version), "bootstrapped": True}
     return BootstrapResult(out)
 

@@ -1,17 +1,21 @@
 """Step ``gate`` (Airflow task ``<arm>.gate``): the challenger against the arm's champion.
 
-    offline      HR@5 (``arms.gate_metric``) on the same held-out users, at least the champion's minus
-                 ``arms.gate_margin``; the users are the configured dataset's (``arms.gate_users = dataset``) or the
-                 deployment's own: a seeded hash slice of the warehouse's users, each one's last interaction
-                 through the month as target, whose impressions no update trains on (``warehouse``)
+    offline      HR@5 (``arms.gate_metric``) user by user on the same held-out users: a paired non-inferiority
+                 test (abpo.evaluation.paired, docs/gate.md) passes when the one-sided (1 - ``arms.gate_alpha``)
+                 lower confidence bound of the per-user difference challenger - champion is > -``arms.gate_margin``
+                 (absolute), its MDE at ``arms.gate_power`` reported beside it; the users are the configured
+                 dataset's (``arms.gate_users = dataset``) or the deployment's own: a seeded hash slice of the
+                 warehouse's users, each one's last interaction through the month as target, whose impressions no
+                 update trains on (``warehouse``)
     off-policy   the SNIPS CTR on the arm's month logs: the bootstrap lower bound of (challenger - champion) at least
                  -``arms.gate_ope_margin``, the estimate finite and its effective sample size at least
                  ``arms.gate_min_ess`` (fails closed)
 
 The decision is :func:`gate_verdict`, a pure function of those numbers; :func:`gate_arm` computes them (scoring,
 the warehouse's logs), applies it, and records every number in MLflow: metrics of the versions' LoggedModels (the
-offline metrics on both, the gate's numbers on the challenger) and of the gate's run; the verdict and its reason are
-version tags."""
+offline metrics on both, with their per-user ranks as an artifact of the run that logged each version; the gate's
+numbers on the challenger) and of the gate's run; the verdict, its reason and the paired test's numbers
+(``gate.offline.*``) are version tags."""
 
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ import json
 import logging
 import math
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from abpo import registry as core_registry
@@ -41,6 +46,7 @@ class GateResult(StepResult):
     challenger: dict[str, float]  # offline metrics on the gate's users
     champion: dict[str, float]
     off_policy: dict[str, Any] | None  # abpo.evaluation.off_policy.compare_snips' numbers, or None when not run
+    offline: dict[str, Any] | None = None  # the paired test's numbers (abpo.evaluation.paired.PairedTest)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +57,7 @@ class GateVerdict:
     offline_passed: bool
     ope_passed: bool  # True when the off-policy half did not run
     reason: str
+    offline: dict[str, Any] = dataclasses.field(default_factory=dict)  # PairedTest's numbers ({} when not finite)
 
 
 def ope_verdict(ope: dict[str, Any], margin: float, min_ess: float) -> tuple[bool, str]:
@@ -72,30 +79,54 @@ def ope_verdict(ope: dict[str, Any], margin: float, min_ess: float) -> tuple[boo
                 f"{ope['challenger_ess']:.0f})")
 
 
-def gate_verdict(*, metric: str, challenger: dict[str, float], champion: dict[str, float], margin: float,
-                 challenger_version: str, champion_version: str, ope: dict[str, Any] | None = None,
-                 ope_margin: float = 0.0, min_ess: float = 0.0, month: str | None = None) -> GateVerdict:
-    """The gate's decision, a pure function of the numbers (no registry, no MLflow). Offline: the challenger's
-    ``metric`` at least the champion's minus ``margin``; a non-finite value on either side fails closed. Off-policy
-    (when ``ope`` is given): :func:`ope_verdict` with ``ope_margin`` and ``min_ess``. Both must pass."""
-    for side, metrics in (("challenger", challenger), ("champion", champion)):
-        if metric not in metrics:
-            raise ValueError(f"gate: the {side}'s metrics have no {metric!r} (arms.gate_metric; rule: one of "
-                             f"{sorted(metrics)})")
-    new, old = float(challenger[metric]), float(champion[metric])
-    if math.isfinite(new) and math.isfinite(old) and math.isfinite(margin):
-        offline_ok = new >= old - margin
-        reasons = [f"offline {metric} challenger v{challenger_version} {new:.4f} {'>=' if offline_ok else '<'} "
-                   f"champion v{champion_version} {old:.4f} - margin {margin}"]
-    else:
-        offline_ok = False
-        reasons = [f"offline {metric} not finite (challenger v{challenger_version} {new}, champion "
-                   f"v{champion_version} {old}, margin {margin}): fails closed"]
+def offline_verdict(*, metric: str, challenger_ranks: Sequence[int], champion_ranks: Sequence[int], margin: float,
+                    alpha: float, power: float, challenger_version: str,
+                    champion_version: str) -> tuple[bool, str, dict[str, Any]]:
+    """The offline check of the gate: the paired non-inferiority test (abpo.evaluation.paired) of ``metric``'s
+    per-user values, from both versions' target ranks on the same users in the same order; (passed, reason, the
+    test's numbers). A non-finite margin fails closed; a metric without per-user values (not HR@K or NDCG@K) or
+    rank lists of different users is a ValueError naming the rule."""
+    from abpo.evaluation.paired import paired_noninferiority, per_user_values
+
+    if len(challenger_ranks) != len(champion_ranks):
+        raise ValueError(f"gate: {len(challenger_ranks)} challenger and {len(champion_ranks)} champion per-user ranks; "
+                         "rule: both versions scored on the same gate users")
+    if not math.isfinite(float(margin)):
+        return False, f"offline {metric}: arms.gate_margin {margin} not finite: fails closed", {}
+    try:
+        new, old = per_user_values(challenger_ranks, metric), per_user_values(champion_ranks, metric)
+    except ValueError as e:
+        raise ValueError(f"gate: arms.gate_metric {metric!r}: {e}") from e
+    try:
+        t = paired_noninferiority(new, old, margin=margin, alpha=alpha, power=power)
+    except ValueError as e:
+        raise ValueError(f"gate (arms.gate_alpha {alpha!r}, arms.gate_power {power!r}): {e}") from e
+    reason = (f"offline {metric} challenger v{challenger_version} {t.challenger:.4f} vs champion v{champion_version} "
+              f"{t.champion:.4f} on {t.n} users (paired: {t.wins} won, {t.losses} lost, {t.ties} tied): diff "
+              f"{t.diff:+.4f}, one-sided {1 - t.alpha:.1%} lower bound {t.lower:+.4f} "
+              f"{'>' if t.passed else '<='} -margin {-t.margin:+.4f} (p {t.p_value:.3g} for diff <= -margin; MDE "
+              f"{t.mde:.4f} at {t.power:.0%} power)")
+    return t.passed, reason, dataclasses.asdict(t)
+
+
+def gate_verdict(*, metric: str, challenger_ranks: Sequence[int], champion_ranks: Sequence[int], margin: float,
+                 challenger_version: str, champion_version: str, alpha: float = 0.025, power: float = 0.8,
+                 ope: dict[str, Any] | None = None, ope_margin: float = 0.0, min_ess: float = 0.0,
+                 month: str | None = None) -> GateVerdict:
+    """The gate's decision, a pure function of the numbers (no registry, no MLflow). Offline:
+    :func:`offline_verdict` on both versions' per-user target ranks (the same users, the same order) at ``margin``,
+    ``alpha`` (``power`` only sizes the reported MDE). Off-policy (when ``ope`` is given): :func:`ope_verdict` with
+    ``ope_margin`` and ``min_ess``. Both must pass."""
+    offline_ok, why, numbers = offline_verdict(metric=metric, challenger_ranks=challenger_ranks,
+                                               champion_ranks=champion_ranks, margin=margin, alpha=alpha, power=power,
+                                               challenger_version=challenger_version,
+                                               champion_version=champion_version)
+    reasons = [why]
     ope_ok = True
     if ope is not None:
         ope_ok, why = ope_verdict(ope, ope_margin, min_ess)
         reasons.append(f"{why} ({month})" if month else why)
-    return GateVerdict(offline_ok and ope_ok, offline_ok, ope_ok, "; ".join(reasons))
+    return GateVerdict(offline_ok and ope_ok, offline_ok, ope_ok, "; ".join(reasons), numbers)
 
 
 class GateUsersMissing(LookupError):
@@ -248,45 +279,78 @@ def warehouse_gate_examples(cfg, month: str | None) -> GateSet:
     return examples, popularity, key
 
 
-GATE_DATASET = "gate-users"  # the dataset name of the offline metrics on the version's LoggedModel
+# The dataset name of the offline metrics on the version's LoggedModel, and the folder of their per-user ranks in the
+# artifacts of the run that logged the version (<GATE_DATASET>/<user set key>.json). Versioned: "gate-users" (v1)
+# kept the metrics alone; a v1 cache is never read, so a version scored before is scored again, with its ranks.
+GATE_DATASET = "gate-users-v2"
 
 
-def offline_metrics(cfg, arm: str, version: str, month: str | None = None, *,
-                    gate_set: GateSet | None = None) -> dict[str, float]:
+def _ranks_artifact(key: str) -> str:
+    return f"{GATE_DATASET}/{key}.json"
+
+
+def kept_ranks(mv, key: str, examples) -> list[int] | None:
+    """The per-user target ranks kept for version ``mv`` on user set ``key`` (:func:`record_offline_metrics`), in
+    the order of ``examples``; None when none are kept or they are of other users (then the version is scored
+    again, never misread)."""
+    kept = core_registry.version_dict(mv, _ranks_artifact(key))
+    if kept is None:
+        return None
+    if kept.get("request_ids") != [e.request_id for e in examples] or len(kept.get("ranks", ())) != len(examples):
+        log.warning(f"  {_ranks_artifact(key)} of {mv.name} v{mv.version} holds the ranks of other users: scored again")
+        return None
+    return [int(r) for r in kept["ranks"]]
+
+
+def offline_scores(cfg, arm: str, version: str, month: str | None = None, *,
+                   gate_set: GateSet | None = None) -> tuple[dict[str, float], list[int]]:
     """The version's offline metrics on the gate's users (:func:`gate_examples` of ``month``, or ``gate_set`` when
-    the caller built it), computed once per (version, user set) and kept as metrics of the version's MLflow
-    LoggedModel, measured on dataset ``gate-users`` whose digest is the user set's key (versions are immutable, so a
-    champion is never scored twice on one user set)."""
+    the caller built it) and each user's 1-based target rank (in the order of the examples), computed once per
+    (version, user set) and kept: the metrics on the version's MLflow LoggedModel, measured on dataset
+    ``GATE_DATASET`` whose digest is the user set's key, the ranks as artifact <GATE_DATASET>/<key>.json of the run
+    that logged the version (versions are immutable, so a champion is never scored twice on one user set)."""
     from abpo.policy.evaluate import evaluate_policy
     from abpo.policy.model import load_policy
 
-    examples, popularity, key = gate_set if gate_set is not None else gate_examples(cfg, month)
+    gate_set = gate_set if gate_set is not None else gate_examples(cfg, month)
+    examples, popularity, key = gate_set
     mv = arm_versions.get_version(cfg, arm, version)
     kept = core_registry.model_metrics(mv, dataset_name=GATE_DATASET, dataset_digest=key)
-    if kept:
-        return kept
+    ranks = kept_ranks(mv, key, examples) if kept else None
+    if kept and ranks is not None:
+        return kept, ranks
     ds, _ = dataset_and_splits(cfg)
     t = time.time()
     path = arm_versions.local_dir(cfg, arm, version)
     model, tok = load_policy(dataclasses.replace(cfg.policy, model=str(path)), cfg.paths, dataset=ds)
     res = evaluate_policy(model, tok, examples, ds.titles(), cfg.policy, popularity=popularity, progress=False)
-    metrics = {k: float(v) for k, v in res.metrics.items() if not k.startswith("random_")}
-    record_offline_metrics(cfg, arm, version, metrics, key=key)
+    metrics = record_offline_metrics(cfg, arm, version, res.metrics, ranks=res.ranks, gate_set=gate_set)
     log.info(f"  scored {arm} v{version} on {len(examples)} held-out users ({cfg.arms.gate_users}'s, user set {key}) "
-             f"in {time.time() - t:.0f}s")
-    return metrics
+             f"in {time.time() - t:.1f}s")
+    return metrics, [int(r) for r in res.ranks]
+
+
+def offline_metrics(cfg, arm: str, version: str, month: str | None = None, *,
+                    gate_set: GateSet | None = None) -> dict[str, float]:
+    """The metrics of :func:`offline_scores`."""
+    return offline_scores(cfg, arm, version, month, gate_set=gate_set)[0]
 
 
 def record_offline_metrics(cfg, arm: str, version: str, metrics: dict[str, float], month: str | None = None, *,
-                           key: str | None = None) -> dict[str, float]:
-    """Keep ``metrics`` (on the gate's users) as metrics of the version's LoggedModel (through the run that logged
-    it; dataset ``gate-users``, digest the user set's key, also the version's tag ``gate.eval_key``); returns them
-    without random_*. ``key``: the user set's key when the caller has it, else that of :func:`gate_examples` of
-    ``month``."""
-    if key is None:
-        _, _, key = gate_examples(cfg, month)
+                           ranks: Sequence[int], gate_set: GateSet | None = None) -> dict[str, float]:
+    """Keep ``metrics`` and the per-user target ``ranks`` (on the gate's users, in the order of its examples) for the
+    version: the metrics on its LoggedModel (through the run that logged it; dataset ``GATE_DATASET``, digest the
+    user set's key, also the version's tag ``gate.eval_key``), the ranks as that run's artifact
+    <GATE_DATASET>/<key>.json with the users' request ids; returns the metrics without random_*. ``gate_set``: the
+    gate's users when the caller has them, else those of :func:`gate_examples` of ``month``."""
+    examples, _, key = gate_set if gate_set is not None else gate_examples(cfg, month)
+    if len(ranks) != len(examples):
+        raise ValueError(f"gate: {len(ranks)} per-user ranks for {arm} v{version} on user set {key} of "
+                         f"{len(examples)} users; rule: one rank per gate user, in the order of its examples")
     kept = {k: float(v) for k, v in metrics.items() if not k.startswith("random_")}
     mv = arm_versions.get_version(cfg, arm, version)
+    core_registry.log_version_dict(mv, {"key": key, "request_ids": [e.request_id for e in examples],
+                                        "ranks": [int(r) for r in ranks]}, _ranks_artifact(key))
     core_registry.log_model_metrics(mv, kept, dataset_name=GATE_DATASET, dataset_digest=key)
     arm_versions.set_tags(cfg, arm, version, {"gate.eval_key": key})
     return kept
@@ -331,9 +395,26 @@ def off_policy_gate(cfg, arm: str, version: str, month: str) -> dict[str, Any]:
             "challenger_max_weight": cmp.challenger.max_weight}
 
 
+PAIRED_NUMBERS = ("n", "challenger", "champion", "diff", "se", "lower", "margin", "alpha", "p_value", "power", "mde",
+                  "wins", "losses", "ties")
+
+
+def offline_tags(metric: str, offline: dict[str, Any]) -> dict[str, str]:
+    """The paired test's numbers as the challenger's version tags ``gate.offline.<name>`` (docs/gate.md)."""
+    if not offline:
+        return {}
+    tags = {f"gate.offline.{k}": (f"{offline[k]:.6g}" if isinstance(offline[k], float) else str(offline[k]))
+            for k in PAIRED_NUMBERS}
+    tags.update({"gate.offline.metric": metric, "gate.offline.users": str(offline["n"]),
+                 "gate.offline.passed": str(bool(offline["passed"])).lower(), "gate.offline.method": offline["method"]})
+    del tags["gate.offline.n"]
+    return tags
+
+
 def gate_arm(cfg, arm: str, version: str, month: str | None = None) -> GateResult:
-    """Challenger ``version`` against the arm's champion. Offline: ``arms.gate_metric`` on the held-out users at
-    least the champion's minus ``arms.gate_margin``. Off-policy (when ``month`` is given and
+    """Challenger ``version`` against the arm's champion. Offline: the paired non-inferiority test of
+    ``arms.gate_metric`` on the held-out users (:func:`offline_verdict`: the one-sided (1 - ``arms.gate_alpha``)
+    lower bound of the per-user difference > -``arms.gate_margin``). Off-policy (when ``month`` is given and
     ``arms.gate_ope_margin`` >= 0): the lower bound of the bootstrap interval of SNIPS CTR (challenger - champion)
     on the arm's month logs at least -``arms.gate_ope_margin``, the estimate finite and its effective sample size at
     least ``arms.gate_min_ess`` (:func:`ope_verdict`: fails closed). Both must pass. The held-out users are those of
@@ -349,21 +430,24 @@ def gate_arm(cfg, arm: str, version: str, month: str | None = None) -> GateResul
         return GateResult.from_json(done)
     metric = cfg.arms.gate_metric
     users = gate_examples(cfg, month)  # built once: both versions are scored on these users
-    ch = offline_metrics(cfg, arm, str(champ.version), gate_set=users)
-    new = offline_metrics(cfg, arm, str(version), gate_set=users)
+    ch, ch_ranks = offline_scores(cfg, arm, str(champ.version), gate_set=users)
+    new, new_ranks = offline_scores(cfg, arm, str(version), gate_set=users)
     ope = None
     if month is not None and cfg.arms.gate_ope_margin >= 0:
         ope = off_policy_gate(cfg, arm, str(version), month)
-    verdict = gate_verdict(metric=metric, challenger=new, champion=ch, margin=cfg.arms.gate_margin,
+    verdict = gate_verdict(metric=metric, challenger_ranks=new_ranks, champion_ranks=ch_ranks,
+                           margin=cfg.arms.gate_margin, alpha=cfg.arms.gate_alpha, power=cfg.arms.gate_power,
                            challenger_version=str(version), champion_version=str(champ.version), ope=ope,
                            ope_margin=cfg.arms.gate_ope_margin, min_ess=cfg.arms.gate_min_ess, month=month)
     passed, reason = verdict.passed, verdict.reason
     log.info(f"gate {arm}: {'PASS' if passed else 'FAIL'}: {reason}")
     arm_versions.set_tags(cfg, arm, version, {"gate.verdict": "pass" if passed else "fail", "gate.reason": reason[:4900],
-                                             "gate.champion_version": champ.version})
+                                             "gate.champion_version": champ.version,
+                                             **offline_tags(metric, verdict.offline)})
     numbers = {f"offline.challenger.{k.replace('@', '_at_')}": v for k, v in new.items()}
     numbers.update({f"offline.champion.{k.replace('@', '_at_')}": v for k, v in ch.items()})
     numbers.update({f"ope.{k}": float(v) for k, v in (ope or {}).items()})
+    numbers.update({f"offline.paired.{k}": float(v) for k, v in verdict.offline.items() if k in PAIRED_NUMBERS})
     numbers["passed"] = float(passed)
     with start_run(cfg, f"gate-{arm}-v{version}", {"abpo.arm": arm, "abpo.month": month or "",
                                                      "abpo.challenger": version,
@@ -372,6 +456,7 @@ def gate_arm(cfg, arm: str, version: str, month: str | None = None) -> GateResul
         # the gate run's metrics, linked to the challenger's LoggedModel too (the MLflow UI compares models on them)
         core_registry.log_model_metrics(arm_versions.get_version(cfg, arm, version), numbers, run_id=run.info.run_id)
     out = GateResult(arm=arm, version=str(version), champion_version=str(champ.version), passed=passed,
-                     reason=reason, metric=metric, challenger=new, champion=ch, off_policy=ope)
+                     reason=reason, metric=metric, challenger=new, champion=ch, off_policy=ope,
+                     offline=verdict.offline or None)
     core_registry.record_task_result(run.info.run_id, out.to_json())
     return out

@@ -26,8 +26,8 @@ def test_two_months_lineage_gate_and_refits(tmp_path):
     from abpo.monthly.month import run_month
     from abpo.monthly.steps import STEPS
 
-    # month 1 with a gate every challenger passes (20 gate users: one flipped hit moves HR@5 by 0.05), so that month
-    # 2 must start from month 1's promoted challenger; the gate's own verdicts are tested in test_gate*
+    # month 1 with a gate every challenger passes (margin 1: any lower bound of the paired difference clears it), so
+    # that month 2 must start from month 1's promoted challenger; the gate's own verdicts are tested in test_gate*
     cfg = load_config("tiny", [f"paths.root={tmp_path}", *SMALL])
     cfg1 = load_config("tiny", [f"paths.root={tmp_path}", *SMALL, "arms.gate_margin=1.0", "arms.gate_ope_margin=1.0",
                                 "arms.gate_min_ess=0"])
@@ -59,10 +59,17 @@ def test_two_months_lineage_gate_and_refits(tmp_path):
         assert str(arm_versions.get_version(cfg, arm, "champion").version) == champ1[arm]  # champion stayed
         assert str(arm_versions.get_version(cfg, arm, "challenger").version) == str(new.version)
         # the gate's numbers are metrics of the challenger's LoggedModel (comparable in MLflow's UI), its offline
-        # metrics measured on dataset gate-users; the month it trained on is a dataset input of its run, with a digest
+        # metrics measured on dataset gate-users-v2; the month it trained on is a dataset input of its run, with a digest
         metrics = {m.key: m for m in mlflow.get_logged_model(registry.logged_model_id(new)).metrics}
         assert {"HR_at_5", "offline.challenger.HR_at_5", "ope.diff", "passed"} <= set(metrics)
-        assert metrics["passed"].value == 0.0 and metrics["HR_at_5"].dataset_name == "gate-users"
+        assert metrics["passed"].value == 0.0 and metrics["HR_at_5"].dataset_name == "gate-users-v2"
+        # the offline half's paired test: its numbers are tags and metrics; no lower bound clears -margin = +1
+        paired = m2[arm]["gate"]["offline"]
+        assert new.tags["gate.offline.users"] == str(paired["n"]) and new.tags["gate.offline.passed"] == "false"
+        assert float(new.tags["gate.offline.lower"]) == pytest.approx(paired["lower"], rel=1e-5, abs=1e-9)
+        assert paired["lower"] <= 1.0 and paired["margin"] == -1.0
+        assert metrics["offline.paired.wins"].value + metrics["offline.paired.losses"].value + \
+            metrics["offline.paired.ties"].value == paired["n"]
         assert not any(k.startswith("gate.m.") for k in new.tags)
         inputs = client.get_run(new.run_id).inputs.dataset_inputs
         assert [d.dataset.name for d in inputs] == [f"{arm}-impressions-2026-02"]

@@ -331,13 +331,21 @@ SMALL_MODEL = ["policy.tiny_hidden_size=32", "policy.tiny_layers=1", "policy.tin
 
 def test_gate_arm_scores_both_versions_on_the_warehouse_users(make_cfg, movielens_dir, build_tiny_model):
     """A champion adopted from a tiny model, a challenger (the same weights registered again): the gate scores both on
-    the warehouse's held-out users of the month, keeps the metrics on dataset gate-users with the user set's key as
-    digest, and passes (equal metrics, margin 0); the next month's users are another set, scored again."""
+    the warehouse's held-out users of the month, keeps the metrics on dataset gate-users-v2 with the user set's key as
+    digest and each user's rank beside them, and passes (every user tied, margin 0.02); the next month's users are
+    another set, scored again, and a cache of the old version or of other users is not read."""
     from abpo import registry as core_registry
     from abpo.arms import versions as arm_versions
     from abpo.monthly.adopt import adopt_model
     from abpo.monthly.common import CHALLENGER, dataset_and_splits, start_run
-    from abpo.monthly.gate import GATE_DATASET, gate_arm, gate_examples
+    from abpo.monthly.gate import (
+        GATE_DATASET,
+        gate_arm,
+        gate_examples,
+        kept_ranks,
+        offline_scores,
+        record_offline_metrics,
+    )
 
     cfg = warehouse_cfg(make_cfg, movielens_dir, 60, 40, *SMALL_MODEL)
     ds, _ = dataset_and_splits(cfg)
@@ -357,11 +365,27 @@ def test_gate_arm_scores_both_versions_on_the_warehouse_users(make_cfg, movielen
         mv = arm_versions.get_version(cfg, "abpo", version)
         assert core_registry.model_metrics(mv, dataset_name=GATE_DATASET, dataset_digest=key) == res.challenger
         assert mv.tags["gate.eval_key"] == key
-    # month 2: other targets, another user set; the champion is scored on it too (nothing reused across sets)
-    key2 = gate_examples(cfg, M2)[2]
-    res2 = gate_arm(cfg, "abpo", challenger, M2)
-    assert key2 != key and res2.passed
+    # the paired test ran on each user's rank, kept beside the metrics: identical weights tie on every user
+    assert (res.offline["n"], res.offline["ties"], res.offline["diff"]) == (len(examples), len(examples), 0.0)
+    tags = arm_versions.get_version(cfg, "abpo", challenger).tags
+    assert tags["gate.offline.users"] == str(len(examples)) and tags["gate.offline.passed"] == "true"
+    assert float(tags["gate.offline.margin"]) == cfg.arms.gate_margin == 0.02
+    ranks = kept_ranks(arm_versions.get_version(cfg, "abpo", champion), key, examples)
+    assert len(ranks) == len(examples) and ranks == kept_ranks(arm_versions.get_version(cfg, "abpo", challenger), key,
+                                                               examples)
+    assert offline_scores(cfg, "abpo", challenger, M1) == (res.challenger, ranks)  # read back, not rescored
+    assert kept_ranks(arm_versions.get_version(cfg, "abpo", champion), "no-such-key", examples) is None
+    # month 2: other targets, another user set; the champion is scored on it too (nothing reused across sets). A
+    # cache it cannot use is scored again, never misread: the champion's metrics kept under the old dataset name
+    # (v1, no ranks), the challenger's metrics with the ranks of other users
+    examples2, _, key2 = gate_examples(cfg, M2)
     mv = arm_versions.get_version(cfg, "abpo", champion)
+    core_registry.log_model_metrics(mv, {"HR@5": 0.999}, dataset_name="gate-users", dataset_digest=key2)
+    record_offline_metrics(cfg, "abpo", challenger, {"HR@5": 0.999}, ranks=[1] * len(examples),
+                           gate_set=(examples, {}, key2))
+    res2 = gate_arm(cfg, "abpo", challenger, M2)
+    assert key2 != key and res2.passed and res2.champion["HR@5"] != 0.999 and res2.challenger == res2.champion
+    assert res2.offline["n"] == len(examples2) and res2.offline["ties"] == len(examples2)
     assert core_registry.model_metrics(mv, dataset_name=GATE_DATASET, dataset_digest=key2) == res2.champion
     assert arm_versions.get_version(cfg, "abpo", champion).tags["gate.eval_key"] == key2
     assert len(examples) < 40

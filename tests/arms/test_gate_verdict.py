@@ -1,5 +1,7 @@
-"""abpo's gate decision as a pure function (gate_verdict): each margin at, just inside and just outside its bound,
-and every non-finite input failing closed. No registry and no MLflow: the numbers in, the verdict out."""
+"""abpo's gate decision as a pure function (gate_verdict): the offline half's paired non-inferiority test on
+constructed per-user ranks (wins, losses and ties of 400 users) through the gate's own code path, every non-finite
+input failing closed, and the off-policy half at, just inside and just outside its bound. No registry and no MLflow:
+the numbers in, the verdict out."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import math
 
 import pytest
 
-from abpo.monthly.gate import gate_verdict
+from abpo.monthly.gate import GateResult, gate_verdict, offline_tags
 
 NAN, INF = math.nan, math.inf
 
@@ -19,64 +21,125 @@ def _ope(**kw) -> dict:
     return ope
 
 
-def _verdict(new: float, old: float, margin: float = 0.0, ope: dict | None = None, ope_margin: float = 0.05,
-             min_ess: float = 10.0):
-    return gate_verdict(metric="HR@5", challenger={"HR@5": new, "NDCG@5": 0.1}, champion={"HR@5": old},
-                        margin=margin, challenger_version="3", champion_version="2", ope=ope, ope_margin=ope_margin,
+def _ranks(n: int = 400, wins: int = 0, losses: int = 0, both: int = 120) -> tuple[list[int], list[int]]:
+    """(challenger, champion) target ranks of n users: ``wins`` users only the challenger ranks in the top 5 (rank 3
+    against 9), ``losses`` only the champion, ``both`` both (ranks 1 and 2), the rest neither (ranks 40 and 50)."""
+    rest = n - wins - losses - both
+    return ([3] * wins + [9] * losses + [1] * both + [40] * rest,
+            [9] * wins + [3] * losses + [2] * both + [50] * rest)
+
+
+def _verdict(wins: int = 0, losses: int = 0, margin: float = 0.02, ope: dict | None = None, ope_margin: float = 0.05,
+             min_ess: float = 10.0, n: int = 400, metric: str = "HR@5"):
+    new, old = _ranks(n, wins, losses)
+    return gate_verdict(metric=metric, challenger_ranks=new, champion_ranks=old, margin=margin, alpha=0.025,
+                        power=0.8, challenger_version="3", champion_version="2", ope=ope, ope_margin=ope_margin,
                         min_ess=min_ess, month="2026-02")
 
 
-@pytest.mark.parametrize(("new", "old", "margin", "passed"), [
-    (0.30, 0.30, 0.0, True),     # equal passes: challenger >= champion - 0
-    (0.29, 0.30, 0.0, False),    # below by anything fails with margin 0
-    (0.28, 0.30, 0.02, True),    # exactly at champion - margin passes
-    (0.279, 0.30, 0.02, False),  # just below champion - margin fails
-    (0.10, 0.30, 1.0, True),     # a permissive margin
-    (0.35, 0.30, -0.1, False),   # a negative margin demands an improvement of more than 0.1
-    (0.41, 0.30, -0.1, True),
+@pytest.mark.parametrize(("wins", "losses", "margin", "passed"), [
+    (0, 0, 0.02, True),     # ties pass
+    (0, 3, 0.02, True),     # a challenger losing 3 of 400 users, none won: within the 2-point margin
+    (0, 30, 0.02, False),   # losing 30 of 400 fails
+    (40, 43, 0.02, False),  # the same net loss of 3 among many discordant users: too uncertain to pass
+    (40, 0, -0.05, True),   # a negative margin demands an improvement: diff +0.10, bound +0.071 > +0.05
+    (30, 0, -0.05, False),  # diff +0.075, bound +0.049: not enough
+    (0, 0, 0.0, False),     # at margin 0 a tie's bound 0 is not > 0
+    (0, 3, 1.0, True),      # a permissive margin
 ])
-def test_offline_margin(new, old, margin, passed):
-    v = _verdict(new, old, margin)
+def test_offline_paired_noninferiority(wins, losses, margin, passed):
+    v = _verdict(wins, losses, margin)
     assert v.passed is passed and v.offline_passed is passed and v.ope_passed is True
-    assert v.reason.startswith(f"offline HR@5 challenger v3 {new:.4f} {'>=' if passed else '<'} champion v2 {old:.4f}")
+    o = v.offline
+    assert (o["n"], o["wins"], o["losses"], o["ties"]) == (400, wins, losses, 400 - wins - losses)
+    assert o["diff"] == pytest.approx((wins - losses) / 400) and o["margin"] == margin and o["passed"] is passed
+    assert (o["lower"] > -margin) is passed and (o["p_value"] < 0.025) is passed
+    assert v.reason.startswith(f"offline HR@5 challenger v3 {o['challenger']:.4f} vs champion v2 {o['champion']:.4f} "
+                               f"on 400 users (paired: {wins} won, {losses} lost")
+    assert f"{'>' if passed else '<='} -margin" in v.reason and "MDE" in v.reason
 
 
-@pytest.mark.parametrize(("new", "old", "margin"), [(NAN, 0.3, 0.0), (0.3, NAN, 0.0), (INF, 0.3, 0.0),
-                                                    (0.3, -INF, 0.0), (0.3, 0.3, NAN), (0.3, 0.3, INF)])
-def test_non_finite_offline_input_fails_closed(new, old, margin):
-    v = _verdict(new, old, margin)
+def test_one_user_does_not_decide_it():
+    # with margin 0 and aggregate HR@5 one user of 100 decided; now one lost user of 400 moves nothing
+    assert _verdict(0, 1).passed and _verdict(0, 2).passed and _verdict(1, 0).passed
+
+
+def test_the_verdicts_numbers_are_tags_and_a_gate_result():
+    v = _verdict(5, 9)
+    tags = offline_tags("HR@5", v.offline)
+    assert tags["gate.offline.users"] == "400" and tags["gate.offline.wins"] == "5" and tags["gate.offline.losses"] == "9"
+    assert float(tags["gate.offline.lower"]) == pytest.approx(v.offline["lower"], rel=1e-5)
+    assert {"gate.offline.diff", "gate.offline.margin", "gate.offline.p_value", "gate.offline.mde",
+            "gate.offline.method"} <= set(tags) and tags["gate.offline.passed"] == str(v.offline_passed).lower()
+    res = GateResult(arm="abpo", version="3", champion_version="2", passed=v.passed, reason=v.reason, metric="HR@5",
+                     challenger={}, champion={}, off_policy=None, offline=v.offline)
+    assert GateResult.from_json(res.to_json()) == res
+    old = res.to_json()
+    del old["offline"]  # a result recorded before the paired test reads back
+    assert GateResult.from_json(old).offline is None
+
+
+def test_ndcg_is_compared_user_by_user_too():
+    # NDCG@5 sees the rank within the top 5: the 120 users both rank in it score 1 (rank 1) against 0.63 (rank 2)
+    v = _verdict(0, 30, metric="NDCG@5")
+    assert v.passed and (v.offline["wins"], v.offline["losses"]) == (120, 30) and "offline NDCG@5" in v.reason
+    assert v.offline["diff"] == pytest.approx((120 * (1 - 1 / math.log2(3)) - 30 * 0.5) / 400)
+    new, old = _ranks(400, 0, 30)
+    v = gate_verdict(metric="NDCG@5", challenger_ranks=old, champion_ranks=new, margin=0.02, challenger_version="3",
+                     champion_version="2")
+    assert not v.passed and (v.offline["wins"], v.offline["losses"]) == (30, 120)
+
+
+@pytest.mark.parametrize("margin", [NAN, INF, -INF])
+def test_non_finite_margin_fails_closed(margin):
+    v = _verdict(0, 0, margin)
     assert not v.passed and not v.offline_passed and "not finite" in v.reason and "fails closed" in v.reason
+    assert v.offline == {} and offline_tags("HR@5", v.offline) == {}
 
 
-def test_a_missing_metric_is_an_error_naming_the_setting():
-    with pytest.raises(ValueError, match="arms.gate_metric"):
-        gate_verdict(metric="HR@10", challenger={"HR@5": 0.3}, champion={"HR@5": 0.3}, margin=0.0,
-                     challenger_version="3", champion_version="2")
+def test_a_metric_without_per_user_values_is_an_error_naming_the_setting():
+    with pytest.raises(ValueError, match="arms.gate_metric 'Diversity@5'.*rule: HR@K or NDCG@K"):
+        _verdict(metric="Diversity@5")
+
+
+def test_rank_lists_of_different_users_are_an_error():
+    with pytest.raises(ValueError, match="same gate users"):
+        gate_verdict(metric="HR@5", challenger_ranks=[1, 2], champion_ranks=[1], margin=0.02, challenger_version="3",
+                     champion_version="2")
 
 
 @pytest.mark.parametrize(("ci_low", "ope_margin", "passed"), [(-0.05, 0.05, True), (-0.0501, 0.05, False),
                                                               (0.0, 0.0, True), (-1e-9, 0.0, False)])
 def test_off_policy_margin_on_the_lower_bound(ci_low, ope_margin, passed):
-    v = _verdict(0.3, 0.3, ope=_ope(ci_low=ci_low), ope_margin=ope_margin)
+    v = _verdict(ope=_ope(ci_low=ci_low), ope_margin=ope_margin)
     assert v.offline_passed and v.ope_passed is passed and v.passed is passed
     assert ("-margin" in v.reason) and v.reason.endswith("(2026-02)")
 
 
 def test_effective_sample_size_below_the_floor_fails_closed():
-    assert _verdict(0.3, 0.3, ope=_ope(challenger_ess=10.0), min_ess=10.0).passed  # at the floor passes
-    v = _verdict(0.3, 0.3, ope=_ope(challenger_ess=9.9), min_ess=10.0)
+    assert _verdict(ope=_ope(challenger_ess=10.0), min_ess=10.0).passed  # at the floor passes
+    v = _verdict(ope=_ope(challenger_ess=9.9), min_ess=10.0)
     assert not v.passed and "effective sample size 9.9" in v.reason and "< arms.gate_min_ess 10" in v.reason
 
 
 @pytest.mark.parametrize("key", ["challenger_snips", "champion_snips", "diff", "ci_low", "ci_high", "challenger_ess"])
 @pytest.mark.parametrize("bad", [NAN, INF, -INF, None, "0.1"])
 def test_any_non_finite_off_policy_number_fails_closed(key, bad):
-    v = _verdict(0.3, 0.3, ope=_ope(**{key: bad}))
+    v = _verdict(ope=_ope(**{key: bad}))
     assert not v.passed and v.offline_passed and not v.ope_passed
     assert "off-policy estimate not finite" in v.reason and key in v.reason
 
 
 def test_both_halves_must_pass():
-    assert not _verdict(0.2, 0.3, ope=_ope()).passed  # offline fails, off-policy passes
-    assert not _verdict(0.3, 0.3, ope=_ope(ci_low=-0.5)).passed  # offline passes, off-policy fails
-    assert _verdict(0.3, 0.3, ope=_ope()).passed
+    assert not _verdict(0, 30, ope=_ope()).passed  # offline fails, off-policy passes
+    assert not _verdict(ope=_ope(ci_low=-0.5)).passed  # offline passes, off-policy fails
+    assert _verdict(ope=_ope()).passed
+
+
+@pytest.mark.parametrize(("alpha", "power", "match"), [(0.0, 0.8, "arms.gate_alpha 0.0.*alpha = 0.0"),
+                                                       (0.025, 1.5, "arms.gate_power 1.5.*power = 1.5")])
+def test_a_bad_level_or_power_is_an_error_naming_the_setting(alpha, power, match):
+    new, old = _ranks(400, 0, 3)
+    with pytest.raises(ValueError, match=match):
+        gate_verdict(metric="HR@5", challenger_ranks=new, champion_ranks=old, margin=0.02, alpha=alpha, power=power,
+                     challenger_version="3", champion_version="2")

@@ -6,6 +6,7 @@ the Airflow tasks and ``abpo demo`` print. Worker processes hand their records t
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import logging.handlers
 import sys
@@ -73,8 +74,8 @@ def task_logging(prefix: str = "") -> None:
 
 
 # The switches of the progress bars abpo's dependencies draw (tqdm, Hugging Face Hub / transformers / datasets,
-# MLflow's artifact downloads): each library reads its variable when it draws a bar (tqdm >= 4.66: every TQDM_*
-# variable is a default argument) or when it is imported; a value the user set is kept.
+# MLflow's artifact downloads): each library reads its variable when it is imported (tqdm >= 4.66: every TQDM_*
+# variable is a default argument of tqdm()) or when it draws a bar; a value the user set is kept.
 PROGRESS_BAR_SWITCHES = {"TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
                          "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
 
@@ -95,6 +96,10 @@ def progress_bars_only_on_a_terminal(stream: Any = None) -> bool:
         return False
     for k, v in PROGRESS_BAR_SWITCHES.items():
         os.environ.setdefault(k, v)
+    std = getattr(sys.modules.get("tqdm.std"), "tqdm", None)  # tqdm read TQDM_* when imported: its default, now
+    init = getattr(std, "__dict__", {}).get("__init__")
+    if isinstance(init, functools.partialmethod) and "disable" not in init.keywords:
+        std.__init__ = functools.partialmethod(init.func, *init.args, **{**init.keywords, "disable": True})
     if "transformers" in sys.modules:  # it read HF_HUB_DISABLE_PROGRESS_BARS when imported
         with contextlib.suppress(Exception):
             sys.modules["transformers"].utils.logging.disable_progress_bar()

@@ -240,18 +240,6 @@ def abpo_monthly():
                 return ""
         return month
 
-    @task.sensor(mode="reschedule", poke_interval=LANDING_POKE, timeout=LANDING_TIMEOUT)
-    @_fail_fast
-    def landed(month: str) -> bool:
-        """Done when the month's landing partition is complete (or the simulator serves it)."""
-        if get_current_context()["params"].get("simulate"):
-            return True
-        from abpo.monthly.common import landing_status
-
-        done, found = landing_status(_cfg(), month, LANDING_MARKER)
-        logging.getLogger("abpo.dags").info(f"landed {month}: {found}")
-        return done
-
     @task
     @_fail_fast
     def bootstrap(month: str) -> dict:
@@ -333,7 +321,19 @@ def abpo_monthly():
 
     month = resolve_month()
     first = bootstrap(month)
-    if WAIT_FOR_LANDING:
+    if WAIT_FOR_LANDING:  # defined only when asked for: the sensor decorator's import is not free at parse time
+        @task.sensor(mode="reschedule", poke_interval=LANDING_POKE, timeout=LANDING_TIMEOUT)
+        @_fail_fast
+        def landed(month: str) -> bool:
+            """Done when the month's landing partition is complete (or the simulator serves it)."""
+            if get_current_context()["params"].get("simulate"):
+                return True
+            from abpo.monthly.common import landing_status
+
+            done, found = landing_status(_cfg(), month, LANDING_MARKER)
+            logging.getLogger("abpo.dags").info(f"landed {month}: {found}")
+            return done
+
         landed(month) >> first
     ingested = ingest(month, serve(month, first))
     # per arm (a task group), the steps of its kind in order, each fed the one before; the last moves the champion

@@ -4,12 +4,15 @@ task each line reaches the task log once (task_logging); progress bars only on a
 
 from __future__ import annotations
 
+import io
 import logging
 import multiprocessing as mp
 import os
 from concurrent.futures import ProcessPoolExecutor
 
-from abpo.logs import from_workers
+import pytest
+
+from abpo.logs import PROGRESS_BAR_SWITCHES, from_workers, progress_bars_only_on_a_terminal, task_logging
 
 
 def test_a_spawned_workers_records_reach_this_processs_loggers(caplog):
@@ -23,13 +26,6 @@ def test_a_spawned_workers_records_reach_this_processs_loggers(caplog):
     records = [r for r in caplog.records if r.name == "abpo.tests.worker"]
     assert [r.getMessage() for r in records] == ["from a worker: 42"]
     assert records[0].process != os.getpid()
-
-
-import io  # noqa: E402
-
-import pytest  # noqa: E402
-
-from abpo.logs import PROGRESS_BAR_SWITCHES, progress_bars_only_on_a_terminal, task_logging  # noqa: E402
 
 
 @pytest.fixture
@@ -76,8 +72,6 @@ class _Tty(io.StringIO):
 
 
 def test_progress_bars_only_on_a_terminal(abpo_logger):
-    import os
-
     from tqdm import tqdm
 
     assert progress_bars_only_on_a_terminal(_Tty()) is False
@@ -93,8 +87,8 @@ def test_progress_bars_only_on_a_terminal(abpo_logger):
     for _ in tqdm(range(3), file=out, desc="Downloading artifacts"):
         pass
     assert out.getvalue() == ""
-    from mlflow.environment_variables import MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR
     from huggingface_hub.utils import are_progress_bars_disabled
+    from mlflow.environment_variables import MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR
 
     assert MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.get() is False
     assert are_progress_bars_disabled()

@@ -225,12 +225,13 @@ def abpo_monthly():
             return str(Month.parse(month, "param month"))
         run = ctx.get("dag_run")
         for event in _triggering_events(ctx):  # an asset-scheduled run: the month the ingestion says it landed
-            if (event.extra or {}).get("month"):
-                return str(Month.parse(str(event.extra["month"]), f"asset event {event.asset.name} extra month"))
+            if (getattr(event, "extra", None) or {}).get("month"):
+                return str(Month.parse(str(event.extra["month"]), "the triggering asset event's extra month"))
         # a manual trigger without a logical date: the run's own time
         when = ctx.get("logical_date") or getattr(run, "run_after", None) or datetime.now()
         month = str(Month.of_date(when).previous())
-        if str(getattr(run, "run_type", "")) in ("scheduled", "DagRunType.SCHEDULED") and not WAIT_FOR_LANDING:
+        run_type = getattr(run, "run_type", None)
+        if getattr(run_type, "value", run_type) == "scheduled" and not WAIT_FOR_LANDING:
             from abpo.monthly.common import landing_status
 
             landed, found = landing_status(_cfg(), month)

@@ -91,3 +91,38 @@ def test_unpausing_starts_no_failing_month_and_its_task_log_is_clean(tmp_path):
     assert month  # the logical date is a month start
     events = [(e.get("logger"), e.get("event")) for e in lines if not str(e.get("event", "")).startswith("::")]
     assert len(events) == len(set(events)), events
+
+
+@pytest.mark.slow
+def test_the_landing_sensor_starts_the_month_when_its_partition_is_complete(tmp_path):
+    """ABPO_WAIT_FOR_LANDING=1 through `airflow dags test` (every task but resolve_month and the sensor marked done):
+    a partition with its data and its _SUCCESS marker lets the month start; one without the marker keeps the sensor
+    waiting (rescheduled) until its timeout fails it."""
+    home, state = tmp_path / "airflow", tmp_path / "state"
+    env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+           "AIRFLOW__CORE__LOAD_EXAMPLES": "false", "ABPO_CONFIG": "tiny", "ABPO_STATE": str(state),
+           "ABPO_TASK_RETRIES": "0", "ABPO_WAIT_FOR_LANDING": "1", "ABPO_LANDING_POKE_S": "1",
+           "ABPO_LANDING_TIMEOUT_H": str(8 / 3600),
+           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    for month, marker in (("2026-03", True), ("2026-04", False)):
+        d = state / "landing" / "impressions" / f"month={month}"
+        d.mkdir(parents=True)
+        (d / "part-0.parquet").write_bytes(b"not read by the sensor")
+        if marker:
+            (d / "_SUCCESS").write_text("")
+    airflow = str(Path(sys.executable).with_name("airflow"))
+    subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
+
+    def month_run(month: str, logical: str) -> tuple[int, dict]:
+        proc = subprocess.run([airflow, "dags", "test", "abpo_monthly", logical, "--mark-success-pattern",
+                               "(?!(resolve_month|landed)$).*", "-c", json.dumps({"month": month})],
+                              env=env, capture_output=True, text=True, timeout=300)
+        with contextlib.closing(sqlite3.connect(home / "airflow.db")) as db:
+            tis = dict(db.execute("SELECT ti.task_id, ti.state FROM task_instance ti JOIN dag_run r ON "
+                                  "r.run_id = ti.run_id WHERE r.logical_date LIKE ?", (logical[:10] + "%",)).fetchall())
+        return proc.returncode, tis
+
+    rc, tis = month_run("2026-03", "2026-04-01T00:00:00+00:00")
+    assert rc == 0 and tis["landed"] == "success" and tis["bootstrap"] == "success", tis
+    rc, tis = month_run("2026-04", "2026-05-01T00:00:00+00:00")
+    assert rc != 0 and tis["landed"] == "failed" and tis["bootstrap"] == "upstream_failed", tis

@@ -4,6 +4,7 @@ task each line reaches the task log once (task_logging); progress bars only on a
 
 from __future__ import annotations
 
+import functools
 import io
 import logging
 import multiprocessing as mp
@@ -39,7 +40,9 @@ def abpo_logger(monkeypatch):
         monkeypatch.delenv(k)
     logger = logging.getLogger("abpo")
     saved = (list(logger.handlers), logger.level, logger.propagate)
-    monkeypatch.setattr(tqdm.std.tqdm, "__init__", tqdm.std.tqdm.__dict__["__init__"])
+    init = tqdm.std.tqdm.__dict__["__init__"]  # tqdm's own, without a disable default an earlier call may have added
+    monkeypatch.setattr(tqdm.std.tqdm, "__init__", functools.partialmethod(
+        init.func, *init.args, **{k: v for k, v in init.keywords.items() if k != "disable"}))
     yield logger
     logger.handlers[:], logger.level, logger.propagate = saved
 

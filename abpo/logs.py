@@ -6,6 +6,7 @@ the Airflow tasks and ``abpo demo`` print. Worker processes hand their records t
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import logging.handlers
 import sys
@@ -33,11 +34,15 @@ class _Stdout(logging.StreamHandler):
         pass
 
 
-def console(prefix: str = "") -> logging.Handler:
+def console(prefix: str = "", *, propagate: bool = True) -> logging.Handler:
     """Show the ``abpo`` loggers' INFO records on stdout, one plain line each (``prefix`` before every line: the
-    demo marks the tasks' lines with it to pick them out of Airflow's output). Idempotent: a second call only
-    updates the prefix."""
+    demo marks the tasks' lines with it to pick them out of Airflow's output). ``propagate=False``: the records go
+    only there, not also to the root logger's handlers (inside an Airflow task those write the task log too, which
+    would then hold every line twice). Idempotent: a second call only updates the prefix and propagation. Progress
+    bars are turned off unless stderr is a terminal (:func:`progress_bars_only_on_a_terminal`)."""
+    progress_bars_only_on_a_terminal()
     logger = logging.getLogger(ROOT)
+    logger.propagate = propagate
     handler = next((h for h in logger.handlers if getattr(h, "abpo_console", False)), None)
     if handler is None:
         handler = _Stdout()
@@ -47,6 +52,61 @@ def console(prefix: str = "") -> logging.Handler:
     if logger.level == logging.NOTSET or logger.level > logging.INFO:
         logger.setLevel(logging.INFO)
     return handler
+
+
+def task_logging(prefix: str = "") -> None:
+    """The ``abpo`` loggers inside an Airflow task: every INFO record reaches the task log once. Without ``prefix``
+    (a deployment) the records propagate to the root logger, whose handler Airflow set up to write the task log
+    with the record's level and logger name, and no stdout handler is added (Airflow copies a task's stdout into
+    its log too: a second copy of each line). With ``prefix`` (``abpo demo``: $ABPO_CONSOLE_PREFIX) the lines go to
+    stdout marked with it, for the demo to pick out, and do not propagate. Progress bars are off unless stderr is
+    a terminal: Airflow logs a task's stderr at ERROR level."""
+    progress_bars_only_on_a_terminal()
+    logger = logging.getLogger(ROOT)
+    if prefix:
+        console(prefix, propagate=False)
+        return
+    for h in [h for h in logger.handlers if getattr(h, "abpo_console", False)]:  # an earlier console() call's
+        logger.removeHandler(h)
+    logger.propagate = True
+    if logger.level == logging.NOTSET or logger.level > logging.INFO:
+        logger.setLevel(logging.INFO)
+
+
+# The switches of the progress bars abpo's dependencies draw (tqdm, Hugging Face Hub / transformers / datasets,
+# MLflow's artifact downloads): each library reads its variable when it is imported (tqdm >= 4.66: every TQDM_*
+# variable is a default argument of tqdm()) or when it draws a bar; a value the user set is kept.
+PROGRESS_BAR_SWITCHES = {"TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
+                         "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
+
+
+def progress_bars_only_on_a_terminal(stream: Any = None) -> bool:
+    """Turn progress bars off when ``stream`` (default ``sys.stderr``, where they are drawn) is not an interactive
+    terminal: a pipe, a file, an Airflow task's log (which records stderr at ERROR level, so each redraw would be an
+    ERROR line). Sets :data:`PROGRESS_BAR_SWITCHES` in the environment (unless already set) and, for libraries
+    already imported, their own switch. Returns whether bars were turned off."""
+    import os
+
+    stream = sys.stderr if stream is None else stream
+    try:
+        interactive = bool(stream.isatty())
+    except (AttributeError, ValueError):  # closed or not a real stream
+        interactive = False
+    if interactive:
+        return False
+    for k, v in PROGRESS_BAR_SWITCHES.items():
+        os.environ.setdefault(k, v)
+    std = getattr(sys.modules.get("tqdm.std"), "tqdm", None)  # tqdm read TQDM_* when imported: its default, now
+    init = getattr(std, "__dict__", {}).get("__init__")
+    if isinstance(init, functools.partialmethod) and "disable" not in init.keywords:
+        std.__init__ = functools.partialmethod(init.func, *init.args, **{**init.keywords, "disable": True})
+    if "transformers" in sys.modules:  # it read HF_HUB_DISABLE_PROGRESS_BARS when imported
+        with contextlib.suppress(Exception):
+            sys.modules["transformers"].utils.logging.disable_progress_bar()
+    if "huggingface_hub" in sys.modules:
+        with contextlib.suppress(Exception):
+            sys.modules["huggingface_hub"].utils.disable_progress_bars()
+    return True
 
 
 @contextlib.contextmanager

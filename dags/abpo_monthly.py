@@ -30,10 +30,19 @@ warehouse's settings or the data contract (those belong to the deployment's conf
 param's JSON schema refuses any other key when the run is triggered, and every task checks again.
 State lives where the config says (default var/ of the repo, or $ABPO_STATE).
 Tasks pass months and registry version numbers, never local paths.
+
+Operations (docs/operations.md): a *scheduled* run whose month has not landed does nothing (its tasks are skipped,
+none fails or retries), so unpausing the DAG never starts a failing month; $ABPO_WAIT_FOR_LANDING=1 adds a sensor
+(reschedule mode) that waits for the landing partition to be complete instead; $ABPO_SCHEDULE=asset:<name> runs a
+month whenever the team's ingestion emits that Asset. A refusal (bad input, nothing landed, a refused month, a config
+that breaks the series) fails its task at once; transient errors are retried with exponential backoff
+(abpo.monthly.common.retry_or_fail decides). $ABPO_ON_FAILURE=package.module:function is called on every task failure.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 from datetime import datetime, timedelta
 
@@ -46,11 +55,40 @@ from abpo.monthly.steps import PER_ARM  # the steps' order, which `abpo arms mon
 # Every task has a timeout (a hung task fails and can be retried); the update tasks get their own, longer one and
 # run in the pool named by $ABPO_UPDATE_POOL (create it with `airflow pools set gpu <slots> "ABPO updates"` and set
 # ABPO_UPDATE_POOL=gpu on a GPU deployment; default_pool otherwise).
+# Retries are for transient errors only (a refusal fails at once: _fail_fast), each waiting longer than the one before
+# (retry_delay, then times $ABPO_TASK_RETRY_BACKOFF, at most $ABPO_TASK_MAX_RETRY_DELAY_MIN).
 DEFAULT_ARGS = {"retries": int(os.environ.get("ABPO_TASK_RETRIES", "1")),
                 "retry_delay": timedelta(seconds=int(os.environ.get("ABPO_TASK_RETRY_DELAY_S", "300"))),
+                "retry_exponential_backoff": float(os.environ.get("ABPO_TASK_RETRY_BACKOFF", "2")),
+                "max_retry_delay": timedelta(minutes=int(os.environ.get("ABPO_TASK_MAX_RETRY_DELAY_MIN", "60"))),
                 "execution_timeout": timedelta(minutes=int(os.environ.get("ABPO_TASK_TIMEOUT_MIN", "120")))}
 UPDATE_TIMEOUT = timedelta(minutes=int(os.environ.get("ABPO_UPDATE_TIMEOUT_MIN", "720")))
 UPDATE_POOL = os.environ.get("ABPO_UPDATE_POOL", "default_pool")
+# When a month starts. $ABPO_SCHEDULE: a cron string or preset (default @monthly), "none" (manual runs only), or
+# "asset:<name>" (a run whenever the team's ingestion emits Asset <name>; the event's extra {"month": "YYYY-MM"}
+# names the month, else the month before the event). $ABPO_WAIT_FOR_LANDING=1 (off by default): a sensor waits,
+# in reschedule mode (no worker slot held between pokes), until the month's landing partition is complete: files
+# and the marker $ABPO_LANDING_MARKER (default _SUCCESS; empty: files suffice), poking every $ABPO_LANDING_POKE_S
+# seconds (600) for at most $ABPO_LANDING_TIMEOUT_H hours (72), then failing.
+SCHEDULE_ENV = os.environ.get("ABPO_SCHEDULE", "@monthly").strip()
+WAIT_FOR_LANDING = os.environ.get("ABPO_WAIT_FOR_LANDING", "").strip().lower() in ("1", "true", "yes", "on")
+LANDING_MARKER = os.environ.get("ABPO_LANDING_MARKER", "_SUCCESS")
+LANDING_POKE = timedelta(seconds=int(os.environ.get("ABPO_LANDING_POKE_S", "600")))
+LANDING_TIMEOUT = timedelta(hours=float(os.environ.get("ABPO_LANDING_TIMEOUT_H", "72")))
+
+
+def schedule_of(value: str):
+    """$ABPO_SCHEDULE as the DAG's schedule: None for "none", [Asset] for "asset:<name>", else the cron string."""
+    if value.lower() == "none":
+        return None
+    if value.lower().startswith("asset:"):
+        name = value.split(":", 1)[1].strip()
+        if not name:
+            raise ValueError(f"ABPO_SCHEDULE={value!r}: rule: asset:<the Asset name the ingestion emits>")
+        return [Asset(name=name)]
+    return value
+
+
 # Assets the DAG produces (downstream DAGs can be scheduled on them): the clean impressions and each arm's champion.
 CLEAN_IMPRESSIONS = Asset(name="abpo_clean_impressions", uri="abpo://warehouse/impressions")
 
@@ -86,11 +124,62 @@ MONTH_PARAM_PATTERN = "^(?:|[0-9]{4}-(?:0[1-9]|1[0-2]))(?![\\s\\S])"
 
 def _cfg():
     from abpo.config import load_config
-    from abpo.logs import console
+    from abpo.logs import task_logging
 
-    console(os.environ.get("ABPO_CONSOLE_PREFIX", ""))  # the steps' log lines on the task's stdout
+    task_logging(os.environ.get("ABPO_CONSOLE_PREFIX", ""))  # the steps' log lines in the task log, once each
     params = get_current_context()["params"]
     return load_config(os.environ.get("ABPO_CONFIG", "tiny"), check_overrides(params.get("overrides") or []))
+
+
+def _fail_fast(fn):
+    """A task's callable whose refusals fail the task at once (AirflowFailException: no retry, whatever the retries
+    left) while transient and unknown errors are raised as they are (retried with backoff):
+    abpo.monthly.common.retry_or_fail decides."""
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+            if isinstance(e, AirflowException):  # Airflow's own (a skip, a sensor timeout) decide for themselves
+                raise
+            from abpo.monthly.common import retry_or_fail
+
+            if retry_or_fail(e) == "fail":
+                raise AirflowFailException(f"{type(e).__name__}: {e} (a refusal: retrying cannot help, not retried)"
+                                           ) from e
+            raise
+
+    return run
+
+
+def on_failure(context) -> None:
+    """Every task's on-failure callback when $ABPO_ON_FAILURE is set: calls the hook it names
+    (package.module:attribute). An Airflow notifier (a BaseNotifier instance) is called with the context, as Airflow
+    calls notifiers; any other callable with keywords month (YYYY-MM, or "" when not resolved yet), task (the task
+    id), error (the exception, or None) and context."""
+    from airflow.sdk import BaseNotifier
+
+    from abpo.monthly.common import resolve_hook
+
+    hook = resolve_hook(os.environ["ABPO_ON_FAILURE"])
+    if isinstance(hook, BaseNotifier):
+        hook(context)
+        return
+    ti = context.get("ti") or context.get("task_instance")
+    month = ""
+    try:
+        month = (ti.xcom_pull(task_ids="resolve_month") if ti is not None else "") or ""
+    except Exception:  # noqa: BLE001 - resolve_month did not run or failed: the param, if any
+        pass
+    month = month or (context.get("params") or {}).get("month") or ""
+    hook(month=str(month), task=getattr(ti, "task_id", ""), error=context.get("exception"), context=context)
+
+
+if os.environ.get("ABPO_ON_FAILURE", "").strip():
+    DEFAULT_ARGS["on_failure_callback"] = on_failure
 
 
 def _skip_unless_configured(cfg, arm: str) -> None:
@@ -102,9 +191,7 @@ def _skip_unless_configured(cfg, arm: str) -> None:
 
 @dag(
     dag_id="abpo_monthly",
-    # $ABPO_SCHEDULE overrides the cadence (a cron string, "@monthly", or "none" for manual runs only)
-    schedule=None if os.environ.get("ABPO_SCHEDULE", "@monthly").lower() == "none" else os.environ.get(
-        "ABPO_SCHEDULE", "@monthly"),
+    schedule=schedule_of(SCHEDULE_ENV),  # $ABPO_SCHEDULE (see SCHEDULE_ENV)
     start_date=datetime(2024, 1, 1),
     catchup=False,
     max_active_runs=1,
@@ -128,37 +215,58 @@ def _skip_unless_configured(cfg, arm: str) -> None:
     doc_md=__doc__,
 )
 def abpo_monthly():
-    @task
+    @task.short_circuit
+    @_fail_fast
     def resolve_month() -> str:
+        """The month the run processes; "" (every other task skipped, none failed) for a scheduled run whose month
+        has not landed, unless the landing sensor waits for it (docs/operations.md, "Scheduling")."""
         ctx = get_current_context()
         month = ctx["params"].get("month") or ""
         from abpo.months import Month
 
         if month:
             return str(Month.parse(month, "param month"))
+        run = ctx.get("dag_run")
+        for event in _triggering_events(ctx):  # an asset-scheduled run: the month the ingestion says it landed
+            if (getattr(event, "extra", None) or {}).get("month"):
+                return str(Month.parse(str(event.extra["month"]), "the triggering asset event's extra month"))
         # a manual trigger without a logical date: the run's own time
-        when = ctx.get("logical_date") or getattr(ctx.get("dag_run"), "run_after", None) or datetime.now()
-        return str(Month.of_date(when).previous())
+        when = ctx.get("logical_date") or getattr(run, "run_after", None) or datetime.now()
+        month = str(Month.of_date(when).previous())
+        run_type = getattr(run, "run_type", None)
+        if getattr(run_type, "value", run_type) == "scheduled" and not WAIT_FOR_LANDING:
+            from abpo.monthly.common import landing_status
+
+            landed, found = landing_status(_cfg(), month)
+            if not landed:
+                logging.getLogger("abpo.dags").info(f"resolve_month: scheduled run for {month}: {found}; nothing to "
+                                                    "do, the run's tasks are skipped")
+                return ""
+        return month
 
     @task
+    @_fail_fast
     def bootstrap(month: str) -> dict:
         from abpo.monthly.bootstrap import bootstrap
 
         return bootstrap(_cfg(), month).arms
 
     @task
+    @_fail_fast
     def serve(month: str, arms: dict) -> dict:
         from abpo.monthly.serve import serve
 
         return serve(_cfg(), month, simulate=bool(get_current_context()["params"].get("simulate"))).to_json()
 
     @task(outlets=[CLEAN_IMPRESSIONS])
+    @_fail_fast
     def ingest(month: str, served: dict) -> dict:
         from abpo.monthly.ingest import ingest_and_validate
 
         return ingest_and_validate(_cfg(), month).to_json()
 
     @task(pool=UPDATE_POOL, execution_timeout=UPDATE_TIMEOUT)
+    @_fail_fast
     def update(arm: str, month: str, ingested: dict) -> dict:
         from airflow.sdk.exceptions import AirflowSkipException
 
@@ -173,6 +281,7 @@ def abpo_monthly():
             raise AirflowSkipException(str(e)) from e
 
     @task
+    @_fail_fast
     def register(arm: str, month: str, updated: dict) -> dict:
         from abpo.monthly.register import register_update
         from abpo.monthly.update import UpdateResult
@@ -180,12 +289,14 @@ def abpo_monthly():
         return register_update(_cfg(), arm, UpdateResult.from_json(updated)).to_json()
 
     @task
+    @_fail_fast
     def gate(arm: str, month: str, registered: dict) -> dict:
         from abpo.monthly.gate import gate_arm
 
         return gate_arm(_cfg(), arm, registered["version"], month).to_json()
 
     @task
+    @_fail_fast
     def promote(arm: str, month: str, gated: dict) -> dict:
         from abpo.monthly.gate import GateResult
         from abpo.monthly.promote import promote_arm
@@ -195,6 +306,7 @@ def abpo_monthly():
         return out
 
     @task
+    @_fail_fast
     def refit(arm: str, month: str, ingested: dict) -> dict:
         from abpo.monthly.refit import refit_ranker_arm
 
@@ -213,13 +325,29 @@ def abpo_monthly():
         return hold_arm(cfg, arm, month).to_json()
 
     @task(trigger_rule="none_failed")
+    @_fail_fast
     def report(month: str) -> dict:
         from abpo.monthly.report import report_to_date
 
         return report_to_date(_cfg(), month).to_json()
 
     month = resolve_month()
-    ingested = ingest(month, serve(month, bootstrap(month)))
+    first = bootstrap(month)
+    if WAIT_FOR_LANDING:  # defined only when asked for: the sensor decorator's import is not free at parse time
+        @task.sensor(mode="reschedule", poke_interval=LANDING_POKE, timeout=LANDING_TIMEOUT)
+        @_fail_fast
+        def landed(month: str) -> bool:
+            """Done when the month's landing partition is complete (or the simulator serves it)."""
+            if get_current_context()["params"].get("simulate"):
+                return True
+            from abpo.monthly.common import landing_status
+
+            done, found = landing_status(_cfg(), month, LANDING_MARKER)
+            logging.getLogger("abpo.dags").info(f"landed {month}: {found}")
+            return done
+
+        landed(month) >> first
+    ingested = ingest(month, serve(month, first))
     # per arm (a task group), the steps of its kind in order, each fed the one before; the last moves the champion
     step_tasks = {"update": update, "register": register, "gate": gate, "promote": promote, "refit": refit,
                   "hold": hold}
@@ -235,6 +363,15 @@ def abpo_monthly():
             done.append(upstream)
     final = report(month)
     done >> final
+
+
+def _triggering_events(ctx) -> list:
+    """The Asset events that triggered this run (an asset-scheduled run), oldest first; [] otherwise."""
+    events = ctx.get("triggering_asset_events") or {}
+    try:
+        return [e for evs in events.values() for e in evs]
+    except Exception:  # noqa: BLE001 - not an asset-triggered run
+        return []
 
 
 abpo_monthly()

@@ -89,3 +89,93 @@ def reuse(cfg, experiment: str, key: str) -> dict[str, Any] | None:
         return None
     log.info(f"  {key.rsplit(':', 1)[0]}: completed before in MLflow run {prev.info.run_id}; its result is reused")
     return core_registry.task_result(prev)
+
+
+# ------------------------------------------------------------------------------------------------ failures
+# Retry or fail now: what a failed step's exception means for the orchestrator (dags/abpo_monthly.py turns "fail"
+# into AirflowFailException, so Airflow does not retry it). Classes are named by their import path, so this table
+# imports nothing (torch-heavy modules included) and a test checks that every name resolves. The exception's MRO is
+# walked in order and the first class named here decides: a subclass listed as transient (IngestStepFailed) wins over
+# its refused base (IngestError). Anything not named is retried, as Airflow would: an unknown error may be transient.
+TRANSIENT = (  # retrying can help: someone else holds a lock, a service did not answer, the disk filled up
+    "abpo.warehouse.WarehouseBusy",  # another process holds the DuckDB file's write lock
+    "abpo.warehouse.IngestStepFailed",  # a step of the ingest failed (disk full, database invalidated)
+    "abpo.registry.RegistryUnavailable",  # the MLflow registry did not answer
+    "abpo.arms.versions.PromotionRace",  # another promotion holds the arm's lock, or the champion just moved
+    "builtins.TimeoutError", "builtins.ConnectionError",
+)
+REFUSED = (  # the same inputs fail the same way: a retry only delays the failure (and blocks the next run)
+    "abpo.monthly.serve.NothingLanded",  # nothing landed for the month (and simulate is off)
+    "abpo.warehouse.IngestError",  # the landing data cannot be ingested, or its audit refused it (IngestRefused)
+    "abpo.warehouse.WarehouseUnreadable",  # the warehouse file is not a database / a setting DuckDB refuses
+    "abpo.monthly.report.PreviousMonthIncomplete",  # a refused month: the one before it never finished
+    "abpo.train.update.UpdateInputMissing",  # pi_init / the bandit log do not exist: a command must make them first
+    "abpo.arms.versions.NotInRegistry",  # a version or champion the step needs is not registered
+    "abpo.monthly.gate.GateUsersMissing",  # the gate's evaluation users are missing
+    "abpo.config.ConfigError",  # a bad config or override (a ValueError, below, too)
+    "builtins.ValueError",  # bad input: a config that breaks the series, a month, a schema, a data format
+    "builtins.LookupError",  # a key / user / item that is not there
+    "builtins.TypeError",
+)
+
+
+def _class_path(c: type) -> str:
+    return f"{c.__module__}.{c.__qualname__}"
+
+
+def retry_or_fail(exc: BaseException) -> str:
+    """``"fail"`` when a failed step's exception is a refusal (bad input, nothing landed, a refused month, a config
+    that breaks the series: :data:`REFUSED`) that a retry cannot fix, ``"retry"`` when it is transient
+    (:data:`TRANSIENT`) or unknown. An exception raised while handling another (``raise X from e``) that is itself
+    unknown is judged by its cause."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        for c in type(exc).__mro__:
+            name = _class_path(c)
+            if name in TRANSIENT:
+                return "retry"
+            if name in REFUSED:
+                return "fail"
+        exc = exc.__cause__
+    return "retry"
+
+
+# ------------------------------------------------------------------------------------------------ landing
+def landing_status(cfg, month: str, marker: str = "") -> tuple[bool, str]:
+    """Whether month ``month``'s landing partition (landing/impressions/month=YYYY-MM/) is there and complete, and a
+    sentence saying what was found. Complete: it holds files (a name starting with '.' or '_' is a marker, not a
+    file) and, when ``marker`` is given (e.g. ``_SUCCESS``, what Spark and most ingestion jobs write last), that
+    marker too. Cheap: lists the directory, reads no Parquet (the ingest checks the files)."""
+    from abpo.data.schemas import month_dir
+
+    d = month_dir(cfg.paths.resolve("landing"), str(month))
+    if not d.is_dir():
+        return False, f"{d}: no landing partition yet"
+    files = [p for p in d.iterdir() if not p.name.startswith((".", "_"))]
+    if not files:
+        return False, f"{d}: the landing partition holds no files yet"
+    if marker and not (d / marker).exists():
+        return False, f"{d}: {len(files)} file(s), but no {marker} marker yet (the ingestion has not finished)"
+    return True, f"{d}: {len(files)} file(s)" + (f" and the {marker} marker" if marker else "")
+
+
+# ------------------------------------------------------------------------------------------------ failure hook
+def resolve_hook(spec: str):
+    """The callable named by ``spec``, ``package.module:attribute`` (ABPO_ON_FAILURE); ValueError naming the spec
+    and the rule when it is malformed or does not resolve to a callable."""
+    import importlib
+
+    module, sep, attr = spec.partition(":")
+    if not sep or not module.strip() or not attr.strip():
+        raise ValueError(f"ABPO_ON_FAILURE={spec!r}: rule: package.module:attribute (a callable or an Airflow "
+                         "notifier instance)")
+    try:
+        target: Any = importlib.import_module(module.strip())
+        for part in attr.strip().split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"ABPO_ON_FAILURE={spec!r}: cannot be imported ({e})") from e
+    if not callable(target):
+        raise ValueError(f"ABPO_ON_FAILURE={spec!r}: {type(target).__name__} is not callable")
+    return target

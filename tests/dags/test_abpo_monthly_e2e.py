@@ -120,6 +120,9 @@ def _the_printed_ui_command_shows_the_demo(stdout: str, state: Path, tmp_path: P
         assert [d["dag_id"] for d in dags["dags"]] == ["abpo_monthly"], dags["total_entries"]  # no example DAGs
         runs = api.call("GET", "/api/v2/dags/abpo_monthly/dagRuns")
         assert runs["total_entries"] == 3 and {r["state"] for r in runs["dag_runs"]} == {"success"}, runs
+        for r in runs["dag_runs"]:  # logical dates are the months' (+1), durations the runs' own, not since then
+            assert r["logical_date"][8:10] == "01" and r["logical_date"][:7] in ("2026-02", "2026-03", "2026-04"), r
+            assert 0 < _epoch(r["end_date"]) - _epoch(r["start_date"]) < 3 * 3600, r
         plugins = api.call("GET", "/api/v2/plugins")
         assert "abpo" in {p["name"] for p in plugins["plugins"]}, plugins
         req = urllib.request.Request(f"http://127.0.0.1:{port}/abpo/reports/",

@@ -19,8 +19,9 @@ def test_every_named_exception_class_exists():
 
 
 def test_refusals_fail_now_and_transient_errors_are_retried():
-    from abpo.arms.versions import NotInRegistry, PromotionRace
+    from abpo.arms.versions import HoldbackNeverPromoted, NotInRegistry, PromotionRace
     from abpo.config import ConfigError
+    from abpo.monthly.hold import HoldbackMoved
     from abpo.monthly.report import PreviousMonthIncomplete
     from abpo.monthly.serve import NothingLanded
     from abpo.months import MonthError
@@ -30,7 +31,9 @@ def test_refusals_fail_now_and_transient_errors_are_retried():
     refusals = [NothingLanded("landing: nothing landed for month=2026-10"), IngestRefused("audit failed"),
                 IngestError("not Parquet"), ConfigError("unknown key"), MonthError("2026-13"),
                 PreviousMonthIncomplete("2026-01 never finished"), NotInRegistry("no champion"),
-                ValueError("simulated month index 4 ... sim.window"), KeyError("user 7")]
+                ValueError("simulated month index 4 ... sim.window"), KeyError("user 7"),
+                HoldbackMoved("holdback champion is v2, not pi_init's v1"),
+                HoldbackNeverPromoted("the holdback is never promoted")]  # a PromotionRace, but never transient
     for e in refusals:
         assert retry_or_fail(e) == "fail", type(e).__name__
     transient = [WarehouseBusy("lock held"), RegistryUnavailable("server down"), PromotionRace("lock held"),

@@ -342,8 +342,8 @@ def _prepare_locked(cfg, c, seed: int) -> dict[str, Any]:
         rows += t.num_rows
         clicks += int(sum(t.column("clicked").to_pylist()))
     done["bandit_seconds"] = round(time.time() - t1, 1)
-    log.info(f"[seed {seed}] pi_init and the {kind} D_bandit ready ({rows} logged rows over {rounds} round(s), "
-             f"{clicks} clicks)")
+    log.info(f"[seed {seed}] pi_init and its D_bandit ready ({rows} logged rows over {rounds} round(s), {clicks} clicks"
+             f", logged by {kind})")
     return {"seed": seed, "rows": rows, "clicks": clicks, **done}
 
 

@@ -47,10 +47,13 @@ def _cmd_experiment(args: argparse.Namespace, cfg) -> int:
 
     overrides = list(args.overrides)
     if args.regime:
-        from abpo.config import CONFIG_DIR
+        from abpo.config import CONFIG_DIR, ConfigError
         from abpo.experiment.regimes import regime_overrides
 
-        overrides = [*regime_overrides(args.regime, CONFIG_DIR / "regimes.yaml"), *overrides]
+        try:
+            overrides = [*regime_overrides(args.regime, CONFIG_DIR / "regimes.yaml"), *overrides]
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
     for flag, key in (("seeds", "experiment.seeds"), ("rows", "experiment.rows"), ("workers", "experiment.workers"),
                       ("split", "experiment.eval_split"), ("rounds", "experiment.rounds")):
         value = getattr(args, flag)

@@ -296,3 +296,12 @@ def test_two_rounds_with_pi_init_logging_and_simulator_clicks_on_validation_user
     assert "Logs: logger pi_init every round" in md and "clicks simulator" in md and "validation users" in md
     again = run_experiment(cfg, config_ref="tiny", overrides=overrides)
     assert again.computed == 0 and again.reused == 6
+    # a validation sweep over the click model names each probe's regime under its summary
+    from abpo.experiment.sweep import parse_sweep, run_sweep
+
+    val = [*overrides, "experiment.rows=none", "experiment.name=v"]
+    sweep = run_sweep(load_config("tiny", val), parse_sweep(["experiment.clicks=next_item,simulator"]),
+                      config_for=lambda ov: load_config("tiny", ov), overrides=val)
+    text = sweep.outputs["md"].read_text()
+    assert "- clicks=next_item: Logs: logger pi_init every round" in text and "clicks simulator" in text
+    assert sweep.lines[1]["HR@5"] == res.table[0]["HR@5"]  # the simulator probe's No-Update is the cell above

@@ -30,6 +30,9 @@ def register(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, help="Parallel worker processes (experiment.workers).")
     p.add_argument("--split", choices=["test", "validation"], help="Evaluation users (experiment.eval_split).")
     p.add_argument("--rounds", type=int, help="Successive update rounds R (experiment.rounds).")
+    p.add_argument("--regime", help="A named logging regime of configs/regimes.yaml (e.g. today, stale_sim, "
+                   "foreign_sim, uniform_paper): its experiment.logger / clicks / log_candidates settings, applied "
+                   "before --set.")
     p.add_argument(
         "--sweep", action="append", metavar="KEY=V1,V2",
         help="Try these values of a config key (repeat for a grid over several keys); validation users only. "
@@ -43,6 +46,14 @@ def _cmd_experiment(args: argparse.Namespace, cfg) -> int:
     from abpo.experiment.runner import run_experiment
 
     overrides = list(args.overrides)
+    if args.regime:
+        from abpo.config import CONFIG_DIR, ConfigError
+        from abpo.experiment.regimes import regime_overrides
+
+        try:
+            overrides = [*regime_overrides(args.regime, CONFIG_DIR / "regimes.yaml"), *overrides]
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
     for flag, key in (("seeds", "experiment.seeds"), ("rows", "experiment.rows"), ("workers", "experiment.workers"),
                       ("split", "experiment.eval_split"), ("rounds", "experiment.rounds")):
         value = getattr(args, flag)

@@ -110,6 +110,44 @@ class ExperimentConfig:
             "seed) behind every interval, p-value, MDE and trend test of the table."
         },
     )
+    logger: str = field(
+        default="on_policy",
+        metadata={
+            "help": "Who logs each round's D_bandit (abpo.experiment.regimes): on_policy (the row's round r-1 policy, "
+            "pi_init in round 1), pi_init (every round: the paper's literal e0, stale from round 2), foreign (the "
+            "ranker experiment.foreign_logger, softmax(score/T)), uniform (uniform over the log's candidates) or "
+            "mixed (each request's logger drawn by report.arm_shares: LLM arms = the row's current policy, ranker "
+            "arms = the rankers). The stored propensity is always the logger's own e0 of the logged item."
+        },
+    )
+    foreign_logger: str = field(
+        default="ml_retrain",
+        metadata={"help": "The ranker that logs with experiment.logger = foreign: ml_retrain | popularity."},
+    )
+    foreign_temperature: float = field(
+        default=0.0,
+        metadata={"help": "T of a ranker logger's softmax(score/T) (foreign and mixed); 0 = arms.<ranker>.temperature."},
+    )
+    clicks: str = field(
+        default="next_item",
+        metadata={
+            "help": "Click model of the logs: next_item (y = 1 iff the logged item is x_{t'+1}) or simulator (the "
+            "production loop's click model abpo.sim.clicks on its preference oracle, with sim.base_ctr's intercept "
+            "calibration and the next/soon boosts; seeded uniforms), so a no-response can be a liked item and a "
+            "click a non-next item."
+        },
+    )
+    log_candidates: str = field(
+        default="offline",
+        metadata={
+            "help": "Candidates of the logged requests: offline (data.train_candidates with "
+            "data.train_hard_negative_fraction popularity hard negatives) or paper (experiment.log_candidate_count "
+            "uniform random unseen distractors); the next item x_{t'+1} is always included."
+        },
+    )
+    log_candidate_count: int = field(
+        default=200, metadata={"help": "M of the logged candidate sets with experiment.log_candidates = paper."}
+    )
     month: str = field(default="2024-01", metadata={"help": "Month stamped on the offline D_bandit impressions."})
     workers: int = field(
         default=2,

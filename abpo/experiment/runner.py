@@ -7,10 +7,12 @@ For every seed s (``experiment.seeds``):
                  <root>/experiments/_pi_init/<key>/models/pi_init
     rounds       each user's update positions x_{T+1..T+N-1} cut into R = ``experiment.rounds`` windows. In round
                  r every LLM row's round r-1 policy (pi_init for r = 1) logs a fresh D_bandit on window r
-                 (abpo.policy.bandit: a ~ e(.|q), y = 1 iff a = x_{t'+1}), then the row trains on it:
+                 (abpo.policy.bandit: a ~ e(.|q), y = 1 iff a = x_{t'+1}; other logging regimes, experiment.logger /
+                 clicks / log_candidates: abpo.experiment.regimes), then the row trains on it:
                  A none (nothing), B grpo, C anchor, D anchor_snips, E anchor_sc, F abpo (abpo.train.update), and
                  full_info (the upper reference: next-item fine-tuning on the true next items of the window's
-                 requests, what complete feedback would give)
+                 requests, what complete feedback would give), and the GRPO controls grpo_g1 (G-1 rollouts) and
+                 grpo_lr (learning rate x the gamma ratio measured in the ABPO cell of the same seed and round)
     baselines    popularity and ml_retrain (abpo.baselines), fitted on the same training data: every user's x_{1:T}
                  plus the clicked exposures of pi_init's logs of the R windows
 
@@ -62,6 +64,10 @@ log = logging.getLogger(__name__)
 KS = (1, 5)
 BASELINES = ("popularity", "ml_retrain")
 FULL_INFO = "full_info"
+# controls of vanilla GRPO (issue 29): G-1 sampled rollouts like the anchored variants (update.grpo_equal_samples),
+# and GRPO at update.learning_rate x the mean gamma ratio measured in the ABPO (F) cell of the same seed and round
+CONTROLS = {"grpo_g1": "grpo", "grpo_lr": "grpo"}
+GAMMA_RATIO = "abpo/gamma_ratio"
 
 
 # ------------------------------------------------------------------------------------------------- rows
@@ -71,14 +77,14 @@ def row_key(row: str) -> str:
     """A row's canonical name: a variant's config name (none, grpo, ..., abpo), full_info or a baseline name."""
     from abpo.algo.variants import get_variant
 
-    if row in BASELINES or row == FULL_INFO:
+    if row in BASELINES or row == FULL_INFO or row in CONTROLS:
         return row
     try:
         return get_variant(row).name
     except ValueError:
         raise ValueError(
             f"experiment.rows: {row!r}; rule: a variant (A-F or none, grpo, anchor, anchor_snips, anchor_sc, abpo), "
-            f"{FULL_INFO} or a baseline ({', '.join(BASELINES)})"
+            f"{FULL_INFO}, a GRPO control ({', '.join(CONTROLS)}) or a baseline ({', '.join(BASELINES)})"
         ) from None
 
 
@@ -92,9 +98,18 @@ def row_label(row: str) -> str:
         return "ML-retrain"
     if row == FULL_INFO:
         return "Full-information (upper ref.)"
+    if row == "grpo_g1":
+        return "(B) Vanilla GRPO, G-1 rollouts"
+    if row == "grpo_lr":
+        return "(B) Vanilla GRPO, lr x gamma ratio of F"
     v = get_variant(row)
     names = {"A": "No-Update", "B": "Vanilla GRPO", "F": "ABPO"}
     return f"({v.letter}) {names.get(v.letter, v.description)}"
+
+
+def variant_of(row: str) -> str:
+    """The update variant a row trains with (a control of GRPO is vanilla GRPO, abpo.algo.variants)."""
+    return CONTROLS.get(row, row)
 
 
 def is_llm_row(row: str) -> bool:
@@ -122,6 +137,9 @@ def experiment_config(cfg):
         raise ValueError(f"experiment.bootstrap_samples={e.bootstrap_samples}; rule: at least 1")
     if e.eval_candidates:
         cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, eval_candidates=e.eval_candidates))
+    from abpo.experiment.regimes import check_regime
+
+    check_regime(e)
     return cfg
 
 
@@ -313,18 +331,22 @@ def _prepare_locked(cfg, c, seed: int) -> dict[str, Any]:
         with quiet("abpo.policy"):  # the per-epoch lines of every seed at once would drown the cells' progress
             train_sft(c, dataset=ctx.dataset, log_mlflow=False, register=False, evaluate=False)
         done["sft_seconds"] = round(time.time() - t0, 1)
+    from abpo.experiment.regimes import shared_kind, shared_log, shared_log_path
+
     rounds = cfg.experiment.rounds
+    kind = shared_kind(ctx.cfg)  # pi_init's logs, or the regime's row-independent logger's
     t1 = time.time()
     model = tokenizer = None
-    if not all(pi_init_log_path(ctx, r, rounds).exists() for r in range(1, rounds + 1)):
+    if kind == "pi_init" and not all(shared_log_path(ctx, r, rounds, kind).exists() for r in range(1, rounds + 1)):
         model, tokenizer = _load_model(ctx, ctx.pi_init_dir)  # once for every missing window
     rows = clicks = 0
     for r in range(1, rounds + 1):
-        t = pi_init_log(ctx, r, rounds, model, tokenizer)
+        t = shared_log(ctx, r, rounds, kind, model, tokenizer)
         rows += t.num_rows
         clicks += int(sum(t.column("clicked").to_pylist()))
     done["bandit_seconds"] = round(time.time() - t1, 1)
-    log.info(f"[seed {seed}] pi_init and its D_bandit ready ({rows} logged rows over {rounds} round(s), {clicks} clicks)")
+    log.info(f"[seed {seed}] pi_init and its D_bandit ready ({rows} logged rows over {rounds} round(s), {clicks} clicks"
+             f", logged by {kind})")
     return {"seed": seed, "rows": rows, "clicks": clicks, **done}
 
 
@@ -350,14 +372,17 @@ def load_seed(cfg, seed: int) -> SeedContext:
 def training_sequences(ctx: SeedContext, logs: Sequence | None = None) -> dict[int, list[int]]:
     """What the baselines are trained on, the same information the LLM rows saw: every user's x_{1:T} (pi_init's
     D_sup) followed by the items they clicked in pi_init's logs (chronological). No-responses are not
-    interactions. ``logs``: those logs (default: every round's, ``pi_init_log``)."""
+    interactions. ``logs``: those logs (default: every round's shared log of the regime,
+    abpo.experiment.regimes.shared_log: pi_init's, or the pi_init / foreign / uniform logger's)."""
     import pyarrow as pa
+
+    from abpo.experiment.regimes import shared_kind, shared_log
 
     if logs is None:
         rounds = ctx.cfg.experiment.rounds
-        logs = [pi_init_log(ctx, r, rounds) for r in range(1, rounds + 1)]
+        logs = [shared_log(ctx, r, rounds, shared_kind(ctx.cfg)) for r in range(1, rounds + 1)]
     seqs = {int(s.user_id): list(map(int, s.history)) for s in ctx.splits}
-    t = pa.concat_tables(list(logs)).sort_by([("user_id", "ascending"), ("event_time", "ascending")])
+    t = pa.concat_tables([lg.select(["user_id", "event_time", "item_id", "clicked"]) for lg in logs]).sort_by([("user_id", "ascending"), ("event_time", "ascending")])
     for u, item, y in zip(t.column("user_id").to_pylist(), t.column("item_id").to_pylist(), t.column("clicked").to_pylist()):
         if y == 1:
             seqs.setdefault(int(u), []).append(int(item))
@@ -418,16 +443,19 @@ def _step_logger(prefix: str):
     return StepLogger()
 
 
-def update_round(ctx: SeedContext, row: str, start_dir: Path, bandit_log, out_dir: Path, prefix: str) -> dict:
+def update_round(ctx: SeedContext, row: str, start_dir: Path, bandit_log, out_dir: Path, prefix: str,
+                 update_changes: Mapping[str, Any] | None = None) -> dict:
     """Train the row's round: a variant's update of ``start_dir`` on ``bandit_log`` into ``out_dir``
-    (abpo.train.update.run_update), from scratch (no resume), on ``experiment.update_max_examples`` rows."""
+    (abpo.train.update.run_update), from scratch (no resume), on ``experiment.update_max_examples`` rows.
+    ``update_changes``: section update's fields a control row changes (row_update_changes)."""
     import pyarrow.compute as pc
 
     from abpo.train.update import UpdateRun, run_update
 
     u = dataclasses.replace(ctx.cfg.update, resume=False,
-                            max_examples=ctx.cfg.experiment.update_max_examples or ctx.cfg.update.max_examples)
-    run = UpdateRun(variant=row, arm="", months=(ctx.cfg.experiment.month,), init_model=start_dir, output=out_dir)
+                            max_examples=ctx.cfg.experiment.update_max_examples or ctx.cfg.update.max_examples,
+                            **dict(update_changes or {}))
+    run = UpdateRun(variant=variant_of(row), arm="", months=(ctx.cfg.experiment.month,), init_model=start_dir, output=out_dir)
     pos = bandit_log.filter(pc.equal(bandit_log.column("clicked"), 1))
     neg = bandit_log.filter(pc.equal(bandit_log.column("clicked"), 0))
     res = run_update(dataclasses.replace(ctx.cfg, update=u), run, progress=False, strata=(pos, neg),
@@ -481,34 +509,39 @@ def run_baseline_cell(ctx: SeedContext, row: str) -> dict[str, Any]:
     return out
 
 
-def run_llm_round(ctx: SeedContext, row: str, r: int, start_dir: Path, out_dir: Path) -> dict[str, Any]:
-    """One (seed, LLM row, round) cell: log window r with the start policy, train the row on it, score the
-    evaluation users and the match rates on the round's log. Returns the cell (with ``model_dir``)."""
+def run_llm_round(ctx: SeedContext, row: str, r: int, start_dir: Path, out_dir: Path,
+                  update_changes: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """One (seed, LLM row, round) cell: log window r under the regime (abpo.experiment.regimes.round_log: the start
+    policy logs on-policy), train the row on it, score the evaluation users and the match rates on the round's log.
+    Returns the cell (with ``model_dir``)."""
     from abpo.algo.variants import get_variant
+    from abpo.experiment.regimes import LOGGING_ARM, round_log, window_requests
 
     rounds = ctx.cfg.experiment.rounds
     prefix = f"[seed {ctx.cfg.seed} {row} round {r}/{rounds}]" if rounds > 1 else f"[seed {ctx.cfg.seed} {row}]"
     t0 = time.time()
     out: dict[str, Any] = {"row": row, "seed": ctx.cfg.seed, "round": r}
-    if start_dir == ctx.pi_init_dir:
-        bandit_log = pi_init_log(ctx, r, rounds)
-    else:
-        model, tok = _load_model(ctx, start_dir)
-        bandit_log = log_window(ctx, model, tok, r, rounds, f"{row}-round{r - 1}-seed{ctx.cfg.seed}")
-        del model
+    bandit_log = round_log(ctx, row, r, rounds, start_dir)
+    loggers = bandit_log.column(LOGGING_ARM).to_pylist()
+    out["logging_arms"] = {k: loggers.count(k) for k in sorted(set(loggers))}
+    if update_changes:
+        out["update_changes"] = dict(update_changes)
     model_dir = start_dir
     if row == FULL_INFO:
         log.info(f"{prefix} full-information fine-tuning on {bandit_log.num_rows} requests")
-        out["full_info"] = full_info_round(ctx, start_dir, ctx.window(r, rounds), out_dir)
+        out["full_info"] = full_info_round(ctx, start_dir, window_requests(ctx, r, rounds), out_dir)
         model_dir = Path(out["full_info"]["model_dir"])
-    elif get_variant(row).update:
-        out["update"] = update_round(ctx, row, start_dir, bandit_log, out_dir, prefix)
+    elif get_variant(variant_of(row)).update:
+        out["update"] = update_round(ctx, row, start_dir, bandit_log, out_dir, prefix, update_changes)
         model_dir = Path(out["update"].pop("model_dir"))
     out["train_seconds"] = round(time.time() - t0, 1)
     model, tok = _load_model(ctx, model_dir)
     log.info(f"{prefix} scoring {len(ctx.eval_examples)} users and {bandit_log.num_rows} logged exposures")
-    # a row that trained nothing this round (No-Update) is the policy that logged it: its rates are in the log
-    out.update(logged_match_rates(bandit_log) if model_dir == start_dir else match_rates(model, tok, ctx, bandit_log))
+    # a row that trained nothing this round (No-Update) is the policy that logged it if it logged on-policy or
+    # pi_init logged it: its rates are in the log
+    own_log = set(loggers) <= {"pi_init", "policy"}
+    out.update(logged_match_rates(bandit_log) if (model_dir == start_dir and own_log)
+               else match_rates(model, tok, ctx, bandit_log))
     out.update(metrics_from_scores(ctx.eval_examples, [s.scores.tolist() for s in _scores(model, tok, ctx, ctx.eval_examples)],
                                    ctx.popularity))
     out["model_dir"] = str(model_dir)
@@ -810,7 +843,7 @@ def write_outputs(exp_dir: Path, recs: Sequence[Mapping], summary: Mapping[str, 
             f"power from the two-stage SE, two-sided α = {e['alpha']}; non-inferiority to No-Update (one-sided, "
             f"α = {e.get('noninferiority_alpha', 0.025)}) with the absolute margin {e['noninferiority_margin']} HR@5"
             + (f" and the relative margin {100 * ni_rel:g}% of No-Update's HR@5" if ni_rel else "") + ". "
-            f"Wall time {e['wall_seconds'] / 60:.1f} min.")
+            f"Wall time {e['wall_seconds'] / 60:.1f} min." + (f" {e['regime']}" if e.get("regime") else ""))
     md = table_markdown(recs, title=f"{e['dataset']}: {e['name']}", note=note)
     if rounds_recs and e["rounds"] > 1:
         md += "\n#### Rounds (mean ± std over seeds; match rates on each round's logged exposures)\n\n" + rounds_markdown(rounds_recs)
@@ -846,8 +879,11 @@ RETIRED_UPDATE_KEYS: dict[str, Any] = {"variant": "abpo", "months": [], "arm": "
 
 def cell_fingerprint(cfg, row: str, seed: int | None = None, r: int | None = None) -> str:
     """What a cell's result depends on: the data, policy and SFT settings (pi_init and the candidates), the seed,
-    the round and the number of rounds, the update settings (variants that update), full_info's learning rate, and
-    the experiment's evaluation settings."""
+    the round and the number of rounds, the update settings (variants that update), full_info's learning rate, the
+    experiment's evaluation settings, the logging regime where it is not the default
+    (abpo.experiment.regimes.regime_settings) and, for grpo_lr, the ABPO cell its learning rate is measured in."""
+    from abpo.experiment.regimes import regime_settings
+
     e = cfg.experiment
     d: dict[str, Any] = {k: dataclasses.asdict(getattr(cfg, k)) for k in ("data", "policy", "sft")}
     d.update(row=row, seed=None if seed is None else int(seed), round=r, rounds=e.rounds)
@@ -859,6 +895,11 @@ def cell_fingerprint(cfg, row: str, seed: int | None = None, r: int | None = Non
     keys += ["ml_retrain_epochs"] if row == "ml_retrain" else []
     ed = dataclasses.asdict(e)
     d["experiment"] = {k: ed[k] for k in keys}
+    regime = regime_settings(cfg)
+    if regime:  # only away from the default regime: the cells of before keep their fingerprints
+        d["regime"] = regime
+    if row == "grpo_lr":
+        d["gamma_ratio_of"] = cell_fingerprint(cfg, "abpo", seed, r)
     return _digest(d)
 
 
@@ -905,6 +946,30 @@ def _save_cell(cfg, exp_dir: Path, cell: dict) -> None:
     _save_json(_cell_path(exp_dir, cell["seed"], cell["row"], cell["round"], cfg.experiment.rounds), cell)
 
 
+def measured_gamma_ratio(abpo_cell: Mapping | None, where: str) -> float:
+    """The mean over update steps of the per-step metric ``abpo/gamma_ratio`` in an ABPO (F) cell's update history
+    (the trainer's logged metrics); an error naming ``where`` if the cell or the metric is missing."""
+    hist = [] if abpo_cell is None else abpo_cell.get("update", {}).get("history", [])
+    vals = [float(h[GAMMA_RATIO]) for h in hist if GAMMA_RATIO in h and math.isfinite(float(h[GAMMA_RATIO]))]
+    if not vals:
+        state = "no ABPO (F) cell" if abpo_cell is None else f"no {GAMMA_RATIO} in its update history"
+        raise ValueError(f"experiment.rows grpo_lr ({where}): {state}; rule: the learning rate is update.learning_rate "
+                         f"x the mean {GAMMA_RATIO} measured in the ABPO cell of the same seed and round: run row "
+                         "abpo (F) first with the same settings (or add it to experiment.rows)")
+    return float(np.mean(vals))
+
+
+def row_update_changes(cfg, exp_dir: Path, seed: int, row: str, r: int) -> dict[str, Any]:
+    """Section update's fields a GRPO control changes: grpo_g1 samples G-1 rollouts (update.grpo_equal_samples);
+    grpo_lr trains at update.learning_rate x measured_gamma_ratio of the ABPO cell of (seed, round r)."""
+    if row == "grpo_g1":
+        return {"grpo_equal_samples": True}
+    if row == "grpo_lr":
+        ratio = measured_gamma_ratio(_find_cell(cfg, exp_dir, seed, "abpo", r), f"seed {seed}, round {r}")
+        return {"learning_rate": cfg.update.learning_rate * ratio}
+    return {}
+
+
 def _row_task(cfg, seed: int, row: str, exp_dir: str) -> list[dict]:
     """Every missing round of one (seed, row): rounds run in order, each starting from the previous round's
     model; finished rounds (with their model kept) are skipped. ``cfg`` is the parent's config, pickled."""
@@ -923,7 +988,8 @@ def _row_task(cfg, seed: int, row: str, exp_dir: str) -> list[dict]:
             start = Path(cell["model_dir"])
             continue
         fp = cell_fingerprint(cfg, row, seed, r)
-        cell = run_llm_round(ctx, row, r, start, experiments_root(cfg) / "_runs" / "models" / fp)
+        changes = row_update_changes(cfg, exp, seed, row, r)
+        cell = run_llm_round(ctx, row, r, start, experiments_root(cfg) / "_runs" / "models" / fp, changes)
         cell["fingerprint"] = fp
         _save_cell(cfg, exp, cell)
         out.append(cell)
@@ -986,6 +1052,7 @@ def run_experiment(cfg, *, config_ref: str = "tiny", overrides: Sequence[str] = 
 
     from abpo import registry
     from abpo.data.loaders import load_dataset
+    from abpo.experiment.regimes import describe as describe_regime
     from abpo.logs import from_workers
 
     t0 = time.time()
@@ -1026,6 +1093,9 @@ def run_experiment(cfg, *, config_ref: str = "tiny", overrides: Sequence[str] = 
               ProcessPoolExecutor(max_workers=max(1, e.workers), mp_context=spawn, initializer=init_logging,
                                   initargs=logging_args) as pool):
             pending = {pool.submit(prepare_seed, cfg, s): ("prep", s, None) for s in seeds_needed}
+            # grpo_lr measures its learning rate in the ABPO cells of its seed: it waits for that chain
+            waiting = {s for s, r2 in todo if r2 == "abpo"}
+            deferred: list[tuple[int, str]] = []
             while pending:
                 finished, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in finished:
@@ -1034,9 +1104,16 @@ def run_experiment(cfg, *, config_ref: str = "tiny", overrides: Sequence[str] = 
                     if kind == "prep":
                         prep.append(result)
                         for s2, r2 in todo:
-                            if s2 == seed:
+                            if s2 == seed and r2 == "grpo_lr" and s2 in waiting:
+                                deferred.append((s2, r2))
+                            elif s2 == seed:
                                 pending[pool.submit(_row_task, cfg, s2, r2, str(exp_dir))] = ("row", s2, r2)
                     else:
+                        if row == "abpo":
+                            waiting.discard(seed)
+                            for s2, r2 in [d for d in deferred if d[0] == seed]:
+                                deferred.remove((s2, r2))
+                                pending[pool.submit(_row_task, cfg, s2, r2, str(exp_dir))] = ("row", s2, r2)
                         for cell in result:
                             computed += 1
                             cells[(seed, row, int(cell["round"]))] = (cell, False)
@@ -1060,6 +1137,7 @@ def run_experiment(cfg, *, config_ref: str = "tiny", overrides: Sequence[str] = 
         "noninferiority_alpha": e.noninferiority_alpha, "primary_contrast": e.primary_contrast,
         "bootstrap_samples": e.bootstrap_samples,
         "config": config_ref, "overrides": overrides, "cpu_count": os.cpu_count(),
+        "logger": e.logger, "clicks": e.clicks, "log_candidates": e.log_candidates, "regime": describe_regime(cfg),
     }
     outputs = write_outputs(exp_dir, recs, summary, rounds_recs)
     with registry.start_run(cfg, e.mlflow_experiment, f"experiment-{e.name}",

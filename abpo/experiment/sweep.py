@@ -99,6 +99,7 @@ def run_sweep(cfg, axes: Sequence[tuple[str, Sequence[str]]], *, config_for: Cal
     """Run every probe of the grid (module docstring) on the validation users and write the summary.
     ``config_for(overrides)`` makes a probe's config (the command passes the preset's loader: this package sits
     below abpo.config and does not import it)."""
+    from abpo.experiment.regimes import describe
     from abpo.experiment.runner import experiments_root, run_experiment
 
     if cfg.experiment.eval_split != "validation":
@@ -110,17 +111,24 @@ def run_sweep(cfg, axes: Sequence[tuple[str, Sequence[str]]], *, config_for: Cal
     grid = probes(axes)
     log.info(f"sweep {base}: {len(grid)} probe(s) over {', '.join(k for k, _ in axes)} on the validation users")
     lines: list[dict[str, Any]] = []
+    regimes: dict[str, str] = {}  # the logs' regime of each probe, named under the summary table
     for i, probe in enumerate(grid, 1):
         name = probe_name(probe)
         ov = [*overrides, *probe, f"experiment.name={base}-sweep/{name}"]
         pcfg = config_for(ov)
+        regimes[name] = describe(pcfg)
         log.info(f"sweep {base}: probe {i}/{len(grid)} {name}")
         res = run_experiment(pcfg, config_ref=config_ref, overrides=ov,
                              mlflow_tags={"abpo.sweep": base, "abpo.probe": name})
         for rec in res.table:
             lines.append({"probe": name, **{k: v for k, v in rec.items()}})
     paths = {"md": sweep_dir / "sweep.md", "csv": sweep_dir / "sweep.csv"}
-    paths["md"].write_text(sweep_markdown(lines, f"sweep {base} ({cfg.experiment.eval_split} users)"))
+    md = sweep_markdown(lines, f"sweep {base} ({cfg.experiment.eval_split} users)")
+    if len(set(regimes.values())) == 1:
+        md += "\n" + next(iter(regimes.values())) + "\n"
+    else:
+        md += "\n" + "\n".join(f"- {name}: {line}" for name, line in regimes.items()) + "\n"
+    paths["md"].write_text(md)
     keys = sorted({k for r in lines for k in r}, key=lambda k: (k not in ("probe", "row", "label"), k))
     with open(paths["csv"], "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=keys)

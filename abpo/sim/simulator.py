@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -245,6 +245,38 @@ def ground_truth(cfg, dataset):
         _ORACLES[key] = PreferenceOracle.build(comps, weights, dataset.sequences, dataset.item_ids().tolist(),
                                                reference)
     return _ORACLES[key]
+
+
+def soon_items(cfg, split, t: int) -> list[int]:
+    """The "soon" items of a request at t' = ``t`` of ``split``'s user: x_{t'+2 .. t'+1+sim.soon_horizon}, never the
+    held-out target (what the click model boosts with sim.click_soon)."""
+    return _soon(cfg, split, t)
+
+
+def click_probabilities(cfg, dataset,
+                        requests: Sequence[tuple[int, Sequence[int], Sequence[int], int, int, Sequence[int]]]
+                        ) -> tuple[np.ndarray, float]:
+    """P(click | exposed item) of the production loop's click model (abpo.sim.clicks) for offline logs: one
+    (user id, history x_{1:t'}, candidates, exposed item, next item x_{t'+1}, soon items) per request. The oracle
+    scores each request against its own history, as :func:`simulate_month` does (its sequential and co-occurrence
+    components read the user's recent items at t', never the items after it). The preference link's
+    intercept is calibrated, as :func:`simulate_month` does per month, on the oracle scores of every candidate of
+    ``requests`` so that the mean preference probability is sim.base_ctr. Returns the probabilities and the
+    intercept."""
+    from abpo.sim.clicks import check_click_config, click_probability
+    from abpo.sim.preference import calibrate_intercept, preference_probability
+
+    check_click_config(cfg.sim)
+    if not requests:
+        return np.zeros(0, dtype=np.float64), 0.0
+    oracle = ground_truth(cfg, dataset)
+    z = [oracle.z(int(u), list(c), history=list(h)) for u, h, c, _, _, _ in requests]
+    intercept = calibrate_intercept(np.concatenate(z), cfg.sim.preference_slope, cfg.sim.base_ctr)
+    out = np.empty(len(requests), dtype=np.float64)
+    for j, ((_, _, c, a, nxt, soon), zj) in enumerate(zip(requests, z, strict=True)):
+        p_pref = float(preference_probability(zj[list(c).index(int(a))], intercept, cfg.sim.preference_slope))
+        out[j] = click_probability(p_pref, int(a), int(nxt), soon, cfg.sim)
+    return out, float(intercept)
 
 
 def _month_key(month: str) -> int:

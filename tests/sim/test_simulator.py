@@ -336,3 +336,31 @@ def test_arms_receive_user_history_candidates_only_and_clicks_are_seeded(make_cf
         assert t["item_id"] == runs["als"][1]["item_id"] and t["propensity"] == runs["als"][1]["propensity"]
     clicks = {o: runs[o][1]["clicked"] for o in runs}
     assert len({tuple(c) for c in clicks.values()}) == 4  # each oracle clicks its own way
+
+
+def test_click_probabilities_for_offline_logs_follow_the_click_model(make_cfg, movielens):
+    """abpo.sim.simulator.click_probabilities (the experiment's simulator clicks): the preference link is calibrated
+    on the requests' candidates to mean sim.base_ctr, the next item gets at least click_next, a soon item at least
+    click_soon, and soon_items never reaches the held-out target."""
+    from abpo.data.splits import split_users
+    from abpo.sim.simulator import click_probabilities, month_requests, soon_items
+
+    cfg = make_cfg(*SMALL, "sim.candidates=offline", "sim.base_ctr=0.1", "sim.click_next=0.7", "sim.click_soon=0.3")
+    splits, _ = split_users(movielens, cfg.data)
+    reqs = month_requests(cfg, movielens, splits, "2026-01")
+    by_user = {s.user_id: s for s in splits}
+    for r in reqs:
+        assert soon_items(cfg, by_user[r.user_id], len(r.history)) == r.soon
+    others = [(r.user_id, r.history, r.candidates, c, r.next_item, []) for r in reqs for c in r.candidates if c != r.next_item]
+    p_other, b0 = click_probabilities(cfg, movielens, [(r.user_id, r.history, r.candidates, c, r.next_item, [])
+                                                       for r in reqs for c in r.candidates])
+    # mean P_pref is calibrated to 0.1; the next item (1 of M) adds 0.7 (1 - P_pref(next)) / M, less than 0.7 / M
+    # since the oracle, scoring against the request's history, tends to like the true next item
+    m = len(reqs[0].candidates)
+    assert np.isfinite(b0) and 0.1 + 0.005 < p_other.mean() < 0.1 + 0.7 / m + 0.005
+    p_next, _ = click_probabilities(cfg, movielens, [(r.user_id, r.history, r.candidates, r.next_item, r.next_item, r.soon)
+                                                     for r in reqs])
+    assert (p_next >= 0.7).all() and (p_next < 1).all()
+    p_plain, _ = click_probabilities(cfg, movielens, others)
+    assert 0 < p_plain.min() and p_plain.max() < 1 and p_plain.std() > 0  # preference only: it varies by item
+    assert click_probabilities(cfg, movielens, [])[0].size == 0

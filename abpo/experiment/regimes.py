@@ -1,0 +1,373 @@
+"""The experiment's logging regimes (issue 29): who logs each round's D_bandit, which candidates it logs over and
+how the users click. Config keys ``experiment.logger``, ``experiment.foreign_logger``,
+``experiment.foreign_temperature``, ``experiment.clicks``, ``experiment.log_candidates`` and
+``experiment.log_candidate_count``; their defaults are the one regime the experiment had before (on_policy,
+next_item, offline), which keeps its code path (abpo.policy.bandit) and its cells' fingerprints.
+
+    logger      on_policy  round r is logged by the row's round r-1 policy (pi_init in round 1)
+                pi_init    every round by pi_init (the paper's literal e0, stale from round 2)
+                foreign    by a ranker (experiment.foreign_logger: ml_retrain | popularity) exposing
+                           softmax(score / T) over C (T: experiment.foreign_temperature, else arms.<ranker>.temperature);
+                           fitted on every user's x_{1:T} and the real items of the earlier windows (the interactions
+                           to date the production loop refits its rankers on)
+                uniform    uniform over C: e0 = 1 / |C|
+                mixed      each request's logger drawn by report.arm_shares: an LLM arm's share (abpo, grpo) is the
+                           row's current policy, a ranker arm's share the ranker (as foreign)
+    clicks      next_item  y = 1 iff a_log = x_{t'+1}
+                simulator  y ~ Bernoulli(P(click | a_log)) of the production loop's click model
+                           (abpo.sim.simulator.click_probabilities: preference oracle + next/soon boosts), seeded
+    log_candidates offline C_{t'} of data.train_candidates with data.train_hard_negative_fraction hard negatives
+                paper      M = experiment.log_candidate_count uniform random unseen distractors; x_{t'+1} in C
+
+The stored ``propensity`` is always the logging policy's own e0(a_log | q) (Eq. e_p for an LLM, softmax(score/T)
+for a ranker, 1/|C| for uniform), and every row names its logger in the column ``logging_arm`` (LOGGING_ARMS).
+Logs of loggers that do not depend on the row (pi_init, foreign, uniform) are computed once per seed and round and
+kept in the seed's store under a name that digests their settings (:func:`shared_log_path`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+LOGGERS = ("on_policy", "pi_init", "foreign", "uniform", "mixed")
+FOREIGN = ("ml_retrain", "popularity")
+CLICKS = ("next_item", "simulator")
+LOG_CANDIDATES = ("offline", "paper")
+DEFAULTS = {"logger": "on_policy", "clicks": "next_item", "log_candidates": "offline"}
+LOGGING_ARM = "logging_arm"
+# what the column logging_arm holds: pi_init, the row's own updated policy, a ranker, or uniform exploration
+LOGGING_ARMS = ("pi_init", "policy", "popularity", "ml_retrain", "uniform")
+CLICK_STREAM, EXPOSE_STREAM, MIX_STREAM = 11, 12, 13
+
+
+def check_regime(e) -> None:
+    """The regime keys of section experiment ``e`` are known values (each error names the key and the rule)."""
+    for key, options in (("logger", LOGGERS), ("foreign_logger", FOREIGN), ("clicks", CLICKS),
+                         ("log_candidates", LOG_CANDIDATES)):
+        if getattr(e, key) not in options:
+            raise ValueError(f"experiment.{key}={getattr(e, key)!r}; rule: one of {' | '.join(options)}")
+    if e.foreign_temperature < 0:
+        raise ValueError(f"experiment.foreign_temperature={e.foreign_temperature}; rule: 0 (arms.<ranker>."
+                         "temperature) or > 0")
+    if e.log_candidate_count < 2:
+        raise ValueError(f"experiment.log_candidate_count={e.log_candidate_count}; rule: at least 2")
+
+
+def regime_settings(cfg) -> dict[str, Any]:
+    """The regime's settings that differ from today's default, with what they bring along (the ranker and its
+    temperature, the click model's sim settings, the candidate count). Empty for the default regime: a cell's
+    fingerprint adds this dict only when it is not empty, so the cells of before stay found."""
+    e = cfg.experiment
+    out: dict[str, Any] = {}
+    if e.logger != DEFAULTS["logger"]:
+        out["logger"] = e.logger
+        if e.logger in ("foreign", "mixed"):
+            out["foreign_temperature"] = e.foreign_temperature
+            out["arms"] = {n: dataclasses.asdict(getattr(cfg.arms, n)) for n in FOREIGN}
+        if e.logger == "foreign":
+            out["foreign_logger"] = e.foreign_logger
+        if e.logger == "mixed":
+            out["arm_shares"] = dict(cfg.report.arm_shares)
+    if e.clicks != DEFAULTS["clicks"]:
+        out["clicks"] = e.clicks
+        out["sim"] = dataclasses.asdict(cfg.sim)
+    if e.log_candidates != DEFAULTS["log_candidates"]:
+        out["log_candidates"] = e.log_candidates
+        out["log_candidate_count"] = e.log_candidate_count
+    return out
+
+
+def describe(cfg) -> str:
+    """One line naming the regime of the logs, for every table's note."""
+    e = cfg.experiment
+    logger = {"on_policy": "on-policy (each row's previous-round policy)", "pi_init": "pi_init every round",
+              "uniform": "uniform over C", "mixed": f"mixed by report.arm_shares {dict(cfg.report.arm_shares)}",
+              "foreign": f"foreign {e.foreign_logger} softmax(score/T)"}[e.logger]
+    cands = (f"offline (M = {cfg.data.train_candidates}, hard-negative fraction {cfg.data.train_hard_negative_fraction})"
+             if e.log_candidates == "offline" else f"paper (M = {e.log_candidate_count}, uniform unseen distractors)")
+    clicks = "next item (y = 1 iff a_log = x_{t'+1})" if e.clicks == "next_item" else \
+        f"simulator (sim click model, base CTR {cfg.sim.base_ctr})"
+    return f"Logs: logger {logger}; candidates {cands}; clicks {clicks}."
+
+
+def is_default(cfg) -> bool:
+    return not regime_settings(cfg)
+
+
+def shared_kind(cfg) -> str:
+    """The row-independent logger whose logs a seed shares: the regime's logger if it does not depend on the row,
+    else pi_init (round 1 of on_policy, and the baselines' training clicks)."""
+    lg = cfg.experiment.logger
+    return lg if lg in ("pi_init", "foreign", "uniform") else "pi_init"
+
+
+def log_requests(ctx) -> list:
+    """Every D_bandit request of the seed with the regime's candidates (abpo.data.candidates.build_bandit_requests:
+    paper = experiment.log_candidate_count uniform distractors)."""
+    from abpo.data.candidates import build_bandit_requests
+
+    e = ctx.cfg.experiment
+    if e.log_candidates == "offline":
+        return ctx.requests
+    dc = dataclasses.replace(ctx.cfg.data, train_candidates=e.log_candidate_count, train_hard_negative_fraction=0.0)
+    return build_bandit_requests(ctx.splits, ctx.dataset, dc)
+
+
+def window_requests(ctx, r: int, rounds: int) -> list:
+    """The regime's requests of round r's window (SeedContext.window's positions)."""
+    keep = {ex.request_id for ex in ctx.window(r, rounds)}
+    return [ex for ex in log_requests(ctx) if ex.request_id in keep]
+
+
+def shared_log_path(ctx, r: int, rounds: int, kind: str) -> Path:
+    """Where the seed keeps the shared log of ``kind`` (pi_init | foreign | uniform) for round r: the default
+    regime's pi_init log keeps its old name; any other is named by a digest of what it depends on."""
+    from abpo.experiment.runner import pi_init_log_path
+
+    if kind == "pi_init" and is_default(ctx.cfg):
+        return pi_init_log_path(ctx, r, rounds)
+    settings = {k: v for k, v in regime_settings(ctx.cfg).items() if k not in ("logger", "arm_shares")}
+    settings["kind"] = kind
+    if kind == "foreign":
+        settings["foreign_logger"] = ctx.cfg.experiment.foreign_logger
+    if kind != "pi_init":  # pi_init's log does not depend on the rankers
+        settings["arms"] = {n: dataclasses.asdict(getattr(ctx.cfg.arms, n)) for n in FOREIGN}
+        settings["foreign_temperature"] = ctx.cfg.experiment.foreign_temperature
+    else:
+        settings.pop("arms", None)
+        settings.pop("foreign_temperature", None)
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    tau = ctx.cfg.policy.tau
+    return ctx.store / "d_bandit" / f"r{r}of{rounds}-{kind}-tau{tau:g}-m{ctx.cfg.experiment.month}-{digest}.parquet"
+
+
+def shared_log(ctx, r: int, rounds: int, kind: str, model=None, tokenizer=None):
+    """The shared log of ``kind`` for round r, computed once and kept (shared_log_path); the default regime's
+    pi_init log is runner.pi_init_log (abpo.policy.bandit), with its logging_arm column added on read."""
+    import pyarrow.parquet as pq
+
+    from abpo.experiment.runner import _load_model, _write_parquet, pi_init_log
+
+    if kind == "pi_init" and is_default(ctx.cfg):
+        return with_logging_arm(pi_init_log(ctx, r, rounds, model, tokenizer), "pi_init")
+    path = shared_log_path(ctx, r, rounds, kind)
+    if not path.exists():
+        if kind == "pi_init" and model is None:
+            model, tokenizer = _load_model(ctx, ctx.pi_init_dir)
+        _write_parquet(regime_log(ctx, r, rounds, kind, model, tokenizer, f"pi_init-seed{ctx.cfg.seed}"), path)
+    return pq.read_table(path)
+
+
+def with_logging_arm(table, name: str):
+    """``table`` with the column logging_arm (every row ``name``) if it has none."""
+    import pyarrow as pa
+
+    if LOGGING_ARM in table.column_names:
+        return table
+    return table.append_column(LOGGING_ARM, pa.array([name] * table.num_rows, type=pa.string()))
+
+
+# ------------------------------------------------------------------------------------------- the loggers
+
+
+def llm_propensities(ctx, model, tokenizer, requests) -> list[np.ndarray]:
+    """e(.|q) = softmax(s / policy.tau) over each request's candidates (Eq. s_p, Eq. e_p)."""
+    from abpo.policy.scoring import candidate_propensities, score_examples
+
+    scored = score_examples(model, tokenizer, requests, ctx.dataset.titles(), ctx.cfg.policy, progress=False)
+    return [np.asarray(candidate_propensities(s.scores, ctx.cfg.policy.tau), dtype=np.float64) for s in scored]
+
+
+def uniform_propensities(requests) -> list[np.ndarray]:
+    """Uniform exploration: e0 = 1 / |C|."""
+    return [np.full(len(ex.candidates), 1.0 / len(ex.candidates)) for ex in requests]
+
+
+def ranker_sequences(ctx, r: int, rounds: int) -> dict[int, list[int]]:
+    """What a ranker logger of round r is fitted on: every user's x_{1:T} and the real items of the windows before
+    r (the interactions to date; nothing of window r itself)."""
+    from abpo.experiment.runner import round_positions
+
+    seqs = {}
+    for s in ctx.splits:
+        earlier = [i for q in range(1, r) for i in round_positions(len(s.update), q, rounds)]
+        seqs[int(s.user_id)] = [*map(int, s.history), *(int(s.update[i]) for i in earlier)]
+    return seqs
+
+
+def ranker_temperature(cfg, name: str) -> float:
+    """T of a ranker logger: experiment.foreign_temperature, or arms.<name>.temperature when that is 0."""
+    t = cfg.experiment.foreign_temperature or float(getattr(cfg.arms, name).temperature)
+    if not t > 0:
+        raise ValueError(f"arms.{name}.temperature={t}; rule: > 0 for a ranker that logs")
+    return t
+
+
+def ranker_propensities(ctx, name: str, requests, r: int, rounds: int) -> list[np.ndarray]:
+    """softmax(score / T) of the ranker ``name`` (abpo.baselines, fitted as :func:`ranker_sequences`)."""
+    from abpo.baselines import make_ranker, softmax_propensities
+
+    if not requests:
+        return []
+    ranker = make_ranker(name, ctx.cfg, seed=ctx.cfg.seed)
+    ranker.fit(ranker_sequences(ctx, r, rounds), ctx.dataset.item_ids().tolist())
+    t = ranker_temperature(ctx.cfg, name)
+    scores = ranker.score([(ex.user_id, ex.history, ex.candidates) for ex in requests])
+    return [softmax_propensities(np.asarray(s, dtype=np.float64), t) for s in scores]
+
+
+def mixed_loggers(cfg, n: int, r: int) -> list[str]:
+    """Each request's logger under report.arm_shares (seeded by seed and round): an LLM arm's draw is the row's
+    current policy ("llm"), a ranker arm's draw that ranker."""
+    from abpo.arms.names import LLM_ARMS, RANKER_ARMS
+
+    shares = {k: float(v) for k, v in cfg.report.arm_shares.items()}
+    bad = [k for k in shares if k not in (*LLM_ARMS, *RANKER_ARMS)]
+    total = sum(shares.values())
+    if bad or not total > 0 or any(v < 0 for v in shares.values()):
+        raise ValueError(f"report.arm_shares={shares}; rule: shares >= 0 of the arms {LLM_ARMS + RANKER_ARMS}, "
+                         "summing to more than 0 (experiment.logger = mixed)")
+    names = sorted(shares)
+    cum = np.cumsum([shares[k] / total for k in names])
+    u = np.random.default_rng([int(cfg.seed), MIX_STREAM, int(r)]).random(n)
+    drawn = [names[min(int(np.searchsorted(cum, x, side="right")), len(names) - 1)] for x in u]
+    return ["llm" if d in LLM_ARMS else d for d in drawn]
+
+
+def clicks_for(ctx, requests, items: Sequence[int], r: int) -> list[int]:
+    """y of each logged (request, item): next_item (y = 1 iff item = x_{t'+1}) or simulator (a seeded uniform below
+    abpo.sim.simulator.click_probabilities; the same uniform for a request whoever logs it)."""
+    if ctx.cfg.experiment.clicks == "next_item":
+        return [int(int(a) == int(ex.positive)) for ex, a in zip(requests, items, strict=True)]
+    from abpo.sim.simulator import click_probabilities, soon_items
+
+    by_user = {s.user_id: s for s in ctx.splits}
+    reqs = [(ex.user_id, ex.history, ex.candidates, int(a), ex.positive, soon_items(ctx.cfg, by_user[ex.user_id], len(ex.history)))
+            for ex, a in zip(requests, items, strict=True)]
+    p, _ = click_probabilities(ctx.cfg, ctx.dataset, reqs)
+    u = _request_uniforms(ctx.cfg.seed, CLICK_STREAM, [ex.request_id for ex in requests])
+    return [int(x < q) for x, q in zip(u, p, strict=True)]
+
+
+def _request_uniforms(seed: int, stream: int, request_ids: Sequence[str]) -> np.ndarray:
+    """One uniform per request id, seeded by (seed, stream, request id): independent of which other requests are
+    logged with it."""
+    out = np.empty(len(request_ids))
+    for j, rid in enumerate(request_ids):
+        key = int.from_bytes(hashlib.sha256(str(rid).encode()).digest()[:8], "big")
+        out[j] = np.random.default_rng([int(seed), stream, key]).random()
+    return out
+
+
+def regime_log(ctx, r: int, rounds: int, kind: str, model=None, tokenizer=None, model_version: str = "",
+               row: str = ""):
+    """Round r's D_bandit under the regime, logged by ``kind``: pi_init or policy (``model``, the row's current
+    policy), foreign, uniform or mixed (``model`` for its LLM share). In IMPRESSIONS_SCHEMA plus logging_arm."""
+    import pyarrow as pa
+
+    from abpo.data.schemas import IMPRESSIONS_SCHEMA, SCHEMA_VERSION
+    from abpo.experiment.runner import round_month
+    from abpo.policy.bandit import _month_times
+    from abpo.policy.scoring import sample_logged_action
+
+    e = ctx.cfg.experiment
+    requests = window_requests(ctx, r, rounds)
+    if not requests:
+        raise ValueError(f"round {r}: no bandit requests (data.update_steps={ctx.cfg.data.update_steps})")
+    llm_name = "pi_init" if kind == "pi_init" or model_version.startswith("pi_init") else "policy"
+    if kind in ("pi_init", "policy"):
+        loggers = [llm_name] * len(requests)
+    elif kind == "foreign":
+        loggers = [e.foreign_logger] * len(requests)
+    elif kind == "uniform":
+        loggers = ["uniform"] * len(requests)
+    elif kind == "mixed":
+        loggers = [llm_name if d == "llm" else d for d in mixed_loggers(ctx.cfg, len(requests), r)]
+    else:
+        raise ValueError(f"regime_log: logger kind {kind!r}; rule: pi_init | policy | foreign | uniform | mixed")
+    dists: list[np.ndarray | None] = [None] * len(requests)
+    for name in dict.fromkeys(loggers):
+        idx = [j for j, lg in enumerate(loggers) if lg == name]
+        sub = [requests[j] for j in idx]
+        if name in ("pi_init", "policy"):
+            if model is None:
+                raise ValueError(f"regime_log: logger {name} needs the policy's model")
+            ps = llm_propensities(ctx, model, tokenizer, sub)
+        elif name == "uniform":
+            ps = uniform_propensities(sub)
+        else:
+            ps = ranker_propensities(ctx, name, sub, r, rounds)
+        for j, p in zip(idx, ps, strict=True):
+            dists[j] = p
+    month = round_month(e.month, r)
+    rng = np.random.default_rng([int(ctx.cfg.seed), EXPOSE_STREAM, 7 + 1000 * (r - 1)])
+    items, props = [], []
+    for ex, p in zip(requests, dists, strict=True):
+        j, q = sample_logged_action(p, rng)  # a_log ~ Categorical(e0), q = e0(a_log|q): the logger's own
+        items.append(int(ex.candidates[j]))
+        props.append(float(q))
+    clicked = clicks_for(ctx, requests, items, r)
+    times = _month_times(month, len(requests))
+    tau = ctx.cfg.policy.tau
+    policy_of = {"pi_init": f"softmax(tau={tau})", "policy": f"softmax(tau={tau})", "uniform": "uniform",
+                 **{n: f"softmax(score/T, T={ranker_temperature(ctx.cfg, n)}) {n}" for n in set(loggers) & set(FOREIGN)}}
+    version = {"pi_init": model_version or "pi_init", "policy": model_version or row}
+    cols: dict[str, list] = {f.name: [] for f in IMPRESSIONS_SCHEMA}
+    for ex, a, q, y, lg, ts in zip(requests, items, props, clicked, loggers, times, strict=True):
+        cols["impression_id"].append(f"{month}:abpo:{ex.request_id}")
+        cols["event_time"].append(ts)
+        cols["user_id"].append(int(ex.user_id))
+        cols["arm"].append("abpo")
+        cols["model_version"].append(str(version.get(lg, lg)))
+        cols["history"].append([int(i) for i in ex.history])
+        cols["candidates"].append([int(c) for c in ex.candidates])
+        cols["item_id"].append(a)
+        cols["propensity"].append(q)
+        cols["clicked"].append(int(y))
+        cols["request_id"].append(ex.request_id)
+        cols["position"].append(0)
+        cols["logging_policy"].append(policy_of[lg])
+        cols["served_at"].append(ts)
+        cols["schema_version"].append(SCHEMA_VERSION)
+    table = pa.table(cols, schema=IMPRESSIONS_SCHEMA)
+    return table.append_column(LOGGING_ARM, pa.array(loggers, type=pa.string()))
+
+
+def round_log(ctx, row: str, r: int, rounds: int, start_dir: Path):
+    """The log a row's round r trains on under the regime (module docstring): shared logs for pi_init, foreign
+    and uniform (and for on_policy's round 1), the row's own previous-round policy otherwise."""
+    from abpo.experiment.runner import _load_model, log_window
+
+    lg = ctx.cfg.experiment.logger
+    at_init = Path(start_dir) == Path(ctx.pi_init_dir)
+    if lg in ("pi_init", "foreign", "uniform") or (lg == "on_policy" and at_init):
+        return shared_log(ctx, r, rounds, shared_kind(ctx.cfg) if lg != "on_policy" else "pi_init")
+    model, tok = _load_model(ctx, start_dir)
+    version = f"pi_init-seed{ctx.cfg.seed}" if at_init else f"{row}-round{r - 1}-seed{ctx.cfg.seed}"
+    if lg == "on_policy" and is_default(ctx.cfg):
+        return with_logging_arm(log_window(ctx, model, tok, r, rounds, version), "policy")
+    return regime_log(ctx, r, rounds, "policy" if lg == "on_policy" else "mixed", model, tok, version, row)
+
+
+def regime_overrides(name: str, path: Path) -> list[str]:
+    """The ``--set`` overrides of a named regime preset (``--regime NAME``): the mapping NAME -> {key: value} of
+    the YAML file ``path`` (configs/regimes.yaml), each key under section experiment unless it names a section."""
+    import yaml
+
+    raw = yaml.safe_load(Path(path).read_text()) or {}
+    if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
+        raise ValueError(f"{path}: rule: a mapping of regime name -> mapping of key: value")
+    if name not in raw:
+        raise ValueError(f"--regime {name!r}: not in {path}; rule: one of {', '.join(sorted(raw))}")
+    out = []
+    for k, v in raw[name].items():
+        key = k if "." in k else f"experiment.{k}"
+        out.append(f"{key}={','.join(map(str, v)) if isinstance(v, list) else v}")
+    return out

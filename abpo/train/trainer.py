@@ -24,6 +24,9 @@ What this subclass changes (no TRL code is copied):
   generation batch (the SNIPS mini-batch), then `abpo.algo.variants.rollout_advantages`.
   Rewards are gathered over processes before any group statistic (a group's rows may span processes), then each
   process keeps its own slice, exactly as TRL slices its advantages.
+- per-step diagnostics for every variant (`_diagnostics`, docs/diagnostics.md): the SNIPS weight summary, the
+  zero-spread share, gamma and the gradient cosine against vanilla GRPO on the same rollouts, and the self-certainty
+  spread and correlations; r_sc averages over `update.self_certainty_positions` (choice | answer).
 
 Group layout: TRL's RepeatSampler puts each logged example's `num_generations` rollouts next to each other;
 num_generations = G - 1 for anchored variants (the anchor is not sampled), G for vanilla GRPO (B).

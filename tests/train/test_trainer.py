@@ -117,14 +117,17 @@ def test_e_old_and_self_certainty_match_direct_computation(load_tiny, update_row
         assert val == pytest.approx(float(ref[0]), rel=1e-4, abs=1e-6)
 
 
+@pytest.mark.parametrize("positions", ["choice", "answer"])
 def test_rollout_self_certainty_recorded_during_generation_equals_a_forward_pass(
-    load_tiny, update_rows, tiny_update_cfg, tmp_path
+    load_tiny, update_rows, tiny_update_cfg, tmp_path, positions
 ):
     """r_sc of the rollouts comes from the logits HF generate sampled them from (LM-head hook), with no extra
-    forward; it must equal the padded forward pass over prompt + completion (`_self_certainty`), and a variant
-    without self-certainty records nothing."""
+    forward; it must equal the padded forward pass over prompt + completion (`_self_certainty`) over the positions
+    of update.self_certainty_positions (answer: every completion token), and a variant without self-certainty
+    records nothing."""
     torch.manual_seed(0)
     trainer, _ = _make(load_tiny, update_rows, tiny_update_cfg, tmp_path, "abpo")
+    trainer.abpo = dataclasses.replace(trainer.abpo, self_certainty_positions=positions)
     batch = _batch(trainer, update_rows[:4])
     trainer.model.train()
     out = trainer._generate_and_score_completions(batch)
@@ -133,8 +136,11 @@ def test_rollout_self_certainty_recorded_during_generation_equals_a_forward_pass
     p_ids = [r[m.bool()].tolist() for r, m in zip(out["prompt_ids"], out["prompt_mask"])]
     c_ids = [r[m.bool()].tolist() for r, m in zip(out["completion_ids"], out["completion_mask"])]
     assert len({len(c) for c in c_ids}) > 1 or max(len(c) for c in c_ids) > 1  # real completions, not empty
-    forward = trainer._self_certainty(list(zip(p_ids, c_ids)), batch)  # over each row's choice positions
+    forward = trainer._self_certainty(list(zip(p_ids, c_ids)), batch)  # over each row's positions
     assert recorded == pytest.approx(forward, rel=1e-4, abs=1e-5)
+    every_token = trainer._self_certainty(list(zip(p_ids, c_ids)))  # no rows: every completion token
+    if positions == "answer":
+        assert recorded == pytest.approx(every_token, rel=1e-4, abs=1e-5)
 
     trainer_c, _ = _make(load_tiny, update_rows, tiny_update_cfg, tmp_path, "anchor")
     trainer_c.model.train()

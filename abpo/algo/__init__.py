@@ -5,11 +5,21 @@
     step 4  advantages.py  anchored_baseline, anchored_spread, anchored_advantages, group_advantages (variant B)
     step 5  surrogate.py   clipped_surrogate (+ optional KL)
     (A)-(F) variants.py    VARIANTS, get_variant, rollout_advantages
+    logging diagnostics.py logit_gradient, log_odds_push, gamma_ratio, gradient_cosine, zero_spread_share, ...
 
 No TRL import here: abpo.train wires these into the trainer.
 """
 
 from abpo.algo.advantages import anchored_advantages, anchored_baseline, anchored_spread, group_advantages
+from abpo.algo.diagnostics import (
+    gamma_ratio,
+    gradient_cosine,
+    group_std_mean,
+    log_odds_push,
+    logit_gradient,
+    rank_correlation,
+    zero_spread_share,
+)
 from abpo.algo.rewards import (
     NO_ITEM,
     anchor_reward,
@@ -43,10 +53,16 @@ __all__ = [
     "clipped_surrogate",
     "effective_sample_size",
     "format_reward",
+    "gamma_ratio",
     "get_variant",
+    "gradient_cosine",
     "group_advantages",
+    "group_std_mean",
     "kl_k3",
+    "log_odds_push",
+    "logit_gradient",
     "match_reward",
+    "rank_correlation",
     "rollout_advantages",
     "self_certainty",
     "self_certainty_from_token_kl",
@@ -56,4 +72,5 @@ __all__ = [
     "stratified_self_normalise",
     "token_kl_from_uniform",
     "total_reward",
+    "zero_spread_share",
 ]

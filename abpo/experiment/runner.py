@@ -876,6 +876,10 @@ def write_outputs(exp_dir: Path, recs: Sequence[Mapping], summary: Mapping[str, 
 RETIRED_UPDATE_KEYS: dict[str, Any] = {"variant": "abpo", "months": [], "arm": "abpo", "init_model": "",
                                        "output_name": ""}
 
+# Keys added to section `update` after cells were cached, with their default (= the behaviour before they existed):
+# at that default a key is left out of the digest, so cached cells keep their fingerprints; any other value enters it.
+ADDED_UPDATE_KEYS: dict[str, Any] = {"self_certainty_positions": "choice"}
+
 
 def cell_fingerprint(cfg, row: str, seed: int | None = None, r: int | None = None) -> str:
     """What a cell's result depends on: the data, policy and SFT settings (pi_init and the candidates), the seed,
@@ -888,7 +892,9 @@ def cell_fingerprint(cfg, row: str, seed: int | None = None, r: int | None = Non
     d: dict[str, Any] = {k: dataclasses.asdict(getattr(cfg, k)) for k in ("data", "policy", "sft")}
     d.update(row=row, seed=None if seed is None else int(seed), round=r, rounds=e.rounds)
     updates = is_llm_row(row) and row != FULL_INFO and row_key(row) != "none"
-    d["update"] = {**dataclasses.asdict(cfg.update), **RETIRED_UPDATE_KEYS} if updates else None
+    upd = {k: v for k, v in dataclasses.asdict(cfg.update).items()
+           if not (k in ADDED_UPDATE_KEYS and v == ADDED_UPDATE_KEYS[k])}
+    d["update"] = {**upd, **RETIRED_UPDATE_KEYS} if updates else None
     keys = ["eval_split", "validation_fraction", "max_eval_users", "month"]
     keys += ["update_max_examples"] if updates else []
     keys += ["full_info_learning_rate"] if row == FULL_INFO else []

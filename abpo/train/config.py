@@ -41,6 +41,17 @@ class UpdateConfig:
         default=0.1,
         metadata={"help": "lambda_sc: weight of the self-certainty reward r_sc of no-response (y=0) rows (step 2)."},
     )
+    self_certainty_positions: str = field(
+        default="choice",
+        metadata={
+            "help": "The tokens r_sc of step 2 averages KL(U || pi_theta) over: choice (default): where the "
+            "candidates' answers branch (the item token of an item-token model, the id tokens of a text model) | "
+            "answer: all T tokens of the answer (choice token, title tokens and EOS), r_sc as the paper defines it. "
+            "With the item-token preset's SFT (sft.loss_tokens=choice) the title tokens were never trained, so "
+            "under answer their entropies reflect an untrained LM head (they favour items whose titles the base "
+            "model happens to continue confidently), not the policy's certainty about its choice."
+        },
+    )
     w_max: float = field(
         default=0.0,
         metadata={

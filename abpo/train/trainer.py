@@ -24,6 +24,9 @@ What this subclass changes (no TRL code is copied):
   generation batch (the SNIPS mini-batch), then `abpo.algo.variants.rollout_advantages`.
   Rewards are gathered over processes before any group statistic (a group's rows may span processes), then each
   process keeps its own slice, exactly as TRL slices its advantages.
+- per-step diagnostics for every variant (`_diagnostics`, docs/diagnostics.md): the SNIPS weight summary, the
+  zero-spread share, gamma and the gradient cosine against vanilla GRPO on the same rollouts, and the self-certainty
+  spread and correlations; r_sc averages over `update.self_certainty_positions` (choice | answer).
 
 Group layout: TRL's RepeatSampler puts each logged example's `num_generations` rollouts next to each other;
 num_generations = G - 1 for anchored variants (the anchor is not sampled), G for vanilla GRPO (B).
@@ -54,13 +57,14 @@ from abpo.algo.rewards import (
     token_kl_from_uniform,
     total_reward,
 )
-from abpo.algo.snips import effective_sample_size, snips_weight, stratified_self_normalise
+from abpo.algo.snips import effective_sample_size, snips_weight, stratified_self_normalise, weight_summary
 from abpo.algo.surrogate import clipped_surrogate
 from abpo.algo.variants import Variant, get_variant, rollout_advantages
 
 TESTED_TRL = (">=1.16", "<1.17")
 ALLOWED_LOSS_TYPES = frozenset({"grpo"})
 RATIO_LEVELS = frozenset({"sequence", "geometric", "token"})
+SC_POSITIONS = frozenset({"choice", "answer"})
 
 
 # ----------------------------------------------------------------------------------------- reward functions
@@ -133,6 +137,7 @@ class ABPOSettings:
     ratio_level: str = "sequence"  # update.ratio_level: how s_i^j of step 5 is formed
     grpo_equal_samples: bool = False  # update.grpo_equal_samples: (B) samples G-1 rollouts like C-F
     prompt_style: str = "text"  # policy.prompt_style: item_tokens scores e_old on the item token (abpo.policy.scoring)
+    self_certainty_positions: str = "choice"  # update.self_certainty_positions: the tokens r_sc averages over
 
 
 def rollouts_per_example(variant: Variant | str, group_size: int, *, equal_samples: bool = False) -> int:
@@ -162,8 +167,12 @@ class ABPOTrainer(GRPOTrainer):
 
     _tag_names = ["trl", "grpo", "abpo"]
 
-    def __init__(self, model, args: GRPOConfig, *, settings: ABPOSettings, train_dataset, processing_class, **kwargs):
+    def __init__(self, model, args: GRPOConfig, *, settings: ABPOSettings, train_dataset, processing_class,
+                 item_popularity: dict[int, int] | None = None, **kwargs):
+        """``item_popularity``: item id -> interaction count in the training data (``Dataset.popularity()``), for the
+        diagnostic ``abpo/r_sc_corr_popularity`` only (None: that correlation is not logged)."""
         self.abpo = settings
+        self.item_popularity = dict(item_popularity) if item_popularity is not None else None
         self.variant = get_variant(settings.variant)
         if not self.variant.update:
             raise ValueError(
@@ -193,6 +202,11 @@ class ABPOTrainer(GRPOTrainer):
             raise ValueError(
                 f"ABPOTrainer: update.ratio_level={settings.ratio_level!r}; rule: one of {sorted(RATIO_LEVELS)}"
             )
+        if settings.self_certainty_positions not in SC_POSITIONS:
+            raise ValueError(
+                f"ABPOTrainer: update.self_certainty_positions={settings.self_certainty_positions!r}; rule: one of "
+                f"{sorted(SC_POSITIONS)}"
+            )
         if settings.constrained_rollouts:
             from abpo.policy.constrained import check_sampling
 
@@ -219,6 +233,11 @@ class ABPOTrainer(GRPOTrainer):
         self._answer_ids_cache: dict[str, list[int]] = {}
         self._abpo_gen_inputs: list[dict] | None = None  # the rows being generated for (constrained rollouts)
         self._trie_cache: dict[str, Any] = {}
+        self._abpo_chosen_local: list[int] | None = None  # candidate index of each local rollout's answer (-1: none)
+        self._title_len_cache: dict[str, int] = {}
+        # (r_sc, popularity, title tokens) of every scored no-response rollout of the update so far, for the
+        # correlations abpo/r_sc_corr_popularity and abpo/r_sc_corr_title_len (reset by a resume: a new trainer)
+        self._abpo_sc_trace: dict[str, list[float]] = {"r_sc": [], "popularity": [], "title_len": []}
         if settings.constrained_rollouts and self.accelerator.num_processes != 1:
             raise ValueError(
                 "policy.constrained_rollouts: rule: single-process training only (its log-probs are computed on the "
@@ -257,7 +276,9 @@ class ABPOTrainer(GRPOTrainer):
         record = self.variant.self_certainty and hf_generate
         constraint = self._rollout_constraint(len(prompt_ids)) if self.abpo.constrained_rollouts and hf_generate else None
         if constraint is not None and all(t is not None and t.single_choice for t in constraint.tries):
-            return self._single_choice_rollouts(prompt_ids, constraint.tries, record)
+            # its logits cover the choice position only: r_sc over the whole answer is left to `_self_certainty`
+            choice_only = self.abpo.self_certainty_positions == "choice"
+            return self._single_choice_rollouts(prompt_ids, constraint.tries, record and choice_only)
         if not record and constraint is None:
             return super()._generate_single_turn(prompt_ids, *args, **kwargs)
         model = self._unwrapped()
@@ -290,9 +311,9 @@ class ABPOTrainer(GRPOTrainer):
             lengths = [len(c) for c in completion_ids]
             if steps and all(s.shape == (len(prompt_ids),) for s in steps) and max(lengths, default=0) <= len(steps):
                 kl = torch.stack(steps, dim=1)  # [B, S]: column t = the logits completion token t was sampled from
-                mask = torch.zeros_like(kl, dtype=torch.long)  # r_sc over the choice positions only
+                mask = torch.zeros_like(kl, dtype=torch.long)  # r_sc over update.self_certainty_positions
                 for r, (row, c) in enumerate(zip(self._abpo_gen_inputs or [], completion_ids)):
-                    m = self._trie(row).choice_mask(c)
+                    m = self._sc_mask(row, c)
                     mask[r, : len(m)] = torch.tensor(m, dtype=torch.long)
                 if self._abpo_gen_inputs is not None and len(self._abpo_gen_inputs) == len(completion_ids):
                     self._abpo_rollout_sc = self_certainty_from_token_kl(kl, mask).tolist()
@@ -337,6 +358,15 @@ class ABPOTrainer(GRPOTrainer):
             trie = AnswerTrie(answers, self.processing_class.eos_token_id)
             self._trie_cache[key] = trie
         return trie
+
+    def _sc_mask(self, row: dict, completion: Sequence[int]) -> list[int]:
+        """The tokens r_sc of docs/ABPO_SPEC.md step 2 averages over, per update.self_certainty_positions:
+        ``choice`` (default): where the row's candidate answers branch (``AnswerTrie.choice_mask``: the item token of
+        an item-token model, the id tokens of a text model); ``answer``: every token of the completion (choice
+        token, title tokens, EOS), the paper's (1/T) sum over t = 1..T."""
+        if self.abpo.self_certainty_positions == "answer":
+            return [1] * len(completion)
+        return self._trie(row).choice_mask(completion)
 
     def _rollout_constraint(self, n_rows: int):
         from abpo.policy.constrained import CandidateConstraint
@@ -400,10 +430,16 @@ class ABPOTrainer(GRPOTrainer):
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._abpo_rewards_per_func = rewards_per_func  # gathered over processes: [N_global, len(REWARD_FUNCS)]
+        # a^j of this process's rollouts as an index into each row's candidates (-1: malformed), parsed as the
+        # reward functions parse them (the diagnostics' Eq. G needs which candidate every rollout chose)
+        cands = [list(x["candidates"]) for x in inputs]
+        ids = chosen_items(_completion_texts(completions), cands).tolist()
+        self._abpo_chosen_local = [c.index(a) if a in c else -1 for a, c in zip(ids, cands)]
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
         self._abpo_rewards_per_func = None
+        self._abpo_chosen_local = None
         self._abpo_rollout_sc = None
         self._abpo_gen_inputs = list(inputs)
         try:
@@ -501,6 +537,87 @@ class ABPOTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------------------ the ABPO terms
 
+    def _title_tokens(self, answer: str) -> int:
+        """Token count of the title inside a candidate answer ``<item_id>ID</item_id><item>TITLE</item>``."""
+        n = self._title_len_cache.get(answer)
+        if n is None:
+            from abpo.policy.prompt import ITEM_CLOSE, ITEM_OPEN
+
+            start = answer.find(ITEM_OPEN)
+            end = answer.rfind(ITEM_CLOSE)
+            title = answer[start + len(ITEM_OPEN) : end] if 0 <= start < end else answer
+            n = len(self.processing_class(title, add_special_tokens=False)["input_ids"])
+            if len(self._title_len_cache) < 200_000:
+                self._title_len_cache[answer] = n
+        return n
+
+    def _diagnostics(self, groups, y, r_match, r_fmt, r_roll, r_sc, adv) -> dict[str, float]:
+        """The per-step diagnostics of docs/diagnostics.md (abpo.algo.diagnostics), for every variant B-F, on the
+        step's gathered groups (rows: the tuples of `_abpo_advantages`), without any extra forward or backward pass:
+
+        - ``abpo/w_*``: `weight_summary` of the raw SNIPS weights w = e_old(a_log|q)/e0(a_log|q) of the logged
+          examples (uncapped by update.w_max; logged for B, C and E too, which ignore them);
+        - ``abpo/zero_spread_share``: share of groups whose sampled rollouts' step-2 rewards all equal;
+        - ``abpo/gamma_ratio``, ``abpo/grad_cosine_vs_grpo``: Eq. G / Eq. P of abpo.algo.diagnostics with pi =
+          e_old(.|q) over C, under this variant's advantages and under vanilla GRPO's (B's group advantages of B's
+          rewards, r_match + r_fmt, on the same rollouts). For item-token prompts pi is the choice-position
+          distribution restricted to C (exact for one-token constrained answers with temperature = tau); for text
+          prompts (multi-token answers) it is the candidate-level softmax of the sequence scores, i.e. the
+          gradient is taken at the choice level, not per token. The anchor has no surrogate term (step 5), so only
+          rollouts are rows of Eq. G;
+        - ``abpo/r_sc_group_std`` (variants with self-certainty): mean over no-response groups of the within-group
+          std of the rollouts' r_sc; ``abpo/r_sc_corr_popularity`` / ``abpo/r_sc_corr_title_len``: Spearman rho of
+          r_sc with the chosen item's training interaction count / title token count over every scored
+          no-response rollout of the update so far (the last step's value covers the whole update).
+        A diagnostic that is undefined at a step (NaN) is left out of that step's metrics."""
+        from abpo.algo.advantages import group_advantages
+        from abpo.algo.diagnostics import (
+            gamma_ratio,
+            gradient_cosine,
+            group_std_mean,
+            log_odds_push,
+            logit_gradient,
+            rank_correlation,
+            zero_spread_share,
+        )
+
+        v, st = self.variant, self.abpo
+        b, k = r_roll.shape
+        out: dict[str, float] = {}
+        e0 = torch.tensor([grp[0][2] for grp in groups], dtype=torch.float64)
+        e_old = torch.tensor([grp[0][4] for grp in groups], dtype=torch.float64)
+        ws = weight_summary(snips_weight(e_old, e0))
+        out.update({f"abpo/w_{name}": ws[name] for name in ("p50", "p90", "p99", "max", "ess", "ess_share")})
+        out["abpo/zero_spread_share"] = zero_spread_share(r_roll)
+
+        adv_grpo = adv if not v.anchor else group_advantages(total_reward(r_match, r_fmt, None, y, 0.0), st.eps_std)
+        chosen = torch.tensor([[r[6] for r in grp] for grp in groups], dtype=torch.int64)  # [B, K]
+        g_var, g_grpo, push_var, push_grpo = [], [], [], []
+        for i, grp in enumerate(groups):
+            pi = torch.tensor(next(r[7] for r in grp if r[7] is not None), dtype=torch.float64)
+            g_var.append(logit_gradient(pi, chosen[i], adv[i]))
+            g_grpo.append(logit_gradient(pi, chosen[i], adv_grpo[i]))
+            push_var.append(log_odds_push(chosen[i], adv[i], grp[0][8]))
+            push_grpo.append(log_odds_push(chosen[i], adv_grpo[i], grp[0][8]))
+        out["abpo/gamma_ratio"] = gamma_ratio(push_var, push_grpo)
+        out["abpo/grad_cosine_vs_grpo"] = gradient_cosine(g_var, g_grpo)
+
+        if r_sc is not None:
+            neg = y == 0
+            if bool(neg.any()):
+                out["abpo/r_sc_group_std"] = group_std_mean(r_sc[neg])
+            trace = self._abpo_sc_trace
+            for grp in groups if self.model.training else []:  # the update's rollouts only, not an evaluation's
+                for r in grp:
+                    if r[1] == 0 and r[6] >= 0:
+                        trace["r_sc"].append(r[3])
+                        trace["popularity"].append(r[9])
+                        trace["title_len"].append(r[10])
+            out["abpo/r_sc_corr_title_len"] = rank_correlation(trace["r_sc"], trace["title_len"])
+            if self.item_popularity is not None:
+                out["abpo/r_sc_corr_popularity"] = rank_correlation(trace["r_sc"], trace["popularity"])
+        return {key: val for key, val in out.items() if math.isfinite(val)}
+
     def _answer_ids(self, text: str) -> list[int]:
         from abpo.policy.prompt import encode_answer
 
@@ -526,29 +643,37 @@ class ABPOTrainer(GRPOTrainer):
         helper's batched scorer (``score_prompt_ids``) over each example's whole candidate set, with the s_p e0 was
         logged with (ABPOSettings carries prompt_style and scoring_batch_tokens): the item token's log-prob, or the
         mean over each answer's (cached) token ids."""
+        dists = self._e_old_dists([(p, ans, cands) for p, ans, cands, _ in items])
+        return [float(e[list(cands).index(a_log)]) for e, (_, _, cands, a_log) in zip(dists, items, strict=True)]
+
+    @torch.no_grad()
+    def _e_old_dists(self, items: Sequence[tuple[list[int], Sequence[str], Sequence[int]]]) -> list[torch.Tensor]:
+        """e_old(. | q) = softmax_C(s_old / tau) over each example's whole candidate set C (docs/ABPO_SPEC.md
+        "Propensities"), [|C|] per (prompt ids, candidate answers, candidates), in the candidates' order: the SNIPS
+        weight's numerator (step 3) and pi of the diagnostics' Eq. G (abpo.algo.diagnostics)."""
         from abpo.policy.scoring import candidate_propensities, score_prompt_ids, scores_on_choice
 
-        answer_ids = None if scores_on_choice(self.abpo) else [[self._answer_ids(a) for a in ans] for _, ans, _, _ in items]
+        if not items:
+            return []
+        answer_ids = None if scores_on_choice(self.abpo) else [[self._answer_ids(a) for a in ans] for _, ans, _ in items]
         scores = score_prompt_ids(
-            self._unwrapped(), self.processing_class, [p for p, _, _, _ in items], [list(c) for _, _, c, _ in items],
+            self._unwrapped(), self.processing_class, [p for p, _, _ in items], [list(c) for _, _, c in items],
             answer_ids, self.abpo,
         )
-        out = []
-        for s, (_, _, cands, a_log) in zip(scores, items, strict=True):
-            e = candidate_propensities(s, self.abpo.tau)  # e_old(. | q) over C
-            out.append(float(e[list(cands).index(a_log)]))
-        return out
+        return [candidate_propensities(s, self.abpo.tau).detach().cpu() for s in scores]
 
     @torch.no_grad()
     def _self_certainty(self, pairs: list[tuple[list[int], list[int]]], rows: Sequence[dict] | None = None) -> list[float]:
-        """r_sc = mean over the choice positions t of KL(U || pi_theta(. | q, a_<t)) (docs/ABPO_SPEC.md step 2) of each
-        (prompt ids, completion ids) under the current policy, in chunks of the per-device batch.
+        """r_sc = mean over the positions t of update.self_certainty_positions of KL(U || pi_theta(. | q, a_<t))
+        (docs/ABPO_SPEC.md step 2) of each (prompt ids, completion ids) under the current policy, in chunks of the
+        per-device batch.
 
-        The spec averages over all T tokens of the completion. Here only the tokens that carry a choice count
-        (``AnswerTrie.choice_mask`` of the row's candidate set, ``rows[i]``): the tokens forced by the chosen item
-        (for item-token models, everything after the item token; for text models, the title once the id is fixed)
-        would measure how confidently the model copies a title, which says nothing about the choice. For an
-        item-token model r_sc is KL(U || pi_theta(.|q)) at the item token. Without ``rows`` every token counts.
+        The spec averages over all T tokens of the completion (``answer``). By default (``choice``) only the tokens
+        that carry a choice count (``AnswerTrie.choice_mask`` of the row's candidate set, ``rows[i]``; see
+        `_sc_mask`): the tokens forced by the chosen item (for item-token models, everything after the item token;
+        for text models, the title once the id is fixed) would measure how confidently the model copies a title,
+        which says nothing about the choice. For an item-token model r_sc is then KL(U || pi_theta(.|q)) at the item
+        token, the same for every rollout of a group. Without ``rows`` every token counts.
         Prompts are left-padded and completions right-padded, with position ids from the attention mask (padding
         changes no position)."""
         if not pairs:
@@ -575,7 +700,7 @@ class ABPOTrainer(GRPOTrainer):
                         ids[r, P : P + len(c)] = torch.tensor(c)
                         attn[r, P : P + len(c)] = 1
                         row = rows[s + r] if rows is not None else None
-                        cm = self._trie(row).choice_mask(c) if row is not None else [1] * len(c)
+                        cm = self._sc_mask(row, c) if row is not None else [1] * len(c)
                         cmask[r, : len(c)] = torch.tensor(cm, dtype=torch.long)
                 pos = (attn.cumsum(-1) - 1).clamp(min=0)
                 with self.accelerator.autocast():
@@ -613,15 +738,15 @@ class ABPOTrainer(GRPOTrainer):
         first_row: dict[str, int] = {}
         for i, x in enumerate(inputs):
             first_row.setdefault(str(x["request_id"]), i)
-        e_old_ex: dict[str, float] = {}
+        # e_old(.|q) over C for every variant: the SNIPS weight of D and F, and the diagnostics of all (B included)
+        todo = list(first_row.items())
+        dists = self._e_old_dists([(prompt_ids[i], inputs[i]["candidate_answers"], inputs[i]["candidates"]) for _, i in todo])
+        pi_ex = {rid: d for (rid, _), d in zip(todo, dists)}
+        e_old_ex = {
+            rid: float(d[list(inputs[i]["candidates"]).index(int(inputs[i]["a_log"]))])
+            for (rid, i), d in zip(todo, dists)
+        }
         sc_log_ex: dict[str, float] = {}
-        if v.anchor and v.snips:
-            todo = list(first_row.items())
-            vals = self._e_old_batch([
-                (prompt_ids[i], inputs[i]["candidate_answers"], inputs[i]["candidates"], int(inputs[i]["a_log"]))
-                for _, i in todo
-            ])
-            e_old_ex.update({rid: val for (rid, _), val in zip(todo, vals)})
         if v.anchor and v.self_certainty:
             eos = self.processing_class.eos_token_id  # what SFT appends after an answer (abpo.policy.sft)
             todo = [(rid, i) for rid, i in first_row.items() if y_local[i] == 0]
@@ -629,10 +754,26 @@ class ABPOTrainer(GRPOTrainer):
             for (rid, _), val in zip(todo, self._self_certainty(pairs, [inputs[i] for _, i in todo])):
                 sc_log_ex[rid] = val
 
+        chosen_local = self._abpo_chosen_local
+        if chosen_local is None or len(chosen_local) != n_local:
+            raise RuntimeError(
+                "ABPOTrainer: the rollouts' chosen candidates were not recorded by _calculate_rewards; the TRL internals "
+                "changed (see tests/train/test_trl_contract.py)"
+            )
+        sc_item = [(math.nan, math.nan)] * n_local  # (popularity, title tokens) of the item a scored rollout chose
+        if v.self_certainty:
+            for i, x in enumerate(inputs):
+                if y_local[i] == 0 and chosen_local[i] >= 0:
+                    item = int(x["candidates"][chosen_local[i]])
+                    pop = float(self.item_popularity.get(item, 0)) if self.item_popularity is not None else math.nan
+                    sc_item[i] = (pop, float(self._title_tokens(x["candidate_answers"][chosen_local[i]])))
         local = [
             (
                 str(x["request_id"]), y_local[i], float(x["e0"]), r_sc_local[i],
                 e_old_ex.get(str(x["request_id"]), math.nan), sc_log_ex.get(str(x["request_id"]), 0.0),
+                chosen_local[i],
+                pi_ex[str(x["request_id"])].tolist() if first_row[str(x["request_id"])] == i else None,
+                list(x["candidates"]).index(int(x["a_log"])), *sc_item[i],
             )
             for i, x in enumerate(inputs)
         ]
@@ -720,6 +861,7 @@ class ABPOTrainer(GRPOTrainer):
             metrics["abpo/match_rate/no_response"] = (hit_neg.sum() / neg.sum()).item()
         if r_sc is not None and neg.any():
             metrics["abpo/reward/self_certainty_mean"] = r_sc[neg].mean().item()
+        metrics.update(self._diagnostics(groups, y, r_match, r_fmt, r_roll, r_sc, adv))
 
         flat = adv.reshape(-1)
         start = self.accelerator.process_index * n_local  # TRL's process slice

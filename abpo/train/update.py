@@ -191,6 +191,7 @@ def settings_for(cfg, variant: str):
         w_max=u.w_max, scoring_batch_tokens=cfg.policy.scoring_batch_tokens,
         constrained_rollouts=cfg.policy.constrained_rollouts, ratio_level=u.ratio_level,
         grpo_equal_samples=u.grpo_equal_samples, prompt_style=cfg.policy.prompt_style,
+        self_certainty_positions=u.self_certainty_positions,
     )
 
 
@@ -388,11 +389,13 @@ def train_update(
     callbacks: list | None = None,
     grpo_overrides: dict | None = None,
     quiet: bool = False,
+    item_popularity: dict[int, int] | None = None,
 ):
     """Build ABPOTrainer for ``settings.variant`` and train (resuming from the last checkpoint in
     `output_dir/checkpoints` when `resume`). Returns (trainer, resumed_from). Logging to MLflow happens when a run
     is active; `quiet` drops the console progress/printer callbacks (metrics still reach
-    `trainer.state.log_history` and MLflow)."""
+    `trainer.state.log_history` and MLflow). ``item_popularity`` (item -> training interaction count) feeds the
+    diagnostic abpo/r_sc_corr_popularity (docs/diagnostics.md)."""
     from abpo.train.trainer import ABPOTrainer, MLflowStepCallback
 
     ckpt_dir = Path(output_dir) / "checkpoints"
@@ -405,6 +408,7 @@ def train_update(
         processing_class=tokenizer,
         peft_config=peft_config,
         callbacks=[MLflowStepCallback(), *(callbacks or [])],
+        item_popularity=item_popularity,
     )
     if quiet:
         from transformers.trainer_callback import PrinterCallback, ProgressCallback
@@ -541,7 +545,7 @@ def run_update(
         trainer, resumed_from = train_update(
             model, tokenizer, train_ds, cfg.update, settings_for(cfg, variant.name), output_dir=out, seed=cfg.seed,
             peft_config=lora_config(cfg.policy), resume=resume, callbacks=callbacks,
-            grpo_overrides={"disable_tqdm": not progress},
+            grpo_overrides={"disable_tqdm": not progress}, item_popularity=dataset.popularity(),
         )
         adapter_dir, merged_dir = save_update(trainer, tokenizer, out, save_merged=cfg.update.save_merged)
         if mlrun is not None:

@@ -287,6 +287,17 @@ def test_pi_init_is_shared_across_tau_but_not_seeds_and_cells_are_keyed_by_round
     assert cell_fingerprint(base, "abpo", 0, 1) == cell_fingerprint(fi, "abpo", 0, 1)
 
 
+def test_an_added_update_key_enters_the_fingerprint_only_away_from_its_default():
+    from abpo.config import load_config
+    from abpo.experiment.runner import ADDED_UPDATE_KEYS, cell_fingerprint, experiment_config
+
+    base = experiment_config(load_config("tiny"))
+    assert ADDED_UPDATE_KEYS["self_certainty_positions"] == base.update.self_certainty_positions == "choice"
+    answer = experiment_config(load_config("tiny", ["update.self_certainty_positions=answer"]))
+    assert cell_fingerprint(answer, "abpo", 0, 1) != cell_fingerprint(base, "abpo", 0, 1)
+    assert cell_fingerprint(answer, "none", 0, 1) == cell_fingerprint(base, "none", 0, 1)
+
+
 def test_cell_fingerprints_of_the_tiny_preset_are_pinned():
     """Cells are cached under their fingerprint: a change of these values makes every cached cell recompute. The
     run inputs that left section ``update`` (abpo.train.update.UpdateRun) keep their old values in the digest

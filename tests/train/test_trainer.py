@@ -117,14 +117,17 @@ def test_e_old_and_self_certainty_match_direct_computation(load_tiny, update_row
         assert val == pytest.approx(float(ref[0]), rel=1e-4, abs=1e-6)
 
 
+@pytest.mark.parametrize("positions", ["choice", "answer"])
 def test_rollout_self_certainty_recorded_during_generation_equals_a_forward_pass(
-    load_tiny, update_rows, tiny_update_cfg, tmp_path
+    load_tiny, update_rows, tiny_update_cfg, tmp_path, positions
 ):
     """r_sc of the rollouts comes from the logits HF generate sampled them from (LM-head hook), with no extra
-    forward; it must equal the padded forward pass over prompt + completion (`_self_certainty`), and a variant
-    without self-certainty records nothing."""
+    forward; it must equal the padded forward pass over prompt + completion (`_self_certainty`) over the positions
+    of update.self_certainty_positions (answer: every completion token), and a variant without self-certainty
+    records nothing."""
     torch.manual_seed(0)
     trainer, _ = _make(load_tiny, update_rows, tiny_update_cfg, tmp_path, "abpo")
+    trainer.abpo = dataclasses.replace(trainer.abpo, self_certainty_positions=positions)
     batch = _batch(trainer, update_rows[:4])
     trainer.model.train()
     out = trainer._generate_and_score_completions(batch)
@@ -133,8 +136,11 @@ def test_rollout_self_certainty_recorded_during_generation_equals_a_forward_pass
     p_ids = [r[m.bool()].tolist() for r, m in zip(out["prompt_ids"], out["prompt_mask"])]
     c_ids = [r[m.bool()].tolist() for r, m in zip(out["completion_ids"], out["completion_mask"])]
     assert len({len(c) for c in c_ids}) > 1 or max(len(c) for c in c_ids) > 1  # real completions, not empty
-    forward = trainer._self_certainty(list(zip(p_ids, c_ids)), batch)  # over each row's choice positions
+    forward = trainer._self_certainty(list(zip(p_ids, c_ids)), batch)  # over each row's positions
     assert recorded == pytest.approx(forward, rel=1e-4, abs=1e-5)
+    every_token = trainer._self_certainty(list(zip(p_ids, c_ids)))  # no rows: every completion token
+    if positions == "answer":
+        assert recorded == pytest.approx(every_token, rel=1e-4, abs=1e-5)
 
     trainer_c, _ = _make(load_tiny, update_rows, tiny_update_cfg, tmp_path, "anchor")
     trainer_c.model.train()
@@ -269,6 +275,9 @@ def test_metrics_reach_mlflow_every_step(load_tiny, update_rows, tiny_update_cfg
         "abpo/reward/total_mean", "abpo/reward/anchor_mean", "abpo/match_rate/positive", "abpo/match_rate/no_response",
         "abpo/snips/w_mean", "abpo/snips/w_max", "abpo/snips/ess", "abpo/advantages/mean", "abpo/advantages/std",
         "entropy", "step_time",
+        # the diagnostics of docs/diagnostics.md that are defined even when no rollout names a candidate
+        "abpo/w_p50", "abpo/w_p90", "abpo/w_p99", "abpo/w_max", "abpo/w_ess", "abpo/w_ess_share",
+        "abpo/zero_spread_share", "abpo/r_sc_group_std",
     ]
     for key in keys:
         steps = [m.step for m in client.get_metric_history(run.info.run_id, key)]
@@ -374,3 +383,102 @@ def test_update_moves_the_item_embeddings_when_configured(load_tiny, item_rows, 
     else:
         assert moved > 0.0
         torch.testing.assert_close(after, head)  # still tied
+
+
+# ------------------------------------------------------------------------------ diagnostics (docs/diagnostics.md)
+
+
+def _items_trainer(load_tiny, rows, update_cfg, tmp_path, variant, positions="choice", sharpen=1.0):
+    """An item-token trainer with constrained rollouts; ``sharpen`` scales the final norm, i.e. every logit (the
+    untrained fixture model is nearly uniform over its vocabulary: r_sc ~ 0.006 at every token)."""
+    from abpo.train.dataset import to_hf_dataset
+    from abpo.train.trainer import ABPOTrainer
+    from abpo.train.update import grpo_config
+
+    model, tok = load_tiny()
+    with torch.no_grad():
+        model.get_decoder().norm.weight.mul_(sharpen)
+    u = dataclasses.replace(update_cfg, max_completion_length=64)
+    args = grpo_config(u, variant, output_dir=tmp_path / f"ckpt-{variant}-{positions}", seed=0, disable_tqdm=True)
+    settings = ABPOSettings(variant=variant, lambda_sc=0.5, scoring_batch_tokens=4096, constrained_rollouts=True,
+                            prompt_style="item_tokens", self_certainty_positions=positions)
+    trainer = ABPOTrainer(model=model, args=args, settings=settings, train_dataset=to_hf_dataset(rows),
+                          processing_class=tok, item_popularity={a: 1 + a % 7 for r in rows for a in r["candidates"]})
+    trainer.model.train()
+    return trainer
+
+
+def _step(trainer, rows):
+    torch.manual_seed(0)
+    out = trainer._generate_and_score_completions(_batch(trainer, rows))
+    return out, {k: v[-1] for k, v in trainer._metrics["train"].items()}
+
+
+def test_self_certainty_positions_choice_vs_answer(load_tiny, item_rows, tiny_update_cfg, tmp_path):
+    """update.self_certainty_positions: with ``choice`` r_sc of an item-token model is KL(U || pi(.|q)) at the item
+    token, the same for every rollout of a group and for the anchor, so E's advantages equal C's on the same
+    rollouts; with ``answer`` it averages every answer token (title and EOS included), varies within a group and
+    E's advantages differ from C's."""
+    rows, _ = item_rows
+    tiny_update_cfg = dataclasses.replace(tiny_update_cfg, group_size=6)  # 5 rollouts: groups with 3+ distinct rewards
+    c_out, _ = _step(_items_trainer(load_tiny, rows, tiny_update_cfg, tmp_path, "anchor", sharpen=20.0), rows[:4])
+    e_choice = _items_trainer(load_tiny, rows, tiny_update_cfg, tmp_path, "anchor_sc", "choice", sharpen=20.0)
+    ec_out, ec_m = _step(e_choice, rows[:4])
+    e_answer = _items_trainer(load_tiny, rows, tiny_update_cfg, tmp_path, "anchor_sc", "answer", sharpen=20.0)
+    ea_out, ea_m = _step(e_answer, rows[:4])
+    assert torch.equal(c_out["completion_ids"], ec_out["completion_ids"])  # the same rollouts in all three
+    assert torch.equal(c_out["completion_ids"], ea_out["completion_ids"])
+    assert ec_m["abpo/r_sc_group_std"] < 1e-6 and ea_m["abpo/r_sc_group_std"] > 1e-3
+    assert torch.allclose(ec_out["advantages"], c_out["advantages"], atol=1e-5)
+    assert (ea_out["advantages"] - c_out["advantages"]).abs().max() > 1e-2
+    # answer's r_sc is the mean over every completion token: the forward pass with an all-ones mask
+    p_ids = [r[m.bool()].tolist() for r, m in zip(ea_out["prompt_ids"], ea_out["prompt_mask"])]
+    c_ids = [r[m.bool()].tolist() for r, m in zip(ea_out["completion_ids"], ea_out["completion_mask"])]
+    batch = _batch(e_answer, rows[:4])
+    neg = [i for i, x in enumerate(batch) if int(x["y"]) == 0]
+    full = e_answer._self_certainty([(p_ids[i], c_ids[i]) for i in neg])  # no rows: every token counts
+    assert len(c_ids[neg[0]]) > 2
+    assert ea_m["abpo/reward/self_certainty_mean"] == pytest.approx(sum(full) / len(full), rel=1e-4)
+    # the correlations over the update so far: r_sc vs the chosen item's popularity and title length
+    assert -1.0 <= ea_m["abpo/r_sc_corr_title_len"] <= 1.0 and -1.0 <= ea_m["abpo/r_sc_corr_popularity"] <= 1.0
+    assert len(e_answer._abpo_sc_trace["r_sc"]) == len(neg)
+    with pytest.raises(ValueError, match="self_certainty_positions='all'"):
+        _items_trainer(load_tiny, rows, tiny_update_cfg, tmp_path, "abpo", "all")
+
+
+def test_step_diagnostics_b_against_f_on_the_same_weights(load_tiny, item_rows, tiny_update_cfg, tmp_path):
+    """Every variant logs the SNIPS weight summary of the step's logged rows (B too: the weights it ignores), and
+    the gradient diagnostics against vanilla GRPO on its own rollouts: B against itself is gamma = cos = 1; F's
+    weights are those its SNIPS step uses; gamma recomputed by hand from the rollouts and e_old."""
+    from abpo.algo.advantages import group_advantages
+    from abpo.algo.diagnostics import gamma_ratio, log_odds_push
+
+    rows, _ = item_rows
+    tiny_update_cfg = dataclasses.replace(tiny_update_cfg, group_size=8)  # enough rollouts to choose a^log
+    b_trainer = _items_trainer(load_tiny, rows, tiny_update_cfg, tmp_path, "grpo")
+    _, b = _step(b_trainer, rows[:4])
+    f_trainer = _items_trainer(load_tiny, rows, tiny_update_cfg, tmp_path, "abpo")
+    f_out, f = _step(f_trainer, rows[:4])
+    keys = ["abpo/w_p50", "abpo/w_p90", "abpo/w_p99", "abpo/w_max", "abpo/w_ess", "abpo/w_ess_share"]
+    for key in keys:
+        assert b[key] == pytest.approx(f[key], rel=1e-6), key  # the same model and log: the same weights
+    assert f["abpo/w_max"] == pytest.approx(f["abpo/snips/w_max"], rel=1e-6)
+    assert f["abpo/w_ess_share"] == pytest.approx(f["abpo/snips/ess_fraction"], rel=1e-6)
+    assert 0.0 <= f["abpo/zero_spread_share"] <= 1.0
+    assert b["abpo/gamma_ratio"] == pytest.approx(1.0)  # (seeded: some rollout chose a^log in a group with spread)
+    assert b["abpo/grad_cosine_vs_grpo"] == pytest.approx(1.0)
+    assert -1.0 <= f["abpo/grad_cosine_vs_grpo"] <= 1.0
+
+    # gamma of F by hand: pushes on a_log under F's advantages and under B's of B's rewards on F's rollouts
+    batch = _batch(f_trainer, rows[:4])
+    k = f_trainer.num_generations
+    rpf = f_trainer._abpo_rewards_per_func
+    r_b = (rpf[:, 0] + rpf[:, 1]).view(-1, k)
+    adv_b = group_advantages(r_b, f_trainer.abpo.eps_std)
+    adv_f = f_out["advantages"].view(-1, k)
+    chosen = torch.tensor(f_trainer._abpo_chosen_local).view(-1, k)
+    a_log = [list(batch[g * k]["candidates"]).index(batch[g * k]["a_log"]) for g in range(len(batch) // k)]
+    pf = [log_odds_push(chosen[g], adv_f[g], a_log[g]) for g in range(len(a_log))]
+    pb = [log_odds_push(chosen[g], adv_b[g], a_log[g]) for g in range(len(a_log))]
+    assert f["abpo/gamma_ratio"] == pytest.approx(gamma_ratio(pf, pb), rel=1e-5)
+    assert f["abpo/gamma_ratio"] != pytest.approx(1.0)  # the anchor changed the push on a^log

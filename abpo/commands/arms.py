@@ -31,6 +31,23 @@ def register(sub, common: argparse.ArgumentParser) -> None:
                    help="Serve the month with the simulator first (otherwise its logs must have landed).")
     a.set_defaults(handler=run, action="month")
 
+    a = asub.add_parser("size-update", parents=[common],
+                        help="Choose the LLM arms' update size on a simulated validation month (a grid of updates, "
+                        "each gated, none promoted).",
+                        description="In the state of the config (give it a throw-away paths.root and another seed / "
+                        "sim.salt than the reported series), run --month's bootstrap, serve (simulated) and ingest, "
+                        "then for each point of the --grid one update of --arm from its champion, registered and "
+                        "gated against that champion, never promoted; print each point's steps, wall time, the gate's "
+                        "paired offline test (ΔHR@5, SE, MDE) and off-policy ΔCTR with its 95% interval, and whether "
+                        "the update moves the policy beyond the gate's noise (abpo.monthly.sizing).")
+    a.add_argument("--month", type=month_arg, required=True, help="The validation month, YYYY-MM.")
+    a.add_argument("--arm", default="abpo", help="The LLM arm to size (default abpo).")
+    a.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
+                   help="An axis of the grid (repeatable), e.g. --grid arms.update_max_examples=1024,2048 --grid "
+                   "update.learning_rate=1e-4,3e-4; none: the config as it is.")
+    a.add_argument("--out", help="Also write the table (markdown) and the points (JSON beside it) to this file.")
+    a.set_defaults(handler=run, action="size-update")
+
     a = asub.add_parser("status", parents=[common], help="Print each arm's champion and challenger.",
                         description="Print each arm's champion and challenger with their lineage tags.")
     a.set_defaults(handler=run, action="status")
@@ -75,6 +92,24 @@ def run(args: argparse.Namespace, cfg) -> int:
 
         out = run_month(cfg, args.month, simulate=args.simulate)
         print(f"report: {out.report.html}")
+    elif args.action == "size-update":
+        from pathlib import Path
+
+        from abpo.config import load_config
+        from abpo.experiment.sweep import parse_sweep, probes
+        from abpo.monthly.sizing import size_update, sizing_markdown
+
+        grid = probes(parse_sweep(args.grid)) if args.grid else [[]]
+        sets = list(args.overrides or [])
+        points = size_update(cfg, str(args.month), args.arm, grid,
+                             config_for=lambda extra: load_config(args.config, sets + list(extra)))
+        md = sizing_markdown(points, arm=args.arm, month=str(args.month))
+        print(md)
+        if args.out:
+            out = Path(args.out)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(md)
+            out.with_suffix(".json").write_text(json.dumps([p.to_json() for p in points], indent=1))
     elif args.action == "adopt":
         from abpo.monthly.adopt import adopt_model
 

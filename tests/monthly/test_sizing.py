@@ -1,0 +1,78 @@
+"""abpo.monthly.sizing / `abpo arms size-update`: the "beyond the gate's noise" rule on constructed gate numbers,
+the table, and (slow) a real grid on a shrunken config: every point starts from the same champion, is registered and
+gated, and nothing is promoted."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from abpo.monthly.sizing import SizingPoint, moves_beyond_noise, sizing_markdown
+
+
+def test_moves_beyond_noise_on_constructed_gate_numbers():
+    # offline: |diff| against 1.96 SE
+    assert moves_beyond_noise({"diff": -0.03, "se": 0.01}, None)
+    assert moves_beyond_noise({"diff": 0.021, "se": 0.01}, None)
+    assert not moves_beyond_noise({"diff": 0.019, "se": 0.01}, None)
+    assert not moves_beyond_noise({"diff": 0.0, "se": 0.0}, None)  # no user changed
+    assert moves_beyond_noise({"diff": 0.01, "se": 0.0}, None)
+    assert not moves_beyond_noise({"diff": math.nan, "se": 0.01}, None)
+    # off-policy: the 95% interval of the SNIPS CTR difference excludes 0
+    quiet = {"diff": 0.001, "se": 0.01}
+    assert moves_beyond_noise(quiet, {"diff": 0.004, "ci_low": 0.001, "ci_high": 0.007})
+    assert moves_beyond_noise(quiet, {"diff": -0.004, "ci_low": -0.007, "ci_high": -0.0005})
+    assert not moves_beyond_noise(quiet, {"diff": 0.0005, "ci_low": -0.0005, "ci_high": 0.0014})
+    assert not moves_beyond_noise(quiet, {"diff": math.nan, "ci_low": math.nan, "ci_high": math.nan})
+
+
+def test_sizing_markdown_has_a_row_per_point():
+    pts = [SizingPoint(["arms.update_max_examples=1024"], 7320, 64, 40.0, "4",
+                       {"diff": -0.0066, "se": 0.004, "wins": 2, "losses": 6, "mde": 0.013}, None, True, False),
+           SizingPoint(["arms.update_max_examples=4096"], 7320, 256, 160.0, "5",
+                       {"diff": 0.03, "se": 0.01, "wins": 30, "losses": 12, "mde": 0.03},
+                       {"diff": 0.004, "ci_low": 0.001, "ci_high": 0.007}, True, True)]
+    md = sizing_markdown(pts, arm="abpo", month="2026-03")
+    rows = [line for line in md.splitlines() if line.startswith("| arms.")]
+    assert len(rows) == 2 and rows[0].endswith("| PASS | no |") and rows[1].endswith("| PASS | yes |")
+    assert "+0.0040 [+0.0010, +0.0070]" in rows[1] and "2/6" in rows[0]
+
+
+SMALL = ["data.max_users=60", "data.update_steps=6", "sft.max_steps=20", "sft.eval_max_users=20",
+         "data.eval_candidates=20", "update.batch_size=8", "update.save_steps=100", "arms.min_rows_per_stratum=1",
+         "sim.click_next=1.0", "sim.base_ctr=0.2"]
+
+
+@pytest.mark.slow
+def test_size_update_runs_a_grid_from_one_champion_and_promotes_nothing(tmp_path, capsys):
+    from abpo.arms import versions as arm_versions
+    from abpo.cli import main
+
+    sets = [x for s in (f"paths.root={tmp_path}", *SMALL) for x in ("--set", s)]
+    rc = main(["arms", "size-update", "--config", "tiny", *sets, "--month", "2026-01", "--arm", "grpo",
+               "--grid", "update.max_steps=1,3", "--out", str(tmp_path / "sizing.md")])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "### Update size on validation month 2026-01, arm grpo" in out
+    import json
+
+    from abpo.config import load_config
+
+    points = json.loads((tmp_path / "sizing.json").read_text())
+    assert [p["overrides"] for p in points] == [["update.max_steps=1"], ["update.max_steps=3"]]
+    assert [p["steps"] for p in points] == [1, 3]
+    assert points[0]["version"] != points[1]["version"]
+    for p in points:
+        assert {"diff", "se", "mde", "wins", "losses"} <= set(p["offline"]) and p["off_policy"]["n"] > 0
+    cfg = load_config("tiny", [f"paths.root={tmp_path}", *SMALL])
+    champ = arm_versions.get_version(cfg, "grpo", "champion")
+    assert str(champ.version) == "1"  # the grid's challengers are gated, never promoted
+    from mlflow import MlflowClient
+
+    from abpo import registry
+
+    registry.configure(cfg)
+    for p in points:  # each started from that champion
+        mv = MlflowClient().get_model_version(arm_versions.model_name("grpo"), p["version"])
+        assert mv.tags["parent_version"] == "1" and mv.tags["gate.verdict"] in ("pass", "fail")

@@ -460,11 +460,12 @@ def promote(cfg, arm: str, version: str | int, *, expected_champion: str | int |
     Atomic: the champion is re-read, compared and moved inside the arm's :func:`promotion_lock`, so of several
     concurrent promotions expecting the same champion exactly one moves it and the others are refused. A holdback
     arm (abpo.arms.names.HOLDBACK) is never promoted: its champion stays pi_init (HoldbackNeverPromoted)."""
+    name = model_name(arm)  # an unknown arm: NotInRegistry, one line
     if names.entry(arm).kind == names.HOLDBACK:
-        raise HoldbackNeverPromoted(f"{model_name(arm)}: arm {arm} is a holdback; rule: its champion stays "
+        raise HoldbackNeverPromoted(f"{name}: arm {arm} is a holdback; rule: its champion stays "
                                     f"pi_init, never promoted (version {version} refused)")
     if get_version(cfg, arm, str(version)) is None:
-        raise NotInRegistry(f"{model_name(arm)}: no version {version}; nothing promoted")
+        raise NotInRegistry(f"{name}: no version {version}; nothing promoted")
     with promotion_lock(cfg, arm):
         return _promote_locked(cfg, arm, str(version), expected_champion=expected_champion, reason=reason,
                                actor=actor or history.os_actor(), action=action,

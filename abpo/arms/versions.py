@@ -189,16 +189,6 @@ class PromotionRace(RuntimeError):
     refused, nothing changed."""
 
 
-class HoldbackNeverPromoted(PromotionRace):
-    """A promotion of the holdback arm (abpo.arms.names.HOLDBACK): refused, its champion stays pi_init (a
-    PromotionRace, so `abpo arms promote` reports it in one line like any refused promotion)."""
-
-
-class PromotionRace(RuntimeError):
-    """The champion moved since the caller looked, or another promotion of the arm holds the lock: the promotion is
-    refused, nothing changed."""
-
-
 class ChampionMoved(PromotionRace):
     """The champion is no longer the one the month started from (a rollback, a promotion or a hand move since the
     update read it): the month's promotion is refused with a message, nothing changed (not retried: the month's

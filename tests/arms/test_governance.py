@@ -85,8 +85,7 @@ def test_every_promotion_is_recorded_with_its_actor_and_the_history_is_append_on
 
 
 def test_a_hand_move_in_mlflow_is_recorded_pinned_and_respected_by_the_gate(reg):
-    from abpo.arms import history
-    from abpo.arms import versions as arm_versions
+    from abpo.arms import history, versions as arm_versions
     from abpo.monthly.bootstrap import bootstrap_arms
     from abpo.monthly.promote import promote_arm
 
@@ -141,8 +140,7 @@ def test_rollback_returns_to_the_previous_champion_in_the_history(reg, abpo):
 
 
 def test_rollback_to_a_deleted_version_is_refused_and_changes_nothing(reg, abpo):
-    from abpo.arms import history
-    from abpo.arms import versions as arm_versions
+    from abpo.arms import history, versions as arm_versions
 
     cfg, client = reg
     arm_versions.promote(cfg, "abpo", "2")
@@ -158,8 +156,7 @@ def test_rollback_to_a_deleted_version_is_refused_and_changes_nothing(reg, abpo)
 
 
 def test_a_rollback_during_the_month_stops_its_promotion_with_a_message(reg, abpo):
-    from abpo.arms import history
-    from abpo.arms import versions as arm_versions
+    from abpo.arms import history, versions as arm_versions
     from abpo.monthly.gate import month_start_champion
     from abpo.monthly.promote import promote_arm
 
@@ -177,8 +174,7 @@ def test_a_rollback_during_the_month_stops_its_promotion_with_a_message(reg, abp
 
 
 def test_a_pending_entry_of_a_mover_that_died_is_settled_by_the_next_writer(reg):
-    from abpo.arms import history
-    from abpo.arms import versions as arm_versions
+    from abpo.arms import history, versions as arm_versions
 
     cfg, client = reg
     arm_versions.promote(cfg, "abpo", "2")

@@ -24,6 +24,16 @@ wall time swings with other load). F's extra work per step: e_old (scoring all M
 under pi_old) and self-certainty. Prints the median seconds per step and the ratios.
 
 GPU (vLLM vs HF generate tokens/second) is not measured here: this benchmark runs on the CPU preset.
+
+    .venv/bin/python benchmarks/update_step.py --processes [--m 20] [--steps 4]
+
+Rows for several processes instead (ABPO, variant F, the same data and the same update.batch_size, which counts the
+examples of a step over all processes): P1 one process; P2-DDP two processes under torchrun (DDP over gloo);
+P2-ZeRO2 two processes with update.deepspeed=configs/deepspeed_zero2.json (DeepSpeed's CPU accelerator; skipped
+without the distributed extra). Each row is launched as its own `torchrun` (P1 too, so the three pay the same
+start-up), rank 0 times its steps. On a machine with 2 cores this measures the overhead of the process group
+(gradient all-reduce, gathered rewards, ZeRO's partitioned optimizer), not a speed-up: the processes share the cores
+the single process had.
 """
 
 from __future__ import annotations
@@ -97,7 +107,7 @@ def time_variant(variant, model_dir, tok, ds, update_cfg, policy_cfg, settings, 
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    u = dataclasses.replace(update_cfg, variant=variant, max_steps=steps + warmup, save_steps=10**6, warmup_ratio=0.0)
+    u = dataclasses.replace(update_cfg, max_steps=steps + warmup, save_steps=10**6, warmup_ratio=0.0)
     s = dataclasses.replace(settings, variant=variant)
     timer = StepTimer()
     trainer, _ = train_update(model, tok, ds, u, s, output_dir=out_dir / name, seed=0,
@@ -105,6 +115,107 @@ def time_variant(variant, model_dir, tok, ds, update_cfg, policy_cfg, settings, 
                               callbacks=[timer.callback], grpo_overrides={"save_strategy": "no"}, quiet=True)
     extra = [h.get("abpo/advantage_time_s") for h in trainer.state.log_history if "abpo/advantage_time_s" in h]
     return timer.times[warmup:], timer.cpu[warmup:], extra[warmup:]  # drop the warm-up steps
+
+
+def worker(spec_path: str) -> int:
+    """One process of a --processes row (launched by torchrun): train `steps + warmup` steps of variant F on the
+    saved dataset; rank 0 writes its step times to the spec's `out` file."""
+    import json
+
+    import datasets
+    import torch
+    from transformers import AutoTokenizer
+
+    from abpo.config import load_config
+    from abpo.train.distributed import dist_state
+    from abpo.train.update import settings_for
+
+    spec = json.loads(Path(spec_path).read_text())
+    torch.set_num_threads(spec["threads"])
+    cfg = load_config(spec["config"], spec["sets"])
+    dist = dist_state(deepspeed=bool(cfg.update.deepspeed))
+    ds = datasets.load_from_disk(spec["dataset"])
+    tok = AutoTokenizer.from_pretrained(spec["model_dir"])
+    t, cp, _ = time_variant("abpo", spec["model_dir"], tok, ds, cfg.update, cfg.policy, settings_for(cfg, "abpo"),
+                            spec["steps"], spec["warmup"], Path(spec["work"]), spec["name"])
+    if dist.is_main:
+        Path(spec["out"]).write_text(json.dumps({"wall": t, "cpu": cp}))
+    return 0
+
+
+def processes_rows(args) -> int:
+    """The --processes rows (see the module docstring): P1, P2-DDP, P2-ZeRO2 as torchrun launches of `worker`."""
+    import importlib.util
+    import json
+    import os
+    import subprocess
+
+    import pyarrow as pa
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from abpo.config import load_config
+    from abpo.data.loaders import load_dataset
+    from abpo.policy.model import build_tiny
+    from abpo.train.dataset import update_dataset_from_strata
+
+    m = args.m[0]
+    sets = [f"data.train_candidates={m}", f"policy.max_prompt_tokens={max(1024, 24 * m + 512)}"]
+    if args.batch_size:
+        sets.append(f"update.batch_size={args.batch_size}")
+    if args.group_size:
+        sets.append(f"update.group_size={args.group_size}")
+    cfg = load_config(args.config, sets)
+    rows = {"P1": (1, []), "P2-DDP": (2, [])}
+    if importlib.util.find_spec("deepspeed") is not None:
+        rows["P2-ZeRO2"] = (2, ["update.deepspeed=configs/deepspeed_zero2.json"])
+    else:
+        print("P2-ZeRO2 skipped: deepspeed is not installed (pip install 'abpo[distributed]')")
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="abpo-bench-") as tmp:
+        tmp = Path(tmp)
+        dataset = load_dataset(cfg.data)
+        model_dir = build_tiny(cfg.policy, cfg.paths, dataset.titles(), seed=cfg.seed)
+        tok = AutoTokenizer.from_pretrained(model_dir)
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+        n_req = cfg.update.batch_size * (args.steps + args.warmup) * 2
+        pos, neg = build_log(cfg, dataset, model, tok, n_req, args.click_rate, cfg.seed)
+        ds, _ = update_dataset_from_strata(pa.Table.from_pylist(pos), pa.Table.from_pylist(neg), dataset.titles(),
+                                           tok, cfg.policy, examples_per_batch=cfg.update.batch_size, seed=cfg.seed)
+        ds.save_to_disk(str(tmp / "dataset"))
+        print(f"M={m}: {len(ds)} rows, G={cfg.update.group_size}, batch={cfg.update.batch_size} examples per step "
+              f"over all processes", flush=True)
+        for rep in range(args.reps):
+            for name, (n, extra) in rows.items():
+                out = tmp / f"{name}-{rep}.json"
+                spec = {"config": args.config, "sets": [*sets, *extra], "dataset": str(tmp / "dataset"),
+                        "model_dir": str(model_dir), "steps": args.steps, "warmup": args.warmup,
+                        "threads": args.threads, "work": str(tmp / f"work-{rep}"), "name": name, "out": str(out)}
+                (tmp / "spec.json").write_text(json.dumps(spec))
+                cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
+                       __file__, "--worker", str(tmp / "spec.json")]
+                env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+                p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+                if p.returncode != 0:
+                    print((p.stdout + p.stderr)[-3000:])
+                    raise SystemExit(f"{name}: {' '.join(cmd)} exited {p.returncode}")
+                r = json.loads(out.read_text())
+                results.setdefault(name, {"wall": [], "cpu": []})
+                results[name]["wall"] += r["wall"]
+                results[name]["cpu"] += r["cpu"]
+                print(f"  rep {rep} {name:8s}: wall " + " ".join(f"{v:.2f}" for v in r["wall"]) + " s/step; rank-0 "
+                      "CPU " + " ".join(f"{v:.2f}" for v in r["cpu"]) + " s/step", flush=True)
+    print()
+    print("median per optimizer step (the same examples per step in every row); wall = seconds, CPU = rank 0's "
+          "process CPU seconds")
+    print(f"{'row':>9} {'procs':>5} {'wall':>7} {'CPU':>7} {'wall / P1':>9}")
+    base = statistics.median(results["P1"]["wall"])
+    for name, (n, _) in rows.items():
+        w = statistics.median(results[name]["wall"])
+        print(f"{name:>9} {n:>5} {w:>7.2f} {statistics.median(results[name]['cpu']):>7.2f} {w / base:>9.2f}")
+    print(f"on {os.cpu_count()} cores: the processes share them, so the ratio is the overhead of the process group, "
+          "not a speed-up")
+    return 0
 
 
 def main(argv=None) -> int:
@@ -121,7 +232,14 @@ def main(argv=None) -> int:
     ap.add_argument("--click-rate", type=float, default=0.25, help="share of requests logged as clicks")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (the tiny preset's policy.num_threads is 1)")
     ap.add_argument("--config", default="tiny")
+    ap.add_argument("--processes", action="store_true",
+                    help="rows for 1 and 2 processes (P1, P2-DDP, P2-ZeRO2) instead of B / F / F-text")
+    ap.add_argument("--worker", metavar="SPEC", help=argparse.SUPPRESS)  # one process of a --processes row
     args = ap.parse_args(argv)
+    if args.worker:
+        return worker(args.worker)
+    if args.processes:
+        return processes_rows(args)
 
     import torch
     from transformers import AutoModelForCausalLM

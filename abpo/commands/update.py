@@ -38,6 +38,7 @@ def register(sub, common: argparse.ArgumentParser) -> None:
 
 def cmd_update(args: argparse.Namespace, cfg) -> int:
     from abpo.algo.variants import get_variant
+    from abpo.train.distributed import LaunchRefused
     from abpo.train.update import UpdateInputMissing, UpdateRun, rollout_signal, run_update
 
     if args.max_steps is not None:
@@ -56,6 +57,13 @@ def cmd_update(args: argparse.Namespace, cfg) -> int:
     except UpdateInputMissing as e:
         print(f"abpo update: {e}", file=sys.stderr)
         return 1
+    except LaunchRefused as e:  # a multi-process launch that would train wrongly: nothing trained, no MLflow run
+        print(str(e) if str(e).startswith("abpo update") else f"abpo update: {e}", file=sys.stderr)
+        return 2
+    from abpo.train.distributed import dist_state
+
+    if not dist_state().is_main:
+        return 0  # rank 0 prints the summary
     uri = cfg.paths.tracking_uri()
     if not variant.update:
         print(f"update: variant A (no update): the policy stays pi_init at {res.model_dir}")

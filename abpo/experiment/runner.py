@@ -878,7 +878,7 @@ RETIRED_UPDATE_KEYS: dict[str, Any] = {"variant": "abpo", "months": [], "arm": "
 
 # Keys added to section `update` after cells were cached, with their default (= the behaviour before they existed):
 # at that default a key is left out of the digest, so cached cells keep their fingerprints; any other value enters it.
-ADDED_UPDATE_KEYS: dict[str, Any] = {"self_certainty_positions": "choice"}
+ADDED_UPDATE_KEYS: dict[str, Any] = {"self_certainty_positions": "choice", "greedy_rollouts": False, "processes": 1}
 
 
 def cell_fingerprint(cfg, row: str, seed: int | None = None, r: int | None = None) -> str:

@@ -9,12 +9,22 @@ update logs the share of its rows by logging arm and, with ``all``, the quantile
 (params ``logged_by.<arm>``, metrics ``first_step_w/*``, tag ``abpo.update_logs``). Too few rows of a stratum raise
 NotEnoughFeedback: the arm keeps its champion this month (the DAG marks the arm's steps skipped). With
 ``arms.gate_users = warehouse`` the rows of the gate's held-out users are left out (counted in the run's tags
-abpo.gate_holdout_*): the gate scores users no update trained on."""
+abpo.gate_holdout_*): the gate scores users no update trained on.
+
+``update.processes`` N > 1: the update itself runs as N data-parallel processes (``torchrun --nproc_per_node N -m
+abpo.monthly.update DIR``, :func:`launch_refresh`): the task writes its inputs (the config, the run, the strata as
+Parquet) under DIR, the processes train (abpo.train.distributed: rank 0 logs the one MLflow run and writes
+update.json) and the task reads the result back from update.json, so the Airflow task's own process never holds the
+model being trained (docs/distributed.md)."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+import subprocess
+import sys
+from pathlib import Path
 
 from abpo import registry as core_registry
 from abpo.arms import versions as arm_versions
@@ -148,8 +158,12 @@ def update_llm_arm(cfg, arm: str, month: Month) -> UpdateResult:
     if held is not None:  # arms.gate_users = warehouse: what D_bandit left out, on the update's run
         tags.update({"abpo.gate_users": "warehouse", "abpo.gate_holdout_users": str(held.users),
                      "abpo.gate_holdout_rows": str(held.rows)})
-    res = arm_class(arm).refresh(arm, cfg, month=month, parent_dir=parent_dir, months=months,
-                                 strata=(pos, neg), run_tags=tags)
+    if cfg.update.processes > 1:
+        res = launch_refresh(cfg, arm, month=month, parent_dir=parent_dir, months=months, strata=(pos, neg),
+                             run_tags=tags)
+    else:
+        res = arm_class(arm).refresh(arm, cfg, month=month, parent_dir=parent_dir, months=months,
+                                     strata=(pos, neg), run_tags=tags)
     with mlflow.start_run(run_id=res.mlflow_run_id):
         import pyarrow as pa
 
@@ -170,3 +184,60 @@ def update_llm_arm(cfg, arm: str, month: Month) -> UpdateResult:
                        update_logs=mode, logged_by=shares, first_step_w=weights)
     core_registry.record_task_result(res.mlflow_run_id, out.to_json())
     return out
+
+
+# ------------------------------------------------------------------------------------- several processes
+
+LAUNCH_DIR = "launch"  # under the update's output directory: the inputs of a multi-process update
+
+
+def launch_refresh(cfg, arm: str, *, month: Month, parent_dir: Path, months: list[str], strata, run_tags):
+    """The arm's refresh (abpo.arms: ``arm_class(arm).refresh``) as ``update.processes`` data-parallel processes:
+    its inputs written under ``<paths.models>/arms/<arm>/<month>/launch/`` (config.yaml, run.json, the strata as
+    positive.parquet / no_response.parquet), ``torchrun --standalone --nproc_per_node N -m abpo.monthly.update DIR``
+    run to its end, and the result read back from the update.json rank 0 wrote (abpo.train.update.read_update_json).
+    A failed launch raises RuntimeError naming the command, its exit status and the tail of its output."""
+    import pyarrow.parquet as pq
+    import yaml
+
+    from abpo.train.update import read_update_json
+
+    n = int(cfg.update.processes)
+    out = cfg.paths.resolve("models") / "arms" / arm / str(month)
+    launch = out / LAUNCH_DIR
+    launch.mkdir(parents=True, exist_ok=True)
+    (out / "update.json").unlink(missing_ok=True)  # the result read back is this launch's, never an older one
+    (launch / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    (launch / "run.json").write_text(json.dumps({"arm": arm, "month": str(month), "parent_dir": str(parent_dir),
+                                                 "months": list(months), "run_tags": dict(run_tags)}, indent=1))
+    pq.write_table(strata[0], launch / "positive.parquet")
+    pq.write_table(strata[1], launch / "no_response.parquet")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
+           "-m", "abpo.monthly.update", str(launch)]
+    log.info(f"update {arm}: {n} processes: {' '.join(cmd)}")
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0 or not (out / "update.json").exists():
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        raise RuntimeError(f"update {arm}, month {month}: `{' '.join(cmd)}` exited {proc.returncode}"
+                           f"{'' if (out / 'update.json').exists() else ' without writing update.json'}:\n{tail}")
+    return read_update_json(out / "update.json")
+
+
+def launched_refresh(launch: Path):
+    """One process of :func:`launch_refresh`: the config and inputs from ``launch``, the arm's refresh."""
+    import pyarrow.parquet as pq
+
+    from abpo.config import load_config
+
+    cfg = load_config(launch / "config.yaml")
+    run = json.loads((launch / "run.json").read_text())
+    strata = (pq.read_table(launch / "positive.parquet"), pq.read_table(launch / "no_response.parquet"))
+    return arm_class(run["arm"]).refresh(run["arm"], cfg, month=Month(run["month"]), parent_dir=Path(run["parent_dir"]),
+                                         months=run["months"], strata=strata, run_tags=run["run_tags"])
+
+
+if __name__ == "__main__":  # torchrun -m abpo.monthly.update DIR (launch_refresh)
+    from abpo.logs import task_logging
+
+    task_logging("update")
+    launched_refresh(Path(sys.argv[1]))

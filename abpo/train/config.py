@@ -87,15 +87,16 @@ class UpdateConfig:
     batch_size: int = field(
         default=4,
         metadata={
-            "help": "Logged examples per device micro-batch (paper: 4; CPU preset: 16, i.e. 48 rollouts in one "
-            "generate call and one loss pass: fewer, better-vectorised steps); TRL per_device_train_batch_size = "
-            "batch_size x rollouts per example."
+            "help": "Logged examples per micro-batch over all processes (paper: 4; CPU preset: 16, i.e. 48 rollouts "
+            "in one generate call and one loss pass: fewer, better-vectorised steps); each of N processes trains "
+            "batch_size / N of them (N must divide it): TRL per_device_train_batch_size = batch_size / N x rollouts "
+            "per example, so the update is the same whatever N."
         },
     )
     grad_accum: int = field(
         default=1,
         metadata={
-            "help": "Gradient accumulation steps (paper: 8). One optimizer step = batch_size x grad_accum x devices "
+            "help": "Gradient accumulation steps (paper: 8). One optimizer step = batch_size x grad_accum "
             "logged examples = one generation batch = the SNIPS mini-batch (stratified: both y in it)."
         },
     )
@@ -113,6 +114,15 @@ class UpdateConfig:
     top_p: float = field(default=1.0, metadata={"help": "Rollout nucleus sampling (GRPOConfig.top_p); 1 = off."})
     max_completion_length: int = field(
         default=48, metadata={"help": "Max new tokens per rollout; an answer is <item_id>ID</item_id><item>TITLE</item>."}
+    )
+    greedy_rollouts: bool = field(
+        default=False,
+        metadata={
+            "help": "Rollouts take the most likely answer (HF generate do_sample=False; constrained rollouts the "
+            "argmax of Eq. q) instead of sampling at update.temperature: deterministic, for checks that compare "
+            "launches (2 processes vs 1, docs/distributed.md). Every rollout of a group is then the same, so only "
+            "the anchored variants (C-F) still learn. Off = the spec's sampled rollouts."
+        },
     )
     use_vllm: bool = field(default=False, metadata={"help": "Generate rollouts with vLLM (GPU only; needs the gpu extra)."})
     vllm_mode: str = field(
@@ -134,7 +144,19 @@ class UpdateConfig:
     gradient_checkpointing: bool = field(default=False, metadata={"help": "Gradient checkpointing (GPU preset)."})
     deepspeed: str = field(
         default="",
-        metadata={"help": "DeepSpeed JSON config, repo-relative or absolute (GPU preset: configs/deepspeed_zero2.json)."},
+        metadata={"help": "DeepSpeed JSON config, repo-relative or absolute (GPU preset: configs/deepspeed_zero2.json; "
+                          "it runs on the CPU too, over DeepSpeed's CPU accelerator: docs/distributed.md). Needs the "
+                          "distributed extra (pip install 'abpo[distributed]')."},
+    )
+    processes: int = field(
+        default=1,
+        metadata={
+            "help": "Processes of the monthly arm update (Airflow task <arm>.update): above 1 the task launches "
+            "`torchrun --nproc_per_node N` running the update data-parallel (CPU: gloo; GPU: one per GPU), its "
+            "inputs from a file, its result through update.json (docs/distributed.md). update.batch_size is the "
+            "batch over all processes and must be divisible by N. `abpo update` itself runs as the processes it "
+            "was launched as."
+        },
     )
     # ------------------------------------------------------------------ data, checkpoints, logging
     max_examples: int = field(

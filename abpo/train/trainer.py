@@ -238,11 +238,6 @@ class ABPOTrainer(GRPOTrainer):
         # (r_sc, popularity, title tokens) of every scored no-response rollout of the update so far, for the
         # correlations abpo/r_sc_corr_popularity and abpo/r_sc_corr_title_len (reset by a resume: a new trainer)
         self._abpo_sc_trace: dict[str, list[float]] = {"r_sc": [], "popularity": [], "title_len": []}
-        if settings.constrained_rollouts and self.accelerator.num_processes != 1:
-            raise ValueError(
-                "policy.constrained_rollouts: rule: single-process training only (its log-probs are computed on the "
-                "unwrapped model, outside DDP/DeepSpeed); use free generation for multi-process runs"
-            )
 
     # ------------------------------------------------------------------------------ wrapped TRL methods
 
@@ -328,8 +323,12 @@ class ABPOTrainer(GRPOTrainer):
         needs it) is KL(U || pi_theta(.|q)) at that one choice position, from the same logits."""
         from abpo.policy.constrained import sample_single_choice
 
+        # greedy rollouts (GRPOConfig.generation_kwargs do_sample=False, as HF generate reads it): the argmax of
+        # Eq. q, drawn from the one-hot limit of its softmax
+        greedy = (self.args.generation_kwargs or {}).get("do_sample", True) is False
         completion_ids, logits = sample_single_choice(
-            self._unwrapped(), prompt_ids, tries, self.temperature, batch_tokens=self.abpo.scoring_batch_tokens
+            self._unwrapped(), prompt_ids, tries, 1e-6 if greedy else self.temperature,
+            batch_tokens=self.abpo.scoring_batch_tokens,
         )
         if record:
             self._abpo_rollout_sc = token_kl_from_uniform(logits).tolist()
@@ -391,6 +390,20 @@ class ABPOTrainer(GRPOTrainer):
         from abpo.policy.constrained import constrained_token_logps
 
         unwrapped = self.accelerator.unwrap_model(model)
+        if model is not unwrapped and torch.is_grad_enabled():
+            # through the wrapper (DDP, DeepSpeed engine): its forward calls the module's, here this very
+            # computation, so the wrapper sees the forward it reduces gradients for (DDP's prepare_for_backward,
+            # ZeRO's hooks) exactly as for TRL's full-vocabulary log-probs
+            def forward(*_a, **_k):
+                return self._constrained_logps(
+                    unwrapped, input_ids, attention_mask, completion_ids, allowed, share_prompts=share_prompts
+                )
+
+            unwrapped.forward = forward
+            try:
+                return model()
+            finally:
+                del unwrapped.forward  # the class's forward again
         base = unwrapped.get_base_model() if hasattr(unwrapped, "get_base_model") else unwrapped
         decoder = base.get_decoder()
         t = completion_ids.size(1)
@@ -526,13 +539,23 @@ class ABPOTrainer(GRPOTrainer):
                 ratio, adv = torch.exp(sequence_log_ratio(logps, old, m, self.abpo.ratio_level)), advantages
                 w = torch.ones_like(ratio)
             clipped = ((ratio < 1 - self.epsilon_low) & (adv < 0)) | ((ratio > 1 + self.epsilon_high) & (adv > 0))
-            self._metrics[mode]["clip_ratio/region_mean"].append((clipped.float() * w).sum().item() / max(w.sum().item(), 1.0))
-            self._metrics[mode]["entropy"].append((entropies * m).sum().item() / max(m.sum().item(), 1.0))
-            self._metrics[mode]["abpo/objective"].append(objective.item())
+            # reduced over the processes before they are logged (sums and counts, so a multi-process step logs the
+            # values one process would log for the whole batch): [numerator, denominator] per metric
+            parts = {
+                "clip_ratio/region_mean": ((clipped.float() * w).sum(), w.sum()),
+                "entropy": ((entropies * m).sum(), m.sum()),
+                "abpo/objective": (objective.detach() * len(advantages), torch.tensor(float(len(advantages)))),
+            }
             if ref is not None:  # the KL term's value: mean over rollouts of kl_k3 (TRL's metric name)
                 from abpo.algo.surrogate import kl_k3
 
-                self._metrics[mode]["kl"].append(kl_k3(logps.detach(), ref.detach(), mask).mean().item())
+                kl = kl_k3(logps.detach(), ref.detach(), mask)
+                parts["kl"] = (kl.sum(), torch.tensor(float(kl.numel())))
+            local = torch.stack([torch.stack([a.float().reshape(()), b.float().to(a.device).reshape(())])
+                                 for a, b in parts.values()])  # [metrics, 2]
+            total = self.accelerator.reduce(local.to(self.accelerator.device), reduction="sum").cpu()
+            for (name, _), (num, den) in zip(parts.items(), total.tolist(), strict=True):
+                self._metrics[mode][name].append(num / den if name == "abpo/objective" else num / max(den, 1.0))
         return loss
 
     # ------------------------------------------------------------------------------ the ABPO terms

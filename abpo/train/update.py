@@ -67,6 +67,16 @@ class UpdateResult:
     history: list[dict[str, float]] = field(default_factory=list)  # every step's logged metrics
 
 
+def read_update_json(path: Path) -> UpdateResult:
+    """The UpdateResult an update wrote to ``path`` (its update.json): what a launch of several processes returns
+    to the process that started it (abpo.monthly.update.launch_refresh)."""
+    raw = json.loads(Path(path).read_text())
+    for k in ("output_dir", "adapter_dir", "model_dir", "checkpoint_dir", "init_model_dir"):
+        raw[k] = Path(raw[k]) if raw.get(k) is not None else None
+    known = {f.name for f in dataclasses.fields(UpdateResult)}
+    return UpdateResult(**{k: v for k, v in raw.items() if k in known})
+
+
 # ------------------------------------------------------------------------------------------- rollout signal
 
 #: Per-step metrics whose mean over an update says whether its rollouts carried a learning signal.
@@ -120,6 +130,7 @@ def grpo_kwargs(update_cfg, variant: str, *, output_dir: str | Path, seed: int, 
     """
     from abpo.algo.variants import get_variant
     from abpo.paths import repo_path
+    from abpo.train.distributed import cuda_available, env_world_size
     from abpo.train.trainer import rollouts_per_example
 
     u = update_cfg
@@ -128,13 +139,17 @@ def grpo_kwargs(update_cfg, variant: str, *, output_dir: str | Path, seed: int, 
     if u.deepspeed:
         ds = Path(u.deepspeed)
         deepspeed = str(repo_path(ds))
+    # update.batch_size counts the logged examples of a micro-batch over all processes: each of the N processes of a
+    # torchrun / accelerate launch trains batch_size / N of them (abpo.train.distributed.check_launch refuses a
+    # batch the process count does not divide), so the update is the same whatever N
+    world = env_world_size()
     kwargs: dict[str, Any] = dict(
         output_dir=str(output_dir),
         seed=seed,
         data_seed=seed,
         # groups: one logged example -> k rollouts; batch_size examples per device micro-batch
         num_generations=k,
-        per_device_train_batch_size=u.batch_size * k,
+        per_device_train_batch_size=max(u.batch_size // world, 1) * k,
         gradient_accumulation_steps=u.grad_accum,
         steps_per_generation=u.grad_accum,
         num_iterations=1,
@@ -166,7 +181,13 @@ def grpo_kwargs(update_cfg, variant: str, *, output_dir: str | Path, seed: int, 
         fp16=False,
         gradient_checkpointing=u.gradient_checkpointing,
         deepspeed=deepspeed,
+        # the CPU said explicitly (a CPU launch of N processes is then data-parallel over gloo, not N processes
+        # training alone); DeepSpeed on the CPU brings its own CPU accelerator, which use_cpu would drop
+        use_cpu=not cuda_available() and deepspeed is None,
         disable_dropout=True,
+        # update.greedy_rollouts: the most likely answer instead of a sample (ABPOTrainer reads it for the
+        # constrained single-choice path too)
+        **({"generation_kwargs": {"do_sample": False}} if u.greedy_rollouts else {}),
         # checkpoints and logging (metrics go to MLflow through MLflowStepCallback)
         save_strategy="steps",
         save_steps=u.save_steps,
@@ -375,6 +396,58 @@ def _last_checkpoint(ckpt_dir: Path) -> str | None:
     return get_last_checkpoint(str(ckpt_dir)) if ckpt_dir.is_dir() else None
 
 
+def make_trainer(
+    model,
+    tokenizer,
+    train_dataset,
+    update_cfg,
+    settings,
+    *,
+    output_dir: Path,
+    seed: int,
+    peft_config=None,
+    callbacks: list | None = None,
+    grpo_overrides: dict | None = None,
+    quiet: bool = False,
+    item_popularity: dict[int, int] | None = None,
+):
+    """ABPOTrainer for ``settings.variant`` writing checkpoints under `output_dir/checkpoints`, checked against the
+    launch (abpo.train.distributed.check_trainer: a process group needs a distributed trainer, a DeepSpeed config
+    must not be dropped) before anything trains or an MLflow run opens. `quiet` drops the console
+    progress/printer callbacks (metrics still reach `trainer.state.log_history` and MLflow). ``item_popularity``
+    (item -> training interaction count) feeds the diagnostic abpo/r_sc_corr_popularity (docs/diagnostics.md)."""
+    from abpo.train.distributed import check_trainer
+    from abpo.train.trainer import ABPOTrainer, MLflowStepCallback
+
+    ckpt_dir = Path(output_dir) / "checkpoints"
+    args = grpo_config(update_cfg, settings.variant, output_dir=ckpt_dir, seed=seed, **(grpo_overrides or {}))
+    trainer = ABPOTrainer(
+        model=model,
+        args=args,
+        settings=settings,
+        train_dataset=train_dataset,
+        processing_class=tokenizer,
+        peft_config=peft_config,
+        callbacks=[MLflowStepCallback(), *(callbacks or [])],
+        item_popularity=item_popularity,
+    )
+    check_trainer(trainer, update_cfg)
+    if quiet:
+        from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+        trainer.remove_callback(PrinterCallback)
+        trainer.remove_callback(ProgressCallback)
+    return trainer
+
+
+def resume_point(output_dir: Path, resume: bool | str) -> str | None:
+    """The checkpoint a training resumes from: ``resume`` itself when a path, the last one under
+    `output_dir/checkpoints` when True, else None."""
+    if isinstance(resume, str):
+        return resume
+    return _last_checkpoint(Path(output_dir) / "checkpoints") if resume else None
+
+
 def train_update(
     model,
     tokenizer,
@@ -391,51 +464,39 @@ def train_update(
     quiet: bool = False,
     item_popularity: dict[int, int] | None = None,
 ):
-    """Build ABPOTrainer for ``settings.variant`` and train (resuming from the last checkpoint in
+    """Build ABPOTrainer (:func:`make_trainer`) and train (resuming from the last checkpoint in
     `output_dir/checkpoints` when `resume`). Returns (trainer, resumed_from). Logging to MLflow happens when a run
-    is active; `quiet` drops the console progress/printer callbacks (metrics still reach
-    `trainer.state.log_history` and MLflow). ``item_popularity`` (item -> training interaction count) feeds the
-    diagnostic abpo/r_sc_corr_popularity (docs/diagnostics.md)."""
-    from abpo.train.trainer import ABPOTrainer, MLflowStepCallback
-
-    ckpt_dir = Path(output_dir) / "checkpoints"
-    args = grpo_config(update_cfg, settings.variant, output_dir=ckpt_dir, seed=seed, **(grpo_overrides or {}))
-    trainer = ABPOTrainer(
-        model=model,
-        args=args,
-        settings=settings,
-        train_dataset=train_dataset,
-        processing_class=tokenizer,
-        peft_config=peft_config,
-        callbacks=[MLflowStepCallback(), *(callbacks or [])],
+    is active."""
+    trainer = make_trainer(
+        model, tokenizer, train_dataset, update_cfg, settings, output_dir=output_dir, seed=seed,
+        peft_config=peft_config, callbacks=callbacks, grpo_overrides=grpo_overrides, quiet=quiet,
         item_popularity=item_popularity,
     )
-    if quiet:
-        from transformers.trainer_callback import PrinterCallback, ProgressCallback
-
-        trainer.remove_callback(PrinterCallback)
-        trainer.remove_callback(ProgressCallback)
-    resumed_from = None
-    if isinstance(resume, str):
-        resumed_from = resume
-    elif resume:
-        resumed_from = _last_checkpoint(ckpt_dir)
+    resumed_from = resume_point(output_dir, resume)
     trainer.train(resume_from_checkpoint=resumed_from)
     return trainer, resumed_from
 
 
 def save_update(trainer, tokenizer, output_dir: Path, *, save_merged: bool) -> tuple[Path, Path | None]:
-    """adapter/ (LoRA or full weights) and, if asked, model/ (merged); both with the tokenizer."""
+    """adapter/ (LoRA or full weights) and, if asked, model/ (merged); both with the tokenizer. Called by every
+    process of a multi-process update: ``trainer.save_model`` is collective (DeepSpeed gathers there) and writes on
+    the main process; the tokenizer and the merged model are written by rank 0 alone, the others wait."""
+    from abpo.train.distributed import barrier
+
+    main = trainer.accelerator.is_main_process
     adapter_dir = Path(output_dir) / "adapter"
-    if adapter_dir.exists():
+    if main and adapter_dir.exists():
         shutil.rmtree(adapter_dir)
+    barrier()
     trainer.save_model(str(adapter_dir))
-    tokenizer.save_pretrained(adapter_dir)
+    if main:
+        tokenizer.save_pretrained(adapter_dir)
     merged_dir = None
     if save_merged:
         from abpo.policy.model import save_policy
 
         merged_dir = Path(output_dir) / "model"
+    if merged_dir is not None and main:
         if merged_dir.exists():
             shutil.rmtree(merged_dir)
         model = trainer.accelerator.unwrap_model(trainer.model)
@@ -444,6 +505,7 @@ def save_update(trainer, tokenizer, output_dir: Path, *, save_merged: bool) -> t
 
             model = copy.deepcopy(model).merge_and_unload()
         save_policy(model, tokenizer, merged_dir)
+    barrier()
     return adapter_dir, merged_dir
 
 
@@ -482,6 +544,10 @@ def run_update(
             mlflow.log_param("update.variant", variant.name)
         return UpdateResult(variant.name, out, None, init_dir, None, init_dir, mlrun.info.run_id, 0)
 
+    from abpo.train.distributed import barrier, broadcast_from_main, check_launch, dist_state
+
+    check_launch(cfg.update)  # a launch that would train wrongly stops here, before a model loads
+    dist = dist_state(deepspeed=bool(cfg.update.deepspeed))
     model, tokenizer = load_start_model(init_dir, cfg)
     if strata is not None:
         positive, no_response = strata
@@ -491,13 +557,8 @@ def run_update(
     from abpo.train.dataset import subsample_strata, update_dataset_from_strata
 
     dataset = load_dataset(cfg.data)
-    examples_per_batch = cfg.update.batch_size * cfg.update.grad_accum  # x processes (one on the CPU preset)
-    try:
-        import accelerate
-
-        examples_per_batch *= accelerate.PartialState().num_processes
-    except Exception:  # noqa: BLE001 - no distributed state: one process
-        pass
+    # one optimizer step over all processes (update.batch_size counts the examples of every process's micro-batch)
+    examples_per_batch = cfg.update.batch_size * cfg.update.grad_accum
     positive, no_response, note = subsample_strata(positive, no_response, cfg.update.max_examples, cfg.seed)
     train_ds, report = update_dataset_from_strata(
         positive, no_response, dataset.titles(), tokenizer, cfg.policy,
@@ -507,13 +568,26 @@ def run_update(
         report.notes.insert(0, note)
     out = output_dir_for(cfg, run)
     resume = cfg.update.resume
-    if (out / "update.json").exists():
+    finished = (out / "update.json").exists()
+    barrier()  # every process has looked before rank 0 removes anything
+    if finished:
         # a finished update of the same inputs: a rerun retrains from scratch (same seed -> same result) instead
         # of "resuming" a completed run; only an interrupted update (checkpoints, no update.json) resumes
-        shutil.rmtree(out / "checkpoints", ignore_errors=True)
-        (out / "update.json").unlink()
+        if dist.is_main:
+            shutil.rmtree(out / "checkpoints", ignore_errors=True)
+            (out / "update.json").unlink()
         resume = False
-    out.mkdir(parents=True, exist_ok=True)
+    if dist.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+    barrier()
+    # built before the MLflow run opens: the trainer's refusals (a process group without a distributed trainer, a
+    # dropped DeepSpeed config, settings it rejects) leave no FAILED run behind
+    trainer = make_trainer(
+        model, tokenizer, train_ds, cfg.update, settings_for(cfg, variant.name), output_dir=out, seed=cfg.seed,
+        peft_config=lora_config(cfg.policy), callbacks=callbacks, grpo_overrides={"disable_tqdm": not progress},
+        item_popularity=dataset.popularity(),
+    )
+    resumed_from = resume_point(out, resume)
     tags = {
         "abpo.variant": variant.name,
         "abpo.variant_letter": variant.letter,
@@ -525,10 +599,11 @@ def run_update(
     }
     import contextlib
 
+    # rank 0 alone opens the run (and logs params, tags and the metrics of MLflowStepCallback)
     run_ctx = (
         registry.start_run(cfg, cfg.update.mlflow_experiment, f"update-{variant.letter}-{'_'.join(run.months)}",
                            tags=tags, nested=nested)
-        if log_mlflow else contextlib.nullcontext()
+        if log_mlflow and dist.is_main else contextlib.nullcontext()
     )
     with run_ctx as mlrun:
         params = {f"update.{k}": v for k, v in dataclasses.asdict(cfg.update).items()}
@@ -542,11 +617,7 @@ def run_update(
             import mlflow
 
             mlflow.log_params({k: (",".join(map(str, v)) if isinstance(v, list) else v) for k, v in params.items()})
-        trainer, resumed_from = train_update(
-            model, tokenizer, train_ds, cfg.update, settings_for(cfg, variant.name), output_dir=out, seed=cfg.seed,
-            peft_config=lora_config(cfg.policy), resume=resume, callbacks=callbacks,
-            grpo_overrides={"disable_tqdm": not progress}, item_popularity=dataset.popularity(),
-        )
+        trainer.train(resume_from_checkpoint=resumed_from)
         adapter_dir, merged_dir = save_update(trainer, tokenizer, out, save_merged=cfg.update.save_merged)
         if mlrun is not None:
             import mlflow
@@ -561,7 +632,7 @@ def run_update(
         result = UpdateResult(
             variant=variant.name, output_dir=out, adapter_dir=adapter_dir, model_dir=merged_dir or adapter_dir,
             checkpoint_dir=Path(ckpt) if ckpt else None, init_model_dir=init_dir,
-            mlflow_run_id=mlrun.info.run_id if mlrun is not None else None,
+            mlflow_run_id=broadcast_from_main(mlrun.info.run_id if mlrun is not None else None),
             global_step=trainer.state.global_step, resumed_from=resumed_from, metrics=final,
             batching=report.as_params(), history=[
                 {k: float(v) for k, v in h.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
@@ -572,7 +643,10 @@ def run_update(
             import mlflow
 
             mlflow.log_metrics({f"summary/{k}": v for k, v in rollout_signal(result.history).items()})
-    (out / "update.json").write_text(json.dumps(
-        {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(result).items()}, indent=1, default=str
-    ))
+    if dist.is_main:
+        (out / "update.json").write_text(json.dumps(
+            {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(result).items()}, indent=1,
+            default=str,
+        ))
+    barrier()  # update.json is there when any process returns
     return result

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -215,7 +216,10 @@ def launch_refresh(cfg, arm: str, *, month: Month, parent_dir: Path, months: lis
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
            "-m", "abpo.monthly.update", str(launch)]
     log.info(f"update {arm}: {n} processes: {' '.join(cmd)}")
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    # the processes read the launch's config.yaml; the environment's ABPO_STATE / ABPO_TRACKING_URI would override
+    # its paths (abpo.config.ENV_OVERRIDES), so they are set to this config's own: the update lands where it is read
+    env = {**os.environ, "ABPO_STATE": str(cfg.paths.resolve("root")), "ABPO_TRACKING_URI": cfg.paths.tracking_uri()}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0 or not (out / "update.json").exists():
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
         raise RuntimeError(f"update {arm}, month {month}: `{' '.join(cmd)}` exited {proc.returncode}"

@@ -45,6 +45,11 @@ class PathsConfig:
                               "YAML > that default)."}
     )
     mlflow_artifacts: str = field(default="mlartifacts", metadata={"help": "MLflow artifact root for the SQLite store."})
+    namespace: str = field(
+        default="", metadata={"help": "Environment prefix of every MLflow name abpo makes: registered models "
+                              "(<namespace>-abpo-arm-<arm>, <namespace>-abpo-recommender), promotion locks "
+                              "(<namespace>-abpo-lock-<arm>) and experiments (<namespace>-abpo-arms, ...), so two "
+                              "environments share one MLflow server; empty = the names as they are ($ABPO_NAMESPACE)."})
 
     def resolve(self, name: str) -> Path:
         """Absolute path of one of the fields above."""
@@ -68,7 +73,8 @@ class PathsConfig:
 
 
 # Environment variables a deployment sets instead of editing YAML (precedence: YAML < env < --set).
-ENV_OVERRIDES = {"ABPO_STATE": "paths.root", "ABPO_TRACKING_URI": "paths.mlflow_tracking_uri"}
+ENV_OVERRIDES = {"ABPO_STATE": "paths.root", "ABPO_TRACKING_URI": "paths.mlflow_tracking_uri",
+                 "ABPO_NAMESPACE": "paths.namespace"}
 # MLFLOW_TRACKING_URI, MLflow's own variable, is honoured too, below $ABPO_TRACKING_URI: the value the user exported,
 # read once when abpo was first imported (abpo.USER_MLFLOW_TRACKING_URI), never the variable as it is now, because
 # mlflow.set_tracking_uri writes it itself (so a later read would see abpo's own last choice, leaking between runs).

@@ -106,9 +106,27 @@ def configure(cfg) -> str:
     return uri
 
 
+def experiment_name(cfg, experiment: str) -> str:
+    """The MLflow experiment of base name ``experiment`` (abpo-arms, update.mlflow_experiment, ...) in the config's
+    environment: ``<paths.namespace>-<experiment>``, or ``experiment`` itself without a namespace."""
+    from abpo.paths import namespaced
+
+    return namespaced(experiment, cfg.paths.namespace)
+
+
+def model_name(cfg) -> str:
+    """The registered model of pi_init (:data:`MODEL_NAME`) in the config's environment (``paths.namespace``)."""
+    from abpo.paths import namespaced
+
+    return namespaced(MODEL_NAME, cfg.paths.namespace)
+
+
 def _ensure_experiment(cfg, experiment: str) -> str:
+    """The id of experiment ``experiment`` (a base name: namespaced here, :func:`experiment_name`), created with an
+    artifact root under the state when the store is the default SQLite file."""
     import mlflow
 
+    experiment = experiment_name(cfg, experiment)
     exp = mlflow.get_experiment_by_name(experiment)
     if exp is not None:
         return exp.experiment_id

@@ -36,9 +36,11 @@ class NotInRegistry(LookupError):
     no champion or no previous champion to roll back to); the message names it."""
 
 
-def model_name(arm: str) -> str:
+def model_name(arm: str, cfg=None) -> str:
+    """The arm's registered model in ``cfg``'s environment (``paths.namespace``: abpo.arms.names.model_name); without
+    ``cfg``, the base name (messages). NotInRegistry naming the known arms for an unknown one."""
     try:
-        return names.model_name(arm)
+        return names.model_name(arm, cfg.paths.namespace if cfg is not None else "")
     except ValueError as e:
         raise NotInRegistry(str(e)) from None
 
@@ -59,7 +61,10 @@ def code_version() -> str:
 
 
 def config_hash(cfg) -> str:
-    return hashlib.sha256(json.dumps(cfg.to_dict(), sort_keys=True, default=str).encode()).hexdigest()[:16]
+    d = cfg.to_dict()
+    if not d["paths"].get("namespace"):  # added later: at its default it leaves the hash of before
+        d["paths"].pop("namespace", None)
+    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def table_hash(*tables) -> str:
@@ -86,7 +91,7 @@ def get_version(cfg, arm: str, ref: str = registry.CHAMPION):
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
-    name = model_name(arm)
+    name = model_name(arm, cfg)
     uri = registry.configure(cfg)
     try:
         if str(ref).isdigit():
@@ -116,7 +121,7 @@ def register_version(cfg, arm: str, model_uri: str, run_id: str, tags: dict[str,
     from mlflow import MlflowClient
 
     registry.configure(cfg)
-    name = model_name(arm)
+    name = model_name(arm, cfg)
     client = MlflowClient()
     existing = []
     try:
@@ -134,7 +139,7 @@ def register_version(cfg, arm: str, model_uri: str, run_id: str, tags: dict[str,
 
 def set_alias(cfg, arm: str, alias: str, version: str | int) -> None:
     registry.configure(cfg)
-    registry.set_alias(alias, version, name=model_name(arm))
+    registry.set_alias(alias, version, name=model_name(arm, cfg))
 
 
 def set_tags(cfg, arm: str, version: str | int, tags: dict[str, Any]) -> None:
@@ -143,7 +148,7 @@ def set_tags(cfg, arm: str, version: str | int, tags: dict[str, Any]) -> None:
     registry.configure(cfg)
     client = MlflowClient()
     for k, v in tags.items():
-        client.set_model_version_tag(model_name(arm), str(version), k, str(v))
+        client.set_model_version_tag(model_name(arm, cfg), str(version), k, str(v))
 
 
 def local_dir(cfg, arm: str, version: str | int) -> Path:
@@ -157,7 +162,7 @@ def local_dir(cfg, arm: str, version: str | int) -> Path:
         if dst.exists():
             shutil.rmtree(dst)
         dst.mkdir(parents=True)
-        path = registry.download_model_dir(cfg, str(version), dst=dst, name=model_name(arm))
+        path = registry.download_model_dir(cfg, str(version), dst=dst, name=model_name(arm, cfg))
         done.write_text(str(path.relative_to(dst)))
     return dst / done.read_text()
 
@@ -194,7 +199,7 @@ class HoldbackNeverPromoted(PromotionRace):
 # registry, so two workers cannot both hold it: a check-then-set done inside it (re-read the champion, compare with the
 # expected one, move the alias) is atomic with respect to every other promotion. A lock older than LOCK_TTL_S (its
 # holder crashed: a promotion holds it for well under a second) is taken over.
-LOCK_PREFIX = "abpo-lock-"
+LOCK_PREFIX = names.LOCK_PREFIX
 LOCK_TTL_S = 120.0
 LOCK_WAIT_S = 30.0
 
@@ -208,7 +213,10 @@ def promotion_lock(cfg, arm: str, *, wait_s: float | None = None, ttl_s: float |
 
     wait_s = LOCK_WAIT_S if wait_s is None else wait_s
     ttl_s = LOCK_TTL_S if ttl_s is None else ttl_s
-    name = LOCK_PREFIX + model_name(arm)[len(PREFIX):]
+    try:
+        name = names.lock_name(arm, cfg.paths.namespace)
+    except ValueError as e:
+        raise NotInRegistry(str(e)) from None
     uri = registry.configure(cfg)
     client = MlflowClient()
     token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"

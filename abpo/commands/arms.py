@@ -124,7 +124,7 @@ def run(args: argparse.Namespace, cfg) -> int:
                                        reason=args.reason)
         else:
             out = arm_versions.rollback(cfg, args.arm, reason=args.reason)
-        print(f"{arm_versions.model_name(args.arm)}: champion v{out['champion']} (was v{out['previous'] or 'none'})")
+        print(f"{arm_versions.model_name(args.arm, cfg)}: champion v{out['champion']} (was v{out['previous'] or 'none'})")
     else:
         from abpo.arms import versions as arm_versions
 
@@ -132,5 +132,5 @@ def run(args: argparse.Namespace, cfg) -> int:
             for alias in (CHAMPION, CHALLENGER):
                 mv = arm_versions.get_version(cfg, arm, alias)
                 shown = json.dumps(arm_versions.version_info(mv)) if mv is not None else "none"
-                print(f"{arm_versions.model_name(arm):<22} {alias:<10} {shown}")
+                print(f"{arm_versions.model_name(arm, cfg):<22} {alias:<10} {shown}")
     return 0

@@ -82,7 +82,7 @@ def refit_ranker_arm(cfg, arm: str, month: Month | None) -> RefitResult:
     mv = arm_versions.register_version(cfg, arm, uri, run.info.run_id, tags, alias=None)
     arm_versions.promote(cfg, arm, mv.version, reason=f"refit through {month or 'the start'}")
     log.info(f"refit {arm}: {sum(map(len, seqs.values()))} interactions and clicks through {month or 'the start'} "
-             f"in {time.time() - t:.1f}s -> {arm_versions.model_name(arm)} v{mv.version}, champion")
+             f"in {time.time() - t:.1f}s -> {arm_versions.model_name(arm, cfg)} v{mv.version}, champion")
     out = RefitResult(arm=arm, version=str(mv.version), months=months, previous_version=previous,
                       moved=str(mv.version) != previous)
     core_registry.record_task_result(run.info.run_id, out.to_json())

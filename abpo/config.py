@@ -21,7 +21,7 @@ from abpo.abtest.config import ReportConfig
 from abpo.arms.config import ArmsConfig
 from abpo.data.config import DataConfig
 from abpo.experiment.config import ExperimentConfig
-from abpo.paths import CONFIG_DIR, REPO_ROOT, base_dir
+from abpo.paths import CONFIG_DIR, REPO_ROOT, base_dir, namespaced
 from abpo.policy.config import PolicyConfig, SFTConfig
 from abpo.sim.config import SimConfig
 from abpo.train.config import UpdateConfig
@@ -188,6 +188,10 @@ def load_config(name_or_path: str | Path = "tiny", overrides: list[str] | None =
         _set_path(cfg, key.strip(), value, "--set")
         tracking_from = "--set paths.mlflow_tracking_uri" if key.strip() == "paths.mlflow_tracking_uri" else \
             tracking_from
+    try:
+        namespaced("", cfg.paths.namespace)  # a namespace MLflow and Airflow names can carry, checked once here
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     object.__setattr__(cfg.paths, "_tracking_uri_from", tracking_from)  # not a field: not in to_dict / config_hash
     return cfg
 

@@ -40,9 +40,10 @@ def model_name(arm: str, cfg=None) -> str:
     """The arm's registered model in ``cfg``'s environment (``paths.namespace``: abpo.arms.names.model_name); without
     ``cfg``, the base name (messages). NotInRegistry naming the known arms for an unknown one."""
     try:
-        return names.model_name(arm, cfg.paths.namespace if cfg is not None else "")
+        names.check_arm(arm)
     except ValueError as e:
         raise NotInRegistry(str(e)) from None
+    return names.model_name(arm, cfg.paths.namespace if cfg is not None else "")
 
 
 @functools.lru_cache(maxsize=1)
@@ -213,10 +214,7 @@ def promotion_lock(cfg, arm: str, *, wait_s: float | None = None, ttl_s: float |
 
     wait_s = LOCK_WAIT_S if wait_s is None else wait_s
     ttl_s = LOCK_TTL_S if ttl_s is None else ttl_s
-    try:
-        name = names.lock_name(arm, cfg.paths.namespace)
-    except ValueError as e:
-        raise NotInRegistry(str(e)) from None
+    name = names.lock_name(model_name(arm) and arm, cfg.paths.namespace)  # an unknown arm: NotInRegistry
     uri = registry.configure(cfg)
     client = MlflowClient()
     token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"

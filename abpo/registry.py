@@ -107,7 +107,7 @@ def moved_from(cfg) -> str | None:
         if path.name != name or not path.parent.as_posix().endswith("/" + art.as_posix()):
             continue
         old = Path(path.parent.as_posix()[: -len(art.as_posix()) - 1])
-        if old != root:
+        if old != root and not (old.exists() and old.resolve() == root.resolve()):  # not another spelling of root
             return str(old)
     return None
 

@@ -3,7 +3,7 @@
 The state's own SQLite MLflow store and its Airflow config hold absolute paths under the directory the state was
 made in (MLflow: experiments' artifact locations, runs' artifact URIs, model versions' sources and storage
 locations, logged models' artifact locations; Airflow: airflow.cfg's paths under AIRFLOW_HOME = <state>/airflow,
-its SQLite connection included). Used as they are, a copied state would write into the old directory; abpo refuses
+its SQLite connection included, and its metadata database). Used as they are, a copied state would write into the old directory; abpo refuses
 to (abpo.registry.StateMoved). This command rewrites every such path from the old directory to ``paths.root``."""
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ def register(sub, common: argparse.ArgumentParser) -> None:
         description="Rewrite every path under OLD (the directory the state was copied from) to paths.root "
         "($ABPO_STATE) in the state's SQLite MLflow store (<root>/mlflow.db: every text column: experiments' artifact "
         "locations, runs' artifact URIs, model versions' source and storage location, logged models' artifact "
-        "locations, tags and params naming files) and in the Airflow home's text files (<root>/airflow/*.cfg, "
-        "*.json). Without --from, OLD is read from the store's experiments. Prints what changed; a second run "
+        "locations, tags and params naming files), in the Airflow home's SQLite metadata (<root>/airflow/airflow.db) "
+        "and text files (<root>/airflow/*.cfg, *.json). Without --from, OLD is read from the store's experiments. Prints what changed; a second run "
         "changes nothing. Run it with nothing else using the state.",
     )
     r.add_argument("--from", dest="old", default="", help="The directory the state was copied from (default: read "
@@ -95,6 +95,9 @@ def relocate(cfg, old: str | Path, *, dry_run: bool = False) -> dict[str, int]:
     if db is not None and db == root / "mlflow.db" and db.is_file():
         out.update({f"mlflow.db:{k}": v for k, v in rewrite_sqlite(db, pairs, dry_run=dry_run).items()})
     home = root / "airflow"
+    if (home / "airflow.db").is_file():  # the demo's Airflow metadata (SQLite)
+        out.update({f"airflow/airflow.db:{k}": v
+                    for k, v in rewrite_sqlite(home / "airflow.db", pairs, dry_run=dry_run).items()})
     for f in sorted([*home.glob("*.cfg"), *home.glob("*.json")]) if home.is_dir() else []:
         text = f.read_text()
         new = _apply(text, pairs)

@@ -63,6 +63,9 @@ SETTINGS = [
 
 
 def main() -> None:
+    from abpo.logs import progress_bars_only_on_a_terminal
+
+    progress_bars_only_on_a_terminal()  # no progress-bar redraws in a piped or logged run (one line each)
     if os.environ.get("ABPO_BENCH_CHILD"):
         print(train_and_hash())
         return

@@ -79,6 +79,9 @@ def checkout(rev: str, into: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from abpo.logs import progress_bars_only_on_a_terminal
+
+    progress_bars_only_on_a_terminal()  # no progress-bar redraws in a piped or logged run (one line each)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("n", nargs="?", type=int, default=1_000_000, help="impressions to generate (default 1000000)")
     ap.add_argument("--violation-rate", type=float, default=0.01, help="share of rows breaking one rule")

@@ -31,6 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main(argv=None) -> int:
+    from abpo.logs import progress_bars_only_on_a_terminal
+
+    progress_bars_only_on_a_terminal()  # no progress-bar redraws in a piped or logged run (one line each)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default="tiny", help="preset name or YAML file (as every abpo command)")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",

@@ -173,6 +173,9 @@ def time_report(root: Path, out: Path) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from abpo.logs import progress_bars_only_on_a_terminal
+
+    progress_bars_only_on_a_terminal()  # no progress-bar redraws in a piped or logged run (one line each)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", nargs="+", type=_size, default=[10_000_000, 100_000_000],
                     help="Numbers of impressions (default: 1e7 1e8).")

@@ -103,6 +103,9 @@ def robustness_table(hit_rates: dict[str, float], ctr: dict[str, dict[str, float
 
 
 def main(argv=None) -> int:
+    from abpo.logs import progress_bars_only_on_a_terminal
+
+    progress_bars_only_on_a_terminal()  # no progress-bar redraws in a piped or logged run (one line each)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default="demo", help="preset whose registry holds the champions (default demo)")
     ap.add_argument("--month", default="", help="the month whose requests are served (default: the last month the "

@@ -108,6 +108,9 @@ def time_variant(variant, model_dir, tok, ds, update_cfg, policy_cfg, settings, 
 
 
 def main(argv=None) -> int:
+    from abpo.logs import progress_bars_only_on_a_terminal
+
+    progress_bars_only_on_a_terminal()  # no progress-bar redraws in a piped or logged run (one line each)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--m", type=int, nargs="+", default=[20, 200], help="candidate-set sizes M (default 20 200)")
     ap.add_argument("--steps", type=int, default=4, help="timed optimizer steps per run")

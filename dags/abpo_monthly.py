@@ -48,7 +48,7 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import Asset, AssetAlias, Param, TaskGroup, dag, get_current_context, task
 
-from abpo.arms.names import ARMS, model_name  # the one registry of arms (dependency-free)
+from abpo.arms.names import ARMS, LLM, RANKER, model_name  # the one registry of arms (dependency-free)
 from abpo.monthly.overrides import OVERRIDE_ALLOWED, OVERRIDE_PATTERN, check_overrides  # dependency-free
 from abpo.monthly.steps import PER_ARM  # the steps' order, which `abpo arms month` runs too (dependency-free)
 
@@ -121,6 +121,25 @@ def announce_champion(outlet_events, arm: str, month: str, result: dict) -> bool
         "arm": arm, "version": version, "previous_version": str(result.get("previous_version") or ""),
         "month": month, "model_uri": f"models:/{model_name(arm, NAMESPACE)}/{version}"})
     return True
+
+
+# the kinds whose champion can be moved (a holdback's never is: its alias has no outlet)
+HAND_MOVABLE = (LLM, RANKER)
+
+
+def announce_hand_moves(outlet_events, month: str, arms: dict) -> list[str]:
+    """The bootstrap task's events: the champion Asset event of every arm whose champion was moved by hand in MLflow
+    since the last recorded move (abpo.monthly.bootstrap.bootstrap_arms reports it as ``moved_by_hand``), so a deploy
+    DAG listening to the champion follows a human's move too. Returns the arms announced."""
+    done = []
+    for arm, got in arms.items():
+        hand = got.get("moved_by_hand") if isinstance(got, dict) else None
+        if hand and announce_champion(outlet_events, arm, month, {"moved": True, "champion_version": hand["to"],
+                                                                  "previous_version": hand["from"]}):
+            done.append(arm)
+    return done
+
+
 # abpo.months.MONTH_PATTERN (not imported: the file must parse without abpo; a test checks they agree), or empty.
 # Ends in (?![\s\S]), "no character follows", not $: JSON-schema validation searches with Python's re, where $ also
 # matches before a trailing newline ("2026-01\n" passed); the lookahead means the same in JavaScript (the trigger form).
@@ -249,12 +268,14 @@ def abpo_monthly():
                 return ""
         return month
 
-    @task
+    @task(outlets=[champion_alias(arm) for arm, e in ARMS.items() if e.kind in HAND_MOVABLE])
     @_fail_fast
     def bootstrap(month: str) -> dict:
         from abpo.monthly.bootstrap import bootstrap
 
-        return bootstrap(_cfg(), month).arms
+        arms = bootstrap(_cfg(), month).arms
+        announce_hand_moves(get_current_context()["outlet_events"], month, arms)
+        return arms
 
     @task
     @_fail_fast
@@ -306,7 +327,7 @@ def abpo_monthly():
         from abpo.monthly.gate import GateResult
         from abpo.monthly.promote import promote_arm
 
-        out = promote_arm(_cfg(), arm, GateResult.from_json(gated)).to_json()
+        out = promote_arm(_cfg(), arm, GateResult.from_json(gated), month).to_json()
         announce_champion(get_current_context()["outlet_events"], arm, month, out)
         return out
 

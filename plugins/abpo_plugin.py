@@ -9,7 +9,8 @@ A FastAPI app mounted at /abpo on the Airflow API server:
   under paths.root); /abpo/validation/<YYYY-MM> shows one as a page, /abpo/validation/<YYYY-MM>.json as saved;
   /abpo/validation/latest redirects to the newest month; /abpo/validation/docs/index.html serves the GX Data Docs
   site the ingest's Checkpoint builds (validation/data_docs);
-- /abpo/champions: each arm's champion (alias ``champion`` of the registered model ``abpo-arm-<arm>``, read from
+- /abpo/champions: each arm's champion (alias ``champion`` of the registered model ``abpo-arm-<arm>``, prefixed by
+  ``$ABPO_NAMESPACE-`` when set (paths.namespace), read from
   the config's tracking URI) with a link to its MLflow UI page ($ABPO_MLFLOW_UI, default http://localhost:5000);
   a registry that does not answer within :data:`LOOKUP_TIMEOUT_S` gives a page saying so (503), never a 500.
 
@@ -46,7 +47,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from airflow.plugins_manager import AirflowPlugin
 
-from abpo.arms.names import MODEL_PREFIX  # one registered model per arm (abpo.arms.names: dependency-free)
+from abpo.arms.names import model_name  # one registered model per arm (abpo.arms.names: dependency-free)
 from abpo.months import MONTH_PATTERN as _MONTH  # the one month grammar (abpo.months: a leaf module, cheap to import)
 
 DAG_ID = "abpo_monthly"
@@ -172,6 +173,11 @@ class RegistryUnreachable(RuntimeError):
     """The MLflow registry did not answer (down, too slow, misconfigured)."""
 
 
+def namespace() -> str:
+    """The deployment's environment prefix of MLflow names (paths.namespace), from $ABPO_NAMESPACE like the DAG's."""
+    return os.environ.get("ABPO_NAMESPACE", "")
+
+
 def lookup_champions(tracking_uri: str, arms: list[str]) -> list[dict]:
     """Each arm's champion: {arm, model, version (None: no champion yet), months}. Raises RegistryUnreachable."""
     from mlflow import MlflowClient
@@ -187,7 +193,7 @@ def lookup_champions(tracking_uri: str, arms: list[str]) -> list[dict]:
     client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
     rows = []
     for arm in arms:
-        name = MODEL_PREFIX + arm
+        name = model_name(arm, namespace())
         try:
             v = client.get_model_version_by_alias(name, CHAMPION)
         except MlflowException as e:
@@ -197,7 +203,35 @@ def lookup_champions(tracking_uri: str, arms: list[str]) -> list[dict]:
             continue
         months = (v.tags or {}).get("months", "")
         rows.append({"arm": arm, "model": name, "version": str(v.version), "months": months})
+    for r in rows:  # the pin (a registered-model tag) and the promotion history (abpo.arms.history)
+        r["pinned"], r["history"] = promotion_record(client, r["model"], r["arm"])
     return rows
+
+
+HISTORY_SHOWN = 20  # the latest entries per arm on the page (`abpo arms history` prints them all)
+
+
+def promotion_record(client, model: str, arm: str) -> tuple[str, list[dict]]:
+    """The arm's pin ("" when none) and its latest promotion-history entries, newest first. Raises
+    RegistryUnreachable."""
+    from mlflow.exceptions import MlflowException
+
+    from abpo.arms import history
+    from abpo.arms.versions import PIN_TAG
+    from abpo.paths import namespaced
+    from abpo.registry import is_not_found
+
+    try:
+        try:
+            pin = (client.get_registered_model(model).tags or {}).get(PIN_TAG, "")
+        except MlflowException as e:
+            if not is_not_found(e):
+                raise
+            pin = ""
+        entries = history.read(client, arm, namespaced(history.EXPERIMENT, namespace()))
+    except MlflowException as e:
+        raise RegistryUnreachable(f"{getattr(e, 'error_code', '')}: {str(e)[:300]}") from e
+    return pin, [e.to_json() for e in reversed(entries[-HISTORY_SHOWN:])]
 
 
 _LOOKUPS = threading.BoundedSemaphore(4)  # lookups in flight (a stuck one keeps its thread until MLflow gives up)
@@ -360,8 +394,22 @@ def champions_table(rows: list[dict]) -> str:
         else:
             champ = (f'<a href="{html.escape(model_page(r["model"], r["version"]))}" target="_blank" '
                      f'rel="noopener">version {html.escape(r["version"])}</a>')
+        if r.get("pinned"):
+            version, actor, at, reason = (str(r["pinned"]).split("|", 3) + ["", "", "", ""])[:4]
+            champ += f" <b>pinned</b> (v{html.escape(version)} by {html.escape(actor)} at {html.escape(at)}: " \
+                     f"{html.escape(reason)})"
         out.append(f'<tr><td>{html.escape(r["arm"])}</td><td>{model}</td><td>{champ}</td>'
                    f'<td>{html.escape(str(r["months"]))}</td></tr>')
+    out.append("</tbody></table>")
+    out.append("<h2>Promotion history</h2><p>Every champion move (the gate, a refit, <code>abpo arms promote</code>, "
+               "a rollback, or by hand in MLflow), pins and refused promotions; newest first, the latest "
+               f"{HISTORY_SHOWN} per arm (<code>abpo arms history</code> prints them all).</p>")
+    cols = ("seq", "at", "action", "actor", "from", "to", "reason", "verdict", "month")
+    out.append("<table><thead><tr><th>Arm</th>" + "".join(f"<th>{c}</th>" for c in cols) + "</tr></thead><tbody>")
+    for r in rows:
+        for e in r.get("history") or []:
+            out.append(f'<tr><td>{html.escape(r["arm"])}</td>'
+                       + "".join(f"<td>{html.escape(str(e.get(c, '')))}</td>" for c in cols) + "</tr>")
     out.append("</tbody></table>")
     return "".join(out)
 

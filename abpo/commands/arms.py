@@ -52,22 +52,52 @@ def register(sub, common: argparse.ArgumentParser) -> None:
                         description="Print each arm's champion and challenger with their lineage tags.")
     a.set_defaults(handler=run, action="status")
 
+    actor = ("Who does it, recorded in the promotion history (default: $ABPO_ACTOR, else the OS user).")
     a = asub.add_parser("promote", parents=[common], help="Make a registered version an arm's champion.",
-                        description="Make --version the champion of --arm (alias champion; the version it replaces "
-                        "is recorded on it as promoted_from, so `abpo arms rollback` can put it back).")
+                        description="Make --version the champion of --arm (alias champion), recorded in the arm's "
+                        "promotion history (who, when, from, to, why, the version's gate verdict; `abpo arms "
+                        "history`), which `abpo arms rollback` follows. A pin does not stop a human's promotion.")
     a.add_argument("--arm", required=True, help="The arm: abpo, grpo, ml_retrain or popularity.")
     a.add_argument("--version", required=True, help="The registered version to make champion.")
     a.add_argument("--expect-champion", help="Refuse unless the champion is this version (a race with another "
                    "promotion changes nothing).")
-    a.add_argument("--reason", default="", help="Recorded on the version as a tag.")
+    a.add_argument("--reason", default="", help="Why: recorded in the promotion history and on the version.")
+    a.add_argument("--actor", default="", help=actor)
     a.set_defaults(handler=run, action="promote")
 
-    a = asub.add_parser("rollback", parents=[common], help="Put back the version an arm's champion was promoted from.",
-                        description="Make the version that --arm's champion was promoted from (its tag promoted_from) "
-                        "the champion again.")
+    a = asub.add_parser("rollback", parents=[common], help="Put back the arm's previous champion (its promotion "
+                        "history).", description="Make the champion before the current one in --arm's promotion "
+                        "history the champion again (repeated: further back); refused, nothing changed, when that "
+                        "version no longer exists.")
     a.add_argument("--arm", required=True, help="The arm: abpo, grpo, ml_retrain or popularity.")
-    a.add_argument("--reason", default="", help="Recorded on the version as a tag.")
+    a.add_argument("--reason", default="", help="Why: recorded in the promotion history and on the version.")
+    a.add_argument("--actor", default="", help=actor)
     a.set_defaults(handler=run, action="rollback")
+
+    a = asub.add_parser("pin", parents=[common], help="Keep an arm's champion: the gate no longer promotes over it.",
+                        description="Pin --arm's champion: the monthly gate still runs and reports, but its promote "
+                        "records 'pinned: not promoted' (a ranker's refit registers without promoting) until `abpo "
+                        "arms unpin`. Recorded in the promotion history. A champion moved by hand in MLflow is "
+                        "pinned when the next month detects it.")
+    a.add_argument("--arm", required=True, help="The arm: abpo, grpo, ml_retrain or popularity.")
+    a.add_argument("--reason", default="", help="Why: recorded in the promotion history.")
+    a.add_argument("--actor", default="", help=actor)
+    a.set_defaults(handler=run, action="pin")
+
+    a = asub.add_parser("unpin", parents=[common], help="Let the gate promote an arm again.",
+                        description="Remove --arm's pin (`abpo arms pin`); recorded in the promotion history.")
+    a.add_argument("--arm", required=True, help="The arm: abpo, grpo, ml_retrain or popularity.")
+    a.add_argument("--reason", default="", help="Why: recorded in the promotion history.")
+    a.add_argument("--actor", default="", help=actor)
+    a.set_defaults(handler=run, action="unpin")
+
+    a = asub.add_parser("history", parents=[common], help="Print every champion move (and pin, unpin, refusal).",
+                        description="Print the promotion history (MLflow experiment abpo-promotions): every champion "
+                        "move by the gate, a refit, `abpo arms promote`, a rollback or by hand in MLflow, with who, "
+                        "when, from, to, why and the gate's verdict; oldest first.")
+    a.add_argument("--arm", action="append", default=[], help="Only this arm (repeatable; default: every arm).")
+    a.add_argument("--json", action="store_true", help="One JSON object per entry instead of a table.")
+    a.set_defaults(handler=run, action="history")
 
     a = asub.add_parser("adopt", parents=[common], help="Make an existing model an LLM arm's first champion (no SFT).",
                         description="Register --model as --arm's first champion without SFT, after checking that it "
@@ -121,10 +151,26 @@ def run(args: argparse.Namespace, cfg) -> int:
 
         if args.action == "promote":
             out = arm_versions.promote(cfg, args.arm, args.version, expected_champion=args.expect_champion,
-                                       reason=args.reason)
+                                       reason=args.reason, actor=args.actor)
         else:
-            out = arm_versions.rollback(cfg, args.arm, reason=args.reason)
+            out = arm_versions.rollback(cfg, args.arm, reason=args.reason, actor=args.actor)
         print(f"{arm_versions.model_name(args.arm, cfg)}: champion v{out['champion']} (was v{out['previous'] or 'none'})")
+    elif args.action in ("pin", "unpin"):
+        from abpo.arms import versions as arm_versions
+
+        fn = arm_versions.pin if args.action == "pin" else arm_versions.unpin
+        out = fn(cfg, args.arm, reason=args.reason, actor=args.actor)
+        print(f"{arm_versions.model_name(args.arm, cfg)}: champion v{out['champion'] or 'none'} "
+              + ("pinned" if out["pinned"] == "true" else "not pinned"))
+    elif args.action == "history":
+        from abpo.arms import history
+
+        for arm in args.arm or arms_of(cfg):
+            for e in history.entries(cfg, arm):
+                if args.json:
+                    print(json.dumps(e.to_json()))
+                else:
+                    print(history_line(e))
     else:
         from abpo.arms import versions as arm_versions
 
@@ -134,3 +180,10 @@ def run(args: argparse.Namespace, cfg) -> int:
                 shown = json.dumps(arm_versions.version_info(mv)) if mv is not None else "none"
                 print(f"{arm_versions.model_name(arm, cfg):<22} {alias:<10} {shown}")
     return 0
+
+
+def history_line(e) -> str:
+    """One entry of the promotion history as a line of `abpo arms history`."""
+    move = f"v{e.from_version or '-'} -> v{e.to_version}" if e.from_version != e.to_version else f"v{e.to_version}"
+    extra = "".join(f" {k} {v}" for k, v in (("month", e.month), ("verdict", e.verdict[:80])) if v)
+    return f"{e.arm:<11} #{e.seq:<4} {e.at}  {e.action:<12} {move:<14} by {e.actor}: {e.reason[:160]}{extra}"

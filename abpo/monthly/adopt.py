@@ -168,6 +168,10 @@ def adopt_model(cfg, arm: str, model: str | Path) -> AdoptResult:
         if champ is not None:
             raise ModelRefused(f"{name}: champion v{champ.version} appeared while v{mv.version} was being registered; "
                                f"rule: adopt gives an arm its first champion; v{mv.version} stays without an alias")
+        # recorded in the promotion history (abpo.arms.history) as one step: pending entry, alias, finished entry
+        pending = arm_versions.history.begin(cfg, arm, action="adopt", actor=arm_versions.history.os_actor(),
+                                           from_version="", to_version=str(mv.version), reason=f"adopted {model}")
         arm_versions.set_alias(cfg, arm, CHAMPION, mv.version)
+        arm_versions.history.finish(cfg, pending)
     log.info(f"adopt {arm}: {name} v{mv.version} ({model}, no SFT) is champion")
     return AdoptResult(arm=arm, version=str(mv.version), model=model, **checked)

@@ -1,5 +1,6 @@
 """Step ``bootstrap`` (Airflow task ``bootstrap``): refuse a month whose predecessor was ingested but never
-finished, then give every arm without a champion its first one: the LLM arms pi_init (trained by SFT and registered
+finished, record any champion moved by hand in MLflow since the last recorded move (the promotion history,
+abpo.arms.history), then give every arm without a champion its first one: the LLM arms pi_init (trained by SFT and registered
 first when there is none), the ranker arms a fit on the interactions before ``sim.start_month``. Arms that have a
 champion are left as they are (a rerun changes nothing)."""
 
@@ -61,8 +62,11 @@ def ensure_pi_init(cfg, *, fresh: bool = False) -> dict[str, Any]:
     }
 
 
-def bootstrap_arms(cfg) -> BootstrapResult:
-    """Every arm gets a champion if it has none (see the module docstring)."""
+def bootstrap_arms(cfg, month: str = "") -> BootstrapResult:
+    """Every arm gets a champion if it has none (see the module docstring). An arm that has one is checked against
+    its promotion history first (abpo.arms.versions.check_champion): a champion moved by hand in MLflow since the
+    last recorded move is recorded (actor ``mlflow-ui``), pinned, and reported as ``moved_by_hand`` ({from, to}),
+    which the DAG's bootstrap task turns into the arm's champion Asset event."""
     from abpo.data.holdout import check_gate_users, check_holdout_fraction
     from abpo.monthly.gate import offline_scores, record_offline_metrics
     from abpo.monthly.refit import refit_ranker_arm
@@ -76,6 +80,11 @@ def bootstrap_arms(cfg) -> BootstrapResult:
         mv = arm_versions.get_version(cfg, arm, CHAMPION)
         if mv is not None:
             out[arm] = {"version": str(mv.version), "bootstrapped": False}
+            hand = arm_versions.check_champion(cfg, arm, month)
+            if hand is not None:
+                log.warning(f"bootstrap {arm}: {hand.reason}")
+                out[arm].update(version=hand.to_version,
+                                moved_by_hand={"from": hand.from_version, "to": hand.to_version})
             continue
         if entry(arm).kind == RANKER:
             res = refit_ranker_arm(cfg, arm, None)
@@ -119,4 +128,4 @@ def bootstrap(cfg, month: Month) -> BootstrapResult:
 
     check_series(cfg, str(Month(month)))
     require_previous_month(cfg, Month(month))
-    return bootstrap_arms(cfg)
+    return bootstrap_arms(cfg, str(Month(month)))

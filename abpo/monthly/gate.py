@@ -356,7 +356,7 @@ def record_offline_metrics(cfg, arm: str, version: str, metrics: dict[str, float
     return kept
 
 
-def off_policy_gate(cfg, arm: str, version: str, month: str) -> dict[str, Any]:
+def off_policy_gate(cfg, arm: str, version: str, month: str, *, champion: str | None = None) -> dict[str, Any]:
     """The challenger's SNIPS CTR on the arm's own month-``month`` logs against the champion's, with a bootstrap
     interval of the difference and both effective sample sizes (abpo.evaluation.off_policy.compare_snips).
     Rows the champion logged are weighted 1 for it (its propensity is the logged e0); other rows are rescored."""
@@ -368,7 +368,7 @@ def off_policy_gate(cfg, arm: str, version: str, month: str) -> dict[str, Any]:
     from abpo.warehouse import open_warehouse
 
     ds, _ = dataset_and_splits(cfg)
-    champ = arm_versions.get_version(cfg, arm, CHAMPION)
+    champ = arm_versions.get_version(cfg, arm, champion or CHAMPION)
     with open_warehouse(cfg, read_only=True) as wh:
         pos, neg = wh.strata([month])
     rows = pa.concat_tables([pos, neg])
@@ -411,6 +411,22 @@ def offline_tags(metric: str, offline: dict[str, Any]) -> dict[str, str]:
     return tags
 
 
+def month_start_champion(cfg, arm: str, version: str):
+    """The champion the gate compares challenger ``version`` against: the one the month's update read once at its
+    start and trained from (the challenger's lineage tag ``parent_version``), not whatever the alias points to now,
+    so a rollback or hand move during the month cannot have the challenger gated against a champion it was not
+    trained from (its promote then refuses: abpo.arms.versions.ChampionMoved). A challenger without a parent (none
+    of the update's) is gated against the current champion."""
+    mv = arm_versions.get_version(cfg, arm, str(version))
+    parent = ((mv.tags or {}).get("parent_version", "") if mv is not None else "") or ""
+    champ = arm_versions.get_version(cfg, arm, parent) if parent else None
+    if champ is None:
+        champ = arm_versions.get_version(cfg, arm, CHAMPION)
+    if champ is None:
+        raise arm_versions.NotInRegistry(f"{arm_versions.model_name(arm, cfg)}: no champion to gate v{version} against")
+    return champ
+
+
 def gate_arm(cfg, arm: str, version: str, month: str | None = None) -> GateResult:
     """Challenger ``version`` against the arm's champion. Offline: the paired non-inferiority test of
     ``arms.gate_metric`` on the held-out users (:func:`offline_verdict`: the one-sided (1 - ``arms.gate_alpha``)
@@ -422,7 +438,7 @@ def gate_arm(cfg, arm: str, version: str, month: str | None = None) -> GateResul
     warehouse's interactions through ``month`` (``warehouse``; ``month`` is then required). Every number is logged to
     MLflow (experiment abpo-arms, run gate-<arm>-v<version>, linked to the challenger's LoggedModel); the verdict and
     its reason are printed and kept as version tags."""
-    champ = arm_versions.get_version(cfg, arm, CHAMPION)
+    champ = month_start_champion(cfg, arm, version)
     key = task_key(cfg, "gate", arm, f"v{version}", f"champion-v{champ.version}", month or "offline")
     done = reuse(cfg, arm_versions.EXPERIMENT, key)
     if done is not None:
@@ -434,7 +450,7 @@ def gate_arm(cfg, arm: str, version: str, month: str | None = None) -> GateResul
     new, new_ranks = offline_scores(cfg, arm, str(version), gate_set=users)
     ope = None
     if month is not None and cfg.arms.gate_ope_margin >= 0:
-        ope = off_policy_gate(cfg, arm, str(version), month)
+        ope = off_policy_gate(cfg, arm, str(version), month, champion=str(champ.version))
     verdict = gate_verdict(metric=metric, challenger_ranks=new_ranks, champion_ranks=ch_ranks,
                            margin=cfg.arms.gate_margin, alpha=cfg.arms.gate_alpha, power=cfg.arms.gate_power,
                            challenger_version=str(version), champion_version=str(champ.version), ope=ope,

@@ -65,7 +65,7 @@ def _arm_chain(cfg, arm: str, month: Month, ingested: IngestResult, res: MonthRe
         elif name == "gate":
             upstream = gate_arm(cfg, arm, upstream.version, month)
         elif name == "promote":
-            upstream = promote_arm(cfg, arm, upstream)
+            upstream = promote_arm(cfg, arm, upstream, str(month))
         elif name == "refit":
             upstream = refit_ranker_arm(cfg, arm, month)
         elif name == "hold":

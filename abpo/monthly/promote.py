@@ -1,5 +1,9 @@
 """Step ``promote`` (Airflow task ``<arm>.promote``): the arm's champion moves to the gated challenger only when the
-gate passed (under the arm's promotion lock, abpo.arms.versions.promote); otherwise it stays where it was."""
+gate passed (under the arm's promotion lock, abpo.arms.versions.promote, recorded in the promotion history with
+actor ``gate`` and the gate's verdict); otherwise it stays where it was. Two more reasons it stays, each recorded in
+the history as ``not-promoted`` with its message: the arm is pinned (`abpo arms pin`; the gate still ran and
+reported), or the champion is no longer the one the month's update started from (a rollback, a promotion or a hand
+move during the month: the challenger was gated against a champion that no longer serves)."""
 
 from __future__ import annotations
 
@@ -20,16 +24,29 @@ class PromoteResult(StepResult):
     promoted: bool
     previous_version: str = ""  # the champion the gate compared against (before the step)
     moved: bool = False  # the champion is another version than before: the DAG's champion Asset event fires
+    reason: str = ""  # why it was not promoted though the gate passed (pinned, the champion moved), else ""
 
 
-def promote_arm(cfg, arm: str, gate: GateResult) -> PromoteResult:
+def promote_arm(cfg, arm: str, gate: GateResult, month: str = "") -> PromoteResult:
     """Move the arm's champion to the gated challenger when the gate passed; otherwise leave it where it was."""
+    why = ""
+    promoted = bool(gate.passed)
     if gate.passed:
-        arm_versions.promote(cfg, arm, gate.version, expected_champion=gate.champion_version,
-                             reason=f"gate passed: {gate.reason}"[:4900])
-        log.info(f"promote {arm}: champion -> v{gate.version}")
+        try:
+            out = arm_versions.promote(cfg, arm, gate.version, expected_champion=gate.champion_version,
+                                       reason=f"gate passed: {gate.reason}"[:4900], actor="gate", action="gate",
+                                       verdict=f"pass: {gate.reason}"[:4900], month=month, respect_pin=True)
+            if out.get("promoted") == "false":
+                promoted, why = False, out.get("reason", "pinned: not promoted")
+        except arm_versions.ChampionMoved as e:
+            promoted, why = False, str(e)
+        if promoted:
+            log.info(f"promote {arm}: champion -> v{gate.version}")
+        else:
+            log.warning(f"promote {arm}: gate passed but v{gate.version} not promoted: {why}")
     else:
         log.info(f"promote {arm}: champion stays v{gate.champion_version} (v{gate.version} stays challenger)")
     now = str(arm_versions.get_version(cfg, arm, CHAMPION).version)
-    return PromoteResult(arm=arm, champion_version=now, promoted=bool(gate.passed),
-                         previous_version=str(gate.champion_version), moved=now != str(gate.champion_version))
+    return PromoteResult(arm=arm, champion_version=now, promoted=promoted,
+                         previous_version=str(gate.champion_version),
+                         moved=promoted and now != str(gate.champion_version), reason=why)

@@ -80,10 +80,13 @@ def refit_ranker_arm(cfg, arm: str, month: Month | None) -> RefitResult:
             name=f"{arm}-interactions-through-{month or 'bootstrap'}", digest=data_hash,
             source=cfg.paths.resolve("warehouse"), tags={"months": ",".join(months)})
     mv = arm_versions.register_version(cfg, arm, uri, run.info.run_id, tags, alias=None)
-    arm_versions.promote(cfg, arm, mv.version, reason=f"refit through {month or 'the start'}")
+    promoted = arm_versions.promote(cfg, arm, mv.version, reason=f"refit through {month or 'the start'}",
+                                    actor="abpo", action="refit", month=month or "", respect_pin=True)
+    champion = promoted["champion"]  # a pinned arm keeps its champion (abpo arms pin): the refit stays registered
     log.info(f"refit {arm}: {sum(map(len, seqs.values()))} interactions and clicks through {month or 'the start'} "
-             f"in {time.time() - t:.1f}s -> {arm_versions.model_name(arm, cfg)} v{mv.version}, champion")
+             f"in {time.time() - t:.1f}s -> {arm_versions.model_name(arm, cfg)} v{mv.version}, "
+             + ("champion" if champion == str(mv.version) else f"not champion ({promoted.get('reason', '')})"))
     out = RefitResult(arm=arm, version=str(mv.version), months=months, previous_version=previous,
-                      moved=str(mv.version) != previous)
+                      moved=champion != previous)
     core_registry.record_task_result(run.info.run_id, out.to_json())
     return out

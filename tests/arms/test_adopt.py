@@ -46,6 +46,9 @@ def test_adopt_makes_a_model_the_first_champion_without_sft(make_cfg, build_tiny
     assert f"abpo: {model} is champion v1 (checked on 4 held-out requests; no SFT)" in capsys.readouterr().out
     champ = arm_versions.get_version(cfg, "abpo", "champion")
     assert str(champ.version) == "1" and champ.tags["source"] == "adopt" and champ.tags["adopted_from"] == str(model)
+    from abpo.arms import history  # the adoption is the first entry of the arm's promotion history
+
+    assert [(e.action, e.from_version, e.to_version) for e in history.entries(cfg, "abpo")] == [("adopt", "", "1")]
     client = MlflowClient()
     assert client.search_registered_models("name='abpo-recommender'") == []  # no pi_init: nothing was trained
     assert client.get_experiment_by_name(cfg.sft.experiment) is None

@@ -9,7 +9,9 @@ import json
 import pytest
 
 from abpo import registry
+from abpo.arms import history
 from abpo.arms import versions as arm_versions
+from abpo.arms.versions import PIN_TAG
 from abpo.config import load_config
 
 
@@ -69,7 +71,15 @@ def test_two_namespaces_on_one_store_touch_only_their_own_names(tmp_path):
                                                                                       "challenger": "1"}
     assert {k: str(v) for k, v in models["prod-abpo-arm-abpo"].aliases.items()} == {"champion": "2", "challenger": "2"}
     exps = {e.name for e in client.search_experiments()} - {"Default"}
-    assert exps == {"staging-abpo-arms", "prod-abpo-arms"}
+    assert exps == {"staging-abpo-arms", "prod-abpo-arms", "staging-abpo-promotions", "prod-abpo-promotions"}
+    # the promotion history and the pin are each environment's own
+    assert [(e.action, e.to_version) for e in history.entries(prod, "abpo") if e.moved] == [("promote", "2")]
+    assert [(e.action, e.to_version) for e in history.entries(staging, "abpo") if e.moved] == [("promote", "1")]
+    arm_versions.pin(staging, "abpo", reason="freeze", actor="test")
+    assert arm_versions.pinned(staging, "abpo") is not None and arm_versions.pinned(prod, "abpo") is None
+    assert PIN_TAG in (client.get_registered_model("staging-abpo-arm-abpo").tags or {})
+    assert [e.action for e in history.entries(staging, "abpo")][-1] == "pin"
+    assert "pin" not in [e.action for e in history.entries(prod, "abpo")]
 
 
 @pytest.mark.slow

@@ -81,3 +81,37 @@ def test_a_refit_fires_when_it_moved_the_champion_and_a_rerun_does_not(tmp_path,
     moved = refit_ranker_arm(other, "popularity", None).to_json()
     (event,) = _events(dag_module, "popularity", "2026-01", moved)
     assert (event.extra["version"], event.extra["previous_version"]) == ("2", "1")
+
+
+def test_a_hand_move_found_at_the_month_start_fires_the_champion_event(tmp_path, dag_module):
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.sdk import AssetAlias
+    from airflow.sdk.execution_time.context import OutletEventAccessors
+    from mlflow import MlflowClient
+
+    from abpo import registry
+    from abpo.arms import versions as arm_versions
+    from abpo.config import load_config
+    from abpo.monthly.bootstrap import bootstrap_arms
+
+    outlets = DagBag(dag_folder=str(DAGS)).dags["abpo_monthly"].get_task("bootstrap").outlets
+    assert {o.name for o in outlets if isinstance(o, AssetAlias)} >= {"abpo_champion_abpo_moves",
+                                                                     "abpo_champion_popularity_moves"}
+    cfg = load_config("tiny", [f"paths.root={tmp_path}"])
+    cfg.arms.names = ["abpo"]
+    registry.configure(cfg)
+    client = MlflowClient()
+    client.create_registered_model("abpo-arm-abpo")
+    for _ in range(3):
+        client.create_model_version("abpo-arm-abpo", source=(tmp_path / "nothing").as_uri())
+    client.set_registered_model_alias("abpo-arm-abpo", "champion", "1")
+    arm_versions.promote(cfg, "abpo", "2")
+    quiet = bootstrap_arms(cfg, "2026-02").arms
+    accessors = OutletEventAccessors()
+    assert dag_module.announce_hand_moves(accessors, "2026-02", quiet) == []  # nothing moved outside abpo
+    client.set_registered_model_alias("abpo-arm-abpo", "champion", "3")  # by hand in the MLflow UI
+    arms = bootstrap_arms(cfg, "2026-03").arms
+    assert dag_module.announce_hand_moves(accessors, "2026-03", arms) == ["abpo"]
+    (event,) = list(accessors[dag_module.champion_alias("abpo")].asset_alias_events)
+    assert event.dest_asset_key.name == "abpo_champion_abpo"
+    assert (event.extra["version"], event.extra["previous_version"], event.extra["month"]) == ("3", "2", "2026-03")

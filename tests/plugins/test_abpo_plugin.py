@@ -271,6 +271,30 @@ def test_champions_link_to_the_mlflow_model_versions(get, state):
     assert 'href="http://mlflow.example:5000/#/models/abpo-arm-popularity"' in page
 
 
+def test_champions_show_the_pin_and_the_promotion_history(get, state, monkeypatch):
+    from mlflow import MlflowClient
+
+    from abpo.arms import versions as arm_versions
+    from abpo.config import load_config
+
+    monkeypatch.setenv("ABPO_ACTOR", "alice")
+    uri = f"sqlite:///{state / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    client.create_registered_model("abpo-arm-abpo")
+    for _ in range(3):
+        client.create_model_version("abpo-arm-abpo", source=state.as_uri())
+    client.set_registered_model_alias("abpo-arm-abpo", "champion", "1")
+    cfg = load_config("tiny")
+    arm_versions.promote(cfg, "abpo", "2", reason="<b>looks better</b>")
+    client.set_registered_model_alias("abpo-arm-abpo", "champion", "3")  # by hand
+    arm_versions.check_champion(cfg, "abpo", "2026-04")
+    page = get("/abpo/champions").text
+    assert "Promotion history" in page and "<b>pinned</b> (v3 by mlflow-ui" in page
+    rows = [r for r in page.split("<tr>") if r.startswith("<td>abpo</td><td>")]
+    assert [r.split("<td>")[4].split("<")[0] for r in rows[1:]] == ["mlflow-ui", "promote", "baseline"]  # newest first
+    assert "&lt;b&gt;looks better&lt;/b&gt;" in page and "<b>looks better</b>" not in page
+
+
 def test_champions_without_a_store(get, state):
     r = get("/abpo/champions")
     assert r.status_code == 503 and "no MLflow store" in r.text

@@ -1,0 +1,199 @@
+"""The promotion history: every champion move of every arm (by the gate, a refit, `abpo arms promote`, a rollback, a
+bootstrap, or by hand in MLflow), and every governance decision beside them (pin, unpin, a promotion refused because
+the arm is pinned or its champion moved during the month), append-only, in the registry itself: one MLflow run per
+entry in experiment ``abpo-promotions``, its fields as run *params*.
+
+Why runs and params: every worker (the CLI, each Airflow worker, on any machine) talks to the same tracking store, so
+the history is where the champion is, not in a local file; MLflow refuses to change a logged param (a second
+``log_param`` with another value fails), so an entry once written cannot be rewritten through the API; entries are
+numbered (``seq``, one sequence per arm) and written only under the arm's promotion lock
+(abpo.arms.versions.promotion_lock), so two writers never take the same number.
+
+One recorded step: a move is written as a *pending* entry (a RUNNING run, all its params logged) before the alias
+moves, and finished (run FINISHED) after. A mover that died in between leaves a pending entry; the next writer
+under the lock settles it (:func:`settle_pending`): FINISHED when the champion is the entry's ``to`` (the move
+happened), FAILED otherwise. Only FINISHED entries are history.
+
+Fields (all strings): ``seq``, ``arm``, ``action`` (bootstrap | refit | gate | promote | rollback | mlflow-ui |
+baseline | adopt | pin | unpin | not-promoted), ``actor`` (the OS user or ``--actor``, ``gate``, ``abpo`` for
+automatic steps, ``mlflow-ui`` for a move made outside abpo), ``at`` (UTC, ISO 8601), ``from`` and ``to`` (versions;
+equal for an entry that moved nothing), ``reason``, ``verdict`` (the gate's, when one was recorded on ``to``),
+``month``."""
+
+from __future__ import annotations
+
+import dataclasses
+import getpass
+import os
+from datetime import UTC, datetime
+from typing import Any
+
+from abpo import registry
+from abpo.arms import names
+
+EXPERIMENT = "abpo-promotions"
+# actions that move the champion (the others record a decision and leave it where it was)
+MOVES = ("bootstrap", "refit", "gate", "promote", "rollback", "mlflow-ui", "adopt")
+ACTIONS = (*MOVES, "baseline", "pin", "unpin", "not-promoted")
+FIELDS = ("seq", "arm", "action", "actor", "at", "from", "to", "reason", "verdict", "month")
+ARM_TAG, SEQ_TAG, STATE_TAG = "abpo.arm", "abpo.seq", "abpo.history"
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    seq: int
+    arm: str
+    action: str
+    actor: str
+    at: str
+    from_version: str
+    to_version: str
+    reason: str = ""
+    verdict: str = ""
+    month: str = ""
+    run_id: str = ""
+
+    @property
+    def moved(self) -> bool:
+        return self.action in MOVES and self.from_version != self.to_version
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seq": self.seq, "arm": self.arm, "action": self.action, "actor": self.actor, "at": self.at,
+                "from": self.from_version, "to": self.to_version, "reason": self.reason, "verdict": self.verdict,
+                "month": self.month}
+
+
+def os_actor() -> str:
+    """Who runs this process: $ABPO_ACTOR, else the OS user (getpass), else "unknown"."""
+    who = os.environ.get("ABPO_ACTOR", "").strip()
+    if who:
+        return who
+    try:
+        return getpass.getuser() or "unknown"
+    except (OSError, KeyError):
+        return "unknown"
+
+
+def _client(cfg):
+    from mlflow import MlflowClient
+
+    registry.configure(cfg)
+    return MlflowClient()
+
+
+def _experiment_id(cfg) -> str:
+    return registry._ensure_experiment(cfg, EXPERIMENT)
+
+
+def _runs(cfg, arm: str) -> list:
+    """Every run of the arm's history (any status)."""
+    return runs_of(_client(cfg), _experiment_id(cfg), arm)
+
+
+def read(client, arm: str, experiment: str = EXPERIMENT) -> list[Entry]:
+    """The arm's history read with an MlflowClient (the UI plugin's, on its own tracking URI), oldest first; [] when
+    the experiment does not exist yet. Creates nothing. ``experiment``: the history's experiment as named in the
+    store, i.e. with the environment's namespace (registry.experiment_name(cfg, EXPERIMENT); abpo.paths.namespaced)."""
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return []
+    runs = [r for r in runs_of(client, exp.experiment_id, arm) if r.info.status == "FINISHED" and "seq" in r.data.params]
+    return sorted((_entry(r) for r in runs), key=lambda e: e.seq)
+
+
+def runs_of(client, experiment_id: str, arm: str) -> list:
+    """Every run (any status) of the arm's history in experiment ``experiment_id``."""
+    exp = experiment_id
+    out, token = [], None
+    while True:
+        page = client.search_runs([exp], filter_string=f"tags.`{ARM_TAG}` = '{names.check_arm(arm)}'",
+                                  max_results=1000, page_token=token)
+        out.extend(page)
+        token = page.token
+        if not token:
+            return out
+
+
+def _entry(run) -> Entry:
+    p = run.data.params
+    return Entry(seq=int(p["seq"]), arm=p["arm"], action=p["action"], actor=p["actor"], at=p["at"],
+                 from_version=p.get("from", ""), to_version=p.get("to", ""), reason=p.get("reason", ""),
+                 verdict=p.get("verdict", ""), month=p.get("month", ""), run_id=run.info.run_id)
+
+
+def entries(cfg, arm: str) -> list[Entry]:
+    """The arm's history, oldest first (finished entries only)."""
+    return read(_client(cfg), arm, registry.experiment_name(cfg, EXPERIMENT)) if _experiment_id(cfg) else []
+
+
+def last_move(cfg, arm: str) -> Entry | None:
+    """The last entry that set the champion (a move, or the baseline recorded when the history started)."""
+    moves = [e for e in entries(cfg, arm) if e.action in MOVES or e.action == "baseline"]
+    return moves[-1] if moves else None
+
+
+def begin(cfg, arm: str, *, action: str, actor: str, from_version: str, to_version: str, reason: str = "",
+          verdict: str = "", month: str = "") -> str:
+    """Write entry number (last + 1) as pending (a RUNNING run with every field logged); returns its run id. Call
+    only under the arm's promotion lock."""
+    if action not in ACTIONS:
+        raise ValueError(f"promotion history: action {action!r}; rule: one of {list(ACTIONS)}")
+    client = _client(cfg)
+    seqs = [int(r.data.params["seq"]) for r in _runs(cfg, arm) if "seq" in r.data.params]
+    seq = max(seqs, default=0) + 1
+    run = client.create_run(_experiment_id(cfg), run_name=f"{arm}-{seq:05d}-{action}",
+                            tags={ARM_TAG: arm, SEQ_TAG: str(seq), STATE_TAG: "pending"})
+    from mlflow.entities import Param
+
+    fields = {"seq": str(seq), "arm": arm, "action": action, "actor": actor or "unknown",
+              "at": datetime.now(UTC).isoformat(timespec="seconds"), "from": str(from_version or ""),
+              "to": str(to_version or ""), "reason": (reason or "")[:5900], "verdict": (verdict or "")[:5900],
+              "month": str(month or "")}
+    client.log_batch(run.info.run_id, params=[Param(k, v) for k, v in fields.items()])
+    return run.info.run_id
+
+
+def finish(cfg, run_id: str, *, ok: bool = True, note: str = "") -> None:
+    """Close a pending entry: FINISHED (it happened: part of the history) or FAILED (it did not)."""
+    client = _client(cfg)
+    client.set_tag(run_id, STATE_TAG, ("done" if ok else "failed") + (f": {note}" if note else ""))
+    client.set_terminated(run_id, "FINISHED" if ok else "FAILED")
+
+
+def record(cfg, arm: str, **fields: Any) -> Entry:
+    """Write one entry and finish it at once (nothing to move, or the move already happened)."""
+    run_id = begin(cfg, arm, **fields)
+    finish(cfg, run_id)
+    return _entry(_client(cfg).get_run(run_id))
+
+
+def settle_pending(cfg, arm: str, champion: str) -> list[str]:
+    """Entries left pending by a mover that died between writing and finishing them: FINISHED when the champion is
+    their ``to`` (the move happened), FAILED otherwise. Call under the arm's promotion lock (no live writer then).
+    Returns what was done, one line each."""
+    done = []
+    for r in sorted(_runs(cfg, arm), key=lambda r: int(r.data.params.get("seq", 0))):
+        if r.info.status != "RUNNING":
+            continue
+        e = _entry(r) if "seq" in r.data.params and "action" in r.data.params else None
+        ok = e is not None and (e.to_version == str(champion) if e.action in MOVES else True)
+        finish(cfg, r.info.run_id, ok=ok, note="settled by the next writer (its writer died before finishing)")
+        done.append(f"entry {r.data.tags.get(SEQ_TAG, '?')} {'finished' if ok else 'failed'}")
+    return done
+
+
+def champion_stack(history: list[Entry]) -> list[str]:
+    """The champions in force, oldest first, replaying the history: a move pushes its ``to``, a rollback pops back
+    to its ``to``. The last is the recorded champion; the one before it is where a rollback goes."""
+    stack: list[str] = []
+    for e in history:
+        if e.action == "baseline":
+            stack = [e.to_version]
+        elif e.action == "rollback":
+            while stack and stack[-1] != e.to_version:
+                stack.pop()
+            if not stack:
+                stack = [e.to_version]
+        elif e.action in MOVES and e.to_version and (not stack or stack[-1] != e.to_version):
+            stack.append(e.to_version)
+    return stack

@@ -9,8 +9,7 @@ import json
 import pytest
 
 from abpo import registry
-from abpo.arms import history
-from abpo.arms import versions as arm_versions
+from abpo.arms import history, versions as arm_versions
 from abpo.arms.versions import PIN_TAG
 from abpo.config import load_config
 

@@ -23,9 +23,10 @@ COMMAND_MODULES = [
     "abpo.commands.simulate",
     "abpo.commands.arms",
     "abpo.commands.airflow_install",
+    "abpo.commands.state",
 ]
 # attributes naming a subcommand's action (`abpo data prepare`, `abpo arms month`, `abpo airflow install`)
-SUBCOMMAND_DESTS = ("data_command", "arms_action", "airflow_command")
+SUBCOMMAND_DESTS = ("data_command", "arms_action", "airflow_command", "state_command")
 
 
 def _help_formatter():

@@ -21,7 +21,7 @@ from abpo.abtest.config import ReportConfig
 from abpo.arms.config import ArmsConfig
 from abpo.data.config import DataConfig
 from abpo.experiment.config import ExperimentConfig
-from abpo.paths import CONFIG_DIR, REPO_ROOT, base_dir
+from abpo.paths import CONFIG_DIR, REPO_ROOT, base_dir, namespaced
 from abpo.policy.config import PolicyConfig, SFTConfig
 from abpo.sim.config import SimConfig
 from abpo.train.config import UpdateConfig
@@ -45,6 +45,11 @@ class PathsConfig:
                               "YAML > that default)."}
     )
     mlflow_artifacts: str = field(default="mlartifacts", metadata={"help": "MLflow artifact root for the SQLite store."})
+    namespace: str = field(
+        default="", metadata={"help": "Environment prefix of every MLflow name abpo makes: registered models "
+                              "(<namespace>-abpo-arm-<arm>, <namespace>-abpo-recommender), promotion locks "
+                              "(<namespace>-abpo-lock-<arm>) and experiments (<namespace>-abpo-arms, ...), so two "
+                              "environments share one MLflow server; empty = the names as they are ($ABPO_NAMESPACE)."})
 
     def resolve(self, name: str) -> Path:
         """Absolute path of one of the fields above."""
@@ -68,7 +73,8 @@ class PathsConfig:
 
 
 # Environment variables a deployment sets instead of editing YAML (precedence: YAML < env < --set).
-ENV_OVERRIDES = {"ABPO_STATE": "paths.root", "ABPO_TRACKING_URI": "paths.mlflow_tracking_uri"}
+ENV_OVERRIDES = {"ABPO_STATE": "paths.root", "ABPO_TRACKING_URI": "paths.mlflow_tracking_uri",
+                 "ABPO_NAMESPACE": "paths.namespace"}
 # MLFLOW_TRACKING_URI, MLflow's own variable, is honoured too, below $ABPO_TRACKING_URI: the value the user exported,
 # read once when abpo was first imported (abpo.USER_MLFLOW_TRACKING_URI), never the variable as it is now, because
 # mlflow.set_tracking_uri writes it itself (so a later read would see abpo's own last choice, leaking between runs).
@@ -182,6 +188,10 @@ def load_config(name_or_path: str | Path = "tiny", overrides: list[str] | None =
         _set_path(cfg, key.strip(), value, "--set")
         tracking_from = "--set paths.mlflow_tracking_uri" if key.strip() == "paths.mlflow_tracking_uri" else \
             tracking_from
+    try:
+        namespaced("", cfg.paths.namespace)  # a namespace MLflow and Airflow names can carry, checked once here
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     object.__setattr__(cfg.paths, "_tracking_uri_from", tracking_from)  # not a field: not in to_dict / config_hash
     return cfg
 

@@ -60,3 +60,21 @@ def repo_path(p: str | Path) -> Path:
         if candidate.exists():
             return candidate
     return base_dir() / p
+
+
+NAMESPACE_PATTERN = r"[a-z0-9][a-z0-9_-]*"  # what paths.namespace may be (MLflow names, Airflow Asset URIs, paths)
+
+
+def namespaced(name: str, namespace: str = "") -> str:
+    """``<namespace>-<name>``: a registered model, lock or MLflow experiment name of environment ``namespace``
+    (``paths.namespace``), so two environments share one MLflow server without touching each other's names; ``name``
+    itself when the namespace is empty (the default: every name as it always was). ValueError naming the rule when
+    the namespace is not lower-case letters, digits, '-' and '_'."""
+    import re
+
+    if not namespace:
+        return name
+    if not re.fullmatch(NAMESPACE_PATTERN, namespace):
+        raise ValueError(f"config paths.namespace = {namespace!r}: rule: {NAMESPACE_PATTERN} (lower-case letters, "
+                         "digits, '-', '_'; empty = no namespace)")
+    return f"{namespace}-{name}"

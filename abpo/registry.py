@@ -77,6 +77,44 @@ def ensure_store(uri: str) -> None:
     _initialised.add(uri)
 
 
+class StateMoved(ValueError):
+    """The state's SQLite MLflow store names artifact locations under another state directory: the state was copied
+    or restored elsewhere, and using it as it is would write into the old directory."""
+
+
+def moved_from(cfg) -> str | None:
+    """The state directory the config's SQLite MLflow store was made in, when that is not ``paths.root`` (a copied or
+    restored state), else None. Read from the experiments abpo created (artifact location
+    ``<root>/<paths.mlflow_artifacts>/<experiment>``, :func:`_ensure_experiment`); a store other than the state's
+    own ``<root>/mlflow.db``, one that does not exist yet, or has no such experiment: None."""
+    import sqlite3
+    from urllib.parse import unquote, urlparse
+
+    db = sqlite_path(cfg.paths.tracking_uri())
+    art = Path(cfg.paths.mlflow_artifacts)
+    root = cfg.paths.resolve("root")
+    if db is None or db != root / "mlflow.db" or not db.is_file() or art.is_absolute():
+        return None  # only the state's own store (paths.mlflow_tracking_uri unset): a shared store has other states'
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as con:
+            rows = con.execute("SELECT name, artifact_location FROM experiments").fetchall()
+    except sqlite3.Error:
+        return None  # not a store (yet): MLflow reports it on first use
+    for name, location in rows:
+        if not location or not location.startswith("file://"):
+            continue
+        path = Path(unquote(urlparse(location).path))
+        if path.name != name or not path.parent.as_posix().endswith("/" + art.as_posix()):
+            continue
+        old = Path(path.parent.as_posix()[: -len(art.as_posix()) - 1])
+        if old != root and not (old.exists() and old.resolve() == root.resolve()):  # not another spelling of root
+            return str(old)
+    return None
+
+
+_checked_moved: set[str] = set()
+
+
 def configure(cfg) -> str:
     """Point MLflow at the config's tracking store (creating the local SQLite store and artifact root). The first time
     a process uses a store, one log line says which one and where it came from (:func:`store_line`).
@@ -87,6 +125,14 @@ def configure(cfg) -> str:
     import mlflow
 
     uri = cfg.paths.tracking_uri()
+    if uri.startswith("sqlite:///") and uri not in _checked_moved:  # once per process and store
+        old = moved_from(cfg)
+        if old is not None:
+            raise StateMoved(f"{sqlite_path(uri)}: the MLflow store's artifact locations are under {old}, not under "
+                             f"paths.root = {cfg.paths.resolve('root')}; rule: a moved state is relocated before use "
+                             f"(`abpo state relocate --from {old}`, docs/operations.md \"Moving a state\"), else its "
+                             "runs would write into the old directory")
+        _checked_moved.add(uri)
     if uri.startswith("sqlite:///"):
         cfg.paths.resolve("root").mkdir(parents=True, exist_ok=True)
         cfg.paths.resolve("mlflow_artifacts").mkdir(parents=True, exist_ok=True)
@@ -106,9 +152,27 @@ def configure(cfg) -> str:
     return uri
 
 
+def experiment_name(cfg, experiment: str) -> str:
+    """The MLflow experiment of base name ``experiment`` (abpo-arms, update.mlflow_experiment, ...) in the config's
+    environment: ``<paths.namespace>-<experiment>``, or ``experiment`` itself without a namespace."""
+    from abpo.paths import namespaced
+
+    return namespaced(experiment, cfg.paths.namespace)
+
+
+def model_name(cfg) -> str:
+    """The registered model of pi_init (:data:`MODEL_NAME`) in the config's environment (``paths.namespace``)."""
+    from abpo.paths import namespaced
+
+    return namespaced(MODEL_NAME, cfg.paths.namespace)
+
+
 def _ensure_experiment(cfg, experiment: str) -> str:
+    """The id of experiment ``experiment`` (a base name: namespaced here, :func:`experiment_name`), created with an
+    artifact root under the state when the store is the default SQLite file."""
     import mlflow
 
+    experiment = experiment_name(cfg, experiment)
     exp = mlflow.get_experiment_by_name(experiment)
     if exp is not None:
         return exp.experiment_id

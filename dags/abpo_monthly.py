@@ -48,7 +48,7 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import Asset, AssetAlias, Param, TaskGroup, dag, get_current_context, task
 
-from abpo.arms.names import ARMS, LLM, MODEL_PREFIX, RANKER  # the one registry of arms (dependency-free)
+from abpo.arms.names import ARMS, LLM, RANKER, model_name  # the one registry of arms (dependency-free)
 from abpo.monthly.overrides import OVERRIDE_ALLOWED, OVERRIDE_PATTERN, check_overrides  # dependency-free
 from abpo.monthly.steps import PER_ARM  # the steps' order, which `abpo arms month` runs too (dependency-free)
 
@@ -93,9 +93,14 @@ def schedule_of(value: str):
 CLEAN_IMPRESSIONS = Asset(name="abpo_clean_impressions", uri="abpo://warehouse/impressions")
 
 
+# The deployment's environment prefix of MLflow names (paths.namespace, set through $ABPO_NAMESPACE so that this file,
+# parsed without the config, names the same registered models as the tasks): docs/operations.md "Namespaces"
+NAMESPACE = os.environ.get("ABPO_NAMESPACE", "")
+
+
 def champion_asset(arm: str) -> Asset:
     """The arm's champion as an Asset: a deploy DAG scheduled on it runs when (and only when) the champion moved."""
-    return Asset(name=f"abpo_champion_{arm}", uri=f"mlflow://models/{MODEL_PREFIX}{arm}/champion")
+    return Asset(name=f"abpo_champion_{arm}", uri=f"mlflow://models/{model_name(arm, NAMESPACE)}/champion")
 
 
 def champion_alias(arm: str) -> AssetAlias:
@@ -114,8 +119,10 @@ def announce_champion(outlet_events, arm: str, month: str, result: dict) -> bool
     version = str(result.get("champion_version") or result.get("version"))
     outlet_events[champion_alias(arm)].add(champion_asset(arm), extra={
         "arm": arm, "version": version, "previous_version": str(result.get("previous_version") or ""),
-        "month": month, "model_uri": f"models:/{MODEL_PREFIX}{arm}/{version}"})
+        "month": month, "model_uri": f"models:/{model_name(arm, NAMESPACE)}/{version}"})
     return True
+
+
 # the kinds whose champion can be moved (a holdback's never is: its alias has no outlet)
 HAND_MOVABLE = (LLM, RANKER)
 

@@ -9,7 +9,8 @@ A FastAPI app mounted at /abpo on the Airflow API server:
   under paths.root); /abpo/validation/<YYYY-MM> shows one as a page, /abpo/validation/<YYYY-MM>.json as saved;
   /abpo/validation/latest redirects to the newest month; /abpo/validation/docs/index.html serves the GX Data Docs
   site the ingest's Checkpoint builds (validation/data_docs);
-- /abpo/champions: each arm's champion (alias ``champion`` of the registered model ``abpo-arm-<arm>``, read from
+- /abpo/champions: each arm's champion (alias ``champion`` of the registered model ``abpo-arm-<arm>``, prefixed by
+  ``$ABPO_NAMESPACE-`` when set (paths.namespace), read from
   the config's tracking URI) with a link to its MLflow UI page ($ABPO_MLFLOW_UI, default http://localhost:5000);
   a registry that does not answer within :data:`LOOKUP_TIMEOUT_S` gives a page saying so (503), never a 500.
 
@@ -46,7 +47,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from airflow.plugins_manager import AirflowPlugin
 
-from abpo.arms.names import MODEL_PREFIX  # one registered model per arm (abpo.arms.names: dependency-free)
+from abpo.arms.names import model_name  # one registered model per arm (abpo.arms.names: dependency-free)
 from abpo.months import MONTH_PATTERN as _MONTH  # the one month grammar (abpo.months: a leaf module, cheap to import)
 
 DAG_ID = "abpo_monthly"
@@ -172,6 +173,11 @@ class RegistryUnreachable(RuntimeError):
     """The MLflow registry did not answer (down, too slow, misconfigured)."""
 
 
+def namespace() -> str:
+    """The deployment's environment prefix of MLflow names (paths.namespace), from $ABPO_NAMESPACE like the DAG's."""
+    return os.environ.get("ABPO_NAMESPACE", "")
+
+
 def lookup_champions(tracking_uri: str, arms: list[str]) -> list[dict]:
     """Each arm's champion: {arm, model, version (None: no champion yet), months}. Raises RegistryUnreachable."""
     from mlflow import MlflowClient
@@ -187,7 +193,7 @@ def lookup_champions(tracking_uri: str, arms: list[str]) -> list[dict]:
     client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
     rows = []
     for arm in arms:
-        name = MODEL_PREFIX + arm
+        name = model_name(arm, namespace())
         try:
             v = client.get_model_version_by_alias(name, CHAMPION)
         except MlflowException as e:
@@ -212,6 +218,7 @@ def promotion_record(client, model: str, arm: str) -> tuple[str, list[dict]]:
 
     from abpo.arms import history
     from abpo.arms.versions import PIN_TAG
+    from abpo.paths import namespaced
     from abpo.registry import is_not_found
 
     try:
@@ -221,7 +228,7 @@ def promotion_record(client, model: str, arm: str) -> tuple[str, list[dict]]:
             if not is_not_found(e):
                 raise
             pin = ""
-        entries = history.read(client, arm)
+        entries = history.read(client, arm, namespaced(history.EXPERIMENT, namespace()))
     except MlflowException as e:
         raise RegistryUnreachable(f"{getattr(e, 'error_code', '')}: {str(e)[:300]}") from e
     return pin, [e.to_json() for e in reversed(entries[-HISTORY_SHOWN:])]

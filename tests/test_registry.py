@@ -44,8 +44,8 @@ def test_pi_init_becomes_champion_only_when_none_exists(tmp_path):
     for marker in (1, 2):
         with registry.start_run(cfg, "test-registry", f"sft{marker}"):
             uris.append(registry.log_model_dir(_checkpoint(tmp_path / f"p{marker}", marker)))
-    mv1, first1 = register_pi_init(uris[0], {"role": "pi_init"})
-    mv2, first2 = register_pi_init(uris[1], {"role": "pi_init"})  # a retrained pi_init
+    mv1, first1 = register_pi_init(cfg, uris[0], {"role": "pi_init"})
+    mv2, first2 = register_pi_init(cfg, uris[1], {"role": "pi_init"})  # a retrained pi_init
     assert (first1, first2) == (True, False)
     assert int(registry.get_version(registry.CHAMPION).version) == int(mv1.version)  # not displaced
     assert int(registry.get_version(PI_INIT_ALIAS).version) == int(mv2.version)

@@ -111,7 +111,7 @@ def log_report(cfg, report: Report, files: ReportFiles) -> str:
         _log(files, artifact_path, report)
         return active.info.run_id
     experiment = cfg.report.mlflow_experiment
-    exp = mlflow.get_experiment_by_name(experiment)
+    exp = mlflow.get_experiment_by_name(registry.experiment_name(cfg, experiment))
     existing = []
     if exp is not None:
         existing = mlflow.search_runs(

@@ -90,10 +90,11 @@ def _runs(cfg, arm: str) -> list:
     return runs_of(_client(cfg), _experiment_id(cfg), arm)
 
 
-def read(client, arm: str) -> list[Entry]:
+def read(client, arm: str, experiment: str = EXPERIMENT) -> list[Entry]:
     """The arm's history read with an MlflowClient (the UI plugin's, on its own tracking URI), oldest first; [] when
-    the experiment does not exist yet. Creates nothing."""
-    exp = client.get_experiment_by_name(EXPERIMENT)
+    the experiment does not exist yet. Creates nothing. ``experiment``: the history's experiment as named in the
+    store, i.e. with the environment's namespace (registry.experiment_name(cfg, EXPERIMENT); abpo.paths.namespaced)."""
+    exp = client.get_experiment_by_name(experiment)
     if exp is None:
         return []
     runs = [r for r in runs_of(client, exp.experiment_id, arm) if r.info.status == "FINISHED" and "seq" in r.data.params]
@@ -122,7 +123,7 @@ def _entry(run) -> Entry:
 
 def entries(cfg, arm: str) -> list[Entry]:
     """The arm's history, oldest first (finished entries only)."""
-    return read(_client(cfg), arm) if _experiment_id(cfg) else []
+    return read(_client(cfg), arm, registry.experiment_name(cfg, EXPERIMENT)) if _experiment_id(cfg) else []
 
 
 def last_move(cfg, arm: str) -> Entry | None:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
-MODEL_PREFIX = "abpo-arm-"  # one registered MLflow model per arm: abpo-arm-<arm>
+MODEL_PREFIX = "abpo-arm-"  # one registered MLflow model per arm: abpo-arm-<arm> (model_name: with the namespace)
+LOCK_PREFIX = "abpo-lock-"  # an arm's promotion lock: abpo-lock-<arm> (lock_name: with the namespace)
 
 LLM, RANKER, HOLDBACK = "llm", "ranker", "holdback"
 
@@ -55,6 +56,17 @@ def arm_class(name: str) -> type:
     return getattr(importlib.import_module(module), cls)
 
 
-def model_name(name: str) -> str:
-    """The arm's registered MLflow model."""
-    return MODEL_PREFIX + check_arm(name)
+def model_name(name: str, namespace: str = "") -> str:
+    """The arm's registered MLflow model: ``abpo-arm-<arm>``, ``<namespace>-abpo-arm-<arm>`` in an environment
+    (``paths.namespace``, abpo.paths.namespaced)."""
+    from abpo.paths import namespaced
+
+    return namespaced(MODEL_PREFIX + check_arm(name), namespace)
+
+
+def lock_name(name: str, namespace: str = "") -> str:
+    """The arm's promotion lock (a registered model, abpo.arms.versions.promotion_lock): ``abpo-lock-<arm>``,
+    ``<namespace>-abpo-lock-<arm>`` in an environment."""
+    from abpo.paths import namespaced
+
+    return namespaced(LOCK_PREFIX + check_arm(name), namespace)

@@ -36,11 +36,14 @@ class NotInRegistry(LookupError):
     no champion or no previous champion to roll back to); the message names it."""
 
 
-def model_name(arm: str) -> str:
+def model_name(arm: str, cfg=None) -> str:
+    """The arm's registered model in ``cfg``'s environment (``paths.namespace``: abpo.arms.names.model_name); without
+    ``cfg``, the base name (messages). NotInRegistry naming the known arms for an unknown one."""
     try:
-        return names.model_name(arm)
+        names.check_arm(arm)
     except ValueError as e:
         raise NotInRegistry(str(e)) from None
+    return names.model_name(arm, cfg.paths.namespace if cfg is not None else "")
 
 
 @functools.lru_cache(maxsize=1)
@@ -59,7 +62,10 @@ def code_version() -> str:
 
 
 def config_hash(cfg) -> str:
-    return hashlib.sha256(json.dumps(cfg.to_dict(), sort_keys=True, default=str).encode()).hexdigest()[:16]
+    d = cfg.to_dict()
+    if not d["paths"].get("namespace"):  # added later: at its default it leaves the hash of before
+        d["paths"].pop("namespace", None)
+    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def table_hash(*tables) -> str:
@@ -86,7 +92,7 @@ def get_version(cfg, arm: str, ref: str = registry.CHAMPION):
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
-    name = model_name(arm)
+    name = model_name(arm, cfg)
     uri = registry.configure(cfg)
     try:
         if str(ref).isdigit():
@@ -116,7 +122,7 @@ def register_version(cfg, arm: str, model_uri: str, run_id: str, tags: dict[str,
     from mlflow import MlflowClient
 
     registry.configure(cfg)
-    name = model_name(arm)
+    name = model_name(arm, cfg)
     client = MlflowClient()
     existing = []
     try:
@@ -142,7 +148,7 @@ def register_version(cfg, arm: str, model_uri: str, run_id: str, tags: dict[str,
 
 def set_alias(cfg, arm: str, alias: str, version: str | int) -> None:
     registry.configure(cfg)
-    registry.set_alias(alias, version, name=model_name(arm))
+    registry.set_alias(alias, version, name=model_name(arm, cfg))
 
 
 def set_tags(cfg, arm: str, version: str | int, tags: dict[str, Any]) -> None:
@@ -151,13 +157,13 @@ def set_tags(cfg, arm: str, version: str | int, tags: dict[str, Any]) -> None:
     registry.configure(cfg)
     client = MlflowClient()
     for k, v in tags.items():
-        client.set_model_version_tag(model_name(arm), str(version), k, str(v))
+        client.set_model_version_tag(model_name(arm, cfg), str(version), k, str(v))
 
 
 def local_dir(cfg, arm: str, version: str | int) -> Path:
     """The version's checkpoint (or ranker files) as a local directory: downloaded from the registry once into
     ``<paths.models>/registry/<model>/v<version>`` (versions are immutable, so the copy never goes stale)."""
-    dst = cfg.paths.resolve("models") / "registry" / model_name(arm) / f"v{version}"
+    dst = cfg.paths.resolve("models") / "registry" / model_name(arm, cfg) / f"v{version}"
     done = dst / ".complete"
     if not done.exists():
         import shutil
@@ -165,7 +171,7 @@ def local_dir(cfg, arm: str, version: str | int) -> Path:
         if dst.exists():
             shutil.rmtree(dst)
         dst.mkdir(parents=True)
-        path = registry.download_model_dir(cfg, str(version), dst=dst, name=model_name(arm))
+        path = registry.download_model_dir(cfg, str(version), dst=dst, name=model_name(arm, cfg))
         done.write_text(str(path.relative_to(dst)))
     return dst / done.read_text()
 
@@ -174,7 +180,7 @@ def load_arm(cfg, arm: str, dataset, ref: str = registry.CHAMPION):
     """The servable arm (abpo.arms.Arm) of the arm's version ``ref`` (default: its champion)."""
     mv = get_version(cfg, arm, ref)
     if mv is None:
-        raise LookupError(f"MLflow model {model_name(arm)}: no version {ref!r}; bootstrap the arms first "
+        raise LookupError(f"MLflow model {model_name(arm, cfg)}: no version {ref!r}; bootstrap the arms first "
                           "(`abpo arms bootstrap`)")
     return names.arm_class(arm).load(arm, local_dir(cfg, arm, mv.version), cfg, dataset=dataset,
                                      model_version=str(mv.version))
@@ -213,14 +219,16 @@ class HoldbackNeverPromoted(PromotionRace):
 # So no holder's or waiter's wall clock matters (a slow one does not lose its lock, a fast crashed one does not block
 # the arm), and a lock with no owner tag is taken over like any other stale one. LOCK_WAIT_S > LOCK_TTL_S: a waiter
 # outlives a stale lock. A holder checks it still holds the lock right before it moves the alias.
-LOCK_PREFIX = "abpo-lock-"
+# The lock's name carries the config's paths.namespace (abpo.arms.names.lock_name), like the arm's model.
+LOCK_PREFIX = names.LOCK_PREFIX
 LOCK_TTL_S = 10.0
 LOCK_WAIT_S = 30.0
 _held: dict[str, str] = {}  # lock name -> this process's token, while held
 
 
-def _lock_name(arm: str) -> str:
-    return LOCK_PREFIX + model_name(arm)[len(PREFIX):]
+def _lock_name(cfg, arm: str) -> str:
+    """Arm ``arm``'s promotion lock in ``cfg``'s environment (an unknown arm: NotInRegistry, from model_name)."""
+    return names.lock_name(model_name(arm, cfg) and arm, cfg.paths.namespace)
 
 
 def _lease(held) -> tuple[str, str, str]:
@@ -238,7 +246,7 @@ def promotion_lock(cfg, arm: str, *, wait_s: float | None = None, ttl_s: float |
 
     wait_s = LOCK_WAIT_S if wait_s is None else wait_s
     ttl_s = LOCK_TTL_S if ttl_s is None else ttl_s
-    name = _lock_name(arm)
+    name = _lock_name(cfg, arm)
     uri = registry.configure(cfg)
     client = MlflowClient()
     token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
@@ -276,7 +284,7 @@ def promotion_lock(cfg, arm: str, *, wait_s: float | None = None, ttl_s: float |
         except MlflowException:
             continue  # released in between: try again at once
         if time.monotonic() > deadline:
-            raise PromotionRace(f"{model_name(arm)}: another promotion holds the lock {name!r} (owner "
+            raise PromotionRace(f"{model_name(arm, cfg)}: another promotion holds the lock {name!r} (owner "
                                 f"{(held.tags or {}).get('owner', '?')}) for more than {wait_s:g} s; nothing promoted "
                                 "(retry when it has finished)")
         time.sleep(delay)
@@ -300,7 +308,7 @@ def touch_lock(cfg, arm: str) -> None:
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
-    name = _lock_name(arm)
+    name = _lock_name(cfg, arm)
     token = _held.get(name)
     registry.configure(cfg)
     client = MlflowClient()
@@ -310,7 +318,7 @@ def touch_lock(cfg, arm: str) -> None:
         held = None
     tags = (held.tags or {}) if held is not None else {}
     if token is None or tags.get("owner") != token:
-        raise PromotionRace(f"{model_name(arm)}: the promotion lock {name!r} is no longer this process's (taken over "
+        raise PromotionRace(f"{model_name(arm, cfg)}: the promotion lock {name!r} is no longer this process's (taken over "
                             "by another promotion after its TTL); nothing moved")
     client.set_registered_model_tag(name, "lease", str(int(tags.get("lease", "0") or 0) + 1))
 
@@ -327,7 +335,7 @@ def pinned(cfg, arm: str) -> dict[str, str] | None:
 
     registry.configure(cfg)
     try:
-        tags = MlflowClient().get_registered_model(model_name(arm)).tags or {}
+        tags = MlflowClient().get_registered_model(model_name(arm, cfg)).tags or {}
     except MlflowException as e:
         if registry.is_not_found(e):
             return None
@@ -346,7 +354,7 @@ def _set_pin(cfg, arm: str, version: str, actor: str, reason: str) -> None:
 
     registry.configure(cfg)
     at = datetime.now(UTC).isoformat(timespec="seconds")
-    MlflowClient().set_registered_model_tag(model_name(arm), PIN_TAG,
+    MlflowClient().set_registered_model_tag(model_name(arm, cfg), PIN_TAG,
                                             f"{version}|{actor}|{at}|{reason}".replace("\n", " ")[:4900])
 
 
@@ -357,7 +365,7 @@ def pin(cfg, arm: str, *, reason: str = "", actor: str = "") -> dict[str, str]:
     with promotion_lock(cfg, arm):
         cur = _champion(cfg, arm)
         if not cur:
-            raise NotInRegistry(f"{model_name(arm)}: no champion to pin")
+            raise NotInRegistry(f"{model_name(arm, cfg)}: no champion to pin")
         _settle(cfg, arm, cur)
         _record_hand_move(cfg, arm, cur, month="")
         _set_pin(cfg, arm, cur, actor, reason or "pinned")
@@ -376,7 +384,7 @@ def unpin(cfg, arm: str, *, reason: str = "", actor: str = "") -> dict[str, str]
         was = pinned(cfg, arm)
         if was is None:
             return {"arm": arm, "champion": cur, "pinned": "false"}
-        MlflowClient().delete_registered_model_tag(model_name(arm), PIN_TAG)
+        MlflowClient().delete_registered_model_tag(model_name(arm, cfg), PIN_TAG)
         history.record(cfg, arm, action="unpin", actor=actor, from_version=cur, to_version=cur,
                        reason=reason or f"unpinned (pinned by {was['actor']} at {was['at']})")
     return {"arm": arm, "champion": cur, "pinned": "false"}
@@ -391,7 +399,7 @@ def _settle(cfg, arm: str, champion: str) -> None:
     import logging
 
     for line in history.settle_pending(cfg, arm, champion):
-        logging.getLogger(__name__).info(f"{model_name(arm)} promotion history: {line}")
+        logging.getLogger(__name__).info(f"{model_name(arm, cfg)} promotion history: {line}")
 
 
 def _record_hand_move(cfg, arm: str, cur: str, *, month: str) -> history.Entry | None:
@@ -450,7 +458,7 @@ def promote(cfg, arm: str, version: str | int, *, expected_champion: str | int |
     Atomic: the champion is re-read, compared and moved inside the arm's :func:`promotion_lock`, so of several
     concurrent promotions expecting the same champion exactly one moves it and the others are refused. A holdback
     arm (abpo.arms.names.HOLDBACK) is never promoted: its champion stays pi_init (HoldbackNeverPromoted)."""
-    name = model_name(arm)  # an unknown arm: NotInRegistry, one line
+    name = model_name(arm, cfg)  # an unknown arm: NotInRegistry, one line
     if names.entry(arm).kind == names.HOLDBACK:
         raise HoldbackNeverPromoted(f"{name}: arm {arm} is a holdback; rule: its champion stays "
                                     f"pi_init, never promoted (version {version} refused)")
@@ -479,7 +487,7 @@ def _promote_locked(cfg, arm: str, version: str, *, expected_champion, reason: s
         since = [e for e in history.entries(cfg, arm) if e.moved and e.to_version == cur]
         how = (f" ({since[-1].action} by {since[-1].actor} at {since[-1].at}: {since[-1].reason[:200]})"
                if since else "")
-        msg = (f"{model_name(arm)}: champion is v{cur or 'none'}, not the expected v{expected_champion}{how}; "
+        msg = (f"{model_name(arm, cfg)}: champion is v{cur or 'none'}, not the expected v{expected_champion}{how}; "
                f"v{version} not promoted")
         if action == "gate":  # the month's promotion: its challenger was gated against a champion that no longer serves
             history.record(cfg, arm, action="not-promoted", actor=actor, from_version=cur, to_version=cur,
@@ -504,7 +512,7 @@ def _promote_locked(cfg, arm: str, version: str, *, expected_champion, reason: s
     now = _champion(cfg, arm)
     if now != version:  # only a writer outside the lock can cause this
         history.finish(cfg, entry, ok=False, note=f"champion is v{now or 'none'} right after the move")
-        raise PromotionRace(f"{model_name(arm)}: champion is v{now or 'none'} right after moving it "
+        raise PromotionRace(f"{model_name(arm, cfg)}: champion is v{now or 'none'} right after moving it "
                             f"to v{version}: something moved it without the promotion lock")
     history.finish(cfg, entry)
     return {"arm": arm, "champion": version, "previous": cur, "promoted": "true"}
@@ -525,16 +533,16 @@ def rollback(cfg, arm: str, *, reason: str = "", actor: str = "") -> dict[str, s
 def _rollback_locked(cfg, arm: str, *, reason: str, actor: str, now) -> dict[str, str]:
     cur = _champion(cfg, arm)
     if not cur:
-        raise NotInRegistry(f"{model_name(arm)}: no champion to roll back")
+        raise NotInRegistry(f"{model_name(arm, cfg)}: no champion to roll back")
     _settle(cfg, arm, cur)
     _record_hand_move(cfg, arm, cur, month="")
     stack = history.champion_stack(history.entries(cfg, arm))
     if len(stack) < 2 or stack[-1] != cur:
-        raise NotInRegistry(f"{model_name(arm)}: champion v{cur} has no previous champion in the promotion history "
-                            f"(experiment {history.EXPERIMENT}): nothing to roll back to")
+        raise NotInRegistry(f"{model_name(arm, cfg)}: champion v{cur} has no previous champion in the promotion history "
+                            f"(experiment {registry.experiment_name(cfg, history.EXPERIMENT)}): nothing to roll back to")
     previous = stack[-2]
     if get_version(cfg, arm, previous) is None:
-        raise NotInRegistry(f"{model_name(arm)}: the previous champion v{previous} no longer exists in the registry "
+        raise NotInRegistry(f"{model_name(arm, cfg)}: the previous champion v{previous} no longer exists in the registry "
                             f"(deleted); nothing changed (promote another version with `abpo arms promote`)")
     entry = history.begin(cfg, arm, action="rollback", actor=actor, from_version=cur, to_version=previous,
                           reason=reason or "rollback", verdict=_verdict(cfg, arm, previous))

@@ -154,13 +154,13 @@ def run(args: argparse.Namespace, cfg) -> int:
                                        reason=args.reason, actor=args.actor)
         else:
             out = arm_versions.rollback(cfg, args.arm, reason=args.reason, actor=args.actor)
-        print(f"{arm_versions.model_name(args.arm)}: champion v{out['champion']} (was v{out['previous'] or 'none'})")
+        print(f"{arm_versions.model_name(args.arm, cfg)}: champion v{out['champion']} (was v{out['previous'] or 'none'})")
     elif args.action in ("pin", "unpin"):
         from abpo.arms import versions as arm_versions
 
         fn = arm_versions.pin if args.action == "pin" else arm_versions.unpin
         out = fn(cfg, args.arm, reason=args.reason, actor=args.actor)
-        print(f"{arm_versions.model_name(args.arm)}: champion v{out['champion'] or 'none'} "
+        print(f"{arm_versions.model_name(args.arm, cfg)}: champion v{out['champion'] or 'none'} "
               + ("pinned" if out["pinned"] == "true" else "not pinned"))
     elif args.action == "history":
         from abpo.arms import history
@@ -178,7 +178,7 @@ def run(args: argparse.Namespace, cfg) -> int:
             for alias in (CHAMPION, CHALLENGER):
                 mv = arm_versions.get_version(cfg, arm, alias)
                 shown = json.dumps(arm_versions.version_info(mv)) if mv is not None else "none"
-                print(f"{arm_versions.model_name(arm):<22} {alias:<10} {shown}")
+                print(f"{arm_versions.model_name(arm, cfg):<22} {alias:<10} {shown}")
     return 0
 
 

@@ -118,6 +118,8 @@ def airflow_env(cfg, config_ref: str) -> dict[str, str]:
            "ABPO_CONSOLE_PREFIX": TASK_LINE}
     if cfg.paths.mlflow_tracking_uri:
         env["ABPO_TRACKING_URI"] = cfg.paths.mlflow_tracking_uri
+    if cfg.paths.namespace:  # the DAG file and the UI plugin read it from the environment too
+        env["ABPO_NAMESPACE"] = cfg.paths.namespace
     return env
 
 

@@ -146,7 +146,7 @@ def adopt_model(cfg, arm: str, model: str | Path) -> AdoptResult:
     """Register ``model`` (a directory or ``models:/...``) as LLM arm ``arm``'s first champion, after
     :func:`check_model`. Refused when the arm is a ranker or already has a champion; nothing is registered then."""
     model = str(model)
-    name = arm_versions.model_name(arm)  # an unknown arm: NotInRegistry naming the known ones
+    name = arm_versions.model_name(arm, cfg)  # an unknown arm: NotInRegistry naming the known ones
     if entry(arm).kind != LLM:
         raise ModelRefused(f"arm {arm!r} is a {entry(arm).kind} arm; rule: adopt takes an LLM arm, one of "
                            f"{list(LLM_ARMS)}")

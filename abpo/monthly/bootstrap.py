@@ -42,11 +42,11 @@ def ensure_pi_init(cfg, *, fresh: bool = False) -> dict[str, Any]:
     # task the scheduler reset) left its run RUNNING; the next call marks it KILLED, whether it retrains or reuses
     key = task_key(cfg, "sft", "pi_init")
     registry.completed_task_run(cfg, cfg.sft.experiment, key)
-    existing = registry.get_version(PI_INIT_ALIAS)
+    existing = registry.get_version(PI_INIT_ALIAS, name=registry.model_name(cfg))
     if existing is not None and not fresh:
         local = pi_init_dir(cfg)
         if not (local / "config.json").exists():
-            local = registry.download_model_dir(cfg, str(existing.version),
+            local = registry.download_model_dir(cfg, str(existing.version), name=registry.model_name(cfg),
                                                 dst=cfg.paths.resolve("models") / "registry" / f"pi_init-v{existing.version}")
         return {"model_dir": local, "model_version": existing.version, "reused": True}
     res = train_sft(cfg, run_tags={registry.TASK_KEY_TAG: key})
@@ -94,7 +94,7 @@ def bootstrap_arms(cfg, month: str = "") -> BootstrapResult:
             init = ensure_pi_init(cfg)
         tags = arm_versions.lineage_tags(cfg, kind=entry(arm).kind, source="pi_init", parent_version=None, months=[],
                                          data_hash="", variant=entry(arm).refreshed_by,
-                                         pi_init_version=f"{core_registry.MODEL_NAME} v{init['model_version']}")
+                                         pi_init_version=f"{core_registry.model_name(cfg)} v{init['model_version']}")
         key = task_key(cfg, "bootstrap", arm, f"pi_init-v{init['model_version']}")
         done = reuse(cfg, arm_versions.EXPERIMENT, key)
         if done is not None:  # registered before, its champion alias since removed: the same version again
@@ -105,7 +105,7 @@ def bootstrap_arms(cfg, month: str = "") -> BootstrapResult:
             mv = arm_versions.register_version(cfg, arm, uri, run.info.run_id, tags, alias=CHAMPION)
             core_registry.record_task_result(run.info.run_id, {"model_uri": uri, "run_id": run.info.run_id,
                                                                "version": str(mv.version)})
-        log.info(f"bootstrap {arm}: {arm_versions.model_name(arm)} v{mv.version} (pi_init) is champion")
+        log.info(f"bootstrap {arm}: {arm_versions.model_name(arm, cfg)} v{mv.version} (pi_init) is champion")
         # every LLM arm starts from the same checkpoint: its gate metrics and per-user ranks are computed once, not
         # per arm (the gate's paired test needs each user's rank, which pi_init's SFT evaluation does not keep).
         # With arms.gate_users = warehouse the gate's users are those of the gated month, unknown yet: the first
@@ -120,9 +120,12 @@ def bootstrap_arms(cfg, month: str = "") -> BootstrapResult:
 
 
 def bootstrap(cfg, month: Month) -> BootstrapResult:
-    """The step: a failed month m-1 blocks month m (abpo.monthly.report.require_previous_month), then
-    :func:`bootstrap_arms`."""
+    """The step: a setting that changes the data split of the state's series is refused
+    (abpo.monthly.series.check_series), a failed month m-1 blocks month m
+    (abpo.monthly.report.require_previous_month), then :func:`bootstrap_arms`."""
     from abpo.monthly.report import require_previous_month
+    from abpo.monthly.series import check_series
 
+    check_series(cfg, str(Month(month)))
     require_previous_month(cfg, Month(month))
     return bootstrap_arms(cfg, str(Month(month)))

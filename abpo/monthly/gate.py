@@ -423,7 +423,7 @@ def month_start_champion(cfg, arm: str, version: str):
     if champ is None:
         champ = arm_versions.get_version(cfg, arm, CHAMPION)
     if champ is None:
-        raise arm_versions.NotInRegistry(f"{arm_versions.model_name(arm)}: no champion to gate v{version} against")
+        raise arm_versions.NotInRegistry(f"{arm_versions.model_name(arm, cfg)}: no champion to gate v{version} against")
     return champ
 
 

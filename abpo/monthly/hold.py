@@ -34,14 +34,14 @@ def hold_arm(cfg, arm: str, month: Month) -> HoldResult:
         raise ValueError(f"hold_arm: {arm!r} is a {entry(arm).kind} arm; rule: one of {list(HOLDBACK_ARMS)}")
     champ = arm_versions.get_version(cfg, arm, CHAMPION)
     if champ is None:
-        raise LookupError(f"{arm_versions.model_name(arm)}: no champion; bootstrap the arms first")
+        raise LookupError(f"{arm_versions.model_name(arm, cfg)}: no champion; bootstrap the arms first")
     tags = champ.tags or {}
     if tags.get("source") != "pi_init" or tags.get("parent_version"):
         raise HoldbackMoved(
-            f"{arm_versions.model_name(arm)} v{champ.version}: champion with source={tags.get('source')!r}, "
+            f"{arm_versions.model_name(arm, cfg)} v{champ.version}: champion with source={tags.get('source')!r}, "
             f"parent_version={tags.get('parent_version')!r}; rule: a holdback's champion stays the pi_init version "
             "bootstrap registered (never updated, never promoted); restore it before the month runs")
     reason = (f"holdback: not updated in {Month(month)}; champion stays pi_init "
-              f"({arm_versions.model_name(arm)} v{champ.version}, {tags.get('pi_init_version', 'pi_init')})")
+              f"({arm_versions.model_name(arm, cfg)} v{champ.version}, {tags.get('pi_init_version', 'pi_init')})")
     log.info(reason)
     return HoldResult(arm=arm, month=str(month), champion_version=str(champ.version), reason=reason)

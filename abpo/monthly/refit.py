@@ -84,7 +84,7 @@ def refit_ranker_arm(cfg, arm: str, month: Month | None) -> RefitResult:
                                     actor="abpo", action="refit", month=month or "", respect_pin=True)
     champion = promoted["champion"]  # a pinned arm keeps its champion (abpo arms pin): the refit stays registered
     log.info(f"refit {arm}: {sum(map(len, seqs.values()))} interactions and clicks through {month or 'the start'} "
-             f"in {time.time() - t:.1f}s -> {arm_versions.model_name(arm)} v{mv.version}, "
+             f"in {time.time() - t:.1f}s -> {arm_versions.model_name(arm, cfg)} v{mv.version}, "
              + ("champion" if champion == str(mv.version) else f"not champion ({promoted.get('reason', '')})"))
     out = RefitResult(arm=arm, version=str(mv.version), months=months, previous_version=previous,
                       moved=champion != previous)

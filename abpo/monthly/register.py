@@ -25,6 +25,6 @@ def register_update(cfg, arm: str, updated: UpdateResult) -> RegisterResult:
                                      months=updated.months, data_hash=updated.data_hash, variant=updated.variant,
                                      month=updated.month, rows=updated.rows, steps=updated.steps)
     mv = arm_versions.register_version(cfg, arm, updated.model_uri, updated.run_id, tags, alias=CHALLENGER)
-    log.info(f"register {arm}: {arm_versions.model_name(arm)} v{mv.version} (parent v{updated.parent_version}) "
+    log.info(f"register {arm}: {arm_versions.model_name(arm, cfg)} v{mv.version} (parent v{updated.parent_version}) "
              f"is challenger")
     return RegisterResult(arm=arm, version=str(mv.version), parent_version=updated.parent_version)

@@ -129,7 +129,7 @@ def update_llm_arm(cfg, arm: str, month: Month) -> UpdateResult:
     month = Month(month)
     champ = arm_versions.get_version(cfg, arm, CHAMPION)
     if champ is None:
-        raise LookupError(f"{arm_versions.model_name(arm)}: no champion; bootstrap the arms first")
+        raise LookupError(f"{arm_versions.model_name(arm, cfg)}: no champion; bootstrap the arms first")
     parent_dir = arm_versions.local_dir(cfg, arm, champ.version)
     months = training_months(cfg, month)
     pos, neg, held = arm_strata(cfg, arm, months)

@@ -107,5 +107,5 @@ def _registered_pi_init(cfg) -> str | None:
     from abpo.policy.sft import PI_INIT_ALIAS
 
     registry.configure(cfg)
-    mv = registry.get_version(PI_INIT_ALIAS)
+    mv = registry.get_version(PI_INIT_ALIAS, name=registry.model_name(cfg))
     return str(mv.version) if mv is not None else None

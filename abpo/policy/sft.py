@@ -106,15 +106,16 @@ def pretrain_stage(model, tokenizer, dataset, splits, cfg, *, log_mlflow: bool =
     )
 
 
-def register_pi_init(model_uri: str, tags: dict):
-    """Register pi_init as a new version of abpo-recommender with alias ``pi_init``; alias ``champion`` only when
+def register_pi_init(cfg, model_uri: str, tags: dict):
+    """Register pi_init as a new version of abpo-recommender (in the config's namespace) with alias ``pi_init``; alias ``champion`` only when
     no champion exists (a retrained pi_init never displaces a gated champion). Returns (version, became champion).
     A registry that cannot answer raises (abpo.registry.RegistryUnavailable) instead of reading as "no champion"."""
     from abpo import registry
 
-    first = registry.get_version(registry.CHAMPION) is None
-    mv = registry.register(model_uri, alias=registry.CHAMPION if first else None, tags=tags)
-    registry.set_alias(PI_INIT_ALIAS, mv.version)
+    name = registry.model_name(cfg)
+    first = registry.get_version(registry.CHAMPION, name=name) is None
+    mv = registry.register(model_uri, alias=registry.CHAMPION if first else None, tags=tags, name=name)
+    registry.set_alias(PI_INIT_ALIAS, mv.version, name=name)
     return mv, first
 
 
@@ -378,11 +379,11 @@ def train_sft(
             result.mlflow_run_id = run.info.run_id
             if register:
                 mv, first = register_pi_init(
-                    uri, {"role": "pi_init", "config": cfg.name, "seed": cfg.seed, "run_id": run.info.run_id})
+                    cfg, uri, {"role": "pi_init", "config": cfg.name, "seed": cfg.seed, "run_id": run.info.run_id})
                 result.model_version = str(mv.version)
                 aliases = f"{registry.CHAMPION}, {PI_INIT_ALIAS}" if first else PI_INIT_ALIAS
                 log.info(
-                    f"sft: registered {registry.MODEL_NAME} version {mv.version} "
+                    f"sft: registered {registry.model_name(cfg)} version {mv.version} "
                     f"(aliases {aliases}); MLflow run {run.info.run_id}"
                 )
 

@@ -5,8 +5,14 @@ Users and their true behaviour come from real sequences (the configured dataset,
 default), split as in the offline construction (abpo.data.splits): x_{1:T} is the initial history pi_init was
 trained on, the update segment x_{T+1..T+N-1} is what users go on to do, and the target x_{T+N} stays held out for
 offline evaluation (the gate). Month index i = months since ``sim.start_month`` covers, per user, the update
-positions T + i*w .. T + (i+1)*w - 1 (w = ``sim.window``): windows are consecutive and never overlap, and the
-items there are what the user consumes that month (landed as the month's interactions).
+positions T + k*w .. T + (k+1)*w - 1 (w = ``sim.window``) of window k = i mod n, n = data.update_steps // w the
+windows the update segment holds (:func:`window_of`): the first n months use consecutive windows that never overlap;
+month n and later wrap around (month n is window 0 again, ...), so the loop runs any number of months without
+changing the data split. The same user positions (histories, next items) then recur, while everything drawn per
+month is fresh: the candidates (retrieval fitted on the interactions to date, seeded by the month), the exposures
+and the clicks (uniforms seeded by the month), and the arms serving are that month's champions. The items of the
+window are what the user consumes that month (landed as the month's interactions; a wrapped month lands them
+again, as a user who re-consumes them).
 
 In month i a user makes ``sim.requests_per_user`` requests, spread over the window's positions; a request at t'
 carries the real history x_{1:t'} and a candidate set from the retrieval stage (abpo.sim.retrieval, fitted on the
@@ -64,7 +70,21 @@ def month_index(start: str, month: str) -> int:
 
 
 def months_available(cfg) -> int:
+    """n = data.update_steps // sim.window: the months whose windows are new positions (see :func:`window_of`)."""
     return cfg.data.update_steps // max(cfg.sim.window, 1)
+
+
+def window_of(cfg, i: int) -> int:
+    """The window k of month index ``i``: k = i mod n (n = :func:`months_available`). Months 0..n-1 cover new
+    positions; month i >= n wraps around and covers window i mod n again ("lap" i // n), with fresh draws."""
+    return i % max(months_available(cfg), 1)
+
+
+def _lap_suffix(cfg, i: int) -> str:
+    """"" in the first lap (request ids as before), else ``@<lap>``: a request id stays unique in the warehouse when
+    its position recurs in a wrapped month."""
+    lap = i // max(months_available(cfg), 1)
+    return f"@{lap}" if lap else ""
 
 
 def _check_month(cfg, month: str) -> int:
@@ -80,11 +100,12 @@ def _check_month(cfg, month: str) -> int:
                          f"sim.window = {w} (the offline construction has one candidate set per position)")
     i = month_index(cfg.sim.start_month, month)
     n = months_available(cfg)
-    if not 0 <= i < n:
-        raise ValueError(
-            f"month {month}: simulated month index {i} (sim.start_month = {cfg.sim.start_month}); rule: 0 <= index < "
-            f"data.update_steps // sim.window = {cfg.data.update_steps} // {w} = {n} (raise data.update_steps for "
-            "more months)")
+    if i < 0:
+        raise ValueError(f"month {month}: simulated month index {i} (sim.start_month = {cfg.sim.start_month}); rule: "
+                         "a month at or after sim.start_month")
+    if n < 1:
+        raise ValueError(f"config data.update_steps = {cfg.data.update_steps}, sim.window = {w}: rule: "
+                         "data.update_steps // sim.window >= 1 (a month needs one window of update positions)")
     return i
 
 
@@ -106,17 +127,17 @@ def _offline_requests(cfg, dataset, splits, i: int) -> list[SimRequest]:
     """The offline construction's requests of month index ``i``: one per window position, x_{t'+1} forced in."""
     from abpo.data.candidates import build_bandit_requests
 
-    w = cfg.sim.window
+    w, k, lap = cfg.sim.window, window_of(cfg, i), _lap_suffix(cfg, i)
     by_user = {s.user_id: s for s in splits}
     out = []
     for ex in build_bandit_requests(splits, dataset, cfg.data):
         s = by_user[ex.user_id]
         t = len(ex.history)  # t': x_{1:t'} is the history
         j = t - len(s.history)
-        if not i * w <= j < (i + 1) * w:
+        if not k * w <= j < (k + 1) * w:
             continue
-        out.append(SimRequest(ex.request_id, ex.user_id, list(ex.history), list(ex.candidates), ex.positive,
-                              _soon(cfg, s, t), j - i * w, j - i * w))
+        out.append(SimRequest(ex.request_id + lap, ex.user_id, list(ex.history), list(ex.candidates), ex.positive,
+                              _soon(cfg, s, t), j - k * w, j - k * w))
     return out
 
 
@@ -138,27 +159,28 @@ def _retrieval_requests(cfg, dataset, splits, month: str, i: int) -> list[SimReq
                 popularity[j] += 1
     counts = mix_counts(sc.candidate_count, sc.retrieval_fraction, sc.popular_fraction)
     key = _month_key(month)
+    k, lap = window_of(cfg, i), _lap_suffix(cfg, i)
     out = []
     for s in sorted(splits, key=lambda s: s.user_id):
         T = len(s.history)
-        offsets = [j - i * sc.window for j in range(i * sc.window, min((i + 1) * sc.window, len(s.update)))]
+        offsets = [j - k * sc.window for j in range(k * sc.window, min((k + 1) * sc.window, len(s.update)))]
         if not offsets:
             continue
         seq = s.sequence
         for r in range(sc.requests_per_user):
             o = offsets[r * len(offsets) // sc.requests_per_user]
-            t = T + i * sc.window + o
+            t = T + k * sc.window + o
             rng = np.random.default_rng([int(cfg.seed), key, int(s.user_id), r, 3])
             cands = retrieve_candidates(seq[:t], retrieval=retrieval, popularity=popularity, counts=counts, rng=rng,
                                         exclude=(s.target,))
-            out.append(SimRequest(f"{s.user_id}:{t}:{r}", int(s.user_id), seq[:t], cands, int(seq[t]),
+            out.append(SimRequest(f"{s.user_id}:{t}:{r}{lap}", int(s.user_id), seq[:t], cands, int(seq[t]),
                                   _soon(cfg, s, t), r, o))
     return out
 
 
 def month_interactions(cfg, splits, month: str, times: dict[tuple[int, int], datetime] | None = None) -> pa.Table:
     """What users consume in ``month`` (INTERACTIONS_SCHEMA): each user's real items of the month's window
-    x_{T+i*w+1 .. T+(i+1)*w} (w = ``sim.window``), with their positions in the user's sequence; ``times``: (user,
+    x_{T+k*w+1 .. T+(k+1)*w} (w = ``sim.window``, k = :func:`window_of` the month index), with their positions in the user's sequence; ``times``: (user,
     window offset) -> the time of the first request at that position (else the month's start). Landed with the
     impressions, so the warehouse holds the interactions to date (the ranker arms' training data) without asking
     the simulator."""
@@ -166,14 +188,15 @@ def month_interactions(cfg, splits, month: str, times: dict[tuple[int, int], dat
 
     w = cfg.sim.window
     i = month_index(cfg.sim.start_month, month)
+    k = window_of(cfg, i) if i >= 0 else i
     start, _ = Month(month).bounds()
     rows: dict[str, list] = {f.name: [] for f in INTERACTIONS_SCHEMA}
     for s in splits:
         T = len(s.history)
-        for j in range(max(i * w, 0), min((i + 1) * w, len(s.update))):
+        for j in range(max(k * w, 0), min((k + 1) * w, len(s.update))):
             rows["user_id"].append(int(s.user_id))
             rows["item_id"].append(int(s.update[j]))
-            rows["event_time"].append((times or {}).get((int(s.user_id), j - i * w), start))
+            rows["event_time"].append((times or {}).get((int(s.user_id), j - k * w), start))
             rows["rating"].append(None)
             rows["position"].append(T + j)
     return pa.table(rows, schema=INTERACTIONS_SCHEMA)
@@ -182,10 +205,12 @@ def month_interactions(cfg, splits, month: str, times: dict[tuple[int, int], dat
 def interactions_to_date(cfg, splits, month: str) -> dict[int, list[int]]:
     """What the platform has seen users consume before ``month``: x_{1:T} and the real items of every earlier
     simulated month (what the warehouse's interactions to date hold once those months are ingested: tests check
-    the two agree)."""
+    the two agree): month j's window k = j mod n (:func:`window_of`), so after a wrap the windows recur."""
     w = cfg.sim.window
     i = max(month_index(cfg.sim.start_month, month), 0)
-    return {s.user_id: [*s.history, *s.update[: min(i * w, len(s.update))]] for s in splits}
+    ks = [window_of(cfg, j) for j in range(i)] if months_available(cfg) >= 1 else []
+    return {s.user_id: [*s.history, *(x for k in ks for x in s.update[k * w: min((k + 1) * w, len(s.update))])]
+            for s in splits}
 
 
 _ORACLES: dict[tuple, Any] = {}

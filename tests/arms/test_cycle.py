@@ -97,3 +97,36 @@ def test_two_months_lineage_gate_and_refits(tmp_path):
     for r, p in zip(rows, probs):
         assert r["propensity"] == pytest.approx(float(p[r["candidates"].index(r["item_id"])]), rel=1e-5)
     assert m2["report"]["months"] == ["2026-01", "2026-02"]
+
+
+@pytest.mark.slow
+def test_months_beyond_the_windows_a_refused_split_change_and_a_moved_state(tmp_path):
+    """data.update_steps // sim.window = 1: month 1 uses the last window, month 2 runs anyway (the window wraps
+    around, the split unchanged); data.update_steps=4 for month 3 is refused naming the key (nothing runs); the state
+    copied to another directory (the old one deleted) and relocated runs month 3, writing only under the new one."""
+    import shutil
+
+    from abpo.cli import main
+    from abpo.config import load_config
+    from abpo.monthly.month import run_month
+    from abpo.monthly.series import SeriesChanged
+    from abpo.sim.simulator import months_available
+
+    small = [*SMALL, "data.update_steps=2", "arms.gate_margin=1.0", "arms.gate_ope_margin=1.0", "arms.gate_min_ess=0"]
+    old, new = tmp_path / "old" / "var", tmp_path / "new" / "var"
+    cfg = load_config("tiny", [f"paths.root={old}", *small])
+    assert months_available(cfg) == 1
+    m1 = run_month(cfg, "2026-01").to_json()
+    m2 = run_month(cfg, "2026-02").to_json()  # index 1 >= 1 window: window 0 again, fresh draws
+    assert m2["report"]["months"] == ["2026-01", "2026-02"]
+    assert m2["serve"]["per_arm"]["abpo"]["impressions"] == m1["serve"]["per_arm"]["abpo"]["impressions"]
+    with pytest.raises(SeriesChanged, match=r"data.update_steps = 4 \(recorded 2\)"):
+        run_month(load_config("tiny", [f"paths.root={old}", *small, "data.update_steps=4"]), "2026-03")
+    assert not (old / "landing" / "impressions" / "month=2026-03").exists()  # refused before serving
+
+    shutil.copytree(old, new)
+    shutil.rmtree(tmp_path / "old")
+    assert main(["state", "relocate", "--set", f"paths.root={new}"]) == 0
+    m3 = run_month(load_config("tiny", [f"paths.root={new}", *small]), "2026-03").to_json()
+    assert m3["report"]["months"] == ["2026-01", "2026-02", "2026-03"]
+    assert not (tmp_path / "old").exists()  # nothing was written under the old directory

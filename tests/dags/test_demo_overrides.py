@@ -13,12 +13,14 @@ from abpo.config import ConfigError, load_config
 
 def test_paths_travel_in_the_environment_and_the_rest_reach_the_run(tmp_path):
     sets = [f"paths.root={tmp_path}", "arms.gate_margin=0.01", f"paths.mlflow_tracking_uri=sqlite:///{tmp_path}/m.db",
-            "sim.requests_per_user=3"]
+            "sim.requests_per_user=3", "paths.namespace=staging"]
     assert month_run_overrides(sets) == ["arms.gate_margin=0.01", "sim.requests_per_user=3"]
     cfg = load_config("demo", sets)
     env = airflow_env(cfg, "demo")
     assert env["ABPO_STATE"] == str(tmp_path) and env["ABPO_TRACKING_URI"] == f"sqlite:///{tmp_path}/m.db"
-    assert carried_by_env() == {"paths.root": "ABPO_STATE", "paths.mlflow_tracking_uri": "ABPO_TRACKING_URI"}
+    assert env["ABPO_NAMESPACE"] == "staging"
+    assert carried_by_env() == {"paths.root": "ABPO_STATE", "paths.mlflow_tracking_uri": "ABPO_TRACKING_URI",
+                                "paths.namespace": "ABPO_NAMESPACE"}
     assert set(carried_by_env().values()) <= set(env)
 
 

@@ -295,6 +295,34 @@ def test_champions_show_the_pin_and_the_promotion_history(get, state, monkeypatc
     assert "&lt;b&gt;looks better&lt;/b&gt;" in page and "<b>looks better</b>" not in page
 
 
+def test_champions_of_the_namespace_in_abpo_namespace(get, state, monkeypatch):
+    """$ABPO_NAMESPACE (paths.namespace) picks the environment's models, pins and promotion history on a shared store:
+    another environment's (here the un-namespaced one) are not shown."""
+    from mlflow import MlflowClient
+
+    from abpo.arms import versions as arm_versions
+    from abpo.config import load_config
+
+    monkeypatch.setenv("ABPO_NAMESPACE", "staging")
+    uri = f"sqlite:///{state / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    for name, versions in (("abpo-arm-abpo", 1), ("staging-abpo-arm-abpo", 2)):
+        client.create_registered_model(name)
+        for _ in range(versions):
+            client.create_model_version(name, source=state.as_uri())
+        client.set_registered_model_alias(name, "champion", "1")
+    cfg = load_config("tiny")
+    assert cfg.paths.namespace == "staging"
+    arm_versions.promote(cfg, "abpo", "2", reason="staging only", actor="alice")
+    arm_versions.pin(cfg, "abpo", reason="freeze", actor="alice")
+    page = get("/abpo/champions").text
+    assert 'href="http://mlflow.example:5000/#/models/staging-abpo-arm-abpo/versions/2"' in page
+    assert "#/models/abpo-arm-abpo/" not in page and "<b>pinned</b> (v2 by alice" in page
+    rows = [r for r in page.split("<tr>") if r.startswith("<td>abpo</td><td>")]
+    assert [r.split("<td>")[4].split("<")[0] for r in rows[1:]] == ["pin", "promote", "baseline"]
+    assert "abpo.pinned" not in (client.get_registered_model("abpo-arm-abpo").tags or {})
+
+
 def test_champions_without_a_store(get, state):
     r = get("/abpo/champions")
     assert r.status_code == 503 and "no MLflow store" in r.text

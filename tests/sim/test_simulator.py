@@ -68,8 +68,22 @@ def test_the_offline_construction_keeps_months_consecutive_and_the_target_held_o
             assert len(r.history) == T + 2 * i + r.step  # month i = update positions T+2i, T+2i+1
             assert r.next_item in r.candidates and s.target not in r.candidates
             assert s.target not in r.soon and r.next_item == s.sequence[len(r.history)]
-    with pytest.raises(ValueError, match="data.update_steps"):
-        month_requests(cfg, movielens, splits, "2026-04")  # 6 update steps / 2 per month = 3 months
+    # 6 update steps / 2 per month = 3 windows: month 4 wraps around to window 0 (positions T, T+1 again), its
+    # request ids marked with the lap so they stay unique in the warehouse
+    first = {(r.user_id, r.step): r for r in month_requests(cfg, movielens, splits, "2026-01")}
+    wrapped = month_requests(cfg, movielens, splits, "2026-04")
+    assert len(wrapped) == len(first)
+    for r in wrapped:
+        f = first[(r.user_id, r.step)]
+        assert (r.history, r.next_item, r.candidates, r.offset) == (f.history, f.next_item, f.candidates, f.offset)
+        assert r.request_id == f.request_id + "@1" and r.request_id not in seen
+    assert {r.request_id for r in month_requests(cfg, movielens, splits, "2026-07")} == \
+        {f.request_id + "@2" for f in first.values()}
+    with pytest.raises(ValueError, match="a month at or after sim.start_month"):
+        month_requests(cfg, movielens, splits, "2025-12")
+    with pytest.raises(ValueError, match="data.update_steps // sim.window >= 1"):
+        month_requests(make_cfg(*SMALL, "sim.candidates=offline", "sim.window=7", "sim.requests_per_user=7"),
+                       movielens, splits, "2026-01")
     with pytest.raises(ValueError, match="sim.requests_per_user = 3 with sim.candidates = offline"):
         month_requests(make_cfg(*SMALL, "sim.candidates=offline", "sim.requests_per_user=3"), movielens, splits,
                        "2026-01")
@@ -139,6 +153,8 @@ def test_interactions_to_date_grow_by_the_earlier_windows_only(make_cfg, moviele
     s = splits[0]
     assert interactions_to_date(cfg, splits, "2026-01")[s.user_id] == s.history
     assert interactions_to_date(cfg, splits, "2026-03")[s.user_id] == [*s.history, *s.update[:4]]
+    # 3 windows: months 4 and 5 (indices 3, 4) wrap around to windows 0 and 1, landing those items again
+    assert interactions_to_date(cfg, splits, "2026-06")[s.user_id] == [*s.history, *s.update[:6], *s.update[:4]]
 
 
 def _ranker_arms(cfg, movielens, splits):
@@ -202,6 +218,43 @@ def test_the_warehouse_holds_the_interactions_to_date_the_simulator_served(make_
         for u, i in zip(clicks.column("user_id").to_pylist(), clicks.column("item_id").to_pylist()):
             expected[u].append(i)
         assert seqs == expected and months == ["2026-01", "2026-02"][: Month(month).minus("2026-01") + 1]
+
+
+def test_months_beyond_the_windows_wrap_around_with_fresh_draws(make_cfg, movielens):
+    """data.update_steps // sim.window = 2 windows: months 3 and 4 (2026-03, 2026-04) reuse windows 0 and 1, the
+    data split unchanged. The same user positions recur (the requests' histories and next items), the month's draws
+    are fresh (other retrieval candidates and clicks), the landed month passes the contract and ingests clean, and
+    the warehouse's interactions to date still equal what the simulator says users consumed."""
+    from abpo.data.splits import split_users
+    from abpo.monthly.ingest import ingest_and_validate
+    from abpo.monthly.refit import ranker_training_sequences
+    from abpo.months import Month
+    from abpo.sim.simulator import interactions_to_date, months_available, simulate_month
+    from abpo.warehouse import open_warehouse
+
+    cfg = make_cfg("data.max_users=60", "data.update_steps=4")
+    assert months_available(cfg) == 2
+    splits, _ = split_users(movielens, cfg.data)
+    assert split_users(movielens, make_cfg("data.max_users=60", "data.update_steps=4").data)[0] == splits
+    arms = _ranker_arms(cfg, movielens, splits)
+    tables = {}
+    for month in ("2026-01", "2026-02", "2026-03", "2026-04"):
+        res = simulate_month(cfg, month, arms, dataset=movielens, splits=splits)
+        tables[month] = res.table.to_pylist()
+        out = ingest_and_validate(cfg, month)
+        assert out.interactions == sum(min(2, len(s.update)) for s in splits)
+        with open_warehouse(cfg, read_only=True) as wh:
+            clicks = wh.run("clicks_to_date", month=month)
+        seqs, _ = ranker_training_sequences(cfg, month)
+        expected = interactions_to_date(cfg, splits, Month(month).next())
+        for u, i in zip(clicks.column("user_id").to_pylist(), clicks.column("item_id").to_pylist()):
+            expected[u].append(i)
+        assert seqs == expected
+    for a, b in (("2026-01", "2026-03"), ("2026-02", "2026-04")):
+        assert [r["history"] for r in tables[a]] == [r["history"] for r in tables[b]]  # the same positions
+        assert not {r["request_id"] for r in tables[a]} & {r["request_id"] for r in tables[b]}
+        assert [r["candidates"] for r in tables[a]] != [r["candidates"] for r in tables[b]]  # fresh draws
+        assert [r["clicked"] for r in tables[a]] != [r["clicked"] for r in tables[b]]
 
 
 def test_click_rates_follow_the_model_on_simulated_traffic(make_cfg, movielens):

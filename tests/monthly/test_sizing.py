@@ -46,8 +46,14 @@ SMALL = ["data.max_users=60", "data.update_steps=6", "sft.max_steps=20", "sft.ev
 
 @pytest.mark.slow
 def test_size_update_runs_a_grid_from_one_champion_and_promotes_nothing(tmp_path, capsys):
+    import json
+
+    from mlflow import MlflowClient
+
+    from abpo import registry
     from abpo.arms import versions as arm_versions
     from abpo.cli import main
+    from abpo.config import load_config
 
     sets = [x for s in (f"paths.root={tmp_path}", *SMALL) for x in ("--set", s)]
     rc = main(["arms", "size-update", "--config", "tiny", *sets, "--month", "2026-01", "--arm", "grpo",
@@ -55,10 +61,6 @@ def test_size_update_runs_a_grid_from_one_champion_and_promotes_nothing(tmp_path
     assert rc == 0
     out = capsys.readouterr().out
     assert "### Update size on validation month 2026-01, arm grpo" in out
-    import json
-
-    from abpo.config import load_config
-
     points = json.loads((tmp_path / "sizing.json").read_text())
     assert [p["overrides"] for p in points] == [["update.max_steps=1"], ["update.max_steps=3"]]
     assert [p["steps"] for p in points] == [1, 3]
@@ -68,11 +70,7 @@ def test_size_update_runs_a_grid_from_one_champion_and_promotes_nothing(tmp_path
     cfg = load_config("tiny", [f"paths.root={tmp_path}", *SMALL])
     champ = arm_versions.get_version(cfg, "grpo", "champion")
     assert str(champ.version) == "1"  # the grid's challengers are gated, never promoted
-    from mlflow import MlflowClient
-
-    from abpo import registry
-
     registry.configure(cfg)
     for p in points:  # each started from that champion
-        mv = MlflowClient().get_model_version(arm_versions.model_name("grpo"), p["version"])
+        mv = MlflowClient().get_model_version(arm_versions.model_name("grpo", cfg), p["version"])
         assert mv.tags["parent_version"] == "1" and mv.tags["gate.verdict"] in ("pass", "fail")

@@ -410,13 +410,16 @@ def match_rates(model, tok, ctx: SeedContext, bandit_log) -> dict[str, float]:
     for s in _scores(model, tok, ctx, exs):
         e = candidate_propensities(s.scores, ctx.cfg.policy.tau)
         probs.append(float(e[list(s.example.candidates).index(s.example.positive)]))
-    return _rates_by_stratum(probs, bandit_log.column("clicked").to_pylist())
+    clicked = bandit_log.column("clicked").to_pylist()
+    return {**_rates_by_stratum(probs, clicked),
+            **off_policy_value(probs, bandit_log.column("propensity").to_pylist(), clicked)}
 
 
 def logged_match_rates(bandit_log) -> dict[str, float]:
     """``match_rates`` of the policy that logged ``bandit_log``, without scoring again: its e(a_log|q) is the
-    stored propensity (abpo.policy.bandit)."""
-    return _rates_by_stratum(bandit_log.column("propensity").to_pylist(), bandit_log.column("clicked").to_pylist())
+    stored propensity (abpo.policy.bandit), so its off-policy value is the log's click rate (every weight 1)."""
+    e0, clicked = bandit_log.column("propensity").to_pylist(), bandit_log.column("clicked").to_pylist()
+    return {**_rates_by_stratum(e0, clicked), **off_policy_value(e0, e0, clicked)}
 
 
 def _rates_by_stratum(probs: Sequence[float], clicked: Sequence[int]) -> dict[str, float]:
@@ -428,6 +431,38 @@ def _rates_by_stratum(probs: Sequence[float], clicked: Sequence[int]) -> dict[st
     return {"match_positive": sums[1] / counts[1] if counts[1] else float("nan"),
             "match_no_response": sums[0] / counts[0] if counts[0] else float("nan"),
             "log_rows": len(probs), "log_clicks": counts[1]}
+
+
+def off_policy_value(probs: Sequence[float], e0: Sequence[float], clicked: Sequence[int]) -> dict[str, float]:
+    """The round policy's off-policy click rate on the round's log (Eq. SNIPS-V of docs/regimes.md, the
+    self-normalised estimator): V = sum_i w_i y_i / sum_i w_i with w_i = e(a_log,i | q_i) / e0_i, the policy's
+    propensity of the logged item over the logger's; and the weights' effective sample size share
+    (sum w)^2 / (n sum w^2). The log is the one the round trained on, so for an updated row this is an in-sample
+    value (it says what the policy would collect on the requests it learned from, not on new ones)."""
+    w = np.asarray(probs, dtype=np.float64) / np.asarray(e0, dtype=np.float64)
+    y = np.asarray(clicked, dtype=np.float64)
+    if w.size == 0 or not np.isfinite(w).all() or w.sum() <= 0:
+        return {"ope_snips": float("nan"), "ope_ess_share": float("nan")}
+    return {"ope_snips": float((w * y).sum() / w.sum()),
+            "ope_ess_share": float(w.sum() ** 2 / (w.size * (w ** 2).sum()))}
+
+
+TRAINING_DIAGNOSTICS = {  # per-step update metrics (docs/diagnostics.md) averaged over a cell's steps
+    "train_match_positive": "abpo/match_rate/positive", "train_match_no_response": "abpo/match_rate/no_response",
+    "train_w_p99": "abpo/w_p99", "train_w_max": "abpo/w_max", "train_w_ess_share": "abpo/w_ess_share",
+    "train_gamma_ratio": "abpo/gamma_ratio", "train_grad_cosine": "abpo/grad_cosine_vs_grpo",
+}
+
+
+def training_diagnostics(cell: Mapping) -> dict[str, float]:
+    """A cell's TRAINING_DIAGNOSTICS: the mean over its update's logged steps of each per-step metric (NaN where the
+    cell trained nothing or the metric was not logged); ``train_w_max`` is the maximum, not the mean."""
+    hist = [h for h in (cell.get("update") or {}).get("history", []) if isinstance(h, Mapping)]
+    out = {}
+    for name, key in TRAINING_DIAGNOSTICS.items():
+        v = [float(h[key]) for h in hist if key in h and h[key] is not None and math.isfinite(float(h[key]))]
+        out[name] = (max(v) if name == "train_w_max" else float(np.mean(v))) if v else float("nan")
+    return out
 
 
 def _step_logger(prefix: str):
@@ -564,7 +599,9 @@ def paired_tests(cells_a: Sequence[Mapping], cells_b: Sequence[Mapping], **kw) -
 
 
 METRICS = ("HR@1", "HR@5", "NDCG@5", "Diversity@1", "Diversity@5")
-ROUND_METRICS = ("HR@5", "NDCG@5", "Diversity@5", "match_positive", "match_no_response")
+ROUND_METRICS = ("HR@5", "NDCG@5", "Diversity@5", "match_positive", "match_no_response", "ope_snips")
+ROUND_DIAGNOSTICS = ("train_match_positive", "train_match_no_response", "train_w_p99", "train_w_ess_share",
+                     "train_gamma_ratio")
 TESTED = ("HR@5", "NDCG@5")  # the metrics with paired comparisons
 REFERENCES = ("none", "grpo")  # every row is compared with No-Update (A) and vanilla GRPO (B)
 
@@ -669,6 +706,9 @@ def round_rows(cells: Sequence[Mapping], rows: Sequence[str], experiment_cfg=Non
             rec: dict[str, Any] = {"row": row, "label": row_label(row), "round": r, "seeds": len(cs)}
             for m in ROUND_METRICS:
                 rec[m], rec[f"{m}_std"] = _mean_std([c.get(m) for c in cs])
+            diag = [training_diagnostics(c) for c in cs]
+            for m in ROUND_DIAGNOSTICS:
+                rec[m], rec[f"{m}_std"] = _mean_std([d[m] for d in diag])
             recs.append(rec)
         if len(recs) > 1 and all("ranks" in c for c in llm_cells[row]):
             ref = llm_cells.get("grpo") if row != "grpo" else None
@@ -763,13 +803,18 @@ def rounds_markdown(recs: Sequence[Mapping]) -> str:
     """The rounds table; with a trend test (more than one round) two more columns on each row's last round: the
     HR@5 slope per round [95% two-stage interval] (p against 0) and its difference against B (p, Holm)."""
     trend = any("trend_slope_HR@5" in r for r in recs)
-    head = ["Row", "Round", *ROUND_METRICS]
+    diag = [m for m in ROUND_DIAGNOSTICS if any(math.isfinite(r.get(m, float("nan"))) for r in recs)]
+    names = {"ope_snips": "off-policy CTR (SNIPS, own log)", "train_match_positive": "train match, positive",
+             "train_match_no_response": "train match, no-response", "train_w_p99": "ŵ p99 (train)",
+             "train_w_ess_share": "ESS share (train)", "train_gamma_ratio": "γ ratio vs B (train)"}
+    head = ["Row", "Round", *(names.get(m, m) for m in (*ROUND_METRICS, *diag))]
     if trend:
         head += ["HR@5 slope/round [95% CI] (p)", "Δ slope HR@5 vs B [95% CI] (p Holm)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in recs:
         vals = [f"{r[m]:.{2 if m.startswith('Diversity') else 4}f} ± {r[m + '_std']:.{2 if m.startswith('Diversity') else 4}f}"
-                if math.isfinite(r[m]) else "-" for m in ROUND_METRICS]
+                if math.isfinite(r.get(m, float("nan"))) else "-" for m in ROUND_METRICS]
+        vals += [f"{r[m]:.3f}" if math.isfinite(r.get(m, float("nan"))) else "-" for m in diag]
         if trend:
             vals += [_fmt_trend(r, "trend_slope", "trend_slope_p_HR@5"),
                      _fmt_trend(r, "trend_vs_grpo_dslope", "trend_vs_grpo_dslope_p_holm_HR@5")]
@@ -794,14 +839,14 @@ def _plot_rounds(path: Path, rounds_recs: Sequence[Mapping], table: Sequence[Map
         for row in rows:
             pts = [r for r in rounds_recs if r["row"] == row]
             xs, ys = [r["round"] for r in pts], [r[m] for r in pts]
-            if pi0 is not None and not m.startswith("match"):  # round 0: pi_init, where every row starts
+            if pi0 is not None and not m.startswith(("match", "ope")):  # round 0: pi_init, where every row starts
                 xs, ys = [0, *xs], [pi0[m], *ys]
             ax.plot(xs, ys, marker="o", label=pts[0]["label"], lw=2.2 if row == "abpo" else 1.2)
         for t in table:
             if t["row"] in BASELINES and m in t:
                 ax.axhline(t[m], ls="--", lw=0.8, color="grey")
-        ax.set_title(m.replace("match_positive", "match rate, positive").replace("match_no_response", "match rate, no-response"),
-                     fontsize=9)
+        ax.set_title(m.replace("match_positive", "match rate, positive").replace("match_no_response", "match rate, no-response")
+                     .replace("ope_snips", "off-policy CTR (SNIPS, own log)"), fontsize=9)
         ax.set_xlabel("round")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # rounds are whole numbers
     axes[0].legend(fontsize=7)
@@ -810,8 +855,54 @@ def _plot_rounds(path: Path, rounds_recs: Sequence[Mapping], table: Sequence[Map
     plt.close(fig)
 
 
+def training_match_curves(cells: Sequence[Mapping], bins: int = 10) -> dict[str, dict[str, tuple[list, list]]]:
+    """The paper's Fig. 2 quantity over successive rounds: per updated row and stratum, the training-time rollout
+    match rate (abpo/match_rate/positive | no_response of the update's logged steps) against the position in
+    training, x = (round - 1) + (step - 1) / steps of that round, averaged in ``bins`` equal bins per round over the
+    row's seeds. Returns {row: {stratum: (xs, ys)}}; strata 'positive' and 'no_response'."""
+    acc: dict[tuple[str, str, int, int], list[float]] = {}
+    for c in cells:
+        hist = [h for h in (c.get("update") or {}).get("history", []) if isinstance(h, Mapping) and "step" in h]
+        steps = max((float(h["step"]) for h in hist), default=0.0)
+        for h in hist:
+            b = min(int(bins * (float(h["step"]) - 1) / steps), bins - 1) if steps else 0  # steps count from 1
+            for stratum in ("positive", "no_response"):
+                v = h.get(f"abpo/match_rate/{stratum}")
+                if v is not None and math.isfinite(float(v)):
+                    acc.setdefault((c["row"], stratum, int(c["round"]), b), []).append(float(v))
+    out: dict[str, dict[str, tuple[list, list]]] = {}
+    for (row, stratum, r, b), vals in sorted(acc.items()):
+        xs, ys = out.setdefault(row, {}).setdefault(stratum, ([], []))
+        xs.append(r - 1 + (b + 0.5) / bins)
+        ys.append(float(np.mean(vals)))
+    return out
+
+
+def _plot_training_match(path: Path, cells: Sequence[Mapping], title: str) -> None:
+    """training_match.png: training_match_curves per stratum, one line per updated row."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curves = training_match_curves(cells)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharex=True)
+    for ax, stratum in zip(axes, ("positive", "no_response")):
+        for row, by in curves.items():
+            if stratum in by:
+                ax.plot(*by[stratum], label=row_label(row), lw=2.2 if row == "abpo" else 1.2)
+        ax.set_title(f"training-time match rate, {stratum.replace('_', '-')} exposures", fontsize=9)
+        ax.set_xlabel("round (position within each round's update)")
+    if curves:
+        axes[0].legend(fontsize=7)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, format="png")
+    plt.close(fig)
+
+
 def write_outputs(exp_dir: Path, recs: Sequence[Mapping], summary: Mapping[str, Any],
-                  rounds_recs: Sequence[Mapping] = ()) -> dict[str, Path]:
+                  rounds_recs: Sequence[Mapping] = (), cells: Sequence[Mapping] = ()) -> dict[str, Path]:
     """table.csv, table.md, ablation.png, rounds.csv, rounds.png and experiment.json in ``exp_dir`` (each written
     then renamed)."""
     import csv
@@ -822,7 +913,7 @@ def write_outputs(exp_dir: Path, recs: Sequence[Mapping], summary: Mapping[str, 
     import matplotlib.pyplot as plt
 
     names = (("csv", "table.csv"), ("md", "table.md"), ("png", "ablation.png"), ("rounds_csv", "rounds.csv"),
-             ("rounds_png", "rounds.png"), ("json", "experiment.json"))
+             ("rounds_png", "rounds.png"), ("train_match_png", "training_match.png"), ("json", "experiment.json"))
     paths = {k: exp_dir / n for k, n in names}
     tmp = {k: p.with_name(p.name + ".tmp") for k, p in paths.items()}
     for key, data in (("csv", recs), ("rounds_csv", rounds_recs)):
@@ -860,6 +951,8 @@ def write_outputs(exp_dir: Path, recs: Sequence[Mapping], summary: Mapping[str, 
     fig.savefig(tmp["png"], dpi=110, format="png")
     plt.close(fig)
     _plot_rounds(tmp["rounds_png"], rounds_recs, recs)
+    _plot_training_match(tmp["train_match_png"], cells, f"{e['dataset']}: {e['name']}"
+                         + (f" ({e['regime']})" if e.get("regime") else ""))
     tmp["json"].write_text(json.dumps({"summary": summary, "table": list(recs), "rounds": list(rounds_recs)},
                                       indent=1, default=str))
     for k in paths:
@@ -1145,7 +1238,7 @@ def run_experiment(cfg, *, config_ref: str = "tiny", overrides: Sequence[str] = 
         "config": config_ref, "overrides": overrides, "cpu_count": os.cpu_count(),
         "logger": e.logger, "clicks": e.clicks, "log_candidates": e.log_candidates, "regime": describe_regime(cfg),
     }
-    outputs = write_outputs(exp_dir, recs, summary, rounds_recs)
+    outputs = write_outputs(exp_dir, recs, summary, rounds_recs, [c for c, _ in cells.values()])
     with registry.start_run(cfg, e.mlflow_experiment, f"experiment-{e.name}",
                             tags={"abpo.dataset": ds.name, **dict(mlflow_tags or {})}) as run:
         import mlflow

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import math
 from pathlib import Path
 
 import numpy as np
@@ -135,6 +136,47 @@ def test_rounds_table_has_the_trend_test_when_rounds_exceed_one():
     assert "HR@5 slope/round [95% CI] (p)" in md and "+0.2500 [" in md
     one = round_rows([c for c in cells("abpo", True) if c["round"] == 1], ["abpo"])
     assert "trend_slope_HR@5" not in one[0] and "slope/round" not in rounds_markdown(one)
+
+
+def test_off_policy_value_is_the_snips_ratio_by_hand():
+    """Eq. SNIPS-V: w = e/e0; V = sum w y / sum w; the ESS share (sum w)^2 / (n sum w^2). The logger itself
+    (e = e0) gets the log's click rate."""
+    from abpo.experiment.runner import off_policy_value
+
+    v = off_policy_value([0.4, 0.1, 0.2, 0.3], [0.2, 0.1, 0.4, 0.3], [1, 0, 1, 0])
+    w = [2.0, 1.0, 0.5, 1.0]
+    assert v["ope_snips"] == pytest.approx((2.0 + 0.5) / sum(w))
+    assert v["ope_ess_share"] == pytest.approx(sum(w) ** 2 / (4 * sum(x * x for x in w)))
+    own = off_policy_value([0.2, 0.1, 0.4], [0.2, 0.1, 0.4], [1, 0, 0])
+    assert own["ope_snips"] == pytest.approx(1 / 3) and own["ope_ess_share"] == pytest.approx(1.0)
+    assert math.isnan(off_policy_value([], [], [])["ope_snips"])
+
+
+def test_training_diagnostics_and_match_curves_come_from_the_update_history():
+    """The per-cell means of the per-step diagnostics (the max for w_max), and the training-time match curves per
+    stratum: x = round - 1 + the step's bin centre, averaged over seeds."""
+    from abpo.experiment.runner import rounds_markdown, training_diagnostics, training_match_curves
+
+    def cell(seed, r, pos, neg):
+        hist = [{"step": float(k), "abpo/match_rate/positive": pos[k - 1], "abpo/match_rate/no_response": neg,
+                 "abpo/w_p99": 2.0 * k, "abpo/w_max": 10.0 * k, "abpo/gamma_ratio": 0.8} for k in (1, 2)]
+        return {"row": "abpo", "seed": seed, "round": r, "update": {"history": hist}}
+
+    d = training_diagnostics(cell(0, 1, [0.2, 0.4], 0.1))
+    assert d["train_match_positive"] == pytest.approx(0.3) and d["train_w_p99"] == pytest.approx(3.0)
+    assert d["train_w_max"] == 20.0 and d["train_gamma_ratio"] == pytest.approx(0.8)
+    assert math.isnan(d["train_w_ess_share"])  # not logged
+    assert all(math.isnan(v) for v in training_diagnostics({"row": "none"}).values())  # trained nothing
+    cells = [cell(0, 1, [0.2, 0.4], 0.1), cell(1, 1, [0.4, 0.6], 0.3), cell(0, 2, [0.5, 0.5], 0.2)]
+    xs, ys = training_match_curves(cells, bins=2)["abpo"]["positive"]
+    assert xs == [0.25, 0.75, 1.25, 1.75] and ys == pytest.approx([0.3, 0.5, 0.5, 0.5])
+    assert training_match_curves(cells, bins=2)["abpo"]["no_response"][1] == pytest.approx([0.2, 0.2, 0.2, 0.2])
+    md = rounds_markdown([{"row": "abpo", "label": "(F) ABPO", "round": 1, **{m: 0.5 for m in (
+        "HR@5", "NDCG@5", "Diversity@5", "match_positive", "match_no_response", "ope_snips")},
+        **{f"{m}_std": 0.0 for m in ("HR@5", "NDCG@5", "Diversity@5", "match_positive", "match_no_response",
+                                      "ope_snips")}, "train_w_p99": 5.5, "train_gamma_ratio": float("nan")}])
+    assert "off-policy CTR (SNIPS, own log)" in md and "ŵ p99 (train)" in md and "| 5.500 |" in md
+    assert "γ ratio" not in md  # a diagnostic no row has is left out
 
 
 def _small_movielens(dst: Path, n_users: int = 40) -> Path:
@@ -345,6 +387,8 @@ def test_rounds_full_information_and_sweep_end_to_end(tmp_path):
     assert r1["log_rows"] == r2["log_rows"] > 0  # 4 update positions: 2 per window and user
     for c in cells.values():
         assert 0 <= c["match_positive"] <= 1 and 0 <= c["match_no_response"] <= 1
+        assert 0 <= c["ope_snips"] <= 1 and 0 < c["ope_ess_share"] <= 1  # the round policy's off-policy CTR
+    assert r1["ope_ess_share"] < 1 and cells["seed0-none-r1of2.json"]["ope_ess_share"] == pytest.approx(1.0)
     assert cells["seed0-full_info-r1of2.json"]["full_info"]["examples"] == r1["log_rows"]
     # No-Update's rates come from the log's stored propensities: the same as scoring the log with pi_init again
     from abpo.experiment.runner import _load_model, load_seed, match_rates, pi_init_log
@@ -359,7 +403,7 @@ def test_rounds_full_information_and_sweep_end_to_end(tmp_path):
     store_logs = sorted((Path(cfg.paths.resolve("root")) / "experiments" / "_pi_init").glob("*/d_bandit/*.parquet"))
     assert [p.name.split("-")[0] for p in store_logs] == ["r1of2", "r2of2"]
     assert pq.read_table(store_logs[1]).num_rows == r2["log_rows"]
-    for key in ("rounds_csv", "rounds_png", "md"):
+    for key in ("rounds_csv", "rounds_png", "train_match_png", "md"):
         assert res.outputs[key].stat().st_size > 0
     assert "#### Rounds" in res.outputs["md"].read_text()
 

@@ -39,6 +39,11 @@ def register(sub, common: argparse.ArgumentParser) -> None:
         help="Try these values of a config key (repeat for a grid over several keys); validation users only. "
         "Each probe is an experiment under <name>-sweep/<probe>/, summarised in sweep.md.",
     )
+    p.add_argument(
+        "--regime-table", metavar="NAME[,NAME...]",
+        help="Print the 'Where ABPO differs from GRPO' table (abpo.experiment.regime_table) of these finished "
+        "experiments (names under <paths.root>/experiments, or directories) and exit; nothing is run.",
+    )
     p.set_defaults(handler=_cmd_experiment)
 
 
@@ -61,6 +66,19 @@ def _cmd_experiment(args: argparse.Namespace, cfg) -> int:
         if value is not None:
             overrides.append(f"{key}={value}")
     cfg = load_config(args.config, overrides)
+    if args.regime_table:
+        from pathlib import Path
+
+        from abpo.config import ConfigError
+        from abpo.experiment.regime_table import regime_table
+
+        root = cfg.paths.resolve("root") / "experiments"
+        names = [n.strip() for n in args.regime_table.split(",") if n.strip()]
+        try:
+            print(regime_table([Path(n) if Path(n).is_dir() else root / n for n in names]), end="")
+        except (FileNotFoundError, ValueError) as e:
+            raise ConfigError(str(e)) from None
+        return 0
     if args.sweep:
         from abpo.experiment.sweep import parse_sweep, run_sweep
 

@@ -440,14 +440,39 @@ def log_dataset_input(df, *, name: str, digest: str, source: str | Path, tags: d
 def register(
     model_uri: str, alias: str | None = CHALLENGER, tags: dict[str, Any] | None = None, name: str = MODEL_NAME
 ):
-    """Register ``model_uri`` as a new version of ``name``; set ``alias`` on it and lineage ``tags``."""
+    """Register ``model_uri`` as a new version of ``name``; set ``alias`` on it and lineage ``tags``.
+
+    A logged model's URI (``models:/m-<id>``, what abpo's log_model calls return) is registered through the client
+    API, as ``mlflow.register_model`` does it for such a URI (the source is the URI, the version linked to the logged
+    model) but without its two progress lines ("Registered model ... already exists. Creating a new version ...",
+    "Created version ..."): MLflow prints those on stderr, which an Airflow task logs at ERROR level
+    (docs/operations.md "Logs"); the callers log the registration themselves. Any other URI goes through
+    ``mlflow.register_model``, which resolves it."""
     import mlflow
     from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
 
-    version = mlflow.register_model(model_uri, name, tags={k: str(v) for k, v in (tags or {}).items()})
+    client = MlflowClient()
+    str_tags = {k: str(v) for k, v in (tags or {}).items()}
+    logged = LOGGED_MODEL_URI.fullmatch(model_uri)
+    if logged:
+        try:
+            client.create_registered_model(name)
+        except MlflowException as e:
+            if e.error_code not in ("RESOURCE_ALREADY_EXISTS", "ALREADY_EXISTS"):
+                raise
+        model_id = logged.group(1)
+        version = client.create_model_version(name, model_uri, run_id=client.get_logged_model(model_id).source_run_id,
+                                              tags=str_tags, model_id=model_id)
+    else:
+        version = mlflow.register_model(model_uri, name, tags=str_tags)
     if alias:
-        MlflowClient().set_registered_model_alias(name, alias, version.version)
+        client.set_registered_model_alias(name, alias, version.version)
     return version
+
+
+# a logged model's URI (MLflow 3: log_model returns models:/<model id>, the id being m-<hex>)
+LOGGED_MODEL_URI = re.compile(r"models:/(m-[0-9a-f]+)")
 
 
 def set_alias(alias: str, version: int | str, name: str = MODEL_NAME) -> None:

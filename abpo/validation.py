@@ -15,6 +15,7 @@ plugin); the summary is also saved as JSON (``validation/impressions_<month>.jso
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections.abc import Sequence
@@ -61,11 +62,33 @@ class ValidationSummary:
         return "\n".join(lines)
 
 
+def _import_gx():
+    """``great_expectations``, imported with its INFO chatter kept out of the log. GX logs its internals at INFO: its
+    docs decorator alone writes "Skipping registering function DataSourceManager._register_add_datasource.<locals>.
+    crud_method_info because it is a closure" and three like it each time a data source manager is built (26 copies
+    of each in one month's ingest task), then "Created temporary directory ...", "Loading 'datasources'", and a column
+    introspection's recovered DuckDB "Binder Error". Inside an Airflow task, whose root logger takes INFO, every one
+    reached the task log (the repeated lines of issue 31's "no doubled line"); on the CLI they never showed (root at
+    WARNING). The ``great_expectations`` logger is set to WARNING before GX is imported, unless a level was set for it
+    already (a deployment's logging config wins), and the one module logger GX itself sets to INFO when imported
+    (``great_expectations.data_context.types.base``) is made to follow it again. abpo reports the validation itself
+    (:class:`ValidationSummary`)."""
+    gx_log = logging.getLogger("great_expectations")
+    if gx_log.level == logging.NOTSET:
+        gx_log.setLevel(logging.WARNING)
+    import great_expectations as gx
+
+    own = logging.getLogger("great_expectations.data_context.types.base")
+    if own.level == logging.INFO and gx_log.level > logging.INFO:  # GX's own setLevel(INFO) at import
+        own.setLevel(logging.NOTSET)
+    return gx
+
+
 def build_suite(month: str, known_arms: Sequence[str], *, min_propensity: float = _DATA_DEFAULTS.min_propensity,
                 max_clock_skew_seconds: float = _DATA_DEFAULTS.max_clock_skew_seconds):
     """The expectations mirroring the impressions contract (docs/ABPO_SPEC.md D_bandit; abpo/data/schemas.py;
     sql/ingest_check.sql)."""
-    import great_expectations as gx
+    gx = _import_gx()
     import great_expectations.expectations as gxe
 
     suite = gx.ExpectationSuite(name=f"impressions_{month}")
@@ -174,7 +197,7 @@ def validate_month(
     connection (:class:`_BufferedConnection`), the batch being the in-memory table staging.validate_batch
     (sql/validate_staged.sql or sql/validate_month.sql), so each expectation is an aggregate query in DuckDB and only
     counts and a few unexpected values come back: the month never passes through pandas."""
-    import great_expectations as gx
+    gx = _import_gx()
 
     check_month(month)
     t0 = time.perf_counter()

@@ -130,3 +130,20 @@ def test_processes_creating_one_new_sqlite_store_together_all_get_a_working_stor
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     assert client.search_experiments() and client.search_registered_models() == []
     assert (tmp_path / "state" / "mlflow.db.init.lock").exists()
+
+
+def test_registering_prints_nothing_on_stderr_and_links_the_run(tmp_path, capfd):
+    """An Airflow task logs its stderr at ERROR level: mlflow.register_model printed "Registered model ... already
+    exists. Creating a new version ..." and "Created version ..." there. registry.register prints nothing, and the
+    version is what register_model made: its source the logged model's URI, its run the run that logged it."""
+    cfg = load_config("tiny", [f"paths.root={tmp_path / 'var'}"])
+    for marker in (1, 2):  # the second: the model exists already
+        ckpt = _checkpoint(tmp_path / f"ckpt{marker}", marker)
+        with registry.start_run(cfg, "test-registry", f"run{marker}") as run:
+            uri = registry.log_model_dir(ckpt)
+            capfd.readouterr()
+            mv = registry.register(uri, name="abpo-quiet")
+            out, err = capfd.readouterr()
+        assert (out, err) == ("", ""), (out, err)
+        assert int(mv.version) == marker and mv.run_id == run.info.run_id
+        assert mv.source == uri and mv.status == "READY"

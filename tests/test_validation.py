@@ -87,3 +87,25 @@ def test_the_suite_runs_as_sql_aggregates_never_through_pandas(ingested, monkeyp
     with pytest.raises(Exception, match="more than 0 rows"):
         validate_month(wh, MONTH, ARMS)
     assert wh.con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = 'staging'").fetchall() == [(0,)]
+
+
+def test_gx_internals_stay_out_of_an_info_root_logger(ingested, caplog):
+    """Inside an Airflow task the root logger takes INFO: GX's own INFO chatter (its docs decorator's "Skipping
+    registering function ... because it is a closure", repeated for every data source manager it builds) must not
+    reach it; its warnings still do. A level set for GX by the deployment is kept."""
+    import logging
+
+    root, wh = ingested
+    with caplog.at_level(logging.INFO):
+        logging.getLogger("great_expectations").setLevel(logging.NOTSET)
+        validate_month(wh, MONTH, ARMS, out_dir=root / "validation-log")
+    gx_info = [r.getMessage() for r in caplog.records
+               if r.name.startswith("great_expectations") and r.levelno < logging.WARNING]
+    assert not gx_info, gx_info[:5]
+    assert logging.getLogger("great_expectations").level == logging.WARNING
+    logging.getLogger("great_expectations").setLevel(logging.DEBUG)  # a deployment's own choice
+    try:
+        validate_month(wh, MONTH, ARMS)
+        assert logging.getLogger("great_expectations").level == logging.DEBUG
+    finally:
+        logging.getLogger("great_expectations").setLevel(logging.NOTSET)

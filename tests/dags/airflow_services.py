@@ -74,10 +74,12 @@ class AirflowServices:
     and the parsed DAG, unpauses abpo_monthly; ``af.kill(name)`` SIGKILLs a service with every process it started
     (its task processes included), ``af.start(name)`` starts it again."""
 
-    def __init__(self, tmp_path: Path, extra_env: dict[str, str]):
+    def __init__(self, tmp_path: Path, extra_env: dict[str, str], home: Path | None = None):
+        """``home``: an existing AIRFLOW_HOME (a demo's ``<state>/airflow``, its metadata DB and airflow.cfg) instead
+        of a fresh one under ``tmp_path``."""
         self.tmp = tmp_path
         self.port = free_port()
-        self.home, self.state = tmp_path / "airflow", tmp_path / "state"
+        self.home, self.state = home or tmp_path / "airflow", tmp_path / "state"
         self.env = {**os.environ, "AIRFLOW_HOME": str(self.home), "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
                     "AIRFLOW__CORE__LOAD_EXAMPLES": "false", "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
                     "AIRFLOW__API__PORT": str(self.port),

@@ -78,3 +78,39 @@ def run_isolated(step: str, *, month: str, arm: str = "", upstream: Any = None, 
         if retry_or_fail(e) == "fail":
             return {"status": REFUSED, "message": f"{type(e).__name__}: {e}", **where}
         raise
+
+
+# Exit codes of `python -m abpo.monthly.isolated` (the KubernetesPodOperator variant, docs/deployment-celery.md): the
+# operator's skip_on_exit_code=EXIT_SKIPPED skips the task; EXIT_REFUSED fails it (a refusal: give the pod task
+# retries only for transient errors, or none); any other non-zero code is an error that may be transient.
+EXIT_OK, EXIT_REFUSED, EXIT_SKIPPED = 0, 98, 99
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m abpo.monthly.isolated STEP --month YYYY-MM [--arm ARM] [--upstream JSON] [--overrides JSON]
+    [--xcom PATH]``: run one isolated step in this interpreter (a pod's container, a job), print the envelope of
+    :func:`run_isolated` as JSON on the last line, write the step's result to ``--xcom`` (a KubernetesPodOperator reads
+    /airflow/xcom/return.json), and exit with EXIT_OK / EXIT_SKIPPED / EXIT_REFUSED."""
+    import argparse
+    import json
+    from pathlib import Path
+
+    p = argparse.ArgumentParser(prog="python -m abpo.monthly.isolated", description=main.__doc__)
+    p.add_argument("step", choices=ISOLATED_STEPS)
+    p.add_argument("--month", required=True)
+    p.add_argument("--arm", default="")
+    p.add_argument("--upstream", default="null", help="the upstream task's result, as JSON")
+    p.add_argument("--overrides", default="[]", help="the run's overrides param, as a JSON list")
+    p.add_argument("--xcom", default="", help="write the step's result (JSON) here, e.g. /airflow/xcom/return.json")
+    args = p.parse_args(argv)
+    out = run_isolated(args.step, month=args.month, arm=args.arm, upstream=json.loads(args.upstream),
+                       overrides=json.loads(args.overrides))
+    if args.xcom and out["status"] == OK:
+        Path(args.xcom).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.xcom).write_text(json.dumps(out["result"]))
+    print(json.dumps(out), flush=True)
+    return {OK: EXIT_OK, SKIPPED: EXIT_SKIPPED}.get(out["status"], EXIT_REFUSED)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -37,6 +37,10 @@ none fails or retries), so unpausing the DAG never starts a failing month; $ABPO
 month whenever the team's ingestion emits that Asset. A refusal (bad input, nothing landed, a refused month, a config
 that breaks the series) fails its task at once; transient errors are retried with exponential backoff
 (abpo.monthly.common.retry_or_fail decides). $ABPO_ON_FAILURE=package.module:function is called on every task failure.
+
+Several machines (docs/deployment-celery.md): $ABPO_UPDATE_QUEUE=gpu puts the update tasks on the Celery queue the GPU
+worker listens on; $ABPO_TASK_PYTHON=/abs/path/to/python runs bootstrap (SFT), update and gate (evaluation) in that
+interpreter's environment (ExternalPythonOperator, abpo.monthly.isolated). Both unset: as above, one process per task.
 """
 
 from __future__ import annotations

@@ -66,6 +66,9 @@ def test_a_month_runs_on_two_celery_workers_with_the_updates_on_the_gpu_queue(tm
         env = {"AIRFLOW__CORE__EXECUTOR": "CeleryExecutor", "AIRFLOW__CELERY__BROKER_URL": f"{broker}/0",
                "AIRFLOW__CELERY__RESULT_BACKEND": f"{broker}/1", "AIRFLOW__CELERY__WORKER_CONCURRENCY": "1",
                "AIRFLOW__CELERY_BROKER_TRANSPORT_OPTIONS__VISIBILITY_TIMEOUT": "21600",
+               # the workers' calls to the Execution API (default 5 s, 5 tries): a first run on a loaded 2-core machine
+               # timed out on `task-instances/<id>/run` while the API server and the scheduler shared SQLite
+               "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "60",
                "ABPO_UPDATE_QUEUE": "gpu", "ABPO_TASK_PYTHON": str(python),
                "PYTHONPATH": os.pathsep.join([str(REPO), str(HERE), os.environ.get("PYTHONPATH", "")])}
         with AirflowServices(tmp_path, env) as af:

@@ -10,7 +10,8 @@ demo: setup
 
 test: setup
 	bash scripts/setup-browser.sh
-	ABPO_REQUIRE_BROWSER=1 .venv/bin/python -m pytest
+	bash scripts/setup-redis.sh
+	ABPO_REQUIRE_BROWSER=1 ABPO_REQUIRE_REDIS=1 .venv/bin/python -m pytest
 
 test-fast: setup
 	.venv/bin/python -m pytest -m "not slow"

@@ -37,6 +37,10 @@ none fails or retries), so unpausing the DAG never starts a failing month; $ABPO
 month whenever the team's ingestion emits that Asset. A refusal (bad input, nothing landed, a refused month, a config
 that breaks the series) fails its task at once; transient errors are retried with exponential backoff
 (abpo.monthly.common.retry_or_fail decides). $ABPO_ON_FAILURE=package.module:function is called on every task failure.
+
+Several machines (docs/deployment-celery.md): $ABPO_UPDATE_QUEUE=gpu puts the update tasks on the Celery queue the GPU
+worker listens on; $ABPO_TASK_PYTHON=/abs/path/to/python runs bootstrap (SFT), update and gate (evaluation) in that
+interpreter's environment (ExternalPythonOperator, abpo.monthly.isolated). Both unset: as above, one process per task.
 """
 
 from __future__ import annotations
@@ -64,6 +68,16 @@ DEFAULT_ARGS = {"retries": int(os.environ.get("ABPO_TASK_RETRIES", "1")),
                 "execution_timeout": timedelta(minutes=int(os.environ.get("ABPO_TASK_TIMEOUT_MIN", "120")))}
 UPDATE_TIMEOUT = timedelta(minutes=int(os.environ.get("ABPO_UPDATE_TIMEOUT_MIN", "720")))
 UPDATE_POOL = os.environ.get("ABPO_UPDATE_POOL", "default_pool")
+# The Celery queue of the update tasks: $ABPO_UPDATE_QUEUE (e.g. gpu, the queue the GPU worker listens on:
+# `airflow celery worker --queues gpu`); unset: Airflow's default queue (as before). docs/deployment-celery.md
+UPDATE_QUEUE = os.environ.get("ABPO_UPDATE_QUEUE", "").strip()
+# $ABPO_TASK_PYTHON: an absolute path to the python of another environment (a venv with abpo and its training stack;
+# it needs no Airflow): the heavy tasks (bootstrap's SFT, update, gate's evaluation) run there, through Airflow's
+# ExternalPythonOperator (abpo.monthly.isolated). Unset (default): every task runs in Airflow's own process, as before.
+TASK_PYTHON = os.environ.get("ABPO_TASK_PYTHON", "").strip()
+if TASK_PYTHON and not os.path.isabs(TASK_PYTHON):
+    raise ValueError(f"ABPO_TASK_PYTHON={TASK_PYTHON!r}: rule: an absolute path to a python executable (e.g. "
+                     "/opt/abpo-train/bin/python), or unset to run every task in Airflow's own environment")
 # When a month starts. $ABPO_SCHEDULE: a cron string or preset (default @monthly), "none" (manual runs only), or
 # "asset:<name>" (a run whenever the team's ingestion emits Asset <name>; the event's extra {"month": "YYYY-MM"}
 # names the month, else the month before the event). $ABPO_WAIT_FOR_LANDING=1 (off by default): a sensor waits,
@@ -206,6 +220,53 @@ if os.environ.get("ABPO_ON_FAILURE", "").strip():
     DEFAULT_ARGS["on_failure_callback"] = on_failure
 
 
+def isolated_step(step: str, month: str, arm: str = "", upstream=None, overrides=()) -> dict:
+    """The callable of an isolated task: Airflow copies this function's source into a script that $ABPO_TASK_PYTHON
+    runs (so it is self-contained: it imports what it needs)."""
+    from abpo.monthly.isolated import run_isolated
+
+    return run_isolated(step, month=month, arm=arm, upstream=upstream, overrides=overrides)
+
+
+if TASK_PYTHON:  # defined only when asked for: the operator's import is not free at parse time
+    from airflow.providers.standard.operators.python import ExternalPythonOperator
+
+    class IsolatedStep(ExternalPythonOperator):
+        """A heavy step in $ABPO_TASK_PYTHON (abpo.monthly.isolated.run_isolated): the interpreter's envelope becomes
+        what the in-process task would have done: the step's result (XCom), a skip, or a refusal that fails at once
+        (no retry); an interpreter that failed otherwise (a transient error, a crash) fails the task, retried. Where
+        it ran (pid, ppid, python, prefix) is the task's XCom "isolated"."""
+
+        def execute(self, context):
+            from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+            self.op_kwargs = {**self.op_kwargs, "overrides": list(context["params"].get("overrides") or [])}
+            out = super().execute(context)
+            where = {k: out.get(k) for k in ("pid", "ppid", "python", "prefix")}
+            context["ti"].xcom_push(key="isolated", value=where)
+            logging.getLogger("abpo.dags").info(f"{self.task_id}: ran in {where['python']} (pid {where['pid']})")
+            if out.get("status") == "skipped":
+                raise AirflowSkipException(out["message"])
+            if out.get("status") != "ok":
+                raise AirflowFailException(f"{out.get('message')} (a refusal, in the isolated interpreter "
+                                           f"{where['python']}: retrying cannot help, not retried)")
+            if self.op_kwargs["step"] == "bootstrap":
+                announce_hand_moves(context["outlet_events"], self.op_kwargs["month"], out["result"])
+            return out["result"]
+
+
+def _isolated(step: str, **task_kwargs):
+    """A stand-in for the decorated task ``step`` (called like it: ``(month)`` for bootstrap, ``(arm, month,
+    upstream)`` otherwise) whose work runs in $ABPO_TASK_PYTHON; returns the task's output, as a decorated task does."""
+
+    def make(*args):
+        kw = {"month": args[0]} if step == "bootstrap" else dict(zip(("arm", "month", "upstream"), args))
+        return IsolatedStep(task_id=step, python=TASK_PYTHON, python_callable=isolated_step, expect_airflow=False,
+                            op_kwargs={"step": step, **kw}, **task_kwargs).output
+
+    return make
+
+
 def _skip_unless_configured(cfg, arm: str) -> None:
     from airflow.sdk.exceptions import AirflowSkipException
 
@@ -291,7 +352,7 @@ def abpo_monthly():
 
         return ingest_and_validate(_cfg(), month).to_json()
 
-    @task(pool=UPDATE_POOL, execution_timeout=UPDATE_TIMEOUT)
+    @task(pool=UPDATE_POOL, execution_timeout=UPDATE_TIMEOUT, **({"queue": UPDATE_QUEUE} if UPDATE_QUEUE else {}))
     @_fail_fast
     def update(arm: str, month: str, ingested: dict) -> dict:
         from airflow.sdk.exceptions import AirflowSkipException
@@ -357,6 +418,12 @@ def abpo_monthly():
 
         return report_to_date(_cfg(), month).to_json()
 
+    if TASK_PYTHON:  # the heavy steps in their own environment (abpo.monthly.isolated)
+        bootstrap = _isolated("bootstrap", outlets=[champion_alias(arm) for arm, e in ARMS.items()
+                                                     if e.kind in HAND_MOVABLE])
+        update = _isolated("update", pool=UPDATE_POOL, execution_timeout=UPDATE_TIMEOUT,
+                           **({"queue": UPDATE_QUEUE} if UPDATE_QUEUE else {}))
+        gate = _isolated("gate")
     month = resolve_month()
     first = bootstrap(month)
     if WAIT_FOR_LANDING:  # defined only when asked for: the sensor decorator's import is not free at parse time

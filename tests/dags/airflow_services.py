@@ -93,10 +93,12 @@ class AirflowServices:
         self.procs: dict[str, tuple[subprocess.Popen, object]] = {}
         self.api = Api(f"http://127.0.0.1:{self.port}")
 
-    def start(self, name: str) -> None:
+    def start(self, name: str, argv: list[str] | None = None, env: dict[str, str] | None = None) -> None:
+        """Start service ``name``: ``airflow <SERVICES[name]>``, or ``argv`` (a whole command line) with ``env`` added
+        to the services' environment."""
         log = open(self.tmp / f"{name}.log", "a")  # noqa: SIM115 - closed when the process is stopped
-        proc = subprocess.Popen([self.airflow, *SERVICES[name]], env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(argv or [self.airflow, *SERVICES[name]], env={**self.env, **(env or {})}, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
         self.procs[name] = (proc, log)
 
     def kill(self, name: str) -> list[int]:
@@ -164,3 +166,29 @@ class AirflowServices:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
             log.close()
+
+
+# A .pth line (run at start-up: lines starting with "import" are executed) that makes `import airflow` fail as in an
+# environment without Airflow installed.
+NO_AIRFLOW = ("import sys; exec(\"class _NoAirflow:\\n    def find_spec(self, name, path=None, target=None):\\n"
+              "        if name == 'airflow' or name.startswith('airflow.'):\\n"
+              "            raise ModuleNotFoundError(f'No module named {name!r} (no Airflow in this environment)', "
+              "name=name)\\nsys.meta_path.insert(0, _NoAirflow())\")")
+
+
+def separate_python(env_dir: Path) -> Path:
+    """A Python environment of its own at ``env_dir`` (``python -m venv``: its own interpreter path and sys.prefix)
+    that sees the project's packages (the checkout, then the running environment's site-packages, their .pth files
+    included) but not Airflow (``import airflow`` fails there, as where it is not installed): the training
+    environment of $ABPO_TASK_PYTHON, built in a second instead of installing torch a second time. Returns its
+    python."""
+    import site
+
+    base = getattr(sys, "_base_executable", sys.executable)
+    subprocess.run([base, "-m", "venv", "--without-pip", str(env_dir)], check=True, capture_output=True, timeout=120)
+    python = env_dir / "bin" / "python"
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    lines = [str(REPO), *(f"import site; site.addsitedir({d!r})" for d in site.getsitepackages()), NO_AIRFLOW]
+    Path(purelib, "abpo-project.pth").write_text("\n".join(lines) + "\n")
+    return python

@@ -154,7 +154,7 @@ def cmd_synth(args, cfg) -> int:
     from abpo.data.schemas import write_impressions
     from abpo.data.synthetic import synthetic_impressions
 
-    landing = args.landing or cfg.paths.resolve("landing")
+    landing = args.landing or cfg.paths.location("landing")
     table, injected = synthetic_impressions(
         args.n, args.month, seed=cfg.data.seed, arms=tuple(cfg.data.known_arms), violation_rate=args.violation_rate
     )

@@ -161,3 +161,37 @@ def test_local_parquet_landing_is_unchanged(tmp_path):
     assert path == tmp_path / "landing" / "impressions" / "month=2026-01" / "part-a.parquet"
     assert sorted(p.name for p in path.parent.iterdir()) == ["part-a.parquet"]  # no marker written locally
     assert pq.read_table(path).num_rows == 60
+
+
+@pytest.mark.parametrize("user", ["abpo", "nobody"])
+def test_credentials_from_an_airflow_connection(s3, monkeypatch, user, tmp_path):
+    """$ABPO_STORAGE_CONNECTION names an Airflow Connection (here defined as AIRFLOW_CONN_ABPO_S3, as a secrets
+    backend would give it): its login, password and extra endpoint_url are what pyarrow uses; with no AWS variable
+    of the environment's own. The Connection of a user without a policy is refused."""
+    import json
+
+    from abpo.data import storage
+    from abpo.data.schemas import write_impressions
+
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION"):
+        monkeypatch.setenv(var, "unset")  # recorded, so that what apply_connection exports is undone after the test
+        monkeypatch.delenv(var)
+    key, secret = s3.keys[user]
+    monkeypatch.setenv("AIRFLOW_CONN_ABPO_S3", json.dumps({"conn_type": "aws", "login": key, "password": secret,
+                                                            "extra": {"endpoint_url": s3.endpoint,
+                                                                      "region_name": "us-east-1"}}))
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    monkeypatch.setenv(storage.CONNECTION_ENV, "abpo_s3")
+    monkeypatch.setattr(storage, "_applied", set())
+    landing = f"s3://{s3.bucket}/landing"
+    if user == "abpo":
+        write_impressions(_table(), landing, "2026-01", part="a")
+        assert storage.listdir(f"{landing}/impressions/month=2026-01") == [
+            f"{landing}/impressions/month=2026-01/_SUCCESS", f"{landing}/impressions/month=2026-01/part-a.parquet"]
+    else:
+        with pytest.raises(storage.StorageError, match=r"access denied \(ACCESS_DENIED while writing\)"):
+            write_impressions(_table(), landing, "2026-01", part="a")
+    monkeypatch.setenv(storage.CONNECTION_ENV, "no_such_connection")
+    with pytest.raises(storage.StorageError, match=r"ABPO_STORAGE_CONNECTION='no_such_connection': the Airflow "
+                                                   r"Connection cannot be read"):
+        storage.listdir(landing)

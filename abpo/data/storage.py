@@ -31,7 +31,8 @@ CONNECTION_ENV = "ABPO_STORAGE_CONNECTION"
 
 # what the S3 API's error codes (as pyarrow and boto3 spell them) mean, in one clause
 _DENIED = ("ACCESS_DENIED", "AccessDenied", "SIGNATURE_DOES_NOT_MATCH", "SignatureDoesNotMatch",
-           "INVALID_ACCESS_KEY_ID", "InvalidAccessKeyId", "403", "Forbidden", "EXPIRED_TOKEN", "ExpiredToken")
+           "INVALID_ACCESS_KEY_ID", "InvalidAccessKeyId", "EXPIRED_TOKEN", "ExpiredToken", "PERMISSION_DENIED",
+           "Forbidden")
 _NO_BUCKET = ("NO_SUCH_BUCKET", "NoSuchBucket", "bucket does not exist")
 
 
@@ -79,8 +80,8 @@ def describe(uri: str, error: BaseException, doing: str) -> str:
     if any(code in text for code in _NO_BUCKET):
         return (f"{uri}: bucket {bucket(uri)!r} does not exist ({doing}); rule: the bucket is created before abpo "
                 "reads or writes it")
-    if any(code in text for code in _DENIED):
-        code = next(c for c in _DENIED if c in text)
+    if isinstance(error, PermissionError) or any(code in text for code in _DENIED):
+        code = next((c for c in _DENIED if c in text), type(error).__name__)
         return (f"{uri}: access denied ({code} while {doing}); rule: credentials come from the environment "
                 f"(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE, the instance role) or ${CONNECTION_ENV}, "
                 "and must allow it")

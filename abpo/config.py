@@ -20,6 +20,7 @@ import abpo
 from abpo.abtest.config import ReportConfig
 from abpo.arms.config import ArmsConfig
 from abpo.data.config import DataConfig
+from abpo.data.storage import is_uri
 from abpo.experiment.config import ExperimentConfig
 from abpo.paths import CONFIG_DIR, REPO_ROOT, base_dir, namespaced
 from abpo.policy.config import PolicyConfig, SFTConfig
@@ -35,7 +36,11 @@ class PathsConfig:
 
     root: str = field(default="var", metadata={"help": "State directory; relative to the repo root unless absolute "
                                                           "(installed from a wheel: to the current directory)."})
-    landing: str = field(default="landing", metadata={"help": "Landing zone: impressions/month=YYYY-MM/*.parquet."})
+    landing: str = field(default="landing", metadata={
+        "help": "Landing zone: impressions/month=YYYY-MM/*.parquet (and interactions/...): a directory, or an "
+                "object-store URI (s3://bucket/prefix, gs://..., any fsspec URI; credentials from the environment, "
+                "never this file; a partition there is read once its $ABPO_LANDING_MARKER, default _SUCCESS, is "
+                "there; docs/scaling.md)."})
     warehouse: str = field(default="warehouse.duckdb", metadata={"help": "DuckDB warehouse file."})
     models: str = field(default="models", metadata={"help": "Local model checkpoints (tokenizer, tiny model, SFT, updates)."})
     reports: str = field(default="reports", metadata={"help": "A/B reports (HTML, Markdown, PNG)."})
@@ -44,15 +49,30 @@ class PathsConfig:
                               "mlflow.db under root (precedence: --set > $ABPO_TRACKING_URI > $MLFLOW_TRACKING_URI > "
                               "YAML > that default)."}
     )
-    mlflow_artifacts: str = field(default="mlartifacts", metadata={"help": "MLflow artifact root for the SQLite store."})
+    mlflow_artifacts: str = field(default="mlartifacts", metadata={
+        "help": "MLflow artifact root for the SQLite store: a directory, or an object-store URI (s3://bucket/prefix; "
+                "MLflow writes through boto3 with the AWS_* variables and $MLFLOW_S3_ENDPOINT_URL or "
+                "$AWS_ENDPOINT_URL)."})
     namespace: str = field(
         default="", metadata={"help": "Environment prefix of every MLflow name abpo makes: registered models "
                               "(<namespace>-abpo-arm-<arm>, <namespace>-abpo-recommender), promotion locks "
                               "(<namespace>-abpo-lock-<arm>) and experiments (<namespace>-abpo-arms, ...), so two "
                               "environments share one MLflow server; empty = the names as they are ($ABPO_NAMESPACE)."})
 
+    # the fields that may name an object store (s3://bucket/prefix, gs://..., any fsspec URI: abpo.data.storage)
+    URI_FIELDS = ("landing", "mlflow_artifacts")
+
     def resolve(self, name: str) -> Path:
-        """Absolute path of one of the fields above."""
+        """Absolute path of one of the fields above. A field set to an object-store URI is refused here (a
+        ValueError naming the key: it has no local path; :meth:`location` gives it), so no URI ever becomes a local
+        directory named ``s3:``."""
+        value = str(getattr(self, name))
+        if is_uri(value):
+            allowed = name in self.URI_FIELDS
+            raise ValueError(f"config paths.{name} = {value!r}: " + (
+                "an object-store URI where a local path is needed (read it through PathsConfig.location)" if allowed
+                else f"rule: a local path (only paths.{' and paths.'.join(self.URI_FIELDS)} may be object-store "
+                "URIs; the DuckDB warehouse, models and reports are files on the machine that runs the step)"))
         root = Path(self.root)
         if not root.is_absolute():
             root = base_dir() / root
@@ -60,6 +80,14 @@ class PathsConfig:
             return root
         p = Path(getattr(self, name))
         return p if p.is_absolute() else root / p
+
+    def location(self, name: str) -> Path | str:
+        """:meth:`resolve`, except that a field of :data:`URI_FIELDS` set to an object-store URI (``s3://bucket/x``,
+        ``gs://...``) is returned as that URI, unchanged (abpo.data.storage reads and writes it)."""
+        value = str(getattr(self, name))
+        if name in self.URI_FIELDS and is_uri(value):
+            return value
+        return self.resolve(name)
 
     def tracking_uri(self) -> str:
         return self.mlflow_tracking_uri or f"sqlite:///{self.resolve('root') / 'mlflow.db'}"

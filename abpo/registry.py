@@ -93,7 +93,8 @@ def moved_from(cfg) -> str | None:
     db = sqlite_path(cfg.paths.tracking_uri())
     art = Path(cfg.paths.mlflow_artifacts)
     root = cfg.paths.resolve("root")
-    if db is None or db != root / "mlflow.db" or not db.is_file() or art.is_absolute():
+    if (db is None or db != root / "mlflow.db" or not db.is_file() or art.is_absolute()
+            or not isinstance(cfg.paths.location("mlflow_artifacts"), Path)):  # an object store is not under a state
         return None  # only the state's own store (paths.mlflow_tracking_uri unset): a shared store has other states'
     try:
         with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as con:
@@ -135,7 +136,13 @@ def configure(cfg) -> str:
         _checked_moved.add(uri)
     if uri.startswith("sqlite:///"):
         cfg.paths.resolve("root").mkdir(parents=True, exist_ok=True)
-        cfg.paths.resolve("mlflow_artifacts").mkdir(parents=True, exist_ok=True)
+        artifacts = cfg.paths.location("mlflow_artifacts")
+        if isinstance(artifacts, Path):
+            artifacts.mkdir(parents=True, exist_ok=True)
+        else:  # an object store (s3://bucket/prefix): MLflow writes through boto3 with the environment's credentials
+            from abpo.data import storage
+
+            storage.apply_connection()  # $ABPO_STORAGE_CONNECTION's credentials, when it names one
     os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
     ensure_store(uri)
     mlflow.set_tracking_uri(uri)
@@ -178,7 +185,9 @@ def _ensure_experiment(cfg, experiment: str) -> str:
         return exp.experiment_id
     location = None
     if cfg.paths.tracking_uri().startswith("sqlite:///"):
-        location = (cfg.paths.resolve("mlflow_artifacts") / experiment).as_uri()
+        artifacts = cfg.paths.location("mlflow_artifacts")
+        location = ((artifacts / experiment).as_uri() if isinstance(artifacts, Path)
+                    else f"{artifacts.rstrip('/')}/{experiment}")
     return mlflow.create_experiment(experiment, artifact_location=location)
 
 

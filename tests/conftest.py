@@ -175,3 +175,84 @@ def dag_module():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A real S3 API on 127.0.0.1 (moto in server mode, its own process, a free port), with IAM enforced: user
+    ``abpo`` (allowed s3:*) and user ``nobody`` (no policy: every request is denied). Yields a namespace: endpoint,
+    keys {user: (access key id, secret)}. Skipped when moto is not installed (the dev extra installs it)."""
+    import json
+    import socket
+    import subprocess
+    import sys
+    import time
+    import types
+    import urllib.request
+
+    pytest.importorskip("moto.server")
+    boto3 = pytest.importorskip("boto3")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):
+            try:
+                urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1).read()
+                break
+            except OSError:
+                assert proc.poll() is None, "moto server exited"
+                time.sleep(0.1)
+        iam = boto3.client("iam", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="setup",
+                           aws_secret_access_key="setup")
+        keys = {}
+        for user, allow in (("abpo", True), ("nobody", False)):
+            iam.create_user(UserName=user)
+            if allow:
+                iam.put_user_policy(UserName=user, PolicyName="s3-all", PolicyDocument=json.dumps(
+                    {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
+            k = iam.create_access_key(UserName=user)["AccessKey"]
+            keys[user] = (k["AccessKeyId"], k["SecretAccessKey"])
+        # from here on every request is authenticated and authorised (moto's INITIAL_NO_AUTH_ACTION_COUNT = 0)
+        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset-auth", data=b"0", method="POST",
+                                                      headers={"Content-Type": "text/plain"})).read()
+        yield types.SimpleNamespace(endpoint=endpoint, keys=keys)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.fixture
+def s3(s3_server, monkeypatch, request):
+    """The S3 server as user ``abpo`` through the environment only (AWS_* variables, AWS_ENDPOINT_URL), with a fresh
+    bucket for this test: a namespace with endpoint, keys, bucket, client (boto3) and as_user(name) (switch the
+    environment's credentials)."""
+    import re
+    import uuid
+
+    import boto3
+
+    for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3", "MLFLOW_S3_ENDPOINT_URL",
+                "ABPO_LANDING_MARKER", "ABPO_STORAGE_CONNECTION"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server.endpoint)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+    def as_user(name: str) -> None:
+        key, secret = s3_server.keys[name]
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", key)
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+
+    as_user("abpo")
+    bucket = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-") + "-" + uuid.uuid4().hex[:8]
+    client = boto3.client("s3", endpoint_url=s3_server.endpoint, region_name="us-east-1",
+                          aws_access_key_id=s3_server.keys["abpo"][0], aws_secret_access_key=s3_server.keys["abpo"][1])
+    client.create_bucket(Bucket=bucket)
+    import types
+
+    return types.SimpleNamespace(endpoint=s3_server.endpoint, keys=s3_server.keys, bucket=bucket, client=client,
+                                 as_user=as_user)

@@ -38,7 +38,7 @@ def register(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--month", required=True, type=month_arg, help="Month to land, YYYY-MM.")
     p.add_argument("--n", type=int, default=100_000, help="Number of impressions (default 100000).")
     p.add_argument("--violation-rate", type=float, default=0.01, help="Share of rows breaking one rule (default 0.01).")
-    p.add_argument("--landing", default=None, help="Landing directory (default: paths.landing).")
+    p.add_argument("--landing", default=None, help="Landing directory or object-store URI (s3://bucket/prefix; default: paths.landing).")
     p.set_defaults(handler=cmd_synth)
 
     p = dsub.add_parser(
@@ -79,7 +79,7 @@ def register(sub, common: argparse.ArgumentParser) -> None:
         "quarantined per rule. Exit code 1 if the files cannot be ingested or the audit refuses them.",
     )
     p.add_argument("--month", required=True, type=month_arg, help="Month to ingest, YYYY-MM.")
-    p.add_argument("--landing", default=None, help="Landing directory (default: paths.landing).")
+    p.add_argument("--landing", default=None, help="Landing directory or object-store URI (s3://bucket/prefix; default: paths.landing).")
     p.add_argument("--no-validate", action="store_true", help="Skip the Great Expectations suite in the audit.")
     p.add_argument("--force", action="store_true",
                    help="Publish even when the month would shrink below data.ingest_min_keep_fraction (or to 0 rows).")
@@ -154,7 +154,7 @@ def cmd_synth(args, cfg) -> int:
     from abpo.data.schemas import write_impressions
     from abpo.data.synthetic import synthetic_impressions
 
-    landing = args.landing or cfg.paths.resolve("landing")
+    landing = args.landing or cfg.paths.location("landing")
     table, injected = synthetic_impressions(
         args.n, args.month, seed=cfg.data.seed, arms=tuple(cfg.data.known_arms), violation_rate=args.violation_rate
     )

@@ -116,5 +116,5 @@ def cmd_simulate_log(args: argparse.Namespace, cfg) -> int:
         return 1
     clicks = sum(table.column("clicked").to_pylist())
     print(f"simulate-log: {table.num_rows} impressions for {args.month} (arm {args.arm}), {clicks} clicks "
-          f"(CTR {clicks / max(table.num_rows, 1):.4f}) -> {cfg.paths.resolve('landing')}/impressions/month={args.month}/")
+          f"(CTR {clicks / max(table.num_rows, 1):.4f}) -> {cfg.paths.location('landing')}/impressions/month={args.month}/")
     return 0

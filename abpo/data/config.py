@@ -10,7 +10,8 @@ class DataConfig:
     dataset_dir: str = field(
         default="data/ml-latest-small",
         metadata={"help": "Dataset directory; a relative path is under the repo root (installed from a wheel: the "
-                          "current directory, else the bundled data)."},
+                          "current directory, else the bundled data); or an object-store URI (s3://bucket/prefix, "
+                          "movielens format: its movies.csv and ratings.csv; docs/scaling.md)."},
     )
     format: str = field(default="movielens", metadata={"help": "Dataset format: movielens | amazon18."})
     amazon_domain: str = field(

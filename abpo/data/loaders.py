@@ -76,12 +76,19 @@ def _first_null_row(table: pa.Table, columns: list[str], path: Path) -> None:
             raise DataFormatError(f"{path}: line {row + 2}, field {c!r}: empty or not a number (rule: required)")
 
 
-def _read_csv(path: Path, types: dict[str, pa.DataType]) -> pa.Table:
-    if not path.is_file():
+def _read_csv(path: Path | str, types: dict[str, pa.DataType]) -> pa.Table:
+    source = path
+    if isinstance(path, str):  # an object (s3://bucket/dataset/ratings.csv): abpo.data.storage
+        from abpo.data import storage
+
+        if not storage.exists(path):
+            raise DataFormatError(f"{path}: file not found")
+        source = storage.open_input(path)
+    elif not path.is_file():
         raise DataFormatError(f"{path}: file not found")
     try:
         return pacsv.read_csv(
-            path,
+            source,
             convert_options=pacsv.ConvertOptions(column_types=types, strings_can_be_null=False),
         )
     except pa.ArrowInvalid as e:
@@ -127,8 +134,16 @@ def tie_order_keys(seed: int, users: np.ndarray, items: np.ndarray) -> np.ndarra
 def load_movielens(directory: str | os.PathLike, *, tie_seed: int = 0) -> Dataset:
     """Load a MovieLens-format directory (ratings.csv, movies.csv). A user's ratings in the same second are
     ordered by a seeded shuffle (``tie_order_keys(tie_seed, user, item)``)."""
-    directory = Path(directory)
-    movies_path, ratings_path = directory / "movies.csv", directory / "ratings.csv"
+    from abpo.data import storage
+
+    if storage.is_uri(directory):  # a dataset in object storage: the same two files, read through pyarrow's fs
+        directory = str(directory)
+        movies_path, ratings_path = storage.join(directory, "movies.csv"), storage.join(directory, "ratings.csv")
+        name = storage.basename(directory)
+    else:
+        directory = Path(directory)
+        movies_path, ratings_path = directory / "movies.csv", directory / "ratings.csv"
+        name = directory.name
     movies = _read_csv(movies_path, {"movieId": pa.int64(), "title": pa.string(), "genres": pa.string()})
     _require_columns(movies, ["movieId", "title", "genres"], movies_path)
     _first_null_row(movies, ["movieId"], movies_path)
@@ -162,7 +177,7 @@ def load_movielens(directory: str | os.PathLike, *, tie_seed: int = 0) -> Datase
     if unknown.any():
         row = int(np.flatnonzero(unknown)[0])
         raise DataFormatError(
-            f"{ratings_path}: line {row + 2}, field 'movieId': {int(items[row])} is not in {movies_path.name} "
+            f"{ratings_path}: line {row + 2}, field 'movieId': {int(items[row])} is not in movies.csv "
             "(rule: every rated item is in the catalog)"
         )
     # chronological per user; equal timestamps in a seeded shuffle (their true order is unknown, and item_id
@@ -182,7 +197,7 @@ def load_movielens(directory: str | os.PathLike, *, tie_seed: int = 0) -> Datase
         schema=INTERACTIONS_SCHEMA,
     )
     return Dataset(
-        name=f"movielens:{directory.name}",
+        name=f"movielens:{name}",
         catalog=catalog,
         interactions=interactions,
         sequences=_sequences_from_sorted(users, items),
@@ -303,9 +318,14 @@ def load_amazon18(directory: str | os.PathLike, domain: str) -> Dataset:
     )
 
 
-def resolve_dataset_dir(dataset_dir: str | os.PathLike) -> Path:
+def resolve_dataset_dir(dataset_dir: str | os.PathLike) -> Path | str:
+    """The dataset directory: an object-store URI as it is (s3://bucket/movielens, movielens format only), else
+    abpo.paths.repo_path."""
+    from abpo.data import storage
     from abpo.paths import repo_path
 
+    if storage.is_uri(dataset_dir):
+        return str(dataset_dir)
     return repo_path(dataset_dir)
 
 
@@ -315,5 +335,8 @@ def load_dataset(data_cfg) -> Dataset:
     if data_cfg.format == "movielens":
         return load_movielens(directory, tie_seed=data_cfg.tie_seed)
     if data_cfg.format == "amazon18":
+        if isinstance(directory, str):
+            raise ValueError(f"data.dataset_dir {directory!r}: rule: an object-store dataset is in the movielens "
+                             "format (amazon18 is read from a local directory)")
         return load_amazon18(directory, data_cfg.amazon_domain)
     raise ValueError(f"data.format {data_cfg.format!r}: expected movielens or amazon18")

@@ -170,6 +170,16 @@ def month_dir(landing_dir: str | os.PathLike, month: str, kind: str = "impressio
     return Path(landing_dir) / kind / f"month={check_month(month)}"
 
 
+def month_location(landing_dir: str | os.PathLike, month: str, kind: str = "impressions") -> Path | str:
+    """:func:`month_dir`, or for an object-store landing zone (``s3://bucket/landing``, abpo.data.storage) the URI
+    ``s3://bucket/landing/<kind>/month=YYYY-MM``."""
+    from abpo.data import storage
+
+    if storage.is_uri(landing_dir):
+        return storage.join(str(landing_dir), kind, f"month={check_month(month)}")
+    return month_dir(landing_dir, month, kind)
+
+
 # Row groups of this many rows: a reader (DuckDB's ingest) decodes a file's row groups in parallel, so one huge group
 # would be read on one core.
 LANDING_ROW_GROUP_ROWS = 131_072
@@ -187,7 +197,7 @@ def write_impressions(
     to a hidden temporary name and renamed, so a reader never sees half a file.
     """
     return _write_landing(conform(table, IMPRESSIONS_SCHEMA, where=f"impressions for {month}"),
-                          month_dir(landing_dir, month), part)
+                          month_location(landing_dir, month), part)
 
 
 def write_interactions(
@@ -198,13 +208,21 @@ def write_interactions(
     warehouse ingests it with the month (abpo.warehouse.Warehouse.ingest_interactions) and the ranker arms' refits
     read it back (interactions to date)."""
     return _write_landing(conform(table, INTERACTIONS_SCHEMA, where=f"interactions for {month}"),
-                          month_dir(landing_dir, month, "interactions"), part)
+                          month_location(landing_dir, month, "interactions"), part)
 
 
-def _write_landing(table: pa.Table, out_dir: Path, part: str | None) -> Path:
+def _write_landing(table: pa.Table, out_dir: Path | str, part: str | None) -> Path | str:
     name = part if part is not None else uuid.uuid4().hex[:16]
     if not re.fullmatch(r"[A-Za-z0-9_.=-]+", name):
         raise ValueError(f"part {name!r}: use letters, digits, '_', '-', '.', '='")
+    if isinstance(out_dir, str):  # an object-store partition (month_location): the object, then the marker
+        from abpo.data import storage
+
+        uri = storage.join(out_dir, f"part-{name}.parquet")
+        storage.write_parquet(table, uri, compression="zstd", row_group_size=LANDING_ROW_GROUP_ROWS)
+        if storage.landing_marker():
+            storage.touch(storage.join(out_dir, storage.landing_marker()))
+        return uri
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"part-{name}.parquet"
     tmp = out_dir / f".{path.name}.{uuid.uuid4().hex[:8]}.tmp"

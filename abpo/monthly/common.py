@@ -150,9 +150,23 @@ def landing_status(cfg, month: str, marker: str = "") -> tuple[bool, str]:
     sentence saying what was found. Complete: it holds files (a name starting with '.' or '_' is a marker, not a
     file) and, when ``marker`` is given (e.g. ``_SUCCESS``, what Spark and most ingestion jobs write last), that
     marker too. Cheap: lists the directory, reads no Parquet (the ingest checks the files)."""
-    from abpo.data.schemas import month_dir
+    from abpo.data import storage
+    from abpo.data.schemas import month_dir, month_location
 
-    d = month_dir(cfg.paths.resolve("landing"), str(month))
+    landing = cfg.paths.location("landing")
+    if storage.is_uri(landing):  # an object store: list the partition's objects (a missing bucket or denied access
+        d = month_location(landing, str(month))  # raises StorageError, one line)
+        listed = storage.listdir(d)
+        if listed is None:
+            return False, f"{d}: no landing partition yet"
+        names = [storage.basename(u) for u in listed]
+        files = [n for n in names if not n.startswith((".", "_"))]
+        if not files:
+            return False, f"{d}: the landing partition holds no files yet"
+        if marker and marker not in names:
+            return False, f"{d}: {len(files)} object(s), but no {marker} marker yet (the ingestion has not finished)"
+        return True, f"{d}: {len(files)} object(s)" + (f" and the {marker} marker" if marker else "")
+    d = month_dir(landing, str(month))
     if not d.is_dir():
         return False, f"{d}: no landing partition yet"
     files = [p for p in d.iterdir() if not p.name.startswith((".", "_"))]

@@ -27,7 +27,7 @@ def ingest_and_validate(cfg, month: Month, *, force: bool = False) -> IngestResu
 
     report, _ = ingest_with_config(cfg, Month(month), force=force)  # every contract and audit setting of section data
     with open_warehouse(cfg) as wh:  # then what users consumed, when it landed (the ranker arms' refits read it)
-        interactions = wh.ingest_interactions(cfg.paths.resolve("landing"), Month(month))
+        interactions = wh.ingest_interactions(cfg.paths.location("landing"), Month(month))
     return IngestResult(rows_in=report.rows_in, rows_clean=report.rows_clean,
                         quarantined=dict(report.quarantined_by_rule), validation=report.audit.path,
                         warehouse=str(cfg.paths.resolve("warehouse")), interactions=interactions)

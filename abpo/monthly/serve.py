@@ -55,9 +55,9 @@ def check_landed(cfg, month: Month) -> ServeResult:
     from abpo.warehouse import Warehouse
 
     try:
-        files = Warehouse.landing_files(cfg.paths.resolve("landing"), month)
+        files = Warehouse.landing_files(cfg.paths.location("landing"), month)
     except IngestError as e:
-        raise NothingLanded(f"{cfg.paths.resolve('landing')}: nothing landed for month={month} ({e}); "
+        raise NothingLanded(f"{cfg.paths.location('landing')}: nothing landed for month={month} ({e}); "
                             "land the month's logs, or trigger with simulate=true (abpo arms month: --simulate)") from e
     return ServeResult(str(month), False, files=len(files))
 

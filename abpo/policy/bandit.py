@@ -97,7 +97,7 @@ def build_bandit_log(
         cols["schema_version"].append(SCHEMA_VERSION)
     table = pa.table(cols, schema=IMPRESSIONS_SCHEMA)
     if write:
-        write_impressions(table, cfg.paths.resolve("landing"), month, part=f"{OFFLINE_PART}-{arm}")
+        write_impressions(table, cfg.paths.location("landing"), month, part=f"{OFFLINE_PART}-{arm}")
     return table
 
 

@@ -387,11 +387,11 @@ def simulate_month(cfg, month: str, arms: Mapping[str, Any], *, dataset=None, sp
         v["ctr"] = round(v["clicks"] / v["impressions"], 4) if v["impressions"] else float("nan")
     path = None
     if write:
-        path = write_impressions(table, cfg.paths.resolve("landing"), month, part=SIM_PART)
+        path = write_impressions(table, cfg.paths.location("landing"), month, part=SIM_PART)
         when: dict[tuple[int, int], datetime] = {}
         for r, ts in zip(requests, times, strict=True):
             when.setdefault((r.user_id, r.offset), ts)
-        write_interactions(month_interactions(cfg, splits, month, when), cfg.paths.resolve("landing"), month,
+        write_interactions(month_interactions(cfg, splits, month, when), cfg.paths.location("landing"), month,
                            part=SIM_PART)
     calibration = {"intercept": intercept, "base_ctr": cfg.sim.base_ctr, "slope": cfg.sim.preference_slope}
     return SimResult(month, table, path, per_arm, round(time.time() - t0, 1), calibration)

@@ -218,3 +218,15 @@ def test_explain_shows_each_range(capsys):
     assert "Allowed: in (0, 1]." in out["data.min_propensity"]
     assert "Allowed: in [0, 1]." in out["report.arm_shares"]
     assert "Allowed" not in out["paths.root"]
+
+
+@pytest.mark.parametrize("preset", ["tiny", "gpu", "smollm2"])
+def test_a_dumped_config_loads_back_the_same(tmp_path, preset):
+    """`abpo config` output and the multi-process update's config.yaml (abpo.monthly.update: yaml.safe_dump of
+    to_dict) load back unchanged under the strict loader."""
+    import yaml
+
+    cfg = load_config(preset, ["update.learning_rate=1e-5", "sim.salt=yes"])
+    f = tmp_path / "dumped.yaml"
+    f.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    assert load_config(f).to_dict() == cfg.to_dict()

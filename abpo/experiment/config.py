@@ -13,7 +13,7 @@ class ExperimentConfig:
     )
     seeds: list[int] = field(
         default_factory=lambda: [0, 1, 2, 3, 4],
-        metadata={"min": 0, 
+        metadata={"min": 0,
             "help": "Seeds: each gets its own pi_init (SFT), its own D_bandit and its own updates; the data split "
             "and candidate sets follow data.seed and are the same for every seed (paired comparisons)."
         },
@@ -48,7 +48,7 @@ class ExperimentConfig:
     )
     update_steps: int = field(
         default=0,
-        metadata={"min": 0, 
+        metadata={"min": 0,
             "help": "N-1 for this experiment: bandit requests per user (the logged rows an update sees); 0 = keep "
             "data.update_steps. Applied as data.update_steps everywhere in the experiment (it also sets T, so pi_init "
             "trains on x_{1:T} of the shorter histories)."
@@ -56,14 +56,14 @@ class ExperimentConfig:
     )
     eval_candidates: int = field(
         default=0,
-        metadata={"min": 0, 
+        metadata={"min": 0,
             "help": "M of the evaluation's candidate sets for this experiment (the paper's is 200); 0 = keep "
             "data.eval_candidates. Applied as data.eval_candidates everywhere in the experiment."
         },
     )
     rounds: int = field(
         default=1,
-        metadata={"min": 1, 
+        metadata={"min": 1,
             "help": "Successive update rounds R. Each user's update positions x_{T+1..T+N-1} (data.update_steps) are "
             "cut into R consecutive windows; round r logs a fresh D_bandit on window r with the row's round r-1 "
             "policy (pi_init for r = 1) and updates that policy from it. 1 = one update on the whole log."
@@ -75,14 +75,14 @@ class ExperimentConfig:
     )
     noninferiority_margin: float = field(
         default=0.01,
-        metadata={"min": 0, 
+        metadata={"min": 0,
             "help": "Absolute non-inferiority margin δ against No-Update, an HR@5 difference: H0 Δ <= -δ is tested "
             "one-sided at level experiment.noninferiority_alpha on the two-stage bootstrap (abpo.experiment.stats)."
         },
     )
     noninferiority_relative_margin: float = field(
         default=0.05,
-        metadata={"min": 0, 
+        metadata={"min": 0,
             "help": "Relative non-inferiority margin against No-Update, a share ρ of No-Update's mean HR@5: H0 Δ <= "
             "-ρ · mean HR@5(No-Update), tested like the absolute margin (both are reported)."
         },
@@ -105,7 +105,7 @@ class ExperimentConfig:
     power: float = field(default=0.8, metadata={"gt": 0, "lt": 1, "help": "Power of the minimum detectable effect beside each comparison."})
     bootstrap_samples: int = field(
         default=2000,
-        metadata={"min": 1, 
+        metadata={"min": 1,
             "help": "Replicates of the two-stage bootstrap (seeds with replacement, then users inside each drawn "
             "seed) behind every interval, p-value, MDE and trend test of the table."
         },
@@ -151,7 +151,7 @@ class ExperimentConfig:
     month: str = field(default="2024-01", metadata={"help": "Month stamped on the offline D_bandit impressions."})
     workers: int = field(
         default=2,
-        metadata={"min": 1, 
+        metadata={"min": 1,
             "help": "Cells computed in parallel processes (each with policy.num_threads torch threads). 2 fills a "
             "2-core machine with the tiny model's single-thread work."
         },

@@ -54,7 +54,7 @@ class PolicyConfig:
     tau: float = field(default=1.0, metadata={"gt": 0, "help": "Temperature of e_p(a|q) = softmax(s_p(a,q)/tau) over C."})
     scoring_batch_tokens: int = field(
         default=16384,
-        metadata={"min": 1, 
+        metadata={"min": 1,
             "help": "Memory bound of shared-prefix scoring: token positions per forward (prompt + the chunk's "
             "packed answer tokens; at least one answer per chunk)."
         },
@@ -97,7 +97,7 @@ class PolicyConfig:
     dtype: str = field(default="float32", metadata={"help": "float32 | bfloat16."})
     num_threads: int = field(
         default=0,
-        metadata={"min": 0, 
+        metadata={"min": 0,
             "help": "CPU threads torch uses once load_policy ran (torch.set_num_threads); 0 = torch's default. "
             "1 is the robust choice for the tiny model on a shared machine: with 2 threads, each of its many small "
             "ops waits for the slower thread, several times slower when another process holds a core."
@@ -109,7 +109,7 @@ class PolicyConfig:
 class SFTConfig:
     pretrain_epochs: int = field(
         default=0,
-        metadata={"min": 0, 
+        metadata={"min": 0,
             "help": "pi_init stage 1 (abpo.policy.pretrain): at most this many epochs of next-item pre-training over "
             "every position of each user's item-token sequence x_{1:T} (full softmax over the catalog's item "
             "tokens), before the answer-format SFT (stage 2). Needs one token per item (the tiny model); 0 = off."
@@ -122,7 +122,7 @@ class SFTConfig:
     )
     pretrain_patience: int = field(
         default=2,
-        metadata={"min": 1, 
+        metadata={"min": 1,
             "help": "Stage 1 early stopping: stop after this many epochs without a lower loss of the validation "
             "users (experiment.validation_fraction) on their next items x_{T+1..T+N-1}; the best epoch is kept."
         },

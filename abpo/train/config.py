@@ -18,7 +18,7 @@ class UpdateConfig:
     # ------------------------------------------------------------------ the ABPO equations (docs/ABPO_SPEC.md)
     group_size: int = field(
         default=4,
-        metadata={"min": 3, 
+        metadata={"min": 3,
             "help": "G (paper: 16). Anchored variants C-F: the logged anchor plus G-1 sampled rollouts "
             "(TRL num_generations = G-1); vanilla GRPO (B): G sampled rollouts. Must leave >= 2 rollouts."
         },
@@ -54,7 +54,7 @@ class UpdateConfig:
     )
     w_max: float = field(
         default=0.0,
-        metadata={"min": 0, 
+        metadata={"min": 0,
             "help": "Optional cap on the raw SNIPS weight w_i = e_old/e0 before self-normalisation; 0 = no cap "
             "(the spec has none: leave 0 to reproduce it)."
         },
@@ -86,7 +86,7 @@ class UpdateConfig:
     learning_rate: float = field(default=5e-4, metadata={"gt": 0, "help": "Peak learning rate (paper: 5e-5)."})
     batch_size: int = field(
         default=4,
-        metadata={"min": 1, 
+        metadata={"min": 1,
             "help": "Logged examples per micro-batch over all processes (paper: 4; CPU preset: 16, i.e. 48 rollouts "
             "in one generate call and one loss pass: fewer, better-vectorised steps); each of N processes trains "
             "batch_size / N of them (N must divide it): TRL per_device_train_batch_size = batch_size / N x rollouts "
@@ -95,7 +95,7 @@ class UpdateConfig:
     )
     grad_accum: int = field(
         default=1,
-        metadata={"min": 1, 
+        metadata={"min": 1,
             "help": "Gradient accumulation steps (paper: 8). One optimizer step = batch_size x grad_accum "
             "logged examples = one generation batch = the SNIPS mini-batch (stratified: both y in it)."
         },
@@ -150,7 +150,7 @@ class UpdateConfig:
     )
     processes: int = field(
         default=1,
-        metadata={"min": 1, 
+        metadata={"min": 1,
             "help": "Processes of the monthly arm update (Airflow task <arm>.update): above 1 the task launches "
             "`torchrun --nproc_per_node N` running the update data-parallel (CPU: gloo; GPU: one per GPU), its "
             "inputs from a file, its result through update.json (docs/distributed.md). update.batch_size is the "
@@ -161,7 +161,7 @@ class UpdateConfig:
     # ------------------------------------------------------------------ data, checkpoints, logging
     max_examples: int = field(
         default=0,
-        metadata={"min": 0, 
+        metadata={"min": 0,
             "help": "Use at most this many logged rows (seeded draw, both strata kept in proportion); 0 = the whole "
             "log (both presets). A cap for quick experiments."
         },

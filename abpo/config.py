@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +26,7 @@ from abpo.paths import CONFIG_DIR, REPO_ROOT, base_dir, namespaced
 from abpo.policy.config import PolicyConfig, SFTConfig
 from abpo.sim.config import SimConfig
 from abpo.train.config import UpdateConfig
+from abpo.yamlfile import YAMLFileError, read_yaml as read_yaml_file, yaml_value
 
 __all__ = ["CONFIG_DIR", "REPO_ROOT", "Config", "ConfigError", "PathsConfig", "describe", "load_config", "preset_path"]
 
@@ -212,63 +212,21 @@ def _build(cls: type, values: dict[str, Any], where: str, source: str | None = N
     return cls(**kwargs)
 
 
-class _ConfigLoader(yaml.SafeLoader):
-    """YAML as a config reads it: booleans are true/false only (YAML 1.2; `yes`, `on`, `no` stay strings and are
-    refused by a bool field), 1e-5 is a float (YAML 1.2; PyYAML's YAML 1.1 reads a string), and a key given twice in
-    one mapping is refused (:class:`DuplicateKey`) instead of the last one silently winning."""
-
-    def construct_mapping(self, node, deep=False):
-        if isinstance(node, yaml.MappingNode):
-            seen: dict[Any, int] = {}
-            for key_node, _ in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    continue
-                k = self.construct_object(key_node, deep=True)
-                try:
-                    if k in seen:
-                        raise DuplicateKey(k, key_node.start_mark.line + 1, seen[k])
-                    seen[k] = key_node.start_mark.line + 1
-                except TypeError:
-                    continue  # an unhashable key: SafeLoader's own error
-        return super().construct_mapping(node, deep=deep)
-
-
-class DuplicateKey(yaml.YAMLError):
-    def __init__(self, key: Any, line: int, first: int):
-        super().__init__(f"duplicate key {key!r} at line {line} (first at line {first})")
-        self.key, self.line, self.first = key, line, first
-
-
-_BOOL, _FLOAT = "tag:yaml.org,2002:bool", "tag:yaml.org,2002:float"
-_ConfigLoader.yaml_implicit_resolvers = {
-    c: [(tag, rx) for tag, rx in resolvers if tag not in (_BOOL, _FLOAT)]
-    for c, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-_ConfigLoader.add_implicit_resolver(_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
-_ConfigLoader.add_implicit_resolver(
-    _FLOAT, re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9][0-9_]*(?:\.[0-9_]*)?)(?:[eE][-+]?[0-9]+)?"
-                       r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"), list("-+0123456789."))
-
-
 def _yaml_value(raw: str, source: str, key: str) -> Any:
-    """One ``--set`` value read as YAML by :class:`_ConfigLoader`; ConfigError naming the key otherwise."""
+    """One ``--set`` value read as YAML by :func:`abpo.yamlfile.yaml_value`; ConfigError naming the key otherwise."""
     try:
-        return yaml.load(raw, Loader=_ConfigLoader)  # noqa: S506 (a SafeLoader subclass)
+        return yaml_value(raw)
     except yaml.YAMLError as e:
         raise ConfigError(f"{source}: {key} {raw!r}: rule: a YAML value ({str(e).splitlines()[0]})") from None
 
 
 def read_yaml(path: Path) -> Any:
-    """A config file read by :class:`_ConfigLoader`: ConfigError naming the file, the key and the line for a
-    duplicate key, the file and the line for anything that is not YAML."""
+    """A config file read by :func:`abpo.yamlfile.read_yaml` (duplicate keys refused, YAML 1.2 booleans and floats);
+    ConfigError naming the file, the key and the line otherwise."""
     try:
-        return yaml.load(path.read_text(), Loader=_ConfigLoader)  # noqa: S506 (a SafeLoader subclass)
-    except DuplicateKey as e:
-        raise ConfigError(f"{path}: duplicate key {e.key!r} at line {e.line} (first at line {e.first}); "
-                          "rule: each key once per mapping") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path}: not valid YAML{where}: {getattr(e, 'problem', None) or e}") from None
+        return read_yaml_file(path)
+    except YAMLFileError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _set_path(cfg: Any, dotted: str, raw: Any, where: str, parse: bool = True) -> None:

@@ -107,7 +107,7 @@ class ConfigError(ValueError):
 
 
 # ---------------------------------------------------------------------------------------------- value rules
-# Each field's metadata may carry its allowed range, checked in one place (:func:`_check`) whenever a value is read
+# Each field's metadata may carry its allowed range, checked in one place (:func:`_scalar`) whenever a value is read
 # from a YAML file, the environment or ``--set``, and shown by `abpo config --explain`:
 #   "min" / "max": inclusive bounds, "gt" / "lt": exclusive bounds (a list's items and a mapping's values are each
 #   checked), "choices": the allowed strings.
@@ -185,8 +185,9 @@ def _coerce(value: Any, tp: Any, where: str, meta: Any = None, key: str = "", so
         return _scalar(value, tp, meta, key, source)
     if origin in (list, tuple):
         (inner, *_) = typing.get_args(tp) or (Any,)
-        if isinstance(value, str):  # `--set arms.names=abpo,grpo`: each item read as YAML
-            value = [_yaml_value(v.strip(), source, key) for v in value.split(",") if v.strip()]
+        if isinstance(value, str):  # `--set arms.names=abpo,grpo`: names as they are, numbers (seeds) read as YAML
+            value = [v.strip() if inner is str else _yaml_value(v.strip(), source, key)
+                     for v in value.split(",") if v.strip()]
         elif not isinstance(value, (list, tuple)):
             value = [value]  # `--set experiment.seeds=0`: YAML reads a lone scalar
         return [(_coerce(v, inner, f"{where}[{i}]", meta, f"{key}[{i}]", source) if inner is not Any else v)

@@ -230,3 +230,10 @@ def test_a_dumped_config_loads_back_the_same(tmp_path, preset):
     f = tmp_path / "dumped.yaml"
     f.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
     assert load_config(f).to_dict() == cfg.to_dict()
+
+
+def test_comma_lists_keep_names_as_they_are_and_read_numbers():
+    cfg = load_config("tiny", ["arms.names=abpo,off", "experiment.seeds=3,4"])
+    assert cfg.arms.names == ["abpo", "off"] and cfg.experiment.seeds == [3, 4]
+    with pytest.raises(ConfigError, match=r"^--set: experiment.seeds\[1\] 2.5: rule: an integer \(not coerced\)$"):
+        load_config("tiny", ["experiment.seeds=3,2.5"])

@@ -30,7 +30,7 @@ class ExperimentConfig:
     )
     eval_split: str = field(
         default="test",
-        metadata={
+        metadata={"choices": ("test", "validation"),
             "help": "Which held-out users score the table: test | validation. Users are split once by a salted "
             "hash of their id (validation_fraction of them are validation users); anything tuned is tuned on "
             "validation, the reported table is on test. Both use the held-out target x_{T+N}, never trained on."
@@ -112,7 +112,7 @@ class ExperimentConfig:
     )
     logger: str = field(
         default="on_policy",
-        metadata={
+        metadata={"choices": ("on_policy", "pi_init", "foreign", "uniform", "mixed"),
             "help": "Who logs each round's D_bandit (abpo.experiment.regimes): on_policy (the row's round r-1 policy, "
             "pi_init in round 1), pi_init (every round: the paper's literal e0, stale from round 2), foreign (the "
             "ranker experiment.foreign_logger, softmax(score/T)), uniform (uniform over the log's candidates) or "
@@ -122,7 +122,8 @@ class ExperimentConfig:
     )
     foreign_logger: str = field(
         default="ml_retrain",
-        metadata={"help": "The ranker that logs with experiment.logger = foreign: ml_retrain | popularity."},
+        metadata={"choices": ("ml_retrain", "popularity"),
+                  "help": "The ranker that logs with experiment.logger = foreign: ml_retrain | popularity."},
     )
     foreign_temperature: float = field(
         default=0.0,
@@ -130,7 +131,7 @@ class ExperimentConfig:
     )
     clicks: str = field(
         default="next_item",
-        metadata={
+        metadata={"choices": ("next_item", "simulator"),
             "help": "Click model of the logs: next_item (y = 1 iff the logged item is x_{t'+1}) or simulator (the "
             "production loop's click model abpo.sim.clicks on its preference oracle, with sim.base_ctr's intercept "
             "calibration and the next/soon boosts; seeded uniforms), so a no-response can be a liked item and a "
@@ -139,7 +140,7 @@ class ExperimentConfig:
     )
     log_candidates: str = field(
         default="offline",
-        metadata={
+        metadata={"choices": ("offline", "paper"),
             "help": "Candidates of the logged requests: offline (data.train_candidates with "
             "data.train_hard_negative_fraction popularity hard negatives) or paper (experiment.log_candidate_count "
             "uniform random unseen distractors); the next item x_{t'+1} is always included."

@@ -331,3 +331,21 @@ def test_every_regime_of_the_repo_loads():
 
     for name in read_yaml(CONFIG_DIR / "regimes.yaml"):
         load_config("tiny", regime_overrides(name, CONFIG_DIR / "regimes.yaml"))
+
+
+def test_the_config_choices_are_the_regimes_own():
+    """experiment.logger, foreign_logger, clicks and log_candidates are refused when the config loads unless they
+    are one of the values abpo.experiment.regimes knows (the section cannot import them: the same tuples, checked)."""
+    import dataclasses
+
+    from abpo.config import ConfigError, load_config
+    from abpo.experiment.config import ExperimentConfig
+    from abpo.experiment.regimes import CLICKS, FOREIGN, LOG_CANDIDATES, LOGGERS
+
+    meta = {f.name: f.metadata for f in dataclasses.fields(ExperimentConfig)}
+    for key, options in (("logger", LOGGERS), ("foreign_logger", FOREIGN), ("clicks", CLICKS),
+                         ("log_candidates", LOG_CANDIDATES)):
+        assert tuple(meta[key]["choices"]) == options
+    with pytest.raises(ConfigError, match=r"^--set: experiment.logger 'greedy': rule: one of on_policy, pi_init, "
+                                          r"foreign, uniform, mixed$"):
+        load_config("tiny", ["experiment.logger=greedy"])

@@ -8,6 +8,7 @@ overrides. Unknown keys are an error that names the file and the key.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import typing
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from abpo.paths import CONFIG_DIR, REPO_ROOT, base_dir, namespaced
 from abpo.policy.config import PolicyConfig, SFTConfig
 from abpo.sim.config import SimConfig
 from abpo.train.config import UpdateConfig
+from abpo.yamlfile import YAMLFileError, read_yaml as read_yaml_file, yaml_value
 
 __all__ = ["CONFIG_DIR", "REPO_ROOT", "Config", "ConfigError", "PathsConfig", "describe", "load_config", "preset_path"]
 
@@ -113,7 +115,7 @@ class Config:
     """The whole pipeline's configuration. Load with :func:`load_config`."""
 
     name: str = "tiny"
-    seed: int = 0
+    seed: int = field(default=0, metadata={"min": 0})
     paths: PathsConfig = field(default_factory=PathsConfig)
     data: DataConfig = field(default_factory=DataConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
@@ -132,46 +134,131 @@ class ConfigError(ValueError):
     pass
 
 
-def _coerce(value: Any, tp: Any, where: str) -> Any:
+# ---------------------------------------------------------------------------------------------- value rules
+# Each field's metadata may carry its allowed range, checked in one place (:func:`_scalar`) whenever a value is read
+# from a YAML file, the environment or ``--set``, and shown by `abpo config --explain`:
+#   "min" / "max": inclusive bounds, "gt" / "lt": exclusive bounds (a list's items and a mapping's values are each
+#   checked), "choices": the allowed strings.
+# Types are strict: a bool field takes YAML true/false only, an int field an integer only (not 2.5, not true), a float
+# field a finite number only (not true, not .nan, not .inf), a str field a string only. Nothing is coerced.
+RANGE_KEYS = ("gt", "min", "lt", "max")
+
+
+def range_rule(meta: Any) -> str:
+    """The range a field's metadata allows, as the one-line rule its refusal prints ('' when none): ``> 0``,
+    ``>= 1``, ``in (0, 1]``, ``one of a, b``."""
+    if "choices" in meta:
+        return "one of " + ", ".join(map(str, meta["choices"]))
+    lo = ("(", meta["gt"]) if "gt" in meta else ("[", meta["min"]) if "min" in meta else None
+    hi = (")", meta["lt"]) if "lt" in meta else ("]", meta["max"]) if "max" in meta else None
+    if lo and hi:
+        return f"in {lo[0]}{lo[1]:g}, {hi[1]:g}{hi[0]}"
+    if lo:
+        return f"{'>' if lo[0] == '(' else '>='} {lo[1]:g}"
+    if hi:
+        return f"{'<' if hi[0] == ')' else '<='} {hi[1]:g}"
+    return ""
+
+
+def _type_rule(tp: Any) -> str:
+    return {bool: "true or false (YAML booleans only; not coerced)", int: "an integer (not coerced)",
+            float: "a finite number (not coerced)", str: "a string (quote it)"}[tp]
+
+
+def _scalar(value: Any, tp: Any, meta: Any, key: str, source: str) -> Any:
+    """``value`` checked against the scalar type ``tp`` and the range in ``meta``; ConfigError naming the source,
+    the key, the value and the rule otherwise."""
+    def refuse(shown: Any, rule: str):
+        return ConfigError(f"{source}: {key} {shown!r}: rule: {rule}")
+
+    if tp is bool:
+        ok = isinstance(value, bool)
+    elif tp is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif tp is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if ok:
+            try:
+                value = float(value)
+            except OverflowError:
+                ok = False
+            ok = ok and math.isfinite(value)
+    elif tp is str:
+        ok = isinstance(value, str)
+    else:
+        return value
+    if not ok:
+        raise refuse(value, _type_rule(tp))
+    if "choices" in meta and value not in meta["choices"]:
+        raise refuse(value, range_rule(meta))
+    if tp in (int, float) and any(k in meta for k in RANGE_KEYS):
+        inside = (("gt" not in meta or value > meta["gt"]) and ("min" not in meta or value >= meta["min"])
+                  and ("lt" not in meta or value < meta["lt"]) and ("max" not in meta or value <= meta["max"]))
+        if not inside:
+            raise refuse(value, range_rule(meta))
+    return value
+
+
+def _coerce(value: Any, tp: Any, where: str, meta: Any = None, key: str = "", source: str = "") -> Any:
+    """``value`` as a field of type ``tp`` (metadata ``meta``, dotted ``key``, read from ``source``): a nested section
+    built from a mapping, a list from a YAML list (or from ``a,b`` on the command line), a mapping's values and every
+    scalar checked by :func:`_scalar`."""
+    meta = meta or {}
     origin = typing.get_origin(tp)
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected a mapping, got {value!r}")
-        return _build(tp, value, where)
-    if tp is bool:
-        if isinstance(value, str):
-            if value.lower() in ("1", "true", "yes", "on"):
-                return True
-            if value.lower() in ("0", "false", "no", "off"):
-                return False
-            raise ConfigError(f"{where}: expected a boolean, got {value!r}")
-        return bool(value)
-    if tp in (int, float, str):
-        try:
-            return tp(value)
-        except (TypeError, ValueError) as e:
-            raise ConfigError(f"{where}: expected {tp.__name__}, got {value!r}") from e
+        return _build(tp, value, where, source, key)
+    if tp in (bool, int, float, str):
+        return _scalar(value, tp, meta, key, source)
     if origin in (list, tuple):
         (inner, *_) = typing.get_args(tp) or (Any,)
-        if isinstance(value, str):
-            value = [v.strip() for v in value.split(",") if v.strip()]
+        if isinstance(value, str):  # `--set arms.names=abpo,grpo`: names as they are, numbers (seeds) read as YAML
+            value = [v.strip() if inner is str else _yaml_value(v.strip(), source, key)
+                     for v in value.split(",") if v.strip()]
         elif not isinstance(value, (list, tuple)):
             value = [value]  # `--set experiment.seeds=0`: YAML reads a lone scalar
-        return [(_coerce(v, inner, f"{where}[{i}]") if inner is not Any else v) for i, v in enumerate(value)]
+        return [(_coerce(v, inner, f"{where}[{i}]", meta, f"{key}[{i}]", source) if inner is not Any else v)
+                for i, v in enumerate(value)]
+    if origin is dict:
+        kt, vt = typing.get_args(tp) or (Any, Any)
+        if not isinstance(value, dict):
+            raise ConfigError(f"{source}: {key} {value!r}: rule: a mapping")
+        return {_coerce(k, kt, where, {}, f"{key} (a key)", source): _coerce(v, vt, where, meta, f"{key}.{k}", source)
+                for k, v in value.items()}
     return value
 
 
-def _build(cls: type, values: dict[str, Any], where: str) -> Any:
+def _build(cls: type, values: dict[str, Any], where: str, source: str | None = None, prefix: str = "") -> Any:
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - names)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - set(fields))
     if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown}; known: {sorted(names)}")
-    kwargs = {k: _coerce(v, hints[k], f"{where}.{k}") for k, v in values.items()}
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; known: {sorted(fields)}")
+    source = where if source is None else source
+    kwargs = {k: _coerce(v, hints[k], f"{where}.{k}", fields[k].metadata, f"{prefix}{'.' if prefix else ''}{k}",
+                         source) for k, v in values.items()}
     return cls(**kwargs)
 
 
-def _set_path(cfg: Any, dotted: str, raw: str, where: str) -> None:
+def _yaml_value(raw: str, source: str, key: str) -> Any:
+    """One ``--set`` value read as YAML by :func:`abpo.yamlfile.yaml_value`; ConfigError naming the key otherwise."""
+    try:
+        return yaml_value(raw)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{source}: {key} {raw!r}: rule: a YAML value ({str(e).splitlines()[0]})") from None
+
+
+def read_yaml(path: Path) -> Any:
+    """A config file read by :func:`abpo.yamlfile.read_yaml` (duplicate keys refused, YAML 1.2 booleans and floats);
+    ConfigError naming the file, the key and the line otherwise."""
+    try:
+        return read_yaml_file(path)
+    except YAMLFileError as e:
+        raise ConfigError(str(e)) from None
+
+
+def _set_path(cfg: Any, dotted: str, raw: Any, where: str, parse: bool = True) -> None:
     obj = cfg
     *parents, leaf = dotted.split(".")
     for p in parents:
@@ -180,8 +267,22 @@ def _set_path(cfg: Any, dotted: str, raw: str, where: str) -> None:
         obj = getattr(obj, p)
     if not dataclasses.is_dataclass(obj) or leaf not in {f.name for f in dataclasses.fields(obj)}:
         raise ConfigError(f"{where}: unknown key {dotted!r}")
+    f = next(f for f in dataclasses.fields(obj) if f.name == leaf)
     tp = typing.get_type_hints(type(obj))[leaf]
-    setattr(obj, leaf, _coerce(yaml.safe_load(raw) if isinstance(raw, str) else raw, tp, f"{where} {dotted}"))
+    value = _yaml_value(raw, where, dotted) if parse and isinstance(raw, str) else raw
+    setattr(obj, leaf, _coerce(value, tp, f"{where} {dotted}", f.metadata, dotted, where))
+
+
+def check_values(obj: Any, prefix: str = "", source: str = "default") -> None:
+    """Every field of the config (or section) ``obj`` checked against its type and range, as loading checks them
+    (a test runs it on the defaults: every default must satisfy its own rule)."""
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        value, key = getattr(obj, f.name), f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(hints[f.name]):
+            check_values(value, key + ".", source)
+        else:
+            _coerce(value, hints[f.name], key, f.metadata, key, source)
 
 
 def preset_path(name_or_path: str | Path) -> Path:
@@ -198,7 +299,7 @@ def load_config(name_or_path: str | Path = "tiny", overrides: list[str] | None =
     if not path.exists():
         known = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
         raise ConfigError(f"{path}: config not found (presets: {known})")
-    raw = yaml.safe_load(path.read_text()) or {}
+    raw = read_yaml(path) or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: top level must be a mapping")
     cfg = _build(Config, raw, str(path))
@@ -207,7 +308,7 @@ def load_config(name_or_path: str | Path = "tiny", overrides: list[str] | None =
         cfg.paths.mlflow_tracking_uri, tracking_from = abpo.USER_MLFLOW_TRACKING_URI, "$MLFLOW_TRACKING_URI"
     for env, key in ENV_OVERRIDES.items():
         if os.environ.get(env):
-            _set_path(cfg, key, os.environ[env], f"${env}")
+            _set_path(cfg, key, os.environ[env], f"${env}", parse=False)  # a path or a name: taken as it is
             tracking_from = f"${env}" if key == "paths.mlflow_tracking_uri" else tracking_from
     for item in overrides or []:
         if "=" not in item:
@@ -234,5 +335,6 @@ def describe(cls: type, prefix: str = "") -> list[tuple[str, Any, str]]:
             rows.extend(describe(tp, key + "."))
         else:
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-            rows.append((key, default, f.metadata.get("help", "")))
+            rule = range_rule(f.metadata)
+            rows.append((key, default, f.metadata.get("help", "") + (f" Allowed: {rule}." if rule else "")))
     return rows

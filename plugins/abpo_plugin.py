@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import os
 import re
 import threading
@@ -128,25 +129,69 @@ def read_inside(root: Path, name: str, limit: int = MAX_SUMMARY_BYTES) -> bytes:
     return data
 
 
+SCALARS = (str, int, float, bool, type(None))
+
+
 def check_summary(name: str, s) -> dict:
     """``s`` when it has the shape abpo.validation.ValidationSummary.as_dict() writes; Refused(422) naming the file,
-    the field and the rule otherwise (a hand-edited or foreign file must not reach the page as a 500)."""
+    the field and the rule otherwise (a hand-edited or foreign file must not reach the page as a 500). Every value the
+    page shows is checked here, so :func:`validation_page` meets only the types it formats: a number where a list
+    was expected, a list where text was expected, a float that overflows or text that cannot be sent as UTF-8 are
+    each a 422."""
     def bad(field: str, rule: str):
         return Refused(422, f"malformed validation result {name}: {field}; rule: {rule}")
+
+    def shown(v) -> str:
+        text = repr(v) if isinstance(v, SCALARS) else type(v).__name__
+        return text if len(text) <= 80 else text[:77] + "..."
+
+    def count(v) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+    def text(v) -> bool:  # sendable as UTF-8 (json.loads lets a lone surrogate "\ud800" through)
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        return True
+
+    def scalar(v) -> bool:
+        return isinstance(v, SCALARS) and (not isinstance(v, str) or text(v))
 
     if not isinstance(s, dict):
         raise bad(f"top level is {type(s).__name__}", "a JSON object")
     if not isinstance(s.get("success"), bool):
-        raise bad(f"success is {s.get('success')!r}", "true or false")
+        raise bad(f"success is {shown(s.get('success'))}", "true or false")
     for key in ("rows", "evaluated"):
-        if not isinstance(s.get(key), int) or isinstance(s.get(key), bool) or s[key] < 0:
-            raise bad(f"{key} is {s.get(key)!r}", "a non-negative integer")
-    if not isinstance(s.get("seconds", 0.0), (int, float)) or isinstance(s.get("seconds"), bool):
-        raise bad(f"seconds is {s.get('seconds')!r}", "a number")
+        if not count(s.get(key)):
+            raise bad(f"{key} is {shown(s.get(key))}", "a non-negative integer")
+    seconds = s.get("seconds", 0.0)
+    try:
+        finite = (isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
+                  and math.isfinite(float(seconds)) and seconds >= 0)
+    except OverflowError:
+        finite = False
+    if not finite:
+        raise bad(f"seconds is {shown(seconds)}", "a finite non-negative number")
     for key in ("failed", "results"):
         v = s.get(key, [])
         if not isinstance(v, list) or not all(isinstance(r, dict) for r in v):
             raise bad(f"{key} is not a list of objects", "a list of expectation results")
+        for i, r in enumerate(v):
+            where = f"{key}[{i}]"
+            if not isinstance(r.get("expectation", ""), str) or not text(r.get("expectation", "")):
+                raise bad(f"{where}.expectation is {shown(r.get('expectation'))}", "a string")
+            if not (r.get("column") is None or isinstance(r.get("column"), str) and text(r["column"])):
+                raise bad(f"{where}.column is {shown(r.get('column'))}", "a string or null")
+            if not isinstance(r.get("success", False), bool):
+                raise bad(f"{where}.success is {shown(r.get('success'))}", "true or false")
+            if not count(r.get("unexpected_count", 0)):
+                raise bad(f"{where}.unexpected_count is {shown(r.get('unexpected_count'))}", "a non-negative integer")
+            examples = r.get("partial_unexpected", [])
+            if not (examples is None or isinstance(examples, list) and all(scalar(x) for x in examples)):
+                raise bad(f"{where}.partial_unexpected is {shown(examples)}", "a list of values (strings or numbers)")
+            if not scalar(r.get("observed_value")):
+                raise bad(f"{where}.observed_value is {shown(r.get('observed_value'))}", "a string, a number or null")
     return s
 
 
@@ -363,6 +408,9 @@ def create_app():
                 summary = json.loads(data)
             except ValueError as e:
                 raise Refused(404, f"unreadable validation result {file}: {e}") from None
+            except RecursionError:  # json's decoder recurses per level: 100,000 nested [ exhaust the stack
+                raise Refused(422, f"malformed validation result {file}: nested deeper than the JSON reader goes; "
+                                   "rule: a validation summary is a flat object of expectation results") from None
             return HTMLResponse(validation_page(m.group(1), check_summary(file, summary)))
         except Refused as e:
             raise HTTPException(status_code=e.status, detail=e.detail) from None

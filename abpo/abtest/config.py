@@ -10,7 +10,7 @@ class ReportConfig:
     candidate_arm: str = field(default="abpo", metadata={"help": "The arm compared against every other arm."})
     arm_shares: dict[str, float] = field(
         default_factory=lambda: {"abpo": 0.43, "grpo": 0.25, "ml_retrain": 0.18, "popularity": 0.14},
-        metadata={"help": "Configured traffic share of each arm (users): what the simulator's router assigns and what "
+        metadata={"min": 0, "max": 1, "help": "Configured traffic share of each arm (users): what the simulator's router assigns and what "
                           "the sample-ratio-mismatch check expects."},
     )
     holdback_arm: str = field(
@@ -24,12 +24,12 @@ class ReportConfig:
         metadata={"help": "The arms updated monthly that the holdback table compares with report.holdback_arm "
                           "(those with data)."},
     )
-    confidence: float = field(default=0.95, metadata={"help": "Confidence level of every interval."})
+    confidence: float = field(default=0.95, metadata={"gt": 0, "lt": 1, "help": "Confidence level of every interval."})
     power: float = field(
         default=0.8,
-        metadata={"help": "Power at which the minimum detectable effect printed beside every comparison is computed."},
+        metadata={"gt": 0, "lt": 1, "help": "Power at which the minimum detectable effect printed beside every comparison is computed."},
     )
-    srm_alpha: float = field(default=0.001, metadata={"help": "Flag a sample-ratio mismatch below this p-value."})
+    srm_alpha: float = field(default=0.001, metadata={"gt": 0, "lt": 1, "help": "Flag a sample-ratio mismatch below this p-value."})
     mlflow_experiment: str = field(
         default="abpo-monthly",
         metadata={"help": "MLflow experiment of the monthly runs; the report is logged as artifacts of the run "

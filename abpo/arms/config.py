@@ -11,11 +11,11 @@ class PopularityArmConfig:
     """Block ``arms.popularity``: every field but ``temperature`` is a parameter of the ranker (abpo.baselines)."""
 
     temperature: float = field(
-        default=0.5, metadata={"help": "popularity arm: exposure ~ softmax(log(1 + count) / T) over the candidates."}
+        default=0.5, metadata={"gt": 0, "help": "popularity arm: exposure ~ softmax(log(1 + count) / T) over the candidates."}
     )
     window: int = field(
         default=0,
-        metadata={"help": "popularity arm: count only each user's last N interactions and clicks to date (a rolling "
+        metadata={"min": 0, "help": "popularity arm: count only each user's last N interactions and clicks to date (a rolling "
                           "window); 0 = all of them."},
     )
 
@@ -25,9 +25,9 @@ class MLRetrainArmConfig:
     """Block ``arms.ml_retrain``: every field but ``temperature`` is a parameter of the ranker (abpo.baselines)."""
 
     temperature: float = field(
-        default=0.1, metadata={"help": "ml_retrain arm: exposure ~ softmax(ALS score / T) over the candidates."}
+        default=0.1, metadata={"gt": 0, "help": "ml_retrain arm: exposure ~ softmax(ALS score / T) over the candidates."}
     )
-    iterations: int = field(default=15, metadata={"help": "ml_retrain arm: ALS iterations per refit."})
+    iterations: int = field(default=15, metadata={"min": 1, "help": "ml_retrain arm: ALS iterations per refit."})
 
 
 @dataclass
@@ -40,12 +40,12 @@ class ArmsConfig:
     ml_retrain: MLRetrainArmConfig = field(default_factory=MLRetrainArmConfig)
     replay_months: int = field(
         default=0,
-        metadata={"help": "LLM arms: also train on the arm's logs of this many months before the current one "
+        metadata={"min": 0, "help": "LLM arms: also train on the arm's logs of this many months before the current one "
                           "(0 = the current month only: each month's update starts from the champion)."},
     )
     min_rows_per_stratum: int = field(
         default=4,
-        metadata={"help": "LLM arms: a month with fewer positive or no-response rows than this is not updated (the "
+        metadata={"min": 1, "help": "LLM arms: a month with fewer positive or no-response rows than this is not updated (the "
                           "arm keeps its champion; the DAG marks the arm's update skipped)."},
     )
     gate_metric: str = field(
@@ -61,11 +61,11 @@ class ArmsConfig:
     )
     gate_alpha: float = field(
         default=0.025,
-        metadata={"help": "Offline gate: the one-sided level of the paired non-inferiority test, in (0, 0.5)."},
+        metadata={"gt": 0, "lt": 0.5, "help": "Offline gate: the one-sided level of the paired non-inferiority test, in (0, 0.5)."},
     )
     gate_power: float = field(
         default=0.8,
-        metadata={"help": "Offline gate: the power at which the gate reports the minimum detectable difference (MDE) "
+        metadata={"gt": 0, "lt": 1, "help": "Offline gate: the power at which the gate reports the minimum detectable difference (MDE) "
                           "of the paired test beside its verdict, in (0, 1); it does not change the decision."},
     )
     gate_ope_margin: float = field(
@@ -74,9 +74,9 @@ class ArmsConfig:
                           "bootstrap interval of its SNIPS CTR minus the champion's, on the arm's month logs, is at "
                           "least -margin (absolute CTR; 0.05 = 5 points). A negative value disables this check."},
     )
-    gate_ope_bootstrap: int = field(default=2000, metadata={"help": "Bootstrap resamples of the off-policy gate."})
+    gate_ope_bootstrap: int = field(default=2000, metadata={"min": 1, "help": "Bootstrap resamples of the off-policy gate."})
     gate_max_users: int = field(
-        default=0, metadata={"help": "Held-out users the gate scores (seeded choice; more than there are = all of them); "
+        default=0, metadata={"min": 0, "help": "Held-out users the gate scores (seeded choice; more than there are = all of them); "
                                   "0 = sft.eval_max_users."}
     )
     gate_users: str = field(
@@ -89,7 +89,7 @@ class ArmsConfig:
     )
     gate_holdout_fraction: float = field(
         default=0.1,
-        metadata={"help": "gate_users=warehouse: the share of users held out for the gate, by a seeded stable hash "
+        metadata={"gt": 0, "lt": 1, "help": "gate_users=warehouse: the share of users held out for the gate, by a seeded stable hash "
                           "(sha256(\"<seed>:gate:<user>\") / 2^64 < share): in (0, 1)."},
     )
     update_logs: str = field(
@@ -102,11 +102,11 @@ class ArmsConfig:
                           "or of an arm not in arms.names are refused, naming arm, month, impression and rule."},
     )
     update_max_examples: int = field(
-        default=0, metadata={"help": "Logged rows per LLM-arm update (seeded, proportional); 0 = update.max_examples."}
+        default=0, metadata={"min": 0, "help": "Logged rows per LLM-arm update (seeded, proportional); 0 = update.max_examples."}
     )
     gate_min_ess: float = field(
         default=10.0,
-        metadata={"help": "Off-policy gate: the challenger fails (closed) when the effective sample size of its SNIPS "
+        metadata={"min": 0, "help": "Off-policy gate: the challenger fails (closed) when the effective sample size of its SNIPS "
                           "weights on the arm's month logs is below this, or when the estimate is not finite; an "
                           "interval from fewer effective rows says nothing."},
     )

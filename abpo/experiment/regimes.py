@@ -359,9 +359,9 @@ def round_log(ctx, row: str, r: int, rounds: int, start_dir: Path):
 def regime_overrides(name: str, path: Path) -> list[str]:
     """The ``--set`` overrides of a named regime preset (``--regime NAME``): the mapping NAME -> {key: value} of
     the YAML file ``path`` (configs/regimes.yaml), each key under section experiment unless it names a section."""
-    import yaml
+    from abpo.yamlfile import read_yaml
 
-    raw = yaml.safe_load(Path(path).read_text()) or {}
+    raw = read_yaml(path) or {}  # a regime or a key given twice is refused (YAMLFileError, a ValueError)
     if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
         raise ValueError(f"{path}: rule: a mapping of regime name -> mapping of key: value")
     if name not in raw:

@@ -20,12 +20,12 @@ class SimConfig:
     )
     window: int = field(
         default=2,
-        metadata={"help": "Real later interactions each user consumes per month (positions of the update segment). "
+        metadata={"min": 1, "help": "Real later interactions each user consumes per month (positions of the update segment). "
                           "Months available = data.update_steps // window."},
     )
     requests_per_user: int = field(
         default=2,
-        metadata={"help": "Requests each user makes per month, spread evenly over the month's window positions (a "
+        metadata={"min": 1, "help": "Requests each user makes per month, spread evenly over the month's window positions (a "
                           "position may serve several requests, each with its own candidates). sim.candidates = "
                           "offline: must equal window (one request per position)."},
     )
@@ -40,22 +40,22 @@ class SimConfig:
                           "found) or offline (the offline construction: x_{t+1} plus data.train_candidates - 1 "
                           "never-seen distractors)."},
     )
-    candidate_count: int = field(default=20, metadata={"help": "Candidates per request (retrieval)."})
+    candidate_count: int = field(default=20, metadata={"min": 2, "help": "Candidates per request (retrieval)."})
     retrieval_fraction: float = field(
-        default=0.5, metadata={"help": "Share of the candidates from the co-occurrence retrieval model's top scores."}
+        default=0.5, metadata={"min": 0, "max": 1, "help": "Share of the candidates from the co-occurrence retrieval model's top scores."}
     )
     popular_fraction: float = field(
-        default=0.3, metadata={"help": "Share drawn weighted by popularity to date; the rest is uniform draws."}
+        default=0.3, metadata={"min": 0, "max": 1, "help": "Share drawn weighted by popularity to date; the rest is uniform draws."}
     )
     retrieval_window: int = field(
-        default=3, metadata={"help": "Two items co-occur when a user consumed them at most this many positions apart."}
+        default=3, metadata={"min": 1, "help": "Two items co-occur when a user consumed them at most this many positions apart."}
     )
     retrieval_recent: int = field(
-        default=10, metadata={"help": "The user's last items that query the co-occurrence model."}
+        default=10, metadata={"min": 1, "help": "The user's last items that query the co-occurrence model."}
     )
     base_ctr: float = field(
         default=0.05,
-        metadata={"help": "Calibrated CTR of an arm exposing a uniformly random candidate, before the next-item "
+        metadata={"min": 0, "lt": 1, "help": "Calibrated CTR of an arm exposing a uniformly random candidate, before the next-item "
                           "boosts: the preference link's intercept is set to give it on each month's requests (0: only the "
                           "boosts click)."},
     )
@@ -73,40 +73,40 @@ class SimConfig:
     )
     oracle_weights: dict[str, float] = field(
         default_factory=lambda: {"knn": 1.0, "sequential": 1.0, "als": 1.0},
-        metadata={"help": "Weights of the mixture oracle's components (knn, sequential, als; each >= 0, normalised "
+        metadata={"min": 0, "help": "Weights of the mixture oracle's components (knn, sequential, als; each >= 0, normalised "
                           "by their sum, which must be > 0; a component left out weighs 0)."},
     )
-    oracle_factors: int = field(default=32, metadata={"help": "Latent factors of the ground truth's ALS component."})
-    oracle_iterations: int = field(default=20, metadata={"help": "ALS iterations of the ground truth's ALS component."})
+    oracle_factors: int = field(default=32, metadata={"min": 1, "help": "Latent factors of the ground truth's ALS component."})
+    oracle_iterations: int = field(default=20, metadata={"min": 1, "help": "ALS iterations of the ground truth's ALS component."})
     oracle_regularization: float = field(
-        default=0.1, metadata={"help": "ALS regularisation of the ground truth's ALS component."}
+        default=0.1, metadata={"min": 0, "help": "ALS regularisation of the ground truth's ALS component."}
     )
     oracle_knn_window: int = field(
-        default=3, metadata={"help": "knn component: two items co-occur when a user consumed them at most this many "
+        default=3, metadata={"min": 1, "help": "knn component: two items co-occur when a user consumed them at most this many "
                                      "positions apart (counted on every interaction)."}
     )
     oracle_knn_recent: int = field(
-        default=10, metadata={"help": "knn component: the user's last items whose co-occurrence scores an item."}
+        default=10, metadata={"min": 1, "help": "knn component: the user's last items whose co-occurrence scores an item."}
     )
     oracle_markov_order: int = field(
-        default=3, metadata={"help": "sequential component: how many of the user's last items predict the next one "
+        default=3, metadata={"min": 1, "help": "sequential component: how many of the user's last items predict the next one "
                                      "(k-step transitions mixed with weights halving per step back)."}
     )
     oracle_markov_smoothing: float = field(
-        default=1.0, metadata={"help": "sequential component: add-alpha smoothing of each transition row towards "
+        default=1.0, metadata={"gt": 0, "help": "sequential component: add-alpha smoothing of each transition row towards "
                                        "the items' popularity (> 0)."}
     )
     oracle_reference_users: int = field(
-        default=2000, metadata={"help": "Users the knn, sequential and mixture standardisation is taken over: all "
+        default=2000, metadata={"min": 0, "help": "Users the knn, sequential and mixture standardisation is taken over: all "
                                         "users, or a seeded sample of this many on larger data (0: all)."}
     )
     click_next: float = field(
         default=0.5,
-        metadata={"help": "Boost when the exposed item is the user's true next item: P = 1 - (1 - P_pref)(1 - boost)."},
+        metadata={"min": 0, "max": 1, "help": "Boost when the exposed item is the user's true next item: P = 1 - (1 - P_pref)(1 - boost)."},
     )
     click_soon: float = field(
         default=0.25,
-        metadata={"help": "Boost when the exposed item is among the user's next soon_horizon items after the next "
+        metadata={"min": 0, "max": 1, "help": "Boost when the exposed item is among the user's next soon_horizon items after the next "
                           "one (taken a little later: still of interest)."},
     )
-    soon_horizon: int = field(default=3, metadata={"help": "How many items after the true next one count as soon."})
+    soon_horizon: int = field(default=3, metadata={"min": 0, "help": "How many items after the true next one count as soon."})

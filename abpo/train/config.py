@@ -18,7 +18,7 @@ class UpdateConfig:
     # ------------------------------------------------------------------ the ABPO equations (docs/ABPO_SPEC.md)
     group_size: int = field(
         default=4,
-        metadata={
+        metadata={"min": 3,
             "help": "G (paper: 16). Anchored variants C-F: the logged anchor plus G-1 sampled rollouts "
             "(TRL num_generations = G-1); vanilla GRPO (B): G sampled rollouts. Must leave >= 2 rollouts."
         },
@@ -31,15 +31,15 @@ class UpdateConfig:
         },
     )
     delta: float = field(
-        default=1e-6, metadata={"help": "delta in w_hat_i = w_i / (mean_{k in B_y} w_k + delta) (step 3)."}
+        default=1e-6, metadata={"gt": 0, "help": "delta in w_hat_i = w_i / (mean_{k in B_y} w_k + delta) (step 3)."}
     )
     eps_std: float = field(
         default=1e-4,
-        metadata={"help": "eps_std inside sigma_i = sqrt(weighted variance + eps_std) (step 4); also B's group std."},
+        metadata={"gt": 0, "help": "eps_std inside sigma_i = sqrt(weighted variance + eps_std) (step 4); also B's group std."},
     )
     lambda_sc: float = field(
         default=0.1,
-        metadata={"help": "lambda_sc: weight of the self-certainty reward r_sc of no-response (y=0) rows (step 2)."},
+        metadata={"min": 0, "help": "lambda_sc: weight of the self-certainty reward r_sc of no-response (y=0) rows (step 2)."},
     )
     self_certainty_positions: str = field(
         default="choice",
@@ -54,16 +54,16 @@ class UpdateConfig:
     )
     w_max: float = field(
         default=0.0,
-        metadata={
+        metadata={"min": 0,
             "help": "Optional cap on the raw SNIPS weight w_i = e_old/e0 before self-normalisation; 0 = no cap "
             "(the spec has none: leave 0 to reproduce it)."
         },
     )
     # ------------------------------------------------------------------ the surrogate (step 5) -> GRPOConfig
-    epsilon: float = field(default=0.2, metadata={"help": "Clip range eps of s_i^j in the surrogate (GRPOConfig.epsilon)."})
+    epsilon: float = field(default=0.2, metadata={"gt": 0, "help": "Clip range eps of s_i^j in the surrogate (GRPOConfig.epsilon)."})
     beta: float = field(
         default=0.0,
-        metadata={"help": "KL regulariser weight to the update's starting policy (GRPOConfig.beta); 0 = off (spec: optional)."},
+        metadata={"min": 0, "help": "KL regulariser weight to the update's starting policy (GRPOConfig.beta); 0 = off (spec: optional)."},
     )
     ratio_level: str = field(
         default="sequence",
@@ -83,10 +83,10 @@ class UpdateConfig:
         },
     )
     # ------------------------------------------------------------------ optimisation -> TrainingArguments
-    learning_rate: float = field(default=5e-4, metadata={"help": "Peak learning rate (paper: 5e-5)."})
+    learning_rate: float = field(default=5e-4, metadata={"gt": 0, "help": "Peak learning rate (paper: 5e-5)."})
     batch_size: int = field(
         default=4,
-        metadata={
+        metadata={"min": 1,
             "help": "Logged examples per micro-batch over all processes (paper: 4; CPU preset: 16, i.e. 48 rollouts "
             "in one generate call and one loss pass: fewer, better-vectorised steps); each of N processes trains "
             "batch_size / N of them (N must divide it): TRL per_device_train_batch_size = batch_size / N x rollouts "
@@ -95,25 +95,25 @@ class UpdateConfig:
     )
     grad_accum: int = field(
         default=1,
-        metadata={
+        metadata={"min": 1,
             "help": "Gradient accumulation steps (paper: 8). One optimizer step = batch_size x grad_accum "
             "logged examples = one generation batch = the SNIPS mini-batch (stratified: both y in it)."
         },
     )
-    epochs: float = field(default=1.0, metadata={"help": "Passes over D_bandit (paper: 1)."})
-    max_steps: int = field(default=-1, metadata={"help": "Stop after this many optimizer steps; -1 = epochs decide."})
+    epochs: float = field(default=1.0, metadata={"gt": 0, "help": "Passes over D_bandit (paper: 1)."})
+    max_steps: int = field(default=-1, metadata={"min": -1, "help": "Stop after this many optimizer steps; -1 = epochs decide."})
     lr_scheduler_type: str = field(default="linear", metadata={"help": "transformers scheduler name (linear, cosine, ...)."})
-    warmup_ratio: float = field(default=0.05, metadata={"help": "Linear warm-up share of the steps (paper: 0.05)."})
-    weight_decay: float = field(default=0.01, metadata={"help": "Weight decay (paper: 0.01)."})
-    max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient clipping norm (paper: 1.0)."})
+    warmup_ratio: float = field(default=0.05, metadata={"min": 0, "max": 1, "help": "Linear warm-up share of the steps (paper: 0.05)."})
+    weight_decay: float = field(default=0.01, metadata={"min": 0, "help": "Weight decay (paper: 0.01)."})
+    max_grad_norm: float = field(default=1.0, metadata={"min": 0, "help": "Gradient clipping norm (paper: 1.0)."})
     optim: str = field(
         default="adamw_torch", metadata={"help": "transformers optimizer name (paper: paged_adamw_8bit, needs bitsandbytes)."}
     )
     # ------------------------------------------------------------------ rollouts
-    temperature: float = field(default=1.0, metadata={"help": "Rollout sampling temperature (GRPOConfig.temperature)."})
-    top_p: float = field(default=1.0, metadata={"help": "Rollout nucleus sampling (GRPOConfig.top_p); 1 = off."})
+    temperature: float = field(default=1.0, metadata={"gt": 0, "help": "Rollout sampling temperature (GRPOConfig.temperature)."})
+    top_p: float = field(default=1.0, metadata={"gt": 0, "max": 1, "help": "Rollout nucleus sampling (GRPOConfig.top_p); 1 = off."})
     max_completion_length: int = field(
-        default=48, metadata={"help": "Max new tokens per rollout; an answer is <item_id>ID</item_id><item>TITLE</item>."}
+        default=48, metadata={"min": 1, "help": "Max new tokens per rollout; an answer is <item_id>ID</item_id><item>TITLE</item>."}
     )
     greedy_rollouts: bool = field(
         default=False,
@@ -129,7 +129,7 @@ class UpdateConfig:
         default="colocate", metadata={"help": "vLLM mode: colocate (same GPU as training) | server (trl vllm-serve)."}
     )
     vllm_gpu_memory_utilization: float = field(
-        default=0.3, metadata={"help": "GPU memory share vLLM may take in colocate mode."}
+        default=0.3, metadata={"gt": 0, "max": 1, "help": "GPU memory share vLLM may take in colocate mode."}
     )
     vllm_importance_sampling_correction: bool = field(
         default=False,
@@ -150,7 +150,7 @@ class UpdateConfig:
     )
     processes: int = field(
         default=1,
-        metadata={
+        metadata={"min": 1,
             "help": "Processes of the monthly arm update (Airflow task <arm>.update): above 1 the task launches "
             "`torchrun --nproc_per_node N` running the update data-parallel (CPU: gloo; GPU: one per GPU), its "
             "inputs from a file, its result through update.json (docs/distributed.md). update.batch_size is the "
@@ -161,7 +161,7 @@ class UpdateConfig:
     # ------------------------------------------------------------------ data, checkpoints, logging
     max_examples: int = field(
         default=0,
-        metadata={
+        metadata={"min": 0,
             "help": "Use at most this many logged rows (seeded draw, both strata kept in proportion); 0 = the whole "
             "log (both presets). A cap for quick experiments."
         },
@@ -175,8 +175,8 @@ class UpdateConfig:
             "positives spread evenly over floor((P+N)/B) batches; the rows that fill no batch are reported)."
         },
     )
-    save_steps: int = field(default=20, metadata={"help": "Checkpoint every this many optimizer steps (the resume point)."})
-    save_total_limit: int = field(default=2, metadata={"help": "Keep at most this many checkpoints (0 = keep all)."})
+    save_steps: int = field(default=20, metadata={"min": 1, "help": "Checkpoint every this many optimizer steps (the resume point)."})
+    save_total_limit: int = field(default=2, metadata={"min": 0, "help": "Keep at most this many checkpoints (0 = keep all)."})
     resume: bool = field(
         default=True,
         metadata={"help": "Resume from the last checkpoint in the update directory when one exists."},
@@ -186,5 +186,5 @@ class UpdateConfig:
         metadata={"help": "Also save the LoRA-merged full model next to the adapter (off at GPU scale: 8 GB). "
                           "`abpo update` only: the monthly arms always save it, since serving loads it."},
     )
-    logging_steps: int = field(default=1, metadata={"help": "Log metrics (MLflow) every this many optimizer steps."})
+    logging_steps: int = field(default=1, metadata={"min": 1, "help": "Log metrics (MLflow) every this many optimizer steps."})
     mlflow_experiment: str = field(default="abpo-update", metadata={"help": "MLflow experiment of update runs."})

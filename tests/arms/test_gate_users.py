@@ -303,9 +303,15 @@ def test_bad_settings_name_the_key_and_the_rule(make_cfg, movielens_dir):
     for stage in (gate_examples, bootstrap_arms):  # the month's first step refuses it before anything is trained
         with pytest.raises(ValueError, match=r"arms.gate_users='own'; rule: one of \['dataset', 'warehouse'\]"):
             stage(make_cfg("arms.gate_users=own"), *([M1] if stage is gate_examples else []))
+    for bad in ("0", "1.0"):  # refused when the config loads (abpo.config: the field's range) ...
+        with pytest.raises(ValueError, match=rf"arms.gate_holdout_fraction {float(bad)}: rule: in \(0, 1\)"):
+            make_cfg("arms.gate_users=warehouse", f"arms.gate_holdout_fraction={bad}")
+    cfg = make_cfg("arms.gate_users=warehouse")  # ... and again where it is used, for a config changed in code
+    cfg.arms.gate_holdout_fraction = 0.0
     with pytest.raises(ValueError, match=r"arms.gate_holdout_fraction=0.0; rule: a share in \(0, 1\)"):
-        bootstrap_arms(make_cfg("arms.gate_users=warehouse", "arms.gate_holdout_fraction=0"))
-    cfg = warehouse_cfg(make_cfg, movielens_dir, 60, 40, "arms.gate_holdout_fraction=1.0")
+        bootstrap_arms(cfg)
+    cfg = warehouse_cfg(make_cfg, movielens_dir, 60, 40)
+    cfg.arms.gate_holdout_fraction = 1.0
     land_interactions(cfg, M1, own_users(40, 60)[M1])
     with pytest.raises(ValueError, match=r"arms.gate_holdout_fraction=1.0; rule: a share in \(0, 1\)"):
         gate_examples(cfg, M1)

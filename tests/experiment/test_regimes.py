@@ -305,3 +305,47 @@ def test_two_rounds_with_pi_init_logging_and_simulator_clicks_on_validation_user
     text = sweep.outputs["md"].read_text()
     assert "- clicks=next_item: Logs: logger pi_init every round" in text and "clicks simulator" in text
     assert sweep.lines[1]["HR@5"] == res.table[0]["HR@5"]  # the simulator probe's No-Update is the cell above
+
+
+def test_a_regime_or_key_given_twice_in_the_regimes_file_is_refused(tmp_path):
+    """configs/regimes.yaml is read like every config file (abpo.yamlfile): the last of two same-named regimes no
+    longer silently wins."""
+    from abpo.experiment.regimes import regime_overrides
+
+    f = tmp_path / "regimes.yaml"
+    f.write_text("stale:\n  logger: pi_init\nother:\n  logger: uniform\nstale:\n  logger: foreign\n")
+    with pytest.raises(ValueError, match=rf"^{f}: duplicate key 'stale' at line 5 \(first at line 1\); "
+                                         r"rule: each key once per mapping$"):
+        regime_overrides("stale", f)
+    f.write_text("stale:\n  logger: pi_init\n  rounds: 2\n  logger: uniform\n")
+    with pytest.raises(ValueError, match=r"duplicate key 'logger' at line 4 \(first at line 2\)"):
+        regime_overrides("stale", f)
+    f.write_text("stale:\n  logger: pi_init\n  rounds: 2\n")
+    assert regime_overrides("stale", f) == ["experiment.logger=pi_init", "experiment.rounds=2"]
+
+
+def test_every_regime_of_the_repo_loads():
+    from abpo.config import CONFIG_DIR, load_config
+    from abpo.experiment.regimes import regime_overrides
+    from abpo.yamlfile import read_yaml
+
+    for name in read_yaml(CONFIG_DIR / "regimes.yaml"):
+        load_config("tiny", regime_overrides(name, CONFIG_DIR / "regimes.yaml"))
+
+
+def test_the_config_choices_are_the_regimes_own():
+    """experiment.logger, foreign_logger, clicks and log_candidates are refused when the config loads unless they
+    are one of the values abpo.experiment.regimes knows (the section cannot import them: the same tuples, checked)."""
+    import dataclasses
+
+    from abpo.config import ConfigError, load_config
+    from abpo.experiment.config import ExperimentConfig
+    from abpo.experiment.regimes import CLICKS, FOREIGN, LOG_CANDIDATES, LOGGERS
+
+    meta = {f.name: f.metadata for f in dataclasses.fields(ExperimentConfig)}
+    for key, options in (("logger", LOGGERS), ("foreign_logger", FOREIGN), ("clicks", CLICKS),
+                         ("log_candidates", LOG_CANDIDATES)):
+        assert tuple(meta[key]["choices"]) == options
+    with pytest.raises(ConfigError, match=r"^--set: experiment.logger 'greedy': rule: one of on_policy, pi_init, "
+                                          r"foreign, uniform, mixed$"):
+        load_config("tiny", ["experiment.logger=greedy"])

@@ -301,8 +301,9 @@ def test_experiment_config_applies_and_checks_its_settings():
     assert (cfg.data.update_steps, cfg.data.eval_candidates) == (12, 200)
     kept = experiment_config(load_config("tiny", ["experiment.update_steps=0", "experiment.eval_candidates=0"]))
     assert (kept.data.update_steps, kept.data.eval_candidates) == (4, 100)  # data's own values
-    for bad, msg in (("experiment.rounds=0", "experiment.rounds=0"), ("experiment.rounds=13", "data.update_steps=12"),
-                     ("experiment.update_steps=-1", "experiment.update_steps=-1"),
+    for bad, msg in (("experiment.rounds=0", "experiment.rounds 0: rule: >= 1"),
+                     ("experiment.rounds=13", "data.update_steps=12"),
+                     ("experiment.update_steps=-1", "experiment.update_steps -1: rule: >= 0"),
                      ("experiment.bootstrap_samples=0", "bootstrap_samples")):
         with pytest.raises(ValueError, match=msg):
             experiment_config(load_config("tiny", [bad]))

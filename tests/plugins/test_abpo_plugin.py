@@ -429,3 +429,68 @@ def test_a_3000_segment_docs_path_is_a_404(get, state):
     for path in ("a/" * 3000 + "index.html", "x" * 5000 + ".html", "a/" * 200 + "index.html"):
         r = get(f"/abpo/validation/docs/{path}")
         assert r.status_code == 404, (len(path), r.status_code)
+
+
+# ---- issue 32 item 13: no summary, however malformed, is a 500 ----
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+def _with_result(**changes) -> str:
+    """A failed summary whose failed expectation (listed in both failed and results) has ``changes``."""
+    s = _summary("2026-03", success=False)
+    s["results"][1].update(changes)
+    return json.dumps(s)
+
+
+@pytest.mark.parametrize("content, says", [
+    (DEEP, "nested deeper than the JSON reader goes"),  # RecursionError inside json.loads before
+    ('{"success": true, "rows": 1, "evaluated": 1, "results": [{"observed_value": ' + DEEP + "}]}",
+     "nested deeper than the JSON reader goes"),
+    (_with_result(partial_unexpected=7), "failed[0].partial_unexpected is 7"),  # TypeError in the page before
+    (_with_result(partial_unexpected=[[1, [2]]]), "failed[0].partial_unexpected is list"),
+    (_with_result(observed_value=json.loads("[" * 500 + "]" * 500)), "failed[0].observed_value is list"),
+    (_with_result(observed_value={"a": 1}), "failed[0].observed_value is dict"),
+    (_with_result(unexpected_count="3"), "failed[0].unexpected_count is '3'"),
+    (_with_result(unexpected_count=-1), "failed[0].unexpected_count is -1"),
+    (_with_result(success="no"), "failed[0].success is 'no'"),
+    (_with_result(expectation=["x"]), "failed[0].expectation is list"),
+    (_with_result(column=3), "failed[0].column is 3"),
+    (_with_result(column="\ud800"), "failed[0].column is '\\ud800'"),  # UnicodeEncodeError in the response before
+    (json.dumps({**_summary("2026-03"), "seconds": 10 ** 400}), "seconds is 1000"),  # OverflowError in float()
+    (json.dumps({**_summary("2026-03"), "seconds": "0.4"}), "seconds is '0.4'"),
+    (json.dumps({**_summary("2026-03"), "rows": True}), "rows is True"),
+    (json.dumps({**_summary("2026-03"), "failed": {"a": 1}}), "failed is not a list of objects"),
+])
+def test_a_malformed_summary_is_a_422_never_a_500(get, state, content, says):
+    out = state / "validation"
+    out.mkdir()
+    (out / "impressions_2026-03.json").write_text(content)
+    r = get("/abpo/validation/2026-03")
+    assert r.status_code == 422, (r.status_code, r.text[:300])
+    detail = r.json()["detail"]
+    assert detail.startswith("malformed validation result impressions_2026-03.json: ") and says in detail, detail
+    assert get("/abpo/validation/2026-03.json").status_code == 200  # the file as saved is still served as it is
+
+
+WRONG = [7, -1, 2.5, float("nan"), 10 ** 30, "x", "", "\ud800", True, None, [], [1, [2]], {"a": 1}, [{"b": [3]}]]
+
+
+def test_any_field_of_any_shape_gives_200_or_422(get, state):
+    """Every field of a summary and of an expectation result replaced by each value of WRONG: the page is either
+    shown (the value is one the page can show) or refused with a 422 naming the file; never a 500."""
+    out = state / "validation"
+    out.mkdir()
+    seen = set()
+    for where in ("top", "result"):
+        keys = _summary("2026-03") if where == "top" else _summary("2026-03", success=False)["results"][1]
+        for key in [*keys, "extra"]:
+            for value in WRONG:
+                s = _summary("2026-03", success=False)
+                (s if where == "top" else s["results"][1])[key] = value
+                (out / "impressions_2026-03.json").write_text(json.dumps(s))
+                r = get("/abpo/validation/2026-03")
+                assert r.status_code in (200, 422), (where, key, value, r.status_code, r.text[:300])
+                assert r.status_code == 200 or "malformed validation result impressions_2026-03.json" in r.text
+                seen.add(r.status_code)
+    assert seen == {200, 422}

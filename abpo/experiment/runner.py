@@ -895,7 +895,9 @@ def _plot_training_match(path: Path, cells: Sequence[Mapping], title: str) -> No
         ax.set_xlabel("round (position within each round's update)")
     if curves:
         axes[0].legend(fontsize=7)
-    fig.suptitle(title, fontsize=9)
+    import textwrap
+
+    fig.suptitle("\n".join(textwrap.wrap(title, 150)), fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110, format="png")
     plt.close(fig)

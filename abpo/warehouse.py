@@ -43,6 +43,7 @@ from abpo.data.schemas import (
     LOGGING_POLICY_PATTERN,
     RULES,
     SCHEMA_VERSION,
+    SINGLE_CANDIDATE_PROPENSITY_TOLERANCE,
     check_month,
     month_dir,
     schema_problems,
@@ -263,6 +264,7 @@ class Warehouse:
         min_keep_fraction: float = 0.5, audit=None, min_propensity: float = _DATA_DEFAULTS.min_propensity,
         max_clock_skew_seconds: float = _DATA_DEFAULTS.max_clock_skew_seconds,
         max_quarantine_fraction: float = _DATA_DEFAULTS.max_quarantine_fraction,
+        catalog: Iterable[int] | None = None,
     ) -> IngestReport:
         """Write, audit, publish ``month``'s landing files.
 
@@ -276,8 +278,10 @@ class Warehouse:
                  :meth:`restore_month`; a rerun whose clean rows equal the published ones adds no history version),
                  the month's partition and quarantine are replaced, the run is logged
 
-        ``min_propensity`` and ``max_clock_skew_seconds`` are contract parameters (sql/ingest_check.sql). A step that
-        fails (disk full, ...) raises IngestStepFailed naming its SQL file; the clean-up after it never hides it.
+        ``min_propensity`` and ``max_clock_skew_seconds`` are contract parameters (sql/ingest_check.sql). ``catalog``:
+        the item ids of the catalog (the dataset's); when given, a row whose exposed item, candidates or history name
+        another item is quarantined (item_not_in_catalog). A step that fails (disk full, ...) raises IngestStepFailed
+        naming its SQL file; the clean-up after it never hides it.
         """
         check_month(month)
         if not 0.0 < float(min_propensity) <= 1.0:
@@ -290,9 +294,11 @@ class Warehouse:
         self._stage(files)
         failed: BaseException | None = None
         try:
+            self.stage_catalog(catalog)
             self.run("ingest_check", month=month, known_arms=list(known_arms), schema_version=SCHEMA_VERSION,
                      min_propensity=float(min_propensity), max_clock_skew_seconds=float(max_clock_skew_seconds),
-                     logging_policy_re=LOGGING_POLICY_PATTERN)
+                     logging_policy_re=LOGGING_POLICY_PATTERN, check_catalog=catalog is not None,
+                     single_candidate_tolerance=SINGLE_CANDIDATE_PROPENSITY_TOLERANCE)
             for row in self.run("ingest_rule_counts").to_pylist():
                 if row["rule"] is None:
                     report.rows_clean = row["rows"]
@@ -353,6 +359,16 @@ class Warehouse:
                 log.info("ingest %s: clean-up after the failure also failed: %s", month, cleanup)
         report.seconds = time.perf_counter() - t0
         return report
+
+    def stage_catalog(self, catalog: Iterable[int] | None) -> None:
+        """The catalog's item ids as the in-memory table staging.ingest_catalog (item_id BIGINT; empty when None),
+        which the contract (sql/ingest_check.sql, item_not_in_catalog) and the GX batch (sql/validate_*.sql) read."""
+        ids = pa.table({"item_id": pa.array(sorted({int(i) for i in catalog or ()}), pa.int64())})
+        self.con.register("ingest_catalog_arrow", ids)
+        try:
+            self.con.execute("CREATE OR REPLACE TABLE staging.ingest_catalog AS SELECT item_id FROM ingest_catalog_arrow")
+        finally:
+            self.con.unregister("ingest_catalog_arrow")
 
     def _commit(self, what: str) -> None:
         """Commit, naming ``what`` when DuckDB cannot (the WAL or the file cannot be written: a full disk)."""
@@ -588,11 +604,14 @@ class Warehouse:
         return [r[0] for r in self.con.execute("SELECT DISTINCT month FROM impressions ORDER BY 1").fetchall()]
 
     # ------------------------------------------------------------------------------------ interactions
-    def ingest_interactions(self, landing_dir: str | os.PathLike, month: str) -> int | None:
+    def ingest_interactions(self, landing_dir: str | os.PathLike, month: str, *,
+                            catalog: Iterable[int] | None = None) -> int | None:
         """Replace ``month``'s partition of ``interactions`` by the landed files of
         landing/interactions/month=YYYY-MM/ (INTERACTIONS_SCHEMA; IngestError naming a file that is not), in one
-        transaction. Returns the rows ingested, or None when nothing landed for the month (the partition is left as
-        it was: serving that logs no interactions has nothing to add)."""
+        transaction. With ``catalog`` (the dataset's item ids) a row of another item goes to
+        ``interactions_quarantine`` (rule item_not_in_catalog, logged) instead. Returns the rows ingested, or None
+        when nothing landed for the month (the partition is left as it was: serving that logs no interactions has
+        nothing to add)."""
         d = month_dir(landing_dir, check_month(month), "interactions")
         if not d.is_dir():
             return None
@@ -610,15 +629,26 @@ class Warehouse:
                 raise IngestError(f"{p}: wrong schema: " + "; ".join(problems))
         if not files:
             return None
+        self.stage_catalog(catalog)
         self.con.begin()
         try:
+            paths, check = [str(p.absolute()) for p in files], catalog is not None
             self.run("interactions_delete_month", month=month)
-            self.run("interactions_insert", month=month, files=[str(p.absolute()) for p in files])
+            self.run("interactions_quarantine_delete", month=month)
+            self.run("interactions_quarantine_insert", month=month, files=paths, check_catalog=check)
+            self.run("interactions_insert", month=month, files=paths, check_catalog=check)
             rows = self.con.execute("SELECT count(*) FROM interactions WHERE month = $m", {"m": month}).fetchall()[0][0]
+            quarantined = self.con.execute("SELECT count(*), min(item_id) FROM interactions_quarantine WHERE month = $m",
+                                           {"m": month}).fetchall()[0]
             self._commit(f"the interactions of month {month}")
         except BaseException as e:
             self._rollback_after(e)
             raise
+        finally:
+            self.con.execute("DROP TABLE IF EXISTS staging.ingest_catalog")
+        if quarantined[0]:
+            log.warning("interactions %s: %d row(s) quarantined (item_not_in_catalog, e.g. item %s) in "
+                        "interactions_quarantine", month, quarantined[0], quarantined[1])
         return int(rows)
 
     def interaction_rows(self, month: str) -> pa.Table:
@@ -667,21 +697,34 @@ def ingest_with_config(cfg, month: str, *, landing: str | os.PathLike | None = N
                        validate: bool = True) -> tuple[IngestReport, Path]:
     """Write, audit, publish ``month`` with every contract and audit setting of the config's ``data`` section (the one
     place they are read, for `abpo ingest` and the pipeline alike): known arms, min_propensity, max_clock_skew_seconds,
-    ingest_min_keep_fraction, max_quarantine_fraction, and the Great Expectations suite unless ``validate`` is false.
-    Returns the report and the warehouse's path."""
-    from abpo.validation import validate_month
+    ingest_min_keep_fraction, max_quarantine_fraction, the catalog (the dataset's item ids: item_not_in_catalog), and
+    the Great Expectations suite unless ``validate`` is false. The suite's summary
+    (``validation/impressions_<month>.json``) is written only once the month is published: a refused ingest leaves
+    the month's summary as it was. Returns the report and the warehouse's path."""
+    from abpo.validation import save_summary, validate_month
 
     d = cfg.data
     out_dir = cfg.paths.resolve("root") / "validation"
     audit = (lambda w, m: validate_month(w, m, d.known_arms, out_dir=out_dir, staged=True,
                                          min_propensity=d.min_propensity,
                                          max_clock_skew_seconds=d.max_clock_skew_seconds)) if validate else None
+    catalog = config_catalog(cfg)
     with open_warehouse(cfg) as wh:
         report = wh.ingest_month(landing or cfg.paths.resolve("landing"), month, d.known_arms, force=force,
                                  min_keep_fraction=d.ingest_min_keep_fraction, audit=audit,
                                  min_propensity=d.min_propensity, max_clock_skew_seconds=d.max_clock_skew_seconds,
-                                 max_quarantine_fraction=d.max_quarantine_fraction)
-        return report, wh.path
+                                 max_quarantine_fraction=d.max_quarantine_fraction, catalog=catalog)
+    if report.audit is not None:
+        save_summary(report.audit, out_dir)
+    return report, wh.path
+
+
+def config_catalog(cfg) -> list[int]:
+    """The item ids of the config's dataset (section data): the catalog impressions and interactions are checked
+    against at ingest (item_not_in_catalog)."""
+    from abpo.data.loaders import load_dataset
+
+    return [int(i) for i in load_dataset(cfg.data).item_ids()]
 
 
 def _as_table(rows) -> pa.Table:

@@ -102,6 +102,23 @@ class SQLFileError(RuntimeError):
     """A named SQL file is missing or failed; the message names the file."""
 
 
+class WarehouseIOError(SQLFileError, WarehouseUnreadable):
+    """A SQL file failed because the warehouse file could not be read or written (a truncated or corrupt file, a
+    full disk): the message names the warehouse file, the SQL file and DuckDB's error on one line. An expected
+    error (`abpo` prints one line); the ingest reports it as the step that failed (IngestStepFailed)."""
+
+
+def _io_failure(error: BaseException) -> bool:
+    """Whether a DuckDB error means the file itself failed (not the SQL): IO, corruption, a database invalidated by
+    an earlier write failure."""
+    import duckdb
+
+    text = str(error)
+    return isinstance(error, (duckdb.IOException, duckdb.SerializationException)) or any(
+        s in text for s in ("Corrupt database file", "database has been invalidated", "Could not read enough bytes",
+                            "No space left on device"))
+
+
 @dataclass
 class IngestReport:
     month: str
@@ -175,7 +192,16 @@ class Warehouse:
         if check_memory_limit(str(memory_limit or "")):
             config["memory_limit"] = str(memory_limit)
         if temp_directory:
-            Path(temp_directory).mkdir(parents=True, exist_ok=True)
+            try:
+                Path(temp_directory).mkdir(parents=True, exist_ok=True)
+                probe = Path(temp_directory) / f".abpo-write-probe-{os.getpid()}"
+                probe.write_bytes(b"")
+                probe.unlink()
+            except OSError as e:
+                raise WarehouseSettingError(
+                    f"data.warehouse_temp_directory {str(temp_directory)!r}: cannot create or write the spill "
+                    f"directory ({e.strerror or e}); rule: a directory DuckDB can write (relative to paths.root "
+                    "unless absolute)") from e
             config["temp_directory"] = Path(temp_directory).as_posix()
         try:
             self.con = duckdb.connect(str(path), read_only=self.read_only, config=config)
@@ -186,6 +212,8 @@ class Warehouse:
                                     f"retry when it has finished ({first})") from None
             raise WarehouseUnreadable(f"{path}: cannot open the warehouse ({type(e).__name__}: {first}); settings "
                                       f"{config}") from e
+        if temp_directory and not self.read_only:  # DuckDB's write lock is ours: no other process spills here now
+            sweep_spill_files(temp_directory)
         self.con.execute("SET TimeZone = 'UTC'")  # a constant (TimeZone as a connect config needs icu loaded first)
         # the ingest's staging tables and the validation batch live in an in-memory database (buffer-managed: it
         # spills to the temp directory under the memory limit) that this connection's cursors see, so the Great
@@ -219,6 +247,12 @@ class Warehouse:
             rel = self.con.sql(text, params=params or None)
             return rel.to_arrow_table() if rel is not None else pa.table({})
         except Exception as e:  # duckdb.Error and friends: say which file
+            if _io_failure(e):
+                first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+                raise WarehouseIOError(
+                    f"{self.sql_dir / (name + '.sql')}: reading or writing the warehouse {self.path} failed "
+                    f"({type(e).__name__}: {first}); rule: the warehouse file must be whole and its disk writable "
+                    "with free space (a truncated or corrupt file: restore it from a backup)") from e
             raise SQLFileError(f"{self.sql_dir / (name + '.sql')}: {type(e).__name__}: {e}") from e
 
     def close(self) -> None:
@@ -670,6 +704,47 @@ class Warehouse:
         for u, i in zip(t.column("user_id").to_pylist(), t.column("item_id").to_pylist()):
             out.setdefault(int(u), []).append(int(i))
         return out
+
+
+def sweep_spill_files(temp_directory: str | os.PathLike, *, min_age_seconds: float = 60.0) -> list[Path]:
+    """Remove DuckDB's leftover spill files from the spill directory: a killed ingest leaves its spill behind (6.7 GB
+    for a killed 10M-row ingest). DuckDB names them ``duckdb_temp_<pid>_<n>_...``; a file whose process is gone is
+    left over. Called when a warehouse opens for writing with that directory (DuckDB's file lock then keeps every
+    other process off the warehouse); a file of a live process, or one whose name carries no pid and is younger
+    than ``min_age_seconds``, is kept (a directory shared by two warehouses). Returns the removed paths (logged)."""
+    d = Path(temp_directory)
+    removed: list[Path] = []
+    if not d.is_dir():
+        return removed
+    now = time.time()
+    for p in d.iterdir():
+        if not p.name.startswith("duckdb_temp") or not p.is_file() or p.is_symlink():
+            continue
+        m = re.match(r"duckdb_temp_(\d+)_", p.name)
+        try:
+            if m is not None and int(m.group(1)) != os.getpid() and _process_alive(int(m.group(1))):
+                continue
+            if m is not None and int(m.group(1)) == os.getpid():
+                continue
+            if m is None and now - p.stat().st_mtime < min_age_seconds:
+                continue
+            p.unlink()
+            removed.append(p)
+        except OSError:  # raced with DuckDB or another sweeper: leave it
+            continue
+    if removed:
+        log.warning("%s: removed %d leftover DuckDB spill file(s) of an earlier run", d, len(removed))
+    return removed
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by another user
+        return True
+    return True
 
 
 MEMORY_LIMIT_ENV = "ABPO_WAREHOUSE_MEMORY_LIMIT"  # a deployment's cap (docker-compose.yml sets it), over the config

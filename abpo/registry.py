@@ -202,8 +202,54 @@ def start_run(
     exp_id = _ensure_experiment(cfg, experiment)
     all_tags = {"abpo.config": cfg.name, "abpo.seed": str(cfg.seed)}
     all_tags.update({k: str(v) for k, v in (tags or {}).items()})
-    with mlflow.start_run(experiment_id=exp_id, run_name=run_name, tags=all_tags, nested=nested) as run:
-        yield run
+    run_id = None
+    try:
+        with mlflow.start_run(experiment_id=exp_id, run_name=run_name, tags=all_tags, nested=nested) as run:
+            run_id = run.info.run_id
+            yield run
+    except Exception as e:
+        if not store_locked(e):
+            raise
+        marked = _end_locked_run(run_id)
+        first = next((line.strip() for line in str(e).splitlines() if "locked" in line), "database is locked")
+        raise RegistryUnavailable(
+            f"{redact_uri(cfg.paths.tracking_uri())}: the MLflow store is locked by another writer ({first[:200]}); "
+            f"rule: one writer at a time, retry when it has finished; run {run_id or '(not started)'} "
+            + ("marked FAILED" if marked else "could not be marked FAILED either: the task's next attempt marks it "
+               "KILLED")) from e
+
+
+def store_locked(e: BaseException) -> bool:
+    """Whether ``e`` (or an exception it wraps) is SQLite's "database is locked": another process holds the store's
+    write lock longer than the busy timeout."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if "database is locked" in str(e):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def _end_locked_run(run_id: str | None, attempts: int = 10, pause: float = 1.0) -> bool:
+    """Mark ``run_id`` FAILED once the store's lock is free (``attempts`` tries, ``pause`` s apart), so a run that
+    failed on a locked store is not left RUNNING; True when marked (MLflow's own end of the run, which failed on the
+    same lock, has already taken it off its active-run stack)."""
+    import time
+
+    from mlflow import MlflowClient
+
+    if run_id is None:
+        return True
+    for i in range(attempts):
+        try:
+            MlflowClient().set_terminated(run_id, status="FAILED")
+            return True
+        except Exception as e:  # noqa: BLE001 - still locked: wait; anything else: give up (the next attempt cleans up)
+            if not store_locked(e) or i == attempts - 1:
+                return False
+            time.sleep(pause)
+    return False
 
 
 # ------------------------------------------------------------------------------------------- task attempts

@@ -211,3 +211,34 @@ def test_a_full_disk_at_the_download_is_one_line_and_leaves_no_partial_copy(tmp_
     assert "downloading abpo-arm-abpo v1 failed" in out.stderr and "must be writable with free space" in out.stderr
     cache = cfg.paths.resolve("models") / "registry" / "abpo-arm-abpo" / f"v{v}"
     assert not cache.exists()
+
+
+@pytest.mark.slow
+def test_a_store_locked_during_a_run_is_one_line_and_the_run_not_left_running(tmp_path):
+    """Another writer holds mlflow.db's write lock (a real SQLite EXCLUSIVE transaction from a second connection)
+    while a task's run logs (what an update does through abpo.registry.start_run): one line naming the store and the
+    rule, and once the lock is free the run is marked FAILED, not left RUNNING."""
+    import sqlite3
+    import threading
+
+    from mlflow import MlflowClient
+
+    from abpo import registry
+    from abpo.cli import one_line
+    from abpo.config import load_config
+
+    cfg = load_config("tiny", [f"paths.root={tmp_path / 'var'}"])
+    registry.configure(cfg)
+    holder = sqlite3.connect(str(tmp_path / "var" / "mlflow.db"), timeout=0, check_same_thread=False)
+    run_ids = []
+    with pytest.raises(registry.RegistryUnavailable) as e:
+        with registry.start_run(cfg, "abpo-arms", "update") as run:
+            run_ids.append(run.info.run_id)
+            holder.execute("BEGIN EXCLUSIVE")
+            threading.Timer(45.0, holder.rollback).start()  # the other writer finishes after our writes timed out (20 s)
+            MlflowClient().log_metric(run.info.run_id, "loss", 1.0)
+    msg = one_line(e.value)
+    assert "the MLflow store is locked by another writer" in msg and "one writer at a time" in msg, msg
+    assert f"run {run_ids[0]} marked FAILED" in msg and "\n" not in str(e.value)
+    assert MlflowClient().get_run(run_ids[0]).info.status == "FAILED"
+    holder.close()

@@ -119,6 +119,43 @@ def log_arm_model(cfg, arm: str, local_dir: str | Path) -> str:
     return names.arm_class(arm).log_model(cfg, local_dir)
 
 
+def orphaned_logged_models(cfg) -> list[dict[str, str]]:
+    """The arms' logged models that no registered version uses and whose run is over (a killed or failed update
+    logged the model, then never registered it): model id, name, run id, run status and artifact location, oldest
+    first. `abpo arms status` lists them; a run still RUNNING is a live task's (or a killed one's not yet marked
+    KILLED by its next attempt) and is listed only when it is not the newest of its task."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    registry.configure(cfg)
+    exp = mlflow.get_experiment_by_name(registry.experiment_name(cfg, EXPERIMENT))
+    if exp is None:
+        return []
+    client = MlflowClient()
+    used = set()
+    for arm in names.ARMS:
+        try:
+            versions = client.search_model_versions(f"name='{model_name(arm, cfg)}'")
+        except Exception:  # noqa: BLE001 - an arm never registered has no versions
+            versions = []
+        used.update(registry.logged_model_id(mv) for mv in versions)
+    out = []
+    for lm in client.search_logged_models(experiment_ids=[exp.experiment_id]):
+        if lm.model_id in used:
+            continue
+        status = ""
+        if lm.source_run_id:
+            try:
+                status = client.get_run(lm.source_run_id).info.status
+            except Exception:  # noqa: BLE001 - its run deleted
+                status = "DELETED"
+        if status == "RUNNING":
+            continue
+        out.append({"model_id": lm.model_id, "name": lm.name, "run_id": lm.source_run_id or "", "run_status": status,
+                    "created": str(lm.creation_timestamp), "artifacts": str(lm.artifact_location)})
+    return sorted(out, key=lambda d: d["created"])
+
+
 def register_version(cfg, arm: str, model_uri: str, run_id: str, tags: dict[str, str], alias: str | None):
     """Register ``model_uri`` (logged by ``run_id``) as a version of the arm's model with ``tags``; a retry of the
     same run reuses the version that run already registered. Sets ``alias`` on it."""

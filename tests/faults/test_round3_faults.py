@@ -242,3 +242,27 @@ def test_a_store_locked_during_a_run_is_one_line_and_the_run_not_left_running(tm
     assert f"run {run_ids[0]} marked FAILED" in msg and "\n" not in str(e.value)
     assert MlflowClient().get_run(run_ids[0]).info.status == "FAILED"
     holder.close()
+
+
+def test_arms_status_lists_a_logged_model_a_killed_update_never_registered(abpo, state, tmp_path):
+    """An update logs its model and is killed before registering it (here: its run ends FAILED, as a killed
+    attempt's run does once the next attempt marks it): `abpo arms status` lists the orphan, not the registered
+    one."""
+    from abpo import registry
+    from abpo.arms import versions as arm_versions
+    from abpo.config import load_config
+
+    cfg = load_config("tiny")  # paths.root = $ABPO_STATE (the state fixture)
+    v = _register(cfg, tmp_path)
+    orphan = {}
+    with pytest.raises(KeyboardInterrupt):
+        with registry.start_run(cfg, arm_versions.EXPERIMENT, "update") as run:
+            orphan["uri"] = arm_versions.log_arm_model(cfg, "abpo", _safetensors_dir(tmp_path / "ckpt2"))
+            orphan["run"] = run.info.run_id
+            raise KeyboardInterrupt  # killed between logging and registering
+    rc, out, err = abpo("arms", "status")
+    assert rc == 0, err
+    lines = [line for line in out.splitlines() if line.startswith("orphaned logged model")]
+    assert len(lines) == 1 and orphan["uri"].removeprefix("models:/") in lines[0], out
+    assert f"run {orphan['run']} " in lines[0] and "never registered" in lines[0]
+    assert f'"version": "{v}"' in out  # the registered champion is shown as before, not as an orphan

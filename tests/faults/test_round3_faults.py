@@ -77,6 +77,7 @@ def test_out_of_memory_in_the_gx_suite_is_one_line(abpo, state, monkeypatch):
     assert "data.warehouse_memory_limit" in err and "nothing was published" in err
 
 
+@pytest.mark.slow
 def test_the_gx_summary_is_written_only_when_the_month_is_published(abpo, state):
     """A refused ingest (here: the disk fills while the warehouse commits, after the GX audit passed) leaves the
     month's summary as the last published ingest wrote it."""
@@ -106,6 +107,7 @@ os._exit(0)  # killed: no clean-up
 """
 
 
+@pytest.mark.slow
 def test_spill_files_of_a_killed_run_are_swept_on_the_next_open(abpo, state, tmp_path):
     spill = state / "duckdb_tmp"
     spill.mkdir(parents=True)
@@ -158,6 +160,7 @@ def _register(cfg, tmp_path) -> str:
                                              alias="champion").version)
 
 
+@pytest.mark.slow
 def test_a_truncated_cached_champion_is_downloaded_again(tmp_path, caplog):
     """The gate, the serve and the update take an arm's version through abpo.arms.versions.local_dir: the cached copy
     is verified against the checksums recorded at download before every use, and downloaded again when it fails."""
@@ -197,6 +200,7 @@ except expected_errors() as e:
 """
 
 
+@pytest.mark.slow
 def test_a_full_disk_at_the_download_is_one_line_and_leaves_no_partial_copy(tmp_path):
     """The gate's download of a version (abpo.arms.versions.local_dir) under a full disk (RLIMIT_FSIZE below the
     weights' size): one line naming the file, and no half-written copy left in the cache."""
@@ -244,6 +248,7 @@ def test_a_store_locked_during_a_run_is_one_line_and_the_run_not_left_running(tm
     holder.close()
 
 
+@pytest.mark.slow
 def test_arms_status_lists_a_logged_model_a_killed_update_never_registered(abpo, state, tmp_path):
     """An update logs its model and is killed before registering it (here: its run ends FAILED, as a killed
     attempt's run does once the next attempt marks it): `abpo arms status` lists the orphan, not the registered

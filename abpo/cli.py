@@ -113,12 +113,13 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     from abpo.monthly.adopt import ModelRefused
     from abpo.monthly.gate import GateUsersMissing
     from abpo.months import MonthError
-    from abpo.registry import RegistryUnavailable
+    from abpo.registry import ModelFilesDamaged, RegistryUnavailable
+    from abpo.validation import ValidationNotRun
     from abpo.warehouse import IngestError, WarehouseBusy, WarehouseSettingError, WarehouseUnreadable
 
     return (ConfigError, MonthError, CSVFormatError, ReportInputError, SchemaError, IngestError, WarehouseBusy,
             WarehouseUnreadable, WarehouseSettingError, RegistryUnavailable, PromotionRace, NotInRegistry, ModelRefused,
-            GateUsersMissing)
+            GateUsersMissing, ValidationNotRun, ModelFilesDamaged)
 
 
 def one_line(e: BaseException) -> str:

@@ -61,8 +61,14 @@ def ensure_store(uri: str) -> None:
 
     from mlflow import MlflowClient
 
-    db.parent.mkdir(parents=True, exist_ok=True)
-    with open(f"{db}.init.lock", "a") as lock:
+    try:
+        db.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(f"{db}.init.lock", "a")  # noqa: SIM115 - closed by the with below
+    except OSError as e:
+        raise RegistryUnavailable(
+            f"{db}.init.lock: cannot create the MLflow store's init lock ({e.strerror or e}); rule: the directory of "
+            f"the SQLite store ({db.parent}) must be writable (a read-only state cannot be used)") from e
+    with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             client = MlflowClient(tracking_uri=uri, registry_uri=uri)
@@ -205,8 +211,54 @@ def start_run(
     exp_id = _ensure_experiment(cfg, experiment)
     all_tags = {"abpo.config": cfg.name, "abpo.seed": str(cfg.seed)}
     all_tags.update({k: str(v) for k, v in (tags or {}).items()})
-    with mlflow.start_run(experiment_id=exp_id, run_name=run_name, tags=all_tags, nested=nested) as run:
-        yield run
+    run_id = None
+    try:
+        with mlflow.start_run(experiment_id=exp_id, run_name=run_name, tags=all_tags, nested=nested) as run:
+            run_id = run.info.run_id
+            yield run
+    except Exception as e:
+        if not store_locked(e):
+            raise
+        marked = _end_locked_run(run_id)
+        first = next((line.strip() for line in str(e).splitlines() if "locked" in line), "database is locked")
+        raise RegistryUnavailable(
+            f"{redact_uri(cfg.paths.tracking_uri())}: the MLflow store is locked by another writer ({first[:200]}); "
+            f"rule: one writer at a time, retry when it has finished; run {run_id or '(not started)'} "
+            + ("marked FAILED" if marked else "could not be marked FAILED either: the task's next attempt marks it "
+               "KILLED")) from e
+
+
+def store_locked(e: BaseException) -> bool:
+    """Whether ``e`` (or an exception it wraps) is SQLite's "database is locked": another process holds the store's
+    write lock longer than the busy timeout."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if "database is locked" in str(e):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def _end_locked_run(run_id: str | None, attempts: int = 10, pause: float = 1.0) -> bool:
+    """Mark ``run_id`` FAILED once the store's lock is free (``attempts`` tries, ``pause`` s apart), so a run that
+    failed on a locked store is not left RUNNING; True when marked (MLflow's own end of the run, which failed on the
+    same lock, has already taken it off its active-run stack)."""
+    import time
+
+    from mlflow import MlflowClient
+
+    if run_id is None:
+        return True
+    for i in range(attempts):
+        try:
+            MlflowClient().set_terminated(run_id, status="FAILED")
+            return True
+        except Exception as e:  # noqa: BLE001 - still locked: wait; anything else: give up (the next attempt cleans up)
+            if not store_locked(e) or i == attempts - 1:
+                return False
+            time.sleep(pause)
+    return False
 
 
 # ------------------------------------------------------------------------------------------- task attempts
@@ -493,6 +545,50 @@ def set_alias(alias: str, version: int | str, name: str = MODEL_NAME) -> None:
 
 class RegistryUnavailable(RuntimeError):
     """The MLflow registry could not answer (server down, network, database error): never read as "no alias"."""
+
+
+class ModelFilesDamaged(RuntimeError):
+    """A model directory's weights are not whole (a truncated or corrupt ``*.safetensors``, a file that does not
+    match the checksum recorded when it was downloaded), or it could not be written (a full disk): the message names
+    the file and the rule. An expected error (`abpo` prints one line)."""
+
+
+def safetensors_problem(path: str | Path) -> str | None:
+    """Why the file at ``path`` is not a whole safetensors file, or None when it is. The format: an 8-byte little-endian
+    header length N, N bytes of JSON naming each tensor's ``data_offsets`` [begin, end) in the data that follows; a
+    whole file is exactly 8 + N + the largest end long (a truncated copy is shorter, an appended one longer)."""
+    import json
+    import struct
+
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        with open(p, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                return f"{size} bytes, shorter than the 8-byte header length"
+            (n,) = struct.unpack("<Q", head)
+            if n > size - 8:
+                return f"header of {n} bytes but the file holds {size} bytes"
+            header = json.loads(f.read(n))
+    except (OSError, ValueError) as e:
+        return f"unreadable header ({type(e).__name__}: {str(e)[:120]})"
+    ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)
+            and "data_offsets" in v]
+    want = 8 + n + max(ends, default=0)
+    if size != want:
+        return f"{size} bytes where its header needs {want} (truncated or damaged)"
+    return None
+
+
+def check_weights(directory: str | Path) -> None:
+    """ModelFilesDamaged naming the first ``*.safetensors`` under ``directory`` that is not whole
+    (:func:`safetensors_problem`)."""
+    for f in sorted(Path(directory).rglob("*.safetensors")):
+        why = safetensors_problem(f)
+        if why is not None:
+            raise ModelFilesDamaged(f"{f}: not a whole safetensors file ({why}); rule: model weights are loaded only "
+                                    "when whole")
 
 
 def is_not_found(e: Exception) -> bool:

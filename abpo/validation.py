@@ -23,13 +23,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from abpo.data.config import DataConfig
-from abpo.data.schemas import LOGGING_POLICY_PATTERN, SCHEMA_VERSION, check_month
+from abpo.data.schemas import (
+    LOGGING_POLICY_PATTERN,
+    SCHEMA_VERSION,
+    SINGLE_CANDIDATE_PROPENSITY_TOLERANCE,
+    check_month,
+)
 
 NON_NULL = [
     "impression_id", "event_time", "user_id", "arm", "model_version", "item_id", "propensity", "clicked",
     "request_id", "position", "logging_policy", "served_at", "schema_version", "item_in_candidates",
 ]
 _DATA_DEFAULTS = DataConfig()
+
+
+class ValidationNotRun(RuntimeError):
+    """The suite could not run to a verdict (an expectation DuckDB could not compute, e.g. out of memory) or its
+    output could not be written (the Data Docs site or the summary: a full disk, an unwritable directory); the
+    message names the suite or the path and the rule. Nothing was published."""
 
 
 @dataclass
@@ -113,6 +124,13 @@ def build_suite(month: str, known_arms: Sequence[str], *, min_propensity: float 
     suite.add_expectation(gxe.ExpectColumnValuesToBeInSet(column="event_month", value_set=[month]))
     suite.add_expectation(gxe.ExpectColumnValuesToBeBetween(column="candidate_count", min_value=1))
     suite.add_expectation(gxe.ExpectColumnValuesToBeInSet(column="schema_version", value_set=[SCHEMA_VERSION]))
+    # the propensity's consistency with its candidate set (sql/ingest_check.sql: logged_item_not_once,
+    # duplicate_candidates, propensity_inconsistent) and the catalog (item_not_in_catalog)
+    # at most once here; at least once is item_in_candidates's (a row failing that is not counted twice)
+    suite.add_expectation(gxe.ExpectColumnValuesToBeBetween(column="logged_item_count", min_value=0, max_value=1))
+    suite.add_expectation(gxe.ExpectColumnValuesToBeInSet(column="candidates_unique", value_set=[True]))
+    suite.add_expectation(gxe.ExpectColumnValuesToBeInSet(column="propensity_consistent", value_set=[True]))
+    suite.add_expectation(gxe.ExpectColumnValuesToBeInSet(column="items_in_catalog", value_set=[True]))
     return suite
 
 
@@ -186,11 +204,15 @@ MAX_GX_QUERY_ROWS = 10_000  # GX's metric queries return aggregates and at most 
 def validate_month(
     warehouse, month: str, known_arms: Sequence[str], *, out_dir: str | os.PathLike | None = None,
     staged: bool = False, min_propensity: float = _DATA_DEFAULTS.min_propensity,
-    max_clock_skew_seconds: float = _DATA_DEFAULTS.max_clock_skew_seconds,
+    max_clock_skew_seconds: float = _DATA_DEFAULTS.max_clock_skew_seconds, catalog=None,
 ) -> ValidationSummary:
     """Run the suite on ``month``'s clean partition, or with ``staged`` on the clean rows of the ingest in progress
-    before they are published (the ingest's audit); save the summary to ``out_dir`` if given, with GX Data Docs in
-    ``out_dir/data_docs``.
+    before they are published (the ingest's audit); with ``out_dir`` update the GX Data Docs in ``out_dir/data_docs``
+    and, for a published partition (not ``staged``), save the summary there. A staged audit's summary is saved by
+    the ingest only once it has published (:func:`save_summary`): a refused ingest leaves the month's summary as it
+    was. ``catalog``: the item ids the published partition is checked against (items_in_catalog); a staged audit
+    uses the ingest's catalog (staging.ingest_catalog). A suite that cannot run, or an output that cannot be
+    written, raises :class:`ValidationNotRun` naming the suite or the path.
 
     The run is the GX way: a Checkpoint over a ValidationDefinition (suite + batch definition) whose action updates
     the Data Docs site. GX reads the batch through SQL: a SQL data source on a cursor of the warehouse's own
@@ -201,10 +223,21 @@ def validate_month(
 
     check_month(month)
     t0 = time.perf_counter()
-    if staged:
-        warehouse.run("validate_staged", logging_policy_re=LOGGING_POLICY_PATTERN)
-    else:
-        warehouse.run("validate_month", month=month, logging_policy_re=LOGGING_POLICY_PATTERN)
+    tol = SINGLE_CANDIDATE_PROPENSITY_TOLERANCE
+    if not staged:
+        warehouse.stage_catalog(catalog)
+    try:
+        if staged:
+            warehouse.run("validate_staged", logging_policy_re=LOGGING_POLICY_PATTERN, single_candidate_tolerance=tol)
+        else:
+            warehouse.run("validate_month", month=month, logging_policy_re=LOGGING_POLICY_PATTERN,
+                          single_candidate_tolerance=tol)
+    except Exception as e:
+        if not staged:
+            warehouse.con.execute("DROP TABLE IF EXISTS staging.ingest_catalog")
+        if _out_of_memory(e):
+            raise ValidationNotRun(_oom_message(month, e)) from e
+        raise
     try:
         rows = warehouse.con.execute("SELECT count(*) FROM staging.validate_batch").fetchall()[0][0]
         from great_expectations.data_context.types.base import ProgressBarsConfig
@@ -231,17 +264,29 @@ def validate_month(
         actions = [gx.checkpoint.UpdateDataDocsAction(name="data_docs")] if docs is not None else []
         checkpoint = context.checkpoints.add(gx.Checkpoint(name=f"ingest_{month}", validation_definitions=[definition],
                                                            actions=actions))
-        outcome = checkpoint.run()
+        try:
+            outcome = checkpoint.run()
+        except OSError as e:  # the Data Docs site: a full disk, an unwritable directory
+            raise ValidationNotRun(
+                f"{getattr(e, 'filename', None) or docs}: the Great Expectations Data Docs of impressions_{month} "
+                f"could not be written ({e.strerror or e}); rule: validation/data_docs under paths.root must be "
+                "writable with free space; nothing was published") from e
     finally:
         warehouse.con.execute("DROP TABLE IF EXISTS staging.validate_batch")
+        if not staged:
+            warehouse.con.execute("DROP TABLE IF EXISTS staging.ingest_catalog")
     (result,) = outcome.run_results.values()
     for r in result.results:  # an expectation that could not be computed is a broken validation, not a failed one
         info = r.exception_info or {}
         errors = [info] if "raised_exception" in info else [v for v in info.values() if isinstance(v, dict)]
         errors = [e for e in errors if e.get("raised_exception")]
         if errors:
-            raise RuntimeError(f"GX suite impressions_{month}: {r.expectation_config.type} could not be computed: "
-                               f"{errors[0].get('exception_message')}")
+            message = str(errors[0].get("exception_message"))
+            if _out_of_memory(message):
+                raise ValidationNotRun(_oom_message(month, message))
+            raise ValidationNotRun(f"GX suite impressions_{month}: {r.expectation_config.type} could not be "
+                                   f"computed: {message.splitlines()[0][:300] if message else ''}; nothing was "
+                                   "published")
 
     results = []
     for r in result.results:
@@ -266,12 +311,38 @@ def validate_month(
         results=results,
         seconds=time.perf_counter() - t0,
     )
-    if out_dir is not None:
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        path = out / f"impressions_{month}.json"
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # written whole, then renamed: a reader (the UI
-        tmp.write_text(json.dumps(summary.as_dict(), indent=2))  # plugin) never sees half a file
-        os.replace(tmp, path)
-        summary.path = str(path)
+    if out_dir is not None and not staged:
+        save_summary(summary, out_dir)
     return summary
+
+
+def save_summary(summary: ValidationSummary, out_dir: str | os.PathLike) -> Path:
+    """Write ``summary`` as ``out_dir/impressions_<month>.json`` (whole, then renamed: a reader such as the UI plugin
+    never sees half a file; a failed write leaves the previous summary and no temporary file) and set its ``path``.
+    ValidationNotRun names the file when it cannot be written."""
+    out = Path(out_dir)
+    path = out / f"impressions_{summary.month}.json"
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(summary.as_dict(), indent=2))
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise ValidationNotRun(f"{path}: the GX summary could not be written ({e.strerror or e}); rule: the "
+                               "validation directory under paths.root must be writable with free space") from e
+    summary.path = str(path)
+    return path
+
+
+def _out_of_memory(error) -> bool:
+    text = str(error)
+    return "OutOfMemory" in type(error).__name__ or "Out of Memory" in text or "out of memory" in text.lower()
+
+
+def _oom_message(month: str, error) -> str:
+    first = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+    return (f"GX suite impressions_{month}: out of memory while validating the staged rows ({first}); rule: the "
+            "month must fit data.warehouse_memory_limit (or $ABPO_WAREHOUSE_MEMORY_LIMIT) with spill space in "
+            "data.warehouse_temp_directory: raise the limit, or land the month in smaller ingests; nothing was "
+            "published")

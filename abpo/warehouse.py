@@ -44,6 +44,7 @@ from abpo.data.schemas import (
     LOGGING_POLICY_PATTERN,
     RULES,
     SCHEMA_VERSION,
+    SINGLE_CANDIDATE_PROPENSITY_TOLERANCE,
     check_month,
     month_dir,
     month_location,
@@ -101,6 +102,23 @@ class IngestStepFailed(IngestError):
 
 class SQLFileError(RuntimeError):
     """A named SQL file is missing or failed; the message names the file."""
+
+
+class WarehouseIOError(SQLFileError, WarehouseUnreadable):
+    """A SQL file failed because the warehouse file could not be read or written (a truncated or corrupt file, a
+    full disk): the message names the warehouse file, the SQL file and DuckDB's error on one line. An expected
+    error (`abpo` prints one line); the ingest reports it as the step that failed (IngestStepFailed)."""
+
+
+def _io_failure(error: BaseException) -> bool:
+    """Whether a DuckDB error means the file itself failed (not the SQL): IO, corruption, a database invalidated by
+    an earlier write failure."""
+    import duckdb
+
+    text = str(error)
+    return isinstance(error, (duckdb.IOException, duckdb.SerializationException)) or any(
+        s in text for s in ("Corrupt database file", "database has been invalidated", "Could not read enough bytes",
+                            "No space left on device"))
 
 
 @dataclass
@@ -177,7 +195,16 @@ class Warehouse:
             config["memory_limit"] = str(memory_limit)
         self._temp_directory = str(temp_directory or "")
         if temp_directory:
-            Path(temp_directory).mkdir(parents=True, exist_ok=True)
+            try:
+                Path(temp_directory).mkdir(parents=True, exist_ok=True)
+                probe = Path(temp_directory) / f".abpo-write-probe-{os.getpid()}"
+                probe.write_bytes(b"")
+                probe.unlink()
+            except OSError as e:
+                raise WarehouseSettingError(
+                    f"data.warehouse_temp_directory {str(temp_directory)!r}: cannot create or write the spill "
+                    f"directory ({e.strerror or e}); rule: a directory DuckDB can write (relative to paths.root "
+                    "unless absolute)") from e
             config["temp_directory"] = Path(temp_directory).as_posix()
         try:
             self.con = duckdb.connect(str(path), read_only=self.read_only, config=config)
@@ -188,6 +215,8 @@ class Warehouse:
                                     f"retry when it has finished ({first})") from None
             raise WarehouseUnreadable(f"{path}: cannot open the warehouse ({type(e).__name__}: {first}); settings "
                                       f"{config}") from e
+        if temp_directory and not self.read_only:  # DuckDB's write lock is ours: no other process spills here now
+            sweep_spill_files(temp_directory)
         self.con.execute("SET TimeZone = 'UTC'")  # a constant (TimeZone as a connect config needs icu loaded first)
         # the ingest's staging tables and the validation batch live in an in-memory database (buffer-managed: it
         # spills to the temp directory under the memory limit) that this connection's cursors see, so the Great
@@ -221,6 +250,12 @@ class Warehouse:
             rel = self.con.sql(text, params=params or None)
             return rel.to_arrow_table() if rel is not None else pa.table({})
         except Exception as e:  # duckdb.Error and friends: say which file
+            if _io_failure(e):
+                first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+                raise WarehouseIOError(
+                    f"{self.sql_dir / (name + '.sql')}: reading or writing the warehouse {self.path} failed "
+                    f"({type(e).__name__}: {first}); rule: the warehouse file must be whole and its disk writable "
+                    "with free space (a truncated or corrupt file: restore it from a backup)") from e
             raise SQLFileError(f"{self.sql_dir / (name + '.sql')}: {type(e).__name__}: {e}") from e
 
     def close(self) -> None:
@@ -304,6 +339,7 @@ class Warehouse:
         min_keep_fraction: float = 0.5, audit=None, min_propensity: float = _DATA_DEFAULTS.min_propensity,
         max_clock_skew_seconds: float = _DATA_DEFAULTS.max_clock_skew_seconds,
         max_quarantine_fraction: float = _DATA_DEFAULTS.max_quarantine_fraction,
+        catalog: Iterable[int] | None = None,
     ) -> IngestReport:
         """Write, audit, publish ``month``'s landing files.
 
@@ -317,8 +353,10 @@ class Warehouse:
                  :meth:`restore_month`; a rerun whose clean rows equal the published ones adds no history version),
                  the month's partition and quarantine are replaced, the run is logged
 
-        ``min_propensity`` and ``max_clock_skew_seconds`` are contract parameters (sql/ingest_check.sql). A step that
-        fails (disk full, ...) raises IngestStepFailed naming its SQL file; the clean-up after it never hides it.
+        ``min_propensity`` and ``max_clock_skew_seconds`` are contract parameters (sql/ingest_check.sql). ``catalog``:
+        the item ids of the catalog (the dataset's); when given, a row whose exposed item, candidates or history name
+        another item is quarantined (item_not_in_catalog). A step that fails (disk full, ...) raises IngestStepFailed
+        naming its SQL file; the clean-up after it never hides it.
         """
         check_month(month)
         if not 0.0 < float(min_propensity) <= 1.0:
@@ -335,9 +373,11 @@ class Warehouse:
             self._stage(files)
         failed: BaseException | None = None
         try:
+            self.stage_catalog(catalog)
             self.run("ingest_check", month=month, known_arms=list(known_arms), schema_version=SCHEMA_VERSION,
                      min_propensity=float(min_propensity), max_clock_skew_seconds=float(max_clock_skew_seconds),
-                     logging_policy_re=LOGGING_POLICY_PATTERN)
+                     logging_policy_re=LOGGING_POLICY_PATTERN, check_catalog=catalog is not None,
+                     single_candidate_tolerance=SINGLE_CANDIDATE_PROPENSITY_TOLERANCE)
             for row in self.run("ingest_rule_counts").to_pylist():
                 if row["rule"] is None:
                     report.rows_clean = row["rows"]
@@ -398,6 +438,16 @@ class Warehouse:
                 log.info("ingest %s: clean-up after the failure also failed: %s", month, cleanup)
         report.seconds = time.perf_counter() - t0
         return report
+
+    def stage_catalog(self, catalog: Iterable[int] | None) -> None:
+        """The catalog's item ids as the in-memory table staging.ingest_catalog (item_id BIGINT; empty when None),
+        which the contract (sql/ingest_check.sql, item_not_in_catalog) and the GX batch (sql/validate_*.sql) read."""
+        ids = pa.table({"item_id": pa.array(sorted({int(i) for i in catalog or ()}), pa.int64())})
+        self.con.register("ingest_catalog_arrow", ids)
+        try:
+            self.con.execute("CREATE OR REPLACE TABLE staging.ingest_catalog AS SELECT item_id FROM ingest_catalog_arrow")
+        finally:
+            self.con.unregister("ingest_catalog_arrow")
 
     def _commit(self, what: str) -> None:
         """Commit, naming ``what`` when DuckDB cannot (the WAL or the file cannot be written: a full disk)."""
@@ -649,13 +699,16 @@ class Warehouse:
         return [r[0] for r in self.con.execute("SELECT DISTINCT month FROM impressions ORDER BY 1").fetchall()]
 
     # ------------------------------------------------------------------------------------ interactions
-    def ingest_interactions(self, landing_dir: str | os.PathLike, month: str) -> int | None:
+    def ingest_interactions(self, landing_dir: str | os.PathLike, month: str, *,
+                            catalog: Iterable[int] | None = None) -> int | None:
         """Replace ``month``'s partition of ``interactions`` by the landed files of
         landing/interactions/month=YYYY-MM/ (INTERACTIONS_SCHEMA; IngestError naming a file that is not), in one
-        transaction. Returns the rows ingested, or None when nothing landed for the month (the partition is left as
-        it was: serving that logs no interactions has nothing to add)."""
+        transaction. With ``catalog`` (the dataset's item ids) a row of another item goes to
+        ``interactions_quarantine`` (rule item_not_in_catalog, logged) instead. Returns the rows ingested, or None
+        when nothing landed for the month (the partition is left as it was: serving that logs no interactions has
+        nothing to add)."""
         if storage.is_uri(landing_dir):
-            return self._ingest_remote_interactions(str(landing_dir), month)
+            return self._ingest_remote_interactions(str(landing_dir), month, catalog)
         d = month_dir(landing_dir, check_month(month), "interactions")
         if not d.is_dir():
             return None
@@ -673,19 +726,37 @@ class Warehouse:
                 raise IngestError(f"{p}: wrong schema: " + "; ".join(problems))
         if not files:
             return None
+        paths = [str(p.absolute()) for p in files]
+        return self._replace_interactions(month, paths, paths, catalog)
+
+    def _replace_interactions(self, month: str, paths: list[str], sources: list[str],
+                              catalog: Iterable[int] | None) -> int:
+        """The month's partition of ``interactions`` replaced by the rows of the local Parquet files ``paths``
+        (``sources``: where each came from, recorded as source_file), in one transaction; with ``catalog`` the rows
+        of items outside it go to ``interactions_quarantine`` (item_not_in_catalog, logged)."""
+        self.stage_catalog(catalog)
+        check = catalog is not None
         self.con.begin()
         try:
             self.run("interactions_delete_month", month=month)
-            paths = [str(p.absolute()) for p in files]
-            self.run("interactions_insert", month=month, files=paths, sources=paths)
+            self.run("interactions_quarantine_delete", month=month)
+            self.run("interactions_quarantine_insert", month=month, files=paths, sources=sources, check_catalog=check)
+            self.run("interactions_insert", month=month, files=paths, sources=sources, check_catalog=check)
             rows = self.con.execute("SELECT count(*) FROM interactions WHERE month = $m", {"m": month}).fetchall()[0][0]
+            quarantined = self.con.execute("SELECT count(*), min(item_id) FROM interactions_quarantine WHERE month = $m",
+                                           {"m": month}).fetchall()[0]
             self._commit(f"the interactions of month {month}")
         except BaseException as e:
             self._rollback_after(e)
             raise
+        finally:
+            self.con.execute("DROP TABLE IF EXISTS staging.ingest_catalog")
+        if quarantined[0]:
+            log.warning("interactions %s: %d row(s) quarantined (item_not_in_catalog, e.g. item %s) in "
+                        "interactions_quarantine", month, quarantined[0], quarantined[1])
         return int(rows)
 
-    def _ingest_remote_interactions(self, landing: str, month: str) -> int | None:
+    def _ingest_remote_interactions(self, landing: str, month: str, catalog: Iterable[int] | None = None) -> int | None:
         """:meth:`ingest_interactions` for an object-store landing zone: the partition's objects (checked as
         :meth:`remote_landing_files` does; no completion marker required: the impressions partition's gates the
         month) copied locally and inserted with their URIs as ``source_file``."""
@@ -702,18 +773,7 @@ class Warehouse:
                 local = storage.download(files, tmp)
             except storage.StorageError as e:
                 raise IngestError(str(e)) from None
-            self.con.begin()
-            try:
-                self.run("interactions_delete_month", month=month)
-                self.run("interactions_insert", month=month, files=local,
-                         sources=[storage.split_query(u)[0] for u in files])
-                rows = self.con.execute("SELECT count(*) FROM interactions WHERE month = $m",
-                                        {"m": month}).fetchall()[0][0]
-                self._commit(f"the interactions of month {month}")
-            except BaseException as e:
-                self._rollback_after(e)
-                raise
-        return int(rows)
+            return self._replace_interactions(month, list(local), [storage.split_query(u)[0] for u in files], catalog)
 
     def interaction_rows(self, month: str) -> pa.Table:
         """The interactions of the months up to and including ``month``: user_id, item_id, month, position,
@@ -734,6 +794,47 @@ class Warehouse:
         for u, i in zip(t.column("user_id").to_pylist(), t.column("item_id").to_pylist()):
             out.setdefault(int(u), []).append(int(i))
         return out
+
+
+def sweep_spill_files(temp_directory: str | os.PathLike, *, min_age_seconds: float = 60.0) -> list[Path]:
+    """Remove DuckDB's leftover spill files from the spill directory: a killed ingest leaves its spill behind (6.7 GB
+    for a killed 10M-row ingest). DuckDB names them ``duckdb_temp_<pid>_<n>_...``; a file whose process is gone is
+    left over. Called when a warehouse opens for writing with that directory (DuckDB's file lock then keeps every
+    other process off the warehouse); a file of a live process, or one whose name carries no pid and is younger
+    than ``min_age_seconds``, is kept (a directory shared by two warehouses). Returns the removed paths (logged)."""
+    d = Path(temp_directory)
+    removed: list[Path] = []
+    if not d.is_dir():
+        return removed
+    now = time.time()
+    for p in d.iterdir():
+        if not p.name.startswith("duckdb_temp") or not p.is_file() or p.is_symlink():
+            continue
+        m = re.match(r"duckdb_temp_(\d+)_", p.name)
+        try:
+            if m is not None and int(m.group(1)) != os.getpid() and _process_alive(int(m.group(1))):
+                continue
+            if m is not None and int(m.group(1)) == os.getpid():
+                continue
+            if m is None and now - p.stat().st_mtime < min_age_seconds:
+                continue
+            p.unlink()
+            removed.append(p)
+        except OSError:  # raced with DuckDB or another sweeper: leave it
+            continue
+    if removed:
+        log.warning("%s: removed %d leftover DuckDB spill file(s) of an earlier run", d, len(removed))
+    return removed
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by another user
+        return True
+    return True
 
 
 MEMORY_LIMIT_ENV = "ABPO_WAREHOUSE_MEMORY_LIMIT"  # a deployment's cap (docker-compose.yml sets it), over the config
@@ -761,21 +862,34 @@ def ingest_with_config(cfg, month: str, *, landing: str | os.PathLike | None = N
                        validate: bool = True) -> tuple[IngestReport, Path]:
     """Write, audit, publish ``month`` with every contract and audit setting of the config's ``data`` section (the one
     place they are read, for `abpo ingest` and the pipeline alike): known arms, min_propensity, max_clock_skew_seconds,
-    ingest_min_keep_fraction, max_quarantine_fraction, and the Great Expectations suite unless ``validate`` is false.
-    Returns the report and the warehouse's path."""
-    from abpo.validation import validate_month
+    ingest_min_keep_fraction, max_quarantine_fraction, the catalog (the dataset's item ids: item_not_in_catalog), and
+    the Great Expectations suite unless ``validate`` is false. The suite's summary
+    (``validation/impressions_<month>.json``) is written only once the month is published: a refused ingest leaves
+    the month's summary as it was. Returns the report and the warehouse's path."""
+    from abpo.validation import save_summary, validate_month
 
     d = cfg.data
     out_dir = cfg.paths.resolve("root") / "validation"
     audit = (lambda w, m: validate_month(w, m, d.known_arms, out_dir=out_dir, staged=True,
                                          min_propensity=d.min_propensity,
                                          max_clock_skew_seconds=d.max_clock_skew_seconds)) if validate else None
+    catalog = config_catalog(cfg)
     with open_warehouse(cfg) as wh:
         report = wh.ingest_month(landing or cfg.paths.location("landing"), month, d.known_arms, force=force,
                                  min_keep_fraction=d.ingest_min_keep_fraction, audit=audit,
                                  min_propensity=d.min_propensity, max_clock_skew_seconds=d.max_clock_skew_seconds,
-                                 max_quarantine_fraction=d.max_quarantine_fraction)
-        return report, wh.path
+                                 max_quarantine_fraction=d.max_quarantine_fraction, catalog=catalog)
+    if report.audit is not None:
+        save_summary(report.audit, out_dir)
+    return report, wh.path
+
+
+def config_catalog(cfg) -> list[int]:
+    """The item ids of the config's dataset (section data): the catalog impressions and interactions are checked
+    against at ingest (item_not_in_catalog)."""
+    from abpo.data.loaders import load_dataset
+
+    return [int(i) for i in load_dataset(cfg.data).item_ids()]
 
 
 def _as_table(rows) -> pa.Table:

@@ -12,6 +12,16 @@
 --                            data.min_propensity: below it the SNIPS weight e/e0 overflows or means nothing)
 --   clicked_not_binary       clicked not 0/1
 --   item_not_in_candidates   the exposed item_id is not one of `candidates`
+--   logged_item_not_once     the exposed item_id appears more than once in `candidates` (its propensity would be
+--                            the sum over its copies, not the logged one)
+--   duplicate_candidates     `candidates` holds an item more than once (all-identical candidates included): a
+--                            softmax over C is over distinct items
+--   propensity_inconsistent  the propensity no exact softmax over the candidates can give: one candidate (M = 1)
+--                            with propensity not 1 (within $single_candidate_tolerance). For M >= 2 no finite bound
+--                            on p*M exists for the logging rules (their scores are unbounded), so (0, M] i.e. p <= 1
+--                            is all that holds (abpo/data/schemas.py, SINGLE_CANDIDATE_PROPENSITY_TOLERANCE)
+--   item_not_in_catalog      the exposed item, a candidate or a history item is not in the catalog (the dataset's
+--                            items, staging.ingest_catalog; checked only when $check_catalog)
 --   negative_field           user_id or position below 0 (ids and slots count from 0)
 --   unknown_logging_policy   logging_policy is not a stochastic rule this warehouse knows: softmax(tau=X) (the LLM
 --                            arms, abpo.policy.bandit) or softmax(score/T, T=X) <ranker> (the ranker arms), X > 0
@@ -22,10 +32,29 @@
 --   duplicate_impression_id  the id was already used: by an earlier clean row of this month (file
 --                            name, then row order; the first copy is kept) or by another month.
 CREATE OR REPLACE TABLE staging.ingest_violations AS
-WITH ruled AS (
+WITH item_refs AS (
+    SELECT source_file, source_row, 'item_id' AS field, item_id AS it FROM staging.ingest_stage WHERE $check_catalog
+    UNION ALL
+    SELECT source_file, source_row, 'candidates' AS field, unnest(candidates) AS it FROM staging.ingest_stage
+    WHERE $check_catalog
+    UNION ALL
+    SELECT source_file, source_row, 'history' AS field, unnest(history) AS it FROM staging.ingest_stage
+    WHERE $check_catalog
+),
+off_catalog AS (
+    SELECT source_file, source_row, count(DISTINCT it) AS n_items, min(it) AS example,
+           string_agg(DISTINCT field, ', ' ORDER BY field) AS fields
+    FROM item_refs AS r
+    WHERE it IS NOT NULL AND NOT EXISTS (SELECT 1 FROM staging.ingest_catalog AS c WHERE c.item_id = r.it)
+    GROUP BY source_file, source_row
+),
+ruled AS (
     SELECT
         s.source_file, s.source_row, s.impression_id, s.event_time, s.arm, s.propensity, s.clicked,
         s.candidates, s.item_id, s.schema_version, s.logging_policy, s.served_at,
+        length(list_filter(s.candidates, lambda c: c = s.item_id)) AS logged_copies,
+        length(s.candidates) - length(list_distinct(s.candidates)) AS duplicate_slots,
+        oc.n_items AS off_catalog_items, oc.example AS off_catalog_example, oc.fields AS off_catalog_fields,
         concat_ws(', ',
             CASE WHEN impression_id IS NULL THEN 'impression_id' END,
             CASE WHEN event_time IS NULL THEN 'event_time' END,
@@ -57,6 +86,7 @@ WITH ruled AS (
                  AND TRY_CAST(regexp_extract(logging_policy, $logging_policy_re, 1) AS DOUBLE) > 0, false) AS policy_ok,
         abs(epoch(served_at) - epoch(event_time)) AS skew_seconds
     FROM staging.ingest_stage AS s
+    LEFT JOIN off_catalog AS oc ON s.source_file = oc.source_file AND s.source_row = oc.source_row
 ),
 first_rule AS MATERIALIZED (
     SELECT
@@ -69,6 +99,10 @@ first_rule AS MATERIALIZED (
             WHEN isnan(propensity) OR propensity < $min_propensity OR propensity > 1 THEN 'propensity_out_of_range'
             WHEN clicked NOT IN (0, 1) THEN 'clicked_not_binary'
             WHEN NOT list_contains(candidates, item_id) THEN 'item_not_in_candidates'
+            WHEN logged_copies > 1 THEN 'logged_item_not_once'
+            WHEN duplicate_slots > 0 THEN 'duplicate_candidates'
+            WHEN length(candidates) = 1 AND abs(propensity - 1) > $single_candidate_tolerance THEN 'propensity_inconsistent'
+            WHEN off_catalog_items > 0 THEN 'item_not_in_catalog'
             WHEN negative_fields <> '' THEN 'negative_field'
             WHEN NOT policy_ok THEN 'unknown_logging_policy'
             WHEN strftime(event_time AT TIME ZONE 'UTC', '%Y-%m') <> $month THEN 'event_time_outside_month'
@@ -83,6 +117,10 @@ first_rule AS MATERIALIZED (
             WHEN propensity < $min_propensity THEN 'propensity ' || propensity || ' below data.min_propensity ' || $min_propensity
             WHEN clicked NOT IN (0, 1) THEN 'clicked ' || clicked || ' not in {0, 1}'
             WHEN NOT list_contains(candidates, item_id) THEN 'item_id ' || item_id || ' not among ' || length(candidates) || ' candidates'
+            WHEN logged_copies > 1 THEN 'item_id ' || item_id || ' appears ' || logged_copies || ' times among ' || length(candidates) || ' candidates; rule: the logged item appears exactly once'
+            WHEN duplicate_slots > 0 THEN length(candidates) || ' candidates hold ' || length(list_distinct(candidates)) || ' distinct items; rule: candidates are unique within a row'
+            WHEN length(candidates) = 1 AND abs(propensity - 1) > $single_candidate_tolerance THEN 'propensity ' || propensity || ' for the only candidate; rule: softmax over M = 1 candidate gives exactly 1 (p*M in (0, M])'
+            WHEN off_catalog_items > 0 THEN off_catalog_items || ' item id(s) not in the catalog, e.g. ' || off_catalog_example || ' (in ' || off_catalog_fields || ')'
             WHEN negative_fields <> '' THEN negative_fields || ' < 0'
             WHEN NOT policy_ok THEN 'logging_policy ' || logging_policy || ' is not softmax(tau=X) or softmax(score/T, T=X) <ranker> with X > 0'
             WHEN strftime(event_time AT TIME ZONE 'UTC', '%Y-%m') <> $month THEN 'event_time ' || event_time || ' outside ' || $month

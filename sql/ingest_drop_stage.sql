@@ -2,3 +2,4 @@
 DROP TABLE IF EXISTS staging.ingest_violations;
 DROP TABLE IF EXISTS staging.validate_batch;
 DROP TABLE IF EXISTS staging.ingest_stage;
+DROP TABLE IF EXISTS staging.ingest_catalog;

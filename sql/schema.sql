@@ -108,3 +108,16 @@ CREATE TABLE IF NOT EXISTS interactions (
     position        INTEGER     NOT NULL,
     source_file     VARCHAR     NOT NULL
 );
+
+-- interactions_quarantine: landed interactions that broke a rule (item_not_in_catalog: an item the catalog does not
+-- hold), kept with the rule and a detail instead of reaching `interactions` (and the ranker arms' refits).
+CREATE TABLE IF NOT EXISTS interactions_quarantine (
+    month           VARCHAR     NOT NULL,
+    rule            VARCHAR     NOT NULL,
+    detail          VARCHAR     NOT NULL,
+    user_id         BIGINT,
+    item_id         BIGINT,
+    event_time      TIMESTAMPTZ,
+    position        INTEGER,
+    source_file     VARCHAR     NOT NULL
+);

@@ -81,7 +81,7 @@ def test_the_suite_runs_as_sql_aggregates_never_through_pandas(ingested, monkeyp
 
     monkeypatch.setattr(wh, "run", spy)
     summary = validate_month(wh, MONTH, ARMS)
-    assert summary.rows > 2000 and summary.evaluated == 28 and max(sizes) < 100
+    assert summary.rows > 2000 and summary.evaluated == 32 and max(sizes) < 100
     assert wh.con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = 'staging'").fetchall() == [(0,)]
     monkeypatch.setattr(validation, "MAX_GX_QUERY_ROWS", 0)  # a query returning more than the cap: said, not cut
     with pytest.raises(Exception, match="more than 0 rows"):

@@ -104,6 +104,18 @@ class ArmsConfig:
     update_max_examples: int = field(
         default=0, metadata={"min": 0, "help": "Logged rows per LLM-arm update (seeded, proportional); 0 = update.max_examples."}
     )
+    gate_max_top_weight_share: float = field(
+        default=0.5,
+        metadata={"help": "Off-policy gate: the challenger fails (closed) when its largest SNIPS weights (the top "
+                          "arms.gate_top_weight_fraction of the arm's month rows, at least one) carry more than this "
+                          "share of the total weight (a few rows with impossible or tiny logged propensities decide "
+                          "the estimate); 1 disables."},
+    )
+    gate_top_weight_fraction: float = field(
+        default=0.01,
+        metadata={"help": "Off-policy gate: the share of rows whose weights arms.gate_max_top_weight_share caps "
+                          "(k = max(1, ceil(fraction * n)) largest weights)."},
+    )
     gate_min_ess: float = field(
         default=10.0,
         metadata={"min": 0, "help": "Off-policy gate: the challenger fails (closed) when the effective sample size of its SNIPS "

@@ -16,6 +16,7 @@ import contextlib
 import functools
 import hashlib
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -26,6 +27,8 @@ from typing import Any
 
 from abpo import registry
 from abpo.arms import history, names
+
+log = logging.getLogger(__name__)
 
 PREFIX = names.MODEL_PREFIX
 EXPERIMENT = "abpo-arms"
@@ -116,6 +119,43 @@ def log_arm_model(cfg, arm: str, local_dir: str | Path) -> str:
     return names.arm_class(arm).log_model(cfg, local_dir)
 
 
+def orphaned_logged_models(cfg) -> list[dict[str, str]]:
+    """The arms' logged models that no registered version uses and whose run is over (a killed or failed update
+    logged the model, then never registered it): model id, name, run id, run status and artifact location, oldest
+    first. `abpo arms status` lists them; a run still RUNNING is a live task's (or a killed one's not yet marked
+    KILLED by its next attempt) and is listed only when it is not the newest of its task."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    registry.configure(cfg)
+    exp = mlflow.get_experiment_by_name(registry.experiment_name(cfg, EXPERIMENT))
+    if exp is None:
+        return []
+    client = MlflowClient()
+    used = set()
+    for arm in names.ARMS:
+        try:
+            versions = client.search_model_versions(f"name='{model_name(arm, cfg)}'")
+        except Exception:  # noqa: BLE001 - an arm never registered has no versions
+            versions = []
+        used.update(registry.logged_model_id(mv) for mv in versions)
+    out = []
+    for lm in client.search_logged_models(experiment_ids=[exp.experiment_id]):
+        if lm.model_id in used:
+            continue
+        status = ""
+        if lm.source_run_id:
+            try:
+                status = client.get_run(lm.source_run_id).info.status
+            except Exception:  # noqa: BLE001 - its run deleted
+                status = "DELETED"
+        if status == "RUNNING":
+            continue
+        out.append({"model_id": lm.model_id, "name": lm.name, "run_id": lm.source_run_id or "", "run_status": status,
+                    "created": str(lm.creation_timestamp), "artifacts": str(lm.artifact_location)})
+    return sorted(out, key=lambda d: d["created"])
+
+
 def register_version(cfg, arm: str, model_uri: str, run_id: str, tags: dict[str, str], alias: str | None):
     """Register ``model_uri`` (logged by ``run_id``) as a version of the arm's model with ``tags``; a retry of the
     same run reuses the version that run already registered. Sets ``alias`` on it."""
@@ -161,19 +201,100 @@ def set_tags(cfg, arm: str, version: str | int, tags: dict[str, Any]) -> None:
 
 
 def local_dir(cfg, arm: str, version: str | int) -> Path:
-    """The version's checkpoint (or ranker files) as a local directory: downloaded from the registry once into
-    ``<paths.models>/registry/<model>/v<version>`` (versions are immutable, so the copy never goes stale)."""
+    """The version's checkpoint (or ranker files) as a local directory: downloaded from the registry into
+    ``<paths.models>/registry/<model>/v<version>``, with the size and sha256 of every file recorded in its
+    ``.complete`` marker. Each use verifies the copy against them (and every ``*.safetensors`` against its own
+    header, abpo.registry.safetensors_problem); a copy that fails (a truncated model.safetensors, a marker of an
+    older abpo without checksums) is logged and downloaded again. A download that cannot be written (a full disk)
+    or a fresh copy that still fails raises abpo.registry.ModelFilesDamaged naming the file."""
+    import shutil
+
     dst = cfg.paths.resolve("models") / "registry" / model_name(arm, cfg) / f"v{version}"
     done = dst / ".complete"
-    if not done.exists():
-        import shutil
+    for attempt in (1, 2):
+        if done.exists():
+            why = _cache_problem(dst, done)
+            if why is None:
+                return dst / json.loads(done.read_text())["path"]
+            log.warning("%s: the cached copy of %s v%s fails its check (%s); downloading it again", dst,
+                        model_name(arm, cfg), version, why)
+            if attempt == 2:
+                raise registry.ModelFilesDamaged(
+                    f"{dst}: the copy of {model_name(arm, cfg)} v{version} downloaded again still fails its check "
+                    f"({why}); rule: a model is used only when its files match the registry's")
+        try:
+            if dst.exists():
+                shutil.rmtree(dst)
+            dst.mkdir(parents=True)
+            path = registry.download_model_dir(cfg, str(version), dst=dst, name=model_name(arm, cfg))
+            files = {str(f.relative_to(dst)): {"size": f.stat().st_size, "sha256": _sha256(f)}
+                     for f in sorted(dst.rglob("*")) if f.is_file() and f != done}
+            tmp = dst / ".complete.tmp"
+            tmp.write_text(json.dumps({"path": str(path.relative_to(dst)), "files": files}))
+            os.replace(tmp, done)
+        except Exception as e:
+            shutil.rmtree(dst, ignore_errors=True)  # no half-written copy is left to be taken for a whole one
+            os_error = _os_error_in(e)
+            if os_error is None:
+                raise
+            raise registry.ModelFilesDamaged(
+                f"{getattr(os_error, 'filename', None) or dst}: downloading {model_name(arm, cfg)} v{version} failed "
+                f"({os_error.strerror or os_error}); rule: {cfg.paths.resolve('models')} must be writable with free "
+                "space for the model's files; nothing was kept") from e
+    raise AssertionError("unreachable")
 
-        if dst.exists():
-            shutil.rmtree(dst)
-        dst.mkdir(parents=True)
-        path = registry.download_model_dir(cfg, str(version), dst=dst, name=model_name(arm, cfg))
-        done.write_text(str(path.relative_to(dst)))
-    return dst / done.read_text()
+
+def _os_error_in(e: BaseException) -> OSError | None:
+    """The OSError (a full disk, an unwritable directory) in ``e``'s chain of causes, if any: MLflow's download wraps
+    it in its own exceptions."""
+    import re
+
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, OSError) and e.errno is not None:
+            return e
+        # MLflow's download collects per-file failures into one MlflowException message ("[Errno 28] No space left on
+        # device: 'src' -> 'dst'"), without the OSError as a cause
+        m = re.search(r"\[Errno (\d+)\] ([^:\n]+)(?:: '[^'\n]*'(?: -> '([^'\n]*)')?)?", str(e))
+        if m is not None:
+            return OSError(int(m.group(1)), m.group(2), m.group(3) or None)
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _cache_problem(dst: Path, done: Path) -> str | None:
+    """Why the cached copy in ``dst`` cannot be used, or None: every file recorded in the ``.complete`` marker with
+    its size and sha256, and every ``*.safetensors`` whole."""
+    try:
+        marker = json.loads(done.read_text())
+        files = marker["files"]
+        marker["path"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"{done}: no checksums recorded (an older or damaged marker)"
+    for rel, want in files.items():
+        f = dst / rel
+        try:
+            size = f.stat().st_size
+        except OSError:
+            return f"{f}: missing"
+        if size != want["size"]:
+            return f"{f}: {size} bytes, {want['size']} when downloaded"
+        if _sha256(f) != want["sha256"]:
+            return f"{f}: sha256 differs from the download's"
+    for f in sorted(dst.rglob("*.safetensors")):
+        why = registry.safetensors_problem(f)
+        if why is not None:
+            return f"{f}: {why}"
+    return None
 
 
 def load_arm(cfg, arm: str, dataset, ref: str = registry.CHAMPION):

@@ -179,6 +179,9 @@ def run(args: argparse.Namespace, cfg) -> int:
                 mv = arm_versions.get_version(cfg, arm, alias)
                 shown = json.dumps(arm_versions.version_info(mv)) if mv is not None else "none"
                 print(f"{arm_versions.model_name(arm, cfg):<22} {alias:<10} {shown}")
+        for o in arm_versions.orphaned_logged_models(cfg):  # what a killed update logged and never registered
+            print(f"orphaned logged model {o['model_id']} ({o['name']}): run {o['run_id']} {o['run_status']}, never "
+                  f"registered; artifacts {o['artifacts']}")
     return 0
 
 

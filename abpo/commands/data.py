@@ -153,10 +153,13 @@ def cmd_prepare(args, cfg) -> int:
 def cmd_synth(args, cfg) -> int:
     from abpo.data.schemas import write_impressions
     from abpo.data.synthetic import synthetic_impressions
+    from abpo.warehouse import config_catalog
 
     landing = args.landing or cfg.paths.location("landing")
+    catalog = config_catalog(cfg)  # the ingest checks the items against it (item_not_in_catalog)
     table, injected = synthetic_impressions(
-        args.n, args.month, seed=cfg.data.seed, arms=tuple(cfg.data.known_arms), violation_rate=args.violation_rate
+        args.n, args.month, seed=cfg.data.seed, arms=tuple(cfg.data.known_arms), violation_rate=args.violation_rate,
+        item_ids=catalog, n_items=min(5_000, len(catalog)),
     )
     path = write_impressions(table, landing, args.month, part="synthetic")
     print(f"wrote {table.num_rows} impressions to {path}; injected violations: {dict(injected) or 'none'}")

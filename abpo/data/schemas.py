@@ -53,12 +53,25 @@ RULES = (
     "propensity_out_of_range",
     "clicked_not_binary",
     "item_not_in_candidates",
+    "logged_item_not_once",
+    "duplicate_candidates",
+    "propensity_inconsistent",
+    "item_not_in_catalog",
     "negative_field",
     "unknown_logging_policy",
     "event_time_outside_month",
     "served_at_out_of_range",
     "duplicate_impression_id",
 )
+
+# propensity_inconsistent: a row whose propensity no exact softmax over its candidates can give. The logging rules
+# (softmax(tau=X) over an LLM's mean token log-probs in (-inf, 0]; softmax(score/T) over a ranker's scores, ALS dot
+# products unbounded) put no finite bound on the score gap, so for M >= 2 unique candidates every p in (0, 1] is
+# reachable: p*M lies in (0, M] and nothing tighter holds for every exact propensity (a float softmax may even round
+# a dominant p to 1.0). What holds exactly: M = 1 gives p = 1 (softmax over one score is exp(0)/exp(0)); a writer
+# storing float32 may round, hence the tolerance. The weight a low-propensity row can carry is bounded at the gate
+# instead (arms.gate_max_top_weight_share), and M is bounded by the catalog (unique candidates, item_not_in_catalog).
+SINGLE_CANDIDATE_PROPENSITY_TOLERANCE = 1e-6
 
 # The stochastic logging rules the contract knows (rule unknown_logging_policy; RE2 and Python syntax alike): what the LLM
 # arms and abpo.policy.bandit write, softmax(tau=X), and what the ranker arms write, softmax(score/T, T=X) <ranker>.

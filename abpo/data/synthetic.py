@@ -17,6 +17,11 @@ from abpo.data.schemas import IMPRESSIONS_SCHEMA, RULES, SCHEMA_VERSION, check_m
 from abpo.months import Month
 
 DEFAULT_ARMS = ("abpo", "grpo", "ml_retrain", "popularity")
+# The contract rules this generator breaks (one per bad row), in the order its draws use. The later rules
+# (logged_item_not_once, duplicate_candidates, propensity_inconsistent, item_not_in_catalog) are not injected: the
+# draws of every seed stay as they were, and the tests build those rows by hand.
+INJECTED_RULES = tuple(r for r in RULES if r not in (
+    "logged_item_not_once", "duplicate_candidates", "propensity_inconsistent", "item_not_in_catalog"))
 _NULLABLE_TARGETS = ("user_id", "model_version", "propensity", "clicked", "event_time", "request_id")
 
 
@@ -45,6 +50,7 @@ def synthetic_impressions(
     history_len: int = 10,
     violation_rate: float = 0.0,
     id_prefix: str = "",
+    item_ids=None,
 ) -> tuple[pa.Table, Counter]:
     """``n`` impressions dated inside ``month`` and the number of rows broken per rule.
 
@@ -52,12 +58,21 @@ def synthetic_impressions(
     arm's ``ctr`` (default 0.10 + 0.01 * (len(arms) - index), so arms differ). Candidates are
     ``n_candidates`` distinct items; the exposed one is drawn uniformly and its propensity is a
     Beta(2, 8) draw (synthetic: not a real policy's softmax). Violations replace one field of a
-    clean row; a duplicate_impression_id row copies the id of an earlier clean row.
+    clean row; a duplicate_impression_id row copies the id of an earlier clean row. Item ids are 1..n_items, or
+    with ``item_ids`` (a catalog: `abpo data synth` passes the config's dataset) the first n_items of its sorted ids,
+    so the rows pass the ingest's catalog check (item_not_in_catalog); an item_not_in_candidates row's item lies
+    outside both.
     """
     if n < 0 or not 0.0 <= violation_rate <= 1.0:
         raise ValueError(f"n={n}, violation_rate={violation_rate}: need n >= 0 and a rate in [0, 1]")
     if n_candidates > n_items:
         raise ValueError(f"n_candidates={n_candidates} > n_items={n_items}")
+    ids = np.arange(1, n_items + 1, dtype=np.int64)
+    if item_ids is not None:
+        ids = np.unique(np.asarray(list(item_ids), dtype=np.int64))
+        if ids.size < n_items:
+            raise ValueError(f"item_ids: {ids.size} distinct ids < n_items={n_items}")
+        ids = ids[:n_items]
     rng = np.random.default_rng([seed, 0x1A7E])
     start_us, end_us = month_bounds_us(month)
     ctr = ctr or {a: 0.10 + 0.01 * (len(arms) - i) for i, a in enumerate(arms)}
@@ -67,8 +82,8 @@ def synthetic_impressions(
     arm = np.asarray(arms, dtype=object)[arm_idx]
     event_us = rng.integers(start_us, end_us, size=n, dtype=np.int64)
     served_us = event_us - rng.integers(5_000, 200_000, size=n, dtype=np.int64)
-    history = rng.integers(1, n_items + 1, size=n * history_len, dtype=np.int64)
-    perm = rng.permutation(n_items).astype(np.int64) + 1
+    history = ids[rng.integers(1, n_items + 1, size=n * history_len, dtype=np.int64) - 1]
+    perm = ids[rng.permutation(n_items).astype(np.int64)]
     first = rng.integers(0, n_items, size=n, dtype=np.int64)
     cand = perm[(first[:, None] + np.arange(n_candidates)[None, :]) % n_items]  # distinct within a row
     slot = rng.integers(0, n_candidates, size=n)
@@ -90,11 +105,11 @@ def synthetic_impressions(
     n_bad = int(round(violation_rate * n))
     if n_bad:
         bad = np.sort(rng.choice(np.arange(1, n), size=min(n_bad, n - 1), replace=False))
-        rule = rng.integers(0, len(RULES), size=len(bad))
+        rule = rng.integers(0, len(INJECTED_RULES), size=len(bad))
         is_bad = np.zeros(n, dtype=bool)
         is_bad[bad] = True
         imp_ids = impression_id.to_numpy(zero_copy_only=False).astype(object)
-        for r, name in enumerate(RULES):
+        for r, name in enumerate(INJECTED_RULES):
             rows = bad[rule == r]
             injected[name] = len(rows)
             if not len(rows):
@@ -122,7 +137,7 @@ def synthetic_impressions(
             elif name == "clicked_not_binary":
                 clicked[rows] = rng.choice(np.array([2, -1], dtype=np.int8), size=len(rows))
             elif name == "item_not_in_candidates":
-                item[rows] = n_items + 1 + rows  # outside the catalog, hence outside every candidate set
+                item[rows] = ids[-1] + 1 + rows  # outside the catalog, hence outside every candidate set
             elif name == "event_time_outside_month":
                 event_us[rows] = start_us - rng.integers(1, 86_400_000_000, size=len(rows))
             elif name == "duplicate_impression_id":

@@ -8,6 +8,8 @@ set (docs/ABPO_SPEC.md "Propensities"). With w_i = e_pi(a_i|q_i) / e0(a_i|q_i):
     IPS   = (1/n) sum_i w_i y_i                       unbiased when e0 > 0 wherever e_pi > 0
     SNIPS = sum_i w_i y_i / sum_i w_i                 self-normalised: biased O(1/n), much lower variance
     ESS   = (sum_i w_i)^2 / sum_i w_i^2               Kish effective sample size of the weights
+    TOP_k = sum_{i <= k} w_(i) / sum_i w_i            share of the weight carried by the k largest weights
+                                                      (w_(1) >= w_(2) >= ...), k = max(1, ceil(f * n))
 
 Standard errors: IPS, the sample std of w_i y_i over sqrt(n); SNIPS, the delta method
 sqrt(sum_i w_i^2 (y_i - SNIPS)^2) / sum_i w_i.
@@ -140,3 +142,21 @@ def compare_snips(
     lo, hi = (float(np.quantile(d, alpha)), float(np.quantile(d, 1 - alpha))) if d.size else (math.nan, math.nan)
     return SnipsComparison(n=int(y.shape[0]), challenger=ch, champion=cp, diff=ch.snips - cp.snips, ci_low=lo,
                            ci_high=hi, confidence=confidence, n_boot=n_boot)
+
+
+def top_weight_share(weights: Sequence[float], fraction: float) -> tuple[float, int]:
+    """Eq. TOP_k of the module docstring: (the share of sum_i w_i carried by the k = max(1, ceil(fraction * n))
+    largest weights, k). A handful of rows with impossible or tiny logged propensities carry almost all the weight
+    of a SNIPS estimate; the gate caps this share (arms.gate_max_top_weight_share). NaN when the weights are not
+    finite or sum to 0 (the gate fails closed on it)."""
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"top_weight_share: fraction {fraction}; rule: in (0, 1]")
+    w = _as_array(weights, "weights")
+    if w.size == 0:
+        raise ValueError("top_weight_share: no weights; rule: at least one logged impression")
+    k = max(1, math.ceil(fraction * w.size))
+    total = float(w.sum())
+    if not math.isfinite(total) or total <= 0 or not np.all(np.isfinite(w)):
+        return math.nan, k
+    top = float(np.partition(w, w.size - k)[w.size - k:].sum())
+    return top / total, k

@@ -115,6 +115,10 @@ def check_model(cfg, path: Path) -> dict[str, Any]:
     if not (path / "config.json").exists() and not (path / "adapter_config.json").exists():
         raise ModelRefused(f"{path / 'config.json'}: missing; rule: a Hugging Face save_pretrained directory "
                            "(config.json, the weights, the tokenizer files)")
+    try:
+        core_registry.check_weights(path)  # a truncated *.safetensors: one line naming it (not SafetensorError's traceback)
+    except core_registry.ModelFilesDamaged as e:
+        raise ModelRefused(str(e)) from e
     ds, splits = dataset_and_splits(cfg)
     titles = ds.titles()
     examples = build_eval_examples(splits, ds, cfg.data)[:CHECK_REQUESTS]

@@ -8,8 +8,10 @@
                  warehouse's users, each one's last interaction through the month as target, whose impressions no
                  update trains on (``warehouse``)
     off-policy   the SNIPS CTR on the arm's month logs: the bootstrap lower bound of (challenger - champion) at least
-                 -``arms.gate_ope_margin``, the estimate finite and its effective sample size at least
-                 ``arms.gate_min_ess`` (fails closed)
+                 -``arms.gate_ope_margin``, the estimate finite, its effective sample size at least
+                 ``arms.gate_min_ess`` and the share of the total weight carried by its largest weights (the top
+                 ``arms.gate_top_weight_fraction`` of the rows) at most ``arms.gate_max_top_weight_share`` (fails
+                 closed)
 
 The decision is :func:`gate_verdict`, a pure function of those numbers; :func:`gate_arm` computes them (scoring,
 the warehouse's logs), applies it, and records every number in MLflow: metrics of the versions' LoggedModels (the
@@ -60,7 +62,8 @@ class GateVerdict:
     offline: dict[str, Any] = dataclasses.field(default_factory=dict)  # PairedTest's numbers ({} when not finite)
 
 
-def ope_verdict(ope: dict[str, Any], margin: float, min_ess: float) -> tuple[bool, str]:
+def ope_verdict(ope: dict[str, Any], margin: float, min_ess: float,
+                max_top_share: float = 1.0) -> tuple[bool, str]:
     """The off-policy check of the gate, failing closed: a non-finite estimate (a NaN SNIPS, interval or effective
     sample size: e.g. a logged propensity so small that its weight overflowed) or an effective sample size below
     ``min_ess`` fails, whatever the interval says; otherwise the interval's lower bound must be >= -``margin``."""
@@ -69,6 +72,11 @@ def ope_verdict(ope: dict[str, Any], margin: float, min_ess: float) -> tuple[boo
     if bad:
         return False, (f"off-policy estimate not finite ({', '.join(f'{k} {ope.get(k)}' for k in bad)}) on "
                        f"{ope.get('n')} rows: fails closed")
+    top = ope.get("challenger_top_weight_share")
+    if top is not None and not (isinstance(top, (int, float)) and float(top) <= max_top_share):
+        return False, (f"off-policy weights: the {ope.get('top_weight_rows')} largest of {ope.get('n')} rows carry "
+                       f"{float(top):.1%} of the challenger's total SNIPS weight > arms.gate_max_top_weight_share "
+                       f"{max_top_share:g}: fails closed (SNIPS diff {ope['diff']:+.4f})")
     if ope["challenger_ess"] < min_ess:
         return False, (f"off-policy effective sample size {ope['challenger_ess']:.1f} of {ope.get('n')} rows < "
                        f"arms.gate_min_ess {min_ess:g}: fails closed (SNIPS diff {ope['diff']:+.4f})")
@@ -112,11 +120,11 @@ def offline_verdict(*, metric: str, challenger_ranks: Sequence[int], champion_ra
 def gate_verdict(*, metric: str, challenger_ranks: Sequence[int], champion_ranks: Sequence[int], margin: float,
                  challenger_version: str, champion_version: str, alpha: float = 0.025, power: float = 0.8,
                  ope: dict[str, Any] | None = None, ope_margin: float = 0.0, min_ess: float = 0.0,
-                 month: str | None = None) -> GateVerdict:
+                 month: str | None = None, max_top_share: float = 1.0) -> GateVerdict:
     """The gate's decision, a pure function of the numbers (no registry, no MLflow). Offline:
     :func:`offline_verdict` on both versions' per-user target ranks (the same users, the same order) at ``margin``,
     ``alpha`` (``power`` only sizes the reported MDE). Off-policy (when ``ope`` is given): :func:`ope_verdict` with
-    ``ope_margin`` and ``min_ess``. Both must pass."""
+    ``ope_margin``, ``min_ess`` and ``max_top_share``. Both must pass."""
     offline_ok, why, numbers = offline_verdict(metric=metric, challenger_ranks=challenger_ranks,
                                                champion_ranks=champion_ranks, margin=margin, alpha=alpha, power=power,
                                                challenger_version=challenger_version,
@@ -124,7 +132,7 @@ def gate_verdict(*, metric: str, challenger_ranks: Sequence[int], champion_ranks
     reasons = [why]
     ope_ok = True
     if ope is not None:
-        ope_ok, why = ope_verdict(ope, ope_margin, min_ess)
+        ope_ok, why = ope_verdict(ope, ope_margin, min_ess, max_top_share)
         reasons.append(f"{why} ({month})" if month else why)
     return GateVerdict(offline_ok and ope_ok, offline_ok, ope_ok, "; ".join(reasons), numbers)
 
@@ -364,7 +372,7 @@ def off_policy_gate(cfg, arm: str, version: str, month: str, *, champion: str | 
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from abpo.evaluation.off_policy import compare_snips
+    from abpo.evaluation.off_policy import compare_snips, top_weight_share
     from abpo.warehouse import open_warehouse
 
     ds, _ = dataset_and_splits(cfg)
@@ -387,12 +395,15 @@ def off_policy_gate(cfg, arm: str, version: str, month: str, *, champion: str | 
     e0 = np.asarray(rows.column("propensity").to_pylist(), dtype=np.float64)
     logged_by_champion = set(rows.column("model_version").to_pylist()) == {str(champ.version)}
     e_champ = e0 if logged_by_champion else target(str(champ.version))
-    cmp = compare_snips(rows.column("clicked").to_pylist(), e0, target(str(version)), e_champ,
+    e_new = target(str(version))
+    cmp = compare_snips(rows.column("clicked").to_pylist(), e0, e_new, e_champ,
                         n_boot=cfg.arms.gate_ope_bootstrap, seed=cfg.seed)
+    top_share, top_rows = top_weight_share(e_new / e0, cfg.arms.gate_top_weight_fraction)
     return {"n": cmp.n, "challenger_snips": cmp.challenger.snips, "champion_snips": cmp.champion.snips,
             "diff": cmp.diff, "ci_low": cmp.ci_low, "ci_high": cmp.ci_high, "confidence": cmp.confidence,
             "challenger_ess": cmp.challenger.ess, "champion_ess": cmp.champion.ess,
-            "challenger_max_weight": cmp.challenger.max_weight}
+            "challenger_max_weight": cmp.challenger.max_weight, "challenger_top_weight_share": top_share,
+            "top_weight_rows": top_rows}
 
 
 PAIRED_NUMBERS = ("n", "challenger", "champion", "diff", "se", "lower", "margin", "alpha", "p_value", "power", "mde",
@@ -454,7 +465,8 @@ def gate_arm(cfg, arm: str, version: str, month: str | None = None) -> GateResul
     verdict = gate_verdict(metric=metric, challenger_ranks=new_ranks, champion_ranks=ch_ranks,
                            margin=cfg.arms.gate_margin, alpha=cfg.arms.gate_alpha, power=cfg.arms.gate_power,
                            challenger_version=str(version), champion_version=str(champ.version), ope=ope,
-                           ope_margin=cfg.arms.gate_ope_margin, min_ess=cfg.arms.gate_min_ess, month=month)
+                           ope_margin=cfg.arms.gate_ope_margin, min_ess=cfg.arms.gate_min_ess, month=month,
+                           max_top_share=cfg.arms.gate_max_top_weight_share)
     passed, reason = verdict.passed, verdict.reason
     log.info(f"gate {arm}: {'PASS' if passed else 'FAIL'}: {reason}")
     arm_versions.set_tags(cfg, arm, version, {"gate.verdict": "pass" if passed else "fail", "gate.reason": reason[:4900],

@@ -23,11 +23,11 @@ class IngestResult(StepResult):
 
 
 def ingest_and_validate(cfg, month: Month, *, force: bool = False) -> IngestResult:
-    from abpo.warehouse import ingest_with_config, open_warehouse
+    from abpo.warehouse import config_catalog, ingest_with_config, open_warehouse
 
     report, _ = ingest_with_config(cfg, Month(month), force=force)  # every contract and audit setting of section data
     with open_warehouse(cfg) as wh:  # then what users consumed, when it landed (the ranker arms' refits read it)
-        interactions = wh.ingest_interactions(cfg.paths.location("landing"), Month(month))
+        interactions = wh.ingest_interactions(cfg.paths.location("landing"), Month(month), catalog=config_catalog(cfg))
     return IngestResult(rows_in=report.rows_in, rows_clean=report.rows_clean,
                         quarantined=dict(report.quarantined_by_rule), validation=report.audit.path,
                         warehouse=str(cfg.paths.resolve("warehouse")), interactions=interactions)

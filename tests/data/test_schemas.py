@@ -10,7 +10,7 @@ from abpo.data.schemas import (
     schema_problems,
     write_impressions,
 )
-from abpo.data.synthetic import RULES, synthetic_impressions
+from abpo.data.synthetic import INJECTED_RULES, synthetic_impressions
 
 
 def test_contract_columns_and_docs():
@@ -77,4 +77,4 @@ def test_synthetic_impressions_are_valid_and_seeded():
     assert all(0 < r["propensity"] <= 1 and r["clicked"] in (0, 1) for r in rows)
     assert len(set(a.column("impression_id").to_pylist())) == 2000
     _, inj = synthetic_impressions(10_000, "2025-02", violation_rate=0.07)
-    assert sum(inj.values()) == 700 and set(inj) == set(RULES)
+    assert sum(inj.values()) == 700 and set(inj) == set(INJECTED_RULES)

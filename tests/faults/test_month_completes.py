@@ -11,14 +11,15 @@ from abpo.config import load_config
 from abpo.data.schemas import write_impressions
 from abpo.data.synthetic import synthetic_impressions
 from abpo.monthly.report import report_to_date, require_previous_month
-from abpo.warehouse import ingest_with_config
+from abpo.warehouse import config_catalog, ingest_with_config
 
 
 def test_a_month_with_a_zero_click_and_an_all_click_arm_completes(state):
     cfg = load_config("tiny")
     ctr = {"abpo": 0.0, "grpo": 1.0, "ml_retrain": 0.2, "popularity": 0.1}
     for month in ("2026-01", "2026-02"):
-        table, _ = synthetic_impressions(800, month, seed=3, violation_rate=0.0, ctr=ctr, n_users=300)
+        table, _ = synthetic_impressions(800, month, seed=3, violation_rate=0.0, ctr=ctr, n_users=300,
+                                        item_ids=config_catalog(cfg))
         write_impressions(table, cfg.paths.resolve("landing"), month, part="sim")
         report, _ = ingest_with_config(cfg, month)
         assert report.rows_quarantined == 0 and report.audit.success

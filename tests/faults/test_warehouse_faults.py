@@ -26,8 +26,16 @@ def land(state: Path, table: pa.Table, month: str = MONTH, part: str = "a") -> P
     return write_impressions(table, state / "landing", month, part=part)
 
 
+def catalog() -> list[int]:
+    """The tiny preset's catalog (the bundled MovieLens items): what `abpo ingest` checks items against."""
+    from abpo.config import load_config
+    from abpo.warehouse import config_catalog
+
+    return config_catalog(load_config("tiny"))
+
+
 def clean_table(n: int = 50, month: str = MONTH, seed: int = 0, prefix: str = "") -> pa.Table:
-    return synthetic_impressions(n, month, seed=seed, violation_rate=0.0, id_prefix=prefix)[0]
+    return synthetic_impressions(n, month, seed=seed, violation_rate=0.0, id_prefix=prefix, item_ids=catalog())[0]
 
 
 def with_row(table: pa.Table, i: int, **values) -> pa.Table:

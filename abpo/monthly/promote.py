@@ -31,6 +31,7 @@ def promote_arm(cfg, arm: str, gate: GateResult, month: str = "") -> PromoteResu
     """Move the arm's champion to the gated challenger when the gate passed; otherwise leave it where it was."""
     why = ""
     promoted = bool(gate.passed)
+    already = False  # the promotion was done before (a retry, a rerun of a completed month): the champion did not move now
     if gate.passed:
         try:
             out = arm_versions.promote(cfg, arm, gate.version, expected_champion=gate.champion_version,
@@ -38,6 +39,7 @@ def promote_arm(cfg, arm: str, gate: GateResult, month: str = "") -> PromoteResu
                                        verdict=f"pass: {gate.reason}"[:4900], month=month, respect_pin=True)
             if out.get("promoted") == "false":
                 promoted, why = False, out.get("reason", "pinned: not promoted")
+            already = out.get("already") == "true"
         except arm_versions.ChampionMoved as e:
             promoted, why = False, str(e)
         if promoted:
@@ -49,4 +51,4 @@ def promote_arm(cfg, arm: str, gate: GateResult, month: str = "") -> PromoteResu
     now = str(arm_versions.get_version(cfg, arm, CHAMPION).version)
     return PromoteResult(arm=arm, champion_version=now, promoted=promoted,
                          previous_version=str(gate.champion_version),
-                         moved=promoted and now != str(gate.champion_version), reason=why)
+                         moved=promoted and not already and now != str(gate.champion_version), reason=why)

@@ -61,9 +61,6 @@ def one_line_refusal(rc: int, err: str) -> str:
 # ----------------------------------------------------------------------------------------------- item 2: the registry
 @pytest.mark.parametrize("store", ["missing", "zero-byte"])
 def test_a_lost_mlflow_db_is_refused_by_status_and_by_the_month_never_rebootstrapped(state, abpo, store):
-    from abpo.monthly.bootstrap import RegistryLost, bootstrap
-    from abpo.monthly.common import retry_or_fail
-
     cfg = load_config("tiny")
     complete(cfg, "2026-01", "2026-02")
     db = state / "mlflow.db"
@@ -74,6 +71,9 @@ def test_a_lost_mlflow_db_is_refused_by_status_and_by_the_month_never_rebootstra
     assert f"{db}: the MLflow store is {'missing' if store == 'missing' else 'empty (0 bytes)'}" in err
     assert "registry_matches_state" in err and "2 completed month(s) (2026-01..2026-02)" in err
     assert "abpo arms bootstrap" in err and "abpo arms month --force" in err
+    from abpo.monthly.bootstrap import RegistryLost, bootstrap
+    from abpo.monthly.common import retry_or_fail
+
     # the month (the DAG's bootstrap task and `abpo arms month` run this step first): refused before anything
     with pytest.raises(RegistryLost, match="registry_matches_state") as info:
         bootstrap(cfg, "2026-03")
@@ -88,7 +88,6 @@ def test_a_store_with_none_of_the_arms_models_is_refused_and_a_fresh_state_is_no
     from mlflow import MlflowClient
 
     from abpo import registry
-    from abpo.monthly.bootstrap import require_registry
 
     cfg = load_config("tiny")
     assert abpo("arms", "status")[0] == 0  # a fresh state (no completed month): no champions yet, nothing refused
@@ -98,6 +97,8 @@ def test_a_store_with_none_of_the_arms_models_is_refused_and_a_fresh_state_is_no
     err = one_line_refusal(*abpo("arms", "status")[::2])
     assert "MLflow store sqlite:///" in err and "holds none of the arms' registered models (abpo-arm-abpo" in err
     assert "registry_matches_state" in err
+    from abpo.monthly.bootstrap import require_registry
+
     require_registry(cfg, force=True)  # --force: starting over on purpose
     MlflowClient().create_registered_model("abpo-arm-abpo")  # one arm's model: the store is the state's
     rc, out, _ = abpo("arms", "status")
@@ -106,9 +107,6 @@ def test_a_store_with_none_of_the_arms_models_is_refused_and_a_fresh_state_is_no
 
 # ------------------------------------------------------------------------------------------- item 9: months in order
 def test_an_ingest_older_than_the_last_completed_month_is_refused_unless_forced(state, abpo):
-    from abpo.monthly.common import retry_or_fail
-    from abpo.monthly.ingest import ingest_and_validate
-    from abpo.monthly.report import MonthOutOfOrder, require_previous_month
     from abpo.warehouse import open_warehouse
 
     cfg = load_config("tiny")
@@ -123,6 +121,10 @@ def test_an_ingest_older_than_the_last_completed_month_is_refused_unless_forced(
     assert "abpo ingest: month 2025-12: older than the last completed month 2026-02" in err
     assert "months_in_order" in err and "--force-month-order" in err
     assert months() == ["2026-01", "2026-02"]
+    from abpo.monthly.common import retry_or_fail
+    from abpo.monthly.ingest import ingest_and_validate
+    from abpo.monthly.report import MonthOutOfOrder, require_previous_month
+
     with pytest.raises(MonthOutOfOrder, match="months_in_order") as info:  # the DAG's ingest task / run_month's step
         ingest_and_validate(cfg, "2025-12")
     assert retry_or_fail(info.value) == "fail" and months() == ["2026-01", "2026-02"]

@@ -69,3 +69,38 @@ def test_a_completed_month_run_again_changes_no_version_and_no_alias(tmp_path, b
     slashed = load_config("tiny", [f"paths.root={root}/", *SMALL])
     run_month(slashed, "2026-01")
     assert registry_state(cfg) == before
+
+
+def test_task_keys_use_canonical_paths_and_the_month_start_is_recorded_once(tmp_path, monkeypatch):
+    """The cheap half of the above: ABPO_STATE=.../k1/ (a trailing slash) or .../x/../k1 gives the same task keys as
+    .../k1 (the config's hash reads canonical paths; the default relative paths hash as before); the champion a month
+    started from is recorded once, and a later champion (the month's own promotion) does not replace the record."""
+    from mlflow import MlflowClient
+
+    from abpo import registry
+    from abpo.config import load_config
+    from abpo.monthly.common import task_key
+
+    monkeypatch.delenv("ABPO_TRACKING_URI", raising=False)
+    keys = set()
+    for spelled in (f"{tmp_path}/k1", f"{tmp_path}/k1/", f"{tmp_path}/x/../k1"):
+        monkeypatch.setenv("ABPO_STATE", spelled)
+        keys.add(task_key(load_config("tiny"), "update", "abpo", "2026-04", "rows", "parent-v1"))
+    assert len(keys) == 1
+    monkeypatch.setenv("ABPO_STATE", f"{tmp_path}/k2")
+    assert task_key(load_config("tiny"), "update", "abpo", "2026-04", "rows", "parent-v1") not in keys
+
+    from abpo.monthly.common import champion_at_month_start, record_month_start
+
+    cfg = load_config("tiny")
+    registry.configure(cfg)
+    client = MlflowClient()
+    client.create_registered_model("abpo-arm-abpo")
+    for _ in range(2):
+        client.create_model_version("abpo-arm-abpo", source=(tmp_path / "nothing").as_uri())
+    client.set_registered_model_alias("abpo-arm-abpo", "champion", "1")
+    assert record_month_start(cfg, "abpo", "2026-04", "1") == "1"
+    client.set_registered_model_alias("abpo-arm-abpo", "champion", "2")  # the month's promotion
+    assert record_month_start(cfg, "abpo", "2026-04", "2") == "1"  # a rerun's bootstrap keeps the record
+    assert str(champion_at_month_start(cfg, "abpo", "2026-04").version) == "1"
+    assert str(champion_at_month_start(cfg, "abpo", "2026-05").version) == "2"  # none recorded: the champion now

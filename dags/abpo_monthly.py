@@ -24,9 +24,10 @@ The month processed is the one that just ended (the run of 2026-03-01 processes 
 `serve` never fabricates data unless `simulate` is true: without it the month must have landed
 (landing/impressions/month=YYYY-MM/), else the task fails and says where it looked.
 Config: the preset or YAML file in $ABPO_CONFIG (default `tiny`), plus the `overrides` param
-(`["arms.gate_margin=0.01", ...]`), limited to OVERRIDE_ALLOWED: whoever may trigger the DAG may tune the month's
-cycle (gate, simulator, report, update hyperparameters, seed), never where state lives, the tracking URI, the
-warehouse's settings or the data contract (those belong to the deployment's config file and environment). The
+(`["update.learning_rate=1e-4", ...]`), limited to OVERRIDE_ALLOWED: whoever may trigger the DAG may tune the month's
+cycle (simulator, report, update hyperparameters within their ranges, seed), never where state lives, the tracking
+URI, the warehouse's settings, the data contract, the gate's settings or the report's sample-ratio check (those belong
+to the deployment's config file and environment). The
 param's JSON schema refuses any other key when the run is triggered, and every task checks again.
 State lives where the config says (default var/ of the repo, or $ABPO_STATE).
 Tasks pass months and registry version numbers, never local paths.
@@ -294,8 +295,9 @@ def _skip_unless_configured(cfg, arm: str) -> None:
             [], type="array", items={"type": "string", "pattern": OVERRIDE_PATTERN},
             description="Config overrides, e.g. [\"arms.gate_margin=0.01\"]. Allowed keys only: "
             + ", ".join(OVERRIDE_ALLOWED) + " (section.* = any key of that section); paths, the tracking URI, the "
-            "dataset's location, the warehouse's settings, the data contract, the model and the other sft / update "
-            "keys belong to the deployment's config, not to a run."),
+            "dataset's location, the warehouse's settings, the data contract, the gate's settings, the report's "
+            "sample-ratio check, the model and the other sft / update keys belong to the deployment's config, not to "
+            "a run; numeric keys are range-checked (update.learning_rate > 0, ...)."),
     },
     doc_md=__doc__,
 )
@@ -306,6 +308,7 @@ def abpo_monthly():
         """The month the run processes; "" (every other task skipped, none failed) for a scheduled run whose month
         has not landed, unless the landing sensor waits for it (docs/operations.md, "Scheduling")."""
         ctx = get_current_context()
+        check_overrides(ctx["params"].get("overrides") or [])  # a refused override fails the run's first task
         month = ctx["params"].get("month") or ""
         from abpo.months import Month
 

@@ -64,10 +64,24 @@ def code_version() -> str:
     return f"abpo {abpo.__version__}" + (f" git {sha}" if sha else "")
 
 
+def _canonical_path(value: str) -> str:
+    """A path setting as one spelling: an absolute path resolved (symlinks, '..', a trailing slash: Path.resolve()),
+    a relative one normalised (so the defaults hash as they always did)."""
+    import os
+
+    p = Path(os.path.expanduser(str(value)))
+    return str(p.resolve()) if p.is_absolute() else os.path.normpath(str(value))
+
+
 def config_hash(cfg) -> str:
+    """The config's hash (lineage tag ``config_hash`` and every task key, abpo.monthly.common.task_key), with its
+    path settings canonical: ABPO_STATE=/x/k1/ and /x/k1 are one state, one hash."""
     d = cfg.to_dict()
     if not d["paths"].get("namespace"):  # added later: at its default it leaves the hash of before
         d["paths"].pop("namespace", None)
+    for k in ("root", "landing", "warehouse", "models", "reports", "mlflow_artifacts"):
+        if isinstance(d["paths"].get(k), str) and d["paths"][k]:
+            d["paths"][k] = _canonical_path(d["paths"][k])
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -601,8 +615,10 @@ def _promote_locked(cfg, arm: str, version: str, *, expected_champion, reason: s
     last = history.last_move(cfg, arm)
     if cur == version and (expected_champion is None or (
             last is not None and last.to_version == version and last.from_version == str(expected_champion))):
-        # already done (a retried promote task whose first attempt moved the alias): nothing to move
-        return {"arm": arm, "champion": cur, "previous": str(expected_champion or cur), "promoted": "true"}
+        # already done (a retried promote task whose first attempt moved the alias, a rerun of a completed month):
+        # nothing to move, nothing recorded
+        return {"arm": arm, "champion": cur, "previous": str(expected_champion or cur), "promoted": "true",
+                "already": "true"}
     hand = _record_hand_move(cfg, arm, cur, month=month)
     if expected_champion is not None and cur != str(expected_champion):
         since = [e for e in history.entries(cfg, arm) if e.moved and e.to_version == cur]

@@ -29,6 +29,9 @@ def register(sub, common: argparse.ArgumentParser) -> None:
     a.add_argument("--month", type=month_arg, required=True, help="The month to run, YYYY-MM.")
     a.add_argument("--simulate", action="store_true",
                    help="Serve the month with the simulator first (otherwise its logs must have landed).")
+    a.add_argument("--force", action="store_true",
+                   help="Start the arms over (bootstrap from pi_init) even though the state has completed months and "
+                   "its MLflow store holds none of the arms' models (refused otherwise).")
     a.set_defaults(handler=run, action="month")
 
     a = asub.add_parser("size-update", parents=[common],
@@ -116,11 +119,12 @@ def run(args: argparse.Namespace, cfg) -> int:
     if args.action == "bootstrap":
         from abpo.monthly.bootstrap import bootstrap_arms
 
+        # the explicit start-over: no abpo.monthly.bootstrap.require_registry check here
         print(json.dumps(bootstrap_arms(cfg).arms, indent=1))
     elif args.action == "month":
         from abpo.monthly.month import run_month
 
-        out = run_month(cfg, args.month, simulate=args.simulate)
+        out = run_month(cfg, args.month, simulate=args.simulate, force=args.force)
         print(f"report: {out.report.html}")
     elif args.action == "size-update":
         from pathlib import Path
@@ -173,7 +177,9 @@ def run(args: argparse.Namespace, cfg) -> int:
                     print(history_line(e))
     else:
         from abpo.arms import versions as arm_versions
+        from abpo.monthly.bootstrap import require_registry
 
+        require_registry(cfg)  # a store that lost the arms is not shown as "no champions"
         for arm in arms_of(cfg):
             for alias in (CHAMPION, CHALLENGER):
                 mv = arm_versions.get_version(cfg, arm, alias)

@@ -83,6 +83,9 @@ def register(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--no-validate", action="store_true", help="Skip the Great Expectations suite in the audit.")
     p.add_argument("--force", action="store_true",
                    help="Publish even when the month would shrink below data.ingest_min_keep_fraction (or to 0 rows).")
+    p.add_argument("--force-month-order", action="store_true",
+                   help="Ingest a month older than the last completed month that was never ingested (a backfill; "
+                   "refused otherwise: it would block the next month until its own cycle completes).")
     p.set_defaults(handler=cmd_ingest)
 
     p = sub.add_parser(
@@ -167,9 +170,11 @@ def cmd_synth(args, cfg) -> int:
 
 
 def cmd_ingest(args, cfg) -> int:
+    from abpo.monthly.report import require_month_order
     from abpo.warehouse import IngestError, ingest_with_config
 
     month = args.month  # checked by argparse (abpo.months.month_arg)
+    require_month_order(cfg, str(month), force=args.force_month_order)  # MonthOutOfOrder: one line, exit 2
     try:
         report, path = ingest_with_config(cfg, month, landing=args.landing, force=args.force,
                                           validate=not args.no_validate)

@@ -14,7 +14,7 @@ from typing import Any
 from abpo import registry as core_registry
 from abpo.arms import versions as arm_versions
 from abpo.arms.names import RANKER, entry
-from abpo.monthly.common import CHAMPION, StepResult, arms_of, reuse, start_run, task_key
+from abpo.monthly.common import CHAMPION, StepResult, arms_of, record_month_start, reuse, start_run, task_key
 from abpo.months import Month
 
 log = logging.getLogger(__name__)
@@ -116,16 +116,66 @@ def bootstrap_arms(cfg, month: str = "") -> BootstrapResult:
             else:
                 record_offline_metrics(cfg, arm, str(mv.version), init_scores[0], ranks=init_scores[1])
         out[arm] = {"version": str(mv.version), "bootstrapped": True}
+    if month:  # the champion each arm starts the month from, recorded once (a rerun keeps the first record)
+        for arm, got in out.items():
+            start = record_month_start(cfg, arm, month, got["version"])
+            if start != got["version"]:
+                log.info(f"bootstrap {arm}: month {month} started from champion v{start} (recorded at its start; "
+                         f"the champion is v{got['version']} now)")
     return BootstrapResult(out)
 
 
-def bootstrap(cfg, month: Month) -> BootstrapResult:
-    """The step: a setting that changes the data split of the state's series is refused
+class RegistryLost(arm_versions.NotInRegistry):
+    """The state has completed months but its MLflow store holds no abpo model (a missing or zero-byte mlflow.db, a
+    tracking URI pointing at another store): bootstrapping now would silently start the arms over from pi_init."""
+
+
+def require_registry(cfg, *, force: bool = False) -> None:
+    """Refuse a store that lost the arms: with completed months (abpo.monthly.report.completed_months), the state's
+    SQLite store missing or of 0 bytes (checked before anything opens it, which would create it), or any store in
+    which no arm of arms.names has a registered model, raises RegistryLost naming the store, the completed months
+    and the rule. ``force`` (``abpo arms month --force``; ``abpo arms bootstrap`` is the explicit start-over):
+    nothing is checked."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    from abpo.monthly.report import completed_months
+
+    done = completed_months(cfg)
+    if force or not done:
+        return
+    rule = (f"rule: registry_matches_state: a state with {len(done)} completed month(s) ({done[0]}..{done[-1]}) keeps "
+            "its arms' registered models, never silently bootstrapped again; restore the store (or point "
+            "ABPO_TRACKING_URI / paths.mlflow_tracking_uri at it), or start over on purpose: abpo arms bootstrap, or "
+            "abpo arms month --force")
+    db = core_registry.sqlite_path(cfg.paths.tracking_uri())
+    if db is not None and (not db.exists() or db.stat().st_size == 0):
+        raise RegistryLost(f"{db}: the MLflow store is {'missing' if not db.exists() else 'empty (0 bytes)'}; {rule}")
+    core_registry.configure(cfg)
+    client = MlflowClient()
+    for arm in arms_of(cfg):
+        try:
+            client.get_registered_model(arm_versions.model_name(arm, cfg))
+            return
+        except MlflowException as e:
+            if getattr(e, "error_code", "") != "RESOURCE_DOES_NOT_EXIST":
+                raise
+    names = ", ".join(arm_versions.model_name(a, cfg) for a in arms_of(cfg))
+    raise RegistryLost(f"{core_registry.store_line(cfg)}: holds none of the arms' registered models ({names}); {rule}")
+
+
+def bootstrap(cfg, month: Month, *, force: bool = False) -> BootstrapResult:
+    """The step: a store that lost the arms of a state with completed months is refused unless ``force``
+    (:func:`require_registry`), a setting that changes the data split of the state's series is refused
     (abpo.monthly.series.check_series), a failed month m-1 blocks month m
-    (abpo.monthly.report.require_previous_month), then :func:`bootstrap_arms`."""
-    from abpo.monthly.report import require_previous_month
+    (abpo.monthly.report.require_previous_month), a month older than the last completed one and never ingested is
+    refused (abpo.monthly.report.require_month_order), then :func:`bootstrap_arms`, which records the champion each
+    arm starts the month from (abpo.monthly.common.record_month_start)."""
+    from abpo.monthly.report import require_month_order, require_previous_month
     from abpo.monthly.series import check_series
 
+    require_registry(cfg, force=force)
     check_series(cfg, str(Month(month)))
     require_previous_month(cfg, Month(month))
+    require_month_order(cfg, str(Month(month)))
     return bootstrap_arms(cfg, str(Month(month)))

@@ -77,9 +77,54 @@ def start_run(cfg, run_name: str, tags: dict[str, Any]):
 
 
 def task_key(cfg, *parts: Any) -> str:
-    """What a task does and on which inputs, plus the config's hash: the key under which its completed MLflow run
-    is found again when the task is retried or its month re-run (abpo.registry.completed_task_run)."""
+    """What a task does and on which inputs, plus the config's hash (its paths canonical:
+    abpo.arms.versions.config_hash): the key under which its completed MLflow run is found again when the task is
+    retried or its month re-run (abpo.registry.completed_task_run). The inputs are the month's own (the champion the
+    month started from, :func:`champion_at_month_start`; the rows; the config), never what the month itself changed."""
     return ":".join([*(str(p) for p in parts), arm_versions.config_hash(cfg)])
+
+
+MONTH_START_TAG = "abpo.month_start."  # + YYYY-MM: a registered-model tag, the champion version the month started from
+
+
+def record_month_start(cfg, arm: str, month: str, version: str) -> str:
+    """Record, once, that month ``month`` of ``arm`` started from champion ``version`` (the registered model's tag
+    abpo.month_start.<month>, written by the month's bootstrap step); a month already recorded keeps its record (a
+    rerun or cleared run of the month, after its own promotion moved the champion). Returns the recorded version."""
+    from mlflow import MlflowClient
+
+    core_registry.configure(cfg)
+    name = arm_versions.model_name(arm, cfg)
+    client = MlflowClient()
+    kept = (client.get_registered_model(name).tags or {}).get(MONTH_START_TAG + str(month))
+    if kept:
+        return kept
+    client.set_registered_model_tag(name, MONTH_START_TAG + str(month), str(version))
+    return str(version)
+
+
+def champion_at_month_start(cfg, arm: str, month: str):
+    """The arm's champion at the start of ``month`` (recorded by :func:`record_month_start`), read once: the version
+    the month's update trains from and whose number is in its task key, so a rerun of a completed month finds its
+    completed update again however its promotion moved the champion. None recorded (a step run outside a month's
+    cycle): the current champion. NotInRegistry naming the model when the recorded version no longer exists."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    core_registry.configure(cfg)
+    name = arm_versions.model_name(arm, cfg)
+    try:
+        kept = (MlflowClient().get_registered_model(name).tags or {}).get(MONTH_START_TAG + str(month))
+    except MlflowException:
+        kept = None
+    if not kept:
+        return arm_versions.get_version(cfg, arm, CHAMPION)
+    mv = arm_versions.get_version(cfg, arm, kept)
+    if mv is None:
+        raise arm_versions.NotInRegistry(f"{name}: month {month} started from champion v{kept} (tag "
+                                         f"{MONTH_START_TAG}{month}), which no longer exists; rule: a month's update "
+                                         "starts from the champion of the month's start")
+    return mv
 
 
 def reuse(cfg, experiment: str, key: str) -> dict[str, Any] | None:

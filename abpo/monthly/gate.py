@@ -396,6 +396,14 @@ def off_policy_gate(cfg, arm: str, version: str, month: str, *, champion: str | 
     logged_by_champion = set(rows.column("model_version").to_pylist()) == {str(champ.version)}
     e_champ = e0 if logged_by_champion else target(str(champ.version))
     e_new = target(str(version))
+    bad = int((~np.isfinite(e_new)).sum()) + int((~np.isfinite(e_champ)).sum())
+    if bad:  # NaN weights: no estimate at all; every number NaN, so ope_verdict fails the gate closed
+        nan = float("nan")
+        log.warning(f"  off-policy gate {arm} v{version}: {bad} target propensities not finite on {rows.num_rows} "
+                    "rows: fails closed")
+        return {"n": rows.num_rows, "challenger_snips": nan, "champion_snips": nan, "diff": nan, "ci_low": nan,
+                "ci_high": nan, "confidence": nan, "challenger_ess": nan, "champion_ess": nan,
+                "challenger_max_weight": nan, "non_finite_propensities": bad}
     cmp = compare_snips(rows.column("clicked").to_pylist(), e0, e_new, e_champ,
                         n_boot=cfg.arms.gate_ope_bootstrap, seed=cfg.seed)
     top_share, top_rows = top_weight_share(e_new / e0, cfg.arms.gate_top_weight_fraction)
@@ -455,18 +463,29 @@ def gate_arm(cfg, arm: str, version: str, month: str | None = None) -> GateResul
     if done is not None:
         log.info(f"gate {arm}: {'PASS' if done['passed'] else 'FAIL'}: {done['reason']}")
         return GateResult.from_json(done)
+    from abpo.policy.evaluate import NonFiniteScores
+
     metric = cfg.arms.gate_metric
     users = gate_examples(cfg, month)  # built once: both versions are scored on these users
-    ch, ch_ranks = offline_scores(cfg, arm, str(champ.version), gate_set=users)
-    new, new_ranks = offline_scores(cfg, arm, str(version), gate_set=users)
     ope = None
-    if month is not None and cfg.arms.gate_ope_margin >= 0:
-        ope = off_policy_gate(cfg, arm, str(version), month, champion=str(champ.version))
-    verdict = gate_verdict(metric=metric, challenger_ranks=new_ranks, champion_ranks=ch_ranks,
-                           margin=cfg.arms.gate_margin, alpha=cfg.arms.gate_alpha, power=cfg.arms.gate_power,
-                           challenger_version=str(version), champion_version=str(champ.version), ope=ope,
-                           ope_margin=cfg.arms.gate_ope_margin, min_ess=cfg.arms.gate_min_ess, month=month,
-                           max_top_share=cfg.arms.gate_max_top_weight_share)
+    ch: dict[str, float] = {}
+    new: dict[str, float] = {}
+    who = f"champion v{champ.version}"
+    try:
+        ch, ch_ranks = offline_scores(cfg, arm, str(champ.version), gate_set=users)
+        who = f"challenger v{version}"
+        new, new_ranks = offline_scores(cfg, arm, str(version), gate_set=users)
+    except NonFiniteScores as e:  # NaN weights or an overflow: no rank means anything, the gate fails closed
+        verdict = GateVerdict(False, False, True, f"offline {metric}: {arm_versions.model_name(arm, cfg)} {who}: {e}: "
+                                                  "fails closed (non_finite_scores)")
+    else:
+        if month is not None and cfg.arms.gate_ope_margin >= 0:
+            ope = off_policy_gate(cfg, arm, str(version), month, champion=str(champ.version))
+        verdict = gate_verdict(metric=metric, challenger_ranks=new_ranks, champion_ranks=ch_ranks,
+                               margin=cfg.arms.gate_margin, alpha=cfg.arms.gate_alpha, power=cfg.arms.gate_power,
+                               challenger_version=str(version), champion_version=str(champ.version), ope=ope,
+                               ope_margin=cfg.arms.gate_ope_margin, min_ess=cfg.arms.gate_min_ess, month=month,
+                               max_top_share=cfg.arms.gate_max_top_weight_share)
     passed, reason = verdict.passed, verdict.reason
     log.info(f"gate {arm}: {'PASS' if passed else 'FAIL'}: {reason}")
     arm_versions.set_tags(cfg, arm, version, {"gate.verdict": "pass" if passed else "fail", "gate.reason": reason[:4900],

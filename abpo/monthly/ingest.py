@@ -7,9 +7,13 @@ serving or the simulator landed them) replace the month's partition of ``interac
 from __future__ import annotations
 
 import dataclasses
+import logging
+from pathlib import Path
 
 from abpo.monthly.common import StepResult
 from abpo.months import Month
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -22,12 +26,33 @@ class IngestResult(StepResult):
     interactions: int | None = None  # rows of the month's landed interactions ingested (None: none landed)
 
 
-def ingest_and_validate(cfg, month: Month, *, force: bool = False) -> IngestResult:
+def _record(cfg, month: str) -> Path:
+    return cfg.paths.resolve("root") / "cycle" / f"{month}.ingest.json"
+
+
+def ingest_and_validate(cfg, month: Month, *, force: bool = False, out_of_order: bool = False) -> IngestResult:
+    """The step. A month older than the last completed month and never ingested is refused unless ``out_of_order``
+    (abpo.monthly.report.require_month_order). A completed month (a rerun or a cleared run) is not ingested again:
+    the result recorded when it was (cycle/<month>.ingest.json) is returned, nothing is written."""
+    import json
+
+    from abpo.monthly.report import month_completed, require_month_order
     from abpo.warehouse import config_catalog, ingest_with_config, open_warehouse
 
-    report, _ = ingest_with_config(cfg, Month(month), force=force)  # every contract and audit setting of section data
+    month = Month(month)
+    require_month_order(cfg, str(month), force=out_of_order)
+    kept = _record(cfg, str(month))
+    if month_completed(cfg, str(month)) and kept.is_file():
+        log.info(f"ingest {month}: the month completed before; its ingest stands ({kept}), nothing ingested")
+        return IngestResult.from_json(json.loads(kept.read_text()))
+    report, _ = ingest_with_config(cfg, month, force=force)  # every contract and audit setting of section data
     with open_warehouse(cfg) as wh:  # then what users consumed, when it landed (the ranker arms' refits read it)
-        interactions = wh.ingest_interactions(cfg.paths.location("landing"), Month(month), catalog=config_catalog(cfg))
-    return IngestResult(rows_in=report.rows_in, rows_clean=report.rows_clean,
-                        quarantined=dict(report.quarantined_by_rule), validation=report.audit.path,
-                        warehouse=str(cfg.paths.resolve("warehouse")), interactions=interactions)
+        interactions = wh.ingest_interactions(cfg.paths.location("landing"), month, catalog=config_catalog(cfg))
+    out = IngestResult(rows_in=report.rows_in, rows_clean=report.rows_clean,
+                       quarantined=dict(report.quarantined_by_rule), validation=report.audit.path,
+                       warehouse=str(cfg.paths.resolve("warehouse")), interactions=interactions)
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    tmp = kept.with_suffix(".tmp")
+    tmp.write_text(json.dumps(out.to_json()))
+    tmp.replace(kept)
+    return out

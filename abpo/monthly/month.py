@@ -77,14 +77,15 @@ def _arm_chain(cfg, arm: str, month: Month, ingested: IngestResult, res: MonthRe
     res.arms[arm] = done
 
 
-def run_month(cfg, month: str, *, simulate: bool = True) -> MonthResult:
+def run_month(cfg, month: str, *, simulate: bool = True, force: bool = False) -> MonthResult:
     """The whole cycle for ``month`` in one process; ``simulate``: the simulator serves the month (else it must have
-    landed)."""
+    landed); ``force``: start over on a store that lost the arms (abpo.monthly.bootstrap.require_registry). A
+    completed month run again changes nothing: its serve and ingest stand, every task finds its completed run."""
     month = Month(month)
     res = MonthResult(str(month))
     for name in steps.ONCE:
         if name == "bootstrap":
-            res.bootstrap = bootstrap(cfg, month)
+            res.bootstrap = bootstrap(cfg, month, force=force)
         elif name == "serve":
             res.serve = serve(cfg, month, simulate=simulate)
         elif name == "ingest":

@@ -31,6 +31,8 @@ def promote_arm(cfg, arm: str, gate: GateResult, month: str = "") -> PromoteResu
     """Move the arm's champion to the gated challenger when the gate passed; otherwise leave it where it was."""
     why = ""
     promoted = bool(gate.passed)
+    already = False  # the promotion was done before: by a retried task (announced again: the first attempt may have
+    # died before its event) or by a completed month run again (announced when it ran: no event now)
     if gate.passed:
         try:
             out = arm_versions.promote(cfg, arm, gate.version, expected_champion=gate.champion_version,
@@ -38,6 +40,10 @@ def promote_arm(cfg, arm: str, gate: GateResult, month: str = "") -> PromoteResu
                                        verdict=f"pass: {gate.reason}"[:4900], month=month, respect_pin=True)
             if out.get("promoted") == "false":
                 promoted, why = False, out.get("reason", "pinned: not promoted")
+            if out.get("already") == "true" and month:
+                from abpo.monthly.report import month_completed
+
+                already = month_completed(cfg, month)
         except arm_versions.ChampionMoved as e:
             promoted, why = False, str(e)
         if promoted:
@@ -49,4 +55,4 @@ def promote_arm(cfg, arm: str, gate: GateResult, month: str = "") -> PromoteResu
     now = str(arm_versions.get_version(cfg, arm, CHAMPION).version)
     return PromoteResult(arm=arm, champion_version=now, promoted=promoted,
                          previous_version=str(gate.champion_version),
-                         moved=promoted and now != str(gate.champion_version), reason=why)
+                         moved=promoted and not already and now != str(gate.champion_version), reason=why)

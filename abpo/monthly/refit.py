@@ -58,13 +58,13 @@ def refit_ranker_arm(cfg, arm: str, month: Month | None) -> RefitResult:
     before = arm_versions.get_version(cfg, arm, CHAMPION)
     previous = str(before.version) if before is not None else ""
     seqs, months = ranker_training_sequences(cfg, month)
-    fitted = arm_class(arm).refresh(arm, cfg, sequences=seqs, item_ids=ds.item_ids().tolist())
-    out_dir = fitted.save(cfg.paths.resolve("models") / "arms" / arm / (month or "bootstrap"))
     data_hash = hashlib.sha256(json.dumps(sorted(seqs.items())).encode()).hexdigest()[:16]
     key = task_key(cfg, "refit", arm, month or "bootstrap", data_hash)
     done = reuse(cfg, arm_versions.EXPERIMENT, key)
-    if done is not None:  # the same refit completed before (a re-run): nothing registered or moved now
+    if done is not None:  # the same refit completed before (a re-run): nothing fitted, registered or moved now
         return dataclasses.replace(RefitResult.from_json(done), previous_version=previous, moved=False)
+    fitted = arm_class(arm).refresh(arm, cfg, sequences=seqs, item_ids=ds.item_ids().tolist())
+    out_dir = fitted.save(cfg.paths.resolve("models") / "arms" / arm / (month or "bootstrap"))
     tags = arm_versions.lineage_tags(cfg, kind="ranker", source="refit" if month else "bootstrap",
                                      parent_version=previous or None, months=months,
                                      data_hash=data_hash, variant=arm, interactions=sum(map(len, seqs.values())))

@@ -7,11 +7,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
 from abpo.monthly.common import StepResult, json_safe
-from abpo.months import Month
+from abpo.months import Month, MonthError
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,47 @@ def require_previous_month(cfg, month: str) -> None:
         raise PreviousMonthIncomplete(
             f"month {month}: earlier month(s) {unfinished} were ingested but their cycle never finished (no "
             f"{_done_marker(cfg, unfinished[-1])}); rerun abpo_monthly for {unfinished[-1]} first")
+
+
+def completed_months(cfg) -> list[str]:
+    """The months whose cycle finished (the report step's markers cycle/<YYYY-MM>.json under paths.root), oldest
+    first."""
+    from abpo.months import MONTH_PATTERN
+
+    d = cfg.paths.resolve("root") / "cycle"
+    if not d.is_dir():
+        return []
+    return sorted(p.stem for p in d.glob("*.json") if re.fullmatch(MONTH_PATTERN, p.stem))
+
+
+def month_completed(cfg, month: str) -> bool:
+    return _done_marker(cfg, str(month)).exists()
+
+
+class MonthOutOfOrder(MonthError):
+    """A month older than the last completed month, neither completed nor ingested before: ingesting (or running)
+    it now would leave an unfinished month behind the completed ones, which blocks every later month."""
+
+
+def require_month_order(cfg, month: str, *, force: bool = False) -> None:
+    """Refuse month ``month`` when it is older than the last completed month and neither completed itself nor
+    already in the warehouse (a rerun of a completed month, or of a backfill ingested with the rule forced, goes
+    on): MonthOutOfOrder naming the month, the last completed one and the rule. ``force``: nothing is checked."""
+    from abpo.warehouse import open_warehouse
+
+    month = str(Month(month))
+    done = completed_months(cfg)
+    if force or not done or month >= done[-1] or month_completed(cfg, month):
+        return
+    if cfg.paths.resolve("warehouse").exists():
+        with open_warehouse(cfg, read_only=True) as wh:
+            if month in wh.months():
+                return
+    raise MonthOutOfOrder(
+        f"month {month}: older than the last completed month {done[-1]} ({_done_marker(cfg, done[-1])}) and never "
+        f"ingested; rule: months run in order (months_in_order): an earlier month ingested now stays unfinished "
+        f"behind the completed ones and blocks the next month. To backfill it on purpose: abpo ingest --month {month} "
+        "--force-month-order, then run its cycle")
 
 
 def report_to_date(cfg, month: Month) -> ReportResult:

@@ -63,5 +63,12 @@ def check_landed(cfg, month: Month) -> ServeResult:
 
 
 def serve(cfg, month: Month, *, simulate: bool) -> ServeResult:
-    """The step: :func:`serve_month` when ``simulate``, else :func:`check_landed`."""
+    """The step: :func:`serve_month` when ``simulate``, else :func:`check_landed`. A completed month (its report
+    written: a rerun or a cleared run) is never simulated again: its landed files are what it served (a new
+    simulation, by the champions its own promotion moved, would rewrite the month's logs and retrain its updates)."""
+    from abpo.monthly.report import month_completed
+
+    if simulate and month_completed(cfg, str(Month(month))):
+        log.info(f"serve {month}: the month completed before; its landed logs stand, nothing simulated")
+        return check_landed(cfg, Month(month))
     return serve_month(cfg, Month(month)) if simulate else check_landed(cfg, Month(month))

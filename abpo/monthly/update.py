@@ -20,17 +20,19 @@ model being trained (docs/distributed.md)."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from abpo import registry as core_registry
 from abpo.arms import versions as arm_versions
 from abpo.arms.names import LLM, LLM_ARMS, arm_class, entry
-from abpo.monthly.common import CHAMPION, NotEnoughFeedback, StepResult, reuse, task_key
+from abpo.monthly.common import NotEnoughFeedback, StepResult, champion_at_month_start, reuse, task_key
 from abpo.months import Month
 
 log = logging.getLogger(__name__)
@@ -87,11 +89,33 @@ def arm_strata(cfg, arm: str, months: list[str]):
     if positive.num_rows + no_response.num_rows == 0:
         why = f" ({held.rows} rows of the gate's held-out users left out, arms.gate_users=warehouse)" if held else ""
         whose = f"arm {arm!r}" if own else "any arm (arms.update_logs=all)"
-        raise UpdateInputMissing(f"{path}: no impressions of {whose} in months {months}{why}")
+        raise NoArmRows(f"{path}: no impressions of {whose} in months {months}{why}")
     if not own:
         refuse_untrusted_rows((positive, no_response), arms=cfg.arms.names, min_propensity=cfg.data.min_propensity,
                               updating=arm)
     return positive, no_response, held
+
+
+class NoArmRows(NotEnoughFeedback):
+    """The warehouse holds no rows the arm's update could train on in its months (the arm served nothing, or every
+    row was of the gate's held-out users): the update is skipped with this reason, never a failed month."""
+
+
+def skip_update(cfg, arm: str, month, reason: str) -> NoReturn:
+    """Raise NotEnoughFeedback(``reason``) after recording the skip: an MLflow run ``update-<arm>-<month>-skipped``
+    (experiment abpo-arms, tags abpo.arm, abpo.month, abpo.skipped = the reason), once per month and reason, so the
+    month's record says why the arm kept its champion; the orchestrator marks the arm's steps skipped."""
+    from abpo.monthly.common import start_run
+
+    key = task_key(cfg, "update-skipped", arm, month, hashlib.sha256(reason.encode()).hexdigest()[:12])
+    if reuse(cfg, arm_versions.EXPERIMENT, key) is None:
+        with start_run(cfg, f"update-{arm}-{month}-skipped", {"abpo.arm": arm, "abpo.month": str(month),
+                                                             "abpo.skipped": reason[:4900],
+                                                             core_registry.TASK_KEY_TAG: key}) as run:
+            pass
+        core_registry.record_task_result(run.info.run_id, {"arm": arm, "month": str(month), "skipped": reason})
+    log.warning(f"update {arm}: skipped: {reason}")
+    raise NotEnoughFeedback(reason)
 
 
 def first_step_weights(cfg, arm: str, parent_dir, positive, no_response) -> dict[str, float]:
@@ -127,23 +151,29 @@ def update_llm_arm(cfg, arm: str, month: Month) -> UpdateResult:
     if entry(arm).kind != LLM:
         raise ValueError(f"update_llm_arm: {arm!r} is a {entry(arm).kind} arm; rule: one of {list(LLM_ARMS)}")
     month = Month(month)
-    champ = arm_versions.get_version(cfg, arm, CHAMPION)
+    # the champion of the month's start (recorded once by its bootstrap step), not the alias as it is now: a rerun of
+    # a completed month, whose own promotion moved the alias, finds its completed update under the same key
+    champ = champion_at_month_start(cfg, arm, str(month))
     if champ is None:
         raise LookupError(f"{arm_versions.model_name(arm, cfg)}: no champion; bootstrap the arms first")
-    parent_dir = arm_versions.local_dir(cfg, arm, champ.version)
     months = training_months(cfg, month)
-    pos, neg, held = arm_strata(cfg, arm, months)
+    try:
+        pos, neg, held = arm_strata(cfg, arm, months)
+    except NoArmRows as e:  # an arm that served nothing this month: skipped with its reason, the month goes on
+        skip_update(cfg, arm, month, f"{e}; rule: an arm with no rows skips its update. The arm keeps champion "
+                    f"v{champ.version} this month.")
     need = max(cfg.arms.min_rows_per_stratum, 1)
     if pos.num_rows < need or neg.num_rows < need:
-        raise NotEnoughFeedback(
-            f"arm {arm}, months {months}: {pos.num_rows} positive and {neg.num_rows} no-response rows; rule: at "
-            f"least arms.min_rows_per_stratum = {need} of each (every SNIPS mini-batch holds both strata). The arm "
-            f"keeps champion v{champ.version} this month.")
+        skip_update(cfg, arm, month,
+                    f"arm {arm}, months {months}: {pos.num_rows} positive and {neg.num_rows} no-response rows; rule: "
+                    f"at least arms.min_rows_per_stratum = {need} of each (every SNIPS mini-batch holds both strata). "
+                    f"The arm keeps champion v{champ.version} this month.")
     data_hash = arm_versions.table_hash(pos, neg)
     key = task_key(cfg, "update", arm, month, data_hash, f"parent-v{champ.version}")
     done = reuse(cfg, cfg.update.mlflow_experiment, key)
     if done is not None:
         return UpdateResult.from_json(done)
+    parent_dir = arm_versions.local_dir(cfg, arm, champ.version)
     from abpo.train.update import logged_by
 
     mode = cfg.arms.update_logs

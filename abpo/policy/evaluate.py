@@ -14,6 +14,24 @@ from abpo.policy.prompt import example_prompt, parse_answer
 from abpo.policy.scoring import generate_answers, score_examples, top_k
 
 
+class NonFiniteScores(ValueError):
+    """A policy scored a candidate NaN or infinite (NaN weights, an overflow): no rank or metric of it means
+    anything; the message names the request and how many scores."""
+
+
+def check_finite_scores(scored: Sequence[Any]) -> None:
+    """NonFiniteScores naming the first request whose candidate scores s_p (Eq. s_p) are not all finite, and how
+    many requests are like it; nothing when every score is finite."""
+    import torch
+
+    bad = [s for s in scored if not bool(torch.isfinite(torch.as_tensor(s.scores)).all())]
+    if bad:
+        s = bad[0]
+        n = int((~torch.isfinite(torch.as_tensor(s.scores))).sum())
+        raise NonFiniteScores(f"request {s.example.request_id}: {n} of {len(s.scores)} candidate scores not finite "
+                              f"({len(bad)} of {len(scored)} requests like it); rule: finite scores")
+
+
 @dataclass
 class EvalResult:
     n_users: int
@@ -68,6 +86,7 @@ def evaluate_policy(
     if not examples:
         raise ValueError("evaluate_policy: no evaluation examples")
     scored = score_examples(model, tokenizer, examples, titles, policy_cfg, progress=progress)
+    check_finite_scores(scored)  # a NaN score has no rank (NonFiniteScores, a ValueError naming the request)
     ranks = [target_rank(s.scores.tolist(), s.positive_index) for s in scored]
     m = max(len(e.candidates) for e in examples)
     res = EvalResult(n_users=len(examples), n_candidates=m, ranks=ranks)

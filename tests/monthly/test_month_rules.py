@@ -1,0 +1,142 @@
+"""Issue 32, items 2 and 9, by the routes a user takes (the `abpo` command in-process, the steps the DAG's tasks and
+`abpo arms month` run): a state with completed months whose MLflow store lost the arms (a missing or zero-byte
+mlflow.db, a store holding none of the arms' models) is refused, never bootstrapped again silently; a month older
+than the last completed month and never ingested is refused unless forced. Real DuckDB, Great Expectations and
+MLflow (SQLite); the completed months are ingested and reported as the cycle does, without models."""
+
+from __future__ import annotations
+
+import pytest
+
+from abpo.config import load_config
+from abpo.data.schemas import write_impressions
+from abpo.data.synthetic import synthetic_impressions
+
+
+@pytest.fixture
+def state(tmp_path, monkeypatch):
+    root = tmp_path / "var"
+    monkeypatch.setenv("ABPO_STATE", str(root))
+    monkeypatch.delenv("ABPO_TRACKING_URI", raising=False)
+    return root
+
+
+@pytest.fixture
+def abpo(capsys):
+    from abpo.cli import main
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        try:
+            rc = main(list(argv))
+        except SystemExit as e:
+            rc = e.code if isinstance(e.code, int) else 2
+        out = capsys.readouterr()
+        return rc, out.out, out.err
+
+    return run
+
+
+def land(cfg, month: str, seed: int = 3) -> None:
+    table, _ = synthetic_impressions(300, month, seed=seed, violation_rate=0.0, n_users=100)
+    write_impressions(table, cfg.paths.resolve("landing"), month, part="sim")
+
+
+def complete(cfg, *months: str) -> None:
+    """Each month landed, ingested and reported: the cycle's last step marks it complete."""
+    from abpo.monthly.report import report_to_date
+    from abpo.warehouse import ingest_with_config
+
+    for month in months:
+        land(cfg, month)
+        ingest_with_config(cfg, month)
+        report_to_date(cfg, month)
+
+
+def one_line_refusal(rc: int, err: str) -> str:
+    assert rc == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    return err
+
+
+# ----------------------------------------------------------------------------------------------- item 2: the registry
+@pytest.mark.parametrize("store", ["missing", "zero-byte"])
+def test_a_lost_mlflow_db_is_refused_by_status_and_by_the_month_never_rebootstrapped(state, abpo, store):
+    cfg = load_config("tiny")
+    complete(cfg, "2026-01", "2026-02")
+    db = state / "mlflow.db"
+    db.unlink(missing_ok=True)
+    if store == "zero-byte":
+        db.write_bytes(b"")
+    err = one_line_refusal(*abpo("arms", "status")[::2])
+    assert f"{db}: the MLflow store is {'missing' if store == 'missing' else 'empty (0 bytes)'}" in err
+    assert "registry_matches_state" in err and "2 completed month(s) (2026-01..2026-02)" in err
+    assert "abpo arms bootstrap" in err and "abpo arms month --force" in err
+    from abpo.monthly.bootstrap import RegistryLost, bootstrap
+    from abpo.monthly.common import retry_or_fail
+
+    # the month (the DAG's bootstrap task and `abpo arms month` run this step first): refused before anything
+    with pytest.raises(RegistryLost, match="registry_matches_state") as info:
+        bootstrap(cfg, "2026-03")
+    assert retry_or_fail(info.value) == "fail"  # a refusal: the DAG fails the task at once, no retry
+    err = one_line_refusal(*abpo("arms", "month", "--month", "2026-03", "--simulate")[::2])
+    assert "registry_matches_state" in err
+    assert (db.exists(), db.stat().st_size if db.exists() else 0) == (store == "zero-byte", 0)  # never created
+    assert not (state / "models").exists() and not (state / "landing" / "impressions" / "month=2026-03").exists()
+
+
+def test_a_store_with_none_of_the_arms_models_is_refused_and_a_fresh_state_is_not(state, abpo):
+    from mlflow import MlflowClient
+
+    from abpo import registry
+
+    cfg = load_config("tiny")
+    assert abpo("arms", "status")[0] == 0  # a fresh state (no completed month): no champions yet, nothing refused
+    complete(cfg, "2026-01")
+    registry.configure(cfg)
+    MlflowClient().create_registered_model("someone-elses-model")  # a store, but none of the arms' models
+    err = one_line_refusal(*abpo("arms", "status")[::2])
+    assert "MLflow store sqlite:///" in err and "holds none of the arms' registered models (abpo-arm-abpo" in err
+    assert "registry_matches_state" in err
+    from abpo.monthly.bootstrap import require_registry
+
+    require_registry(cfg, force=True)  # --force: starting over on purpose
+    MlflowClient().create_registered_model("abpo-arm-abpo")  # one arm's model: the store is the state's
+    rc, out, _ = abpo("arms", "status")
+    assert rc == 0 and "abpo-arm-abpo" in out
+
+
+# ------------------------------------------------------------------------------------------- item 9: months in order
+def test_an_ingest_older_than_the_last_completed_month_is_refused_unless_forced(state, abpo):
+    from abpo.warehouse import open_warehouse
+
+    cfg = load_config("tiny")
+    complete(cfg, "2026-01", "2026-02")
+    land(cfg, "2025-12", seed=5)
+
+    def months():
+        with open_warehouse(cfg, read_only=True) as wh:
+            return wh.months()
+
+    err = one_line_refusal(*abpo("ingest", "--month", "2025-12")[::2])
+    assert "abpo ingest: month 2025-12: older than the last completed month 2026-02" in err
+    assert "months_in_order" in err and "--force-month-order" in err
+    assert months() == ["2026-01", "2026-02"]
+    from abpo.monthly.common import retry_or_fail
+    from abpo.monthly.ingest import ingest_and_validate
+    from abpo.monthly.report import MonthOutOfOrder, require_previous_month
+
+    with pytest.raises(MonthOutOfOrder, match="months_in_order") as info:  # the DAG's ingest task / run_month's step
+        ingest_and_validate(cfg, "2025-12")
+    assert retry_or_fail(info.value) == "fail" and months() == ["2026-01", "2026-02"]
+    require_previous_month(cfg, "2026-03")  # nothing was left behind to block the next month
+    # a month in order, or a completed month again, is not this rule's business
+    land(cfg, "2026-03")
+    assert abpo("ingest", "--month", "2026-03")[0] == 0
+    assert abpo("ingest", "--month", "2026-02")[0] == 0
+    # forced: the backfill is ingested (and its cycle may then run: the rule lets an ingested month through)
+    rc, out, err = abpo("ingest", "--month", "2025-12", "--force-month-order")
+    assert rc == 0, err
+    assert months() == ["2025-12", "2026-01", "2026-02", "2026-03"]
+    from abpo.monthly.report import require_month_order
+
+    require_month_order(cfg, "2025-12")

@@ -616,8 +616,14 @@ class ABPOTrainer(GRPOTrainer):
         adv_grpo = adv if not v.anchor else group_advantages(total_reward(r_match, r_fmt, None, y, 0.0), st.eps_std)
         chosen = torch.tensor([[r[6] for r in grp] for grp in groups], dtype=torch.int64)  # [B, K]
         g_var, g_grpo, push_var, push_grpo = [], [], [], []
+        # the policy's candidate distribution is recorded once per request in the batch (its first row): a request
+        # drawn twice into one generation batch (batch planning may repeat a row of the smaller stratum) has two
+        # groups and one record, shared since they have the same prompt
+        pi_of = {r[0]: r[7] for grp in groups for r in grp if r[7] is not None}
         for i, grp in enumerate(groups):
-            pi = torch.tensor(next(r[7] for r in grp if r[7] is not None), dtype=torch.float64)
+            if grp[0][0] not in pi_of:
+                continue
+            pi = torch.tensor(pi_of[grp[0][0]], dtype=torch.float64)
             g_var.append(logit_gradient(pi, chosen[i], adv[i]))
             g_grpo.append(logit_gradient(pi, chosen[i], adv_grpo[i]))
             push_var.append(log_odds_push(chosen[i], adv[i], grp[0][8]))

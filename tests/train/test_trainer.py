@@ -482,3 +482,15 @@ def test_step_diagnostics_b_against_f_on_the_same_weights(load_tiny, item_rows, 
     pb = [log_odds_push(chosen[g], adv_b[g], a_log[g]) for g in range(len(a_log))]
     assert f["abpo/gamma_ratio"] == pytest.approx(gamma_ratio(pf, pb), rel=1e-5)
     assert f["abpo/gamma_ratio"] != pytest.approx(1.0)  # the anchor changed the push on a^log
+
+
+def test_step_diagnostics_with_a_request_drawn_twice_into_one_batch(load_tiny, item_rows, tiny_update_cfg, tmp_path):
+    """A generation batch holding the same logged request twice (batch planning may repeat a row of the smaller
+    stratum) has two groups and one record of the policy's candidate distribution: the diagnostics share it instead
+    of failing (a StopIteration stopped a 6-round experiment in its 53rd cell)."""
+    rows, _ = item_rows
+    tiny_update_cfg = dataclasses.replace(tiny_update_cfg, group_size=8)
+    f_trainer = _items_trainer(load_tiny, rows, tiny_update_cfg, tmp_path, "abpo")
+    batch = [*rows[:3], rows[0]]
+    _, f = _step(f_trainer, batch)
+    assert -1.0 <= f["abpo/grad_cosine_vs_grpo"] <= 1.0 and "abpo/gamma_ratio" in f

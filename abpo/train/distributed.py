@@ -49,6 +49,19 @@ def env_world_size(env: Mapping[str, str] | None = None) -> int:
     return 1
 
 
+def deepspeed_cpu_backend() -> str:
+    """The collective backend of DeepSpeed's CPU accelerator: ccl with oneCCL's torch bindings, gloo without."""
+    from deepspeed.accelerator import get_accelerator
+
+    return get_accelerator().communication_backend_name()
+
+
+def deepspeed_configured_state(deepspeed: str | None) -> bool:
+    """Whether the trainer must reuse the state :func:`dist_state` built (a DeepSpeed launch of several processes
+    without CUDA: the state transformers would rebuild counts one process)."""
+    return bool(deepspeed) and env_world_size() > 1 and not cuda_available()
+
+
 def dist_state(*, deepspeed: bool = False) -> DistState:
     """Process count and rank of this update from accelerate's PartialState, CPU-aware (cpu=True without CUDA)
     unless DeepSpeed initialises the process group itself (``deepspeed``). A plain process: (1, 0)."""
@@ -58,9 +71,15 @@ def dist_state(*, deepspeed: bool = False) -> DistState:
     from accelerate import PartialState
 
     if deepspeed:
-        os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"  # what transformers sets while building its state
+        # What transformers sets while building its state. Without CUDA, accelerate finds no backend of its own
+        # (None): DeepSpeed then initialises the process group (its CPU accelerator) but accelerate counts ONE
+        # process, so every rank would train the whole update. Naming DeepSpeed's CPU backend (gloo, or ccl where
+        # oneCCL is installed) makes accelerate count the group; the trainer reuses this state
+        # (grpo_kwargs: accelerator_config use_configured_state) instead of rebuilding the miscounted one.
+        kwargs = {"backend": deepspeed_cpu_backend()} if cpu else {}
+        os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
         try:
-            state = PartialState()
+            state = PartialState(**kwargs)
         finally:
             del os.environ["ACCELERATE_USE_DEEPSPEED"]
     else:

@@ -105,8 +105,12 @@ def test_batch_the_process_count_does_not_divide_is_refused_and_geometry(tiny_up
     monkeypatch.setenv("WORLD_SIZE", "2")
     kw = grpo_kwargs(u, "abpo", output_dir="x", seed=0)
     assert kw["per_device_train_batch_size"] == 4 and kw["use_cpu"] is (not cuda_available())
-    assert grpo_kwargs(dataclasses.replace(u, deepspeed="configs/deepspeed_zero2.json"), "abpo", output_dir="x",
-                       seed=0)["use_cpu"] is False
+    ds = grpo_kwargs(dataclasses.replace(u, deepspeed="configs/deepspeed_zero2.json"), "abpo", output_dir="x", seed=0)
+    assert ds["use_cpu"] is False
+    # DeepSpeed over CPU processes: the trainer reuses dist_state's state (the one transformers would rebuild there
+    # counts one process); on GPUs, and without DeepSpeed, transformers builds its own as before
+    assert (ds.get("accelerator_config") == {"use_configured_state": True}) is (not cuda_available())
+    assert "accelerator_config" not in kw
     assert grpo_kwargs(dataclasses.replace(u, greedy_rollouts=True), "abpo", output_dir="x",
                        seed=0)["generation_kwargs"] == {"do_sample": False}
 

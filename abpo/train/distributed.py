@@ -49,6 +49,23 @@ def env_world_size(env: Mapping[str, str] | None = None) -> int:
     return 1
 
 
+def zero_stage(deepspeed: str) -> int:
+    """``zero_optimization.stage`` of the DeepSpeed config file ``deepspeed`` (a path; relative to the repository
+    when not found as given, as transformers is handed it by abpo.train.update.grpo_kwargs); 0 when absent."""
+    import json
+    from pathlib import Path
+
+    from abpo.paths import repo_path
+
+    path = repo_path(Path(deepspeed))
+    try:
+        conf = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise LaunchRefused(f"update.deepspeed={deepspeed}: cannot read {path} as JSON ({e}); rule: a DeepSpeed "
+                            "config file (configs/deepspeed_zero2.json)") from e
+    return int((conf.get("zero_optimization") or {}).get("stage", 0))
+
+
 def deepspeed_cpu_backend() -> str:
     """The collective backend of DeepSpeed's CPU accelerator: ccl with oneCCL's torch bindings, gloo without."""
     from deepspeed.accelerator import get_accelerator
@@ -95,6 +112,8 @@ def check_launch(update_cfg, env: Mapping[str, str] | None = None) -> None:
       processes only through mpirun): recognised by ACCELERATE_USE_CPU with MASTER_ADDR set and no process count;
     - ``update.deepspeed`` set while the CPU is forced through ACCELERATE_USE_CPU (transformers then builds a plain
       CPU state and drops DeepSpeed without a word);
+    - ``update.deepspeed`` a ZeRO stage-3 config (parameters partitioned: the rollouts and e_old scoring do not
+      run the same forwards on every rank, and the launch aborts on a collective mismatch mid-step);
     - ``update.batch_size`` (logged examples per micro-batch over all processes) not divisible by the process count.
     """
     env = os.environ if env is None else env
@@ -110,6 +129,12 @@ def check_launch(update_cfg, env: Mapping[str, str] | None = None) -> None:
             f"update.deepspeed={update_cfg.deepspeed}: ACCELERATE_USE_CPU is set, so transformers would build a plain CPU "
             "state and drop DeepSpeed; rule: launch DeepSpeed without --cpu (torchrun; DeepSpeed picks its CPU "
             "accelerator on a machine without CUDA)")
+    if update_cfg.deepspeed and zero_stage(update_cfg.deepspeed) >= 3:
+        raise LaunchRefused(
+            f"update.deepspeed={update_cfg.deepspeed}: zero_optimization.stage={zero_stage(update_cfg.deepspeed)} "
+            "partitions the parameters, so every rank must run the same forwards in the same order, and the "
+            "rollouts and e_old scoring do not (a collective mismatch aborts the launch mid-step); rule: ZeRO stage 2 "
+            "or below (configs/deepspeed_zero2.json)")
     if update_cfg.batch_size % world:
         raise LaunchRefused(
             f"update.batch_size={update_cfg.batch_size} with {world} processes; rule: the batch (logged examples per "

@@ -112,7 +112,7 @@ def check_launch(update_cfg, env: Mapping[str, str] | None = None) -> None:
       processes only through mpirun): recognised by ACCELERATE_USE_CPU with MASTER_ADDR set and no process count;
     - ``update.deepspeed`` set while the CPU is forced through ACCELERATE_USE_CPU (transformers then builds a plain
       CPU state and drops DeepSpeed without a word);
-    - ``update.deepspeed`` a ZeRO stage-3 config (parameters partitioned: the rollouts and e_old scoring do not
+    - ``update.deepspeed`` a ZeRO stage-3 config over several processes (parameters partitioned: the rollouts and e_old scoring do not
       run the same forwards on every rank, and the launch aborts on a collective mismatch mid-step);
     - ``update.batch_size`` (logged examples per micro-batch over all processes) not divisible by the process count.
     """
@@ -129,7 +129,7 @@ def check_launch(update_cfg, env: Mapping[str, str] | None = None) -> None:
             f"update.deepspeed={update_cfg.deepspeed}: ACCELERATE_USE_CPU is set, so transformers would build a plain CPU "
             "state and drop DeepSpeed; rule: launch DeepSpeed without --cpu (torchrun; DeepSpeed picks its CPU "
             "accelerator on a machine without CUDA)")
-    if update_cfg.deepspeed and zero_stage(update_cfg.deepspeed) >= 3:
+    if world > 1 and update_cfg.deepspeed and zero_stage(update_cfg.deepspeed) >= 3:
         raise LaunchRefused(
             f"update.deepspeed={update_cfg.deepspeed}: zero_optimization.stage={zero_stage(update_cfg.deepspeed)} "
             "partitions the parameters, so every rank must run the same forwards in the same order, and the "

@@ -70,7 +70,7 @@ def test_deepspeed_config_that_would_be_dropped_is_refused(load_tiny, update_row
 
 
 def test_zero3_config_is_refused(tmp_path):
-    """ZeRO stage 3 partitions the parameters, so every rank must run the same forwards in the same order; the
+    """ZeRO stage 3 over several processes partitions the parameters, so every rank must run the same forwards in the same order; the
     rollouts and e_old scoring do not (a gloo collective mismatch aborts the launch after the MLflow run opened):
     refused before anything loads, naming the file and stage. The bundled ZeRO-2 config passes."""
     from abpo.train.config import UpdateConfig
@@ -80,6 +80,7 @@ def test_zero3_config_is_refused(tmp_path):
     z3.write_text(json.dumps({"zero_optimization": {"stage": 3}, "train_batch_size": "auto"}))
     with pytest.raises(LaunchRefused, match=r"zero3.json: zero_optimization.stage=3.*rule: ZeRO stage 2"):
         check_launch(dataclasses.replace(UpdateConfig(), deepspeed=str(z3)), {"WORLD_SIZE": "2"})
+    check_launch(dataclasses.replace(UpdateConfig(), deepspeed=str(z3)), {})  # one process: no ranks to mismatch
     check_launch(dataclasses.replace(UpdateConfig(), deepspeed="configs/deepspeed_zero2.json"), {"WORLD_SIZE": "2"})
 
 

@@ -49,6 +49,36 @@ def env_world_size(env: Mapping[str, str] | None = None) -> int:
     return 1
 
 
+def zero_stage(deepspeed: str) -> int:
+    """``zero_optimization.stage`` of the DeepSpeed config file ``deepspeed`` (a path; relative to the repository
+    when not found as given, as transformers is handed it by abpo.train.update.grpo_kwargs); 0 when absent."""
+    import json
+    from pathlib import Path
+
+    from abpo.paths import repo_path
+
+    path = repo_path(Path(deepspeed))
+    try:
+        conf = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise LaunchRefused(f"update.deepspeed={deepspeed}: cannot read {path} as JSON ({e}); rule: a DeepSpeed "
+                            "config file (configs/deepspeed_zero2.json)") from e
+    return int((conf.get("zero_optimization") or {}).get("stage", 0))
+
+
+def deepspeed_cpu_backend() -> str:
+    """The collective backend of DeepSpeed's CPU accelerator: ccl with oneCCL's torch bindings, gloo without."""
+    from deepspeed.accelerator import get_accelerator
+
+    return get_accelerator().communication_backend_name()
+
+
+def deepspeed_configured_state(deepspeed: str | None) -> bool:
+    """Whether the trainer must reuse the state :func:`dist_state` built (a DeepSpeed launch of several processes
+    without CUDA: the state transformers would rebuild counts one process)."""
+    return bool(deepspeed) and env_world_size() > 1 and not cuda_available()
+
+
 def dist_state(*, deepspeed: bool = False) -> DistState:
     """Process count and rank of this update from accelerate's PartialState, CPU-aware (cpu=True without CUDA)
     unless DeepSpeed initialises the process group itself (``deepspeed``). A plain process: (1, 0)."""
@@ -58,9 +88,15 @@ def dist_state(*, deepspeed: bool = False) -> DistState:
     from accelerate import PartialState
 
     if deepspeed:
-        os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"  # what transformers sets while building its state
+        # What transformers sets while building its state. Without CUDA, accelerate finds no backend of its own
+        # (None): DeepSpeed then initialises the process group (its CPU accelerator) but accelerate counts ONE
+        # process, so every rank would train the whole update. Naming DeepSpeed's CPU backend (gloo, or ccl where
+        # oneCCL is installed) makes accelerate count the group; the trainer reuses this state
+        # (grpo_kwargs: accelerator_config use_configured_state) instead of rebuilding the miscounted one.
+        kwargs = {"backend": deepspeed_cpu_backend()} if cpu else {}
+        os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
         try:
-            state = PartialState()
+            state = PartialState(**kwargs)
         finally:
             del os.environ["ACCELERATE_USE_DEEPSPEED"]
     else:
@@ -76,6 +112,8 @@ def check_launch(update_cfg, env: Mapping[str, str] | None = None) -> None:
       processes only through mpirun): recognised by ACCELERATE_USE_CPU with MASTER_ADDR set and no process count;
     - ``update.deepspeed`` set while the CPU is forced through ACCELERATE_USE_CPU (transformers then builds a plain
       CPU state and drops DeepSpeed without a word);
+    - ``update.deepspeed`` a ZeRO stage-3 config over several processes (parameters partitioned: the rollouts and e_old scoring do not
+      run the same forwards on every rank, and the launch aborts on a collective mismatch mid-step);
     - ``update.batch_size`` (logged examples per micro-batch over all processes) not divisible by the process count.
     """
     env = os.environ if env is None else env
@@ -91,6 +129,12 @@ def check_launch(update_cfg, env: Mapping[str, str] | None = None) -> None:
             f"update.deepspeed={update_cfg.deepspeed}: ACCELERATE_USE_CPU is set, so transformers would build a plain CPU "
             "state and drop DeepSpeed; rule: launch DeepSpeed without --cpu (torchrun; DeepSpeed picks its CPU "
             "accelerator on a machine without CUDA)")
+    if world > 1 and update_cfg.deepspeed and zero_stage(update_cfg.deepspeed) >= 3:
+        raise LaunchRefused(
+            f"update.deepspeed={update_cfg.deepspeed}: zero_optimization.stage={zero_stage(update_cfg.deepspeed)} "
+            "partitions the parameters, so every rank must run the same forwards in the same order, and the "
+            "rollouts and e_old scoring do not (a collective mismatch aborts the launch mid-step); rule: ZeRO stage 2 "
+            "or below (configs/deepspeed_zero2.json)")
     if update_cfg.batch_size % world:
         raise LaunchRefused(
             f"update.batch_size={update_cfg.batch_size} with {world} processes; rule: the batch (logged examples per "

@@ -130,7 +130,7 @@ def grpo_kwargs(update_cfg, variant: str, *, output_dir: str | Path, seed: int, 
     """
     from abpo.algo.variants import get_variant
     from abpo.paths import repo_path
-    from abpo.train.distributed import cuda_available, env_world_size
+    from abpo.train.distributed import cuda_available, deepspeed_configured_state, env_world_size
     from abpo.train.trainer import rollouts_per_example
 
     u = update_cfg
@@ -184,6 +184,9 @@ def grpo_kwargs(update_cfg, variant: str, *, output_dir: str | Path, seed: int, 
         # the CPU said explicitly (a CPU launch of N processes is then data-parallel over gloo, not N processes
         # training alone); DeepSpeed on the CPU brings its own CPU accelerator, which use_cpu would drop
         use_cpu=not cuda_available() and deepspeed is None,
+        # DeepSpeed over several CPU processes: the state abpo.train.distributed.dist_state built (it counts the
+        # process group; the one transformers would rebuild counts one process)
+        **({"accelerator_config": {"use_configured_state": True}} if deepspeed_configured_state(deepspeed) else {}),
         disable_dropout=True,
         # update.greedy_rollouts: the most likely answer instead of a sample (ABPOTrainer reads it for the
         # constrained single-choice path too)

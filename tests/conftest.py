@@ -256,3 +256,18 @@ def s3(s3_server, monkeypatch, request):
 
     return types.SimpleNamespace(endpoint=s3_server.endpoint, keys=s3_server.keys, bucket=bucket, client=client,
                                  as_user=as_user)
+
+
+@pytest.fixture
+def abpo_only_config(tmp_path):
+    """The tiny preset as a deployment's config file with arms.names [abpo]: arms.names is the deployment's design,
+    not a run's override (abpo.monthly.overrides), so a test of a one-arm run writes it into the file."""
+    import yaml
+
+    from abpo.config import CONFIG_DIR
+
+    cfg = yaml.safe_load((CONFIG_DIR / "tiny.yaml").read_text())
+    cfg.setdefault("arms", {})["names"] = ["abpo"]
+    path = tmp_path / "abpo-only.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path

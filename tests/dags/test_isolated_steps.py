@@ -77,7 +77,7 @@ def test_a_relative_task_python_is_an_import_error_naming_the_rule(monkeypatch):
     assert "ABPO_TASK_PYTHON='venv/bin/python': rule: an absolute path" in str(error)
 
 
-def test_the_update_task_runs_in_a_separate_interpreter(monkeypatch, tmp_path):
+def test_the_update_task_runs_in_a_separate_interpreter(monkeypatch, tmp_path, abpo_only_config):
     """The real operator of the DAG's abpo.update / grpo.update tasks, executed: the step runs in the other
     environment's interpreter (its own process, a child of the task's, its own sys.prefix, no Airflow importable). With nothing bootstrapped
     the update refuses (no champion): the task fails at once, naming the reason and the interpreter; an arm outside
@@ -97,9 +97,11 @@ def test_the_update_task_runs_in_a_separate_interpreter(monkeypatch, tmp_path):
     assert where["pid"] != os.getpid() and where["ppid"] == os.getpid()  # another process, started by the task
     assert where["python"] == str(python) and Path(where["prefix"]) == env_dir  # the other environment
 
+    # arms.names is the deployment's design, not a trigger override: a config file that runs abpo alone
+    monkeypatch.setenv("ABPO_CONFIG", str(abpo_only_config))
     op = dag.get_task("grpo.update")
     op.op_kwargs = {**op.op_kwargs, "month": "2026-01", "upstream": {}}
     ti = _TaskInstance()
     with pytest.raises(AirflowSkipException, match=r"arm grpo is not in arms.names \['abpo'\]"):
-        op.execute(_context(["arms.names=[abpo]"], ti))
+        op.execute(_context([], ti))
     assert Path(ti.xcoms["isolated"]["prefix"]) == env_dir

@@ -14,12 +14,12 @@ import pytest
 from abpo.monthly.isolated import EXIT_REFUSED, EXIT_SKIPPED, ISOLATED_STEPS, run_isolated
 
 
-def test_a_refusal_and_an_unconfigured_arm_come_back_as_an_envelope(tmp_path, monkeypatch):
+def test_a_refusal_and_an_unconfigured_arm_come_back_as_an_envelope(tmp_path, monkeypatch, abpo_only_config):
     monkeypatch.setenv("ABPO_STATE", str(tmp_path / "state"))
     out = run_isolated("update", month="2026-01", arm="abpo", upstream={}, config="tiny")
     assert out["status"] == "refused" and "no champion; bootstrap the arms first" in out["message"]
     assert (out["pid"], out["python"], out["prefix"]) == (os.getpid(), sys.executable, sys.prefix)
-    out = run_isolated("update", month="2026-01", arm="grpo", overrides=["arms.names=[abpo]"], config="tiny")
+    out = run_isolated("update", month="2026-01", arm="grpo", config=str(abpo_only_config))
     assert out["status"] == "skipped" and out["message"] == "arm grpo is not in arms.names ['abpo']"
     out = run_isolated("gate", month="2026-01", arm="abpo", overrides=["paths.root=/elsewhere"], config="tiny")
     assert out["status"] == "refused" and "overrides item 'paths.root=/elsewhere'" in out["message"]
@@ -28,10 +28,10 @@ def test_a_refusal_and_an_unconfigured_arm_come_back_as_an_envelope(tmp_path, mo
     assert ISOLATED_STEPS == ("bootstrap", "update", "gate")
 
 
-def test_the_module_command_prints_the_envelope_and_exits_with_its_code(tmp_path):
-    env = {**os.environ, "ABPO_STATE": str(tmp_path / "state"), "ABPO_CONFIG": "tiny"}
+def test_the_module_command_prints_the_envelope_and_exits_with_its_code(tmp_path, abpo_only_config):
+    env = {**os.environ, "ABPO_STATE": str(tmp_path / "state"), "ABPO_CONFIG": str(abpo_only_config)}
     run = subprocess.run([sys.executable, "-m", "abpo.monthly.isolated", "update", "--month", "2026-01", "--arm",
-                          "grpo", "--overrides", json.dumps(["arms.names=[abpo]"]), "--xcom",
+                          "grpo", "--xcom",
                           str(tmp_path / "xcom" / "return.json")], env=env, capture_output=True, text=True, timeout=600)
     out = json.loads(run.stdout.strip().splitlines()[-1])
     assert run.returncode == EXIT_SKIPPED and out["status"] == "skipped", (run.stdout, run.stderr[-2000:])

@@ -32,12 +32,14 @@ def test_an_arm_with_no_rows_skips_its_update_with_a_reason_and_the_month_comple
     from abpo import registry
     from abpo.arms import versions as arm_versions
     from abpo.monthly.report import report_to_date, require_previous_month
-    from abpo.warehouse import ingest_with_config
+    from abpo.warehouse import config_catalog, ingest_with_config
 
     overrides = ["arms.update_logs=own"]  # the arm's own rows: abpo served none of them this month
     cfg = load_config("tiny", overrides)
     month = "2026-01"
-    table, _ = synthetic_impressions(400, month, seed=3, arms=("grpo", "ml_retrain", "popularity"), n_users=100)
+    catalog = config_catalog(cfg)  # items in the dataset: the ingest quarantines others (item_not_in_catalog)
+    table, _ = synthetic_impressions(400, month, seed=3, arms=("grpo", "ml_retrain", "popularity"), n_users=100,
+                                     item_ids=catalog, n_items=min(5_000, len(catalog)))
     write_impressions(table, cfg.paths.resolve("landing"), month, part="sim")
     report, _ = ingest_with_config(cfg, month)
     assert report.rows_clean > 0

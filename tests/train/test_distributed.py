@@ -177,6 +177,10 @@ def _update(root, init_model, output, procs, extra=()):
     launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={procs}"]
                 if procs > 1 else [sys.executable])
     env = dict(os.environ, PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", OMP_NUM_THREADS="1")
+    # mlflow.set_tracking_uri (an earlier test's, or _runs') also sets $MLFLOW_TRACKING_URI, which would send this
+    # update's runs to that store: the update's own store is the one under paths.root
+    for var in ("MLFLOW_TRACKING_URI", "ABPO_TRACKING_URI"):
+        env.pop(var, None)
     p = subprocess.run([*launcher, "-m", "abpo.cli", *args], capture_output=True, text=True, env=env, cwd=REPO,
                        timeout=900)
     assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]

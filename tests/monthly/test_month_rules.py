@@ -13,30 +13,6 @@ from abpo.data.schemas import write_impressions
 from abpo.data.synthetic import synthetic_impressions
 
 
-@pytest.fixture
-def state(tmp_path, monkeypatch):
-    root = tmp_path / "var"
-    monkeypatch.setenv("ABPO_STATE", str(root))
-    monkeypatch.delenv("ABPO_TRACKING_URI", raising=False)
-    return root
-
-
-@pytest.fixture
-def abpo(capsys):
-    from abpo.cli import main
-
-    def run(*argv: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        try:
-            rc = main(list(argv))
-        except SystemExit as e:
-            rc = e.code if isinstance(e.code, int) else 2
-        out = capsys.readouterr()
-        return rc, out.out, out.err
-
-    return run
-
-
 def land(cfg, month: str, seed: int = 3) -> None:
     from abpo.warehouse import config_catalog
 

@@ -5,7 +5,7 @@ are parsed. Classes are named as ``module:Class`` and imported only by :func:`ar
 
 Adding an arm is one :class:`ArmEntry` here plus its class (a subclass of :class:`abpo.arms.base.Arm`; an LLM
 variant or a ranker reuses :class:`abpo.arms.llm.LLMArm` or :class:`abpo.arms.rankers.RankerArm`) and its config
-block in section ``arms`` (see the README's "Adding an arm")."""
+block in section ``arms`` (see docs/loop.md, "Adding an arm")."""
 
 from __future__ import annotations
 

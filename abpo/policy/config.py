@@ -31,7 +31,7 @@ class PolicyConfig:
         metadata={
             "help": "item_tokens only: list the candidate set in the prompt. false = the prompt holds the instruction "
             "and the history only, and the candidate set acts through the constraint alone (scoring and rollouts "
-            "over C's item tokens). Chosen on the validation users (README, 'The policy')."
+            "over C's item tokens). Chosen on the validation users (docs/policy.md, 'The policy')."
         },
     )
     max_history: int = field(
@@ -134,7 +134,7 @@ class SFTConfig:
             "item token only; policy.prompt_style=item_tokens). With one token per item the rest of the answer "
             "(<item>TITLE</item>, EOS) is forced by the item under constrained decoding and carries no choice; "
             "learning to copy ~15 title tokens through the tied item embeddings cost the tiny model its next-item "
-            "ranking on the validation users (README, 'pi_init')."
+            "ranking on the validation users (docs/policy.md, 'pi_init')."
         },
     )
     epochs: float = field(default=1.0, metadata={"gt": 0, "help": "Passes over D_sup."})

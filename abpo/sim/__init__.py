@@ -5,7 +5,7 @@
     abpo.sim.preference  the users' ground truth: a mixture (sim.oracle, sim.oracle_weights) of the components
     abpo.sim.oracles     knn, sequential and ALS preference models fitted on every interaction (future ones too);
                          no arm reads them (docs/simulator.md)
-    abpo.sim.clicks      the click model (documented in the README; every parameter in config section `sim`)
+    abpo.sim.clicks      the click model (documented in docs/loop.md; every parameter in config section `sim`)
     abpo.sim.simulator   month m's requests from real sequences, each arm's exposures, clicks, and the landed
                          Parquet month partition in the impressions contract (ingest cannot tell it from serving)
     abpo.commands.simulate  `abpo simulate --month YYYY-MM`

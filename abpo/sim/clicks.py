@@ -1,4 +1,4 @@
-"""The click model of the simulated users (every parameter in config section `sim`; README "Simulator").
+"""The click model of the simulated users (every parameter in config section `sim`; docs/loop.md "Simulator").
 
 For a request at position t of user u's real sequence x (history x_{1:t}), the exposed item a is clicked with
 

@@ -1,5 +1,5 @@
-"""Config section `sim`: the traffic simulator that stands in for serving and for the users (abpo.sim; README
-"Simulator" explains every parameter).
+"""Config section `sim`: the traffic simulator that stands in for serving and for the users (abpo.sim;
+docs/loop.md "Simulator" explains every parameter).
 
 Traffic shares are not here: the router uses ``report.arm_shares``, the same shares the A/B report's
 sample-ratio check expects, so the two can never disagree."""

@@ -1,5 +1,5 @@
 """Month m of simulated traffic: real users, each arm's champion serving, the click model, one landed Parquet
-month partition in the impressions contract (README "Simulator").
+month partition in the impressions contract (docs/loop.md "Simulator").
 
 Users and their true behaviour come from real sequences (the configured dataset, the bundled MovieLens by
 default), split as in the offline construction (abpo.data.splits): x_{1:T} is the initial history pi_init was

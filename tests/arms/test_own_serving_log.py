@@ -1,4 +1,4 @@
-"""What a user's own serving must log (README "What your serving must log"), followed literally: the registered
+"""What a user's own serving must log (docs/data.md "What your serving must log"), followed literally: the registered
 champion served through MLflow gives the propensities; one impression row per request with the exposed item's
 propensity, the champion's version and `softmax(tau=<the tau used>)`; landed with abpo.data.schemas.write_impressions,
 it ingests with nothing quarantined, and the propensity abpo recomputes for the logged item from the warehouse row

@@ -1,16 +1,25 @@
 """The documents the code points to: docs/ABPO_SPEC.md exists, every reference to the specification names it by that
 path, and every section or step a reference names is in it; the README's "Use it with your own stack" section is
-near the top and its links resolve."""
+near the top and its links resolve. The README is short (at most 300 lines) and maps every page of docs/; every
+relative link in README.md and docs/*.md reaches a file and, with an #anchor, a heading of it; the commands in their
+bash blocks name Makefile targets, `abpo` subcommands and paths that exist."""
 
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
+
+import pytest
+
+from tests.test_cli_help import _bad, _commands, _named_commands
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC = REPO / "docs" / "ABPO_SPEC.md"
-SOURCES = [REPO / "README.md", *(REPO / "abpo").rglob("*.py"), *(REPO / "tests").rglob("*.py"), REPO / "dags" /
-           "abpo_monthly.py", REPO / "plugins" / "abpo_plugin.py", *(REPO / "configs").glob("*.yaml")]
+README = REPO / "README.md"
+PAGES = sorted((REPO / "docs").glob("*.md"))
+SOURCES = [README, *(p for p in PAGES if p != SPEC), *(REPO / "abpo").rglob("*.py"), *(REPO / "tests").rglob("*.py"),
+           REPO / "dags" / "abpo_monthly.py", REPO / "plugins" / "abpo_plugin.py", *(REPO / "configs").glob("*.yaml")]
 
 
 def _headings() -> list[str]:
@@ -60,10 +69,173 @@ def test_the_readme_has_a_short_own_stack_section_near_the_top():
     for topic in ("Airflow", "MLflow", "logs", "model", "GPU"):
         assert topic in body, topic
     assert len(body.splitlines()) < 45  # short: it points to the sections that say more
-    anchors = {re.sub(r"[^\w\- ]", "", h).strip().lower().replace(" ", "-") for h in re.findall(r"^#+ (.+)$", readme,
-                                                                                                   re.M)}
-    for target in re.findall(r"\]\(([^)]+)\)", body):
-        if target.startswith("#"):
-            assert target[1:] in anchors, target
-        else:
-            assert (REPO / target.split("#")[0]).exists(), target
+    targets = re.findall(r"\]\(([^)]+)\)", body)
+    assert len(targets) >= 6, targets  # it points to the pages that say more
+    assert not _broken_links(README, body), _broken_links(README, body)
+
+
+# --- the README as a map, and every link and command of the documentation -------------------------------------------
+
+FENCE = re.compile(r"^\s*(```|~~~)")
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _outside_fences(text: str) -> list[tuple[int, str]]:
+    """(line number, line) of the lines that are not inside a fenced code block."""
+    out, fenced = [], False
+    for n, line in enumerate(text.splitlines(), 1):
+        if FENCE.match(line):
+            fenced = not fenced
+        elif not fenced:
+            out.append((n, line))
+    return out
+
+
+def _bash_blocks(text: str) -> list[tuple[int, str]]:
+    """(line number, line) of the lines inside ```bash (or ```sh, ```shell) blocks."""
+    out, lang = [], None
+    for n, line in enumerate(text.splitlines(), 1):
+        m = FENCE.match(line)
+        if m:
+            lang = None if lang is not None else (line.strip()[3:].strip() or "")
+        elif lang in ("bash", "sh", "shell", "console"):
+            out.append((n, line))
+    return out
+
+
+def anchor(heading: str) -> str:
+    """GitHub's anchor of a heading: lowercase, punctuation other than - and _ removed, spaces to -."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(text: str) -> set[str]:
+    """Every heading's anchor in a markdown text; a repeated one gets -1, -2, ... as on GitHub."""
+    seen: dict[str, int] = {}
+    out = set()
+    for _, line in _outside_fences(text):
+        m = re.match(r"^ {0,3}#{1,6}\s+(.+?)\s*#*\s*$", line)
+        if m:
+            a = anchor(m.group(1))
+            out.add(a if a not in seen else f"{a}-{seen[a]}")
+            seen[a] = seen.get(a, 0) + 1
+    return out
+
+
+def _links(text: str) -> list[tuple[int, str]]:
+    """(line, target) of every markdown link outside code blocks and inline code spans."""
+    out = []
+    prose = dict(_outside_fences(text))
+    kept = "\n".join(prose.get(n, "") for n in range(1, len(text.splitlines()) + 1))
+    kept = re.sub(r"`[^`\n]*`", lambda m: " " * len(m.group(0)), kept)
+    for m in LINK.finditer(kept):
+        out.append((kept.count("\n", 0, m.start()) + 1, m.group(1)))
+    return out
+
+
+def _broken_links(path: Path, text: str | None = None) -> list[str]:
+    """Each relative link of ``path`` (or of ``text``, read as if it were ``path``) that does not resolve: its file
+    is missing, or its #anchor is no heading of that file. Messages name the file, the line and the link."""
+    text = path.read_text() if text is None else text
+    bad = []
+    for line, target in _links(text):
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto:
+            continue
+        file, _, frag = target.partition("#")
+        dest = (path.parent / file).resolve() if file else path
+        where = f"{path.relative_to(REPO)}:{line}: link ({target})"
+        if not dest.exists():
+            bad.append(f"{where}: no file {file}")
+        elif frag and dest.suffix == ".md" and frag not in anchors(text if dest == path else dest.read_text()):
+            bad.append(f"{where}: no heading with anchor #{frag} in {dest.relative_to(REPO)}")
+    return bad
+
+
+def _makefile_targets() -> set[str]:
+    return set(re.findall(r"^([\w.-]+):(?!=)", (REPO / "Makefile").read_text(), re.M))
+
+
+def _bad_commands(path: Path, text: str | None = None) -> list[str]:
+    """The commands of the bash blocks that name what does not exist: a `make` target the Makefile lacks, an `abpo`
+    subcommand the CLI's parser lacks, a `.venv/bin/<x>` the virtualenv lacks, a `scripts/` or `benchmarks/` file
+    the checkout lacks."""
+    text = path.read_text() if text is None else text
+    targets, commands, bindir = _makefile_targets(), _commands(), Path(sys.executable).parent
+    bad = []
+    for n, line in _bash_blocks(text):
+        code = line.split(" #", 1)[0] if not line.lstrip().startswith("#") else ""
+        where = f"{path.relative_to(REPO)}:{n}: `{line.strip()}`"
+        m = re.match(r"^\s*(?:\w+=\S+\s+)*make\s+([\w.-]+)", code)
+        if m and m.group(1) not in targets:
+            bad.append(f"{where}: make target {m.group(1)!r} is not in the Makefile ({sorted(targets)})")
+        for ref in _bad(_named_commands(code), commands):
+            bad.append(f"{where}: `abpo {ref}` is not a subcommand of abpo's CLI")
+        for exe in re.findall(r"\.venv/bin/([\w.+-]+)", code):
+            if not (bindir / exe).exists():
+                bad.append(f"{where}: .venv/bin/{exe} is not installed by the virtualenv ({bindir})")
+        for rel in re.findall(r"(?<![\w/.$-])((?:scripts|benchmarks)/[\w./-]*[\w])", code):
+            if not (REPO / rel).exists():
+                bad.append(f"{where}: {rel} does not exist")
+    return bad
+
+
+def test_the_readme_is_at_most_300_lines():
+    n = len(README.read_text().splitlines())
+    assert n <= 300, f"README.md: {n} lines; rule: at most 300 (move a section to a page of docs/ and link it)"
+
+
+def test_every_relative_link_in_the_readme_and_docs_resolves():
+    bad = [b for p in [README, *PAGES] for b in _broken_links(p)]
+    assert sum(len(_links(p.read_text())) for p in [README, *PAGES]) > 60  # the pattern does find the links
+    assert not bad, "\n".join(bad)
+
+
+def test_every_docs_page_is_linked_from_the_readme():
+    linked = {(README.parent / t.partition("#")[0]).resolve() for _, t in _links(README.read_text())}
+    missing = [f"README.md: no link to {p.relative_to(REPO)}; rule: the README's docs map links every page of docs/"
+               for p in PAGES if p.resolve() not in linked]
+    assert not missing, "\n".join(missing)
+
+
+def test_the_commands_in_the_bash_blocks_exist():
+    readme_lines = [line for _, line in _bash_blocks(README.read_text())]
+    assert any(line.startswith("make test") for line in readme_lines), readme_lines
+    bad = [b for p in [README, *PAGES] for b in _bad_commands(p)]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_ci_runs_the_readmes_test_command():
+    ci = [line for line in (REPO / ".ci" / "run").read_text().splitlines() if line and not line.startswith("#")]
+    readme = [line.split("#", 1)[0].strip() for _, line in _bash_blocks(README.read_text())]
+    assert ci[-1] in readme and ci[-1] == "make test", (ci[-1], readme)
+
+
+def test_the_anchors_follow_githubs_rules():
+    assert anchor("The production loop (`abpo/monthly`, `abpo/arms`, `abpo/sim`, `dags/abpo_monthly.py`)") == \
+        "the-production-loop-abpomonthly-abpoarms-abposim-dagsabpo_monthlypy"
+    assert anchor("What it refuses (round 3, config and UI)") == "what-it-refuses-round-3-config-and-ui"
+    assert anchor("The paper's table: `abpo experiment`") == "the-papers-table-abpo-experiment"
+
+
+@pytest.mark.parametrize("text, want", [
+    ("see [x](docs/nosuch.md)", "README.md:1: link (docs/nosuch.md): no file docs/nosuch.md"),
+    ("a\n\nsee [x](docs/loop.md#nosuch)", "README.md:3: link (docs/loop.md#nosuch): no heading with anchor #nosuch"),
+    ("see [x](#nosuch-here)", "README.md:1: link (#nosuch-here): no heading with anchor #nosuch-here"),
+])
+def test_the_link_check_catches_a_broken_link(text, want):
+    assert any(b.startswith(want) for b in _broken_links(README, text)), _broken_links(README, text)
+
+
+def test_the_link_check_passes_good_links_and_skips_code():
+    text = "# Top\n\n[a](#top) [b](docs/loop.md) [c](https://example.com/x)\n```\n[d](nosuch.md)\n```\n`[e](nosuch.md)`\n"
+    assert _broken_links(README, text) == []
+
+
+def test_the_command_check_catches_what_does_not_exist():
+    text = ("```bash\nmake tset   # a typo\n.venv/bin/abpo experimnt --split validation\n.venv/bin/nosuchtool\n"
+            "bash scripts/nosuch.sh && .venv/bin/python benchmarks/nosuch.py\nmake test\n"
+            ".venv/bin/abpo arms month --month 2026-01\n```\n")
+    bad = _bad_commands(README, text)
+    assert [b.split(": ", 1)[0] for b in bad] == ["README.md:2", "README.md:3", "README.md:4", "README.md:5",
+                                                  "README.md:5"], bad
+    assert "make target 'tset'" in bad[0] and "`abpo experimnt`" in bad[1] and ".venv/bin/nosuchtool" in bad[2]
+    assert "scripts/nosuch.sh" in bad[3] and "benchmarks/nosuch.py" in bad[4]

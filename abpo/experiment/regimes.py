@@ -32,9 +32,12 @@ import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 LOGGERS = ("on_policy", "pi_init", "foreign", "uniform", "mixed")
 FOREIGN = ("ml_retrain", "popularity")
@@ -60,7 +63,7 @@ def check_regime(e) -> None:
         raise ValueError(f"experiment.log_candidate_count={e.log_candidate_count}; rule: at least 2")
 
 
-def regime_settings(cfg) -> dict[str, Any]:
+def regime_settings(cfg: Config) -> dict[str, Any]:
     """The regime's settings that differ from today's default, with what they bring along (the ranker and its
     temperature, the click model's sim settings, the candidate count). Empty for the default regime: a cell's
     fingerprint adds this dict only when it is not empty, so the cells of before stay found."""
@@ -84,7 +87,7 @@ def regime_settings(cfg) -> dict[str, Any]:
     return out
 
 
-def describe(cfg) -> str:
+def describe(cfg: Config) -> str:
     """One line naming the regime of the logs, for every table's note."""
     e = cfg.experiment
     logger = {"on_policy": "on-policy (each row's previous-round policy)", "pi_init": "pi_init every round",
@@ -97,11 +100,11 @@ def describe(cfg) -> str:
     return f"Logs: logger {logger}; candidates {cands}; clicks {clicks}."
 
 
-def is_default(cfg) -> bool:
+def is_default(cfg: Config) -> bool:
     return not regime_settings(cfg)
 
 
-def shared_kind(cfg) -> str:
+def shared_kind(cfg: Config) -> str:
     """The row-independent logger whose logs a seed shares: the regime's logger if it does not depend on the row,
     else pi_init (round 1 of on_policy, and the baselines' training clicks)."""
     lg = cfg.experiment.logger
@@ -129,7 +132,7 @@ def window_requests(ctx, r: int, rounds: int) -> list:
 def shared_log_path(ctx, r: int, rounds: int, kind: str) -> Path:
     """Where the seed keeps the shared log of ``kind`` (pi_init | foreign | uniform) for round r: the default
     regime's pi_init log keeps its old name; any other is named by a digest of what it depends on."""
-    from abpo.experiment.runner import pi_init_log_path
+    from abpo.experiment.seeds import pi_init_log_path
 
     if kind == "pi_init" and is_default(ctx.cfg):
         return pi_init_log_path(ctx, r, rounds)
@@ -153,7 +156,7 @@ def shared_log(ctx, r: int, rounds: int, kind: str, model=None, tokenizer=None):
     pi_init log is runner.pi_init_log (abpo.policy.bandit), with its logging_arm column added on read."""
     import pyarrow.parquet as pq
 
-    from abpo.experiment.runner import _load_model, _write_parquet, pi_init_log
+    from abpo.experiment.seeds import _load_model, _write_parquet, pi_init_log
 
     if kind == "pi_init" and is_default(ctx.cfg):
         return with_logging_arm(pi_init_log(ctx, r, rounds, model, tokenizer), "pi_init")
@@ -193,7 +196,7 @@ def uniform_propensities(requests) -> list[np.ndarray]:
 def ranker_sequences(ctx, r: int, rounds: int) -> dict[int, list[int]]:
     """What a ranker logger of round r is fitted on: every user's x_{1:T} and the real items of the windows before
     r (the interactions to date; nothing of window r itself)."""
-    from abpo.experiment.runner import round_positions
+    from abpo.experiment.seeds import round_positions
 
     seqs = {}
     for s in ctx.splits:
@@ -202,7 +205,7 @@ def ranker_sequences(ctx, r: int, rounds: int) -> dict[int, list[int]]:
     return seqs
 
 
-def ranker_temperature(cfg, name: str) -> float:
+def ranker_temperature(cfg: Config, name: str) -> float:
     """T of a ranker logger: experiment.foreign_temperature, or arms.<name>.temperature when that is 0."""
     t = cfg.experiment.foreign_temperature or float(getattr(cfg.arms, name).temperature)
     if not t > 0:
@@ -223,7 +226,7 @@ def ranker_propensities(ctx, name: str, requests, r: int, rounds: int) -> list[n
     return [softmax_propensities(np.asarray(s, dtype=np.float64), t) for s in scores]
 
 
-def mixed_loggers(cfg, n: int, r: int) -> list[str]:
+def mixed_loggers(cfg: Config, n: int, r: int) -> list[str]:
     """Each request's logger under report.arm_shares (seeded by seed and round): an LLM arm's draw is the row's
     current policy ("llm"), a ranker arm's draw that ranker."""
     from abpo.arms.names import LLM_ARMS, RANKER_ARMS
@@ -273,7 +276,7 @@ def regime_log(ctx, r: int, rounds: int, kind: str, model=None, tokenizer=None, 
     import pyarrow as pa
 
     from abpo.data.schemas import IMPRESSIONS_SCHEMA, SCHEMA_VERSION
-    from abpo.experiment.runner import round_month
+    from abpo.experiment.seeds import round_month
     from abpo.policy.bandit import _month_times
     from abpo.policy.scoring import sample_logged_action
 
@@ -343,7 +346,7 @@ def regime_log(ctx, r: int, rounds: int, kind: str, model=None, tokenizer=None, 
 def round_log(ctx, row: str, r: int, rounds: int, start_dir: Path):
     """The log a row's round r trains on under the regime (module docstring): shared logs for pi_init, foreign
     and uniform (and for on_policy's round 1), the row's own previous-round policy otherwise."""
-    from abpo.experiment.runner import _load_model, log_window
+    from abpo.experiment.seeds import _load_model, log_window
 
     lg = ctx.cfg.experiment.logger
     at_init = Path(start_dir) == Path(ctx.pi_init_dir)

@@ -21,7 +21,10 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +75,7 @@ def _fmt(v: float | None, digits: int = 4, sign: bool = False) -> str:
 
 def _diff(r: dict[str, Any], ref: str) -> str:
     """ΔHR@5 against a reference row with its interval and p, or '-': the probe table's Holm-adjusted two-stage
-    bootstrap p (abpo.experiment.runner.table_rows), the unadjusted one for the primary contrast, or, for results
+    bootstrap p (abpo.experiment.table.table_rows), the unadjusted one for the primary contrast, or, for results
     written before the two-stage bootstrap, McNemar's."""
     d = r.get(f"vs_{ref}_dHR@5")
     if d is None:
@@ -94,13 +97,14 @@ def sweep_markdown(lines: Sequence[dict[str, Any]], title: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def run_sweep(cfg, axes: Sequence[tuple[str, Sequence[str]]], *, config_for: Callable[[list[str]], Any],
+def run_sweep(cfg: Config, axes: Sequence[tuple[str, Sequence[str]]], *, config_for: Callable[[list[str]], Any],
               config_ref: str = "tiny", overrides: Sequence[str] = ()) -> SweepResult:
     """Run every probe of the grid (module docstring) on the validation users and write the summary.
     ``config_for(overrides)`` makes a probe's config (the command passes the preset's loader: this package sits
     below abpo.config and does not import it)."""
     from abpo.experiment.regimes import describe
-    from abpo.experiment.runner import experiments_root, run_experiment
+    from abpo.experiment.runner import run_experiment
+    from abpo.experiment.seeds import experiments_root
 
     if cfg.experiment.eval_split != "validation":
         raise ValueError(f"--sweep with experiment.eval_split={cfg.experiment.eval_split!r}; rule: a sweep runs on "

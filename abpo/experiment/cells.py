@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from abpo.experiment.rows import FULL_INFO, is_llm_row, row_key
-from abpo.experiment.seeds import _digest, experiments_root
+from abpo.experiment.seeds import digest, experiments_root
 
 if TYPE_CHECKING:
     from abpo.config import Config
@@ -52,7 +52,7 @@ def cell_fingerprint(cfg: Config, row: str, seed: int | None = None, r: int | No
         d["regime"] = regime
     if row == "grpo_lr":
         d["gamma_ratio_of"] = cell_fingerprint(cfg, "abpo", seed, r)
-    return _digest(d)
+    return digest(d)
 
 
 def experiment_dir(cfg: Config) -> Path:
@@ -75,7 +75,7 @@ def _load_cell(path: Path, fingerprint: str) -> dict | None:
     return cell if cell.get("fingerprint") == fingerprint else None
 
 
-def _find_cell(cfg: Config, exp_dir: Path, seed: int, row: str, r: int) -> dict | None:
+def find_cell(cfg: Config, exp_dir: Path, seed: int, row: str, r: int) -> dict | None:
     """A finished cell with these settings: the experiment's own copy, or one any experiment or probe computed."""
     fp = cell_fingerprint(cfg, row, seed, r)
     cell = _load_cell(_cell_path(exp_dir, seed, row, r, cfg.experiment.rounds), fp)
@@ -93,6 +93,6 @@ def _save_json(path: Path, obj) -> None:
     tmp.replace(path)
 
 
-def _save_cell(cfg: Config, exp_dir: Path, cell: dict) -> None:
+def save_cell(cfg: Config, exp_dir: Path, cell: dict) -> None:
     _save_json(_cache_path(cfg, cell["fingerprint"]), cell)
     _save_json(_cell_path(exp_dir, cell["seed"], cell["row"], cell["round"], cfg.experiment.rounds), cell)

@@ -12,7 +12,7 @@ import numpy as np
 from abpo.experiment.seeds import SeedContext
 
 
-def _scores(model, tok, ctx: SeedContext, examples) -> list:
+def policy_scores(model, tok, ctx: SeedContext, examples) -> list:
     from abpo.policy.scoring import score_examples
 
     return score_examples(model, tok, examples, ctx.dataset.titles(), ctx.cfg.policy)
@@ -30,7 +30,7 @@ def match_rates(model, tok, ctx: SeedContext, bandit_log) -> dict[str, float]:
     exs = [Example(rid, int(u), list(h), list(c), int(a)) for rid, u, h, c, a in
            zip(cols["request_id"], cols["user_id"], cols["history"], cols["candidates"], cols["item_id"])]
     probs = []
-    for s in _scores(model, tok, ctx, exs):
+    for s in policy_scores(model, tok, ctx, exs):
         e = candidate_propensities(s.scores, ctx.cfg.policy.tau)
         probs.append(float(e[list(s.example.candidates).index(s.example.positive)]))
     clicked = bandit_log.column("clicked").to_pylist()

@@ -156,15 +156,15 @@ def shared_log(ctx, r: int, rounds: int, kind: str, model=None, tokenizer=None):
     pi_init log is runner.pi_init_log (abpo.policy.bandit), with its logging_arm column added on read."""
     import pyarrow.parquet as pq
 
-    from abpo.experiment.seeds import _load_model, _write_parquet, pi_init_log
+    from abpo.experiment.seeds import load_model, pi_init_log, write_parquet
 
     if kind == "pi_init" and is_default(ctx.cfg):
         return with_logging_arm(pi_init_log(ctx, r, rounds, model, tokenizer), "pi_init")
     path = shared_log_path(ctx, r, rounds, kind)
     if not path.exists():
         if kind == "pi_init" and model is None:
-            model, tokenizer = _load_model(ctx, ctx.pi_init_dir)
-        _write_parquet(regime_log(ctx, r, rounds, kind, model, tokenizer, f"pi_init-seed{ctx.cfg.seed}"), path)
+            model, tokenizer = load_model(ctx, ctx.pi_init_dir)
+        write_parquet(regime_log(ctx, r, rounds, kind, model, tokenizer, f"pi_init-seed{ctx.cfg.seed}"), path)
     return pq.read_table(path)
 
 
@@ -346,13 +346,13 @@ def regime_log(ctx, r: int, rounds: int, kind: str, model=None, tokenizer=None, 
 def round_log(ctx, row: str, r: int, rounds: int, start_dir: Path):
     """The log a row's round r trains on under the regime (module docstring): shared logs for pi_init, foreign
     and uniform (and for on_policy's round 1), the row's own previous-round policy otherwise."""
-    from abpo.experiment.seeds import _load_model, log_window
+    from abpo.experiment.seeds import load_model, log_window
 
     lg = ctx.cfg.experiment.logger
     at_init = Path(start_dir) == Path(ctx.pi_init_dir)
     if lg in ("pi_init", "foreign", "uniform") or (lg == "on_policy" and at_init):
         return shared_log(ctx, r, rounds, shared_kind(ctx.cfg) if lg != "on_policy" else "pi_init")
-    model, tok = _load_model(ctx, start_dir)
+    model, tok = load_model(ctx, start_dir)
     version = f"pi_init-seed{ctx.cfg.seed}" if at_init else f"{row}-round{r - 1}-seed{ctx.cfg.seed}"
     if lg == "on_policy" and is_default(ctx.cfg):
         return with_logging_arm(log_window(ctx, model, tok, r, rounds, version), "policy")

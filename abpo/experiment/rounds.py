@@ -13,11 +13,12 @@ from typing import Any
 import numpy as np
 
 from abpo.experiment.evaluation import metrics_from_scores
-from abpo.experiment.match_rates import _scores, logged_match_rates, match_rates
+from abpo.experiment.match_rates import logged_match_rates, match_rates, policy_scores
 from abpo.experiment.rows import FULL_INFO, variant_of
-from abpo.experiment.seeds import SeedContext, _load_model
+from abpo.experiment.seeds import SeedContext, load_model
 
 log = logging.getLogger("abpo.experiment.runner")  # the experiment's progress lines keep the runner's logger
+
 
 def training_sequences(ctx: SeedContext, logs: Sequence | None = None) -> dict[int, list[int]]:
     """What the baselines are trained on, the same information the LLM rows saw: every user's x_{1:T} (pi_init's
@@ -85,7 +86,7 @@ def full_info_round(ctx: SeedContext, start_dir: Path, requests: list, out_dir: 
     from abpo.policy.sft import run_sft, sft_records
 
     torch.manual_seed(ctx.cfg.seed)
-    model, tok = _load_model(ctx, start_dir)
+    model, tok = load_model(ctx, start_dir)
     model.train()
     records = sft_records(requests, ctx.dataset.titles(), tok, ctx.cfg.policy, ctx.cfg.sft.loss_tokens)
     c = dataclasses.replace(ctx.cfg, sft=dataclasses.replace(
@@ -144,14 +145,14 @@ def run_llm_round(ctx: SeedContext, row: str, r: int, start_dir: Path, out_dir: 
         out["update"] = update_round(ctx, row, start_dir, bandit_log, out_dir, prefix, update_changes)
         model_dir = Path(out["update"].pop("model_dir"))
     out["train_seconds"] = round(time.time() - t0, 1)
-    model, tok = _load_model(ctx, model_dir)
+    model, tok = load_model(ctx, model_dir)
     log.info(f"{prefix} scoring {len(ctx.eval_examples)} users and {bandit_log.num_rows} logged exposures")
     # a row that trained nothing this round (No-Update) is the policy that logged it if it logged on-policy or
     # pi_init logged it: its rates are in the log
     own_log = set(loggers) <= {"pi_init", "policy"}
     out.update(logged_match_rates(bandit_log) if (model_dir == start_dir and own_log)
                else match_rates(model, tok, ctx, bandit_log))
-    out.update(metrics_from_scores(ctx.eval_examples, [s.scores.tolist() for s in _scores(model, tok, ctx, ctx.eval_examples)],
+    out.update(metrics_from_scores(ctx.eval_examples, [s.scores.tolist() for s in policy_scores(model, tok, ctx, ctx.eval_examples)],
                                    ctx.popularity))
     out["model_dir"] = str(model_dir)
     out["seconds"] = round(time.time() - t0, 1)

@@ -111,8 +111,8 @@ def row_update_changes(cfg: Config, exp_dir: Path, seed: int, row: str, r: int) 
     if row == "grpo_g1":
         return {"grpo_equal_samples": True}
     if row == "grpo_lr":
-        from abpo.experiment.cells import _find_cell
+        from abpo.experiment.cells import find_cell
 
-        ratio = measured_gamma_ratio(_find_cell(cfg, exp_dir, seed, "abpo", r), f"seed {seed}, round {r}")
+        ratio = measured_gamma_ratio(find_cell(cfg, exp_dir, seed, "abpo", r), f"seed {seed}, round {r}")
         return {"learning_rate": cfg.update.learning_rate * ratio}
     return {}

@@ -36,6 +36,12 @@ the trend test of each row's slope over rounds.
 Outputs in <exp>/: table.csv, table.md, ablation.png (HR@5 and NDCG@5, mean ± std), rounds.csv and rounds.png
 (per round and row: HR@5, NDCG@5, Diversity@5 and the two match rates), experiment.json; all logged to MLflow
 (``experiment.mlflow_experiment``: a parent run, a nested run per cell).
+
+The code, one module per part (this module runs one experiment and re-exports their public names):
+rows (the rows, the experiment's config, the GRPO controls' update changes), evaluation (the evaluation users and
+the metrics of their scores), seeds (pi_init and what a seed's cells share), rounds (computing one cell),
+match_rates (match rates, off-policy value, training diagnostics), cells (fingerprints and the cell files),
+table (the table's records and their paired tests), markdown (table.md), outputs (the files and plots).
 """
 
 from __future__ import annotations
@@ -57,21 +63,15 @@ from abpo.data.splits import (  # noqa: F401 (re-exported)
 from abpo.experiment.cells import (  # noqa: F401 (re-exported)
     ADDED_UPDATE_KEYS,
     RETIRED_UPDATE_KEYS,
-    _cache_path,
-    _cell_path,
-    _find_cell,
-    _load_cell,
-    _save_cell,
-    _save_json,
     cell_fingerprint,
     experiment_dir,
+    find_cell,
+    save_cell,
 )
 from abpo.experiment.evaluation import KS, eval_examples_for, metrics_from_scores  # noqa: F401 (re-exported)
 from abpo.experiment.markdown import rounds_markdown, table_markdown  # noqa: F401 (re-exported)
 from abpo.experiment.match_rates import (  # noqa: F401 (re-exported)
     TRAINING_DIAGNOSTICS,
-    _rates_by_stratum,
-    _scores,
     logged_match_rates,
     match_rates,
     off_policy_value,
@@ -101,10 +101,8 @@ from abpo.experiment.rows import (  # noqa: F401 (re-exported)
 from abpo.experiment.seeds import (  # noqa: F401 (re-exported)
     PI_INIT_INDEPENDENT,
     SeedContext,
-    _digest,
-    _load_model,
-    _write_parquet,
     experiments_root,
+    load_model,
     load_seed,
     log_window,
     pi_init_key,
@@ -141,12 +139,12 @@ def _row_task(cfg: Config, seed: int, row: str, exp_dir: str) -> list[dict]:
     if not is_llm_row(row):
         cell = run_baseline_cell(ctx, row)
         cell["fingerprint"] = cell_fingerprint(cfg, row, seed, cfg.experiment.rounds)
-        _save_cell(cfg, exp, cell)
+        save_cell(cfg, exp, cell)
         return [cell]
     rounds = cfg.experiment.rounds
     out, start = [], ctx.pi_init_dir
     for r in range(1, rounds + 1):
-        cell = _find_cell(cfg, exp, seed, row, r)
+        cell = find_cell(cfg, exp, seed, row, r)
         if cell is not None and (r == rounds or Path(cell["model_dir"]).exists()):
             start = Path(cell["model_dir"])
             continue
@@ -154,7 +152,7 @@ def _row_task(cfg: Config, seed: int, row: str, exp_dir: str) -> list[dict]:
         changes = row_update_changes(cfg, exp, seed, row, r)
         cell = run_llm_round(ctx, row, r, start, experiments_root(cfg) / "_runs" / "models" / fp, changes)
         cell["fingerprint"] = fp
-        _save_cell(cfg, exp, cell)
+        save_cell(cfg, exp, cell)
         out.append(cell)
         start = Path(cell["model_dir"])
     return out
@@ -236,7 +234,7 @@ def run_experiment(cfg: Config, *, config_ref: str = "tiny", overrides: Sequence
     for seed in e.seeds:
         for row in rows:
             row_rounds = range(1, rounds + 1) if is_llm_row(row) else [rounds]
-            found = {r: _find_cell(cfg, exp_dir, seed, row, r) for r in row_rounds}
+            found = {r: find_cell(cfg, exp_dir, seed, row, r) for r in row_rounds}
             for r, cell in found.items():
                 if cell is not None:
                     cells[(seed, row, r)] = (cell, True)

@@ -30,7 +30,7 @@ def experiments_root(cfg: Config) -> Path:
     return cfg.paths.resolve("root") / "experiments"
 
 
-def _digest(obj) -> str:
+def digest(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -38,7 +38,7 @@ def pi_init_key(cfg: Config, seed: int) -> str:
     """What pi_init(seed) depends on: the data, the policy's model and prompt settings, the SFT settings, the seed
     and the validation users (early stopping)."""
     policy = {k: v for k, v in dataclasses.asdict(cfg.policy).items() if k not in PI_INIT_INDEPENDENT}
-    return _digest({"data": dataclasses.asdict(cfg.data), "policy": policy, "sft": dataclasses.asdict(cfg.sft),
+    return digest({"data": dataclasses.asdict(cfg.data), "policy": policy, "sft": dataclasses.asdict(cfg.sft),
                     "seed": int(seed), "validation_fraction": cfg.experiment.validation_fraction})
 
 
@@ -111,7 +111,7 @@ def log_window(ctx: SeedContext, model, tokenizer, r: int, rounds: int, model_ve
     )
 
 
-def _write_parquet(table, path: Path) -> None:
+def write_parquet(table, path: Path) -> None:
     import pyarrow.parquet as pq
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -120,7 +120,7 @@ def _write_parquet(table, path: Path) -> None:
     tmp.replace(path)
 
 
-def _load_model(ctx: SeedContext, model_dir: Path):
+def load_model(ctx: SeedContext, model_dir: Path):
     from abpo.policy.model import load_policy
 
     model, tok = load_policy(dataclasses.replace(ctx.cfg.policy, model=str(model_dir)), ctx.cfg.paths,
@@ -136,8 +136,8 @@ def pi_init_log(ctx: SeedContext, r: int, rounds: int, model=None, tokenizer=Non
     path = pi_init_log_path(ctx, r, rounds)
     if not path.exists():
         if model is None:
-            model, tokenizer = _load_model(ctx, ctx.pi_init_dir)
-        _write_parquet(log_window(ctx, model, tokenizer, r, rounds, f"pi_init-seed{ctx.cfg.seed}"), path)
+            model, tokenizer = load_model(ctx, ctx.pi_init_dir)
+        write_parquet(log_window(ctx, model, tokenizer, r, rounds, f"pi_init-seed{ctx.cfg.seed}"), path)
     return pq.read_table(path)
 
 
@@ -174,7 +174,7 @@ def _prepare_locked(cfg: Config, c: Config, seed: int) -> dict[str, Any]:
     t1 = time.time()
     model = tokenizer = None
     if kind == "pi_init" and not all(shared_log_path(ctx, r, rounds, kind).exists() for r in range(1, rounds + 1)):
-        model, tokenizer = _load_model(ctx, ctx.pi_init_dir)  # once for every missing window
+        model, tokenizer = load_model(ctx, ctx.pi_init_dir)  # once for every missing window
     rows = clicks = 0
     for r in range(1, rounds + 1):
         t = shared_log(ctx, r, rounds, kind, model, tokenizer)

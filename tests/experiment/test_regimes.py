@@ -205,13 +205,13 @@ def test_pi_init_and_mixed_loggers_store_each_loggers_own_propensity(data_dir, t
 def test_grpo_control_rows(tmp_path):
     from abpo.config import load_config
     from abpo.experiment.runner import (
-        _save_cell,
         cell_fingerprint,
         experiment_config,
         is_llm_row,
         row_key,
         row_label,
         row_update_changes,
+        save_cell,
         variant_of,
     )
     from abpo.train.trainer import rollouts_per_example
@@ -230,11 +230,11 @@ def test_grpo_control_rows(tmp_path):
         row_update_changes(cfg, tmp_path / "exp", 0, "grpo_lr", 1)
     f = {"row": "abpo", "seed": 0, "round": 1, "fingerprint": fps["abpo"],
          "update": {"history": [{"loss": 1.0}, {"abpo/gamma_ratio": 0.5, "loss": 1.0}, {"abpo/gamma_ratio": 0.25}]}}
-    _save_cell(cfg, tmp_path / "exp", f)
+    save_cell(cfg, tmp_path / "exp", f)
     lr = row_update_changes(cfg, tmp_path / "exp", 0, "grpo_lr", 1)["learning_rate"]
     assert lr == pytest.approx(cfg.update.learning_rate * 0.375)
     with pytest.raises(ValueError, match="abpo/gamma_ratio"):  # an F cell without the metric
-        _save_cell(cfg, tmp_path / "exp", {**f, "update": {"history": [{"loss": 1.0}]}})
+        save_cell(cfg, tmp_path / "exp", {**f, "update": {"history": [{"loss": 1.0}]}})
         row_update_changes(cfg, tmp_path / "exp", 0, "grpo_lr", 1)
 
 

@@ -392,10 +392,10 @@ def test_rounds_full_information_and_sweep_end_to_end(tmp_path):
     assert r1["ope_ess_share"] < 1 and cells["seed0-none-r1of2.json"]["ope_ess_share"] == pytest.approx(1.0)
     assert cells["seed0-full_info-r1of2.json"]["full_info"]["examples"] == r1["log_rows"]
     # No-Update's rates come from the log's stored propensities: the same as scoring the log with pi_init again
-    from abpo.experiment.runner import _load_model, load_seed, match_rates, pi_init_log
+    from abpo.experiment.runner import load_model, load_seed, match_rates, pi_init_log
 
     ctx = load_seed(cfg, 0)
-    rescored = match_rates(*_load_model(ctx, ctx.pi_init_dir), ctx, pi_init_log(ctx, 1, 2))
+    rescored = match_rates(*load_model(ctx, ctx.pi_init_dir), ctx, pi_init_log(ctx, 1, 2))
     none1 = cells["seed0-none-r1of2.json"]
     assert none1["match_positive"] == pytest.approx(rescored["match_positive"], abs=1e-6)
     assert none1["match_no_response"] == pytest.approx(rescored["match_no_response"], abs=1e-6)

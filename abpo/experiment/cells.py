@@ -19,8 +19,13 @@ if TYPE_CHECKING:
 # The run inputs section `update` held until they became arguments (abpo.train.update.UpdateRun), with the values
 # every preset gave them. A cell's update never read them (its row and round set them), but they were part of the
 # digested section: putting them back keeps the fingerprints, and so every cached cell, of before the change.
-RETIRED_UPDATE_KEYS: dict[str, Any] = {"variant": "abpo", "months": [], "arm": "abpo", "init_model": "",
-                                       "output_name": ""}
+RETIRED_UPDATE_KEYS: dict[str, Any] = {
+    "variant": "abpo",
+    "months": [],
+    "arm": "abpo",
+    "init_model": "",
+    "output_name": "",
+}
 
 # Keys added to section `update` after cells were cached, with their default (= the behaviour before they existed):
 # at that default a key is left out of the digest, so cached cells keep their fingerprints; any other value enters it.
@@ -38,8 +43,11 @@ def cell_fingerprint(cfg: Config, row: str, seed: int | None = None, r: int | No
     d: dict[str, Any] = {k: dataclasses.asdict(getattr(cfg, k)) for k in ("data", "policy", "sft")}
     d.update(row=row, seed=None if seed is None else int(seed), round=r, rounds=e.rounds)
     updates = is_llm_row(row) and row != FULL_INFO and row_key(row) != "none"
-    upd = {k: v for k, v in dataclasses.asdict(cfg.update).items()
-           if not (k in ADDED_UPDATE_KEYS and v == ADDED_UPDATE_KEYS[k])}
+    upd = {
+        k: v
+        for k, v in dataclasses.asdict(cfg.update).items()
+        if not (k in ADDED_UPDATE_KEYS and v == ADDED_UPDATE_KEYS[k])
+    }
     d["update"] = {**upd, **RETIRED_UPDATE_KEYS} if updates else None
     keys = ["eval_split", "validation_fraction", "max_eval_users", "month"]
     keys += ["update_max_examples"] if updates else []

@@ -41,7 +41,9 @@ def metrics_from_scores(examples: Sequence, scores: Sequence[Sequence[float]], p
     for ex, s in zip(examples, scores, strict=True):
         s = np.asarray(s, dtype=np.float64)
         if s.shape != (len(ex.candidates),) or not np.all(np.isfinite(s)):
-            raise ValueError(f"request {ex.request_id}: {s.shape} scores for {len(ex.candidates)} candidates (or not finite)")
+            raise ValueError(
+                f"request {ex.request_id}: {s.shape} scores for {len(ex.candidates)} candidates (or not finite)"
+            )
         ranks.append(target_rank(s.tolist(), list(ex.candidates).index(ex.positive)))
         order = sorted(range(len(s)), key=lambda m: (-s[m], m))
         for k in KS:

@@ -36,11 +36,15 @@ def _fmt_diff(r: Mapping, ref: str, metric: str) -> str:
 def _fmt_ni(r: Mapping) -> str:
     parts = []
     if "vs_none_non_inferior" in r:
-        parts.append(f"abs {r['vs_none_ni_margin']:g}: {'yes' if r['vs_none_non_inferior'] else 'no'} "
-                     f"({_fmt_p(r['vs_none_ni_p'])})")
+        parts.append(
+            f"abs {r['vs_none_ni_margin']:g}: {'yes' if r['vs_none_non_inferior'] else 'no'} "
+            f"({_fmt_p(r['vs_none_ni_p'])})"
+        )
     if "vs_none_non_inferior_rel" in r:
-        parts.append(f"rel {100 * r['vs_none_ni_rel_share']:g}% (= {r['vs_none_ni_rel_margin']:.4f}): "
-                     f"{'yes' if r['vs_none_non_inferior_rel'] else 'no'} ({_fmt_p(r['vs_none_ni_rel_p'])})")
+        parts.append(
+            f"rel {100 * r['vs_none_ni_rel_share']:g}% (= {r['vs_none_ni_rel_margin']:.4f}): "
+            f"{'yes' if r['vs_none_non_inferior_rel'] else 'no'} ({_fmt_p(r['vs_none_ni_rel_p'])})"
+        )
     return "; ".join(parts) or "-"
 
 
@@ -55,25 +59,47 @@ def table_markdown(recs: Sequence[Mapping], *, title: str, note: str = "") -> st
             digits = 2 if m.startswith("Diversity") else 4  # Diversity is on a 0-100 scale
             cells.append(f"{r[m]:.{digits}f} ± {r[m + '_std']:.{digits}f}")
         lines.append("| " + " | ".join(cells) + " |")
-    comp = ["Row", "ΔHR@5 vs A [95% CI] (p Holm)", "MDE HR@5 vs A", "Non-inferior to A (one-sided p)",
-            "ΔNDCG@5 vs A [95% CI] (p Holm)", "ΔHR@5 vs B [95% CI] (p Holm)", "MDE HR@5 vs B",
-            "ΔNDCG@5 vs B [95% CI] (p Holm)"]
+    comp = [
+        "Row",
+        "ΔHR@5 vs A [95% CI] (p Holm)",
+        "MDE HR@5 vs A",
+        "Non-inferior to A (one-sided p)",
+        "ΔNDCG@5 vs A [95% CI] (p Holm)",
+        "ΔHR@5 vs B [95% CI] (p Holm)",
+        "MDE HR@5 vs B",
+        "ΔNDCG@5 vs B [95% CI] (p Holm)",
+    ]
     lines += ["", "| " + " | ".join(comp) + " |", "|" + "---|" * len(comp)]
     for r in recs:
         if not any(k.startswith("vs_") for k in r):
             continue
         mde = {ref: (f"{r[f'vs_{ref}_mde_HR@5']:.4f}" if f"vs_{ref}_mde_HR@5" in r else "-") for ref in REFERENCES}
-        lines.append("| " + " | ".join([
-            r["label"], _fmt_diff(r, "none", "HR@5"), mde["none"], _fmt_ni(r), _fmt_diff(r, "none", "NDCG@5"),
-            _fmt_diff(r, "grpo", "HR@5"), mde["grpo"], _fmt_diff(r, "grpo", "NDCG@5"),
-        ]) + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    r["label"],
+                    _fmt_diff(r, "none", "HR@5"),
+                    mde["none"],
+                    _fmt_ni(r),
+                    _fmt_diff(r, "none", "NDCG@5"),
+                    _fmt_diff(r, "grpo", "HR@5"),
+                    mde["grpo"],
+                    _fmt_diff(r, "grpo", "NDCG@5"),
+                ]
+            )
+            + " |"
+        )
     for r in recs:  # a primary contrast against another reference than A or B: its own line
         ref = r.get("primary_reference")
         if ref is not None and ref not in REFERENCES:
             lines += ["", f"Primary contrast {r['label']} vs {row_label(ref)}: ΔHR@5 {_fmt_diff(r, ref, 'HR@5')}"]
-    lines += ["", "Intervals: 95% two-stage bootstrap (seeds, then users); p: two-sided, percentile inversion of the "
-              "same bootstrap, Holm-adjusted over every comparison in this table except the primary contrast "
-              "(marked 'primary', unadjusted)."]
+    lines += [
+        "",
+        "Intervals: 95% two-stage bootstrap (seeds, then users); p: two-sided, percentile inversion of the "
+        "same bootstrap, Holm-adjusted over every comparison in this table except the primary contrast "
+        "(marked 'primary', unadjusted).",
+    ]
     if note:
         lines += ["", note]
     return "\n".join(lines) + "\n"
@@ -83,8 +109,12 @@ def _fmt_trend(r: Mapping, prefix: str, p_key: str) -> str:
     if f"{prefix}_HR@5" not in r:
         return "-"
     p = _fmt_p(r.get(p_key))
-    return _fmt_interval(r[f"{prefix}_HR@5"], r.get(f"{prefix.replace('slope', 'slope_ci_low')}_HR@5"),
-                         r.get(f"{prefix.replace('slope', 'slope_ci_high')}_HR@5"), p)
+    return _fmt_interval(
+        r[f"{prefix}_HR@5"],
+        r.get(f"{prefix.replace('slope', 'slope_ci_low')}_HR@5"),
+        r.get(f"{prefix.replace('slope', 'slope_ci_high')}_HR@5"),
+        p,
+    )
 
 
 def rounds_markdown(recs: Sequence[Mapping]) -> str:
@@ -92,22 +122,35 @@ def rounds_markdown(recs: Sequence[Mapping]) -> str:
     HR@5 slope per round [95% two-stage interval] (p against 0) and its difference against B (p, Holm)."""
     trend = any("trend_slope_HR@5" in r for r in recs)
     diag = [m for m in ROUND_DIAGNOSTICS if any(math.isfinite(r.get(m, float("nan"))) for r in recs)]
-    names = {"ope_snips": "off-policy CTR (SNIPS, own log)", "train_match_positive": "train match, positive",
-             "train_match_no_response": "train match, no-response", "train_w_p99": "ŵ p99 (train)",
-             "train_w_ess_share": "ESS share (train)", "train_gamma_ratio": "γ ratio vs B (train)"}
+    names = {
+        "ope_snips": "off-policy CTR (SNIPS, own log)",
+        "train_match_positive": "train match, positive",
+        "train_match_no_response": "train match, no-response",
+        "train_w_p99": "ŵ p99 (train)",
+        "train_w_ess_share": "ESS share (train)",
+        "train_gamma_ratio": "γ ratio vs B (train)",
+    }
     head = ["Row", "Round", *(names.get(m, m) for m in (*ROUND_METRICS, *diag))]
     if trend:
         head += ["HR@5 slope/round [95% CI] (p)", "Δ slope HR@5 vs B [95% CI] (p Holm)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in recs:
-        vals = [f"{r[m]:.{2 if m.startswith('Diversity') else 4}f} ± {r[m + '_std']:.{2 if m.startswith('Diversity') else 4}f}"
-                if math.isfinite(r.get(m, float("nan"))) else "-" for m in ROUND_METRICS]
+        digits = {m: 2 if m.startswith("Diversity") else 4 for m in ROUND_METRICS}  # Diversity: a 0-100 scale
+        vals = [
+            f"{r[m]:.{digits[m]}f} ± {r[m + '_std']:.{digits[m]}f}" if math.isfinite(r.get(m, float("nan"))) else "-"
+            for m in ROUND_METRICS
+        ]
         vals += [f"{r[m]:.3f}" if math.isfinite(r.get(m, float("nan"))) else "-" for m in diag]
         if trend:
-            vals += [_fmt_trend(r, "trend_slope", "trend_slope_p_HR@5"),
-                     _fmt_trend(r, "trend_vs_grpo_dslope", "trend_vs_grpo_dslope_p_holm_HR@5")]
+            vals += [
+                _fmt_trend(r, "trend_slope", "trend_slope_p_HR@5"),
+                _fmt_trend(r, "trend_vs_grpo_dslope", "trend_vs_grpo_dslope_p_holm_HR@5"),
+            ]
         lines.append("| " + " | ".join([r["label"], str(r["round"]), *vals]) + " |")
     if trend:
-        lines += ["", "Trend: per (seed, user) least-squares slope of the HR@5 hit over rounds 1..R, averaged; 95% "
-                  "two-stage bootstrap (seeds, then users); the Δ slope p-values vs B are Holm-adjusted as one family."]
+        lines += [
+            "",
+            "Trend: per (seed, user) least-squares slope of the HR@5 hit over rounds 1..R, averaged; 95% "
+            "two-stage bootstrap (seeds, then users); the Δ slope p-values vs B are Holm-adjusted as one family.",
+        ]
     return "\n".join(lines) + "\n"

@@ -25,17 +25,22 @@ def match_rates(model, tok, ctx: SeedContext, bandit_log) -> dict[str, float]:
     from abpo.data.candidates import Example
     from abpo.policy.scoring import candidate_propensities
 
-    cols = {k: bandit_log.column(k).to_pylist()
-            for k in ("request_id", "user_id", "history", "candidates", "item_id")}
-    exs = [Example(rid, int(u), list(h), list(c), int(a)) for rid, u, h, c, a in
-           zip(cols["request_id"], cols["user_id"], cols["history"], cols["candidates"], cols["item_id"])]
+    cols = {k: bandit_log.column(k).to_pylist() for k in ("request_id", "user_id", "history", "candidates", "item_id")}
+    exs = [
+        Example(rid, int(u), list(h), list(c), int(a))
+        for rid, u, h, c, a in zip(
+            cols["request_id"], cols["user_id"], cols["history"], cols["candidates"], cols["item_id"]
+        )
+    ]
     probs = []
     for s in policy_scores(model, tok, ctx, exs):
         e = candidate_propensities(s.scores, ctx.cfg.policy.tau)
         probs.append(float(e[list(s.example.candidates).index(s.example.positive)]))
     clicked = bandit_log.column("clicked").to_pylist()
-    return {**_rates_by_stratum(probs, clicked),
-            **off_policy_value(probs, bandit_log.column("propensity").to_pylist(), clicked)}
+    return {
+        **_rates_by_stratum(probs, clicked),
+        **off_policy_value(probs, bandit_log.column("propensity").to_pylist(), clicked),
+    }
 
 
 def logged_match_rates(bandit_log) -> dict[str, float]:
@@ -51,9 +56,12 @@ def _rates_by_stratum(probs: Sequence[float], clicked: Sequence[int]) -> dict[st
     for p, y in zip(probs, clicked, strict=True):
         sums[int(y)] += float(p)
         counts[int(y)] += 1
-    return {"match_positive": sums[1] / counts[1] if counts[1] else float("nan"),
-            "match_no_response": sums[0] / counts[0] if counts[0] else float("nan"),
-            "log_rows": len(probs), "log_clicks": counts[1]}
+    return {
+        "match_positive": sums[1] / counts[1] if counts[1] else float("nan"),
+        "match_no_response": sums[0] / counts[0] if counts[0] else float("nan"),
+        "log_rows": len(probs),
+        "log_clicks": counts[1],
+    }
 
 
 def off_policy_value(probs: Sequence[float], e0: Sequence[float], clicked: Sequence[int]) -> dict[str, float]:
@@ -66,14 +74,17 @@ def off_policy_value(probs: Sequence[float], e0: Sequence[float], clicked: Seque
     y = np.asarray(clicked, dtype=np.float64)
     if w.size == 0 or not np.isfinite(w).all() or w.sum() <= 0:
         return {"ope_snips": float("nan"), "ope_ess_share": float("nan")}
-    return {"ope_snips": float((w * y).sum() / w.sum()),
-            "ope_ess_share": float(w.sum() ** 2 / (w.size * (w ** 2).sum()))}
+    return {"ope_snips": float((w * y).sum() / w.sum()), "ope_ess_share": float(w.sum() ** 2 / (w.size * (w**2).sum()))}
 
 
 TRAINING_DIAGNOSTICS = {  # per-step update metrics (docs/diagnostics.md) averaged over a cell's steps
-    "train_match_positive": "abpo/match_rate/positive", "train_match_no_response": "abpo/match_rate/no_response",
-    "train_w_p99": "abpo/w_p99", "train_w_max": "abpo/w_max", "train_w_ess_share": "abpo/w_ess_share",
-    "train_gamma_ratio": "abpo/gamma_ratio", "train_grad_cosine": "abpo/grad_cosine_vs_grpo",
+    "train_match_positive": "abpo/match_rate/positive",
+    "train_match_no_response": "abpo/match_rate/no_response",
+    "train_w_p99": "abpo/w_p99",
+    "train_w_max": "abpo/w_max",
+    "train_w_ess_share": "abpo/w_ess_share",
+    "train_gamma_ratio": "abpo/gamma_ratio",
+    "train_grad_cosine": "abpo/grad_cosine_vs_grpo",
 }
 
 

@@ -36,8 +36,12 @@ def _plot_rounds(path: Path, rounds_recs: Sequence[Mapping], table: Sequence[Map
         for t in table:
             if t["row"] in BASELINES and m in t:
                 ax.axhline(t[m], ls="--", lw=0.8, color="grey")
-        ax.set_title(m.replace("match_positive", "match rate, positive").replace("match_no_response", "match rate, no-response")
-                     .replace("ope_snips", "off-policy CTR (SNIPS, own log)"), fontsize=9)
+        ax.set_title(
+            m.replace("match_positive", "match rate, positive")
+            .replace("match_no_response", "match rate, no-response")
+            .replace("ope_snips", "off-policy CTR (SNIPS, own log)"),
+            fontsize=9,
+        )
         ax.set_xlabel("round")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # rounds are whole numbers
     axes[0].legend(fontsize=7)
@@ -94,8 +98,13 @@ def _plot_training_match(path: Path, cells: Sequence[Mapping], title: str) -> No
     plt.close(fig)
 
 
-def write_outputs(exp_dir: Path, recs: Sequence[Mapping], summary: Mapping[str, Any],
-                  rounds_recs: Sequence[Mapping] = (), cells: Sequence[Mapping] = ()) -> dict[str, Path]:
+def write_outputs(
+    exp_dir: Path,
+    recs: Sequence[Mapping],
+    summary: Mapping[str, Any],
+    rounds_recs: Sequence[Mapping] = (),
+    cells: Sequence[Mapping] = (),
+) -> dict[str, Path]:
     """table.csv, table.md, ablation.png, rounds.csv, rounds.png and experiment.json in ``exp_dir`` (each written
     then renamed)."""
     import csv
@@ -105,8 +114,15 @@ def write_outputs(exp_dir: Path, recs: Sequence[Mapping], summary: Mapping[str, 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = (("csv", "table.csv"), ("md", "table.md"), ("png", "ablation.png"), ("rounds_csv", "rounds.csv"),
-             ("rounds_png", "rounds.png"), ("train_match_png", "training_match.png"), ("json", "experiment.json"))
+    names = (
+        ("csv", "table.csv"),
+        ("md", "table.md"),
+        ("png", "ablation.png"),
+        ("rounds_csv", "rounds.csv"),
+        ("rounds_png", "rounds.png"),
+        ("train_match_png", "training_match.png"),
+        ("json", "experiment.json"),
+    )
     paths = {k: exp_dir / n for k, n in names}
     tmp = {k: p.with_name(p.name + ".tmp") for k, p in paths.items()}
     for key, data in (("csv", recs), ("rounds_csv", rounds_recs)):
@@ -118,36 +134,51 @@ def write_outputs(exp_dir: Path, recs: Sequence[Mapping], summary: Mapping[str, 
                 w.writerow(r)
     e = summary
     ni_rel = e.get("noninferiority_relative_margin")
-    note = (f"{e['eval_users']} {e['eval_split']} users x {e['seeds']} seeds, M = {e['eval_candidates']} candidates, "
-            f"{e['rounds']} round(s); mean ± std over seeds. Comparisons: Δ = row - reference with a {100 * (1 - e['alpha']):.0f}% "
-            f"two-stage bootstrap interval (seeds, then users inside each drawn seed); p: two-sided from the same "
-            f"bootstrap (percentile inversion), Holm-adjusted except the pre-registered primary contrast "
-            f"{e.get('primary_contrast', 'abpo-grpo')} on HR@5 (unadjusted); McNemar / Wilcoxon over (seed, user) "
-            f"pairs are extra columns of table.csv only; MDE: minimum detectable ΔHR@5 at {100 * e['power']:.0f}% "
-            f"power from the two-stage SE, two-sided α = {e['alpha']}; non-inferiority to No-Update (one-sided, "
-            f"α = {e.get('noninferiority_alpha', 0.025)}) with the absolute margin {e['noninferiority_margin']} HR@5"
-            + (f" and the relative margin {100 * ni_rel:g}% of No-Update's HR@5" if ni_rel else "") + ". "
-            f"Wall time {e['wall_seconds'] / 60:.1f} min." + (f" {e['regime']}" if e.get("regime") else ""))
+    note = (
+        f"{e['eval_users']} {e['eval_split']} users x {e['seeds']} seeds, M = {e['eval_candidates']} candidates, "
+        f"{e['rounds']} round(s); mean ± std over seeds. Comparisons: Δ = row - reference with a "
+        f"{100 * (1 - e['alpha']):.0f}% "
+        f"two-stage bootstrap interval (seeds, then users inside each drawn seed); p: two-sided from the same "
+        f"bootstrap (percentile inversion), Holm-adjusted except the pre-registered primary contrast "
+        f"{e.get('primary_contrast', 'abpo-grpo')} on HR@5 (unadjusted); McNemar / Wilcoxon over (seed, user) "
+        f"pairs are extra columns of table.csv only; MDE: minimum detectable ΔHR@5 at {100 * e['power']:.0f}% "
+        f"power from the two-stage SE, two-sided α = {e['alpha']}; non-inferiority to No-Update (one-sided, "
+        f"α = {e.get('noninferiority_alpha', 0.025)}) with the absolute margin {e['noninferiority_margin']} HR@5"
+        + (f" and the relative margin {100 * ni_rel:g}% of No-Update's HR@5" if ni_rel else "")
+        + ". "
+        f"Wall time {e['wall_seconds'] / 60:.1f} min." + (f" {e['regime']}" if e.get("regime") else "")
+    )
     md = table_markdown(recs, title=f"{e['dataset']}: {e['name']}", note=note)
     if rounds_recs and e["rounds"] > 1:
-        md += "\n#### Rounds (mean ± std over seeds; match rates on each round's logged exposures)\n\n" + rounds_markdown(rounds_recs)
+        md += (
+            "\n#### Rounds (mean ± std over seeds; match rates on each round's logged exposures)\n\n"
+            + rounds_markdown(rounds_recs)
+        )
     tmp["md"].write_text(md)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     labels = [r["label"] for r in recs]
     for ax, m in zip(axes, ("HR@5", "NDCG@5")):
-        ax.bar(range(len(recs)), [r[m] for r in recs], yerr=[r[m + "_std"] for r in recs], capsize=4,
-               color=["#d62728" if r["row"] == "abpo" else "#1f77b4" if r["row"] not in BASELINES else "#7f7f7f"
-                      for r in recs])
+        ax.bar(
+            range(len(recs)),
+            [r[m] for r in recs],
+            yerr=[r[m + "_std"] for r in recs],
+            capsize=4,
+            color=[
+                "#d62728" if r["row"] == "abpo" else "#1f77b4" if r["row"] not in BASELINES else "#7f7f7f" for r in recs
+            ],
+        )
         ax.set_xticks(range(len(recs)), labels, rotation=35, ha="right", fontsize=8)
         ax.set_title(f"{m} (mean ± std over {e['seeds']} seeds)")
     fig.tight_layout()
     fig.savefig(tmp["png"], dpi=110, format="png")
     plt.close(fig)
     _plot_rounds(tmp["rounds_png"], rounds_recs, recs)
-    _plot_training_match(tmp["train_match_png"], cells, f"{e['dataset']}: {e['name']}"
-                         + (f" ({e['regime']})" if e.get("regime") else ""))
-    tmp["json"].write_text(json.dumps({"summary": summary, "table": list(recs), "rounds": list(rounds_recs)},
-                                      indent=1, default=str))
+    _plot_training_match(
+        tmp["train_match_png"], cells, f"{e['dataset']}: {e['name']}" + (f" ({e['regime']})" if e.get("regime") else "")
+    )
+    tmp["json"].write_text(
+        json.dumps({"summary": summary, "table": list(recs), "rounds": list(rounds_recs)}, indent=1, default=str)
+    )
     for k in paths:
         tmp[k].replace(paths[k])
     return paths

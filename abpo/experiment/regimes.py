@@ -7,7 +7,8 @@ next_item, offline), which keeps its code path (abpo.policy.bandit) and its cell
     logger      on_policy  round r is logged by the row's round r-1 policy (pi_init in round 1)
                 pi_init    every round by pi_init (the paper's literal e0, stale from round 2)
                 foreign    by a ranker (experiment.foreign_logger: ml_retrain | popularity) exposing
-                           softmax(score / T) over C (T: experiment.foreign_temperature, else arms.<ranker>.temperature);
+                           softmax(score / T) over C (T: experiment.foreign_temperature, else
+                           arms.<ranker>.temperature);
                            fitted on every user's x_{1:T} and the real items of the earlier windows (the interactions
                            to date the production loop refits its rankers on)
                 uniform    uniform over C: e0 = 1 / |C|
@@ -52,13 +53,18 @@ CLICK_STREAM, EXPOSE_STREAM, MIX_STREAM = 11, 12, 13
 
 def check_regime(e) -> None:
     """The regime keys of section experiment ``e`` are known values (each error names the key and the rule)."""
-    for key, options in (("logger", LOGGERS), ("foreign_logger", FOREIGN), ("clicks", CLICKS),
-                         ("log_candidates", LOG_CANDIDATES)):
+    for key, options in (
+        ("logger", LOGGERS),
+        ("foreign_logger", FOREIGN),
+        ("clicks", CLICKS),
+        ("log_candidates", LOG_CANDIDATES),
+    ):
         if getattr(e, key) not in options:
             raise ValueError(f"experiment.{key}={getattr(e, key)!r}; rule: one of {' | '.join(options)}")
     if e.foreign_temperature < 0:
-        raise ValueError(f"experiment.foreign_temperature={e.foreign_temperature}; rule: 0 (arms.<ranker>."
-                         "temperature) or > 0")
+        raise ValueError(
+            f"experiment.foreign_temperature={e.foreign_temperature}; rule: 0 (arms.<ranker>.temperature) or > 0"
+        )
     if e.log_candidate_count < 2:
         raise ValueError(f"experiment.log_candidate_count={e.log_candidate_count}; rule: at least 2")
 
@@ -90,13 +96,23 @@ def regime_settings(cfg: Config) -> dict[str, Any]:
 def describe(cfg: Config) -> str:
     """One line naming the regime of the logs, for every table's note."""
     e = cfg.experiment
-    logger = {"on_policy": "on-policy (each row's previous-round policy)", "pi_init": "pi_init every round",
-              "uniform": "uniform over C", "mixed": f"mixed by report.arm_shares {dict(cfg.report.arm_shares)}",
-              "foreign": f"foreign {e.foreign_logger} softmax(score/T)"}[e.logger]
-    cands = (f"offline (M = {cfg.data.train_candidates}, hard-negative fraction {cfg.data.train_hard_negative_fraction})"
-             if e.log_candidates == "offline" else f"paper (M = {e.log_candidate_count}, uniform unseen distractors)")
-    clicks = "next item (y = 1 iff a_log = x_{t'+1})" if e.clicks == "next_item" else \
-        f"simulator (sim click model, base CTR {cfg.sim.base_ctr})"
+    logger = {
+        "on_policy": "on-policy (each row's previous-round policy)",
+        "pi_init": "pi_init every round",
+        "uniform": "uniform over C",
+        "mixed": f"mixed by report.arm_shares {dict(cfg.report.arm_shares)}",
+        "foreign": f"foreign {e.foreign_logger} softmax(score/T)",
+    }[e.logger]
+    cands = (
+        f"offline (M = {cfg.data.train_candidates}, hard-negative fraction {cfg.data.train_hard_negative_fraction})"
+        if e.log_candidates == "offline"
+        else f"paper (M = {e.log_candidate_count}, uniform unseen distractors)"
+    )
+    clicks = (
+        "next item (y = 1 iff a_log = x_{t'+1})"
+        if e.clicks == "next_item"
+        else f"simulator (sim click model, base CTR {cfg.sim.base_ctr})"
+    )
     return f"Logs: logger {logger}; candidates {cands}; clicks {clicks}."
 
 
@@ -235,8 +251,10 @@ def mixed_loggers(cfg: Config, n: int, r: int) -> list[str]:
     bad = [k for k in shares if k not in (*LLM_ARMS, *RANKER_ARMS)]
     total = sum(shares.values())
     if bad or not total > 0 or any(v < 0 for v in shares.values()):
-        raise ValueError(f"report.arm_shares={shares}; rule: shares >= 0 of the arms {LLM_ARMS + RANKER_ARMS}, "
-                         "summing to more than 0 (experiment.logger = mixed)")
+        raise ValueError(
+            f"report.arm_shares={shares}; rule: shares >= 0 of the arms {LLM_ARMS + RANKER_ARMS}, "
+            "summing to more than 0 (experiment.logger = mixed)"
+        )
     names = sorted(shares)
     cum = np.cumsum([shares[k] / total for k in names])
     u = np.random.default_rng([int(cfg.seed), MIX_STREAM, int(r)]).random(n)
@@ -252,8 +270,17 @@ def clicks_for(ctx, requests, items: Sequence[int], r: int) -> list[int]:
     from abpo.sim.simulator import click_probabilities, soon_items
 
     by_user = {s.user_id: s for s in ctx.splits}
-    reqs = [(ex.user_id, ex.history, ex.candidates, int(a), ex.positive, soon_items(ctx.cfg, by_user[ex.user_id], len(ex.history)))
-            for ex, a in zip(requests, items, strict=True)]
+    reqs = [
+        (
+            ex.user_id,
+            ex.history,
+            ex.candidates,
+            int(a),
+            ex.positive,
+            soon_items(ctx.cfg, by_user[ex.user_id], len(ex.history)),
+        )
+        for ex, a in zip(requests, items, strict=True)
+    ]
     p, _ = click_probabilities(ctx.cfg, ctx.dataset, reqs)
     u = _request_uniforms(ctx.cfg.seed, CLICK_STREAM, [ex.request_id for ex in requests])
     return [int(x < q) for x, q in zip(u, p, strict=True)]
@@ -269,8 +296,7 @@ def _request_uniforms(seed: int, stream: int, request_ids: Sequence[str]) -> np.
     return out
 
 
-def regime_log(ctx, r: int, rounds: int, kind: str, model=None, tokenizer=None, model_version: str = "",
-               row: str = ""):
+def regime_log(ctx, r: int, rounds: int, kind: str, model=None, tokenizer=None, model_version: str = "", row: str = ""):
     """Round r's D_bandit under the regime, logged by ``kind``: pi_init or policy (``model``, the row's current
     policy), foreign, uniform or mixed (``model`` for its LLM share). In IMPRESSIONS_SCHEMA plus logging_arm."""
     import pyarrow as pa
@@ -319,8 +345,12 @@ def regime_log(ctx, r: int, rounds: int, kind: str, model=None, tokenizer=None, 
     clicked = clicks_for(ctx, requests, items, r)
     times = _month_times(month, len(requests))
     tau = ctx.cfg.policy.tau
-    policy_of = {"pi_init": f"softmax(tau={tau})", "policy": f"softmax(tau={tau})", "uniform": "uniform",
-                 **{n: f"softmax(score/T, T={ranker_temperature(ctx.cfg, n)}) {n}" for n in set(loggers) & set(FOREIGN)}}
+    policy_of = {
+        "pi_init": f"softmax(tau={tau})",
+        "policy": f"softmax(tau={tau})",
+        "uniform": "uniform",
+        **{n: f"softmax(score/T, T={ranker_temperature(ctx.cfg, n)}) {n}" for n in set(loggers) & set(FOREIGN)},
+    }
     version = {"pi_init": model_version or "pi_init", "policy": model_version or row}
     cols: dict[str, list] = {f.name: [] for f in IMPRESSIONS_SCHEMA}
     for ex, a, q, y, lg, ts in zip(requests, items, props, clicked, loggers, times, strict=True):

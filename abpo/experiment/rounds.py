@@ -33,8 +33,12 @@ def training_sequences(ctx: SeedContext, logs: Sequence | None = None) -> dict[i
         rounds = ctx.cfg.experiment.rounds
         logs = [shared_log(ctx, r, rounds, shared_kind(ctx.cfg)) for r in range(1, rounds + 1)]
     seqs = {int(s.user_id): list(map(int, s.history)) for s in ctx.splits}
-    t = pa.concat_tables([lg.select(["user_id", "event_time", "item_id", "clicked"]) for lg in logs]).sort_by([("user_id", "ascending"), ("event_time", "ascending")])
-    for u, item, y in zip(t.column("user_id").to_pylist(), t.column("item_id").to_pylist(), t.column("clicked").to_pylist()):
+    t = pa.concat_tables([lg.select(["user_id", "event_time", "item_id", "clicked"]) for lg in logs]).sort_by(
+        [("user_id", "ascending"), ("event_time", "ascending")]
+    )
+    for u, item, y in zip(
+        t.column("user_id").to_pylist(), t.column("item_id").to_pylist(), t.column("clicked").to_pylist()
+    ):
         if y == 1:
             seqs.setdefault(int(u), []).append(int(item))
     return seqs
@@ -53,8 +57,15 @@ def _step_logger(prefix: str):
     return StepLogger()
 
 
-def update_round(ctx: SeedContext, row: str, start_dir: Path, bandit_log, out_dir: Path, prefix: str,
-                 update_changes: Mapping[str, Any] | None = None) -> dict:
+def update_round(
+    ctx: SeedContext,
+    row: str,
+    start_dir: Path,
+    bandit_log,
+    out_dir: Path,
+    prefix: str,
+    update_changes: Mapping[str, Any] | None = None,
+) -> dict:
     """Train the row's round: a variant's update of ``start_dir`` on ``bandit_log`` into ``out_dir``
     (abpo.train.update.run_update), from scratch (no resume), on ``experiment.update_max_examples`` rows.
     ``update_changes``: section update's fields a control row changes (row_update_changes)."""
@@ -62,16 +73,32 @@ def update_round(ctx: SeedContext, row: str, start_dir: Path, bandit_log, out_di
 
     from abpo.train.update import UpdateRun, run_update
 
-    u = dataclasses.replace(ctx.cfg.update, resume=False,
-                            max_examples=ctx.cfg.experiment.update_max_examples or ctx.cfg.update.max_examples,
-                            **dict(update_changes or {}))
-    run = UpdateRun(variant=variant_of(row), arm="", months=(ctx.cfg.experiment.month,), init_model=start_dir, output=out_dir)
+    u = dataclasses.replace(
+        ctx.cfg.update,
+        resume=False,
+        max_examples=ctx.cfg.experiment.update_max_examples or ctx.cfg.update.max_examples,
+        **dict(update_changes or {}),
+    )
+    run = UpdateRun(
+        variant=variant_of(row), arm="", months=(ctx.cfg.experiment.month,), init_model=start_dir, output=out_dir
+    )
     pos = bandit_log.filter(pc.equal(bandit_log.column("clicked"), 1))
     neg = bandit_log.filter(pc.equal(bandit_log.column("clicked"), 0))
-    res = run_update(dataclasses.replace(ctx.cfg, update=u), run, progress=False, strata=(pos, neg),
-                     log_mlflow=False, callbacks=[_step_logger(prefix)])
-    return {"model_dir": str(res.model_dir), "steps": res.global_step, "final": res.metrics, "history": res.history,
-            "batching": res.batching}
+    res = run_update(
+        dataclasses.replace(ctx.cfg, update=u),
+        run,
+        progress=False,
+        strata=(pos, neg),
+        log_mlflow=False,
+        callbacks=[_step_logger(prefix)],
+    )
+    return {
+        "model_dir": str(res.model_dir),
+        "steps": res.global_step,
+        "final": res.metrics,
+        "history": res.history,
+        "batching": res.batching,
+    }
 
 
 def full_info_round(ctx: SeedContext, start_dir: Path, requests: list, out_dir: Path) -> dict:
@@ -89,15 +116,23 @@ def full_info_round(ctx: SeedContext, start_dir: Path, requests: list, out_dir: 
     model, tok = load_model(ctx, start_dir)
     model.train()
     records = sft_records(requests, ctx.dataset.titles(), tok, ctx.cfg.policy, ctx.cfg.sft.loss_tokens)
-    c = dataclasses.replace(ctx.cfg, sft=dataclasses.replace(
-        ctx.cfg.sft, learning_rate=ctx.cfg.experiment.full_info_learning_rate, epochs=1, max_steps=-1))
+    c = dataclasses.replace(
+        ctx.cfg,
+        sft=dataclasses.replace(
+            ctx.cfg.sft, learning_rate=ctx.cfg.experiment.full_info_learning_rate, epochs=1, max_steps=-1
+        ),
+    )
     work = out_dir.with_name(f".{out_dir.name}.trainer")
     trained, history = run_sft(model, tok, records, c, work)
     shutil.rmtree(work, ignore_errors=True)
     save_policy(trained, tok, out_dir)
     losses = [h["loss"] for h in history if "loss" in h]
-    return {"model_dir": str(out_dir), "examples": len(records), "loss_first": losses[0] if losses else None,
-            "loss_last": losses[-1] if losses else None}
+    return {
+        "model_dir": str(out_dir),
+        "examples": len(records),
+        "loss_first": losses[0] if losses else None,
+        "loss_last": losses[-1] if losses else None,
+    }
 
 
 def run_baseline_cell(ctx: SeedContext, row: str) -> dict[str, Any]:
@@ -112,15 +147,19 @@ def run_baseline_cell(ctx: SeedContext, row: str) -> dict[str, Any]:
     ranker.fit(seqs, ctx.dataset.item_ids().tolist())
     scores = ranker.score([(ex.user_id, ex.history, ex.candidates) for ex in ctx.eval_examples])
     out: dict[str, Any] = {"row": row, "seed": ctx.cfg.seed, "round": ctx.cfg.experiment.rounds}
-    out.update(metrics_from_scores(ctx.eval_examples, [np.asarray(s, dtype=np.float64).tolist() for s in scores],
-                                   ctx.popularity))
+    out.update(
+        metrics_from_scores(
+            ctx.eval_examples, [np.asarray(s, dtype=np.float64).tolist() for s in scores], ctx.popularity
+        )
+    )
     out["seconds"] = round(time.time() - t0, 1)
     log.info(f"{prefix} HR@5 {out['HR@5']:.4f} NDCG@5 {out['NDCG@5']:.4f} in {out['seconds']:.0f}s")
     return out
 
 
-def run_llm_round(ctx: SeedContext, row: str, r: int, start_dir: Path, out_dir: Path,
-                  update_changes: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def run_llm_round(
+    ctx: SeedContext, row: str, r: int, start_dir: Path, out_dir: Path, update_changes: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """One (seed, LLM row, round) cell: log window r under the regime (abpo.experiment.regimes.round_log: the start
     policy logs on-policy), train the row on it, score the evaluation users and the match rates on the round's log.
     Returns the cell (with ``model_dir``)."""
@@ -150,12 +189,22 @@ def run_llm_round(ctx: SeedContext, row: str, r: int, start_dir: Path, out_dir: 
     # a row that trained nothing this round (No-Update) is the policy that logged it if it logged on-policy or
     # pi_init logged it: its rates are in the log
     own_log = set(loggers) <= {"pi_init", "policy"}
-    out.update(logged_match_rates(bandit_log) if (model_dir == start_dir and own_log)
-               else match_rates(model, tok, ctx, bandit_log))
-    out.update(metrics_from_scores(ctx.eval_examples, [s.scores.tolist() for s in policy_scores(model, tok, ctx, ctx.eval_examples)],
-                                   ctx.popularity))
+    out.update(
+        logged_match_rates(bandit_log)
+        if (model_dir == start_dir and own_log)
+        else match_rates(model, tok, ctx, bandit_log)
+    )
+    out.update(
+        metrics_from_scores(
+            ctx.eval_examples,
+            [s.scores.tolist() for s in policy_scores(model, tok, ctx, ctx.eval_examples)],
+            ctx.popularity,
+        )
+    )
     out["model_dir"] = str(model_dir)
     out["seconds"] = round(time.time() - t0, 1)
-    log.info(f"{prefix} HR@5 {out['HR@5']:.4f} NDCG@5 {out['NDCG@5']:.4f} match pos {out['match_positive']:.3f} "
-             f"no-resp {out['match_no_response']:.3f} in {out['seconds']:.0f}s")
+    log.info(
+        f"{prefix} HR@5 {out['HR@5']:.4f} NDCG@5 {out['NDCG@5']:.4f} match pos {out['match_positive']:.3f} "
+        f"no-resp {out['match_no_response']:.3f} in {out['seconds']:.0f}s"
+    )
     return out

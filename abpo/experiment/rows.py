@@ -78,8 +78,10 @@ def experiment_config(cfg: Config) -> Config:
     if e.rounds < 1:
         raise ValueError(f"experiment.rounds={e.rounds}; rule: at least 1")
     if e.rounds > cfg.data.update_steps:
-        raise ValueError(f"experiment.rounds={e.rounds} > data.update_steps={cfg.data.update_steps}; rule: every "
-                         "round needs at least one update position per user")
+        raise ValueError(
+            f"experiment.rounds={e.rounds} > data.update_steps={cfg.data.update_steps}; rule: every "
+            "round needs at least one update position per user"
+        )
     if e.eval_candidates < 0:
         raise ValueError(f"experiment.eval_candidates={e.eval_candidates}; rule: 0 (keep data.eval_candidates) or >= 2")
     if e.bootstrap_samples < 1:
@@ -99,9 +101,11 @@ def measured_gamma_ratio(abpo_cell: Mapping | None, where: str) -> float:
     vals = [float(h[GAMMA_RATIO]) for h in hist if GAMMA_RATIO in h and math.isfinite(float(h[GAMMA_RATIO]))]
     if not vals:
         state = "no ABPO (F) cell" if abpo_cell is None else f"no {GAMMA_RATIO} in its update history"
-        raise ValueError(f"experiment.rows grpo_lr ({where}): {state}; rule: the learning rate is update.learning_rate "
-                         f"x the mean {GAMMA_RATIO} measured in the ABPO cell of the same seed and round: run row "
-                         "abpo (F) first with the same settings (or add it to experiment.rows)")
+        raise ValueError(
+            f"experiment.rows grpo_lr ({where}): {state}; rule: the learning rate is update.learning_rate "
+            f"x the mean {GAMMA_RATIO} measured in the ABPO cell of the same seed and round: run row "
+            "abpo (F) first with the same settings (or add it to experiment.rows)"
+        )
     return float(np.mean(vals))
 
 

@@ -177,13 +177,28 @@ def _log_cell(cell: Mapping, cfg: Config, reused: bool) -> None:
     from abpo import registry
 
     name = f"seed{cell['seed']}-{cell['row']}" + (f"-r{cell['round']}" if cfg.experiment.rounds > 1 else "")
-    with registry.start_run(cfg, cfg.experiment.mlflow_experiment, name, nested=True,
-                            tags={"abpo.row": cell["row"], "abpo.cell_seed": cell["seed"], "abpo.reused": reused,
-                                  "abpo.round": cell.get("round", 1)}) as run:
-        mlflow.log_params({"row": cell["row"], "seed": cell["seed"], "eval_users": len(cell["ranks"]),
-                           "round": cell.get("round", 1)})
-        mlflow.log_metrics({k.replace("@", "_at_"): float(cell[k]) for k in (*METRICS, "match_positive", "match_no_response")
-                            if k in cell and math.isfinite(float(cell[k]))})
+    with registry.start_run(
+        cfg,
+        cfg.experiment.mlflow_experiment,
+        name,
+        nested=True,
+        tags={
+            "abpo.row": cell["row"],
+            "abpo.cell_seed": cell["seed"],
+            "abpo.reused": reused,
+            "abpo.round": cell.get("round", 1),
+        },
+    ) as run:
+        mlflow.log_params(
+            {"row": cell["row"], "seed": cell["seed"], "eval_users": len(cell["ranks"]), "round": cell.get("round", 1)}
+        )
+        mlflow.log_metrics(
+            {
+                k.replace("@", "_at_"): float(cell[k])
+                for k in (*METRICS, "match_positive", "match_no_response")
+                if k in cell and math.isfinite(float(cell[k]))
+            }
+        )
         mlflow.log_metric("cell_seconds", float(cell["seconds"]))
         _log_history(run.info.run_id, cell.get("update", {}).get("history", []))
 
@@ -195,15 +210,24 @@ def _log_history(run_id: str, history: Sequence[Mapping[str, float]], batch: int
     from mlflow.entities import Metric
 
     now = int(time.time() * 1000)
-    metrics = [Metric(k.replace("@", "_at_"), float(v), now, i) for i, h in enumerate(history, 1)
-               for k, v in h.items() if math.isfinite(v)]
+    metrics = [
+        Metric(k.replace("@", "_at_"), float(v), now, i)
+        for i, h in enumerate(history, 1)
+        for k, v in h.items()
+        if math.isfinite(v)
+    ]
     client = MlflowClient()
     for i in range(0, len(metrics), batch):
-        client.log_batch(run_id, metrics=metrics[i:i + batch])
+        client.log_batch(run_id, metrics=metrics[i : i + batch])
 
 
-def run_experiment(cfg: Config, *, config_ref: str = "tiny", overrides: Sequence[str] = (),
-                   mlflow_tags: Mapping[str, str] | None = None) -> ExperimentResult:
+def run_experiment(
+    cfg: Config,
+    *,
+    config_ref: str = "tiny",
+    overrides: Sequence[str] = (),
+    mlflow_tags: Mapping[str, str] | None = None,
+) -> ExperimentResult:
     """Compute every missing cell of the table (in ``experiment.workers`` processes), then the tables, the plots
     and the MLflow runs. The worker processes get ``cfg`` itself (pickled); ``config_ref`` / ``overrides`` only
     say in the summary and in MLflow how it was made. Progress is logged; the workers' lines come through this
@@ -242,17 +266,22 @@ def run_experiment(cfg: Config, *, config_ref: str = "tiny", overrides: Sequence
             if any(c is None for c in found.values()):
                 todo.append((seed, row))
     total = len(e.seeds) * (sum(rounds if is_llm_row(r) else 1 for r in rows))
-    log.info(f"experiment {e.name}: {total} cells ({len(rows)} rows x {len(e.seeds)} seeds x {rounds} round(s)), "
-             f"{reused} already done, {len(todo)} row chain(s) to compute with {e.workers} worker(s); directory "
-             f"{exp_dir}")
+    log.info(
+        f"experiment {e.name}: {total} cells ({len(rows)} rows x {len(e.seeds)} seeds x {rounds} round(s)), "
+        f"{reused} already done, {len(todo)} row chain(s) to compute with {e.workers} worker(s); directory "
+        f"{exp_dir}"
+    )
     prep: list[dict] = []
     computed = 0
     if todo:
         seeds_needed = sorted({s for s, _ in todo})
         spawn = mp.get_context("spawn")
-        with (from_workers(spawn) as (init_logging, logging_args),
-              ProcessPoolExecutor(max_workers=max(1, e.workers), mp_context=spawn, initializer=init_logging,
-                                  initargs=logging_args) as pool):
+        with (
+            from_workers(spawn) as (init_logging, logging_args),
+            ProcessPoolExecutor(
+                max_workers=max(1, e.workers), mp_context=spawn, initializer=init_logging, initargs=logging_args
+            ) as pool,
+        ):
             pending = {pool.submit(prepare_seed, cfg, s): ("prep", s, None) for s in seeds_needed}
             # grpo_lr measures its learning rate in the ABPO cells of its seed: it waits for that chain
             waiting = {s for s, r2 in todo if r2 == "abpo"}
@@ -280,41 +309,69 @@ def run_experiment(cfg: Config, *, config_ref: str = "tiny", overrides: Sequence
                             cells[(seed, row, int(cell["round"]))] = (cell, False)
                         last = result[-1] if result else None
                         if last is not None:
-                            log.info(f"[{reused + computed}/{total}] seed {seed} {row_label(row)}: HR@5 "
-                                     f"{last['HR@5']:.4f} ({time.time() - t0:.0f}s elapsed)")
+                            log.info(
+                                f"[{reused + computed}/{total}] seed {seed} {row_label(row)}: HR@5 "
+                                f"{last['HR@5']:.4f} ({time.time() - t0:.0f}s elapsed)"
+                            )
     final = [cells[(s, r, rounds)][0] for s in e.seeds for r in rows]
     recs = table_rows(final, rows, e)
     rounds_recs = round_rows([c for c, _ in cells.values()], rows, e)
     wall = time.time() - t0
     ds = load_dataset(cfg.data)
     summary = {
-        "name": e.name, "dataset": ds.name, "seeds": len(e.seeds), "rows": rows, "eval_split": e.eval_split,
-        "eval_users": len(final[0]["ranks"]), "eval_candidates": cfg.data.eval_candidates, "rounds": rounds,
-        "wall_seconds": round(wall, 1), "computed_cells": computed, "reused_cells": reused,
-        "update_max_examples": e.update_max_examples or cfg.update.max_examples, "workers": e.workers,
-        "update_steps": cfg.data.update_steps, "group_size": cfg.update.group_size, "alpha": e.alpha,
-        "power": e.power, "noninferiority_margin": e.noninferiority_margin,
+        "name": e.name,
+        "dataset": ds.name,
+        "seeds": len(e.seeds),
+        "rows": rows,
+        "eval_split": e.eval_split,
+        "eval_users": len(final[0]["ranks"]),
+        "eval_candidates": cfg.data.eval_candidates,
+        "rounds": rounds,
+        "wall_seconds": round(wall, 1),
+        "computed_cells": computed,
+        "reused_cells": reused,
+        "update_max_examples": e.update_max_examples or cfg.update.max_examples,
+        "workers": e.workers,
+        "update_steps": cfg.data.update_steps,
+        "group_size": cfg.update.group_size,
+        "alpha": e.alpha,
+        "power": e.power,
+        "noninferiority_margin": e.noninferiority_margin,
         "noninferiority_relative_margin": e.noninferiority_relative_margin,
-        "noninferiority_alpha": e.noninferiority_alpha, "primary_contrast": e.primary_contrast,
+        "noninferiority_alpha": e.noninferiority_alpha,
+        "primary_contrast": e.primary_contrast,
         "bootstrap_samples": e.bootstrap_samples,
-        "config": config_ref, "overrides": overrides, "cpu_count": os.cpu_count(),
-        "logger": e.logger, "clicks": e.clicks, "log_candidates": e.log_candidates, "regime": describe_regime(cfg),
+        "config": config_ref,
+        "overrides": overrides,
+        "cpu_count": os.cpu_count(),
+        "logger": e.logger,
+        "clicks": e.clicks,
+        "log_candidates": e.log_candidates,
+        "regime": describe_regime(cfg),
     }
     outputs = write_outputs(exp_dir, recs, summary, rounds_recs, [c for c, _ in cells.values()])
-    with registry.start_run(cfg, e.mlflow_experiment, f"experiment-{e.name}",
-                            tags={"abpo.dataset": ds.name, **dict(mlflow_tags or {})}) as run:
+    with registry.start_run(
+        cfg, e.mlflow_experiment, f"experiment-{e.name}", tags={"abpo.dataset": ds.name, **dict(mlflow_tags or {})}
+    ) as run:
         import mlflow
 
         run_id = run.info.run_id
-        mlflow.log_params({k: (",".join(map(str, v)) if isinstance(v, list) else v) for k, v in summary.items()
-                           if k not in ("overrides",)})
+        mlflow.log_params(
+            {
+                k: (",".join(map(str, v)) if isinstance(v, list) else v)
+                for k, v in summary.items()
+                if k not in ("overrides",)
+            }
+        )
         if overrides:
             mlflow.set_tag("abpo.overrides", " ".join(overrides)[:5000])
         for r in recs:
             mlflow.log_metrics({f"{r['row']}.{m.replace('@', '_at_')}": r[m] for m in METRICS})
         for r in rounds_recs:
-            mlflow.log_metrics({f"{r['row']}.{m.replace('@', '_at_')}": r[m] for m in ROUND_METRICS
-                                if math.isfinite(r[m])}, step=int(r["round"]))
+            mlflow.log_metrics(
+                {f"{r['row']}.{m.replace('@', '_at_')}": r[m] for m in ROUND_METRICS if math.isfinite(r[m])},
+                step=int(r["round"]),
+            )
         for p in outputs.values():
             mlflow.log_artifact(str(p))
         for (_, _, _), (cell, was_reused) in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):

@@ -38,8 +38,15 @@ def pi_init_key(cfg: Config, seed: int) -> str:
     """What pi_init(seed) depends on: the data, the policy's model and prompt settings, the SFT settings, the seed
     and the validation users (early stopping)."""
     policy = {k: v for k, v in dataclasses.asdict(cfg.policy).items() if k not in PI_INIT_INDEPENDENT}
-    return digest({"data": dataclasses.asdict(cfg.data), "policy": policy, "sft": dataclasses.asdict(cfg.sft),
-                    "seed": int(seed), "validation_fraction": cfg.experiment.validation_fraction})
+    return digest(
+        {
+            "data": dataclasses.asdict(cfg.data),
+            "policy": policy,
+            "sft": dataclasses.asdict(cfg.sft),
+            "seed": int(seed),
+            "validation_fraction": cfg.experiment.validation_fraction,
+        }
+    )
 
 
 def seed_config(cfg: Config, seed: int) -> Config:
@@ -105,9 +112,17 @@ def log_window(ctx: SeedContext, model, tokenizer, r: int, rounds: int, model_ve
     from abpo.policy.bandit import build_bandit_log
 
     return build_bandit_log(
-        ctx.cfg, month=round_month(ctx.cfg.experiment.month, r), arm="abpo", model=model, tokenizer=tokenizer,
-        dataset=ctx.dataset, write=False, progress=False, model_version=model_version,
-        requests=ctx.window(r, rounds), rng_stream=7 + 1000 * (r - 1),
+        ctx.cfg,
+        month=round_month(ctx.cfg.experiment.month, r),
+        arm="abpo",
+        model=model,
+        tokenizer=tokenizer,
+        dataset=ctx.dataset,
+        write=False,
+        progress=False,
+        model_version=model_version,
+        requests=ctx.window(r, rounds),
+        rng_stream=7 + 1000 * (r - 1),
     )
 
 
@@ -123,8 +138,9 @@ def write_parquet(table, path: Path) -> None:
 def load_model(ctx: SeedContext, model_dir: Path):
     from abpo.policy.model import load_policy
 
-    model, tok = load_policy(dataclasses.replace(ctx.cfg.policy, model=str(model_dir)), ctx.cfg.paths,
-                             dataset=ctx.dataset)
+    model, tok = load_policy(
+        dataclasses.replace(ctx.cfg.policy, model=str(model_dir)), ctx.cfg.paths, dataset=ctx.dataset
+    )
     model.eval()
     return model, tok
 
@@ -181,8 +197,10 @@ def _prepare_locked(cfg: Config, c: Config, seed: int) -> dict[str, Any]:
         rows += t.num_rows
         clicks += int(sum(t.column("clicked").to_pylist()))
     done["bandit_seconds"] = round(time.time() - t1, 1)
-    log.info(f"[seed {seed}] pi_init and its D_bandit ready ({rows} logged rows over {rounds} round(s), {clicks} clicks"
-             f", logged by {kind})")
+    log.info(
+        f"[seed {seed}] pi_init and its D_bandit ready ({rows} logged rows over {rounds} round(s), {clicks} clicks"
+        f", logged by {kind})"
+    )
     return {"seed": seed, "rows": rows, "clicks": clicks, **done}
 
 
@@ -196,7 +214,12 @@ def load_seed(cfg: Config, seed: int) -> SeedContext:
     ds = load_dataset(c.data)
     splits, _ = split_users(ds, c.data)
     return SeedContext(
-        cfg=c, store=c.paths.resolve("root"), dataset=ds, splits=splits, eval_examples=eval_examples_for(c, splits, ds),
-        popularity=training_popularity(splits, ds), pi_init_dir=c.paths.resolve("models") / "pi_init",
+        cfg=c,
+        store=c.paths.resolve("root"),
+        dataset=ds,
+        splits=splits,
+        eval_examples=eval_examples_for(c, splits, ds),
+        popularity=training_popularity(splits, ds),
+        pi_init_dir=c.paths.resolve("models") / "pi_init",
         requests=build_bandit_requests(splits, ds, c.data),
     )

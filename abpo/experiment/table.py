@@ -25,8 +25,13 @@ def paired_tests(cells_a: Sequence[Mapping], cells_b: Sequence[Mapping], **kw) -
 
 METRICS = ("HR@1", "HR@5", "NDCG@5", "Diversity@1", "Diversity@5")
 ROUND_METRICS = ("HR@5", "NDCG@5", "Diversity@5", "match_positive", "match_no_response", "ope_snips")
-ROUND_DIAGNOSTICS = ("train_match_positive", "train_match_no_response", "train_w_p99", "train_w_ess_share",
-                     "train_gamma_ratio")
+ROUND_DIAGNOSTICS = (
+    "train_match_positive",
+    "train_match_no_response",
+    "train_w_p99",
+    "train_w_ess_share",
+    "train_gamma_ratio",
+)
 TESTED = ("HR@5", "NDCG@5")  # the metrics with paired comparisons
 REFERENCES = ("none", "grpo")  # every row is compared with No-Update (A) and vanilla GRPO (B)
 
@@ -84,8 +89,11 @@ def table_rows(cells: Sequence[Mapping], rows: Sequence[str], experiment_cfg=Non
             if row != ref and ref in by_row:
                 ni = {}
                 if e is not None and ref == "none":
-                    ni = {"margin": e.noninferiority_margin, "relative_margin": e.noninferiority_relative_margin,
-                          "ni_alpha": e.noninferiority_alpha}
+                    ni = {
+                        "margin": e.noninferiority_margin,
+                        "relative_margin": e.noninferiority_relative_margin,
+                        "ni_alpha": e.noninferiority_alpha,
+                    }
                 for k, v in paired_tests(cs, by_row[ref], **ni, **kw).items():
                     rec[f"vs_{ref}_{k}"] = v
                 contrasts.append((rec, ref))
@@ -138,8 +146,12 @@ def round_rows(cells: Sequence[Mapping], rows: Sequence[str], experiment_cfg=Non
         if len(recs) > 1 and all("ranks" in c for c in llm_cells[row]):
             ref = llm_cells.get("grpo") if row != "grpo" else None
             t = trend_comparison(llm_cells[row], ref, **kw)
-            recs[-1].update({k if k.startswith("trend") else f"trend_{k}" if k.startswith("slope")
-                             else f"trend_vs_grpo_{k}": v for k, v in t.items()})
+            recs[-1].update(
+                {
+                    k if k.startswith("trend") else f"trend_{k}" if k.startswith("slope") else f"trend_vs_grpo_{k}": v
+                    for k, v in t.items()
+                }
+            )
         out += recs
     family = [r for r in out if "trend_vs_grpo_dslope_p_HR@5" in r]
     for r, adj in zip(family, holm([r["trend_vs_grpo_dslope_p_HR@5"] for r in family])):

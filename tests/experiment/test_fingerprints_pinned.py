@@ -42,9 +42,12 @@ def regime_cases(preset: str) -> dict[str, list[str]]:
     cases = {n: regime_overrides(n, path) for n in _yaml_names(path)}
     if preset == "tiny":
         for logger, clicks, cands in itertools.product(LOGGERS, CLICKS, LOG_CANDIDATES):
-            for foreign in (FOREIGN if logger == "foreign" else (None,)):
-                ov = [f"experiment.logger={logger}", f"experiment.clicks={clicks}",
-                      f"experiment.log_candidates={cands}"]
+            for foreign in FOREIGN if logger == "foreign" else (None,):
+                ov = [
+                    f"experiment.logger={logger}",
+                    f"experiment.clicks={clicks}",
+                    f"experiment.log_candidates={cands}",
+                ]
                 ov += [f"experiment.foreign_logger={foreign}"] if foreign else []
                 cases["/".join(x for x in (logger, foreign, clicks, cands) if x)] = ov
     return cases
@@ -63,17 +66,25 @@ def compute(cases: list[dict]) -> list[dict]:
 
     out = []
     for case in cases:
-        cfg = experiment_config(load_config(case["preset"], [*case["overrides"], f"experiment.rounds={case['rounds']}"]))
-        fps = {row: {f"s{s}r{r}": cell_fingerprint(cfg, row, s, r) for s in SEEDS for r in range(1, case["rounds"] + 1)}
-               for row in case["rows"]}
+        cfg = experiment_config(
+            load_config(case["preset"], [*case["overrides"], f"experiment.rounds={case['rounds']}"])
+        )
+        fps = {
+            row: {f"s{s}r{r}": cell_fingerprint(cfg, row, s, r) for s in SEEDS for r in range(1, case["rounds"] + 1)}
+            for row in case["rows"]
+        }
         out.append({**case, "fingerprints": fps})
     return out
 
 
 def all_cases() -> list[dict]:
     rows = known_rows()
-    return [{"preset": p, "regime": name, "overrides": ov, "rounds": n, "rows": rows}
-            for p in PRESETS for name, ov in regime_cases(p).items() for n in ROUNDS]
+    return [
+        {"preset": p, "regime": name, "overrides": ov, "rounds": n, "rows": rows}
+        for p in PRESETS
+        for name, ov in regime_cases(p).items()
+        for n in ROUNDS
+    ]
 
 
 def test_every_cell_fingerprint_is_unchanged():
@@ -81,9 +92,15 @@ def test_every_cell_fingerprint_is_unchanged():
     assert len(pinned) == len(all_cases()) >= 2 * (5 * 5 + 24)
     fresh = compute([{k: v for k, v in c.items() if k != "fingerprints"} for c in pinned])
     for old, new in zip(pinned, fresh, strict=True):
-        changed = {(row, k): (v, new["fingerprints"][row][k]) for row, by in old["fingerprints"].items()
-                   for k, v in by.items() if new["fingerprints"][row][k] != v}
-        assert not changed, f"{old['preset']} / {old['regime']} / rounds {old['rounds']}: fingerprints changed {changed}"
+        changed = {
+            (row, k): (v, new["fingerprints"][row][k])
+            for row, by in old["fingerprints"].items()
+            for k, v in by.items()
+            if new["fingerprints"][row][k] != v
+        }
+        assert not changed, (
+            f"{old['preset']} / {old['regime']} / rounds {old['rounds']}: fingerprints changed {changed}"
+        )
 
 
 def test_the_fixture_covers_every_row_and_regime_factor():
@@ -94,8 +111,12 @@ def test_the_fixture_covers_every_row_and_regime_factor():
     assert all(sorted(c["rows"]) == sorted(known_rows()) for c in pinned)
     assert {c["preset"] for c in pinned} == set(PRESETS)
     used = {ov for c in pinned for ov in c["overrides"]}
-    for key, values in (("logger", LOGGERS), ("foreign_logger", FOREIGN), ("clicks", CLICKS),
-                        ("log_candidates", LOG_CANDIDATES)):
+    for key, values in (
+        ("logger", LOGGERS),
+        ("foreign_logger", FOREIGN),
+        ("clicks", CLICKS),
+        ("log_candidates", LOG_CANDIDATES),
+    ):
         assert {f"experiment.{key}={v}" for v in values} <= used, key
     fps = [fp for c in pinned for by in c["fingerprints"].values() for fp in by.values()]
     assert len(set(fps)) > len(fps) // 4  # the pins are not one repeated value

@@ -39,16 +39,20 @@ def _diff(rec: Mapping, ref: str, metric: str, primary: bool = False) -> str:
     if math.isnan(d):
         return "-"
     lo, hi = _num(rec.get(f"vs_{ref}_ci_low_{metric}")), _num(rec.get(f"vs_{ref}_ci_high_{metric}"))
-    p = (f"{_p(rec.get(f'vs_{ref}_p_{metric}'))}, primary" if primary
-         else _p(rec.get(f"vs_{ref}_p_holm_{metric}", rec.get(f"vs_{ref}_p_{metric}"))))
+    p = (
+        f"{_p(rec.get(f'vs_{ref}_p_{metric}'))}, primary"
+        if primary
+        else _p(rec.get(f"vs_{ref}_p_holm_{metric}", rec.get(f"vs_{ref}_p_{metric}")))
+    )
     ci = f" [{lo:+.4f}, {hi:+.4f}]" if not math.isnan(lo) else ""
     return f"{d:+.4f}{ci} ({p})"
 
 
 def regime_label(summary: Mapping[str, Any]) -> str:
     """logger x clicks x log candidates x G, as the experiment's summary records them."""
-    cands = {"offline": "M = 20 offline", "paper": "M = 200 uniform"}.get(summary.get("log_candidates", "offline"),
-                                                                       str(summary.get("log_candidates")))
+    cands = {"offline": "M = 20 offline", "paper": "M = 200 uniform"}.get(
+        summary.get("log_candidates", "offline"), str(summary.get("log_candidates"))
+    )
     logger = summary.get("logger", "on_policy")
     return f"{logger} × {summary.get('clicks', 'next_item')} clicks × {cands} × G = {summary.get('group_size', '?')}"
 
@@ -58,8 +62,10 @@ def regime_line(exp: Mapping[str, Any]) -> dict[str, str]:
     s = exp["summary"]
     by_row = {r["row"]: r for r in exp.get("table", [])}
     if ROW not in by_row or REFERENCE not in by_row:
-        raise ValueError(f"experiment {s.get('name')}: rows {sorted(by_row)}; rule: the regime table needs rows "
-                         f"{ROW} and {REFERENCE}")
+        raise ValueError(
+            f"experiment {s.get('name')}: rows {sorted(by_row)}; rule: the regime table needs rows "
+            f"{ROW} and {REFERENCE}"
+        )
     f = by_row[ROW]
     primary = str(s.get("primary_contrast", "abpo-grpo")) in ("abpo-grpo", "F-B")
     last = [r for r in exp.get("rounds", []) if r["row"] == ROW]
@@ -68,13 +74,16 @@ def regime_line(exp: Mapping[str, Any]) -> dict[str, str]:
     trend = "-"
     if "trend_vs_grpo_dslope_HR@5" in last:
         lo, hi = _num(last.get("trend_vs_grpo_dslope_ci_low_HR@5")), _num(last.get("trend_vs_grpo_dslope_ci_high_HR@5"))
-        trend = (f"{_num(last['trend_vs_grpo_dslope_HR@5']):+.4f} [{lo:+.4f}, {hi:+.4f}] "
-                 f"({_p(last.get('trend_vs_grpo_dslope_p_holm_HR@5', last.get('trend_vs_grpo_dslope_p_HR@5')))})")
+        trend = (
+            f"{_num(last['trend_vs_grpo_dslope_HR@5']):+.4f} [{lo:+.4f}, {hi:+.4f}] "
+            f"({_p(last.get('trend_vs_grpo_dslope_p_holm_HR@5', last.get('trend_vs_grpo_dslope_p_HR@5')))})"
+        )
     return {
         "dataset": str(s.get("dataset", "?")).split(":")[-1],
         "experiment": str(s.get("name")),
         "regime": regime_label(s),
-        "design": f"{s.get('seeds')} seeds × {s.get('eval_users')} {s.get('eval_split')} users, {s.get('rounds')} round(s)",
+        "design": f"{s.get('seeds')} seeds × {s.get('eval_users')} {s.get('eval_split')} users, "
+        f"{s.get('rounds')} round(s)",
         "F - B HR@5": _diff(f, REFERENCE, "HR@5", primary),
         "F - B NDCG@5": _diff(f, REFERENCE, "NDCG@5"),
         "MDE F - B": f"{_num(f.get('vs_grpo_mde_HR@5')):.4f}",
@@ -94,9 +103,12 @@ def regime_table(paths: Sequence[Path]) -> str:
     head = list(lines[0])
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     out += ["| " + " | ".join(line[k] for k in head) + " |" for line in lines]
-    out += ["", "Δ [95% two-stage bootstrap interval: seeds, then users] (p). F - B on HR@5 after the last round is "
-            "each table's pre-registered primary contrast (p unadjusted, marked 'primary'); the other p are "
-            "Holm-adjusted within their table. MDE: the minimum detectable F - B HR@5 at 80% power. ŵ: the update's "
-            "self-normalised SNIPS weights (abpo/w_p99, abpo/w_ess_share, means over steps and seeds). Δ slope: the "
-            "per-(seed, user) least-squares HR@5 slope over rounds, F minus B (Holm within the table)."]
+    out += [
+        "",
+        "Δ [95% two-stage bootstrap interval: seeds, then users] (p). F - B on HR@5 after the last round is "
+        "each table's pre-registered primary contrast (p unadjusted, marked 'primary'); the other p are "
+        "Holm-adjusted within their table. MDE: the minimum detectable F - B HR@5 at 80% power. ŵ: the update's "
+        "self-normalised SNIPS weights (abpo/w_p99, abpo/w_ess_share, means over steps and seeds). Δ slope: the "
+        "per-(seed, user) least-squares HR@5 slope over rounds, F minus B (Holm within the table).",
+    ]
     return "\n".join(out) + "\n"

@@ -7,7 +7,8 @@ next_item, offline), which keeps its code path (abpo.policy.bandit) and its cell
     logger      on_policy  round r is logged by the row's round r-1 policy (pi_init in round 1)
                 pi_init    every round by pi_init (the paper's literal e0, stale from round 2)
                 foreign    by a ranker (experiment.foreign_logger: ml_retrain | popularity) exposing
-                           softmax(score / T) over C (T: experiment.foreign_temperature, else arms.<ranker>.temperature);
+                           softmax(score / T) over C (T: experiment.foreign_temperature, else
+                           arms.<ranker>.temperature);
                            fitted on every user's x_{1:T} and the real items of the earlier windows (the interactions
                            to date the production loop refits its rankers on)
                 uniform    uniform over C: e0 = 1 / |C|
@@ -32,9 +33,12 @@ import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 LOGGERS = ("on_policy", "pi_init", "foreign", "uniform", "mixed")
 FOREIGN = ("ml_retrain", "popularity")
@@ -49,18 +53,23 @@ CLICK_STREAM, EXPOSE_STREAM, MIX_STREAM = 11, 12, 13
 
 def check_regime(e) -> None:
     """The regime keys of section experiment ``e`` are known values (each error names the key and the rule)."""
-    for key, options in (("logger", LOGGERS), ("foreign_logger", FOREIGN), ("clicks", CLICKS),
-                         ("log_candidates", LOG_CANDIDATES)):
+    for key, options in (
+        ("logger", LOGGERS),
+        ("foreign_logger", FOREIGN),
+        ("clicks", CLICKS),
+        ("log_candidates", LOG_CANDIDATES),
+    ):
         if getattr(e, key) not in options:
             raise ValueError(f"experiment.{key}={getattr(e, key)!r}; rule: one of {' | '.join(options)}")
     if e.foreign_temperature < 0:
-        raise ValueError(f"experiment.foreign_temperature={e.foreign_temperature}; rule: 0 (arms.<ranker>."
-                         "temperature) or > 0")
+        raise ValueError(
+            f"experiment.foreign_temperature={e.foreign_temperature}; rule: 0 (arms.<ranker>.temperature) or > 0"
+        )
     if e.log_candidate_count < 2:
         raise ValueError(f"experiment.log_candidate_count={e.log_candidate_count}; rule: at least 2")
 
 
-def regime_settings(cfg) -> dict[str, Any]:
+def regime_settings(cfg: Config) -> dict[str, Any]:
     """The regime's settings that differ from today's default, with what they bring along (the ranker and its
     temperature, the click model's sim settings, the candidate count). Empty for the default regime: a cell's
     fingerprint adds this dict only when it is not empty, so the cells of before stay found."""
@@ -84,24 +93,34 @@ def regime_settings(cfg) -> dict[str, Any]:
     return out
 
 
-def describe(cfg) -> str:
+def describe(cfg: Config) -> str:
     """One line naming the regime of the logs, for every table's note."""
     e = cfg.experiment
-    logger = {"on_policy": "on-policy (each row's previous-round policy)", "pi_init": "pi_init every round",
-              "uniform": "uniform over C", "mixed": f"mixed by report.arm_shares {dict(cfg.report.arm_shares)}",
-              "foreign": f"foreign {e.foreign_logger} softmax(score/T)"}[e.logger]
-    cands = (f"offline (M = {cfg.data.train_candidates}, hard-negative fraction {cfg.data.train_hard_negative_fraction})"
-             if e.log_candidates == "offline" else f"paper (M = {e.log_candidate_count}, uniform unseen distractors)")
-    clicks = "next item (y = 1 iff a_log = x_{t'+1})" if e.clicks == "next_item" else \
-        f"simulator (sim click model, base CTR {cfg.sim.base_ctr})"
+    logger = {
+        "on_policy": "on-policy (each row's previous-round policy)",
+        "pi_init": "pi_init every round",
+        "uniform": "uniform over C",
+        "mixed": f"mixed by report.arm_shares {dict(cfg.report.arm_shares)}",
+        "foreign": f"foreign {e.foreign_logger} softmax(score/T)",
+    }[e.logger]
+    cands = (
+        f"offline (M = {cfg.data.train_candidates}, hard-negative fraction {cfg.data.train_hard_negative_fraction})"
+        if e.log_candidates == "offline"
+        else f"paper (M = {e.log_candidate_count}, uniform unseen distractors)"
+    )
+    clicks = (
+        "next item (y = 1 iff a_log = x_{t'+1})"
+        if e.clicks == "next_item"
+        else f"simulator (sim click model, base CTR {cfg.sim.base_ctr})"
+    )
     return f"Logs: logger {logger}; candidates {cands}; clicks {clicks}."
 
 
-def is_default(cfg) -> bool:
+def is_default(cfg: Config) -> bool:
     return not regime_settings(cfg)
 
 
-def shared_kind(cfg) -> str:
+def shared_kind(cfg: Config) -> str:
     """The row-independent logger whose logs a seed shares: the regime's logger if it does not depend on the row,
     else pi_init (round 1 of on_policy, and the baselines' training clicks)."""
     lg = cfg.experiment.logger
@@ -129,7 +148,7 @@ def window_requests(ctx, r: int, rounds: int) -> list:
 def shared_log_path(ctx, r: int, rounds: int, kind: str) -> Path:
     """Where the seed keeps the shared log of ``kind`` (pi_init | foreign | uniform) for round r: the default
     regime's pi_init log keeps its old name; any other is named by a digest of what it depends on."""
-    from abpo.experiment.runner import pi_init_log_path
+    from abpo.experiment.seeds import pi_init_log_path
 
     if kind == "pi_init" and is_default(ctx.cfg):
         return pi_init_log_path(ctx, r, rounds)
@@ -153,15 +172,15 @@ def shared_log(ctx, r: int, rounds: int, kind: str, model=None, tokenizer=None):
     pi_init log is runner.pi_init_log (abpo.policy.bandit), with its logging_arm column added on read."""
     import pyarrow.parquet as pq
 
-    from abpo.experiment.runner import _load_model, _write_parquet, pi_init_log
+    from abpo.experiment.seeds import load_model, pi_init_log, write_parquet
 
     if kind == "pi_init" and is_default(ctx.cfg):
         return with_logging_arm(pi_init_log(ctx, r, rounds, model, tokenizer), "pi_init")
     path = shared_log_path(ctx, r, rounds, kind)
     if not path.exists():
         if kind == "pi_init" and model is None:
-            model, tokenizer = _load_model(ctx, ctx.pi_init_dir)
-        _write_parquet(regime_log(ctx, r, rounds, kind, model, tokenizer, f"pi_init-seed{ctx.cfg.seed}"), path)
+            model, tokenizer = load_model(ctx, ctx.pi_init_dir)
+        write_parquet(regime_log(ctx, r, rounds, kind, model, tokenizer, f"pi_init-seed{ctx.cfg.seed}"), path)
     return pq.read_table(path)
 
 
@@ -193,7 +212,7 @@ def uniform_propensities(requests) -> list[np.ndarray]:
 def ranker_sequences(ctx, r: int, rounds: int) -> dict[int, list[int]]:
     """What a ranker logger of round r is fitted on: every user's x_{1:T} and the real items of the windows before
     r (the interactions to date; nothing of window r itself)."""
-    from abpo.experiment.runner import round_positions
+    from abpo.experiment.seeds import round_positions
 
     seqs = {}
     for s in ctx.splits:
@@ -202,7 +221,7 @@ def ranker_sequences(ctx, r: int, rounds: int) -> dict[int, list[int]]:
     return seqs
 
 
-def ranker_temperature(cfg, name: str) -> float:
+def ranker_temperature(cfg: Config, name: str) -> float:
     """T of a ranker logger: experiment.foreign_temperature, or arms.<name>.temperature when that is 0."""
     t = cfg.experiment.foreign_temperature or float(getattr(cfg.arms, name).temperature)
     if not t > 0:
@@ -223,7 +242,7 @@ def ranker_propensities(ctx, name: str, requests, r: int, rounds: int) -> list[n
     return [softmax_propensities(np.asarray(s, dtype=np.float64), t) for s in scores]
 
 
-def mixed_loggers(cfg, n: int, r: int) -> list[str]:
+def mixed_loggers(cfg: Config, n: int, r: int) -> list[str]:
     """Each request's logger under report.arm_shares (seeded by seed and round): an LLM arm's draw is the row's
     current policy ("llm"), a ranker arm's draw that ranker."""
     from abpo.arms.names import LLM_ARMS, RANKER_ARMS
@@ -232,8 +251,10 @@ def mixed_loggers(cfg, n: int, r: int) -> list[str]:
     bad = [k for k in shares if k not in (*LLM_ARMS, *RANKER_ARMS)]
     total = sum(shares.values())
     if bad or not total > 0 or any(v < 0 for v in shares.values()):
-        raise ValueError(f"report.arm_shares={shares}; rule: shares >= 0 of the arms {LLM_ARMS + RANKER_ARMS}, "
-                         "summing to more than 0 (experiment.logger = mixed)")
+        raise ValueError(
+            f"report.arm_shares={shares}; rule: shares >= 0 of the arms {LLM_ARMS + RANKER_ARMS}, "
+            "summing to more than 0 (experiment.logger = mixed)"
+        )
     names = sorted(shares)
     cum = np.cumsum([shares[k] / total for k in names])
     u = np.random.default_rng([int(cfg.seed), MIX_STREAM, int(r)]).random(n)
@@ -249,8 +270,17 @@ def clicks_for(ctx, requests, items: Sequence[int], r: int) -> list[int]:
     from abpo.sim.simulator import click_probabilities, soon_items
 
     by_user = {s.user_id: s for s in ctx.splits}
-    reqs = [(ex.user_id, ex.history, ex.candidates, int(a), ex.positive, soon_items(ctx.cfg, by_user[ex.user_id], len(ex.history)))
-            for ex, a in zip(requests, items, strict=True)]
+    reqs = [
+        (
+            ex.user_id,
+            ex.history,
+            ex.candidates,
+            int(a),
+            ex.positive,
+            soon_items(ctx.cfg, by_user[ex.user_id], len(ex.history)),
+        )
+        for ex, a in zip(requests, items, strict=True)
+    ]
     p, _ = click_probabilities(ctx.cfg, ctx.dataset, reqs)
     u = _request_uniforms(ctx.cfg.seed, CLICK_STREAM, [ex.request_id for ex in requests])
     return [int(x < q) for x, q in zip(u, p, strict=True)]
@@ -266,14 +296,13 @@ def _request_uniforms(seed: int, stream: int, request_ids: Sequence[str]) -> np.
     return out
 
 
-def regime_log(ctx, r: int, rounds: int, kind: str, model=None, tokenizer=None, model_version: str = "",
-               row: str = ""):
+def regime_log(ctx, r: int, rounds: int, kind: str, model=None, tokenizer=None, model_version: str = "", row: str = ""):
     """Round r's D_bandit under the regime, logged by ``kind``: pi_init or policy (``model``, the row's current
     policy), foreign, uniform or mixed (``model`` for its LLM share). In IMPRESSIONS_SCHEMA plus logging_arm."""
     import pyarrow as pa
 
     from abpo.data.schemas import IMPRESSIONS_SCHEMA, SCHEMA_VERSION
-    from abpo.experiment.runner import round_month
+    from abpo.experiment.seeds import round_month
     from abpo.policy.bandit import _month_times
     from abpo.policy.scoring import sample_logged_action
 
@@ -316,8 +345,12 @@ def regime_log(ctx, r: int, rounds: int, kind: str, model=None, tokenizer=None, 
     clicked = clicks_for(ctx, requests, items, r)
     times = _month_times(month, len(requests))
     tau = ctx.cfg.policy.tau
-    policy_of = {"pi_init": f"softmax(tau={tau})", "policy": f"softmax(tau={tau})", "uniform": "uniform",
-                 **{n: f"softmax(score/T, T={ranker_temperature(ctx.cfg, n)}) {n}" for n in set(loggers) & set(FOREIGN)}}
+    policy_of = {
+        "pi_init": f"softmax(tau={tau})",
+        "policy": f"softmax(tau={tau})",
+        "uniform": "uniform",
+        **{n: f"softmax(score/T, T={ranker_temperature(ctx.cfg, n)}) {n}" for n in set(loggers) & set(FOREIGN)},
+    }
     version = {"pi_init": model_version or "pi_init", "policy": model_version or row}
     cols: dict[str, list] = {f.name: [] for f in IMPRESSIONS_SCHEMA}
     for ex, a, q, y, lg, ts in zip(requests, items, props, clicked, loggers, times, strict=True):
@@ -343,13 +376,13 @@ def regime_log(ctx, r: int, rounds: int, kind: str, model=None, tokenizer=None, 
 def round_log(ctx, row: str, r: int, rounds: int, start_dir: Path):
     """The log a row's round r trains on under the regime (module docstring): shared logs for pi_init, foreign
     and uniform (and for on_policy's round 1), the row's own previous-round policy otherwise."""
-    from abpo.experiment.runner import _load_model, log_window
+    from abpo.experiment.seeds import load_model, log_window
 
     lg = ctx.cfg.experiment.logger
     at_init = Path(start_dir) == Path(ctx.pi_init_dir)
     if lg in ("pi_init", "foreign", "uniform") or (lg == "on_policy" and at_init):
         return shared_log(ctx, r, rounds, shared_kind(ctx.cfg) if lg != "on_policy" else "pi_init")
-    model, tok = _load_model(ctx, start_dir)
+    model, tok = load_model(ctx, start_dir)
     version = f"pi_init-seed{ctx.cfg.seed}" if at_init else f"{row}-round{r - 1}-seed{ctx.cfg.seed}"
     if lg == "on_policy" and is_default(ctx.cfg):
         return with_logging_arm(log_window(ctx, model, tok, r, rounds, version), "policy")

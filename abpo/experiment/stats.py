@@ -55,8 +55,10 @@ def paired_matrix(cells_a: Sequence[Mapping], cells_b: Sequence[Mapping], k: int
         if list(ca["users"]) != list(cb["users"]):
             raise ValueError(f"seed {ca['seed']}: rows {ca['row']} and {cb['row']} were scored on different users")
         if ha and len(ca["ranks"]) != ha[0].size:
-            raise ValueError(f"seed {ca['seed']}: row {ca['row']} has {len(ca['ranks'])} users, another seed "
-                             f"{ha[0].size}; rule: every seed scores the same evaluation users")
+            raise ValueError(
+                f"seed {ca['seed']}: row {ca['row']} has {len(ca['ranks'])} users, another seed "
+                f"{ha[0].size}; rule: every seed scores the same evaluation users"
+            )
         h1, g1 = hits_and_gains(ca["ranks"], k)
         h2, g2 = hits_and_gains(cb["ranks"], k)
         ha.append(h1), hb.append(h2), ga.append(g1), gb.append(g2)
@@ -85,7 +87,7 @@ def bootstrap_interval(d_u: np.ndarray, *, samples: int, level: float = 0.95, se
     for i in range(0, samples, 256):  # chunks: bounded memory for many users
         n = min(256, samples - i)
         idx = rng.integers(0, d_u.size, size=(n, d_u.size))
-        means[i:i + n] = d_u[idx].mean(axis=1)
+        means[i : i + n] = d_u[idx].mean(axis=1)
     lo, hi = np.quantile(means, [(1 - level) / 2, 1 - (1 - level) / 2])
     return float(lo), float(hi)
 
@@ -119,7 +121,9 @@ def two_stage_replicates(d: np.ndarray, *, samples: int, seed: int = 0) -> np.nd
     stacked) share the same draws. Returns (..., samples); seeded. Empty d or samples < 1 gives NaNs."""
     d = np.asarray(d, dtype=np.float64)
     if d.ndim < 2:
-        raise ValueError(f"abpo.experiment.stats.two_stage_replicates: d has shape {d.shape}; rule: (..., seeds, users)")
+        raise ValueError(
+            f"abpo.experiment.stats.two_stage_replicates: d has shape {d.shape}; rule: (..., seeds, users)"
+        )
     lead, (n_s, n_u) = d.shape[:-2], d.shape[-2:]
     if n_s == 0 or n_u == 0 or samples < 1:
         return np.full((*lead, max(samples, 0)), np.nan)
@@ -130,7 +134,7 @@ def two_stage_replicates(d: np.ndarray, *, samples: int, seed: int = 0) -> np.nd
         n = min(chunk, samples - i)
         si = rng.integers(0, n_s, size=(n, n_s))  # stage 1: seeds with replacement
         ui = rng.integers(0, n_u, size=(n, n_s, n_u))  # stage 2: users with replacement inside each drawn seed
-        out[..., i:i + n] = d[..., si[:, :, None], ui].mean(axis=(-2, -1))  # Δ* = mean over the S x U draws
+        out[..., i : i + n] = d[..., si[:, :, None], ui].mean(axis=(-2, -1))  # Δ* = mean over the S x U draws
     return out
 
 
@@ -144,21 +148,37 @@ def percentile_p_value(replicates: np.ndarray, null: float = 0.0) -> float:
 
 
 def two_stage_bootstrap(
-    d: np.ndarray, *, samples: int, level: float = 0.95, seed: int = 0,
+    d: np.ndarray,
+    *,
+    samples: int,
+    level: float = 0.95,
+    seed: int = 0,
 ) -> dict[str, float]:
     """Eq. TS on a (seeds x users) matrix of paired differences: the mean ``diff``, the two-stage ``se``,
     the percentile interval ``ci_low``/``ci_high`` at ``level`` and the two-sided percentile-inversion ``p``."""
     d = np.asarray(d, dtype=np.float64)
     rep = two_stage_replicates(d, samples=samples, seed=seed)
     if not np.isfinite(rep).any():
-        return {"diff": float("nan"), "se": float("nan"), "ci_low": float("nan"), "ci_high": float("nan"),
-                "p": float("nan")}
+        return {
+            "diff": float("nan"),
+            "se": float("nan"),
+            "ci_low": float("nan"),
+            "ci_high": float("nan"),
+            "p": float("nan"),
+        }
     lo, hi = np.quantile(rep, [(1 - level) / 2, 1 - (1 - level) / 2])
-    return {"diff": float(d.mean()), "se": float(rep.std(ddof=1)) if rep.size > 1 else 0.0, "ci_low": float(lo),
-            "ci_high": float(hi), "p": percentile_p_value(rep)}
+    return {
+        "diff": float(d.mean()),
+        "se": float(rep.std(ddof=1)) if rep.size > 1 else 0.0,
+        "ci_low": float(lo),
+        "ci_high": float(hi),
+        "p": percentile_p_value(rep),
+    }
 
 
-def bootstrap_non_inferiority(replicates: np.ndarray, margin: float, *, alpha: float = 0.025) -> dict[str, float | bool]:
+def bootstrap_non_inferiority(
+    replicates: np.ndarray, margin: float, *, alpha: float = 0.025
+) -> dict[str, float | bool]:
     """One-sided test of H0 Δ <= -margin from the two-stage replicates (module docstring): p = P*(Δ* <= -margin),
     non-inferior when p < alpha."""
     if not margin > 0:
@@ -217,8 +237,10 @@ def round_matrices(cells: Sequence[Mapping], k: int = 5) -> tuple[list[int], np.
             for s in seeds:
                 c = by_seed[s][r]
                 if list(c["users"]) != users:
-                    raise ValueError(f"row {c['row']} seed {s} round {r}: scored on other users than seed "
-                                     f"{seeds[0]} round {rounds[0]}; rule: every round and seed scores the same users")
+                    raise ValueError(
+                        f"row {c['row']} seed {s} round {r}: scored on other users than seed "
+                        f"{seeds[0]} round {rounds[0]}; rule: every round and seed scores the same users"
+                    )
                 h1, g1 = hits_and_gains(c["ranks"], k)
                 hr.append(h1), gr.append(g1)
             h.append(hr), g.append(gr)
@@ -227,8 +249,12 @@ def round_matrices(cells: Sequence[Mapping], k: int = 5) -> tuple[list[int], np.
 
 
 def trend_comparison(
-    cells_a: Sequence[Mapping], cells_b: Sequence[Mapping] | None = None, *, bootstrap_samples: int = 2000,
-    alpha: float = 0.05, seed: int = 0,
+    cells_a: Sequence[Mapping],
+    cells_b: Sequence[Mapping] | None = None,
+    *,
+    bootstrap_samples: int = 2000,
+    alpha: float = 0.05,
+    seed: int = 0,
 ) -> dict[str, float | int]:
     """The trend test across rounds (module docstring): for row a (cells of every round) the mean per-(seed, user)
     slope of HR@5 and NDCG@5 over rounds (Eq. SL) with its two-stage interval and p against 0
@@ -240,8 +266,14 @@ def trend_comparison(
     out: dict[str, float | int] = {"trend_rounds": int(ha.shape[0]), "trend_seeds": len(seeds_a)}
     for name, m in (("HR@5", ha), ("NDCG@5", ga)):
         t = two_stage_bootstrap(round_slopes(m), samples=bootstrap_samples, level=1 - alpha, seed=seed)
-        out.update({f"slope_{name}": t["diff"], f"slope_ci_low_{name}": t["ci_low"],
-                    f"slope_ci_high_{name}": t["ci_high"], f"slope_p_{name}": t["p"]})
+        out.update(
+            {
+                f"slope_{name}": t["diff"],
+                f"slope_ci_low_{name}": t["ci_low"],
+                f"slope_ci_high_{name}": t["ci_high"],
+                f"slope_p_{name}": t["p"],
+            }
+        )
     if cells_b:
         seeds_b, hb, gb = round_matrices(cells_b)
         common = [s for s in seeds_a if s in seeds_b]
@@ -253,14 +285,27 @@ def trend_comparison(
         for name, a, b in (("HR@5", ha, hb), ("NDCG@5", ga, gb)):
             d = round_slopes(a[:, ia]) - round_slopes(b[:, ib])
             t = two_stage_bootstrap(d, samples=bootstrap_samples, level=1 - alpha, seed=seed)
-            out.update({f"dslope_{name}": t["diff"], f"dslope_ci_low_{name}": t["ci_low"],
-                        f"dslope_ci_high_{name}": t["ci_high"], f"dslope_p_{name}": t["p"]})
+            out.update(
+                {
+                    f"dslope_{name}": t["diff"],
+                    f"dslope_ci_low_{name}": t["ci_low"],
+                    f"dslope_ci_high_{name}": t["ci_high"],
+                    f"dslope_p_{name}": t["p"],
+                }
+            )
     return out
 
 
 def paired_comparison(
-    cells_a: Sequence[Mapping], cells_b: Sequence[Mapping], *, bootstrap_samples: int = 2000, alpha: float = 0.05,
-    power: float = 0.8, margin: float | None = None, relative_margin: float | None = None, ni_alpha: float = 0.025,
+    cells_a: Sequence[Mapping],
+    cells_b: Sequence[Mapping],
+    *,
+    bootstrap_samples: int = 2000,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    margin: float | None = None,
+    relative_margin: float | None = None,
+    ni_alpha: float = 0.025,
     seed: int = 0,
 ) -> dict[str, float | int | bool]:
     """Row a against row b (module docstring), differences a minus b, for HR@5 and NDCG@5: Δ (``d*``), the
@@ -277,8 +322,11 @@ def paired_comparison(
     wins, losses = int((h1 & ~h2).sum()), int((~h1 & h2).sum())
     dg = (ga - gb).ravel()
     out: dict[str, float | int | bool] = {
-        "units": int(h1.size), "users": int(ha.shape[1]), "seeds": int(ha.shape[0]),
-        "hr5_wins": wins, "hr5_losses": losses,
+        "units": int(h1.size),
+        "users": int(ha.shape[1]),
+        "seeds": int(ha.shape[0]),
+        "hr5_wins": wins,
+        "hr5_losses": losses,
         "p_mcnemar_HR@5": float(binomtest(min(wins, losses), wins + losses, 0.5).pvalue) if wins + losses else 1.0,
         "p_wilcoxon_NDCG@5": float(wilcoxon(dg).pvalue) if np.any(dg != 0) else 1.0,
     }
@@ -288,17 +336,26 @@ def paired_comparison(
         rep = reps[j]
         lo, hi = np.quantile(rep, [alpha / 2, 1 - alpha / 2])
         se = float(rep.std(ddof=1)) if rep.size > 1 else 0.0
-        out.update({f"d{name}": float(d[j].mean()), f"se_{name}": se, f"ci_low_{name}": float(lo),
-                    f"ci_high_{name}": float(hi), f"p_{name}": percentile_p_value(rep),
-                    f"mde_{name}": minimum_detectable_effect(se, alpha=alpha, power=power),
-                    f"se_users_{name}": standard_error(user_differences(*((ha, hb) if j == 0 else (ga, gb))))})
+        out.update(
+            {
+                f"d{name}": float(d[j].mean()),
+                f"se_{name}": se,
+                f"ci_low_{name}": float(lo),
+                f"ci_high_{name}": float(hi),
+                f"p_{name}": percentile_p_value(rep),
+                f"mde_{name}": minimum_detectable_effect(se, alpha=alpha, power=power),
+                f"se_users_{name}": standard_error(user_differences(*((ha, hb) if j == 0 else (ga, gb)))),
+            }
+        )
     if margin is not None:
         ni = bootstrap_non_inferiority(reps[0], margin, alpha=ni_alpha)
         out.update({"ni_margin": float(margin), "ni_p": ni["p"], "non_inferior": ni["non_inferior"]})
     if relative_margin is not None:
         if not relative_margin > 0:
-            raise ValueError(f"experiment.noninferiority_relative_margin={relative_margin}; rule: > 0 (a share of "
-                             "the reference's mean HR@5)")
+            raise ValueError(
+                f"experiment.noninferiority_relative_margin={relative_margin}; rule: > 0 (a share of "
+                "the reference's mean HR@5)"
+            )
         ref_mean = float(hb.mean())
         out.update({"ni_rel_share": float(relative_margin), "ni_rel_margin": relative_margin * ref_mean})
         if relative_margin * ref_mean > 0:

@@ -21,7 +21,10 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +37,9 @@ def parse_sweep(specs: Sequence[str]) -> list[tuple[str, list[str]]]:
         key = key.strip()
         vals = [v.strip() for v in values.split(",") if v.strip()]
         if not sep or not re.fullmatch(r"[a-z_]+(\.[a-z_0-9]+)+", key) or not vals:
-            raise ValueError(f"--sweep {spec!r}; rule: section.key=value1,value2,... (e.g. update.learning_rate=1e-4,5e-4)")
+            raise ValueError(
+                f"--sweep {spec!r}; rule: section.key=value1,value2,... (e.g. update.learning_rate=1e-4,5e-4)"
+            )
         if key.startswith("experiment.") and key.split(".", 1)[1] in ("name", "eval_split", "seeds", "rows"):
             raise ValueError(f"--sweep {spec!r}; rule: {key} is the sweep's frame, not a setting to sweep")
         if any(k == key for k, _ in axes):
@@ -72,39 +77,68 @@ def _fmt(v: float | None, digits: int = 4, sign: bool = False) -> str:
 
 def _diff(r: dict[str, Any], ref: str) -> str:
     """ΔHR@5 against a reference row with its interval and p, or '-': the probe table's Holm-adjusted two-stage
-    bootstrap p (abpo.experiment.runner.table_rows), the unadjusted one for the primary contrast, or, for results
+    bootstrap p (abpo.experiment.table.table_rows), the unadjusted one for the primary contrast, or, for results
     written before the two-stage bootstrap, McNemar's."""
     d = r.get(f"vs_{ref}_dHR@5")
     if d is None:
         return "-"
     p = next(r[k] for k in (f"vs_{ref}_p_holm_HR@5", f"vs_{ref}_p_HR@5", f"vs_{ref}_p_mcnemar_HR@5") if k in r)
-    return (f"{d:+.4f} [{r[f'vs_{ref}_ci_low_HR@5']:+.4f}, {r[f'vs_{ref}_ci_high_HR@5']:+.4f}] "
-            f"({'<0.001' if p < 0.001 else f'{p:.3f}'})")
+    return (
+        f"{d:+.4f} [{r[f'vs_{ref}_ci_low_HR@5']:+.4f}, {r[f'vs_{ref}_ci_high_HR@5']:+.4f}] "
+        f"({'<0.001' if p < 0.001 else f'{p:.3f}'})"
+    )
 
 
 def sweep_markdown(lines: Sequence[dict[str, Any]], title: str) -> str:
-    head = ["Probe", "Row", "HR@5", "NDCG@5", "ΔHR@5 vs A [95% CI] (p Holm)", "ΔHR@5 vs B [95% CI] (p Holm)",
-            "MDE vs A"]
+    head = [
+        "Probe",
+        "Row",
+        "HR@5",
+        "NDCG@5",
+        "ΔHR@5 vs A [95% CI] (p Holm)",
+        "ΔHR@5 vs B [95% CI] (p Holm)",
+        "MDE vs A",
+    ]
     out = [f"### {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in lines:
-        out.append("| " + " | ".join([
-            r["probe"], r["label"], f"{r['HR@5']:.4f} ± {r['HR@5_std']:.4f}", f"{r['NDCG@5']:.4f} ± {r['NDCG@5_std']:.4f}",
-            _diff(r, "none"), _diff(r, "grpo"), _fmt(r.get("vs_none_mde_HR@5")),
-        ]) + " |")
+        out.append(
+            "| "
+            + " | ".join(
+                [
+                    r["probe"],
+                    r["label"],
+                    f"{r['HR@5']:.4f} ± {r['HR@5_std']:.4f}",
+                    f"{r['NDCG@5']:.4f} ± {r['NDCG@5_std']:.4f}",
+                    _diff(r, "none"),
+                    _diff(r, "grpo"),
+                    _fmt(r.get("vs_none_mde_HR@5")),
+                ]
+            )
+            + " |"
+        )
     return "\n".join(out) + "\n"
 
 
-def run_sweep(cfg, axes: Sequence[tuple[str, Sequence[str]]], *, config_for: Callable[[list[str]], Any],
-              config_ref: str = "tiny", overrides: Sequence[str] = ()) -> SweepResult:
+def run_sweep(
+    cfg: Config,
+    axes: Sequence[tuple[str, Sequence[str]]],
+    *,
+    config_for: Callable[[list[str]], Any],
+    config_ref: str = "tiny",
+    overrides: Sequence[str] = (),
+) -> SweepResult:
     """Run every probe of the grid (module docstring) on the validation users and write the summary.
     ``config_for(overrides)`` makes a probe's config (the command passes the preset's loader: this package sits
     below abpo.config and does not import it)."""
     from abpo.experiment.regimes import describe
-    from abpo.experiment.runner import experiments_root, run_experiment
+    from abpo.experiment.runner import run_experiment
+    from abpo.experiment.seeds import experiments_root
 
     if cfg.experiment.eval_split != "validation":
-        raise ValueError(f"--sweep with experiment.eval_split={cfg.experiment.eval_split!r}; rule: a sweep runs on "
-                         "the validation users only (--split validation): nothing is chosen on test targets")
+        raise ValueError(
+            f"--sweep with experiment.eval_split={cfg.experiment.eval_split!r}; rule: a sweep runs on "
+            "the validation users only (--split validation): nothing is chosen on test targets"
+        )
     base = cfg.experiment.name
     sweep_dir = experiments_root(cfg) / f"{base}-sweep"
     sweep_dir.mkdir(parents=True, exist_ok=True)
@@ -118,8 +152,9 @@ def run_sweep(cfg, axes: Sequence[tuple[str, Sequence[str]]], *, config_for: Cal
         pcfg = config_for(ov)
         regimes[name] = describe(pcfg)
         log.info(f"sweep {base}: probe {i}/{len(grid)} {name}")
-        res = run_experiment(pcfg, config_ref=config_ref, overrides=ov,
-                             mlflow_tags={"abpo.sweep": base, "abpo.probe": name})
+        res = run_experiment(
+            pcfg, config_ref=config_ref, overrides=ov, mlflow_tags={"abpo.sweep": base, "abpo.probe": name}
+        )
         for rec in res.table:
             lines.append({"probe": name, **{k: v for k, v in rec.items()}})
     paths = {"md": sweep_dir / "sweep.md", "csv": sweep_dir / "sweep.csv"}

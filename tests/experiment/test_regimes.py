@@ -14,8 +14,15 @@ import pytest
 from .test_runner import _small_movielens
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-BASE = ["data.eval_candidates=20", "experiment.eval_candidates=0", "experiment.update_steps=4", "experiment.rounds=2",
-        "policy.tiny_hidden_size=32", "policy.tiny_intermediate_size=64", "policy.tiny_vocab_size=600"]
+BASE = [
+    "data.eval_candidates=20",
+    "experiment.eval_candidates=0",
+    "experiment.update_steps=4",
+    "experiment.rounds=2",
+    "policy.tiny_hidden_size=32",
+    "policy.tiny_intermediate_size=64",
+    "policy.tiny_vocab_size=600",
+]
 
 
 @pytest.fixture(scope="module")
@@ -49,36 +56,58 @@ def test_the_default_regime_keeps_every_fingerprint_and_each_factor_changes_them
     from abpo.experiment.runner import cell_fingerprint, experiment_config
 
     base = experiment_config(load_config("tiny"))
-    explicit = experiment_config(load_config("tiny", [
-        "experiment.logger=on_policy", "experiment.clicks=next_item", "experiment.log_candidates=offline",
-        "experiment.foreign_logger=popularity", "experiment.foreign_temperature=3", "experiment.log_candidate_count=50"]))
+    explicit = experiment_config(
+        load_config(
+            "tiny",
+            [
+                "experiment.logger=on_policy",
+                "experiment.clicks=next_item",
+                "experiment.log_candidates=offline",
+                "experiment.foreign_logger=popularity",
+                "experiment.foreign_temperature=3",
+                "experiment.log_candidate_count=50",
+            ],
+        )
+    )
     for row in ("abpo", "grpo", "none", "full_info", "popularity"):
         assert cell_fingerprint(base, row, 0, 1) == cell_fingerprint(explicit, row, 0, 1)
     seen = {cell_fingerprint(base, "abpo", 0, 1)}
-    for ov in (["experiment.logger=pi_init"], ["experiment.logger=uniform"], ["experiment.logger=mixed"],
-               ["experiment.logger=foreign"], ["experiment.logger=foreign", "experiment.foreign_logger=popularity"],
-               ["experiment.logger=foreign", "experiment.foreign_temperature=2"], ["experiment.clicks=simulator"],
-               ["experiment.clicks=simulator", "sim.base_ctr=0.2"], ["experiment.log_candidates=paper"],
-               ["experiment.log_candidates=paper", "experiment.log_candidate_count=50"]):
+    for ov in (
+        ["experiment.logger=pi_init"],
+        ["experiment.logger=uniform"],
+        ["experiment.logger=mixed"],
+        ["experiment.logger=foreign"],
+        ["experiment.logger=foreign", "experiment.foreign_logger=popularity"],
+        ["experiment.logger=foreign", "experiment.foreign_temperature=2"],
+        ["experiment.clicks=simulator"],
+        ["experiment.clicks=simulator", "sim.base_ctr=0.2"],
+        ["experiment.log_candidates=paper"],
+        ["experiment.log_candidates=paper", "experiment.log_candidate_count=50"],
+    ):
         fp = cell_fingerprint(experiment_config(load_config("tiny", ov)), "abpo", 0, 1)
         assert fp not in seen, ov
         seen.add(fp)
     # sim settings only matter with simulator clicks, the rankers only with a ranker that logs
     assert cell_fingerprint(base, "abpo", 0, 1) == cell_fingerprint(
-        experiment_config(load_config("tiny", ["sim.base_ctr=0.2"])), "abpo", 0, 1)
+        experiment_config(load_config("tiny", ["sim.base_ctr=0.2"])), "abpo", 0, 1
+    )
     assert cell_fingerprint(base, "abpo", 0, 1) == cell_fingerprint(
-        experiment_config(load_config("tiny", ["arms.popularity.temperature=7"])), "abpo", 0, 1)
+        experiment_config(load_config("tiny", ["arms.popularity.temperature=7"])), "abpo", 0, 1
+    )
 
 
 def test_regime_keys_are_checked_with_the_key_named():
     from abpo.config import load_config
     from abpo.experiment.runner import experiment_config
 
-    for bad, msg in (("experiment.logger=greedy", "experiment.logger"), ("experiment.clicks=all", "experiment.clicks"),
-                     ("experiment.log_candidates=big", "experiment.log_candidates"),
-                     ("experiment.foreign_logger=als", "experiment.foreign_logger"),
-                     ("experiment.foreign_temperature=-1", "foreign_temperature"),
-                     ("experiment.log_candidate_count=1", "log_candidate_count")):
+    for bad, msg in (
+        ("experiment.logger=greedy", "experiment.logger"),
+        ("experiment.clicks=all", "experiment.clicks"),
+        ("experiment.log_candidates=big", "experiment.log_candidates"),
+        ("experiment.foreign_logger=als", "experiment.foreign_logger"),
+        ("experiment.foreign_temperature=-1", "foreign_temperature"),
+        ("experiment.log_candidate_count=1", "log_candidate_count"),
+    ):
         with pytest.raises(ValueError, match=msg):
             experiment_config(load_config("tiny", [bad]))
 
@@ -86,8 +115,13 @@ def test_regime_keys_are_checked_with_the_key_named():
 def test_uniform_logger_over_the_papers_candidates(data_dir, tmp_path):
     from abpo.experiment.regimes import regime_log, shared_log, shared_log_path
 
-    ctx = _ctx(data_dir, tmp_path, "experiment.logger=uniform", "experiment.log_candidates=paper",
-               "experiment.log_candidate_count=60")
+    ctx = _ctx(
+        data_dir,
+        tmp_path,
+        "experiment.logger=uniform",
+        "experiment.log_candidates=paper",
+        "experiment.log_candidate_count=60",
+    )
     t = regime_log(ctx, 1, 2, "uniform")
     window = ctx.window(1, 2)
     assert t.num_rows == len(window) > 0
@@ -135,9 +169,16 @@ def test_foreign_logger_stores_the_rankers_own_propensity(data_dir, tmp_path):
         assert r["logging_arm"] == "popularity" and r["logging_policy"].endswith("popularity")
     # the exposures follow the ranker: the logged items are more popular than the candidates on average
     pop = ctx.popularity
-    assert np.mean([pop.get(r["item_id"], 0) for r in rows]) > np.mean([pop.get(c, 0) for r in rows for c in r["candidates"]])
-    hot = _ctx(data_dir, tmp_path, "experiment.logger=foreign", "experiment.foreign_logger=popularity",
-               "experiment.foreign_temperature=100")
+    assert np.mean([pop.get(r["item_id"], 0) for r in rows]) > np.mean(
+        [pop.get(c, 0) for r in rows for c in r["candidates"]]
+    )
+    hot = _ctx(
+        data_dir,
+        tmp_path,
+        "experiment.logger=foreign",
+        "experiment.foreign_logger=popularity",
+        "experiment.foreign_temperature=100",
+    )
     flat = regime_log(hot, 2, 2, "foreign").column("propensity").to_pylist()
     assert max(flat) < max(r["propensity"] for r in rows)  # a higher T flattens the exposure
     assert shared_log_path(hot, 2, 2, "foreign") != shared_log_path(ctx, 2, 2, "foreign")
@@ -150,14 +191,28 @@ def test_foreign_logger_stores_the_rankers_own_propensity(data_dir, tmp_path):
 def test_simulator_clicks_reduce_to_next_item_clicks_and_otherwise_click_liked_items(data_dir, tmp_path):
     from abpo.experiment.regimes import regime_log
 
-    strict = _ctx(data_dir, tmp_path, "experiment.logger=uniform", "experiment.clicks=simulator", "sim.base_ctr=0",
-                  "sim.click_next=1", "sim.click_soon=0")
+    strict = _ctx(
+        data_dir,
+        tmp_path,
+        "experiment.logger=uniform",
+        "experiment.clicks=simulator",
+        "sim.base_ctr=0",
+        "sim.click_next=1",
+        "sim.click_soon=0",
+    )
     t = regime_log(strict, 1, 2, "uniform")
     pos = {ex.request_id: ex.positive for ex in strict.window(1, 2)}
-    assert t.column("clicked").to_pylist() == [int(a == pos[q]) for a, q in zip(
-        t.column("item_id").to_pylist(), t.column("request_id").to_pylist())]
-    loose = _ctx(data_dir, tmp_path, "experiment.logger=uniform", "experiment.clicks=simulator", "sim.base_ctr=0.5",
-                 "sim.click_next=0.5")
+    assert t.column("clicked").to_pylist() == [
+        int(a == pos[q]) for a, q in zip(t.column("item_id").to_pylist(), t.column("request_id").to_pylist())
+    ]
+    loose = _ctx(
+        data_dir,
+        tmp_path,
+        "experiment.logger=uniform",
+        "experiment.clicks=simulator",
+        "sim.base_ctr=0.5",
+        "sim.click_next=0.5",
+    )
     rows = regime_log(loose, 1, 2, "uniform").to_pylist()
     assert rows == regime_log(loose, 1, 2, "uniform").to_pylist()  # seeded
     assert [r["item_id"] for r in rows] == t.column("item_id").to_pylist()  # the same exposures, other clicks
@@ -181,7 +236,9 @@ def test_pi_init_and_mixed_loggers_store_each_loggers_own_propensity(data_dir, t
     e0 = llm_propensities(ctx, model, tok, [by_id[r["request_id"]] for r in llm])
     for r, p in zip(llm, e0):
         assert r["propensity"] == pytest.approx(p[r["candidates"].index(r["item_id"])], rel=1e-5)
-    ranker = make_ranker("popularity", ctx.cfg, seed=0).fit(ranker_sequences(ctx, 1, 2), ctx.dataset.item_ids().tolist())
+    ranker = make_ranker("popularity", ctx.cfg, seed=0).fit(
+        ranker_sequences(ctx, 1, 2), ctx.dataset.item_ids().tolist()
+    )
     rk = [r for r in rows if r["logging_arm"] == "popularity"]
     for r, s in zip(rk, ranker.score([(r["user_id"], r["history"], r["candidates"]) for r in rk])):
         p = softmax_propensities(np.asarray(s, dtype=np.float64), ctx.cfg.arms.popularity.temperature)
@@ -205,13 +262,13 @@ def test_pi_init_and_mixed_loggers_store_each_loggers_own_propensity(data_dir, t
 def test_grpo_control_rows(tmp_path):
     from abpo.config import load_config
     from abpo.experiment.runner import (
-        _save_cell,
         cell_fingerprint,
         experiment_config,
         is_llm_row,
         row_key,
         row_label,
         row_update_changes,
+        save_cell,
         variant_of,
     )
     from abpo.train.trainer import rollouts_per_example
@@ -228,13 +285,18 @@ def test_grpo_control_rows(tmp_path):
     assert rollouts_per_example("grpo", g, equal_samples=True) == rollouts_per_example("abpo", g) == g - 1
     with pytest.raises(ValueError, match="run row abpo"):
         row_update_changes(cfg, tmp_path / "exp", 0, "grpo_lr", 1)
-    f = {"row": "abpo", "seed": 0, "round": 1, "fingerprint": fps["abpo"],
-         "update": {"history": [{"loss": 1.0}, {"abpo/gamma_ratio": 0.5, "loss": 1.0}, {"abpo/gamma_ratio": 0.25}]}}
-    _save_cell(cfg, tmp_path / "exp", f)
+    f = {
+        "row": "abpo",
+        "seed": 0,
+        "round": 1,
+        "fingerprint": fps["abpo"],
+        "update": {"history": [{"loss": 1.0}, {"abpo/gamma_ratio": 0.5, "loss": 1.0}, {"abpo/gamma_ratio": 0.25}]},
+    }
+    save_cell(cfg, tmp_path / "exp", f)
     lr = row_update_changes(cfg, tmp_path / "exp", 0, "grpo_lr", 1)["learning_rate"]
     assert lr == pytest.approx(cfg.update.learning_rate * 0.375)
     with pytest.raises(ValueError, match="abpo/gamma_ratio"):  # an F cell without the metric
-        _save_cell(cfg, tmp_path / "exp", {**f, "update": {"history": [{"loss": 1.0}]}})
+        save_cell(cfg, tmp_path / "exp", {**f, "update": {"history": [{"loss": 1.0}]}})
         row_update_changes(cfg, tmp_path / "exp", 0, "grpo_lr", 1)
 
 
@@ -244,16 +306,19 @@ def test_regime_presets_make_valid_configs_and_the_table_names_the_regime():
     from abpo.experiment.runner import experiment_config
 
     path = REPO_ROOT / "configs" / "regimes.yaml"
-    cfgs = {n: experiment_config(load_config("tiny", regime_overrides(n, path)))
-            for n in ("today", "stale_sim", "foreign_sim", "uniform_paper", "mixed_sim")}
+    cfgs = {
+        n: experiment_config(load_config("tiny", regime_overrides(n, path)))
+        for n in ("today", "stale_sim", "foreign_sim", "uniform_paper", "mixed_sim")
+    }
     e = {n: c.experiment for n, c in cfgs.items()}
     assert (e["stale_sim"].logger, e["stale_sim"].clicks) == ("pi_init", "simulator")
     assert (e["foreign_sim"].logger, e["foreign_sim"].foreign_logger) == ("foreign", "ml_retrain")
     assert (e["uniform_paper"].logger, e["uniform_paper"].log_candidates) == ("uniform", "paper")
     from abpo.experiment.runner import cell_fingerprint
 
-    assert cell_fingerprint(cfgs["today"], "abpo", 0, 1) == cell_fingerprint(experiment_config(load_config("tiny")),
-                                                                              "abpo", 0, 1)
+    assert cell_fingerprint(cfgs["today"], "abpo", 0, 1) == cell_fingerprint(
+        experiment_config(load_config("tiny")), "abpo", 0, 1
+    )
     with pytest.raises(ValueError, match="stale_simm"):
         regime_overrides("stale_simm", path)
     line = describe(cfgs["uniform_paper"])
@@ -273,11 +338,22 @@ def test_two_rounds_with_pi_init_logging_and_simulator_clicks_on_validation_user
     from abpo.experiment.runner import load_seed, run_experiment
 
     overrides = [
-        f"paths.root={tmp_path / 'var'}", f"data.dataset_dir={data_dir}", *BASE,
-        "sft.max_steps=6", "update.max_steps=2", "update.batch_size=4", "update.save_steps=100",
-        "update.max_completion_length=128", "experiment.bootstrap_samples=50", "experiment.seeds=0",
-        "experiment.rows=none,abpo,grpo_g1", "experiment.workers=1", "experiment.name=stale",
-        "experiment.eval_split=validation", "experiment.logger=pi_init", "experiment.clicks=simulator",
+        f"paths.root={tmp_path / 'var'}",
+        f"data.dataset_dir={data_dir}",
+        *BASE,
+        "sft.max_steps=6",
+        "update.max_steps=2",
+        "update.batch_size=4",
+        "update.save_steps=100",
+        "update.max_completion_length=128",
+        "experiment.bootstrap_samples=50",
+        "experiment.seeds=0",
+        "experiment.rows=none,abpo,grpo_g1",
+        "experiment.workers=1",
+        "experiment.name=stale",
+        "experiment.eval_split=validation",
+        "experiment.logger=pi_init",
+        "experiment.clicks=simulator",
     ]
     cfg = load_config("tiny", overrides)
     res = run_experiment(cfg, config_ref="tiny", overrides=overrides)
@@ -287,11 +363,17 @@ def test_two_rounds_with_pi_init_logging_and_simulator_clicks_on_validation_user
     r2 = pq.read_table(shared_log_path(ctx, 2, 2, "pi_init"))
     for row in ("none", "abpo", "grpo_g1"):
         c = cells[f"seed0-{row}-r2of2.json"]
-        assert c["logging_arms"] == {"pi_init": r2.num_rows} and c["log_clicks"] == sum(r2.column("clicked").to_pylist())
+        assert c["logging_arms"] == {"pi_init": r2.num_rows} and c["log_clicks"] == sum(
+            r2.column("clicked").to_pylist()
+        )
     assert cells["seed0-grpo_g1-r1of2.json"]["update_changes"] == {"grpo_equal_samples": True}
     nxt = {ex.request_id: ex.positive for ex in ctx.window(2, 2)}
-    assert any(y and a != nxt[q] for a, y, q in zip(r2.column("item_id").to_pylist(), r2.column("clicked").to_pylist(),
-                                                    r2.column("request_id").to_pylist()))  # simulator clicks
+    assert any(
+        y and a != nxt[q]
+        for a, y, q in zip(
+            r2.column("item_id").to_pylist(), r2.column("clicked").to_pylist(), r2.column("request_id").to_pylist()
+        )
+    )  # simulator clicks
     md = res.outputs["md"].read_text()
     assert "Logs: logger pi_init every round" in md and "clicks simulator" in md and "validation users" in md
     again = run_experiment(cfg, config_ref="tiny", overrides=overrides)
@@ -300,8 +382,12 @@ def test_two_rounds_with_pi_init_logging_and_simulator_clicks_on_validation_user
     from abpo.experiment.sweep import parse_sweep, run_sweep
 
     val = [*overrides, "experiment.rows=none", "experiment.name=v"]
-    sweep = run_sweep(load_config("tiny", val), parse_sweep(["experiment.clicks=next_item,simulator"]),
-                      config_for=lambda ov: load_config("tiny", ov), overrides=val)
+    sweep = run_sweep(
+        load_config("tiny", val),
+        parse_sweep(["experiment.clicks=next_item,simulator"]),
+        config_for=lambda ov: load_config("tiny", ov),
+        overrides=val,
+    )
     text = sweep.outputs["md"].read_text()
     assert "- clicks=next_item: Logs: logger pi_init every round" in text and "clicks simulator" in text
     assert sweep.lines[1]["HR@5"] == res.table[0]["HR@5"]  # the simulator probe's No-Update is the cell above
@@ -314,8 +400,11 @@ def test_a_regime_or_key_given_twice_in_the_regimes_file_is_refused(tmp_path):
 
     f = tmp_path / "regimes.yaml"
     f.write_text("stale:\n  logger: pi_init\nother:\n  logger: uniform\nstale:\n  logger: foreign\n")
-    with pytest.raises(ValueError, match=rf"^{f}: duplicate key 'stale' at line 5 \(first at line 1\); "
-                                         r"rule: each key once per mapping$"):
+    with pytest.raises(
+        ValueError,
+        match=rf"^{f}: duplicate key 'stale' at line 5 \(first at line 1\); "
+        r"rule: each key once per mapping$",
+    ):
         regime_overrides("stale", f)
     f.write_text("stale:\n  logger: pi_init\n  rounds: 2\n  logger: uniform\n")
     with pytest.raises(ValueError, match=r"duplicate key 'logger' at line 4 \(first at line 2\)"):
@@ -343,9 +432,16 @@ def test_the_config_choices_are_the_regimes_own():
     from abpo.experiment.regimes import CLICKS, FOREIGN, LOG_CANDIDATES, LOGGERS
 
     meta = {f.name: f.metadata for f in dataclasses.fields(ExperimentConfig)}
-    for key, options in (("logger", LOGGERS), ("foreign_logger", FOREIGN), ("clicks", CLICKS),
-                         ("log_candidates", LOG_CANDIDATES)):
+    for key, options in (
+        ("logger", LOGGERS),
+        ("foreign_logger", FOREIGN),
+        ("clicks", CLICKS),
+        ("log_candidates", LOG_CANDIDATES),
+    ):
         assert tuple(meta[key]["choices"]) == options
-    with pytest.raises(ConfigError, match=r"^--set: experiment.logger 'greedy': rule: one of on_policy, pi_init, "
-                                          r"foreign, uniform, mixed$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^--set: experiment.logger 'greedy': rule: one of on_policy, pi_init, "
+        r"foreign, uniform, mixed$",
+    ):
         load_config("tiny", ["experiment.logger=greedy"])

@@ -28,8 +28,17 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 def test_rows_are_variants_or_baselines():
     assert [row_key(r) for r in ("A", "B", "F", "anchor_sc", "popularity")] == [
-        "none", "grpo", "abpo", "anchor_sc", "popularity"]
-    assert row_label("none") == "(A) No-Update" and row_label("abpo") == "(F) ABPO" and row_label("ml_retrain") == "ML-retrain"
+        "none",
+        "grpo",
+        "abpo",
+        "anchor_sc",
+        "popularity",
+    ]
+    assert (
+        row_label("none") == "(A) No-Update"
+        and row_label("abpo") == "(F) ABPO"
+        and row_label("ml_retrain") == "ML-retrain"
+    )
     with pytest.raises(ValueError, match="experiment.rows"):
         row_key("bogus")
 
@@ -60,8 +69,13 @@ def test_metrics_from_scores_by_hand():
 
 
 def _cell(row, seed, ranks):
-    return {"row": row, "seed": seed, "ranks": ranks, "users": list(range(len(ranks))),
-            **{m: float(np.mean(np.asarray(ranks) <= 5)) for m in ("HR@1", "HR@5", "NDCG@5", "Diversity@1", "Diversity@5")}}
+    return {
+        "row": row,
+        "seed": seed,
+        "ranks": ranks,
+        "users": list(range(len(ranks))),
+        **{m: float(np.mean(np.asarray(ranks) <= 5)) for m in ("HR@1", "HR@5", "NDCG@5", "Diversity@1", "Diversity@5")},
+    }
 
 
 def test_paired_tests_count_discordant_users_by_hand():
@@ -76,7 +90,9 @@ def test_paired_tests_count_discordant_users_by_hand():
     d_u = np.array([1.0, 0.5, 0, 0, -0.5, 0])
     assert t["se_users_HR@5"] == pytest.approx(d_u.std(ddof=1) / np.sqrt(6))  # the user-only SE, an extra column
     assert t["ci_low_HR@5"] <= t["dHR@5"] <= t["ci_high_HR@5"]
-    assert 0 < t["se_HR@5"] and 0 <= t["p_HR@5"] <= 1  # the two-stage bootstrap's SE and p (tests/experiment/test_stats)
+    assert (
+        0 < t["se_HR@5"] and 0 <= t["p_HR@5"] <= 1
+    )  # the two-stage bootstrap's SE and p (tests/experiment/test_stats)
     assert paired_tests(a, a)["p_mcnemar_HR@5"] == 1.0 and paired_tests(a, a)["p_wilcoxon_NDCG@5"] == 1.0
     with pytest.raises(ValueError, match="different users"):
         paired_tests(a, [dict(b[0], users=[5, 4, 3, 2, 1, 0])])
@@ -87,7 +103,9 @@ def test_table_has_mean_std_over_seeds_and_tests_against_a_and_b():
     recs = table_rows(cells, ["none", "grpo", "abpo"])
     assert [r["row"] for r in recs] == ["none", "grpo", "abpo"] and all(r["seeds"] == 3 for r in recs)
     vals = [c["HR@5"] for c in cells if c["row"] == "abpo"]
-    assert recs[2]["HR@5"] == pytest.approx(np.mean(vals)) and recs[2]["HR@5_std"] == pytest.approx(np.std(vals, ddof=1))
+    assert recs[2]["HR@5"] == pytest.approx(np.mean(vals)) and recs[2]["HR@5_std"] == pytest.approx(
+        np.std(vals, ddof=1)
+    )
     assert "vs_none_p_mcnemar_HR@5" in recs[2] and "vs_grpo_p_wilcoxon_NDCG@5" in recs[2]
     assert "vs_none_dHR@5" not in recs[0]  # a row is not tested against itself
     md = table_markdown(recs, title="t")
@@ -100,15 +118,23 @@ def test_table_marks_the_primary_contrast_and_holm_adjusts_the_rest():
     from abpo.experiment.config import ExperimentConfig
     from abpo.experiment.stats import holm
 
-    ranks = {"none": lambda s, i: 1 + (s + i) % 9, "grpo": lambda s, i: 1 + (s + i) % 9,
-             "abpo": lambda s, i: 1 + (s + i) % 6}
+    ranks = {
+        "none": lambda s, i: 1 + (s + i) % 9,
+        "grpo": lambda s, i: 1 + (s + i) % 9,
+        "abpo": lambda s, i: 1 + (s + i) % 6,
+    }
     cells = [_cell(r, s, [f(s, i) for i in range(60)]) for r, f in ranks.items() for s in (0, 1, 2)]
     e = ExperimentConfig(bootstrap_samples=300)
     recs = table_rows(cells, ["none", "grpo", "abpo"], e)
     f = recs[2]
     assert f["vs_grpo_primary"] and f["primary_reference"] == "grpo" and "vs_grpo_p_holm_HR@5" not in f
-    family = [(recs[1], "none", "HR@5"), (recs[1], "none", "NDCG@5"), (f, "none", "HR@5"), (f, "none", "NDCG@5"),
-              (f, "grpo", "NDCG@5")]  # B vs A (A vs B is the same comparison), F vs A and B, less the primary
+    family = [
+        (recs[1], "none", "HR@5"),
+        (recs[1], "none", "NDCG@5"),
+        (f, "none", "HR@5"),
+        (f, "none", "NDCG@5"),
+        (f, "grpo", "NDCG@5"),
+    ]  # B vs A (A vs B is the same comparison), F vs A and B, less the primary
     adj = holm([r[f"vs_{ref}_p_{m}"] for r, ref, m in family])
     assert [r[f"vs_{ref}_p_holm_{m}"] for r, ref, m in family] == pytest.approx(adj)
     assert recs[0]["vs_grpo_p_holm_HR@5"] == recs[1]["vs_none_p_holm_HR@5"]
@@ -124,10 +150,20 @@ def test_rounds_table_has_the_trend_test_when_rounds_exceed_one():
     from abpo.experiment.runner import round_rows, rounds_markdown
 
     def cells(row, grow):
-        return [dict(_cell(row, s, [1 if u < (10 * r if grow else 10) else 9 for u in range(40)]), round=r,
-                     match_positive=0.5, match_no_response=0.1) for s in (0, 1) for r in (1, 2, 3)]
+        return [
+            dict(
+                _cell(row, s, [1 if u < (10 * r if grow else 10) else 9 for u in range(40)]),
+                round=r,
+                match_positive=0.5,
+                match_no_response=0.1,
+            )
+            for s in (0, 1)
+            for r in (1, 2, 3)
+        ]
 
-    recs = round_rows(cells("grpo", False) + cells("abpo", True), ["grpo", "abpo"], ExperimentConfig(bootstrap_samples=200))
+    recs = round_rows(
+        cells("grpo", False) + cells("abpo", True), ["grpo", "abpo"], ExperimentConfig(bootstrap_samples=200)
+    )
     last = [r for r in recs if r["row"] == "abpo"][-1]
     assert last["round"] == 3 and last["trend_slope_HR@5"] == pytest.approx(0.25)
     assert last["trend_vs_grpo_dslope_HR@5"] == pytest.approx(0.25) and "trend_vs_grpo_dslope_p_holm_HR@5" in last
@@ -158,8 +194,17 @@ def test_training_diagnostics_and_match_curves_come_from_the_update_history():
     from abpo.experiment.runner import rounds_markdown, training_diagnostics, training_match_curves
 
     def cell(seed, r, pos, neg):
-        hist = [{"step": float(k), "abpo/match_rate/positive": pos[k - 1], "abpo/match_rate/no_response": neg,
-                 "abpo/w_p99": 2.0 * k, "abpo/w_max": 10.0 * k, "abpo/gamma_ratio": 0.8} for k in (1, 2)]
+        hist = [
+            {
+                "step": float(k),
+                "abpo/match_rate/positive": pos[k - 1],
+                "abpo/match_rate/no_response": neg,
+                "abpo/w_p99": 2.0 * k,
+                "abpo/w_max": 10.0 * k,
+                "abpo/gamma_ratio": 0.8,
+            }
+            for k in (1, 2)
+        ]
         return {"row": "abpo", "seed": seed, "round": r, "update": {"history": hist}}
 
     d = training_diagnostics(cell(0, 1, [0.2, 0.4], 0.1))
@@ -171,16 +216,32 @@ def test_training_diagnostics_and_match_curves_come_from_the_update_history():
     xs, ys = training_match_curves(cells, bins=2)["abpo"]["positive"]
     assert xs == [0.25, 0.75, 1.25, 1.75] and ys == pytest.approx([0.3, 0.5, 0.5, 0.5])
     assert training_match_curves(cells, bins=2)["abpo"]["no_response"][1] == pytest.approx([0.2, 0.2, 0.2, 0.2])
-    md = rounds_markdown([{"row": "abpo", "label": "(F) ABPO", "round": 1, **{m: 0.5 for m in (
-        "HR@5", "NDCG@5", "Diversity@5", "match_positive", "match_no_response", "ope_snips")},
-        **{f"{m}_std": 0.0 for m in ("HR@5", "NDCG@5", "Diversity@5", "match_positive", "match_no_response",
-                                      "ope_snips")}, "train_w_p99": 5.5, "train_gamma_ratio": float("nan")}])
+    md = rounds_markdown(
+        [
+            {
+                "row": "abpo",
+                "label": "(F) ABPO",
+                "round": 1,
+                **{
+                    m: 0.5
+                    for m in ("HR@5", "NDCG@5", "Diversity@5", "match_positive", "match_no_response", "ope_snips")
+                },
+                **{
+                    f"{m}_std": 0.0
+                    for m in ("HR@5", "NDCG@5", "Diversity@5", "match_positive", "match_no_response", "ope_snips")
+                },
+                "train_w_p99": 5.5,
+                "train_gamma_ratio": float("nan"),
+            }
+        ]
+    )
     assert "off-policy CTR (SNIPS, own log)" in md and "ŵ p99 (train)" in md and "| 5.500 |" in md
     assert "γ ratio" not in md  # a diagnostic no row has is left out
 
 
 def _small_movielens(dst: Path, n_users: int = 40) -> Path:
-    """The first n_users users of the bundled MovieLens (their ratings) and the movies they rated, in MovieLens format."""
+    """The first n_users users of the bundled MovieLens (their ratings) and the movies they rated, in MovieLens
+    format."""
     src = REPO_ROOT / "data" / "ml-latest-small"
     with open(src / "ratings.csv", newline="") as f:
         rows = [r for r in csv.DictReader(f) if int(r["userId"]) <= n_users]
@@ -212,12 +273,22 @@ def test_experiment_end_to_end_on_a_movielens_format_directory(tmp_path, caplog)
 
     data = _small_movielens(tmp_path / "ml40")
     overrides = [
-        f"paths.root={tmp_path / 'var'}", f"data.dataset_dir={data}", "data.eval_candidates=20",
-        "experiment.eval_candidates=0", "experiment.update_steps=0",
-        "policy.tiny_hidden_size=32", "policy.tiny_intermediate_size=64", "policy.tiny_vocab_size=600",
-        "sft.max_steps=6", "update.max_steps=2", "update.batch_size=4", "update.save_steps=100",
+        f"paths.root={tmp_path / 'var'}",
+        f"data.dataset_dir={data}",
+        "data.eval_candidates=20",
+        "experiment.eval_candidates=0",
+        "experiment.update_steps=0",
+        "policy.tiny_hidden_size=32",
+        "policy.tiny_intermediate_size=64",
+        "policy.tiny_vocab_size=600",
+        "sft.max_steps=6",
+        "update.max_steps=2",
+        "update.batch_size=4",
+        "update.save_steps=100",
         "update.max_completion_length=128",
-        "experiment.seeds=0,1", "experiment.rows=none,grpo,abpo,popularity,ml_retrain", "experiment.workers=1",
+        "experiment.seeds=0,1",
+        "experiment.rows=none,grpo,abpo,popularity,ml_retrain",
+        "experiment.workers=1",
         "experiment.name=t",
     ]
     cfg = load_config("tiny", overrides)
@@ -262,12 +333,22 @@ def test_experiment_runs_on_an_amazon18_domain(tmp_path):
     from abpo.experiment.runner import run_experiment
 
     overrides = [
-        f"paths.root={tmp_path / 'var'}", f"data.dataset_dir={AMAZON}", "data.max_users=60",
+        f"paths.root={tmp_path / 'var'}",
+        f"data.dataset_dir={AMAZON}",
+        "data.max_users=60",
         "experiment.eval_candidates=20",
-        "policy.tiny_hidden_size=32", "policy.tiny_intermediate_size=64",
-        "policy.tiny_vocab_size=800", "update.max_completion_length=128", "sft.max_steps=4", "update.max_steps=1",
-        "update.batch_size=4", "update.save_steps=100", "experiment.seeds=0", "experiment.rows=none,abpo,popularity",
-        "experiment.workers=1", "experiment.name=amazon",
+        "policy.tiny_hidden_size=32",
+        "policy.tiny_intermediate_size=64",
+        "policy.tiny_vocab_size=800",
+        "update.max_completion_length=128",
+        "sft.max_steps=4",
+        "update.max_steps=1",
+        "update.batch_size=4",
+        "update.save_steps=100",
+        "experiment.seeds=0",
+        "experiment.rows=none,abpo,popularity",
+        "experiment.workers=1",
+        "experiment.name=amazon",
     ]
     res = run_experiment(load_config("amazon18", overrides), config_ref="amazon18", overrides=overrides)
     assert res.computed == 3 and [r["row"] for r in res.table] == ["none", "abpo", "popularity"]
@@ -301,10 +382,12 @@ def test_experiment_config_applies_and_checks_its_settings():
     assert (cfg.data.update_steps, cfg.data.eval_candidates) == (12, 200)
     kept = experiment_config(load_config("tiny", ["experiment.update_steps=0", "experiment.eval_candidates=0"]))
     assert (kept.data.update_steps, kept.data.eval_candidates) == (4, 100)  # data's own values
-    for bad, msg in (("experiment.rounds=0", "experiment.rounds 0: rule: >= 1"),
-                     ("experiment.rounds=13", "data.update_steps=12"),
-                     ("experiment.update_steps=-1", "experiment.update_steps -1: rule: >= 0"),
-                     ("experiment.bootstrap_samples=0", "bootstrap_samples")):
+    for bad, msg in (
+        ("experiment.rounds=0", "experiment.rounds 0: rule: >= 1"),
+        ("experiment.rounds=13", "data.update_steps=12"),
+        ("experiment.update_steps=-1", "experiment.update_steps -1: rule: >= 0"),
+        ("experiment.bootstrap_samples=0", "bootstrap_samples"),
+    ):
         with pytest.raises(ValueError, match=msg):
             experiment_config(load_config("tiny", [bad]))
 
@@ -351,8 +434,12 @@ def test_cell_fingerprints_of_the_tiny_preset_are_pinned():
 
     cfg = experiment_config(load_config("tiny"))
     assert {row: cell_fingerprint(cfg, row, 0, 1) for row in ("abpo", "grpo", "none", "full_info", "popularity")} == {
-        "abpo": "f27fe5069103f35b", "grpo": "1575ecb5b862dc0b", "none": "b631ac967f1d35b8",
-        "full_info": "0def14c7a32f9ac4", "popularity": "1d9c3eeb4d699508"}
+        "abpo": "f27fe5069103f35b",
+        "grpo": "1575ecb5b862dc0b",
+        "none": "b631ac967f1d35b8",
+        "full_info": "0def14c7a32f9ac4",
+        "popularity": "1d9c3eeb4d699508",
+    }
 
 
 @pytest.mark.slow
@@ -369,18 +456,37 @@ def test_rounds_full_information_and_sweep_end_to_end(tmp_path):
 
     data = _small_movielens(tmp_path / "ml40")
     overrides = [
-        f"paths.root={tmp_path / 'var'}", f"data.dataset_dir={data}", "data.eval_candidates=20",
-        "experiment.eval_candidates=0", "experiment.update_steps=4", "experiment.rounds=2",
-        "policy.tiny_hidden_size=32", "policy.tiny_intermediate_size=64", "policy.tiny_vocab_size=600",
-        "sft.max_steps=6", "update.max_steps=2", "update.batch_size=4", "update.save_steps=100",
-        "update.max_completion_length=128", "experiment.bootstrap_samples=100",
-        "experiment.seeds=0", "experiment.rows=none,abpo,full_info", "experiment.workers=1", "experiment.name=r",
+        f"paths.root={tmp_path / 'var'}",
+        f"data.dataset_dir={data}",
+        "data.eval_candidates=20",
+        "experiment.eval_candidates=0",
+        "experiment.update_steps=4",
+        "experiment.rounds=2",
+        "policy.tiny_hidden_size=32",
+        "policy.tiny_intermediate_size=64",
+        "policy.tiny_vocab_size=600",
+        "sft.max_steps=6",
+        "update.max_steps=2",
+        "update.batch_size=4",
+        "update.save_steps=100",
+        "update.max_completion_length=128",
+        "experiment.bootstrap_samples=100",
+        "experiment.seeds=0",
+        "experiment.rows=none,abpo,full_info",
+        "experiment.workers=1",
+        "experiment.name=r",
     ]
     cfg = load_config("tiny", overrides)
     res = run_experiment(cfg, config_ref="tiny", overrides=overrides)
     assert res.computed == 6 and res.reused == 0
     assert [(r["row"], r["round"]) for r in res.rounds] == [
-        ("none", 1), ("none", 2), ("abpo", 1), ("abpo", 2), ("full_info", 1), ("full_info", 2)]
+        ("none", 1),
+        ("none", 2),
+        ("abpo", 1),
+        ("abpo", 2),
+        ("full_info", 1),
+        ("full_info", 2),
+    ]
     cells = {p.name: json.loads(p.read_text()) for p in (res.exp_dir / "cells").glob("*.json")}
     r1, r2 = cells["seed0-abpo-r1of2.json"], cells["seed0-abpo-r2of2.json"]
     assert r1["update"]["steps"] == 2 and r2["update"]["steps"] == 2
@@ -392,10 +498,10 @@ def test_rounds_full_information_and_sweep_end_to_end(tmp_path):
     assert r1["ope_ess_share"] < 1 and cells["seed0-none-r1of2.json"]["ope_ess_share"] == pytest.approx(1.0)
     assert cells["seed0-full_info-r1of2.json"]["full_info"]["examples"] == r1["log_rows"]
     # No-Update's rates come from the log's stored propensities: the same as scoring the log with pi_init again
-    from abpo.experiment.runner import _load_model, load_seed, match_rates, pi_init_log
+    from abpo.experiment.runner import load_model, load_seed, match_rates, pi_init_log
 
     ctx = load_seed(cfg, 0)
-    rescored = match_rates(*_load_model(ctx, ctx.pi_init_dir), ctx, pi_init_log(ctx, 1, 2))
+    rescored = match_rates(*load_model(ctx, ctx.pi_init_dir), ctx, pi_init_log(ctx, 1, 2))
     none1 = cells["seed0-none-r1of2.json"]
     assert none1["match_positive"] == pytest.approx(rescored["match_positive"], abs=1e-6)
     assert none1["match_no_response"] == pytest.approx(rescored["match_no_response"], abs=1e-6)
@@ -411,15 +517,24 @@ def test_rounds_full_information_and_sweep_end_to_end(tmp_path):
     again = run_experiment(cfg, config_ref="tiny", overrides=overrides)
     assert again.computed == 0 and again.reused == 6
 
-    val = [*overrides, "experiment.eval_split=validation", "experiment.rounds=1", "experiment.rows=none,abpo",
-           "experiment.name=s"]
+    val = [
+        *overrides,
+        "experiment.eval_split=validation",
+        "experiment.rounds=1",
+        "experiment.rows=none,abpo",
+        "experiment.name=s",
+    ]
     axes = parse_sweep(["update.learning_rate=1e-4,1e-3"])
     sweep = run_sweep(load_config("tiny", val), axes, config_for=lambda ov: load_config("tiny", ov), overrides=val)
     assert [(line["probe"], line["row"]) for line in sweep.lines] == [
-        ("learning_rate=1e-4", "none"), ("learning_rate=1e-4", "abpo"),
-        ("learning_rate=1e-3", "none"), ("learning_rate=1e-3", "abpo")]
+        ("learning_rate=1e-4", "none"),
+        ("learning_rate=1e-4", "abpo"),
+        ("learning_rate=1e-3", "none"),
+        ("learning_rate=1e-3", "abpo"),
+    ]
     assert sweep.lines[0]["HR@5"] == sweep.lines[2]["HR@5"]  # the same No-Update cell, computed once
     assert (sweep.sweep_dir / "learning_rate=1e-3" / "table.md").exists() and sweep.outputs["md"].exists()
     with pytest.raises(ValueError, match="validation users only"):
-        run_sweep(load_config("tiny", overrides), axes, config_for=lambda ov: load_config("tiny", ov),
-                  overrides=overrides)
+        run_sweep(
+            load_config("tiny", overrides), axes, config_for=lambda ov: load_config("tiny", ov), overrides=overrides
+        )

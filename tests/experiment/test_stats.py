@@ -108,8 +108,9 @@ def test_paired_comparison_fields_and_errors():
 
 def test_holm_by_hand():
     # sorted 0.01, 0.02, 0.03, 0.04 with m = 4: 0.04, 0.06, 0.06 (monotone), 0.06; NaN is outside the family
-    assert holm([0.03, 0.01, float("nan"), 0.04, 0.02]) == pytest.approx([0.06, 0.04, float("nan"), 0.06, 0.06],
-                                                                          nan_ok=True)
+    assert holm([0.03, 0.01, float("nan"), 0.04, 0.02]) == pytest.approx(
+        [0.06, 0.04, float("nan"), 0.06, 0.06], nan_ok=True
+    )
     assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0]) and holm([]) == []
     assert holm([0.001]) == pytest.approx([0.001])
 
@@ -127,7 +128,9 @@ def test_two_stage_bootstrap_is_seeded_and_its_p_inverts_the_interval():
     assert percentile_p_value(np.array([1.0, 2.0])) == 0.0
     # the stacked draws are the same draws: each slice equals its own run
     both = two_stage_replicates(np.stack([d, 2 * d]), samples=200, seed=1)
-    assert both[1] == pytest.approx(2 * both[0]) and both[0] == pytest.approx(two_stage_replicates(d, samples=200, seed=1))
+    assert both[1] == pytest.approx(2 * both[0]) and both[0] == pytest.approx(
+        two_stage_replicates(d, samples=200, seed=1)
+    )
     assert math.isnan(two_stage_bootstrap(np.zeros((0, 3)), samples=10)["p"])
 
 
@@ -164,9 +167,17 @@ def test_round_slopes_by_hand_and_the_trend_comparison():
         round_slopes(m[:1])
 
     def cells(row, improve):  # rank 9 -> 1 for a growing share of users as rounds go on (improve) or flat
-        return [{"row": row, "seed": s, "round": r, "users": list(range(40)),
-                 "ranks": [1 if (improve and u < 10 * r) or (not improve and u < 10) else 9 for u in range(40)]}
-                for s in (0, 1, 2) for r in (1, 2, 3)]
+        return [
+            {
+                "row": row,
+                "seed": s,
+                "round": r,
+                "users": list(range(40)),
+                "ranks": [1 if (improve and u < 10 * r) or (not improve and u < 10) else 9 for u in range(40)],
+            }
+            for s in (0, 1, 2)
+            for r in (1, 2, 3)
+        ]
 
     t = trend_comparison(cells("abpo", True), cells("grpo", False), bootstrap_samples=300)
     assert t["trend_rounds"] == 3 and t["slope_HR@5"] == pytest.approx(0.25)  # 10 more hits of 40 users a round

@@ -17,13 +17,16 @@ def test_parse_and_grid():
     assert probe_name(["policy.tau=0.5"]) == "tau=0.5"
 
 
-@pytest.mark.parametrize("spec, msg", [
-    ("learning_rate=1e-4", "section.key"),
-    ("update.learning_rate=", "section.key"),
-    ("update.learning_rate", "section.key"),
-    ("experiment.eval_split=test", "sweep's frame"),
-    ("experiment.seeds=1,2", "sweep's frame"),
-])
+@pytest.mark.parametrize(
+    "spec, msg",
+    [
+        ("learning_rate=1e-4", "section.key"),
+        ("update.learning_rate=", "section.key"),
+        ("update.learning_rate", "section.key"),
+        ("experiment.eval_split=test", "sweep's frame"),
+        ("experiment.seeds=1,2", "sweep's frame"),
+    ],
+)
 def test_bad_specs_name_the_rule(spec, msg):
     with pytest.raises(ValueError, match=msg):
         parse_sweep([spec])
@@ -48,10 +51,22 @@ def test_the_sweep_refuses_test_users(tmp_path):
 
 
 def test_summary_markdown_lines():
-    line = {"probe": "beta=0", "label": "(F) ABPO", "HR@5": 0.3, "HR@5_std": 0.01, "NDCG@5": 0.2, "NDCG@5_std": 0.01,
-            "vs_none_dHR@5": 0.01, "vs_none_ci_low_HR@5": -0.01, "vs_none_ci_high_HR@5": 0.03,
-            "vs_none_p_mcnemar_HR@5": 0.2, "vs_none_mde_HR@5": 0.02}
+    line = {
+        "probe": "beta=0",
+        "label": "(F) ABPO",
+        "HR@5": 0.3,
+        "HR@5_std": 0.01,
+        "NDCG@5": 0.2,
+        "NDCG@5_std": 0.01,
+        "vs_none_dHR@5": 0.01,
+        "vs_none_ci_low_HR@5": -0.01,
+        "vs_none_ci_high_HR@5": 0.03,
+        "vs_none_p_mcnemar_HR@5": 0.2,
+        "vs_none_mde_HR@5": 0.02,
+    }
     md = sweep_markdown([line], "s")
-    assert "| beta=0 | (F) ABPO | 0.3000 ± 0.0100 |" in md and "+0.0100 [-0.0100, +0.0300] (0.200)" in md  # an old result: McNemar
+    assert (
+        "| beta=0 | (F) ABPO | 0.3000 ± 0.0100 |" in md and "+0.0100 [-0.0100, +0.0300] (0.200)" in md
+    )  # an old result: McNemar
     md = sweep_markdown([dict(line, **{"vs_none_p_HR@5": 0.04, "vs_none_p_holm_HR@5": 0.12})], "s")
     assert "+0.0100 [-0.0100, +0.0300] (0.120)" in md and "(p Holm)" in md  # the Holm-adjusted two-stage p

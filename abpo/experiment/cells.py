@@ -1,0 +1,106 @@
+"""Cells: a cell's fingerprint (what its result depends on) and its files: content-addressed in
+<root>/experiments/_cells/<fingerprint>.json with a copy under <exp>/cells/, so neither a rerun nor another
+experiment or probe with the same settings recomputes one."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from abpo.experiment.rows import FULL_INFO, is_llm_row, row_key
+from abpo.experiment.seeds import digest, experiments_root
+
+if TYPE_CHECKING:
+    from abpo.config import Config
+
+# The run inputs section `update` held until they became arguments (abpo.train.update.UpdateRun), with the values
+# every preset gave them. A cell's update never read them (its row and round set them), but they were part of the
+# digested section: putting them back keeps the fingerprints, and so every cached cell, of before the change.
+RETIRED_UPDATE_KEYS: dict[str, Any] = {
+    "variant": "abpo",
+    "months": [],
+    "arm": "abpo",
+    "init_model": "",
+    "output_name": "",
+}
+
+# Keys added to section `update` after cells were cached, with their default (= the behaviour before they existed):
+# at that default a key is left out of the digest, so cached cells keep their fingerprints; any other value enters it.
+ADDED_UPDATE_KEYS: dict[str, Any] = {"self_certainty_positions": "choice", "greedy_rollouts": False, "processes": 1}
+
+
+def cell_fingerprint(cfg: Config, row: str, seed: int | None = None, r: int | None = None) -> str:
+    """What a cell's result depends on: the data, policy and SFT settings (pi_init and the candidates), the seed,
+    the round and the number of rounds, the update settings (variants that update), full_info's learning rate, the
+    experiment's evaluation settings, the logging regime where it is not the default
+    (abpo.experiment.regimes.regime_settings) and, for grpo_lr, the ABPO cell its learning rate is measured in."""
+    from abpo.experiment.regimes import regime_settings
+
+    e = cfg.experiment
+    d: dict[str, Any] = {k: dataclasses.asdict(getattr(cfg, k)) for k in ("data", "policy", "sft")}
+    d.update(row=row, seed=None if seed is None else int(seed), round=r, rounds=e.rounds)
+    updates = is_llm_row(row) and row != FULL_INFO and row_key(row) != "none"
+    upd = {
+        k: v
+        for k, v in dataclasses.asdict(cfg.update).items()
+        if not (k in ADDED_UPDATE_KEYS and v == ADDED_UPDATE_KEYS[k])
+    }
+    d["update"] = {**upd, **RETIRED_UPDATE_KEYS} if updates else None
+    keys = ["eval_split", "validation_fraction", "max_eval_users", "month"]
+    keys += ["update_max_examples"] if updates else []
+    keys += ["full_info_learning_rate"] if row == FULL_INFO else []
+    keys += ["ml_retrain_epochs"] if row == "ml_retrain" else []
+    ed = dataclasses.asdict(e)
+    d["experiment"] = {k: ed[k] for k in keys}
+    regime = regime_settings(cfg)
+    if regime:  # only away from the default regime: the cells of before keep their fingerprints
+        d["regime"] = regime
+    if row == "grpo_lr":
+        d["gamma_ratio_of"] = cell_fingerprint(cfg, "abpo", seed, r)
+    return digest(d)
+
+
+def experiment_dir(cfg: Config) -> Path:
+    return experiments_root(cfg) / cfg.experiment.name
+
+
+def _cell_path(exp_dir: Path, seed: int, row: str, r: int = 1, rounds: int = 1) -> Path:
+    suffix = "" if rounds == 1 else f"-r{r}of{rounds}"
+    return exp_dir / "cells" / f"seed{seed}-{row}{suffix}.json"
+
+
+def _cache_path(cfg: Config, fingerprint: str) -> Path:
+    return experiments_root(cfg) / "_cells" / f"{fingerprint}.json"
+
+
+def _load_cell(path: Path, fingerprint: str) -> dict | None:
+    if not path.exists():
+        return None
+    cell = json.loads(path.read_text())
+    return cell if cell.get("fingerprint") == fingerprint else None
+
+
+def find_cell(cfg: Config, exp_dir: Path, seed: int, row: str, r: int) -> dict | None:
+    """A finished cell with these settings: the experiment's own copy, or one any experiment or probe computed."""
+    fp = cell_fingerprint(cfg, row, seed, r)
+    cell = _load_cell(_cell_path(exp_dir, seed, row, r, cfg.experiment.rounds), fp)
+    if cell is None:
+        cell = _load_cell(_cache_path(cfg, fp), fp)
+        if cell is not None:
+            _save_json(_cell_path(exp_dir, seed, row, r, cfg.experiment.rounds), cell)
+    return cell
+
+
+def _save_json(path: Path, obj) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")  # two experiments may finish the same shared cell
+    tmp.write_text(json.dumps(obj))
+    tmp.replace(path)
+
+
+def save_cell(cfg: Config, exp_dir: Path, cell: dict) -> None:
+    _save_json(_cache_path(cfg, cell["fingerprint"]), cell)
+    _save_json(_cell_path(exp_dir, cell["seed"], cell["row"], cell["round"], cfg.experiment.rounds), cell)

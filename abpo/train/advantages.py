@@ -73,13 +73,15 @@ class AdvantagesMixin:
             return []
         answer_ids = None if scores_on_choice(self.abpo) else [[self._answer_ids(a) for a in c.answers] for c in items]
         scores = score_prompt_ids(
-            self._unwrapped(), self.processing_class, [c.prompt_ids for c in items], [list(c.candidates) for c in items],
-            answer_ids, self.abpo,
+            self._unwrapped(), self.processing_class, [c.prompt_ids for c in items],
+            [list(c.candidates) for c in items], answer_ids, self.abpo,
         )
         return [candidate_propensities(s, self.abpo.tau).detach().cpu() for s in scores]
 
     @torch.no_grad()
-    def _self_certainty(self, pairs: list[tuple[list[int], list[int]]], rows: Sequence[dict] | None = None) -> list[float]:
+    def _self_certainty(
+        self, pairs: list[tuple[list[int], list[int]]], rows: Sequence[dict] | None = None
+    ) -> list[float]:
         """r_sc = mean over the positions t of update.self_certainty_positions of KL(U || pi_theta(. | q, a_<t))
         (docs/ABPO_SPEC.md step 2) of each (prompt ids, completion ids) under the current policy, in chunks of the
         per-device batch.
@@ -135,7 +137,9 @@ class AdvantagesMixin:
         v, st = self.variant, self.abpo
         n_local = len(inputs)
         prompt_ids = [row[m.bool()].tolist() for row, m in zip(output["prompt_ids"].cpu(), output["prompt_mask"].cpu())]
-        comp_ids = [row[m.bool()].tolist() for row, m in zip(output["completion_ids"].cpu(), output["completion_mask"].cpu())]
+        comp_ids = [
+            row[m.bool()].tolist() for row, m in zip(output["completion_ids"].cpu(), output["completion_mask"].cpu())
+        ]
         y_local = [int(x["y"]) for x in inputs]
 
         # Self-certainty of the rollouts of no-response rows (step 2); 0 elsewhere (never enters their reward).
@@ -175,7 +179,8 @@ class AdvantagesMixin:
         chosen_local = self._abpo_chosen_local
         if chosen_local is None or len(chosen_local) != n_local:
             raise RuntimeError(
-                "ABPOTrainer: the rollouts' chosen candidates were not recorded by _calculate_rewards; the TRL internals "
+                "ABPOTrainer: the rollouts' chosen candidates were not recorded by _calculate_rewards; the TRL "
+                "internals "
                 "changed (see tests/train/test_trl_contract.py)"
             )
         # the popularity and title tokens of the item a scored rollout chose (NaN for the others)
@@ -210,14 +215,16 @@ class AdvantagesMixin:
         for g, grp in enumerate(groups):
             if len({r.request_id for r in grp}) != 1:
                 raise RuntimeError(
-                    f"ABPOTrainer: group {g} of the generation batch mixes logged examples {sorted({r.request_id for r in grp})}; "
+                    f"ABPOTrainer: group {g} of the generation batch mixes logged examples "
+                    f"{sorted({r.request_id for r in grp})}; "
                     "rule: TRL's sampler keeps one example's num_generations rollouts together"
                 )
         y = torch.tensor([grp[0].y for grp in groups], dtype=torch.int64)  # [B]
         if self.model.training and not ((y == 1).any() and (y == 0).any()):
             raise RuntimeError(
                 f"ABPOTrainer: the generation batch of optimizer step {self.state.global_step + 1} holds only y = "
-                f"{int(y[0])} rows; rule: every SNIPS mini-batch holds both positive and no-response rows (docs/ABPO_SPEC.md "
+                f"{int(y[0])} rows; rule: every SNIPS mini-batch holds both positive and no-response rows "
+                "(docs/ABPO_SPEC.md "
                 "step 3: w_hat is self-normalised inside B_1 and B_0). The batches of abpo.train.dataset are built "
                 "so; a batch without one stratum means the dataset was not built by update_dataset_from_strata"
             )
@@ -231,7 +238,8 @@ class AdvantagesMixin:
         metrics: dict[str, float] = {}
         r_log = w = None
         if v.anchor:
-            sc_log = torch.tensor([grp[0].anchor_sc for grp in groups], dtype=torch.float32) if v.self_certainty else None
+            sc_log = (torch.tensor([grp[0].anchor_sc for grp in groups], dtype=torch.float32)
+                      if v.self_certainty else None)
             r_log = anchor_reward(y, sc_log, lam)  # [B] step 2, last bullet
             metrics["abpo/reward/anchor_mean"] = r_log.mean().item()
         if v.anchor and v.snips:

@@ -29,7 +29,8 @@ class RolloutsMixin:
         self._abpo_rollout_sc = None
         hf_generate = not self.use_vllm and not getattr(self, "use_transformers_continuous_batching", False)
         record = self.variant.self_certainty and hf_generate
-        constraint = self._rollout_constraint(len(prompt_ids)) if self.abpo.constrained_rollouts and hf_generate else None
+        constrained = self.abpo.constrained_rollouts and hf_generate
+        constraint = self._rollout_constraint(len(prompt_ids)) if constrained else None
         if constraint is not None and all(t is not None and t.single_choice for t in constraint.tries):
             # its logits cover the choice position only: r_sc over the whole answer is left to `_self_certainty`
             choice_only = self.abpo.self_certainty_positions == "choice"
@@ -138,7 +139,9 @@ class RolloutsMixin:
             )
         return CandidateConstraint([self._trie(r) for r in rows])
 
-    def _constrained_logps(self, model, input_ids, attention_mask, completion_ids, allowed, *, share_prompts: bool = True):
+    def _constrained_logps(
+        self, model, input_ids, attention_mask, completion_ids, allowed, *, share_prompts: bool = True
+    ):
         """log q_theta of every completion token under the candidate constraint (Eq. q of abpo.policy.constrained)
         and the constrained steps' entropies, ``[N, T]`` each: the decoder's hidden states, then only the
         branching positions projected on their allowed tokens' rows of the LM head.

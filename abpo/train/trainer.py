@@ -209,7 +209,10 @@ class ABPOTrainer(RolloutsMixin, AdvantagesMixin, GRPOTrainer):
         if self.abpo.constrained_rollouts:
             from abpo.policy.constrained import allowed_tensor
 
-            comps = [row[m.bool()].tolist() for row, m in zip(output["completion_ids"].cpu(), output["completion_mask"].cpu())]
+            comps = [
+                row[m.bool()].tolist()
+                for row, m in zip(output["completion_ids"].cpu(), output["completion_mask"].cpu())
+            ]
             # S_t of every completion position: the loss's log q_theta (Eq. q) travels with the rows through TRL's
             # shuffle and split of the generation batch
             output["abpo_allowed"] = allowed_tensor(
@@ -262,7 +265,9 @@ class ABPOTrainer(RolloutsMixin, AdvantagesMixin, GRPOTrainer):
         attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
         mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
         if self.abpo.constrained_rollouts:
-            logps, entropies = self._constrained_logps(model, input_ids, attention_mask, completion_ids, inputs["abpo_allowed"])
+            logps, entropies = self._constrained_logps(
+                model, input_ids, attention_mask, completion_ids, inputs["abpo_allowed"]
+            )
         else:
             logps, entropies, _ = self._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True

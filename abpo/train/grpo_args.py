@@ -12,6 +12,7 @@ from abpo.train.runs import UpdateRun
 
 if TYPE_CHECKING:
     from abpo.config import Config
+    from abpo.train.config import UpdateConfig
 
 
 def output_dir_for(cfg: Config, run: UpdateRun) -> Path:
@@ -25,14 +26,16 @@ def output_dir_for(cfg: Config, run: UpdateRun) -> Path:
     return cfg.paths.resolve("models") / f"update-{get_variant(run.variant).letter}-{span}-seed{cfg.seed}"
 
 
-def grpo_config(update_cfg, variant: str, *, output_dir: str | Path, seed: int, **overrides):
+def grpo_config(update_cfg: UpdateConfig, variant: str, *, output_dir: str | Path, seed: int, **overrides):
     """trl.GRPOConfig for `update_cfg` (the `update` section) and `variant`; see `grpo_kwargs`."""
     from trl import GRPOConfig
 
     return GRPOConfig(**grpo_kwargs(update_cfg, variant, output_dir=output_dir, seed=seed, **overrides))
 
 
-def grpo_kwargs(update_cfg, variant: str, *, output_dir: str | Path, seed: int, **overrides) -> dict[str, Any]:
+def grpo_kwargs(
+    update_cfg: UpdateConfig, variant: str, *, output_dir: str | Path, seed: int, **overrides
+) -> dict[str, Any]:
     """The GRPOConfig keyword arguments for `update_cfg` and `variant` (which sets the rollouts per example): the
     mapping of every knob, in one place (a plain dict, so the GPU preset's mapping can be checked on a machine
     without a GPU or DeepSpeed).

@@ -48,6 +48,8 @@ from abpo.train.strata import (
 
 if TYPE_CHECKING:
     from abpo.config import Config
+    from abpo.train.config import UpdateConfig
+    from abpo.train.records import ABPOSettings
 
 __all__ = [
     "SIGNAL_KEYS", "UPDATE_LOGS", "HeldOut", "UntrustedLogRows", "UpdateInputMissing", "UpdateResult", "UpdateRun",
@@ -107,8 +109,8 @@ def make_trainer(
     model,
     tokenizer,
     train_dataset,
-    update_cfg,
-    settings,
+    update_cfg: UpdateConfig,
+    settings: ABPOSettings,
     *,
     output_dir: Path,
     seed: int,
@@ -159,8 +161,8 @@ def train_update(
     model,
     tokenizer,
     train_dataset,
-    update_cfg,
-    settings,
+    update_cfg: UpdateConfig,
+    settings: ABPOSettings,
     *,
     output_dir: Path,
     seed: int,

@@ -256,6 +256,9 @@ def run_update(
             mlflow.log_param("update.variant", variant.name)
         return UpdateResult(variant.name, out, None, init_dir, None, init_dir, mlrun.info.run_id, 0)
 
+    if strata is None and (gate_users is None or gate_holdout_fraction is None):
+        raise ValueError("run_update: no strata and no gate_users / gate_holdout_fraction; rule: reading D_bandit "
+                         "from the warehouse needs config arms.gate_users and arms.gate_holdout_fraction")
     from abpo.train.distributed import barrier, broadcast_from_main, check_launch, dist_state
 
     check_launch(cfg.update)  # a launch that would train wrongly stops here, before a model loads
@@ -264,9 +267,6 @@ def run_update(
     if strata is not None:
         positive, no_response = strata
     else:
-        if gate_users is None or gate_holdout_fraction is None:
-            raise ValueError("run_update: no strata and no gate_users / gate_holdout_fraction; rule: reading D_bandit "
-                             "from the warehouse needs config arms.gate_users and arms.gate_holdout_fraction")
         positive, no_response, months = warehouse_strata(cfg, run, gate_users=gate_users,
                                                          gate_holdout_fraction=gate_holdout_fraction)
         run = dataclasses.replace(run, months=tuple(months))

@@ -180,8 +180,7 @@ class AdvantagesMixin:
         if chosen_local is None or len(chosen_local) != n_local:
             raise RuntimeError(
                 "ABPOTrainer: the rollouts' chosen candidates were not recorded by _calculate_rewards; the TRL "
-                "internals "
-                "changed (see tests/train/test_trl_contract.py)"
+                "internals changed (see tests/train/test_trl_contract.py)"
             )
         # the popularity and title tokens of the item a scored rollout chose (NaN for the others)
         popularity_local, title_tokens_local = [math.nan] * n_local, [math.nan] * n_local

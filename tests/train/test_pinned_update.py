@@ -79,7 +79,6 @@ def pinned_runs(load_tiny, update_rows, tiny_titles, tiny_policy_cfg, tiny_updat
     return {"text_prompts": text, "item_tokens_constrained": items}
 
 
-@pytest.mark.slow
 def test_pinned_update_is_bit_identical(pinned_runs):
     if os.environ.get("ABPO_REPIN") == "1":
         FIXTURE.parent.mkdir(exist_ok=True)

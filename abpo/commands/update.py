@@ -53,7 +53,7 @@ def cmd_update(args: argparse.Namespace, cfg) -> int:
     run = UpdateRun(variant=variant.name, arm=args.arm, months=tuple(args.month or ()), init_model=args.init_model,
                     output=args.output)
     try:
-        res = run_update(cfg, run)
+        res = run_update(cfg, run, gate_users=cfg.arms.gate_users, gate_holdout_fraction=cfg.arms.gate_holdout_fraction)
     except UpdateInputMissing as e:
         print(f"abpo update: {e}", file=sys.stderr)
         return 1

@@ -85,7 +85,9 @@ def arm_strata(cfg, arm: str, months: list[str]):
     if not path.exists():
         raise UpdateInputMissing(f"{path}: no warehouse yet; ingest month {months[-1]} first")
     with open_warehouse(cfg, read_only=True) as wh:  # a reader: never holds the write lock
-        positive, no_response, held = read_update_strata(cfg, wh, months, arm if own else "")
+        positive, no_response, held = read_update_strata(
+            cfg, wh, months, arm if own else "", gate_users=cfg.arms.gate_users,
+            gate_holdout_fraction=cfg.arms.gate_holdout_fraction)
     if positive.num_rows + no_response.num_rows == 0:
         why = f" ({held.rows} rows of the gate's held-out users left out, arms.gate_users=warehouse)" if held else ""
         whose = f"arm {arm!r}" if own else "any arm (arms.update_logs=all)"

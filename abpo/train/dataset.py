@@ -23,7 +23,10 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from abpo.policy.config import PolicyConfig
 
 COLUMNS = ("prompt", "request_id", "candidates", "candidate_answers", "a_log", "y", "e0", "anchor_text")
 
@@ -114,7 +117,9 @@ def _check_row(row: Mapping[str, Any], titles: Mapping[int, str], where: str) ->
         raise UpdateDataError(f"{where} impression {rid}: item ids {missing[:5]} are not in the catalog")
 
 
-def example_row(row: Mapping[str, Any], titles: Mapping[int, str], tokenizer, policy_cfg, where: str = "D_bandit") -> dict:
+def example_row(
+    row: Mapping[str, Any], titles: Mapping[int, str], tokenizer, policy_cfg: PolicyConfig, where: str = "D_bandit"
+) -> dict:
     """One impression (IMPRESSIONS_SCHEMA dict) -> one trainer row (see the module docstring)."""
     from abpo.policy.prompt import format_answer, request_prompt
 
@@ -144,7 +149,7 @@ def build_update_rows(
     batches: Iterable[Sequence[Mapping[str, Any]]],
     titles: Mapping[int, str],
     tokenizer,
-    policy_cfg,
+    policy_cfg: PolicyConfig,
     *,
     examples_per_batch: int,
     report: BatchingReport,
@@ -208,7 +213,7 @@ def update_dataset_from_strata(
     no_response,
     titles: Mapping[int, str],
     tokenizer,
-    policy_cfg,
+    policy_cfg: PolicyConfig,
     *,
     examples_per_batch: int,
     seed: int,

@@ -15,7 +15,10 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from abpo.train.config import UpdateConfig
 
 
 class LaunchRefused(RuntimeError):
@@ -104,7 +107,7 @@ def dist_state(*, deepspeed: bool = False) -> DistState:
     return DistState(int(state.num_processes), int(state.process_index), cpu)
 
 
-def check_launch(update_cfg, env: Mapping[str, str] | None = None) -> None:
+def check_launch(update_cfg: UpdateConfig, env: Mapping[str, str] | None = None) -> None:
     """LaunchRefused when this launch would train wrongly (each a one-line message, raised before any model is
     loaded or MLflow run opened):
 
@@ -141,7 +144,7 @@ def check_launch(update_cfg, env: Mapping[str, str] | None = None) -> None:
             "micro-batch over all processes) must be divisible by the process count")
 
 
-def check_trainer(trainer, update_cfg) -> None:
+def check_trainer(trainer, update_cfg: UpdateConfig) -> None:
     """LaunchRefused when the built trainer would not train as the launch asked (before training and before the
     MLflow run opens): a process group of several processes but a trainer that is not data-parallel (each process
     would train the whole update alone), or ``update.deepspeed`` set but DeepSpeed not enabled (dropped)."""

@@ -205,7 +205,8 @@ def test_the_update_leaves_the_gate_users_impressions_out_and_logs_how_many(make
     assert kept_pos.equals(pos.filter(pc.invert(pc.is_in(pos.column("user_id"), pa.array(sorted(slice_))))))
 
     # `abpo update`'s own reader of the warehouse leaves them out too
-    w_pos, w_neg, months = warehouse_strata(cfg, UpdateRun(arm="abpo", months=(M1,)))
+    w_pos, w_neg, months = warehouse_strata(cfg, UpdateRun(arm="abpo", months=(M1,)), gate_users=cfg.arms.gate_users,
+                                            gate_holdout_fraction=cfg.arms.gate_holdout_fraction)
     assert months == [M1] and w_pos.equals(kept_pos) and w_neg.equals(kept_neg)
 
 

@@ -174,3 +174,26 @@ def test_subsample_keeps_both_strata_in_proportion():
     p3, n3, _ = subsample_strata(pos.slice(0, 1), neg, 10, seed=1)
     assert p3.num_rows == 1 and n3.num_rows == 9  # a rare stratum is never sampled away
     assert subsample_strata(pos, neg, 0, seed=1)[2] is None  # 0 = the whole log
+
+
+def test_run_update_from_the_warehouse_needs_the_gate_settings_as_arguments(tmp_path):
+    """Section `arms` sits above abpo.train in the layers: run_update reading D_bandit from the warehouse takes
+    arms.gate_users / arms.gate_holdout_fraction from its caller, and refuses before a model loads without them."""
+    from abpo.train.update import UpdateRun, run_update
+
+    cfg = load_config("tiny", [f"paths.root={tmp_path}"])
+    with pytest.raises(ValueError, match="gate_users / gate_holdout_fraction; rule: reading D_bandit"):
+        run_update(cfg, UpdateRun(variant="abpo", init_model=tmp_path / "no-model"), log_mlflow=False)
+    assert not (tmp_path / "models").exists()  # nothing was written
+
+
+def test_abpo_train_reads_no_config_section_above_its_layer():
+    """abpo.train receives the values of the sections above it (arms, experiment, sim, monthly...) as arguments:
+    no `cfg.<section>` read of theirs in its sources (import-linter cannot see attribute reads)."""
+    import re
+
+    above = ("arms", "experiment", "sim", "monthly", "report", "serving", "abtest")
+    pattern = re.compile(r"\bcfg\.(" + "|".join(above) + r")\b")
+    hits = [f"{p.name}:{i}: {line.strip()}" for p in sorted((REPO_ROOT / "abpo" / "train").glob("*.py"))
+            for i, line in enumerate(p.read_text().splitlines(), start=1) if pattern.search(line)]
+    assert not hits, f"abpo/train reads config sections above its layer: {hits}"

@@ -1,0 +1,132 @@
+"""The mapping of the config (section ``update`` and the policy's scoring settings) onto the trainer's arguments:
+trl.GRPOConfig (`grpo_config` / `grpo_kwargs`), `ABPOSettings` (`settings_for`) and the update's directory
+(`output_dir_for`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from abpo.train.records import ABPOSettings, rollouts_per_example
+from abpo.train.runs import UpdateRun
+
+if TYPE_CHECKING:
+    from abpo.config import Config
+    from abpo.train.config import UpdateConfig
+
+
+def output_dir_for(cfg: Config, run: UpdateRun) -> Path:
+    """``run.output`` under <paths.models> (as given when absolute), by default
+    update-<letter>-<first month>_<last month>-seed<seed>."""
+    from abpo.algo.variants import get_variant
+
+    if run.output is not None:
+        return cfg.paths.resolve("models") / run.output
+    span = f"{run.months[0]}_{run.months[-1]}" if run.months else "all"
+    return cfg.paths.resolve("models") / f"update-{get_variant(run.variant).letter}-{span}-seed{cfg.seed}"
+
+
+def grpo_config(update_cfg: UpdateConfig, variant: str, *, output_dir: str | Path, seed: int, **overrides):
+    """trl.GRPOConfig for `update_cfg` (the `update` section) and `variant`; see `grpo_kwargs`."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(**grpo_kwargs(update_cfg, variant, output_dir=output_dir, seed=seed, **overrides))
+
+
+def grpo_kwargs(
+    update_cfg: UpdateConfig, variant: str, *, output_dir: str | Path, seed: int, **overrides
+) -> dict[str, Any]:
+    """The GRPOConfig keyword arguments for `update_cfg` and `variant` (which sets the rollouts per example): the
+    mapping of every knob, in one place (a plain dict, so the GPU preset's mapping can be checked on a machine
+    without a GPU or DeepSpeed).
+
+    Batch geometry: per_device_train_batch_size counts rollout rows = batch_size x rollouts_per_example; one
+    optimizer step = one generation batch (steps_per_generation = grad_accum), the SNIPS mini-batch of step 3.
+    """
+    from abpo.algo.variants import get_variant
+    from abpo.paths import repo_path
+    from abpo.train.distributed import cuda_available, deepspeed_configured_state, env_world_size
+
+    u = update_cfg
+    k = rollouts_per_example(get_variant(variant), u.group_size, equal_samples=u.grpo_equal_samples)
+    deepspeed = None
+    if u.deepspeed:
+        ds = Path(u.deepspeed)
+        deepspeed = str(repo_path(ds))
+    # update.batch_size counts the logged examples of a micro-batch over all processes: each of the N processes of a
+    # torchrun / accelerate launch trains batch_size / N of them (abpo.train.distributed.check_launch refuses a
+    # batch the process count does not divide), so the update is the same whatever N
+    world = env_world_size()
+    kwargs: dict[str, Any] = dict(
+        output_dir=str(output_dir),
+        seed=seed,
+        data_seed=seed,
+        # groups: one logged example -> k rollouts; batch_size examples per device micro-batch
+        num_generations=k,
+        per_device_train_batch_size=max(u.batch_size // world, 1) * k,
+        gradient_accumulation_steps=u.grad_accum,
+        steps_per_generation=u.grad_accum,
+        num_iterations=1,
+        shuffle_dataset=False,  # the dataset's order is the stratified batch order
+        # surrogate (step 5): ABPOTrainer._compute_loss computes it (abpo.algo.surrogate, update.ratio_level);
+        # loss_type is checked there (only grpo: the per-rollout mean)
+        epsilon=u.epsilon,
+        beta=u.beta,
+        loss_type=u.loss_type,
+        # optimisation
+        learning_rate=u.learning_rate,
+        lr_scheduler_type=u.lr_scheduler_type,
+        warmup_steps=u.warmup_ratio,  # transformers 5: a float in [0, 1) is a ratio of the total steps
+        weight_decay=u.weight_decay,
+        max_grad_norm=u.max_grad_norm,
+        optim=u.optim,
+        num_train_epochs=u.epochs,
+        max_steps=u.max_steps,
+        # rollouts
+        temperature=u.temperature,
+        top_p=u.top_p,
+        max_completion_length=u.max_completion_length,
+        use_vllm=u.use_vllm,
+        vllm_mode=u.vllm_mode,
+        vllm_gpu_memory_utilization=u.vllm_gpu_memory_utilization,
+        vllm_importance_sampling_correction=u.vllm_importance_sampling_correction,
+        # hardware (GRPOConfig defaults bf16=True and gradient_checkpointing=True: set both explicitly)
+        bf16=u.bf16,
+        fp16=False,
+        gradient_checkpointing=u.gradient_checkpointing,
+        deepspeed=deepspeed,
+        # the CPU said explicitly (a CPU launch of N processes is then data-parallel over gloo, not N processes
+        # training alone); DeepSpeed on the CPU brings its own CPU accelerator, which use_cpu would drop
+        use_cpu=not cuda_available() and deepspeed is None,
+        # DeepSpeed over several CPU processes: the state abpo.train.distributed.dist_state built (it counts the
+        # process group; the one transformers would rebuild counts one process)
+        **({"accelerator_config": {"use_configured_state": True}} if deepspeed_configured_state(deepspeed) else {}),
+        disable_dropout=True,
+        # update.greedy_rollouts: the most likely answer instead of a sample (ABPOTrainer reads it for the
+        # constrained single-choice path too)
+        **({"generation_kwargs": {"do_sample": False}} if u.greedy_rollouts else {}),
+        # checkpoints and logging (metrics go to MLflow through MLflowStepCallback)
+        save_strategy="steps",
+        save_steps=u.save_steps,
+        save_total_limit=u.save_total_limit or None,
+        logging_steps=u.logging_steps,
+        report_to="none",
+        log_completions=False,
+        dataloader_num_workers=0,
+        remove_unused_columns=False,
+    )
+    kwargs.update(overrides)
+    return kwargs
+
+
+def settings_for(cfg: Config, variant: str) -> ABPOSettings:
+    """ABPOTrainer's settings of `variant` from the config (section update and the policy's scoring settings)."""
+    u = cfg.update
+    return ABPOSettings(
+        variant=variant, delta=u.delta, eps_std=u.eps_std, lambda_sc=u.lambda_sc, tau=cfg.policy.tau,
+        w_max=u.w_max, scoring_batch_tokens=cfg.policy.scoring_batch_tokens,
+        constrained_rollouts=cfg.policy.constrained_rollouts, ratio_level=u.ratio_level,
+        grpo_equal_samples=u.grpo_equal_samples, prompt_style=cfg.policy.prompt_style,
+        self_certainty_positions=u.self_certainty_positions,
+    )
+

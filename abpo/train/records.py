@@ -1,0 +1,70 @@
+"""The records the trainer passes around: its settings (`ABPOSettings`), one gathered rollout row of a generation
+batch (`RolloutRecord`) and one logged example's candidate set to score (`CandidateSet`), each field named for
+what it holds (no tuple read by position)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from abpo.algo.variants import Variant, get_variant
+
+
+@dataclass
+class ABPOSettings:
+    """The ABPO knobs the trainer needs on top of GRPOConfig (see abpo.train.config.UpdateConfig)."""
+
+    variant: str = "abpo"
+    delta: float = 1e-6
+    eps_std: float = 1e-4
+    lambda_sc: float = 0.1
+    tau: float = 1.0  # policy.tau: the same temperature as the logging policy's e0
+    w_max: float = 0.0  # optional cap on raw w (0 = none, the spec)
+    scoring_batch_tokens: int = 16384  # policy.scoring_batch_tokens
+    constrained_rollouts: bool = False  # policy.constrained_rollouts: rollouts only name candidates (Eq. q)
+    ratio_level: str = "sequence"  # update.ratio_level: how s_i^j of step 5 is formed
+    grpo_equal_samples: bool = False  # update.grpo_equal_samples: (B) samples G-1 rollouts like C-F
+    prompt_style: str = "text"  # policy.prompt_style: item_tokens scores e_old on the item token (abpo.policy.scoring)
+    self_certainty_positions: str = "choice"  # update.self_certainty_positions: the tokens r_sc averages over
+
+
+def rollouts_per_example(variant: Variant | str, group_size: int, *, equal_samples: bool = False) -> int:
+    """TRL num_generations: G - 1 sampled rollouts for anchored variants (the anchor a^1 = a^log is not sampled),
+    G for vanilla GRPO (B), or G - 1 for B too when ``equal_samples`` (update.grpo_equal_samples: B and F then
+    sample the same number of completions per logged example)."""
+    v = get_variant(variant) if isinstance(variant, str) else variant
+    k = group_size - 1 if (v.anchor or equal_samples) else group_size
+    if k < 2:
+        raise ValueError(
+            f"update.group_size={group_size}: variant {v.letter} ({v.name}) would sample {k} rollout(s); "
+            "rule: at least 2 rollouts per logged example (TRL needs num_generations >= 2)"
+        )
+    return k
+
+
+
+class CandidateSet(NamedTuple):
+    """One logged example's candidate set as the scorer reads it (e_old of docs/ABPO_SPEC.md "Propensities")."""
+
+    prompt_ids: list[int]  # the rendered prompt's token ids (TRL's prompt_ids without padding)
+    answers: Sequence[str]  # the well-formed answer text of each candidate (dataset column candidate_answers)
+    candidates: Sequence[int]  # the candidate item ids C, in the dataset's order
+
+
+class RolloutRecord(NamedTuple):
+    """One rollout row of a generation batch as `ABPOTrainer._abpo_advantages` gathers it over the processes (a
+    NamedTuple: it pickles through `accelerate.utils.gather_object`). The per-example fields repeat on each of the
+    example's rollouts; a group is the num_generations consecutive records of one request."""
+
+    request_id: str  # the logged example (dataset column request_id)
+    y: int  # its feedback: 1 positive, 0 no response
+    e0: float  # the logging propensity e0(a_log | q)
+    r_sc: float  # this rollout's self-certainty r_sc (0.0 when not scored: y = 1 or a variant without it)
+    e_old: float  # e_old(a_log | q) under the rollout policy pi_old (step 3's numerator)
+    anchor_sc: float  # the anchor's r_sc (0.0 when not scored)
+    chosen: int  # index into the row's candidates of the item this rollout named (-1: malformed)
+    pi: list[float] | None  # e_old(. | q) over C, on the example's first row of this process only (else None)
+    a_log_index: int  # index of a_log in the row's candidates
+    popularity: float  # training interaction count of the chosen item (NaN when not scored or unknown)
+    title_tokens: float  # token count of the chosen item's title (NaN when not scored)

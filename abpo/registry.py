@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import re
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -376,14 +377,97 @@ def ranker_signature(temperature: float):
 def log_pyfunc(local_dir: str | Path, *, loader_module: str, signature, packages, name: str = "model",
                model_config: dict | None = None) -> str:
     """Log ``local_dir`` as a self-contained pyfunc model (abpo's code, pinned ``packages``, ``signature``) into the
-    active run; returns the model URI to register."""
+    active run; returns the model URI to register.
+
+    A log that fails (a full disk while MLflow writes the model, locally or into the artifact store) leaves nothing
+    half-written: the logged model it created is deleted with its partial artifacts (:func:`discard_logged_model`),
+    and an OSError is raised again as ModelFilesDamaged, one line naming the store and the rule."""
     import mlflow
 
-    with abpo_code() as code_paths:
-        info = mlflow.pyfunc.log_model(name=name, loader_module=loader_module, data_path=str(local_dir),
-                                       code_paths=code_paths, pip_requirements=pinned_requirements(packages),
-                                       signature=signature, model_config=model_config)
+    before = _last_logged_model_id()
+    try:
+        with abpo_code() as code_paths:
+            info = mlflow.pyfunc.log_model(name=name, loader_module=loader_module, data_path=str(local_dir),
+                                           code_paths=code_paths, pip_requirements=pinned_requirements(packages),
+                                           signature=signature, model_config=model_config)
+    except Exception as e:
+        created = _last_logged_model_id()
+        kept = discard_logged_model(created) if created is not None and created != before else None
+        os_error = os_error_in(e)
+        if os_error is None:
+            raise
+        where = f" at {os_error.filename}" if getattr(os_error, "filename", None) else ""
+        raise ModelFilesDamaged(
+            f"MLflow store {redact_uri(mlflow.get_tracking_uri())}: logging the model in {local_dir} failed{where} "
+            f"({os_error.strerror or os_error}); rule: the artifact store ({_artifact_root()}) and the temporary "
+            f"directory ({tempfile.gettempdir()}) must be writable with free space for the model's files; "
+            + (kept or "the partial logged model was deleted, nothing was kept")) from e
     return info.model_uri
+
+
+def _artifact_root() -> str:
+    """The artifact location of the active run's experiment (where its models are written), or '?'."""
+    import mlflow
+
+    try:
+        run = mlflow.active_run()
+        return redact_uri(mlflow.get_experiment(run.info.experiment_id).artifact_location) if run else "?"
+    except Exception:  # noqa: BLE001 - only a message's detail
+        return "?"
+
+
+def _last_logged_model_id() -> str | None:
+    """The id of the last model this process (context) logged (MLflow's ``last_logged_model``), or None."""
+    import mlflow
+
+    try:
+        lm = mlflow.last_logged_model()
+    except Exception:  # noqa: BLE001 - one logged into another store (a test's, an earlier state's): not ours
+        return None
+    return lm.model_id if lm is not None else None
+
+
+def discard_logged_model(model_id: str) -> str | None:
+    """Delete logged model ``model_id`` whose logging failed: its artifacts (a partial copy, through the store's own
+    artifact repository, so an object store too; a local store's emptied ``models/<id>`` folder with them), then its
+    record (MlflowClient.delete_logged_model: lifecycle DELETED, listed no more, `mlflow gc` removes the row).
+    Returns None when both are gone, else one clause saying what was left."""
+    from urllib.parse import unquote, urlparse
+
+    from mlflow import MlflowClient
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+    client = MlflowClient()
+    location = "?"
+    try:
+        location = client.get_logged_model(model_id).artifact_location
+        get_artifact_repository(location).delete_artifacts()
+        if location.startswith("file:") or "://" not in location:
+            folder = Path(unquote(urlparse(location).path) if location.startswith("file:") else location)
+            for d in (folder, folder.parent):  # .../models/<id>/artifacts and .../models/<id>, when empty
+                with contextlib.suppress(OSError):
+                    d.rmdir()
+        client.delete_logged_model(model_id)
+    except Exception as e:  # noqa: BLE001 - the store itself failing too: say what is left, keep the first error
+        log.warning("logged model %s (%s) could not be deleted after a failed log: %s", model_id, location, e)
+        return (f"the partial logged model {model_id} ({location}) could not be deleted "
+                f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}): delete it by hand")
+    return None
+
+
+def os_error_in(e: BaseException) -> OSError | None:
+    """The OSError (a full disk, an unwritable directory) in ``e``'s chain of causes, if any; also one that MLflow
+    folded into its own exception's message (``[Errno 28] No space left on device: 'path'``)."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, OSError) and e.errno is not None:
+            return e
+        m = re.search(r"\[Errno (\d+)\] ([^:\n\]'\"]+)(?:: '([^'\n]*)')?", str(e))
+        if m is not None:
+            return OSError(int(m.group(1)), m.group(2).strip(), m.group(3) or None)
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
 
 
 def log_model_dir(local_dir: str | Path, name: str = "model", policy_cfg=None) -> str:

@@ -329,7 +329,8 @@ def _prepare_locked(cfg, c, seed: int) -> dict[str, Any]:
         log.info(f"[seed {seed}] pi_init: next-item pre-training + SFT on D_sup ...")
         t0 = time.time()
         with quiet("abpo.policy"):  # the per-epoch lines of every seed at once would drown the cells' progress
-            train_sft(c, dataset=ctx.dataset, log_mlflow=False, register=False, evaluate=False)
+            train_sft(c, validation_fraction=c.experiment.validation_fraction, dataset=ctx.dataset, log_mlflow=False,
+                      register=False, evaluate=False)
         done["sft_seconds"] = round(time.time() - t0, 1)
     from abpo.experiment.regimes import shared_kind, shared_log, shared_log_path
 
@@ -531,7 +532,7 @@ def run_baseline_cell(ctx: SeedContext, row: str) -> dict[str, Any]:
 
     prefix = f"[seed {ctx.cfg.seed} {row}]"
     t0 = time.time()
-    ranker = make_ranker(row, ctx.cfg, seed=ctx.cfg.seed)
+    ranker = make_ranker(row, seed=ctx.cfg.seed, ml_retrain_epochs=ctx.cfg.experiment.ml_retrain_epochs)
     seqs = training_sequences(ctx)
     log.info(f"{prefix} fitting on {sum(len(s) for s in seqs.values())} interactions of {len(seqs)} users")
     ranker.fit(seqs, ctx.dataset.item_ids().tolist())

@@ -282,7 +282,8 @@ def read_update_strata(cfg, wh, months: list[str], arm: str):
     if check_gate_users(cfg.arms.gate_users) == "dataset":
         positive, no_response = wh.strata(months)
     else:
-        excluded = gate_holdout_users(cfg, wh.impression_users(months))
+        excluded = gate_holdout_users(wh.impression_users(months), seed=cfg.seed, gate_users=cfg.arms.gate_users,
+                                      fraction=cfg.arms.gate_holdout_fraction)
         positive, no_response = wh.strata(months, exclude_users=excluded)
         counts = [r for r in wh.held_out_rows(months, excluded) if not arm or r["arm"] == arm]
         held = HeldOut(len(excluded) if not arm else sum(r["users"] for r in counts),

@@ -8,8 +8,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import TYPE_CHECKING
 
 import abpo
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 # Modules exposing `register(subparsers, common)`; each adds its subcommands with parents=[common]
 # and sets `handler(args, cfg) -> int | None` via set_defaults(handler=...).
@@ -67,7 +71,7 @@ def _common_parser() -> argparse.ArgumentParser:
     return common
 
 
-def _cmd_config(args: argparse.Namespace, cfg) -> int:
+def _cmd_config(args: argparse.Namespace, cfg: Config) -> int:
     import yaml
 
     from abpo.config import Config, describe

@@ -58,7 +58,8 @@ def main(argv=None) -> int:
     ds = load_dataset(cfg.data)
     splits, report = split_users(ds, cfg.data)
     print(f"dataset {ds.name}: {len(splits)} users split ({report}); state {state}", flush=True)
-    res = train_sft(cfg, dataset=ds, log_mlflow=False, register=False, evaluate=False, echo=print)
+    res = train_sft(cfg, validation_fraction=cfg.experiment.validation_fraction, dataset=ds, log_mlflow=False,
+                    register=False, evaluate=False, echo=print)
     for stage, secs in res.stage_seconds.items():
         print(f"stage {stage}: {secs:.1f}s")
     print(f"pi_init in all (data, tokenizer, both stages, save): {res.seconds:.1f}s", flush=True)
@@ -77,7 +78,8 @@ def main(argv=None) -> int:
     train_seqs = {int(s.user_id): list(map(int, s.history)) for s in splits}
     for name in ("popularity", "ml_retrain"):
         t = time.time()
-        ranker = make_ranker(name, cfg, seed=cfg.seed).fit(train_seqs, ds.item_ids().tolist())
+        ranker = make_ranker(name, seed=cfg.seed, ml_retrain_epochs=cfg.experiment.ml_retrain_epochs).fit(
+            train_seqs, ds.item_ids().tolist())
         scores = ranker.score([(ex.user_id, ex.history, ex.candidates) for ex in examples])
         rows[name] = metrics_from_scores(examples, [list(map(float, s)) for s in scores], pop)
         print(f"{name} fitted and scored in {time.time() - t:.1f}s")

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from abpo.abtest.analysis import ALL, Report, ReportInputError, analyse
 from abpo.abtest.inputs import MOMENTS_SQL, counts_from_moments, read_counts_csv
 from abpo.abtest.render import ReportFiles, write_report
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 MONTH_TAG = "abpo.month"
 
@@ -39,7 +43,7 @@ def load_from_warehouse(warehouse_path: str | Path, months: list[str]) -> tuple[
     return counts_from_moments(moments), moments
 
 
-def build_from_warehouse(cfg, months: list[str], warehouse_path: str | Path | None = None) -> Report:
+def build_from_warehouse(cfg: Config, months: list[str], warehouse_path: str | Path | None = None) -> Report:
     path = Path(warehouse_path) if warehouse_path else cfg.paths.resolve("warehouse")
     counts, moments = load_from_warehouse(path, months)
     if counts.num_rows == 0:
@@ -47,12 +51,12 @@ def build_from_warehouse(cfg, months: list[str], warehouse_path: str | Path | No
     return analyse(counts, cfg.report, months=months, moments=moments, source=f"warehouse {path.name}")
 
 
-def default_out_dir(cfg, label: str) -> Path:
+def default_out_dir(cfg: Config, label: str) -> Path:
     return cfg.paths.resolve("reports") / label
 
 
 def report_from_warehouse(
-    cfg, months: list[str], out_dir: str | Path | None = None, log_mlflow: bool = True
+    cfg: Config, months: list[str], out_dir: str | Path | None = None, log_mlflow: bool = True
 ) -> tuple[Report, ReportFiles]:
     """Aggregate the months in the warehouse, write the report (default under paths.reports/<months>),
     and log it as artifacts of the month's MLflow run (see :func:`log_report`)."""
@@ -64,7 +68,7 @@ def report_from_warehouse(
 
 
 def report_from_csv(
-    cfg, csv_path: str | Path, out_dir: str | Path | None = None, months: list[str] | None = None,
+    cfg: Config, csv_path: str | Path, out_dir: str | Path | None = None, months: list[str] | None = None,
     log_mlflow: bool = False,
 ) -> tuple[Report, ReportFiles]:
     """The same report from a CSV of counts (``month,arm,impressions,clicks[,users]``)."""
@@ -92,7 +96,7 @@ def report_metrics(report: Report) -> dict[str, float]:
     return out
 
 
-def log_report(cfg, report: Report, files: ReportFiles) -> str:
+def log_report(cfg: Config, report: Report, files: ReportFiles) -> str:
     """Log the report files as artifacts (under ``report/<months>``) of the month's run and return its id.
 
     The month's run is, in this order: the active MLflow run (the pipeline's), else the latest run of

@@ -59,19 +59,19 @@ def ranker_class(name: str) -> type:
     return getattr(importlib.import_module(module), cls)
 
 
-def make_ranker(name: str, cfg=None, *, seed: int = 0, **params: Any) -> Ranker:
+def make_ranker(name: str, *, seed: int = 0, ml_retrain_epochs: int = 0, **params: Any) -> Ranker:
     """The one ranker factory: an unfitted ranker by name with its ``params`` (popularity: ``window``; ml_retrain:
-    ``iterations`` and the ALS settings) and ``seed`` when the ranker takes one. ``cfg`` (an experiment's config)
-    sets the iterations of a ranker that has them from ``experiment.ml_retrain_epochs`` when that is not 0 and
-    ``params`` does not give them."""
+    ``iterations`` and the ALS settings) and ``seed`` when the ranker takes one. ``ml_retrain_epochs`` (an
+    experiment's ``experiment.ml_retrain_epochs``, passed by the caller) sets the iterations of a ranker that has
+    them when it is not 0 and ``params`` does not give them."""
     import inspect
 
     cls = ranker_class(name)
     accepted = inspect.signature(cls).parameters
     if "seed" in accepted:
         params.setdefault("seed", seed)
-    if cfg is not None and "iterations" in accepted and cfg.experiment.ml_retrain_epochs:
-        params.setdefault("iterations", cfg.experiment.ml_retrain_epochs)
+    if "iterations" in accepted and ml_retrain_epochs:
+        params.setdefault("iterations", ml_retrain_epochs)
     return cls(**params)
 
 

@@ -10,6 +10,10 @@ import argparse
 import filecmp
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 DAG_FILE = "abpo_monthly.py"
 PLUGIN_FILE = "abpo_plugin.py"
@@ -63,7 +67,7 @@ def install(dags_folder: Path, plugins_folder: Path) -> list[tuple[Path, str]]:
     return done
 
 
-def run_install(args: argparse.Namespace, cfg) -> int:
+def run_install(args: argparse.Namespace, cfg: Config) -> int:
     import sys
 
     try:

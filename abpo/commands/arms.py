@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from abpo.months import month_arg
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 
 def register(sub, common: argparse.ArgumentParser) -> None:
@@ -113,7 +117,7 @@ def register(sub, common: argparse.ArgumentParser) -> None:
     a.set_defaults(handler=run, action="adopt")
 
 
-def run(args: argparse.Namespace, cfg) -> int:
+def run(args: argparse.Namespace, cfg: Config) -> int:
     from abpo.monthly.common import CHALLENGER, CHAMPION, arms_of
 
     if args.action == "bootstrap":

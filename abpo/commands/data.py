@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from abpo.months import month_arg
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 
 def register(sub, common: argparse.ArgumentParser) -> None:
@@ -101,7 +105,7 @@ def register(sub, common: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=cmd_restore_month)
 
 
-def cmd_restore_month(args, cfg) -> int:
+def cmd_restore_month(args, cfg: Config) -> int:
     from abpo.warehouse import IngestError, open_warehouse
 
     with open_warehouse(cfg) as wh:
@@ -118,7 +122,7 @@ def cmd_restore_month(args, cfg) -> int:
     return 0
 
 
-def cmd_prepare(args, cfg) -> int:
+def cmd_prepare(args, cfg: Config) -> int:
     from abpo.data.candidates import (
         assert_target_held_out,
         build_bandit_requests,
@@ -153,7 +157,7 @@ def cmd_prepare(args, cfg) -> int:
     return 0
 
 
-def cmd_synth(args, cfg) -> int:
+def cmd_synth(args, cfg: Config) -> int:
     from abpo.data.schemas import write_impressions
     from abpo.data.synthetic import synthetic_impressions
     from abpo.warehouse import config_catalog
@@ -169,7 +173,7 @@ def cmd_synth(args, cfg) -> int:
     return 0
 
 
-def cmd_ingest(args, cfg) -> int:
+def cmd_ingest(args, cfg: Config) -> int:
     from abpo.monthly.report import require_month_order
     from abpo.warehouse import IngestError, ingest_with_config
 
@@ -188,7 +192,7 @@ def cmd_ingest(args, cfg) -> int:
     return 0
 
 
-def cmd_ctr(args, cfg) -> int:
+def cmd_ctr(args, cfg: Config) -> int:
     from abpo.warehouse import open_warehouse
 
     with open_warehouse(cfg) as wh:
@@ -202,7 +206,7 @@ def cmd_ctr(args, cfg) -> int:
     return 0
 
 
-def cmd_rebuild_aggregates(args, cfg) -> int:
+def cmd_rebuild_aggregates(args, cfg: Config) -> int:
     from abpo.warehouse import open_warehouse
 
     with open_warehouse(cfg) as wh:

@@ -15,7 +15,10 @@ import argparse
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 TASK_LINE = "abpo| "  # the prefix of the tasks' log lines on `airflow dags test`'s output ($ABPO_CONSOLE_PREFIX)
 
@@ -55,7 +58,7 @@ def _plain(v: Any) -> Any:
 # ------------------------------------------------------------------------------------------------ the steps
 
 
-def prepare_data(cfg) -> dict[str, Any]:
+def prepare_data(cfg: Config) -> dict[str, Any]:
     """Load the dataset and split it (docs/ABPO_SPEC.md "Offline construction"); counts for the log."""
     from abpo.data.candidates import assert_target_held_out, build_bandit_requests, build_sup_examples
     from abpo.data.loaders import load_dataset
@@ -98,7 +101,7 @@ def register(sub, common: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=run_demo)
 
 
-def airflow_env(cfg, config_ref: str) -> dict[str, str]:
+def airflow_env(cfg: Config, config_ref: str) -> dict[str, str]:
     """The environment of the demo's Airflow: SQLite metadata under <state>/airflow, this repo's DAGs and plugins,
     the demo's config and state for the tasks."""
     import os
@@ -279,7 +282,7 @@ def month_run_overrides(overrides: list[str]) -> list[str]:
                           f"{' / '.join(carried.values())}); nothing was run") from None
 
 
-def run_demo(args: argparse.Namespace, cfg) -> int:
+def run_demo(args: argparse.Namespace, cfg: Config) -> int:
     import json as _json
 
     from abpo.logs import quiet

@@ -4,6 +4,10 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 
 def register(sub, common: argparse.ArgumentParser) -> None:
@@ -47,7 +51,7 @@ def register(sub, common: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=_cmd_experiment)
 
 
-def _cmd_experiment(args: argparse.Namespace, cfg) -> int:
+def _cmd_experiment(args: argparse.Namespace, cfg: Config) -> int:
     from abpo.config import load_config
     from abpo.experiment.runner import run_experiment
 

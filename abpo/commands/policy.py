@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 
 def register(sub, common: argparse.ArgumentParser) -> None:
@@ -58,13 +62,14 @@ def _threads() -> None:
         torch.set_num_threads(n)
 
 
-def cmd_sft(args: argparse.Namespace, cfg) -> int:
+def cmd_sft(args: argparse.Namespace, cfg: Config) -> int:
     from abpo.policy.sft import train_sft
 
     _threads()
     if args.max_steps is not None:
         cfg.sft.max_steps = args.max_steps
-    res = train_sft(cfg, log_mlflow=not args.no_mlflow, register=not args.no_mlflow, evaluate=not args.no_eval)
+    res = train_sft(cfg, validation_fraction=cfg.experiment.validation_fraction, log_mlflow=not args.no_mlflow,
+                    register=not args.no_mlflow, evaluate=not args.no_eval)
     print(f"sft: done in {res.seconds:.0f}s; pi_init at {res.model_dir}")
     if res.metrics:
         for k in (1, 5):
@@ -76,7 +81,7 @@ def cmd_sft(args: argparse.Namespace, cfg) -> int:
     return 0
 
 
-def cmd_evaluate(args: argparse.Namespace, cfg) -> int:
+def cmd_evaluate(args: argparse.Namespace, cfg: Config) -> int:
     import dataclasses
     from pathlib import Path
 
@@ -105,7 +110,7 @@ def cmd_evaluate(args: argparse.Namespace, cfg) -> int:
     return 0
 
 
-def cmd_simulate_log(args: argparse.Namespace, cfg) -> int:
+def cmd_simulate_log(args: argparse.Namespace, cfg: Config) -> int:
     from abpo.policy.bandit import build_bandit_log
 
     _threads()

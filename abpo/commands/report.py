@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 
 def register(sub, common: argparse.ArgumentParser) -> None:
@@ -31,7 +35,7 @@ def register(sub, common: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=run_report)
 
 
-def run_report(args: argparse.Namespace, cfg) -> int:
+def run_report(args: argparse.Namespace, cfg: Config) -> int:
     from abpo.abtest.analysis import ReportInputError
     from abpo.abtest.inputs import CSVFormatError, parse_months
     from abpo.abtest.render import headline, srm_verdict

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from abpo.months import month_arg
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 
 def register(sub, common: argparse.ArgumentParser) -> None:
@@ -22,7 +26,7 @@ def register(sub, common: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace, cfg) -> int:
+def run(args: argparse.Namespace, cfg: Config) -> int:
     from abpo.monthly.bootstrap import bootstrap_arms
     from abpo.monthly.serve import serve_month
 

@@ -13,7 +13,11 @@ import contextlib
 import re
 import sqlite3
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 
 def register(sub, common: argparse.ArgumentParser) -> None:
@@ -75,7 +79,7 @@ def _apply(value, pairs: list[tuple[str, str]]):
     return value
 
 
-def relocate(cfg, old: str | Path, *, dry_run: bool = False) -> dict[str, int]:
+def relocate(cfg: Config, old: str | Path, *, dry_run: bool = False) -> dict[str, int]:
     """Rewrite the state's paths from ``old`` to ``paths.root`` (see the module docstring); returns what changed
     (``mlflow.db:table.column`` / ``airflow/<file>`` -> count). ValueError naming the rule when ``old`` is the state
     itself or not absolute."""
@@ -108,7 +112,7 @@ def relocate(cfg, old: str | Path, *, dry_run: bool = False) -> dict[str, int]:
     return out
 
 
-def run(args: argparse.Namespace, cfg) -> int:
+def run(args: argparse.Namespace, cfg: Config) -> int:
     from abpo import registry
 
     old = args.old or registry.moved_from(cfg)

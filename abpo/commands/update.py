@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from abpo.months import month_arg
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 
 def register(sub, common: argparse.ArgumentParser) -> None:
@@ -36,7 +40,7 @@ def register(sub, common: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=cmd_update)
 
 
-def cmd_update(args: argparse.Namespace, cfg) -> int:
+def cmd_update(args: argparse.Namespace, cfg: Config) -> int:
     from abpo.algo.variants import get_variant
     from abpo.train.distributed import LaunchRefused
     from abpo.train.update import UpdateInputMissing, UpdateRun, rollout_signal, run_update

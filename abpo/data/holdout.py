@@ -50,10 +50,11 @@ def holdout_slice(user_ids: Iterable[int], seed: int, fraction: float) -> list[i
     return sorted({int(u) for u in user_ids if in_holdout(int(u), seed, fraction)})
 
 
-def gate_holdout_users(cfg, user_ids: Iterable[int]) -> list[int]:
-    """The users of ``user_ids`` the config's gate holds out of every LLM update: the slice of
-    ``arms.gate_holdout_fraction`` (seed ``cfg.seed``) when ``arms.gate_users`` is ``warehouse``, none with
-    ``dataset``."""
-    if check_gate_users(cfg.arms.gate_users) == "dataset":
+def gate_holdout_users(user_ids: Iterable[int], *, seed: int, gate_users: str, fraction: float) -> list[int]:
+    """The users of ``user_ids`` the gate holds out of every LLM update: the slice of ``fraction`` (the config's
+    ``arms.gate_holdout_fraction``, with seed ``cfg.seed``) when ``gate_users`` (``arms.gate_users``) is
+    ``warehouse``, none with ``dataset``. The caller passes the arms section's values (the data layer reads no
+    higher config section)."""
+    if check_gate_users(gate_users) == "dataset":
         return []
-    return holdout_slice(user_ids, cfg.seed, cfg.arms.gate_holdout_fraction)
+    return holdout_slice(user_ids, seed, fraction)

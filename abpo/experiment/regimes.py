@@ -235,7 +235,7 @@ def ranker_propensities(ctx, name: str, requests, r: int, rounds: int) -> list[n
 
     if not requests:
         return []
-    ranker = make_ranker(name, ctx.cfg, seed=ctx.cfg.seed)
+    ranker = make_ranker(name, seed=ctx.cfg.seed, ml_retrain_epochs=ctx.cfg.experiment.ml_retrain_epochs)
     ranker.fit(ranker_sequences(ctx, r, rounds), ctx.dataset.item_ids().tolist())
     t = ranker_temperature(ctx.cfg, name)
     scores = ranker.score([(ex.user_id, ex.history, ex.candidates) for ex in requests])

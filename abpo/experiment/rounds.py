@@ -141,7 +141,7 @@ def run_baseline_cell(ctx: SeedContext, row: str) -> dict[str, Any]:
 
     prefix = f"[seed {ctx.cfg.seed} {row}]"
     t0 = time.time()
-    ranker = make_ranker(row, ctx.cfg, seed=ctx.cfg.seed)
+    ranker = make_ranker(row, seed=ctx.cfg.seed, ml_retrain_epochs=ctx.cfg.experiment.ml_retrain_epochs)
     seqs = training_sequences(ctx)
     log.info(f"{prefix} fitting on {sum(len(s) for s in seqs.values())} interactions of {len(seqs)} users")
     ranker.fit(seqs, ctx.dataset.item_ids().tolist())

@@ -49,7 +49,7 @@ def ensure_pi_init(cfg, *, fresh: bool = False) -> dict[str, Any]:
             local = registry.download_model_dir(cfg, str(existing.version), name=registry.model_name(cfg),
                                                 dst=cfg.paths.resolve("models") / "registry" / f"pi_init-v{existing.version}")
         return {"model_dir": local, "model_version": existing.version, "reused": True}
-    res = train_sft(cfg, run_tags={registry.TASK_KEY_TAG: key})
+    res = train_sft(cfg, validation_fraction=cfg.experiment.validation_fraction, run_tags={registry.TASK_KEY_TAG: key})
     if res.mlflow_run_id:
         registry.record_task_result(res.mlflow_run_id, {"model_version": str(res.model_version),
                                                         "model_dir": str(res.model_dir)})

@@ -12,10 +12,13 @@ landing/impressions/month=YYYY-MM/, so the warehouse ingests them exactly like s
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 OFFLINE_PART = "offline-pi_init"
 
@@ -30,7 +33,7 @@ def _month_times(month: str, n: int) -> list[datetime]:
 
 
 def build_bandit_log(
-    cfg,
+    cfg: Config,
     *,
     month: str = "2024-01",
     arm: str = "abpo",
@@ -101,7 +104,7 @@ def build_bandit_log(
     return table
 
 
-def _registered_pi_init(cfg) -> str | None:
+def _registered_pi_init(cfg: Config) -> str | None:
     """Version number of the registered pi_init (alias ``pi_init``), if any."""
     from abpo import registry
     from abpo.policy.sft import PI_INIT_ALIAS

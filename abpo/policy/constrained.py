@@ -47,7 +47,7 @@ from collections.abc import Sequence
 import torch
 from transformers import LogitsProcessor
 
-from abpo.policy.scoring import next_token_logits
+from abpo.policy.token_scoring import next_token_logits
 
 PAD_ALLOWED = -1  # padding of the allowed-token tensor
 

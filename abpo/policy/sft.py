@@ -21,9 +21,12 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -81,17 +84,19 @@ def sft_records(examples, titles, tokenizer, policy_cfg, loss_tokens: str = "ans
     return out
 
 
-def pretrain_stage(model, tokenizer, dataset, splits, cfg, *, log_mlflow: bool = False):
+def pretrain_stage(model, tokenizer, dataset, splits, cfg: Config, *, validation_fraction: float,
+                   log_mlflow: bool = False):
     """pi_init stage 1 (abpo.policy.pretrain): next-item pre-training of ``model`` in place on every user's
-    x_{1:T}, early-stopped on the validation users' next items x_{T+1..T+N-1} (``experiment.validation_fraction``;
-    the test users' targets are never read). Metrics go to the active MLflow run when ``log_mlflow``."""
+    x_{1:T}, early-stopped on the validation users' next items x_{T+1..T+N-1} (the ``validation_fraction`` of
+    users, the caller's ``experiment.validation_fraction``; the test users' targets are never read). Metrics go to
+    the active MLflow run when ``log_mlflow``."""
     from abpo.data.splits import split_of_user
     from abpo.policy.pretrain import pretrain_next_item
 
     s = cfg.sft
     train = {sp.user_id: sp.history for sp in splits}
     val = {sp.user_id: (sp.history, sp.update) for sp in splits
-           if split_of_user(sp.user_id, cfg.experiment.validation_fraction) == "validation"}
+           if split_of_user(sp.user_id, validation_fraction) == "validation"}
     log_metric = None
     if log_mlflow:
         import mlflow
@@ -106,7 +111,7 @@ def pretrain_stage(model, tokenizer, dataset, splits, cfg, *, log_mlflow: bool =
     )
 
 
-def register_pi_init(cfg, model_uri: str, tags: dict):
+def register_pi_init(cfg: Config, model_uri: str, tags: dict):
     """Register pi_init as a new version of abpo-recommender (in the config's namespace) with alias ``pi_init``; alias ``champion`` only when
     no champion exists (a retrained pi_init never displaces a gated champion). Returns (version, became champion).
     A registry that cannot answer raises (abpo.registry.RegistryUnavailable) instead of reading as "no champion"."""
@@ -192,7 +197,8 @@ def _completion_sft_trainer_class():
     return CompletionSFTTrainer
 
 
-def run_sft(model, tokenizer, records: list[dict], cfg, output_dir: str | Path, *, callbacks=(), peft_config=None):
+def run_sft(model, tokenizer, records: list[dict], cfg: Config, output_dir: str | Path, *, callbacks=(),
+            peft_config=None):
     """Train ``model`` on pre-tokenized ``records`` with TRL's SFTTrainer (completion-only loss); returns the
     trained model (LoRA merged) and the trainer's log history."""
     from datasets import Dataset
@@ -260,8 +266,9 @@ def _loss_png(losses: list[tuple[int, float]], path: Path) -> Path:
 
 
 def train_sft(
-    cfg,
+    cfg: Config,
     *,
+    validation_fraction: float,
     dataset: Any = None,
     log_mlflow: bool = True,
     register: bool = True,
@@ -270,7 +277,9 @@ def train_sft(
 ) -> SFTResult:
     """Train pi_init on D_sup (``cfg.data`` -> splits -> ``build_sup_examples``) starting from ``policy.model``;
     save it to ``<paths.models>/<sft.output>``; log and register it in MLflow (``run_tags`` added to the run's
-    tags); evaluate it on the held-out targets (``build_eval_examples``: HR@K vs the random K/M)."""
+    tags); evaluate it on the held-out targets (``build_eval_examples``: HR@K vs the random K/M).
+    ``validation_fraction`` (the caller's ``experiment.validation_fraction``): the users whose next items early-stop
+    stage 1 (:func:`pretrain_stage`)."""
     import torch
     from transformers import TrainerCallback
 
@@ -322,7 +331,8 @@ def train_sft(
 
     def body(run=None):
         if cfg.sft.pretrain_epochs > 0:
-            pre = pretrain_stage(model, tok, ds, splits, cfg, log_mlflow=run is not None)
+            pre = pretrain_stage(model, tok, ds, splits, cfg, validation_fraction=validation_fraction,
+                                 log_mlflow=run is not None)
             result.stage_seconds["pretrain"] = pre.seconds
             result.metrics.update({
                 "pretrain_epochs_run": float(pre.epochs_run), "pretrain_best_epoch": float(pre.best_epoch),

@@ -31,12 +31,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
 from abpo.months import Month
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 SIM_PART = "sim"
 log = logging.getLogger(__name__)
@@ -69,25 +72,25 @@ def month_index(start: str, month: str) -> int:
     return Month(month).minus(Month(start, "sim.start_month"))
 
 
-def months_available(cfg) -> int:
+def months_available(cfg: Config) -> int:
     """n = data.update_steps // sim.window: the months whose windows are new positions (see :func:`window_of`)."""
     return cfg.data.update_steps // max(cfg.sim.window, 1)
 
 
-def window_of(cfg, i: int) -> int:
+def window_of(cfg: Config, i: int) -> int:
     """The window k of month index ``i``: k = i mod n (n = :func:`months_available`). Months 0..n-1 cover new
     positions; month i >= n wraps around and covers window i mod n again ("lap" i // n), with fresh draws."""
     return i % max(months_available(cfg), 1)
 
 
-def _lap_suffix(cfg, i: int) -> str:
+def _lap_suffix(cfg: Config, i: int) -> str:
     """"" in the first lap (request ids as before), else ``@<lap>``: a request id stays unique in the warehouse when
     its position recurs in a wrapped month."""
     lap = i // max(months_available(cfg), 1)
     return f"@{lap}" if lap else ""
 
 
-def _check_month(cfg, month: str) -> int:
+def _check_month(cfg: Config, month: str) -> int:
     from abpo.sim.config import CANDIDATE_SOURCES
 
     w, k = cfg.sim.window, cfg.sim.requests_per_user
@@ -109,12 +112,12 @@ def _check_month(cfg, month: str) -> int:
     return i
 
 
-def _soon(cfg, s, t: int) -> list[int]:
+def _soon(cfg: Config, s, t: int) -> list[int]:
     end = len(s.history) + len(s.update)  # index of the held-out target: never a "soon" item
     return s.sequence[t + 1 : min(t + 1 + cfg.sim.soon_horizon, end)]
 
 
-def month_requests(cfg, dataset, splits, month: str) -> list[SimRequest]:
+def month_requests(cfg: Config, dataset, splits, month: str) -> list[SimRequest]:
     """Every user's requests of ``month`` (see the module docstring), ordered by (slot, user)."""
     i = _check_month(cfg, month)
     out = _offline_requests(cfg, dataset, splits, i) if cfg.sim.candidates == "offline" else \
@@ -123,7 +126,7 @@ def month_requests(cfg, dataset, splits, month: str) -> list[SimRequest]:
     return out
 
 
-def _offline_requests(cfg, dataset, splits, i: int) -> list[SimRequest]:
+def _offline_requests(cfg: Config, dataset, splits, i: int) -> list[SimRequest]:
     """The offline construction's requests of month index ``i``: one per window position, x_{t'+1} forced in."""
     from abpo.data.candidates import build_bandit_requests
 
@@ -141,7 +144,7 @@ def _offline_requests(cfg, dataset, splits, i: int) -> list[SimRequest]:
     return out
 
 
-def _retrieval_requests(cfg, dataset, splits, month: str, i: int) -> list[SimRequest]:
+def _retrieval_requests(cfg: Config, dataset, splits, month: str, i: int) -> list[SimRequest]:
     """Month index ``i``'s requests with retrieval-stage candidates (abpo.sim.retrieval): requests_per_user per
     user, spread evenly over the window's positions, the retrieval model and popularity fitted on the interactions
     to date (before the month)."""
@@ -178,7 +181,8 @@ def _retrieval_requests(cfg, dataset, splits, month: str, i: int) -> list[SimReq
     return out
 
 
-def month_interactions(cfg, splits, month: str, times: dict[tuple[int, int], datetime] | None = None) -> pa.Table:
+def month_interactions(cfg: Config, splits, month: str,
+                       times: dict[tuple[int, int], datetime] | None = None) -> pa.Table:
     """What users consume in ``month`` (INTERACTIONS_SCHEMA): each user's real items of the month's window
     x_{T+k*w+1 .. T+(k+1)*w} (w = ``sim.window``, k = :func:`window_of` the month index), with their positions in the user's sequence; ``times``: (user,
     window offset) -> the time of the first request at that position (else the month's start). Landed with the
@@ -202,7 +206,7 @@ def month_interactions(cfg, splits, month: str, times: dict[tuple[int, int], dat
     return pa.table(rows, schema=INTERACTIONS_SCHEMA)
 
 
-def interactions_to_date(cfg, splits, month: str) -> dict[int, list[int]]:
+def interactions_to_date(cfg: Config, splits, month: str) -> dict[int, list[int]]:
     """What the platform has seen users consume before ``month``: x_{1:T} and the real items of every earlier
     simulated month (what the warehouse's interactions to date hold once those months are ingested: tests check
     the two agree): month j's window k = j mod n (:func:`window_of`), so after a wrap the windows recur."""
@@ -217,7 +221,7 @@ _ORACLES: dict[tuple, Any] = {}
 _COMPONENTS: dict[tuple, Any] = {}
 
 
-def _component(cfg, dataset, name: str, reference: list[int]):
+def _component(cfg: Config, dataset, name: str, reference: list[int]):
     """One fitted ground-truth component (abpo.sim.oracles), cached per process by its settings: switching
     ``sim.oracle`` or the weights refits nothing."""
     from abpo.sim.oracles import AlsComponent, KnnComponent, SequentialComponent
@@ -248,7 +252,7 @@ def _component(cfg, dataset, name: str, reference: list[int]):
     return _COMPONENTS[key]
 
 
-def ground_truth(cfg, dataset):
+def ground_truth(cfg: Config, dataset):
     """The users' preference model (abpo.sim.preference: ``sim.oracle``, the mixture of ``sim.oracle_weights`` by
     default), its components fitted once per process on every interaction of ``dataset``, future windows and
     held-out targets included. Only the click model reads it; ``oracle.z(user, items, history=...)`` with a
@@ -272,13 +276,13 @@ def ground_truth(cfg, dataset):
     return _ORACLES[key]
 
 
-def soon_items(cfg, split, t: int) -> list[int]:
+def soon_items(cfg: Config, split, t: int) -> list[int]:
     """The "soon" items of a request at t' = ``t`` of ``split``'s user: x_{t'+2 .. t'+1+sim.soon_horizon}, never the
     held-out target (what the click model boosts with sim.click_soon)."""
     return _soon(cfg, split, t)
 
 
-def click_probabilities(cfg, dataset,
+def click_probabilities(cfg: Config, dataset,
                         requests: Sequence[tuple[int, Sequence[int], Sequence[int], int, int, Sequence[int]]]
                         ) -> tuple[np.ndarray, float]:
     """P(click | exposed item) of the production loop's click model (abpo.sim.clicks) for offline logs: one
@@ -318,7 +322,7 @@ def _times(month: str, n: int) -> list[datetime]:
     return [start + timedelta(seconds=int(j * step)) for j in range(n)]
 
 
-def simulate_month(cfg, month: str, arms: Mapping[str, Any], *, dataset=None, splits=None,
+def simulate_month(cfg: Config, month: str, arms: Mapping[str, Any], *, dataset=None, splits=None,
                    write: bool = True) -> SimResult:
     """Serve ``month``'s requests with ``arms`` (arm name -> abpo.arms.Arm, the champions), click, and (``write``)
     land the impressions as ``landing/impressions/month=<month>/part-sim.parquet`` (a rerun replaces it)."""

@@ -52,11 +52,11 @@ def test_make_ranker_by_row_name():
     from abpo.config import load_config
 
     cfg = load_config("tiny", ["experiment.ml_retrain_epochs=3"])
-    assert make_ranker("popularity", cfg, seed=0).name == "popularity"
-    r = make_ranker("ml_retrain", cfg, seed=1)
+    assert make_ranker("popularity", seed=0).name == "popularity"
+    r = make_ranker("ml_retrain", seed=1, ml_retrain_epochs=cfg.experiment.ml_retrain_epochs)
     assert r.name == "ml_retrain" and r.params["iterations"] == 3 and r.seed == 1
     with pytest.raises(ValueError, match="unknown ranker"):
-        make_ranker("sasrec", cfg, seed=0)
+        make_ranker("sasrec", seed=0)
 
 
 @pytest.mark.slow

@@ -159,7 +159,7 @@ def test_foreign_logger_stores_the_rankers_own_propensity(data_dir, tmp_path):
     for s in ctx.splits[:5]:  # x_{1:T} and window 1's real items, nothing of window 2
         w1 = [s.update[i] for i in round_positions(len(s.update), 1, 2)]
         assert seqs[s.user_id] == [*s.history, *w1]
-    ranker = make_ranker("popularity", ctx.cfg, seed=0).fit(seqs, ctx.dataset.item_ids().tolist())
+    ranker = make_ranker("popularity", seed=0).fit(seqs, ctx.dataset.item_ids().tolist())
     temp = ctx.cfg.arms.popularity.temperature
     rows = t.to_pylist()
     scores = ranker.score([(r["user_id"], r["history"], r["candidates"]) for r in rows])
@@ -236,7 +236,7 @@ def test_pi_init_and_mixed_loggers_store_each_loggers_own_propensity(data_dir, t
     e0 = llm_propensities(ctx, model, tok, [by_id[r["request_id"]] for r in llm])
     for r, p in zip(llm, e0):
         assert r["propensity"] == pytest.approx(p[r["candidates"].index(r["item_id"])], rel=1e-5)
-    ranker = make_ranker("popularity", ctx.cfg, seed=0).fit(
+    ranker = make_ranker("popularity", seed=0).fit(
         ranker_sequences(ctx, 1, 2), ctx.dataset.item_ids().tolist()
     )
     rk = [r for r in rows if r["logging_arm"] == "popularity"]

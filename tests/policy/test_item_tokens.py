@@ -295,7 +295,7 @@ def test_pi_init_builds_and_trains_on_any_movielens_catalog(movielens_dir, tmp_p
 
     d = movielens_dir(n_items, n_users=30, ratings_per_user=5 if n_items < 20 else 9)
     cfg = _small_sft_cfg(tmp_path, d)
-    res = train_sft(cfg, log_mlflow=False, register=False)
+    res = train_sft(cfg, validation_fraction=cfg.experiment.validation_fraction, log_mlflow=False, register=False)
     assert (res.model_dir / "config.json").exists()
     assert set(res.stage_seconds) == {"pretrain", "sft"}
     assert res.metrics["n_users"] > 0 and 0.0 <= res.metrics["HR@5"] <= 1.0
@@ -308,7 +308,7 @@ def test_pi_init_on_a_one_item_catalog_says_why(movielens_dir, tmp_path):
     d = movielens_dir(1, n_users=5, ratings_per_user=1)
     cfg = _small_sft_cfg(tmp_path, d)
     with pytest.raises(ValueError, match="D_sup is empty"):
-        train_sft(cfg, log_mlflow=False, register=False)
+        train_sft(cfg, validation_fraction=cfg.experiment.validation_fraction, log_mlflow=False, register=False)
 
 
 @pytest.mark.parametrize("domain", ["Office_Products", "Industrial_and_Scientific"])
@@ -322,7 +322,7 @@ def test_pi_init_on_amazon18(tmp_path, domain):
     if not src.is_dir():
         pytest.skip(f"{src} absent (the Amazon-2018 domains are read in place, never vendored)")
     cfg = _small_sft_cfg(tmp_path, src, fmt="amazon18", amazon_domain=domain, max_users=60, update_steps=2)
-    res = train_sft(cfg, log_mlflow=False, register=False)
+    res = train_sft(cfg, validation_fraction=cfg.experiment.validation_fraction, log_mlflow=False, register=False)
     assert (res.model_dir / "config.json").exists() and res.metrics["n_users"] > 0
 
 

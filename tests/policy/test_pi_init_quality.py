@@ -27,7 +27,7 @@ def test_pi_init_hr5_beats_random_and_popularity(tmp_path):
     # the tiny preset as shipped; state under tmp_path, no MLflow, no generation (the ranking by s_p is what HR@5
     # measures)
     cfg = load_config("tiny", [f"paths.root={tmp_path / 'var'}", "sft.eval_generation=false"])
-    res = train_sft(cfg, log_mlflow=False, register=False)
+    res = train_sft(cfg, validation_fraction=cfg.experiment.validation_fraction, log_mlflow=False, register=False)
     assert set(res.stage_seconds) == {"pretrain", "sft"}
 
     m = res.metrics
@@ -45,8 +45,8 @@ def test_pi_init_hr5_beats_random_and_popularity(tmp_path):
     ds = load_dataset(cfg.data)
     splits, _ = split_users(ds, cfg.data)
     ev = seeded_subsample(build_eval_examples(splits, ds, cfg.data), cfg.sft.eval_max_users, cfg.seed)
-    pop = make_ranker("popularity", cfg, seed=cfg.seed).fit({s.user_id: s.history for s in splits},
-                                                           ds.item_ids().tolist())
+    pop = make_ranker("popularity", seed=cfg.seed).fit({s.user_id: s.history for s in splits},
+                                                      ds.item_ids().tolist())
     pop_m = metrics_from_scores(ev, [list(map(float, s)) for s in pop.score(
         [(e.user_id, e.history, e.candidates) for e in ev])], training_popularity(splits, ds))
     print(f"popularity HR@5 = {pop_m['HR@5']:.4f} on the same users")

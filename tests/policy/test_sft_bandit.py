@@ -17,7 +17,7 @@ def test_sft_lowers_loss_logs_and_registers(slice_cfg, movielens):
     from abpo.policy.sft import PI_INIT_ALIAS, train_sft
 
     torch.set_num_threads(1)
-    res = train_sft(slice_cfg, dataset=movielens)
+    res = train_sft(slice_cfg, validation_fraction=slice_cfg.experiment.validation_fraction, dataset=movielens)
     steps = [s for s, _ in res.losses]
     assert steps[0] == 1 and steps[-1] == 12
     first, last = res.losses[0][1], res.losses[-1][1]

@@ -1,0 +1,260 @@
+"""The tracking store: which MLflow store the config names (redacted), its SQLite schema made once under a lock, a
+moved state refused, experiments and runs (one writer at a time on a SQLite store)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import abpo
+from abpo.registry.errors import RegistryUnavailable, StateMoved
+
+if TYPE_CHECKING:
+    from abpo.config import Config
+
+MODEL_NAME = "abpo-recommender"
+CHALLENGER = "challenger"
+CHAMPION = "champion"
+log = logging.getLogger("abpo.registry")
+_announced: set[str] = set()
+
+
+def redact_uri(uri: str) -> str:
+    """``uri`` with any password replaced by ``***`` (``http://user:secret@host`` -> ``http://user:***@host``)."""
+    return re.sub(r"^([a-zA-Z][a-zA-Z0-9+.-]*://[^/:@]*):[^/@]*@", r"\1:***@", uri)
+
+
+def store_line(cfg: Config) -> str:
+    """Which MLflow store the config uses and where that came from, e.g. ``MLflow store sqlite:///x.db (from
+    $MLFLOW_TRACKING_URI)``: what the commands print and the tasks log."""
+    return f"MLflow store {redact_uri(cfg.paths.tracking_uri())} (from {cfg.paths.tracking_uri_source()})"
+
+
+_initialised: set[str] = set()
+
+
+_initialised: set[str] = set()
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI (None for any other store)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    return Path(uri.removeprefix("sqlite:///").split("?", 1)[0])
+
+
+def ensure_store(uri: str) -> None:
+    """Create (or migrate) a SQLite tracking store's schema under an exclusive lock file beside it
+    (``<db>.init.lock``), once per process and store. MLflow creates the schema on a store's first use and that
+    migration is not safe against a second process migrating the same new file at the same moment: the loser
+    fails on ``table _alembic_tmp_... already exists``, the half-done migration stays behind and the store never
+    opens again (seen when an Airflow task and a reader of the store started together). Other stores: nothing to do
+    (a server migrates its own)."""
+    db = sqlite_path(uri)
+    if db is None or uri in _initialised:
+        return
+    import fcntl
+
+    from mlflow import MlflowClient
+
+    try:
+        db.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(f"{db}.init.lock", "a")  # noqa: SIM115 - closed by the with below
+    except OSError as e:
+        raise RegistryUnavailable(
+            f"{db}.init.lock: cannot create the MLflow store's init lock ({e.strerror or e}); rule: the directory of "
+            f"the SQLite store ({db.parent}) must be writable (a read-only state cannot be used)") from e
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+            client.search_experiments(max_results=1)  # the tracking tables (the whole schema, at its head revision)
+            client.search_registered_models(max_results=1)  # the registry's store over the same file
+        except Exception as e:  # noqa: BLE001 - a store that cannot be opened (corrupt, unreadable) is reported by
+            # the first real use, as RegistryUnavailable naming the store and the operation; not here, not twice
+            log.debug(f"MLflow store {redact_uri(uri)} not initialised: {type(e).__name__}: {str(e)[:200]}")
+            return
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    _initialised.add(uri)
+
+
+def moved_from(cfg: Config) -> str | None:
+    """The state directory the config's SQLite MLflow store was made in, when that is not ``paths.root`` (a copied or
+    restored state), else None. Read from the experiments abpo created (artifact location
+    ``<root>/<paths.mlflow_artifacts>/<experiment>``, :func:`_ensure_experiment`); a store other than the state's
+    own ``<root>/mlflow.db``, one that does not exist yet, or has no such experiment: None."""
+    import sqlite3
+    from urllib.parse import unquote, urlparse
+
+    db = sqlite_path(cfg.paths.tracking_uri())
+    art = Path(cfg.paths.mlflow_artifacts)
+    root = cfg.paths.resolve("root")
+    if (db is None or db != root / "mlflow.db" or not db.is_file() or art.is_absolute()
+            or not isinstance(cfg.paths.location("mlflow_artifacts"), Path)):  # an object store is not under a state
+        return None  # only the state's own store (paths.mlflow_tracking_uri unset): a shared store has other states'
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as con:
+            rows = con.execute("SELECT name, artifact_location FROM experiments").fetchall()
+    except sqlite3.Error:
+        return None  # not a store (yet): MLflow reports it on first use
+    for name, location in rows:
+        if not location or not location.startswith("file://"):
+            continue
+        path = Path(unquote(urlparse(location).path))
+        if path.name != name or not path.parent.as_posix().endswith("/" + art.as_posix()):
+            continue
+        old = Path(path.parent.as_posix()[: -len(art.as_posix()) - 1])
+        if old != root and not (old.exists() and old.resolve() == root.resolve()):  # not another spelling of root
+            return str(old)
+    return None
+
+
+_checked_moved: set[str] = set()
+
+
+_checked_moved: set[str] = set()
+
+
+def configure(cfg: Config) -> str:
+    """Point MLflow at the config's tracking store (creating the local SQLite store and artifact root). The first time
+    a process uses a store, one log line says which one and where it came from (:func:`store_line`).
+
+    ``mlflow.set_tracking_uri`` also writes MLFLOW_TRACKING_URI (and set_registry_uri MLFLOW_REGISTRY_URI) into this
+    process's environment; both are put back to what the user exported, so a subprocess started later (with another
+    state directory, say) never mistakes this process's choice for the user's."""
+    import mlflow
+
+    uri = cfg.paths.tracking_uri()
+    if uri.startswith("sqlite:///") and uri not in _checked_moved:  # once per process and store
+        old = moved_from(cfg)
+        if old is not None:
+            raise StateMoved(f"{sqlite_path(uri)}: the MLflow store's artifact locations are under {old}, not under "
+                             f"paths.root = {cfg.paths.resolve('root')}; rule: a moved state is relocated before use "
+                             f"(`abpo state relocate --from {old}`, docs/operations.md \"Moving a state\"), else its "
+                             "runs would write into the old directory")
+        _checked_moved.add(uri)
+    if uri.startswith("sqlite:///"):
+        cfg.paths.resolve("root").mkdir(parents=True, exist_ok=True)
+        artifacts = cfg.paths.location("mlflow_artifacts")
+        if isinstance(artifacts, Path):
+            artifacts.mkdir(parents=True, exist_ok=True)
+        else:  # an object store (s3://bucket/prefix): MLflow writes through boto3 with the environment's credentials
+            from abpo.data import storage
+
+            storage.apply_connection()  # $ABPO_STORAGE_CONNECTION's credentials, when it names one
+    os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
+    ensure_store(uri)
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    for var, user in (("MLFLOW_TRACKING_URI", abpo.USER_MLFLOW_TRACKING_URI),
+                      ("MLFLOW_REGISTRY_URI", abpo.USER_MLFLOW_REGISTRY_URI)):
+        if user:
+            os.environ[var] = user
+        else:
+            os.environ.pop(var, None)
+    if uri not in _announced:
+        _announced.add(uri)
+        log.info(store_line(cfg))
+    return uri
+
+
+def experiment_name(cfg: Config, experiment: str) -> str:
+    """The MLflow experiment of base name ``experiment`` (abpo-arms, update.mlflow_experiment, ...) in the config's
+    environment: ``<paths.namespace>-<experiment>``, or ``experiment`` itself without a namespace."""
+    from abpo.paths import namespaced
+
+    return namespaced(experiment, cfg.paths.namespace)
+
+
+def model_name(cfg: Config) -> str:
+    """The registered model of pi_init (:data:`MODEL_NAME`) in the config's environment (``paths.namespace``)."""
+    from abpo.paths import namespaced
+
+    return namespaced(MODEL_NAME, cfg.paths.namespace)
+
+
+def _ensure_experiment(cfg: Config, experiment: str) -> str:
+    """The id of experiment ``experiment`` (a base name: namespaced here, :func:`experiment_name`), created with an
+    artifact root under the state when the store is the default SQLite file."""
+    import mlflow
+
+    experiment = experiment_name(cfg, experiment)
+    exp = mlflow.get_experiment_by_name(experiment)
+    if exp is not None:
+        return exp.experiment_id
+    location = None
+    if cfg.paths.tracking_uri().startswith("sqlite:///"):
+        artifacts = cfg.paths.location("mlflow_artifacts")
+        location = ((artifacts / experiment).as_uri() if isinstance(artifacts, Path)
+                    else f"{artifacts.rstrip('/')}/{experiment}")
+    return mlflow.create_experiment(experiment, artifact_location=location)
+
+
+@contextlib.contextmanager
+def start_run(
+    cfg: Config, experiment: str, run_name: str, tags: dict[str, Any] | None = None, nested: bool = False
+) -> Iterator[Any]:
+    """Open an MLflow run in ``experiment`` (created with a local artifact root if needed).
+
+    Records the config's name and seed as tags so every run says how it was made.
+    """
+    import mlflow
+
+    configure(cfg)
+    exp_id = _ensure_experiment(cfg, experiment)
+    all_tags = {"abpo.config": cfg.name, "abpo.seed": str(cfg.seed)}
+    all_tags.update({k: str(v) for k, v in (tags or {}).items()})
+    run_id = None
+    try:
+        with mlflow.start_run(experiment_id=exp_id, run_name=run_name, tags=all_tags, nested=nested) as run:
+            run_id = run.info.run_id
+            yield run
+    except Exception as e:
+        if not store_locked(e):
+            raise
+        marked = _end_locked_run(run_id)
+        first = next((line.strip() for line in str(e).splitlines() if "locked" in line), "database is locked")
+        raise RegistryUnavailable(
+            f"{redact_uri(cfg.paths.tracking_uri())}: the MLflow store is locked by another writer ({first[:200]}); "
+            f"rule: one writer at a time, retry when it has finished; run {run_id or '(not started)'} "
+            + ("marked FAILED" if marked else "could not be marked FAILED either: the task's next attempt marks it "
+               "KILLED")) from e
+
+
+def store_locked(e: BaseException) -> bool:
+    """Whether ``e`` (or an exception it wraps) is SQLite's "database is locked": another process holds the store's
+    write lock longer than the busy timeout."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if "database is locked" in str(e):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def _end_locked_run(run_id: str | None, attempts: int = 10, pause: float = 1.0) -> bool:
+    """Mark ``run_id`` FAILED once the store's lock is free (``attempts`` tries, ``pause`` s apart), so a run that
+    failed on a locked store is not left RUNNING; True when marked (MLflow's own end of the run, which failed on the
+    same lock, has already taken it off its active-run stack)."""
+    import time
+
+    from mlflow import MlflowClient
+
+    if run_id is None:
+        return True
+    for i in range(attempts):
+        try:
+            MlflowClient().set_terminated(run_id, status="FAILED")
+            return True
+        except Exception as e:  # noqa: BLE001 - still locked: wait; anything else: give up (the next attempt cleans up)
+            if not store_locked(e) or i == attempts - 1:
+                return False
+            time.sleep(pause)
+    return False

@@ -63,6 +63,8 @@ class BatchingReport:
         }
 
 
+# the experiment's exploration logger (abpo.experiment.regimes, logger uniform): e0 = 1/|C|
+UNIFORM_RULE = "uniform"
 _SOFTMAX_RULE = re.compile(r"^softmax\(tau=([0-9.eE+-]+)\)$")
 # what the ranker arms write (abpo.arms.rankers): softmax(score/T, T=X) <ranker>, X > 0
 _RANKER_RULE = re.compile(r"^softmax\(score/T, T=([0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)\) [a-z][a-z0-9_]*$")
@@ -87,13 +89,22 @@ def _check_tau(row: Mapping[str, Any], tau: float, where: str) -> None:
     m = _RANKER_RULE.match(str(rule).strip())
     if m and float(m.group(1)) > 0:
         return
+    if str(rule).strip() == UNIFORM_RULE:
+        # uniform exploration over C (the experiment's `uniform` logger): e0 = 1/|C| exactly, whatever the scores
+        m_c = len(row["candidates"])
+        if not math.isclose(float(row["propensity"]), 1.0 / m_c, rel_tol=1e-6):
+            raise UpdateDataError(
+                f"{where} impression {rid}: logged {UNIFORM_RULE} with propensity {row['propensity']} over {m_c} "
+                f"candidates; rule: a uniform logger's e0 is 1/|C| = {1.0 / m_c:.6g}"
+            )
+        return
     try:
         tau_log = logged_tau(rule)
     except ValueError as e:
         raise UpdateDataError(
             f"{where} impression {rid}: {e}; rule: the update recomputes e_old = softmax(s/tau) over C, which needs "
-            "a log written by a softmax(tau) logging policy (or a ranker's softmax(score/T, T=X) <ranker>) over the "
-            "same candidates"
+            "a log written by a softmax(tau) logging policy (or a ranker's softmax(score/T, T=X) <ranker>, or "
+            "uniform) over the same candidates"
         ) from None
     if not math.isclose(tau_log, tau, rel_tol=1e-9, abs_tol=1e-12):
         raise UpdateDataError(

@@ -225,6 +225,22 @@ def test_update_rows_take_a_ranker_logged_row_with_its_propensity(tiny_titles, t
             example_row(dict(row, logging_policy=bad), tiny_titles, tok, tiny_policy_cfg)
 
 
+def test_update_rows_take_a_uniform_logged_row_only_at_one_over_the_candidate_count(tiny_titles, tiny_policy_cfg,
+                                                                                     load_tiny, make_impressions):
+    """The experiment's uniform logger (experiment.logger = uniform) writes logging_policy "uniform" with e0 = 1/|C|:
+    the update takes such a row with that e0 (it failed with "is not softmax" before: the uniform_paper regime could
+    not train), and refuses a "uniform" row whose propensity is not 1/|C|."""
+    from abpo.train.dataset import UpdateDataError, example_row
+
+    _, tok = load_tiny()
+    row = make_impressions(tiny_titles, 1)[0]
+    m = len(row["candidates"])
+    uniform = dict(row, logging_policy="uniform", propensity=1.0 / m)
+    assert example_row(uniform, tiny_titles, tok, tiny_policy_cfg)["e0"] == pytest.approx(1.0 / m)
+    with pytest.raises(UpdateDataError, match=r"logged uniform with propensity 0.5 .*rule: a uniform logger's e0 is 1/\|C\|"):
+        example_row(dict(uniform, propensity=0.5), tiny_titles, tok, tiny_policy_cfg)
+
+
 def test_update_prompt_is_the_prompt_the_log_was_scored_with(tiny_titles, tiny_policy_cfg, load_tiny, make_impressions):
     """With policy.history_item_ids the logged e0 was scored on a prompt whose history shows item ids; the update's
     rollouts and e_old must use that same prompt."""

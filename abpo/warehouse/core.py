@@ -30,6 +30,8 @@ from abpo.warehouse.interactions import InteractionsMixin
 from abpo.warehouse.strata import StrataMixin
 
 log = logging.getLogger("abpo.warehouse")  # the package logs as the one module did
+# a line of an SQL file that stands for another file's text (Warehouse.sql_text): `-- @include _validate_batch`
+INCLUDE_RE = re.compile(r"^--[ \t]*@include[ \t]+([A-Za-z0-9_]+)[ \t]*$\n?", re.MULTILINE)
 
 
 class Warehouse(IngestMixin, HistoryMixin, AggregatesMixin, StrataMixin, InteractionsMixin):
@@ -94,12 +96,21 @@ class Warehouse(IngestMixin, HistoryMixin, AggregatesMixin, StrataMixin, Interac
             raise
 
     # ------------------------------------------------------------------------------------ runner
-    def sql_text(self, name: str) -> str:
+    def sql_text(self, name: str, *, _including: tuple[str, ...] = ()) -> str:
+        """The text of sql/<name>.sql, its includes expanded: a line ``-- @include <part>`` is replaced by the text
+        of sql/<part>.sql (a part shared by several files, named with a leading ``_``: e.g. _validate_batch.sql, the
+        batch of validate_month.sql and validate_staged.sql), itself expanded. A file that is missing, or includes
+        itself through its parts, raises SQLFileError naming it."""
         path = self.sql_dir / f"{name}.sql"
         if not path.is_file():
-            known = sorted(p.stem for p in self.sql_dir.glob("*.sql"))
-            raise SQLFileError(f"{path}: no such SQL file (known: {known})")
-        return path.read_text()
+            known = sorted(p.stem for p in self.sql_dir.glob("*.sql") if not p.stem.startswith("_"))
+            where = f" (included by {self.sql_dir / (_including[-1] + '.sql')})" if _including else ""
+            raise SQLFileError(f"{path}: no such SQL file{where} (known: {known})")
+        if name in _including:
+            raise SQLFileError(f"{path}: included again through {' -> '.join(_including + (name,))}; rule: an SQL "
+                               "file's includes form no cycle")
+        return INCLUDE_RE.sub(lambda m: self.sql_text(m.group(1), _including=_including + (name,)),
+                              path.read_text())
 
     def run(self, name: str, **params) -> pa.Table:
         """Execute sql/<name>.sql with ``params`` bound to its ``$name`` placeholders; return the last

@@ -40,7 +40,7 @@ class StrataMixin:
         the users in ``exclude_users`` (an anti-join in DuckDB: the gate's held-out users, abpo.data.holdout)."""
         ms = [check_month(m) for m in months]
         with self._excluded_users(exclude_users):
-            return self.run("stratify_positive", months=ms), self.run("stratify_no_response", months=ms)
+            return self.run("stratify", months=ms, clicked=1), self.run("stratify", months=ms, clicked=0)
 
     def stratum_sizes(self, months: Sequence[str], *, exclude_users: Iterable[int] | None = None) -> tuple[int, int]:
         """(P, N): positive and no-response rows of the given months, without the users in ``exclude_users``."""

@@ -37,7 +37,8 @@ SELECT
     abs(epoch(served_at) - epoch(event_time))           AS serve_skew_seconds,
     -- $logging_policy_re: abpo.data.schemas.LOGGING_POLICY_PATTERN, as in ingest_check.sql
     coalesce(regexp_full_match(logging_policy, $logging_policy_re)
-             AND TRY_CAST(regexp_extract(logging_policy, $logging_policy_re, 1) AS DOUBLE) > 0, false) AS logging_policy_ok,
+             AND TRY_CAST(regexp_extract(logging_policy, $logging_policy_re, 1) AS DOUBLE) > 0,
+             false)                                     AS logging_policy_ok,
     length(list_filter(candidates, lambda c: c = s.item_id)) AS logged_item_count,
     length(list_distinct(candidates)) = length(candidates) AS candidates_unique,
     length(candidates) <> 1 OR abs(propensity - 1) <= $single_candidate_tolerance AS propensity_consistent,

@@ -47,8 +47,8 @@ class BatchPlan:
 
 
 def stratified_batch_plan(P: int, N: int, batch_size: int, seed: int, mode: str = "oversample") -> BatchPlan:
-    """The mini-batches of docs/ABPO_SPEC.md step 3 (each holds both strata: the SNIPS weight is self-normalised inside B_1
-    and B_0 of every mini-batch) for P positive and N no-response rows, as integers only.
+    """The mini-batches of docs/ABPO_SPEC.md step 3 (each holds both strata: the SNIPS weight is self-normalised inside
+    B_1 and B_0 of every mini-batch) for P positive and N no-response rows, as integers only.
 
     ``mode="oversample"`` (default): every batch holds k = clamp(round(batch_size * P / (P + N)), 1, batch_size - 1)
     positive rows and batch_size - k no-response rows, so the strata keep their overall proportion. One pass (an epoch)

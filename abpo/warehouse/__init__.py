@@ -53,8 +53,8 @@ from abpo.warehouse.ingest import IngestReport
 from abpo.warehouse.strata import EXCLUDED_USERS_TABLE
 
 __all__ = [
-    "EXCLUDED_USERS_TABLE", "MEMORY_LIMIT_ENV", "MEMORY_LIMIT_RE", "RULES", "AggregateBuild", "BatchPlan", "IngestError",
-    "IngestRefused", "IngestReport", "IngestStepFailed", "SQLFileError", "Warehouse", "WarehouseBusy",
+    "EXCLUDED_USERS_TABLE", "MEMORY_LIMIT_ENV", "MEMORY_LIMIT_RE", "RULES", "AggregateBuild", "BatchPlan",
+    "IngestError", "IngestRefused", "IngestReport", "IngestStepFailed", "SQLFileError", "Warehouse", "WarehouseBusy",
     "WarehouseIOError", "WarehouseSettingError", "WarehouseUnreadable", "check_memory_limit", "config_catalog",
     "ingest_with_config", "open_warehouse", "stratified_batch_plan", "stratified_batch_tables", "stratified_batches",
     "sweep_spill_files", "warehouse_memory_limit",

@@ -70,7 +70,8 @@ class IngestReport:
             f"{self.rows_quarantined} quarantined (replaced {self.rows_replaced} clean rows) in {self.seconds:.2f}s"
         ]
         lines += [f"  {rule:26s} {n:>10d}" for rule, n in self.quarantined_by_rule.items()]
-        lines.append(f"  per-user aggregate: {self.aggregate_rows} (arm, user) rows rebuilt in {self.aggregate_seconds:.2f}s")
+        lines.append(f"  per-user aggregate: {self.aggregate_rows} (arm, user) rows rebuilt in "
+                     f"{self.aggregate_seconds:.2f}s")
         return "\n".join(lines)
 
 
@@ -258,7 +259,8 @@ class IngestMixin:
         ids = pa.table({"item_id": pa.array(sorted({int(i) for i in catalog or ()}), pa.int64())})
         self.con.register("ingest_catalog_arrow", ids)
         try:
-            self.con.execute("CREATE OR REPLACE TABLE staging.ingest_catalog AS SELECT item_id FROM ingest_catalog_arrow")
+            self.con.execute("CREATE OR REPLACE TABLE staging.ingest_catalog AS "
+                             "SELECT item_id FROM ingest_catalog_arrow")
         finally:
             self.con.unregister("ingest_catalog_arrow")
 

@@ -67,8 +67,8 @@ class InteractionsMixin:
             self.run("interactions_quarantine_insert", month=month, files=paths, sources=sources, check_catalog=check)
             self.run("interactions_insert", month=month, files=paths, sources=sources, check_catalog=check)
             rows = self.con.execute("SELECT count(*) FROM interactions WHERE month = $m", {"m": month}).fetchall()[0][0]
-            quarantined = self.con.execute("SELECT count(*), min(item_id) FROM interactions_quarantine WHERE month = $m",
-                                           {"m": month}).fetchall()[0]
+            quarantined = self.con.execute("SELECT count(*), min(item_id) FROM interactions_quarantine "
+                                           "WHERE month = $m", {"m": month}).fetchall()[0]
             self._commit(f"the interactions of month {month}")
         except BaseException as e:
             self._rollback_after(e)

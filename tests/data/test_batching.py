@@ -66,7 +66,8 @@ def test_batch_plan_fills_every_slot_once_with_both_strata(P, N, B, mode):
     plan = stratified_batch_plan(P, N, B, seed=3, mode=mode)
     batch = np.concatenate([plan.pos_batch, plan.neg_batch])
     slot = np.concatenate([plan.pos_slot, plan.neg_slot]).astype(np.int64)
-    assert len(set(zip(batch.tolist(), slot.tolist(), strict=True))) == batch.size == plan.n_batches * B  # no slot twice
+    slots = set(zip(batch.tolist(), slot.tolist(), strict=True))
+    assert len(slots) == batch.size == plan.n_batches * B  # no slot twice
     assert slot.min() == 0 and slot.max() == B - 1
     assert set(plan.pos_batch.tolist()) == set(plan.neg_batch.tolist()) == set(range(plan.n_batches))  # both strata
     assert (np.diff(plan.pos_batch) >= 0).all() and (np.diff(plan.neg_batch) >= 0).all()

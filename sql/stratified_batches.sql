@@ -1,10 +1,10 @@
 -- The stratified mini-batches of the given months ($months), streamed in (batch, slot) order. Each stratum's rows
--- are numbered (rank) in the stable order of stratify_positive.sql / stratify_no_response.sql (month,
--- impression_id) on the keys alone; the batch plan the caller registered (batch_plan_positive,
--- batch_plan_no_response: rank, batch, slot; abpo.warehouse.stratified_batch_plan) maps ranks to slots, so a row the
+-- are numbered (rank) in the stable order of stratify.sql (month, impression_id) on the keys alone; the batch plan
+-- the caller registered (batch_plan_positive, batch_plan_no_response: rank, batch, slot;
+-- abpo.data.batching.stratified_batch_plan) maps ranks to slots, so a row the
 -- plan recycles appears once per slot it fills; only then are the rows' columns fetched (by rowid) and sorted into
 -- batch order. DuckDB sorts and spills; the caller reads the result a chunk at a time. The users of
--- strata_excluded_users (registered by the caller, as in stratify_positive.sql) are left out before the ranks.
+-- strata_excluded_users (registered by the caller, as in stratify.sql) are left out before the ranks.
 WITH positive_keys AS (
     SELECT rowid AS row_key, row_number() OVER (ORDER BY month, impression_id) - 1 AS rank
     FROM impressions

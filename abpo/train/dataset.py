@@ -233,7 +233,7 @@ def update_dataset_from_strata(
     """The warehouse's strata (two IMPRESSIONS_SCHEMA tables: y = 1 rows, y = 0 rows) -> (datasets.Dataset,
     BatchingReport), ordered in stratified batches of `examples_per_batch` logged examples
     (`update.stratification`: oversample | proportional, see abpo.warehouse.stratified_batches)."""
-    from abpo.warehouse import stratified_batches
+    from abpo.data.batching import stratified_batches
 
     report = BatchingReport(
         positive_rows=positive.num_rows, no_response_rows=no_response.num_rows, examples_per_batch=examples_per_batch

@@ -1,0 +1,61 @@
+"""The embedded warehouse: a DuckDB file, and one small runner for the named SQL files in sql/.
+
+Every transform is a readable file ``sql/<name>.sql`` executed by :meth:`Warehouse.run` with bound
+parameters (``$name`` in the file, ``name=value`` in Python); no SQL is built by concatenation.
+
+Monthly ingest (:meth:`Warehouse.ingest_month`):
+1. the month's landing files are listed and each is checked to be Parquet with the impressions
+   schema; a file that is not fails the whole ingest (IngestError names the file and the problem)
+   before anything changes;
+2. ingest_stage.sql reads them into the in-memory ``staging`` database, ingest_check.sql applies the contract row by
+   row and keeps the violations;
+3. in ONE transaction the month's clean partition and its quarantined rows are deleted and
+   re-inserted (ingest_delete_*.sql, ingest_insert_*.sql), the run is logged (ingest_log_run.sql) and
+   the month's per-user aggregate is rebuilt from its clean partition (user_month_stats_*.sql): a rerun
+   gives the same rows, never doubles, and a failure midway rolls back to the previous state.
+
+The per-user aggregate ``user_month_stats`` (month, arm, user_id, impressions, clicks) is what the A/B
+report reads (sql/report_user_moments.sql), so the report's cost follows the number of user-months, not
+of impressions. A warehouse written before the aggregate existed, or a month ingested by code that did
+not maintain it, is brought up to date when the warehouse is opened (:meth:`Warehouse.ensure_aggregates`);
+``abpo data rebuild-aggregates`` rebuilds or checks it by hand.
+
+The package follows those seams: core.py (the connection, the SQL runner, :class:`Warehouse` itself), ingest.py,
+history.py, aggregates.py, strata.py and interactions.py (the class's methods, as mixins), errors.py (the
+exceptions), from_config.py (the warehouse and the ingest as the config describes them). The stratified
+mini-batches' plan is abpo/data/batching.py (re-exported here). Every name is imported from ``abpo.warehouse``.
+"""
+
+from abpo.data.batching import BatchPlan, stratified_batch_plan, stratified_batch_tables, stratified_batches
+from abpo.data.schemas import RULES
+from abpo.warehouse.aggregates import AggregateBuild
+from abpo.warehouse.core import Warehouse, sweep_spill_files
+from abpo.warehouse.errors import (
+    MEMORY_LIMIT_RE,
+    IngestError,
+    IngestRefused,
+    IngestStepFailed,
+    SQLFileError,
+    WarehouseBusy,
+    WarehouseIOError,
+    WarehouseSettingError,
+    WarehouseUnreadable,
+    check_memory_limit,
+)
+from abpo.warehouse.from_config import (
+    MEMORY_LIMIT_ENV,
+    config_catalog,
+    ingest_with_config,
+    open_warehouse,
+    warehouse_memory_limit,
+)
+from abpo.warehouse.ingest import IngestReport
+from abpo.warehouse.strata import EXCLUDED_USERS_TABLE
+
+__all__ = [
+    "EXCLUDED_USERS_TABLE", "MEMORY_LIMIT_ENV", "MEMORY_LIMIT_RE", "RULES", "AggregateBuild", "BatchPlan",
+    "IngestError", "IngestRefused", "IngestReport", "IngestStepFailed", "SQLFileError", "Warehouse", "WarehouseBusy",
+    "WarehouseIOError", "WarehouseSettingError", "WarehouseUnreadable", "check_memory_limit", "config_catalog",
+    "ingest_with_config", "open_warehouse", "stratified_batch_plan", "stratified_batch_tables", "stratified_batches",
+    "sweep_spill_files", "warehouse_memory_limit",
+]

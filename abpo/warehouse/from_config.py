@@ -1,0 +1,69 @@
+"""The warehouse as the config describes it: its path, memory limit and spill directory (:func:`open_warehouse`),
+and the ingest with every contract and audit setting of section data (:func:`ingest_with_config`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from abpo.warehouse.core import Warehouse
+from abpo.warehouse.errors import check_memory_limit
+from abpo.warehouse.ingest import IngestReport
+
+if TYPE_CHECKING:
+    from abpo.config import Config
+
+MEMORY_LIMIT_ENV = "ABPO_WAREHOUSE_MEMORY_LIMIT"  # a deployment's cap (docker-compose.yml sets it), over the config
+
+
+def warehouse_memory_limit(cfg: Config) -> str:
+    """$ABPO_WAREHOUSE_MEMORY_LIMIT when set, else data.warehouse_memory_limit; checked against the size grammar."""
+    env = os.environ.get(MEMORY_LIMIT_ENV, "")
+    if env:
+        return check_memory_limit(env, f"${MEMORY_LIMIT_ENV}")
+    return check_memory_limit(cfg.data.warehouse_memory_limit)
+
+
+def open_warehouse(cfg: Config, *, read_only: bool = False) -> Warehouse:
+    """The config's warehouse (paths.warehouse) with its memory limit (:func:`warehouse_memory_limit`) and spill
+    directory (section data)."""
+    tmp = cfg.data.warehouse_temp_directory
+    if tmp and not Path(tmp).is_absolute():
+        tmp = str(cfg.paths.resolve("root") / tmp)
+    return Warehouse(cfg.paths.resolve("warehouse"), read_only=read_only, memory_limit=warehouse_memory_limit(cfg),
+                     temp_directory=tmp)
+
+
+def ingest_with_config(cfg: Config, month: str, *, landing: str | os.PathLike | None = None, force: bool = False,
+                       validate: bool = True) -> tuple[IngestReport, Path]:
+    """Write, audit, publish ``month`` with every contract and audit setting of the config's ``data`` section (the one
+    place they are read, for `abpo ingest` and the pipeline alike): known arms, min_propensity, max_clock_skew_seconds,
+    ingest_min_keep_fraction, max_quarantine_fraction, the catalog (the dataset's item ids: item_not_in_catalog), and
+    the Great Expectations suite unless ``validate`` is false. The suite's summary
+    (``validation/impressions_<month>.json``) is written only once the month is published: a refused ingest leaves
+    the month's summary as it was. Returns the report and the warehouse's path."""
+    from abpo.validation import save_summary, validate_month
+
+    d = cfg.data
+    out_dir = cfg.paths.resolve("root") / "validation"
+    audit = (lambda w, m: validate_month(w, m, d.known_arms, out_dir=out_dir, staged=True,
+                                         min_propensity=d.min_propensity,
+                                         max_clock_skew_seconds=d.max_clock_skew_seconds)) if validate else None
+    catalog = config_catalog(cfg)
+    with open_warehouse(cfg) as wh:
+        report = wh.ingest_month(landing or cfg.paths.location("landing"), month, d.known_arms, force=force,
+                                 min_keep_fraction=d.ingest_min_keep_fraction, audit=audit,
+                                 min_propensity=d.min_propensity, max_clock_skew_seconds=d.max_clock_skew_seconds,
+                                 max_quarantine_fraction=d.max_quarantine_fraction, catalog=catalog)
+    if report.audit is not None:
+        save_summary(report.audit, out_dir)
+    return report, wh.path
+
+
+def config_catalog(cfg: Config) -> list[int]:
+    """The item ids of the config's dataset (section data): the catalog impressions and interactions are checked
+    against at ingest (item_not_in_catalog)."""
+    from abpo.data.loaders import load_dataset
+
+    return [int(i) for i in load_dataset(cfg.data).item_ids()]

@@ -57,9 +57,9 @@ def main(argv=None) -> int:
     from abpo.data.loaders import load_dataset
     from abpo.data.splits import split_users
     from abpo.experiment.runner import eval_examples_for, metrics_from_scores
+    from abpo.logs import console
     from abpo.policy.model import load_policy
     from abpo.policy.scoring import score_examples
-    from abpo.logs import console
     from abpo.policy.sft import train_sft
 
     console()  # pi_init's stages log through the abpo loggers: one plain line each on stdout, as `abpo sft`

@@ -4,7 +4,8 @@ warehouse was made to keep up) on the same landing files, each in its own proces
 and end to end, the ratio, each process's peak resident memory, and checks that both quarantine exactly the
 injected violations.
 
-    .venv/bin/python benchmarks/ingest.py [N] [--baseline REV|none] [--memory-limit 1GB] [--threads 0] [--object-store] [--smoke]
+    .venv/bin/python benchmarks/ingest.py [N] [--baseline REV|none] [--memory-limit 1GB] [--threads 0] [--object-store]
+                                      [--smoke]
 
 This checkout streams the batches from DuckDB as Arrow tables (Warehouse.stratified_batch_stream); the baseline
 does what it did then (its strata as Arrow tables, then stratified_batches as Python dicts). The generation and

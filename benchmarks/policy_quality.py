@@ -34,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # --smoke: the same stages on 12 users and a smaller tiny model (overrides before the command line's --set)
 SMOKE = ["data.max_users=12", "data.sup_examples_per_user=4", "data.train_candidates=8", "data.eval_candidates=10",
-         "policy.tiny_hidden_size=32", "policy.tiny_layers=1", "policy.tiny_heads=2", "policy.tiny_intermediate_size=64",
+         "policy.tiny_hidden_size=32", "policy.tiny_layers=1", "policy.tiny_heads=2",
+         "policy.tiny_intermediate_size=64",
          "policy.tiny_vocab_size=2048", "policy.max_history=3", "sft.pretrain_epochs=1", "sft.max_steps=4",
          "sft.batch_size=8", "experiment.max_eval_users=8", "experiment.eval_candidates=10"]
 

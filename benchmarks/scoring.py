@@ -10,8 +10,8 @@ model (policy.tiny_*, untrained: speed does not depend on the weights) or --mode
 Both scorers run on the same prompts, alternating, --reps times; the first prompt's scores are checked equal
 (max |diff|). The naive scorer's cost is linear in the candidates (one independent forward each), so it is
 timed on the first --naive-candidates of each set (all of them when M is smaller); shared-prefix always scores
-the whole set. Prints candidates/second of each and the ratio (goal: >= 5x at M = 200); the last line is the table's last row,
-`<M> <prompt tokens> <shared cand/s> <naive cand/s> <ratio>x <max|diff|>`.
+the whole set. Prints candidates/second of each and the ratio (goal: >= 5x at M = 200); the last line is the table's
+last row, `<M> <prompt tokens> <shared cand/s> <naive cand/s> <ratio>x <max|diff|>`.
 
 ``--smoke`` runs the same path in seconds (tests/benchmarks/test_smoke.py): M = 10, one prompt, one repetition, the
 naive scorer on 4 candidates, a smaller tiny model (the figures mean nothing at that size).

@@ -5,7 +5,8 @@ and for the tiny LLM arm, side by side in one run on the same month's requests.
 
 Every request of the month goes through `abpo.sim.simulate_month` twice, once with every user routed to a
 popularity arm and once to an LLM arm (the untrained tiny model unless --model names a checkpoint: the cost of
-scoring does not depend on the weights). Prints impressions/s of both and their ratio; nothing is landed. The last line is exactly `popularity / tiny LLM: <r>x`.
+scoring does not depend on the weights). Prints impressions/s of both and their ratio; nothing is landed. The last
+line is exactly `popularity / tiny LLM: <r>x`.
 
 ``--smoke`` runs the same path in seconds (tests/benchmarks/test_smoke.py): 20 requests and a smaller tiny model
 (the ratio means nothing at that size).
@@ -21,7 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # --smoke: the same path on 20 requests and a smaller tiny model
-SMOKE = ["policy.tiny_hidden_size=32", "policy.tiny_layers=1", "policy.tiny_heads=2", "policy.tiny_intermediate_size=64",
+SMOKE = ["policy.tiny_hidden_size=32", "policy.tiny_layers=1", "policy.tiny_heads=2",
+         "policy.tiny_intermediate_size=64",
          "policy.tiny_vocab_size=2048"]
 SMOKE_REQUESTS = 20
 

@@ -43,12 +43,13 @@ def test_every_benchmark_has_a_smoke_case():
 @pytest.mark.parametrize("script", [pytest.param(s, marks=[pytest.mark.slow] if s in SLOW else []) for s in CASES])
 def test_the_benchmark_runs_its_smoke_size(script, tmp_path):
     last, before, extra = CASES[script]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-           "ABPO_STATE": str(tmp_path / "abpo-state")}
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env = {**os.environ, "PYTHONPATH": path, "ABPO_STATE": str(tmp_path / "abpo-state")}
     cmd = [sys.executable, str(ROOT / "benchmarks" / script), "--smoke", *(a.format(tmp=tmp_path) for a in extra)]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
     assert out.returncode == 0, f"{' '.join(cmd)} exited {out.returncode}:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
     lines = [line for line in out.stdout.splitlines() if line.strip()]
     assert lines and re.fullmatch(last, lines[-1]), f"{script} --smoke: last line {lines[-1:]} is not {last!r}"
     if before is not None:
-        assert re.fullmatch(before, lines[-2]), f"{script} --smoke: line before the last {lines[-2]!r} is not {before!r}"
+        assert re.fullmatch(before, lines[-2]), f"{script} --smoke: the line before the last, {lines[-2]!r}, is not " \
+            f"{before!r}"

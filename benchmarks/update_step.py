@@ -13,8 +13,9 @@ Rows timed, alternating within each repetition:
 Goals: F/B <= 1.2 and F-text/F >= 3 at M = 20. With M = 20 among the sizes the last line is
 `goal F/B <= 1.2 at M=20 (CPU time): <met|NOT met> (<F/B>); goal F-text/F >= 3: <met|NOT met> (<F-text/F>)`.
 
-``--smoke`` runs the same path in seconds (tests/benchmarks/test_smoke.py): M = 20, G = 2, 4 examples per step
-(half of the 8 requests logged as clicks: the update needs both strata), one timed step, no warm-up, one repetition, a smaller tiny model (the figures mean nothing at that size); with
+``--smoke`` runs the same path in seconds (tests/benchmarks/test_smoke.py): M = 20, G = 3 (ABPO samples
+G - 1 = 2 rollouts), 4 examples per step (half of the 8 requests logged as clicks: the update needs both strata), one
+timed step, no warm-up, one repetition, a smaller tiny model (the figures mean nothing at that size); with
 --processes the same sizes.
 
 For each candidate-set size M: real D_bandit requests of the bundled MovieLens (abpo.data: splits, candidate
@@ -56,7 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 # --smoke: the same rows on a smaller tiny model and the fewest steps (overrides of the preset; the arguments below)
 SMOKE = ["data.max_users=12", "policy.tiny_hidden_size=32", "policy.tiny_layers=1", "policy.tiny_heads=2",
          "policy.tiny_intermediate_size=64", "policy.tiny_vocab_size=2048"]
-SMOKE_ARGS = {"m": [20], "steps": 1, "warmup": 0, "reps": 1, "group_size": 2, "batch_size": 4, "click_rate": 0.5}
+SMOKE_ARGS = {"m": [20], "steps": 1, "warmup": 0, "reps": 1, "group_size": 3, "batch_size": 4, "click_rate": 0.5}
 
 
 def build_log(cfg, dataset, model, tok, n_requests: int, click_rate: float, seed: int):

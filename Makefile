@@ -1,7 +1,14 @@
 # The two commands a new user needs (see README):
 #   make demo   set everything up and run the main job end to end on the embedded defaults
-#   make test   set everything up and run the whole test suite
-.PHONY: setup demo test test-fast
+#   make test   set everything up and run the whole test suite (the 15 slowest tests listed at the end)
+# Habits (the same checks tests/test_lint.py runs; .pre-commit-config.yaml runs them on each commit):
+#   make format               ruff format, then ruff check --fix (the whole tree)
+#   make lint                 ruff check, ruff format --check, lint-imports (the layer contracts)
+#   make typecheck            mypy over abpo/, its error count held at tests/typecheck_baseline.txt's
+#   make typecheck-baseline   record today's mypy count in tests/typecheck_baseline.txt (after fixing errors)
+.PHONY: setup demo test test-fast format lint typecheck typecheck-baseline
+DURATIONS = --durations=15
+
 setup:
 	bash scripts/setup.sh
 
@@ -11,7 +18,22 @@ demo: setup
 test: setup
 	bash scripts/setup-browser.sh
 	bash scripts/setup-redis.sh
-	ABPO_REQUIRE_BROWSER=1 ABPO_REQUIRE_REDIS=1 .venv/bin/python -m pytest
+	ABPO_REQUIRE_BROWSER=1 ABPO_REQUIRE_REDIS=1 .venv/bin/python -m pytest $(DURATIONS)
 
 test-fast: setup
-	.venv/bin/python -m pytest -m "not slow"
+	.venv/bin/python -m pytest -m "not slow" $(DURATIONS)
+
+format: setup
+	.venv/bin/ruff format .
+	.venv/bin/ruff check --fix .
+
+lint: setup
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+	.venv/bin/lint-imports
+
+typecheck: setup
+	.venv/bin/python scripts/typecheck.py
+
+typecheck-baseline: setup
+	.venv/bin/python scripts/typecheck.py --write-baseline

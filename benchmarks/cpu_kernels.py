@@ -8,10 +8,12 @@
                         the kernels another CPU would pick (AVX2 only; no vector unit). Values this machine's CPU
                         does not support are skipped.
 
-    .venv/bin/python benchmarks/cpu_kernels.py
+    .venv/bin/python benchmarks/cpu_kernels.py [--smoke]
 
 A different hash under another capability is why a run on another machine gives the same conclusions within the
 report's intervals, not the same digits. The last line is `distinct weight hashes: <n> of <settings>`.
+``--smoke`` runs in seconds (tests/benchmarks/test_smoke.py): 2 steps on a batch of 4 x 8 tokens, under two settings
+(default and ATEN_CPU_CAPABILITY=default: a fresh process each, as every setting).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import subprocess
 import sys
 
 STEPS = 30
+SMOKE_STEPS, SMOKE_BATCH = 2, (4, 8)  # --smoke: the same settings, 2 steps on 4 sequences of 8 tokens
 
 
 def train_and_hash() -> str:
@@ -43,8 +46,9 @@ def train_and_hash() -> str:
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     generator = torch.Generator().manual_seed(1)
     loss = torch.tensor(0.0)
-    for _ in range(STEPS):
-        batch = torch.randint(0, config.vocab_size, (32, 50), generator=generator)
+    smoke = bool(os.environ.get("ABPO_BENCH_SMOKE"))
+    for _ in range(SMOKE_STEPS if smoke else STEPS):
+        batch = torch.randint(0, config.vocab_size, SMOKE_BATCH if smoke else (32, 50), generator=generator)
         loss = model(input_ids=batch, labels=batch).loss
         loss.backward()
         optimizer.step()
@@ -62,8 +66,15 @@ SETTINGS = [
 ]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
     from abpo.logs import progress_bars_only_on_a_terminal
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--smoke", action="store_true", help=f"{SMOKE_STEPS} steps on a batch of "
+                    f"{SMOKE_BATCH[0]} x {SMOKE_BATCH[1]} tokens under two settings: seconds")
+    args = ap.parse_args(argv)
 
     progress_bars_only_on_a_terminal()  # no progress-bar redraws in a piped or logged run (one line each)
     if os.environ.get("ABPO_BENCH_CHILD"):
@@ -71,8 +82,8 @@ def main() -> None:
         return
     hashes = []
     print(f"{'setting':30s} {'kernels':8s} result")
-    for name, extra in SETTINGS:
-        env = {**os.environ, **extra, "ABPO_BENCH_CHILD": "1"}
+    for name, extra in [SETTINGS[0], SETTINGS[-1]] if args.smoke else SETTINGS:
+        env = {**os.environ, **extra, "ABPO_BENCH_CHILD": "1", **({"ABPO_BENCH_SMOKE": "1"} if args.smoke else {})}
         done = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True)
         line = done.stdout.strip().splitlines()[-1] if done.returncode == 0 and done.stdout.strip() else ""
         if not line:

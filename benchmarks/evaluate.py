@@ -1,7 +1,7 @@
 """Offline evaluation speed: users scored per second at M = 100 on the tiny model, the paper's text prompt against
 the item-token prompt, side by side in one run (same model weights, users and candidates).
 
-    .venv/bin/python benchmarks/evaluate.py [--users 100] [--threads 1] [--model DIR] [--config tiny]
+    .venv/bin/python benchmarks/evaluate.py [--users 100] [--threads 1] [--model DIR] [--config tiny] [--smoke]
 
     text         policy.prompt_style=text, policy.max_history=10 (the prompt before the item-token policy):
                  history titles, candidate lines <item_id>ID</item_id><item>TITLE</item> (~1,800 tokens at M = 100),
@@ -14,6 +14,9 @@ Both go through abpo.policy.scoring.score_examples (what evaluation, the bandit 
 model is `--model` (e.g. var/models/pi_init after `abpo sft`) or the untrained tiny model of the preset: the cost of
 scoring does not depend on the weights. Each path scores the users twice and the faster pass counts (the first
 warms caches). The last line is exactly `users/s item_tokens/text = <r>x` (goal: at least 10x).
+
+``--smoke`` runs the same path in seconds (tests/benchmarks/test_smoke.py): 4 users among 10 candidates, a smaller
+tiny model (the ratio means nothing at that size).
 """
 
 from __future__ import annotations
@@ -26,6 +29,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+# --smoke: the same two paths on 4 users and a smaller tiny model (overrides before the command line's --set)
+SMOKE = ["data.max_users=12", "data.eval_candidates=10", "policy.tiny_hidden_size=32", "policy.tiny_layers=1",
+         "policy.tiny_heads=2", "policy.tiny_intermediate_size=64", "policy.tiny_vocab_size=2048"]
+SMOKE_USERS = 4
+
 
 def main(argv=None) -> int:
     from abpo.logs import progress_bars_only_on_a_terminal
@@ -37,7 +45,10 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default="", help="model directory (default: the untrained tiny model)")
     ap.add_argument("--config", default="tiny")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--smoke", action="store_true", help="the smallest sizes that run the same path (seconds)")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.users, args.overrides = min(args.users, SMOKE_USERS), SMOKE + args.overrides
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -1,6 +1,6 @@
 """pi_init's offline quality beside the two non-LLM arms, on the same users and candidates, in one run.
 
-    .venv/bin/python benchmarks/policy_quality.py [--config tiny] [--set key=value ...] [--state DIR]
+    .venv/bin/python benchmarks/policy_quality.py [--config tiny] [--set key=value ...] [--state DIR] [--smoke]
 
 Trains pi_init as `abpo sft` does (stage 1: next-item pre-training when sft.pretrain_epochs > 0; stage 2: the
 answer-format SFT on every D_sup pair) into a throw-away state directory, then scores the experiment's test users
@@ -13,6 +13,9 @@ shows those).
 Prints each stage's wall time, HR@1/HR@5/NDCG@5 of every row, and as its last line exactly
 
     HR@5 pi_init=<v> popularity=<v> ml_retrain=<v>
+
+``--smoke`` runs the same path in seconds (tests/benchmarks/test_smoke.py): 12 users, a smaller tiny model, one
+pre-training epoch, 4 SFT steps, 8 evaluation users among 10 candidates (the figures mean nothing at that size).
 
 Works on any dataset the loaders read: `--set data.dataset_dir=DIR` (MovieLens format) or
 `--set data.format=amazon18 --set data.dataset_dir=../shared/data/amazon18 --set data.amazon_domain=...`.
@@ -29,6 +32,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+# --smoke: the same stages on 12 users and a smaller tiny model (overrides before the command line's --set)
+SMOKE = ["data.max_users=12", "data.sup_examples_per_user=4", "data.train_candidates=8", "data.eval_candidates=10",
+         "policy.tiny_hidden_size=32", "policy.tiny_layers=1", "policy.tiny_heads=2",
+         "policy.tiny_intermediate_size=64",
+         "policy.tiny_vocab_size=2048", "policy.max_history=3", "sft.pretrain_epochs=1", "sft.max_steps=4",
+         "sft.batch_size=8", "experiment.max_eval_users=8", "experiment.eval_candidates=10"]
+
 
 def main(argv=None) -> int:
     from abpo.logs import progress_bars_only_on_a_terminal
@@ -39,6 +49,7 @@ def main(argv=None) -> int:
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="config override, repeatable (as every abpo command)")
     ap.add_argument("--state", default="", help="state directory for pi_init (default: a temporary directory)")
+    ap.add_argument("--smoke", action="store_true", help="the smallest sizes that run the same path (seconds)")
     args = ap.parse_args(argv)
 
     from abpo.baselines import make_ranker
@@ -47,11 +58,13 @@ def main(argv=None) -> int:
     from abpo.data.loaders import load_dataset
     from abpo.data.splits import split_users
     from abpo.experiment.runner import eval_examples_for, metrics_from_scores
+    from abpo.logs import console
     from abpo.policy.model import load_policy
     from abpo.policy.scoring import score_examples
     from abpo.policy.sft import train_sft
 
-    cfg = load_config(args.config, args.overrides)
+    console()  # pi_init's stages log through the abpo loggers: one plain line each on stdout, as `abpo sft`
+    cfg = load_config(args.config, (SMOKE if args.smoke else []) + args.overrides)
     state = Path(args.state) if args.state else Path(tempfile.mkdtemp(prefix="abpo-policy-quality-"))
     cfg.paths = dataclasses.replace(cfg.paths, root=str(state))
     t0 = time.time()
@@ -59,7 +72,7 @@ def main(argv=None) -> int:
     splits, report = split_users(ds, cfg.data)
     print(f"dataset {ds.name}: {len(splits)} users split ({report}); state {state}", flush=True)
     res = train_sft(cfg, validation_fraction=cfg.experiment.validation_fraction, dataset=ds, log_mlflow=False,
-                    register=False, evaluate=False, echo=print)
+                    register=False, evaluate=False)
     for stage, secs in res.stage_seconds.items():
         print(f"stage {stage}: {secs:.1f}s")
     print(f"pi_init in all (data, tokenizer, both stages, save): {res.seconds:.1f}s", flush=True)

@@ -21,6 +21,11 @@ scan them, and generating 100M unique strings would only slow the set-up.
 
     .venv/bin/python benchmarks/report.py                       # 10M and 100M
     .venv/bin/python benchmarks/report.py --sizes 1e6 1e7       # quicker
+    .venv/bin/python benchmarks/report.py --smoke               # seconds: --sizes 1e4 2e4 --repeat 1 --raw-baseline
+
+With two sizes or more the line before the last is the ratio, `ratio <n1> / <n0> rows (x<r> rows, x<a> aggregate
+rows): report time x<t>, report CPU x<c>, aggregation time x<g>[, raw-row SQL x<s>]`; the last line is always
+`(wall time on a machine with <n> cores, load average now <1 min>, <5 min>, <15 min>)`.
 """
 
 from __future__ import annotations
@@ -189,7 +194,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--raw-baseline", action="store_true",
                     help="Also time, once per size, the same moments grouped from the raw impressions (the "
                     "design before the per-user aggregate), for comparison.")
+    ap.add_argument("--smoke", action="store_true", help="the same path in seconds: --sizes 1e4 2e4 --repeat 1 "
+                    "--raw-baseline (tests/benchmarks/test_smoke.py)")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.sizes, args.repeat, args.raw_baseline = [10_000, 20_000], 1, True
 
     base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="abpo-bench-report-"))
     results = []

@@ -2,7 +2,7 @@
 forward per candidate (score_candidates_naive), side by side in one run.
 
     .venv/bin/python benchmarks/scoring.py [--m 20 200] [--reps 3] [--threads 2] [--device cpu|cuda|auto]
-                                           [--model tiny] [--naive-candidates 40]
+                                           [--model tiny] [--naive-candidates 40] [--smoke]
 
 For each candidate-set size M: real D_bandit requests of the bundled MovieLens (abpo.data: splits and candidate
 sets of size M), prompts fitted by abpo.policy.prompt (history up to policy.max_history), and the `tiny` preset's
@@ -10,7 +10,11 @@ model (policy.tiny_*, untrained: speed does not depend on the weights) or --mode
 Both scorers run on the same prompts, alternating, --reps times; the first prompt's scores are checked equal
 (max |diff|). The naive scorer's cost is linear in the candidates (one independent forward each), so it is
 timed on the first --naive-candidates of each set (all of them when M is smaller); shared-prefix always scores
-the whole set. Prints candidates/second of each and the ratio (goal: >= 5x at M = 200).
+the whole set. Prints candidates/second of each and the ratio (goal: >= 5x at M = 200); the last line is the table's
+last row, `<M> <prompt tokens> <shared cand/s> <naive cand/s> <ratio>x <max|diff|>`.
+
+``--smoke`` runs the same path in seconds (tests/benchmarks/test_smoke.py): M = 10, one prompt, one repetition, the
+naive scorer on 4 candidates, a smaller tiny model (the figures mean nothing at that size).
 """
 
 from __future__ import annotations
@@ -24,6 +28,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+# --smoke: the same path on one small prompt and a smaller tiny model
+SMOKE = ["data.max_users=12", "policy.tiny_hidden_size=32", "policy.tiny_layers=1", "policy.tiny_heads=2",
+         "policy.tiny_intermediate_size=64", "policy.tiny_vocab_size=2048"]
+SMOKE_ARGS = {"m": [10], "prompts": 1, "reps": 1, "naive_candidates": 4}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,7 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default=None, help="policy.model override (default: the config's).")
     ap.add_argument("--naive-candidates", type=int, default=40, help="Candidates per set the naive scorer times.")
     ap.add_argument("--batch-tokens", type=int, default=None, help="policy.scoring_batch_tokens override.")
+    ap.add_argument("--smoke", action="store_true", help="the smallest sizes that run the same path (seconds)")
     args = ap.parse_args(argv)
+    if args.smoke:
+        vars(args).update(SMOKE_ARGS)
 
     import torch
 
@@ -54,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
-    cfg = load_config(args.config)
+    cfg = load_config(args.config, SMOKE if args.smoke else [])
     if args.model:
         cfg.policy.model = args.model
     if args.batch_tokens:

@@ -1,11 +1,15 @@
 """Simulator throughput: impressions per second served (exposure + click + the Parquet row) for the popularity arm
 and for the tiny LLM arm, side by side in one run on the same month's requests.
 
-    .venv/bin/python benchmarks/simulate_throughput.py [--config demo] [--requests 600] [--model DIR]
+    .venv/bin/python benchmarks/simulate_throughput.py [--config demo] [--requests 600] [--model DIR] [--smoke]
 
 Every request of the month goes through `abpo.sim.simulate_month` twice, once with every user routed to a
 popularity arm and once to an LLM arm (the untrained tiny model unless --model names a checkpoint: the cost of
-scoring does not depend on the weights). Prints impressions/s of both and their ratio; nothing is landed.
+scoring does not depend on the weights). Prints impressions/s of both and their ratio; nothing is landed. The last
+line is exactly `popularity / tiny LLM: <r>x`.
+
+``--smoke`` runs the same path in seconds (tests/benchmarks/test_smoke.py): 20 requests and a smaller tiny model
+(the ratio means nothing at that size).
 """
 
 from __future__ import annotations
@@ -17,6 +21,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+# --smoke: the same path on 20 requests and a smaller tiny model
+SMOKE = ["policy.tiny_hidden_size=32", "policy.tiny_layers=1", "policy.tiny_heads=2",
+         "policy.tiny_intermediate_size=64",
+         "policy.tiny_vocab_size=2048"]
+SMOKE_REQUESTS = 20
+
 
 def main(argv=None) -> int:
     from abpo.logs import progress_bars_only_on_a_terminal
@@ -26,7 +36,10 @@ def main(argv=None) -> int:
     ap.add_argument("--config", default="demo")
     ap.add_argument("--requests", type=int, default=600, help="requests served by each arm (2 per user)")
     ap.add_argument("--model", default="", help="LLM checkpoint directory (default: the untrained tiny model)")
+    ap.add_argument("--smoke", action="store_true", help="the smallest sizes that run the same path (seconds)")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.requests = min(args.requests, SMOKE_REQUESTS)
 
     from abpo.arms.llm import LLMArm
     from abpo.arms.rankers import RankerArm
@@ -38,7 +51,7 @@ def main(argv=None) -> int:
 
     users = max(args.requests // 2, 1)
     cfg = load_config(args.config, [f"data.max_users={users}", "sim.requests_per_user=2",
-                                    "report.arm_shares={bench: 1.0}"])
+                                    "report.arm_shares={bench: 1.0}", *(SMOKE if args.smoke else [])])
     ds = load_dataset(cfg.data)
     splits, _ = split_users(ds, cfg.data)
     month = cfg.sim.start_month

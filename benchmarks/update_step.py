@@ -10,7 +10,13 @@ Rows timed, alternating within each repetition:
     F-text   ABPO as before the item-token policy: policy.prompt_style=text, policy.max_history=10, LoRA r=8 on
              attention and MLP (policy.lora_r=8), constrained rollouts decoded token by token through HF generate,
              s_p (e0, e_old) the mean over the answer's tokens
-Goals: F/B <= 1.2 and F-text/F >= 3 at M = 20.
+Goals: F/B <= 1.2 and F-text/F >= 3 at M = 20. With M = 20 among the sizes the last line is
+`goal F/B <= 1.2 at M=20 (CPU time): <met|NOT met> (<F/B>); goal F-text/F >= 3: <met|NOT met> (<F-text/F>)`.
+
+``--smoke`` runs the same path in seconds (tests/benchmarks/test_smoke.py): M = 20, G = 3 (ABPO samples
+G - 1 = 2 rollouts), 4 examples per step (half of the 8 requests logged as clicks: the update needs both strata), one
+timed step, no warm-up, one repetition, a smaller tiny model (the figures mean nothing at that size); with
+--processes the same sizes.
 
 For each candidate-set size M: real D_bandit requests of the bundled MovieLens (abpo.data: splits, candidate
 sets of size M), the `tiny` preset's model (policy.tiny_*; untrained weights: the cost of a step does not depend
@@ -47,6 +53,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+# --smoke: the same rows on a smaller tiny model and the fewest steps (overrides of the preset; the arguments below)
+SMOKE = ["data.max_users=12", "policy.tiny_hidden_size=32", "policy.tiny_layers=1", "policy.tiny_heads=2",
+         "policy.tiny_intermediate_size=64", "policy.tiny_vocab_size=2048"]
+SMOKE_ARGS = {"m": [20], "steps": 1, "warmup": 0, "reps": 1, "group_size": 3, "batch_size": 4, "click_rate": 0.5}
 
 
 def build_log(cfg, dataset, model, tok, n_requests: int, click_rate: float, seed: int):
@@ -160,7 +171,8 @@ def processes_rows(args) -> int:
     from abpo.train.dataset import update_dataset_from_strata
 
     m = args.m[0]
-    sets = [f"data.train_candidates={m}", f"policy.max_prompt_tokens={max(1024, 24 * m + 512)}"]
+    sets = [*(SMOKE if args.smoke else []), f"data.train_candidates={m}",
+            f"policy.max_prompt_tokens={max(1024, 24 * m + 512)}"]
     if args.batch_size:
         sets.append(f"update.batch_size={args.batch_size}")
     if args.group_size:
@@ -235,7 +247,10 @@ def main(argv=None) -> int:
     ap.add_argument("--processes", action="store_true",
                     help="rows for 1 and 2 processes (P1, P2-DDP, P2-ZeRO2) instead of B / F / F-text")
     ap.add_argument("--worker", metavar="SPEC", help=argparse.SUPPRESS)  # one process of a --processes row
+    ap.add_argument("--smoke", action="store_true", help="the smallest sizes that run the same path (seconds)")
     args = ap.parse_args(argv)
+    if args.smoke:
+        vars(args).update(SMOKE_ARGS)
     if args.worker:
         return worker(args.worker)
     if args.processes:
@@ -256,7 +271,8 @@ def main(argv=None) -> int:
         tmp = Path(tmp)
         for m in args.m:
             cfg = load_config(args.config, [
-                f"data.train_candidates={m}", f"policy.max_prompt_tokens={max(1024, 24 * m + 512)}",
+                *(SMOKE if args.smoke else []), f"data.train_candidates={m}",
+                f"policy.max_prompt_tokens={max(1024, 24 * m + 512)}",
             ])
             if args.group_size:
                 cfg.update.group_size = args.group_size

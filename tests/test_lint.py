@@ -1,9 +1,12 @@
-"""The lint and the layers run with the test suite: `ruff check` (pyproject.toml [tool.ruff]) and `lint-imports`
-(the import-linter contracts in pyproject.toml [tool.importlinter]: abpo's layers import only downward, the leaf
-modules import nothing of abpo, production code does not read from the simulator). Both come with the dev extra."""
+"""The lint, the format, the layers and the types run with the test suite: `ruff check` and `ruff format --check`
+(pyproject.toml [tool.ruff], [tool.ruff.format]), `lint-imports` (the import-linter contracts in pyproject.toml
+[tool.importlinter]: abpo's layers import only downward, the leaf modules import nothing of abpo, production code does
+not read from the simulator) and mypy over abpo/ ([tool.mypy]) held at tests/typecheck_baseline.txt's count
+(scripts/typecheck.py). All come with the dev extra. `make lint`, `make typecheck` and `make format` run the same."""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -31,3 +34,20 @@ def test_import_contracts_are_kept():
                           timeout=300)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
     assert "0 broken" in proc.stdout or "broken" not in proc.stdout.split("Contracts:")[-1]
+
+
+# The tree is not formatted yet (issue 34: the lead runs `ruff format .` once, after the other moves are merged).
+# strict: once the tree is formatted this test passes, the xfail turns that into a failure, and the mark is removed.
+@pytest.mark.xfail(strict=True, reason="the tree is formatted once by `make format` (issue 34); then delete this mark")
+def test_the_tree_is_formatted():
+    proc = subprocess.run([_tool("ruff"), "format", "--check", "--no-cache", "."], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, "`make format` reformats these:\n" + proc.stdout[-6000:] + proc.stderr[-2000:]
+
+
+def test_mypy_errors_stay_at_or_below_the_baseline():
+    if importlib.util.find_spec("mypy") is None:
+        pytest.fail("mypy: not installed; `pip install -c constraints.txt -e '.[dev]'` (scripts/setup.sh) adds it")
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "typecheck.py")], cwd=ROOT, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-8000:] + proc.stderr[-3000:]

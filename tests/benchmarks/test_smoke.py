@@ -1,0 +1,55 @@
+"""Every script in benchmarks/ runs with --smoke (the same code path at the smallest sizes, in seconds) and ends with
+the line its docstring and the README's "Benchmarks" table document, so a change elsewhere that breaks a benchmark
+fails here instead of at the next measurement. A new script in benchmarks/ needs a case below."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+NUM = r"\d+(?:\.\d+)?"
+
+# script -> (the last line, as a regex; the line before it, or None; extra arguments)
+CASES = {
+    "cpu_kernels.py": (r"distinct weight hashes: [12] of 2", None, []),
+    "evaluate.py": (rf"users/s item_tokens/text = {NUM}x", None, []),
+    "ingest.py": (rf"same quarantine counts and batch count; end to end now/baseline: {NUM}x \(ingest {NUM}x\)", None,
+                  []),
+    "policy_quality.py": (r"HR@5 pi_init=[01]\.\d{4} popularity=[01]\.\d{4} ml_retrain=[01]\.\d{4}", None,
+                          ["--state", "{tmp}/state"]),
+    "report.py": (rf"\(wall time on a machine with \d+ cores, load average now {NUM}, {NUM}, {NUM}\)",
+                  rf"ratio 20,000 / 10,000 rows \(x2 rows, x{NUM} aggregate rows\): report time x{NUM}, report CPU "
+                  rf"x{NUM}, aggregation time x{NUM}, raw-row SQL x{NUM}", []),
+    "scoring.py": (rf" +10 +\d+ +{NUM} +{NUM} +{NUM}x +\d\.\d\de[+-]\d\d", None, []),
+    "simulate.py": (r"Kendall tau offline HR@5 vs simulated CTR: (?:-?[01]\.\d\d|nan)", None, []),
+    "simulate_throughput.py": (r"popularity / tiny LLM: [\d,]+x", None, []),
+    "update_step.py": (rf"goal F/B <= 1\.2 at M=20 \(CPU time\): (?:met|NOT met) \({NUM}\); "
+                       rf"goal F-text/F >= 3: (?:met|NOT met) \({NUM}\)", None, []),
+}
+SLOW = {"simulate.py"}  # bootstraps every arm (pi_init's SFT, MLflow's registry) first: ~25 CPU-s
+
+
+def test_every_benchmark_has_a_smoke_case():
+    scripts = sorted(p.name for p in (ROOT / "benchmarks").glob("*.py"))
+    assert scripts == sorted(CASES), "each script in benchmarks/ needs a --smoke case in tests/benchmarks/test_smoke.py"
+
+
+@pytest.mark.parametrize("script", [pytest.param(s, marks=[pytest.mark.slow] if s in SLOW else []) for s in CASES])
+def test_the_benchmark_runs_its_smoke_size(script, tmp_path):
+    last, before, extra = CASES[script]
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env = {**os.environ, "PYTHONPATH": path, "ABPO_STATE": str(tmp_path / "abpo-state")}
+    cmd = [sys.executable, str(ROOT / "benchmarks" / script), "--smoke", *(a.format(tmp=tmp_path) for a in extra)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+    assert out.returncode == 0, f"{' '.join(cmd)} exited {out.returncode}:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
+    lines = [line for line in out.stdout.splitlines() if line.strip()]
+    assert lines and re.fullmatch(last, lines[-1]), f"{script} --smoke: last line {lines[-1:]} is not {last!r}"
+    if before is not None:
+        assert re.fullmatch(before, lines[-2]), f"{script} --smoke: the line before the last, {lines[-2]!r}, is not " \
+            f"{before!r}"

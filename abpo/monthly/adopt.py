@@ -16,12 +16,15 @@ import logging
 import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from abpo import registry as core_registry
 from abpo.arms import versions as arm_versions
 from abpo.arms.names import LLM, LLM_ARMS, entry
 from abpo.monthly.common import CHAMPION, StepResult, dataset_and_splits, start_run
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 log = logging.getLogger(__name__)
 CHECK_REQUESTS = 4  # held-out requests scored by the check
@@ -41,7 +44,7 @@ class AdoptResult(StepResult):
     mean_top_propensity: float
 
 
-def resolve_model(cfg, model: str) -> Path:
+def resolve_model(cfg: Config, model: str) -> Path:
     """The local ``save_pretrained`` directory of ``model``: the directory itself, or a registered MLflow model
     (``models:/...``) downloaded under ``<paths.models>/adopted/``."""
     if model.startswith("models:/"):
@@ -103,7 +106,7 @@ def check_tokenizer(path: Path, tokenizer, cfg, item_ids: list[int], titles: dic
                 "model without them with --set policy.prompt_style=text")
 
 
-def check_model(cfg, path: Path) -> dict[str, Any]:
+def check_model(cfg: Config, path: Path) -> dict[str, Any]:
     """Check that the model in ``path`` serves the loop's prompt format (module docstring); returns what was
     measured. ModelRefused names the file or field and the rule when it does not."""
     import torch
@@ -146,7 +149,7 @@ def check_model(cfg, path: Path) -> dict[str, Any]:
     return {"checked_requests": len(scored), "mean_top_propensity": sum(tops) / len(tops) if tops else math.nan}
 
 
-def adopt_model(cfg, arm: str, model: str | Path) -> AdoptResult:
+def adopt_model(cfg: Config, arm: str, model: str | Path) -> AdoptResult:
     """Register ``model`` (a directory or ``models:/...``) as LLM arm ``arm``'s first champion, after
     :func:`check_model`. Refused when the arm is a ranker or already has a champion; nothing is registered then."""
     model = str(model)

@@ -9,13 +9,24 @@ from __future__ import annotations
 import dataclasses
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from abpo import registry as core_registry
 from abpo.arms import versions as arm_versions
 from abpo.arms.names import RANKER, entry
-from abpo.monthly.common import CHAMPION, StepResult, arms_of, record_month_start, reuse, start_run, task_key
+from abpo.monthly.common import (
+    CHAMPION,
+    StepResult,
+    arms_of,
+    completed_step,
+    record_month_start,
+    start_run,
+    task_key,
+)
 from abpo.months import Month
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -25,11 +36,11 @@ class BootstrapResult(StepResult):
     arms: dict[str, dict[str, Any]]  # arm -> {"version": its champion, "bootstrapped": registered just now}
 
 
-def pi_init_dir(cfg) -> Path:
+def pi_init_dir(cfg: Config) -> Path:
     return cfg.paths.resolve("models") / cfg.sft.output
 
 
-def ensure_pi_init(cfg, *, fresh: bool = False) -> dict[str, Any]:
+def ensure_pi_init(cfg: Config, *, fresh: bool = False) -> dict[str, Any]:
     """Train pi_init by SFT on D_sup and register it (alias pi_init; champion only when none exists), unless a
     registered pi_init exists and ``fresh`` is not set: then it is reused, downloaded from the registry when the
     local directory is missing (a fresh worker), never retrained behind the registry's back. A registry that cannot
@@ -62,14 +73,14 @@ def ensure_pi_init(cfg, *, fresh: bool = False) -> dict[str, Any]:
     }
 
 
-def bootstrap_arms(cfg, month: str = "") -> BootstrapResult:
+def bootstrap_arms(cfg: Config, month: str = "") -> BootstrapResult:
     """Every arm gets a champion if it has none (see the module docstring). An arm that has one is checked against
     its promotion history first (abpo.arms.versions.check_champion): a champion moved by hand in MLflow since the
     last recorded move is recorded (actor ``mlflow-ui``), pinned, and reported as ``moved_by_hand`` ({from, to}),
     which the DAG's bootstrap task turns into the arm's champion Asset event."""
     from abpo.data.holdout import check_gate_users, check_holdout_fraction
     from abpo.monthly.gate import offline_scores, record_offline_metrics
-    from abpo.monthly.refit import refit_ranker_arm
+    from abpo.monthly.refit import refit
 
     if check_gate_users(cfg.arms.gate_users) == "warehouse":  # a wrong gate setting stops the month here, not later
         check_holdout_fraction(cfg.arms.gate_holdout_fraction)
@@ -87,7 +98,7 @@ def bootstrap_arms(cfg, month: str = "") -> BootstrapResult:
                                 moved_by_hand={"from": hand.from_version, "to": hand.to_version})
             continue
         if entry(arm).kind == RANKER:
-            res = refit_ranker_arm(cfg, arm, None)
+            res = refit(cfg, arm, None)
             out[arm] = {"version": res.version, "bootstrapped": True}
             continue
         if init is None:
@@ -95,8 +106,7 @@ def bootstrap_arms(cfg, month: str = "") -> BootstrapResult:
         tags = arm_versions.lineage_tags(cfg, kind=entry(arm).kind, source="pi_init", parent_version=None, months=[],
                                          data_hash="", variant=entry(arm).refreshed_by,
                                          pi_init_version=f"{core_registry.model_name(cfg)} v{init['model_version']}")
-        key = task_key(cfg, "bootstrap", arm, f"pi_init-v{init['model_version']}")
-        done = reuse(cfg, arm_versions.EXPERIMENT, key)
+        key, done = completed_step(cfg, "bootstrap", arm, f"pi_init-v{init['model_version']}")
         if done is not None:  # registered before, its champion alias since removed: the same version again
             mv = arm_versions.register_version(cfg, arm, done["model_uri"], done["run_id"], tags, alias=CHAMPION)
         else:
@@ -130,7 +140,7 @@ class RegistryLost(arm_versions.NotInRegistry):
     tracking URI pointing at another store): bootstrapping now would silently start the arms over from pi_init."""
 
 
-def require_registry(cfg, *, force: bool = False) -> None:
+def require_registry(cfg: Config, *, force: bool = False) -> None:
     """Refuse a store that lost the arms: with completed months (abpo.monthly.report.completed_months), the state's
     SQLite store missing or of 0 bytes (checked before anything opens it, which would create it), or any store in
     which no arm of arms.names has a registered model, raises RegistryLost naming the store, the completed months
@@ -164,7 +174,7 @@ def require_registry(cfg, *, force: bool = False) -> None:
     raise RegistryLost(f"{core_registry.store_line(cfg)}: holds none of the arms' registered models ({names}); {rule}")
 
 
-def bootstrap(cfg, month: Month, *, force: bool = False) -> BootstrapResult:
+def bootstrap(cfg: Config, month: Month, *, force: bool = False) -> BootstrapResult:
     """The step: a store that lost the arms of a state with completed months is refused unless ``force``
     (:func:`require_registry`), a setting that changes the data split of the state's series is refused
     (abpo.monthly.series.check_series), a failed month m-1 blocks month m

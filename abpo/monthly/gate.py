@@ -13,7 +13,7 @@
                  ``arms.gate_top_weight_fraction`` of the rows) at most ``arms.gate_max_top_weight_share`` (fails
                  closed)
 
-The decision is :func:`gate_verdict`, a pure function of those numbers; :func:`gate_arm` computes them (scoring,
+The decision is :func:`gate_verdict`, a pure function of those numbers; :func:`gate` computes them (scoring,
 the warehouse's logs), applies it, and records every number in MLflow: metrics of the versions' LoggedModels (the
 offline metrics on both, with their per-user ranks as an artifact of the run that logged each version; the gate's
 numbers on the challenger) and of the gate's run; the verdict, its reason and the paired test's numbers
@@ -28,11 +28,14 @@ import logging
 import math
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from abpo import registry as core_registry
 from abpo.arms import versions as arm_versions
-from abpo.monthly.common import CHAMPION, StepResult, dataset_and_splits, reuse, start_run, task_key
+from abpo.monthly.common import CHAMPION, StepResult, completed_step, dataset_and_splits, start_run
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +149,7 @@ class GateUsersMissing(LookupError):
 GateSet = tuple[list, dict[int, int], str]  # (examples, popularity, key): what gate_examples returns
 
 
-def gate_examples(cfg, month: str | None = None) -> GateSet:
+def gate_examples(cfg: Config, month: str | None = None) -> GateSet:
     """The held-out users every gate scores, as (examples, popularity, key): evaluation examples (target, history,
     candidates), the popularity their hard negatives were drawn by (also what Diversity@K reads), and the user set's
     key (the digest of dataset ``gate-users`` under which a version's offline metrics are kept).
@@ -160,7 +163,7 @@ def gate_examples(cfg, month: str | None = None) -> GateSet:
     return dataset_gate_examples(cfg)
 
 
-def dataset_gate_examples(cfg) -> GateSet:
+def dataset_gate_examples(cfg: Config) -> GateSet:
     """The configured dataset's held-out users (seeded choice of ``arms.gate_max_users``, else
     ``sft.eval_max_users``): x_{T+N} targets with evaluation candidates, training popularity."""
     from abpo.data.candidates import build_eval_examples, training_popularity
@@ -201,7 +204,7 @@ def _not_in_catalog(rows, item_ids, path, month: str) -> None:
         "none was dropped")
 
 
-def warehouse_gate_examples(cfg, month: str | None) -> GateSet:
+def warehouse_gate_examples(cfg: Config, month: str | None) -> GateSet:
     """``arms.gate_users = warehouse``: the deployment's own held-out users, from the warehouse's interactions
     through ``month`` (landing/interactions/month=YYYY-MM, table ``interactions``).
 
@@ -231,7 +234,7 @@ def warehouse_gate_examples(cfg, month: str | None) -> GateSet:
 
     if month is None:
         raise ValueError("gate: arms.gate_users=warehouse scores the users of the warehouse's interactions through the "
-                         "gated month; rule: pass the month (gate_arm(cfg, arm, version, month))")
+                         "gated month; rule: pass the month (gate(cfg, arm, version, month))")
     month = str(Month(month, "gate month"))
     fraction = check_holdout_fraction(cfg.arms.gate_holdout_fraction)
     ds, _ = dataset_and_splits(cfg)
@@ -310,7 +313,7 @@ def kept_ranks(mv, key: str, examples) -> list[int] | None:
     return [int(r) for r in kept["ranks"]]
 
 
-def offline_scores(cfg, arm: str, version: str, month: str | None = None, *,
+def offline_scores(cfg: Config, arm: str, version: str, month: str | None = None, *,
                    gate_set: GateSet | None = None) -> tuple[dict[str, float], list[int]]:
     """The version's offline metrics on the gate's users (:func:`gate_examples` of ``month``, or ``gate_set`` when
     the caller built it) and each user's 1-based target rank (in the order of the examples), computed once per
@@ -338,13 +341,13 @@ def offline_scores(cfg, arm: str, version: str, month: str | None = None, *,
     return metrics, [int(r) for r in res.ranks]
 
 
-def offline_metrics(cfg, arm: str, version: str, month: str | None = None, *,
+def offline_metrics(cfg: Config, arm: str, version: str, month: str | None = None, *,
                     gate_set: GateSet | None = None) -> dict[str, float]:
     """The metrics of :func:`offline_scores`."""
     return offline_scores(cfg, arm, version, month, gate_set=gate_set)[0]
 
 
-def record_offline_metrics(cfg, arm: str, version: str, metrics: dict[str, float], month: str | None = None, *,
+def record_offline_metrics(cfg: Config, arm: str, version: str, metrics: dict[str, float], month: str | None = None, *,
                            ranks: Sequence[int], gate_set: GateSet | None = None) -> dict[str, float]:
     """Keep ``metrics`` and the per-user target ``ranks`` (on the gate's users, in the order of its examples) for the
     version: the metrics on its LoggedModel (through the run that logged it; dataset ``GATE_DATASET``, digest the
@@ -364,7 +367,7 @@ def record_offline_metrics(cfg, arm: str, version: str, metrics: dict[str, float
     return kept
 
 
-def off_policy_gate(cfg, arm: str, version: str, month: str, *, champion: str | None = None) -> dict[str, Any]:
+def off_policy_gate(cfg: Config, arm: str, version: str, month: str, *, champion: str | None = None) -> dict[str, Any]:
     """The challenger's SNIPS CTR on the arm's own month-``month`` logs against the champion's, with a bootstrap
     interval of the difference and both effective sample sizes (abpo.evaluation.off_policy.compare_snips).
     Rows the champion logged are weighted 1 for it (its propensity is the logged e0); other rows are rescored."""
@@ -430,7 +433,7 @@ def offline_tags(metric: str, offline: dict[str, Any]) -> dict[str, str]:
     return tags
 
 
-def month_start_champion(cfg, arm: str, version: str):
+def month_start_champion(cfg: Config, arm: str, version: str):
     """The champion the gate compares challenger ``version`` against: the one the month's update read once at its
     start and trained from (the challenger's lineage tag ``parent_version``), not whatever the alias points to now,
     so a rollback or hand move during the month cannot have the challenger gated against a champion it was not
@@ -446,7 +449,7 @@ def month_start_champion(cfg, arm: str, version: str):
     return champ
 
 
-def gate_arm(cfg, arm: str, version: str, month: str | None = None) -> GateResult:
+def gate(cfg: Config, arm: str, version: str, month: str | None = None) -> GateResult:
     """Challenger ``version`` against the arm's champion. Offline: the paired non-inferiority test of
     ``arms.gate_metric`` on the held-out users (:func:`offline_verdict`: the one-sided (1 - ``arms.gate_alpha``)
     lower bound of the per-user difference > -``arms.gate_margin``). Off-policy (when ``month`` is given and
@@ -458,11 +461,11 @@ def gate_arm(cfg, arm: str, version: str, month: str | None = None) -> GateResul
     MLflow (experiment abpo-arms, run gate-<arm>-v<version>, linked to the challenger's LoggedModel); the verdict and
     its reason are printed and kept as version tags."""
     champ = month_start_champion(cfg, arm, version)
-    key = task_key(cfg, "gate", arm, f"v{version}", f"champion-v{champ.version}", month or "offline")
-    done = reuse(cfg, arm_versions.EXPERIMENT, key)
+    key, done = completed_step(cfg, "gate", arm, f"v{version}", f"champion-v{champ.version}", month or "offline",
+                               result=GateResult)
     if done is not None:
-        log.info(f"gate {arm}: {'PASS' if done['passed'] else 'FAIL'}: {done['reason']}")
-        return GateResult.from_json(done)
+        log.info(f"gate {arm}: {'PASS' if done.passed else 'FAIL'}: {done.reason}")
+        return done
     from abpo.policy.evaluate import NonFiniteScores
 
     metric = cfg.arms.gate_metric

@@ -175,7 +175,7 @@ REFUSED = (  # the same inputs fail the same way: a retry only delays the failur
     "abpo.arms.versions.HoldbackNeverPromoted",  # the holdback is never promoted (before PromotionRace, its base)
     "abpo.train.update.UpdateInputMissing",  # pi_init / the bandit log do not exist: a command must make them first
     "abpo.arms.versions.NotInRegistry",  # a version or champion the step needs is not registered
-    "abpo.monthly.gate.GateUsersMissing",  # the gate's evaluation users are missing
+    "abpo.monthly.gate_users.GateUsersMissing",  # the gate's evaluation users are missing
     "abpo.config.ConfigError",  # a bad config or override (a ValueError, below, too)
     "builtins.ValueError",  # bad input: a config that breaks the series, a month, a schema, a data format
     "builtins.LookupError",  # a key / user / item that is not there

@@ -11,7 +11,6 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from abpo import registry as core_registry
 from abpo.arms import versions as arm_versions
 from abpo.arms.names import RANKER, entry
 from abpo.monthly.common import (
@@ -45,24 +44,24 @@ def ensure_pi_init(cfg: Config, *, fresh: bool = False) -> dict[str, Any]:
     registered pi_init exists and ``fresh`` is not set: then it is reused, downloaded from the registry when the
     local directory is missing (a fresh worker), never retrained behind the registry's back. A registry that cannot
     answer raises (abpo.registry.RegistryUnavailable)."""
-    from abpo import registry
     from abpo.policy.sft import PI_INIT_ALIAS, train_sft
 
-    registry.configure(cfg)
+    arm_versions.configure(cfg)
     # the SFT runs under a task key (abpo.registry.completed_task_run): an attempt killed mid-SFT (a lost worker, a
     # task the scheduler reset) left its run RUNNING; the next call marks it KILLED, whether it retrains or reuses
     key = task_key(cfg, "sft", "pi_init")
-    registry.completed_task_run(cfg, cfg.sft.experiment, key)
-    existing = registry.get_version(PI_INIT_ALIAS, name=registry.model_name(cfg))
+    arm_versions.completed_task_run(cfg, cfg.sft.experiment, key)
+    pi_init_name = arm_versions.pi_init_model_name(cfg)
+    existing = arm_versions.registered_version(PI_INIT_ALIAS, name=pi_init_name)
     if existing is not None and not fresh:
         local = pi_init_dir(cfg)
         if not (local / "config.json").exists():
-            local = registry.download_model_dir(cfg, str(existing.version), name=registry.model_name(cfg),
-                                                dst=cfg.paths.resolve("models") / "registry" / f"pi_init-v{existing.version}")
+            dst = cfg.paths.resolve("models") / "registry" / f"pi_init-v{existing.version}"
+            local = arm_versions.download_model_dir(cfg, str(existing.version), name=pi_init_name, dst=dst)
         return {"model_dir": local, "model_version": existing.version, "reused": True}
-    res = train_sft(cfg, run_tags={registry.TASK_KEY_TAG: key})
+    res = train_sft(cfg, run_tags={arm_versions.TASK_KEY_TAG: key})
     if res.mlflow_run_id:
-        registry.record_task_result(res.mlflow_run_id, {"model_version": str(res.model_version),
+        arm_versions.record_task_result(res.mlflow_run_id, {"model_version": str(res.model_version),
                                                         "model_dir": str(res.model_dir)})
     return {
         "model_dir": res.model_dir,
@@ -105,15 +104,15 @@ def bootstrap_arms(cfg: Config, month: str = "") -> BootstrapResult:
             init = ensure_pi_init(cfg)
         tags = arm_versions.lineage_tags(cfg, kind=entry(arm).kind, source="pi_init", parent_version=None, months=[],
                                          data_hash="", variant=entry(arm).refreshed_by,
-                                         pi_init_version=f"{core_registry.model_name(cfg)} v{init['model_version']}")
+                                         pi_init_version=f"{arm_versions.pi_init_model_name(cfg)} v{init['model_version']}")
         key, done = completed_step(cfg, "bootstrap", arm, f"pi_init-v{init['model_version']}")
         if done is not None:  # registered before, its champion alias since removed: the same version again
             mv = arm_versions.register_version(cfg, arm, done["model_uri"], done["run_id"], tags, alias=CHAMPION)
         else:
-            with start_run(cfg, f"bootstrap-{arm}", {"abpo.arm": arm, core_registry.TASK_KEY_TAG: key}) as run:
+            with start_run(cfg, f"bootstrap-{arm}", {"abpo.arm": arm, arm_versions.TASK_KEY_TAG: key}) as run:
                 uri = arm_versions.log_arm_model(cfg, arm, init["model_dir"])
             mv = arm_versions.register_version(cfg, arm, uri, run.info.run_id, tags, alias=CHAMPION)
-            core_registry.record_task_result(run.info.run_id, {"model_uri": uri, "run_id": run.info.run_id,
+            arm_versions.record_task_result(run.info.run_id, {"model_uri": uri, "run_id": run.info.run_id,
                                                                "version": str(mv.version)})
         log.info(f"bootstrap {arm}: {arm_versions.model_name(arm, cfg)} v{mv.version} (pi_init) is champion")
         # every LLM arm starts from the same checkpoint: its gate metrics and per-user ranks are computed once, not
@@ -158,10 +157,10 @@ def require_registry(cfg: Config, *, force: bool = False) -> None:
             "its arms' registered models, never silently bootstrapped again; restore the store (or point "
             "ABPO_TRACKING_URI / paths.mlflow_tracking_uri at it), or start over on purpose: abpo arms bootstrap, or "
             "abpo arms month --force")
-    db = core_registry.sqlite_path(cfg.paths.tracking_uri())
+    db = arm_versions.sqlite_path(cfg.paths.tracking_uri())
     if db is not None and (not db.exists() or db.stat().st_size == 0):
         raise RegistryLost(f"{db}: the MLflow store is {'missing' if not db.exists() else 'empty (0 bytes)'}; {rule}")
-    core_registry.configure(cfg)
+    arm_versions.configure(cfg)
     client = MlflowClient()
     for arm in arms_of(cfg):
         try:
@@ -171,7 +170,7 @@ def require_registry(cfg: Config, *, force: bool = False) -> None:
             if getattr(e, "error_code", "") != "RESOURCE_DOES_NOT_EXIST":
                 raise
     names = ", ".join(arm_versions.model_name(a, cfg) for a in arms_of(cfg))
-    raise RegistryLost(f"{core_registry.store_line(cfg)}: holds none of the arms' registered models ({names}); {rule}")
+    raise RegistryLost(f"{arm_versions.store_line(cfg)}: holds none of the arms' registered models ({names}); {rule}")
 
 
 def bootstrap(cfg: Config, month: Month, *, force: bool = False) -> BootstrapResult:

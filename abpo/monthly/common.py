@@ -11,14 +11,13 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from abpo import registry as core_registry
 from abpo.arms import versions as arm_versions
 from abpo.arms.names import check_arm
 
 if TYPE_CHECKING:
     from abpo.config import Config
 
-CHAMPION, CHALLENGER = core_registry.CHAMPION, core_registry.CHALLENGER
+CHAMPION, CHALLENGER = arm_versions.CHAMPION, arm_versions.CHALLENGER
 log = logging.getLogger(__name__)
 R = TypeVar("R", bound="StepResult")
 
@@ -76,7 +75,7 @@ def dataset_and_splits(cfg: Config):
 
 
 def start_run(cfg: Config, run_name: str, tags: dict[str, Any]):
-    return core_registry.start_run(cfg, arm_versions.EXPERIMENT, run_name, tags=tags)
+    return arm_versions.start_run(cfg, arm_versions.EXPERIMENT, run_name, tags=tags)
 
 
 def task_key(cfg: Config, *parts: Any) -> str:
@@ -96,7 +95,7 @@ def record_month_start(cfg: Config, arm: str, month: str, version: str) -> str:
     rerun or cleared run of the month, after its own promotion moved the champion). Returns the recorded version."""
     from mlflow import MlflowClient
 
-    core_registry.configure(cfg)
+    arm_versions.configure(cfg)
     name = arm_versions.model_name(arm, cfg)
     client = MlflowClient()
     kept = (client.get_registered_model(name).tags or {}).get(MONTH_START_TAG + str(month))
@@ -114,7 +113,7 @@ def champion_at_month_start(cfg: Config, arm: str, month: str):
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
-    core_registry.configure(cfg)
+    arm_versions.configure(cfg)
     name = arm_versions.model_name(arm, cfg)
     try:
         kept = (MlflowClient().get_registered_model(name).tags or {}).get(MONTH_START_TAG + str(month))
@@ -132,11 +131,11 @@ def champion_at_month_start(cfg: Config, arm: str, month: str):
 
 def reuse(cfg: Config, experiment: str, key: str) -> dict[str, Any] | None:
     """The recorded result of the completed run of task ``key``, or None (unfinished attempts marked KILLED)."""
-    prev = core_registry.completed_task_run(cfg, experiment, key)
+    prev = arm_versions.completed_task_run(cfg, experiment, key)
     if prev is None:
         return None
     log.info(f"  {key.rsplit(':', 1)[0]}: completed before in MLflow run {prev.info.run_id}; its result is reused")
-    return core_registry.task_result(prev)
+    return arm_versions.task_result(prev)
 
 
 def completed_step(cfg: Config, *parts: Any, experiment: str = "", result: type[R] | None = None
@@ -162,7 +161,7 @@ TRANSIENT = (  # retrying can help: someone else holds a lock, a service did not
     "abpo.warehouse.WarehouseBusy",  # another process holds the DuckDB file's write lock
     "abpo.warehouse.IngestStepFailed",  # a step of the ingest failed (disk full, database invalidated)
     "abpo.registry.RegistryUnavailable",  # the MLflow registry did not answer
-    "abpo.arms.versions.PromotionRace",  # another promotion holds the arm's lock, or the champion just moved
+    "abpo.arms.promotion.PromotionRace",  # another promotion holds the arm's lock, or the champion just moved
     "builtins.TimeoutError", "builtins.ConnectionError",
 )
 REFUSED = (  # the same inputs fail the same way: a retry only delays the failure (and blocks the next run)
@@ -172,7 +171,7 @@ REFUSED = (  # the same inputs fail the same way: a retry only delays the failur
     "abpo.monthly.report.PreviousMonthIncomplete",  # a refused month: the one before it never finished
     "abpo.monthly.series.SeriesChanged",  # a setting that changes the data split of a series already in the warehouse
     "abpo.monthly.hold.HoldbackMoved",  # the holdback's champion is no longer pi_init: a human must put it back
-    "abpo.arms.versions.HoldbackNeverPromoted",  # the holdback is never promoted (before PromotionRace, its base)
+    "abpo.arms.promotion.HoldbackNeverPromoted",  # the holdback is never promoted (before PromotionRace, its base)
     "abpo.train.update.UpdateInputMissing",  # pi_init / the bandit log do not exist: a command must make them first
     "abpo.arms.versions.NotInRegistry",  # a version or champion the step needs is not registered
     "abpo.monthly.gate_users.GateUsersMissing",  # the gate's evaluation users are missing

@@ -28,7 +28,6 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from abpo import registry as core_registry
 from abpo.arms import versions as arm_versions
 from abpo.monthly.common import CHAMPION, StepResult, completed_step, dataset_and_splits, start_run
 from abpo.monthly.gate_users import (  # the gate's user set, importable from here as before
@@ -160,7 +159,7 @@ def kept_ranks(mv, key: str, examples) -> list[int] | None:
     """The per-user target ranks kept for version ``mv`` on user set ``key`` (:func:`record_offline_metrics`), in
     the order of ``examples``; None when none are kept or they are of other users (then the version is scored
     again, never misread)."""
-    kept = core_registry.version_dict(mv, _ranks_artifact(key))
+    kept = arm_versions.version_dict(mv, _ranks_artifact(key))
     if kept is None:
         return None
     if kept.get("request_ids") != [e.request_id for e in examples] or len(kept.get("ranks", ())) != len(examples):
@@ -182,7 +181,7 @@ def offline_scores(cfg: Config, arm: str, version: str, month: str | None = None
     gate_set = gate_set if gate_set is not None else gate_examples(cfg, month)
     examples, popularity, key = gate_set
     mv = arm_versions.get_version(cfg, arm, version)
-    kept = core_registry.model_metrics(mv, dataset_name=GATE_DATASET, dataset_digest=key)
+    kept = arm_versions.model_metrics(mv, dataset_name=GATE_DATASET, dataset_digest=key)
     ranks = kept_ranks(mv, key, examples) if kept else None
     if kept and ranks is not None:
         return kept, ranks
@@ -216,9 +215,9 @@ def record_offline_metrics(cfg: Config, arm: str, version: str, metrics: dict[st
                          f"{len(examples)} users; rule: one rank per gate user, in the order of its examples")
     kept = {k: float(v) for k, v in metrics.items() if not k.startswith("random_")}
     mv = arm_versions.get_version(cfg, arm, version)
-    core_registry.log_version_dict(mv, {"key": key, "request_ids": [e.request_id for e in examples],
+    arm_versions.log_version_dict(mv, {"key": key, "request_ids": [e.request_id for e in examples],
                                         "ranks": [int(r) for r in ranks]}, _ranks_artifact(key))
-    core_registry.log_model_metrics(mv, kept, dataset_name=GATE_DATASET, dataset_digest=key)
+    arm_versions.log_model_metrics(mv, kept, dataset_name=GATE_DATASET, dataset_digest=key)
     arm_versions.set_tags(cfg, arm, version, {"gate.eval_key": key})
     return kept
 
@@ -358,11 +357,11 @@ def gate(cfg: Config, arm: str, version: str, month: str | None = None) -> GateR
     with start_run(cfg, f"gate-{arm}-v{version}", {"abpo.arm": arm, "abpo.month": month or "",
                                                      "abpo.challenger": version,
                                                      "abpo.champion": str(champ.version), "abpo.verdict": reason[:4900],
-                                                     core_registry.TASK_KEY_TAG: key}) as run:
+                                                     arm_versions.TASK_KEY_TAG: key}) as run:
         # the gate run's metrics, linked to the challenger's LoggedModel too (the MLflow UI compares models on them)
-        core_registry.log_model_metrics(arm_versions.get_version(cfg, arm, version), numbers, run_id=run.info.run_id)
+        arm_versions.log_model_metrics(arm_versions.get_version(cfg, arm, version), numbers, run_id=run.info.run_id)
     out = GateResult(arm=arm, version=str(version), champion_version=str(champ.version), passed=passed,
                      reason=reason, metric=metric, challenger=new, champion=ch, off_policy=ope,
                      offline=verdict.offline or None)
-    core_registry.record_task_result(run.info.run_id, out.to_json())
+    arm_versions.record_task_result(run.info.run_id, out.to_json())
     return out

@@ -12,7 +12,6 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from abpo import registry as core_registry
 from abpo.arms import versions as arm_versions
 from abpo.arms.names import RANKER, RANKER_ARMS, arm_class, entry
 from abpo.monthly.common import CHAMPION, StepResult, completed_step, dataset_and_splits, start_run
@@ -72,13 +71,13 @@ def refit(cfg: Config, arm: str, month: Month | None) -> RefitResult:
                                      parent_version=previous or None, months=months,
                                      data_hash=data_hash, variant=arm, interactions=sum(map(len, seqs.values())))
     with start_run(cfg, f"refit-{arm}-{month or 'bootstrap'}", {"abpo.arm": arm, "abpo.month": month or "",
-                                                                 core_registry.TASK_KEY_TAG: key}) as run:
+                                                                 arm_versions.TASK_KEY_TAG: key}) as run:
         import pandas as pd
 
         uri = arm_versions.log_arm_model(cfg, arm, out_dir)
         # what it was fitted on, as an MLflow dataset input: every (user, item) in order, digest = data_hash
         pairs = [(u, i, p) for u, items in sorted(seqs.items()) for p, i in enumerate(items)]
-        core_registry.log_dataset_input(
+        arm_versions.log_dataset_input(
             pd.DataFrame(pairs, columns=["user_id", "item_id", "position"]),
             name=f"{arm}-interactions-through-{month or 'bootstrap'}", digest=data_hash,
             source=cfg.paths.resolve("warehouse"), tags={"months": ",".join(months)})
@@ -91,5 +90,5 @@ def refit(cfg: Config, arm: str, month: Month | None) -> RefitResult:
              + ("champion" if champion == str(mv.version) else f"not champion ({promoted.get('reason', '')})"))
     out = RefitResult(arm=arm, version=str(mv.version), months=months, previous_version=previous,
                       moved=champion != previous)
-    core_registry.record_task_result(run.info.run_id, out.to_json())
+    arm_versions.record_task_result(run.info.run_id, out.to_json())
     return out

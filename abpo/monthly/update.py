@@ -29,7 +29,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from abpo import registry as core_registry
 from abpo.arms import versions as arm_versions
 from abpo.arms.names import LLM, LLM_ARMS, arm_class, entry
 from abpo.monthly.common import (
@@ -121,9 +120,9 @@ def skip_update(cfg: Config, arm: str, month, reason: str) -> NoReturn:
     if reuse(cfg, arm_versions.EXPERIMENT, key) is None:
         with start_run(cfg, f"update-{arm}-{month}-skipped", {"abpo.arm": arm, "abpo.month": str(month),
                                                              "abpo.skipped": reason[:4900],
-                                                             core_registry.TASK_KEY_TAG: key}) as run:
+                                                             arm_versions.TASK_KEY_TAG: key}) as run:
             pass
-        core_registry.record_task_result(run.info.run_id, {"arm": arm, "month": str(month), "skipped": reason})
+        arm_versions.record_task_result(run.info.run_id, {"arm": arm, "month": str(month), "skipped": reason})
     log.warning(f"update {arm}: skipped: {reason}")
     raise NotEnoughFeedback(reason)
 
@@ -195,7 +194,7 @@ def update(cfg: Config, arm: str, month: Month) -> UpdateResult:
     log.info(f"update {arm} ({entry(arm).refreshed_by}) from champion v{champ.version} on {pos.num_rows} positive + "
              f"{neg.num_rows} no-response rows of {months} (arms.update_logs={mode}; logged by "
              + ", ".join(f"{a} {v:.1%}" for a, v in shares.items()) + f"){w_text}")
-    tags = {core_registry.TASK_KEY_TAG: key, "abpo.update_logs": mode}
+    tags = {arm_versions.TASK_KEY_TAG: key, "abpo.update_logs": mode}
     if held is not None:  # arms.gate_users = warehouse: what D_bandit left out, on the update's run
         tags.update({"abpo.gate_users": "warehouse", "abpo.gate_holdout_users": str(held.users),
                      "abpo.gate_holdout_rows": str(held.rows)})
@@ -210,7 +209,7 @@ def update(cfg: Config, arm: str, month: Month) -> UpdateResult:
 
         uri = arm_versions.log_arm_model(cfg, arm, res.model_dir)
         # the months it trained on, as MLflow dataset inputs with a digest each (the lineage tag data_hash covers all)
-        core_registry.log_training_months(pa.concat_tables([pos, neg]),
+        arm_versions.log_training_months(pa.concat_tables([pos, neg]),
                                           name_prefix=f"{arm}-impressions" if mode == "own" else
                                           f"{arm}-all-arms-impressions", source=cfg.paths.resolve("warehouse"))
         # whose rows, and how far from 1 the first step's SNIPS weights are (the log line's numbers)
@@ -223,7 +222,7 @@ def update(cfg: Config, arm: str, month: Month) -> UpdateResult:
                        data_hash=data_hash, rows=pos.num_rows + neg.num_rows, steps=res.global_step,
                        variant=res.variant, held_out_rows=held.rows if held is not None else 0,
                        update_logs=mode, logged_by=shares, first_step_w=weights)
-    core_registry.record_task_result(res.mlflow_run_id, out.to_json())
+    arm_versions.record_task_result(res.mlflow_run_id, out.to_json())
     return out
 
 

@@ -58,8 +58,8 @@ def run_step(step: str, cfg, month, *, arm: str = "", upstream=None, **options):
     ``to_json()``) with the arguments :data:`ARGS` names, plus ``options`` (bootstrap: force; serve: simulate).
     Returns the step's typed result."""
     fn = function(step)
-    if step in UPSTREAM and isinstance(upstream, dict):
+    version = upstream.get("version") if isinstance(upstream, dict) else getattr(upstream, "version", None)
+    if "upstream" in ARGS[step] and isinstance(upstream, dict):  # an XCom: the step before's result, typed again
         upstream = _named(UPSTREAM[step]).from_json(upstream)
-    values = {"cfg": cfg, "month": str(month), "arm": arm, "upstream": upstream,
-              "upstream.version": getattr(upstream, "version", None)}
+    values = {"cfg": cfg, "month": str(month), "arm": arm, "upstream": upstream, "upstream.version": version}
     return fn(*(values[a] for a in ARGS[step]), **options)

@@ -55,7 +55,9 @@ from airflow.sdk import Asset, AssetAlias, Param, TaskGroup, dag, get_current_co
 
 from abpo.arms.names import ARMS, LLM, RANKER, model_name  # the one registry of arms (dependency-free)
 from abpo.monthly.overrides import OVERRIDE_ALLOWED, OVERRIDE_PATTERN, check_overrides  # dependency-free
-from abpo.monthly.steps import PER_ARM  # the steps' order, which `abpo arms month` runs too (dependency-free)
+
+# the steps' order and table, which `abpo arms month` runs too (dependency-free: run_step imports a step when it runs)
+from abpo.monthly.steps import PER_ARM, run_step
 
 # Every task has a timeout (a hung task fails and can be retried); the update tasks get their own, longer one and
 # run in the pool named by $ABPO_UPDATE_POOL (create it with `airflow pools set gpu <slots> "ABPO updates"` and set
@@ -335,25 +337,20 @@ def abpo_monthly():
     @task(outlets=[champion_alias(arm) for arm, e in ARMS.items() if e.kind in HAND_MOVABLE])
     @_fail_fast
     def bootstrap(month: str) -> dict:
-        from abpo.monthly.bootstrap import bootstrap
-
-        arms = bootstrap(_cfg(), month).arms
+        arms = run_step("bootstrap", _cfg(), month).arms
         announce_hand_moves(get_current_context()["outlet_events"], month, arms)
         return arms
 
     @task
     @_fail_fast
     def serve(month: str, arms: dict) -> dict:
-        from abpo.monthly.serve import serve
-
-        return serve(_cfg(), month, simulate=bool(get_current_context()["params"].get("simulate"))).to_json()
+        simulate = bool(get_current_context()["params"].get("simulate"))
+        return run_step("serve", _cfg(), month, simulate=simulate).to_json()
 
     @task(outlets=[CLEAN_IMPRESSIONS])
     @_fail_fast
     def ingest(month: str, served: dict) -> dict:
-        from abpo.monthly.ingest import ingest_and_validate
-
-        return ingest_and_validate(_cfg(), month).to_json()
+        return run_step("ingest", _cfg(), month).to_json()
 
     @task(pool=UPDATE_POOL, execution_timeout=UPDATE_TIMEOUT, **({"queue": UPDATE_QUEUE} if UPDATE_QUEUE else {}))
     @_fail_fast
@@ -361,65 +358,50 @@ def abpo_monthly():
         from airflow.sdk.exceptions import AirflowSkipException
 
         from abpo.monthly.common import NotEnoughFeedback
-        from abpo.monthly.update import update_llm_arm
 
         cfg = _cfg()
         _skip_unless_configured(cfg, arm)
         try:
-            return update_llm_arm(cfg, arm, month).to_json()
+            return run_step("update", cfg, month, arm=arm).to_json()
         except NotEnoughFeedback as e:  # the arm keeps its champion; register/gate/promote are skipped too
             raise AirflowSkipException(str(e)) from e
 
     @task
     @_fail_fast
     def register(arm: str, month: str, updated: dict) -> dict:
-        from abpo.monthly.register import register_update
-        from abpo.monthly.update import UpdateResult
-
-        return register_update(_cfg(), arm, UpdateResult.from_json(updated)).to_json()
+        return run_step("register", _cfg(), month, arm=arm, upstream=updated).to_json()
 
     @task
     @_fail_fast
     def gate(arm: str, month: str, registered: dict) -> dict:
-        from abpo.monthly.gate import gate_arm
-
-        return gate_arm(_cfg(), arm, registered["version"], month).to_json()
+        return run_step("gate", _cfg(), month, arm=arm, upstream=registered).to_json()
 
     @task
     @_fail_fast
     def promote(arm: str, month: str, gated: dict) -> dict:
-        from abpo.monthly.gate import GateResult
-        from abpo.monthly.promote import promote_arm
-
-        out = promote_arm(_cfg(), arm, GateResult.from_json(gated), month).to_json()
+        out = run_step("promote", _cfg(), month, arm=arm, upstream=gated).to_json()
         announce_champion(get_current_context()["outlet_events"], arm, month, out)
         return out
 
     @task
     @_fail_fast
     def refit(arm: str, month: str, ingested: dict) -> dict:
-        from abpo.monthly.refit import refit_ranker_arm
-
         cfg = _cfg()
         _skip_unless_configured(cfg, arm)
-        out = refit_ranker_arm(cfg, arm, month).to_json()
+        out = run_step("refit", cfg, month, arm=arm).to_json()
         announce_champion(get_current_context()["outlet_events"], arm, month, out)
         return out
 
     @task
     def hold(arm: str, month: str, ingested: dict) -> dict:
-        from abpo.monthly.hold import hold_arm
-
         cfg = _cfg()
         _skip_unless_configured(cfg, arm)
-        return hold_arm(cfg, arm, month).to_json()
+        return run_step("hold", cfg, month, arm=arm).to_json()
 
     @task(trigger_rule="none_failed")
     @_fail_fast
     def report(month: str) -> dict:
-        from abpo.monthly.report import report_to_date
-
-        return report_to_date(_cfg(), month).to_json()
+        return run_step("report", _cfg(), month).to_json()
 
     if TASK_PYTHON:  # the heavy steps in their own environment (abpo.monthly.isolated)
         bootstrap = _isolated("bootstrap", outlets=[champion_alias(arm) for arm, e in ARMS.items()

@@ -287,7 +287,7 @@ def run_demo(args: argparse.Namespace, cfg: Config) -> int:
 
     from abpo.logs import quiet
     from abpo.monthly.bootstrap import bootstrap_arms
-    from abpo.monthly.report import report_to_date
+    from abpo.monthly.report import report
     from abpo.months import month_range
 
     t0 = time.time()
@@ -323,7 +323,7 @@ def run_demo(args: argparse.Namespace, cfg: Config) -> int:
         log.run(f"month {m}", _month)
 
     with quiet("abpo.monthly.report"):  # the last month's task already logged this report
-        final = report_to_date(cfg, months[-1]).to_json()
+        final = report(cfg, months[-1]).to_json()
     md = Path(final["markdown"]).read_text()
     summary = md.split("## Summary", 1)[-1].split("\n## ", 1)[0].strip()
     out = root / "demo_summary.json"

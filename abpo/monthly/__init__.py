@@ -10,12 +10,13 @@ order of :data:`abpo.monthly.steps.STEPS`, which the DAG and ``abpo arms month``
     register.py   <arm>.register   the update as a version of the arm's model, alias challenger, lineage tags
     gate.py       <arm>.gate       challenger vs champion: offline HR@5 and the off-policy SNIPS CTR
                                    (gate_verdict: a pure function of the numbers)
+    gate_users.py                  the gate's held-out users (the dataset's or the warehouse's)
     promote.py    <arm>.promote    champion moves to the challenger only when the gate passed
     refit.py      <arm>.refit      each ranker arm refitted on everything seen through month m, champion
     report.py     report      the A/B report over every month to date; marks the month complete
     month.py      (abpo arms month) the whole month in one process
     common.py     the typed result base (to_json), task keys for idempotent retries, the cached dataset
-    steps.py      the ordered list of steps (dependency-free: the DAG imports it)
+    steps.py      the ordered list of steps and the one step table, run_step (dependency-free: the DAG imports it)
 
 ``abpo demo`` (abpo.commands.demo) runs the steps through Airflow, as a production scheduler does.
 

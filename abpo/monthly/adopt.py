@@ -16,12 +16,14 @@ import logging
 import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from abpo import registry as core_registry
 from abpo.arms import versions as arm_versions
 from abpo.arms.names import LLM, LLM_ARMS, entry
 from abpo.monthly.common import CHAMPION, StepResult, dataset_and_splits, start_run
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 log = logging.getLogger(__name__)
 CHECK_REQUESTS = 4  # held-out requests scored by the check
@@ -41,13 +43,13 @@ class AdoptResult(StepResult):
     mean_top_propensity: float
 
 
-def resolve_model(cfg, model: str) -> Path:
+def resolve_model(cfg: Config, model: str) -> Path:
     """The local ``save_pretrained`` directory of ``model``: the directory itself, or a registered MLflow model
     (``models:/...``) downloaded under ``<paths.models>/adopted/``."""
     if model.startswith("models:/"):
         import mlflow
 
-        core_registry.configure(cfg)
+        arm_versions.configure(cfg)
         safe = re.sub(r"[^A-Za-z0-9._-]+", "_", model.removeprefix("models:/"))
         dst = cfg.paths.resolve("models") / "adopted" / safe
         dst.mkdir(parents=True, exist_ok=True)
@@ -55,7 +57,7 @@ def resolve_model(cfg, model: str) -> Path:
             local = Path(mlflow.artifacts.download_artifacts(artifact_uri=model, dst_path=str(dst)))
         except Exception as e:  # noqa: BLE001 - no such model or version: a message, not a traceback
             raise ModelRefused(f"--model {model}: cannot download it from the MLflow registry "
-                               f"{core_registry.redact_uri(cfg.paths.tracking_uri())} ({type(e).__name__}: "
+                               f"{arm_versions.redact_uri(cfg.paths.tracking_uri())} ({type(e).__name__}: "
                                f"{str(e).splitlines()[0][:300] if str(e) else ''})") from e
         found = [p for p in [local, *sorted(local.glob("data/*")), *sorted(local.glob("*"))]
                  if p.is_dir() and ((p / "config.json").exists() or (p / "adapter_config.json").exists())]
@@ -103,7 +105,7 @@ def check_tokenizer(path: Path, tokenizer, cfg, item_ids: list[int], titles: dic
                 "model without them with --set policy.prompt_style=text")
 
 
-def check_model(cfg, path: Path) -> dict[str, Any]:
+def check_model(cfg: Config, path: Path) -> dict[str, Any]:
     """Check that the model in ``path`` serves the loop's prompt format (module docstring); returns what was
     measured. ModelRefused names the file or field and the rule when it does not."""
     import torch
@@ -116,8 +118,8 @@ def check_model(cfg, path: Path) -> dict[str, Any]:
         raise ModelRefused(f"{path / 'config.json'}: missing; rule: a Hugging Face save_pretrained directory "
                            "(config.json, the weights, the tokenizer files)")
     try:
-        core_registry.check_weights(path)  # a truncated *.safetensors: one line naming it (not SafetensorError's traceback)
-    except core_registry.ModelFilesDamaged as e:
+        arm_versions.check_weights(path)  # a truncated *.safetensors: one line naming it (not SafetensorError's)
+    except arm_versions.ModelFilesDamaged as e:
         raise ModelRefused(str(e)) from e
     ds, splits = dataset_and_splits(cfg)
     titles = ds.titles()
@@ -146,7 +148,7 @@ def check_model(cfg, path: Path) -> dict[str, Any]:
     return {"checked_requests": len(scored), "mean_top_propensity": sum(tops) / len(tops) if tops else math.nan}
 
 
-def adopt_model(cfg, arm: str, model: str | Path) -> AdoptResult:
+def adopt_model(cfg: Config, arm: str, model: str | Path) -> AdoptResult:
     """Register ``model`` (a directory or ``models:/...``) as LLM arm ``arm``'s first champion, after
     :func:`check_model`. Refused when the arm is a ranker or already has a champion; nothing is registered then."""
     model = str(model)

@@ -9,13 +9,23 @@ from __future__ import annotations
 import dataclasses
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from abpo import registry as core_registry
 from abpo.arms import versions as arm_versions
 from abpo.arms.names import RANKER, entry
-from abpo.monthly.common import CHAMPION, StepResult, arms_of, record_month_start, reuse, start_run, task_key
+from abpo.monthly.common import (
+    CHAMPION,
+    StepResult,
+    arms_of,
+    completed_step,
+    record_month_start,
+    start_run,
+    task_key,
+)
 from abpo.months import Month
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -25,33 +35,34 @@ class BootstrapResult(StepResult):
     arms: dict[str, dict[str, Any]]  # arm -> {"version": its champion, "bootstrapped": registered just now}
 
 
-def pi_init_dir(cfg) -> Path:
+def pi_init_dir(cfg: Config) -> Path:
     return cfg.paths.resolve("models") / cfg.sft.output
 
 
-def ensure_pi_init(cfg, *, fresh: bool = False) -> dict[str, Any]:
+def ensure_pi_init(cfg: Config, *, fresh: bool = False) -> dict[str, Any]:
     """Train pi_init by SFT on D_sup and register it (alias pi_init; champion only when none exists), unless a
     registered pi_init exists and ``fresh`` is not set: then it is reused, downloaded from the registry when the
     local directory is missing (a fresh worker), never retrained behind the registry's back. A registry that cannot
     answer raises (abpo.registry.RegistryUnavailable)."""
-    from abpo import registry
     from abpo.policy.sft import PI_INIT_ALIAS, train_sft
 
-    registry.configure(cfg)
+    arm_versions.configure(cfg)
     # the SFT runs under a task key (abpo.registry.completed_task_run): an attempt killed mid-SFT (a lost worker, a
     # task the scheduler reset) left its run RUNNING; the next call marks it KILLED, whether it retrains or reuses
     key = task_key(cfg, "sft", "pi_init")
-    registry.completed_task_run(cfg, cfg.sft.experiment, key)
-    existing = registry.get_version(PI_INIT_ALIAS, name=registry.model_name(cfg))
+    arm_versions.completed_task_run(cfg, cfg.sft.experiment, key)
+    pi_init_name = arm_versions.pi_init_model_name(cfg)
+    existing = arm_versions.registered_version(PI_INIT_ALIAS, name=pi_init_name)
     if existing is not None and not fresh:
         local = pi_init_dir(cfg)
         if not (local / "config.json").exists():
-            local = registry.download_model_dir(cfg, str(existing.version), name=registry.model_name(cfg),
-                                                dst=cfg.paths.resolve("models") / "registry" / f"pi_init-v{existing.version}")
+            dst = cfg.paths.resolve("models") / "registry" / f"pi_init-v{existing.version}"
+            local = arm_versions.download_model_dir(cfg, str(existing.version), name=pi_init_name, dst=dst)
         return {"model_dir": local, "model_version": existing.version, "reused": True}
-    res = train_sft(cfg, validation_fraction=cfg.experiment.validation_fraction, run_tags={registry.TASK_KEY_TAG: key})
+    res = train_sft(cfg, validation_fraction=cfg.experiment.validation_fraction,
+                    run_tags={arm_versions.TASK_KEY_TAG: key})
     if res.mlflow_run_id:
-        registry.record_task_result(res.mlflow_run_id, {"model_version": str(res.model_version),
+        arm_versions.record_task_result(res.mlflow_run_id, {"model_version": str(res.model_version),
                                                         "model_dir": str(res.model_dir)})
     return {
         "model_dir": res.model_dir,
@@ -62,14 +73,14 @@ def ensure_pi_init(cfg, *, fresh: bool = False) -> dict[str, Any]:
     }
 
 
-def bootstrap_arms(cfg, month: str = "") -> BootstrapResult:
+def bootstrap_arms(cfg: Config, month: str = "") -> BootstrapResult:
     """Every arm gets a champion if it has none (see the module docstring). An arm that has one is checked against
     its promotion history first (abpo.arms.versions.check_champion): a champion moved by hand in MLflow since the
     last recorded move is recorded (actor ``mlflow-ui``), pinned, and reported as ``moved_by_hand`` ({from, to}),
     which the DAG's bootstrap task turns into the arm's champion Asset event."""
     from abpo.data.holdout import check_gate_users, check_holdout_fraction
     from abpo.monthly.gate import offline_scores, record_offline_metrics
-    from abpo.monthly.refit import refit_ranker_arm
+    from abpo.monthly.refit import refit
 
     if check_gate_users(cfg.arms.gate_users) == "warehouse":  # a wrong gate setting stops the month here, not later
         check_holdout_fraction(cfg.arms.gate_holdout_fraction)
@@ -87,23 +98,22 @@ def bootstrap_arms(cfg, month: str = "") -> BootstrapResult:
                                 moved_by_hand={"from": hand.from_version, "to": hand.to_version})
             continue
         if entry(arm).kind == RANKER:
-            res = refit_ranker_arm(cfg, arm, None)
+            res = refit(cfg, arm, None)
             out[arm] = {"version": res.version, "bootstrapped": True}
             continue
         if init is None:
             init = ensure_pi_init(cfg)
         tags = arm_versions.lineage_tags(cfg, kind=entry(arm).kind, source="pi_init", parent_version=None, months=[],
                                          data_hash="", variant=entry(arm).refreshed_by,
-                                         pi_init_version=f"{core_registry.model_name(cfg)} v{init['model_version']}")
-        key = task_key(cfg, "bootstrap", arm, f"pi_init-v{init['model_version']}")
-        done = reuse(cfg, arm_versions.EXPERIMENT, key)
+                                         pi_init_version=f"{arm_versions.pi_init_model_name(cfg)} v{init['model_version']}")
+        key, done = completed_step(cfg, "bootstrap", arm, f"pi_init-v{init['model_version']}")
         if done is not None:  # registered before, its champion alias since removed: the same version again
             mv = arm_versions.register_version(cfg, arm, done["model_uri"], done["run_id"], tags, alias=CHAMPION)
         else:
-            with start_run(cfg, f"bootstrap-{arm}", {"abpo.arm": arm, core_registry.TASK_KEY_TAG: key}) as run:
+            with start_run(cfg, f"bootstrap-{arm}", {"abpo.arm": arm, arm_versions.TASK_KEY_TAG: key}) as run:
                 uri = arm_versions.log_arm_model(cfg, arm, init["model_dir"])
             mv = arm_versions.register_version(cfg, arm, uri, run.info.run_id, tags, alias=CHAMPION)
-            core_registry.record_task_result(run.info.run_id, {"model_uri": uri, "run_id": run.info.run_id,
+            arm_versions.record_task_result(run.info.run_id, {"model_uri": uri, "run_id": run.info.run_id,
                                                                "version": str(mv.version)})
         log.info(f"bootstrap {arm}: {arm_versions.model_name(arm, cfg)} v{mv.version} (pi_init) is champion")
         # every LLM arm starts from the same checkpoint: its gate metrics and per-user ranks are computed once, not
@@ -130,7 +140,7 @@ class RegistryLost(arm_versions.NotInRegistry):
     tracking URI pointing at another store): bootstrapping now would silently start the arms over from pi_init."""
 
 
-def require_registry(cfg, *, force: bool = False) -> None:
+def require_registry(cfg: Config, *, force: bool = False) -> None:
     """Refuse a store that lost the arms: with completed months (abpo.monthly.report.completed_months), the state's
     SQLite store missing or of 0 bytes (checked before anything opens it, which would create it), or any store in
     which no arm of arms.names has a registered model, raises RegistryLost naming the store, the completed months
@@ -148,10 +158,10 @@ def require_registry(cfg, *, force: bool = False) -> None:
             "its arms' registered models, never silently bootstrapped again; restore the store (or point "
             "ABPO_TRACKING_URI / paths.mlflow_tracking_uri at it), or start over on purpose: abpo arms bootstrap, or "
             "abpo arms month --force")
-    db = core_registry.sqlite_path(cfg.paths.tracking_uri())
+    db = arm_versions.sqlite_path(cfg.paths.tracking_uri())
     if db is not None and (not db.exists() or db.stat().st_size == 0):
         raise RegistryLost(f"{db}: the MLflow store is {'missing' if not db.exists() else 'empty (0 bytes)'}; {rule}")
-    core_registry.configure(cfg)
+    arm_versions.configure(cfg)
     client = MlflowClient()
     for arm in arms_of(cfg):
         try:
@@ -161,10 +171,10 @@ def require_registry(cfg, *, force: bool = False) -> None:
             if getattr(e, "error_code", "") != "RESOURCE_DOES_NOT_EXIST":
                 raise
     names = ", ".join(arm_versions.model_name(a, cfg) for a in arms_of(cfg))
-    raise RegistryLost(f"{core_registry.store_line(cfg)}: holds none of the arms' registered models ({names}); {rule}")
+    raise RegistryLost(f"{arm_versions.store_line(cfg)}: holds none of the arms' registered models ({names}); {rule}")
 
 
-def bootstrap(cfg, month: Month, *, force: bool = False) -> BootstrapResult:
+def bootstrap(cfg: Config, month: Month, *, force: bool = False) -> BootstrapResult:
     """The step: a store that lost the arms of a state with completed months is refused unless ``force``
     (:func:`require_registry`), a setting that changes the data split of the state's series is refused
     (abpo.monthly.series.check_series), a failed month m-1 blocks month m

@@ -9,13 +9,15 @@ import hashlib
 import json
 import logging
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from abpo import registry as core_registry
 from abpo.arms import versions as arm_versions
 from abpo.arms.names import check_arm
 
-CHAMPION, CHALLENGER = core_registry.CHAMPION, core_registry.CHALLENGER
+if TYPE_CHECKING:
+    from abpo.config import Config
+
+CHAMPION, CHALLENGER = arm_versions.CHAMPION, arm_versions.CHALLENGER
 log = logging.getLogger(__name__)
 R = TypeVar("R", bound="StepResult")
 
@@ -50,7 +52,7 @@ class StepResult:
         return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
 
 
-def arms_of(cfg) -> list[str]:
+def arms_of(cfg: Config) -> list[str]:
     return [check_arm(a) for a in cfg.arms.names]
 
 
@@ -66,17 +68,17 @@ def _data(data_key: str, cfg_json: str):  # data_key: the hash of cfg_json, the 
     return ds, splits
 
 
-def dataset_and_splits(cfg):
+def dataset_and_splits(cfg: Config):
     """(dataset, user splits) of the config's data section, cached per process."""
     js = json.dumps(dataclasses.asdict(cfg.data), sort_keys=True)
     return _data(hashlib.sha256(js.encode()).hexdigest(), js)
 
 
-def start_run(cfg, run_name: str, tags: dict[str, Any]):
-    return core_registry.start_run(cfg, arm_versions.EXPERIMENT, run_name, tags=tags)
+def start_run(cfg: Config, run_name: str, tags: dict[str, Any]):
+    return arm_versions.start_run(cfg, arm_versions.EXPERIMENT, run_name, tags=tags)
 
 
-def task_key(cfg, *parts: Any) -> str:
+def task_key(cfg: Config, *parts: Any) -> str:
     """What a task does and on which inputs, plus the config's hash (its paths canonical:
     abpo.arms.versions.config_hash): the key under which its completed MLflow run is found again when the task is
     retried or its month re-run (abpo.registry.completed_task_run). The inputs are the month's own (the champion the
@@ -87,13 +89,13 @@ def task_key(cfg, *parts: Any) -> str:
 MONTH_START_TAG = "abpo.month_start."  # + YYYY-MM: a registered-model tag, the champion version the month started from
 
 
-def record_month_start(cfg, arm: str, month: str, version: str) -> str:
+def record_month_start(cfg: Config, arm: str, month: str, version: str) -> str:
     """Record, once, that month ``month`` of ``arm`` started from champion ``version`` (the registered model's tag
     abpo.month_start.<month>, written by the month's bootstrap step); a month already recorded keeps its record (a
     rerun or cleared run of the month, after its own promotion moved the champion). Returns the recorded version."""
     from mlflow import MlflowClient
 
-    core_registry.configure(cfg)
+    arm_versions.configure(cfg)
     name = arm_versions.model_name(arm, cfg)
     client = MlflowClient()
     kept = (client.get_registered_model(name).tags or {}).get(MONTH_START_TAG + str(month))
@@ -103,7 +105,7 @@ def record_month_start(cfg, arm: str, month: str, version: str) -> str:
     return str(version)
 
 
-def champion_at_month_start(cfg, arm: str, month: str):
+def champion_at_month_start(cfg: Config, arm: str, month: str):
     """The arm's champion at the start of ``month`` (recorded by :func:`record_month_start`), read once: the version
     the month's update trains from and whose number is in its task key, so a rerun of a completed month finds its
     completed update again however its promotion moved the champion. None recorded (a step run outside a month's
@@ -111,7 +113,7 @@ def champion_at_month_start(cfg, arm: str, month: str):
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
-    core_registry.configure(cfg)
+    arm_versions.configure(cfg)
     name = arm_versions.model_name(arm, cfg)
     try:
         kept = (MlflowClient().get_registered_model(name).tags or {}).get(MONTH_START_TAG + str(month))
@@ -127,13 +129,26 @@ def champion_at_month_start(cfg, arm: str, month: str):
     return mv
 
 
-def reuse(cfg, experiment: str, key: str) -> dict[str, Any] | None:
+def reuse(cfg: Config, experiment: str, key: str) -> dict[str, Any] | None:
     """The recorded result of the completed run of task ``key``, or None (unfinished attempts marked KILLED)."""
-    prev = core_registry.completed_task_run(cfg, experiment, key)
+    prev = arm_versions.completed_task_run(cfg, experiment, key)
     if prev is None:
         return None
     log.info(f"  {key.rsplit(':', 1)[0]}: completed before in MLflow run {prev.info.run_id}; its result is reused")
-    return core_registry.task_result(prev)
+    return arm_versions.task_result(prev)
+
+
+def completed_step(cfg: Config, *parts: Any, experiment: str = "", result: type[R] | None = None
+                   ) -> tuple[str, Any]:
+    """The idempotent-step check, done before a step does any work: the step's task key (:func:`task_key` of
+    ``parts``) and the result recorded by its completed run in ``experiment`` (default abpo-arms), typed as
+    ``result`` when given (``result.from_json``), else the recorded dict; None when it never completed. Used by
+    bootstrap, update, refit and gate: a retried task or a rerun month finds its completed run instead of redoing it."""
+    key = task_key(cfg, *parts)
+    done = reuse(cfg, experiment or arm_versions.EXPERIMENT, key)
+    if done is not None and result is not None:
+        done = result.from_json(done)
+    return key, done
 
 
 # ------------------------------------------------------------------------------------------------ failures
@@ -146,7 +161,7 @@ TRANSIENT = (  # retrying can help: someone else holds a lock, a service did not
     "abpo.warehouse.WarehouseBusy",  # another process holds the DuckDB file's write lock
     "abpo.warehouse.IngestStepFailed",  # a step of the ingest failed (disk full, database invalidated)
     "abpo.registry.RegistryUnavailable",  # the MLflow registry did not answer
-    "abpo.arms.versions.PromotionRace",  # another promotion holds the arm's lock, or the champion just moved
+    "abpo.arms.promotion.PromotionRace",  # another promotion holds the arm's lock, or the champion just moved
     "builtins.TimeoutError", "builtins.ConnectionError",
 )
 REFUSED = (  # the same inputs fail the same way: a retry only delays the failure (and blocks the next run)
@@ -156,10 +171,10 @@ REFUSED = (  # the same inputs fail the same way: a retry only delays the failur
     "abpo.monthly.report.PreviousMonthIncomplete",  # a refused month: the one before it never finished
     "abpo.monthly.series.SeriesChanged",  # a setting that changes the data split of a series already in the warehouse
     "abpo.monthly.hold.HoldbackMoved",  # the holdback's champion is no longer pi_init: a human must put it back
-    "abpo.arms.versions.HoldbackNeverPromoted",  # the holdback is never promoted (before PromotionRace, its base)
+    "abpo.arms.promotion.HoldbackNeverPromoted",  # the holdback is never promoted (before PromotionRace, its base)
     "abpo.train.update.UpdateInputMissing",  # pi_init / the bandit log do not exist: a command must make them first
     "abpo.arms.versions.NotInRegistry",  # a version or champion the step needs is not registered
-    "abpo.monthly.gate.GateUsersMissing",  # the gate's evaluation users are missing
+    "abpo.monthly.gate_users.GateUsersMissing",  # the gate's evaluation users are missing
     "abpo.config.ConfigError",  # a bad config or override (a ValueError, below, too)
     "builtins.ValueError",  # bad input: a config that breaks the series, a month, a schema, a data format
     "builtins.LookupError",  # a key / user / item that is not there
@@ -190,7 +205,7 @@ def retry_or_fail(exc: BaseException) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ landing
-def landing_status(cfg, month: str, marker: str = "") -> tuple[bool, str]:
+def landing_status(cfg: Config, month: str, marker: str = "") -> tuple[bool, str]:
     """Whether month ``month``'s landing partition (landing/impressions/month=YYYY-MM/) is there and complete, and a
     sentence saying what was found. Complete: it holds files (a name starting with '.' or '_' is a marker, not a
     file) and, when ``marker`` is given (e.g. ``_SUCCESS``, what Spark and most ingestion jobs write last), that

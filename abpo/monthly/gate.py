@@ -13,7 +13,7 @@
                  ``arms.gate_top_weight_fraction`` of the rows) at most ``arms.gate_max_top_weight_share`` (fails
                  closed)
 
-The decision is :func:`gate_verdict`, a pure function of those numbers; :func:`gate_arm` computes them (scoring,
+The decision is :func:`gate_verdict`, a pure function of those numbers; :func:`gate` computes them (scoring,
 the warehouse's logs), applies it, and records every number in MLflow: metrics of the versions' LoggedModels (the
 offline metrics on both, with their per-user ranks as an artifact of the run that logged each version; the gate's
 numbers on the challenger) and of the gate's run; the verdict, its reason and the paired test's numbers
@@ -22,17 +22,25 @@ numbers on the challenger) and of the gate's run; the verdict, its reason and th
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import logging
 import math
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from abpo import registry as core_registry
 from abpo.arms import versions as arm_versions
-from abpo.monthly.common import CHAMPION, StepResult, dataset_and_splits, reuse, start_run, task_key
+from abpo.monthly.common import CHAMPION, StepResult, completed_step, dataset_and_splits, start_run
+from abpo.monthly.gate_users import (  # the gate's user set, importable from here as before
+    GateSet,
+    GateUsersMissing,  # noqa: F401
+    _not_in_catalog,  # noqa: F401
+    dataset_gate_examples,  # noqa: F401
+    gate_examples,
+    warehouse_gate_examples,  # noqa: F401
+)
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -137,156 +145,6 @@ def gate_verdict(*, metric: str, challenger_ranks: Sequence[int], champion_ranks
     return GateVerdict(offline_ok and ope_ok, offline_ok, ope_ok, "; ".join(reasons), numbers)
 
 
-class GateUsersMissing(LookupError):
-    """``arms.gate_users = warehouse``, but the warehouse cannot give the gate its users through the gated month (no
-    interactions at all, no user of the held-out slice with 2 or more, or one who consumed too much of the catalog
-    for a candidate set); the message names the warehouse, the month and the rule."""
-
-
-GateSet = tuple[list, dict[int, int], str]  # (examples, popularity, key): what gate_examples returns
-
-
-def gate_examples(cfg, month: str | None = None) -> GateSet:
-    """The held-out users every gate scores, as (examples, popularity, key): evaluation examples (target, history,
-    candidates), the popularity their hard negatives were drawn by (also what Diversity@K reads), and the user set's
-    key (the digest of dataset ``gate-users`` under which a version's offline metrics are kept).
-
-    ``arms.gate_users = dataset`` (default): the configured dataset's held-out users, x_{T+N} targets (``month`` is
-    not read). ``warehouse``: the deployment's own users, :func:`warehouse_gate_examples` through ``month``."""
-    from abpo.data.holdout import check_gate_users
-
-    if check_gate_users(cfg.arms.gate_users) == "warehouse":
-        return warehouse_gate_examples(cfg, month)
-    return dataset_gate_examples(cfg)
-
-
-def dataset_gate_examples(cfg) -> GateSet:
-    """The configured dataset's held-out users (seeded choice of ``arms.gate_max_users``, else
-    ``sft.eval_max_users``): x_{T+N} targets with evaluation candidates, training popularity."""
-    from abpo.data.candidates import build_eval_examples, training_popularity
-    from abpo.policy.sft import seeded_subsample
-
-    ds, splits = dataset_and_splits(cfg)
-    n = cfg.arms.gate_max_users or cfg.sft.eval_max_users
-    examples = seeded_subsample(build_eval_examples(splits, ds, cfg.data), n, cfg.seed)
-    key = hashlib.sha256(json.dumps([ds.name, cfg.data.seed, cfg.data.eval_candidates, cfg.seed,
-                                     cfg.data.tie_seed, cfg.data.eval_hard_negative_fraction,
-                                     [e.request_id for e in examples],
-                                     [e.candidates for e in examples]]).encode()).hexdigest()[:12]
-    return examples, training_popularity(splits, ds), key
-
-
-def _not_in_catalog(rows, item_ids, path, month: str) -> None:
-    """SchemaError naming the first interaction (file, month, user, position) whose item is not a catalog item, and
-    how many there are; nothing when every item is one. ``rows``: Warehouse.interaction_rows."""
-    import numpy as np
-    import pyarrow as pa
-
-    from abpo.data.schemas import SchemaError
-
-    items = rows.column("item_id").to_numpy()
-    bad = ~np.isin(items, item_ids)
-    if not bad.any():
-        return
-    where = np.flatnonzero(bad)
-    r = rows.slice(int(where[0]), 1).to_pylist()[0]
-    distinct = np.unique(items[bad])
-    others = pa.array(distinct[:5]).to_pylist()
-    raise SchemaError(
-        f"{r['source_file']}: interaction of user {r['user_id']} at position {r['position']} (month {r['month']}) has "
-        f"item_id {r['item_id']}, which is not in the catalog of the configured dataset ({len(item_ids)} items); "
-        f"rule: with arms.gate_users=warehouse every interaction through the gated month is of a catalog item (the "
-        f"gate draws candidates and popularity from the catalog); {int(bad.sum())} such interaction(s) of "
-        f"{len(distinct)} item(s) ({others}{'...' if len(distinct) > 5 else ''}) in {path} through month {month}; "
-        "none was dropped")
-
-
-def warehouse_gate_examples(cfg, month: str | None) -> GateSet:
-    """``arms.gate_users = warehouse``: the deployment's own held-out users, from the warehouse's interactions
-    through ``month`` (landing/interactions/month=YYYY-MM, table ``interactions``).
-
-    The users: those of the held-out slice (abpo.data.holdout: sha256("<seed>:gate:<user>") / 2^64 <
-    ``arms.gate_holdout_fraction``; the update leaves their impressions out of D_bandit) with at least 2
-    interactions through ``month``; a seeded choice of ``arms.gate_max_users`` (else ``sft.eval_max_users``) of
-    them. For each, target = their last interaction through ``month``, history = the ones before it, candidates =
-    the target and data.eval_candidates - 1 items they never interacted with, round(data.eval_hard_negative_fraction
-    * (data.eval_candidates - 1)) of them drawn by popularity: the offline construction's sampler
-    (abpo.data.candidates.build_eval_examples, seeded by data.seed and the user id), on popularity = every user's
-    interactions through ``month`` without these targets (the rule of training_popularity). Items are the
-    configured dataset's catalog: an interaction of another item is a SchemaError naming its file, never dropped.
-    GateUsersMissing when the warehouse has no interactions through ``month`` or no held-out user with 2 or more.
-    The key hashes the users, histories, targets, candidates and popularity, so it changes when they do."""
-    from collections import Counter
-
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from abpo.data.candidates import build_eval_examples
-    from abpo.data.holdout import check_holdout_fraction, in_holdout
-    from abpo.data.splits import UserSplit
-    from abpo.months import Month
-    from abpo.policy.sft import seeded_subsample
-    from abpo.warehouse import open_warehouse
-
-    if month is None:
-        raise ValueError("gate: arms.gate_users=warehouse scores the users of the warehouse's interactions through the "
-                         "gated month; rule: pass the month (gate_arm(cfg, arm, version, month))")
-    month = str(Month(month, "gate month"))
-    fraction = check_holdout_fraction(cfg.arms.gate_holdout_fraction)
-    ds, _ = dataset_and_splits(cfg)
-    path = cfg.paths.resolve("warehouse")
-    rule = ("rule: arms.gate_users=warehouse gates on the users of the warehouse's interactions through the gated "
-            "month (landing/interactions/month=YYYY-MM/*.parquet, ingested with the month) in the held-out slice "
-            f"arms.gate_holdout_fraction={fraction:g}, each with at least 2 interactions (a target: the last one, and "
-            "a history before it)")
-    if not path.exists():
-        raise GateUsersMissing(f"{path}: no warehouse, so no interactions through month {month}; {rule}; or gate on "
-                               "the configured dataset's users (arms.gate_users=dataset)")
-    with open_warehouse(cfg, read_only=True) as wh:
-        rows = wh.interaction_rows(month)
-    if rows.num_rows == 0:
-        raise GateUsersMissing(f"{path}: table interactions holds no interactions through month {month}; {rule}; or "
-                               "gate on the configured dataset's users (arms.gate_users=dataset)")
-    _not_in_catalog(rows, ds.item_ids(), path, month)
-    users = np.unique(rows.column("user_id").to_numpy())
-    held = [int(u) for u in users.tolist() if in_holdout(int(u), cfg.seed, fraction)]
-    mine = rows.filter(pc.is_in(rows.column("user_id"), value_set=pa.array(held, pa.int64())))
-    seqs: dict[int, list[int]] = {}
-    for u, i in zip(mine.column("user_id").to_pylist(), mine.column("item_id").to_pylist()):  # user, month, position
-        seqs.setdefault(int(u), []).append(int(i))
-    gated = sorted(u for u, seq in seqs.items() if len(seq) >= 2)
-    if not gated:
-        raise GateUsersMissing(
-            f"{path}: through month {month}, {len(users)} users have interactions, {len(held)} of them in the gate's "
-            f"held-out slice (seed {cfg.seed}), none with 2 or more; {rule}. Raise arms.gate_holdout_fraction, or "
-            "gate a later month")
-    splits = [UserSplit(u, seqs[u][:-1], [], seqs[u][-1]) for u in gated]
-    n_items, m = len(ds.item_ids()), cfg.data.eval_candidates
-    crowded = [s for s in splits if n_items - len(set(s.sequence)) < m - 1]
-    if crowded:
-        s = crowded[0]
-        raise GateUsersMissing(
-            f"{path}: gate user {s.user_id} consumed {len(set(s.sequence))} of the catalog's {n_items} items through "
-            f"month {month} ({len(crowded)} gate user(s) like this); rule: data.eval_candidates={m} needs {m - 1} "
-            "items the user never consumed beside the target; lower data.eval_candidates")
-    popularity = Counter(rows.column("item_id").to_numpy().tolist())
-    popularity.subtract(s.target for s in splits)
-    popularity = {int(i): int(c) for i, c in sorted(popularity.items()) if c > 0}
-    # one example per user, each depending only on the seed, the user's sequence and the popularity: choosing the
-    # users first gives the same examples as choosing among all of them, without drawing the others' candidates
-    n = cfg.arms.gate_max_users or cfg.sft.eval_max_users
-    examples = build_eval_examples(seeded_subsample(splits, n, cfg.seed), ds, cfg.data, popularity=popularity)
-    key = hashlib.sha256(json.dumps(["warehouse", ds.name, cfg.data.seed, cfg.data.eval_candidates, cfg.seed,
-                                     cfg.data.eval_hard_negative_fraction, fraction,
-                                     [e.request_id for e in examples], [e.history for e in examples],
-                                     [e.positive for e in examples], [e.candidates for e in examples],
-                                     sorted(popularity.items())]).encode()).hexdigest()[:12]
-    log.info(f"  gate users: {len(examples)} of {len(gated)} held-out users with 2+ interactions in {path} through "
-             f"{month} ({len(held)} of {len(users)} users in the slice arms.gate_holdout_fraction={fraction:g})")
-    return examples, popularity, key
-
-
 # The dataset name of the offline metrics on the version's LoggedModel, and the folder of their per-user ranks in the
 # artifacts of the run that logged the version (<GATE_DATASET>/<user set key>.json). Versioned: "gate-users" (v1)
 # kept the metrics alone; a v1 cache is never read, so a version scored before is scored again, with its ranks.
@@ -301,7 +159,7 @@ def kept_ranks(mv, key: str, examples) -> list[int] | None:
     """The per-user target ranks kept for version ``mv`` on user set ``key`` (:func:`record_offline_metrics`), in
     the order of ``examples``; None when none are kept or they are of other users (then the version is scored
     again, never misread)."""
-    kept = core_registry.version_dict(mv, _ranks_artifact(key))
+    kept = arm_versions.version_dict(mv, _ranks_artifact(key))
     if kept is None:
         return None
     if kept.get("request_ids") != [e.request_id for e in examples] or len(kept.get("ranks", ())) != len(examples):
@@ -310,7 +168,7 @@ def kept_ranks(mv, key: str, examples) -> list[int] | None:
     return [int(r) for r in kept["ranks"]]
 
 
-def offline_scores(cfg, arm: str, version: str, month: str | None = None, *,
+def offline_scores(cfg: Config, arm: str, version: str, month: str | None = None, *,
                    gate_set: GateSet | None = None) -> tuple[dict[str, float], list[int]]:
     """The version's offline metrics on the gate's users (:func:`gate_examples` of ``month``, or ``gate_set`` when
     the caller built it) and each user's 1-based target rank (in the order of the examples), computed once per
@@ -323,7 +181,7 @@ def offline_scores(cfg, arm: str, version: str, month: str | None = None, *,
     gate_set = gate_set if gate_set is not None else gate_examples(cfg, month)
     examples, popularity, key = gate_set
     mv = arm_versions.get_version(cfg, arm, version)
-    kept = core_registry.model_metrics(mv, dataset_name=GATE_DATASET, dataset_digest=key)
+    kept = arm_versions.model_metrics(mv, dataset_name=GATE_DATASET, dataset_digest=key)
     ranks = kept_ranks(mv, key, examples) if kept else None
     if kept and ranks is not None:
         return kept, ranks
@@ -338,13 +196,13 @@ def offline_scores(cfg, arm: str, version: str, month: str | None = None, *,
     return metrics, [int(r) for r in res.ranks]
 
 
-def offline_metrics(cfg, arm: str, version: str, month: str | None = None, *,
+def offline_metrics(cfg: Config, arm: str, version: str, month: str | None = None, *,
                     gate_set: GateSet | None = None) -> dict[str, float]:
     """The metrics of :func:`offline_scores`."""
     return offline_scores(cfg, arm, version, month, gate_set=gate_set)[0]
 
 
-def record_offline_metrics(cfg, arm: str, version: str, metrics: dict[str, float], month: str | None = None, *,
+def record_offline_metrics(cfg: Config, arm: str, version: str, metrics: dict[str, float], month: str | None = None, *,
                            ranks: Sequence[int], gate_set: GateSet | None = None) -> dict[str, float]:
     """Keep ``metrics`` and the per-user target ``ranks`` (on the gate's users, in the order of its examples) for the
     version: the metrics on its LoggedModel (through the run that logged it; dataset ``GATE_DATASET``, digest the
@@ -357,14 +215,14 @@ def record_offline_metrics(cfg, arm: str, version: str, metrics: dict[str, float
                          f"{len(examples)} users; rule: one rank per gate user, in the order of its examples")
     kept = {k: float(v) for k, v in metrics.items() if not k.startswith("random_")}
     mv = arm_versions.get_version(cfg, arm, version)
-    core_registry.log_version_dict(mv, {"key": key, "request_ids": [e.request_id for e in examples],
+    arm_versions.log_version_dict(mv, {"key": key, "request_ids": [e.request_id for e in examples],
                                         "ranks": [int(r) for r in ranks]}, _ranks_artifact(key))
-    core_registry.log_model_metrics(mv, kept, dataset_name=GATE_DATASET, dataset_digest=key)
+    arm_versions.log_model_metrics(mv, kept, dataset_name=GATE_DATASET, dataset_digest=key)
     arm_versions.set_tags(cfg, arm, version, {"gate.eval_key": key})
     return kept
 
 
-def off_policy_gate(cfg, arm: str, version: str, month: str, *, champion: str | None = None) -> dict[str, Any]:
+def off_policy_gate(cfg: Config, arm: str, version: str, month: str, *, champion: str | None = None) -> dict[str, Any]:
     """The challenger's SNIPS CTR on the arm's own month-``month`` logs against the champion's, with a bootstrap
     interval of the difference and both effective sample sizes (abpo.evaluation.off_policy.compare_snips).
     Rows the champion logged are weighted 1 for it (its propensity is the logged e0); other rows are rescored."""
@@ -430,7 +288,7 @@ def offline_tags(metric: str, offline: dict[str, Any]) -> dict[str, str]:
     return tags
 
 
-def month_start_champion(cfg, arm: str, version: str):
+def month_start_champion(cfg: Config, arm: str, version: str):
     """The champion the gate compares challenger ``version`` against: the one the month's update read once at its
     start and trained from (the challenger's lineage tag ``parent_version``), not whatever the alias points to now,
     so a rollback or hand move during the month cannot have the challenger gated against a champion it was not
@@ -446,7 +304,7 @@ def month_start_champion(cfg, arm: str, version: str):
     return champ
 
 
-def gate_arm(cfg, arm: str, version: str, month: str | None = None) -> GateResult:
+def gate(cfg: Config, arm: str, version: str, month: str | None = None) -> GateResult:
     """Challenger ``version`` against the arm's champion. Offline: the paired non-inferiority test of
     ``arms.gate_metric`` on the held-out users (:func:`offline_verdict`: the one-sided (1 - ``arms.gate_alpha``)
     lower bound of the per-user difference > -``arms.gate_margin``). Off-policy (when ``month`` is given and
@@ -458,11 +316,11 @@ def gate_arm(cfg, arm: str, version: str, month: str | None = None) -> GateResul
     MLflow (experiment abpo-arms, run gate-<arm>-v<version>, linked to the challenger's LoggedModel); the verdict and
     its reason are printed and kept as version tags."""
     champ = month_start_champion(cfg, arm, version)
-    key = task_key(cfg, "gate", arm, f"v{version}", f"champion-v{champ.version}", month or "offline")
-    done = reuse(cfg, arm_versions.EXPERIMENT, key)
+    key, done = completed_step(cfg, "gate", arm, f"v{version}", f"champion-v{champ.version}", month or "offline",
+                               result=GateResult)
     if done is not None:
-        log.info(f"gate {arm}: {'PASS' if done['passed'] else 'FAIL'}: {done['reason']}")
-        return GateResult.from_json(done)
+        log.info(f"gate {arm}: {'PASS' if done.passed else 'FAIL'}: {done.reason}")
+        return done
     from abpo.policy.evaluate import NonFiniteScores
 
     metric = cfg.arms.gate_metric
@@ -499,11 +357,11 @@ def gate_arm(cfg, arm: str, version: str, month: str | None = None) -> GateResul
     with start_run(cfg, f"gate-{arm}-v{version}", {"abpo.arm": arm, "abpo.month": month or "",
                                                      "abpo.challenger": version,
                                                      "abpo.champion": str(champ.version), "abpo.verdict": reason[:4900],
-                                                     core_registry.TASK_KEY_TAG: key}) as run:
+                                                     arm_versions.TASK_KEY_TAG: key}) as run:
         # the gate run's metrics, linked to the challenger's LoggedModel too (the MLflow UI compares models on them)
-        core_registry.log_model_metrics(arm_versions.get_version(cfg, arm, version), numbers, run_id=run.info.run_id)
+        arm_versions.log_model_metrics(arm_versions.get_version(cfg, arm, version), numbers, run_id=run.info.run_id)
     out = GateResult(arm=arm, version=str(version), champion_version=str(champ.version), passed=passed,
                      reason=reason, metric=metric, challenger=new, champion=ch, off_policy=ope,
                      offline=verdict.offline or None)
-    core_registry.record_task_result(run.info.run_id, out.to_json())
+    arm_versions.record_task_result(run.info.run_id, out.to_json())
     return out

@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from typing import TYPE_CHECKING
 
 from abpo.arms import versions as arm_versions
 from abpo.arms.names import HOLDBACK, HOLDBACK_ARMS, entry
 from abpo.monthly.common import CHAMPION, StepResult
 from abpo.months import Month
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -28,10 +32,10 @@ class HoldResult(StepResult):
     reason: str  # why nothing was trained
 
 
-def hold_arm(cfg, arm: str, month: Month) -> HoldResult:
+def hold(cfg: Config, arm: str, month: Month) -> HoldResult:
     """The step for one holdback arm (see the module docstring)."""
     if entry(arm).kind != HOLDBACK:
-        raise ValueError(f"hold_arm: {arm!r} is a {entry(arm).kind} arm; rule: one of {list(HOLDBACK_ARMS)}")
+        raise ValueError(f"hold: {arm!r} is a {entry(arm).kind} arm; rule: one of {list(HOLDBACK_ARMS)}")
     champ = arm_versions.get_version(cfg, arm, CHAMPION)
     if champ is None:
         raise LookupError(f"{arm_versions.model_name(arm, cfg)}: no champion; bootstrap the arms first")

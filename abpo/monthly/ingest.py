@@ -9,9 +9,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from abpo.monthly.common import StepResult
 from abpo.months import Month
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -26,11 +30,11 @@ class IngestResult(StepResult):
     interactions: int | None = None  # rows of the month's landed interactions ingested (None: none landed)
 
 
-def _record(cfg, month: str) -> Path:
+def _record(cfg: Config, month: str) -> Path:
     return cfg.paths.resolve("root") / "cycle" / f"{month}.ingest.json"
 
 
-def ingest_and_validate(cfg, month: Month, *, force: bool = False, out_of_order: bool = False) -> IngestResult:
+def ingest(cfg: Config, month: Month, *, force: bool = False, out_of_order: bool = False) -> IngestResult:
     """The step. A month older than the last completed month and never ingested is refused unless ``out_of_order``
     (abpo.monthly.report.require_month_order). A completed month (a rerun or a cleared run) is not ingested again:
     the result recorded when it was (cycle/<month>.ingest.json) is returned, nothing is written."""

@@ -15,7 +15,12 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from abpo.monthly.steps import run_step
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 ISOLATED_STEPS = ("bootstrap", "update", "gate")
 OK, SKIPPED, REFUSED = "ok", "skipped", "refused"
@@ -25,25 +30,18 @@ class NotConfigured(RuntimeError):
     """The arm is not in the config's arms.names: its task is skipped (as in-process)."""
 
 
-def _bootstrap(cfg, arm: str, month: str, upstream: Any) -> dict:
-    from abpo.monthly.bootstrap import bootstrap
-
-    return bootstrap(cfg, month).arms
+def _bootstrap(cfg: Config, arm: str, month: str, upstream: Any) -> dict:
+    return run_step("bootstrap", cfg, month).arms
 
 
-def _update(cfg, arm: str, month: str, upstream: Any) -> dict:
-    from abpo.monthly.update import update_llm_arm
+def _step(step: str):
+    def run(cfg: Config, arm: str, month: str, upstream: Any) -> dict:
+        return run_step(step, cfg, month, arm=arm, upstream=upstream).to_json()
 
-    return update_llm_arm(cfg, arm, month).to_json()
-
-
-def _gate(cfg, arm: str, month: str, upstream: Any) -> dict:
-    from abpo.monthly.gate import gate_arm
-
-    return gate_arm(cfg, arm, upstream["version"], month).to_json()
+    return run
 
 
-_STEPS = {"bootstrap": _bootstrap, "update": _update, "gate": _gate}
+_STEPS = {"bootstrap": _bootstrap, "update": _step("update"), "gate": _step("gate")}
 _NEEDS_ARM = ("update",)  # the in-process task of these skips an arm that is not configured
 
 

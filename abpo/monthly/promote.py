@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from typing import TYPE_CHECKING
 
 from abpo.arms import versions as arm_versions
 from abpo.monthly.common import CHAMPION, StepResult
 from abpo.monthly.gate import GateResult
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +31,7 @@ class PromoteResult(StepResult):
     reason: str = ""  # why it was not promoted though the gate passed (pinned, the champion moved), else ""
 
 
-def promote_arm(cfg, arm: str, gate: GateResult, month: str = "") -> PromoteResult:
+def promote(cfg: Config, arm: str, gate: GateResult, month: str = "") -> PromoteResult:
     """Move the arm's champion to the gated challenger when the gate passed; otherwise leave it where it was."""
     why = ""
     promoted = bool(gate.passed)

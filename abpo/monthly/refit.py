@@ -10,12 +10,15 @@ import hashlib
 import json
 import logging
 import time
+from typing import TYPE_CHECKING
 
-from abpo import registry as core_registry
 from abpo.arms import versions as arm_versions
 from abpo.arms.names import RANKER, RANKER_ARMS, arm_class, entry
-from abpo.monthly.common import CHAMPION, StepResult, dataset_and_splits, reuse, start_run, task_key
+from abpo.monthly.common import CHAMPION, StepResult, completed_step, dataset_and_splits, start_run
 from abpo.months import Month
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +32,7 @@ class RefitResult(StepResult):
     moved: bool = True  # the champion is another version than when the step started (the DAG's Asset event)
 
 
-def ranker_training_sequences(cfg, month: Month | None) -> tuple[dict[int, list[int]], list[str]]:
+def ranker_training_sequences(cfg: Config, month: Month | None) -> tuple[dict[int, list[int]], list[str]]:
     """Per user, chronological: the history before the first month (the dataset's x_{1:T}), then, through ``month``
     (None: nothing more), the interactions the warehouse holds and every click logged; and the months covered."""
     from abpo.warehouse import open_warehouse
@@ -48,34 +51,33 @@ def ranker_training_sequences(cfg, month: Month | None) -> tuple[dict[int, list[
     return seqs, months
 
 
-def refit_ranker_arm(cfg, arm: str, month: Month | None) -> RefitResult:
+def refit(cfg: Config, arm: str, month: Month | None) -> RefitResult:
     """Refit a ranker arm on everything seen through ``month`` (None: the bootstrap fit), register it with lineage
     and make it champion (a refit has no gate: it is the arm's definition, retrained)."""
     if entry(arm).kind != RANKER:
-        raise ValueError(f"refit_ranker_arm: {arm!r} is an LLM arm; rule: one of {list(RANKER_ARMS)}")
+        raise ValueError(f"refit: {arm!r} is an LLM arm; rule: one of {list(RANKER_ARMS)}")
     ds, _ = dataset_and_splits(cfg)
     t = time.time()
     before = arm_versions.get_version(cfg, arm, CHAMPION)
     previous = str(before.version) if before is not None else ""
     seqs, months = ranker_training_sequences(cfg, month)
     data_hash = hashlib.sha256(json.dumps(sorted(seqs.items())).encode()).hexdigest()[:16]
-    key = task_key(cfg, "refit", arm, month or "bootstrap", data_hash)
-    done = reuse(cfg, arm_versions.EXPERIMENT, key)
+    key, done = completed_step(cfg, "refit", arm, month or "bootstrap", data_hash, result=RefitResult)
     if done is not None:  # the same refit completed before (a re-run): nothing fitted, registered or moved now
-        return dataclasses.replace(RefitResult.from_json(done), previous_version=previous, moved=False)
+        return dataclasses.replace(done, previous_version=previous, moved=False)
     fitted = arm_class(arm).refresh(arm, cfg, sequences=seqs, item_ids=ds.item_ids().tolist())
     out_dir = fitted.save(cfg.paths.resolve("models") / "arms" / arm / (month or "bootstrap"))
     tags = arm_versions.lineage_tags(cfg, kind="ranker", source="refit" if month else "bootstrap",
                                      parent_version=previous or None, months=months,
                                      data_hash=data_hash, variant=arm, interactions=sum(map(len, seqs.values())))
     with start_run(cfg, f"refit-{arm}-{month or 'bootstrap'}", {"abpo.arm": arm, "abpo.month": month or "",
-                                                                 core_registry.TASK_KEY_TAG: key}) as run:
+                                                                 arm_versions.TASK_KEY_TAG: key}) as run:
         import pandas as pd
 
         uri = arm_versions.log_arm_model(cfg, arm, out_dir)
         # what it was fitted on, as an MLflow dataset input: every (user, item) in order, digest = data_hash
         pairs = [(u, i, p) for u, items in sorted(seqs.items()) for p, i in enumerate(items)]
-        core_registry.log_dataset_input(
+        arm_versions.log_dataset_input(
             pd.DataFrame(pairs, columns=["user_id", "item_id", "position"]),
             name=f"{arm}-interactions-through-{month or 'bootstrap'}", digest=data_hash,
             source=cfg.paths.resolve("warehouse"), tags={"months": ",".join(months)})
@@ -88,5 +90,5 @@ def refit_ranker_arm(cfg, arm: str, month: Month | None) -> RefitResult:
              + ("champion" if champion == str(mv.version) else f"not champion ({promoted.get('reason', '')})"))
     out = RefitResult(arm=arm, version=str(mv.version), months=months, previous_version=previous,
                       moved=champion != previous)
-    core_registry.record_task_result(run.info.run_id, out.to_json())
+    arm_versions.record_task_result(run.info.run_id, out.to_json())
     return out

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from typing import TYPE_CHECKING
 
 from abpo.arms import versions as arm_versions
 from abpo.monthly.common import CHALLENGER, StepResult
 from abpo.monthly.update import UpdateResult
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -20,7 +24,7 @@ class RegisterResult(StepResult):
     parent_version: str
 
 
-def register_update(cfg, arm: str, updated: UpdateResult) -> RegisterResult:
+def register(cfg: Config, arm: str, updated: UpdateResult) -> RegisterResult:
     tags = arm_versions.lineage_tags(cfg, kind="llm", source="update", parent_version=updated.parent_version,
                                      months=updated.months, data_hash=updated.data_hash, variant=updated.variant,
                                      month=updated.month, rows=updated.rows, steps=updated.steps)

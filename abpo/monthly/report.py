@@ -9,10 +9,13 @@ import json
 import logging
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from abpo.monthly.common import StepResult, json_safe
 from abpo.months import Month, MonthError
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -29,11 +32,11 @@ class PreviousMonthIncomplete(RuntimeError):
     """Month m-1 was started (ingested) but its cycle never finished: month m must not run on top of it."""
 
 
-def _done_marker(cfg, month: str) -> Path:
+def _done_marker(cfg: Config, month: str) -> Path:
     return cfg.paths.resolve("root") / "cycle" / f"{month}.json"
 
 
-def mark_month_complete(cfg, month: str, facts: dict[str, Any]) -> Path:
+def mark_month_complete(cfg: Config, month: str, facts: dict[str, Any]) -> Path:
     """Record that ``month``'s cycle finished (written by the report step, the last one)."""
     path = _done_marker(cfg, month)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -43,7 +46,7 @@ def mark_month_complete(cfg, month: str, facts: dict[str, Any]) -> Path:
     return path
 
 
-def require_previous_month(cfg, month: str) -> None:
+def require_previous_month(cfg: Config, month: str) -> None:
     """Refuse to start ``month`` when an earlier month was ingested but its cycle did not finish (a failed or
     interrupted run): its arms may be half-updated, so the next month would serve and train on top of that.
     Rerun the failed month first (reruns are idempotent on the data side)."""
@@ -60,7 +63,7 @@ def require_previous_month(cfg, month: str) -> None:
             f"{_done_marker(cfg, unfinished[-1])}); rerun abpo_monthly for {unfinished[-1]} first")
 
 
-def completed_months(cfg) -> list[str]:
+def completed_months(cfg: Config) -> list[str]:
     """The months whose cycle finished (the report step's markers cycle/<YYYY-MM>.json under paths.root), oldest
     first."""
     from abpo.months import MONTH_PATTERN
@@ -71,7 +74,7 @@ def completed_months(cfg) -> list[str]:
     return sorted(p.stem for p in d.glob("*.json") if re.fullmatch(MONTH_PATTERN, p.stem))
 
 
-def month_completed(cfg, month: str) -> bool:
+def month_completed(cfg: Config, month: str) -> bool:
     return _done_marker(cfg, str(month)).exists()
 
 
@@ -80,7 +83,7 @@ class MonthOutOfOrder(MonthError):
     it now would leave an unfinished month behind the completed ones, which blocks every later month."""
 
 
-def require_month_order(cfg, month: str, *, force: bool = False) -> None:
+def require_month_order(cfg: Config, month: str, *, force: bool = False) -> None:
     """Refuse month ``month`` when it is older than the last completed month and neither completed itself nor
     already in the warehouse (a rerun of a completed month, or of a backfill ingested with the rule forced, goes
     on): MonthOutOfOrder naming the month, the last completed one and the rule. ``force``: nothing is checked."""
@@ -101,7 +104,7 @@ def require_month_order(cfg, month: str, *, force: bool = False) -> None:
         "--force-month-order, then run its cycle")
 
 
-def report_to_date(cfg, month: Month) -> ReportResult:
+def report(cfg: Config, month: Month) -> ReportResult:
     """The A/B report over every warehouse month up to ``month``, every arm (sample-ratio check on the configured
     shares)."""
     from abpo.abtest.report import report_from_warehouse

@@ -15,7 +15,10 @@ import dataclasses
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -30,17 +33,17 @@ class SeriesChanged(ValueError):
     """A setting that changes the data split of a series whose months are already in the warehouse."""
 
 
-def series_file(cfg) -> Path:
+def series_file(cfg: Config) -> Path:
     return cfg.paths.resolve("root") / "series.json"
 
 
-def split_settings(cfg) -> dict[str, Any]:
+def split_settings(cfg: Config) -> dict[str, Any]:
     """The config's values of :data:`SPLIT_KEYS`, keyed ``data.<key>``."""
     d = dataclasses.asdict(cfg.data)
     return {f"data.{k}": d[k] for k in SPLIT_KEYS}
 
 
-def _months_in_warehouse(cfg) -> list[str]:
+def _months_in_warehouse(cfg: Config) -> list[str]:
     from abpo.warehouse import open_warehouse
 
     if not cfg.paths.resolve("warehouse").exists():
@@ -49,7 +52,7 @@ def _months_in_warehouse(cfg) -> list[str]:
         return list(wh.months())
 
 
-def check_series(cfg, month: str) -> dict[str, Any]:
+def check_series(cfg: Config, month: str) -> dict[str, Any]:
     """Refuse ``month`` (:class:`SeriesChanged`) when the config's split settings differ from those recorded in
     ``series.json`` and the warehouse holds a month; else record them (first run, or no month ingested yet) and
     return them."""

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from abpo.arms import versions as arm_versions
 from abpo.monthly.common import StepResult, arms_of, dataset_and_splits
 from abpo.months import Month
 from abpo.warehouse import IngestError
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +40,7 @@ class ServeResult(StepResult):
         return {"month": self.month, "path": self.path, "seconds": self.seconds, "per_arm": self.per_arm}
 
 
-def serve_month(cfg, month: Month) -> ServeResult:
+def serve_month(cfg: Config, month: Month) -> ServeResult:
     """Month ``month``'s traffic served by every arm's champion (abpo.sim.simulate_month), landed as Parquet."""
     from abpo.sim.simulator import simulate_month
 
@@ -49,7 +52,7 @@ def serve_month(cfg, month: Month) -> ServeResult:
     return ServeResult(str(month), True, path=str(res.path), seconds=res.seconds, per_arm=res.per_arm)
 
 
-def check_landed(cfg, month: Month) -> ServeResult:
+def check_landed(cfg: Config, month: Month) -> ServeResult:
     """The month's landed files (production); NothingLanded (an IngestError and a FileNotFoundError) naming the
     landing zone when there are none."""
     from abpo.warehouse import Warehouse
@@ -62,7 +65,7 @@ def check_landed(cfg, month: Month) -> ServeResult:
     return ServeResult(str(month), False, files=len(files))
 
 
-def serve(cfg, month: Month, *, simulate: bool) -> ServeResult:
+def serve(cfg: Config, month: Month, *, simulate: bool) -> ServeResult:
     """The step: :func:`serve_month` when ``simulate``, else :func:`check_landed`. A completed month (its report
     written: a rerun or a cleared run) is never simulated again: its landed files are what it served (a new
     simulation, by the champions its own promotion moved, would rewrite the month's logs and retrain its updates)."""

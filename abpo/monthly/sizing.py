@@ -9,8 +9,8 @@ series'):
    ingest; a rerun reuses them);
 2. for every point of the grid (``--grid key=v1,v2``: the product of the axes, e.g. ``arms.update_max_examples``,
    ``update.learning_rate``, ``update.epochs``): the arm's update from its champion on the month's logs
-   (abpo.monthly.update.update_llm_arm, with ``arms.update_logs`` as configured), registered as the challenger
-   and gated against the champion (abpo.monthly.gate.gate_arm). Nothing is promoted: every point starts from the
+   (abpo.monthly.update.update, with ``arms.update_logs`` as configured), registered as the challenger
+   and gated against the champion (abpo.monthly.gate.gate). Nothing is promoted: every point starts from the
    same champion.
 
 Each point reports the update's wall time and steps, the gate's paired offline test (Δ HR@5 with its SE, the
@@ -27,9 +27,12 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from abpo.months import Month
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -66,24 +69,24 @@ def moves_beyond_noise(offline: dict[str, Any], off_policy: dict[str, Any] | Non
     return bool(offline_moves or ope_moves)
 
 
-def size_update(cfg, month: str, arm: str, grid: Sequence[Sequence[str]],
+def size_update(cfg: Config, month: str, arm: str, grid: Sequence[Sequence[str]],
                 config_for: Callable[[Sequence[str]], Any]) -> list[SizingPoint]:
     """Run the grid (each point a list of ``key=value`` overrides, made into a config by ``config_for``) on ``month``
     of ``cfg``'s state, for LLM arm ``arm``. Returns one SizingPoint per grid point, in grid order."""
     from abpo.arms.names import LLM, entry
     from abpo.monthly.bootstrap import bootstrap
-    from abpo.monthly.gate import gate_arm
-    from abpo.monthly.ingest import ingest_and_validate
-    from abpo.monthly.register import register_update
+    from abpo.monthly.gate import gate
+    from abpo.monthly.ingest import ingest
+    from abpo.monthly.register import register
     from abpo.monthly.serve import serve
-    from abpo.monthly.update import update_llm_arm
+    from abpo.monthly.update import update
 
     if entry(arm).kind != LLM:
         raise ValueError(f"abpo arms size-update --arm {arm}: a {entry(arm).kind} arm; rule: an updated LLM arm")
     m = Month(month)
     bootstrap(cfg, m)
     serve(cfg, m, simulate=True)
-    ingest_and_validate(cfg, m)
+    ingest(cfg, m)
     points = []
     for overrides in grid:
         c = config_for(list(overrides))
@@ -91,10 +94,10 @@ def size_update(cfg, month: str, arm: str, grid: Sequence[Sequence[str]],
             raise ValueError(f"abpo arms size-update: grid point {list(overrides)} moves paths.root; rule: every "
                              "point runs in the same state")
         t0 = time.time()
-        upd = update_llm_arm(c, arm, m)
+        upd = update(c, arm, m)
         seconds = time.time() - t0
-        reg = register_update(c, arm, upd)
-        g = gate_arm(c, arm, reg.version, str(m))
+        reg = register(c, arm, upd)
+        g = gate(c, arm, reg.version, str(m))
         offline = dict(g.offline or {})
         point = SizingPoint(overrides=list(overrides), rows=upd.rows, steps=upd.steps,
                             update_seconds=round(seconds, 1), version=reg.version, offline=offline,

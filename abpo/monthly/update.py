@@ -27,13 +27,22 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
-from abpo import registry as core_registry
 from abpo.arms import versions as arm_versions
 from abpo.arms.names import LLM, LLM_ARMS, arm_class, entry
-from abpo.monthly.common import NotEnoughFeedback, StepResult, champion_at_month_start, reuse, task_key
+from abpo.monthly.common import (
+    NotEnoughFeedback,
+    StepResult,
+    champion_at_month_start,
+    completed_step,
+    reuse,
+    task_key,
+)
 from abpo.months import Month
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +65,7 @@ class UpdateResult(StepResult):
     first_step_w: dict[str, float] = dataclasses.field(default_factory=dict)  # weight_summary of w = e_old/e0 (all)
 
 
-def training_months(cfg, month: Month) -> list[str]:
+def training_months(cfg: Config, month: Month) -> list[str]:
     """The month and ``arms.replay_months`` months before it (those present in the warehouse)."""
     from abpo.warehouse import open_warehouse
 
@@ -66,7 +75,7 @@ def training_months(cfg, month: Month) -> list[str]:
     return [x for x in want if x in have or x == month]
 
 
-def arm_strata(cfg, arm: str, months: list[str]):
+def arm_strata(cfg: Config, arm: str, months: list[str]):
     """(positive, no-response, held_out): the rows arm ``arm`` updates from in ``months``: its own
     (``arms.update_logs = own``) or every served arm's (``all``), from the warehouse's strata, without the gate's
     held-out users when ``arms.gate_users = warehouse`` (abpo.train.update.read_update_strata), and what was left
@@ -103,7 +112,7 @@ class NoArmRows(NotEnoughFeedback):
     row was of the gate's held-out users): the update is skipped with this reason, never a failed month."""
 
 
-def skip_update(cfg, arm: str, month, reason: str) -> NoReturn:
+def skip_update(cfg: Config, arm: str, month, reason: str) -> NoReturn:
     """Raise NotEnoughFeedback(``reason``) after recording the skip: an MLflow run ``update-<arm>-<month>-skipped``
     (experiment abpo-arms, tags abpo.arm, abpo.month, abpo.skipped = the reason), once per month and reason, so the
     month's record says why the arm kept its champion; the orchestrator marks the arm's steps skipped."""
@@ -113,14 +122,14 @@ def skip_update(cfg, arm: str, month, reason: str) -> NoReturn:
     if reuse(cfg, arm_versions.EXPERIMENT, key) is None:
         with start_run(cfg, f"update-{arm}-{month}-skipped", {"abpo.arm": arm, "abpo.month": str(month),
                                                              "abpo.skipped": reason[:4900],
-                                                             core_registry.TASK_KEY_TAG: key}) as run:
+                                                             arm_versions.TASK_KEY_TAG: key}) as run:
             pass
-        core_registry.record_task_result(run.info.run_id, {"arm": arm, "month": str(month), "skipped": reason})
+        arm_versions.record_task_result(run.info.run_id, {"arm": arm, "month": str(month), "skipped": reason})
     log.warning(f"update {arm}: skipped: {reason}")
     raise NotEnoughFeedback(reason)
 
 
-def first_step_weights(cfg, arm: str, parent_dir, positive, no_response) -> dict[str, float]:
+def first_step_weights(cfg: Config, arm: str, parent_dir, positive, no_response) -> dict[str, float]:
     """abpo.algo.snips.weight_summary of the SNIPS weights w_i = e_old(a_i|q_i) / e0_i (docs/ABPO_SPEC.md step 3)
     at the update's first step, where pi_old is the champion it starts from: the champion (``parent_dir``) scores
     every row the update will train on (the same seeded subsample as abpo.train.dataset.subsample_strata with
@@ -146,12 +155,12 @@ def first_step_weights(cfg, arm: str, parent_dir, positive, no_response) -> dict
     return weight_summary(torch.tensor(w, dtype=torch.float64))
 
 
-def update_llm_arm(cfg, arm: str, month: Month) -> UpdateResult:
+def update(cfg: Config, arm: str, month: Month) -> UpdateResult:
     """The step for one LLM arm (see the module docstring). Returns the run and lineage facts."""
     import mlflow
 
     if entry(arm).kind != LLM:
-        raise ValueError(f"update_llm_arm: {arm!r} is a {entry(arm).kind} arm; rule: one of {list(LLM_ARMS)}")
+        raise ValueError(f"update: {arm!r} is a {entry(arm).kind} arm; rule: one of {list(LLM_ARMS)}")
     month = Month(month)
     # the champion of the month's start (recorded once by its bootstrap step), not the alias as it is now: a rerun of
     # a completed month, whose own promotion moved the alias, finds its completed update under the same key
@@ -171,10 +180,10 @@ def update_llm_arm(cfg, arm: str, month: Month) -> UpdateResult:
                     f"at least arms.min_rows_per_stratum = {need} of each (every SNIPS mini-batch holds both strata). "
                     f"The arm keeps champion v{champ.version} this month.")
     data_hash = arm_versions.table_hash(pos, neg)
-    key = task_key(cfg, "update", arm, month, data_hash, f"parent-v{champ.version}")
-    done = reuse(cfg, cfg.update.mlflow_experiment, key)
+    key, done = completed_step(cfg, "update", arm, month, data_hash, f"parent-v{champ.version}",
+                               experiment=cfg.update.mlflow_experiment, result=UpdateResult)
     if done is not None:
-        return UpdateResult.from_json(done)
+        return done
     parent_dir = arm_versions.local_dir(cfg, arm, champ.version)
     from abpo.train.update import logged_by
 
@@ -187,7 +196,7 @@ def update_llm_arm(cfg, arm: str, month: Month) -> UpdateResult:
     log.info(f"update {arm} ({entry(arm).refreshed_by}) from champion v{champ.version} on {pos.num_rows} positive + "
              f"{neg.num_rows} no-response rows of {months} (arms.update_logs={mode}; logged by "
              + ", ".join(f"{a} {v:.1%}" for a, v in shares.items()) + f"){w_text}")
-    tags = {core_registry.TASK_KEY_TAG: key, "abpo.update_logs": mode}
+    tags = {arm_versions.TASK_KEY_TAG: key, "abpo.update_logs": mode}
     if held is not None:  # arms.gate_users = warehouse: what D_bandit left out, on the update's run
         tags.update({"abpo.gate_users": "warehouse", "abpo.gate_holdout_users": str(held.users),
                      "abpo.gate_holdout_rows": str(held.rows)})
@@ -202,7 +211,7 @@ def update_llm_arm(cfg, arm: str, month: Month) -> UpdateResult:
 
         uri = arm_versions.log_arm_model(cfg, arm, res.model_dir)
         # the months it trained on, as MLflow dataset inputs with a digest each (the lineage tag data_hash covers all)
-        core_registry.log_training_months(pa.concat_tables([pos, neg]),
+        arm_versions.log_training_months(pa.concat_tables([pos, neg]),
                                           name_prefix=f"{arm}-impressions" if mode == "own" else
                                           f"{arm}-all-arms-impressions", source=cfg.paths.resolve("warehouse"))
         # whose rows, and how far from 1 the first step's SNIPS weights are (the log line's numbers)
@@ -215,7 +224,7 @@ def update_llm_arm(cfg, arm: str, month: Month) -> UpdateResult:
                        data_hash=data_hash, rows=pos.num_rows + neg.num_rows, steps=res.global_step,
                        variant=res.variant, held_out_rows=held.rows if held is not None else 0,
                        update_logs=mode, logged_by=shares, first_step_w=weights)
-    core_registry.record_task_result(res.mlflow_run_id, out.to_json())
+    arm_versions.record_task_result(res.mlflow_run_id, out.to_json())
     return out
 
 
@@ -224,7 +233,7 @@ def update_llm_arm(cfg, arm: str, month: Month) -> UpdateResult:
 LAUNCH_DIR = "launch"  # under the update's output directory: the inputs of a multi-process update
 
 
-def launch_refresh(cfg, arm: str, *, month: Month, parent_dir: Path, months: list[str], strata, run_tags):
+def launch_refresh(cfg: Config, arm: str, *, month: Month, parent_dir: Path, months: list[str], strata, run_tags):
     """The arm's refresh (abpo.arms: ``arm_class(arm).refresh``) as ``update.processes`` data-parallel processes:
     its inputs written under ``<paths.models>/arms/<arm>/<month>/launch/`` (config.yaml, run.json, the strata as
     positive.parquet / no_response.parquet), ``torchrun --standalone --nproc_per_node N -m abpo.monthly.update DIR``

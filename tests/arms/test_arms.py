@@ -105,8 +105,8 @@ def test_the_holdback_is_never_refreshed_adopted_updated_or_promoted(make_cfg):
     from abpo.arms.llm import HoldbackArm, LLMArm
     from abpo.arms.names import arm_class, entry
     from abpo.monthly.adopt import ModelRefused, adopt_model
-    from abpo.monthly.hold import hold_arm
-    from abpo.monthly.update import update_llm_arm
+    from abpo.monthly.hold import hold
+    from abpo.monthly.update import update
 
     cfg = make_cfg()
     assert arm_class("holdback") is HoldbackArm and issubclass(HoldbackArm, LLMArm)
@@ -114,25 +114,25 @@ def test_the_holdback_is_never_refreshed_adopted_updated_or_promoted(make_cfg):
     with pytest.raises(RuntimeError, match="a holdback arm is never refreshed"):
         HoldbackArm.refresh("holdback", cfg)
     with pytest.raises(ValueError, match="'holdback' is a holdback arm; rule: one of"):
-        update_llm_arm(cfg, "holdback", "2026-01")
+        update(cfg, "holdback", "2026-01")
     with pytest.raises(ModelRefused, match="'holdback' is a holdback arm; rule: adopt takes an LLM arm"):
         adopt_model(cfg, "holdback", "/nonexistent")
     with pytest.raises(arm_versions.HoldbackNeverPromoted, match="arm holdback is a holdback; rule: its champion "
                                                                 "stays pi_init"):
         arm_versions.promote(cfg, "holdback", "2")
     with pytest.raises(ValueError, match="'abpo' is a llm arm; rule: one of \\['holdback'\\]"):
-        hold_arm(cfg, "abpo", "2026-01")
+        hold(cfg, "abpo", "2026-01")
 
 
 def test_promote_refuses_a_race_and_rollback_restores_the_previous_champion(tmp_path):
     from abpo.arms import versions as arm_versions
     from abpo.config import load_config
-    from abpo.monthly.refit import refit_ranker_arm
+    from abpo.monthly.refit import refit
 
     cfg = load_config("tiny", [f"paths.root={tmp_path}", "data.max_users=40"])
-    assert refit_ranker_arm(cfg, "popularity", None).version == "1"
+    assert refit(cfg, "popularity", None).version == "1"
     other = load_config("tiny", [f"paths.root={tmp_path}", "data.max_users=40", "seed=1"])  # another config: a new fit
-    assert refit_ranker_arm(other, "popularity", None).version == "2"
+    assert refit(other, "popularity", None).version == "2"
     champ = arm_versions.get_version(cfg, "popularity", "champion")
     assert str(champ.version) == "2" and champ.tags["promoted_from"] == "1"
     # a retried promote task (its first attempt moved the alias) is a no-op, not a race
@@ -198,12 +198,12 @@ def test_a_rerun_refit_reuses_its_completed_run_and_version(tmp_path, caplog):
     from abpo import registry
     from abpo.arms import versions as arm_versions
     from abpo.config import load_config
-    from abpo.monthly.refit import refit_ranker_arm
+    from abpo.monthly.refit import refit
 
     cfg = load_config("tiny", [f"paths.root={tmp_path}", "data.max_users=40"])
     with caplog.at_level("INFO", logger="abpo"):
-        first = refit_ranker_arm(cfg, "popularity", None)
-        again = refit_ranker_arm(cfg, "popularity", None)
+        first = refit(cfg, "popularity", None)
+        again = refit(cfg, "popularity", None)
     assert (first.version, first.months) == (again.version, again.months) and first.version == "1"
     assert first.moved and not again.moved  # only the first one moved the champion (the DAG's Asset event)
     assert any("completed before" in r.getMessage() for r in caplog.records)

@@ -330,7 +330,7 @@ def test_config_explain_lists_the_new_keys(capsys):
     assert "never enter an LLM" in out
 
 
-# ------------------------------------------------------------------------------------------ (d) gate_arm, end to end
+# ------------------------------------------------------------------------------------------ (d) gate, end to end
 
 SMALL_MODEL = ["policy.tiny_hidden_size=32", "policy.tiny_layers=1", "policy.tiny_heads=2",
                "policy.tiny_intermediate_size=64", "policy.tiny_vocab_size=600", "arms.gate_ope_margin=-1"]
@@ -347,7 +347,7 @@ def test_gate_arm_scores_both_versions_on_the_warehouse_users(make_cfg, movielen
     from abpo.monthly.common import CHALLENGER, dataset_and_splits, start_run
     from abpo.monthly.gate import (
         GATE_DATASET,
-        gate_arm,
+        gate,
         gate_examples,
         kept_ranks,
         offline_scores,
@@ -365,7 +365,7 @@ def test_gate_arm_scores_both_versions_on_the_warehouse_users(make_cfg, movielen
     land_both_months(cfg, own_users(40, 60))
 
     examples, _, key = gate_examples(cfg, M1)
-    res = gate_arm(cfg, "abpo", challenger, M1)
+    res = gate(cfg, "abpo", challenger, M1)
     assert res.passed and res.champion_version == champion and res.off_policy is None
     assert res.challenger == res.champion and "HR@5" in res.challenger
     for version in (champion, challenger):
@@ -390,7 +390,7 @@ def test_gate_arm_scores_both_versions_on_the_warehouse_users(make_cfg, movielen
     core_registry.log_model_metrics(mv, {"HR@5": 0.999}, dataset_name="gate-users", dataset_digest=key2)
     record_offline_metrics(cfg, "abpo", challenger, {"HR@5": 0.999}, ranks=[1] * len(examples),
                            gate_set=(examples, {}, key2))
-    res2 = gate_arm(cfg, "abpo", challenger, M2)
+    res2 = gate(cfg, "abpo", challenger, M2)
     assert key2 != key and res2.passed and res2.champion["HR@5"] != 0.999 and res2.challenger == res2.champion
     assert res2.offline["n"] == len(examples2) and res2.offline["ties"] == len(examples2)
     assert core_registry.model_metrics(mv, dataset_name=GATE_DATASET, dataset_digest=key2) == res2.champion

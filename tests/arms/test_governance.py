@@ -87,7 +87,7 @@ def test_every_promotion_is_recorded_with_its_actor_and_the_history_is_append_on
 def test_a_hand_move_in_mlflow_is_recorded_pinned_and_respected_by_the_gate(reg):
     from abpo.arms import history, versions as arm_versions
     from abpo.monthly.bootstrap import bootstrap_arms
-    from abpo.monthly.promote import promote_arm
+    from abpo.monthly.promote import promote
 
     cfg, client = reg
     cfg.arms.names = ["abpo"]
@@ -101,7 +101,7 @@ def test_a_hand_move_in_mlflow_is_recorded_pinned_and_respected_by_the_gate(reg)
     assert arm_versions.pinned(cfg, "abpo")["version"] == "4"
     assert "moved_by_hand" not in bootstrap_arms(cfg, "2026-03").arms["abpo"]  # recorded once
     # the gate passes a challenger of v4: it is not promoted over the human's choice
-    res = promote_arm(cfg, "abpo", _gate("5", "4"), "2026-03")
+    res = promote(cfg, "abpo", _gate("5", "4"), "2026-03")
     assert (res.promoted, res.moved, res.champion_version) == (False, False, "4")
     assert res.reason.startswith("pinned: not promoted")
     assert history.entries(cfg, "abpo")[-1].action == "not-promoted"
@@ -109,16 +109,16 @@ def test_a_hand_move_in_mlflow_is_recorded_pinned_and_respected_by_the_gate(reg)
 
 def test_a_pinned_champion_survives_a_passing_gate_until_unpinned(reg, abpo):
     from abpo.arms import history
-    from abpo.monthly.promote import promote_arm
+    from abpo.monthly.promote import promote
 
     cfg, _ = reg
     rc, out, err = abpo("arms", "pin", "--arm", "abpo", "--reason", "holiday freeze", "--actor", "ops")
     assert rc == 0 and "champion v1 pinned" in out, err
-    res = promote_arm(cfg, "abpo", _gate("2", "1"), "2026-02")
+    res = promote(cfg, "abpo", _gate("2", "1"), "2026-02")
     assert (res.promoted, res.moved, _champion(cfg)) == (False, False, "1")
     assert "pinned by ops" in res.reason and "holiday freeze" in res.reason
     assert abpo("arms", "unpin", "--arm", "abpo")[0] == 0
-    res = promote_arm(cfg, "abpo", _gate("2", "1"), "2026-02")
+    res = promote(cfg, "abpo", _gate("2", "1"), "2026-02")
     assert (res.promoted, res.moved, _champion(cfg)) == (True, True, "2")
     assert [(e.action, e.actor) for e in history.entries(cfg, "abpo")] == [
         ("baseline", "abpo"), ("pin", "ops"), ("not-promoted", "gate"), ("unpin", "tester"), ("gate", "gate")]
@@ -158,7 +158,7 @@ def test_rollback_to_a_deleted_version_is_refused_and_changes_nothing(reg, abpo)
 def test_a_rollback_during_the_month_stops_its_promotion_with_a_message(reg, abpo):
     from abpo.arms import history, versions as arm_versions
     from abpo.monthly.gate import month_start_champion
-    from abpo.monthly.promote import promote_arm
+    from abpo.monthly.promote import promote
 
     cfg, client = reg
     arm_versions.promote(cfg, "abpo", "2")
@@ -166,7 +166,7 @@ def test_a_rollback_during_the_month_stops_its_promotion_with_a_message(reg, abp
     assert abpo("arms", "rollback", "--arm", "abpo", "--reason", "bad CTR")[0] == 0  # during the month: v1
     champ = month_start_champion(cfg, "abpo", "4")  # the gate compares against the champion the update read
     assert str(champ.version) == "2"
-    res = promote_arm(cfg, "abpo", _gate("4", str(champ.version)), "2026-02")
+    res = promote(cfg, "abpo", _gate("4", str(champ.version)), "2026-02")
     assert (res.promoted, res.moved, res.champion_version) == (False, False, "1")
     assert "not the expected v2" in res.reason and "rollback by tester" in res.reason and "bad CTR" in res.reason
     last = history.entries(cfg, "abpo")[-1]

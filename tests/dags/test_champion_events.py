@@ -36,7 +36,7 @@ def test_a_failed_gate_fires_nothing_and_a_passed_one_fires_the_new_version(tmp_
     from abpo import registry
     from abpo.config import load_config
     from abpo.monthly.gate import GateResult
-    from abpo.monthly.promote import promote_arm
+    from abpo.monthly.promote import promote
 
     cfg = load_config("tiny", [f"paths.root={tmp_path}"])
     registry.configure(cfg)
@@ -50,11 +50,11 @@ def test_a_failed_gate_fires_nothing_and_a_passed_one_fires_the_new_version(tmp_
         return GateResult(arm="abpo", version=version, champion_version="1", passed=passed, reason="test",
                           metric="HR@5", challenger={}, champion={}, off_policy=None)
 
-    failed = promote_arm(cfg, "abpo", gate("2", False)).to_json()
+    failed = promote(cfg, "abpo", gate("2", False)).to_json()
     assert (failed["champion_version"], failed["moved"]) == ("1", False)
     assert _events(dag_module, "abpo", "2026-01", failed) == []
 
-    passed = promote_arm(cfg, "abpo", gate("3", True)).to_json()
+    passed = promote(cfg, "abpo", gate("3", True)).to_json()
     assert (passed["champion_version"], passed["previous_version"], passed["moved"]) == ("3", "1", True)
     (event,) = _events(dag_module, "abpo", "2026-02", passed)
     assert event.dest_asset_key.name == "abpo_champion_abpo"
@@ -62,23 +62,23 @@ def test_a_failed_gate_fires_nothing_and_a_passed_one_fires_the_new_version(tmp_
     assert event.extra == {"arm": "abpo", "version": "3", "previous_version": "1", "month": "2026-02",
                            "model_uri": "models:/abpo-arm-abpo/3"}
     # a retried promote (its first attempt moved the alias, then the task died) still announces the move
-    again = promote_arm(cfg, "abpo", gate("3", True)).to_json()
+    again = promote(cfg, "abpo", gate("3", True)).to_json()
     assert again["moved"] and len(_events(dag_module, "abpo", "2026-02", again)) == 1
 
 
 def test_a_refit_fires_when_it_moved_the_champion_and_a_rerun_does_not(tmp_path, dag_module):
     from abpo.config import load_config
-    from abpo.monthly.refit import refit_ranker_arm
+    from abpo.monthly.refit import refit
 
     cfg = load_config("tiny", [f"paths.root={tmp_path}", "data.max_users=40"])
-    first = refit_ranker_arm(cfg, "popularity", None).to_json()
+    first = refit(cfg, "popularity", None).to_json()
     (event,) = _events(dag_module, "popularity", "", first)
     assert event.extra["version"] == "1" and event.extra["previous_version"] == ""
-    rerun = refit_ranker_arm(cfg, "popularity", None).to_json()  # same data: its completed run is reused
+    rerun = refit(cfg, "popularity", None).to_json()  # same data: its completed run is reused
     assert (rerun["version"], rerun["moved"]) == ("1", False)
     assert _events(dag_module, "popularity", "", rerun) == []
     other = load_config("tiny", [f"paths.root={tmp_path}", "data.max_users=40", "seed=1"])  # a new fit
-    moved = refit_ranker_arm(other, "popularity", None).to_json()
+    moved = refit(other, "popularity", None).to_json()
     (event,) = _events(dag_module, "popularity", "2026-01", moved)
     assert (event.extra["version"], event.extra["previous_version"]) == ("2", "1")
 

@@ -1,5 +1,5 @@
 """A month with an arm at 0 clicks (and one at every click) completes (issue 18, item 1): the cycle's last step,
-report_to_date (what `abpo arms month` and the DAG's report task run), writes the report from the warehouse and marks
+report (what `abpo arms month` and the DAG's report task run), writes the report from the warehouse and marks
 the month complete, so the next month is not refused. Before, the plot's negative error bar failed the report and
 every later month stayed blocked."""
 
@@ -10,7 +10,7 @@ import pytest
 from abpo.config import load_config
 from abpo.data.schemas import write_impressions
 from abpo.data.synthetic import synthetic_impressions
-from abpo.monthly.report import report_to_date, require_previous_month
+from abpo.monthly.report import report, require_previous_month
 from abpo.warehouse import config_catalog, ingest_with_config
 
 
@@ -21,9 +21,9 @@ def test_a_month_with_a_zero_click_and_an_all_click_arm_completes(state):
         table, _ = synthetic_impressions(800, month, seed=3, violation_rate=0.0, ctr=ctr, n_users=300,
                                         item_ids=config_catalog(cfg))
         write_impressions(table, cfg.paths.resolve("landing"), month, part="sim")
-        report, _ = ingest_with_config(cfg, month)
-        assert report.rows_quarantined == 0 and report.audit.success
-        out = report_to_date(cfg, month)
+        landed, _ = ingest_with_config(cfg, month)
+        assert landed.rows_quarantined == 0 and landed.audit.success
+        out = report(cfg, month)
         assert out.months[-1] == month
         for path in (out.html, out.markdown, out.png):
             assert path and __import__("pathlib").Path(path).is_file()

@@ -96,11 +96,11 @@ def test_the_gx_suite_checks_propensity_consistency_and_the_catalog(state):
 
 
 def test_items_outside_the_catalog_are_quarantined_in_impressions_and_interactions(state):
-    """By the pipeline's ingest step (abpo.monthly.ingest.ingest_and_validate, the DAG's `ingest` task): a logged
+    """By the pipeline's ingest step (abpo.monthly.ingest.ingest, the DAG's `ingest` task): a logged
     item, a candidate or a history item outside the catalog quarantines its impression; a landed interaction of such
     an item goes to interactions_quarantine, so the refits (interactions to date) never see it."""
     from abpo.config import load_config
-    from abpo.monthly.ingest import ingest_and_validate
+    from abpo.monthly.ingest import ingest
     from abpo.warehouse import open_warehouse
 
     cfg = load_config("tiny")
@@ -114,7 +114,7 @@ def test_items_outside_the_catalog_are_quarantined_in_impressions_and_interactio
                       "event_time": pa.array([None] * 3, INTERACTIONS_SCHEMA.field("event_time").type),
                       "rating": pa.array([None] * 3, pa.float32()), "position": pa.array([0, 1, 0], pa.int32())})
     write_interactions(inter, state / "landing", MONTH, part="a")
-    res = ingest_and_validate(cfg, MONTH)
+    res = ingest(cfg, MONTH)
     assert res.rows_clean == 98 and res.quarantined["item_not_in_catalog"] == 2 and res.interactions == 2
     q = quarantine(state)
     assert [(row, rule) for row, rule, _ in q] == [(1, "item_not_in_catalog"), (2, "item_not_in_catalog")]

@@ -28,8 +28,8 @@ def test_a_challenger_with_nan_weights_fails_the_gate_closed_and_is_not_promoted
     from abpo.arms import versions as arm_versions
     from abpo.monthly.adopt import adopt_model
     from abpo.monthly.common import dataset_and_splits
-    from abpo.monthly.gate import gate_arm
-    from abpo.monthly.promote import promote_arm
+    from abpo.monthly.gate import gate
+    from abpo.monthly.promote import promote
 
     cfg = make_cfg(f"data.dataset_dir={movielens_dir(60, 40, ratings_per_user=12)}", *SMALL_MODEL)
     ds, _ = dataset_and_splits(cfg)
@@ -42,14 +42,14 @@ def test_a_challenger_with_nan_weights_fails_the_gate_closed_and_is_not_promoted
                for k, v in load_file(weights).items()}, weights, metadata={"format": "pt"})
     nan = _register(cfg, arm_versions, broken, {"source": "update", "parent_version": champion})
 
-    res = gate_arm(cfg, "abpo", nan)  # the DAG's gate task and `abpo arms month` run this step
+    res = gate(cfg, "abpo", nan)  # the DAG's gate task and `abpo arms month` run this step
     assert not res.passed and res.champion_version == champion
     assert f"challenger v{nan}: request " in res.reason and "candidate scores not finite" in res.reason
     assert "fails closed (non_finite_scores)" in res.reason
     tags = arm_versions.get_version(cfg, "abpo", nan).tags
     assert tags["gate.verdict"] == "fail" and "non_finite_scores" in tags["gate.reason"]
-    out = promote_arm(cfg, "abpo", res, "2026-01")
+    out = promote(cfg, "abpo", res, "2026-01")
     assert not out.promoted and not out.moved and out.champion_version == champion
     # the same gate passes a challenger that scores (the champion's own weights: every user tied)
     fine = _register(cfg, arm_versions, model_dir, {"source": "update", "parent_version": champion})
-    assert gate_arm(cfg, "abpo", fine).passed
+    assert gate(cfg, "abpo", fine).passed

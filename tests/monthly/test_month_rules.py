@@ -24,13 +24,13 @@ def land(cfg, month: str, seed: int = 3) -> None:
 
 def complete(cfg, *months: str) -> None:
     """Each month landed, ingested and reported: the cycle's last step marks it complete."""
-    from abpo.monthly.report import report_to_date
+    from abpo.monthly.report import report
     from abpo.warehouse import ingest_with_config
 
     for month in months:
         land(cfg, month)
         ingest_with_config(cfg, month)
-        report_to_date(cfg, month)
+        report(cfg, month)
 
 
 def one_line_refusal(rc: int, err: str) -> str:
@@ -102,11 +102,11 @@ def test_an_ingest_older_than_the_last_completed_month_is_refused_unless_forced(
     assert "months_in_order" in err and "--force-month-order" in err
     assert months() == ["2026-01", "2026-02"]
     from abpo.monthly.common import retry_or_fail
-    from abpo.monthly.ingest import ingest_and_validate
+    from abpo.monthly.ingest import ingest
     from abpo.monthly.report import MonthOutOfOrder, require_previous_month
 
     with pytest.raises(MonthOutOfOrder, match="months_in_order") as info:  # the DAG's ingest task / run_month's step
-        ingest_and_validate(cfg, "2025-12")
+        ingest(cfg, "2025-12")
     assert retry_or_fail(info.value) == "fail" and months() == ["2026-01", "2026-02"]
     require_previous_month(cfg, "2026-03")  # nothing was left behind to block the next month
     # a month in order, or a completed month again, is not this rule's business

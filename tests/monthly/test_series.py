@@ -13,7 +13,7 @@ import pytest
 def test_a_split_change_is_refused_once_the_warehouse_holds_a_month(make_cfg, movielens):
     from abpo.data.splits import split_users
     from abpo.monthly.common import retry_or_fail
-    from abpo.monthly.ingest import ingest_and_validate
+    from abpo.monthly.ingest import ingest
     from abpo.monthly.series import SeriesChanged, check_series, series_file
     from abpo.sim.simulator import simulate_month
     from tests.sim.test_simulator import _ranker_arms
@@ -28,7 +28,7 @@ def test_a_split_change_is_refused_once_the_warehouse_holds_a_month(make_cfg, mo
 
     splits, _ = split_users(movielens, cfg.data)
     simulate_month(cfg, "2026-01", _ranker_arms(cfg, movielens, splits), dataset=movielens, splits=splits)
-    ingest_and_validate(cfg, "2026-01")
+    ingest(cfg, "2026-01")
     check_series(cfg, "2026-02")  # the same settings: fine
     changed = make_cfg("data.max_users=60", "data.update_steps=12")
     with pytest.raises(SeriesChanged, match=r"data.update_steps = 12 \(recorded 4\): rule: the data split") as e:

@@ -31,7 +31,7 @@ def test_an_arm_with_no_rows_skips_its_update_with_a_reason_and_the_month_comple
 
     from abpo import registry
     from abpo.arms import versions as arm_versions
-    from abpo.monthly.report import report_to_date, require_previous_month
+    from abpo.monthly.report import report, require_previous_month
     from abpo.warehouse import config_catalog, ingest_with_config
 
     overrides = ["arms.update_logs=own"]  # the arm's own rows: abpo served none of them this month
@@ -41,8 +41,8 @@ def test_an_arm_with_no_rows_skips_its_update_with_a_reason_and_the_month_comple
     table, _ = synthetic_impressions(400, month, seed=3, arms=("grpo", "ml_retrain", "popularity"), n_users=100,
                                      item_ids=catalog, n_items=min(5_000, len(catalog)))
     write_impressions(table, cfg.paths.resolve("landing"), month, part="sim")
-    report, _ = ingest_with_config(cfg, month)
-    assert report.rows_clean > 0
+    landed, _ = ingest_with_config(cfg, month)
+    assert landed.rows_clean > 0
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     (ckpt / "config.json").write_text(json.dumps({"model_type": "llama"}))
@@ -70,6 +70,6 @@ def test_an_arm_with_no_rows_skips_its_update_with_a_reason_and_the_month_comple
     assert [int(v.version) for v in MlflowClient().search_model_versions("name='abpo-arm-abpo'")] == [int(champion)]
 
     # the month completes: the report task (trigger rule none_failed) runs after a skipped group
-    out = report_to_date(cfg, month)
+    out = report(cfg, month)
     assert out.months == [month]
     require_previous_month(cfg, "2026-02")

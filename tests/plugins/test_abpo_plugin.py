@@ -227,7 +227,7 @@ def _summary(month: str, success: bool = True) -> dict:
 def test_validation_results(get, state):
     assert "No validation yet" in get("/abpo/validation/").text
     assert get("/abpo/validation/latest").status_code == 404
-    out = state / "validation"  # abpo.monthly.ingest.ingest_and_validate: <paths.root>/validation/impressions_<month>.json
+    out = state / "validation"  # abpo.monthly.ingest.ingest: <paths.root>/validation/impressions_<month>.json
     out.mkdir()
     (out / "impressions_2026-03.json").write_text(json.dumps(_summary("2026-03")))
     (out / "impressions_2026-04.json").write_text(json.dumps(_summary("2026-04", success=False)))

@@ -195,7 +195,7 @@ def test_the_warehouse_holds_the_interactions_to_date_the_simulator_served(make_
     clicks) equals what the simulator knows users consumed (interactions_to_date), month after month: the refits
     read production data, never the simulator. A rerun replaces the month's interactions, never doubles them."""
     from abpo.data.splits import split_users
-    from abpo.monthly.ingest import ingest_and_validate
+    from abpo.monthly.ingest import ingest
     from abpo.monthly.refit import ranker_training_sequences
     from abpo.months import Month
     from abpo.sim.simulator import interactions_to_date, simulate_month
@@ -208,7 +208,7 @@ def test_the_warehouse_holds_the_interactions_to_date_the_simulator_served(make_
     assert bootstrap == interactions_to_date(cfg, splits, cfg.sim.start_month)
     for month in ("2026-01", "2026-02", "2026-02"):  # the second 2026-02 is a rerun
         simulate_month(cfg, month, arms, dataset=movielens, splits=splits)
-        out = ingest_and_validate(cfg, month)
+        out = ingest(cfg, month)
         assert out.interactions == sum(min(2, max(len(s.update) - 2 * Month(month).minus("2026-01"), 0))
                                        for s in splits)
         with open_warehouse(cfg, read_only=True) as wh:
@@ -226,7 +226,7 @@ def test_months_beyond_the_windows_wrap_around_with_fresh_draws(make_cfg, moviel
     are fresh (other retrieval candidates and clicks), the landed month passes the contract and ingests clean, and
     the warehouse's interactions to date still equal what the simulator says users consumed."""
     from abpo.data.splits import split_users
-    from abpo.monthly.ingest import ingest_and_validate
+    from abpo.monthly.ingest import ingest
     from abpo.monthly.refit import ranker_training_sequences
     from abpo.months import Month
     from abpo.sim.simulator import interactions_to_date, months_available, simulate_month
@@ -241,7 +241,7 @@ def test_months_beyond_the_windows_wrap_around_with_fresh_draws(make_cfg, moviel
     for month in ("2026-01", "2026-02", "2026-03", "2026-04"):
         res = simulate_month(cfg, month, arms, dataset=movielens, splits=splits)
         tables[month] = res.table.to_pylist()
-        out = ingest_and_validate(cfg, month)
+        out = ingest(cfg, month)
         assert out.interactions == sum(min(2, len(s.update)) for s in splits)
         with open_warehouse(cfg, read_only=True) as wh:
             clicks = wh.run("clicks_to_date", month=month)

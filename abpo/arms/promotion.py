@@ -1,0 +1,384 @@
+"""An arm's champion moves here, and only here: the promotion lock (a registered model per arm, see below), pins,
+:func:`promote`, :func:`rollback` and the record of a champion moved by hand in MLflow (abpo.arms.history). Every name
+is also importable from abpo.arms.versions, the monthly steps' door to the registry."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import time
+import uuid
+
+from abpo import registry
+from abpo.arms import history, names
+from abpo.arms.versions import NotInRegistry, get_version, model_name, set_alias, set_tags
+
+log = logging.getLogger(__name__)
+
+
+class PromotionRace(RuntimeError):
+    """The champion moved since the caller looked, or another promotion of the arm holds the lock: the promotion is
+    refused, nothing changed."""
+
+
+class ChampionMoved(PromotionRace):
+    """The champion is no longer the one the month started from (a rollback, a promotion or a hand move since the
+    update read it): the month's promotion is refused with a message, nothing changed (not retried: the month's
+    challenger was gated against a champion that no longer serves)."""
+
+
+class HoldbackNeverPromoted(PromotionRace):
+    """A promotion of the holdback arm (abpo.arms.names.HOLDBACK): refused, its champion stays pi_init (a
+    PromotionRace, so `abpo arms promote` reports it in one line like any refused promotion)."""
+
+
+# The promotion lock. MLflow's registry has no compare-and-set: SetRegisteredModelAlias moves an alias
+# unconditionally. What it does have is a unique registered-model name: CreateRegisteredModel fails with
+# RESOURCE_ALREADY_EXISTS when the name exists (a primary key in the SQL store, SQLite or PostgreSQL, behind the REST
+# server too). So the lock of arm A is the registered model "abpo-lock-<A>": whoever creates it holds it, and deletes it
+# when done. Every process that moves a champion (the CLI, each Airflow worker, on any machine) talks to the same
+# registry, so two workers cannot both hold it: a check-then-set done inside it (re-read the champion, compare with the
+# expected one, move the alias) is atomic with respect to every other promotion.
+# Takeover by a lease, never by comparing clocks: a waiter takes the lock over when it has seen the same lock (same
+# owner tag, lease counter and the registry's creation timestamp of the lock, compared for equality only) unchanged
+# for LOCK_TTL_S seconds of *its own* monotonic clock. A holder working longer bumps the lease (:func:`touch_lock`).
+# So no holder's or waiter's wall clock matters (a slow one does not lose its lock, a fast crashed one does not block
+# the arm), and a lock with no owner tag is taken over like any other stale one. LOCK_WAIT_S > LOCK_TTL_S: a waiter
+# outlives a stale lock. A holder checks it still holds the lock right before it moves the alias.
+# The lock's name carries the config's paths.namespace (abpo.arms.names.lock_name), like the arm's model.
+LOCK_PREFIX = names.LOCK_PREFIX
+LOCK_TTL_S = 10.0
+LOCK_WAIT_S = 30.0
+_held: dict[str, str] = {}  # lock name -> this process's token, while held
+
+
+def _lock_name(cfg, arm: str) -> str:
+    """Arm ``arm``'s promotion lock in ``cfg``'s environment (an unknown arm: NotInRegistry, from model_name)."""
+    return names.lock_name(model_name(arm, cfg) and arm, cfg.paths.namespace)
+
+
+def _lease(held) -> tuple[str, str, str]:
+    tags = held.tags or {}
+    return tags.get("owner", ""), tags.get("lease", ""), str(getattr(held, "creation_timestamp", ""))
+
+
+@contextlib.contextmanager
+def promotion_lock(cfg, arm: str, *, wait_s: float | None = None, ttl_s: float | None = None):
+    """Hold arm ``arm``'s promotion lock (a registered model ``abpo-lock-<arm>`` in the registry, see above) for the
+    block; raises PromotionRace when another holder keeps it longer than ``wait_s`` (this process's own holder
+    included: not reentrant)."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    wait_s = LOCK_WAIT_S if wait_s is None else wait_s
+    ttl_s = LOCK_TTL_S if ttl_s is None else ttl_s
+    name = _lock_name(cfg, arm)
+    uri = registry.configure(cfg)
+    client = MlflowClient()
+    token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+    deadline = time.monotonic() + wait_s
+    delay = 0.05
+    seen: tuple[str, str, str] | None = None
+    seen_since = time.monotonic()
+    held = None
+    while True:
+        try:
+            client.create_registered_model(name, tags={"owner": token, "lease": "0"},
+                                           description=f"promotion lock of arm {arm} (abpo.arms.versions)")
+            break
+        except MlflowException as e:
+            if getattr(e, "error_code", "") != "RESOURCE_ALREADY_EXISTS":  # e.g. SQLite busy under contention
+                if time.monotonic() > deadline:
+                    raise registry.RegistryUnavailable(
+                        f"MLflow registry {uri}: could not take the promotion lock {name!r} "
+                        f"({getattr(e, 'error_code', '')}: {str(e)[:300]})") from e
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+                continue
+        try:
+            held = client.get_registered_model(name)
+            lease = _lease(held)
+            if lease != seen:  # a new holder, or the holder bumped its lease: it is alive
+                seen, seen_since = lease, time.monotonic()
+            elif time.monotonic() - seen_since > ttl_s:
+                # unchanged for the TTL by this waiter's own clock: its holder died. Take it over (only if it is
+                # still the same stale lock)
+                if _lease(client.get_registered_model(name)) == seen:
+                    client.delete_registered_model(name)
+                seen = None
+                continue
+        except MlflowException:
+            continue  # released in between: try again at once
+        if time.monotonic() > deadline:
+            raise PromotionRace(f"{model_name(arm, cfg)}: another promotion holds the lock {name!r} (owner "
+                                f"{(held.tags or {}).get('owner', '?')}) for more than {wait_s:g} s; nothing promoted "
+                                "(retry when it has finished)")
+        time.sleep(delay)
+        delay = min(delay * 2, 1.0)
+    _held[name] = token
+    try:
+        yield
+    finally:
+        if _held.get(name) == token:
+            _held.pop(name, None)
+        try:
+            if client.get_registered_model(name).tags.get("owner") == token:
+                client.delete_registered_model(name)
+        except MlflowException:
+            pass  # taken over after the TTL, or already gone
+
+
+def touch_lock(cfg, arm: str) -> None:
+    """The holder says it is alive (bumps the lease counter, so waiters restart their TTL) and checks it still
+    holds the lock; PromotionRace when it was taken over (then it must not move anything)."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    name = _lock_name(cfg, arm)
+    token = _held.get(name)
+    registry.configure(cfg)
+    client = MlflowClient()
+    try:
+        held = client.get_registered_model(name)
+    except MlflowException:
+        held = None
+    tags = (held.tags or {}) if held is not None else {}
+    if token is None or tags.get("owner") != token:
+        raise PromotionRace(f"{model_name(arm, cfg)}: the promotion lock {name!r} is no longer this process's (taken over "
+                            "by another promotion after its TTL); nothing moved")
+    client.set_registered_model_tag(name, "lease", str(int(tags.get("lease", "0") or 0) + 1))
+
+
+# ------------------------------------------------------------------------------------------------ governance
+PIN_TAG = "abpo.pinned"  # on the arm's registered model: "<version>|<actor>|<at>|<reason>", absent when not pinned
+
+
+def pinned(cfg, arm: str) -> dict[str, str] | None:
+    """The arm's pin ({version, actor, at, reason}) or None: while pinned, the gate (and a ranker's refit) do not
+    promote over the champion a human chose."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    registry.configure(cfg)
+    try:
+        tags = MlflowClient().get_registered_model(model_name(arm, cfg)).tags or {}
+    except MlflowException as e:
+        if registry.is_not_found(e):
+            return None
+        raise
+    raw = tags.get(PIN_TAG, "")
+    if not raw:
+        return None
+    version, actor, at, reason = (raw.split("|", 3) + ["", "", "", ""])[:4]
+    return {"version": version, "actor": actor, "at": at, "reason": reason}
+
+
+def _set_pin(cfg, arm: str, version: str, actor: str, reason: str) -> None:
+    from datetime import UTC, datetime
+
+    from mlflow import MlflowClient
+
+    registry.configure(cfg)
+    at = datetime.now(UTC).isoformat(timespec="seconds")
+    MlflowClient().set_registered_model_tag(model_name(arm, cfg), PIN_TAG,
+                                            f"{version}|{actor}|{at}|{reason}".replace("\n", " ")[:4900])
+
+
+def pin(cfg, arm: str, *, reason: str = "", actor: str = "") -> dict[str, str]:
+    """Pin the arm's champion: the gate still runs and reports, but its promote records "pinned: not promoted"
+    instead of moving the champion, until :func:`unpin`. Recorded in the history (action pin)."""
+    actor = actor or history.os_actor()
+    with promotion_lock(cfg, arm):
+        cur = _champion(cfg, arm)
+        if not cur:
+            raise NotInRegistry(f"{model_name(arm, cfg)}: no champion to pin")
+        _settle(cfg, arm, cur)
+        _record_hand_move(cfg, arm, cur, month="")
+        _set_pin(cfg, arm, cur, actor, reason or "pinned")
+        history.record(cfg, arm, action="pin", actor=actor, from_version=cur, to_version=cur,
+                       reason=reason or "pinned")
+    return {"arm": arm, "champion": cur, "pinned": "true"}
+
+
+def unpin(cfg, arm: str, *, reason: str = "", actor: str = "") -> dict[str, str]:
+    """Let the gate promote the arm again; recorded in the history (action unpin)."""
+    from mlflow import MlflowClient
+
+    actor = actor or history.os_actor()
+    with promotion_lock(cfg, arm):
+        cur = _champion(cfg, arm)
+        was = pinned(cfg, arm)
+        if was is None:
+            return {"arm": arm, "champion": cur, "pinned": "false"}
+        MlflowClient().delete_registered_model_tag(model_name(arm, cfg), PIN_TAG)
+        history.record(cfg, arm, action="unpin", actor=actor, from_version=cur, to_version=cur,
+                       reason=reason or f"unpinned (pinned by {was['actor']} at {was['at']})")
+    return {"arm": arm, "champion": cur, "pinned": "false"}
+
+
+def _champion(cfg, arm: str) -> str:
+    mv = get_version(cfg, arm, registry.CHAMPION)
+    return str(mv.version) if mv is not None else ""
+
+
+def _settle(cfg, arm: str, champion: str) -> None:
+    import logging
+
+    for line in history.settle_pending(cfg, arm, champion):
+        logging.getLogger(__name__).info(f"{model_name(arm, cfg)} promotion history: {line}")
+
+
+def _record_hand_move(cfg, arm: str, cur: str, *, month: str) -> history.Entry | None:
+    """Under the lock: when the champion is not the history's last one, record the move as made outside abpo
+    (action and actor ``mlflow-ui``) and pin the arm (a human's choice: the gate does not promote over it until
+    `abpo arms unpin`); a history that does not exist yet starts with a ``baseline`` entry. Returns the recorded
+    hand move, or None."""
+    last = history.last_move(cfg, arm)
+    if last is None:
+        if cur:
+            history.record(cfg, arm, action="baseline", actor="abpo", from_version="", to_version=cur,
+                           reason="history started: champion as found", month=month)
+        return None
+    if not cur or last.to_version == cur:
+        return None
+    where = f"the start of month {month}" if month else "the next governance step"
+    why = (f"champion alias moved outside abpo (v{last.to_version} -> v{cur}, by hand in MLflow: actor unknown), "
+           f"detected at {where}; pinned until `abpo arms unpin`")
+    entry = history.record(cfg, arm, action="mlflow-ui", actor="mlflow-ui", from_version=last.to_version,
+                           to_version=cur, reason=why, verdict=_verdict(cfg, arm, cur), month=month)
+    if pinned(cfg, arm) is None or pinned(cfg, arm)["version"] != cur:
+        _set_pin(cfg, arm, cur, "mlflow-ui", "moved by hand in MLflow")
+    return entry
+
+
+def check_champion(cfg, arm: str, month: str = "") -> history.Entry | None:
+    """At the start of a month (bootstrap): compare the arm's champion with the last entry of its history; a move
+    made by hand in MLflow is recorded (:func:`_record_hand_move`) and returned (the DAG emits the champion Asset
+    event for it). None when the history agrees (or starts now)."""
+    with promotion_lock(cfg, arm):
+        cur = _champion(cfg, arm)
+        _settle(cfg, arm, cur)
+        return _record_hand_move(cfg, arm, cur, month=month)
+
+
+def _verdict(cfg, arm: str, version: str) -> str:
+    mv = get_version(cfg, arm, str(version)) if version else None
+    tags = (mv.tags or {}) if mv is not None else {}
+    v = tags.get("gate.verdict", "")
+    return f"{v}: {tags.get('gate.reason', '')}"[:4900] if v else ""
+
+
+def promote(cfg, arm: str, version: str | int, *, expected_champion: str | int | None = None,
+            reason: str = "", actor: str = "", action: str = "promote", verdict: str = "", month: str = "",
+            respect_pin: bool = False) -> dict[str, str]:
+    """Move the arm's ``champion`` alias to ``version``, recorded in the promotion history (abpo.arms.history:
+    who, when, from, to, why, the gate's verdict) in one recorded step: the entry is written pending, the alias
+    moves, then the version's tags (``promoted_from``, ``promoted_at``, ``promoted_reason``), then the entry is
+    finished. With ``expected_champion`` the promotion is refused (PromotionRace; ChampionMoved when the history
+    says a recorded move changed it) when the champion is not that version. ``respect_pin`` (the gate's and a
+    refit's promotions): a pinned arm is not promoted; the history records "pinned: not promoted" and the result
+    says ``promoted: "false"``. ``action`` ``gate`` (the month's promote step): a champion other than
+    ``expected_champion`` (the one the month's update started from) is recorded as "not-promoted" and raises
+    ChampionMoved.
+
+    Atomic: the champion is re-read, compared and moved inside the arm's :func:`promotion_lock`, so of several
+    concurrent promotions expecting the same champion exactly one moves it and the others are refused. A holdback
+    arm (abpo.arms.names.HOLDBACK) is never promoted: its champion stays pi_init (HoldbackNeverPromoted)."""
+    name = model_name(arm, cfg)  # an unknown arm: NotInRegistry, one line
+    if names.entry(arm).kind == names.HOLDBACK:
+        raise HoldbackNeverPromoted(f"{name}: arm {arm} is a holdback; rule: its champion stays "
+                                    f"pi_init, never promoted (version {version} refused)")
+    if get_version(cfg, arm, str(version)) is None:
+        raise NotInRegistry(f"{name}: no version {version}; nothing promoted")
+    with promotion_lock(cfg, arm):
+        return _promote_locked(cfg, arm, str(version), expected_champion=expected_champion, reason=reason,
+                               actor=actor or history.os_actor(), action=action,
+                               verdict=verdict or _verdict(cfg, arm, str(version)), month=month,
+                               respect_pin=respect_pin)
+
+
+def _promote_locked(cfg, arm: str, version: str, *, expected_champion, reason: str, actor: str, action: str,
+                    verdict: str, month: str, respect_pin: bool) -> dict[str, str]:
+    from datetime import UTC, datetime
+
+    cur = _champion(cfg, arm)
+    _settle(cfg, arm, cur)
+    last = history.last_move(cfg, arm)
+    if cur == version and (expected_champion is None or (
+            last is not None and last.to_version == version and last.from_version == str(expected_champion))):
+        # already done (a retried promote task whose first attempt moved the alias, a rerun of a completed month):
+        # nothing to move, nothing recorded
+        return {"arm": arm, "champion": cur, "previous": str(expected_champion or cur), "promoted": "true",
+                "already": "true"}
+    hand = _record_hand_move(cfg, arm, cur, month=month)
+    if expected_champion is not None and cur != str(expected_champion):
+        since = [e for e in history.entries(cfg, arm) if e.moved and e.to_version == cur]
+        how = (f" ({since[-1].action} by {since[-1].actor} at {since[-1].at}: {since[-1].reason[:200]})"
+               if since else "")
+        msg = (f"{model_name(arm, cfg)}: champion is v{cur or 'none'}, not the expected v{expected_champion}{how}; "
+               f"v{version} not promoted")
+        if action == "gate":  # the month's promotion: its challenger was gated against a champion that no longer serves
+            history.record(cfg, arm, action="not-promoted", actor=actor, from_version=cur, to_version=cur,
+                           reason=f"champion moved during the month: {msg}"[:5900], verdict=verdict, month=month)
+            raise ChampionMoved(msg + " (the champion moved since the month started; the next month starts from it)")
+        raise PromotionRace(msg + " (look again and retry)")
+    if cur == version:
+        return {"arm": arm, "champion": cur, "previous": cur, "promoted": "true"}
+    pin_now = pinned(cfg, arm) if respect_pin else None
+    if pin_now is not None:
+        why = (f"pinned: not promoted (v{version} stays; champion v{cur} pinned by {pin_now['actor']} at "
+               f"{pin_now['at']}: {pin_now['reason']})" + (" — a hand move just recorded" if hand else ""))
+        history.record(cfg, arm, action="not-promoted", actor=actor, from_version=cur, to_version=cur,
+                       reason=why[:5900], verdict=verdict, month=month)
+        return {"arm": arm, "champion": cur, "previous": cur, "promoted": "false", "reason": why}
+    entry = history.begin(cfg, arm, action=action, actor=actor, from_version=cur, to_version=version,
+                          reason=reason or action, verdict=verdict, month=month)
+    touch_lock(cfg, arm)  # still ours: nothing moves under a lock that was taken over
+    set_alias(cfg, arm, registry.CHAMPION, version)
+    set_tags(cfg, arm, version, {"promoted_from": cur, "promoted_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                                 "promoted_reason": reason or action, "promoted_by": actor})
+    now = _champion(cfg, arm)
+    if now != version:  # only a writer outside the lock can cause this
+        history.finish(cfg, entry, ok=False, note=f"champion is v{now or 'none'} right after the move")
+        raise PromotionRace(f"{model_name(arm, cfg)}: champion is v{now or 'none'} right after moving it "
+                            f"to v{version}: something moved it without the promotion lock")
+    history.finish(cfg, entry)
+    return {"arm": arm, "champion": version, "previous": cur, "promoted": "true"}
+
+
+def rollback(cfg, arm: str, *, reason: str = "", actor: str = "") -> dict[str, str]:
+    """Put the arm's previous champion back: the one before the current one in the promotion history
+    (abpo.arms.history.champion_stack; a hand move since the last entry is recorded first), recorded as a
+    ``rollback`` entry and as tags ``rolled_back_at`` / ``rolled_back_to`` on the version that was champion. Refused
+    (NotInRegistry, nothing changed) when there is no previous champion or it no longer exists in the registry."""
+    from datetime import UTC, datetime
+
+    actor = actor or history.os_actor()
+    with promotion_lock(cfg, arm):
+        return _rollback_locked(cfg, arm, reason=reason, actor=actor, now=datetime.now(UTC))
+
+
+def _rollback_locked(cfg, arm: str, *, reason: str, actor: str, now) -> dict[str, str]:
+    cur = _champion(cfg, arm)
+    if not cur:
+        raise NotInRegistry(f"{model_name(arm, cfg)}: no champion to roll back")
+    _settle(cfg, arm, cur)
+    _record_hand_move(cfg, arm, cur, month="")
+    stack = history.champion_stack(history.entries(cfg, arm))
+    if len(stack) < 2 or stack[-1] != cur:
+        raise NotInRegistry(f"{model_name(arm, cfg)}: champion v{cur} has no previous champion in the promotion history "
+                            f"(experiment {registry.experiment_name(cfg, history.EXPERIMENT)}): nothing to roll back to")
+    previous = stack[-2]
+    if get_version(cfg, arm, previous) is None:
+        raise NotInRegistry(f"{model_name(arm, cfg)}: the previous champion v{previous} no longer exists in the registry "
+                            f"(deleted); nothing changed (promote another version with `abpo arms promote`)")
+    entry = history.begin(cfg, arm, action="rollback", actor=actor, from_version=cur, to_version=previous,
+                          reason=reason or "rollback", verdict=_verdict(cfg, arm, previous))
+    touch_lock(cfg, arm)
+    set_alias(cfg, arm, registry.CHAMPION, previous)
+    set_tags(cfg, arm, cur, {"rolled_back_at": now.isoformat(timespec="seconds"), "rolled_back_to": previous,
+                             "rolled_back_reason": reason or "rollback", "rolled_back_by": actor})
+    history.finish(cfg, entry)
+    return {"arm": arm, "champion": previous, "previous": cur}

@@ -1,0 +1,90 @@
+"""Issue 32: a completed month run again through Airflow (`airflow dags test abpo_monthly <logical date>` with the
+month's param, what a re-triggered or cleared DAG run does) changes no registry version and no alias of any abpo
+registered model, and moves no champion. The month is completed first in one process (run_month, the route of
+tests/monthly/test_month_idempotence.py) on the same config file the DAG's tasks load ($ABPO_CONFIG), so both runs
+compute the same task keys; the rerun's update and promote tasks run (not skipped) and find their completed runs.
+
+Real tiny model (adopted, so no SFT), simulator, DuckDB, Great Expectations, MLflow and Airflow."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+# the smallest month of tests/monthly/test_month_idempotence.py: two arms, a gate every challenger passes (the month
+# promotes, so its rerun starts from another champion than the month did)
+SMALL = ["data.max_users=60", "data.update_steps=6", "sft.eval_max_users=20", "data.eval_candidates=20",
+         "update.max_steps=2", "update.batch_size=8", "update.save_steps=100", "arms.min_rows_per_stratum=1",
+         "sim.click_next=1.0", "sim.base_ctr=0.2", "arms.update_logs=own", "arms.names=abpo,popularity",
+         "report.arm_shares={abpo: 0.5, popularity: 0.5}", "report.candidate_arm=abpo", "arms.gate_max_users=20",
+         "arms.gate_ope_bootstrap=200", "arms.gate_margin=1.0", "arms.gate_ope_margin=1.0", "arms.gate_min_ess=0"]
+
+
+def registry_snapshot(tracking_uri: str) -> dict:
+    """Every registered model of the store (the arms', pi_init's): its versions (number, run, tags) and aliases."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    out = {}
+    for rm in client.search_registered_models(max_results=1000):
+        out[rm.name] = {"aliases": dict(rm.aliases),
+                        "versions": sorted((int(v.version), v.run_id, sorted((v.tags or {}).items()))
+                                           for v in client.search_model_versions(f"name='{rm.name}'"))}
+    return out
+
+
+@pytest.mark.slow
+def test_a_completed_month_rerun_through_airflow_changes_no_version_and_no_alias(tmp_path, monkeypatch,
+                                                                                build_tiny_model):
+    from abpo.config import load_config
+    from abpo.monthly.adopt import adopt_model
+    from abpo.monthly.common import dataset_and_splits
+    from abpo.monthly.month import run_month
+
+    state = tmp_path / "state"
+    monkeypatch.setenv("ABPO_STATE", str(state))
+    monkeypatch.delenv("ABPO_TRACKING_URI", raising=False)
+    config = tmp_path / "month.yaml"  # the deployment's config file: read by this process and by every task
+    config.write_text(yaml.safe_dump(load_config("tiny", SMALL).to_dict(), sort_keys=False))
+    cfg = load_config(config)
+    ds, _ = dataset_and_splits(cfg)
+    adopt_model(cfg, "abpo", build_tiny_model(cfg.policy, ds.titles()))  # the first champion, without SFT
+    first = run_month(cfg, "2026-01").to_json()
+    assert first["abpo"]["promote"]["moved"], first["abpo"]  # the month moved the champion
+    uri = cfg.paths.tracking_uri()
+    before = registry_snapshot(uri)
+    assert {"abpo-arm-abpo", "abpo-arm-popularity"} <= set(before), before
+    assert str(before["abpo-arm-abpo"]["aliases"]["champion"]) == first["abpo"]["register"]["version"] != "1"
+
+    home = tmp_path / "airflow"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "MLFLOW_"))}
+    env.update({"AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+                "AIRFLOW__CORE__LOAD_EXAMPLES": "false", "ABPO_CONFIG": str(config), "ABPO_STATE": str(state),
+                "ABPO_TASK_RETRIES": "0", "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])})
+    airflow = str(Path(sys.executable).with_name("airflow"))
+    subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
+    proc = subprocess.run([airflow, "dags", "test", "abpo_monthly", "2026-02-01T00:00:00+00:00", "-c",
+                           json.dumps({"month": "2026-01", "simulate": True})],
+                          env=env, capture_output=True, text=True, timeout=900)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    with contextlib.closing(sqlite3.connect(home / "airflow.db")) as db:
+        tis = dict(db.execute("SELECT task_id, state FROM task_instance").fetchall())
+    for task in ("bootstrap", "serve", "ingest", "abpo.update", "abpo.register", "abpo.gate", "abpo.promote",
+                 "popularity.refit", "report"):  # the rerun ran every step of the configured arms
+        assert tis.get(task) == "success", (task, tis)
+
+    assert registry_snapshot(uri) == before  # no version, no alias, no tag of a version changed
+    with contextlib.closing(sqlite3.connect(home / "airflow.db")) as db:  # and no champion Asset event fired
+        events = db.execute("SELECT a.name FROM asset_event e JOIN asset a ON a.id = e.asset_id "
+                            "WHERE a.name LIKE 'abpo_champion_%'").fetchall()
+    assert events == [], events

@@ -14,6 +14,13 @@ import pytest
 # Tests never write into the user's state directory (var/): anything that falls back to the configured
 # default lands in a throw-away directory instead. Tests that need their own state pass paths.root.
 os.environ["ABPO_STATE"] = tempfile.mkdtemp(prefix="abpo-test-state-")
+# Under pytest-xdist (`-n 2`) each worker is its own process with its own throw-away directories: a worker inherits
+# the controller's environment, where a conftest loaded for a path argument (tests/dags/conftest.py for `pytest
+# tests/dags`) may already have set the throw-away AIRFLOW_HOME; the worker drops it so that its own conftest makes
+# one (two workers never share one Airflow metadata DB).
+if os.environ.get("PYTEST_XDIST_WORKER") and Path(os.environ.get("AIRFLOW_HOME", "")).name.startswith(
+        "abpo-airflow-home-"):
+    os.environ.pop("AIRFLOW_HOME")
 os.environ.pop("ABPO_TRACKING_URI", None)
 for _var in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI"):  # a developer's own MLflow server is never written to
     os.environ.pop(_var, None)

@@ -304,3 +304,78 @@ def abpo(capsys):
         return rc, out.out, out.err
 
     return run
+
+
+# --- New SQLite MLflow stores from one template (test time) ---------------------------------------------------------
+# MLflow creates a new SQLite store's schema by running its whole chain of alembic migrations: 5-15 s per store, paid
+# by every test that starts a fresh state (most tests of arms, faults, monthly, registry, plugins), against 0.2 s to
+# open an existing store. In this process, abpo.registry.ensure_store on a store whose file does not exist yet first
+# puts in place a copy of an empty store that ensure_store itself created once this session (same MLflow, head
+# revision), its Default experiment's artifact location set to what MLflow would give it here and now
+# (<cwd>/mlruns/0), then runs the real ensure_store on it (its lock, its MLflow client opening the store and checking
+# the schema). The store a test gets is the same as MLflow's own fresh one; nothing else changes. Subprocesses (the
+# `abpo` command run as a process, Airflow tasks) create their stores as always, and the tests of store creation
+# itself (STORE_CREATION_TESTS) get MLflow's own creation. ABPO_TEST_FRESH_MLFLOW_STORES=1 turns this off.
+STORE_CREATION_TESTS = ("tests/dags/", "tests/test_registry.py", "tests/registry/")
+_store_template: dict[str, object] = {}
+
+
+def _empty_store_template(real_ensure_store) -> Path | None:
+    """The session's empty SQLite store (made by the real ensure_store under a temporary directory), or None when its
+    Default experiment's artifact location is not the one this copying knows how to set (then stores are created by
+    MLflow as usual)."""
+    if "db" not in _store_template:
+        import sqlite3
+
+        db = Path(tempfile.mkdtemp(prefix="abpo-test-mlflow-template-")) / "mlflow.db"
+        real_ensure_store(f"sqlite:///{db}")
+        with sqlite3.connect(db) as con:
+            rows = con.execute("SELECT experiment_id, artifact_location FROM experiments").fetchall()
+        expected = os.path.join(os.path.abspath("mlruns"), "0")
+        _store_template["db"] = db if db.is_file() and rows == [(0, expected)] else None
+    return _store_template["db"]
+
+
+@pytest.fixture(autouse=True)
+def _new_mlflow_stores_from_a_template(request, monkeypatch):
+    if os.environ.get("ABPO_TEST_FRESH_MLFLOW_STORES") == "1" or request.node.nodeid.startswith(STORE_CREATION_TESTS):
+        yield
+        return
+    import contextlib
+    import shutil
+    import sqlite3
+    import time
+
+    from abpo import registry
+
+    glob = getattr(getattr(registry, "configure", None), "__globals__", {})  # the module whose configure() calls it
+    real = glob.get("ensure_store")
+    if real is None or "sqlite_path" not in glob:
+        yield
+        return
+
+    def ensure_store(uri: str) -> None:
+        db = glob["sqlite_path"](uri)
+        if db is not None and uri not in glob.get("_initialised", ()) and not os.path.lexists(db):
+            template = _empty_store_template(real)
+            if template is not None:
+                part = db.with_name(f"{db.name}.template-{os.getpid()}")
+                try:
+                    db.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(template, part)
+                    now = int(time.time() * 1000)
+                    with sqlite3.connect(part) as con:
+                        con.execute("UPDATE experiments SET artifact_location = ?, creation_time = ?, "
+                                    "last_update_time = ? WHERE experiment_id = 0",
+                                    (os.path.join(os.path.abspath("mlruns"), "0"), now, now))
+                    con.close()
+                    os.link(part, db)  # only where no store exists (a store made meanwhile is kept)
+                except OSError:
+                    pass  # an unwritable directory, a store made meanwhile: the real ensure_store does its own
+                finally:
+                    with contextlib.suppress(OSError):
+                        part.unlink()
+        real(uri)
+
+    monkeypatch.setitem(glob, "ensure_store", ensure_store)
+    yield

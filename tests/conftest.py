@@ -325,10 +325,17 @@ def _empty_store_template(real_ensure_store) -> Path | None:
     Default experiment's artifact location is not the one this copying knows how to set (then stores are created by
     MLflow as usual)."""
     if "db" not in _store_template:
+        import logging
         import sqlite3
 
         db = Path(tempfile.mkdtemp(prefix="abpo-test-mlflow-template-")) / "mlflow.db"
-        real_ensure_store(f"sqlite:///{db}")
+        quiet = logging.getLogger("mlflow.store.db.utils")  # its "Creating initial MLflow database tables" lines
+        level = quiet.level  # would land in the output of whichever test first needs a store
+        quiet.setLevel(logging.WARNING)
+        try:
+            real_ensure_store(f"sqlite:///{db}")
+        finally:
+            quiet.setLevel(level)
         with sqlite3.connect(db) as con:
             rows = con.execute("SELECT experiment_id, artifact_location FROM experiments").fetchall()
         expected = os.path.join(os.path.abspath("mlruns"), "0")
@@ -342,6 +349,7 @@ def _new_mlflow_stores_from_a_template(request, monkeypatch):
         yield
         return
     import contextlib
+    import fcntl
     import shutil
     import sqlite3
     import time
@@ -361,15 +369,19 @@ def _new_mlflow_stores_from_a_template(request, monkeypatch):
             if template is not None:
                 part = db.with_name(f"{db.name}.template-{os.getpid()}")
                 try:
-                    db.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(template, part)
-                    now = int(time.time() * 1000)
-                    with sqlite3.connect(part) as con:
-                        con.execute("UPDATE experiments SET artifact_location = ?, creation_time = ?, "
-                                    "last_update_time = ? WHERE experiment_id = 0",
-                                    (os.path.join(os.path.abspath("mlruns"), "0"), now, now))
-                    con.close()
-                    os.link(part, db)  # only where no store exists (a store made meanwhile is kept)
+                    # under ensure_store's own lock file: where that cannot be made (a read-only state) no store is
+                    # put in place, and the real ensure_store reports it as always
+                    db.parent.mkdir(parents=True, exist_ok=True)  # as ensure_store does
+                    with open(f"{db}.init.lock", "a") as lock:
+                        fcntl.flock(lock, fcntl.LOCK_EX)
+                        shutil.copyfile(template, part)
+                        now = int(time.time() * 1000)
+                        with sqlite3.connect(part) as con:
+                            con.execute("UPDATE experiments SET artifact_location = ?, creation_time = ?, "
+                                        "last_update_time = ? WHERE experiment_id = 0",
+                                        (os.path.join(os.path.abspath("mlruns"), "0"), now, now))
+                        con.close()
+                        os.link(part, db)  # only where no store exists (a store made meanwhile is kept)
                 except OSError:
                     pass  # an unwritable directory, a store made meanwhile: the real ensure_store does its own
                 finally:

@@ -14,6 +14,13 @@ import pytest
 # Tests never write into the user's state directory (var/): anything that falls back to the configured
 # default lands in a throw-away directory instead. Tests that need their own state pass paths.root.
 os.environ["ABPO_STATE"] = tempfile.mkdtemp(prefix="abpo-test-state-")
+# Under pytest-xdist (`-n 2`) each worker is its own process with its own throw-away directories: a worker inherits
+# the controller's environment, where a conftest loaded for a path argument (tests/dags/conftest.py for `pytest
+# tests/dags`) may already have set the throw-away AIRFLOW_HOME; the worker drops it so that its own conftest makes
+# one (two workers never share one Airflow metadata DB).
+if os.environ.get("PYTEST_XDIST_WORKER") and Path(os.environ.get("AIRFLOW_HOME", "")).name.startswith(
+        "abpo-airflow-home-"):
+    os.environ.pop("AIRFLOW_HOME")
 os.environ.pop("ABPO_TRACKING_URI", None)
 for _var in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI"):  # a developer's own MLflow server is never written to
     os.environ.pop(_var, None)
@@ -297,3 +304,90 @@ def abpo(capsys):
         return rc, out.out, out.err
 
     return run
+
+
+# --- New SQLite MLflow stores from one template (test time) ---------------------------------------------------------
+# MLflow creates a new SQLite store's schema by running its whole chain of alembic migrations: 5-15 s per store, paid
+# by every test that starts a fresh state (most tests of arms, faults, monthly, registry, plugins), against 0.2 s to
+# open an existing store. In this process, abpo.registry.ensure_store on a store whose file does not exist yet first
+# puts in place a copy of an empty store that ensure_store itself created once this session (same MLflow, head
+# revision), its Default experiment's artifact location set to what MLflow would give it here and now
+# (<cwd>/mlruns/0), then runs the real ensure_store on it (its lock, its MLflow client opening the store and checking
+# the schema). The store a test gets is the same as MLflow's own fresh one; nothing else changes. Subprocesses (the
+# `abpo` command run as a process, Airflow tasks) create their stores as always, and the tests of store creation
+# itself (STORE_CREATION_TESTS) get MLflow's own creation. ABPO_TEST_FRESH_MLFLOW_STORES=1 turns this off.
+STORE_CREATION_TESTS = ("tests/dags/", "tests/test_registry.py", "tests/registry/")
+_store_template: dict[str, object] = {}
+
+
+def _empty_store_template(real_ensure_store) -> Path | None:
+    """The session's empty SQLite store (made by the real ensure_store under a temporary directory), or None when its
+    Default experiment's artifact location is not the one this copying knows how to set (then stores are created by
+    MLflow as usual)."""
+    if "db" not in _store_template:
+        import logging
+        import sqlite3
+
+        db = Path(tempfile.mkdtemp(prefix="abpo-test-mlflow-template-")) / "mlflow.db"
+        quiet = logging.getLogger("mlflow.store.db.utils")  # its "Creating initial MLflow database tables" lines
+        level = quiet.level  # would land in the output of whichever test first needs a store
+        quiet.setLevel(logging.WARNING)
+        try:
+            real_ensure_store(f"sqlite:///{db}")
+        finally:
+            quiet.setLevel(level)
+        with sqlite3.connect(db) as con:
+            rows = con.execute("SELECT experiment_id, artifact_location FROM experiments").fetchall()
+        expected = os.path.join(os.path.abspath("mlruns"), "0")
+        _store_template["db"] = db if db.is_file() and rows == [(0, expected)] else None
+    return _store_template["db"]
+
+
+@pytest.fixture(autouse=True)
+def _new_mlflow_stores_from_a_template(request, monkeypatch):
+    if os.environ.get("ABPO_TEST_FRESH_MLFLOW_STORES") == "1" or request.node.nodeid.startswith(STORE_CREATION_TESTS):
+        yield
+        return
+    import contextlib
+    import fcntl
+    import shutil
+    import sqlite3
+    import time
+
+    from abpo import registry
+
+    glob = getattr(getattr(registry, "configure", None), "__globals__", {})  # the module whose configure() calls it
+    real = glob.get("ensure_store")
+    if real is None or "sqlite_path" not in glob:
+        yield
+        return
+
+    def ensure_store(uri: str) -> None:
+        db = glob["sqlite_path"](uri)
+        if db is not None and uri not in glob.get("_initialised", ()) and not os.path.lexists(db):
+            template = _empty_store_template(real)
+            if template is not None:
+                part = db.with_name(f"{db.name}.template-{os.getpid()}")
+                try:
+                    # under ensure_store's own lock file: where that cannot be made (a read-only state) no store is
+                    # put in place, and the real ensure_store reports it as always
+                    db.parent.mkdir(parents=True, exist_ok=True)  # as ensure_store does
+                    with open(f"{db}.init.lock", "a") as lock:
+                        fcntl.flock(lock, fcntl.LOCK_EX)
+                        shutil.copyfile(template, part)
+                        now = int(time.time() * 1000)
+                        with sqlite3.connect(part) as con:
+                            con.execute("UPDATE experiments SET artifact_location = ?, creation_time = ?, "
+                                        "last_update_time = ? WHERE experiment_id = 0",
+                                        (os.path.join(os.path.abspath("mlruns"), "0"), now, now))
+                        con.close()
+                        os.link(part, db)  # only where no store exists (a store made meanwhile is kept)
+                except OSError:
+                    pass  # an unwritable directory, a store made meanwhile: the real ensure_store does its own
+                finally:
+                    with contextlib.suppress(OSError):
+                        part.unlink()
+        real(uri)
+
+    monkeypatch.setitem(glob, "ensure_store", ensure_store)
+    yield

@@ -65,9 +65,13 @@ def _common_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="Override one config value, e.g. --set data.train_candidates=50 (repeatable).",
     )
-    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                        help="On an expected error (bad input, a missing version, an unreadable store) print the "
-                        "traceback too, not only the one-line message.")
+    common.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="On an expected error (bad input, a missing version, an unreadable store) print the "
+        "traceback too, not only the one-line message.",
+    )
     return common
 
 
@@ -90,12 +94,18 @@ def build_parser() -> argparse.ArgumentParser:
         description="ABPO: monthly continual updates of an LLM recommender from its own deployment logs.",
     )
     parser.add_argument("--version", action="version", version=f"abpo {abpo.__version__}")
-    parser.add_argument("--debug", action="store_true", default=False,
-                        help="Print the traceback of an expected error too (also $ABPO_DEBUG=1).")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        default=False,
+        help="Print the traceback of an expected error too (also $ABPO_DEBUG=1).",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     common = _common_parser()
     p = sub.add_parser(
-        "config", parents=[common], help="Print the resolved config (or every knob with --explain).",
+        "config",
+        parents=[common],
+        help="Print the resolved config (or every knob with --explain).",
         description="Print the resolved config as YAML, or with --explain every key, its default and its meaning.",
     )
     p.add_argument("--explain", action="store_true", help="List every config key with its default and help text.")
@@ -121,9 +131,24 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     from abpo.validation import ValidationNotRun
     from abpo.warehouse import IngestError, WarehouseBusy, WarehouseSettingError, WarehouseUnreadable
 
-    return (ConfigError, MonthError, CSVFormatError, ReportInputError, SchemaError, IngestError, WarehouseBusy,
-            WarehouseUnreadable, WarehouseSettingError, RegistryUnavailable, PromotionRace, NotInRegistry, ModelRefused,
-            GateUsersMissing, ValidationNotRun, ModelFilesDamaged)
+    return (
+        ConfigError,
+        MonthError,
+        CSVFormatError,
+        ReportInputError,
+        SchemaError,
+        IngestError,
+        WarehouseBusy,
+        WarehouseUnreadable,
+        WarehouseSettingError,
+        RegistryUnavailable,
+        PromotionRace,
+        NotInRegistry,
+        ModelRefused,
+        GateUsersMissing,
+        ValidationNotRun,
+        ModelFilesDamaged,
+    )
 
 
 def one_line(e: BaseException) -> str:

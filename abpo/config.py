@@ -36,30 +36,52 @@ __all__ = ["CONFIG_DIR", "REPO_ROOT", "Config", "ConfigError", "PathsConfig", "d
 class PathsConfig:
     """Where the embedded defaults keep their state. Relative paths are relative to ``root``."""
 
-    root: str = field(default="var", metadata={"help": "State directory; relative to the repo root unless absolute "
-                                                          "(installed from a wheel: to the current directory)."})
-    landing: str = field(default="landing", metadata={
-        "help": "Landing zone: impressions/month=YYYY-MM/*.parquet (and interactions/...): a directory, or an "
-                "object-store URI (s3://bucket/prefix, gs://..., any fsspec URI; credentials from the environment, "
-                "never this file; a partition there is read once its $ABPO_LANDING_MARKER, default _SUCCESS, is "
-                "there; docs/scaling.md)."})
+    root: str = field(
+        default="var",
+        metadata={
+            "help": "State directory; relative to the repo root unless absolute "
+            "(installed from a wheel: to the current directory)."
+        },
+    )
+    landing: str = field(
+        default="landing",
+        metadata={
+            "help": "Landing zone: impressions/month=YYYY-MM/*.parquet (and interactions/...): a directory, or an "
+            "object-store URI (s3://bucket/prefix, gs://..., any fsspec URI; credentials from the environment, "
+            "never this file; a partition there is read once its $ABPO_LANDING_MARKER, default _SUCCESS, is "
+            "there; docs/scaling.md)."
+        },
+    )
     warehouse: str = field(default="warehouse.duckdb", metadata={"help": "DuckDB warehouse file."})
-    models: str = field(default="models", metadata={"help": "Local model checkpoints (tokenizer, tiny model, SFT, updates)."})
+    models: str = field(
+        default="models", metadata={"help": "Local model checkpoints (tokenizer, tiny model, SFT, updates)."}
+    )
     reports: str = field(default="reports", metadata={"help": "A/B reports (HTML, Markdown, PNG)."})
     mlflow_tracking_uri: str = field(
-        default="", metadata={"help": "MLflow tracking URI; empty = $MLFLOW_TRACKING_URI if set, else SQLite file "
-                              "mlflow.db under root (precedence: --set > $ABPO_TRACKING_URI > $MLFLOW_TRACKING_URI > "
-                              "YAML > that default)."}
+        default="",
+        metadata={
+            "help": "MLflow tracking URI; empty = $MLFLOW_TRACKING_URI if set, else SQLite file "
+            "mlflow.db under root (precedence: --set > $ABPO_TRACKING_URI > $MLFLOW_TRACKING_URI > "
+            "YAML > that default)."
+        },
     )
-    mlflow_artifacts: str = field(default="mlartifacts", metadata={
-        "help": "MLflow artifact root for the SQLite store: a directory, or an object-store URI (s3://bucket/prefix; "
-                "MLflow writes through boto3 with the AWS_* variables and $MLFLOW_S3_ENDPOINT_URL or "
-                "$AWS_ENDPOINT_URL)."})
+    mlflow_artifacts: str = field(
+        default="mlartifacts",
+        metadata={
+            "help": "MLflow artifact root for the SQLite store: a directory, or an object-store URI (s3://bucket/prefix; "
+            "MLflow writes through boto3 with the AWS_* variables and $MLFLOW_S3_ENDPOINT_URL or "
+            "$AWS_ENDPOINT_URL)."
+        },
+    )
     namespace: str = field(
-        default="", metadata={"help": "Environment prefix of every MLflow name abpo makes: registered models "
-                              "(<namespace>-abpo-arm-<arm>, <namespace>-abpo-recommender), promotion locks "
-                              "(<namespace>-abpo-lock-<arm>) and experiments (<namespace>-abpo-arms, ...), so two "
-                              "environments share one MLflow server; empty = the names as they are ($ABPO_NAMESPACE)."})
+        default="",
+        metadata={
+            "help": "Environment prefix of every MLflow name abpo makes: registered models "
+            "(<namespace>-abpo-arm-<arm>, <namespace>-abpo-recommender), promotion locks "
+            "(<namespace>-abpo-lock-<arm>) and experiments (<namespace>-abpo-arms, ...), so two "
+            "environments share one MLflow server; empty = the names as they are ($ABPO_NAMESPACE)."
+        },
+    )
 
     # the fields that may name an object store (s3://bucket/prefix, gs://..., any fsspec URI: abpo.data.storage)
     URI_FIELDS = ("landing", "mlflow_artifacts")
@@ -71,10 +93,15 @@ class PathsConfig:
         value = str(getattr(self, name))
         if is_uri(value):
             allowed = name in self.URI_FIELDS
-            raise ValueError(f"config paths.{name} = {value!r}: " + (
-                "an object-store URI where a local path is needed (read it through PathsConfig.location)" if allowed
-                else f"rule: a local path (only paths.{' and paths.'.join(self.URI_FIELDS)} may be object-store "
-                "URIs; the DuckDB warehouse, models and reports are files on the machine that runs the step)"))
+            raise ValueError(
+                f"config paths.{name} = {value!r}: "
+                + (
+                    "an object-store URI where a local path is needed (read it through PathsConfig.location)"
+                    if allowed
+                    else f"rule: a local path (only paths.{' and paths.'.join(self.URI_FIELDS)} may be object-store "
+                    "URIs; the DuckDB warehouse, models and reports are files on the machine that runs the step)"
+                )
+            )
         root = Path(self.root)
         if not root.is_absolute():
             root = base_dir() / root
@@ -103,8 +130,11 @@ class PathsConfig:
 
 
 # Environment variables a deployment sets instead of editing YAML (precedence: YAML < env < --set).
-ENV_OVERRIDES = {"ABPO_STATE": "paths.root", "ABPO_TRACKING_URI": "paths.mlflow_tracking_uri",
-                 "ABPO_NAMESPACE": "paths.namespace"}
+ENV_OVERRIDES = {
+    "ABPO_STATE": "paths.root",
+    "ABPO_TRACKING_URI": "paths.mlflow_tracking_uri",
+    "ABPO_NAMESPACE": "paths.namespace",
+}
 # MLFLOW_TRACKING_URI, MLflow's own variable, is honoured too, below $ABPO_TRACKING_URI: the value the user exported,
 # read once when abpo was first imported (abpo.USER_MLFLOW_TRACKING_URI), never the variable as it is now, because
 # mlflow.set_tracking_uri writes it itself (so a later read would see abpo's own last choice, leaking between runs).
@@ -161,13 +191,18 @@ def range_rule(meta: Any) -> str:
 
 
 def _type_rule(tp: Any) -> str:
-    return {bool: "true or false (YAML booleans only; not coerced)", int: "an integer (not coerced)",
-            float: "a finite number (not coerced)", str: "a string (quote it)"}[tp]
+    return {
+        bool: "true or false (YAML booleans only; not coerced)",
+        int: "an integer (not coerced)",
+        float: "a finite number (not coerced)",
+        str: "a string (quote it)",
+    }[tp]
 
 
 def _scalar(value: Any, tp: Any, meta: Any, key: str, source: str) -> Any:
     """``value`` checked against the scalar type ``tp`` and the range in ``meta``; ConfigError naming the source,
     the key, the value and the rule otherwise."""
+
     def refuse(shown: Any, rule: str):
         return ConfigError(f"{source}: {key} {shown!r}: rule: {rule}")
 
@@ -192,8 +227,12 @@ def _scalar(value: Any, tp: Any, meta: Any, key: str, source: str) -> Any:
     if "choices" in meta and value not in meta["choices"]:
         raise refuse(value, range_rule(meta))
     if tp in (int, float) and any(k in meta for k in RANGE_KEYS):
-        inside = (("gt" not in meta or value > meta["gt"]) and ("min" not in meta or value >= meta["min"])
-                  and ("lt" not in meta or value < meta["lt"]) and ("max" not in meta or value <= meta["max"]))
+        inside = (
+            ("gt" not in meta or value > meta["gt"])
+            and ("min" not in meta or value >= meta["min"])
+            and ("lt" not in meta or value < meta["lt"])
+            and ("max" not in meta or value <= meta["max"])
+        )
         if not inside:
             raise refuse(value, range_rule(meta))
     return value
@@ -214,18 +253,25 @@ def _coerce(value: Any, tp: Any, where: str, meta: Any = None, key: str = "", so
     if origin in (list, tuple):
         (inner, *_) = typing.get_args(tp) or (Any,)
         if isinstance(value, str):  # `--set arms.names=abpo,grpo`: names as they are, numbers (seeds) read as YAML
-            value = [v.strip() if inner is str else _yaml_value(v.strip(), source, key)
-                     for v in value.split(",") if v.strip()]
+            value = [
+                v.strip() if inner is str else _yaml_value(v.strip(), source, key)
+                for v in value.split(",")
+                if v.strip()
+            ]
         elif not isinstance(value, (list, tuple)):
             value = [value]  # `--set experiment.seeds=0`: YAML reads a lone scalar
-        return [(_coerce(v, inner, f"{where}[{i}]", meta, f"{key}[{i}]", source) if inner is not Any else v)
-                for i, v in enumerate(value)]
+        return [
+            (_coerce(v, inner, f"{where}[{i}]", meta, f"{key}[{i}]", source) if inner is not Any else v)
+            for i, v in enumerate(value)
+        ]
     if origin is dict:
         kt, vt = typing.get_args(tp) or (Any, Any)
         if not isinstance(value, dict):
             raise ConfigError(f"{source}: {key} {value!r}: rule: a mapping")
-        return {_coerce(k, kt, where, {}, f"{key} (a key)", source): _coerce(v, vt, where, meta, f"{key}.{k}", source)
-                for k, v in value.items()}
+        return {
+            _coerce(k, kt, where, {}, f"{key} (a key)", source): _coerce(v, vt, where, meta, f"{key}.{k}", source)
+            for k, v in value.items()
+        }
     return value
 
 
@@ -236,8 +282,10 @@ def _build(cls: type, values: dict[str, Any], where: str, source: str | None = N
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {unknown}; known: {sorted(fields)}")
     source = where if source is None else source
-    kwargs = {k: _coerce(v, hints[k], f"{where}.{k}", fields[k].metadata, f"{prefix}{'.' if prefix else ''}{k}",
-                         source) for k, v in values.items()}
+    kwargs = {
+        k: _coerce(v, hints[k], f"{where}.{k}", fields[k].metadata, f"{prefix}{'.' if prefix else ''}{k}", source)
+        for k, v in values.items()
+    }
     return cls(**kwargs)
 
 
@@ -315,8 +363,9 @@ def load_config(name_or_path: str | Path = "tiny", overrides: list[str] | None =
             raise ConfigError(f"--set {item!r}: expected key.sub=value")
         key, value = item.split("=", 1)
         _set_path(cfg, key.strip(), value, "--set")
-        tracking_from = "--set paths.mlflow_tracking_uri" if key.strip() == "paths.mlflow_tracking_uri" else \
-            tracking_from
+        tracking_from = (
+            "--set paths.mlflow_tracking_uri" if key.strip() == "paths.mlflow_tracking_uri" else tracking_from
+        )
     try:
         namespaced("", cfg.paths.namespace)  # a namespace MLflow and Airflow names can carry, checked once here
     except ValueError as e:

@@ -76,8 +76,12 @@ def task_logging(prefix: str = "") -> None:
 # The switches of the progress bars abpo's dependencies draw (tqdm, Hugging Face Hub / transformers / datasets,
 # MLflow's artifact downloads): each library reads its variable when it is imported (tqdm >= 4.66: every TQDM_*
 # variable is a default argument of tqdm()) or when it draws a bar; a value the user set is kept.
-PROGRESS_BAR_SWITCHES = {"TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
-                         "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
+PROGRESS_BAR_SWITCHES = {
+    "TQDM_DISABLE": "1",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
+    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+}
 
 
 def progress_bars_only_on_a_terminal(stream: Any = None) -> bool:

@@ -30,8 +30,9 @@ def parse_month(value: object, what: str = "month") -> str:
     """``value`` unchanged when it is a month ``YYYY-MM``; otherwise MonthError naming ``what`` (e.g. ``--month``,
     ``counts.csv line 3: month``), the value as Python writes it (a trailing newline shows as ``\\n``) and the rule."""
     if not is_month(value):
-        raise MonthError(f"{what} {value!r}: expected YYYY-MM (rule: ASCII digits 0-9, a month 01-12, nothing before "
-                         "or after it)")
+        raise MonthError(
+            f"{what} {value!r}: expected YYYY-MM (rule: ASCII digits 0-9, a month 01-12, nothing before or after it)"
+        )
     return value  # type: ignore[return-value]
 
 

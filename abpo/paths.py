@@ -19,7 +19,9 @@ from __future__ import annotations
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
-_PACKAGED = PACKAGE_DIR / "_resources"  # the wheel's copy (pyproject.toml [tool.hatch.build.targets.wheel.force-include])
+_PACKAGED = (
+    PACKAGE_DIR / "_resources"
+)  # the wheel's copy (pyproject.toml [tool.hatch.build.targets.wheel.force-include])
 
 
 def _checkout_root() -> Path | None:
@@ -75,6 +77,8 @@ def namespaced(name: str, namespace: str = "") -> str:
     if not namespace:
         return name
     if not re.fullmatch(NAMESPACE_PATTERN, namespace):
-        raise ValueError(f"config paths.namespace = {namespace!r}: rule: {NAMESPACE_PATTERN} (lower-case letters, "
-                         "digits, '-', '_'; empty = no namespace)")
+        raise ValueError(
+            f"config paths.namespace = {namespace!r}: rule: {NAMESPACE_PATTERN} (lower-case letters, "
+            "digits, '-', '_'; empty = no namespace)"
+        )
     return f"{namespace}-{name}"

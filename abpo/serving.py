@@ -54,8 +54,11 @@ class RecommenderModel:
                 raise ValueError(f"row {i}: candidate_ids and candidate_titles must be non-empty and of equal length")
             hist_titles = [str(t) for t in row.history_titles]
             raw_ids = getattr(row, "history_item_ids", None)
-            hist_ids = [] if raw_ids is None or (not hasattr(raw_ids, "__len__") and pd.isna(raw_ids)) else [
-                int(x) for x in raw_ids]
+            hist_ids = (
+                []
+                if raw_ids is None or (not hasattr(raw_ids, "__len__") and pd.isna(raw_ids))
+                else [int(x) for x in raw_ids]
+            )
             needs_ids = self.policy.history_item_ids or prompt_style(self.policy) == "item_tokens"
             if needs_ids and len(hist_ids) != len(hist_titles):
                 raise ValueError(
@@ -66,8 +69,11 @@ class RecommenderModel:
             hist = list(zip(hist_ids, hist_titles)) if hist_ids else [(-1, t) for t in hist_titles]
             # the same prompt builder the policy was trained and logged with: chat template, token budget
             prompt = request_prompt(self.tokenizer, hist, list(zip(ids, titles)), self.policy).text
-            answer_ids = None if scores_on_choice(self.policy) else [
-                [encode_answer(self.tokenizer, format_answer(a, t)) for a, t in zip(ids, titles)]]
+            answer_ids = (
+                None
+                if scores_on_choice(self.policy)
+                else [[encode_answer(self.tokenizer, format_answer(a, t)) for a, t in zip(ids, titles)]]
+            )
             scores = score_prompt_ids(
                 self.model, self.tokenizer, [encode_prompt(self.tokenizer, prompt)], [ids], answer_ids, self.policy
             )[0]

@@ -31,8 +31,20 @@ from abpo.data.schemas import (
 )
 
 NON_NULL = [
-    "impression_id", "event_time", "user_id", "arm", "model_version", "item_id", "propensity", "clicked",
-    "request_id", "position", "logging_policy", "served_at", "schema_version", "item_in_candidates",
+    "impression_id",
+    "event_time",
+    "user_id",
+    "arm",
+    "model_version",
+    "item_id",
+    "propensity",
+    "clicked",
+    "request_id",
+    "position",
+    "logging_policy",
+    "served_at",
+    "schema_version",
+    "item_in_candidates",
 ]
 _DATA_DEFAULTS = DataConfig()
 
@@ -56,17 +68,25 @@ class ValidationSummary:
 
     def as_dict(self) -> dict:
         return {
-            "month": self.month, "success": self.success, "rows": self.rows, "evaluated": self.evaluated,
-            "failed": self.failed, "results": self.results, "seconds": round(self.seconds, 3),
+            "month": self.month,
+            "success": self.success,
+            "rows": self.rows,
+            "evaluated": self.evaluated,
+            "failed": self.failed,
+            "results": self.results,
+            "seconds": round(self.seconds, 3),
         }
 
     def __str__(self) -> str:
-        head = (f"GX suite impressions_{self.month}: {'PASSED' if self.success else 'FAILED'} "
-                f"({self.evaluated - len(self.failed)}/{self.evaluated} expectations, {self.rows} rows, "
-                f"{self.seconds:.1f}s)")
+        head = (
+            f"GX suite impressions_{self.month}: {'PASSED' if self.success else 'FAILED'} "
+            f"({self.evaluated - len(self.failed)}/{self.evaluated} expectations, {self.rows} rows, "
+            f"{self.seconds:.1f}s)"
+        )
         lines = [head] + [
             f"  failed {r['expectation']}({r['column'] or ''}): {r['unexpected_count']} unexpected, e.g. "
-            f"{r['partial_unexpected']}" for r in self.failed
+            f"{r['partial_unexpected']}"
+            for r in self.failed
         ]
         if self.path:
             lines.append(f"  saved {self.path}")
@@ -95,8 +115,13 @@ def _import_gx():
     return gx
 
 
-def build_suite(month: str, known_arms: Sequence[str], *, min_propensity: float = _DATA_DEFAULTS.min_propensity,
-                max_clock_skew_seconds: float = _DATA_DEFAULTS.max_clock_skew_seconds):
+def build_suite(
+    month: str,
+    known_arms: Sequence[str],
+    *,
+    min_propensity: float = _DATA_DEFAULTS.min_propensity,
+    max_clock_skew_seconds: float = _DATA_DEFAULTS.max_clock_skew_seconds,
+):
     """The expectations mirroring the impressions contract (docs/ABPO_SPEC.md D_bandit; abpo/data/schemas.py;
     sql/ingest_check.sql)."""
     gx = _import_gx()
@@ -109,15 +134,19 @@ def build_suite(month: str, known_arms: Sequence[str], *, min_propensity: float 
     suite.add_expectation(gxe.ExpectColumnValuesToBeUnique(column="impression_id"))
     # e0(a_log | q) is a probability over the candidate set: 0 < p <= 1, and at least data.min_propensity (> 0)
     suite.add_expectation(
-        gxe.ExpectColumnValuesToBeBetween(column="propensity", min_value=float(min_propensity), max_value=1.0,
-                                          strict_min=min_propensity <= 0)
+        gxe.ExpectColumnValuesToBeBetween(
+            column="propensity", min_value=float(min_propensity), max_value=1.0, strict_min=min_propensity <= 0
+        )
     )
     suite.add_expectation(gxe.ExpectColumnValuesToBeBetween(column="user_id", min_value=0))
     suite.add_expectation(gxe.ExpectColumnValuesToBeBetween(column="position", min_value=0))
     suite.add_expectation(gxe.ExpectColumnValuesToBeInSet(column="ids_nonempty", value_set=[True]))
     suite.add_expectation(gxe.ExpectColumnValuesToBeInSet(column="logging_policy_ok", value_set=[True]))
-    suite.add_expectation(gxe.ExpectColumnValuesToBeBetween(column="serve_skew_seconds", min_value=0,
-                                                            max_value=float(max_clock_skew_seconds)))
+    suite.add_expectation(
+        gxe.ExpectColumnValuesToBeBetween(
+            column="serve_skew_seconds", min_value=0, max_value=float(max_clock_skew_seconds)
+        )
+    )
     suite.add_expectation(gxe.ExpectColumnValuesToBeInSet(column="clicked", value_set=[0, 1]))
     suite.add_expectation(gxe.ExpectColumnValuesToBeInSet(column="arm", value_set=list(known_arms)))
     suite.add_expectation(gxe.ExpectColumnValuesToBeInSet(column="item_in_candidates", value_set=[True]))
@@ -155,8 +184,10 @@ def _buffered_connection_class():
                 assert not con.fetchmany(1)  # the result is finished: the connection is free for the next query
             elif len(self._rows) > MAX_GX_QUERY_ROWS:  # never silently cut: GX asked for rows, not an aggregate
                 con.abort()
-                raise RuntimeError(f"a Great Expectations query returned more than {MAX_GX_QUERY_ROWS} rows; the "
-                                   f"suite is meant to compute aggregates: {statement[:300]}")
+                raise RuntimeError(
+                    f"a Great Expectations query returned more than {MAX_GX_QUERY_ROWS} rows; the "
+                    f"suite is meant to compute aggregates: {statement[:300]}"
+                )
 
         @property
         def description(self):
@@ -202,9 +233,15 @@ MAX_GX_QUERY_ROWS = 10_000  # GX's metric queries return aggregates and at most 
 
 
 def validate_month(
-    warehouse, month: str, known_arms: Sequence[str], *, out_dir: str | os.PathLike | None = None,
-    staged: bool = False, min_propensity: float = _DATA_DEFAULTS.min_propensity,
-    max_clock_skew_seconds: float = _DATA_DEFAULTS.max_clock_skew_seconds, catalog=None,
+    warehouse,
+    month: str,
+    known_arms: Sequence[str],
+    *,
+    out_dir: str | os.PathLike | None = None,
+    staged: bool = False,
+    min_propensity: float = _DATA_DEFAULTS.min_propensity,
+    max_clock_skew_seconds: float = _DATA_DEFAULTS.max_clock_skew_seconds,
+    catalog=None,
 ) -> ValidationSummary:
     """Run the suite on ``month``'s clean partition, or with ``staged`` on the clean rows of the ingest in progress
     before they are published (the ingest's audit); with ``out_dir`` update the GX Data Docs in ``out_dir/data_docs``
@@ -230,8 +267,9 @@ def validate_month(
         if staged:
             warehouse.run("validate_staged", logging_policy_re=LOGGING_POLICY_PATTERN, single_candidate_tolerance=tol)
         else:
-            warehouse.run("validate_month", month=month, logging_policy_re=LOGGING_POLICY_PATTERN,
-                          single_candidate_tolerance=tol)
+            warehouse.run(
+                "validate_month", month=month, logging_policy_re=LOGGING_POLICY_PATTERN, single_candidate_tolerance=tol
+            )
     except Exception as e:
         if not staged:
             warehouse.con.execute("DROP TABLE IF EXISTS staging.ingest_catalog")
@@ -246,31 +284,41 @@ def validate_month(
         context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
         docs = Path(out_dir) / "data_docs" if out_dir is not None else None
         if docs is not None:
-            context.add_data_docs_site("abpo", {
-                "class_name": "SiteBuilder",
-                "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(docs)},
-                "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
-            })
+            context.add_data_docs_site(
+                "abpo",
+                {
+                    "class_name": "SiteBuilder",
+                    "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(docs)},
+                    "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+                },
+            )
         source = context.data_sources.add_sql(
-            name="warehouse", connection_string="duckdb:///:memory:",  # the URL names the dialect; creator connects
-            kwargs={"creator": lambda: _BufferedConnection(warehouse.con.cursor())})
+            name="warehouse",
+            connection_string="duckdb:///:memory:",  # the URL names the dialect; creator connects
+            kwargs={"creator": lambda: _BufferedConnection(warehouse.con.cursor())},
+        )
         # a table asset (not a query asset: GX reflects a query's columns by running the whole query)
-        batch_def = source.add_table_asset(name=f"impressions_{month}" + ("_staged" if staged else ""),
-                                           table_name="validate_batch").add_batch_definition_whole_table("clean_rows")
-        suite = context.suites.add(build_suite(month, known_arms, min_propensity=min_propensity,
-                                               max_clock_skew_seconds=max_clock_skew_seconds))
+        batch_def = source.add_table_asset(
+            name=f"impressions_{month}" + ("_staged" if staged else ""), table_name="validate_batch"
+        ).add_batch_definition_whole_table("clean_rows")
+        suite = context.suites.add(
+            build_suite(month, known_arms, min_propensity=min_propensity, max_clock_skew_seconds=max_clock_skew_seconds)
+        )
         definition = context.validation_definitions.add(
-            gx.ValidationDefinition(name=f"impressions_{month}", data=batch_def, suite=suite))
+            gx.ValidationDefinition(name=f"impressions_{month}", data=batch_def, suite=suite)
+        )
         actions = [gx.checkpoint.UpdateDataDocsAction(name="data_docs")] if docs is not None else []
-        checkpoint = context.checkpoints.add(gx.Checkpoint(name=f"ingest_{month}", validation_definitions=[definition],
-                                                           actions=actions))
+        checkpoint = context.checkpoints.add(
+            gx.Checkpoint(name=f"ingest_{month}", validation_definitions=[definition], actions=actions)
+        )
         try:
             outcome = checkpoint.run()
         except OSError as e:  # the Data Docs site: a full disk, an unwritable directory
             raise ValidationNotRun(
                 f"{getattr(e, 'filename', None) or docs}: the Great Expectations Data Docs of impressions_{month} "
                 f"could not be written ({e.strerror or e}); rule: validation/data_docs under paths.root must be "
-                "writable with free space; nothing was published") from e
+                "writable with free space; nothing was published"
+            ) from e
     finally:
         warehouse.con.execute("DROP TABLE IF EXISTS staging.validate_batch")
         if not staged:
@@ -284,9 +332,11 @@ def validate_month(
             message = str(errors[0].get("exception_message"))
             if _out_of_memory(message):
                 raise ValidationNotRun(_oom_message(month, message))
-            raise ValidationNotRun(f"GX suite impressions_{month}: {r.expectation_config.type} could not be "
-                                   f"computed: {message.splitlines()[0][:300] if message else ''}; nothing was "
-                                   "published")
+            raise ValidationNotRun(
+                f"GX suite impressions_{month}: {r.expectation_config.type} could not be "
+                f"computed: {message.splitlines()[0][:300] if message else ''}; nothing was "
+                "published"
+            )
 
     results = []
     for r in result.results:
@@ -329,8 +379,10 @@ def save_summary(summary: ValidationSummary, out_dir: str | os.PathLike) -> Path
         os.replace(tmp, path)
     except OSError as e:
         tmp.unlink(missing_ok=True)
-        raise ValidationNotRun(f"{path}: the GX summary could not be written ({e.strerror or e}); rule: the "
-                               "validation directory under paths.root must be writable with free space") from e
+        raise ValidationNotRun(
+            f"{path}: the GX summary could not be written ({e.strerror or e}); rule: the "
+            "validation directory under paths.root must be writable with free space"
+        ) from e
     summary.path = str(path)
     return path
 
@@ -342,7 +394,9 @@ def _out_of_memory(error) -> bool:
 
 def _oom_message(month: str, error) -> str:
     first = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
-    return (f"GX suite impressions_{month}: out of memory while validating the staged rows ({first}); rule: the "
-            "month must fit data.warehouse_memory_limit (or $ABPO_WAREHOUSE_MEMORY_LIMIT) with spill space in "
-            "data.warehouse_temp_directory: raise the limit, or land the month in smaller ingests; nothing was "
-            "published")
+    return (
+        f"GX suite impressions_{month}: out of memory while validating the staged rows ({first}); rule: the "
+        "month must fit data.warehouse_memory_limit (or $ABPO_WAREHOUSE_MEMORY_LIMIT) with spill space in "
+        "data.warehouse_temp_directory: raise the limit, or land the month in smaller ingests; nothing was "
+        "published"
+    )

@@ -54,11 +54,17 @@ class ConfigLoader(yaml.SafeLoader):
 _BOOL, _FLOAT = "tag:yaml.org,2002:bool", "tag:yaml.org,2002:float"
 ConfigLoader.yaml_implicit_resolvers = {
     c: [(tag, rx) for tag, rx in resolvers if tag not in (_BOOL, _FLOAT)]
-    for c, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    for c, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
 ConfigLoader.add_implicit_resolver(_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
 ConfigLoader.add_implicit_resolver(
-    _FLOAT, re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9][0-9_]*(?:\.[0-9_]*)?)(?:[eE][-+]?[0-9]+)?"
-                       r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"), list("-+0123456789."))
+    _FLOAT,
+    re.compile(
+        r"^(?:[-+]?(?:\.[0-9]+|[0-9][0-9_]*(?:\.[0-9_]*)?)(?:[eE][-+]?[0-9]+)?"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
+    list("-+0123456789."),
+)
 
 
 def yaml_value(raw: str) -> Any:
@@ -72,8 +78,10 @@ def read_yaml(path: str | Path) -> Any:
     try:
         return yaml.load(Path(path).read_text(), Loader=ConfigLoader)  # noqa: S506 (a SafeLoader subclass)
     except DuplicateKey as e:
-        raise YAMLFileError(f"{path}: duplicate key {e.key!r} at line {e.line} (first at line {e.first}); "
-                            "rule: each key once per mapping") from None
+        raise YAMLFileError(
+            f"{path}: duplicate key {e.key!r} at line {e.line} (first at line {e.first}); "
+            "rule: each key once per mapping"
+        ) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""

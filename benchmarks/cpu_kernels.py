@@ -72,8 +72,12 @@ def main(argv: list[str] | None = None) -> None:
     from abpo.logs import progress_bars_only_on_a_terminal
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--smoke", action="store_true", help=f"{SMOKE_STEPS} steps on a batch of "
-                    f"{SMOKE_BATCH[0]} x {SMOKE_BATCH[1]} tokens under two settings: seconds")
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help=f"{SMOKE_STEPS} steps on a batch of "
+        f"{SMOKE_BATCH[0]} x {SMOKE_BATCH[1]} tokens under two settings: seconds",
+    )
     args = ap.parse_args(argv)
 
     progress_bars_only_on_a_terminal()  # no progress-bar redraws in a piped or logged run (one line each)

@@ -30,8 +30,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # --smoke: the same two paths on 4 users and a smaller tiny model (overrides before the command line's --set)
-SMOKE = ["data.max_users=12", "data.eval_candidates=10", "policy.tiny_hidden_size=32", "policy.tiny_layers=1",
-         "policy.tiny_heads=2", "policy.tiny_intermediate_size=64", "policy.tiny_vocab_size=2048"]
+SMOKE = [
+    "data.max_users=12",
+    "data.eval_candidates=10",
+    "policy.tiny_hidden_size=32",
+    "policy.tiny_layers=1",
+    "policy.tiny_heads=2",
+    "policy.tiny_intermediate_size=64",
+    "policy.tiny_vocab_size=2048",
+]
 SMOKE_USERS = 4
 
 
@@ -85,8 +92,10 @@ def main(argv=None) -> int:
             score_examples(model, tok, examples, titles, pol)
             best = min(best, time.perf_counter() - t0)
         speed[name] = len(examples) / best
-        print(f"{name:<12} max_history {pol.max_history:>3}: {n_tok:7.0f} prompt tokens, {speed[name]:8.2f} users/s",
-              flush=True)
+        print(
+            f"{name:<12} max_history {pol.max_history:>3}: {n_tok:7.0f} prompt tokens, {speed[name]:8.2f} users/s",
+            flush=True,
+        )
     print(f"users/s item_tokens/text = {speed['item_tokens'] / speed['text']:.1f}x")
     return 0
 

@@ -75,16 +75,30 @@ def worker(args) -> int:
         t3 = time.perf_counter()
         how = "strata as Arrow tables, then batches as Python dicts"
     wh.close()
-    print(json.dumps({"ingest_s": t1 - t0, "strata_s": t2 - t1, "batches_s": t3 - t2, "total_s": t3 - t0,
-                      "rows_clean": report.rows_clean, "quarantined": report.quarantined_by_rule,
-                      "batches": batches, "how": how, "peak_mib": peak_rss_mib()}))
+    print(
+        json.dumps(
+            {
+                "ingest_s": t1 - t0,
+                "strata_s": t2 - t1,
+                "batches_s": t3 - t2,
+                "total_s": t3 - t0,
+                "rows_clean": report.rows_clean,
+                "quarantined": report.quarantined_by_rule,
+                "batches": batches,
+                "how": how,
+                "peak_mib": peak_rss_mib(),
+            }
+        )
+    )
     return 0
 
 
 def checkout(rev: str, into: Path) -> Path:
     """The tree of ``rev`` (git archive) under ``into``."""
     into.mkdir(parents=True)
-    tar = subprocess.run(["git", "-C", str(REPO), "archive", rev, "abpo", "sql"], check=True, capture_output=True).stdout
+    tar = subprocess.run(
+        ["git", "-C", str(REPO), "archive", rev, "abpo", "sql"], check=True, capture_output=True
+    ).stdout
     subprocess.run(["tar", "-x", "-C", str(into)], input=tar, check=True)
     return into
 
@@ -97,12 +111,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("n", nargs="?", type=int, default=1_000_000, help="impressions to generate (default 1000000)")
     ap.add_argument("--violation-rate", type=float, default=0.01, help="share of rows breaking one rule")
     ap.add_argument("--batch-size", type=int, default=4, help="stratified mini-batch size (paper: 4)")
-    ap.add_argument("--baseline", default=BASELINE, help=f"git revision to compare with (default {BASELINE}); none: skip")
+    ap.add_argument(
+        "--baseline", default=BASELINE, help=f"git revision to compare with (default {BASELINE}); none: skip"
+    )
     ap.add_argument("--memory-limit", default="1GB", help="DuckDB memory_limit for both runs (default 1GB)")
     ap.add_argument("--threads", type=int, default=0, help="DuckDB threads (0 = DuckDB's default)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--object-store", action="store_true",
-                    help="also ingest the same files from a local S3 server (moto) through paths.landing=s3://...")
+    ap.add_argument(
+        "--object-store",
+        action="store_true",
+        help="also ingest the same files from a local S3 server (moto) through paths.landing=s3://...",
+    )
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     for hidden in ("--code-root", "--landing", "--work", "--label", "--arms"):
         ap.add_argument(hidden, help=argparse.SUPPRESS)
@@ -122,18 +141,27 @@ def main(argv: list[str] | None = None) -> int:
         t = time.perf_counter()
         injected: Counter = Counter()
         for i, start in enumerate(range(0, args.n, PART_ROWS)):
-            table, inj = synthetic_impressions(min(PART_ROWS, args.n - start), MONTH, seed=args.seed + i,
-                                               violation_rate=args.violation_rate, id_prefix=f"p{i}-")
+            table, inj = synthetic_impressions(
+                min(PART_ROWS, args.n - start),
+                MONTH,
+                seed=args.seed + i,
+                violation_rate=args.violation_rate,
+                id_prefix=f"p{i}-",
+            )
             write_impressions(table, tmp / "landing", MONTH, part=f"{i:04d}")
             injected.update(inj)
             del table
-        print(f"rows: {args.n:,} in {i + 1} landing file(s); generate + write Parquet (not timed): "
-              f"{time.perf_counter() - t:.1f}s; load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} cores")
+        print(
+            f"rows: {args.n:,} in {i + 1} landing file(s); generate + write Parquet (not timed): "
+            f"{time.perf_counter() - t:.1f}s; load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} cores"
+        )
 
         runs = {"now": (REPO, str(tmp / "landing"))}
         if args.baseline.lower() != "none":
-            runs = {f"baseline {args.baseline}": (checkout(args.baseline, tmp / "baseline"), str(tmp / "landing")),
-                    **runs}
+            runs = {
+                f"baseline {args.baseline}": (checkout(args.baseline, tmp / "baseline"), str(tmp / "landing")),
+                **runs,
+            }
         server = None
         if args.object_store:
             server, uri = object_store(tmp / "landing")
@@ -148,8 +176,10 @@ def main(argv: list[str] | None = None) -> int:
         if len(results) >= 2 and args.baseline.lower() != "none":
             (_, base), (_, now), *_ = results.items()
             assert base["quarantined"] == now["quarantined"] and base["batches"] == now["batches"]
-            print(f"\nsame quarantine counts and batch count; end to end now/baseline: "
-                  f"{base['total_s'] / now['total_s']:.1f}x (ingest {base['ingest_s'] / now['ingest_s']:.1f}x)")
+            print(
+                f"\nsame quarantine counts and batch count; end to end now/baseline: "
+                f"{base['total_s'] / now['total_s']:.1f}x (ingest {base['ingest_s'] / now['ingest_s']:.1f}x)"
+            )
     return 0
 
 
@@ -165,8 +195,11 @@ def object_store(landing: Path):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     endpoint = f"http://127.0.0.1:{port}"
     for _ in range(300):
         try:
@@ -174,8 +207,13 @@ def object_store(landing: Path):
             break
         except OSError:
             time.sleep(0.1)
-    os.environ.update(AWS_ENDPOINT_URL=endpoint, AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench",
-                      AWS_DEFAULT_REGION="us-east-1", AWS_EC2_METADATA_DISABLED="true")
+    os.environ.update(
+        AWS_ENDPOINT_URL=endpoint,
+        AWS_ACCESS_KEY_ID="bench",
+        AWS_SECRET_ACCESS_KEY="bench",
+        AWS_DEFAULT_REGION="us-east-1",
+        AWS_EC2_METADATA_DISABLED="true",
+    )
     client = boto3.client("s3")
     client.create_bucket(Bucket="bench")
     part = landing / "impressions" / f"month={MONTH}"
@@ -191,25 +229,50 @@ def run_all(args, runs: dict, results: dict, injected: Counter, tmp: Path) -> No
     from abpo.data.synthetic import DEFAULT_ARMS
 
     for label, (root, landing) in runs.items():
-        cmd = [sys.executable, __file__, "--worker", "--code-root", str(root), "--landing", landing,
-               "--work", str(tmp), "--label", label.split()[0], "--arms", ",".join(DEFAULT_ARMS),
-               "--batch-size", str(args.batch_size), "--seed", str(args.seed),
-               "--memory-limit", args.memory_limit, "--threads", str(args.threads)]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--worker",
+            "--code-root",
+            str(root),
+            "--landing",
+            landing,
+            "--work",
+            str(tmp),
+            "--label",
+            label.split()[0],
+            "--arms",
+            ",".join(DEFAULT_ARMS),
+            "--batch-size",
+            str(args.batch_size),
+            "--seed",
+            str(args.seed),
+            "--memory-limit",
+            args.memory_limit,
+            "--threads",
+            str(args.threads),
+        ]
         out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=tmp).stdout
         r = results[label] = json.loads(out.strip().splitlines()[-1])
         expected = {rule: injected.get(rule, 0) for rule in r["quarantined"]}
         assert r["quarantined"] == expected, (label, r["quarantined"], expected)
-        print(f"\n{label}: {r['rows_clean']:,} clean, {sum(r['quarantined'].values()):,} quarantined (per rule = "
-              f"the injected violations); {r['batches']:,} batches of {args.batch_size} ({r['how']})")
+        print(
+            f"\n{label}: {r['rows_clean']:,} clean, {sum(r['quarantined'].values()):,} quarantined (per rule = "
+            f"the injected violations); {r['batches']:,} batches of {args.batch_size} ({r['how']})"
+        )
         print(f"  ingest + quarantine : {r['ingest_s']:7.2f}s  {args.n / r['ingest_s']:>12,.0f} rows/s")
         if r["batches_s"]:  # the baseline: strata, then batches
             print(f"  strata (2 queries)  : {r['strata_s']:7.2f}s  {r['rows_clean'] / r['strata_s']:>12,.0f} rows/s")
             print(f"  stratified batches  : {r['batches_s']:7.2f}s  {r['rows_clean'] / r['batches_s']:>12,.0f} rows/s")
         else:
-            print(f"  stratified batches  : {r['strata_s']:7.2f}s  {r['rows_clean'] / r['strata_s']:>12,.0f} rows/s "
-                  "(strata and batches in one streamed query)")
-        print(f"  end to end          : {r['total_s']:7.2f}s  {args.n / r['total_s']:>12,.0f} rows/s; "
-              f"peak memory {r['peak_mib']:,.0f} MiB")
+            print(
+                f"  stratified batches  : {r['strata_s']:7.2f}s  {r['rows_clean'] / r['strata_s']:>12,.0f} rows/s "
+                "(strata and batches in one streamed query)"
+            )
+        print(
+            f"  end to end          : {r['total_s']:7.2f}s  {args.n / r['total_s']:>12,.0f} rows/s; "
+            f"peak memory {r['peak_mib']:,.0f} MiB"
+        )
 
 
 if __name__ == "__main__":

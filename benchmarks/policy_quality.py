@@ -33,11 +33,23 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # --smoke: the same stages on 12 users and a smaller tiny model (overrides before the command line's --set)
-SMOKE = ["data.max_users=12", "data.sup_examples_per_user=4", "data.train_candidates=8", "data.eval_candidates=10",
-         "policy.tiny_hidden_size=32", "policy.tiny_layers=1", "policy.tiny_heads=2",
-         "policy.tiny_intermediate_size=64",
-         "policy.tiny_vocab_size=2048", "policy.max_history=3", "sft.pretrain_epochs=1", "sft.max_steps=4",
-         "sft.batch_size=8", "experiment.max_eval_users=8", "experiment.eval_candidates=10"]
+SMOKE = [
+    "data.max_users=12",
+    "data.sup_examples_per_user=4",
+    "data.train_candidates=8",
+    "data.eval_candidates=10",
+    "policy.tiny_hidden_size=32",
+    "policy.tiny_layers=1",
+    "policy.tiny_heads=2",
+    "policy.tiny_intermediate_size=64",
+    "policy.tiny_vocab_size=2048",
+    "policy.max_history=3",
+    "sft.pretrain_epochs=1",
+    "sft.max_steps=4",
+    "sft.batch_size=8",
+    "experiment.max_eval_users=8",
+    "experiment.eval_candidates=10",
+]
 
 
 def main(argv=None) -> int:
@@ -46,8 +58,14 @@ def main(argv=None) -> int:
     progress_bars_only_on_a_terminal()  # no progress-bar redraws in a piped or logged run (one line each)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default="tiny", help="preset name or YAML file (as every abpo command)")
-    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                    help="config override, repeatable (as every abpo command)")
+    ap.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config override, repeatable (as every abpo command)",
+    )
     ap.add_argument("--state", default="", help="state directory for pi_init (default: a temporary directory)")
     ap.add_argument("--smoke", action="store_true", help="the smallest sizes that run the same path (seconds)")
     args = ap.parse_args(argv)
@@ -71,8 +89,14 @@ def main(argv=None) -> int:
     ds = load_dataset(cfg.data)
     splits, report = split_users(ds, cfg.data)
     print(f"dataset {ds.name}: {len(splits)} users split ({report}); state {state}", flush=True)
-    res = train_sft(cfg, validation_fraction=cfg.experiment.validation_fraction, dataset=ds, log_mlflow=False,
-                    register=False, evaluate=False)
+    res = train_sft(
+        cfg,
+        validation_fraction=cfg.experiment.validation_fraction,
+        dataset=ds,
+        log_mlflow=False,
+        register=False,
+        evaluate=False,
+    )
     for stage, secs in res.stage_seconds.items():
         print(f"stage {stage}: {secs:.1f}s")
     print(f"pi_init in all (data, tokenizer, both stages, save): {res.seconds:.1f}s", flush=True)
@@ -80,8 +104,10 @@ def main(argv=None) -> int:
     examples = eval_examples_for(cfg, splits, ds)
     pop = training_popularity(splits, ds)
     m = len(examples[0].candidates) if examples else 0
-    print(f"evaluation: {len(examples)} {cfg.experiment.eval_split} users, M = {m}, "
-          f"{cfg.data.eval_hard_negative_fraction:.0%} popularity hard negatives")
+    print(
+        f"evaluation: {len(examples)} {cfg.experiment.eval_split} users, M = {m}, "
+        f"{cfg.data.eval_hard_negative_fraction:.0%} popularity hard negatives"
+    )
     rows = {}
     t = time.time()
     model, tok = load_policy(dataclasses.replace(cfg.policy, model=str(res.model_dir)), cfg.paths, dataset=ds)
@@ -92,7 +118,8 @@ def main(argv=None) -> int:
     for name in ("popularity", "ml_retrain"):
         t = time.time()
         ranker = make_ranker(name, seed=cfg.seed, ml_retrain_epochs=cfg.experiment.ml_retrain_epochs).fit(
-            train_seqs, ds.item_ids().tolist())
+            train_seqs, ds.item_ids().tolist()
+        )
         scores = ranker.score([(ex.user_id, ex.history, ex.candidates) for ex in examples])
         rows[name] = metrics_from_scores(examples, [list(map(float, s)) for s in scores], pop)
         print(f"{name} fitted and scored in {time.time() - t:.1f}s")
@@ -100,8 +127,10 @@ def main(argv=None) -> int:
     for name, r in rows.items():
         print(f"{name:<12} {r['HR@1']:7.4f} {r['HR@5']:7.4f} {r['NDCG@5']:7.4f}")
     print(f"total {time.time() - t0:.1f}s")
-    print(f"HR@5 pi_init={rows['pi_init']['HR@5']:.4f} popularity={rows['popularity']['HR@5']:.4f} "
-          f"ml_retrain={rows['ml_retrain']['HR@5']:.4f}")
+    print(
+        f"HR@5 pi_init={rows['pi_init']['HR@5']:.4f} popularity={rows['popularity']['HR@5']:.4f} "
+        f"ml_retrain={rows['ml_retrain']['HR@5']:.4f}"
+    )
     return 0
 
 

@@ -182,20 +182,38 @@ def main(argv: list[str] | None = None) -> int:
 
     progress_bars_only_on_a_terminal()  # no progress-bar redraws in a piped or logged run (one line each)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", nargs="+", type=_size, default=[10_000_000, 100_000_000],
-                    help="Numbers of impressions (default: 1e7 1e8).")
-    ap.add_argument("--users-per-row", type=float, default=0.05,
-                    help="Distinct users = rows x this (default 0.05: ~20 impressions per user over 3 months).")
-    ap.add_argument("--dir", default=None,
-                    help="Keep the generated warehouses here and reuse them on the next run (default: a temp dir, "
-                    "removed at the end).")
+    ap.add_argument(
+        "--sizes",
+        nargs="+",
+        type=_size,
+        default=[10_000_000, 100_000_000],
+        help="Numbers of impressions (default: 1e7 1e8).",
+    )
+    ap.add_argument(
+        "--users-per-row",
+        type=float,
+        default=0.05,
+        help="Distinct users = rows x this (default 0.05: ~20 impressions per user over 3 months).",
+    )
+    ap.add_argument(
+        "--dir",
+        default=None,
+        help="Keep the generated warehouses here and reuse them on the next run (default: a temp dir, "
+        "removed at the end).",
+    )
     ap.add_argument("--memory-limit", default="8GB", help="DuckDB memory limit while generating (default 8GB).")
     ap.add_argument("--repeat", type=int, default=2, help="Time the report this many times; the best counts.")
-    ap.add_argument("--raw-baseline", action="store_true",
-                    help="Also time, once per size, the same moments grouped from the raw impressions (the "
-                    "design before the per-user aggregate), for comparison.")
-    ap.add_argument("--smoke", action="store_true", help="the same path in seconds: --sizes 1e4 2e4 --repeat 1 "
-                    "--raw-baseline (tests/benchmarks/test_smoke.py)")
+    ap.add_argument(
+        "--raw-baseline",
+        action="store_true",
+        help="Also time, once per size, the same moments grouped from the raw impressions (the "
+        "design before the per-user aggregate), for comparison.",
+    )
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="the same path in seconds: --sizes 1e4 2e4 --repeat 1 --raw-baseline (tests/benchmarks/test_smoke.py)",
+    )
     args = ap.parse_args(argv)
     if args.smoke:
         args.sizes, args.repeat, args.raw_baseline = [10_000, 20_000], 1, True
@@ -219,36 +237,51 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[{n:,} rows] generated in {gen:.1f}s ({users:,} users, file {size_mb:,.0f} MiB)", flush=True)
             agg = time_aggregation(wh_path, args.memory_limit)
             assert agg["impressions"] == n, (agg["impressions"], n)
-            print(f"[{n:,} rows] ingest-time aggregation (once per month at ingest, not per report): "
-                  f"{agg['seconds']:.2f}s = {n / agg['seconds']:,.0f} impressions/s, CPU {agg['cpu']:.2f}s; "
-                  f"user_month_stats {agg['rows']:,} rows ({n / agg['rows']:.1f} impressions per row)", flush=True)
+            print(
+                f"[{n:,} rows] ingest-time aggregation (once per month at ingest, not per report): "
+                f"{agg['seconds']:.2f}s = {n / agg['seconds']:,.0f} impressions/s, CPU {agg['cpu']:.2f}s; "
+                f"user_month_stats {agg['rows']:,} rows ({n / agg['rows']:.1f} impressions per row)",
+                flush=True,
+            )
             runs = [time_report(root, root / "report") for _ in range(args.repeat)]
             best = min(runs, key=lambda r: r["total"])
             assert best["impressions"] == n, (best["impressions"], n)
-            print(f"[{n:,} rows] report {best['total']:.2f}s (best of {args.repeat}): DuckDB from user_month_stats "
-                  f"{best['sql']:.2f}s, statistics+files "
-                  f"{best['stats_render']:.2f}s, CPU {best['cpu']:.2f}s; all runs {[round(r['total'], 2) for r in runs]}",
-                  flush=True)
+            print(
+                f"[{n:,} rows] report {best['total']:.2f}s (best of {args.repeat}): DuckDB from user_month_stats "
+                f"{best['sql']:.2f}s, statistics+files "
+                f"{best['stats_render']:.2f}s, CPU {best['cpu']:.2f}s; all runs {[round(r['total'], 2) for r in runs]}",
+                flush=True,
+            )
             raw = time_raw_baseline(wh_path) if args.raw_baseline else float("nan")
             if args.raw_baseline:
-                print(f"[{n:,} rows] baseline, same moments grouped from the raw rows: {raw:.2f}s "
-                      f"(DuckDB only, once)", flush=True)
+                print(
+                    f"[{n:,} rows] baseline, same moments grouped from the raw rows: {raw:.2f}s (DuckDB only, once)",
+                    flush=True,
+                )
             results.append((n, agg, best, raw))
         print()
-        print(f"{'impressions':>14}  {'agg rows':>11}  {'aggregation':>11}  {'impr/s aggr.':>12}  "
-              f"{'report time':>11}  {'CPU time':>8}  {'ns/row':>6}" + ("  raw-row SQL" if args.raw_baseline else ""))
+        print(
+            f"{'impressions':>14}  {'agg rows':>11}  {'aggregation':>11}  {'impr/s aggr.':>12}  "
+            f"{'report time':>11}  {'CPU time':>8}  {'ns/row':>6}" + ("  raw-row SQL" if args.raw_baseline else "")
+        )
         for n, agg, best, raw in results:
-            print(f"{n:>14,}  {agg['rows']:>11,}  {agg['seconds']:>10.2f}s  {n / agg['seconds']:>12,.0f}  "
-                  f"{best['total']:>10.2f}s  {best['cpu']:>7.2f}s  {1e9 * best['total'] / n:>6.1f}"
-                  + (f"  {raw:>10.2f}s" if args.raw_baseline else ""))
+            print(
+                f"{n:>14,}  {agg['rows']:>11,}  {agg['seconds']:>10.2f}s  {n / agg['seconds']:>12,.0f}  "
+                f"{best['total']:>10.2f}s  {best['cpu']:>7.2f}s  {1e9 * best['total'] / n:>6.1f}"
+                + (f"  {raw:>10.2f}s" if args.raw_baseline else "")
+            )
         if len(results) >= 2:
             (n0, a0, b0, r0), (n1, a1, b1, r1) = results[0], results[-1]
-            print(f"ratio {n1:,} / {n0:,} rows (x{n1 / n0:.0f} rows, x{a1['rows'] / a0['rows']:.1f} aggregate rows): "
-                  f"report time x{b1['total'] / b0['total']:.2f}, report CPU x{b1['cpu'] / b0['cpu']:.2f}, "
-                  f"aggregation time x{a1['seconds'] / a0['seconds']:.2f}"
-                  + (f", raw-row SQL x{r1 / r0:.2f}" if args.raw_baseline else ""))
-        print(f"(wall time on a machine with {os.cpu_count()} cores, load average now "
-              f"{', '.join(f'{x:.1f}' for x in os.getloadavg())})")
+            print(
+                f"ratio {n1:,} / {n0:,} rows (x{n1 / n0:.0f} rows, x{a1['rows'] / a0['rows']:.1f} aggregate rows): "
+                f"report time x{b1['total'] / b0['total']:.2f}, report CPU x{b1['cpu'] / b0['cpu']:.2f}, "
+                f"aggregation time x{a1['seconds'] / a0['seconds']:.2f}"
+                + (f", raw-row SQL x{r1 / r0:.2f}" if args.raw_baseline else "")
+            )
+        print(
+            f"(wall time on a machine with {os.cpu_count()} cores, load average now "
+            f"{', '.join(f'{x:.1f}' for x in os.getloadavg())})"
+        )
     finally:
         if not args.dir:
             shutil.rmtree(base, ignore_errors=True)

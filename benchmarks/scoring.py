@@ -30,8 +30,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # --smoke: the same path on one small prompt and a smaller tiny model
-SMOKE = ["data.max_users=12", "policy.tiny_hidden_size=32", "policy.tiny_layers=1", "policy.tiny_heads=2",
-         "policy.tiny_intermediate_size=64", "policy.tiny_vocab_size=2048"]
+SMOKE = [
+    "data.max_users=12",
+    "policy.tiny_hidden_size=32",
+    "policy.tiny_layers=1",
+    "policy.tiny_heads=2",
+    "policy.tiny_intermediate_size=64",
+    "policy.tiny_vocab_size=2048",
+]
 SMOKE_ARGS = {"m": [10], "prompts": 1, "reps": 1, "naive_candidates": 4}
 
 
@@ -80,8 +86,10 @@ def main(argv: list[str] | None = None) -> int:
         model, tok = load_policy(cfg.policy, paths, dataset=ds, seed=cfg.seed)
         model.to(device)
         n_params = model.num_parameters()
-        print(f"model: {cfg.policy.model} ({n_params / 1e6:.2f}M parameters, {cfg.policy.dtype}) on {device}; "
-              f"threads {args.threads}; scoring_batch_tokens {cfg.policy.scoring_batch_tokens}")
+        print(
+            f"model: {cfg.policy.model} ({n_params / 1e6:.2f}M parameters, {cfg.policy.dtype}) on {device}; "
+            f"threads {args.threads}; scoring_batch_tokens {cfg.policy.scoring_batch_tokens}"
+        )
         titles = ds.titles()
         splits, _ = split_users(ds, cfg.data)
         rows = []
@@ -112,7 +120,9 @@ def main(argv: list[str] | None = None) -> int:
             cs_shared = 1.0 / statistics.median(t_shared)
             cs_naive = 1.0 / statistics.median(t_naive)
             rows.append((m, statistics.mean(p.n_tokens for p in prompts), cs_shared, cs_naive, diff))
-        print(f"{'M':>5} {'prompt tokens':>14} {'shared cand/s':>14} {'naive cand/s':>13} {'ratio':>7} {'max|diff|':>10}")
+        print(
+            f"{'M':>5} {'prompt tokens':>14} {'shared cand/s':>14} {'naive cand/s':>13} {'ratio':>7} {'max|diff|':>10}"
+        )
         for m, L, a, b, d in rows:
             print(f"{m:>5} {L:>14.0f} {a:>14.1f} {b:>13.1f} {a / b:>6.1f}x {d:>10.2e}")
     return 0

@@ -40,11 +40,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 # --smoke: the arms bootstrapped on 12 users with a smaller tiny model (overrides before the command line's --set)
-SMOKE = ["data.max_users=12", "data.sup_examples_per_user=4", "data.train_candidates=8", "data.eval_candidates=10",
-         "policy.tiny_hidden_size=32", "policy.tiny_layers=1", "policy.tiny_heads=2",
-         "policy.tiny_intermediate_size=64",
-         "policy.tiny_vocab_size=2048", "policy.max_history=3", "sft.pretrain_epochs=0", "sft.max_steps=4",
-         "sft.batch_size=8", "sft.eval_max_users=4", "sft.eval_generation=false", "arms.gate_max_users=4"]
+SMOKE = [
+    "data.max_users=12",
+    "data.sup_examples_per_user=4",
+    "data.train_candidates=8",
+    "data.eval_candidates=10",
+    "policy.tiny_hidden_size=32",
+    "policy.tiny_layers=1",
+    "policy.tiny_heads=2",
+    "policy.tiny_intermediate_size=64",
+    "policy.tiny_vocab_size=2048",
+    "policy.max_history=3",
+    "sft.pretrain_epochs=0",
+    "sft.max_steps=4",
+    "sft.batch_size=8",
+    "sft.eval_max_users=4",
+    "sft.eval_generation=false",
+    "arms.gate_max_users=4",
+]
 
 
 def hit_rate_at(k: int, arm, examples) -> float:
@@ -78,8 +91,7 @@ class ServedOnce:
         return self._memo[key]
 
 
-def simulated_ctr_by_oracle(cfg, month: str, name: str, arm, *, dataset, splits,
-                            oracles=ORACLES) -> dict[str, dict]:
+def simulated_ctr_by_oracle(cfg, month: str, name: str, arm, *, dataset, splits, oracles=ORACLES) -> dict[str, dict]:
     """Arm ``name``'s per-arm result (impressions, clicks, ctr) of ``month`` with ``arm`` at share 1, under each
     ground truth in ``oracles`` (``sim.oracle`` set to it; everything else as ``cfg``)."""
     from abpo.sim.simulator import simulate_month
@@ -87,10 +99,14 @@ def simulated_ctr_by_oracle(cfg, month: str, name: str, arm, *, dataset, splits,
     served = ServedOnce(arm)
     out = {}
     for oracle in oracles:
-        one = dataclasses.replace(cfg, report=dataclasses.replace(cfg.report, arm_shares={name: 1.0}),
-                                  sim=dataclasses.replace(cfg.sim, oracle=oracle))
-        out[oracle] = simulate_month(one, month, {name: served}, dataset=dataset, splits=splits,
-                                     write=False).per_arm[name]
+        one = dataclasses.replace(
+            cfg,
+            report=dataclasses.replace(cfg.report, arm_shares={name: 1.0}),
+            sim=dataclasses.replace(cfg.sim, oracle=oracle),
+        )
+        out[oracle] = simulate_month(one, month, {name: served}, dataset=dataset, splits=splits, write=False).per_arm[
+            name
+        ]
     return out
 
 
@@ -101,14 +117,17 @@ def kendall_tau(x, y) -> float:
     return float(kendalltau(list(x), list(y)).statistic)
 
 
-def robustness_table(hit_rates: dict[str, float], ctr: dict[str, dict[str, float]],
-                     oracles=ORACLES) -> tuple[list[str], dict[str, float]]:
+def robustness_table(
+    hit_rates: dict[str, float], ctr: dict[str, dict[str, float]], oracles=ORACLES
+) -> tuple[list[str], dict[str, float]]:
     """The markdown robustness table (one row per arm: offline HR@5 and the simulated CTR under each oracle; a last
     row with Kendall's tau of each oracle's CTR order against the HR@5 order) and the taus by oracle."""
     arms = list(hit_rates)
     taus = {o: kendall_tau([hit_rates[a] for a in arms], [ctr[a][o] for a in arms]) for o in oracles}
-    lines = ["| arm | offline HR@5 | " + " | ".join(f"sim CTR {o}" for o in oracles) + " |",
-             "|---|---:|" + "---:|" * len(oracles)]
+    lines = [
+        "| arm | offline HR@5 | " + " | ".join(f"sim CTR {o}" for o in oracles) + " |",
+        "|---|---:|" + "---:|" * len(oracles),
+    ]
     for a in arms:
         lines.append(f"| {a} | {hit_rates[a]:.4f} | " + " | ".join(f"{ctr[a][o]:.4f}" for o in oracles) + " |")
     lines.append("| Kendall tau vs HR@5 | | " + " | ".join(f"{taus[o]:.2f}" for o in oracles) + " |")
@@ -121,13 +140,23 @@ def main(argv=None) -> int:
     progress_bars_only_on_a_terminal()  # no progress-bar redraws in a piped or logged run (one line each)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default="demo", help="preset whose registry holds the champions (default demo)")
-    ap.add_argument("--month", default="", help="the month whose requests are served (default: the last month the "
-                    "config's data.update_steps // sim.window allows)")
+    ap.add_argument(
+        "--month",
+        default="",
+        help="the month whose requests are served (default: the last month the "
+        "config's data.update_steps // sim.window allows)",
+    )
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
-    ap.add_argument("--oracles", default=",".join(ORACLES), help="ground truths of the robustness table, comma "
-                    "separated (the config's sim.oracle is always first)")
-    ap.add_argument("--smoke", action="store_true", help="bootstrap the arms of a tiny throw-away state first and "
-                    "rank them (seconds; the figures mean nothing)")
+    ap.add_argument(
+        "--oracles",
+        default=",".join(ORACLES),
+        help="ground truths of the robustness table, comma separated (the config's sim.oracle is always first)",
+    )
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="bootstrap the arms of a tiny throw-away state first and rank them (seconds; the figures mean nothing)",
+    )
     args = ap.parse_args(argv)
 
     import tempfile
@@ -168,9 +197,11 @@ def main(argv=None) -> int:
         ctr[name] = {o: r["ctr"] for o, r in by_oracle.items()}
         a = by_oracle[default]
         rows.append((name, arm.model_version, hr, a["ctr"], a["impressions"], time.perf_counter() - t))
-    print(f"{len(examples)} users; offline: M = {cfg.data.eval_candidates} (hard-negative fraction "
-          f"{cfg.data.eval_hard_negative_fraction}); simulated month {month}: {rows[0][4]} requests per arm, "
-          f"candidates {cfg.sim.candidates} (M = {cfg.sim.candidate_count})")
+    print(
+        f"{len(examples)} users; offline: M = {cfg.data.eval_candidates} (hard-negative fraction "
+        f"{cfg.data.eval_hard_negative_fraction}); simulated month {month}: {rows[0][4]} requests per arm, "
+        f"candidates {cfg.sim.candidates} (M = {cfg.sim.candidate_count})"
+    )
     print(f"{'arm':<11} {'version':>7} {'HR@5':>7} {'sim CTR':>8} {'seconds':>8}   (sim CTR: sim.oracle = {default})")
     for name, v, hr, c, _, sec in rows:
         print(f"{name:<11} {v:>7} {hr:>7.4f} {c:>8.4f} {sec:>8.1f}")

@@ -22,9 +22,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # --smoke: the same path on 20 requests and a smaller tiny model
-SMOKE = ["policy.tiny_hidden_size=32", "policy.tiny_layers=1", "policy.tiny_heads=2",
-         "policy.tiny_intermediate_size=64",
-         "policy.tiny_vocab_size=2048"]
+SMOKE = [
+    "policy.tiny_hidden_size=32",
+    "policy.tiny_layers=1",
+    "policy.tiny_heads=2",
+    "policy.tiny_intermediate_size=64",
+    "policy.tiny_vocab_size=2048",
+]
 SMOKE_REQUESTS = 20
 
 
@@ -50,14 +54,24 @@ def main(argv=None) -> int:
     from abpo.sim.simulator import interactions_to_date, simulate_month
 
     users = max(args.requests // 2, 1)
-    cfg = load_config(args.config, [f"data.max_users={users}", "sim.requests_per_user=2",
-                                    "report.arm_shares={bench: 1.0}", *(SMOKE if args.smoke else [])])
+    cfg = load_config(
+        args.config,
+        [
+            f"data.max_users={users}",
+            "sim.requests_per_user=2",
+            "report.arm_shares={bench: 1.0}",
+            *(SMOKE if args.smoke else []),
+        ],
+    )
     ds = load_dataset(cfg.data)
     splits, _ = split_users(ds, cfg.data)
     month = cfg.sim.start_month
-    pop = RankerArm("bench", RankerArm.make_ranker("popularity", cfg).fit(interactions_to_date(cfg, splits, month),
-                                                                          ds.item_ids().tolist()),
-                    cfg.arms.popularity.temperature, "1")
+    pop = RankerArm(
+        "bench",
+        RankerArm.make_ranker("popularity", cfg).fit(interactions_to_date(cfg, splits, month), ds.item_ids().tolist()),
+        cfg.arms.popularity.temperature,
+        "1",
+    )
     model_dir = args.model or build_tiny(cfg.policy, cfg.paths, ds.titles(), seed=cfg.seed)
     llm = LLMArm.from_dir("bench", model_dir, cfg, ds, "1")
     rates = {}
@@ -67,8 +81,10 @@ def main(argv=None) -> int:
         res = simulate_month(cfg, month, {"bench": arm}, dataset=ds, splits=splits, write=False)
         dt = time.perf_counter() - t
         rates[label] = res.table.num_rows / dt
-        print(f"{label:<11} {res.table.num_rows} impressions in {dt:.2f}s: {rates[label]:,.0f} impressions/s "
-              f"(M = {m}, CTR {res.per_arm['bench']['ctr']:.3f})")
+        print(
+            f"{label:<11} {res.table.num_rows} impressions in {dt:.2f}s: {rates[label]:,.0f} impressions/s "
+            f"(M = {m}, CTR {res.per_arm['bench']['ctr']:.3f})"
+        )
     print(f"popularity / tiny LLM: {rates['popularity'] / rates['tiny LLM']:.0f}x")
     return 0
 

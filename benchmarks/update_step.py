@@ -55,8 +55,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # --smoke: the same rows on a smaller tiny model and the fewest steps (overrides of the preset; the arguments below)
-SMOKE = ["data.max_users=12", "policy.tiny_hidden_size=32", "policy.tiny_layers=1", "policy.tiny_heads=2",
-         "policy.tiny_intermediate_size=64", "policy.tiny_vocab_size=2048"]
+SMOKE = [
+    "data.max_users=12",
+    "policy.tiny_hidden_size=32",
+    "policy.tiny_layers=1",
+    "policy.tiny_heads=2",
+    "policy.tiny_intermediate_size=64",
+    "policy.tiny_vocab_size=2048",
+]
 SMOKE_ARGS = {"m": [20], "steps": 1, "warmup": 0, "reps": 1, "group_size": 3, "batch_size": 4, "click_rate": 0.5}
 
 
@@ -83,9 +89,17 @@ def build_log(cfg, dataset, model, tok, n_requests: int, click_rate: float, seed
         else:
             j, _ = sample_logged_action(e.numpy(), rng)
         a = ex.candidates[j]
-        row = {"impression_id": ex.request_id, "user_id": ex.user_id, "arm": "abpo", "history": list(ex.history),
-               "candidates": list(ex.candidates), "item_id": a, "propensity": float(e[j]),
-               "clicked": int(a == ex.positive), "logging_policy": f"softmax(tau={cfg.policy.tau})"}
+        row = {
+            "impression_id": ex.request_id,
+            "user_id": ex.user_id,
+            "arm": "abpo",
+            "history": list(ex.history),
+            "candidates": list(ex.candidates),
+            "item_id": a,
+            "propensity": float(e[j]),
+            "clicked": int(a == ex.positive),
+            "logging_policy": f"softmax(tau={cfg.policy.tau})",
+        }
         (pos if row["clicked"] else neg).append(row)
     return pos, neg
 
@@ -121,9 +135,20 @@ def time_variant(variant, model_dir, tok, ds, update_cfg, policy_cfg, settings, 
     u = dataclasses.replace(update_cfg, max_steps=steps + warmup, save_steps=10**6, warmup_ratio=0.0)
     s = dataclasses.replace(settings, variant=variant)
     timer = StepTimer()
-    trainer, _ = train_update(model, tok, ds, u, s, output_dir=out_dir / name, seed=0,
-                              peft_config=lora_config(policy_cfg), resume=False,
-                              callbacks=[timer.callback], grpo_overrides={"save_strategy": "no"}, quiet=True)
+    trainer, _ = train_update(
+        model,
+        tok,
+        ds,
+        u,
+        s,
+        output_dir=out_dir / name,
+        seed=0,
+        peft_config=lora_config(policy_cfg),
+        resume=False,
+        callbacks=[timer.callback],
+        grpo_overrides={"save_strategy": "no"},
+        quiet=True,
+    )
     extra = [h.get("abpo/advantage_time_s") for h in trainer.state.log_history if "abpo/advantage_time_s" in h]
     return timer.times[warmup:], timer.cpu[warmup:], extra[warmup:]  # drop the warm-up steps
 
@@ -147,8 +172,19 @@ def worker(spec_path: str) -> int:
     dist = dist_state(deepspeed=bool(cfg.update.deepspeed))
     ds = datasets.load_from_disk(spec["dataset"])
     tok = AutoTokenizer.from_pretrained(spec["model_dir"])
-    t, cp, _ = time_variant("abpo", spec["model_dir"], tok, ds, cfg.update, cfg.policy, settings_for(cfg, "abpo"),
-                            spec["steps"], spec["warmup"], Path(spec["work"]), spec["name"])
+    t, cp, _ = time_variant(
+        "abpo",
+        spec["model_dir"],
+        tok,
+        ds,
+        cfg.update,
+        cfg.policy,
+        settings_for(cfg, "abpo"),
+        spec["steps"],
+        spec["warmup"],
+        Path(spec["work"]),
+        spec["name"],
+    )
     if dist.is_main:
         Path(spec["out"]).write_text(json.dumps({"wall": t, "cpu": cp}))
     return 0
@@ -171,8 +207,11 @@ def processes_rows(args) -> int:
     from abpo.train.dataset import update_dataset_from_strata
 
     m = args.m[0]
-    sets = [*(SMOKE if args.smoke else []), f"data.train_candidates={m}",
-            f"policy.max_prompt_tokens={max(1024, 24 * m + 512)}"]
+    sets = [
+        *(SMOKE if args.smoke else []),
+        f"data.train_candidates={m}",
+        f"policy.max_prompt_tokens={max(1024, 24 * m + 512)}",
+    ]
     if args.batch_size:
         sets.append(f"update.batch_size={args.batch_size}")
     if args.group_size:
@@ -192,20 +231,47 @@ def processes_rows(args) -> int:
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
         n_req = cfg.update.batch_size * (args.steps + args.warmup) * 2
         pos, neg = build_log(cfg, dataset, model, tok, n_req, args.click_rate, cfg.seed)
-        ds, _ = update_dataset_from_strata(pa.Table.from_pylist(pos), pa.Table.from_pylist(neg), dataset.titles(),
-                                           tok, cfg.policy, examples_per_batch=cfg.update.batch_size, seed=cfg.seed)
+        ds, _ = update_dataset_from_strata(
+            pa.Table.from_pylist(pos),
+            pa.Table.from_pylist(neg),
+            dataset.titles(),
+            tok,
+            cfg.policy,
+            examples_per_batch=cfg.update.batch_size,
+            seed=cfg.seed,
+        )
         ds.save_to_disk(str(tmp / "dataset"))
-        print(f"M={m}: {len(ds)} rows, G={cfg.update.group_size}, batch={cfg.update.batch_size} examples per step "
-              f"over all processes", flush=True)
+        print(
+            f"M={m}: {len(ds)} rows, G={cfg.update.group_size}, batch={cfg.update.batch_size} examples per step "
+            f"over all processes",
+            flush=True,
+        )
         for rep in range(args.reps):
             for name, (n, extra) in rows.items():
                 out = tmp / f"{name}-{rep}.json"
-                spec = {"config": args.config, "sets": [*sets, *extra], "dataset": str(tmp / "dataset"),
-                        "model_dir": str(model_dir), "steps": args.steps, "warmup": args.warmup,
-                        "threads": args.threads, "work": str(tmp / f"work-{rep}"), "name": name, "out": str(out)}
+                spec = {
+                    "config": args.config,
+                    "sets": [*sets, *extra],
+                    "dataset": str(tmp / "dataset"),
+                    "model_dir": str(model_dir),
+                    "steps": args.steps,
+                    "warmup": args.warmup,
+                    "threads": args.threads,
+                    "work": str(tmp / f"work-{rep}"),
+                    "name": name,
+                    "out": str(out),
+                }
                 (tmp / "spec.json").write_text(json.dumps(spec))
-                cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
-                       __file__, "--worker", str(tmp / "spec.json")]
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "torch.distributed.run",
+                    "--standalone",
+                    f"--nproc_per_node={n}",
+                    __file__,
+                    "--worker",
+                    str(tmp / "spec.json"),
+                ]
                 env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
                 p = subprocess.run(cmd, capture_output=True, text=True, env=env)
                 if p.returncode != 0:
@@ -215,18 +281,25 @@ def processes_rows(args) -> int:
                 results.setdefault(name, {"wall": [], "cpu": []})
                 results[name]["wall"] += r["wall"]
                 results[name]["cpu"] += r["cpu"]
-                print(f"  rep {rep} {name:8s}: wall " + " ".join(f"{v:.2f}" for v in r["wall"]) + " s/step; rank-0 "
-                      "CPU " + " ".join(f"{v:.2f}" for v in r["cpu"]) + " s/step", flush=True)
+                print(
+                    f"  rep {rep} {name:8s}: wall " + " ".join(f"{v:.2f}" for v in r["wall"]) + " s/step; rank-0 "
+                    "CPU " + " ".join(f"{v:.2f}" for v in r["cpu"]) + " s/step",
+                    flush=True,
+                )
     print()
-    print("median per optimizer step (the same examples per step in every row); wall = seconds, CPU = rank 0's "
-          "process CPU seconds")
+    print(
+        "median per optimizer step (the same examples per step in every row); wall = seconds, CPU = rank 0's "
+        "process CPU seconds"
+    )
     print(f"{'row':>9} {'procs':>5} {'wall':>7} {'CPU':>7} {'wall / P1':>9}")
     base = statistics.median(results["P1"]["wall"])
     for name, (n, _) in rows.items():
         w = statistics.median(results[name]["wall"])
         print(f"{name:>9} {n:>5} {w:>7.2f} {statistics.median(results[name]['cpu']):>7.2f} {w / base:>9.2f}")
-    print(f"on {os.cpu_count()} cores: the processes share them, so the ratio is the overhead of the process group, "
-          "not a speed-up")
+    print(
+        f"on {os.cpu_count()} cores: the processes share them, so the ratio is the overhead of the process group, "
+        "not a speed-up"
+    )
     return 0
 
 
@@ -244,8 +317,11 @@ def main(argv=None) -> int:
     ap.add_argument("--click-rate", type=float, default=0.25, help="share of requests logged as clicks")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (the tiny preset's policy.num_threads is 1)")
     ap.add_argument("--config", default="tiny")
-    ap.add_argument("--processes", action="store_true",
-                    help="rows for 1 and 2 processes (P1, P2-DDP, P2-ZeRO2) instead of B / F / F-text")
+    ap.add_argument(
+        "--processes",
+        action="store_true",
+        help="rows for 1 and 2 processes (P1, P2-DDP, P2-ZeRO2) instead of B / F / F-text",
+    )
     ap.add_argument("--worker", metavar="SPEC", help=argparse.SUPPRESS)  # one process of a --processes row
     ap.add_argument("--smoke", action="store_true", help="the smallest sizes that run the same path (seconds)")
     args = ap.parse_args(argv)
@@ -270,10 +346,14 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="abpo-bench-") as tmp:
         tmp = Path(tmp)
         for m in args.m:
-            cfg = load_config(args.config, [
-                *(SMOKE if args.smoke else []), f"data.train_candidates={m}",
-                f"policy.max_prompt_tokens={max(1024, 24 * m + 512)}",
-            ])
+            cfg = load_config(
+                args.config,
+                [
+                    *(SMOKE if args.smoke else []),
+                    f"data.train_candidates={m}",
+                    f"policy.max_prompt_tokens={max(1024, 24 * m + 512)}",
+                ],
+            )
             if args.group_size:
                 cfg.update.group_size = args.group_size
             if args.batch_size:
@@ -286,7 +366,8 @@ def main(argv=None) -> int:
             model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
             n_req = cfg.update.batch_size * (args.steps + args.warmup) * 2
             text_cfg = dataclasses.replace(
-                cfg, policy=dataclasses.replace(cfg.policy, prompt_style="text", max_history=10, lora_r=8),
+                cfg,
+                policy=dataclasses.replace(cfg.policy, prompt_style="text", max_history=10, lora_r=8),
             )
             import pyarrow as pa
 
@@ -295,19 +376,32 @@ def main(argv=None) -> int:
                 t0 = time.perf_counter()
                 pos, neg = build_log(c, dataset, model, tok, n_req, args.click_rate, cfg.seed)
                 ds, report = update_dataset_from_strata(
-                    pa.Table.from_pylist(pos), pa.Table.from_pylist(neg), dataset.titles(), tok, c.policy,
-                    examples_per_batch=cfg.update.batch_size, seed=cfg.seed,
+                    pa.Table.from_pylist(pos),
+                    pa.Table.from_pylist(neg),
+                    dataset.titles(),
+                    tok,
+                    c.policy,
+                    examples_per_batch=cfg.update.batch_size,
+                    seed=cfg.seed,
                 )
                 prompt_tokens = statistics.mean(
-                    len(tok.apply_chat_template(r, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"])
+                    len(
+                        tok.apply_chat_template(r, add_generation_prompt=True, tokenize=True, return_dict=True)[
+                            "input_ids"
+                        ]
+                    )
                     for r in ds["prompt"][:8]
                 )
                 data[style] = (ds, prompt_tokens)
-                print(f"M={m} {style}: {len(pos)} clicks + {len(neg)} no-responses logged in "
-                      f"{time.perf_counter() - t0:.1f}s; {len(ds)} rows, ~{prompt_tokens:.0f} prompt tokens, "
-                      f"G={cfg.update.group_size}, batch={cfg.update.batch_size} examples", flush=True)
+                print(
+                    f"M={m} {style}: {len(pos)} clicks + {len(neg)} no-responses logged in "
+                    f"{time.perf_counter() - t0:.1f}s; {len(ds)} rows, ~{prompt_tokens:.0f} prompt tokens, "
+                    f"G={cfg.update.group_size}, batch={cfg.update.batch_size} examples",
+                    flush=True,
+                )
             runs = {  # name -> (variant, config, dataset)
-                "B": ("grpo", cfg, data["item_tokens"][0]), "F": ("abpo", cfg, data["item_tokens"][0]),
+                "B": ("grpo", cfg, data["item_tokens"][0]),
+                "F": ("abpo", cfg, data["item_tokens"][0]),
                 "F-text": ("abpo", text_cfg, data["text"][0]),
             }
             prompt_tokens = (data["item_tokens"][1], data["text"][1])
@@ -316,31 +410,54 @@ def main(argv=None) -> int:
             extra = []
             for rep in range(args.reps):
                 for name, (variant, c, ds) in runs.items():
-                    t, cp, x = time_variant(variant, model_dir, tok, ds, c.update, c.policy, settings_for(c, variant),
-                                            args.steps, args.warmup, tmp / f"{m}-{rep}", name)
+                    t, cp, x = time_variant(
+                        variant,
+                        model_dir,
+                        tok,
+                        ds,
+                        c.update,
+                        c.policy,
+                        settings_for(c, variant),
+                        args.steps,
+                        args.warmup,
+                        tmp / f"{m}-{rep}",
+                        name,
+                    )
                     times[name] += t
                     cpu[name] += cp
                     if name == "F":
                         extra += [v for v in x if v is not None]
-                    print(f"  rep {rep} {name:6s}: wall " + " ".join(f"{v:.2f}" for v in t) + " s/step; CPU "
-                          + " ".join(f"{v:.2f}" for v in cp) + " s/step", flush=True)
+                    print(
+                        f"  rep {rep} {name:6s}: wall "
+                        + " ".join(f"{v:.2f}" for v in t)
+                        + " s/step; CPU "
+                        + " ".join(f"{v:.2f}" for v in cp)
+                        + " s/step",
+                        flush=True,
+                    )
             med = {k: statistics.median(v) for k, v in times.items()}
             medc = {k: statistics.median(v) for k, v in cpu.items()}
             results.append((m, med, medc, statistics.median(extra) if extra else float("nan"), prompt_tokens))
 
     print()
     print("median per optimizer step; wall = seconds, CPU = process CPU seconds (robust to other load)")
-    print(f"{'M':>5} {'prompt tok (item/text)':>22} {'B CPU':>7} {'F CPU':>7} {'F-text CPU':>10} {'F/B':>6} "
-          f"{'F-text/F':>9} {'F wall':>7} {'F-text wall':>11} {'F e_old+r_sc wall':>18}")
+    print(
+        f"{'M':>5} {'prompt tok (item/text)':>22} {'B CPU':>7} {'F CPU':>7} {'F-text CPU':>10} {'F/B':>6} "
+        f"{'F-text/F':>9} {'F wall':>7} {'F-text wall':>11} {'F e_old+r_sc wall':>18}"
+    )
     for m, med, medc, x, pt in results:
-        print(f"{m:>5} {pt[0]:>10.0f}/{pt[1]:<11.0f} {medc['B']:>7.2f} {medc['F']:>7.2f} {medc['F-text']:>10.2f} "
-              f"{medc['F'] / medc['B']:>6.2f} {medc['F-text'] / medc['F']:>9.2f} {med['F']:>7.2f} "
-              f"{med['F-text']:>11.2f} {x:>18.2f}")
+        print(
+            f"{m:>5} {pt[0]:>10.0f}/{pt[1]:<11.0f} {medc['B']:>7.2f} {medc['F']:>7.2f} {medc['F-text']:>10.2f} "
+            f"{medc['F'] / medc['B']:>6.2f} {medc['F-text'] / medc['F']:>9.2f} {med['F']:>7.2f} "
+            f"{med['F-text']:>11.2f} {x:>18.2f}"
+        )
     at20 = [(medc["F"] / medc["B"], medc["F-text"] / medc["F"]) for m, med, medc, _, _ in results if m == 20]
     if at20:
         fb, speed = at20[0]
-        print(f"goal F/B <= 1.2 at M=20 (CPU time): {'met' if fb <= 1.2 else 'NOT met'} ({fb:.2f}); "
-              f"goal F-text/F >= 3: {'met' if speed >= 3 else 'NOT met'} ({speed:.2f})")
+        print(
+            f"goal F/B <= 1.2 at M=20 (CPU time): {'met' if fb <= 1.2 else 'NOT met'} ({fb:.2f}); "
+            f"goal F-text/F >= 3: {'met' if speed >= 3 else 'NOT met'} ({speed:.2f})"
+        )
     return 0
 
 

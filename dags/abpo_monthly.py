@@ -64,11 +64,13 @@ from abpo.monthly.steps import PER_ARM, run_step
 # ABPO_UPDATE_POOL=gpu on a GPU deployment; default_pool otherwise).
 # Retries are for transient errors only (a refusal fails at once: _fail_fast), each waiting longer than the one before
 # (retry_delay, then times $ABPO_TASK_RETRY_BACKOFF, at most $ABPO_TASK_MAX_RETRY_DELAY_MIN).
-DEFAULT_ARGS = {"retries": int(os.environ.get("ABPO_TASK_RETRIES", "1")),
-                "retry_delay": timedelta(seconds=int(os.environ.get("ABPO_TASK_RETRY_DELAY_S", "300"))),
-                "retry_exponential_backoff": float(os.environ.get("ABPO_TASK_RETRY_BACKOFF", "2")),
-                "max_retry_delay": timedelta(minutes=int(os.environ.get("ABPO_TASK_MAX_RETRY_DELAY_MIN", "60"))),
-                "execution_timeout": timedelta(minutes=int(os.environ.get("ABPO_TASK_TIMEOUT_MIN", "120")))}
+DEFAULT_ARGS = {
+    "retries": int(os.environ.get("ABPO_TASK_RETRIES", "1")),
+    "retry_delay": timedelta(seconds=int(os.environ.get("ABPO_TASK_RETRY_DELAY_S", "300"))),
+    "retry_exponential_backoff": float(os.environ.get("ABPO_TASK_RETRY_BACKOFF", "2")),
+    "max_retry_delay": timedelta(minutes=int(os.environ.get("ABPO_TASK_MAX_RETRY_DELAY_MIN", "60"))),
+    "execution_timeout": timedelta(minutes=int(os.environ.get("ABPO_TASK_TIMEOUT_MIN", "120"))),
+}
 UPDATE_TIMEOUT = timedelta(minutes=int(os.environ.get("ABPO_UPDATE_TIMEOUT_MIN", "720")))
 UPDATE_POOL = os.environ.get("ABPO_UPDATE_POOL", "default_pool")
 # The Celery queue of the update tasks: $ABPO_UPDATE_QUEUE (e.g. gpu, the queue the GPU worker listens on:
@@ -79,8 +81,10 @@ UPDATE_QUEUE = os.environ.get("ABPO_UPDATE_QUEUE", "").strip()
 # ExternalPythonOperator (abpo.monthly.isolated). Unset (default): every task runs in Airflow's own process, as before.
 TASK_PYTHON = os.environ.get("ABPO_TASK_PYTHON", "").strip()
 if TASK_PYTHON and not os.path.isabs(TASK_PYTHON):
-    raise ValueError(f"ABPO_TASK_PYTHON={TASK_PYTHON!r}: rule: an absolute path to a python executable (e.g. "
-                     "/opt/abpo-train/bin/python), or unset to run every task in Airflow's own environment")
+    raise ValueError(
+        f"ABPO_TASK_PYTHON={TASK_PYTHON!r}: rule: an absolute path to a python executable (e.g. "
+        "/opt/abpo-train/bin/python), or unset to run every task in Airflow's own environment"
+    )
 # When a month starts. $ABPO_SCHEDULE: a cron string or preset (default @monthly), "none" (manual runs only), or
 # "asset:<name>" (a run whenever the team's ingestion emits Asset <name>; the event's extra {"month": "YYYY-MM"}
 # names the month, else the month before the event). $ABPO_WAIT_FOR_LANDING=1 (off by default): a sensor waits,
@@ -134,9 +138,16 @@ def announce_champion(outlet_events, arm: str, month: str, result: dict) -> bool
     if not result.get("moved"):
         return False
     version = str(result.get("champion_version") or result.get("version"))
-    outlet_events[champion_alias(arm)].add(champion_asset(arm), extra={
-        "arm": arm, "version": version, "previous_version": str(result.get("previous_version") or ""),
-        "month": month, "model_uri": f"models:/{model_name(arm, NAMESPACE)}/{version}"})
+    outlet_events[champion_alias(arm)].add(
+        champion_asset(arm),
+        extra={
+            "arm": arm,
+            "version": version,
+            "previous_version": str(result.get("previous_version") or ""),
+            "month": month,
+            "model_uri": f"models:/{model_name(arm, NAMESPACE)}/{version}",
+        },
+    )
     return True
 
 
@@ -151,8 +162,9 @@ def announce_hand_moves(outlet_events, month: str, arms: dict) -> list[str]:
     done = []
     for arm, got in arms.items():
         hand = got.get("moved_by_hand") if isinstance(got, dict) else None
-        if hand and announce_champion(outlet_events, arm, month, {"moved": True, "champion_version": hand["to"],
-                                                                  "previous_version": hand["from"]}):
+        if hand and announce_champion(
+            outlet_events, arm, month, {"moved": True, "champion_version": hand["to"], "previous_version": hand["from"]}
+        ):
             done.append(arm)
     return done
 
@@ -189,8 +201,9 @@ def _fail_fast(fn):
             from abpo.monthly.common import retry_or_fail
 
             if retry_or_fail(e) == "fail":
-                raise AirflowFailException(f"{type(e).__name__}: {e} (a refusal: retrying cannot help, not retried)"
-                                           ) from e
+                raise AirflowFailException(
+                    f"{type(e).__name__}: {e} (a refusal: retrying cannot help, not retried)"
+                ) from e
             raise
 
     return run
@@ -251,8 +264,10 @@ if TASK_PYTHON:  # defined only when asked for: the operator's import is not fre
             if out.get("status") == "skipped":
                 raise AirflowSkipException(out["message"])
             if out.get("status") != "ok":
-                raise AirflowFailException(f"{out.get('message')} (a refusal, in the isolated interpreter "
-                                           f"{where['python']}: retrying cannot help, not retried)")
+                raise AirflowFailException(
+                    f"{out.get('message')} (a refusal, in the isolated interpreter "
+                    f"{where['python']}: retrying cannot help, not retried)"
+                )
             if self.op_kwargs["step"] == "bootstrap":
                 announce_hand_moves(context["outlet_events"], self.op_kwargs["month"], out["result"])
             return out["result"]
@@ -264,8 +279,14 @@ def _isolated(step: str, **task_kwargs):
 
     def make(*args):
         kw = {"month": args[0]} if step == "bootstrap" else dict(zip(("arm", "month", "upstream"), args))
-        return IsolatedStep(task_id=step, python=TASK_PYTHON, python_callable=isolated_step, expect_airflow=False,
-                            op_kwargs={"step": step, **kw}, **task_kwargs).output
+        return IsolatedStep(
+            task_id=step,
+            python=TASK_PYTHON,
+            python_callable=isolated_step,
+            expect_airflow=False,
+            op_kwargs={"step": step, **kw},
+            **task_kwargs,
+        ).output
 
     return make
 
@@ -286,20 +307,29 @@ def _skip_unless_configured(cfg, arm: str) -> None:
     default_args=DEFAULT_ARGS,
     tags=["abpo", "recommender"],
     params={
-        "month": Param("", type="string", pattern=MONTH_PARAM_PATTERN,
-                       description="YYYY-MM to process (ASCII digits, month 01-12); empty = the month before the run."),
+        "month": Param(
+            "",
+            type="string",
+            pattern=MONTH_PARAM_PATTERN,
+            description="YYYY-MM to process (ASCII digits, month 01-12); empty = the month before the run.",
+        ),
         "simulate": Param(
-            False, type="boolean",
+            False,
+            type="boolean",
             description="Serve the month with the simulator (abpo.sim) before ingesting it. Off in production: "
             "the month must have landed.",
         ),
         "overrides": Param(
-            [], type="array", items={"type": "string", "pattern": OVERRIDE_PATTERN},
-            description="Config overrides, e.g. [\"arms.gate_margin=0.01\"]. Allowed keys only: "
-            + ", ".join(OVERRIDE_ALLOWED) + " (section.* = any key of that section); paths, the tracking URI, the "
+            [],
+            type="array",
+            items={"type": "string", "pattern": OVERRIDE_PATTERN},
+            description='Config overrides, e.g. ["arms.gate_margin=0.01"]. Allowed keys only: '
+            + ", ".join(OVERRIDE_ALLOWED)
+            + " (section.* = any key of that section); paths, the tracking URI, the "
             "dataset's location, the warehouse's settings, the data contract, the gate's settings, the report's "
             "sample-ratio check, the model and the other sft / update keys belong to the deployment's config, not to "
-            "a run; numeric keys are range-checked (update.learning_rate > 0, ...)."),
+            "a run; numeric keys are range-checked (update.learning_rate > 0, ...).",
+        ),
     },
     doc_md=__doc__,
 )
@@ -329,8 +359,9 @@ def abpo_monthly():
 
             landed, found = landing_status(_cfg(), month)
             if not landed:
-                logging.getLogger("abpo.dags").info(f"resolve_month: scheduled run for {month}: {found}; nothing to "
-                                                    "do, the run's tasks are skipped")
+                logging.getLogger("abpo.dags").info(
+                    f"resolve_month: scheduled run for {month}: {found}; nothing to do, the run's tasks are skipped"
+                )
                 return ""
         return month
 
@@ -404,14 +435,20 @@ def abpo_monthly():
         return run_step("report", _cfg(), month).to_json()
 
     if TASK_PYTHON:  # the heavy steps in their own environment (abpo.monthly.isolated)
-        bootstrap = _isolated("bootstrap", outlets=[champion_alias(arm) for arm, e in ARMS.items()
-                                                     if e.kind in HAND_MOVABLE])
-        update = _isolated("update", pool=UPDATE_POOL, execution_timeout=UPDATE_TIMEOUT,
-                           **({"queue": UPDATE_QUEUE} if UPDATE_QUEUE else {}))
+        bootstrap = _isolated(
+            "bootstrap", outlets=[champion_alias(arm) for arm, e in ARMS.items() if e.kind in HAND_MOVABLE]
+        )
+        update = _isolated(
+            "update",
+            pool=UPDATE_POOL,
+            execution_timeout=UPDATE_TIMEOUT,
+            **({"queue": UPDATE_QUEUE} if UPDATE_QUEUE else {}),
+        )
         gate = _isolated("gate")
     month = resolve_month()
     first = bootstrap(month)
     if WAIT_FOR_LANDING:  # defined only when asked for: the sensor decorator's import is not free at parse time
+
         @task.sensor(mode="reschedule", poke_interval=LANDING_POKE, timeout=LANDING_TIMEOUT)
         @_fail_fast
         def landed(month: str) -> bool:
@@ -427,8 +464,14 @@ def abpo_monthly():
         landed(month) >> first
     ingested = ingest(month, serve(month, first))
     # per arm (a task group), the steps of its kind in order, each fed the one before; the last moves the champion
-    step_tasks = {"update": update, "register": register, "gate": gate, "promote": promote, "refit": refit,
-                  "hold": hold}
+    step_tasks = {
+        "update": update,
+        "register": register,
+        "gate": gate,
+        "promote": promote,
+        "refit": refit,
+        "hold": hold,
+    }
     done = []
     for kind, chain in PER_ARM.items():
         for arm in (name for name, e in ARMS.items() if e.kind == kind):

@@ -31,7 +31,8 @@ def update_route(pool: str) -> tuple[str, str] | None:
         from airflow.exceptions import AirflowClusterPolicyViolation
 
         raise AirflowClusterPolicyViolation(
-            f"ABPO_UPDATE_QUEUE={queue} needs a pool of its own: set ABPO_UPDATE_POOL (e.g. gpu), not {DEFAULT_POOL}")
+            f"ABPO_UPDATE_QUEUE={queue} needs a pool of its own: set ABPO_UPDATE_POOL (e.g. gpu), not {DEFAULT_POOL}"
+        )
     return queue, os.environ.get("ABPO_UPDATE_EXECUTOR", "").strip() or "CeleryExecutor"
 
 
@@ -46,6 +47,7 @@ def task_policy(task) -> None:
         raise AirflowClusterPolicyViolation(
             f"task {task.task_id}: ABPO_UPDATE_QUEUE={queue} routes the pool {task.pool} to {executor}, which is "
             f"not among the configured executors {_configured_executors()}; set AIRFLOW_EXECUTOR="
-            f"LocalExecutor,{executor} (docker-compose .env) or unset ABPO_UPDATE_QUEUE")
+            f"LocalExecutor,{executor} (docker-compose .env) or unset ABPO_UPDATE_QUEUE"
+        )
     task.queue = queue
     task.executor = executor

@@ -57,7 +57,9 @@ REPORT_FILES = ("report.html", "report.md", "ctr_by_arm.png", "report.json")
 REPORT_NAME = re.compile(rf"{_MONTH}(?:\.\.{_MONTH})?|csv-[A-Za-z0-9_][A-Za-z0-9_.-]{{0,99}}")
 MONTH = re.compile(_MONTH)
 # a Data Docs file: path segments of letters, digits, '_', '-', '.', '=' (no segment of dots only), a known extension
-DOCS_FILE = re.compile(r"(?:(?!\.+/)[A-Za-z0-9_.=-]+/)*(?!\.+$)[A-Za-z0-9_.=-]+\.(?:html|css|js|png|gif|ico|otf|ttf|woff2?|svg|json)")
+DOCS_FILE = re.compile(
+    r"(?:(?!\.+/)[A-Za-z0-9_.=-]+/)*(?!\.+$)[A-Za-z0-9_.=-]+\.(?:html|css|js|png|gif|ico|otf|ttf|woff2?|svg|json)"
+)
 VALIDATION_FILE = re.compile(rf"impressions_({_MONTH})\.json")  # abpo.monthly.ingest (the GX summary per month)
 CHAMPION = "champion"  # abpo.registry.CHAMPION
 LOOKUP_TIMEOUT_S = 5.0  # an MLflow server that is down retries for minutes: the page answers after this
@@ -93,8 +95,11 @@ def list_validations(root: Path) -> list[str]:
     """The months with a saved GX summary (a regular file, not a symbolic link), newest month first."""
     if not root.is_dir():
         return []
-    months = (m.group(1) for p in root.iterdir()
-              if (m := VALIDATION_FILE.fullmatch(p.name)) and p.is_file() and not p.is_symlink())
+    months = (
+        m.group(1)
+        for p in root.iterdir()
+        if (m := VALIDATION_FILE.fullmatch(p.name)) and p.is_file() and not p.is_symlink()
+    )
     return sorted(months, reverse=True)
 
 
@@ -138,6 +143,7 @@ def check_summary(name: str, s) -> dict:
     page shows is checked here, so :func:`validation_page` meets only the types it formats: a number where a list
     was expected, a list where text was expected, a float that overflows or text that cannot be sent as UTF-8 are
     each a 422."""
+
     def bad(field: str, rule: str):
         return Refused(422, f"malformed validation result {name}: {field}; rule: {rule}")
 
@@ -167,8 +173,12 @@ def check_summary(name: str, s) -> dict:
             raise bad(f"{key} is {shown(s.get(key))}", "a non-negative integer")
     seconds = s.get("seconds", 0.0)
     try:
-        finite = (isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
-                  and math.isfinite(float(seconds)) and seconds >= 0)
+        finite = (
+            isinstance(seconds, (int, float))
+            and not isinstance(seconds, bool)
+            and math.isfinite(float(seconds))
+            and seconds >= 0
+        )
     except OverflowError:
         finite = False
     if not finite:
@@ -310,8 +320,10 @@ def with_deadline(fn, timeout: float):
 
 
 def page(title: str, body: str) -> str:
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head>"
-            f"<body><h1>{html.escape(title)}</h1>{body}</body></html>")
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head>"
+        f"<body><h1>{html.escape(title)}</h1>{body}</body></html>"
+    )
 
 
 def create_app():
@@ -321,9 +333,12 @@ def create_app():
     from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 
     app = FastAPI(
-        title="abpo reports", description="A/B reports, GX results and arm champions of the abpo_monthly pipeline",
+        title="abpo reports",
+        description="A/B reports, GX results and arm champions of the abpo_monthly pipeline",
         dependencies=[Depends(requires_access_dag("GET", param_dag_id=DAG_ID))],
-        docs_url=None, redoc_url=None, openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
     )
 
     def not_found(what: str) -> HTTPException:
@@ -331,8 +346,12 @@ def create_app():
 
     @app.get("/", response_class=HTMLResponse)
     def index() -> str:
-        links = [("reports/", "A/B reports"), ("reports/latest", "latest A/B report"),
-                 ("validation/", "Great Expectations results"), ("champions", "arm champions in MLflow")]
+        links = [
+            ("reports/", "A/B reports"),
+            ("reports/latest", "latest A/B report"),
+            ("validation/", "Great Expectations results"),
+            ("champions", "arm champions in MLflow"),
+        ]
         rows = "".join(f'<li><a href="{h}">{t}</a></li>' for h, t in links)
         return page("abpo", f"<ul>{rows}</ul>")
 
@@ -341,7 +360,8 @@ def create_app():
         root = reports_dir()
         rows = "".join(
             f'<li><a href="{html.escape(p.name)}/report.html">{html.escape(p.name)}</a></li>'
-            for p in list_reports(root))
+            for p in list_reports(root)
+        )
         body = f"<ul>{rows}</ul>" if rows else f"<p>No report yet under {html.escape(str(root))}.</p>"
         return page("A/B reports", body)
 
@@ -409,8 +429,11 @@ def create_app():
             except ValueError as e:
                 raise Refused(404, f"unreadable validation result {file}: {e}") from None
             except RecursionError:  # json's decoder recurses per level: 100,000 nested [ exhaust the stack
-                raise Refused(422, f"malformed validation result {file}: nested deeper than the JSON reader goes; "
-                                   "rule: a validation summary is a flat object of expectation results") from None
+                raise Refused(
+                    422,
+                    f"malformed validation result {file}: nested deeper than the JSON reader goes; "
+                    "rule: a validation summary is a flat object of expectation results",
+                ) from None
             return HTMLResponse(validation_page(m.group(1), check_summary(file, summary)))
         except Refused as e:
             raise HTTPException(status_code=e.status, detail=e.detail) from None
@@ -422,9 +445,11 @@ def create_app():
         try:
             rows = with_deadline(lambda: lookup_champions(uri, list(cfg.arms.names)), LOOKUP_TIMEOUT_S)
         except RegistryUnreachable as e:
-            body = (f"<p>The MLflow registry {html.escape(redact(uri))} could not be read: "
-                    f"{html.escape(str(e).replace(uri, redact(uri)))}</p>"
-                    f'<p><a href="{html.escape(mlflow_ui())}" target="_blank" rel="noopener">MLflow UI</a></p>')
+            body = (
+                f"<p>The MLflow registry {html.escape(redact(uri))} could not be read: "
+                f"{html.escape(str(e).replace(uri, redact(uri)))}</p>"
+                f'<p><a href="{html.escape(mlflow_ui())}" target="_blank" rel="noopener">MLflow UI</a></p>'
+            )
             return HTMLResponse(page("Arm champions", body), status_code=503)
         return page("Arm champions", champions_table(rows))
 
@@ -432,50 +457,81 @@ def create_app():
 
 
 def champions_table(rows: list[dict]) -> str:
-    out = [("<table><thead><tr><th>Arm</th><th>Registered model</th><th>Champion</th><th>Months trained on</th>"
-            "</tr></thead><tbody>")]
+    out = [
+        (
+            "<table><thead><tr><th>Arm</th><th>Registered model</th><th>Champion</th><th>Months trained on</th>"
+            "</tr></thead><tbody>"
+        )
+    ]
     for r in rows:
-        model = (f'<a href="{html.escape(model_page(r["model"]))}" target="_blank" rel="noopener">'
-                 f'{html.escape(r["model"])}</a>')
+        model = (
+            f'<a href="{html.escape(model_page(r["model"]))}" target="_blank" rel="noopener">'
+            f"{html.escape(r['model'])}</a>"
+        )
         if r["version"] is None:
             champ = "no champion yet"
         else:
-            champ = (f'<a href="{html.escape(model_page(r["model"], r["version"]))}" target="_blank" '
-                     f'rel="noopener">version {html.escape(r["version"])}</a>')
+            champ = (
+                f'<a href="{html.escape(model_page(r["model"], r["version"]))}" target="_blank" '
+                f'rel="noopener">version {html.escape(r["version"])}</a>'
+            )
         if r.get("pinned"):
             version, actor, at, reason = (str(r["pinned"]).split("|", 3) + ["", "", "", ""])[:4]
-            champ += f" <b>pinned</b> (v{html.escape(version)} by {html.escape(actor)} at {html.escape(at)}: " \
-                     f"{html.escape(reason)})"
-        out.append(f'<tr><td>{html.escape(r["arm"])}</td><td>{model}</td><td>{champ}</td>'
-                   f'<td>{html.escape(str(r["months"]))}</td></tr>')
+            champ += (
+                f" <b>pinned</b> (v{html.escape(version)} by {html.escape(actor)} at {html.escape(at)}: "
+                f"{html.escape(reason)})"
+            )
+        out.append(
+            f"<tr><td>{html.escape(r['arm'])}</td><td>{model}</td><td>{champ}</td>"
+            f"<td>{html.escape(str(r['months']))}</td></tr>"
+        )
     out.append("</tbody></table>")
-    out.append("<h2>Promotion history</h2><p>Every champion move (the gate, a refit, <code>abpo arms promote</code>, "
-               "a rollback, or by hand in MLflow), pins and refused promotions; newest first, the latest "
-               f"{HISTORY_SHOWN} per arm (<code>abpo arms history</code> prints them all).</p>")
+    out.append(
+        "<h2>Promotion history</h2><p>Every champion move (the gate, a refit, <code>abpo arms promote</code>, "
+        "a rollback, or by hand in MLflow), pins and refused promotions; newest first, the latest "
+        f"{HISTORY_SHOWN} per arm (<code>abpo arms history</code> prints them all).</p>"
+    )
     cols = ("seq", "at", "action", "actor", "from", "to", "reason", "verdict", "month")
     out.append("<table><thead><tr><th>Arm</th>" + "".join(f"<th>{c}</th>" for c in cols) + "</tr></thead><tbody>")
     for r in rows:
         for e in r.get("history") or []:
-            out.append(f'<tr><td>{html.escape(r["arm"])}</td>'
-                       + "".join(f"<td>{html.escape(str(e.get(c, '')))}</td>" for c in cols) + "</tr>")
+            out.append(
+                f"<tr><td>{html.escape(r['arm'])}</td>"
+                + "".join(f"<td>{html.escape(str(e.get(c, '')))}</td>" for c in cols)
+                + "</tr>"
+            )
     out.append("</tbody></table>")
     return "".join(out)
 
 
 def validation_page(month: str, s: dict) -> str:
     ok = bool(s.get("success"))
-    head = (f"<p><b>{'PASSED' if ok else 'FAILED'}</b>: {int(s.get('evaluated', 0)) - len(s.get('failed') or [])}"
-            f"/{int(s.get('evaluated', 0))} expectations, {int(s.get('rows', 0))} rows, "
-            f"{float(s.get('seconds', 0.0)):.1f} s. <a href='{month}.json'>JSON</a></p>")
+    head = (
+        f"<p><b>{'PASSED' if ok else 'FAILED'}</b>: {int(s.get('evaluated', 0)) - len(s.get('failed') or [])}"
+        f"/{int(s.get('evaluated', 0))} expectations, {int(s.get('rows', 0))} rows, "
+        f"{float(s.get('seconds', 0.0)):.1f} s. <a href='{month}.json'>JSON</a></p>"
+    )
     rows = []
     for r in s.get("results") or []:
         rows.append(
-            "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
-                r.get("expectation", ""), r.get("column") or "", "yes" if r.get("success") else "NO",
-                r.get("unexpected_count", 0), ", ".join(map(str, r.get("partial_unexpected") or [])),
-                r.get("observed_value") or "")) + "</tr>")
-    table = ("<table><thead><tr><th>Expectation</th><th>Column</th><th>Passed</th><th>Unexpected</th>"
-             "<th>Examples</th><th>Observed</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+            "<tr>"
+            + "".join(
+                f"<td>{html.escape(str(v))}</td>"
+                for v in (
+                    r.get("expectation", ""),
+                    r.get("column") or "",
+                    "yes" if r.get("success") else "NO",
+                    r.get("unexpected_count", 0),
+                    ", ".join(map(str, r.get("partial_unexpected") or [])),
+                    r.get("observed_value") or "",
+                )
+            )
+            + "</tr>"
+        )
+    table = (
+        "<table><thead><tr><th>Expectation</th><th>Column</th><th>Passed</th><th>Unexpected</th>"
+        "<th>Examples</th><th>Observed</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
+    )
     return page(f"Great Expectations suite impressions_{month}", head + table)
 
 

@@ -57,10 +57,12 @@ def read_baseline(path: Path = BASELINE) -> tuple[int, Counter]:
 
 
 def write_baseline(counts: Counter, path: Path = BASELINE) -> None:
-    lines = ["# mypy errors over abpo/ ([tool.mypy] in pyproject.toml): the total may only go down",
-             "# (scripts/typecheck.py, tests/test_lint.py). Regenerate after fixing errors: make typecheck-baseline",
-             f"total {sum(counts.values())}",
-             "# per file when written (information only: the rule is the total)"]
+    lines = [
+        "# mypy errors over abpo/ ([tool.mypy] in pyproject.toml): the total may only go down",
+        "# (scripts/typecheck.py, tests/test_lint.py). Regenerate after fixing errors: make typecheck-baseline",
+        f"total {sum(counts.values())}",
+        "# per file when written (information only: the rule is the total)",
+    ]
     lines += [f"{f} {c}" for f, c in sorted(counts.items())]
     path.write_text("\n".join(lines) + "\n")
 
@@ -84,15 +86,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"total {total}, baseline {base_total}")
     if total > base_total:
         above = {f for f in counts if counts[f] > base_files[f]}
-        print(f"\nFAIL: {total - base_total} more mypy error(s) than {BASELINE.relative_to(ROOT)} allows "
-              f"(rule: the count only goes down). The errors of the files above their recorded count:")
+        print(
+            f"\nFAIL: {total - base_total} more mypy error(s) than {BASELINE.relative_to(ROOT)} allows "
+            f"(rule: the count only goes down). The errors of the files above their recorded count:"
+        )
         for line in errors:
             if ERROR.match(line)["file"] in above:
                 print(line)
         return 1
     if total < base_total:
-        print(f"\nFAIL: {base_total - total} fewer mypy error(s) than the baseline: lower it so they stay fixed "
-              f"(make typecheck-baseline, then commit {BASELINE.relative_to(ROOT)})")
+        print(
+            f"\nFAIL: {base_total - total} fewer mypy error(s) than the baseline: lower it so they stay fixed "
+            f"(make typecheck-baseline, then commit {BASELINE.relative_to(ROOT)})"
+        )
         return 1
     print("OK: the same count as the baseline")
     return 0

@@ -19,7 +19,8 @@ os.environ["ABPO_STATE"] = tempfile.mkdtemp(prefix="abpo-test-state-")
 # tests/dags`) may already have set the throw-away AIRFLOW_HOME; the worker drops it so that its own conftest makes
 # one (two workers never share one Airflow metadata DB).
 if os.environ.get("PYTEST_XDIST_WORKER") and Path(os.environ.get("AIRFLOW_HOME", "")).name.startswith(
-        "abpo-airflow-home-"):
+    "abpo-airflow-home-"
+):
     os.environ.pop("AIRFLOW_HOME")
 os.environ.pop("ABPO_TRACKING_URI", None)
 for _var in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI"):  # a developer's own MLflow server is never written to
@@ -94,8 +95,13 @@ def make_dataset():
         )
         rows = [(u, i, p) for u, s in sorted(sequences.items()) for p, i in enumerate(s)]
         inter = pa.table(
-            {"user_id": [r[0] for r in rows], "item_id": [r[1] for r in rows], "event_time": [None] * len(rows),
-             "rating": [None] * len(rows), "position": [r[2] for r in rows]},
+            {
+                "user_id": [r[0] for r in rows],
+                "item_id": [r[1] for r in rows],
+                "event_time": [None] * len(rows),
+                "rating": [None] * len(rows),
+                "position": [r[2] for r in rows],
+            },
             schema=INTERACTIONS_SCHEMA,
         )
         return Dataset("toy", catalog, inter, dict(sequences))
@@ -202,8 +208,11 @@ def s3_server():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     endpoint = f"http://127.0.0.1:{port}"
     try:
         for _ in range(300):
@@ -213,19 +222,32 @@ def s3_server():
             except OSError:
                 assert proc.poll() is None, "moto server exited"
                 time.sleep(0.1)
-        iam = boto3.client("iam", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="setup",
-                           aws_secret_access_key="setup")
+        iam = boto3.client(
+            "iam",
+            endpoint_url=endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="setup",
+            aws_secret_access_key="setup",
+        )
         keys = {}
         for user, allow in (("abpo", True), ("nobody", False)):
             iam.create_user(UserName=user)
             if allow:
-                iam.put_user_policy(UserName=user, PolicyName="s3-all", PolicyDocument=json.dumps(
-                    {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
+                iam.put_user_policy(
+                    UserName=user,
+                    PolicyName="s3-all",
+                    PolicyDocument=json.dumps(
+                        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}
+                    ),
+                )
             k = iam.create_access_key(UserName=user)["AccessKey"]
             keys[user] = (k["AccessKeyId"], k["SecretAccessKey"])
         # from here on every request is authenticated and authorised (moto's INITIAL_NO_AUTH_ACTION_COUNT = 0)
-        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset-auth", data=b"0", method="POST",
-                                                      headers={"Content-Type": "text/plain"})).read()
+        urllib.request.urlopen(
+            urllib.request.Request(
+                f"{endpoint}/moto-api/reset-auth", data=b"0", method="POST", headers={"Content-Type": "text/plain"}
+            )
+        ).read()
         yield types.SimpleNamespace(endpoint=endpoint, keys=keys)
     finally:
         proc.terminate()
@@ -242,8 +264,14 @@ def s3(s3_server, monkeypatch, request):
 
     import boto3
 
-    for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3", "MLFLOW_S3_ENDPOINT_URL",
-                "ABPO_LANDING_MARKER", "ABPO_STORAGE_CONNECTION"):
+    for var in (
+        "AWS_PROFILE",
+        "AWS_SESSION_TOKEN",
+        "AWS_ENDPOINT_URL_S3",
+        "MLFLOW_S3_ENDPOINT_URL",
+        "ABPO_LANDING_MARKER",
+        "ABPO_STORAGE_CONNECTION",
+    ):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server.endpoint)
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
@@ -256,13 +284,19 @@ def s3(s3_server, monkeypatch, request):
 
     as_user("abpo")
     bucket = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-") + "-" + uuid.uuid4().hex[:8]
-    client = boto3.client("s3", endpoint_url=s3_server.endpoint, region_name="us-east-1",
-                          aws_access_key_id=s3_server.keys["abpo"][0], aws_secret_access_key=s3_server.keys["abpo"][1])
+    client = boto3.client(
+        "s3",
+        endpoint_url=s3_server.endpoint,
+        region_name="us-east-1",
+        aws_access_key_id=s3_server.keys["abpo"][0],
+        aws_secret_access_key=s3_server.keys["abpo"][1],
+    )
     client.create_bucket(Bucket=bucket)
     import types
 
-    return types.SimpleNamespace(endpoint=s3_server.endpoint, keys=s3_server.keys, bucket=bucket, client=client,
-                                 as_user=as_user)
+    return types.SimpleNamespace(
+        endpoint=s3_server.endpoint, keys=s3_server.keys, bucket=bucket, client=client, as_user=as_user
+    )
 
 
 @pytest.fixture
@@ -377,9 +411,11 @@ def _new_mlflow_stores_from_a_template(request, monkeypatch):
                         shutil.copyfile(template, part)
                         now = int(time.time() * 1000)
                         with sqlite3.connect(part) as con:
-                            con.execute("UPDATE experiments SET artifact_location = ?, creation_time = ?, "
-                                        "last_update_time = ? WHERE experiment_id = 0",
-                                        (os.path.join(os.path.abspath("mlruns"), "0"), now, now))
+                            con.execute(
+                                "UPDATE experiments SET artifact_location = ?, creation_time = ?, "
+                                "last_update_time = ? WHERE experiment_id = 0",
+                                (os.path.join(os.path.abspath("mlruns"), "0"), now, now),
+                            )
                         con.close()
                         os.link(part, db)  # only where no store exists (a store made meanwhile is kept)
                 except OSError:

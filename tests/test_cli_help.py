@@ -51,8 +51,14 @@ def _bad(named: list[str], commands: dict[str, set[str] | None]) -> list[str]:
 def test_the_readme_and_the_messages_name_only_commands_that_exist():
     commands = _commands()
     assert {"restore-month", "ingest", "airflow"} <= set(commands) and commands["data"] >= {"prepare", "synth"}
-    sources = [REPO / "README.md", *REPO.glob("docs/*.md"), *(REPO / "abpo").rglob("*.py"), REPO / "dags" /
-               "abpo_monthly.py", REPO / "plugins" / "abpo_plugin.py", *(REPO / "configs").glob("*.yaml")]
+    sources = [
+        REPO / "README.md",
+        *REPO.glob("docs/*.md"),
+        *(REPO / "abpo").rglob("*.py"),
+        REPO / "dags" / "abpo_monthly.py",
+        REPO / "plugins" / "abpo_plugin.py",
+        *(REPO / "configs").glob("*.yaml"),
+    ]
     found = {str(f.relative_to(REPO)): _named_commands(f.read_text()) for f in sources}
     assert sum(len(v) for v in found.values()) > 100  # the pattern does find the references
     bad = {f: b for f, named in found.items() if (b := _bad(named, commands))}
@@ -61,14 +67,17 @@ def test_the_readme_and_the_messages_name_only_commands_that_exist():
 
 def test_the_check_catches_a_wrong_command_name():
     commands = _commands()
-    assert _bad(_named_commands("use `abpo data restore-month --month M` or `abpo data ingest --force`"),
-                commands) == ["data restore-month", "data ingest"]
+    assert _bad(_named_commands("use `abpo data restore-month --month M` or `abpo data ingest --force`"), commands) == [
+        "data restore-month",
+        "data ingest",
+    ]
     assert _bad(_named_commands("```\n.venv/bin/abpo arms mnth --month 2026-01\n```"), commands) == ["arms mnth"]
 
 
 def _help(*argv: str) -> str:
-    p = subprocess.run([ABPO, *argv, "--help"], capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "COLUMNS": "120"})
+    p = subprocess.run(
+        [ABPO, *argv, "--help"], capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "120"}
+    )
     assert p.returncode == 0, p.stderr
     return p.stdout
 
@@ -101,8 +110,15 @@ def test_help_is_rich_argparse_and_plain_in_a_pipe():
 def _complete(line: str) -> list[str]:
     """What the shell gets back from argcomplete for ``line`` (the cursor at its end)."""
     out = Path(os.environ.get("TMPDIR", "/tmp")) / f"abpo-complete-{os.getpid()}"
-    env = {**os.environ, "_ARGCOMPLETE": "1", "_ARGCOMPLETE_IFS": "\n", "COMP_LINE": line,
-           "COMP_POINT": str(len(line)), "_ARGCOMPLETE_STDOUT_FILENAME": str(out), "_ARGCOMPLETE_SUPPRESS_SPACE": "1"}
+    env = {
+        **os.environ,
+        "_ARGCOMPLETE": "1",
+        "_ARGCOMPLETE_IFS": "\n",
+        "COMP_LINE": line,
+        "COMP_POINT": str(len(line)),
+        "_ARGCOMPLETE_STDOUT_FILENAME": str(out),
+        "_ARGCOMPLETE_SUPPRESS_SPACE": "1",
+    }
     try:
         p = subprocess.run([ABPO], env=env, capture_output=True, text=True, timeout=120)
         assert p.returncode == 0, p.stderr
@@ -111,12 +127,15 @@ def _complete(line: str) -> list[str]:
         out.unlink(missing_ok=True)
 
 
-@pytest.mark.parametrize("line, want, not_want", [
-    ("abpo ar", {"arms"}, {"report"}),
-    ("abpo arms ", {"bootstrap", "month", "status", "promote", "rollback"}, {"--arm"}),
-    ("abpo arms month --", {"--month", "--simulate", "--config"}, {"--arm", "--version"}),
-    ("abpo restore", {"restore-month"}, set()),
-])
+@pytest.mark.parametrize(
+    "line, want, not_want",
+    [
+        ("abpo ar", {"arms"}, {"report"}),
+        ("abpo arms ", {"bootstrap", "month", "status", "promote", "rollback"}, {"--arm"}),
+        ("abpo arms month --", {"--month", "--simulate", "--config"}, {"--arm", "--version"}),
+        ("abpo restore", {"restore-month"}, set()),
+    ],
+)
 def test_argcomplete_completes_commands_and_each_actions_own_flags(line, want, not_want):
     got = {w.strip() for w in _complete(line)}
     assert want <= got and not (not_want & got), got

@@ -20,7 +20,11 @@ def test_overrides_are_typed():
 
 @pytest.mark.parametrize(
     "override, message",
-    [("data.nope=1", "unknown key 'data.nope'"), ("nosection.x=1", "no section"), ("data.seed=abc", "rule: an integer")],
+    [
+        ("data.nope=1", "unknown key 'data.nope'"),
+        ("nosection.x=1", "no section"),
+        ("data.seed=abc", "rule: an integer"),
+    ],
 )
 def test_bad_overrides_name_the_key(override, message):
     with pytest.raises(ConfigError, match=message):
@@ -125,18 +129,21 @@ def _yaml_line(key: str, value: str) -> str:
     return f"{section}:\n  {leaf}: {value}\n"
 
 
-@pytest.mark.parametrize("key, value, says", [
-    ("update.learning_rate", "-1.0e-4", "update.learning_rate -0.0001: rule: > 0"),
-    ("update.learning_rate", ".nan", "update.learning_rate nan: rule: a finite number"),
-    ("update.learning_rate", "true", "update.learning_rate True: rule: a finite number (not coerced)"),
-    ("update.group_size", "2.5", "update.group_size 2.5: rule: an integer (not coerced)"),
-    ("update.group_size", "0", "update.group_size 0: rule: >= 3"),
-    ("update.bf16", '"yes"', "update.bf16 'yes': rule: true or false"),
-    ("update.bf16", "yes", "update.bf16 'yes': rule: true or false"),
-    ("policy.tau", "0", "policy.tau 0.0: rule: > 0"),
-    ("data.min_propensity", "2", "data.min_propensity 2.0: rule: in (0, 1]"),
-    ("arms.popularity.temperature", "0", "arms.popularity.temperature 0.0: rule: > 0"),
-])
+@pytest.mark.parametrize(
+    "key, value, says",
+    [
+        ("update.learning_rate", "-1.0e-4", "update.learning_rate -0.0001: rule: > 0"),
+        ("update.learning_rate", ".nan", "update.learning_rate nan: rule: a finite number"),
+        ("update.learning_rate", "true", "update.learning_rate True: rule: a finite number (not coerced)"),
+        ("update.group_size", "2.5", "update.group_size 2.5: rule: an integer (not coerced)"),
+        ("update.group_size", "0", "update.group_size 0: rule: >= 3"),
+        ("update.bf16", '"yes"', "update.bf16 'yes': rule: true or false"),
+        ("update.bf16", "yes", "update.bf16 'yes': rule: true or false"),
+        ("policy.tau", "0", "policy.tau 0.0: rule: > 0"),
+        ("data.min_propensity", "2", "data.min_propensity 2.0: rule: in (0, 1]"),
+        ("arms.popularity.temperature", "0", "arms.popularity.temperature 0.0: rule: > 0"),
+    ],
+)
 def test_a_yaml_value_out_of_its_range_or_type_names_the_file(tmp_path, capsys, key, value, says):
     from abpo.cli import main
 
@@ -150,11 +157,14 @@ def test_a_yaml_value_out_of_its_range_or_type_names_the_file(tmp_path, capsys, 
     assert f"{bad}: {says}" in err and err.count("\n") == 1 and "Traceback" not in err, err
 
 
-@pytest.mark.parametrize("text, key, line, first", [
-    ("update:\n  learning_rate: 1.0e-4\n  batch_size: 4\n  learning_rate: 1.0e-2\n", "learning_rate", 4, 2),
-    ("update:\n  batch_size: 4\nname: x\nupdate:\n  batch_size: 8\n", "update", 4, 1),
-    ("report:\n  arm_shares: {abpo: 0.5, abpo: 0.5}\n", "abpo", 2, 2),
-])
+@pytest.mark.parametrize(
+    "text, key, line, first",
+    [
+        ("update:\n  learning_rate: 1.0e-4\n  batch_size: 4\n  learning_rate: 1.0e-2\n", "learning_rate", 4, 2),
+        ("update:\n  batch_size: 4\nname: x\nupdate:\n  batch_size: 8\n", "update", 4, 1),
+        ("report:\n  arm_shares: {abpo: 0.5, abpo: 0.5}\n", "abpo", 2, 2),
+    ],
+)
 def test_a_duplicate_yaml_key_is_refused_with_the_file_key_and_line(tmp_path, capsys, text, key, line, first):
     from abpo.cli import main
 
@@ -177,8 +187,17 @@ def test_a_yaml_file_that_does_not_parse_names_the_file_and_line(tmp_path):
 
 def test_yaml_1_2_numbers_and_booleans_load_as_such(tmp_path):
     """1e-5 is a float (PyYAML's YAML 1.1 read a string, which float() coerced); true/false are the booleans."""
-    cfg = load_config("tiny", ["update.learning_rate=1e-5", "sft.learning_rate=3E-4", "update.bf16=false",
-                               "update.use_vllm=True", "experiment.seeds=0,1,2", "arms.names=abpo,grpo"])
+    cfg = load_config(
+        "tiny",
+        [
+            "update.learning_rate=1e-5",
+            "sft.learning_rate=3E-4",
+            "update.bf16=false",
+            "update.use_vllm=True",
+            "experiment.seeds=0,1,2",
+            "arms.names=abpo,grpo",
+        ],
+    )
     assert cfg.update.learning_rate == 1e-5 and cfg.sft.learning_rate == 3e-4
     assert cfg.update.bf16 is False and cfg.update.use_vllm is True
     assert cfg.experiment.seeds == [0, 1, 2] and cfg.arms.names == ["abpo", "grpo"]
@@ -197,8 +216,9 @@ def test_an_environment_value_is_taken_as_it_is(tmp_path, monkeypatch):
     assert cfg.paths.root == str(tmp_path / "true") and cfg.paths.namespace == "2026"
 
 
-@pytest.mark.parametrize("preset", sorted(p.stem for p in (Path(__file__).parents[1] / "configs").glob("*.yaml")
-                                          if p.stem != "regimes"))  # regimes.yaml: regimes, not a preset
+@pytest.mark.parametrize(
+    "preset", sorted(p.stem for p in (Path(__file__).parents[1] / "configs").glob("*.yaml") if p.stem != "regimes")
+)  # regimes.yaml: regimes, not a preset
 def test_every_preset_loads(preset):
     cfg = load_config(preset)
     check_values(cfg)

@@ -18,8 +18,15 @@ REPO = Path(__file__).resolve().parents[1]
 SPEC = REPO / "docs" / "ABPO_SPEC.md"
 README = REPO / "README.md"
 PAGES = sorted((REPO / "docs").glob("*.md"))
-SOURCES = [README, *(p for p in PAGES if p != SPEC), *(REPO / "abpo").rglob("*.py"), *(REPO / "tests").rglob("*.py"),
-           REPO / "dags" / "abpo_monthly.py", REPO / "plugins" / "abpo_plugin.py", *(REPO / "configs").glob("*.yaml")]
+SOURCES = [
+    README,
+    *(p for p in PAGES if p != SPEC),
+    *(REPO / "abpo").rglob("*.py"),
+    *(REPO / "tests").rglob("*.py"),
+    REPO / "dags" / "abpo_monthly.py",
+    REPO / "plugins" / "abpo_plugin.py",
+    *(REPO / "configs").glob("*.yaml"),
+]
 
 
 def _headings() -> list[str]:
@@ -57,8 +64,9 @@ def test_every_reference_names_docs_abpo_spec_and_a_section_it_has():
 
 
 def test_the_section_check_catches_a_wrong_name():
-    assert _missing_sections('see docs/ABPO_SPEC.md "The updates" and docs/ABPO_SPEC.md "Metrics / Onlin"',
-                             _headings()) == ["The updates", "Metrics / Onlin"]
+    assert _missing_sections(
+        'see docs/ABPO_SPEC.md "The updates" and docs/ABPO_SPEC.md "Metrics / Onlin"', _headings()
+    ) == ["The updates", "Metrics / Onlin"]
 
 
 def test_the_readme_has_a_short_own_stack_section_near_the_top():
@@ -191,8 +199,11 @@ def test_every_relative_link_in_the_readme_and_docs_resolves():
 
 def test_every_docs_page_is_linked_from_the_readme():
     linked = {(README.parent / t.partition("#")[0]).resolve() for _, t in _links(README.read_text())}
-    missing = [f"README.md: no link to {p.relative_to(REPO)}; rule: the README's docs map links every page of docs/"
-               for p in PAGES if p.resolve() not in linked]
+    missing = [
+        f"README.md: no link to {p.relative_to(REPO)}; rule: the README's docs map links every page of docs/"
+        for p in PAGES
+        if p.resolve() not in linked
+    ]
     assert not missing, "\n".join(missing)
 
 
@@ -210,32 +221,49 @@ def test_the_ci_runs_the_readmes_test_command():
 
 
 def test_the_anchors_follow_githubs_rules():
-    assert anchor("The production loop (`abpo/monthly`, `abpo/arms`, `abpo/sim`, `dags/abpo_monthly.py`)") == \
-        "the-production-loop-abpomonthly-abpoarms-abposim-dagsabpo_monthlypy"
+    assert (
+        anchor("The production loop (`abpo/monthly`, `abpo/arms`, `abpo/sim`, `dags/abpo_monthly.py`)")
+        == "the-production-loop-abpomonthly-abpoarms-abposim-dagsabpo_monthlypy"
+    )
     assert anchor("What it refuses (round 3, config and UI)") == "what-it-refuses-round-3-config-and-ui"
     assert anchor("The paper's table: `abpo experiment`") == "the-papers-table-abpo-experiment"
 
 
-@pytest.mark.parametrize("text, want", [
-    ("see [x](docs/nosuch.md)", "README.md:1: link (docs/nosuch.md): no file docs/nosuch.md"),
-    ("a\n\nsee [x](docs/loop.md#nosuch)", "README.md:3: link (docs/loop.md#nosuch): no heading with anchor #nosuch"),
-    ("see [x](#nosuch-here)", "README.md:1: link (#nosuch-here): no heading with anchor #nosuch-here"),
-])
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        ("see [x](docs/nosuch.md)", "README.md:1: link (docs/nosuch.md): no file docs/nosuch.md"),
+        (
+            "a\n\nsee [x](docs/loop.md#nosuch)",
+            "README.md:3: link (docs/loop.md#nosuch): no heading with anchor #nosuch",
+        ),
+        ("see [x](#nosuch-here)", "README.md:1: link (#nosuch-here): no heading with anchor #nosuch-here"),
+    ],
+)
 def test_the_link_check_catches_a_broken_link(text, want):
     assert any(b.startswith(want) for b in _broken_links(README, text)), _broken_links(README, text)
 
 
 def test_the_link_check_passes_good_links_and_skips_code():
-    text = "# Top\n\n[a](#top) [b](docs/loop.md) [c](https://example.com/x)\n```\n[d](nosuch.md)\n```\n`[e](nosuch.md)`\n"
+    text = (
+        "# Top\n\n[a](#top) [b](docs/loop.md) [c](https://example.com/x)\n```\n[d](nosuch.md)\n```\n`[e](nosuch.md)`\n"
+    )
     assert _broken_links(README, text) == []
 
 
 def test_the_command_check_catches_what_does_not_exist():
-    text = ("```bash\nmake tset   # a typo\n.venv/bin/abpo experimnt --split validation\n.venv/bin/nosuchtool\n"
-            "bash scripts/nosuch.sh && .venv/bin/python benchmarks/nosuch.py\nmake test\n"
-            ".venv/bin/abpo arms month --month 2026-01\n```\n")
+    text = (
+        "```bash\nmake tset   # a typo\n.venv/bin/abpo experimnt --split validation\n.venv/bin/nosuchtool\n"
+        "bash scripts/nosuch.sh && .venv/bin/python benchmarks/nosuch.py\nmake test\n"
+        ".venv/bin/abpo arms month --month 2026-01\n```\n"
+    )
     bad = _bad_commands(README, text)
-    assert [b.split(": ", 1)[0] for b in bad] == ["README.md:2", "README.md:3", "README.md:4", "README.md:5",
-                                                  "README.md:5"], bad
+    assert [b.split(": ", 1)[0] for b in bad] == [
+        "README.md:2",
+        "README.md:3",
+        "README.md:4",
+        "README.md:5",
+        "README.md:5",
+    ], bad
     assert "make target 'tset'" in bad[0] and "`abpo experimnt`" in bad[1] and ".venv/bin/nosuchtool" in bad[2]
     assert "scripts/nosuch.sh" in bad[3] and "benchmarks/nosuch.py" in bad[4]

@@ -29,7 +29,9 @@ def gx(arms=ARMS):
 
 
 def ids(wh):
-    return sorted(r[0] for r in wh.con.execute("SELECT impression_id FROM impressions WHERE month = ?", [MONTH]).fetchall())
+    return sorted(
+        r[0] for r in wh.con.execute("SELECT impression_id FROM impressions WHERE month = ?", [MONTH]).fetchall()
+    )
 
 
 @pytest.fixture
@@ -102,9 +104,16 @@ def test_a_corrupt_file_is_named(wh, tmp_path):
 def test_a_second_writer_is_told_the_warehouse_is_busy(tmp_path):
     path = tmp_path / "wh.duckdb"
     Warehouse(path).close()
-    holder = subprocess.Popen([sys.executable, "-c", "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); "
-                               "print('locked', flush=True); time.sleep(60)", str(path)], stdout=subprocess.PIPE,
-                              text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('locked', flush=True); time.sleep(60)",
+            str(path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(WarehouseBusy, match="in use by another process"):

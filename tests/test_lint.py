@@ -24,30 +24,34 @@ def _tool(name: str) -> str:
 
 
 def test_ruff_is_clean():
-    proc = subprocess.run([_tool("ruff"), "check", "--no-cache", "--output-format", "concise", "."], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [_tool("ruff"), "check", "--no-cache", "--output-format", "concise", "."],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
 
 
 def test_import_contracts_are_kept():
-    proc = subprocess.run([_tool("lint-imports"), "--no-cache"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run([_tool("lint-imports"), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
     assert "0 broken" in proc.stdout or "broken" not in proc.stdout.split("Contracts:")[-1]
 
 
-# The tree is not formatted yet (issue 34: the lead runs `ruff format .` once, after the other moves are merged).
-# strict: once the tree is formatted this test passes, the xfail turns that into a failure, and the mark is removed.
-@pytest.mark.xfail(strict=True, reason="the tree is formatted once by `make format` (issue 34); then delete this mark")
+# `ruff format` is enforced (issue 34): `make format` formats the tree, `make lint` checks it.
 def test_the_tree_is_formatted():
-    proc = subprocess.run([_tool("ruff"), "format", "--check", "--no-cache", "."], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [_tool("ruff"), "format", "--check", "--no-cache", "."], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, "`make format` reformats these:\n" + proc.stdout[-6000:] + proc.stderr[-2000:]
 
 
 def test_mypy_errors_stay_at_or_below_the_baseline():
     if importlib.util.find_spec("mypy") is None:
         pytest.fail("mypy: not installed; `pip install -c constraints.txt -e '.[dev]'` (scripts/setup.sh) adds it")
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "typecheck.py")], cwd=ROOT, capture_output=True,
-                          text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "typecheck.py")], cwd=ROOT, capture_output=True, text=True, timeout=900
+    )
     assert proc.returncode == 0, proc.stdout[-8000:] + proc.stderr[-3000:]

@@ -20,8 +20,10 @@ def test_a_spawned_workers_records_reach_this_processs_loggers(caplog):
     spawn = mp.get_context("spawn")
     worker_log = logging.getLogger("abpo.tests.worker")  # a Logger pickles by name: the worker logs to its own
     with caplog.at_level(logging.INFO, logger="abpo"):
-        with (from_workers(spawn) as (init, args),
-              ProcessPoolExecutor(max_workers=1, mp_context=spawn, initializer=init, initargs=args) as pool):
+        with (
+            from_workers(spawn) as (init, args),
+            ProcessPoolExecutor(max_workers=1, mp_context=spawn, initializer=init, initargs=args) as pool,
+        ):
             pool.submit(worker_log.info, "from a worker: %s", 42).result()
             pool.submit(worker_log.debug, "below the parent's level").result()
     records = [r for r in caplog.records if r.name == "abpo.tests.worker"]
@@ -41,8 +43,11 @@ def abpo_logger(monkeypatch):
     logger = logging.getLogger("abpo")
     saved = (list(logger.handlers), logger.level, logger.propagate)
     init = tqdm.std.tqdm.__dict__["__init__"]  # tqdm's own, without a disable default an earlier call may have added
-    monkeypatch.setattr(tqdm.std.tqdm, "__init__", functools.partialmethod(
-        init.func, *init.args, **{k: v for k, v in init.keywords.items() if k != "disable"}))
+    monkeypatch.setattr(
+        tqdm.std.tqdm,
+        "__init__",
+        functools.partialmethod(init.func, *init.args, **{k: v for k, v in init.keywords.items() if k != "disable"}),
+    )
     yield logger
     logger.handlers[:], logger.level, logger.propagate = saved
 

@@ -17,14 +17,22 @@ def _clauses(sql: str | None) -> list[str]:
 
 def _dump(db) -> dict:
     with contextlib.closing(sqlite3.connect(db)) as con:
-        return {"schema": sorted((t, n, _clauses(sql)) for t, n, sql in con.execute(
-                    "SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'")),
-                "revision": con.execute("SELECT * FROM alembic_version").fetchall(),
-                "experiments": con.execute("SELECT experiment_id, name, artifact_location, lifecycle_stage "
-                                           "FROM experiments").fetchall(),
-                "rows": {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]  # noqa: S608 - table names
-                         for (t,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT "
-                                                 "LIKE 'sqlite_%'")}}
+        return {
+            "schema": sorted(
+                (t, n, _clauses(sql))
+                for t, n, sql in con.execute("SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'")
+            ),
+            "revision": con.execute("SELECT * FROM alembic_version").fetchall(),
+            "experiments": con.execute(
+                "SELECT experiment_id, name, artifact_location, lifecycle_stage FROM experiments"
+            ).fetchall(),
+            "rows": {
+                t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]  # noqa: S608 - table names
+                for (t,) in con.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+                )
+            },
+        }
 
 
 def test_a_new_store_from_the_template_is_the_store_mlflow_makes(make_cfg, tmp_path, monkeypatch):
@@ -55,4 +63,5 @@ def test_an_existing_store_is_opened_not_replaced(make_cfg):
     MlflowClient(tracking_uri=uri, registry_uri=uri).create_registered_model("already-here")
     registry.configure(cfg)
     assert [m.name for m in MlflowClient(tracking_uri=uri, registry_uri=uri).search_registered_models()] == [
-        "already-here"]
+        "already-here"
+    ]

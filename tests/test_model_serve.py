@@ -20,8 +20,15 @@ from pathlib import Path
 
 import pytest
 
-SMALL = ["data.max_users=40", "data.eval_candidates=20", "policy.tiny_hidden_size=32", "policy.tiny_layers=1",
-         "policy.tiny_heads=2", "policy.tiny_intermediate_size=64", "policy.tiny_vocab_size=600"]
+SMALL = [
+    "data.max_users=40",
+    "data.eval_candidates=20",
+    "policy.tiny_hidden_size=32",
+    "policy.tiny_layers=1",
+    "policy.tiny_heads=2",
+    "policy.tiny_intermediate_size=64",
+    "policy.tiny_vocab_size=600",
+]
 
 
 def _free_port() -> int:
@@ -39,8 +46,13 @@ def _post(url: str, body: dict) -> dict:
 def _env(uri: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ABPO_TRACKING_URI")}
     # the virtualenv's bin on PATH, as in an activated one: MLflow's server runs `uvicorn` by name
-    env.update({"MLFLOW_TRACKING_URI": uri, "MLFLOW_REGISTRY_URI": uri,
-                "PATH": os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])})
+    env.update(
+        {
+            "MLFLOW_TRACKING_URI": uri,
+            "MLFLOW_REGISTRY_URI": uri,
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
+        }
+    )
     return env
 
 
@@ -70,17 +82,27 @@ def test_mlflow_models_serve_ranks_and_takes_tau(make_cfg, build_tiny_model, tmp
     assert [(p.name, p.default) for p in meta.signature.params] == [("tau", cfg.policy.tau)]
     outside = tmp_path / "elsewhere"
     outside.mkdir()
-    probe = ("import sys, mlflow; mlflow.pyfunc.load_model(sys.argv[1]); import abpo; print(abpo.__file__)")
-    where = subprocess.run([sys.executable, "-c", probe, str(local)], cwd=outside, env=_env(uri), capture_output=True,
-                           text=True, timeout=600)
+    probe = "import sys, mlflow; mlflow.pyfunc.load_model(sys.argv[1]); import abpo; print(abpo.__file__)"
+    where = subprocess.run(
+        [sys.executable, "-c", probe, str(local)],
+        cwd=outside,
+        env=_env(uri),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert where.returncode == 0, where.stderr[-3000:]
     assert Path(where.stdout.strip().splitlines()[-1]).is_relative_to(local / "code"), where.stdout
 
     # one request, scored here with the same checkpoint
     cand = sorted(titles)[:8]
     hist = sorted(titles)[200:212]
-    record = {"history_titles": [titles[i] for i in hist], "candidate_ids": cand,
-              "candidate_titles": [titles[i] for i in cand], "history_item_ids": hist}
+    record = {
+        "history_titles": [titles[i] for i in hist],
+        "candidate_ids": cand,
+        "candidate_titles": [titles[i] for i in cand],
+        "history_item_ids": hist,
+    }
     import pandas as pd
 
     here = RecommenderModel(model_dir, cfg.policy)
@@ -88,10 +110,25 @@ def test_mlflow_models_serve_ranks_and_takes_tau(make_cfg, build_tiny_model, tmp
 
     port = _free_port()
     server = subprocess.Popen(
-        [str(Path(sys.executable).with_name("mlflow")), "models", "serve", "-m", "models:/abpo-arm-abpo@champion",
-         "--env-manager", "local", "-h", "127.0.0.1", "-p", str(port)],
-        cwd=outside, env=_env(uri), stdout=(tmp_path / "serve.log").open("w"), stderr=subprocess.STDOUT,
-        start_new_session=True)
+        [
+            str(Path(sys.executable).with_name("mlflow")),
+            "models",
+            "serve",
+            "-m",
+            "models:/abpo-arm-abpo@champion",
+            "--env-manager",
+            "local",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(port),
+        ],
+        cwd=outside,
+        env=_env(uri),
+        stdout=(tmp_path / "serve.log").open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 300
         while True:
@@ -104,9 +141,12 @@ def test_mlflow_models_serve_ranks_and_takes_tau(make_cfg, build_tiny_model, tmp
                 pass
             assert time.monotonic() < deadline, (tmp_path / "serve.log").read_text()[-4000:]
             time.sleep(2)
-        got = {tau: _post(f"http://127.0.0.1:{port}/invocations",
-                          {"dataframe_records": [record], "params": {"tau": tau}})["predictions"][0]
-               for tau in (1.0, 0.25)}
+        got = {
+            tau: _post(f"http://127.0.0.1:{port}/invocations", {"dataframe_records": [record], "params": {"tau": tau}})[
+                "predictions"
+            ][0]
+            for tau in (1.0, 0.25)
+        }
     finally:
         if server.poll() is None:
             os.killpg(server.pid, signal.SIGTERM)
@@ -114,7 +154,8 @@ def test_mlflow_models_serve_ranks_and_takes_tau(make_cfg, build_tiny_model, tmp
     for tau in (1.0, 0.25):
         assert got[tau]["ranked_item_ids"] == [int(i) for i in expect[tau]["ranked_item_ids"]]
         assert sorted(got[tau]["ranked_item_ids"]) == sorted(cand)
-        assert torch.allclose(torch.tensor(got[tau]["propensities"]), torch.tensor(list(expect[tau]["propensities"])),
-                              atol=1e-5)
+        assert torch.allclose(
+            torch.tensor(got[tau]["propensities"]), torch.tensor(list(expect[tau]["propensities"])), atol=1e-5
+        )
         assert abs(sum(got[tau]["propensities"]) - 1) < 1e-5
     assert max(got[0.25]["propensities"]) > max(got[1.0]["propensities"]) + 1e-3  # the tau param reached the model

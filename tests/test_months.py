@@ -16,8 +16,10 @@ def test_parse_is_strict_and_names_where():
             Month.parse(bad, "--month")
 
 
-@pytest.mark.parametrize(("m", "nxt", "prev"), [("2026-01", "2026-02", "2025-12"), ("2026-12", "2027-01", "2026-11"),
-                                                ("0001-01", "0001-02", "0000-12")])
+@pytest.mark.parametrize(
+    ("m", "nxt", "prev"),
+    [("2026-01", "2026-02", "2025-12"), ("2026-12", "2027-01", "2026-11"), ("0001-01", "0001-02", "0000-12")],
+)
 def test_next_previous_across_years(m, nxt, prev):
     assert Month(m).next() == nxt and Month(m).previous() == prev
     assert Month(m).next().previous() == m

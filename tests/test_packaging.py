@@ -16,9 +16,11 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-COUNTS = ("month,arm,impressions,clicks,users\n"
-          + "".join(f"{m},{a},1000,{c},200\n" for m in ("2026-01", "2026-02")
-                    for a, c in (("abpo", 61), ("grpo", 50), ("ml_retrain", 42), ("popularity", 33))))
+COUNTS = "month,arm,impressions,clicks,users\n" + "".join(
+    f"{m},{a},1000,{c},200\n"
+    for m in ("2026-01", "2026-02")
+    for a, c in (("abpo", 61), ("grpo", 50), ("ml_retrain", 42), ("popularity", 33))
+)
 
 
 def _pins(path: Path) -> dict[str, str]:
@@ -33,17 +35,26 @@ def _pins(path: Path) -> dict[str, str]:
 
 def _clean_env(**extra: str) -> dict[str, str]:
     """The environment without anything that points Python or abpo at this checkout or its state."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "ABPO_STATE", "ABPO_CONFIG", "ABPO_TRACKING_URI", "MLFLOW_TRACKING_URI",
-                        "VIRTUAL_ENV") and not k.startswith("AIRFLOW")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in ("PYTHONPATH", "ABPO_STATE", "ABPO_CONFIG", "ABPO_TRACKING_URI", "MLFLOW_TRACKING_URI", "VIRTUAL_ENV")
+        and not k.startswith("AIRFLOW")
+    }
     return {**env, **extra}
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(REPO)],
-                   check=True, capture_output=True, text=True, timeout=600)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(REPO)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     (whl,) = out.glob("abpo-*.whl")
     return whl
 
@@ -54,8 +65,13 @@ def test_the_wheel_carries_the_files_abpo_reads_at_run_time(wheel):
     for folder, pattern in (("configs", "*.yaml"), ("configs", "*.json"), ("sql", "*.sql")):
         for f in (REPO / folder).glob(pattern):
             assert f"{res}{folder}/{f.name}" in names, f.name
-    for f in ("dags/abpo_monthly.py", "plugins/abpo_plugin.py", "data/ml-latest-small/ratings.csv",
-              "data/ml-latest-small/movies.csv", "data/ml-latest-small/README.txt"):
+    for f in (
+        "dags/abpo_monthly.py",
+        "plugins/abpo_plugin.py",
+        "data/ml-latest-small/ratings.csv",
+        "data/ml-latest-small/movies.csv",
+        "data/ml-latest-small/README.txt",
+    ):
         assert res + f in names, f
     for f in (REPO / "abpo" / "abtest" / "templates").iterdir():
         assert f"abpo/abtest/templates/{f.name}" in names
@@ -89,10 +105,16 @@ print(json.dumps({"dags": sorted(bag.dags), "errors": [str(e) for e in bag.impor
 
 
 def _probe_airflow(python: str, dags: Path, plugins: Path, home: Path, env: dict[str, str], cwd: Path) -> dict:
-    env = {**env, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "false",
-           "AIRFLOW__CORE__DAGS_FOLDER": str(dags), "AIRFLOW__CORE__PLUGINS_FOLDER": str(plugins)}
-    out = subprocess.run([python, "-c", AIRFLOW_PROBE, str(dags)], env=env, cwd=cwd, capture_output=True, text=True,
-                         timeout=600)
+    env = {
+        **env,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "false",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(plugins),
+    }
+    out = subprocess.run(
+        [python, "-c", AIRFLOW_PROBE, str(dags)], env=env, cwd=cwd, capture_output=True, text=True, timeout=600
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -115,7 +137,12 @@ def test_airflow_install_puts_the_dag_and_plugin_where_airflow_loads_them(tmp_pa
     out = capsys.readouterr().out
     assert f"unchanged {dags / 'abpo_monthly.py'}" in out and f"updated   {plugins / 'abpo_plugin.py'}" in out
     seen = _probe_airflow(sys.executable, dags, plugins, tmp_path / "home", dict(os.environ), tmp_path)
-    assert seen["dags"] == ["abpo_monthly"] and not seen["errors"] and "abpo" in seen["plugins"] and not seen["plugin_errors"], seen
+    assert (
+        seen["dags"] == ["abpo_monthly"]
+        and not seen["errors"]
+        and "abpo" in seen["plugins"]
+        and not seen["plugin_errors"]
+    ), seen
 
 
 @pytest.mark.slow
@@ -127,8 +154,14 @@ def test_pip_install_dot_runs_outside_the_checkout(tmp_path):
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     py, abpo = str(venv / "bin" / "python"), str(venv / "bin" / "abpo")
     env = _clean_env(PATH=f"{venv / 'bin'}:{os.environ.get('PATH', '')}")
-    pip = subprocess.run([py, "-m", "pip", "install", "--quiet", "-c", str(REPO / "constraints.txt"), str(REPO)],
-                         cwd=outside, env=env, capture_output=True, text=True, timeout=1800)
+    pip = subprocess.run(
+        [py, "-m", "pip", "install", "--quiet", "-c", str(REPO / "constraints.txt"), str(REPO)],
+        cwd=outside,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert pip.returncode == 0, pip.stderr[-3000:]
 
     def run(*argv: str) -> str:
@@ -136,8 +169,14 @@ def test_pip_install_dot_runs_outside_the_checkout(tmp_path):
         assert p.returncode == 0, (argv, p.stdout[-2000:], p.stderr[-2000:])
         return p.stdout
 
-    where = json.loads(run(py, "-c", "import abpo, abpo.paths as p, importlib.util as u, json; print(json.dumps("
-                               "[abpo.__file__, str(p.RESOURCES), p.installed(), u.find_spec('pytest') is None]))"))
+    where = json.loads(
+        run(
+            py,
+            "-c",
+            "import abpo, abpo.paths as p, importlib.util as u, json; print(json.dumps("
+            "[abpo.__file__, str(p.RESOURCES), p.installed(), u.find_spec('pytest') is None]))",
+        )
+    )
     assert where[0].startswith(str(venv)) and where[1].startswith(str(venv)) and where[2] is True, where
     assert where[3] is True, "pytest is installed by `pip install .`: test tools belong in the dev extra"
     assert "airflow" in run(abpo, "--help") and "--month MONTH" in run(abpo, "arms", "month", "--help")
@@ -151,9 +190,13 @@ def test_pip_install_dot_runs_outside_the_checkout(tmp_path):
     cells = json.loads((report / "report.json").read_text())["cells"]
     assert {(c["period"], c["arm"]) for c in cells} >= {("2026-01", "abpo"), ("2026-02", "popularity")}
     # the bundled dataset loads from the installed package
-    counts = run(py, "-c", "from abpo.config import load_config; from abpo.data.loaders import load_dataset; "
-                           "ds = load_dataset(load_config('tiny').data); print(ds.catalog.num_rows, "
-                           "ds.interactions.num_rows)")
+    counts = run(
+        py,
+        "-c",
+        "from abpo.config import load_config; from abpo.data.loaders import load_dataset; "
+        "ds = load_dataset(load_config('tiny').data); print(ds.catalog.num_rows, "
+        "ds.interactions.num_rows)",
+    )
     assert counts.split() == ["9742", "100836"], counts
     # the DAG and the plugin, installed from the wheel into an Airflow deployment's folders, load there
     dags, plugins = outside / "airflow" / "dags", outside / "airflow" / "plugins"
@@ -161,7 +204,12 @@ def test_pip_install_dot_runs_outside_the_checkout(tmp_path):
     plugins.mkdir()
     run(abpo, "airflow", "install", "--dags-folder", str(dags), "--plugins-folder", str(plugins))
     seen = _probe_airflow(py, dags, plugins, outside / "airflow", env, outside)
-    assert seen["dags"] == ["abpo_monthly"] and not seen["errors"] and "abpo" in seen["plugins"] and not seen["plugin_errors"], seen
+    assert (
+        seen["dags"] == ["abpo_monthly"]
+        and not seen["errors"]
+        and "abpo" in seen["plugins"]
+        and not seen["plugin_errors"]
+    ), seen
 
 
 @pytest.mark.slow
@@ -173,8 +221,13 @@ def test_the_gpu_extra_resolves_against_constraints_gpu(tmp_path):
     from packaging.requirements import Requirement
 
     report = tmp_path / "report.json"
-    p = subprocess.run(["bash", str(REPO / "scripts" / "check-gpu-constraints.sh"), str(report)],
-                       env={**os.environ, "PYTHON": sys.executable}, capture_output=True, text=True, timeout=1800)
+    p = subprocess.run(
+        ["bash", str(REPO / "scripts" / "check-gpu-constraints.sh"), str(report)],
+        env={**os.environ, "PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert p.returncode == 0, p.stderr[-4000:]
     got = {re.sub(r"[-_.]+", "-", i["metadata"]["name"]).lower(): i for i in json.loads(report.read_text())["install"]}
     version = {k: i["metadata"]["version"].split("+")[0] for k, i in got.items()}

@@ -29,9 +29,19 @@ def test_registered_model_serves_same_scores(tmp_path, titles):
     from abpo.serving import load_checkpoint
 
     torch.set_num_threads(1)
-    cfg = load_config("tiny", [f"paths.root={tmp_path}", "policy.tiny_hidden_size=32", "policy.tiny_heads=2",
-                               "policy.tiny_intermediate_size=64", "policy.tiny_vocab_size=600", "policy.tau=0.7",
-                               "policy.max_history=3", "policy.prompt_style=text"])
+    cfg = load_config(
+        "tiny",
+        [
+            f"paths.root={tmp_path}",
+            "policy.tiny_hidden_size=32",
+            "policy.tiny_heads=2",
+            "policy.tiny_intermediate_size=64",
+            "policy.tiny_vocab_size=600",
+            "policy.tau=0.7",
+            "policy.max_history=3",
+            "policy.prompt_style=text",
+        ],
+    )
     ckpt = build_tiny(cfg.policy, cfg.paths, titles, seed=0)
     with registry.start_run(cfg, "test-serving", "serve"):
         uri = registry.log_model_dir(ckpt, policy_cfg=cfg.policy)
@@ -40,14 +50,19 @@ def test_registered_model_serves_same_scores(tmp_path, titles):
     ids = list(titles)[:6]
     history = [titles[i] for i in list(titles)[10:15]]
     served = mlflow.pyfunc.load_model(f"models:/{registry.MODEL_NAME}@{registry.CHALLENGER}")
-    out = served.predict(pd.DataFrame({"history_titles": [history], "candidate_ids": [ids],
-                                       "candidate_titles": [[titles[i] for i in ids]]}))
+    out = served.predict(
+        pd.DataFrame(
+            {"history_titles": [history], "candidate_ids": [ids], "candidate_titles": [[titles[i] for i in ids]]}
+        )
+    )
 
     model, tok = load_checkpoint(ckpt)
-    prompt = fit_prompt(tok, history, [(i, titles[i]) for i in ids], max_history=3,
-                        max_prompt_tokens=cfg.policy.max_prompt_tokens).text
-    s = score_candidates(model, tok, prompt, [format_answer(i, titles[i]) for i in ids],
-                         batch_tokens=cfg.policy.scoring_batch_tokens)
+    prompt = fit_prompt(
+        tok, history, [(i, titles[i]) for i in ids], max_history=3, max_prompt_tokens=cfg.policy.max_prompt_tokens
+    ).text
+    s = score_candidates(
+        model, tok, prompt, [format_answer(i, titles[i]) for i in ids], batch_tokens=cfg.policy.scoring_batch_tokens
+    )
     e = candidate_propensities(s, 0.7)
     assert torch.allclose(torch.tensor(out["propensities"][0]), e, atol=1e-5)
     assert abs(sum(out["propensities"][0]) - 1) < 1e-5
@@ -65,17 +80,29 @@ def test_item_token_model_serves_its_item_token_scores(tmp_path, titles):
     from abpo.serving import load_checkpoint
 
     torch.set_num_threads(1)
-    cfg = load_config("tiny", [f"paths.root={tmp_path}", "policy.tiny_hidden_size=32", "policy.tiny_heads=2",
-                               "policy.tiny_intermediate_size=64", "policy.tiny_vocab_size=600", "policy.tau=0.7",
-                               "policy.prompt_style=item_tokens"])
+    cfg = load_config(
+        "tiny",
+        [
+            f"paths.root={tmp_path}",
+            "policy.tiny_hidden_size=32",
+            "policy.tiny_heads=2",
+            "policy.tiny_intermediate_size=64",
+            "policy.tiny_vocab_size=600",
+            "policy.tau=0.7",
+            "policy.prompt_style=item_tokens",
+        ],
+    )
     ckpt = build_tiny(cfg.policy, cfg.paths, titles, seed=0)
     with registry.start_run(cfg, "test-serving", "serve"):
         uri = registry.log_model_dir(ckpt, policy_cfg=cfg.policy)
     registry.register(uri)
     ids, hist = list(titles)[:6], list(titles)[10:40]
     served = mlflow.pyfunc.load_model(f"models:/{registry.MODEL_NAME}@{registry.CHALLENGER}")
-    req = {"history_titles": [[titles[i] for i in hist]], "candidate_ids": [ids],
-           "candidate_titles": [[titles[i] for i in ids]]}
+    req = {
+        "history_titles": [[titles[i] for i in hist]],
+        "candidate_ids": [ids],
+        "candidate_titles": [[titles[i] for i in ids]],
+    }
     with pytest.raises(ValueError, match="history_item_ids"):
         served.predict(pd.DataFrame(req))
     out = served.predict(pd.DataFrame({**req, "history_item_ids": [hist]}))
@@ -89,8 +116,16 @@ def test_bad_request_names_the_row(tmp_path, titles):
     from abpo.policy.model import build_tiny
     from abpo.serving import _load_pyfunc
 
-    cfg = load_config("tiny", [f"paths.root={tmp_path}", "policy.tiny_hidden_size=32", "policy.tiny_heads=2",
-                               "policy.tiny_intermediate_size=64", "policy.tiny_vocab_size=600"])
+    cfg = load_config(
+        "tiny",
+        [
+            f"paths.root={tmp_path}",
+            "policy.tiny_hidden_size=32",
+            "policy.tiny_heads=2",
+            "policy.tiny_intermediate_size=64",
+            "policy.tiny_vocab_size=600",
+        ],
+    )
     served = _load_pyfunc(str(build_tiny(cfg.policy, cfg.paths, titles, seed=0)), {"tau": 1.0})
     with pytest.raises(ValueError, match="row 0: candidate_ids and candidate_titles"):
         served.predict(pd.DataFrame({"history_titles": [[]], "candidate_ids": [[1, 2]], "candidate_titles": [["a"]]}))

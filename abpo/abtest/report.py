@@ -68,7 +68,10 @@ def report_from_warehouse(
 
 
 def report_from_csv(
-    cfg: Config, csv_path: str | Path, out_dir: str | Path | None = None, months: list[str] | None = None,
+    cfg: Config,
+    csv_path: str | Path,
+    out_dir: str | Path | None = None,
+    months: list[str] | None = None,
     log_mlflow: bool = False,
 ) -> tuple[Report, ReportFiles]:
     """The same report from a CSV of counts (``month,arm,impressions,clicks[,users]``)."""
@@ -119,8 +122,11 @@ def log_report(cfg: Config, report: Report, files: ReportFiles) -> str:
     existing = []
     if exp is not None:
         existing = mlflow.search_runs(
-            experiment_ids=[exp.experiment_id], filter_string=f"tags.`{MONTH_TAG}` = '{month}'",
-            order_by=["attributes.start_time DESC"], max_results=1, output_format="list",
+            experiment_ids=[exp.experiment_id],
+            filter_string=f"tags.`{MONTH_TAG}` = '{month}'",
+            order_by=["attributes.start_time DESC"],
+            max_results=1,
+            output_format="list",
         )
     if existing:
         with mlflow.start_run(run_id=existing[0].info.run_id) as run:

@@ -65,11 +65,11 @@ class DiffTest:
 
     ctr_a: float
     ctr_b: float
-    diff: float          # ctr_a - ctr_b, as a fraction (x100 for percentage points)
-    se: float            # standard error used in the z statistic
+    diff: float  # ctr_a - ctr_b, as a fraction (x100 for percentage points)
+    se: float  # standard error used in the z statistic
     z: float
     p: float
-    ci_low: float        # confidence interval of diff, as a fraction
+    ci_low: float  # confidence interval of diff, as a fraction
     ci_high: float
     note: str = ""
     mde: float = math.nan  # minimum detectable effect of this design at the report's power (as a fraction)
@@ -105,7 +105,11 @@ def minimum_detectable_effect(se: float, confidence: float = 0.95, power: float 
 
 
 def two_proportion_ztest(
-    clicks_a: int, impressions_a: int, clicks_b: int, impressions_b: int, confidence: float = 0.95,
+    clicks_a: int,
+    impressions_a: int,
+    clicks_b: int,
+    impressions_b: int,
+    confidence: float = 0.95,
     power: float = 0.8,
 ) -> DiffTest:
     """Two-sided two-proportion z-test with the pooled standard error (the textbook test; equal to
@@ -119,19 +123,34 @@ def two_proportion_ztest(
     sqrt(p_a(1-p_a)/n_a + p_b(1-p_b)/n_b) (the pooled SE assumes H0, so it is only used for the test).
     ``mde``: :func:`minimum_detectable_effect` with the pooled SE, at ``power``.
     """
-    for name, v in (("clicks_a", clicks_a), ("impressions_a", impressions_a),
-                    ("clicks_b", clicks_b), ("impressions_b", impressions_b)):
+    for name, v in (
+        ("clicks_a", clicks_a),
+        ("impressions_a", impressions_a),
+        ("clicks_b", clicks_b),
+        ("impressions_b", impressions_b),
+    ):
         if v < 0:
             raise ValueError(f"{name} must be >= 0, got {v}")
     if clicks_a > impressions_a or clicks_b > impressions_b:
-        raise ValueError(
-            f"clicks exceed impressions: {clicks_a}/{impressions_a} vs {clicks_b}/{impressions_b}"
-        )
+        raise ValueError(f"clicks exceed impressions: {clicks_a}/{impressions_a} vs {clicks_b}/{impressions_b}")
     nan = math.nan
     if impressions_a == 0 or impressions_b == 0:
-        which = "both sides" if impressions_a == impressions_b == 0 else ("first side" if impressions_a == 0 else "second side")
-        return DiffTest(ctr(clicks_a, impressions_a), ctr(clicks_b, impressions_b), nan, nan, nan, nan, nan, nan,
-                        note=f"no impressions on the {which}: test undefined")
+        which = (
+            "both sides"
+            if impressions_a == impressions_b == 0
+            else ("first side" if impressions_a == 0 else "second side")
+        )
+        return DiffTest(
+            ctr(clicks_a, impressions_a),
+            ctr(clicks_b, impressions_b),
+            nan,
+            nan,
+            nan,
+            nan,
+            nan,
+            nan,
+            note=f"no impressions on the {which}: test undefined",
+        )
     pa, pb = clicks_a / impressions_a, clicks_b / impressions_b
     diff = pa - pb
     zc = z_critical(confidence)
@@ -141,10 +160,13 @@ def two_proportion_ztest(
     se = math.sqrt(pool * (1 - pool) * (1 / impressions_a + 1 / impressions_b))
     if se == 0.0:
         what = "no clicks" if pool == 0.0 else "every impression clicked"
-        return DiffTest(pa, pb, diff, 0.0, nan, nan, ci[0], ci[1], note=f"{what} on both sides: pooled SE is 0, test undefined")
+        return DiffTest(
+            pa, pb, diff, 0.0, nan, nan, ci[0], ci[1], note=f"{what} on both sides: pooled SE is 0, test undefined"
+        )
     z = diff / se
-    return DiffTest(pa, pb, diff, se, z, two_sided_p(z), ci[0], ci[1],
-                    mde=minimum_detectable_effect(se, confidence, power))
+    return DiffTest(
+        pa, pb, diff, se, z, two_sided_p(z), ci[0], ci[1], mde=minimum_detectable_effect(se, confidence, power)
+    )
 
 
 @dataclass(frozen=True)
@@ -194,17 +216,44 @@ def clustered_ztest(a: UserMoments, b: UserMoments, confidence: float = 0.95, po
     va, vb = delta_method_ctr_variance(a), delta_method_ctr_variance(b)
     if math.isnan(va) or math.isnan(vb):
         short = [name for name, m in (("first", a), ("second", b)) if m.users < 2 or m.sy <= 0]
-        return DiffTest(ra, rb, ra - rb, nan, nan, nan, nan, nan,
-                        note=f"fewer than 2 users with impressions on the {' and '.join(short)} side: clustered test undefined")
+        return DiffTest(
+            ra,
+            rb,
+            ra - rb,
+            nan,
+            nan,
+            nan,
+            nan,
+            nan,
+            note=f"fewer than 2 users with impressions on the {' and '.join(short)} side: clustered test undefined",
+        )
     diff = ra - rb
     se = math.sqrt(va + vb)
     zc = z_critical(confidence)
     if se == 0.0:
-        return DiffTest(ra, rb, diff, 0.0, nan, nan, diff, diff,
-                        note="every user has the same CTR on both sides: clustered SE is 0, test undefined")
+        return DiffTest(
+            ra,
+            rb,
+            diff,
+            0.0,
+            nan,
+            nan,
+            diff,
+            diff,
+            note="every user has the same CTR on both sides: clustered SE is 0, test undefined",
+        )
     z = diff / se
-    return DiffTest(ra, rb, diff, se, z, two_sided_p(z), diff - zc * se, diff + zc * se,
-                    mde=minimum_detectable_effect(se, confidence, power))
+    return DiffTest(
+        ra,
+        rb,
+        diff,
+        se,
+        z,
+        two_sided_p(z),
+        diff - zc * se,
+        diff + zc * se,
+        mde=minimum_detectable_effect(se, confidence, power),
+    )
 
 
 def holm_adjust(pvalues: Sequence[float]) -> list[float]:
@@ -253,8 +302,17 @@ def srm_test(observed: dict[str, int], shares: dict[str, float], alpha: float = 
     total = sum(obs)
     if len(arms) < 2 or total == 0 or bad:
         notes.append("fewer than two arms with users and a share: check undefined" if not bad else "check undefined")
-        return SRMResult(arms, obs, [math.nan] * len(arms), math.nan, max(len(arms) - 1, 0), math.nan, False,
-                         note="; ".join(notes), excluded=excluded)
+        return SRMResult(
+            arms,
+            obs,
+            [math.nan] * len(arms),
+            math.nan,
+            max(len(arms) - 1, 0),
+            math.nan,
+            False,
+            note="; ".join(notes),
+            excluded=excluded,
+        )
     s = sum(shares[a] for a in arms)
     exp = [total * shares[a] / s for a in arms]
     chi2 = float(sum((o - e) ** 2 / e for o, e in zip(obs, exp)))

@@ -93,10 +93,15 @@ def gradient_cosine(g_variant: Sequence[Tensor] | Tensor, g_grpo: Sequence[Tenso
     """cos(g^V, g^B) = <g^V, g^B> / (|g^V| |g^B|) of the step's gradients (Eq. G) under the variant and under
     vanilla GRPO on the same rollouts, each flattened over the logged examples (a list of [C_i] tensors, one per
     example, or one tensor). 1: the same direction; 0: orthogonal; -1: opposite. NaN when either is 0."""
+
     def flat(g):
         if isinstance(g, Tensor):
             return g.detach().to(torch.float64).flatten()
-        return torch.cat([t.detach().to(torch.float64).flatten() for t in g]) if len(g) else torch.zeros(0, dtype=torch.float64)
+        return (
+            torch.cat([t.detach().to(torch.float64).flatten() for t in g])
+            if len(g)
+            else torch.zeros(0, dtype=torch.float64)
+        )
 
     a, b = flat(g_variant), flat(g_grpo)
     if a.shape != b.shape:

@@ -49,7 +49,13 @@ def _group_rewards(n: int, y: int, r_sc: float, lambda_sc: float) -> Tensor:
 
 
 def match_advantages(
-    variant: Variant | str, n: int, y: int, *, w_hat: float = 1.0, eps_std: float = 1e-4, lambda_sc: float = 0.1,
+    variant: Variant | str,
+    n: int,
+    y: int,
+    *,
+    w_hat: float = 1.0,
+    eps_std: float = 1e-4,
+    lambda_sc: float = 0.1,
     r_sc: float = 0.0,
 ) -> tuple[Tensor, Tensor]:
     """(A_match(k), A_other(k)) for k = 0..n, each [n+1] float64, of `variant` (B: group_advantages; C-F:
@@ -76,8 +82,15 @@ def match_advantages(
 
 
 def gamma(
-    variant: Variant | str, p: float, n: int, y: int, *, w_hat: float = 1.0, eps_std: float = 1e-4,
-    lambda_sc: float = 0.1, r_sc: float = 0.0,
+    variant: Variant | str,
+    p: float,
+    n: int,
+    y: int,
+    *,
+    w_hat: float = 1.0,
+    eps_std: float = 1e-4,
+    lambda_sc: float = 0.1,
+    r_sc: float = 0.0,
 ) -> float:
     """Eq. R2: gamma = sum_{k=0..n} Bin(k; n, p) [k A_match(k) - (n-k) A_other(k) p/(1-p)], exactly.
     The expected logit gradient of one group's surrogate is (gamma / n)(e_{a_log} - pi) (Eq. R1)."""
@@ -96,17 +109,31 @@ def gamma_grpo(p: float, n: int, y: int, *, eps_std: float = 1e-4) -> float:
 
 
 def gamma_anchored(
-    p: float, n: int, y: int, *, w_hat: float = 1.0, eps_std: float = 1e-4, self_certainty: bool = False,
-    lambda_sc: float = 0.1, r_sc: float = 0.0,
+    p: float,
+    n: int,
+    y: int,
+    *,
+    w_hat: float = 1.0,
+    eps_std: float = 1e-4,
+    self_certainty: bool = False,
+    lambda_sc: float = 0.1,
+    r_sc: float = 0.0,
 ) -> float:
     """Eq. R2 for (C) (w_hat = 1), (D) (w_hat = the SNIPS weight), (E) and (F) (self_certainty=True, adding
     lambda_sc * r_sc to every y = 0 reward of the group, anchor included)."""
-    name = ("abpo" if w_hat != 1.0 else "anchor_sc") if self_certainty else ("anchor_snips" if w_hat != 1.0 else "anchor")
+    name = (
+        ("abpo" if w_hat != 1.0 else "anchor_sc") if self_certainty else ("anchor_snips" if w_hat != 1.0 else "anchor")
+    )
     return gamma(name, p, n, y, w_hat=w_hat, eps_std=eps_std, lambda_sc=lambda_sc, r_sc=r_sc)
 
 
 def expected_logit_gradient(
-    variant: Variant | str, logits: Tensor, a_log: int, n: int, y: int, **kw,
+    variant: Variant | str,
+    logits: Tensor,
+    a_log: int,
+    n: int,
+    y: int,
+    **kw,
 ) -> Tensor:
     """Eq. R1: E[grad_z of one group's surrogate] = (gamma / n)(e_{a_log} - pi), pi = softmax(logits) over C."""
     pi = torch.softmax(logits.detach().double(), dim=-1)

@@ -108,9 +108,23 @@ def weight_summary(w: Tensor) -> dict[str, float]:
     w = w.detach().to(torch.float64).flatten()
     n = int(w.numel())
     if n == 0:
-        return {"p50": float("nan"), "p90": float("nan"), "p99": float("nan"), "max": float("nan"),
-                "ess": float("nan"), "ess_share": float("nan"), "rows": 0}
+        return {
+            "p50": float("nan"),
+            "p90": float("nan"),
+            "p99": float("nan"),
+            "max": float("nan"),
+            "ess": float("nan"),
+            "ess_share": float("nan"),
+            "rows": 0,
+        }
     q = torch.quantile(w, torch.tensor(WEIGHT_QUANTILES, dtype=torch.float64))
     ess = float(effective_sample_size(w))
-    return {"p50": float(q[0]), "p90": float(q[1]), "p99": float(q[2]), "max": float(w.max()), "ess": ess,
-            "ess_share": ess / n, "rows": n}
+    return {
+        "p50": float(q[0]),
+        "p90": float(q[1]),
+        "p99": float(q[2]),
+        "max": float(w.max()),
+        "ess": ess,
+        "ess_share": ess / n,
+        "rows": n,
+    }

@@ -93,8 +93,10 @@ def expose(arm: Servable, requests: Sequence[Request], uniforms: Sequence[float]
     out = []
     for (user, _, cands), p, u in zip(requests, arm.propensities(requests), uniforms, strict=True):
         if len(p) != len(cands) or not np.all(p > 0) or abs(float(np.sum(p)) - 1.0) > 1e-6:
-            raise ValueError(f"arm {arm.name} (version {arm.model_version}), user {user}: exposure distribution "
-                             f"breaks the rule 'one probability > 0 per candidate, summing to 1'")
+            raise ValueError(
+                f"arm {arm.name} (version {arm.model_version}), user {user}: exposure distribution "
+                f"breaks the rule 'one probability > 0 per candidate, summing to 1'"
+            )
         j = sample_index(p, u)
         out.append(Exposure(int(cands[j]), float(p[j]), arm.logging_policy, str(arm.model_version)))
     return out

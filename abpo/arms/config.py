@@ -11,12 +11,16 @@ class PopularityArmConfig:
     """Block ``arms.popularity``: every field but ``temperature`` is a parameter of the ranker (abpo.baselines)."""
 
     temperature: float = field(
-        default=0.5, metadata={"gt": 0, "help": "popularity arm: exposure ~ softmax(log(1 + count) / T) over the candidates."}
+        default=0.5,
+        metadata={"gt": 0, "help": "popularity arm: exposure ~ softmax(log(1 + count) / T) over the candidates."},
     )
     window: int = field(
         default=0,
-        metadata={"min": 0, "help": "popularity arm: count only each user's last N interactions and clicks to date (a rolling "
-                          "window); 0 = all of them."},
+        metadata={
+            "min": 0,
+            "help": "popularity arm: count only each user's last N interactions and clicks to date (a rolling "
+            "window); 0 = all of them.",
+        },
     )
 
 
@@ -25,7 +29,8 @@ class MLRetrainArmConfig:
     """Block ``arms.ml_retrain``: every field but ``temperature`` is a parameter of the ranker (abpo.baselines)."""
 
     temperature: float = field(
-        default=0.1, metadata={"gt": 0, "help": "ml_retrain arm: exposure ~ softmax(ALS score / T) over the candidates."}
+        default=0.1,
+        metadata={"gt": 0, "help": "ml_retrain arm: exposure ~ softmax(ALS score / T) over the candidates."},
     )
     iterations: int = field(default=15, metadata={"min": 1, "help": "ml_retrain arm: ALS iterations per refit."})
 
@@ -40,85 +45,127 @@ class ArmsConfig:
     ml_retrain: MLRetrainArmConfig = field(default_factory=MLRetrainArmConfig)
     replay_months: int = field(
         default=0,
-        metadata={"min": 0, "help": "LLM arms: also train on the arm's logs of this many months before the current one "
-                          "(0 = the current month only: each month's update starts from the champion)."},
+        metadata={
+            "min": 0,
+            "help": "LLM arms: also train on the arm's logs of this many months before the current one "
+            "(0 = the current month only: each month's update starts from the champion).",
+        },
     )
     min_rows_per_stratum: int = field(
         default=4,
-        metadata={"min": 1, "help": "LLM arms: a month with fewer positive or no-response rows than this is not updated (the "
-                          "arm keeps its champion; the DAG marks the arm's update skipped)."},
+        metadata={
+            "min": 1,
+            "help": "LLM arms: a month with fewer positive or no-response rows than this is not updated (the "
+            "arm keeps its champion; the DAG marks the arm's update skipped).",
+        },
     )
     gate_metric: str = field(
         default="HR@5",
-        metadata={"help": "Offline gate metric, HR@K or NDCG@K: compared user by user (challenger - champion) on the "
-                          "gate's held-out users (docs/gate.md)."},
+        metadata={
+            "help": "Offline gate metric, HR@K or NDCG@K: compared user by user (challenger - champion) on the "
+            "gate's held-out users (docs/gate.md)."
+        },
     )
     gate_margin: float = field(
         default=0.02,
-        metadata={"help": "Offline gate (paired non-inferiority, docs/gate.md): the challenger passes when the one-sided "
-                          "(1 - arms.gate_alpha) lower confidence bound of its per-user metric minus the champion's, on "
-                          "the same users, is > -margin (absolute: 0.02 = 2 points of HR@5)."},
+        metadata={
+            "help": "Offline gate (paired non-inferiority, docs/gate.md): the challenger passes when the one-sided "
+            "(1 - arms.gate_alpha) lower confidence bound of its per-user metric minus the champion's, on "
+            "the same users, is > -margin (absolute: 0.02 = 2 points of HR@5)."
+        },
     )
     gate_alpha: float = field(
         default=0.025,
-        metadata={"gt": 0, "lt": 0.5, "help": "Offline gate: the one-sided level of the paired non-inferiority test, in (0, 0.5)."},
+        metadata={
+            "gt": 0,
+            "lt": 0.5,
+            "help": "Offline gate: the one-sided level of the paired non-inferiority test, in (0, 0.5).",
+        },
     )
     gate_power: float = field(
         default=0.8,
-        metadata={"gt": 0, "lt": 1, "help": "Offline gate: the power at which the gate reports the minimum detectable difference (MDE) "
-                          "of the paired test beside its verdict, in (0, 1); it does not change the decision."},
+        metadata={
+            "gt": 0,
+            "lt": 1,
+            "help": "Offline gate: the power at which the gate reports the minimum detectable difference (MDE) "
+            "of the paired test beside its verdict, in (0, 1); it does not change the decision.",
+        },
     )
     gate_ope_margin: float = field(
         default=0.05,
-        metadata={"help": "Off-policy gate (non-inferiority): the challenger passes when the lower bound of the "
-                          "bootstrap interval of its SNIPS CTR minus the champion's, on the arm's month logs, is at "
-                          "least -margin (absolute CTR; 0.05 = 5 points). A negative value disables this check."},
+        metadata={
+            "help": "Off-policy gate (non-inferiority): the challenger passes when the lower bound of the "
+            "bootstrap interval of its SNIPS CTR minus the champion's, on the arm's month logs, is at "
+            "least -margin (absolute CTR; 0.05 = 5 points). A negative value disables this check."
+        },
     )
-    gate_ope_bootstrap: int = field(default=2000, metadata={"min": 1, "help": "Bootstrap resamples of the off-policy gate."})
+    gate_ope_bootstrap: int = field(
+        default=2000, metadata={"min": 1, "help": "Bootstrap resamples of the off-policy gate."}
+    )
     gate_max_users: int = field(
-        default=0, metadata={"min": 0, "help": "Held-out users the gate scores (seeded choice; more than there are = all of them); "
-                                  "0 = sft.eval_max_users."}
+        default=0,
+        metadata={
+            "min": 0,
+            "help": "Held-out users the gate scores (seeded choice; more than there are = all of them); "
+            "0 = sft.eval_max_users.",
+        },
     )
     gate_users: str = field(
         default="dataset",
-        metadata={"help": "Whose held-out users the offline gate scores: dataset = the configured dataset's offline "
-                          "construction (target x_{T+N}); warehouse = your own users, the arms.gate_holdout_fraction "
-                          "slice of the warehouse's interactions through the gated month (target: each one's last "
-                          "interaction, candidates drawn as data.eval_*), whose impressions then never enter an LLM "
-                          "update."},
+        metadata={
+            "help": "Whose held-out users the offline gate scores: dataset = the configured dataset's offline "
+            "construction (target x_{T+N}); warehouse = your own users, the arms.gate_holdout_fraction "
+            "slice of the warehouse's interactions through the gated month (target: each one's last "
+            "interaction, candidates drawn as data.eval_*), whose impressions then never enter an LLM "
+            "update."
+        },
     )
     gate_holdout_fraction: float = field(
         default=0.1,
-        metadata={"gt": 0, "lt": 1, "help": "gate_users=warehouse: the share of users held out for the gate, by a seeded stable hash "
-                          "(sha256(\"<seed>:gate:<user>\") / 2^64 < share): in (0, 1)."},
+        metadata={
+            "gt": 0,
+            "lt": 1,
+            "help": "gate_users=warehouse: the share of users held out for the gate, by a seeded stable hash "
+            '(sha256("<seed>:gate:<user>") / 2^64 < share): in (0, 1).',
+        },
     )
     update_logs: str = field(
         default="all",
-        metadata={"help": "Whose logs an LLM arm's month update trains on: all = the month's clean impressions of "
-                          "every arm in arms.names (each row's e0 is the propensity its arm logged: softmax(s/tau) "
-                          "of an LLM arm, softmax(score/T) of a ranker; w = e_old/e0 is a real importance weight); "
-                          "own = only the arm's own rows (logged by the champion it starts from: w = 1). Rows whose "
-                          "propensity cannot be trusted (missing, <= 0, > 1, not finite, below data.min_propensity) "
-                          "or of an arm not in arms.names are refused, naming arm, month, impression and rule."},
+        metadata={
+            "help": "Whose logs an LLM arm's month update trains on: all = the month's clean impressions of "
+            "every arm in arms.names (each row's e0 is the propensity its arm logged: softmax(s/tau) "
+            "of an LLM arm, softmax(score/T) of a ranker; w = e_old/e0 is a real importance weight); "
+            "own = only the arm's own rows (logged by the champion it starts from: w = 1). Rows whose "
+            "propensity cannot be trusted (missing, <= 0, > 1, not finite, below data.min_propensity) "
+            "or of an arm not in arms.names are refused, naming arm, month, impression and rule."
+        },
     )
     update_max_examples: int = field(
-        default=0, metadata={"min": 0, "help": "Logged rows per LLM-arm update (seeded, proportional); 0 = update.max_examples."}
+        default=0,
+        metadata={"min": 0, "help": "Logged rows per LLM-arm update (seeded, proportional); 0 = update.max_examples."},
     )
     gate_max_top_weight_share: float = field(
         default=0.5,
-        metadata={"help": "Off-policy gate: the challenger fails (closed) when its largest SNIPS weights (the top "
-                          "arms.gate_top_weight_fraction of the arm's month rows, at least one) carry more than this "
-                          "share of the total weight (a few rows with impossible or tiny logged propensities decide "
-                          "the estimate); 1 disables."},
+        metadata={
+            "help": "Off-policy gate: the challenger fails (closed) when its largest SNIPS weights (the top "
+            "arms.gate_top_weight_fraction of the arm's month rows, at least one) carry more than this "
+            "share of the total weight (a few rows with impossible or tiny logged propensities decide "
+            "the estimate); 1 disables."
+        },
     )
     gate_top_weight_fraction: float = field(
         default=0.01,
-        metadata={"help": "Off-policy gate: the share of rows whose weights arms.gate_max_top_weight_share caps "
-                          "(k = max(1, ceil(fraction * n)) largest weights)."},
+        metadata={
+            "help": "Off-policy gate: the share of rows whose weights arms.gate_max_top_weight_share caps "
+            "(k = max(1, ceil(fraction * n)) largest weights)."
+        },
     )
     gate_min_ess: float = field(
         default=10.0,
-        metadata={"min": 0, "help": "Off-policy gate: the challenger fails (closed) when the effective sample size of its SNIPS "
-                          "weights on the arm's month logs is below this, or when the estimate is not finite; an "
-                          "interval from fewer effective rows says nothing."},
+        metadata={
+            "min": 0,
+            "help": "Off-policy gate: the challenger fails (closed) when the effective sample size of its SNIPS "
+            "weights on the arm's month logs is below this, or when the estimate is not finite; an "
+            "interval from fewer effective rows says nothing.",
+        },
     )

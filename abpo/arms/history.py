@@ -58,9 +58,18 @@ class Entry:
         return self.action in MOVES and self.from_version != self.to_version
 
     def to_json(self) -> dict[str, Any]:
-        return {"seq": self.seq, "arm": self.arm, "action": self.action, "actor": self.actor, "at": self.at,
-                "from": self.from_version, "to": self.to_version, "reason": self.reason, "verdict": self.verdict,
-                "month": self.month}
+        return {
+            "seq": self.seq,
+            "arm": self.arm,
+            "action": self.action,
+            "actor": self.actor,
+            "at": self.at,
+            "from": self.from_version,
+            "to": self.to_version,
+            "reason": self.reason,
+            "verdict": self.verdict,
+            "month": self.month,
+        }
 
 
 def os_actor() -> str:
@@ -97,7 +106,9 @@ def read(client, arm: str, experiment: str = EXPERIMENT) -> list[Entry]:
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         return []
-    runs = [r for r in runs_of(client, exp.experiment_id, arm) if r.info.status == "FINISHED" and "seq" in r.data.params]
+    runs = [
+        r for r in runs_of(client, exp.experiment_id, arm) if r.info.status == "FINISHED" and "seq" in r.data.params
+    ]
     return sorted((_entry(r) for r in runs), key=lambda e: e.seq)
 
 
@@ -106,8 +117,9 @@ def runs_of(client, experiment_id: str, arm: str) -> list:
     exp = experiment_id
     out, token = [], None
     while True:
-        page = client.search_runs([exp], filter_string=f"tags.`{ARM_TAG}` = '{names.check_arm(arm)}'",
-                                  max_results=1000, page_token=token)
+        page = client.search_runs(
+            [exp], filter_string=f"tags.`{ARM_TAG}` = '{names.check_arm(arm)}'", max_results=1000, page_token=token
+        )
         out.extend(page)
         token = page.token
         if not token:
@@ -116,9 +128,19 @@ def runs_of(client, experiment_id: str, arm: str) -> list:
 
 def _entry(run) -> Entry:
     p = run.data.params
-    return Entry(seq=int(p["seq"]), arm=p["arm"], action=p["action"], actor=p["actor"], at=p["at"],
-                 from_version=p.get("from", ""), to_version=p.get("to", ""), reason=p.get("reason", ""),
-                 verdict=p.get("verdict", ""), month=p.get("month", ""), run_id=run.info.run_id)
+    return Entry(
+        seq=int(p["seq"]),
+        arm=p["arm"],
+        action=p["action"],
+        actor=p["actor"],
+        at=p["at"],
+        from_version=p.get("from", ""),
+        to_version=p.get("to", ""),
+        reason=p.get("reason", ""),
+        verdict=p.get("verdict", ""),
+        month=p.get("month", ""),
+        run_id=run.info.run_id,
+    )
 
 
 def entries(cfg, arm: str) -> list[Entry]:
@@ -132,8 +154,18 @@ def last_move(cfg, arm: str) -> Entry | None:
     return moves[-1] if moves else None
 
 
-def begin(cfg, arm: str, *, action: str, actor: str, from_version: str, to_version: str, reason: str = "",
-          verdict: str = "", month: str = "") -> str:
+def begin(
+    cfg,
+    arm: str,
+    *,
+    action: str,
+    actor: str,
+    from_version: str,
+    to_version: str,
+    reason: str = "",
+    verdict: str = "",
+    month: str = "",
+) -> str:
     """Write entry number (last + 1) as pending (a RUNNING run with every field logged); returns its run id. Call
     only under the arm's promotion lock."""
     if action not in ACTIONS:
@@ -141,14 +173,25 @@ def begin(cfg, arm: str, *, action: str, actor: str, from_version: str, to_versi
     client = _client(cfg)
     seqs = [int(r.data.params["seq"]) for r in _runs(cfg, arm) if "seq" in r.data.params]
     seq = max(seqs, default=0) + 1
-    run = client.create_run(_experiment_id(cfg), run_name=f"{arm}-{seq:05d}-{action}",
-                            tags={ARM_TAG: arm, SEQ_TAG: str(seq), STATE_TAG: "pending"})
+    run = client.create_run(
+        _experiment_id(cfg),
+        run_name=f"{arm}-{seq:05d}-{action}",
+        tags={ARM_TAG: arm, SEQ_TAG: str(seq), STATE_TAG: "pending"},
+    )
     from mlflow.entities import Param
 
-    fields = {"seq": str(seq), "arm": arm, "action": action, "actor": actor or "unknown",
-              "at": datetime.now(UTC).isoformat(timespec="seconds"), "from": str(from_version or ""),
-              "to": str(to_version or ""), "reason": (reason or "")[:5900], "verdict": (verdict or "")[:5900],
-              "month": str(month or "")}
+    fields = {
+        "seq": str(seq),
+        "arm": arm,
+        "action": action,
+        "actor": actor or "unknown",
+        "at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "from": str(from_version or ""),
+        "to": str(to_version or ""),
+        "reason": (reason or "")[:5900],
+        "verdict": (verdict or "")[:5900],
+        "month": str(month or ""),
+    }
     client.log_batch(run.info.run_id, params=[Param(k, v) for k, v in fields.items()])
     return run.info.run_id
 

@@ -24,8 +24,16 @@ from abpo.months import Month
 class LLMArm(Arm):
     kind: ClassVar[str] = LLM
 
-    def __init__(self, name: str, model, tokenizer, titles: Mapping[int, str], policy_cfg, model_version: str,
-                 variant: str | None = None):
+    def __init__(
+        self,
+        name: str,
+        model,
+        tokenizer,
+        titles: Mapping[int, str],
+        policy_cfg,
+        model_version: str,
+        variant: str | None = None,
+    ):
         self.name = name
         self.variant = variant
         self.model, self.tokenizer = model, tokenizer
@@ -40,8 +48,9 @@ class LLMArm(Arm):
         return float(cfg.policy.tau)
 
     @classmethod
-    def from_dir(cls, name: str, model_dir: str | Path, cfg, dataset, model_version: str,
-                 variant: str | None = None) -> LLMArm:
+    def from_dir(
+        cls, name: str, model_dir: str | Path, cfg, dataset, model_version: str, variant: str | None = None
+    ) -> LLMArm:
         from abpo.policy.model import load_policy
 
         model, tok = load_policy(dataclasses.replace(cfg.policy, model=str(model_dir)), cfg.paths, dataset=dataset)
@@ -65,26 +74,37 @@ class LLMArm(Arm):
         return registry.log_model_dir(local_dir, policy_cfg=cfg.policy)
 
     @classmethod
-    def refresh(cls, name: str, cfg, *, month: Month, parent_dir: Path, months: Sequence[str], strata,
-                run_tags: dict[str, str]) -> Any:
+    def refresh(
+        cls, name: str, cfg, *, month: Month, parent_dir: Path, months: Sequence[str], strata, run_tags: dict[str, str]
+    ) -> Any:
         """The arm's variant, trained from ``parent_dir`` (its champion) on ``strata`` (positive, no-response: its
         own logs of ``months``), saved under ``models/arms/<arm>/<month>``; returns abpo.train.update's result.
         Every month starts afresh from the champion (no resume) and keeps the merged model, which serving loads;
         ``arms.update_max_examples`` caps the rows."""
         from abpo.train.update import UpdateRun, run_update
 
-        u = dataclasses.replace(cfg.update, resume=False, save_merged=True,
-                                max_examples=cfg.arms.update_max_examples or cfg.update.max_examples)
-        run = UpdateRun(variant=entry(name).refreshed_by, arm=name, months=tuple(months), init_model=parent_dir,
-                        output=Path("arms") / name / month)
+        u = dataclasses.replace(
+            cfg.update,
+            resume=False,
+            save_merged=True,
+            max_examples=cfg.arms.update_max_examples or cfg.update.max_examples,
+        )
+        run = UpdateRun(
+            variant=entry(name).refreshed_by,
+            arm=name,
+            months=tuple(months),
+            init_model=parent_dir,
+            output=Path("arms") / name / month,
+        )
         return run_update(dataclasses.replace(cfg, update=u), run, progress=False, strata=strata, run_tags=run_tags)
 
     def propensities(self, requests: Sequence) -> list[np.ndarray]:
         from abpo.data.candidates import Example
         from abpo.policy.scoring import candidate_propensities, score_examples
 
-        examples = [Example(f"{u}:{len(h)}", int(u), list(map(int, h)), list(map(int, c)), int(c[0]))
-                    for u, h, c in requests]  # `positive` is not read when scoring
+        examples = [
+            Example(f"{u}:{len(h)}", int(u), list(map(int, h)), list(map(int, c)), int(c[0])) for u, h, c in requests
+        ]  # `positive` is not read when scoring
         scored = score_examples(self.model, self.tokenizer, examples, self.titles, self.policy)
         return [candidate_propensities(s.scores, self.policy.tau).double().numpy() for s in scored]
 
@@ -97,5 +117,6 @@ class HoldbackArm(LLMArm):
 
     @classmethod
     def refresh(cls, name: str, cfg, **inputs: Any) -> Any:
-        raise RuntimeError(f"arm {name}: a holdback arm is never refreshed; rule: its champion stays pi_init "
-                           "(abpo.monthly.hold)")
+        raise RuntimeError(
+            f"arm {name}: a holdback arm is never refreshed; rule: its champion stays pi_init (abpo.monthly.hold)"
+        )

@@ -28,13 +28,16 @@ class ArmEntry:
     #                    holdback: "none", variant (A), no update
 
 
-ARMS: dict[str, ArmEntry] = {e.name: e for e in (
-    ArmEntry("abpo", "abpo.arms.llm:LLMArm", LLM, "abpo"),
-    ArmEntry("grpo", "abpo.arms.llm:LLMArm", LLM, "grpo"),
-    ArmEntry("ml_retrain", "abpo.arms.rankers:RankerArm", RANKER, "ml_retrain"),
-    ArmEntry("popularity", "abpo.arms.rankers:RankerArm", RANKER, "popularity"),
-    ArmEntry("holdback", "abpo.arms.llm:HoldbackArm", HOLDBACK, "none"),
-)}
+ARMS: dict[str, ArmEntry] = {
+    e.name: e
+    for e in (
+        ArmEntry("abpo", "abpo.arms.llm:LLMArm", LLM, "abpo"),
+        ArmEntry("grpo", "abpo.arms.llm:LLMArm", LLM, "grpo"),
+        ArmEntry("ml_retrain", "abpo.arms.rankers:RankerArm", RANKER, "ml_retrain"),
+        ArmEntry("popularity", "abpo.arms.rankers:RankerArm", RANKER, "popularity"),
+        ArmEntry("holdback", "abpo.arms.llm:HoldbackArm", HOLDBACK, "none"),
+    )
+}
 LLM_ARMS = tuple(n for n, e in ARMS.items() if e.kind == LLM)
 RANKER_ARMS = tuple(n for n, e in ARMS.items() if e.kind == RANKER)
 HOLDBACK_ARMS = tuple(n for n, e in ARMS.items() if e.kind == HOLDBACK)

@@ -85,15 +85,19 @@ def promotion_lock(cfg, arm: str, *, wait_s: float | None = None, ttl_s: float |
     held = None
     while True:
         try:
-            client.create_registered_model(name, tags={"owner": token, "lease": "0"},
-                                           description=f"promotion lock of arm {arm} (abpo.arms.versions)")
+            client.create_registered_model(
+                name,
+                tags={"owner": token, "lease": "0"},
+                description=f"promotion lock of arm {arm} (abpo.arms.versions)",
+            )
             break
         except MlflowException as e:
             if getattr(e, "error_code", "") != "RESOURCE_ALREADY_EXISTS":  # e.g. SQLite busy under contention
                 if time.monotonic() > deadline:
                     raise registry.RegistryUnavailable(
                         f"MLflow registry {uri}: could not take the promotion lock {name!r} "
-                        f"({getattr(e, 'error_code', '')}: {str(e)[:300]})") from e
+                        f"({getattr(e, 'error_code', '')}: {str(e)[:300]})"
+                    ) from e
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
                 continue
@@ -112,9 +116,11 @@ def promotion_lock(cfg, arm: str, *, wait_s: float | None = None, ttl_s: float |
         except MlflowException:
             continue  # released in between: try again at once
         if time.monotonic() > deadline:
-            raise PromotionRace(f"{model_name(arm, cfg)}: another promotion holds the lock {name!r} (owner "
-                                f"{(held.tags or {}).get('owner', '?')}) for more than {wait_s:g} s; nothing promoted "
-                                "(retry when it has finished)")
+            raise PromotionRace(
+                f"{model_name(arm, cfg)}: another promotion holds the lock {name!r} (owner "
+                f"{(held.tags or {}).get('owner', '?')}) for more than {wait_s:g} s; nothing promoted "
+                "(retry when it has finished)"
+            )
         time.sleep(delay)
         delay = min(delay * 2, 1.0)
     _held[name] = token
@@ -146,8 +152,10 @@ def touch_lock(cfg, arm: str) -> None:
         held = None
     tags = (held.tags or {}) if held is not None else {}
     if token is None or tags.get("owner") != token:
-        raise PromotionRace(f"{model_name(arm, cfg)}: the promotion lock {name!r} is no longer this process's (taken over "
-                            "by another promotion after its TTL); nothing moved")
+        raise PromotionRace(
+            f"{model_name(arm, cfg)}: the promotion lock {name!r} is no longer this process's (taken over "
+            "by another promotion after its TTL); nothing moved"
+        )
     client.set_registered_model_tag(name, "lease", str(int(tags.get("lease", "0") or 0) + 1))
 
 
@@ -182,8 +190,9 @@ def _set_pin(cfg, arm: str, version: str, actor: str, reason: str) -> None:
 
     registry.configure(cfg)
     at = datetime.now(UTC).isoformat(timespec="seconds")
-    MlflowClient().set_registered_model_tag(model_name(arm, cfg), PIN_TAG,
-                                            f"{version}|{actor}|{at}|{reason}".replace("\n", " ")[:4900])
+    MlflowClient().set_registered_model_tag(
+        model_name(arm, cfg), PIN_TAG, f"{version}|{actor}|{at}|{reason}".replace("\n", " ")[:4900]
+    )
 
 
 def pin(cfg, arm: str, *, reason: str = "", actor: str = "") -> dict[str, str]:
@@ -197,8 +206,7 @@ def pin(cfg, arm: str, *, reason: str = "", actor: str = "") -> dict[str, str]:
         _settle(cfg, arm, cur)
         _record_hand_move(cfg, arm, cur, month="")
         _set_pin(cfg, arm, cur, actor, reason or "pinned")
-        history.record(cfg, arm, action="pin", actor=actor, from_version=cur, to_version=cur,
-                       reason=reason or "pinned")
+        history.record(cfg, arm, action="pin", actor=actor, from_version=cur, to_version=cur, reason=reason or "pinned")
     return {"arm": arm, "champion": cur, "pinned": "true"}
 
 
@@ -213,8 +221,15 @@ def unpin(cfg, arm: str, *, reason: str = "", actor: str = "") -> dict[str, str]
         if was is None:
             return {"arm": arm, "champion": cur, "pinned": "false"}
         MlflowClient().delete_registered_model_tag(model_name(arm, cfg), PIN_TAG)
-        history.record(cfg, arm, action="unpin", actor=actor, from_version=cur, to_version=cur,
-                       reason=reason or f"unpinned (pinned by {was['actor']} at {was['at']})")
+        history.record(
+            cfg,
+            arm,
+            action="unpin",
+            actor=actor,
+            from_version=cur,
+            to_version=cur,
+            reason=reason or f"unpinned (pinned by {was['actor']} at {was['at']})",
+        )
     return {"arm": arm, "champion": cur, "pinned": "false"}
 
 
@@ -238,16 +253,35 @@ def _record_hand_move(cfg, arm: str, cur: str, *, month: str) -> history.Entry |
     last = history.last_move(cfg, arm)
     if last is None:
         if cur:
-            history.record(cfg, arm, action="baseline", actor="abpo", from_version="", to_version=cur,
-                           reason="history started: champion as found", month=month)
+            history.record(
+                cfg,
+                arm,
+                action="baseline",
+                actor="abpo",
+                from_version="",
+                to_version=cur,
+                reason="history started: champion as found",
+                month=month,
+            )
         return None
     if not cur or last.to_version == cur:
         return None
     where = f"the start of month {month}" if month else "the next governance step"
-    why = (f"champion alias moved outside abpo (v{last.to_version} -> v{cur}, by hand in MLflow: actor unknown), "
-           f"detected at {where}; pinned until `abpo arms unpin`")
-    entry = history.record(cfg, arm, action="mlflow-ui", actor="mlflow-ui", from_version=last.to_version,
-                           to_version=cur, reason=why, verdict=_verdict(cfg, arm, cur), month=month)
+    why = (
+        f"champion alias moved outside abpo (v{last.to_version} -> v{cur}, by hand in MLflow: actor unknown), "
+        f"detected at {where}; pinned until `abpo arms unpin`"
+    )
+    entry = history.record(
+        cfg,
+        arm,
+        action="mlflow-ui",
+        actor="mlflow-ui",
+        from_version=last.to_version,
+        to_version=cur,
+        reason=why,
+        verdict=_verdict(cfg, arm, cur),
+        month=month,
+    )
     if pinned(cfg, arm) is None or pinned(cfg, arm)["version"] != cur:
         _set_pin(cfg, arm, cur, "mlflow-ui", "moved by hand in MLflow")
     return entry
@@ -270,9 +304,19 @@ def _verdict(cfg, arm: str, version: str) -> str:
     return f"{v}: {tags.get('gate.reason', '')}"[:4900] if v else ""
 
 
-def promote(cfg, arm: str, version: str | int, *, expected_champion: str | int | None = None,
-            reason: str = "", actor: str = "", action: str = "promote", verdict: str = "", month: str = "",
-            respect_pin: bool = False) -> dict[str, str]:
+def promote(
+    cfg,
+    arm: str,
+    version: str | int,
+    *,
+    expected_champion: str | int | None = None,
+    reason: str = "",
+    actor: str = "",
+    action: str = "promote",
+    verdict: str = "",
+    month: str = "",
+    respect_pin: bool = False,
+) -> dict[str, str]:
     """Move the arm's ``champion`` alias to ``version``, recorded in the promotion history (abpo.arms.history:
     who, when, from, to, why, the gate's verdict) in one recorded step: the entry is written pending, the alias
     moves, then the version's tags (``promoted_from``, ``promoted_at``, ``promoted_reason``), then the entry is
@@ -288,62 +332,131 @@ def promote(cfg, arm: str, version: str | int, *, expected_champion: str | int |
     arm (abpo.arms.names.HOLDBACK) is never promoted: its champion stays pi_init (HoldbackNeverPromoted)."""
     name = model_name(arm, cfg)  # an unknown arm: NotInRegistry, one line
     if names.entry(arm).kind == names.HOLDBACK:
-        raise HoldbackNeverPromoted(f"{name}: arm {arm} is a holdback; rule: its champion stays "
-                                    f"pi_init, never promoted (version {version} refused)")
+        raise HoldbackNeverPromoted(
+            f"{name}: arm {arm} is a holdback; rule: its champion stays "
+            f"pi_init, never promoted (version {version} refused)"
+        )
     if get_version(cfg, arm, str(version)) is None:
         raise NotInRegistry(f"{name}: no version {version}; nothing promoted")
     with promotion_lock(cfg, arm):
-        return _promote_locked(cfg, arm, str(version), expected_champion=expected_champion, reason=reason,
-                               actor=actor or history.os_actor(), action=action,
-                               verdict=verdict or _verdict(cfg, arm, str(version)), month=month,
-                               respect_pin=respect_pin)
+        return _promote_locked(
+            cfg,
+            arm,
+            str(version),
+            expected_champion=expected_champion,
+            reason=reason,
+            actor=actor or history.os_actor(),
+            action=action,
+            verdict=verdict or _verdict(cfg, arm, str(version)),
+            month=month,
+            respect_pin=respect_pin,
+        )
 
 
-def _promote_locked(cfg, arm: str, version: str, *, expected_champion, reason: str, actor: str, action: str,
-                    verdict: str, month: str, respect_pin: bool) -> dict[str, str]:
+def _promote_locked(
+    cfg,
+    arm: str,
+    version: str,
+    *,
+    expected_champion,
+    reason: str,
+    actor: str,
+    action: str,
+    verdict: str,
+    month: str,
+    respect_pin: bool,
+) -> dict[str, str]:
     from datetime import UTC, datetime
 
     cur = _champion(cfg, arm)
     _settle(cfg, arm, cur)
     last = history.last_move(cfg, arm)
-    if cur == version and (expected_champion is None or (
-            last is not None and last.to_version == version and last.from_version == str(expected_champion))):
+    if cur == version and (
+        expected_champion is None
+        or (last is not None and last.to_version == version and last.from_version == str(expected_champion))
+    ):
         # already done (a retried promote task whose first attempt moved the alias, a rerun of a completed month):
         # nothing to move, nothing recorded
-        return {"arm": arm, "champion": cur, "previous": str(expected_champion or cur), "promoted": "true",
-                "already": "true"}
+        return {
+            "arm": arm,
+            "champion": cur,
+            "previous": str(expected_champion or cur),
+            "promoted": "true",
+            "already": "true",
+        }
     hand = _record_hand_move(cfg, arm, cur, month=month)
     if expected_champion is not None and cur != str(expected_champion):
         since = [e for e in history.entries(cfg, arm) if e.moved and e.to_version == cur]
-        how = (f" ({since[-1].action} by {since[-1].actor} at {since[-1].at}: {since[-1].reason[:200]})"
-               if since else "")
-        msg = (f"{model_name(arm, cfg)}: champion is v{cur or 'none'}, not the expected v{expected_champion}{how}; "
-               f"v{version} not promoted")
+        how = f" ({since[-1].action} by {since[-1].actor} at {since[-1].at}: {since[-1].reason[:200]})" if since else ""
+        msg = (
+            f"{model_name(arm, cfg)}: champion is v{cur or 'none'}, not the expected v{expected_champion}{how}; "
+            f"v{version} not promoted"
+        )
         if action == "gate":  # the month's promotion: its challenger was gated against a champion that no longer serves
-            history.record(cfg, arm, action="not-promoted", actor=actor, from_version=cur, to_version=cur,
-                           reason=f"champion moved during the month: {msg}"[:5900], verdict=verdict, month=month)
+            history.record(
+                cfg,
+                arm,
+                action="not-promoted",
+                actor=actor,
+                from_version=cur,
+                to_version=cur,
+                reason=f"champion moved during the month: {msg}"[:5900],
+                verdict=verdict,
+                month=month,
+            )
             raise ChampionMoved(msg + " (the champion moved since the month started; the next month starts from it)")
         raise PromotionRace(msg + " (look again and retry)")
     if cur == version:
         return {"arm": arm, "champion": cur, "previous": cur, "promoted": "true"}
     pin_now = pinned(cfg, arm) if respect_pin else None
     if pin_now is not None:
-        why = (f"pinned: not promoted (v{version} stays; champion v{cur} pinned by {pin_now['actor']} at "
-               f"{pin_now['at']}: {pin_now['reason']})" + (" — a hand move just recorded" if hand else ""))
-        history.record(cfg, arm, action="not-promoted", actor=actor, from_version=cur, to_version=cur,
-                       reason=why[:5900], verdict=verdict, month=month)
+        why = (
+            f"pinned: not promoted (v{version} stays; champion v{cur} pinned by {pin_now['actor']} at "
+            f"{pin_now['at']}: {pin_now['reason']})" + (" — a hand move just recorded" if hand else "")
+        )
+        history.record(
+            cfg,
+            arm,
+            action="not-promoted",
+            actor=actor,
+            from_version=cur,
+            to_version=cur,
+            reason=why[:5900],
+            verdict=verdict,
+            month=month,
+        )
         return {"arm": arm, "champion": cur, "previous": cur, "promoted": "false", "reason": why}
-    entry = history.begin(cfg, arm, action=action, actor=actor, from_version=cur, to_version=version,
-                          reason=reason or action, verdict=verdict, month=month)
+    entry = history.begin(
+        cfg,
+        arm,
+        action=action,
+        actor=actor,
+        from_version=cur,
+        to_version=version,
+        reason=reason or action,
+        verdict=verdict,
+        month=month,
+    )
     touch_lock(cfg, arm)  # still ours: nothing moves under a lock that was taken over
     set_alias(cfg, arm, registry.CHAMPION, version)
-    set_tags(cfg, arm, version, {"promoted_from": cur, "promoted_at": datetime.now(UTC).isoformat(timespec="seconds"),
-                                 "promoted_reason": reason or action, "promoted_by": actor})
+    set_tags(
+        cfg,
+        arm,
+        version,
+        {
+            "promoted_from": cur,
+            "promoted_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "promoted_reason": reason or action,
+            "promoted_by": actor,
+        },
+    )
     now = _champion(cfg, arm)
     if now != version:  # only a writer outside the lock can cause this
         history.finish(cfg, entry, ok=False, note=f"champion is v{now or 'none'} right after the move")
-        raise PromotionRace(f"{model_name(arm, cfg)}: champion is v{now or 'none'} right after moving it "
-                            f"to v{version}: something moved it without the promotion lock")
+        raise PromotionRace(
+            f"{model_name(arm, cfg)}: champion is v{now or 'none'} right after moving it "
+            f"to v{version}: something moved it without the promotion lock"
+        )
     history.finish(cfg, entry)
     return {"arm": arm, "champion": version, "previous": cur, "promoted": "true"}
 
@@ -368,17 +481,38 @@ def _rollback_locked(cfg, arm: str, *, reason: str, actor: str, now) -> dict[str
     _record_hand_move(cfg, arm, cur, month="")
     stack = history.champion_stack(history.entries(cfg, arm))
     if len(stack) < 2 or stack[-1] != cur:
-        raise NotInRegistry(f"{model_name(arm, cfg)}: champion v{cur} has no previous champion in the promotion history "
-                            f"(experiment {registry.experiment_name(cfg, history.EXPERIMENT)}): nothing to roll back to")
+        raise NotInRegistry(
+            f"{model_name(arm, cfg)}: champion v{cur} has no previous champion in the promotion history "
+            f"(experiment {registry.experiment_name(cfg, history.EXPERIMENT)}): nothing to roll back to"
+        )
     previous = stack[-2]
     if get_version(cfg, arm, previous) is None:
-        raise NotInRegistry(f"{model_name(arm, cfg)}: the previous champion v{previous} no longer exists in the registry "
-                            f"(deleted); nothing changed (promote another version with `abpo arms promote`)")
-    entry = history.begin(cfg, arm, action="rollback", actor=actor, from_version=cur, to_version=previous,
-                          reason=reason or "rollback", verdict=_verdict(cfg, arm, previous))
+        raise NotInRegistry(
+            f"{model_name(arm, cfg)}: the previous champion v{previous} no longer exists in the registry "
+            f"(deleted); nothing changed (promote another version with `abpo arms promote`)"
+        )
+    entry = history.begin(
+        cfg,
+        arm,
+        action="rollback",
+        actor=actor,
+        from_version=cur,
+        to_version=previous,
+        reason=reason or "rollback",
+        verdict=_verdict(cfg, arm, previous),
+    )
     touch_lock(cfg, arm)
     set_alias(cfg, arm, registry.CHAMPION, previous)
-    set_tags(cfg, arm, cur, {"rolled_back_at": now.isoformat(timespec="seconds"), "rolled_back_to": previous,
-                             "rolled_back_reason": reason or "rollback", "rolled_back_by": actor})
+    set_tags(
+        cfg,
+        arm,
+        cur,
+        {
+            "rolled_back_at": now.isoformat(timespec="seconds"),
+            "rolled_back_to": previous,
+            "rolled_back_reason": reason or "rollback",
+            "rolled_back_by": actor,
+        },
+    )
     history.finish(cfg, entry)
     return {"arm": arm, "champion": previous, "previous": cur}

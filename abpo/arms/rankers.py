@@ -73,6 +73,9 @@ class RankerArm(Arm):
         from abpo import registry
 
         temperature = json.loads((Path(local_dir) / ARM_FILE).read_text())["temperature"]
-        return registry.log_pyfunc(local_dir, loader_module="abpo.arms.serving",
-                                   signature=registry.ranker_signature(temperature),
-                                   packages=registry.RANKER_SERVING_PACKAGES)
+        return registry.log_pyfunc(
+            local_dir,
+            loader_module="abpo.arms.serving",
+            signature=registry.ranker_signature(temperature),
+            packages=registry.RANKER_SERVING_PACKAGES,
+        )

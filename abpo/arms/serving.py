@@ -26,8 +26,10 @@ class RankerModel:
         from abpo.baselines import softmax_propensities
 
         temperature = float((params or {}).get("temperature", self.temperature))
-        reqs = [(0, [int(i) for i in r.history_item_ids], [int(c) for c in r.candidate_ids])
-                for r in model_input.itertuples(index=False)]
+        reqs = [
+            (0, [int(i) for i in r.history_item_ids], [int(c) for c in r.candidate_ids])
+            for r in model_input.itertuples(index=False)
+        ]
         scores = self.ranker.score(reqs)
         ranked = [[int(c) for _, c in sorted(zip(-s, r[2]), key=lambda x: x[0])] for s, r in zip(scores, reqs)]
         props = [softmax_propensities(s, temperature).tolist() for s in scores]

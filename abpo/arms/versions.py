@@ -53,8 +53,9 @@ def code_version() -> str:
     sha = ""
     if CHECKOUT is not None:  # an installed wheel has no commit (and a venv inside some repository is not abpo's)
         try:
-            sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=CHECKOUT,
-                                 capture_output=True, text=True, timeout=10).stdout.strip()
+            sha = subprocess.run(
+                ["git", "rev-parse", "--short=12", "HEAD"], cwd=CHECKOUT, capture_output=True, text=True, timeout=10
+            ).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             sha = ""
     return f"abpo {abpo.__version__}" + (f" git {sha}" if sha else "")
@@ -90,11 +91,29 @@ def table_hash(*tables) -> str:
     return h.hexdigest()[:16]
 
 
-def lineage_tags(cfg, *, kind: str, source: str, parent_version: str | None, months: list[str], data_hash: str,
-                 variant: str = "", **extra: Any) -> dict[str, str]:
-    tags = {"kind": kind, "source": source, "parent_version": str(parent_version or ""), "months": ",".join(months),
-            "data_hash": data_hash, "config": cfg.name, "config_hash": config_hash(cfg), "seed": str(cfg.seed),
-            "code_version": code_version(), "variant": variant}
+def lineage_tags(
+    cfg,
+    *,
+    kind: str,
+    source: str,
+    parent_version: str | None,
+    months: list[str],
+    data_hash: str,
+    variant: str = "",
+    **extra: Any,
+) -> dict[str, str]:
+    tags = {
+        "kind": kind,
+        "source": source,
+        "parent_version": str(parent_version or ""),
+        "months": ",".join(months),
+        "data_hash": data_hash,
+        "config": cfg.name,
+        "config_hash": config_hash(cfg),
+        "seed": str(cfg.seed),
+        "code_version": code_version(),
+        "variant": variant,
+    }
     tags.update({k: str(v) for k, v in extra.items()})
     return tags
 
@@ -116,11 +135,13 @@ def get_version(cfg, arm: str, ref: str = registry.CHAMPION):
             return None
         raise registry.RegistryUnavailable(
             f"MLflow registry {uri}: could not read {ref!r} of model {name!r} "
-            f"({getattr(e, 'error_code', '')}: {str(e)[:300]})") from e
+            f"({getattr(e, 'error_code', '')}: {str(e)[:300]})"
+        ) from e
     except Exception as e:  # noqa: BLE001 - the store itself cannot be opened (a corrupt mlflow.db, a bad URI)
         raise registry.RegistryUnavailable(
             f"MLflow registry {uri}: could not read {ref!r} of model {name!r}: the store cannot be opened "
-            f"({type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''})") from e
+            f"({type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''})"
+        ) from e
 
 
 def log_arm_model(cfg, arm: str, local_dir: str | Path) -> str:
@@ -161,8 +182,16 @@ def orphaned_logged_models(cfg) -> list[dict[str, str]]:
                 status = "DELETED"
         if status == "RUNNING":
             continue
-        out.append({"model_id": lm.model_id, "name": lm.name, "run_id": lm.source_run_id or "", "run_status": status,
-                    "created": str(lm.creation_timestamp), "artifacts": str(lm.artifact_location)})
+        out.append(
+            {
+                "model_id": lm.model_id,
+                "name": lm.name,
+                "run_id": lm.source_run_id or "",
+                "run_status": status,
+                "created": str(lm.creation_timestamp),
+                "artifacts": str(lm.artifact_location),
+            }
+        )
     return sorted(out, key=lambda d: d["created"])
 
 
@@ -188,9 +217,15 @@ def register_version(cfg, arm: str, model_uri: str, run_id: str, tags: dict[str,
             cur = str(current.version) if current is not None else ""
             if cur != str(mv.version):
                 _settle(cfg, arm, cur)
-                entry = history.begin(cfg, arm, action="bootstrap" if (tags.get("source") in ("pi_init", "bootstrap"))
-                                      else "promote", actor="abpo", from_version=cur, to_version=str(mv.version),
-                                      reason=f"registered as champion ({tags.get('source', '')})")
+                entry = history.begin(
+                    cfg,
+                    arm,
+                    action="bootstrap" if (tags.get("source") in ("pi_init", "bootstrap")) else "promote",
+                    actor="abpo",
+                    from_version=cur,
+                    to_version=str(mv.version),
+                    reason=f"registered as champion ({tags.get('source', '')})",
+                )
                 client.set_registered_model_alias(name, alias, str(mv.version))
                 history.finish(cfg, entry)
     elif alias:
@@ -228,19 +263,28 @@ def local_dir(cfg, arm: str, version: str | int) -> Path:
             why = _cache_problem(dst, done)
             if why is None:
                 return dst / json.loads(done.read_text())["path"]
-            log.warning("%s: the cached copy of %s v%s fails its check (%s); downloading it again", dst,
-                        model_name(arm, cfg), version, why)
+            log.warning(
+                "%s: the cached copy of %s v%s fails its check (%s); downloading it again",
+                dst,
+                model_name(arm, cfg),
+                version,
+                why,
+            )
             if attempt == 2:
                 raise registry.ModelFilesDamaged(
                     f"{dst}: the copy of {model_name(arm, cfg)} v{version} downloaded again still fails its check "
-                    f"({why}); rule: a model is used only when its files match the registry's")
+                    f"({why}); rule: a model is used only when its files match the registry's"
+                )
         try:
             if dst.exists():
                 shutil.rmtree(dst)
             dst.mkdir(parents=True)
             path = registry.download_model_dir(cfg, str(version), dst=dst, name=model_name(arm, cfg))
-            files = {str(f.relative_to(dst)): {"size": f.stat().st_size, "sha256": _sha256(f)}
-                     for f in sorted(dst.rglob("*")) if f.is_file() and f != done}
+            files = {
+                str(f.relative_to(dst)): {"size": f.stat().st_size, "sha256": _sha256(f)}
+                for f in sorted(dst.rglob("*"))
+                if f.is_file() and f != done
+            }
             tmp = dst / ".complete.tmp"
             tmp.write_text(json.dumps({"path": str(path.relative_to(dst)), "files": files}))
             os.replace(tmp, done)
@@ -252,7 +296,8 @@ def local_dir(cfg, arm: str, version: str | int) -> Path:
             raise registry.ModelFilesDamaged(
                 f"{getattr(os_error, 'filename', None) or dst}: downloading {model_name(arm, cfg)} v{version} failed "
                 f"({os_error.strerror or os_error}); rule: {cfg.paths.resolve('models')} must be writable with free "
-                "space for the model's files; nothing was kept") from e
+                "space for the model's files; nothing was kept"
+            ) from e
     raise AssertionError("unreachable")
 
 
@@ -313,24 +358,32 @@ def load_arm(cfg, arm: str, dataset, ref: str = registry.CHAMPION):
     """The servable arm (abpo.arms.Arm) of the arm's version ``ref`` (default: its champion)."""
     mv = get_version(cfg, arm, ref)
     if mv is None:
-        raise LookupError(f"MLflow model {model_name(arm, cfg)}: no version {ref!r}; bootstrap the arms first "
-                          "(`abpo arms bootstrap`)")
-    return names.arm_class(arm).load(arm, local_dir(cfg, arm, mv.version), cfg, dataset=dataset,
-                                     model_version=str(mv.version))
+        raise LookupError(
+            f"MLflow model {model_name(arm, cfg)}: no version {ref!r}; bootstrap the arms first (`abpo arms bootstrap`)"
+        )
+    return names.arm_class(arm).load(
+        arm, local_dir(cfg, arm, mv.version), cfg, dataset=dataset, model_version=str(mv.version)
+    )
 
 
 def version_info(mv) -> dict[str, Any]:
     return {"version": str(mv.version), **dict(mv.tags or {})}
 
 
-
 # What the monthly steps (abpo.monthly) need of abpo.registry, through this module: their only door to MLflow.
 CHAMPION, CHALLENGER, TASK_KEY_TAG = registry.CHAMPION, registry.CHALLENGER, registry.TASK_KEY_TAG
 ModelFilesDamaged, RegistryUnavailable = registry.ModelFilesDamaged, registry.RegistryUnavailable
-configure, start_run, store_line, sqlite_path = registry.configure, registry.start_run, registry.store_line, \
-    registry.sqlite_path
-completed_task_run, record_task_result, task_result = registry.completed_task_run, registry.record_task_result, \
-    registry.task_result
+configure, start_run, store_line, sqlite_path = (
+    registry.configure,
+    registry.start_run,
+    registry.store_line,
+    registry.sqlite_path,
+)
+completed_task_run, record_task_result, task_result = (
+    registry.completed_task_run,
+    registry.record_task_result,
+    registry.task_result,
+)
 check_weights, redact_uri, download_model_dir = registry.check_weights, registry.redact_uri, registry.download_model_dir
 log_dataset_input, log_training_months = registry.log_dataset_input, registry.log_training_months
 log_model_metrics, model_metrics = registry.log_model_metrics, registry.model_metrics
@@ -342,10 +395,31 @@ registered_version = registry.get_version  # a version of any registered model b
 # importable from here (abpo.arms.versions.promote, .PromotionRace, ...), resolved when first used, so neither module
 # imports the other when it is loaded.
 _PROMOTION = (
-    'PromotionRace', 'ChampionMoved', 'HoldbackNeverPromoted', 'LOCK_PREFIX', 'LOCK_TTL_S', 'LOCK_WAIT_S', '_held',
-    '_lock_name', '_lease', 'promotion_lock', 'touch_lock', 'PIN_TAG', 'pinned', '_set_pin', 'pin', 'unpin',
-    '_champion', '_settle', '_record_hand_move', 'check_champion', '_verdict', 'promote', '_promote_locked',
-    'rollback', '_rollback_locked'
+    "PromotionRace",
+    "ChampionMoved",
+    "HoldbackNeverPromoted",
+    "LOCK_PREFIX",
+    "LOCK_TTL_S",
+    "LOCK_WAIT_S",
+    "_held",
+    "_lock_name",
+    "_lease",
+    "promotion_lock",
+    "touch_lock",
+    "PIN_TAG",
+    "pinned",
+    "_set_pin",
+    "pin",
+    "unpin",
+    "_champion",
+    "_settle",
+    "_record_hand_move",
+    "check_champion",
+    "_verdict",
+    "promote",
+    "_promote_locked",
+    "rollback",
+    "_rollback_locked",
 )
 
 

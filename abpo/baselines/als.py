@@ -23,8 +23,15 @@ class ALSRanker:
     name = "ml_retrain"
     DEFAULT_ITERATIONS = 15
 
-    def __init__(self, *, factors: int = 64, regularization: float = 0.05, alpha: float = 1.0,
-                 iterations: int = DEFAULT_ITERATIONS, seed: int = 0):
+    def __init__(
+        self,
+        *,
+        factors: int = 64,
+        regularization: float = 0.05,
+        alpha: float = 1.0,
+        iterations: int = DEFAULT_ITERATIONS,
+        seed: int = 0,
+    ):
         self.params = dict(factors=factors, regularization=regularization, alpha=alpha, iterations=iterations)
         self.seed = int(seed)
         self.model = None
@@ -56,8 +63,9 @@ class ALSRanker:
             raise ValueError(f"ALSRanker.fit: item ids {unknown[:5]} are not in the catalog")
         matrix = self._rows([sequences[u] for u in users])
         with threadpool_limits(1):  # one BLAS thread: deterministic, and what implicit asks for
-            self.model = AlternatingLeastSquares(**self.params, num_threads=1, random_state=self.seed,
-                                                 calculate_training_loss=False)
+            self.model = AlternatingLeastSquares(
+                **self.params, num_threads=1, random_state=self.seed, calculate_training_loss=False
+            )
             self.model.fit(matrix, show_progress=False)
         return self
 
@@ -83,8 +91,11 @@ class ALSRanker:
         if self.model is None:
             raise ValueError(f"save_ranker({out}): the ALS ranker is not fitted")
         self.model.save(str(out / "als.npz"))
-        return {"params": self.params, "seed": self.seed,
-                "item_ids": [i for i, _ in sorted(self.index.items(), key=lambda kv: kv[1])]}
+        return {
+            "params": self.params,
+            "seed": self.seed,
+            "item_ids": [i for i, _ in sorted(self.index.items(), key=lambda kv: kv[1])],
+        }
 
     @classmethod
     def load(cls, path: Path, meta: dict) -> ALSRanker:

@@ -29,8 +29,10 @@ class PopularityRanker:
         return self
 
     def score(self, requests) -> list[np.ndarray]:
-        return [np.log1p(np.array([self.counts.get(int(c), 0) for c in cands], dtype=np.float64))
-                for _, _, cands in requests]
+        return [
+            np.log1p(np.array([self.counts.get(int(c), 0) for c in cands], dtype=np.float64))
+            for _, _, cands in requests
+        ]
 
     def save(self, out: Path) -> dict:
         """Write nothing beside the metadata: the counts are small; returns the ``ranker.json`` fields."""

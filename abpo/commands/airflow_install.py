@@ -25,12 +25,14 @@ class InstallError(ValueError):
 
 def register(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
-        "airflow", help="Install the abpo_monthly DAG and the abpo UI plugin into an Airflow deployment.",
+        "airflow",
+        help="Install the abpo_monthly DAG and the abpo UI plugin into an Airflow deployment.",
         description="Airflow integration of abpo.",
     )
     asub = p.add_subparsers(dest="airflow_command", metavar="ACTION", required=True)
     i = asub.add_parser(
-        "install", parents=[common],
+        "install",
+        parents=[common],
         help="Copy abpo_monthly.py into --dags-folder and abpo_plugin.py into --plugins-folder.",
         description="Copy the DAG file abpo_monthly.py into the deployment's DAGs folder ([core] dags_folder) and the "
         "UI plugin abpo_plugin.py into its plugins folder ([core] plugins_folder); both folders must exist. A file "
@@ -38,10 +40,20 @@ def register(sub, common: argparse.ArgumentParser) -> None:
         "into the Python environment of the scheduler, DAG processor, API server and workers too, and set ABPO_CONFIG "
         "(preset name or YAML path) and ABPO_STATE (state directory) in their environment.",
     )
-    i.add_argument("--dags-folder", required=True, type=Path, metavar="DIR",
-                   help="The deployment's DAGs folder ([core] dags_folder, e.g. $AIRFLOW_HOME/dags).")
-    i.add_argument("--plugins-folder", required=True, type=Path, metavar="DIR",
-                   help="The deployment's plugins folder ([core] plugins_folder, e.g. $AIRFLOW_HOME/plugins).")
+    i.add_argument(
+        "--dags-folder",
+        required=True,
+        type=Path,
+        metavar="DIR",
+        help="The deployment's DAGs folder ([core] dags_folder, e.g. $AIRFLOW_HOME/dags).",
+    )
+    i.add_argument(
+        "--plugins-folder",
+        required=True,
+        type=Path,
+        metavar="DIR",
+        help="The deployment's plugins folder ([core] plugins_folder, e.g. $AIRFLOW_HOME/plugins).",
+    )
     i.set_defaults(handler=run_install)
 
 
@@ -49,18 +61,24 @@ def install(dags_folder: Path, plugins_folder: Path) -> list[tuple[Path, str]]:
     """Copy the two files; returns (destination, "installed" | "updated" | "unchanged") for each."""
     from abpo.paths import DAGS_DIR, PLUGINS_DIR
 
-    pairs = [(DAGS_DIR / DAG_FILE, dags_folder, "--dags-folder"), (PLUGINS_DIR / PLUGIN_FILE, plugins_folder,
-                                                                    "--plugins-folder")]
+    pairs = [
+        (DAGS_DIR / DAG_FILE, dags_folder, "--dags-folder"),
+        (PLUGINS_DIR / PLUGIN_FILE, plugins_folder, "--plugins-folder"),
+    ]
     for src, folder, flag in pairs:
         if not src.is_file():
             raise InstallError(f"{src}: abpo's own {src.name} is missing (a broken install of abpo)")
         if not folder.is_dir():
-            raise InstallError(f"{flag} {folder}: not an existing directory (rule: give the deployment's own folder, "
-                               "as its airflow.cfg names it)")
+            raise InstallError(
+                f"{flag} {folder}: not an existing directory (rule: give the deployment's own folder, "
+                "as its airflow.cfg names it)"
+            )
     done = []
     for src, folder, _ in pairs:
         dst = folder / src.name
-        state = "installed" if not dst.exists() else ("unchanged" if filecmp.cmp(src, dst, shallow=False) else "updated")
+        state = (
+            "installed" if not dst.exists() else ("unchanged" if filecmp.cmp(src, dst, shallow=False) else "updated")
+        )
         if state != "unchanged":
             shutil.copyfile(src, dst)
         done.append((dst, state))
@@ -77,6 +95,8 @@ def run_install(args: argparse.Namespace, cfg: Config) -> int:
         return 2
     for dst, state in done:
         print(f"{state:9s} {dst}")
-    print("Airflow's processes need abpo importable and, in their environment, ABPO_CONFIG (preset or YAML) and "
-          "ABPO_STATE (state directory); the DAG appears as abpo_monthly, the plugin under /abpo/.")
+    print(
+        "Airflow's processes need abpo importable and, in their environment, ABPO_CONFIG (preset or YAML) and "
+        "ABPO_STATE (state directory); the DAG appears as abpo_monthly, the plugin under /abpo/."
+    )
     return 0

@@ -42,7 +42,11 @@ def register(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--month", required=True, type=month_arg, help="Month to land, YYYY-MM.")
     p.add_argument("--n", type=int, default=100_000, help="Number of impressions (default 100000).")
     p.add_argument("--violation-rate", type=float, default=0.01, help="Share of rows breaking one rule (default 0.01).")
-    p.add_argument("--landing", default=None, help="Landing directory or object-store URI (s3://bucket/prefix; default: paths.landing).")
+    p.add_argument(
+        "--landing",
+        default=None,
+        help="Landing directory or object-store URI (s3://bucket/prefix; default: paths.landing).",
+    )
     p.set_defaults(handler=cmd_synth)
 
     p = dsub.add_parser(
@@ -51,7 +55,9 @@ def register(sub, common: argparse.ArgumentParser) -> None:
         help="Print impressions, clicks, users and CTR per arm and month from the warehouse.",
         description="Print sql/ctr_by_arm_month.sql over the clean impressions (all months, or --month ...).",
     )
-    p.add_argument("--month", action="append", type=month_arg, default=None, help="Restrict to this month (repeatable).")
+    p.add_argument(
+        "--month", action="append", type=month_arg, default=None, help="Restrict to this month (repeatable)."
+    )
     p.set_defaults(handler=cmd_ctr)
 
     p = dsub.add_parser(
@@ -65,9 +71,14 @@ def register(sub, common: argparse.ArgumentParser) -> None:
         "written into `impressions` by other means. --check compares it with the raw rows instead (a full "
         "scan) and exits 1 on any difference.",
     )
-    p.add_argument("--month", action="append", type=month_arg, default=None, help="Only this month (repeatable; default: all).")
-    p.add_argument("--check", action="store_true",
-                   help="Do not rebuild: compare the aggregate with the raw clean impressions, exit 1 if they differ.")
+    p.add_argument(
+        "--month", action="append", type=month_arg, default=None, help="Only this month (repeatable; default: all)."
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="Do not rebuild: compare the aggregate with the raw clean impressions, exit 1 if they differ.",
+    )
     p.set_defaults(handler=cmd_rebuild_aggregates)
 
     p = sub.add_parser(
@@ -83,17 +94,28 @@ def register(sub, common: argparse.ArgumentParser) -> None:
         "quarantined per rule. Exit code 1 if the files cannot be ingested or the audit refuses them.",
     )
     p.add_argument("--month", required=True, type=month_arg, help="Month to ingest, YYYY-MM.")
-    p.add_argument("--landing", default=None, help="Landing directory or object-store URI (s3://bucket/prefix; default: paths.landing).")
+    p.add_argument(
+        "--landing",
+        default=None,
+        help="Landing directory or object-store URI (s3://bucket/prefix; default: paths.landing).",
+    )
     p.add_argument("--no-validate", action="store_true", help="Skip the Great Expectations suite in the audit.")
-    p.add_argument("--force", action="store_true",
-                   help="Publish even when the month would shrink below data.ingest_min_keep_fraction (or to 0 rows).")
-    p.add_argument("--force-month-order", action="store_true",
-                   help="Ingest a month older than the last completed month that was never ingested (a backfill; "
-                   "refused otherwise: it would block the next month until its own cycle completes).")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="Publish even when the month would shrink below data.ingest_min_keep_fraction (or to 0 rows).",
+    )
+    p.add_argument(
+        "--force-month-order",
+        action="store_true",
+        help="Ingest a month older than the last completed month that was never ingested (a backfill; "
+        "refused otherwise: it would block the next month until its own cycle completes).",
+    )
     p.set_defaults(handler=cmd_ingest)
 
     p = sub.add_parser(
-        "restore-month", parents=[common],
+        "restore-month",
+        parents=[common],
         help="Put back the previous version of a month that a later ingest replaced.",
         description="Restore a replaced version of MONTH from impressions_history (default: the newest). The rows it "
         "replaces become a history version themselves, so a restore can be undone by restoring again. Without "
@@ -147,12 +169,23 @@ def cmd_prepare(args, cfg: Config) -> int:
     )
     out = cfg.paths.resolve("root") / "data" / "prepare_report.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({
-        "dataset": ds.name, "items": ds.catalog.num_rows, "interactions": ds.interactions.num_rows,
-        "loader_notes": ds.notes, "split": report.as_dict(), "skipped_users": report.skipped_users,
-        "sup_examples": len(sup), "bandit_requests": len(bandit), "eval_examples": len(ev),
-        "seed": cfg.data.seed,
-    }, indent=2))
+    out.write_text(
+        json.dumps(
+            {
+                "dataset": ds.name,
+                "items": ds.catalog.num_rows,
+                "interactions": ds.interactions.num_rows,
+                "loader_notes": ds.notes,
+                "split": report.as_dict(),
+                "skipped_users": report.skipped_users,
+                "sup_examples": len(sup),
+                "bandit_requests": len(bandit),
+                "eval_examples": len(ev),
+                "seed": cfg.data.seed,
+            },
+            indent=2,
+        )
+    )
     print(f"wrote {out}")
     return 0
 
@@ -165,8 +198,13 @@ def cmd_synth(args, cfg: Config) -> int:
     landing = args.landing or cfg.paths.location("landing")
     catalog = config_catalog(cfg)  # the ingest checks the items against it (item_not_in_catalog)
     table, injected = synthetic_impressions(
-        args.n, args.month, seed=cfg.data.seed, arms=tuple(cfg.data.known_arms), violation_rate=args.violation_rate,
-        item_ids=catalog, n_items=min(5_000, len(catalog)),
+        args.n,
+        args.month,
+        seed=cfg.data.seed,
+        arms=tuple(cfg.data.known_arms),
+        violation_rate=args.violation_rate,
+        item_ids=catalog,
+        n_items=min(5_000, len(catalog)),
     )
     path = write_impressions(table, landing, args.month, part="synthetic")
     print(f"wrote {table.num_rows} impressions to {path}; injected violations: {dict(injected) or 'none'}")
@@ -180,8 +218,9 @@ def cmd_ingest(args, cfg: Config) -> int:
     month = args.month  # checked by argparse (abpo.months.month_arg)
     require_month_order(cfg, str(month), force=args.force_month_order)  # MonthOutOfOrder: one line, exit 2
     try:
-        report, path = ingest_with_config(cfg, month, landing=args.landing, force=args.force,
-                                          validate=not args.no_validate)
+        report, path = ingest_with_config(
+            cfg, month, landing=args.landing, force=args.force, validate=not args.no_validate
+        )
     except IngestError as e:
         print(f"abpo ingest: {e}", file=sys.stderr)
         return 1
@@ -202,7 +241,9 @@ def cmd_ctr(args, cfg: Config) -> int:
         return 0
     print(f"{'month':8s} {'arm':12s} {'impressions':>12s} {'clicks':>9s} {'users':>8s} {'ctr':>8s}")
     for r in rows:
-        print(f"{r['month']:8s} {r['arm']:12s} {r['impressions']:>12d} {r['clicks']:>9d} {r['users']:>8d} {r['ctr']:>8.4f}")
+        print(
+            f"{r['month']:8s} {r['arm']:12s} {r['impressions']:>12d} {r['clicks']:>9d} {r['users']:>8d} {r['ctr']:>8.4f}"
+        )
     return 0
 
 
@@ -215,9 +256,11 @@ def cmd_rebuild_aggregates(args, cfg: Config) -> int:
         if args.check:
             diff = wh.check_aggregates(args.month).to_pylist()
             for r in diff:
-                print(f"{r['month']} {r['arm']}: raw users/impressions/clicks "
-                      f"{r['raw_users']}/{r['raw_impressions']}/{r['raw_clicks']}, aggregate "
-                      f"{r['aggregate_users']}/{r['aggregate_impressions']}/{r['aggregate_clicks']}")
+                print(
+                    f"{r['month']} {r['arm']}: raw users/impressions/clicks "
+                    f"{r['raw_users']}/{r['raw_impressions']}/{r['raw_clicks']}, aggregate "
+                    f"{r['aggregate_users']}/{r['aggregate_impressions']}/{r['aggregate_clicks']}"
+                )
             scope = ", ".join(args.month) if args.month else "all months"
             print(f"user_month_stats {'differs from' if diff else 'matches'} the clean impressions ({scope})")
             return 1 if diff else 0

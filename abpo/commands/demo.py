@@ -54,7 +54,6 @@ def _plain(v: Any) -> Any:
     return v
 
 
-
 # ------------------------------------------------------------------------------------------------ the steps
 
 
@@ -110,15 +109,17 @@ def airflow_env(cfg: Config, config_ref: str) -> dict[str, str]:
     from abpo.paths import DAGS_DIR, PLUGINS_DIR
 
     ref = preset_path(config_ref)
-    env = {**os.environ,
-           "AIRFLOW_HOME": str(cfg.paths.resolve("root") / "airflow"),
-           "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS_DIR),
-           "AIRFLOW__CORE__PLUGINS_FOLDER": str(PLUGINS_DIR),
-           "AIRFLOW__CORE__LOAD_EXAMPLES": "false",
-           "ABPO_CONFIG": str(ref.resolve()) if ref.exists() else config_ref,
-           "ABPO_STATE": str(cfg.paths.resolve("root")),
-           "ABPO_TASK_RETRIES": "0",
-           "ABPO_CONSOLE_PREFIX": TASK_LINE}
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(cfg.paths.resolve("root") / "airflow"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS_DIR),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(PLUGINS_DIR),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "false",
+        "ABPO_CONFIG": str(ref.resolve()) if ref.exists() else config_ref,
+        "ABPO_STATE": str(cfg.paths.resolve("root")),
+        "ABPO_TASK_RETRIES": "0",
+        "ABPO_CONSOLE_PREFIX": TASK_LINE,
+    }
     if cfg.paths.mlflow_tracking_uri:
         env["ABPO_TRACKING_URI"] = cfg.paths.mlflow_tracking_uri
     if cfg.paths.namespace:  # the DAG file and the UI plugin read it from the environment too
@@ -129,10 +130,12 @@ def airflow_env(cfg: Config, config_ref: str) -> dict[str, str]:
 # What the demo writes into its Airflow's airflow.cfg, so that `airflow standalone` started later with only
 # AIRFLOW_HOME sees what the demo's runs saw: its DAG and plugin folders, no example DAGs, the UI on this machine only.
 def demo_airflow_settings(env: dict[str, str]) -> dict[tuple[str, str], str]:
-    return {("core", "dags_folder"): env["AIRFLOW__CORE__DAGS_FOLDER"],
-            ("core", "plugins_folder"): env["AIRFLOW__CORE__PLUGINS_FOLDER"],
-            ("core", "load_examples"): "False",
-            ("api", "host"): "127.0.0.1"}
+    return {
+        ("core", "dags_folder"): env["AIRFLOW__CORE__DAGS_FOLDER"],
+        ("core", "plugins_folder"): env["AIRFLOW__CORE__PLUGINS_FOLDER"],
+        ("core", "load_examples"): "False",
+        ("api", "host"): "127.0.0.1",
+    }
 
 
 def set_airflow_cfg(path: Path, settings: dict[tuple[str, str], str]) -> None:
@@ -175,8 +178,11 @@ def standalone_command(env: dict[str, str]) -> str:
     import sys
 
     exe = Path(sys.executable).with_name("airflow")
-    pairs = [("AIRFLOW_HOME", env["AIRFLOW_HOME"]), ("ABPO_CONFIG", env["ABPO_CONFIG"]),
-             ("ABPO_STATE", env["ABPO_STATE"])]
+    pairs = [
+        ("AIRFLOW_HOME", env["AIRFLOW_HOME"]),
+        ("ABPO_CONFIG", env["ABPO_CONFIG"]),
+        ("ABPO_STATE", env["ABPO_STATE"]),
+    ]
     if env.get("ABPO_TRACKING_URI"):
         pairs.append(("ABPO_TRACKING_URI", env["ABPO_TRACKING_URI"]))
     assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in pairs)
@@ -192,13 +198,17 @@ def _run_airflow(args: list[str], env: dict[str, str], log_path: Path) -> int:
     exe = Path(sys.executable).with_name("airflow")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     tail: list[str] = []
-    with log_path.open("w") as log, subprocess.Popen([str(exe), *args], env=env, stdout=subprocess.PIPE,
-                                                     stderr=subprocess.STDOUT, text=True) as proc:
+    with (
+        log_path.open("w") as log,
+        subprocess.Popen(
+            [str(exe), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        ) as proc,
+    ):
         for line in proc.stdout:  # type: ignore[union-attr]
             log.write(line)
             tail = (tail + [line.rstrip()])[-40:]
             if line.startswith(TASK_LINE):  # a task's own log line (abpo.logs.console on the task's stdout)
-                print("   " + line[len(TASK_LINE):].rstrip(), flush=True)
+                print("   " + line[len(TASK_LINE) :].rstrip(), flush=True)
     if proc.returncode != 0:
         print("\n".join(tail))
     return proc.returncode
@@ -209,8 +219,9 @@ def _run_airflow(args: list[str], env: dict[str, str], log_path: Path) -> int:
 # until it ended: the year-long durations. The logical date is right (the run of 2026-02-01 processes 2026-01, as a
 # scheduled run would); the start is not. After each month the demo sets its runs' start to when their first task
 # started (what the scheduler records for a real run), through Airflow's own ORM in the demo's Airflow environment.
-FIX_RUN_STARTS = ("from abpo.commands.demo import correct_test_run_starts as f; "
-                  "print('corrected runs:', f('abpo_monthly'))")
+FIX_RUN_STARTS = (
+    "from abpo.commands.demo import correct_test_run_starts as f; print('corrected runs:', f('abpo_monthly'))"
+)
 
 
 def correct_test_run_starts(dag_id: str) -> list[str]:
@@ -225,15 +236,19 @@ def correct_test_run_starts(dag_id: str) -> list[str]:
 
     changed = []
     with create_session() as s:
-        runs = s.scalars(select(DagRun).where(DagRun.dag_id == dag_id,
-                                              DagRun.triggered_by == DagRunTriggeredByType.TEST)).all()
+        runs = s.scalars(
+            select(DagRun).where(DagRun.dag_id == dag_id, DagRun.triggered_by == DagRunTriggeredByType.TEST)
+        ).all()
         for dr in runs:
             if dr.logical_date is None or dr.start_date != dr.logical_date:
                 continue
             started = dr.run_after  # when `dags test` created the run and began its loop
             if started is None or started <= dr.start_date:
-                started = s.scalar(select(func.min(TaskInstance.start_date)).where(TaskInstance.dag_id == dag_id,
-                                                                                   TaskInstance.run_id == dr.run_id))
+                started = s.scalar(
+                    select(func.min(TaskInstance.start_date)).where(
+                        TaskInstance.dag_id == dag_id, TaskInstance.run_id == dr.run_id
+                    )
+                )
             if started is None or started <= dr.start_date:
                 continue
             dr.start_date = started
@@ -251,8 +266,9 @@ def _fix_run_starts(env: dict[str, str], log_path: Path) -> None:
     import sys
 
     with log_path.open("a") as log:
-        rc = subprocess.run([sys.executable, "-c", FIX_RUN_STARTS], env=env, stdout=log, stderr=subprocess.STDOUT,
-                            check=False).returncode
+        rc = subprocess.run(
+            [sys.executable, "-c", FIX_RUN_STARTS], env=env, stdout=log, stderr=subprocess.STDOUT, check=False
+        ).returncode
     if rc != 0:
         print(f"   (could not correct the runs' start dates, exit {rc}: see {log_path})", flush=True)
 
@@ -277,9 +293,11 @@ def month_run_overrides(overrides: list[str]) -> list[str]:
     try:
         return check_overrides(kept)
     except ValueError as e:
-        raise ConfigError(f"--set: {e}; the demo passes --set to every month's abpo_monthly run, which takes only "
-                          f"those keys (and {', '.join(carried)}, which travel as "
-                          f"{' / '.join(carried.values())}); nothing was run") from None
+        raise ConfigError(
+            f"--set: {e}; the demo passes --set to every month's abpo_monthly run, which takes only "
+            f"those keys (and {', '.join(carried)}, which travel as "
+            f"{' / '.join(carried.values())}); nothing was run"
+        ) from None
 
 
 def run_demo(args: argparse.Namespace, cfg: Config) -> int:
@@ -335,10 +353,14 @@ def run_demo(args: argparse.Namespace, cfg: Config) -> int:
     passwords = Path(env["AIRFLOW_HOME"]) / "simple_auth_manager_passwords.json.generated"
     print("  Airflow UI     the runs of abpo_monthly, the A/B reports under /abpo/reports/: start it with")
     print(f"                   {standalone_command(env)}")
-    print(f"                 then open http://127.0.0.1:8080 as admin (the password: {passwords}, or printed on the "
-          "first start)")
-    print(f"  MLflow UI      .venv/bin/mlflow ui --backend-store-uri {cfg.paths.tracking_uri()}  -> http://localhost:5000 "
-          "(models abpo-arm-*: champion / challenger, lineage tags)")
+    print(
+        f"                 then open http://127.0.0.1:8080 as admin (the password: {passwords}, or printed on the "
+        "first start)"
+    )
+    print(
+        f"  MLflow UI      .venv/bin/mlflow ui --backend-store-uri {cfg.paths.tracking_uri()}  -> http://localhost:5000 "
+        "(models abpo-arm-*: champion / challenger, lineage tags)"
+    )
     print(f"  warehouse      {cfg.paths.resolve('warehouse')}")
     print(f"  step log       {out}")
     return 0

@@ -35,16 +35,22 @@ def register(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, help="Parallel worker processes (experiment.workers).")
     p.add_argument("--split", choices=["test", "validation"], help="Evaluation users (experiment.eval_split).")
     p.add_argument("--rounds", type=int, help="Successive update rounds R (experiment.rounds).")
-    p.add_argument("--regime", help="A named logging regime of configs/regimes.yaml (e.g. today, stale_sim, "
-                   "foreign_sim, uniform_paper): its experiment.logger / clicks / log_candidates settings, applied "
-                   "before --set.")
     p.add_argument(
-        "--sweep", action="append", metavar="KEY=V1,V2",
+        "--regime",
+        help="A named logging regime of configs/regimes.yaml (e.g. today, stale_sim, "
+        "foreign_sim, uniform_paper): its experiment.logger / clicks / log_candidates settings, applied "
+        "before --set.",
+    )
+    p.add_argument(
+        "--sweep",
+        action="append",
+        metavar="KEY=V1,V2",
         help="Try these values of a config key (repeat for a grid over several keys); validation users only. "
         "Each probe is an experiment under <name>-sweep/<probe>/, summarised in sweep.md.",
     )
     p.add_argument(
-        "--regime-table", metavar="NAME[,NAME...]",
+        "--regime-table",
+        metavar="NAME[,NAME...]",
         help="Print the 'Where ABPO differs from GRPO' table (abpo.experiment.regime_table) of these finished "
         "experiments (names under <paths.root>/experiments, or directories) and exit; nothing is run.",
     )
@@ -64,8 +70,13 @@ def _cmd_experiment(args: argparse.Namespace, cfg: Config) -> int:
             overrides = [*regime_overrides(args.regime, CONFIG_DIR / "regimes.yaml"), *overrides]
         except ValueError as e:
             raise ConfigError(str(e)) from None
-    for flag, key in (("seeds", "experiment.seeds"), ("rows", "experiment.rows"), ("workers", "experiment.workers"),
-                      ("split", "experiment.eval_split"), ("rounds", "experiment.rounds")):
+    for flag, key in (
+        ("seeds", "experiment.seeds"),
+        ("rows", "experiment.rows"),
+        ("workers", "experiment.workers"),
+        ("split", "experiment.eval_split"),
+        ("rounds", "experiment.rounds"),
+    ):
         value = getattr(args, flag)
         if value is not None:
             overrides.append(f"{key}={value}")
@@ -90,8 +101,9 @@ def _cmd_experiment(args: argparse.Namespace, cfg: Config) -> int:
         for key, values in axes:  # every value must make a valid config before anything runs
             for v in values:
                 load_config(args.config, [*overrides, f"{key}={v}"])
-        res = run_sweep(cfg, axes, config_for=lambda ov: load_config(args.config, ov), config_ref=args.config,
-                        overrides=overrides)
+        res = run_sweep(
+            cfg, axes, config_for=lambda ov: load_config(args.config, ov), config_ref=args.config, overrides=overrides
+        )
         print(res.outputs["md"].read_text())
         for name, path in res.outputs.items():
             print(f"{name}: {path}")

@@ -68,14 +68,21 @@ def cmd_sft(args: argparse.Namespace, cfg: Config) -> int:
     _threads()
     if args.max_steps is not None:
         cfg.sft.max_steps = args.max_steps
-    res = train_sft(cfg, validation_fraction=cfg.experiment.validation_fraction, log_mlflow=not args.no_mlflow,
-                    register=not args.no_mlflow, evaluate=not args.no_eval)
+    res = train_sft(
+        cfg,
+        validation_fraction=cfg.experiment.validation_fraction,
+        log_mlflow=not args.no_mlflow,
+        register=not args.no_mlflow,
+        evaluate=not args.no_eval,
+    )
     print(f"sft: done in {res.seconds:.0f}s; pi_init at {res.model_dir}")
     if res.metrics:
         for k in (1, 5):
             if f"HR@{k}" in res.metrics:
-                print(f"sft: pi_init HR@{k} = {res.metrics[f'HR@{k}']:.4f} vs random K/M = "
-                      f"{res.metrics[f'random_HR@{k}']:.4f}")
+                print(
+                    f"sft: pi_init HR@{k} = {res.metrics[f'HR@{k}']:.4f} vs random K/M = "
+                    f"{res.metrics[f'random_HR@{k}']:.4f}"
+                )
     if res.model_version:
         print(f"sft: MLflow run {res.mlflow_run_id}, model version {res.model_version} ({cfg.paths.tracking_uri()})")
     return 0
@@ -102,8 +109,9 @@ def cmd_evaluate(args: argparse.Namespace, cfg: Config) -> int:
     n = cfg.sft.eval_max_users if args.max_users is None else args.max_users
     ev = seeded_subsample(build_eval_examples(splits, ds, cfg.data), n, cfg.seed)
     model, tok = load_policy(dataclasses.replace(cfg.policy, model=str(model_dir)), cfg.paths, dataset=ds)
-    res = evaluate_policy(model, tok, ev, ds.titles(), cfg.policy, popularity=training_popularity(splits, ds),
-                          generation=args.generation)
+    res = evaluate_policy(
+        model, tok, ev, ds.titles(), cfg.policy, popularity=training_popularity(splits, ds), generation=args.generation
+    )
     print(f"evaluate: {model_dir}")
     for line in res.lines():
         print(f"evaluate: {line}")
@@ -120,6 +128,8 @@ def cmd_simulate_log(args: argparse.Namespace, cfg: Config) -> int:
         print(f"abpo simulate-log: {e}", file=sys.stderr)
         return 1
     clicks = sum(table.column("clicked").to_pylist())
-    print(f"simulate-log: {table.num_rows} impressions for {args.month} (arm {args.arm}), {clicks} clicks "
-          f"(CTR {clicks / max(table.num_rows, 1):.4f}) -> {cfg.paths.location('landing')}/impressions/month={args.month}/")
+    print(
+        f"simulate-log: {table.num_rows} impressions for {args.month} (arm {args.arm}), {clicks} clicks "
+        f"(CTR {clicks / max(table.num_rows, 1):.4f}) -> {cfg.paths.location('landing')}/impressions/month={args.month}/"
+    )
     return 0

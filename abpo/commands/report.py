@@ -22,16 +22,29 @@ def register(sub, common: argparse.ArgumentParser) -> None:
         "MLflow as artifacts of the month's run) or a CSV with header month,arm,impressions,clicks[,users] "
         "(--csv). Writes report.html (self-contained), report.md, ctr_by_arm.png and report.json.",
     )
-    p.add_argument("--months", metavar="SPEC",
-                   help="Months to report: 2026-02..2026-04 (inclusive range), 2026-02,2026-04 or 2026-03. "
-                   "Required with the warehouse; with --csv it selects months of the file (default: all).")
-    p.add_argument("--csv", metavar="FILE",
-                   help="Read counts from this CSV (header month,arm,impressions,clicks, optionally users) "
-                   "instead of the warehouse.")
-    p.add_argument("--out", metavar="DIR",
-                   help="Output directory (default: <paths.reports>/<first>..<last> or <paths.reports>/csv-<name>).")
-    p.add_argument("--mlflow", action=argparse.BooleanOptionalAction, default=None,
-                   help="Log the files to MLflow (default: yes for the warehouse, no for --csv).")
+    p.add_argument(
+        "--months",
+        metavar="SPEC",
+        help="Months to report: 2026-02..2026-04 (inclusive range), 2026-02,2026-04 or 2026-03. "
+        "Required with the warehouse; with --csv it selects months of the file (default: all).",
+    )
+    p.add_argument(
+        "--csv",
+        metavar="FILE",
+        help="Read counts from this CSV (header month,arm,impressions,clicks, optionally users) "
+        "instead of the warehouse.",
+    )
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        help="Output directory (default: <paths.reports>/<first>..<last> or <paths.reports>/csv-<name>).",
+    )
+    p.add_argument(
+        "--mlflow",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="Log the files to MLflow (default: yes for the warehouse, no for --csv).",
+    )
     p.set_defaults(handler=run_report)
 
 
@@ -49,8 +62,7 @@ def run_report(args: argparse.Namespace, cfg: Config) -> int:
             if months is None:
                 print("abpo report: give --months (e.g. 2026-02..2026-04) or --csv FILE", file=sys.stderr)
                 return 2
-            report, files = report_from_warehouse(
-                cfg, months, args.out, log_mlflow=args.mlflow is None or args.mlflow)
+            report, files = report_from_warehouse(cfg, months, args.out, log_mlflow=args.mlflow is None or args.mlflow)
     except (CSVFormatError, ReportInputError, ValueError) as e:
         print(f"abpo report: {e}", file=sys.stderr)
         return 2

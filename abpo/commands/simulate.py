@@ -13,7 +13,8 @@ if TYPE_CHECKING:
 
 def register(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
-        "simulate", parents=[common],
+        "simulate",
+        parents=[common],
         help="Serve one simulated month with every arm's champion and land it as Parquet.",
         description="Simulate month MONTH (abpo.sim): real users from the configured dataset, assigned to arms by "
         "a salted hash with report.arm_shares, each arm's MLflow champion exposes one item per request with its "
@@ -22,7 +23,9 @@ def register(sub, common: argparse.ArgumentParser) -> None:
         "prints impressions and clicks per arm. Arms without a champion are bootstrapped first (pi_init; ranker "
         "fits).",
     )
-    p.add_argument("--month", required=True, type=month_arg, help="YYYY-MM; month index = months since sim.start_month.")
+    p.add_argument(
+        "--month", required=True, type=month_arg, help="YYYY-MM; month index = months since sim.start_month."
+    )
     p.set_defaults(handler=run)
 
 

@@ -24,7 +24,8 @@ def register(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("state", parents=[common], help="Operate on the state directory (paths.root, $ABPO_STATE).")
     ssub = p.add_subparsers(dest="state_command", metavar="ACTION", required=True)
     r = ssub.add_parser(
-        "relocate", parents=[common],
+        "relocate",
+        parents=[common],
         help="Rewrite the absolute paths a copied or restored state holds (MLflow store, airflow.cfg) to paths.root.",
         description="Rewrite every path under OLD (the directory the state was copied from) to paths.root "
         "($ABPO_STATE) in the state's SQLite MLflow store (<root>/mlflow.db: every text column: experiments' artifact "
@@ -33,8 +34,12 @@ def register(sub, common: argparse.ArgumentParser) -> None:
         "and text files (<root>/airflow/*.cfg, *.json). Without --from, OLD is read from the store's experiments. Prints what changed; a second run "
         "changes nothing. Run it with nothing else using the state.",
     )
-    r.add_argument("--from", dest="old", default="", help="The directory the state was copied from (default: read "
-                   "from the MLflow store).")
+    r.add_argument(
+        "--from",
+        dest="old",
+        default="",
+        help="The directory the state was copied from (default: read from the MLflow store).",
+    )
     r.add_argument("--dry-run", action="store_true", help="Count what would change; write nothing.")
     r.set_defaults(handler=run)
 
@@ -53,18 +58,24 @@ def rewrite_sqlite(db: Path, pairs: list[tuple[str, str]], *, dry_run: bool = Fa
         con.create_function("abpo_relocate", 1, lambda v: _apply(v, pairs), deterministic=True)
         tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
         for t in tables:
-            cols = [r[1] for r in con.execute(f'PRAGMA table_info("{t}")')
-                    if (r[2] or "").upper().split("(")[0] in ("TEXT", "VARCHAR", "CHAR", "CLOB", "")]
+            cols = [
+                r[1]
+                for r in con.execute(f'PRAGMA table_info("{t}")')
+                if (r[2] or "").upper().split("(")[0] in ("TEXT", "VARCHAR", "CHAR", "CLOB", "")
+            ]
             for c in cols:
                 where = " OR ".join(f'instr("{c}", ?) > 0' for _ in pairs)
                 args = [old for old, _ in pairs]
-                n = con.execute(f'SELECT count(*) FROM "{t}" WHERE typeof("{c}") = \'text\' AND ({where})',
-                                args).fetchone()[0]
+                n = con.execute(
+                    f'SELECT count(*) FROM "{t}" WHERE typeof("{c}") = \'text\' AND ({where})', args
+                ).fetchone()[0]
                 if not n:
                     continue
                 if not dry_run:
-                    con.execute(f'UPDATE "{t}" SET "{c}" = abpo_relocate("{c}") WHERE typeof("{c}") = \'text\' '
-                                f'AND ({where})', args)
+                    con.execute(
+                        f'UPDATE "{t}" SET "{c}" = abpo_relocate("{c}") WHERE typeof("{c}") = \'text\' AND ({where})',
+                        args,
+                    )
                 changed[f"{t}.{c}"] = n
         if not dry_run:
             con.commit()
@@ -100,8 +111,12 @@ def relocate(cfg: Config, old: str | Path, *, dry_run: bool = False) -> dict[str
         out.update({f"mlflow.db:{k}": v for k, v in rewrite_sqlite(db, pairs, dry_run=dry_run).items()})
     home = root / "airflow"
     if (home / "airflow.db").is_file():  # the demo's Airflow metadata (SQLite)
-        out.update({f"airflow/airflow.db:{k}": v
-                    for k, v in rewrite_sqlite(home / "airflow.db", pairs, dry_run=dry_run).items()})
+        out.update(
+            {
+                f"airflow/airflow.db:{k}": v
+                for k, v in rewrite_sqlite(home / "airflow.db", pairs, dry_run=dry_run).items()
+            }
+        )
     for f in sorted([*home.glob("*.cfg"), *home.glob("*.json")]) if home.is_dir() else []:
         text = f.read_text()
         new = _apply(text, pairs)
@@ -117,13 +132,17 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
 
     old = args.old or registry.moved_from(cfg)
     if not old:
-        print(f"abpo state relocate: {cfg.paths.resolve('root')}: the MLflow store names no other state directory; "
-              "nothing to relocate (give --from OLD to rewrite the Airflow files anyway)")
+        print(
+            f"abpo state relocate: {cfg.paths.resolve('root')}: the MLflow store names no other state directory; "
+            "nothing to relocate (give --from OLD to rewrite the Airflow files anyway)"
+        )
         return 0
     out = relocate(cfg, old, dry_run=args.dry_run)
     verb = "would change" if args.dry_run else "changed"
     for k, n in out.items():
         print(f"  {k}: {n}")
-    print(f"abpo state relocate: {old} -> {cfg.paths.resolve('root')}: {verb} {sum(out.values())} value(s) in "
-          f"{len(out)} place(s)")
+    print(
+        f"abpo state relocate: {old} -> {cfg.paths.resolve('root')}: {verb} {sum(out.values())} value(s) in "
+        f"{len(out)} place(s)"
+    )
     return 0

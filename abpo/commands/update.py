@@ -26,16 +26,32 @@ def register(sub, common: argparse.ArgumentParser) -> None:
         "to train; the config's section update says how (abpo config --explain).",
     )
     p.add_argument("--variant", default="abpo", help="Variant letter or name (default: abpo), e.g. abpo, grpo, F, B.")
-    p.add_argument("--month", action="append", type=month_arg, default=None,
-                   help="Train on this month's log (repeatable; default: every month ingested).")
+    p.add_argument(
+        "--month",
+        action="append",
+        type=month_arg,
+        default=None,
+        help="Train on this month's log (repeatable; default: every month ingested).",
+    )
     p.add_argument("--arm", default="abpo", help="Train on the impressions this arm served (default: abpo).")
-    p.add_argument("--init-model", type=Path, default=None, metavar="DIR",
-                   help="Start from this model directory (default: the output of `abpo sft`, "
-                   "<paths.models>/<sft.output>).")
-    p.add_argument("--output", type=Path, default=None, metavar="DIR",
-                   help="Update directory, under paths.models unless absolute "
-                   "(default: update-<letter>-<first month>_<last month>-seed<seed>).")
-    p.add_argument("--max-steps", type=int, default=None, help="Stop after this many optimizer steps (default: update.max_steps).")
+    p.add_argument(
+        "--init-model",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="Start from this model directory (default: the output of `abpo sft`, <paths.models>/<sft.output>).",
+    )
+    p.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="Update directory, under paths.models unless absolute "
+        "(default: update-<letter>-<first month>_<last month>-seed<seed>).",
+    )
+    p.add_argument(
+        "--max-steps", type=int, default=None, help="Stop after this many optimizer steps (default: update.max_steps)."
+    )
     p.add_argument("--no-resume", action="store_true", help="Start over even if a checkpoint exists.")
     p.set_defaults(handler=cmd_update)
 
@@ -54,8 +70,13 @@ def cmd_update(args: argparse.Namespace, cfg: Config) -> int:
     except ValueError as e:
         print(f"abpo update: {e}", file=sys.stderr)
         return 2
-    run = UpdateRun(variant=variant.name, arm=args.arm, months=tuple(args.month or ()), init_model=args.init_model,
-                    output=args.output)
+    run = UpdateRun(
+        variant=variant.name,
+        arm=args.arm,
+        months=tuple(args.month or ()),
+        init_model=args.init_model,
+        output=args.output,
+    )
     try:
         res = run_update(cfg, run, gate_users=cfg.arms.gate_users, gate_holdout_fraction=cfg.arms.gate_holdout_fraction)
     except UpdateInputMissing as e:
@@ -72,18 +93,29 @@ def cmd_update(args: argparse.Namespace, cfg: Config) -> int:
     if not variant.update:
         print(f"update: variant A (no update): the policy stays pi_init at {res.model_dir}")
     else:
-        print(f"update: variant {variant.letter} ({variant.name}), {res.global_step} steps"
-              + (f", resumed from {res.resumed_from}" if res.resumed_from else ""))
+        print(
+            f"update: variant {variant.letter} ({variant.name}), {res.global_step} steps"
+            + (f", resumed from {res.resumed_from}" if res.resumed_from else "")
+        )
         print(f"update: batches {res.batching}")
-        keys = ("abpo/reward/total_mean", "abpo/match_rate/positive", "abpo/match_rate/no_response",
-                "abpo/snips/ess_fraction", "abpo/advantages/mean", "entropy", "step_time")
+        keys = (
+            "abpo/reward/total_mean",
+            "abpo/match_rate/positive",
+            "abpo/match_rate/no_response",
+            "abpo/snips/ess_fraction",
+            "abpo/advantages/mean",
+            "entropy",
+            "step_time",
+        )
         shown = {k: round(res.metrics[k], 4) for k in keys if k in res.metrics}
         if shown:
             print(f"update: last step {shown}")
         signal = rollout_signal(res.history)
         if signal:
-            print(f"update: rollouts over {len(res.history)} steps (means): "
-                  + ", ".join(f"{k} {v:.3f}" for k, v in signal.items()))
+            print(
+                f"update: rollouts over {len(res.history)} steps (means): "
+                + ", ".join(f"{k} {v:.3f}" for k, v in signal.items())
+            )
         print(f"update: LoRA adapter   {res.adapter_dir}")
         print(f"update: merged model   {res.model_dir}")
         print(f"update: last checkpoint {res.checkpoint_dir}")

@@ -40,10 +40,14 @@ class BatchPlan:
 
     def stratum(self, positive: bool) -> pa.Table:
         """(rank, batch, slot) of one stratum as an Arrow table (what the warehouse joins its rows to)."""
-        r, b, s = (self.pos_rank, self.pos_batch, self.pos_slot) if positive else (
-            self.neg_rank, self.neg_batch, self.neg_slot)
-        return pa.table({"rank": pa.array(r, pa.int64()), "batch": pa.array(b, pa.int64()),
-                         "slot": pa.array(s, pa.int16())})
+        r, b, s = (
+            (self.pos_rank, self.pos_batch, self.pos_slot)
+            if positive
+            else (self.neg_rank, self.neg_batch, self.neg_slot)
+        )
+        return pa.table(
+            {"rank": pa.array(r, pa.int64()), "batch": pa.array(b, pa.int64()), "slot": pa.array(s, pa.int16())}
+        )
 
 
 def stratified_batch_plan(P: int, N: int, batch_size: int, seed: int, mode: str = "oversample") -> BatchPlan:
@@ -90,13 +94,16 @@ def stratified_batch_plan(P: int, N: int, batch_size: int, seed: int, mode: str 
             raise ValueError(
                 f"proportional stratification: P={P} positive and N={N} no-response rows in batches of {batch_size} "
                 f"make {n_batches} batch(es); rule: each stratum needs at least one row per batch (use "
-                "mode='oversample')")
+                "mode='oversample')"
+            )
         pos_counts = np.full(n_batches, P // n_batches)
         pos_counts[: P % n_batches] += 1
         pos_counts = np.minimum(pos_counts, batch_size - 1)  # leave room for a no-response row
         if int((batch_size - pos_counts).sum()) > N:
-            raise ValueError(f"proportional stratification: {N} no-response rows cannot fill {n_batches} batches of "
-                             f"{batch_size} next to {P} positives; rule: use mode='oversample'")
+            raise ValueError(
+                f"proportional stratification: {N} no-response rows cannot fill {n_batches} batches of "
+                f"{batch_size} next to {P} positives; rule: use mode='oversample'"
+            )
         pos_rank, neg_rank = rng.permutation(P), rng.permutation(N)
         pos_rank = pos_rank[: int(pos_counts.sum())]
         neg_rank = neg_rank[: int((batch_size - pos_counts).sum())]
@@ -105,10 +112,22 @@ def stratified_batch_plan(P: int, N: int, batch_size: int, seed: int, mode: str 
     pos_batch = np.repeat(np.arange(n_batches, dtype=np.int64), pos_counts)
     neg_batch = np.repeat(np.arange(n_batches, dtype=np.int64), neg_counts)
     pos_slot = (np.arange(pos_batch.size) - np.repeat(np.cumsum(pos_counts) - pos_counts, pos_counts)).astype(np.int16)
-    neg_slot = (np.arange(neg_batch.size) - np.repeat(np.cumsum(neg_counts) - neg_counts, neg_counts)
-                + np.repeat(pos_counts, neg_counts)).astype(np.int16)
-    return BatchPlan(batch_size, int(n_batches), pos_rank.astype(np.int64), pos_batch, pos_slot,
-                     neg_rank.astype(np.int64), neg_batch, neg_slot, rows_not_in_batches=int(unused))
+    neg_slot = (
+        np.arange(neg_batch.size)
+        - np.repeat(np.cumsum(neg_counts) - neg_counts, neg_counts)
+        + np.repeat(pos_counts, neg_counts)
+    ).astype(np.int16)
+    return BatchPlan(
+        batch_size,
+        int(n_batches),
+        pos_rank.astype(np.int64),
+        pos_batch,
+        pos_slot,
+        neg_rank.astype(np.int64),
+        neg_batch,
+        neg_slot,
+        rows_not_in_batches=int(unused),
+    )
 
 
 def stratified_batch_tables(
@@ -129,12 +148,16 @@ def stratified_batch_tables(
     for b0 in range(0, plan.n_batches, chunk_batches):
         b1 = min(b0 + chunk_batches, plan.n_batches)
         parts = []
-        for table, rank, batch, slot in ((pos, plan.pos_rank, plan.pos_batch, plan.pos_slot),
-                                         (neg, plan.neg_rank, plan.neg_batch, plan.neg_slot)):
+        for table, rank, batch, slot in (
+            (pos, plan.pos_rank, plan.pos_batch, plan.pos_slot),
+            (neg, plan.neg_rank, plan.neg_batch, plan.neg_slot),
+        ):
             lo, hi = np.searchsorted(batch, [b0, b1])
-            parts.append(table.take(pa.array(rank[lo:hi]))
-                         .append_column("batch", pa.array(batch[lo:hi], pa.int64()))
-                         .append_column("slot", pa.array(slot[lo:hi], pa.int16())))
+            parts.append(
+                table.take(pa.array(rank[lo:hi]))
+                .append_column("batch", pa.array(batch[lo:hi], pa.int64()))
+                .append_column("slot", pa.array(slot[lo:hi], pa.int16()))
+            )
         both = pa.concat_tables(parts)
         order = np.lexsort((both.column("slot").to_numpy(), both.column("batch").to_numpy()))
         yield both.take(pa.array(order))

@@ -34,8 +34,10 @@ def check_holdout_fraction(fraction: float) -> float:
     """``fraction`` when it is in (0, 1) (config arms.gate_holdout_fraction), else ValueError naming the key and the
     rule: 0 holds out nobody (no user to gate on), 1 everybody (no user left to update from)."""
     if not 0.0 < float(fraction) < 1.0:
-        raise ValueError(f"arms.gate_holdout_fraction={fraction!r}; rule: a share in (0, 1) (0 leaves the gate no "
-                         "user, 1 leaves the update none)")
+        raise ValueError(
+            f"arms.gate_holdout_fraction={fraction!r}; rule: a share in (0, 1) (0 leaves the gate no "
+            "user, 1 leaves the update none)"
+        )
     return float(fraction)
 
 

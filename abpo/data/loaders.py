@@ -336,7 +336,9 @@ def load_dataset(data_cfg) -> Dataset:
         return load_movielens(directory, tie_seed=data_cfg.tie_seed)
     if data_cfg.format == "amazon18":
         if isinstance(directory, str):
-            raise ValueError(f"data.dataset_dir {directory!r}: rule: an object-store dataset is in the movielens "
-                             "format (amazon18 is read from a local directory)")
+            raise ValueError(
+                f"data.dataset_dir {directory!r}: rule: an object-store dataset is in the movielens "
+                "format (amazon18 is read from a local directory)"
+            )
         return load_amazon18(directory, data_cfg.amazon_domain)
     raise ValueError(f"data.format {data_cfg.format!r}: expected movielens or amazon18")

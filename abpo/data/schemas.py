@@ -76,8 +76,10 @@ SINGLE_CANDIDATE_PROPENSITY_TOLERANCE = 1e-6
 # The stochastic logging rules the contract knows (rule unknown_logging_policy; RE2 and Python syntax alike): what the LLM
 # arms and abpo.policy.bandit write, softmax(tau=X), and what the ranker arms write, softmax(score/T, T=X) <ranker>.
 # Group 1 is the temperature X, which must also be > 0 (checked as a number, so 0.0 and 0e5 are refused).
-LOGGING_POLICY_PATTERN = (r"softmax\((?:tau|score/T, T)=([0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)\)"
-                          r"(?: [a-z][a-z0-9_]*)?")
+LOGGING_POLICY_PATTERN = (
+    r"softmax\((?:tau|score/T, T)=([0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)\)"
+    r"(?: [a-z][a-z0-9_]*)?"
+)
 
 IMPRESSIONS_SCHEMA = pa.schema(
     [
@@ -198,9 +200,7 @@ def month_location(landing_dir: str | os.PathLike, month: str, kind: str = "impr
 LANDING_ROW_GROUP_ROWS = 131_072
 
 
-def write_impressions(
-    table: pa.Table, landing_dir: str | os.PathLike, month: str, *, part: str | None = None
-) -> Path:
+def write_impressions(table: pa.Table, landing_dir: str | os.PathLike, month: str, *, part: str | None = None) -> Path:
     """Write an impressions table into the landing zone: landing/impressions/month=YYYY-MM/part-*.parquet.
 
     The table must follow IMPRESSIONS_SCHEMA by name and type (checked here; row-level rules such as
@@ -209,19 +209,21 @@ def write_impressions(
     makes a producer's rerun idempotent; without it a fresh unique name is used. The file is written
     to a hidden temporary name and renamed, so a reader never sees half a file.
     """
-    return _write_landing(conform(table, IMPRESSIONS_SCHEMA, where=f"impressions for {month}"),
-                          month_location(landing_dir, month), part)
+    return _write_landing(
+        conform(table, IMPRESSIONS_SCHEMA, where=f"impressions for {month}"), month_location(landing_dir, month), part
+    )
 
 
-def write_interactions(
-    table: pa.Table, landing_dir: str | os.PathLike, month: str, *, part: str | None = None
-) -> Path:
+def write_interactions(table: pa.Table, landing_dir: str | os.PathLike, month: str, *, part: str | None = None) -> Path:
     """Write what users consumed in ``month`` (INTERACTIONS_SCHEMA: user, item, time, position in the user's
     sequence) into landing/interactions/month=YYYY-MM/part-*.parquet, as :func:`write_impressions` does; the
     warehouse ingests it with the month (abpo.warehouse.Warehouse.ingest_interactions) and the ranker arms' refits
     read it back (interactions to date)."""
-    return _write_landing(conform(table, INTERACTIONS_SCHEMA, where=f"interactions for {month}"),
-                          month_location(landing_dir, month, "interactions"), part)
+    return _write_landing(
+        conform(table, INTERACTIONS_SCHEMA, where=f"interactions for {month}"),
+        month_location(landing_dir, month, "interactions"),
+        part,
+    )
 
 
 def _write_landing(table: pa.Table, out_dir: Path | str, part: str | None) -> Path | str:

@@ -30,9 +30,18 @@ DEFAULT_MARKER = "_SUCCESS"
 CONNECTION_ENV = "ABPO_STORAGE_CONNECTION"
 
 # what the S3 API's error codes (as pyarrow and boto3 spell them) mean, in one clause
-_DENIED = ("ACCESS_DENIED", "AccessDenied", "SIGNATURE_DOES_NOT_MATCH", "SignatureDoesNotMatch",
-           "INVALID_ACCESS_KEY_ID", "InvalidAccessKeyId", "EXPIRED_TOKEN", "ExpiredToken", "PERMISSION_DENIED",
-           "Forbidden")
+_DENIED = (
+    "ACCESS_DENIED",
+    "AccessDenied",
+    "SIGNATURE_DOES_NOT_MATCH",
+    "SignatureDoesNotMatch",
+    "INVALID_ACCESS_KEY_ID",
+    "InvalidAccessKeyId",
+    "EXPIRED_TOKEN",
+    "ExpiredToken",
+    "PERMISSION_DENIED",
+    "Forbidden",
+)
 _NO_BUCKET = ("NO_SUCH_BUCKET", "NoSuchBucket", "bucket does not exist")
 
 
@@ -78,13 +87,17 @@ def describe(uri: str, error: BaseException, doing: str) -> str:
     """One line for ``error`` raised while ``doing`` at ``uri``: a missing bucket and a refusal are named as such."""
     text = " ".join(str(error).split())
     if any(code in text for code in _NO_BUCKET):
-        return (f"{uri}: bucket {bucket(uri)!r} does not exist ({doing}); rule: the bucket is created before abpo "
-                "reads or writes it")
+        return (
+            f"{uri}: bucket {bucket(uri)!r} does not exist ({doing}); rule: the bucket is created before abpo "
+            "reads or writes it"
+        )
     if isinstance(error, PermissionError) or any(code in text for code in _DENIED):
         code = next((c for c in _DENIED if c in text), type(error).__name__)
-        return (f"{uri}: access denied ({code} while {doing}); rule: credentials come from the environment "
-                f"(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE, the instance role) or ${CONNECTION_ENV}, "
-                "and must allow it")
+        return (
+            f"{uri}: access denied ({code} while {doing}); rule: credentials come from the environment "
+            f"(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE, the instance role) or ${CONNECTION_ENV}, "
+            "and must allow it"
+        )
     return f"{uri}: {doing} failed ({type(error).__name__}: {text[:300]})"
 
 
@@ -101,8 +114,10 @@ def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
         try:
             fs, path = fsspec.core.url_to_fs(split_query(uri)[0])
         except (ImportError, ValueError) as e:
-            raise StorageError(f"{uri}: no filesystem for this scheme: pyarrow says {native}; fsspec says {e} "
-                               "(install the scheme's fsspec package, e.g. s3fs, gcsfs, adlfs)") from None
+            raise StorageError(
+                f"{uri}: no filesystem for this scheme: pyarrow says {native}; fsspec says {e} "
+                "(install the scheme's fsspec package, e.g. s3fs, gcsfs, adlfs)"
+            ) from None
         return pafs.PyFileSystem(pafs.FSSpecHandler(fs)), path
 
 
@@ -131,8 +146,9 @@ def _check_bucket(uri: str, fs: pafs.FileSystem, path: str) -> None:
     except OSError as e:
         raise StorageError(describe(uri, e, "checking the bucket")) from None
     if info.type == pafs.FileType.NotFound:
-        raise StorageError(f"{uri}: bucket {root!r} does not exist; rule: the bucket is created before abpo reads "
-                           "or writes it")
+        raise StorageError(
+            f"{uri}: bucket {root!r} does not exist; rule: the bucket is created before abpo reads or writes it"
+        )
 
 
 def exists(uri: str) -> bool:
@@ -206,12 +222,18 @@ def apply_connection() -> None:
 
         conn = Connection.get(conn_id)
     except Exception as e:  # noqa: BLE001 - any lookup failure is one line naming the connection
-        raise StorageError(f"${CONNECTION_ENV}={conn_id!r}: the Airflow Connection cannot be read "
-                           f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})") from None
+        raise StorageError(
+            f"${CONNECTION_ENV}={conn_id!r}: the Airflow Connection cannot be read "
+            f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})"
+        ) from None
     extra = conn.extra_dejson or {}
-    values = {"AWS_ACCESS_KEY_ID": conn.login, "AWS_SECRET_ACCESS_KEY": conn.password,
-              "AWS_SESSION_TOKEN": extra.get("aws_session_token"), "AWS_ENDPOINT_URL": extra.get("endpoint_url"),
-              "AWS_DEFAULT_REGION": extra.get("region_name")}
+    values = {
+        "AWS_ACCESS_KEY_ID": conn.login,
+        "AWS_SECRET_ACCESS_KEY": conn.password,
+        "AWS_SESSION_TOKEN": extra.get("aws_session_token"),
+        "AWS_ENDPOINT_URL": extra.get("endpoint_url"),
+        "AWS_DEFAULT_REGION": extra.get("region_name"),
+    }
     for var, value in values.items():
         if value and not os.environ.get(var):
             os.environ[var] = str(value)

@@ -20,8 +20,11 @@ DEFAULT_ARMS = ("abpo", "grpo", "ml_retrain", "popularity")
 # The contract rules this generator breaks (one per bad row), in the order its draws use. The later rules
 # (logged_item_not_once, duplicate_candidates, propensity_inconsistent, item_not_in_catalog) are not injected: the
 # draws of every seed stay as they were, and the tests build those rows by hand.
-INJECTED_RULES = tuple(r for r in RULES if r not in (
-    "logged_item_not_once", "duplicate_candidates", "propensity_inconsistent", "item_not_in_catalog"))
+INJECTED_RULES = tuple(
+    r
+    for r in RULES
+    if r not in ("logged_item_not_once", "duplicate_candidates", "propensity_inconsistent", "item_not_in_catalog")
+)
 _NULLABLE_TARGETS = ("user_id", "model_version", "propensity", "clicked", "event_time", "request_id")
 
 
@@ -124,8 +127,9 @@ def synthetic_impressions(
             elif name == "negative_field":
                 position[rows] = -1 - rng.integers(0, 5, size=len(rows))
             elif name == "unknown_logging_policy":
-                logging_policy[rows] = rng.choice(np.array(["softmax(tau=abc)", "argmax", "softmax(tau=0)"],
-                                                           dtype=object), size=len(rows))
+                logging_policy[rows] = rng.choice(
+                    np.array(["softmax(tau=abc)", "argmax", "softmax(tau=0)"], dtype=object), size=len(rows)
+                )
             elif name == "served_at_out_of_range":
                 served_us[rows] = event_us[rows] + rng.integers(2, 40, size=len(rows)) * 86_400_000_000
             elif name == "unknown_schema_version":
@@ -164,8 +168,9 @@ def synthetic_impressions(
             pa.array(item, pa.int64()),
             arr("propensity", propensity, pa.float64()),
             arr("clicked", clicked, pa.int8()),
-            request_id if "request_id" not in masks else pa.array(
-                request_id.to_numpy(zero_copy_only=False), pa.string(), mask=masks["request_id"]),
+            request_id
+            if "request_id" not in masks
+            else pa.array(request_id.to_numpy(zero_copy_only=False), pa.string(), mask=masks["request_id"]),
             pa.array(position, pa.int16()),
             pa.array(logging_policy, pa.string()),
             pa.array(served_us, pa.int64()).cast(ts),

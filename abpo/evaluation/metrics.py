@@ -75,8 +75,9 @@ def popularity_range(popularity: Mapping[int, float]) -> tuple[float, float]:
     return c_min, c_max
 
 
-def item_novelty(item: int, popularity: Mapping[int, float], c_min: float, c_max: float,
-                 unseen: Literal["raise", "tail"] = "raise") -> float:
+def item_novelty(
+    item: int, popularity: Mapping[int, float], c_min: float, c_max: float, unseen: Literal["raise", "tail"] = "raise"
+) -> float:
     """(-log p(x) - L_min) / (L_max - L_min) = (log c_max - log c_x) / (log c_max - log c_min), in [0, 1]."""
     c = popularity.get(item, 0)
     if c <= 0:

@@ -123,8 +123,14 @@ def _snips(y: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 def compare_snips(
-    clicked: Sequence[int], logging_propensity: Sequence[float], challenger_propensity: Sequence[float],
-    champion_propensity: Sequence[float], *, n_boot: int = 2000, confidence: float = 0.95, seed: int = 0,
+    clicked: Sequence[int],
+    logging_propensity: Sequence[float],
+    challenger_propensity: Sequence[float],
+    champion_propensity: Sequence[float],
+    *,
+    n_boot: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
 ) -> SnipsComparison:
     """The gate's off-policy check: SNIPS of the challenger and of the champion (module docstring) on the same
     impressions and a bootstrap interval of challenger - champion."""
@@ -140,8 +146,16 @@ def compare_snips(
     d = d[np.isfinite(d)]
     alpha = (1.0 - confidence) / 2
     lo, hi = (float(np.quantile(d, alpha)), float(np.quantile(d, 1 - alpha))) if d.size else (math.nan, math.nan)
-    return SnipsComparison(n=int(y.shape[0]), challenger=ch, champion=cp, diff=ch.snips - cp.snips, ci_low=lo,
-                           ci_high=hi, confidence=confidence, n_boot=n_boot)
+    return SnipsComparison(
+        n=int(y.shape[0]),
+        challenger=ch,
+        champion=cp,
+        diff=ch.snips - cp.snips,
+        ci_low=lo,
+        ci_high=hi,
+        confidence=confidence,
+        n_boot=n_boot,
+    )
 
 
 def top_weight_share(weights: Sequence[float], fraction: float) -> tuple[float, int]:
@@ -158,5 +172,5 @@ def top_weight_share(weights: Sequence[float], fraction: float) -> tuple[float, 
     total = float(w.sum())
     if not math.isfinite(total) or total <= 0 or not np.all(np.isfinite(w)):
         return math.nan, k
-    top = float(np.partition(w, w.size - k)[w.size - k:].sum())
+    top = float(np.partition(w, w.size - k)[w.size - k :].sum())
     return top / total, k

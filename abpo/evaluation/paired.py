@@ -74,25 +74,31 @@ def per_user_values(ranks: Sequence[int], metric: str) -> np.ndarray:
     Diversity@K of a ranking's items, generation metrics) are a ValueError naming the rule."""
     name, _, k = metric.partition("@")
     if name not in ("HR", "NDCG") or not k.isdigit() or int(k) < 1:
-        raise ValueError(f"abpo.evaluation.paired: metric {metric!r} has no per-user value from a target's rank; "
-                         "rule: HR@K or NDCG@K with an integer K >= 1")
+        raise ValueError(
+            f"abpo.evaluation.paired: metric {metric!r} has no per-user value from a target's rank; "
+            "rule: HR@K or NDCG@K with an integer K >= 1"
+        )
     r = np.asarray(ranks, dtype=np.float64)
     if r.ndim != 1 or r.size == 0 or not np.all(np.isfinite(r)) or np.any(r < 1) or np.any(r != np.round(r)):
-        raise ValueError(f"abpo.evaluation.paired: ranks {list(ranks)[:5]}...; rule: a non-empty list of 1-based "
-                         "integer ranks")
+        raise ValueError(
+            f"abpo.evaluation.paired: ranks {list(ranks)[:5]}...; rule: a non-empty list of 1-based integer ranks"
+        )
     hit = r <= int(k)
     return hit.astype(np.float64) if name == "HR" else np.where(hit, 1.0 / np.log2(r + 1.0), 0.0)
 
 
-def paired_noninferiority(challenger: Sequence[float], champion: Sequence[float], *, margin: float,
-                          alpha: float = 0.025, power: float = 0.8) -> PairedTest:
+def paired_noninferiority(
+    challenger: Sequence[float], champion: Sequence[float], *, margin: float, alpha: float = 0.025, power: float = 0.8
+) -> PairedTest:
     """The paired non-inferiority test of the module docstring on per-user values of the same users in the same
     order (``challenger[u]`` and ``champion[u]`` of user u): pass iff the one-sided (1 - alpha) lower bound of
     mean(challenger - champion) is > -``margin``; with the p-value of H0 delta <= -margin and Eq. MDE at ``power``."""
     a, b = np.asarray(challenger, dtype=np.float64), np.asarray(champion, dtype=np.float64)
     if a.ndim != 1 or a.shape != b.shape or a.size == 0:
-        raise ValueError(f"abpo.evaluation.paired: {a.size} challenger and {b.size} champion values; rule: one "
-                         "value of each per user, the same users in the same order, at least one")
+        raise ValueError(
+            f"abpo.evaluation.paired: {a.size} challenger and {b.size} champion values; rule: one "
+            "value of each per user, the same users in the same order, at least one"
+        )
     if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
         raise ValueError("abpo.evaluation.paired: a per-user value is not finite; rule: finite values")
     margin = float(margin)
@@ -109,7 +115,20 @@ def paired_noninferiority(challenger: Sequence[float], champion: Sequence[float]
         p = 1.0 - z.cdf((diff + margin) / se)
     else:
         lower, p = diff, (0.0 if diff > -margin else 1.0)
-    return PairedTest(n=n, challenger=float(a.mean()), champion=float(b.mean()), diff=diff, se=se, lower=lower,
-                      margin=margin, alpha=alpha, p_value=float(p), power=power, mde=mde(se, alpha, power),
-                      wins=int(np.sum(d > 0)), losses=int(np.sum(d < 0)), ties=int(np.sum(d == 0)),
-                      passed=bool(lower > -margin))
+    return PairedTest(
+        n=n,
+        challenger=float(a.mean()),
+        champion=float(b.mean()),
+        diff=diff,
+        se=se,
+        lower=lower,
+        margin=margin,
+        alpha=alpha,
+        p_value=float(p),
+        power=power,
+        mde=mde(se, alpha, power),
+        wins=int(np.sum(d > 0)),
+        losses=int(np.sum(d < 0)),
+        ties=int(np.sum(d == 0)),
+        passed=bool(lower > -margin),
+    )

@@ -181,8 +181,14 @@ def _prepare_locked(cfg: Config, c: Config, seed: int) -> dict[str, Any]:
         log.info(f"[seed {seed}] pi_init: next-item pre-training + SFT on D_sup ...")
         t0 = time.time()
         with quiet("abpo.policy"):  # the per-epoch lines of every seed at once would drown the cells' progress
-            train_sft(c, validation_fraction=c.experiment.validation_fraction, dataset=ctx.dataset, log_mlflow=False,
-                      register=False, evaluate=False)
+            train_sft(
+                c,
+                validation_fraction=c.experiment.validation_fraction,
+                dataset=ctx.dataset,
+                log_mlflow=False,
+                register=False,
+                evaluate=False,
+            )
         done["sft_seconds"] = round(time.time() - t0, 1)
     from abpo.experiment.regimes import shared_kind, shared_log, shared_log_path
 

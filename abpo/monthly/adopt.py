@@ -56,19 +56,28 @@ def resolve_model(cfg: Config, model: str) -> Path:
         try:
             local = Path(mlflow.artifacts.download_artifacts(artifact_uri=model, dst_path=str(dst)))
         except Exception as e:  # noqa: BLE001 - no such model or version: a message, not a traceback
-            raise ModelRefused(f"--model {model}: cannot download it from the MLflow registry "
-                               f"{arm_versions.redact_uri(cfg.paths.tracking_uri())} ({type(e).__name__}: "
-                               f"{str(e).splitlines()[0][:300] if str(e) else ''})") from e
-        found = [p for p in [local, *sorted(local.glob("data/*")), *sorted(local.glob("*"))]
-                 if p.is_dir() and ((p / "config.json").exists() or (p / "adapter_config.json").exists())]
+            raise ModelRefused(
+                f"--model {model}: cannot download it from the MLflow registry "
+                f"{arm_versions.redact_uri(cfg.paths.tracking_uri())} ({type(e).__name__}: "
+                f"{str(e).splitlines()[0][:300] if str(e) else ''})"
+            ) from e
+        found = [
+            p
+            for p in [local, *sorted(local.glob("data/*")), *sorted(local.glob("*"))]
+            if p.is_dir() and ((p / "config.json").exists() or (p / "adapter_config.json").exists())
+        ]
         if not found:
-            raise ModelRefused(f"--model {model}: downloaded to {local}, but no directory in it holds config.json; "
-                               "rule: a registered abpo pyfunc model or a save_pretrained directory")
+            raise ModelRefused(
+                f"--model {model}: downloaded to {local}, but no directory in it holds config.json; "
+                "rule: a registered abpo pyfunc model or a save_pretrained directory"
+            )
         return found[0]
     path = Path(model).expanduser()
     if not path.is_dir():
-        raise ModelRefused(f"--model {model}: no such directory; rule: a Hugging Face save_pretrained directory or "
-                           "models:/NAME/VERSION | models:/NAME@ALIAS")
+        raise ModelRefused(
+            f"--model {model}: no such directory; rule: a Hugging Face save_pretrained directory or "
+            "models:/NAME/VERSION | models:/NAME@ALIAS"
+        )
     return path.resolve()
 
 
@@ -81,9 +90,11 @@ def check_tokenizer(path: Path, tokenizer, cfg, item_ids: list[int], titles: dic
     from abpo.policy.prompt import encode_answer, format_answer, item_token, prompt_style
 
     if not getattr(tokenizer, "chat_template", None):
-        raise ModelRefused(f"{path / 'tokenizer_config.json'}: field chat_template is missing (and there is no "
-                           "chat_template.jinja); rule: the prompt is one user turn rendered with the tokenizer's chat "
-                           "template (abpo.policy.prompt.render_chat)")
+        raise ModelRefused(
+            f"{path / 'tokenizer_config.json'}: field chat_template is missing (and there is no "
+            "chat_template.jinja); rule: the prompt is one user turn rendered with the tokenizer's chat "
+            "template (abpo.policy.prompt.render_chat)"
+        )
     unk = getattr(tokenizer, "unk_token_id", None)
     for a in item_ids[:CHECK_REQUESTS]:
         answer = format_answer(a, titles[a])
@@ -93,7 +104,8 @@ def check_tokenizer(path: Path, tokenizer, cfg, item_ids: list[int], titles: dic
             raise ModelRefused(
                 f"{_tokenizer_file(path)}: the answer format does not survive the tokenizer: {answer!r} decodes as "
                 f"{back!r}{' (unknown tokens)' if unk is not None and unk in ids else ''}; rule: the tokenizer encodes "
-                "<item_id>ID</item_id><item>TITLE</item> losslessly (no unknown token; decode gives the same text)")
+                "<item_id>ID</item_id><item>TITLE</item> losslessly (no unknown token; decode gives the same text)"
+            )
     if prompt_style(cfg.policy) == "item_tokens":
         toks = tokenizer.convert_tokens_to_ids([item_token(i) for i in item_ids])
         missing = [i for i, t in zip(item_ids, toks) if t is None or (unk is not None and t == unk)]
@@ -102,7 +114,8 @@ def check_tokenizer(path: Path, tokenizer, cfg, item_ids: list[int], titles: dic
                 f"{_tokenizer_file(path)}: no item token for {len(missing)} of {len(item_ids)} catalog items (e.g. "
                 f"{item_token(missing[0])}); rule: policy.prompt_style=item_tokens needs one vocabulary token "
                 "<item_id>ID</item_id> per catalog item (the tiny model's tokenizer, built on this catalog); adopt a "
-                "model without them with --set policy.prompt_style=text")
+                "model without them with --set policy.prompt_style=text"
+            )
 
 
 def check_model(cfg: Config, path: Path) -> dict[str, Any]:
@@ -115,8 +128,10 @@ def check_model(cfg: Config, path: Path) -> dict[str, Any]:
     from abpo.policy.scoring import candidate_propensities, score_examples
 
     if not (path / "config.json").exists() and not (path / "adapter_config.json").exists():
-        raise ModelRefused(f"{path / 'config.json'}: missing; rule: a Hugging Face save_pretrained directory "
-                           "(config.json, the weights, the tokenizer files)")
+        raise ModelRefused(
+            f"{path / 'config.json'}: missing; rule: a Hugging Face save_pretrained directory "
+            "(config.json, the weights, the tokenizer files)"
+        )
     try:
         arm_versions.check_weights(path)  # a truncated *.safetensors: one line naming it (not SafetensorError's)
     except arm_versions.ModelFilesDamaged as e:
@@ -128,12 +143,16 @@ def check_model(cfg: Config, path: Path) -> dict[str, Any]:
         model, tok = load_policy(dataclasses.replace(cfg.policy, model=str(path)), cfg.paths, dataset=ds)
     except (ModelNotAvailableError, OSError, ValueError) as e:
         if "chat template" in str(e):
-            raise ModelRefused(f"{path / 'tokenizer_config.json'}: field chat_template is missing (and there is no "
-                               "chat_template.jinja); rule: the prompt is one user turn rendered with the tokenizer's "
-                               "chat template (abpo.policy.prompt.render_chat)") from e
-        raise ModelRefused(f"{path}: not loadable as a causal LM with its tokenizer ({type(e).__name__}: "
-                           f"{str(e).splitlines()[0][:300] if str(e) else ''}); rule: a Hugging Face save_pretrained "
-                           "directory (config.json, the weights, the tokenizer files)") from e
+            raise ModelRefused(
+                f"{path / 'tokenizer_config.json'}: field chat_template is missing (and there is no "
+                "chat_template.jinja); rule: the prompt is one user turn rendered with the tokenizer's "
+                "chat template (abpo.policy.prompt.render_chat)"
+            ) from e
+        raise ModelRefused(
+            f"{path}: not loadable as a causal LM with its tokenizer ({type(e).__name__}: "
+            f"{str(e).splitlines()[0][:300] if str(e) else ''}); rule: a Hugging Face save_pretrained "
+            "directory (config.json, the weights, the tokenizer files)"
+        ) from e
     check_tokenizer(path, tok, cfg, sorted(titles), titles)
     scored = score_examples(model, tok, examples, titles, cfg.policy)
     tops = []
@@ -143,7 +162,8 @@ def check_model(cfg: Config, path: Path) -> dict[str, Any]:
             raise ModelRefused(
                 f"{path}: request {s.example.request_id} in the prompt format of policy.prompt_style="
                 f"{cfg.policy.prompt_style} scores {s.scores.tolist()[:5]}... (propensities sum {float(e.sum()):.6f});"
-                " rule: every candidate's score is finite and e_p = softmax(s_p / tau) is > 0 and sums to 1")
+                " rule: every candidate's score is finite and e_p = softmax(s_p / tau) is > 0 and sums to 1"
+            )
         tops.append(float(e.max()))
     return {"checked_requests": len(scored), "mean_top_propensity": sum(tops) / len(tops) if tops else math.nan}
 
@@ -154,29 +174,51 @@ def adopt_model(cfg: Config, arm: str, model: str | Path) -> AdoptResult:
     model = str(model)
     name = arm_versions.model_name(arm, cfg)  # an unknown arm: NotInRegistry naming the known ones
     if entry(arm).kind != LLM:
-        raise ModelRefused(f"arm {arm!r} is a {entry(arm).kind} arm; rule: adopt takes an LLM arm, one of "
-                           f"{list(LLM_ARMS)}")
+        raise ModelRefused(
+            f"arm {arm!r} is a {entry(arm).kind} arm; rule: adopt takes an LLM arm, one of {list(LLM_ARMS)}"
+        )
     champ = arm_versions.get_version(cfg, arm, CHAMPION)
     if champ is not None:
-        raise ModelRefused(f"{name}: champion is v{champ.version} already; rule: adopt gives an arm its first champion "
-                           "(move an existing one with `abpo arms promote`); nothing registered")
+        raise ModelRefused(
+            f"{name}: champion is v{champ.version} already; rule: adopt gives an arm its first champion "
+            "(move an existing one with `abpo arms promote`); nothing registered"
+        )
     path = resolve_model(cfg, model)
     checked = check_model(cfg, path)
-    log.info(f"adopt {arm}: {path} scores {checked['checked_requests']} held-out requests in the "
-             f"{cfg.policy.prompt_style} prompt format (mean top propensity {checked['mean_top_propensity']:.3f})")
-    tags = arm_versions.lineage_tags(cfg, kind="llm", source="adopt", parent_version=None, months=[], data_hash="",
-                                     variant=entry(arm).refreshed_by, adopted_from=model)
+    log.info(
+        f"adopt {arm}: {path} scores {checked['checked_requests']} held-out requests in the "
+        f"{cfg.policy.prompt_style} prompt format (mean top propensity {checked['mean_top_propensity']:.3f})"
+    )
+    tags = arm_versions.lineage_tags(
+        cfg,
+        kind="llm",
+        source="adopt",
+        parent_version=None,
+        months=[],
+        data_hash="",
+        variant=entry(arm).refreshed_by,
+        adopted_from=model,
+    )
     with start_run(cfg, f"adopt-{arm}", {"abpo.arm": arm, "abpo.adopted_from": model}) as run:
         uri = arm_versions.log_arm_model(cfg, arm, path)
     mv = arm_versions.register_version(cfg, arm, uri, run.info.run_id, tags, alias=None)
     with arm_versions.promotion_lock(cfg, arm):  # "no champion yet" checked again where the alias moves
         champ = arm_versions.get_version(cfg, arm, CHAMPION)
         if champ is not None:
-            raise ModelRefused(f"{name}: champion v{champ.version} appeared while v{mv.version} was being registered; "
-                               f"rule: adopt gives an arm its first champion; v{mv.version} stays without an alias")
+            raise ModelRefused(
+                f"{name}: champion v{champ.version} appeared while v{mv.version} was being registered; "
+                f"rule: adopt gives an arm its first champion; v{mv.version} stays without an alias"
+            )
         # recorded in the promotion history (abpo.arms.history) as one step: pending entry, alias, finished entry
-        pending = arm_versions.history.begin(cfg, arm, action="adopt", actor=arm_versions.history.os_actor(),
-                                           from_version="", to_version=str(mv.version), reason=f"adopted {model}")
+        pending = arm_versions.history.begin(
+            cfg,
+            arm,
+            action="adopt",
+            actor=arm_versions.history.os_actor(),
+            from_version="",
+            to_version=str(mv.version),
+            reason=f"adopted {model}",
+        )
         arm_versions.set_alias(cfg, arm, CHAMPION, mv.version)
         arm_versions.history.finish(cfg, pending)
     log.info(f"adopt {arm}: {name} v{mv.version} ({model}, no SFT) is champion")

@@ -59,11 +59,13 @@ def ensure_pi_init(cfg: Config, *, fresh: bool = False) -> dict[str, Any]:
             dst = cfg.paths.resolve("models") / "registry" / f"pi_init-v{existing.version}"
             local = arm_versions.download_model_dir(cfg, str(existing.version), name=pi_init_name, dst=dst)
         return {"model_dir": local, "model_version": existing.version, "reused": True}
-    res = train_sft(cfg, validation_fraction=cfg.experiment.validation_fraction,
-                    run_tags={arm_versions.TASK_KEY_TAG: key})
+    res = train_sft(
+        cfg, validation_fraction=cfg.experiment.validation_fraction, run_tags={arm_versions.TASK_KEY_TAG: key}
+    )
     if res.mlflow_run_id:
-        arm_versions.record_task_result(res.mlflow_run_id, {"model_version": str(res.model_version),
-                                                        "model_dir": str(res.model_dir)})
+        arm_versions.record_task_result(
+            res.mlflow_run_id, {"model_version": str(res.model_version), "model_dir": str(res.model_dir)}
+        )
     return {
         "model_dir": res.model_dir,
         "model_version": res.model_version,
@@ -94,8 +96,9 @@ def bootstrap_arms(cfg: Config, month: str = "") -> BootstrapResult:
             hand = arm_versions.check_champion(cfg, arm, month)
             if hand is not None:
                 log.warning(f"bootstrap {arm}: {hand.reason}")
-                out[arm].update(version=hand.to_version,
-                                moved_by_hand={"from": hand.from_version, "to": hand.to_version})
+                out[arm].update(
+                    version=hand.to_version, moved_by_hand={"from": hand.from_version, "to": hand.to_version}
+                )
             continue
         if entry(arm).kind == RANKER:
             res = refit(cfg, arm, None)
@@ -103,9 +106,16 @@ def bootstrap_arms(cfg: Config, month: str = "") -> BootstrapResult:
             continue
         if init is None:
             init = ensure_pi_init(cfg)
-        tags = arm_versions.lineage_tags(cfg, kind=entry(arm).kind, source="pi_init", parent_version=None, months=[],
-                                         data_hash="", variant=entry(arm).refreshed_by,
-                                         pi_init_version=f"{arm_versions.pi_init_model_name(cfg)} v{init['model_version']}")
+        tags = arm_versions.lineage_tags(
+            cfg,
+            kind=entry(arm).kind,
+            source="pi_init",
+            parent_version=None,
+            months=[],
+            data_hash="",
+            variant=entry(arm).refreshed_by,
+            pi_init_version=f"{arm_versions.pi_init_model_name(cfg)} v{init['model_version']}",
+        )
         key, done = completed_step(cfg, "bootstrap", arm, f"pi_init-v{init['model_version']}")
         if done is not None:  # registered before, its champion alias since removed: the same version again
             mv = arm_versions.register_version(cfg, arm, done["model_uri"], done["run_id"], tags, alias=CHAMPION)
@@ -113,8 +123,9 @@ def bootstrap_arms(cfg: Config, month: str = "") -> BootstrapResult:
             with start_run(cfg, f"bootstrap-{arm}", {"abpo.arm": arm, arm_versions.TASK_KEY_TAG: key}) as run:
                 uri = arm_versions.log_arm_model(cfg, arm, init["model_dir"])
             mv = arm_versions.register_version(cfg, arm, uri, run.info.run_id, tags, alias=CHAMPION)
-            arm_versions.record_task_result(run.info.run_id, {"model_uri": uri, "run_id": run.info.run_id,
-                                                               "version": str(mv.version)})
+            arm_versions.record_task_result(
+                run.info.run_id, {"model_uri": uri, "run_id": run.info.run_id, "version": str(mv.version)}
+            )
         log.info(f"bootstrap {arm}: {arm_versions.model_name(arm, cfg)} v{mv.version} (pi_init) is champion")
         # every LLM arm starts from the same checkpoint: its gate metrics and per-user ranks are computed once, not
         # per arm (the gate's paired test needs each user's rank, which pi_init's SFT evaluation does not keep).
@@ -130,8 +141,10 @@ def bootstrap_arms(cfg: Config, month: str = "") -> BootstrapResult:
         for arm, got in out.items():
             start = record_month_start(cfg, arm, month, got["version"])
             if start != got["version"]:
-                log.info(f"bootstrap {arm}: month {month} started from champion v{start} (recorded at its start; "
-                         f"the champion is v{got['version']} now)")
+                log.info(
+                    f"bootstrap {arm}: month {month} started from champion v{start} (recorded at its start; "
+                    f"the champion is v{got['version']} now)"
+                )
     return BootstrapResult(out)
 
 
@@ -154,10 +167,12 @@ def require_registry(cfg: Config, *, force: bool = False) -> None:
     done = completed_months(cfg)
     if force or not done:
         return
-    rule = (f"rule: registry_matches_state: a state with {len(done)} completed month(s) ({done[0]}..{done[-1]}) keeps "
-            "its arms' registered models, never silently bootstrapped again; restore the store (or point "
-            "ABPO_TRACKING_URI / paths.mlflow_tracking_uri at it), or start over on purpose: abpo arms bootstrap, or "
-            "abpo arms month --force")
+    rule = (
+        f"rule: registry_matches_state: a state with {len(done)} completed month(s) ({done[0]}..{done[-1]}) keeps "
+        "its arms' registered models, never silently bootstrapped again; restore the store (or point "
+        "ABPO_TRACKING_URI / paths.mlflow_tracking_uri at it), or start over on purpose: abpo arms bootstrap, or "
+        "abpo arms month --force"
+    )
     db = arm_versions.sqlite_path(cfg.paths.tracking_uri())
     if db is not None and (not db.exists() or db.stat().st_size == 0):
         raise RegistryLost(f"{db}: the MLflow store is {'missing' if not db.exists() else 'empty (0 bytes)'}; {rule}")

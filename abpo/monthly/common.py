@@ -123,9 +123,11 @@ def champion_at_month_start(cfg: Config, arm: str, month: str):
         return arm_versions.get_version(cfg, arm, CHAMPION)
     mv = arm_versions.get_version(cfg, arm, kept)
     if mv is None:
-        raise arm_versions.NotInRegistry(f"{name}: month {month} started from champion v{kept} (tag "
-                                         f"{MONTH_START_TAG}{month}), which no longer exists; rule: a month's update "
-                                         "starts from the champion of the month's start")
+        raise arm_versions.NotInRegistry(
+            f"{name}: month {month} started from champion v{kept} (tag "
+            f"{MONTH_START_TAG}{month}), which no longer exists; rule: a month's update "
+            "starts from the champion of the month's start"
+        )
     return mv
 
 
@@ -138,8 +140,7 @@ def reuse(cfg: Config, experiment: str, key: str) -> dict[str, Any] | None:
     return arm_versions.task_result(prev)
 
 
-def completed_step(cfg: Config, *parts: Any, experiment: str = "", result: type[R] | None = None
-                   ) -> tuple[str, Any]:
+def completed_step(cfg: Config, *parts: Any, experiment: str = "", result: type[R] | None = None) -> tuple[str, Any]:
     """The idempotent-step check, done before a step does any work: the step's task key (:func:`task_key` of
     ``parts``) and the result recorded by its completed run in ``experiment`` (default abpo-arms), typed as
     ``result`` when given (``result.from_json``), else the recorded dict; None when it never completed. Used by
@@ -162,7 +163,8 @@ TRANSIENT = (  # retrying can help: someone else holds a lock, a service did not
     "abpo.warehouse.IngestStepFailed",  # a step of the ingest failed (disk full, database invalidated)
     "abpo.registry.RegistryUnavailable",  # the MLflow registry did not answer
     "abpo.arms.promotion.PromotionRace",  # another promotion holds the arm's lock, or the champion just moved
-    "builtins.TimeoutError", "builtins.ConnectionError",
+    "builtins.TimeoutError",
+    "builtins.ConnectionError",
 )
 REFUSED = (  # the same inputs fail the same way: a retry only delays the failure (and blocks the next run)
     "abpo.monthly.serve.NothingLanded",  # nothing landed for the month (and simulate is off)
@@ -245,8 +247,9 @@ def resolve_hook(spec: str):
 
     module, sep, attr = spec.partition(":")
     if not sep or not module.strip() or not attr.strip():
-        raise ValueError(f"ABPO_ON_FAILURE={spec!r}: rule: package.module:attribute (a callable or an Airflow "
-                         "notifier instance)")
+        raise ValueError(
+            f"ABPO_ON_FAILURE={spec!r}: rule: package.module:attribute (a callable or an Airflow notifier instance)"
+        )
     try:
         target: Any = importlib.import_module(module.strip())
         for part in attr.strip().split("."):

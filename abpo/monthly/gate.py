@@ -70,34 +70,49 @@ class GateVerdict:
     offline: dict[str, Any] = dataclasses.field(default_factory=dict)  # PairedTest's numbers ({} when not finite)
 
 
-def ope_verdict(ope: dict[str, Any], margin: float, min_ess: float,
-                max_top_share: float = 1.0) -> tuple[bool, str]:
+def ope_verdict(ope: dict[str, Any], margin: float, min_ess: float, max_top_share: float = 1.0) -> tuple[bool, str]:
     """The off-policy check of the gate, failing closed: a non-finite estimate (a NaN SNIPS, interval or effective
     sample size: e.g. a logged propensity so small that its weight overflowed) or an effective sample size below
     ``min_ess`` fails, whatever the interval says; otherwise the interval's lower bound must be >= -``margin``."""
     keys = ("challenger_snips", "champion_snips", "diff", "ci_low", "ci_high", "challenger_ess")
     bad = [k for k in keys if not isinstance(ope.get(k), (int, float)) or not math.isfinite(float(ope[k]))]
     if bad:
-        return False, (f"off-policy estimate not finite ({', '.join(f'{k} {ope.get(k)}' for k in bad)}) on "
-                       f"{ope.get('n')} rows: fails closed")
+        return False, (
+            f"off-policy estimate not finite ({', '.join(f'{k} {ope.get(k)}' for k in bad)}) on "
+            f"{ope.get('n')} rows: fails closed"
+        )
     top = ope.get("challenger_top_weight_share")
     if top is not None and not (isinstance(top, (int, float)) and float(top) <= max_top_share):
-        return False, (f"off-policy weights: the {ope.get('top_weight_rows')} largest of {ope.get('n')} rows carry "
-                       f"{float(top):.1%} of the challenger's total SNIPS weight > arms.gate_max_top_weight_share "
-                       f"{max_top_share:g}: fails closed (SNIPS diff {ope['diff']:+.4f})")
+        return False, (
+            f"off-policy weights: the {ope.get('top_weight_rows')} largest of {ope.get('n')} rows carry "
+            f"{float(top):.1%} of the challenger's total SNIPS weight > arms.gate_max_top_weight_share "
+            f"{max_top_share:g}: fails closed (SNIPS diff {ope['diff']:+.4f})"
+        )
     if ope["challenger_ess"] < min_ess:
-        return False, (f"off-policy effective sample size {ope['challenger_ess']:.1f} of {ope.get('n')} rows < "
-                       f"arms.gate_min_ess {min_ess:g}: fails closed (SNIPS diff {ope['diff']:+.4f})")
+        return False, (
+            f"off-policy effective sample size {ope['challenger_ess']:.1f} of {ope.get('n')} rows < "
+            f"arms.gate_min_ess {min_ess:g}: fails closed (SNIPS diff {ope['diff']:+.4f})"
+        )
     ok = bool(ope["ci_low"] >= -margin)
-    return ok, (f"off-policy SNIPS CTR challenger {ope['challenger_snips']:.4f} vs champion "
-                f"{ope['champion_snips']:.4f} on {ope['n']} rows: diff {ope['diff']:+.4f}, {ope['confidence']:.0%} CI "
-                f"[{ope['ci_low']:+.4f}, {ope['ci_high']:+.4f}] {'>=' if ok else '<'} -margin {margin} (ESS "
-                f"{ope['challenger_ess']:.0f})")
+    return ok, (
+        f"off-policy SNIPS CTR challenger {ope['challenger_snips']:.4f} vs champion "
+        f"{ope['champion_snips']:.4f} on {ope['n']} rows: diff {ope['diff']:+.4f}, {ope['confidence']:.0%} CI "
+        f"[{ope['ci_low']:+.4f}, {ope['ci_high']:+.4f}] {'>=' if ok else '<'} -margin {margin} (ESS "
+        f"{ope['challenger_ess']:.0f})"
+    )
 
 
-def offline_verdict(*, metric: str, challenger_ranks: Sequence[int], champion_ranks: Sequence[int], margin: float,
-                    alpha: float, power: float, challenger_version: str,
-                    champion_version: str) -> tuple[bool, str, dict[str, Any]]:
+def offline_verdict(
+    *,
+    metric: str,
+    challenger_ranks: Sequence[int],
+    champion_ranks: Sequence[int],
+    margin: float,
+    alpha: float,
+    power: float,
+    challenger_version: str,
+    champion_version: str,
+) -> tuple[bool, str, dict[str, Any]]:
     """The offline check of the gate: the paired non-inferiority test (abpo.evaluation.paired) of ``metric``'s
     per-user values, from both versions' target ranks on the same users in the same order; (passed, reason, the
     test's numbers). A non-finite margin fails closed; a metric without per-user values (not HR@K or NDCG@K) or
@@ -105,8 +120,10 @@ def offline_verdict(*, metric: str, challenger_ranks: Sequence[int], champion_ra
     from abpo.evaluation.paired import paired_noninferiority, per_user_values
 
     if len(challenger_ranks) != len(champion_ranks):
-        raise ValueError(f"gate: {len(challenger_ranks)} challenger and {len(champion_ranks)} champion per-user ranks; "
-                         "rule: both versions scored on the same gate users")
+        raise ValueError(
+            f"gate: {len(challenger_ranks)} challenger and {len(champion_ranks)} champion per-user ranks; "
+            "rule: both versions scored on the same gate users"
+        )
     if not math.isfinite(float(margin)):
         return False, f"offline {metric}: arms.gate_margin {margin} not finite: fails closed", {}
     try:
@@ -117,26 +134,46 @@ def offline_verdict(*, metric: str, challenger_ranks: Sequence[int], champion_ra
         t = paired_noninferiority(new, old, margin=margin, alpha=alpha, power=power)
     except ValueError as e:
         raise ValueError(f"gate (arms.gate_alpha {alpha!r}, arms.gate_power {power!r}): {e}") from e
-    reason = (f"offline {metric} challenger v{challenger_version} {t.challenger:.4f} vs champion v{champion_version} "
-              f"{t.champion:.4f} on {t.n} users (paired: {t.wins} won, {t.losses} lost, {t.ties} tied): diff "
-              f"{t.diff:+.4f}, one-sided {1 - t.alpha:.1%} lower bound {t.lower:+.4f} "
-              f"{'>' if t.passed else '<='} -margin {-t.margin:+.4f} (p {t.p_value:.3g} for diff <= -margin; MDE "
-              f"{t.mde:.4f} at {t.power:.0%} power)")
+    reason = (
+        f"offline {metric} challenger v{challenger_version} {t.challenger:.4f} vs champion v{champion_version} "
+        f"{t.champion:.4f} on {t.n} users (paired: {t.wins} won, {t.losses} lost, {t.ties} tied): diff "
+        f"{t.diff:+.4f}, one-sided {1 - t.alpha:.1%} lower bound {t.lower:+.4f} "
+        f"{'>' if t.passed else '<='} -margin {-t.margin:+.4f} (p {t.p_value:.3g} for diff <= -margin; MDE "
+        f"{t.mde:.4f} at {t.power:.0%} power)"
+    )
     return t.passed, reason, dataclasses.asdict(t)
 
 
-def gate_verdict(*, metric: str, challenger_ranks: Sequence[int], champion_ranks: Sequence[int], margin: float,
-                 challenger_version: str, champion_version: str, alpha: float = 0.025, power: float = 0.8,
-                 ope: dict[str, Any] | None = None, ope_margin: float = 0.0, min_ess: float = 0.0,
-                 month: str | None = None, max_top_share: float = 1.0) -> GateVerdict:
+def gate_verdict(
+    *,
+    metric: str,
+    challenger_ranks: Sequence[int],
+    champion_ranks: Sequence[int],
+    margin: float,
+    challenger_version: str,
+    champion_version: str,
+    alpha: float = 0.025,
+    power: float = 0.8,
+    ope: dict[str, Any] | None = None,
+    ope_margin: float = 0.0,
+    min_ess: float = 0.0,
+    month: str | None = None,
+    max_top_share: float = 1.0,
+) -> GateVerdict:
     """The gate's decision, a pure function of the numbers (no registry, no MLflow). Offline:
     :func:`offline_verdict` on both versions' per-user target ranks (the same users, the same order) at ``margin``,
     ``alpha`` (``power`` only sizes the reported MDE). Off-policy (when ``ope`` is given): :func:`ope_verdict` with
     ``ope_margin``, ``min_ess`` and ``max_top_share``. Both must pass."""
-    offline_ok, why, numbers = offline_verdict(metric=metric, challenger_ranks=challenger_ranks,
-                                               champion_ranks=champion_ranks, margin=margin, alpha=alpha, power=power,
-                                               challenger_version=challenger_version,
-                                               champion_version=champion_version)
+    offline_ok, why, numbers = offline_verdict(
+        metric=metric,
+        challenger_ranks=challenger_ranks,
+        champion_ranks=champion_ranks,
+        margin=margin,
+        alpha=alpha,
+        power=power,
+        challenger_version=challenger_version,
+        champion_version=champion_version,
+    )
     reasons = [why]
     ope_ok = True
     if ope is not None:
@@ -168,8 +205,9 @@ def kept_ranks(mv, key: str, examples) -> list[int] | None:
     return [int(r) for r in kept["ranks"]]
 
 
-def offline_scores(cfg: Config, arm: str, version: str, month: str | None = None, *,
-                   gate_set: GateSet | None = None) -> tuple[dict[str, float], list[int]]:
+def offline_scores(
+    cfg: Config, arm: str, version: str, month: str | None = None, *, gate_set: GateSet | None = None
+) -> tuple[dict[str, float], list[int]]:
     """The version's offline metrics on the gate's users (:func:`gate_examples` of ``month``, or ``gate_set`` when
     the caller built it) and each user's 1-based target rank (in the order of the examples), computed once per
     (version, user set) and kept: the metrics on the version's MLflow LoggedModel, measured on dataset
@@ -191,19 +229,30 @@ def offline_scores(cfg: Config, arm: str, version: str, month: str | None = None
     model, tok = load_policy(dataclasses.replace(cfg.policy, model=str(path)), cfg.paths, dataset=ds)
     res = evaluate_policy(model, tok, examples, ds.titles(), cfg.policy, popularity=popularity, progress=False)
     metrics = record_offline_metrics(cfg, arm, version, res.metrics, ranks=res.ranks, gate_set=gate_set)
-    log.info(f"  scored {arm} v{version} on {len(examples)} held-out users ({cfg.arms.gate_users}'s, user set {key}) "
-             f"in {time.time() - t:.1f}s")
+    log.info(
+        f"  scored {arm} v{version} on {len(examples)} held-out users ({cfg.arms.gate_users}'s, user set {key}) "
+        f"in {time.time() - t:.1f}s"
+    )
     return metrics, [int(r) for r in res.ranks]
 
 
-def offline_metrics(cfg: Config, arm: str, version: str, month: str | None = None, *,
-                    gate_set: GateSet | None = None) -> dict[str, float]:
+def offline_metrics(
+    cfg: Config, arm: str, version: str, month: str | None = None, *, gate_set: GateSet | None = None
+) -> dict[str, float]:
     """The metrics of :func:`offline_scores`."""
     return offline_scores(cfg, arm, version, month, gate_set=gate_set)[0]
 
 
-def record_offline_metrics(cfg: Config, arm: str, version: str, metrics: dict[str, float], month: str | None = None, *,
-                           ranks: Sequence[int], gate_set: GateSet | None = None) -> dict[str, float]:
+def record_offline_metrics(
+    cfg: Config,
+    arm: str,
+    version: str,
+    metrics: dict[str, float],
+    month: str | None = None,
+    *,
+    ranks: Sequence[int],
+    gate_set: GateSet | None = None,
+) -> dict[str, float]:
     """Keep ``metrics`` and the per-user target ``ranks`` (on the gate's users, in the order of its examples) for the
     version: the metrics on its LoggedModel (through the run that logged it; dataset ``GATE_DATASET``, digest the
     user set's key, also the version's tag ``gate.eval_key``), the ranks as that run's artifact
@@ -211,12 +260,17 @@ def record_offline_metrics(cfg: Config, arm: str, version: str, metrics: dict[st
     gate's users when the caller has them, else those of :func:`gate_examples` of ``month``."""
     examples, _, key = gate_set if gate_set is not None else gate_examples(cfg, month)
     if len(ranks) != len(examples):
-        raise ValueError(f"gate: {len(ranks)} per-user ranks for {arm} v{version} on user set {key} of "
-                         f"{len(examples)} users; rule: one rank per gate user, in the order of its examples")
+        raise ValueError(
+            f"gate: {len(ranks)} per-user ranks for {arm} v{version} on user set {key} of "
+            f"{len(examples)} users; rule: one rank per gate user, in the order of its examples"
+        )
     kept = {k: float(v) for k, v in metrics.items() if not k.startswith("random_")}
     mv = arm_versions.get_version(cfg, arm, version)
-    arm_versions.log_version_dict(mv, {"key": key, "request_ids": [e.request_id for e in examples],
-                                        "ranks": [int(r) for r in ranks]}, _ranks_artifact(key))
+    arm_versions.log_version_dict(
+        mv,
+        {"key": key, "request_ids": [e.request_id for e in examples], "ranks": [int(r) for r in ranks]},
+        _ranks_artifact(key),
+    )
     arm_versions.log_model_metrics(mv, kept, dataset_name=GATE_DATASET, dataset_digest=key)
     arm_versions.set_tags(cfg, arm, version, {"gate.eval_key": key})
     return kept
@@ -241,14 +295,23 @@ def off_policy_gate(cfg: Config, arm: str, version: str, month: str, *, champion
     rows = rows.filter(pc.equal(rows.column("arm"), arm))
     if rows.num_rows == 0:
         raise ValueError(f"off-policy gate {arm} v{version}: no logged rows of arm {arm} in {month}")
-    reqs = list(zip(rows.column("user_id").to_pylist(), rows.column("history").to_pylist(),
-                    rows.column("candidates").to_pylist()))
+    reqs = list(
+        zip(
+            rows.column("user_id").to_pylist(),
+            rows.column("history").to_pylist(),
+            rows.column("candidates").to_pylist(),
+        )
+    )
     items = rows.column("item_id").to_pylist()
 
     def target(ref: str) -> np.ndarray:
         arm_obj = arm_versions.load_arm(cfg, arm, ds, ref)
-        return np.array([float(p[list(c).index(a)]) for p, (_, _, c), a in
-                         zip(arm_obj.propensities(reqs), reqs, items, strict=True)])
+        return np.array(
+            [
+                float(p[list(c).index(a)])
+                for p, (_, _, c), a in zip(arm_obj.propensities(reqs), reqs, items, strict=True)
+            ]
+        )
 
     e0 = np.asarray(rows.column("propensity").to_pylist(), dtype=np.float64)
     logged_by_champion = set(rows.column("model_version").to_pylist()) == {str(champ.version)}
@@ -257,33 +320,77 @@ def off_policy_gate(cfg: Config, arm: str, version: str, month: str, *, champion
     bad = int((~np.isfinite(e_new)).sum()) + int((~np.isfinite(e_champ)).sum())
     if bad:  # NaN weights: no estimate at all; every number NaN, so ope_verdict fails the gate closed
         nan = float("nan")
-        log.warning(f"  off-policy gate {arm} v{version}: {bad} target propensities not finite on {rows.num_rows} "
-                    "rows: fails closed")
-        return {"n": rows.num_rows, "challenger_snips": nan, "champion_snips": nan, "diff": nan, "ci_low": nan,
-                "ci_high": nan, "confidence": nan, "challenger_ess": nan, "champion_ess": nan,
-                "challenger_max_weight": nan, "non_finite_propensities": bad}
-    cmp = compare_snips(rows.column("clicked").to_pylist(), e0, e_new, e_champ,
-                        n_boot=cfg.arms.gate_ope_bootstrap, seed=cfg.seed)
+        log.warning(
+            f"  off-policy gate {arm} v{version}: {bad} target propensities not finite on {rows.num_rows} "
+            "rows: fails closed"
+        )
+        return {
+            "n": rows.num_rows,
+            "challenger_snips": nan,
+            "champion_snips": nan,
+            "diff": nan,
+            "ci_low": nan,
+            "ci_high": nan,
+            "confidence": nan,
+            "challenger_ess": nan,
+            "champion_ess": nan,
+            "challenger_max_weight": nan,
+            "non_finite_propensities": bad,
+        }
+    cmp = compare_snips(
+        rows.column("clicked").to_pylist(), e0, e_new, e_champ, n_boot=cfg.arms.gate_ope_bootstrap, seed=cfg.seed
+    )
     top_share, top_rows = top_weight_share(e_new / e0, cfg.arms.gate_top_weight_fraction)
-    return {"n": cmp.n, "challenger_snips": cmp.challenger.snips, "champion_snips": cmp.champion.snips,
-            "diff": cmp.diff, "ci_low": cmp.ci_low, "ci_high": cmp.ci_high, "confidence": cmp.confidence,
-            "challenger_ess": cmp.challenger.ess, "champion_ess": cmp.champion.ess,
-            "challenger_max_weight": cmp.challenger.max_weight, "challenger_top_weight_share": top_share,
-            "top_weight_rows": top_rows}
+    return {
+        "n": cmp.n,
+        "challenger_snips": cmp.challenger.snips,
+        "champion_snips": cmp.champion.snips,
+        "diff": cmp.diff,
+        "ci_low": cmp.ci_low,
+        "ci_high": cmp.ci_high,
+        "confidence": cmp.confidence,
+        "challenger_ess": cmp.challenger.ess,
+        "champion_ess": cmp.champion.ess,
+        "challenger_max_weight": cmp.challenger.max_weight,
+        "challenger_top_weight_share": top_share,
+        "top_weight_rows": top_rows,
+    }
 
 
-PAIRED_NUMBERS = ("n", "challenger", "champion", "diff", "se", "lower", "margin", "alpha", "p_value", "power", "mde",
-                  "wins", "losses", "ties")
+PAIRED_NUMBERS = (
+    "n",
+    "challenger",
+    "champion",
+    "diff",
+    "se",
+    "lower",
+    "margin",
+    "alpha",
+    "p_value",
+    "power",
+    "mde",
+    "wins",
+    "losses",
+    "ties",
+)
 
 
 def offline_tags(metric: str, offline: dict[str, Any]) -> dict[str, str]:
     """The paired test's numbers as the challenger's version tags ``gate.offline.<name>`` (docs/gate.md)."""
     if not offline:
         return {}
-    tags = {f"gate.offline.{k}": (f"{offline[k]:.6g}" if isinstance(offline[k], float) else str(offline[k]))
-            for k in PAIRED_NUMBERS}
-    tags.update({"gate.offline.metric": metric, "gate.offline.users": str(offline["n"]),
-                 "gate.offline.passed": str(bool(offline["passed"])).lower(), "gate.offline.method": offline["method"]})
+    tags = {
+        f"gate.offline.{k}": (f"{offline[k]:.6g}" if isinstance(offline[k], float) else str(offline[k]))
+        for k in PAIRED_NUMBERS
+    }
+    tags.update(
+        {
+            "gate.offline.metric": metric,
+            "gate.offline.users": str(offline["n"]),
+            "gate.offline.passed": str(bool(offline["passed"])).lower(),
+            "gate.offline.method": offline["method"],
+        }
+    )
     del tags["gate.offline.n"]
     return tags
 
@@ -316,8 +423,9 @@ def gate(cfg: Config, arm: str, version: str, month: str | None = None) -> GateR
     MLflow (experiment abpo-arms, run gate-<arm>-v<version>, linked to the challenger's LoggedModel); the verdict and
     its reason are printed and kept as version tags."""
     champ = month_start_champion(cfg, arm, version)
-    key, done = completed_step(cfg, "gate", arm, f"v{version}", f"champion-v{champ.version}", month or "offline",
-                               result=GateResult)
+    key, done = completed_step(
+        cfg, "gate", arm, f"v{version}", f"champion-v{champ.version}", month or "offline", result=GateResult
+    )
     if done is not None:
         log.info(f"gate {arm}: {'PASS' if done.passed else 'FAIL'}: {done.reason}")
         return done
@@ -334,34 +442,73 @@ def gate(cfg: Config, arm: str, version: str, month: str | None = None) -> GateR
         who = f"challenger v{version}"
         new, new_ranks = offline_scores(cfg, arm, str(version), gate_set=users)
     except NonFiniteScores as e:  # NaN weights or an overflow: no rank means anything, the gate fails closed
-        verdict = GateVerdict(False, False, True, f"offline {metric}: {arm_versions.model_name(arm, cfg)} {who}: {e}: "
-                                                  "fails closed (non_finite_scores)")
+        verdict = GateVerdict(
+            False,
+            False,
+            True,
+            f"offline {metric}: {arm_versions.model_name(arm, cfg)} {who}: {e}: fails closed (non_finite_scores)",
+        )
     else:
         if month is not None and cfg.arms.gate_ope_margin >= 0:
             ope = off_policy_gate(cfg, arm, str(version), month, champion=str(champ.version))
-        verdict = gate_verdict(metric=metric, challenger_ranks=new_ranks, champion_ranks=ch_ranks,
-                               margin=cfg.arms.gate_margin, alpha=cfg.arms.gate_alpha, power=cfg.arms.gate_power,
-                               challenger_version=str(version), champion_version=str(champ.version), ope=ope,
-                               ope_margin=cfg.arms.gate_ope_margin, min_ess=cfg.arms.gate_min_ess, month=month,
-                               max_top_share=cfg.arms.gate_max_top_weight_share)
+        verdict = gate_verdict(
+            metric=metric,
+            challenger_ranks=new_ranks,
+            champion_ranks=ch_ranks,
+            margin=cfg.arms.gate_margin,
+            alpha=cfg.arms.gate_alpha,
+            power=cfg.arms.gate_power,
+            challenger_version=str(version),
+            champion_version=str(champ.version),
+            ope=ope,
+            ope_margin=cfg.arms.gate_ope_margin,
+            min_ess=cfg.arms.gate_min_ess,
+            month=month,
+            max_top_share=cfg.arms.gate_max_top_weight_share,
+        )
     passed, reason = verdict.passed, verdict.reason
     log.info(f"gate {arm}: {'PASS' if passed else 'FAIL'}: {reason}")
-    arm_versions.set_tags(cfg, arm, version, {"gate.verdict": "pass" if passed else "fail", "gate.reason": reason[:4900],
-                                             "gate.champion_version": champ.version,
-                                             **offline_tags(metric, verdict.offline)})
+    arm_versions.set_tags(
+        cfg,
+        arm,
+        version,
+        {
+            "gate.verdict": "pass" if passed else "fail",
+            "gate.reason": reason[:4900],
+            "gate.champion_version": champ.version,
+            **offline_tags(metric, verdict.offline),
+        },
+    )
     numbers = {f"offline.challenger.{k.replace('@', '_at_')}": v for k, v in new.items()}
     numbers.update({f"offline.champion.{k.replace('@', '_at_')}": v for k, v in ch.items()})
     numbers.update({f"ope.{k}": float(v) for k, v in (ope or {}).items()})
     numbers.update({f"offline.paired.{k}": float(v) for k, v in verdict.offline.items() if k in PAIRED_NUMBERS})
     numbers["passed"] = float(passed)
-    with start_run(cfg, f"gate-{arm}-v{version}", {"abpo.arm": arm, "abpo.month": month or "",
-                                                     "abpo.challenger": version,
-                                                     "abpo.champion": str(champ.version), "abpo.verdict": reason[:4900],
-                                                     arm_versions.TASK_KEY_TAG: key}) as run:
+    with start_run(
+        cfg,
+        f"gate-{arm}-v{version}",
+        {
+            "abpo.arm": arm,
+            "abpo.month": month or "",
+            "abpo.challenger": version,
+            "abpo.champion": str(champ.version),
+            "abpo.verdict": reason[:4900],
+            arm_versions.TASK_KEY_TAG: key,
+        },
+    ) as run:
         # the gate run's metrics, linked to the challenger's LoggedModel too (the MLflow UI compares models on them)
         arm_versions.log_model_metrics(arm_versions.get_version(cfg, arm, version), numbers, run_id=run.info.run_id)
-    out = GateResult(arm=arm, version=str(version), champion_version=str(champ.version), passed=passed,
-                     reason=reason, metric=metric, challenger=new, champion=ch, off_policy=ope,
-                     offline=verdict.offline or None)
+    out = GateResult(
+        arm=arm,
+        version=str(version),
+        champion_version=str(champ.version),
+        passed=passed,
+        reason=reason,
+        metric=metric,
+        challenger=new,
+        champion=ch,
+        off_policy=ope,
+        offline=verdict.offline or None,
+    )
     arm_versions.record_task_result(run.info.run_id, out.to_json())
     return out

@@ -49,10 +49,20 @@ def dataset_gate_examples(cfg: Config) -> GateSet:
     ds, splits = dataset_and_splits(cfg)
     n = cfg.arms.gate_max_users or cfg.sft.eval_max_users
     examples = seeded_subsample(build_eval_examples(splits, ds, cfg.data), n, cfg.seed)
-    key = hashlib.sha256(json.dumps([ds.name, cfg.data.seed, cfg.data.eval_candidates, cfg.seed,
-                                     cfg.data.tie_seed, cfg.data.eval_hard_negative_fraction,
-                                     [e.request_id for e in examples],
-                                     [e.candidates for e in examples]]).encode()).hexdigest()[:12]
+    key = hashlib.sha256(
+        json.dumps(
+            [
+                ds.name,
+                cfg.data.seed,
+                cfg.data.eval_candidates,
+                cfg.seed,
+                cfg.data.tie_seed,
+                cfg.data.eval_hard_negative_fraction,
+                [e.request_id for e in examples],
+                [e.candidates for e in examples],
+            ]
+        ).encode()
+    ).hexdigest()[:12]
     return examples, training_popularity(splits, ds), key
 
 
@@ -78,7 +88,8 @@ def _not_in_catalog(rows, item_ids, path, month: str) -> None:
         f"rule: with arms.gate_users=warehouse every interaction through the gated month is of a catalog item (the "
         f"gate draws candidates and popularity from the catalog); {int(bad.sum())} such interaction(s) of "
         f"{len(distinct)} item(s) ({others}{'...' if len(distinct) > 5 else ''}) in {path} through month {month}; "
-        "none was dropped")
+        "none was dropped"
+    )
 
 
 def warehouse_gate_examples(cfg: Config, month: str | None) -> GateSet:
@@ -110,24 +121,32 @@ def warehouse_gate_examples(cfg: Config, month: str | None) -> GateSet:
     from abpo.warehouse import open_warehouse
 
     if month is None:
-        raise ValueError("gate: arms.gate_users=warehouse scores the users of the warehouse's interactions through the "
-                         "gated month; rule: pass the month (gate(cfg, arm, version, month))")
+        raise ValueError(
+            "gate: arms.gate_users=warehouse scores the users of the warehouse's interactions through the "
+            "gated month; rule: pass the month (gate(cfg, arm, version, month))"
+        )
     month = str(Month(month, "gate month"))
     fraction = check_holdout_fraction(cfg.arms.gate_holdout_fraction)
     ds, _ = dataset_and_splits(cfg)
     path = cfg.paths.resolve("warehouse")
-    rule = ("rule: arms.gate_users=warehouse gates on the users of the warehouse's interactions through the gated "
-            "month (landing/interactions/month=YYYY-MM/*.parquet, ingested with the month) in the held-out slice "
-            f"arms.gate_holdout_fraction={fraction:g}, each with at least 2 interactions (a target: the last one, and "
-            "a history before it)")
+    rule = (
+        "rule: arms.gate_users=warehouse gates on the users of the warehouse's interactions through the gated "
+        "month (landing/interactions/month=YYYY-MM/*.parquet, ingested with the month) in the held-out slice "
+        f"arms.gate_holdout_fraction={fraction:g}, each with at least 2 interactions (a target: the last one, and "
+        "a history before it)"
+    )
     if not path.exists():
-        raise GateUsersMissing(f"{path}: no warehouse, so no interactions through month {month}; {rule}; or gate on "
-                               "the configured dataset's users (arms.gate_users=dataset)")
+        raise GateUsersMissing(
+            f"{path}: no warehouse, so no interactions through month {month}; {rule}; or gate on "
+            "the configured dataset's users (arms.gate_users=dataset)"
+        )
     with open_warehouse(cfg, read_only=True) as wh:
         rows = wh.interaction_rows(month)
     if rows.num_rows == 0:
-        raise GateUsersMissing(f"{path}: table interactions holds no interactions through month {month}; {rule}; or "
-                               "gate on the configured dataset's users (arms.gate_users=dataset)")
+        raise GateUsersMissing(
+            f"{path}: table interactions holds no interactions through month {month}; {rule}; or "
+            "gate on the configured dataset's users (arms.gate_users=dataset)"
+        )
     _not_in_catalog(rows, ds.item_ids(), path, month)
     users = np.unique(rows.column("user_id").to_numpy())
     held = [int(u) for u in users.tolist() if in_holdout(int(u), cfg.seed, fraction)]
@@ -140,7 +159,8 @@ def warehouse_gate_examples(cfg: Config, month: str | None) -> GateSet:
         raise GateUsersMissing(
             f"{path}: through month {month}, {len(users)} users have interactions, {len(held)} of them in the gate's "
             f"held-out slice (seed {cfg.seed}), none with 2 or more; {rule}. Raise arms.gate_holdout_fraction, or "
-            "gate a later month")
+            "gate a later month"
+        )
     splits = [UserSplit(u, seqs[u][:-1], [], seqs[u][-1]) for u in gated]
     n_items, m = len(ds.item_ids()), cfg.data.eval_candidates
     crowded = [s for s in splits if n_items - len(set(s.sequence)) < m - 1]
@@ -149,7 +169,8 @@ def warehouse_gate_examples(cfg: Config, month: str | None) -> GateSet:
         raise GateUsersMissing(
             f"{path}: gate user {s.user_id} consumed {len(set(s.sequence))} of the catalog's {n_items} items through "
             f"month {month} ({len(crowded)} gate user(s) like this); rule: data.eval_candidates={m} needs {m - 1} "
-            "items the user never consumed beside the target; lower data.eval_candidates")
+            "items the user never consumed beside the target; lower data.eval_candidates"
+        )
     popularity = Counter(rows.column("item_id").to_numpy().tolist())
     popularity.subtract(s.target for s in splits)
     popularity = {int(i): int(c) for i, c in sorted(popularity.items()) if c > 0}
@@ -157,11 +178,26 @@ def warehouse_gate_examples(cfg: Config, month: str | None) -> GateSet:
     # users first gives the same examples as choosing among all of them, without drawing the others' candidates
     n = cfg.arms.gate_max_users or cfg.sft.eval_max_users
     examples = build_eval_examples(seeded_subsample(splits, n, cfg.seed), ds, cfg.data, popularity=popularity)
-    key = hashlib.sha256(json.dumps(["warehouse", ds.name, cfg.data.seed, cfg.data.eval_candidates, cfg.seed,
-                                     cfg.data.eval_hard_negative_fraction, fraction,
-                                     [e.request_id for e in examples], [e.history for e in examples],
-                                     [e.positive for e in examples], [e.candidates for e in examples],
-                                     sorted(popularity.items())]).encode()).hexdigest()[:12]
-    log.info(f"  gate users: {len(examples)} of {len(gated)} held-out users with 2+ interactions in {path} through "
-             f"{month} ({len(held)} of {len(users)} users in the slice arms.gate_holdout_fraction={fraction:g})")
+    key = hashlib.sha256(
+        json.dumps(
+            [
+                "warehouse",
+                ds.name,
+                cfg.data.seed,
+                cfg.data.eval_candidates,
+                cfg.seed,
+                cfg.data.eval_hard_negative_fraction,
+                fraction,
+                [e.request_id for e in examples],
+                [e.history for e in examples],
+                [e.positive for e in examples],
+                [e.candidates for e in examples],
+                sorted(popularity.items()),
+            ]
+        ).encode()
+    ).hexdigest()[:12]
+    log.info(
+        f"  gate users: {len(examples)} of {len(gated)} held-out users with 2+ interactions in {path} through "
+        f"{month} ({len(held)} of {len(users)} users in the slice arms.gate_holdout_fraction={fraction:g})"
+    )
     return examples, popularity, key

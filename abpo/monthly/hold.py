@@ -44,8 +44,11 @@ def hold(cfg: Config, arm: str, month: Month) -> HoldResult:
         raise HoldbackMoved(
             f"{arm_versions.model_name(arm, cfg)} v{champ.version}: champion with source={tags.get('source')!r}, "
             f"parent_version={tags.get('parent_version')!r}; rule: a holdback's champion stays the pi_init version "
-            "bootstrap registered (never updated, never promoted); restore it before the month runs")
-    reason = (f"holdback: not updated in {Month(month)}; champion stays pi_init "
-              f"({arm_versions.model_name(arm, cfg)} v{champ.version}, {tags.get('pi_init_version', 'pi_init')})")
+            "bootstrap registered (never updated, never promoted); restore it before the month runs"
+        )
+    reason = (
+        f"holdback: not updated in {Month(month)}; champion stays pi_init "
+        f"({arm_versions.model_name(arm, cfg)} v{champ.version}, {tags.get('pi_init_version', 'pi_init')})"
+    )
     log.info(reason)
     return HoldResult(arm=arm, month=str(month), champion_version=str(champ.version), reason=reason)

@@ -52,9 +52,14 @@ def ingest(cfg: Config, month: Month, *, force: bool = False, out_of_order: bool
     report, _ = ingest_with_config(cfg, month, force=force)  # every contract and audit setting of section data
     with open_warehouse(cfg) as wh:  # then what users consumed, when it landed (the ranker arms' refits read it)
         interactions = wh.ingest_interactions(cfg.paths.location("landing"), month, catalog=config_catalog(cfg))
-    out = IngestResult(rows_in=report.rows_in, rows_clean=report.rows_clean,
-                       quarantined=dict(report.quarantined_by_rule), validation=report.audit.path,
-                       warehouse=str(cfg.paths.resolve("warehouse")), interactions=interactions)
+    out = IngestResult(
+        rows_in=report.rows_in,
+        rows_clean=report.rows_clean,
+        quarantined=dict(report.quarantined_by_rule),
+        validation=report.audit.path,
+        warehouse=str(cfg.paths.resolve("warehouse")),
+        interactions=interactions,
+    )
     kept.parent.mkdir(parents=True, exist_ok=True)
     tmp = kept.with_suffix(".tmp")
     tmp.write_text(json.dumps(out.to_json()))

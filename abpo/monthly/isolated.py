@@ -45,8 +45,9 @@ _STEPS = {"bootstrap": _bootstrap, "update": _step("update"), "gate": _step("gat
 _NEEDS_ARM = ("update",)  # the in-process task of these skips an arm that is not configured
 
 
-def run_isolated(step: str, *, month: str, arm: str = "", upstream: Any = None, overrides: list[str] | tuple = (),
-                 config: str = "") -> dict[str, Any]:
+def run_isolated(
+    step: str, *, month: str, arm: str = "", upstream: Any = None, overrides: list[str] | tuple = (), config: str = ""
+) -> dict[str, Any]:
     """Run monthly step ``step`` (one of :data:`ISOLATED_STEPS`) for ``month`` (and ``arm``, fed the upstream task's
     result ``upstream``) with the config ``config`` (default ``$ABPO_CONFIG``, else ``tiny``) and the run's
     ``overrides`` (checked against abpo.monthly.overrides.OVERRIDE_ALLOWED, as every in-process task does).
@@ -101,8 +102,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--overrides", default="[]", help="the run's overrides param, as a JSON list")
     p.add_argument("--xcom", default="", help="write the step's result (JSON) here, e.g. /airflow/xcom/return.json")
     args = p.parse_args(argv)
-    out = run_isolated(args.step, month=args.month, arm=args.arm, upstream=json.loads(args.upstream),
-                       overrides=json.loads(args.overrides))
+    out = run_isolated(
+        args.step,
+        month=args.month,
+        arm=args.arm,
+        upstream=json.loads(args.upstream),
+        overrides=json.loads(args.overrides),
+    )
     if args.xcom and out["status"] == OK:
         Path(args.xcom).parent.mkdir(parents=True, exist_ok=True)
         Path(args.xcom).write_text(json.dumps(out["result"]))

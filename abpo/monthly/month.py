@@ -34,9 +34,12 @@ class MonthResult(StepResult):
     ran: list[str] = dataclasses.field(default_factory=list)  # the steps run, in order ("<arm>.<step>" per arm)
 
     def to_json(self) -> dict[str, Any]:
-        out = {"month": self.month, "bootstrap": self.bootstrap.arms if self.bootstrap else None,
-               "serve": self.serve.to_json() if self.serve else None,
-               "ingest": self.ingest.to_json() if self.ingest else None}
+        out = {
+            "month": self.month,
+            "bootstrap": self.bootstrap.arms if self.bootstrap else None,
+            "serve": self.serve.to_json() if self.serve else None,
+            "ingest": self.ingest.to_json() if self.ingest else None,
+        }
         for arm, done in self.arms.items():
             out[arm] = {k: (v.to_json() if isinstance(v, StepResult) else v) for k, v in done.items()}
         out["report"] = self.report.to_json() if self.report else None

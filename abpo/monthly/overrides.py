@@ -19,29 +19,97 @@ import re
 # (issue 32 item 4); those belong to the deployment's config file ($ABPO_CONFIG). (What an arm's update trains, its
 # variant, logs, starting model and output, is no config at all: the update step passes it.)
 OVERRIDE_ALLOWED = (
-    "sim.*", "seed", "arms.popularity.*", "arms.ml_retrain.*",
-    *(f"arms.{k}" for k in ("replay_months", "min_rows_per_stratum", "update_max_examples", "update_logs",
-                            "gate_ope_bootstrap")),
+    "sim.*",
+    "seed",
+    "arms.popularity.*",
+    "arms.ml_retrain.*",
+    *(
+        f"arms.{k}"
+        for k in ("replay_months", "min_rows_per_stratum", "update_max_examples", "update_logs", "gate_ope_bootstrap")
+    ),
     *(f"report.{k}" for k in ("candidate_arm", "holdback_arm", "updated_arms", "confidence", "power")),
-    *(f"data.{k}" for k in ("seed", "tie_seed", "min_history", "update_steps", "train_candidates", "eval_candidates",
-                            "eval_hard_negative_fraction", "train_hard_negative_fraction", "sup_examples_per_user",
-                            "max_users")),
-    *(f"sft.{k}" for k in ("epochs", "max_steps", "learning_rate", "batch_size", "grad_accum", "warmup_ratio",
-                           "weight_decay", "max_grad_norm", "logging_steps", "use_lora", "gradient_checkpointing",
-                           "max_examples", "eval_max_users", "eval_generation")),
-    *(f"update.{k}" for k in ("group_size", "delta", "eps_std", "lambda_sc", "w_max", "epsilon", "beta",
-                              "learning_rate", "batch_size", "grad_accum", "epochs", "max_steps", "warmup_ratio",
-                              "weight_decay", "max_grad_norm", "temperature", "top_p", "max_examples",
-                              "stratification", "logging_steps", "save_steps", "save_total_limit")),
+    *(
+        f"data.{k}"
+        for k in (
+            "seed",
+            "tie_seed",
+            "min_history",
+            "update_steps",
+            "train_candidates",
+            "eval_candidates",
+            "eval_hard_negative_fraction",
+            "train_hard_negative_fraction",
+            "sup_examples_per_user",
+            "max_users",
+        )
+    ),
+    *(
+        f"sft.{k}"
+        for k in (
+            "epochs",
+            "max_steps",
+            "learning_rate",
+            "batch_size",
+            "grad_accum",
+            "warmup_ratio",
+            "weight_decay",
+            "max_grad_norm",
+            "logging_steps",
+            "use_lora",
+            "gradient_checkpointing",
+            "max_examples",
+            "eval_max_users",
+            "eval_generation",
+        )
+    ),
+    *(
+        f"update.{k}"
+        for k in (
+            "group_size",
+            "delta",
+            "eps_std",
+            "lambda_sc",
+            "w_max",
+            "epsilon",
+            "beta",
+            "learning_rate",
+            "batch_size",
+            "grad_accum",
+            "epochs",
+            "max_steps",
+            "warmup_ratio",
+            "weight_decay",
+            "max_grad_norm",
+            "temperature",
+            "top_p",
+            "max_examples",
+            "stratification",
+            "logging_steps",
+            "save_steps",
+            "save_total_limit",
+        )
+    ),
 )
 # Keys a trigger may not set although their section is tunable, each with why (the refusal names it): the gate's
 # settings and what switches a safety check off.
 NOT_OVERRIDABLE = {
-    **{f"arms.{k}": "a gate setting" for k in ("gate_metric", "gate_margin", "gate_alpha", "gate_power",
-                                               "gate_ope_margin", "gate_min_ess", "gate_max_users", "gate_users",
-                                               "gate_holdout_fraction")},
+    **{
+        f"arms.{k}": "a gate setting"
+        for k in (
+            "gate_metric",
+            "gate_margin",
+            "gate_alpha",
+            "gate_power",
+            "gate_ope_margin",
+            "gate_min_ess",
+            "gate_max_users",
+            "gate_users",
+            "gate_holdout_fraction",
+        )
+    },
     "arms.names": "the experiment's design (which arms run)",
-    "report.srm_alpha": "the report's sample-ratio check", "report.arm_shares": "the report's sample-ratio check",
+    "report.srm_alpha": "the report's sample-ratio check",
+    "report.arm_shares": "the report's sample-ratio check",
 }
 # Ranges of the allowed numeric keys: key -> (low, low included, high, high included, integer). A value outside is
 # refused: a trigger may tune the update, never switch it off (update.learning_rate=0 trains nothing, so a challenger
@@ -50,28 +118,48 @@ NOT_OVERRIDABLE = {
 # arms.gate_max_users is 0; arms.gate_ope_bootstrap the off-policy interval).
 INF = math.inf
 OVERRIDE_RANGES: dict[str, tuple[float, bool, float, bool, bool]] = {
-    "update.learning_rate": (0, False, 1, True, False), "sft.learning_rate": (0, False, 1, True, False),
-    "update.epochs": (0, False, INF, False, False), "sft.epochs": (0, False, INF, False, False),
-    "update.max_steps": (-1, True, INF, False, True), "sft.max_steps": (-1, True, INF, False, True),
-    "update.batch_size": (1, True, INF, False, True), "sft.batch_size": (1, True, INF, False, True),
-    "update.grad_accum": (1, True, INF, False, True), "sft.grad_accum": (1, True, INF, False, True),
-    "update.group_size": (2, True, INF, False, True), "update.epsilon": (0, False, INF, False, False),
-    "update.w_max": (0, False, INF, False, False), "update.beta": (0, True, INF, False, False),
-    "update.delta": (0, True, INF, False, False), "update.eps_std": (0, False, INF, False, False),
-    "update.lambda_sc": (0, True, INF, False, False), "update.temperature": (0, False, INF, False, False),
-    "update.top_p": (0, False, 1, True, False), "update.warmup_ratio": (0, True, 1, False, False),
-    "sft.warmup_ratio": (0, True, 1, False, False), "update.weight_decay": (0, True, INF, False, False),
-    "sft.weight_decay": (0, True, INF, False, False), "update.max_grad_norm": (0, False, INF, False, False),
-    "sft.max_grad_norm": (0, False, INF, False, False), "update.max_examples": (0, True, INF, False, True),
-    "arms.update_max_examples": (0, True, INF, False, True), "arms.min_rows_per_stratum": (1, True, INF, False, True),
-    "arms.replay_months": (0, True, INF, False, True), "arms.gate_ope_bootstrap": (200, True, INF, False, True),
-    "data.eval_candidates": (6, True, INF, False, True), "sft.eval_max_users": (10, True, INF, False, True),
-    "report.confidence": (0.5, False, 1, False, False), "report.power": (0, False, 1, False, False),
+    "update.learning_rate": (0, False, 1, True, False),
+    "sft.learning_rate": (0, False, 1, True, False),
+    "update.epochs": (0, False, INF, False, False),
+    "sft.epochs": (0, False, INF, False, False),
+    "update.max_steps": (-1, True, INF, False, True),
+    "sft.max_steps": (-1, True, INF, False, True),
+    "update.batch_size": (1, True, INF, False, True),
+    "sft.batch_size": (1, True, INF, False, True),
+    "update.grad_accum": (1, True, INF, False, True),
+    "sft.grad_accum": (1, True, INF, False, True),
+    "update.group_size": (2, True, INF, False, True),
+    "update.epsilon": (0, False, INF, False, False),
+    "update.w_max": (0, False, INF, False, False),
+    "update.beta": (0, True, INF, False, False),
+    "update.delta": (0, True, INF, False, False),
+    "update.eps_std": (0, False, INF, False, False),
+    "update.lambda_sc": (0, True, INF, False, False),
+    "update.temperature": (0, False, INF, False, False),
+    "update.top_p": (0, False, 1, True, False),
+    "update.warmup_ratio": (0, True, 1, False, False),
+    "sft.warmup_ratio": (0, True, 1, False, False),
+    "update.weight_decay": (0, True, INF, False, False),
+    "sft.weight_decay": (0, True, INF, False, False),
+    "update.max_grad_norm": (0, False, INF, False, False),
+    "sft.max_grad_norm": (0, False, INF, False, False),
+    "update.max_examples": (0, True, INF, False, True),
+    "arms.update_max_examples": (0, True, INF, False, True),
+    "arms.min_rows_per_stratum": (1, True, INF, False, True),
+    "arms.replay_months": (0, True, INF, False, True),
+    "arms.gate_ope_bootstrap": (200, True, INF, False, True),
+    "data.eval_candidates": (6, True, INF, False, True),
+    "sft.eval_max_users": (10, True, INF, False, True),
+    "report.confidence": (0.5, False, 1, False, False),
+    "report.power": (0, False, 1, False, False),
 }
 # the same list as a JSON-schema pattern of one override (Airflow validates params against it when a run is triggered);
 # "section.*" also covers the keys of a block inside the section (arms.popularity.temperature)
-OVERRIDE_PATTERN = "^(?:" + "|".join(k.replace(".", "\\.").replace("\\.*", "\\.[a-z_0-9]+(?:\\.[a-z_0-9]+)*")
-                                     for k in OVERRIDE_ALLOWED) + ")=.*$"
+OVERRIDE_PATTERN = (
+    "^(?:"
+    + "|".join(k.replace(".", "\\.").replace("\\.*", "\\.[a-z_0-9]+(?:\\.[a-z_0-9]+)*") for k in OVERRIDE_ALLOWED)
+    + ")=.*$"
+)
 
 
 def _range_text(key: str) -> str:
@@ -96,8 +184,10 @@ def check_range(key: str, value: str) -> None:
     except ValueError:
         ok = False
     if not ok:
-        raise ValueError(f"overrides item {f'{key}={value}'!r}: rule: {key} must be {_range_text(key)} (a run may tune it, "
-                         "never switch a step or a check off)")
+        raise ValueError(
+            f"overrides item {f'{key}={value}'!r}: rule: {key} must be {_range_text(key)} (a run may tune it, "
+            "never switch a step or a check off)"
+        )
 
 
 def check_overrides(overrides) -> list[str]:
@@ -105,16 +195,20 @@ def check_overrides(overrides) -> list[str]:
     and, for a key with a range (OVERRIDE_RANGES), a value inside it; ValueError naming the first item that is not,
     and the rule."""
     if not isinstance(overrides, (list, tuple)):
-        raise ValueError(f"overrides {overrides!r}: rule: a list of \"key=value\" strings")
+        raise ValueError(f'overrides {overrides!r}: rule: a list of "key=value" strings')
     for item in overrides:
         key = item.split("=", 1)[0].strip() if isinstance(item, str) else ""
         kept = next((k for k in NOT_OVERRIDABLE if key == k or key.startswith(k + ".")), None)
         if kept is not None:
-            raise ValueError(f"overrides item {item!r}: rule: {key} is {NOT_OVERRIDABLE[kept]}, not a run-time "
-                             "override (a trigger must not loosen or switch off a safety check); set it in the "
-                             "deployment's config file ($ABPO_CONFIG)")
+            raise ValueError(
+                f"overrides item {item!r}: rule: {key} is {NOT_OVERRIDABLE[kept]}, not a run-time "
+                "override (a trigger must not loosen or switch off a safety check); set it in the "
+                "deployment's config file ($ABPO_CONFIG)"
+            )
         if not isinstance(item, str) or not re.fullmatch(OVERRIDE_PATTERN, item, flags=re.DOTALL):
-            raise ValueError(f"overrides item {item!r}: rule: key=value with a key in {', '.join(OVERRIDE_ALLOWED)} "
-                             "(section.* = any key of that section)")
+            raise ValueError(
+                f"overrides item {item!r}: rule: key=value with a key in {', '.join(OVERRIDE_ALLOWED)} "
+                "(section.* = any key of that section)"
+            )
         check_range(key, item.split("=", 1)[1])
     return list(overrides)

@@ -39,9 +39,18 @@ def promote(cfg: Config, arm: str, gate: GateResult, month: str = "") -> Promote
     # died before its event) or by a completed month run again (announced when it ran: no event now)
     if gate.passed:
         try:
-            out = arm_versions.promote(cfg, arm, gate.version, expected_champion=gate.champion_version,
-                                       reason=f"gate passed: {gate.reason}"[:4900], actor="gate", action="gate",
-                                       verdict=f"pass: {gate.reason}"[:4900], month=month, respect_pin=True)
+            out = arm_versions.promote(
+                cfg,
+                arm,
+                gate.version,
+                expected_champion=gate.champion_version,
+                reason=f"gate passed: {gate.reason}"[:4900],
+                actor="gate",
+                action="gate",
+                verdict=f"pass: {gate.reason}"[:4900],
+                month=month,
+                respect_pin=True,
+            )
             if out.get("promoted") == "false":
                 promoted, why = False, out.get("reason", "pinned: not promoted")
             if out.get("already") == "true" and month:
@@ -57,6 +66,11 @@ def promote(cfg: Config, arm: str, gate: GateResult, month: str = "") -> Promote
     else:
         log.info(f"promote {arm}: champion stays v{gate.champion_version} (v{gate.version} stays challenger)")
     now = str(arm_versions.get_version(cfg, arm, CHAMPION).version)
-    return PromoteResult(arm=arm, champion_version=now, promoted=promoted,
-                         previous_version=str(gate.champion_version),
-                         moved=promoted and not already and now != str(gate.champion_version), reason=why)
+    return PromoteResult(
+        arm=arm,
+        champion_version=now,
+        promoted=promoted,
+        previous_version=str(gate.champion_version),
+        moved=promoted and not already and now != str(gate.champion_version),
+        reason=why,
+    )

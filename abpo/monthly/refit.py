@@ -67,11 +67,21 @@ def refit(cfg: Config, arm: str, month: Month | None) -> RefitResult:
         return dataclasses.replace(done, previous_version=previous, moved=False)
     fitted = arm_class(arm).refresh(arm, cfg, sequences=seqs, item_ids=ds.item_ids().tolist())
     out_dir = fitted.save(cfg.paths.resolve("models") / "arms" / arm / (month or "bootstrap"))
-    tags = arm_versions.lineage_tags(cfg, kind="ranker", source="refit" if month else "bootstrap",
-                                     parent_version=previous or None, months=months,
-                                     data_hash=data_hash, variant=arm, interactions=sum(map(len, seqs.values())))
-    with start_run(cfg, f"refit-{arm}-{month or 'bootstrap'}", {"abpo.arm": arm, "abpo.month": month or "",
-                                                                 arm_versions.TASK_KEY_TAG: key}) as run:
+    tags = arm_versions.lineage_tags(
+        cfg,
+        kind="ranker",
+        source="refit" if month else "bootstrap",
+        parent_version=previous or None,
+        months=months,
+        data_hash=data_hash,
+        variant=arm,
+        interactions=sum(map(len, seqs.values())),
+    )
+    with start_run(
+        cfg,
+        f"refit-{arm}-{month or 'bootstrap'}",
+        {"abpo.arm": arm, "abpo.month": month or "", arm_versions.TASK_KEY_TAG: key},
+    ) as run:
         import pandas as pd
 
         uri = arm_versions.log_arm_model(cfg, arm, out_dir)
@@ -79,16 +89,30 @@ def refit(cfg: Config, arm: str, month: Month | None) -> RefitResult:
         pairs = [(u, i, p) for u, items in sorted(seqs.items()) for p, i in enumerate(items)]
         arm_versions.log_dataset_input(
             pd.DataFrame(pairs, columns=["user_id", "item_id", "position"]),
-            name=f"{arm}-interactions-through-{month or 'bootstrap'}", digest=data_hash,
-            source=cfg.paths.resolve("warehouse"), tags={"months": ",".join(months)})
+            name=f"{arm}-interactions-through-{month or 'bootstrap'}",
+            digest=data_hash,
+            source=cfg.paths.resolve("warehouse"),
+            tags={"months": ",".join(months)},
+        )
     mv = arm_versions.register_version(cfg, arm, uri, run.info.run_id, tags, alias=None)
-    promoted = arm_versions.promote(cfg, arm, mv.version, reason=f"refit through {month or 'the start'}",
-                                    actor="abpo", action="refit", month=month or "", respect_pin=True)
+    promoted = arm_versions.promote(
+        cfg,
+        arm,
+        mv.version,
+        reason=f"refit through {month or 'the start'}",
+        actor="abpo",
+        action="refit",
+        month=month or "",
+        respect_pin=True,
+    )
     champion = promoted["champion"]  # a pinned arm keeps its champion (abpo arms pin): the refit stays registered
-    log.info(f"refit {arm}: {sum(map(len, seqs.values()))} interactions and clicks through {month or 'the start'} "
-             f"in {time.time() - t:.1f}s -> {arm_versions.model_name(arm, cfg)} v{mv.version}, "
-             + ("champion" if champion == str(mv.version) else f"not champion ({promoted.get('reason', '')})"))
-    out = RefitResult(arm=arm, version=str(mv.version), months=months, previous_version=previous,
-                      moved=champion != previous)
+    log.info(
+        f"refit {arm}: {sum(map(len, seqs.values()))} interactions and clicks through {month or 'the start'} "
+        f"in {time.time() - t:.1f}s -> {arm_versions.model_name(arm, cfg)} v{mv.version}, "
+        + ("champion" if champion == str(mv.version) else f"not champion ({promoted.get('reason', '')})")
+    )
+    out = RefitResult(
+        arm=arm, version=str(mv.version), months=months, previous_version=previous, moved=champion != previous
+    )
     arm_versions.record_task_result(run.info.run_id, out.to_json())
     return out

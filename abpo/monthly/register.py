@@ -25,10 +25,21 @@ class RegisterResult(StepResult):
 
 
 def register(cfg: Config, arm: str, updated: UpdateResult) -> RegisterResult:
-    tags = arm_versions.lineage_tags(cfg, kind="llm", source="update", parent_version=updated.parent_version,
-                                     months=updated.months, data_hash=updated.data_hash, variant=updated.variant,
-                                     month=updated.month, rows=updated.rows, steps=updated.steps)
+    tags = arm_versions.lineage_tags(
+        cfg,
+        kind="llm",
+        source="update",
+        parent_version=updated.parent_version,
+        months=updated.months,
+        data_hash=updated.data_hash,
+        variant=updated.variant,
+        month=updated.month,
+        rows=updated.rows,
+        steps=updated.steps,
+    )
     mv = arm_versions.register_version(cfg, arm, updated.model_uri, updated.run_id, tags, alias=CHALLENGER)
-    log.info(f"register {arm}: {arm_versions.model_name(arm, cfg)} v{mv.version} (parent v{updated.parent_version}) "
-             f"is challenger")
+    log.info(
+        f"register {arm}: {arm_versions.model_name(arm, cfg)} v{mv.version} (parent v{updated.parent_version}) "
+        f"is challenger"
+    )
     return RegisterResult(arm=arm, version=str(mv.version), parent_version=updated.parent_version)

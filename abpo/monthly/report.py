@@ -60,7 +60,8 @@ def require_previous_month(cfg: Config, month: str) -> None:
     if unfinished:
         raise PreviousMonthIncomplete(
             f"month {month}: earlier month(s) {unfinished} were ingested but their cycle never finished (no "
-            f"{_done_marker(cfg, unfinished[-1])}); rerun abpo_monthly for {unfinished[-1]} first")
+            f"{_done_marker(cfg, unfinished[-1])}); rerun abpo_monthly for {unfinished[-1]} first"
+        )
 
 
 def completed_months(cfg: Config) -> list[str]:
@@ -101,7 +102,8 @@ def require_month_order(cfg: Config, month: str, *, force: bool = False) -> None
         f"month {month}: older than the last completed month {done[-1]} ({_done_marker(cfg, done[-1])}) and never "
         f"ingested; rule: months run in order (months_in_order): an earlier month ingested now stays unfinished "
         f"behind the completed ones and blocks the next month. To backfill it on purpose: abpo ingest --month {month} "
-        "--force-month-order, then run its cycle")
+        "--force-month-order, then run its cycle"
+    )
 
 
 def report(cfg: Config, month: Month) -> ReportResult:

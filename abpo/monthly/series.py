@@ -25,8 +25,18 @@ log = logging.getLogger(__name__)
 # the data.* keys abpo.data.loaders.load_dataset and abpo.data.splits.split_users read: which dataset, which users
 # (max_users drawn with seed), and where each user's history ends (min_history, update_steps; the candidate sizes
 # decide which users have enough unseen items)
-SPLIT_KEYS = ("dataset_dir", "format", "amazon_domain", "tie_seed", "seed", "max_users", "min_history",
-              "update_steps", "train_candidates", "eval_candidates")
+SPLIT_KEYS = (
+    "dataset_dir",
+    "format",
+    "amazon_domain",
+    "tie_seed",
+    "seed",
+    "max_users",
+    "min_history",
+    "update_steps",
+    "train_candidates",
+    "eval_candidates",
+)
 
 
 class SeriesChanged(ValueError):
@@ -63,8 +73,10 @@ def check_series(cfg: Config, month: str) -> dict[str, Any]:
         try:
             recorded = json.loads(path.read_text())["settings"]
         except (ValueError, KeyError, TypeError) as e:
-            raise SeriesChanged(f"{path}: not a series record ({e}); rule: JSON with 'settings' (restore it from the "
-                                "state's backup, or delete it to record the current settings)") from e
+            raise SeriesChanged(
+                f"{path}: not a series record ({e}); rule: JSON with 'settings' (restore it from the "
+                "state's backup, or delete it to record the current settings)"
+            ) from e
     if recorded == now:
         return now
     if recorded is not None:
@@ -76,7 +88,8 @@ def check_series(cfg: Config, month: str) -> dict[str, Any]:
                 f"month {month}: {keys}: rule: the data split of a series is fixed once its warehouse holds a month "
                 f"(here {months[0]}..{months[-1]}; recorded in {path}); the setting is refused, not applied. Run "
                 "the months beyond the simulator's windows as they are (they wrap around, docs/operations.md "
-                "\"Months beyond the demo\"), or start a new series in a new state (ABPO_STATE)")
+                '"Months beyond the demo"), or start a new series in a new state (ABPO_STATE)'
+            )
         log.info(f"series: no month in the warehouse yet; the split settings change ({sorted(changed)}) is recorded")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")

@@ -60,8 +60,10 @@ def check_landed(cfg: Config, month: Month) -> ServeResult:
     try:
         files = Warehouse.landing_files(cfg.paths.location("landing"), month)
     except IngestError as e:
-        raise NothingLanded(f"{cfg.paths.location('landing')}: nothing landed for month={month} ({e}); "
-                            "land the month's logs, or trigger with simulate=true (abpo arms month: --simulate)") from e
+        raise NothingLanded(
+            f"{cfg.paths.location('landing')}: nothing landed for month={month} ({e}); "
+            "land the month's logs, or trigger with simulate=true (abpo arms month: --simulate)"
+        ) from e
     return ServeResult(str(month), False, files=len(files))
 
 

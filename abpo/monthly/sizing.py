@@ -69,8 +69,9 @@ def moves_beyond_noise(offline: dict[str, Any], off_policy: dict[str, Any] | Non
     return bool(offline_moves or ope_moves)
 
 
-def size_update(cfg: Config, month: str, arm: str, grid: Sequence[Sequence[str]],
-                config_for: Callable[[Sequence[str]], Any]) -> list[SizingPoint]:
+def size_update(
+    cfg: Config, month: str, arm: str, grid: Sequence[Sequence[str]], config_for: Callable[[Sequence[str]], Any]
+) -> list[SizingPoint]:
     """Run the grid (each point a list of ``key=value`` overrides, made into a config by ``config_for``) on ``month``
     of ``cfg``'s state, for LLM arm ``arm``. Returns one SizingPoint per grid point, in grid order."""
     from abpo.arms.names import LLM, entry
@@ -91,46 +92,86 @@ def size_update(cfg: Config, month: str, arm: str, grid: Sequence[Sequence[str]]
     for overrides in grid:
         c = config_for(list(overrides))
         if c.paths.resolve("root") != cfg.paths.resolve("root"):
-            raise ValueError(f"abpo arms size-update: grid point {list(overrides)} moves paths.root; rule: every "
-                             "point runs in the same state")
+            raise ValueError(
+                f"abpo arms size-update: grid point {list(overrides)} moves paths.root; rule: every "
+                "point runs in the same state"
+            )
         t0 = time.time()
         upd = update(c, arm, m)
         seconds = time.time() - t0
         reg = register(c, arm, upd)
         g = gate(c, arm, reg.version, str(m))
         offline = dict(g.offline or {})
-        point = SizingPoint(overrides=list(overrides), rows=upd.rows, steps=upd.steps,
-                            update_seconds=round(seconds, 1), version=reg.version, offline=offline,
-                            off_policy=g.off_policy, gate_passed=bool(g.passed),
-                            moves=moves_beyond_noise(offline, g.off_policy))
-        log.info(f"size-update {arm} {' '.join(overrides) or '(config as is)'}: {point.steps} steps in "
-                 f"{point.update_seconds:.0f}s; {sizing_line(point)}")
+        point = SizingPoint(
+            overrides=list(overrides),
+            rows=upd.rows,
+            steps=upd.steps,
+            update_seconds=round(seconds, 1),
+            version=reg.version,
+            offline=offline,
+            off_policy=g.off_policy,
+            gate_passed=bool(g.passed),
+            moves=moves_beyond_noise(offline, g.off_policy),
+        )
+        log.info(
+            f"size-update {arm} {' '.join(overrides) or '(config as is)'}: {point.steps} steps in "
+            f"{point.update_seconds:.0f}s; {sizing_line(point)}"
+        )
         points.append(point)
     return points
 
 
 def sizing_line(p: SizingPoint) -> str:
     o, ope = p.offline, p.off_policy or {}
-    text = (f"offline ΔHR@5 {o.get('diff', float('nan')):+.4f} (SE {o.get('se', float('nan')):.4f}, "
-            f"{o.get('wins', 0)} won / {o.get('losses', 0)} lost, MDE {o.get('mde', float('nan')):.4f})")
+    text = (
+        f"offline ΔHR@5 {o.get('diff', float('nan')):+.4f} (SE {o.get('se', float('nan')):.4f}, "
+        f"{o.get('wins', 0)} won / {o.get('losses', 0)} lost, MDE {o.get('mde', float('nan')):.4f})"
+    )
     if ope:
-        text += (f", SNIPS ΔCTR {ope.get('diff', float('nan')):+.4f} "
-                 f"[{ope.get('ci_low', float('nan')):+.4f}, {ope.get('ci_high', float('nan')):+.4f}]")
+        text += (
+            f", SNIPS ΔCTR {ope.get('diff', float('nan')):+.4f} "
+            f"[{ope.get('ci_low', float('nan')):+.4f}, {ope.get('ci_high', float('nan')):+.4f}]"
+        )
     return text + f"; gate {'PASS' if p.gate_passed else 'FAIL'}; {'moves' if p.moves else 'within noise'}"
 
 
 def sizing_markdown(points: Sequence[SizingPoint], *, arm: str, month: str) -> str:
     """The grid as a markdown table."""
-    head = ["Overrides", "Steps", "Update s", "ΔHR@5 (SE)", "won/lost", "MDE", "SNIPS ΔCTR [95% CI]", "Gate",
-            "Beyond noise"]
-    lines = [f"### Update size on validation month {month}, arm {arm}", "",
-             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    head = [
+        "Overrides",
+        "Steps",
+        "Update s",
+        "ΔHR@5 (SE)",
+        "won/lost",
+        "MDE",
+        "SNIPS ΔCTR [95% CI]",
+        "Gate",
+        "Beyond noise",
+    ]
+    lines = [
+        f"### Update size on validation month {month}, arm {arm}",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
     for p in points:
         o, ope = p.offline, p.off_policy or {}
-        ope_text = (f"{ope['diff']:+.4f} [{ope['ci_low']:+.4f}, {ope['ci_high']:+.4f}]" if ope else "-")
-        lines.append("| " + " | ".join([
-            " ".join(p.overrides) or "(config)", str(p.steps), f"{p.update_seconds:.0f}",
-            f"{o.get('diff', float('nan')):+.4f} ({o.get('se', float('nan')):.4f})",
-            f"{o.get('wins', 0)}/{o.get('losses', 0)}", f"{o.get('mde', float('nan')):.4f}", ope_text,
-            "PASS" if p.gate_passed else "FAIL", "yes" if p.moves else "no"]) + " |")
+        ope_text = f"{ope['diff']:+.4f} [{ope['ci_low']:+.4f}, {ope['ci_high']:+.4f}]" if ope else "-"
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    " ".join(p.overrides) or "(config)",
+                    str(p.steps),
+                    f"{p.update_seconds:.0f}",
+                    f"{o.get('diff', float('nan')):+.4f} ({o.get('se', float('nan')):.4f})",
+                    f"{o.get('wins', 0)}/{o.get('losses', 0)}",
+                    f"{o.get('mde', float('nan')):.4f}",
+                    ope_text,
+                    "PASS" if p.gate_passed else "FAIL",
+                    "yes" if p.moves else "no",
+                ]
+            )
+            + " |"
+        )
     return "\n".join(lines) + "\n"

@@ -95,15 +95,21 @@ def arm_strata(cfg: Config, arm: str, months: list[str]):
         raise UpdateInputMissing(f"{path}: no warehouse yet; ingest month {months[-1]} first")
     with open_warehouse(cfg, read_only=True) as wh:  # a reader: never holds the write lock
         positive, no_response, held = read_update_strata(
-            cfg, wh, months, arm if own else "", gate_users=cfg.arms.gate_users,
-            gate_holdout_fraction=cfg.arms.gate_holdout_fraction)
+            cfg,
+            wh,
+            months,
+            arm if own else "",
+            gate_users=cfg.arms.gate_users,
+            gate_holdout_fraction=cfg.arms.gate_holdout_fraction,
+        )
     if positive.num_rows + no_response.num_rows == 0:
         why = f" ({held.rows} rows of the gate's held-out users left out, arms.gate_users=warehouse)" if held else ""
         whose = f"arm {arm!r}" if own else "any arm (arms.update_logs=all)"
         raise NoArmRows(f"{path}: no impressions of {whose} in months {months}{why}")
     if not own:
-        refuse_untrusted_rows((positive, no_response), arms=cfg.arms.names, min_propensity=cfg.data.min_propensity,
-                              updating=arm)
+        refuse_untrusted_rows(
+            (positive, no_response), arms=cfg.arms.names, min_propensity=cfg.data.min_propensity, updating=arm
+        )
     return positive, no_response, held
 
 
@@ -120,9 +126,11 @@ def skip_update(cfg: Config, arm: str, month, reason: str) -> NoReturn:
 
     key = task_key(cfg, "update-skipped", arm, month, hashlib.sha256(reason.encode()).hexdigest()[:12])
     if reuse(cfg, arm_versions.EXPERIMENT, key) is None:
-        with start_run(cfg, f"update-{arm}-{month}-skipped", {"abpo.arm": arm, "abpo.month": str(month),
-                                                             "abpo.skipped": reason[:4900],
-                                                             arm_versions.TASK_KEY_TAG: key}) as run:
+        with start_run(
+            cfg,
+            f"update-{arm}-{month}-skipped",
+            {"abpo.arm": arm, "abpo.month": str(month), "abpo.skipped": reason[:4900], arm_versions.TASK_KEY_TAG: key},
+        ) as run:
             pass
         arm_versions.record_task_result(run.info.run_id, {"arm": arm, "month": str(month), "skipped": reason})
     log.warning(f"update {arm}: skipped: {reason}")
@@ -149,8 +157,9 @@ def first_step_weights(cfg: Config, arm: str, parent_dir, positive, no_response)
     for t in (pos, neg):
         cols = t.select(["user_id", "history", "candidates", "item_id", "propensity"]).to_pydict()
         requests = list(zip(cols["user_id"], cols["history"], cols["candidates"], strict=True))
-        for (_, _, cands), p, item, e0 in zip(requests, champion.propensities(requests), cols["item_id"],
-                                              cols["propensity"], strict=True):
+        for (_, _, cands), p, item, e0 in zip(
+            requests, champion.propensities(requests), cols["item_id"], cols["propensity"], strict=True
+        ):
             w.append(float(p[list(cands).index(item)]) / float(e0))
     return weight_summary(torch.tensor(w, dtype=torch.float64))
 
@@ -171,17 +180,33 @@ def update(cfg: Config, arm: str, month: Month) -> UpdateResult:
     try:
         pos, neg, held = arm_strata(cfg, arm, months)
     except NoArmRows as e:  # an arm that served nothing this month: skipped with its reason, the month goes on
-        skip_update(cfg, arm, month, f"{e}; rule: an arm with no rows skips its update. The arm keeps champion "
-                    f"v{champ.version} this month.")
+        skip_update(
+            cfg,
+            arm,
+            month,
+            f"{e}; rule: an arm with no rows skips its update. The arm keeps champion v{champ.version} this month.",
+        )
     need = max(cfg.arms.min_rows_per_stratum, 1)
     if pos.num_rows < need or neg.num_rows < need:
-        skip_update(cfg, arm, month,
-                    f"arm {arm}, months {months}: {pos.num_rows} positive and {neg.num_rows} no-response rows; rule: "
-                    f"at least arms.min_rows_per_stratum = {need} of each (every SNIPS mini-batch holds both strata). "
-                    f"The arm keeps champion v{champ.version} this month.")
+        skip_update(
+            cfg,
+            arm,
+            month,
+            f"arm {arm}, months {months}: {pos.num_rows} positive and {neg.num_rows} no-response rows; rule: "
+            f"at least arms.min_rows_per_stratum = {need} of each (every SNIPS mini-batch holds both strata). "
+            f"The arm keeps champion v{champ.version} this month.",
+        )
     data_hash = arm_versions.table_hash(pos, neg)
-    key, done = completed_step(cfg, "update", arm, month, data_hash, f"parent-v{champ.version}",
-                               experiment=cfg.update.mlflow_experiment, result=UpdateResult)
+    key, done = completed_step(
+        cfg,
+        "update",
+        arm,
+        month,
+        data_hash,
+        f"parent-v{champ.version}",
+        experiment=cfg.update.mlflow_experiment,
+        result=UpdateResult,
+    )
     if done is not None:
         return done
     parent_dir = arm_versions.local_dir(cfg, arm, champ.version)
@@ -190,40 +215,69 @@ def update(cfg: Config, arm: str, month: Month) -> UpdateResult:
     mode = cfg.arms.update_logs
     shares = logged_by((pos, neg))
     weights = first_step_weights(cfg, arm, parent_dir, pos, neg) if mode == "all" else {}
-    w_text = (f"; first-step w = e_old/e0 over {weights['rows']} rows: p50 {weights['p50']:.3g} p90 "
-              f"{weights['p90']:.3g} p99 {weights['p99']:.3g} max {weights['max']:.3g}, ESS {weights['ess']:.1f} "
-              f"({weights['ess_share']:.1%})") if weights else ""
-    log.info(f"update {arm} ({entry(arm).refreshed_by}) from champion v{champ.version} on {pos.num_rows} positive + "
-             f"{neg.num_rows} no-response rows of {months} (arms.update_logs={mode}; logged by "
-             + ", ".join(f"{a} {v:.1%}" for a, v in shares.items()) + f"){w_text}")
+    w_text = (
+        (
+            f"; first-step w = e_old/e0 over {weights['rows']} rows: p50 {weights['p50']:.3g} p90 "
+            f"{weights['p90']:.3g} p99 {weights['p99']:.3g} max {weights['max']:.3g}, ESS {weights['ess']:.1f} "
+            f"({weights['ess_share']:.1%})"
+        )
+        if weights
+        else ""
+    )
+    log.info(
+        f"update {arm} ({entry(arm).refreshed_by}) from champion v{champ.version} on {pos.num_rows} positive + "
+        f"{neg.num_rows} no-response rows of {months} (arms.update_logs={mode}; logged by "
+        + ", ".join(f"{a} {v:.1%}" for a, v in shares.items())
+        + f"){w_text}"
+    )
     tags = {arm_versions.TASK_KEY_TAG: key, "abpo.update_logs": mode}
     if held is not None:  # arms.gate_users = warehouse: what D_bandit left out, on the update's run
-        tags.update({"abpo.gate_users": "warehouse", "abpo.gate_holdout_users": str(held.users),
-                     "abpo.gate_holdout_rows": str(held.rows)})
+        tags.update(
+            {
+                "abpo.gate_users": "warehouse",
+                "abpo.gate_holdout_users": str(held.users),
+                "abpo.gate_holdout_rows": str(held.rows),
+            }
+        )
     if cfg.update.processes > 1:
-        res = launch_refresh(cfg, arm, month=month, parent_dir=parent_dir, months=months, strata=(pos, neg),
-                             run_tags=tags)
+        res = launch_refresh(
+            cfg, arm, month=month, parent_dir=parent_dir, months=months, strata=(pos, neg), run_tags=tags
+        )
     else:
-        res = arm_class(arm).refresh(arm, cfg, month=month, parent_dir=parent_dir, months=months,
-                                     strata=(pos, neg), run_tags=tags)
+        res = arm_class(arm).refresh(
+            arm, cfg, month=month, parent_dir=parent_dir, months=months, strata=(pos, neg), run_tags=tags
+        )
     with mlflow.start_run(run_id=res.mlflow_run_id):
         import pyarrow as pa
 
         uri = arm_versions.log_arm_model(cfg, arm, res.model_dir)
         # the months it trained on, as MLflow dataset inputs with a digest each (the lineage tag data_hash covers all)
-        arm_versions.log_training_months(pa.concat_tables([pos, neg]),
-                                          name_prefix=f"{arm}-impressions" if mode == "own" else
-                                          f"{arm}-all-arms-impressions", source=cfg.paths.resolve("warehouse"))
+        arm_versions.log_training_months(
+            pa.concat_tables([pos, neg]),
+            name_prefix=f"{arm}-impressions" if mode == "own" else f"{arm}-all-arms-impressions",
+            source=cfg.paths.resolve("warehouse"),
+        )
         # whose rows, and how far from 1 the first step's SNIPS weights are (the log line's numbers)
         mlflow.log_params({f"logged_by.{a}": round(v, 6) for a, v in shares.items()})
         if weights:
             mlflow.log_metrics({f"first_step_w/{k}": float(v) for k, v in weights.items()})
     parent_months = [m for m in (champ.tags or {}).get("months", "").split(",") if m]
-    out = UpdateResult(arm=arm, month=str(month), run_id=res.mlflow_run_id, model_uri=uri,
-                       parent_version=str(champ.version), months=sorted(set(parent_months) | set(months)),
-                       data_hash=data_hash, rows=pos.num_rows + neg.num_rows, steps=res.global_step,
-                       variant=res.variant, held_out_rows=held.rows if held is not None else 0,
-                       update_logs=mode, logged_by=shares, first_step_w=weights)
+    out = UpdateResult(
+        arm=arm,
+        month=str(month),
+        run_id=res.mlflow_run_id,
+        model_uri=uri,
+        parent_version=str(champ.version),
+        months=sorted(set(parent_months) | set(months)),
+        data_hash=data_hash,
+        rows=pos.num_rows + neg.num_rows,
+        steps=res.global_step,
+        variant=res.variant,
+        held_out_rows=held.rows if held is not None else 0,
+        update_logs=mode,
+        logged_by=shares,
+        first_step_w=weights,
+    )
     arm_versions.record_task_result(res.mlflow_run_id, out.to_json())
     return out
 
@@ -250,12 +304,30 @@ def launch_refresh(cfg: Config, arm: str, *, month: Month, parent_dir: Path, mon
     launch.mkdir(parents=True, exist_ok=True)
     (out / "update.json").unlink(missing_ok=True)  # the result read back is this launch's, never an older one
     (launch / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-    (launch / "run.json").write_text(json.dumps({"arm": arm, "month": str(month), "parent_dir": str(parent_dir),
-                                                 "months": list(months), "run_tags": dict(run_tags)}, indent=1))
+    (launch / "run.json").write_text(
+        json.dumps(
+            {
+                "arm": arm,
+                "month": str(month),
+                "parent_dir": str(parent_dir),
+                "months": list(months),
+                "run_tags": dict(run_tags),
+            },
+            indent=1,
+        )
+    )
     pq.write_table(strata[0], launch / "positive.parquet")
     pq.write_table(strata[1], launch / "no_response.parquet")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
-           "-m", "abpo.monthly.update", str(launch)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={n}",
+        "-m",
+        "abpo.monthly.update",
+        str(launch),
+    ]
     log.info(f"update {arm}: {n} processes: {' '.join(cmd)}")
     # the processes read the launch's config.yaml; the environment's ABPO_STATE / ABPO_TRACKING_URI would override
     # its paths (abpo.config.ENV_OVERRIDES), so they are set to this config's own: the update lands where it is read
@@ -263,8 +335,10 @@ def launch_refresh(cfg: Config, arm: str, *, month: Month, parent_dir: Path, mon
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0 or not (out / "update.json").exists():
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-        raise RuntimeError(f"update {arm}, month {month}: `{' '.join(cmd)}` exited {proc.returncode}"
-                           f"{'' if (out / 'update.json').exists() else ' without writing update.json'}:\n{tail}")
+        raise RuntimeError(
+            f"update {arm}, month {month}: `{' '.join(cmd)}` exited {proc.returncode}"
+            f"{'' if (out / 'update.json').exists() else ' without writing update.json'}:\n{tail}"
+        )
     return read_update_json(out / "update.json")
 
 
@@ -277,8 +351,15 @@ def launched_refresh(launch: Path):
     cfg = load_config(launch / "config.yaml")
     run = json.loads((launch / "run.json").read_text())
     strata = (pq.read_table(launch / "positive.parquet"), pq.read_table(launch / "no_response.parquet"))
-    return arm_class(run["arm"]).refresh(run["arm"], cfg, month=Month(run["month"]), parent_dir=Path(run["parent_dir"]),
-                                         months=run["months"], strata=strata, run_tags=run["run_tags"])
+    return arm_class(run["arm"]).refresh(
+        run["arm"],
+        cfg,
+        month=Month(run["month"]),
+        parent_dir=Path(run["parent_dir"]),
+        months=run["months"],
+        strata=strata,
+        run_tags=run["run_tags"],
+    )
 
 
 if __name__ == "__main__":  # torchrun -m abpo.monthly.update DIR (launch_refresh)

@@ -36,11 +36,17 @@ class PolicyConfig:
     )
     max_history: int = field(
         default=10,
-        metadata={"min": 0, "help": "Most recent history items shown in the prompt (text: titles; item_tokens: item tokens)."},
+        metadata={
+            "min": 0,
+            "help": "Most recent history items shown in the prompt (text: titles; item_tokens: item tokens).",
+        },
     )
     max_prompt_tokens: int = field(
         default=4096,
-        metadata={"min": 1, "help": "Prompt token budget; over it the oldest history items are dropped first (never candidates)."},
+        metadata={
+            "min": 1,
+            "help": "Prompt token budget; over it the oldest history items are dropped first (never candidates).",
+        },
     )
     history_item_ids: bool = field(
         default=False,
@@ -51,18 +57,24 @@ class PolicyConfig:
             "on tiny: HR@5 0.130 vs 0.123 without (300 users; within noise)."
         },
     )
-    tau: float = field(default=1.0, metadata={"gt": 0, "help": "Temperature of e_p(a|q) = softmax(s_p(a,q)/tau) over C."})
+    tau: float = field(
+        default=1.0, metadata={"gt": 0, "help": "Temperature of e_p(a|q) = softmax(s_p(a,q)/tau) over C."}
+    )
     scoring_batch_tokens: int = field(
         default=16384,
-        metadata={"min": 1,
+        metadata={
+            "min": 1,
             "help": "Memory bound of shared-prefix scoring: token positions per forward (prompt + the chunk's "
-            "packed answer tokens; at least one answer per chunk)."
+            "packed answer tokens; at least one answer per chunk).",
         },
     )
     max_answer_tokens: int = field(
-        default=96, metadata={"min": 1, "help": "Generation limit for one answer <item_id>ID</item_id><item>TITLE</item>."}
+        default=96,
+        metadata={"min": 1, "help": "Generation limit for one answer <item_id>ID</item_id><item>TITLE</item>."},
     )
-    generation_batch_size: int = field(default=8, metadata={"min": 1, "help": "Prompts per batch for greedy generation."})
+    generation_batch_size: int = field(
+        default=8, metadata={"min": 1, "help": "Prompts per batch for greedy generation."}
+    )
     constrained_rollouts: bool = field(
         default=False,
         metadata={
@@ -77,7 +89,9 @@ class PolicyConfig:
     tiny_layers: int = field(default=2, metadata={"min": 1, "help": "tiny: decoder layers."})
     tiny_heads: int = field(default=4, metadata={"min": 1, "help": "tiny: attention heads."})
     tiny_intermediate_size: int = field(default=256, metadata={"min": 1, "help": "tiny: MLP width."})
-    tiny_vocab_size: int = field(default=4096, metadata={"min": 1, "help": "tiny: BPE vocabulary trained on catalog + prompts."})
+    tiny_vocab_size: int = field(
+        default=4096, metadata={"min": 1, "help": "tiny: BPE vocabulary trained on catalog + prompts."}
+    )
     # LoRA (peft)
     lora_r: int = field(default=8, metadata={"min": 0, "help": "LoRA rank (paper: 8); 0 = full fine-tuning."})
     lora_alpha: int = field(default=16, metadata={"min": 1, "help": "LoRA alpha (paper: 16)."})
@@ -97,10 +111,11 @@ class PolicyConfig:
     dtype: str = field(default="float32", metadata={"help": "float32 | bfloat16."})
     num_threads: int = field(
         default=0,
-        metadata={"min": 0,
+        metadata={
+            "min": 0,
             "help": "CPU threads torch uses once load_policy ran (torch.set_num_threads); 0 = torch's default. "
             "1 is the robust choice for the tiny model on a shared machine: with 2 threads, each of its many small "
-            "ops waits for the slower thread, several times slower when another process holds a core."
+            "ops waits for the slower thread, several times slower when another process holds a core.",
         },
     )
 
@@ -109,22 +124,27 @@ class PolicyConfig:
 class SFTConfig:
     pretrain_epochs: int = field(
         default=0,
-        metadata={"min": 0,
+        metadata={
+            "min": 0,
             "help": "pi_init stage 1 (abpo.policy.pretrain): at most this many epochs of next-item pre-training over "
             "every position of each user's item-token sequence x_{1:T} (full softmax over the catalog's item "
-            "tokens), before the answer-format SFT (stage 2). Needs one token per item (the tiny model); 0 = off."
+            "tokens), before the answer-format SFT (stage 2). Needs one token per item (the tiny model); 0 = off.",
         },
     )
-    pretrain_learning_rate: float = field(default=3e-3, metadata={"gt": 0, "help": "Stage 1 peak learning rate (AdamW, cosine)."})
+    pretrain_learning_rate: float = field(
+        default=3e-3, metadata={"gt": 0, "help": "Stage 1 peak learning rate (AdamW, cosine)."}
+    )
     pretrain_batch_size: int = field(default=32, metadata={"min": 1, "help": "Stage 1: sequence windows per step."})
     pretrain_max_length: int = field(
-        default=200, metadata={"min": 2, "help": "Stage 1: window length in items (long sequences are cut, one item overlap)."}
+        default=200,
+        metadata={"min": 2, "help": "Stage 1: window length in items (long sequences are cut, one item overlap)."},
     )
     pretrain_patience: int = field(
         default=2,
-        metadata={"min": 1,
+        metadata={
+            "min": 1,
             "help": "Stage 1 early stopping: stop after this many epochs without a lower loss of the validation "
-            "users (experiment.validation_fraction) on their next items x_{T+1..T+N-1}; the best epoch is kept."
+            "users (experiment.validation_fraction) on their next items x_{T+1..T+N-1}; the best epoch is kept.",
         },
     )
     loss_tokens: str = field(
@@ -138,7 +158,9 @@ class SFTConfig:
         },
     )
     epochs: float = field(default=1.0, metadata={"gt": 0, "help": "Passes over D_sup."})
-    max_steps: int = field(default=-1, metadata={"min": -1, "help": "Stop after this many optimizer steps; -1 = epochs decide."})
+    max_steps: int = field(
+        default=-1, metadata={"min": -1, "help": "Stop after this many optimizer steps; -1 = epochs decide."}
+    )
     learning_rate: float = field(default=3e-3, metadata={"gt": 0, "help": "SFT learning rate."})
     batch_size: int = field(default=16, metadata={"min": 1, "help": "Per-device batch size."})
     grad_accum: int = field(default=1, metadata={"min": 1, "help": "Gradient accumulation steps."})
@@ -155,7 +177,8 @@ class SFTConfig:
         default=0, metadata={"min": 0, "help": "Train on at most this many D_sup examples (seeded choice); 0 = all."}
     )
     eval_max_users: int = field(
-        default=0, metadata={"min": 0, "help": "Evaluate pi_init on at most this many held-out users (seeded); 0 = all."}
+        default=0,
+        metadata={"min": 0, "help": "Evaluate pi_init on at most this many held-out users (seeded); 0 = all."},
     )
     eval_generation: bool = field(
         default=True, metadata={"help": "Also report HR@1 by greedy generation (and the malformed-answer share)."}

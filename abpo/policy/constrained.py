@@ -84,6 +84,7 @@ class AnswerTrie:
         """True when only the first token branches: every answer is its first token + a forced chain (+ EOS)."""
         cached = getattr(self, "_single_choice", None)
         if cached is None:
+
             def chain(node: dict) -> bool:
                 while node:
                     if len(node) != 1:
@@ -205,8 +206,13 @@ class CandidateConstraint(LogitsProcessor):
 
 @torch.no_grad()
 def sample_single_choice(
-    model, prompt_ids: Sequence[Sequence[int]], tries: Sequence[AnswerTrie], temperature: float,
-    *, batch_tokens: int = 16384, generator: torch.Generator | None = None,
+    model,
+    prompt_ids: Sequence[Sequence[int]],
+    tries: Sequence[AnswerTrie],
+    temperature: float,
+    *,
+    batch_tokens: int = 16384,
+    generator: torch.Generator | None = None,
 ) -> tuple[list[list[int]], torch.Tensor]:
     """Constrained rollouts for ``single_choice`` tries with one forward: for each prompt r, its first answer token
     is drawn from softmax_{v in S_0}(z_r[v] / T) (Eq. q at the only branching step, S_0 = the first tokens of

@@ -28,8 +28,10 @@ def check_finite_scores(scored: Sequence[Any]) -> None:
     if bad:
         s = bad[0]
         n = int((~torch.isfinite(torch.as_tensor(s.scores))).sum())
-        raise NonFiniteScores(f"request {s.example.request_id}: {n} of {len(s.scores)} candidate scores not finite "
-                              f"({len(bad)} of {len(scored)} requests like it); rule: finite scores")
+        raise NonFiniteScores(
+            f"request {s.example.request_id}: {n} of {len(s.scores)} candidate scores not finite "
+            f"({len(bad)} of {len(scored)} requests like it); rule: finite scores"
+        )
 
 
 @dataclass
@@ -59,7 +61,11 @@ class EvalResult:
                 f"HR@{k} = {self.metrics[f'HR@{k}']:.4f} (random K/M = {self.metrics[f'random_HR@{k}']:.4f}; "
                 f"{self.hits(k)}/{len(self.ranks)} hits, one-sided binomial p = {self.p_value(k):.2g}), "
                 f"NDCG@{k} = {self.metrics[f'NDCG@{k}']:.4f}"
-                + (f", Diversity@{k} = {self.metrics[f'Diversity@{k}']:.2f}" if f"Diversity@{k}" in self.metrics else "")
+                + (
+                    f", Diversity@{k} = {self.metrics[f'Diversity@{k}']:.2f}"
+                    if f"Diversity@{k}" in self.metrics
+                    else ""
+                )
             )
         if "gen_HR@1" in self.metrics:
             out.append(
@@ -93,14 +99,20 @@ def evaluate_policy(
     for k in ks:
         res.metrics[f"HR@{k}"] = hit_rate_at_k(ranks, k)
         res.metrics[f"NDCG@{k}"] = ndcg_at_k(ranks, k)
-        res.metrics[f"random_HR@{k}"] = sum(min(k, len(e.candidates)) / len(e.candidates) for e in examples) / len(examples)
+        res.metrics[f"random_HR@{k}"] = sum(min(k, len(e.candidates)) / len(e.candidates) for e in examples) / len(
+            examples
+        )
         if popularity:
             tops = [top_k(s.scores, s.example.candidates, k) for s in scored]
             res.metrics[f"Diversity@{k}"] = diversity_at_k(tops, dict(popularity), k, unseen="tail")
     if generation:
         prompts = [example_prompt(e, titles, tokenizer, policy_cfg).text for e in examples]
         answers = generate_answers(
-            model, tokenizer, prompts, max_new_tokens=policy_cfg.max_answer_tokens, batch_size=policy_cfg.generation_batch_size
+            model,
+            tokenizer,
+            prompts,
+            max_new_tokens=policy_cfg.max_answer_tokens,
+            batch_size=policy_cfg.generation_batch_size,
         )
         reasons: Counter[str] = Counter()
         hits = ok = 0

@@ -66,8 +66,13 @@ def tiny_dir(policy_cfg, paths_cfg, titles: dict[int, str], seed: int) -> Path:
     from abpo.policy.prompt import TEMPLATE_STRINGS
 
     key = json.dumps(
-        {"shape": _tiny_shape(policy_cfg), "seed": seed, "catalog": catalog_fingerprint(titles), "v": 3,
-         "template": hashlib.sha256("\n".join(TEMPLATE_STRINGS).encode()).hexdigest()[:12]},  # the tokenizer learns it
+        {
+            "shape": _tiny_shape(policy_cfg),
+            "seed": seed,
+            "catalog": catalog_fingerprint(titles),
+            "v": 3,
+            "template": hashlib.sha256("\n".join(TEMPLATE_STRINGS).encode()).hexdigest()[:12],
+        },  # the tokenizer learns it
         sort_keys=True,
     )
     return paths_cfg.resolve("models") / f"tiny-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
@@ -270,8 +275,7 @@ def load_policy(policy_cfg, paths_cfg, *, dataset: Any = None, seed: int = 0, lo
             else ""
         )
         raise ModelNotAvailableError(
-            f"policy.model={policy_cfg.model}: no local model at {path!r}{hint}; nothing is downloaded at run "
-            f"time: {e}"
+            f"policy.model={policy_cfg.model}: no local model at {path!r}{hint}; nothing is downloaded at run time: {e}"
         ) from e
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token

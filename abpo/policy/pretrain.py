@@ -79,8 +79,13 @@ def _batches(rows: list[list[int]], batch_size: int, rng: np.random.Generator | 
 
 
 def next_item_loss(
-    decoder, head, item_vocab: torch.Tensor, batch: list[list[int]], target_from: list[int] | None = None,
-    *, with_hits: bool = False,
+    decoder,
+    head,
+    item_vocab: torch.Tensor,
+    batch: list[list[int]],
+    target_from: list[int] | None = None,
+    *,
+    with_hits: bool = False,
 ) -> tuple[torch.Tensor, int, int]:
     """Eq. next-item over a batch of windows of item indices (into ``item_vocab``, the item tokens' vocabulary ids):
     the summed cross-entropy of each window's next items (from position ``target_from[r]`` on, default 1), the number
@@ -136,9 +141,7 @@ def pretrain_next_item(
     catalog = sorted({int(i) for i in item_ids})
     item_vocab = item_vocabulary(tokenizer, catalog)
     index_of = {item: k for k, item in enumerate(catalog)}  # rows hold item indices into item_vocab
-    train_rows = [
-        [index_of[int(i)] for i in w] for s in train_sequences.values() for w in windows(s, max_length)
-    ]
+    train_rows = [[index_of[int(i)] for i in w] for s in train_sequences.values() for w in windows(s, max_length)]
     val_rows, val_from = [], []
     for ctx, nxt in val_pairs.values():
         if not nxt:
@@ -156,8 +159,9 @@ def pretrain_next_item(
         res.seconds = time.time() - t0
         return res
     decoder, head = _decoder_and_head(model)
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=learning_rate,
-                            weight_decay=weight_decay)
+    opt = torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad], lr=learning_rate, weight_decay=weight_decay
+    )
     rng = np.random.default_rng(seed)
     gen = torch.random.fork_rng()
     best, best_state, bad = math.inf, None, 0
@@ -174,8 +178,9 @@ def pretrain_next_item(
         tot, cnt, hits = 0.0, 0, 0
         with torch.no_grad():
             for b in _batches(val_rows, batch_size, None):
-                loss, n, h = next_item_loss(decoder, head, item_vocab, [val_rows[i] for i in b],
-                                            [val_from[i] for i in b], with_hits=True)
+                loss, n, h = next_item_loss(
+                    decoder, head, item_vocab, [val_rows[i] for i in b], [val_from[i] for i in b], with_hits=True
+                )
                 tot, cnt, hits = tot + float(loss), cnt + n, hits + h
         model.train()
         return tot / max(cnt, 1), hits / max(cnt, 1)
@@ -204,16 +209,20 @@ def pretrain_next_item(
                 if not math.isnan(vl):
                     log_metric("pretrain_val_loss", vl, epoch)
                     log_metric("pretrain_val_hr_at_10", hr, epoch)
-            log.info(f"pretrain: epoch {epoch}/{epochs} train loss {res.train_losses[-1]:.3f} validation loss "
-                     f"{vl:.3f} HR@10 (all items) {hr:.3f} ({time.time() - te:.1f}s)")
+            log.info(
+                f"pretrain: epoch {epoch}/{epochs} train loss {res.train_losses[-1]:.3f} validation loss "
+                f"{vl:.3f} HR@10 (all items) {hr:.3f} ({time.time() - te:.1f}s)"
+            )
             if math.isnan(vl) or vl < best - 1e-4:
                 best, bad, res.best_epoch = (vl if not math.isnan(vl) else best), 0, epoch
                 best_state = copy.deepcopy(model.state_dict())
             else:
                 bad += 1
                 if bad >= patience:
-                    log.info(f"pretrain: validation loss has not improved for {patience} epochs; keeping epoch "
-                             f"{res.best_epoch}")
+                    log.info(
+                        f"pretrain: validation loss has not improved for {patience} epochs; keeping epoch "
+                        f"{res.best_epoch}"
+                    )
                     break
     if best_state is not None:
         model.load_state_dict(best_state)

@@ -52,8 +52,13 @@ ITEM_TOKEN_HISTORY_HEADER = "History:"
 PROMPT_STYLES = ("text", "item_tokens")
 #: Every fixed string of the templates (the tiny tokenizer is trained on these too).
 TEMPLATE_STRINGS = (
-    HISTORY_HEADER, EMPTY_HISTORY, CANDIDATES_HEADER, INSTRUCTION,
-    ITEM_TOKEN_INSTRUCTION, ITEM_TOKEN_CANDIDATES_HEADER, ITEM_TOKEN_HISTORY_HEADER,
+    HISTORY_HEADER,
+    EMPTY_HISTORY,
+    CANDIDATES_HEADER,
+    INSTRUCTION,
+    ITEM_TOKEN_INSTRUCTION,
+    ITEM_TOKEN_CANDIDATES_HEADER,
+    ITEM_TOKEN_HISTORY_HEADER,
 )
 
 
@@ -245,10 +250,25 @@ def _item_token_overhead(tokenizer: Any, show_candidates: bool = True) -> tuple[
         if item is None:
             raise ValueError(f"policy.prompt_style=item_tokens: tokenizer has no item tokens (first added: {probe!r})")
         c = 1 if show_candidates else 0
-        with_h = len(encode_prompt(tokenizer, render_chat(
-            tokenizer, build_item_token_prompt([item], [item], 1, show_candidates=show_candidates)))) - 1 - c
-        no_h = len(encode_prompt(tokenizer, render_chat(
-            tokenizer, build_item_token_prompt([], [item], 0, show_candidates=show_candidates)))) - c
+        with_h = (
+            len(
+                encode_prompt(
+                    tokenizer,
+                    render_chat(tokenizer, build_item_token_prompt([item], [item], 1, show_candidates=show_candidates)),
+                )
+            )
+            - 1
+            - c
+        )
+        no_h = (
+            len(
+                encode_prompt(
+                    tokenizer,
+                    render_chat(tokenizer, build_item_token_prompt([], [item], 0, show_candidates=show_candidates)),
+                )
+            )
+            - c
+        )
         cached = (with_h, no_h)
         try:
             _FIXED_TOKENS.setdefault(tokenizer, {})[show_candidates] = cached
@@ -258,8 +278,13 @@ def _item_token_overhead(tokenizer: Any, show_candidates: bool = True) -> tuple[
 
 
 def fit_item_token_prompt(
-    tokenizer: Any, history_ids: Sequence[int], candidate_ids: Sequence[int], *, max_history: int,
-    max_prompt_tokens: int, show_candidates: bool = True,
+    tokenizer: Any,
+    history_ids: Sequence[int],
+    candidate_ids: Sequence[int],
+    *,
+    max_history: int,
+    max_prompt_tokens: int,
+    show_candidates: bool = True,
 ) -> FittedPrompt:
     """``build_item_token_prompt`` + ``render_chat`` under ``max_prompt_tokens``: every item is one token, so the
     prompt with k >= 1 history items takes (its fixed text) + |C| + k tokens; the oldest items beyond the budget are
@@ -296,8 +321,11 @@ def request_prompt(
     different policies)."""
     if prompt_style(policy_cfg) == "item_tokens":
         return fit_item_token_prompt(
-            tokenizer, [int(i) for i, _ in history], [int(i) for i, _ in candidates],
-            max_history=policy_cfg.max_history, max_prompt_tokens=policy_cfg.max_prompt_tokens,
+            tokenizer,
+            [int(i) for i, _ in history],
+            [int(i) for i, _ in candidates],
+            max_history=policy_cfg.max_history,
+            max_prompt_tokens=policy_cfg.max_prompt_tokens,
             show_candidates=bool(getattr(policy_cfg, "item_prompt_candidates", True)),
         )
     with_ids = bool(getattr(policy_cfg, "history_item_ids", False))

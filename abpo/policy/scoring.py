@@ -90,8 +90,12 @@ def score_choice_batch(
 
 
 def score_prompt_ids(
-    model, tokenizer, prompt_ids: Sequence[Sequence[int]], candidates: Sequence[Sequence[int]],
-    answer_ids: Sequence[Sequence[Sequence[int]]] | None, policy_cfg,
+    model,
+    tokenizer,
+    prompt_ids: Sequence[Sequence[int]],
+    candidates: Sequence[Sequence[int]],
+    answer_ids: Sequence[Sequence[Sequence[int]]] | None,
+    policy_cfg,
 ) -> list[torch.Tensor]:
     """Eq. s_p of every candidate of every (tokenized) prompt, as ``policy_cfg.prompt_style`` defines it: the item
     token's log-prob (``score_choice_batch``) or the answer's mean token log-prob (``score_token_ids_batch``).
@@ -100,7 +104,9 @@ def score_prompt_ids(
     policy config, or the trainer's ABPOSettings)."""
     if scores_on_choice(policy_cfg):
         return score_choice_batch(
-            model, prompt_ids, [check_item_tokens(tokenizer, c) for c in candidates],
+            model,
+            prompt_ids,
+            [check_item_tokens(tokenizer, c) for c in candidates],
             batch_tokens=policy_cfg.scoring_batch_tokens,
         )
     if answer_ids is None:
@@ -116,7 +122,10 @@ def score_candidates(
     scoring (``score_token_ids``). ``prompt`` is the chat-rendered prompt (``fit_prompt(...).text`` or
     ``render_chat``), ``answers[m]`` is r(a_m) (``format_answer``)."""
     return score_token_ids(
-        model, encode_prompt(tokenizer, prompt), _answer_token_ids(tokenizer, answers), batch_tokens=batch_tokens,
+        model,
+        encode_prompt(tokenizer, prompt),
+        _answer_token_ids(tokenizer, answers),
+        batch_tokens=batch_tokens,
         method=method,
     )
 
@@ -145,7 +154,9 @@ def candidate_propensities(scores: torch.Tensor, tau: float) -> torch.Tensor:
     """Eq. e_p: ``softmax(s_p(a,q) / tau)`` over the candidate set (last dimension)."""
     if not tau > 0:
         raise ValueError(f"policy.tau must be > 0, got {tau}")
-    return torch.softmax(scores.double() / tau, dim=-1).to(scores.dtype if scores.is_floating_point() else torch.float32)
+    return torch.softmax(scores.double() / tau, dim=-1).to(
+        scores.dtype if scores.is_floating_point() else torch.float32
+    )
 
 
 def sample_logged_action(propensities: torch.Tensor | np.ndarray, rng: np.random.Generator) -> tuple[int, float]:
@@ -195,7 +206,13 @@ def candidate_answers(candidates: Sequence[int], titles: Mapping[int, str]) -> l
 
 
 def score_examples(
-    model, tokenizer, examples: Sequence[Any], titles: Mapping[int, str], policy_cfg, *, progress: bool | str = False,
+    model,
+    tokenizer,
+    examples: Sequence[Any],
+    titles: Mapping[int, str],
+    policy_cfg,
+    *,
+    progress: bool | str = False,
     prompts_per_call: int = 64,
 ) -> list[ScoredExample]:
     """Eq. s_p for every candidate of every example (prompt fitted to ``policy.max_prompt_tokens``), scored with
@@ -214,8 +231,11 @@ def score_examples(
             fitted = [example_prompt(ex, titles, tokenizer, policy_cfg) for ex in part]
             p_ids = tokenizer([fp.text for fp in fitted], add_special_tokens=False)["input_ids"]  # = encode_prompt
             cands = [list(ex.candidates) for ex in part]
-            a_ids = None if scores_on_choice(policy_cfg) else [
-                _answer_token_ids(tokenizer, candidate_answers(c, titles)) for c in cands]
+            a_ids = (
+                None
+                if scores_on_choice(policy_cfg)
+                else [_answer_token_ids(tokenizer, candidate_answers(c, titles)) for c in cands]
+            )
             scores = score_prompt_ids(model, tokenizer, p_ids, cands, a_ids, policy_cfg)
             out += [ScoredExample(ex, fp, s) for ex, fp, s in zip(part, fitted, scores)]
             if bar is not None:
@@ -227,8 +247,14 @@ def score_examples(
 
 
 def propensity_of(
-    model, tokenizer, prompts: Sequence[str], candidate_answer_lists: Sequence[Sequence[str]], chosen: Sequence[int],
-    *, tau: float, batch_tokens: int,
+    model,
+    tokenizer,
+    prompts: Sequence[str],
+    candidate_answer_lists: Sequence[Sequence[str]],
+    chosen: Sequence[int],
+    *,
+    tau: float,
+    batch_tokens: int,
 ) -> torch.Tensor:
     """e_p(a_i | q_i) for many prompts: ``[N]`` propensity of candidate index ``chosen[i]`` of prompt i (e.g. the
     trainer's e_old(a_log|q) for the SNIPS weight)."""
@@ -243,7 +269,9 @@ def propensity_of(
 
 
 @torch.no_grad()
-def generate_answers(model, tokenizer, prompts: Sequence[str], *, max_new_tokens: int, batch_size: int = 8) -> list[str]:
+def generate_answers(
+    model, tokenizer, prompts: Sequence[str], *, max_new_tokens: int, batch_size: int = 8
+) -> list[str]:
     """Greedy answers (special tokens dropped) for rendered prompts; batched with left padding."""
     device = _device(model)
     was_training, side = model.training, tokenizer.padding_side

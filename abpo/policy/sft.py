@@ -76,7 +76,9 @@ def sft_records(examples, titles, tokenizer, policy_cfg, loss_tokens: str = "ans
             a = list(a) + [tokenizer.eos_token_id]
             if loss_tokens == "choice":
                 if a[0] != firsts[j]:
-                    raise ValueError(f"request {examples[i + j].request_id}: the answer does not start with its item token")
+                    raise ValueError(
+                        f"request {examples[i + j].request_id}: the answer does not start with its item token"
+                    )
                 mask = [1] + [0] * (len(a) - 1)
             else:
                 mask = [1] * len(a)
@@ -84,8 +86,9 @@ def sft_records(examples, titles, tokenizer, policy_cfg, loss_tokens: str = "ans
     return out
 
 
-def pretrain_stage(model, tokenizer, dataset, splits, cfg: Config, *, validation_fraction: float,
-                   log_mlflow: bool = False):
+def pretrain_stage(
+    model, tokenizer, dataset, splits, cfg: Config, *, validation_fraction: float, log_mlflow: bool = False
+):
     """pi_init stage 1 (abpo.policy.pretrain): next-item pre-training of ``model`` in place on every user's
     x_{1:T}, early-stopped on the validation users' next items x_{T+1..T+N-1} (the ``validation_fraction`` of
     users, the caller's ``experiment.validation_fraction``; the test users' targets are never read). Metrics go to
@@ -95,8 +98,11 @@ def pretrain_stage(model, tokenizer, dataset, splits, cfg: Config, *, validation
 
     s = cfg.sft
     train = {sp.user_id: sp.history for sp in splits}
-    val = {sp.user_id: (sp.history, sp.update) for sp in splits
-           if split_of_user(sp.user_id, validation_fraction) == "validation"}
+    val = {
+        sp.user_id: (sp.history, sp.update)
+        for sp in splits
+        if split_of_user(sp.user_id, validation_fraction) == "validation"
+    }
     log_metric = None
     if log_mlflow:
         import mlflow
@@ -105,9 +111,19 @@ def pretrain_stage(model, tokenizer, dataset, splits, cfg: Config, *, validation
             mlflow.log_metric(name, value, step=step)
 
     return pretrain_next_item(
-        model, tokenizer, train, val, item_ids=list(dataset.titles()), epochs=s.pretrain_epochs,
-        learning_rate=s.pretrain_learning_rate, batch_size=s.pretrain_batch_size, max_length=s.pretrain_max_length,
-        patience=s.pretrain_patience, weight_decay=0.0, seed=cfg.seed, log_metric=log_metric,
+        model,
+        tokenizer,
+        train,
+        val,
+        item_ids=list(dataset.titles()),
+        epochs=s.pretrain_epochs,
+        learning_rate=s.pretrain_learning_rate,
+        batch_size=s.pretrain_batch_size,
+        max_length=s.pretrain_max_length,
+        patience=s.pretrain_patience,
+        weight_decay=0.0,
+        seed=cfg.seed,
+        log_metric=log_metric,
     )
 
 
@@ -159,8 +175,11 @@ def _completion_sft_trainer_class():
 
     class CompletionSFTTrainer(SFTTrainer):
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            if return_outputs or "labels" not in inputs or "attention_mask" not in inputs or not _accepts_logits_to_keep(
-                self.accelerator.unwrap_model(model)
+            if (
+                return_outputs
+                or "labels" not in inputs
+                or "attention_mask" not in inputs
+                or not _accepts_logits_to_keep(self.accelerator.unwrap_model(model))
             ):
                 return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
             mode = "train" if self.model.training else "eval"
@@ -178,8 +197,11 @@ def _completion_sft_trainer_class():
                 loss = loss * self.accelerator.num_processes
             # entropy and token accuracy (two more passes over [answer tokens, vocabulary]) only on the steps
             # whose metrics are logged: TRL averages what it collected since the last log
-            log_step = mode != "train" or (self.state.global_step + 1) % max(1, int(self.args.logging_steps)) == 0 \
+            log_step = (
+                mode != "train"
+                or (self.state.global_step + 1) % max(1, int(self.args.logging_steps)) == 0
                 or self.state.global_step == 0
+            )
             if log_step:
                 with torch.no_grad():
                     logp = torch.log_softmax(logits.detach(), dim=-1)
@@ -197,8 +219,9 @@ def _completion_sft_trainer_class():
     return CompletionSFTTrainer
 
 
-def run_sft(model, tokenizer, records: list[dict], cfg: Config, output_dir: str | Path, *, callbacks=(),
-            peft_config=None):
+def run_sft(
+    model, tokenizer, records: list[dict], cfg: Config, output_dir: str | Path, *, callbacks=(), peft_config=None
+):
     """Train ``model`` on pre-tokenized ``records`` with TRL's SFTTrainer (completion-only loss); returns the
     trained model (LoRA merged) and the trainer's log history."""
     from datasets import Dataset
@@ -331,17 +354,29 @@ def train_sft(
 
     def body(run=None):
         if cfg.sft.pretrain_epochs > 0:
-            pre = pretrain_stage(model, tok, ds, splits, cfg, validation_fraction=validation_fraction,
-                                 log_mlflow=run is not None)
+            pre = pretrain_stage(
+                model, tok, ds, splits, cfg, validation_fraction=validation_fraction, log_mlflow=run is not None
+            )
             result.stage_seconds["pretrain"] = pre.seconds
-            result.metrics.update({
-                "pretrain_epochs_run": float(pre.epochs_run), "pretrain_best_epoch": float(pre.best_epoch),
-            })
-            log.info(f"pi_init stage 1 (next-item pre-training): {pre.seconds:.1f}s, {pre.epochs_run} epochs, "
-                     f"best epoch {pre.best_epoch}, {pre.n_train_positions} training positions")
+            result.metrics.update(
+                {
+                    "pretrain_epochs_run": float(pre.epochs_run),
+                    "pretrain_best_epoch": float(pre.best_epoch),
+                }
+            )
+            log.info(
+                f"pi_init stage 1 (next-item pre-training): {pre.seconds:.1f}s, {pre.epochs_run} epochs, "
+                f"best epoch {pre.best_epoch}, {pre.n_train_positions} training positions"
+            )
         t_sft = time.time()
         trained, _ = run_sft(
-            model, tok, records, cfg, work, callbacks=[_Losses()], peft_config=lora_config(cfg.policy) if cfg.sft.use_lora else None
+            model,
+            tok,
+            records,
+            cfg,
+            work,
+            callbacks=[_Losses()],
+            peft_config=lora_config(cfg.policy) if cfg.sft.use_lora else None,
         )
         result.stage_seconds["sft"] = time.time() - t_sft
         log.info(f"pi_init stage 2 (answer-format SFT): {result.stage_seconds['sft']:.1f}s, {len(records)} D_sup pairs")
@@ -362,8 +397,14 @@ def train_sft(
 
             ev = seeded_subsample(build_eval_examples(splits, ds, cfg.data), cfg.sft.eval_max_users, cfg.seed)
             res = evaluate_policy(
-                trained, tok, ev, titles, cfg.policy, popularity=training_popularity(splits, ds),
-                generation=cfg.sft.eval_generation, progress="evaluate pi_init",
+                trained,
+                tok,
+                ev,
+                titles,
+                cfg.policy,
+                popularity=training_popularity(splits, ds),
+                generation=cfg.sft.eval_generation,
+                progress="evaluate pi_init",
             )
             result.metrics = dict(res.metrics)
             result.metrics["n_users"] = float(res.n_users)
@@ -389,7 +430,8 @@ def train_sft(
             result.mlflow_run_id = run.info.run_id
             if register:
                 mv, first = register_pi_init(
-                    cfg, uri, {"role": "pi_init", "config": cfg.name, "seed": cfg.seed, "run_id": run.info.run_id})
+                    cfg, uri, {"role": "pi_init", "config": cfg.name, "seed": cfg.seed, "run_id": run.info.run_id}
+                )
                 result.model_version = str(mv.version)
                 aliases = f"{registry.CHAMPION}, {PI_INIT_ALIAS}" if first else PI_INIT_ALIAS
                 log.info(
@@ -400,8 +442,9 @@ def train_sft(
     if log_mlflow:
         from abpo import registry
 
-        with registry.start_run(cfg, cfg.sft.experiment, "sft-pi_init",
-                                tags={"abpo.step": "sft", **(run_tags or {})}) as run:
+        with registry.start_run(
+            cfg, cfg.sft.experiment, "sft-pi_init", tags={"abpo.step": "sft", **(run_tags or {})}
+        ) as run:
             body(run)
     else:
         body()

@@ -43,7 +43,9 @@ def _has_sliding_window(model) -> bool:
     cfg = getattr(model, "config", None)
     cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
     types = getattr(cfg, "layer_types", None) or []
-    return any("sliding" in str(t) for t in types) or bool(getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True))
+    return any("sliding" in str(t) for t in types) or bool(
+        getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True)
+    )
 
 
 @torch.no_grad()
@@ -95,7 +97,11 @@ def score_token_ids(
 
 @torch.no_grad()
 def score_token_ids_batch(
-    model, prompt_ids: Sequence[Sequence[int]], answer_ids: Sequence[Sequence[Sequence[int]]], *, batch_tokens: int,
+    model,
+    prompt_ids: Sequence[Sequence[int]],
+    answer_ids: Sequence[Sequence[Sequence[int]]],
+    *,
+    batch_tokens: int,
     pack_tokens: int = 512,
 ) -> list[torch.Tensor]:
     """Eq. s_p for several prompts at once: ``[M_i]`` mean log-prob of each ``answer_ids[i][m]`` continuing
@@ -129,13 +135,25 @@ def score_token_ids_batch(
         while start < len(order):
             longest = len(prompt_ids[order[start]])
             stop = start
-            while stop < len(order) and (stop == start or (stop - start + 1) * len(prompt_ids[order[stop]]) <= batch_tokens):
+            while stop < len(order) and (
+                stop == start or (stop - start + 1) * len(prompt_ids[order[stop]]) <= batch_tokens
+            ):
                 longest = len(prompt_ids[order[stop]])
                 stop += 1
             group = order[start:stop]
             start = stop
-            _score_group(decoder, head, [prompt_ids[i] for i in group], [answer_ids[i] for i in group], longest,
-                         pack_tokens, [out[i] for i in group], device, dtype, pad)
+            _score_group(
+                decoder,
+                head,
+                [prompt_ids[i] for i in group],
+                [answer_ids[i] for i in group],
+                longest,
+                pack_tokens,
+                [out[i] for i in group],
+                device,
+                dtype,
+                pad,
+            )
     finally:
         model.train(was_training)
     return out
@@ -171,10 +189,18 @@ def next_token_logits(model, prompt_ids: Sequence[Sequence[int]], *, batch_token
                 ids[r, longest - len(p) :] = torch.as_tensor(list(p), dtype=torch.long)
                 attn[r, longest - len(p) :] = 1
             pos = (attn.cumsum(-1) - 1).clamp(min=0)
-            z = model(
-                input_ids=ids.to(device), attention_mask=attn.to(device), position_ids=pos.to(device),
-                logits_to_keep=1, use_cache=False,
-            ).logits[:, -1].float().cpu()
+            z = (
+                model(
+                    input_ids=ids.to(device),
+                    attention_mask=attn.to(device),
+                    position_ids=pos.to(device),
+                    logits_to_keep=1,
+                    use_cache=False,
+                )
+                .logits[:, -1]
+                .float()
+                .cpu()
+            )
             if out is None:
                 out = torch.empty((len(prompt_ids), z.shape[-1]), dtype=torch.float32)
             out[torch.tensor(group)] = z
@@ -222,7 +248,9 @@ def _score_group(decoder, head, prompts, answers, P, pack_tokens, outs, device, 
         pmask[u, P - len(p) :] = 1
     lens_p = pmask.sum(1)
     pos = (pmask.cumsum(1) - 1).clamp(min=0)
-    res = decoder(input_ids=ids.to(device), attention_mask=pmask.to(device), position_ids=pos.to(device), use_cache=True)
+    res = decoder(
+        input_ids=ids.to(device), attention_mask=pmask.to(device), position_ids=pos.to(device), use_cache=True
+    )
     cache = res.past_key_values
     first = torch.log_softmax(head(res.last_hidden_state[:, -1]).float(), dim=-1).cpu()  # log p(t_1 | q_u)
     totals = [torch.tensor([float(first[u, a[0]]) for a in answers[u]], dtype=torch.float64) for u in range(U)]
@@ -262,8 +290,11 @@ def _score_group(decoder, head, prompts, answers, P, pack_tokens, outs, device, 
         own = torch.eye(Q, dtype=torch.bool)[None].expand(U, Q, Q)  # padding rows see themselves (no empty row)
         allowed = torch.cat([pmask.bool()[:, None, :].expand(U, Q, P), (same & causal) | own], dim=2)[:, None]
         h = decoder(
-            input_ids=feed.to(device), attention_mask=additive_mask(allowed.to(device), dtype),
-            position_ids=qpos.to(device), past_key_values=cache, use_cache=True,
+            input_ids=feed.to(device),
+            attention_mask=additive_mask(allowed.to(device), dtype),
+            position_ids=qpos.to(device),
+            past_key_values=cache,
+            use_cache=True,
         ).last_hidden_state
         cache.crop(-Q)  # the cache is the prompts' again
         uu = torch.tensor([w[0] for w in where])
@@ -301,13 +332,17 @@ def _score_packed(model, cache, first_logp, Lp, answer_ids, batch_tokens, scores
             causal = pos_t[None, :] <= pos_t[:, None]
             allowed = torch.cat([torch.ones(q, Lp, dtype=torch.bool, device=device), same & causal], dim=1)[None, None]
             mask = additive_mask(allowed, _dtype(model))
-            logits = model(
-                input_ids=torch.tensor([feed], device=device),
-                attention_mask=mask,
-                position_ids=pos_t[None, :],
-                past_key_values=cache,
-                use_cache=True,
-            ).logits[0].float()
+            logits = (
+                model(
+                    input_ids=torch.tensor([feed], device=device),
+                    attention_mask=mask,
+                    position_ids=pos_t[None, :],
+                    past_key_values=cache,
+                    use_cache=True,
+                )
+                .logits[0]
+                .float()
+            )
             cache.crop(-q)  # drop the pack's q keys/values: the cache is the prompt's again
             # log p(target) = logit(target) - logsumexp(logits): no [q, V] log-softmax tensor is written
             tgt = torch.tensor(targets, device=device)[:, None]

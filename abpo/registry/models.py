@@ -21,8 +21,18 @@ from abpo.registry.store import redact_uri
 
 log = logging.getLogger("abpo.registry")
 
-LLM_SERVING_PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "huggingface-hub", "peft", "jinja2",
-                        "numpy", "pandas", "mlflow")
+LLM_SERVING_PACKAGES = (
+    "torch",
+    "transformers",
+    "tokenizers",
+    "safetensors",
+    "huggingface-hub",
+    "peft",
+    "jinja2",
+    "numpy",
+    "pandas",
+    "mlflow",
+)
 RANKER_SERVING_PACKAGES = ("implicit", "scipy", "numpy", "pandas", "mlflow")
 
 
@@ -36,8 +46,10 @@ def pinned_requirements(packages) -> list[str]:
         try:
             out.append(f"{name}=={version(name).split('+')[0]}")
         except PackageNotFoundError as e:
-            raise RuntimeError(f"model requirements: package {name!r} is not installed; rule: a logged model pins "
-                               "every package its loader imports, at the installed version") from e
+            raise RuntimeError(
+                f"model requirements: package {name!r} is not installed; rule: a logged model pins "
+                "every package its loader imports, at the installed version"
+            ) from e
     return out
 
 
@@ -59,9 +71,14 @@ def llm_signature(tau: float):
     from mlflow.types.schema import Array, ColSpec, ParamSchema, ParamSpec, Schema
 
     return ModelSignature(
-        inputs=Schema([ColSpec(Array("string"), "history_titles"), ColSpec(Array("long"), "candidate_ids"),
-                       ColSpec(Array("string"), "candidate_titles"),
-                       ColSpec(Array("long"), "history_item_ids", required=False)]),
+        inputs=Schema(
+            [
+                ColSpec(Array("string"), "history_titles"),
+                ColSpec(Array("long"), "candidate_ids"),
+                ColSpec(Array("string"), "candidate_titles"),
+                ColSpec(Array("long"), "history_item_ids", required=False),
+            ]
+        ),
         outputs=Schema([ColSpec(Array("long"), "ranked_item_ids"), ColSpec(Array("double"), "propensities")]),
         params=ParamSchema([ParamSpec("tau", "double", float(tau))]),
     )
@@ -79,8 +96,15 @@ def ranker_signature(temperature: float):
     )
 
 
-def log_pyfunc(local_dir: str | Path, *, loader_module: str, signature, packages, name: str = "model",
-               model_config: dict | None = None) -> str:
+def log_pyfunc(
+    local_dir: str | Path,
+    *,
+    loader_module: str,
+    signature,
+    packages,
+    name: str = "model",
+    model_config: dict | None = None,
+) -> str:
     """Log ``local_dir`` as a self-contained pyfunc model (abpo's code, pinned ``packages``, ``signature``) into the
     active run; returns the model URI to register.
 
@@ -92,9 +116,15 @@ def log_pyfunc(local_dir: str | Path, *, loader_module: str, signature, packages
     before = _last_logged_model_id()
     try:
         with abpo_code() as code_paths:
-            info = mlflow.pyfunc.log_model(name=name, loader_module=loader_module, data_path=str(local_dir),
-                                           code_paths=code_paths, pip_requirements=pinned_requirements(packages),
-                                           signature=signature, model_config=model_config)
+            info = mlflow.pyfunc.log_model(
+                name=name,
+                loader_module=loader_module,
+                data_path=str(local_dir),
+                code_paths=code_paths,
+                pip_requirements=pinned_requirements(packages),
+                signature=signature,
+                model_config=model_config,
+            )
     except Exception as e:
         created = _last_logged_model_id()
         kept = discard_logged_model(created) if created is not None and created != before else None
@@ -106,7 +136,8 @@ def log_pyfunc(local_dir: str | Path, *, loader_module: str, signature, packages
             f"MLflow store {redact_uri(mlflow.get_tracking_uri())}: logging the model in {local_dir} failed{where} "
             f"({os_error.strerror or os_error}); rule: the artifact store ({_artifact_root()}) and the temporary "
             f"directory ({tempfile.gettempdir()}) must be writable with free space for the model's files; "
-            + (kept or "the partial logged model was deleted, nothing was kept")) from e
+            + (kept or "the partial logged model was deleted, nothing was kept")
+        ) from e
     return info.model_uri
 
 
@@ -155,8 +186,10 @@ def discard_logged_model(model_id: str) -> str | None:
         client.delete_logged_model(model_id)
     except Exception as e:  # noqa: BLE001 - the store itself failing too: say what is left, keep the first error
         log.warning("logged model %s (%s) could not be deleted after a failed log: %s", model_id, location, e)
-        return (f"the partial logged model {model_id} ({location}) could not be deleted "
-                f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}): delete it by hand")
+        return (
+            f"the partial logged model {model_id} ({location}) could not be deleted "
+            f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}): delete it by hand"
+        )
     return None
 
 
@@ -186,9 +219,14 @@ def log_model_dir(local_dir: str | Path, name: str = "model", policy_cfg=None) -
     if not (local_dir / "config.json").exists() and not (local_dir / "adapter_config.json").exists():
         raise FileNotFoundError(f"{local_dir}: not a save_pretrained directory (no config.json / adapter_config.json)")
     tau = float(getattr(policy_cfg, "tau", 1.0)) if policy_cfg is not None else 1.0
-    return log_pyfunc(local_dir, loader_module="abpo.serving", signature=llm_signature(tau),
-                      packages=LLM_SERVING_PACKAGES, name=name,
-                      model_config=dataclasses.asdict(policy_cfg) if policy_cfg is not None else None)
+    return log_pyfunc(
+        local_dir,
+        loader_module="abpo.serving",
+        signature=llm_signature(tau),
+        packages=LLM_SERVING_PACKAGES,
+        name=name,
+        model_config=dataclasses.asdict(policy_cfg) if policy_cfg is not None else None,
+    )
 
 
 TRAINING_COLUMNS = ("month", "impression_id", "user_id", "item_id", "arm", "model_version", "propensity", "clicked")

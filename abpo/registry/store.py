@@ -68,7 +68,8 @@ def ensure_store(uri: str) -> None:
     except OSError as e:
         raise RegistryUnavailable(
             f"{db}.init.lock: cannot create the MLflow store's init lock ({e.strerror or e}); rule: the directory of "
-            f"the SQLite store ({db.parent}) must be writable (a read-only state cannot be used)") from e
+            f"the SQLite store ({db.parent}) must be writable (a read-only state cannot be used)"
+        ) from e
     with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
@@ -95,8 +96,13 @@ def moved_from(cfg: Config) -> str | None:
     db = sqlite_path(cfg.paths.tracking_uri())
     art = Path(cfg.paths.mlflow_artifacts)
     root = cfg.paths.resolve("root")
-    if (db is None or db != root / "mlflow.db" or not db.is_file() or art.is_absolute()
-            or not isinstance(cfg.paths.location("mlflow_artifacts"), Path)):  # an object store is not under a state
+    if (
+        db is None
+        or db != root / "mlflow.db"
+        or not db.is_file()
+        or art.is_absolute()
+        or not isinstance(cfg.paths.location("mlflow_artifacts"), Path)
+    ):  # an object store is not under a state
         return None  # only the state's own store (paths.mlflow_tracking_uri unset): a shared store has other states'
     try:
         with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as con:
@@ -134,10 +140,12 @@ def configure(cfg: Config) -> str:
     if uri.startswith("sqlite:///") and uri not in _checked_moved:  # once per process and store
         old = moved_from(cfg)
         if old is not None:
-            raise StateMoved(f"{sqlite_path(uri)}: the MLflow store's artifact locations are under {old}, not under "
-                             f"paths.root = {cfg.paths.resolve('root')}; rule: a moved state is relocated before use "
-                             f"(`abpo state relocate --from {old}`, docs/operations.md \"Moving a state\"), else its "
-                             "runs would write into the old directory")
+            raise StateMoved(
+                f"{sqlite_path(uri)}: the MLflow store's artifact locations are under {old}, not under "
+                f"paths.root = {cfg.paths.resolve('root')}; rule: a moved state is relocated before use "
+                f'(`abpo state relocate --from {old}`, docs/operations.md "Moving a state"), else its '
+                "runs would write into the old directory"
+            )
         _checked_moved.add(uri)
     if uri.startswith("sqlite:///"):
         cfg.paths.resolve("root").mkdir(parents=True, exist_ok=True)
@@ -152,8 +160,10 @@ def configure(cfg: Config) -> str:
     ensure_store(uri)
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
-    for var, user in (("MLFLOW_TRACKING_URI", abpo.USER_MLFLOW_TRACKING_URI),
-                      ("MLFLOW_REGISTRY_URI", abpo.USER_MLFLOW_REGISTRY_URI)):
+    for var, user in (
+        ("MLFLOW_TRACKING_URI", abpo.USER_MLFLOW_TRACKING_URI),
+        ("MLFLOW_REGISTRY_URI", abpo.USER_MLFLOW_REGISTRY_URI),
+    ):
         if user:
             os.environ[var] = user
         else:
@@ -191,8 +201,11 @@ def _ensure_experiment(cfg: Config, experiment: str) -> str:
     location = None
     if cfg.paths.tracking_uri().startswith("sqlite:///"):
         artifacts = cfg.paths.location("mlflow_artifacts")
-        location = ((artifacts / experiment).as_uri() if isinstance(artifacts, Path)
-                    else f"{artifacts.rstrip('/')}/{experiment}")
+        location = (
+            (artifacts / experiment).as_uri()
+            if isinstance(artifacts, Path)
+            else f"{artifacts.rstrip('/')}/{experiment}"
+        )
     return mlflow.create_experiment(experiment, artifact_location=location)
 
 
@@ -223,8 +236,12 @@ def start_run(
         raise RegistryUnavailable(
             f"{redact_uri(cfg.paths.tracking_uri())}: the MLflow store is locked by another writer ({first[:200]}); "
             f"rule: one writer at a time, retry when it has finished; run {run_id or '(not started)'} "
-            + ("marked FAILED" if marked else "could not be marked FAILED either: the task's next attempt marks it "
-               "KILLED")) from e
+            + (
+                "marked FAILED"
+                if marked
+                else "could not be marked FAILED either: the task's next attempt marks it KILLED"
+            )
+        ) from e
 
 
 def store_locked(e: BaseException) -> bool:

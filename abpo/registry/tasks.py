@@ -29,14 +29,20 @@ def completed_task_run(cfg: Config, experiment: str, key: str):
     configure(cfg)
     exp_id = _ensure_experiment(cfg, experiment)
     client = MlflowClient()
-    runs = client.search_runs([exp_id], filter_string=f"tags.`{TASK_KEY_TAG}` = '{key}'",
-                              order_by=["attributes.start_time DESC"])
+    runs = client.search_runs(
+        [exp_id], filter_string=f"tags.`{TASK_KEY_TAG}` = '{key}'", order_by=["attributes.start_time DESC"]
+    )
     done = [r for r in runs if r.info.status == "FINISHED" and r.data.tags.get(TASK_DONE_TAG) == "true"]
     for r in runs:
         if r not in done[:1] and r.info.status != "KILLED":
             client.set_terminated(r.info.run_id, status="KILLED")
-            client.set_tag(r.info.run_id, "abpo.superseded", "an attempt of this task that did not complete"
-                           if not done else f"duplicate of completed run {done[0].info.run_id}")
+            client.set_tag(
+                r.info.run_id,
+                "abpo.superseded",
+                "an attempt of this task that did not complete"
+                if not done
+                else f"duplicate of completed run {done[0].info.run_id}",
+            )
     return done[0] if done else None
 
 

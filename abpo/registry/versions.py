@@ -26,8 +26,14 @@ def logged_model_id(mv) -> str | None:
     return src.removeprefix("models:/") if src.startswith("models:/m-") else None
 
 
-def log_model_metrics(mv, metrics: dict[str, float], *, run_id: str | None = None, dataset_name: str | None = None,
-                      dataset_digest: str | None = None) -> None:
+def log_model_metrics(
+    mv,
+    metrics: dict[str, float],
+    *,
+    run_id: str | None = None,
+    dataset_name: str | None = None,
+    dataset_digest: str | None = None,
+) -> None:
     """Log ``metrics`` on the registered version's LoggedModel (MLflow 3: comparable in the UI's model pages) through
     ``run_id`` (default: the run that logged the version); ``dataset_name`` / ``dataset_digest`` say what they were
     measured on. Keys with '@' are written with '_at_' (MLflow's metric names allow no '@'); NaNs are left out."""
@@ -39,8 +45,14 @@ def log_model_metrics(mv, metrics: dict[str, float], *, run_id: str | None = Non
     model_id = logged_model_id(mv)
     for k, v in metrics.items():
         if isinstance(v, (int, float)) and math.isfinite(float(v)):
-            client.log_metric(run_id or mv.run_id, k.replace("@", "_at_"), float(v), model_id=model_id,
-                              dataset_name=dataset_name, dataset_digest=dataset_digest)
+            client.log_metric(
+                run_id or mv.run_id,
+                k.replace("@", "_at_"),
+                float(v),
+                model_id=model_id,
+                dataset_name=dataset_name,
+                dataset_digest=dataset_digest,
+            )
 
 
 def model_metrics(mv, *, dataset_name: str | None = None, dataset_digest: str | None = None) -> dict[str, float]:
@@ -51,9 +63,12 @@ def model_metrics(mv, *, dataset_name: str | None = None, dataset_digest: str | 
     model_id = logged_model_id(mv)
     if not model_id:
         return {}
-    found = [m for m in (MlflowClient().get_logged_model(model_id).metrics or [])
-             if (dataset_name is None or m.dataset_name == dataset_name)
-             and (dataset_digest is None or m.dataset_digest == dataset_digest)]
+    found = [
+        m
+        for m in (MlflowClient().get_logged_model(model_id).metrics or [])
+        if (dataset_name is None or m.dataset_name == dataset_name)
+        and (dataset_digest is None or m.dataset_digest == dataset_digest)
+    ]
     return {m.key.replace("_at_", "@"): float(m.value) for m in sorted(found, key=lambda m: (m.timestamp, m.step))}
 
 
@@ -104,8 +119,9 @@ def register(
             if e.error_code not in ("RESOURCE_ALREADY_EXISTS", "ALREADY_EXISTS"):
                 raise
         model_id = logged.group(1)
-        version = client.create_model_version(name, model_uri, run_id=client.get_logged_model(model_id).source_run_id,
-                                              tags=str_tags, model_id=model_id)
+        version = client.create_model_version(
+            name, model_uri, run_id=client.get_logged_model(model_id).source_run_id, tags=str_tags, model_id=model_id
+        )
     else:
         version = mlflow.register_model(model_uri, name, tags=str_tags)
     if alias:
@@ -144,11 +160,13 @@ def get_version(alias: str, name: str = MODEL_NAME):
             return None
         raise RegistryUnavailable(
             f"MLflow registry {mlflow.get_registry_uri()}: could not read alias {alias!r} of model {name!r} "
-            f"({getattr(e, 'error_code', '')}: {str(e)[:300]})") from e
+            f"({getattr(e, 'error_code', '')}: {str(e)[:300]})"
+        ) from e
     except Exception as e:  # noqa: BLE001 - the store itself cannot be opened (a corrupt mlflow.db, a bad URI)
         raise RegistryUnavailable(
             f"MLflow registry {mlflow.get_registry_uri()}: could not read alias {alias!r} of model {name!r}: the store "
-            f"cannot be opened ({type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''})") from e
+            f"cannot be opened ({type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''})"
+        ) from e
 
 
 def download_model_dir(cfg: Config, ref: str, dst: str | Path | None = None, name: str = MODEL_NAME) -> Path:

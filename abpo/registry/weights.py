@@ -27,8 +27,11 @@ def safetensors_problem(path: str | Path) -> str | None:
             header = json.loads(f.read(n))
     except (OSError, ValueError) as e:
         return f"unreadable header ({type(e).__name__}: {str(e)[:120]})"
-    ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)
-            and "data_offsets" in v]
+    ends = [
+        int(v["data_offsets"][1])
+        for k, v in header.items()
+        if k != "__metadata__" and isinstance(v, dict) and "data_offsets" in v
+    ]
     want = 8 + n + max(ends, default=0)
     if size != want:
         return f"{size} bytes where its header needs {want} (truncated or damaged)"
@@ -41,5 +44,6 @@ def check_weights(directory: str | Path) -> None:
     for f in sorted(Path(directory).rglob("*.safetensors")):
         why = safetensors_problem(f)
         if why is not None:
-            raise ModelFilesDamaged(f"{f}: not a whole safetensors file ({why}); rule: model weights are loaded only "
-                                    "when whole")
+            raise ModelFilesDamaged(
+                f"{f}: not a whole safetensors file ({why}); rule: model weights are loaded only when whole"
+            )

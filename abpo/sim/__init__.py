@@ -1,12 +1,12 @@
 """The simulator: stands in for serving and for the users, so the production loop runs end to end here.
 
-    abpo.sim.assignment  stable salted-hash assignment of users to arms with the configured traffic shares
-    abpo.sim.retrieval   the retrieval stage: each request's candidates, fitted on the interactions to date
-    abpo.sim.preference  the users' ground truth: a mixture (sim.oracle, sim.oracle_weights) of the components
-    abpo.sim.oracles     knn, sequential and ALS preference models fitted on every interaction (future ones too);
-                         no arm reads them (docs/simulator.md)
-    abpo.sim.clicks      the click model (documented in docs/loop.md; every parameter in config section `sim`)
-    abpo.sim.simulator   month m's requests from real sequences, each arm's exposures, clicks, and the landed
-                         Parquet month partition in the impressions contract (ingest cannot tell it from serving)
-    abpo.commands.simulate  `abpo simulate --month YYYY-MM`
+abpo.sim.assignment  stable salted-hash assignment of users to arms with the configured traffic shares
+abpo.sim.retrieval   the retrieval stage: each request's candidates, fitted on the interactions to date
+abpo.sim.preference  the users' ground truth: a mixture (sim.oracle, sim.oracle_weights) of the components
+abpo.sim.oracles     knn, sequential and ALS preference models fitted on every interaction (future ones too);
+                     no arm reads them (docs/simulator.md)
+abpo.sim.clicks      the click model (documented in docs/loop.md; every parameter in config section `sim`)
+abpo.sim.simulator   month m's requests from real sequences, each arm's exposures, clicks, and the landed
+                     Parquet month partition in the impressions contract (ingest cannot tell it from serving)
+abpo.commands.simulate  `abpo simulate --month YYYY-MM`
 """

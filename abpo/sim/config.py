@@ -15,19 +15,27 @@ CANDIDATE_SOURCES = ("retrieval", "offline")
 class SimConfig:
     start_month: str = field(
         default="2026-01",
-        metadata={"help": "First simulated month (YYYY-MM): month index 0 is each user's first `window` update "
-                          "positions, the next month the following ones (windows never overlap)."},
+        metadata={
+            "help": "First simulated month (YYYY-MM): month index 0 is each user's first `window` update "
+            "positions, the next month the following ones (windows never overlap)."
+        },
     )
     window: int = field(
         default=2,
-        metadata={"min": 1, "help": "Real later interactions each user consumes per month (positions of the update segment). "
-                          "Months available = data.update_steps // window."},
+        metadata={
+            "min": 1,
+            "help": "Real later interactions each user consumes per month (positions of the update segment). "
+            "Months available = data.update_steps // window.",
+        },
     )
     requests_per_user: int = field(
         default=2,
-        metadata={"min": 1, "help": "Requests each user makes per month, spread evenly over the month's window positions (a "
-                          "position may serve several requests, each with its own candidates). sim.candidates = "
-                          "offline: must equal window (one request per position)."},
+        metadata={
+            "min": 1,
+            "help": "Requests each user makes per month, spread evenly over the month's window positions (a "
+            "position may serve several requests, each with its own candidates). sim.candidates = "
+            "offline: must equal window (one request per position).",
+        },
     )
     salt: str = field(
         default="abpo-arms-v1",
@@ -35,78 +43,129 @@ class SimConfig:
     )
     candidates: str = field(
         default="retrieval",
-        metadata={"help": "Where a request's candidates come from: retrieval (a production-like retrieval stage: "
-                          "co-occurrence top-K + popularity-weighted + uniform draws, the true next item only when "
-                          "found) or offline (the offline construction: x_{t+1} plus data.train_candidates - 1 "
-                          "never-seen distractors)."},
+        metadata={
+            "help": "Where a request's candidates come from: retrieval (a production-like retrieval stage: "
+            "co-occurrence top-K + popularity-weighted + uniform draws, the true next item only when "
+            "found) or offline (the offline construction: x_{t+1} plus data.train_candidates - 1 "
+            "never-seen distractors)."
+        },
     )
     candidate_count: int = field(default=20, metadata={"min": 2, "help": "Candidates per request (retrieval)."})
     retrieval_fraction: float = field(
-        default=0.5, metadata={"min": 0, "max": 1, "help": "Share of the candidates from the co-occurrence retrieval model's top scores."}
+        default=0.5,
+        metadata={
+            "min": 0,
+            "max": 1,
+            "help": "Share of the candidates from the co-occurrence retrieval model's top scores.",
+        },
     )
     popular_fraction: float = field(
-        default=0.3, metadata={"min": 0, "max": 1, "help": "Share drawn weighted by popularity to date; the rest is uniform draws."}
+        default=0.3,
+        metadata={"min": 0, "max": 1, "help": "Share drawn weighted by popularity to date; the rest is uniform draws."},
     )
     retrieval_window: int = field(
-        default=3, metadata={"min": 1, "help": "Two items co-occur when a user consumed them at most this many positions apart."}
+        default=3,
+        metadata={"min": 1, "help": "Two items co-occur when a user consumed them at most this many positions apart."},
     )
     retrieval_recent: int = field(
         default=10, metadata={"min": 1, "help": "The user's last items that query the co-occurrence model."}
     )
     base_ctr: float = field(
         default=0.05,
-        metadata={"min": 0, "lt": 1, "help": "Calibrated CTR of an arm exposing a uniformly random candidate, before the next-item "
-                          "boosts: the preference link's intercept is set to give it on each month's requests (0: only the "
-                          "boosts click)."},
+        metadata={
+            "min": 0,
+            "lt": 1,
+            "help": "Calibrated CTR of an arm exposing a uniformly random candidate, before the next-item "
+            "boosts: the preference link's intercept is set to give it on each month's requests (0: only the "
+            "boosts click).",
+        },
     )
     preference_slope: float = field(
         default=0.6,
-        metadata={"help": "Slope of the preference link: P_pref = sigmoid(b0 + slope * z), z the oracle's score "
-                          "standardised over the users for the item (personal relevance, not popularity)."},
+        metadata={
+            "help": "Slope of the preference link: P_pref = sigmoid(b0 + slope * z), z the oracle's score "
+            "standardised over the users for the item (personal relevance, not popularity)."
+        },
     )
     oracle: str = field(
         default="mixture",
-        metadata={"help": "The users' ground truth (docs/simulator.md): mixture (sim.oracle_weights over the "
-                          "components) or one component alone: knn (co-occurrence with the user's recent items), "
-                          "sequential (a smoothed Markov next-item model) or als (implicit ALS factors), each fitted "
-                          "on every interaction and standardised per item over the users."},
+        metadata={
+            "help": "The users' ground truth (docs/simulator.md): mixture (sim.oracle_weights over the "
+            "components) or one component alone: knn (co-occurrence with the user's recent items), "
+            "sequential (a smoothed Markov next-item model) or als (implicit ALS factors), each fitted "
+            "on every interaction and standardised per item over the users."
+        },
     )
     oracle_weights: dict[str, float] = field(
         default_factory=lambda: {"knn": 1.0, "sequential": 1.0, "als": 1.0},
-        metadata={"min": 0, "help": "Weights of the mixture oracle's components (knn, sequential, als; each >= 0, normalised "
-                          "by their sum, which must be > 0; a component left out weighs 0)."},
+        metadata={
+            "min": 0,
+            "help": "Weights of the mixture oracle's components (knn, sequential, als; each >= 0, normalised "
+            "by their sum, which must be > 0; a component left out weighs 0).",
+        },
     )
-    oracle_factors: int = field(default=32, metadata={"min": 1, "help": "Latent factors of the ground truth's ALS component."})
-    oracle_iterations: int = field(default=20, metadata={"min": 1, "help": "ALS iterations of the ground truth's ALS component."})
+    oracle_factors: int = field(
+        default=32, metadata={"min": 1, "help": "Latent factors of the ground truth's ALS component."}
+    )
+    oracle_iterations: int = field(
+        default=20, metadata={"min": 1, "help": "ALS iterations of the ground truth's ALS component."}
+    )
     oracle_regularization: float = field(
         default=0.1, metadata={"min": 0, "help": "ALS regularisation of the ground truth's ALS component."}
     )
     oracle_knn_window: int = field(
-        default=3, metadata={"min": 1, "help": "knn component: two items co-occur when a user consumed them at most this many "
-                                     "positions apart (counted on every interaction)."}
+        default=3,
+        metadata={
+            "min": 1,
+            "help": "knn component: two items co-occur when a user consumed them at most this many "
+            "positions apart (counted on every interaction).",
+        },
     )
     oracle_knn_recent: int = field(
-        default=10, metadata={"min": 1, "help": "knn component: the user's last items whose co-occurrence scores an item."}
+        default=10,
+        metadata={"min": 1, "help": "knn component: the user's last items whose co-occurrence scores an item."},
     )
     oracle_markov_order: int = field(
-        default=3, metadata={"min": 1, "help": "sequential component: how many of the user's last items predict the next one "
-                                     "(k-step transitions mixed with weights halving per step back)."}
+        default=3,
+        metadata={
+            "min": 1,
+            "help": "sequential component: how many of the user's last items predict the next one "
+            "(k-step transitions mixed with weights halving per step back).",
+        },
     )
     oracle_markov_smoothing: float = field(
-        default=1.0, metadata={"gt": 0, "help": "sequential component: add-alpha smoothing of each transition row towards "
-                                       "the items' popularity (> 0)."}
+        default=1.0,
+        metadata={
+            "gt": 0,
+            "help": "sequential component: add-alpha smoothing of each transition row towards "
+            "the items' popularity (> 0).",
+        },
     )
     oracle_reference_users: int = field(
-        default=2000, metadata={"min": 0, "help": "Users the knn, sequential and mixture standardisation is taken over: all "
-                                        "users, or a seeded sample of this many on larger data (0: all)."}
+        default=2000,
+        metadata={
+            "min": 0,
+            "help": "Users the knn, sequential and mixture standardisation is taken over: all "
+            "users, or a seeded sample of this many on larger data (0: all).",
+        },
     )
     click_next: float = field(
         default=0.5,
-        metadata={"min": 0, "max": 1, "help": "Boost when the exposed item is the user's true next item: P = 1 - (1 - P_pref)(1 - boost)."},
+        metadata={
+            "min": 0,
+            "max": 1,
+            "help": "Boost when the exposed item is the user's true next item: P = 1 - (1 - P_pref)(1 - boost).",
+        },
     )
     click_soon: float = field(
         default=0.25,
-        metadata={"min": 0, "max": 1, "help": "Boost when the exposed item is among the user's next soon_horizon items after the next "
-                          "one (taken a little later: still of interest)."},
+        metadata={
+            "min": 0,
+            "max": 1,
+            "help": "Boost when the exposed item is among the user's next soon_horizon items after the next "
+            "one (taken a little later: still of interest).",
+        },
     )
-    soon_horizon: int = field(default=3, metadata={"min": 0, "help": "How many items after the true next one count as soon."})
+    soon_horizon: int = field(
+        default=3, metadata={"min": 0, "help": "How many items after the true next one count as soon."}
+    )

@@ -71,8 +71,16 @@ class AlsComponent:
         self.sd = sd
 
     @classmethod
-    def fit(cls, sequences: Mapping[int, Sequence[int]], item_index: Mapping[int, int], *, factors: int,
-            iterations: int, regularization: float, seed: int) -> AlsComponent:
+    def fit(
+        cls,
+        sequences: Mapping[int, Sequence[int]],
+        item_index: Mapping[int, int],
+        *,
+        factors: int,
+        iterations: int,
+        regularization: float,
+        seed: int,
+    ) -> AlsComponent:
         """ALS on ``sequences`` (user -> every item the user interacted with, in any order; repeats count)."""
         from implicit.cpu.als import AlternatingLeastSquares
         from scipy.sparse import csr_matrix
@@ -90,11 +98,20 @@ class AlsComponent:
         matrix = csr_matrix((np.ones(len(rows), dtype=np.float32), (rows, cols)), shape=(len(users), len(item_index)))
         matrix.sum_duplicates()
         with threadpool_limits(1):  # one BLAS thread: the same factors on every run of a machine
-            model = AlternatingLeastSquares(factors=factors, regularization=regularization, iterations=iterations,
-                                            num_threads=1, random_state=int(seed), calculate_training_loss=False)
+            model = AlternatingLeastSquares(
+                factors=factors,
+                regularization=regularization,
+                iterations=iterations,
+                num_threads=1,
+                random_state=int(seed),
+                calculate_training_loss=False,
+            )
             model.fit(matrix, show_progress=False)
-        return cls({u: r for r, u in enumerate(users)}, np.asarray(model.user_factors, dtype=np.float32),
-                   np.asarray(model.item_factors, dtype=np.float32))
+        return cls(
+            {u: r for r, u in enumerate(users)},
+            np.asarray(model.user_factors, dtype=np.float32),
+            np.asarray(model.item_factors, dtype=np.float32),
+        )
 
     def z_block(self, users: Sequence[int], histories: Sequence[Sequence[int]]) -> np.ndarray:
         rows = [self.user_index[int(u)] for u in users]
@@ -121,8 +138,9 @@ class KnnComponent:
         self.counts = None
         self.mean = self.sd = np.zeros(0)
 
-    def fit(self, sequences: Mapping[int, Sequence[int]], item_index: Mapping[int, int],
-            reference: Sequence[int]) -> KnnComponent:
+    def fit(
+        self, sequences: Mapping[int, Sequence[int]], item_index: Mapping[int, int], reference: Sequence[int]
+    ) -> KnnComponent:
         from scipy.sparse import csr_matrix
 
         self.item_index = dict(item_index)
@@ -145,13 +163,13 @@ class KnnComponent:
         return self
 
     def _recent(self, history: Sequence[int]) -> list[int]:
-        return [self.item_index[int(i)] for i in list(history)[-self.recent:] if int(i) in self.item_index]
+        return [self.item_index[int(i)] for i in list(history)[-self.recent :] if int(i) in self.item_index]
 
     def _raw_blocks(self, histories: Sequence[Sequence[int]], chunk: int = 256):
         from scipy.sparse import csr_matrix
 
         for start in range(0, len(histories), chunk):
-            part = histories[start:start + chunk]
+            part = histories[start : start + chunk]
             rows, cols = [], []
             for r, h in enumerate(part):
                 for j in self._recent(h):
@@ -180,8 +198,10 @@ class SequentialComponent:
 
     def __init__(self, *, order: int, smoothing: float):
         if order < 1 or not smoothing > 0:
-            raise ValueError(f"config sim.oracle_markov_order = {order}, sim.oracle_markov_smoothing = {smoothing}: "
-                             "rule: order >= 1, smoothing > 0")
+            raise ValueError(
+                f"config sim.oracle_markov_order = {order}, sim.oracle_markov_smoothing = {smoothing}: "
+                "rule: order >= 1, smoothing > 0"
+            )
         self.order = order
         self.smoothing = float(smoothing)
         lam = 0.5 ** np.arange(order)
@@ -192,14 +212,17 @@ class SequentialComponent:
         self.pop = np.zeros(0)
         self.mean = self.sd = np.zeros(0)
 
-    def fit(self, sequences: Mapping[int, Sequence[int]], item_index: Mapping[int, int],
-            reference: Sequence[int]) -> SequentialComponent:
+    def fit(
+        self, sequences: Mapping[int, Sequence[int]], item_index: Mapping[int, int], reference: Sequence[int]
+    ) -> SequentialComponent:
         from scipy.sparse import csr_matrix
 
         self.item_index = dict(item_index)
         n = len(self.item_index)
-        seqs = [np.array([self.item_index[int(i)] for i in s if int(i) in self.item_index], dtype=np.int64)
-                for s in sequences.values()]
+        seqs = [
+            np.array([self.item_index[int(i)] for i in s if int(i) in self.item_index], dtype=np.int64)
+            for s in sequences.values()
+        ]
         pop = np.bincount(np.concatenate(seqs) if seqs else np.zeros(0, dtype=np.int64), minlength=n).astype(float)
         self.pop = (pop + 1.0) / (pop.sum() + n)  # Laplace: an item nobody consumed keeps a share > 0
         self.steps, self.rowsum = [], []
@@ -237,7 +260,7 @@ class SequentialComponent:
 
     def _raw_blocks(self, histories: Sequence[Sequence[int]], chunk: int = 256):
         for start in range(0, len(histories), chunk):
-            part = histories[start:start + chunk]
+            part = histories[start : start + chunk]
             yield np.log(np.stack([self._probability(self._last(h), slice(None)) for h in part]))
 
     def z_block(self, users: Sequence[int], histories: Sequence[Sequence[int]]) -> np.ndarray:

@@ -49,12 +49,15 @@ def oracle_weights(sim_cfg) -> dict[str, float]:
         return {oracle: 1.0}
     weights = sim_cfg.oracle_weights
     if not isinstance(weights, Mapping) or not weights:
-        raise ValueError(f"config sim.oracle_weights = {weights!r}: rule: a mapping component -> weight, components "
-                         f"among {list(COMPONENTS)}")
+        raise ValueError(
+            f"config sim.oracle_weights = {weights!r}: rule: a mapping component -> weight, components "
+            f"among {list(COMPONENTS)}"
+        )
     for k, w in weights.items():
         if k not in COMPONENTS:
-            raise ValueError(f"config sim.oracle_weights.{k}: unknown oracle component {k!r}; rule: one of "
-                             f"{list(COMPONENTS)}")
+            raise ValueError(
+                f"config sim.oracle_weights.{k}: unknown oracle component {k!r}; rule: one of {list(COMPONENTS)}"
+            )
         if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
             raise ValueError(f"config sim.oracle_weights.{k} = {w!r}: rule: a finite number >= 0")
     total = float(sum(weights.values()))
@@ -76,20 +79,29 @@ class PreferenceOracle:
     item_index: dict[int, int] = field(default_factory=dict)
 
     @classmethod
-    def build(cls, components: Mapping[str, object], weights: Mapping[str, float],
-              sequences: Mapping[int, Sequence[int]], item_ids: Sequence[int],
-              reference: Sequence[int]) -> PreferenceOracle:
+    def build(
+        cls,
+        components: Mapping[str, object],
+        weights: Mapping[str, float],
+        sequences: Mapping[int, Sequence[int]],
+        item_ids: Sequence[int],
+        reference: Sequence[int],
+    ) -> PreferenceOracle:
         """The oracle of fitted ``components`` mixed with ``weights`` (normalised, > 0), the mixture's moments over
         the ``reference`` users' whole sequences."""
         comps = {k: components[k] for k in weights}
-        oracle = cls(comps, dict(weights), {int(u): list(s) for u, s in sequences.items()},
-                     item_index={int(i): j for j, i in enumerate(item_ids)})
+        oracle = cls(
+            comps,
+            dict(weights),
+            {int(u): list(s) for u, s in sequences.items()},
+            item_index={int(i): j for j, i in enumerate(item_ids)},
+        )
         if len(comps) > 1:
             n = len(oracle.item_index)
             total, squares = np.zeros(n), np.zeros(n)
             ref = [int(u) for u in reference]
             for start in range(0, len(ref), 256):
-                users = ref[start:start + 256]
+                users = ref[start : start + 256]
                 hist = [oracle.states[u] for u in users]
                 m = sum(w * comps[k].z_block(users, hist) for k, w in weights.items())
                 total += m.sum(axis=0)

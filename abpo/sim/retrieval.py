@@ -62,7 +62,7 @@ class CooccurrenceRetrieval:
         """Co-occurrence score of every catalog item (in the fit's item order) with the history's recent items."""
         if self.matrix is None:
             raise RuntimeError("CooccurrenceRetrieval.scores: fit first")
-        recent = [self.index[int(i)] for i in list(history)[-self.recent:] if int(i) in self.index]
+        recent = [self.index[int(i)] for i in list(history)[-self.recent :] if int(i) in self.index]
         if not recent:
             return np.zeros(len(self.index), dtype=np.float64)
         return np.asarray(self.matrix[recent].sum(axis=0), dtype=np.float64).reshape(-1)
@@ -73,8 +73,10 @@ def mix_counts(m: int, retrieval_fraction: float, popular_fraction: float) -> tu
     if m < 2:
         raise ValueError(f"config sim.candidate_count = {m}: rule: >= 2 (an exposure needs a choice)")
     if retrieval_fraction < 0 or popular_fraction < 0 or retrieval_fraction + popular_fraction > 1 + 1e-9:
-        raise ValueError(f"config sim.retrieval_fraction = {retrieval_fraction}, sim.popular_fraction = "
-                         f"{popular_fraction}: rule: each >= 0, their sum <= 1 (the rest is uniform)")
+        raise ValueError(
+            f"config sim.retrieval_fraction = {retrieval_fraction}, sim.popular_fraction = "
+            f"{popular_fraction}: rule: each >= 0, their sum <= 1 (the rest is uniform)"
+        )
     n_r = int(round(m * retrieval_fraction))
     n_p = min(int(round(m * popular_fraction)), m - n_r)
     return n_r, n_p, m - n_r - n_p
@@ -96,9 +98,15 @@ def _draw(rng: np.random.Generator, weights: np.ndarray, allowed: np.ndarray, k:
     return top[np.argsort(-keys[top], kind="stable")]
 
 
-def retrieve_candidates(history: Sequence[int], *, retrieval: CooccurrenceRetrieval, popularity: np.ndarray,
-                        counts: tuple[int, int, int], rng: np.random.Generator,
-                        exclude: Sequence[int] = ()) -> list[int]:
+def retrieve_candidates(
+    history: Sequence[int],
+    *,
+    retrieval: CooccurrenceRetrieval,
+    popularity: np.ndarray,
+    counts: tuple[int, int, int],
+    rng: np.random.Generator,
+    exclude: Sequence[int] = (),
+) -> list[int]:
     """One request's candidate set (the module docstring): item ids, shuffled. ``popularity``: interactions to
     date per item, in ``retrieval``'s item order; ``exclude``: items never offered besides the history (the
     simulator passes the user's held-out evaluation target, so no update can train on it)."""
@@ -108,8 +116,10 @@ def retrieve_candidates(history: Sequence[int], *, retrieval: CooccurrenceRetrie
     allowed[seen] = False
     m = sum(counts)
     if int(allowed.sum()) < m:
-        raise ValueError(f"retrieval: a history of {len(history)} items leaves {int(allowed.sum())} unseen catalog "
-                         f"items; rule: at least sim.candidate_count = {m}")
+        raise ValueError(
+            f"retrieval: a history of {len(history)} items leaves {int(allowed.sum())} unseen catalog "
+            f"items; rule: at least sim.candidate_count = {m}"
+        )
     n_r, n_p, _ = counts
     chosen: list[int] = []
     s = retrieval.scores(history)

@@ -84,7 +84,7 @@ def window_of(cfg: Config, i: int) -> int:
 
 
 def _lap_suffix(cfg: Config, i: int) -> str:
-    """"" in the first lap (request ids as before), else ``@<lap>``: a request id stays unique in the warehouse when
+    """ "" in the first lap (request ids as before), else ``@<lap>``: a request id stays unique in the warehouse when
     its position recurs in a wrapped month."""
     lap = i // max(months_available(cfg), 1)
     return f"@{lap}" if lap else ""
@@ -99,16 +99,22 @@ def _check_month(cfg: Config, month: str) -> int:
     if cfg.sim.candidates not in CANDIDATE_SOURCES:
         raise ValueError(f"config sim.candidates = {cfg.sim.candidates!r}: rule: one of {list(CANDIDATE_SOURCES)}")
     if cfg.sim.candidates == "offline" and k != w:
-        raise ValueError(f"config sim.requests_per_user = {k} with sim.candidates = offline: rule: equal to "
-                         f"sim.window = {w} (the offline construction has one candidate set per position)")
+        raise ValueError(
+            f"config sim.requests_per_user = {k} with sim.candidates = offline: rule: equal to "
+            f"sim.window = {w} (the offline construction has one candidate set per position)"
+        )
     i = month_index(cfg.sim.start_month, month)
     n = months_available(cfg)
     if i < 0:
-        raise ValueError(f"month {month}: simulated month index {i} (sim.start_month = {cfg.sim.start_month}); rule: "
-                         "a month at or after sim.start_month")
+        raise ValueError(
+            f"month {month}: simulated month index {i} (sim.start_month = {cfg.sim.start_month}); rule: "
+            "a month at or after sim.start_month"
+        )
     if n < 1:
-        raise ValueError(f"config data.update_steps = {cfg.data.update_steps}, sim.window = {w}: rule: "
-                         "data.update_steps // sim.window >= 1 (a month needs one window of update positions)")
+        raise ValueError(
+            f"config data.update_steps = {cfg.data.update_steps}, sim.window = {w}: rule: "
+            "data.update_steps // sim.window >= 1 (a month needs one window of update positions)"
+        )
     return i
 
 
@@ -120,8 +126,11 @@ def _soon(cfg: Config, s, t: int) -> list[int]:
 def month_requests(cfg: Config, dataset, splits, month: str) -> list[SimRequest]:
     """Every user's requests of ``month`` (see the module docstring), ordered by (slot, user)."""
     i = _check_month(cfg, month)
-    out = _offline_requests(cfg, dataset, splits, i) if cfg.sim.candidates == "offline" else \
-        _retrieval_requests(cfg, dataset, splits, month, i)
+    out = (
+        _offline_requests(cfg, dataset, splits, i)
+        if cfg.sim.candidates == "offline"
+        else _retrieval_requests(cfg, dataset, splits, month, i)
+    )
     out.sort(key=lambda r: (r.step, r.user_id))
     return out
 
@@ -139,8 +148,18 @@ def _offline_requests(cfg: Config, dataset, splits, i: int) -> list[SimRequest]:
         j = t - len(s.history)
         if not k * w <= j < (k + 1) * w:
             continue
-        out.append(SimRequest(ex.request_id + lap, ex.user_id, list(ex.history), list(ex.candidates), ex.positive,
-                              _soon(cfg, s, t), j - k * w, j - k * w))
+        out.append(
+            SimRequest(
+                ex.request_id + lap,
+                ex.user_id,
+                list(ex.history),
+                list(ex.candidates),
+                ex.positive,
+                _soon(cfg, s, t),
+                j - k * w,
+                j - k * w,
+            )
+        )
     return out
 
 
@@ -174,15 +193,20 @@ def _retrieval_requests(cfg: Config, dataset, splits, month: str, i: int) -> lis
             o = offsets[r * len(offsets) // sc.requests_per_user]
             t = T + k * sc.window + o
             rng = np.random.default_rng([int(cfg.seed), key, int(s.user_id), r, 3])
-            cands = retrieve_candidates(seq[:t], retrieval=retrieval, popularity=popularity, counts=counts, rng=rng,
-                                        exclude=(s.target,))
-            out.append(SimRequest(f"{s.user_id}:{t}:{r}{lap}", int(s.user_id), seq[:t], cands, int(seq[t]),
-                                  _soon(cfg, s, t), r, o))
+            cands = retrieve_candidates(
+                seq[:t], retrieval=retrieval, popularity=popularity, counts=counts, rng=rng, exclude=(s.target,)
+            )
+            out.append(
+                SimRequest(
+                    f"{s.user_id}:{t}:{r}{lap}", int(s.user_id), seq[:t], cands, int(seq[t]), _soon(cfg, s, t), r, o
+                )
+            )
     return out
 
 
-def month_interactions(cfg: Config, splits, month: str,
-                       times: dict[tuple[int, int], datetime] | None = None) -> pa.Table:
+def month_interactions(
+    cfg: Config, splits, month: str, times: dict[tuple[int, int], datetime] | None = None
+) -> pa.Table:
     """What users consume in ``month`` (INTERACTIONS_SCHEMA): each user's real items of the month's window
     x_{T+k*w+1 .. T+(k+1)*w} (w = ``sim.window``, k = :func:`window_of` the month index), with their positions in the user's sequence; ``times``: (user,
     window offset) -> the time of the first request at that position (else the month's start). Landed with the
@@ -213,8 +237,10 @@ def interactions_to_date(cfg: Config, splits, month: str) -> dict[int, list[int]
     w = cfg.sim.window
     i = max(month_index(cfg.sim.start_month, month), 0)
     ks = [window_of(cfg, j) for j in range(i)] if months_available(cfg) >= 1 else []
-    return {s.user_id: [*s.history, *(x for k in ks for x in s.update[k * w: min((k + 1) * w, len(s.update))])]
-            for s in splits}
+    return {
+        s.user_id: [*s.history, *(x for k in ks for x in s.update[k * w : min((k + 1) * w, len(s.update))])]
+        for s in splits
+    }
 
 
 _ORACLES: dict[tuple, Any] = {}
@@ -227,9 +253,11 @@ def _component(cfg: Config, dataset, name: str, reference: list[int]):
     from abpo.sim.oracles import AlsComponent, KnnComponent, SequentialComponent
 
     sc = cfg.sim
-    settings = {"als": (sc.oracle_factors, sc.oracle_iterations, sc.oracle_regularization),
-                "knn": (sc.oracle_knn_window, sc.oracle_knn_recent, sc.oracle_reference_users),
-                "sequential": (sc.oracle_markov_order, sc.oracle_markov_smoothing, sc.oracle_reference_users)}[name]
+    settings = {
+        "als": (sc.oracle_factors, sc.oracle_iterations, sc.oracle_regularization),
+        "knn": (sc.oracle_knn_window, sc.oracle_knn_recent, sc.oracle_reference_users),
+        "sequential": (sc.oracle_markov_order, sc.oracle_markov_smoothing, sc.oracle_reference_users),
+    }[name]
     key = (dataset.name, dataset.interactions.num_rows, dataset.catalog.num_rows, int(cfg.seed), name, settings)
     if key not in _COMPONENTS:
         if any(k[:4] != key[:4] for k in _COMPONENTS):
@@ -237,18 +265,27 @@ def _component(cfg: Config, dataset, name: str, reference: list[int]):
         t = time.time()
         items = {int(i): j for j, i in enumerate(dataset.item_ids().tolist())}
         if name == "als":
-            comp = AlsComponent.fit(dataset.sequences, items, factors=sc.oracle_factors,
-                                    iterations=sc.oracle_iterations, regularization=sc.oracle_regularization,
-                                    seed=cfg.seed)
+            comp = AlsComponent.fit(
+                dataset.sequences,
+                items,
+                factors=sc.oracle_factors,
+                iterations=sc.oracle_iterations,
+                regularization=sc.oracle_regularization,
+                seed=cfg.seed,
+            )
         elif name == "knn":
             comp = KnnComponent(window=sc.oracle_knn_window, recent=sc.oracle_knn_recent).fit(
-                dataset.sequences, items, reference)
+                dataset.sequences, items, reference
+            )
         else:
             comp = SequentialComponent(order=sc.oracle_markov_order, smoothing=sc.oracle_markov_smoothing).fit(
-                dataset.sequences, items, reference)
+                dataset.sequences, items, reference
+            )
         _COMPONENTS[key] = comp
-        log.info(f"simulate: ground-truth component {name} fitted on {dataset.interactions.num_rows} interactions "
-                 f"of {len(dataset.sequences)} users in {time.time() - t:.1f}s")
+        log.info(
+            f"simulate: ground-truth component {name} fitted on {dataset.interactions.num_rows} interactions "
+            f"of {len(dataset.sequences)} users in {time.time() - t:.1f}s"
+        )
     return _COMPONENTS[key]
 
 
@@ -262,17 +299,30 @@ def ground_truth(cfg: Config, dataset):
 
     sc = cfg.sim
     weights = oracle_weights(sc)
-    key = (dataset.name, dataset.interactions.num_rows, dataset.catalog.num_rows, int(cfg.seed), sc.oracle,
-           tuple(sorted(weights.items())), sc.oracle_factors, sc.oracle_iterations, sc.oracle_regularization,
-           sc.oracle_knn_window, sc.oracle_knn_recent, sc.oracle_markov_order, sc.oracle_markov_smoothing,
-           sc.oracle_reference_users)
+    key = (
+        dataset.name,
+        dataset.interactions.num_rows,
+        dataset.catalog.num_rows,
+        int(cfg.seed),
+        sc.oracle,
+        tuple(sorted(weights.items())),
+        sc.oracle_factors,
+        sc.oracle_iterations,
+        sc.oracle_regularization,
+        sc.oracle_knn_window,
+        sc.oracle_knn_recent,
+        sc.oracle_markov_order,
+        sc.oracle_markov_smoothing,
+        sc.oracle_reference_users,
+    )
     if key not in _ORACLES:
         reference = reference_users(dataset.sequences, sc.oracle_reference_users, cfg.seed)
         comps = {name: _component(cfg, dataset, name, reference) for name in weights}
         if any(k[:4] != key[:4] for k in _ORACLES):
             _ORACLES.clear()
-        _ORACLES[key] = PreferenceOracle.build(comps, weights, dataset.sequences, dataset.item_ids().tolist(),
-                                               reference)
+        _ORACLES[key] = PreferenceOracle.build(
+            comps, weights, dataset.sequences, dataset.item_ids().tolist(), reference
+        )
     return _ORACLES[key]
 
 
@@ -282,9 +332,9 @@ def soon_items(cfg: Config, split, t: int) -> list[int]:
     return _soon(cfg, split, t)
 
 
-def click_probabilities(cfg: Config, dataset,
-                        requests: Sequence[tuple[int, Sequence[int], Sequence[int], int, int, Sequence[int]]]
-                        ) -> tuple[np.ndarray, float]:
+def click_probabilities(
+    cfg: Config, dataset, requests: Sequence[tuple[int, Sequence[int], Sequence[int], int, int, Sequence[int]]]
+) -> tuple[np.ndarray, float]:
     """P(click | exposed item) of the production loop's click model (abpo.sim.clicks) for offline logs: one
     (user id, history x_{1:t'}, candidates, exposed item, next item x_{t'+1}, soon items) per request. The oracle
     scores each request against its own history, as :func:`simulate_month` does (its sequential and co-occurrence
@@ -322,8 +372,9 @@ def _times(month: str, n: int) -> list[datetime]:
     return [start + timedelta(seconds=int(j * step)) for j in range(n)]
 
 
-def simulate_month(cfg: Config, month: str, arms: Mapping[str, Any], *, dataset=None, splits=None,
-                   write: bool = True) -> SimResult:
+def simulate_month(
+    cfg: Config, month: str, arms: Mapping[str, Any], *, dataset=None, splits=None, write: bool = True
+) -> SimResult:
     """Serve ``month``'s requests with ``arms`` (arm name -> abpo.arms.Arm, the champions), click, and (``write``)
     land the impressions as ``landing/impressions/month=<month>/part-sim.parquet`` (a rerun replaces it)."""
     from abpo.arms.base import expose
@@ -354,11 +405,18 @@ def simulate_month(cfg: Config, month: str, arms: Mapping[str, Any], *, dataset=
     for name, arm in arms.items():
         idx = [j for j, r in enumerate(requests) if arm_of[r.user_id] == name]
         t = time.time()
-        exp = expose(arm, [(requests[j].user_id, requests[j].history, requests[j].candidates) for j in idx],
-                     [float(u_expose[j]) for j in idx])
+        exp = expose(
+            arm,
+            [(requests[j].user_id, requests[j].history, requests[j].candidates) for j in idx],
+            [float(u_expose[j]) for j in idx],
+        )
         exposures.update(zip(idx, exp))
-        per_arm[name] = {"impressions": len(idx), "users": len({requests[j].user_id for j in idx}),
-                         "model_version": str(arm.model_version), "serve_seconds": round(time.time() - t, 2)}
+        per_arm[name] = {
+            "impressions": len(idx),
+            "users": len({requests[j].user_id for j in idx}),
+            "model_version": str(arm.model_version),
+            "serve_seconds": round(time.time() - t, 2),
+        }
         log.info(f"  serve {name:<11} v{arm.model_version}: {len(idx)} requests in {time.time() - t:.1f}s")
 
     times = _times(month, len(requests))
@@ -395,7 +453,8 @@ def simulate_month(cfg: Config, month: str, arms: Mapping[str, Any], *, dataset=
         when: dict[tuple[int, int], datetime] = {}
         for r, ts in zip(requests, times, strict=True):
             when.setdefault((r.user_id, r.offset), ts)
-        write_interactions(month_interactions(cfg, splits, month, when), cfg.paths.location("landing"), month,
-                           part=SIM_PART)
+        write_interactions(
+            month_interactions(cfg, splits, month, when), cfg.paths.location("landing"), month, part=SIM_PART
+        )
     calibration = {"intercept": intercept, "base_ctr": cfg.sim.base_ctr, "slope": cfg.sim.preference_slope}
     return SimResult(month, table, path, per_arm, round(time.time() - t0, 1), calibration)

@@ -73,8 +73,12 @@ class AdvantagesMixin:
             return []
         answer_ids = None if scores_on_choice(self.abpo) else [[self._answer_ids(a) for a in c.answers] for c in items]
         scores = score_prompt_ids(
-            self._unwrapped(), self.processing_class, [c.prompt_ids for c in items],
-            [list(c.candidates) for c in items], answer_ids, self.abpo,
+            self._unwrapped(),
+            self.processing_class,
+            [c.prompt_ids for c in items],
+            [list(c.candidates) for c in items],
+            answer_ids,
+            self.abpo,
         )
         return [candidate_propensities(s, self.abpo.tau).detach().cpu() for s in scores]
 
@@ -123,8 +127,11 @@ class AdvantagesMixin:
                 pos = (attn.cumsum(-1) - 1).clamp(min=0)
                 with self.accelerator.autocast():
                     logits = model(
-                        input_ids=ids.to(device), attention_mask=attn.to(device), position_ids=pos.to(device),
-                        logits_to_keep=C + 1, use_cache=False,
+                        input_ids=ids.to(device),
+                        attention_mask=attn.to(device),
+                        position_ids=pos.to(device),
+                        logits_to_keep=C + 1,
+                        use_cache=False,
                     ).logits
                 # logits[:, t] predicts completion token t (positions P-1 .. P+C-2)
                 out += self_certainty(logits[:, :C].float(), cmask.to(device)).cpu().tolist()
@@ -160,9 +167,9 @@ class AdvantagesMixin:
             first_row.setdefault(str(x["request_id"]), i)
         # e_old(.|q) over C for every variant: the SNIPS weight of D and F, and the diagnostics of all (B included)
         todo = list(first_row.items())
-        dists = self._e_old_dists([
-            CandidateSet(prompt_ids[i], inputs[i]["candidate_answers"], inputs[i]["candidates"]) for _, i in todo
-        ])
+        dists = self._e_old_dists(
+            [CandidateSet(prompt_ids[i], inputs[i]["candidate_answers"], inputs[i]["candidates"]) for _, i in todo]
+        )
         pi_ex = {rid: d for (rid, _), d in zip(todo, dists)}
         e_old_ex = {
             rid: float(d[list(inputs[i]["candidates"]).index(int(inputs[i]["a_log"]))])
@@ -194,13 +201,21 @@ class AdvantagesMixin:
         local = []
         for i, x in enumerate(inputs):
             rid = str(x["request_id"])
-            local.append(RolloutRecord(
-                request_id=rid, y=y_local[i], e0=float(x["e0"]), r_sc=r_sc_local[i],
-                e_old=e_old_ex.get(rid, math.nan), anchor_sc=sc_log_ex.get(rid, 0.0), chosen=chosen_local[i],
-                pi=pi_ex[rid].tolist() if first_row[rid] == i else None,
-                a_log_index=list(x["candidates"]).index(int(x["a_log"])), popularity=popularity_local[i],
-                title_tokens=title_tokens_local[i],
-            ))
+            local.append(
+                RolloutRecord(
+                    request_id=rid,
+                    y=y_local[i],
+                    e0=float(x["e0"]),
+                    r_sc=r_sc_local[i],
+                    e_old=e_old_ex.get(rid, math.nan),
+                    anchor_sc=sc_log_ex.get(rid, 0.0),
+                    chosen=chosen_local[i],
+                    pi=pi_ex[rid].tolist() if first_row[rid] == i else None,
+                    a_log_index=list(x["candidates"]).index(int(x["a_log"])),
+                    popularity=popularity_local[i],
+                    title_tokens=title_tokens_local[i],
+                )
+            )
         # every process's records, in TRL's gather order (rewards_per_func's order)
         records: list[RolloutRecord] = gather_object(local)
         n = len(records)
@@ -237,8 +252,9 @@ class AdvantagesMixin:
         metrics: dict[str, float] = {}
         r_log = w = None
         if v.anchor:
-            sc_log = (torch.tensor([grp[0].anchor_sc for grp in groups], dtype=torch.float32)
-                      if v.self_certainty else None)
+            sc_log = (
+                torch.tensor([grp[0].anchor_sc for grp in groups], dtype=torch.float32) if v.self_certainty else None
+            )
             r_log = anchor_reward(y, sc_log, lam)  # [B] step 2, last bullet
             metrics["abpo/reward/anchor_mean"] = r_log.mean().item()
         if v.anchor and v.snips:
@@ -250,15 +266,17 @@ class AdvantagesMixin:
             if st.w_max > 0:
                 w = w.clamp(max=st.w_max)
             w_hat = stratified_self_normalise(w, y, st.delta)
-            metrics.update({
-                "abpo/snips/w_mean": w.mean().item(),
-                "abpo/snips/w_max": w.max().item(),
-                "abpo/snips/w_hat_max": w_hat.max().item(),
-                "abpo/snips/ess": effective_sample_size(w).item(),
-                "abpo/snips/ess_fraction": effective_sample_size(w).item() / b,
-                "abpo/snips/e_old_mean": e_old.mean().item(),
-                "abpo/snips/e0_mean": e0.mean().item(),
-            })
+            metrics.update(
+                {
+                    "abpo/snips/w_mean": w.mean().item(),
+                    "abpo/snips/w_max": w.max().item(),
+                    "abpo/snips/w_hat_max": w_hat.max().item(),
+                    "abpo/snips/ess": effective_sample_size(w).item(),
+                    "abpo/snips/ess_fraction": effective_sample_size(w).item() / b,
+                    "abpo/snips/e_old_mean": e_old.mean().item(),
+                    "abpo/snips/e0_mean": e0.mean().item(),
+                }
+            )
             for stratum, name in ((1, "positive"), (0, "no_response")):
                 if (y == stratum).any():
                     metrics[f"abpo/snips/ess_{name}"] = effective_sample_size(w[y == stratum]).item()
@@ -270,31 +288,44 @@ class AdvantagesMixin:
         neg = ~pos
         hit_pos = (r_match == 1.0) & pos
         hit_neg = (r_match == -1.0) & neg
-        metrics.update({
-            "abpo/rollouts/well_formed": (r_fmt == 1.0).float().mean().item(),
-            "abpo/reward/total_mean": r_roll.mean().item(),
-            "abpo/reward/format_mean": r_fmt.mean().item(),
-            "abpo/reward/match_mean": r_match.mean().item(),
-            "abpo/batch/positive_examples": float((y == 1).sum()),
-            "abpo/batch/no_response_examples": float((y == 0).sum()),
-            "abpo/advantages/mean": adv.mean().item(),
-            "abpo/advantages/std": adv.std(unbiased=False).item(),
-            "abpo/advantages/min": adv.min().item(),
-            "abpo/advantages/max": adv.max().item(),
-            "abpo/advantages/abs_mean": adv.abs().mean().item(),
-        })
+        metrics.update(
+            {
+                "abpo/rollouts/well_formed": (r_fmt == 1.0).float().mean().item(),
+                "abpo/reward/total_mean": r_roll.mean().item(),
+                "abpo/reward/format_mean": r_fmt.mean().item(),
+                "abpo/reward/match_mean": r_match.mean().item(),
+                "abpo/batch/positive_examples": float((y == 1).sum()),
+                "abpo/batch/no_response_examples": float((y == 0).sum()),
+                "abpo/advantages/mean": adv.mean().item(),
+                "abpo/advantages/std": adv.std(unbiased=False).item(),
+                "abpo/advantages/min": adv.min().item(),
+                "abpo/advantages/max": adv.max().item(),
+                "abpo/advantages/abs_mean": adv.abs().mean().item(),
+            }
+        )
         if pos.any():
             metrics["abpo/match_rate/positive"] = (hit_pos.sum() / pos.sum()).item()
         if neg.any():
             metrics["abpo/match_rate/no_response"] = (hit_neg.sum() / neg.sum()).item()
         if r_sc is not None and neg.any():
             metrics["abpo/reward/self_certainty_mean"] = r_sc[neg].mean().item()
-        metrics.update(step_diagnostics(
-            v, st, groups, y, r_match, r_fmt, r_roll, r_sc, adv, sc_trace=self._abpo_sc_trace,
-            training=self.model.training, with_popularity=self.item_popularity is not None,
-        ))
+        metrics.update(
+            step_diagnostics(
+                v,
+                st,
+                groups,
+                y,
+                r_match,
+                r_fmt,
+                r_roll,
+                r_sc,
+                adv,
+                sc_trace=self._abpo_sc_trace,
+                training=self.model.training,
+                with_popularity=self.item_popularity is not None,
+            )
+        )
 
         flat = adv.reshape(-1)
         start = self.accelerator.process_index * n_local  # TRL's process slice
         return flat[start : start + n_local].clone(), metrics
-

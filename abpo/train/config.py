@@ -18,9 +18,10 @@ class UpdateConfig:
     # ------------------------------------------------------------------ the ABPO equations (docs/ABPO_SPEC.md)
     group_size: int = field(
         default=4,
-        metadata={"min": 3,
+        metadata={
+            "min": 3,
             "help": "G (paper: 16). Anchored variants C-F: the logged anchor plus G-1 sampled rollouts "
-            "(TRL num_generations = G-1); vanilla GRPO (B): G sampled rollouts. Must leave >= 2 rollouts."
+            "(TRL num_generations = G-1); vanilla GRPO (B): G sampled rollouts. Must leave >= 2 rollouts.",
         },
     )
     grpo_equal_samples: bool = field(
@@ -35,11 +36,17 @@ class UpdateConfig:
     )
     eps_std: float = field(
         default=1e-4,
-        metadata={"gt": 0, "help": "eps_std inside sigma_i = sqrt(weighted variance + eps_std) (step 4); also B's group std."},
+        metadata={
+            "gt": 0,
+            "help": "eps_std inside sigma_i = sqrt(weighted variance + eps_std) (step 4); also B's group std.",
+        },
     )
     lambda_sc: float = field(
         default=0.1,
-        metadata={"min": 0, "help": "lambda_sc: weight of the self-certainty reward r_sc of no-response (y=0) rows (step 2)."},
+        metadata={
+            "min": 0,
+            "help": "lambda_sc: weight of the self-certainty reward r_sc of no-response (y=0) rows (step 2).",
+        },
     )
     self_certainty_positions: str = field(
         default="choice",
@@ -54,16 +61,22 @@ class UpdateConfig:
     )
     w_max: float = field(
         default=0.0,
-        metadata={"min": 0,
+        metadata={
+            "min": 0,
             "help": "Optional cap on the raw SNIPS weight w_i = e_old/e0 before self-normalisation; 0 = no cap "
-            "(the spec has none: leave 0 to reproduce it)."
+            "(the spec has none: leave 0 to reproduce it).",
         },
     )
     # ------------------------------------------------------------------ the surrogate (step 5) -> GRPOConfig
-    epsilon: float = field(default=0.2, metadata={"gt": 0, "help": "Clip range eps of s_i^j in the surrogate (GRPOConfig.epsilon)."})
+    epsilon: float = field(
+        default=0.2, metadata={"gt": 0, "help": "Clip range eps of s_i^j in the surrogate (GRPOConfig.epsilon)."}
+    )
     beta: float = field(
         default=0.0,
-        metadata={"min": 0, "help": "KL regulariser weight to the update's starting policy (GRPOConfig.beta); 0 = off (spec: optional)."},
+        metadata={
+            "min": 0,
+            "help": "KL regulariser weight to the update's starting policy (GRPOConfig.beta); 0 = off (spec: optional).",
+        },
     )
     ratio_level: str = field(
         default="sequence",
@@ -86,34 +99,51 @@ class UpdateConfig:
     learning_rate: float = field(default=5e-4, metadata={"gt": 0, "help": "Peak learning rate (paper: 5e-5)."})
     batch_size: int = field(
         default=4,
-        metadata={"min": 1,
+        metadata={
+            "min": 1,
             "help": "Logged examples per micro-batch over all processes (paper: 4; CPU preset: 16, i.e. 48 rollouts "
             "in one generate call and one loss pass: fewer, better-vectorised steps); each of N processes trains "
             "batch_size / N of them (N must divide it): TRL per_device_train_batch_size = batch_size / N x rollouts "
-            "per example, so the update is the same whatever N."
+            "per example, so the update is the same whatever N.",
         },
     )
     grad_accum: int = field(
         default=1,
-        metadata={"min": 1,
+        metadata={
+            "min": 1,
             "help": "Gradient accumulation steps (paper: 8). One optimizer step = batch_size x grad_accum "
-            "logged examples = one generation batch = the SNIPS mini-batch (stratified: both y in it)."
+            "logged examples = one generation batch = the SNIPS mini-batch (stratified: both y in it).",
         },
     )
     epochs: float = field(default=1.0, metadata={"gt": 0, "help": "Passes over D_bandit (paper: 1)."})
-    max_steps: int = field(default=-1, metadata={"min": -1, "help": "Stop after this many optimizer steps; -1 = epochs decide."})
-    lr_scheduler_type: str = field(default="linear", metadata={"help": "transformers scheduler name (linear, cosine, ...)."})
-    warmup_ratio: float = field(default=0.05, metadata={"min": 0, "max": 1, "help": "Linear warm-up share of the steps (paper: 0.05)."})
+    max_steps: int = field(
+        default=-1, metadata={"min": -1, "help": "Stop after this many optimizer steps; -1 = epochs decide."}
+    )
+    lr_scheduler_type: str = field(
+        default="linear", metadata={"help": "transformers scheduler name (linear, cosine, ...)."}
+    )
+    warmup_ratio: float = field(
+        default=0.05, metadata={"min": 0, "max": 1, "help": "Linear warm-up share of the steps (paper: 0.05)."}
+    )
     weight_decay: float = field(default=0.01, metadata={"min": 0, "help": "Weight decay (paper: 0.01)."})
     max_grad_norm: float = field(default=1.0, metadata={"min": 0, "help": "Gradient clipping norm (paper: 1.0)."})
     optim: str = field(
-        default="adamw_torch", metadata={"help": "transformers optimizer name (paper: paged_adamw_8bit, needs bitsandbytes)."}
+        default="adamw_torch",
+        metadata={"help": "transformers optimizer name (paper: paged_adamw_8bit, needs bitsandbytes)."},
     )
     # ------------------------------------------------------------------ rollouts
-    temperature: float = field(default=1.0, metadata={"gt": 0, "help": "Rollout sampling temperature (GRPOConfig.temperature)."})
-    top_p: float = field(default=1.0, metadata={"gt": 0, "max": 1, "help": "Rollout nucleus sampling (GRPOConfig.top_p); 1 = off."})
+    temperature: float = field(
+        default=1.0, metadata={"gt": 0, "help": "Rollout sampling temperature (GRPOConfig.temperature)."}
+    )
+    top_p: float = field(
+        default=1.0, metadata={"gt": 0, "max": 1, "help": "Rollout nucleus sampling (GRPOConfig.top_p); 1 = off."}
+    )
     max_completion_length: int = field(
-        default=48, metadata={"min": 1, "help": "Max new tokens per rollout; an answer is <item_id>ID</item_id><item>TITLE</item>."}
+        default=48,
+        metadata={
+            "min": 1,
+            "help": "Max new tokens per rollout; an answer is <item_id>ID</item_id><item>TITLE</item>.",
+        },
     )
     greedy_rollouts: bool = field(
         default=False,
@@ -124,7 +154,9 @@ class UpdateConfig:
             "the anchored variants (C-F) still learn. Off = the spec's sampled rollouts."
         },
     )
-    use_vllm: bool = field(default=False, metadata={"help": "Generate rollouts with vLLM (GPU only; needs the gpu extra)."})
+    use_vllm: bool = field(
+        default=False, metadata={"help": "Generate rollouts with vLLM (GPU only; needs the gpu extra)."}
+    )
     vllm_mode: str = field(
         default="colocate", metadata={"help": "vLLM mode: colocate (same GPU as training) | server (trl vllm-serve)."}
     )
@@ -144,26 +176,30 @@ class UpdateConfig:
     gradient_checkpointing: bool = field(default=False, metadata={"help": "Gradient checkpointing (GPU preset)."})
     deepspeed: str = field(
         default="",
-        metadata={"help": "DeepSpeed JSON config, repo-relative or absolute (GPU preset: configs/deepspeed_zero2.json; "
-                          "it runs on the CPU too, over DeepSpeed's CPU accelerator: docs/distributed.md). Needs the "
-                          "distributed extra (pip install 'abpo[distributed]')."},
+        metadata={
+            "help": "DeepSpeed JSON config, repo-relative or absolute (GPU preset: configs/deepspeed_zero2.json; "
+            "it runs on the CPU too, over DeepSpeed's CPU accelerator: docs/distributed.md). Needs the "
+            "distributed extra (pip install 'abpo[distributed]')."
+        },
     )
     processes: int = field(
         default=1,
-        metadata={"min": 1,
+        metadata={
+            "min": 1,
             "help": "Processes of the monthly arm update (Airflow task <arm>.update): above 1 the task launches "
             "`torchrun --nproc_per_node N` running the update data-parallel (CPU: gloo; GPU: one per GPU), its "
             "inputs from a file, its result through update.json (docs/distributed.md). update.batch_size is the "
             "batch over all processes and must be divisible by N. `abpo update` itself runs as the processes it "
-            "was launched as."
+            "was launched as.",
         },
     )
     # ------------------------------------------------------------------ data, checkpoints, logging
     max_examples: int = field(
         default=0,
-        metadata={"min": 0,
+        metadata={
+            "min": 0,
             "help": "Use at most this many logged rows (seeded draw, both strata kept in proportion); 0 = the whole "
-            "log (both presets). A cap for quick experiments."
+            "log (both presets). A cap for quick experiments.",
         },
     )
     stratification: str = field(
@@ -175,16 +211,24 @@ class UpdateConfig:
             "positives spread evenly over floor((P+N)/B) batches; the rows that fill no batch are reported)."
         },
     )
-    save_steps: int = field(default=20, metadata={"min": 1, "help": "Checkpoint every this many optimizer steps (the resume point)."})
-    save_total_limit: int = field(default=2, metadata={"min": 0, "help": "Keep at most this many checkpoints (0 = keep all)."})
+    save_steps: int = field(
+        default=20, metadata={"min": 1, "help": "Checkpoint every this many optimizer steps (the resume point)."}
+    )
+    save_total_limit: int = field(
+        default=2, metadata={"min": 0, "help": "Keep at most this many checkpoints (0 = keep all)."}
+    )
     resume: bool = field(
         default=True,
         metadata={"help": "Resume from the last checkpoint in the update directory when one exists."},
     )
     save_merged: bool = field(
         default=True,
-        metadata={"help": "Also save the LoRA-merged full model next to the adapter (off at GPU scale: 8 GB). "
-                          "`abpo update` only: the monthly arms always save it, since serving loads it."},
+        metadata={
+            "help": "Also save the LoRA-merged full model next to the adapter (off at GPU scale: 8 GB). "
+            "`abpo update` only: the monthly arms always save it, since serving loads it."
+        },
     )
-    logging_steps: int = field(default=1, metadata={"min": 1, "help": "Log metrics (MLflow) every this many optimizer steps."})
+    logging_steps: int = field(
+        default=1, metadata={"min": 1, "help": "Log metrics (MLflow) every this many optimizer steps."}
+    )
     mlflow_experiment: str = field(default="abpo-update", metadata={"help": "MLflow experiment of update runs."})

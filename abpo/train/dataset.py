@@ -117,7 +117,9 @@ def _check_row(row: Mapping[str, Any], titles: Mapping[int, str], where: str) ->
     rid = row.get("impression_id", "?")
     cands = [int(c) for c in row["candidates"]]
     if int(row["item_id"]) not in cands:
-        raise UpdateDataError(f"{where} impression {rid}: item_id {row['item_id']} is not in its candidates (rule: a_log in C)")
+        raise UpdateDataError(
+            f"{where} impression {rid}: item_id {row['item_id']} is not in its candidates (rule: a_log in C)"
+        )
     p = float(row["propensity"])
     if not 0.0 < p <= 1.0:
         raise UpdateDataError(f"{where} impression {rid}: propensity {p} (rule: 0 < e0 <= 1)")
@@ -250,7 +252,9 @@ def update_dataset_from_strata(
     if stratification not in ("oversample", "proportional"):
         raise UpdateDataError(f"update.stratification={stratification!r}; rule: oversample | proportional")
     batches = stratified_batches(positive, no_response, examples_per_batch, seed, mode=stratification)
-    rows = build_update_rows(batches, titles, tokenizer, policy_cfg, examples_per_batch=examples_per_batch, report=report)
+    rows = build_update_rows(
+        batches, titles, tokenizer, policy_cfg, examples_per_batch=examples_per_batch, report=report
+    )
     total = positive.num_rows + no_response.num_rows
     unique = len({r["request_id"] for r in rows})
     report.rows_repeated = len(rows) - unique

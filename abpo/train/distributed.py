@@ -64,8 +64,10 @@ def zero_stage(deepspeed: str) -> int:
     try:
         conf = json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:
-        raise LaunchRefused(f"update.deepspeed={deepspeed}: cannot read {path} as JSON ({e}); rule: a DeepSpeed "
-                            "config file (configs/deepspeed_zero2.json)") from e
+        raise LaunchRefused(
+            f"update.deepspeed={deepspeed}: cannot read {path} as JSON ({e}); rule: a DeepSpeed "
+            "config file (configs/deepspeed_zero2.json)"
+        ) from e
     return int((conf.get("zero_optimization") or {}).get("stage", 0))
 
 
@@ -126,22 +128,26 @@ def check_launch(update_cfg: UpdateConfig, env: Mapping[str, str] | None = None)
         raise LaunchRefused(
             "abpo update: `accelerate launch --cpu --num_processes N` starts one process without MPI (ACCELERATE_USE_CPU "
             "and MASTER_ADDR set, no WORLD_SIZE); rule: launch CPU processes with `torchrun --nproc_per_node N "
-            "-m abpo.cli update ...` (or accelerate with an mpirun hostfile)")
+            "-m abpo.cli update ...` (or accelerate with an mpirun hostfile)"
+        )
     if update_cfg.deepspeed and forced_cpu:
         raise LaunchRefused(
             f"update.deepspeed={update_cfg.deepspeed}: ACCELERATE_USE_CPU is set, so transformers would build a plain CPU "
             "state and drop DeepSpeed; rule: launch DeepSpeed without --cpu (torchrun; DeepSpeed picks its CPU "
-            "accelerator on a machine without CUDA)")
+            "accelerator on a machine without CUDA)"
+        )
     if world > 1 and update_cfg.deepspeed and zero_stage(update_cfg.deepspeed) >= 3:
         raise LaunchRefused(
             f"update.deepspeed={update_cfg.deepspeed}: zero_optimization.stage={zero_stage(update_cfg.deepspeed)} "
             "partitions the parameters, so every rank must run the same forwards in the same order, and the "
             "rollouts and e_old scoring do not (a collective mismatch aborts the launch mid-step); rule: ZeRO stage 2 "
-            "or below (configs/deepspeed_zero2.json)")
+            "or below (configs/deepspeed_zero2.json)"
+        )
     if update_cfg.batch_size % world:
         raise LaunchRefused(
             f"update.batch_size={update_cfg.batch_size} with {world} processes; rule: the batch (logged examples per "
-            "micro-batch over all processes) must be divisible by the process count")
+            "micro-batch over all processes) must be divisible by the process count"
+        )
 
 
 def check_trainer(trainer, update_cfg: UpdateConfig) -> None:
@@ -156,11 +162,13 @@ def check_trainer(trainer, update_cfg: UpdateConfig) -> None:
         raise LaunchRefused(
             f"abpo update: {world} processes launched (WORLD_SIZE) but the trainer runs {args.parallel_mode.value} with "
             f"{trainer.accelerator.num_processes} process(es); rule: a process group needs a distributed trainer "
-            "(each process would train the whole update alone)")
+            "(each process would train the whole update alone)"
+        )
     if update_cfg.deepspeed and not getattr(trainer, "is_deepspeed_enabled", False):
         raise LaunchRefused(
             f"update.deepspeed={update_cfg.deepspeed}: the trainer was built without DeepSpeed (it would be dropped); "
-            "rule: launch without --cpu / use_cpu and with deepspeed installed (pip install 'abpo[distributed]')")
+            "rule: launch without --cpu / use_cpu and with deepspeed installed (pip install 'abpo[distributed]')"
+        )
 
 
 def barrier() -> None:

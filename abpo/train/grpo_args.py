@@ -123,10 +123,16 @@ def settings_for(cfg: Config, variant: str) -> ABPOSettings:
     """ABPOTrainer's settings of `variant` from the config (section update and the policy's scoring settings)."""
     u = cfg.update
     return ABPOSettings(
-        variant=variant, delta=u.delta, eps_std=u.eps_std, lambda_sc=u.lambda_sc, tau=cfg.policy.tau,
-        w_max=u.w_max, scoring_batch_tokens=cfg.policy.scoring_batch_tokens,
-        constrained_rollouts=cfg.policy.constrained_rollouts, ratio_level=u.ratio_level,
-        grpo_equal_samples=u.grpo_equal_samples, prompt_style=cfg.policy.prompt_style,
+        variant=variant,
+        delta=u.delta,
+        eps_std=u.eps_std,
+        lambda_sc=u.lambda_sc,
+        tau=cfg.policy.tau,
+        w_max=u.w_max,
+        scoring_batch_tokens=cfg.policy.scoring_batch_tokens,
+        constrained_rollouts=cfg.policy.constrained_rollouts,
+        ratio_level=u.ratio_level,
+        grpo_equal_samples=u.grpo_equal_samples,
+        prompt_style=cfg.policy.prompt_style,
         self_certainty_positions=u.self_certainty_positions,
     )
-

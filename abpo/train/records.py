@@ -43,7 +43,6 @@ def rollouts_per_example(variant: Variant | str, group_size: int, *, equal_sampl
     return k
 
 
-
 class CandidateSet(NamedTuple):
     """One logged example's candidate set as the scorer reads it (e_old of docs/ABPO_SPEC.md "Propensities")."""
 

@@ -46,4 +46,3 @@ def match_reward(prompts, completions, candidates, a_log, y, **kwargs) -> list[f
 
 
 REWARD_FUNCS = [format_reward, match_reward]  # order = columns of rewards_per_func: 0 r_fmt, 1 r_match
-

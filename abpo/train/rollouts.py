@@ -88,7 +88,10 @@ class RolloutsMixin:
         # Eq. q, drawn from the one-hot limit of its softmax
         greedy = (self.args.generation_kwargs or {}).get("do_sample", True) is False
         completion_ids, logits = sample_single_choice(
-            self._unwrapped(), prompt_ids, tries, 1e-6 if greedy else self.temperature,
+            self._unwrapped(),
+            prompt_ids,
+            tries,
+            1e-6 if greedy else self.temperature,
             batch_tokens=self.abpo.scoring_batch_tokens,
         )
         if record:
@@ -182,10 +185,16 @@ class RolloutsMixin:
                 cache = out.past_key_values
                 cache.batch_select_indices(inverse)  # [U] prompt caches -> one per rollout (differentiable gather)
                 last = out.last_hidden_state[inverse, -1:]  # predicts completion token 0
-                rest = decoder(
-                    input_ids=completion_ids[:, :-1], attention_mask=attention_mask[:, :-1], past_key_values=cache,
-                    use_cache=True,
-                ).last_hidden_state if t > 1 else last[:, :0]
+                rest = (
+                    decoder(
+                        input_ids=completion_ids[:, :-1],
+                        attention_mask=attention_mask[:, :-1],
+                        past_key_values=cache,
+                        use_cache=True,
+                    ).last_hidden_state
+                    if t > 1
+                    else last[:, :0]
+                )
                 hidden = torch.cat([last, rest], dim=1)  # position t predicts completion token t
         return constrained_token_logps(
             hidden, base.get_output_embeddings(), completion_ids, allowed.to(hidden.device), self.temperature
@@ -202,4 +211,3 @@ class RolloutsMixin:
                 return self._constrained_logps(self.ref_model, *args)[0]
             with self._unwrapped().disable_adapter():  # PEFT: the reference is the model without the adapter
                 return self._constrained_logps(self.model, *args)[0]
-

@@ -81,4 +81,3 @@ def rollout_signal(history: list[dict[str, float]]) -> dict[str, float]:
         if vals:
             out[name] = sum(vals) / len(vals)
     return out
-

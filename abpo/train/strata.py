@@ -32,8 +32,7 @@ class HeldOut:
         return self.positive + self.no_response
 
 
-def read_update_strata(cfg: Config, wh, months: list[str], arm: str, *, gate_users: str,
-                       gate_holdout_fraction: float):
+def read_update_strata(cfg: Config, wh, months: list[str], arm: str, *, gate_users: str, gate_holdout_fraction: float):
     """(positive, no_response, held_out) of arm ``arm`` (every arm's when "") in ``months``, read from the open
     warehouse ``wh``: the strata of D_bandit. With ``gate_users = warehouse`` the rows of the gate's held-out
     users (the slice of ``gate_holdout_fraction`` among the months' users under ``cfg.seed``, abpo.data.holdout) are
@@ -52,11 +51,16 @@ def read_update_strata(cfg: Config, wh, months: list[str], arm: str, *, gate_use
         excluded = holdout_slice(wh.impression_users(months), cfg.seed, gate_holdout_fraction)
         positive, no_response = wh.strata(months, exclude_users=excluded)
         counts = [r for r in wh.held_out_rows(months, excluded) if not arm or r["arm"] == arm]
-        held = HeldOut(len(excluded) if not arm else sum(r["users"] for r in counts),
-                       sum(r["positive"] for r in counts), sum(r["no_response"] for r in counts))
-        log.info(f"update {arm or 'every arm'}, months {months}: held out {held.positive} positive + "
-                 f"{held.no_response} no-response rows of the gate's users ({held.users} users, "
-                 f"arms.gate_holdout_fraction={gate_holdout_fraction}, arms.gate_users=warehouse)")
+        held = HeldOut(
+            len(excluded) if not arm else sum(r["users"] for r in counts),
+            sum(r["positive"] for r in counts),
+            sum(r["no_response"] for r in counts),
+        )
+        log.info(
+            f"update {arm or 'every arm'}, months {months}: held out {held.positive} positive + "
+            f"{held.no_response} no-response rows of the gate's users ({held.users} users, "
+            f"arms.gate_holdout_fraction={gate_holdout_fraction}, arms.gate_users=warehouse)"
+        )
     if arm:
         positive = positive.filter(pc.equal(positive.column("arm"), arm))
         no_response = no_response.filter(pc.equal(no_response.column("arm"), arm))
@@ -114,8 +118,10 @@ def refuse_untrusted_rows(tables, *, arms, min_propensity: float, updating: str,
                 bad.append(f"arm {a}, month {m}, impression {i}: e0 {p}; rule: {rule}")
     if bad:
         raise UntrustedLogRows(
-            f"update of arm {updating}: {len(bad)} logged row(s) refused, none used: " + "; ".join(bad[:show])
-            + (f"; ... and {len(bad) - show} more" if len(bad) > show else ""))
+            f"update of arm {updating}: {len(bad)} logged row(s) refused, none used: "
+            + "; ".join(bad[:show])
+            + (f"; ... and {len(bad) - show} more" if len(bad) > show else "")
+        )
 
 
 def logged_by(tables) -> dict[str, float]:
@@ -147,8 +153,9 @@ def warehouse_strata(cfg: Config, run: UpdateRun, *, gate_users: str, gate_holdo
                 f"{path}: no impressions ingested; build and ingest the bandit log first: `abpo simulate-log "
                 f"--config {cfg.name}` then `abpo ingest --month YYYY-MM --config {cfg.name}`"
             )
-        positive, no_response, _ = read_update_strata(cfg, wh, months, run.arm, gate_users=gate_users,
-                                                      gate_holdout_fraction=gate_holdout_fraction)
+        positive, no_response, _ = read_update_strata(
+            cfg, wh, months, run.arm, gate_users=gate_users, gate_holdout_fraction=gate_holdout_fraction
+        )
     arm = run.arm
     if positive.num_rows + no_response.num_rows == 0:
         raise UpdateInputMissing(
@@ -156,4 +163,3 @@ def warehouse_strata(cfg: Config, run: UpdateRun, *, gate_users: str, gate_holdo
             f"(`abpo simulate-log --arm {arm}`, `abpo ingest`), or choose others (`abpo update --arm --month`)"
         )
     return positive, no_response, months
-

@@ -58,8 +58,19 @@ from abpo.train.rewards import REWARD_FUNCS, _completion_texts, format_reward, m
 from abpo.train.rollouts import RolloutsMixin
 
 __all__ = [
-    "ALLOWED_LOSS_TYPES", "RATIO_LEVELS", "REWARD_FUNCS", "SC_POSITIONS", "TESTED_TRL", "ABPOSettings", "ABPOTrainer",
-    "CandidateSet", "MLflowStepCallback", "RolloutRecord", "StopAfterStepCallback", "format_reward", "match_reward",
+    "ALLOWED_LOSS_TYPES",
+    "RATIO_LEVELS",
+    "REWARD_FUNCS",
+    "SC_POSITIONS",
+    "TESTED_TRL",
+    "ABPOSettings",
+    "ABPOTrainer",
+    "CandidateSet",
+    "MLflowStepCallback",
+    "RolloutRecord",
+    "StopAfterStepCallback",
+    "format_reward",
+    "match_reward",
     "rollouts_per_example",
 ]
 
@@ -99,8 +110,17 @@ class ABPOTrainer(RolloutsMixin, AdvantagesMixin, GRPOTrainer):
 
     _tag_names = ["trl", "grpo", "abpo"]
 
-    def __init__(self, model, args: GRPOConfig, *, settings: ABPOSettings, train_dataset, processing_class,
-                 item_popularity: dict[int, int] | None = None, **kwargs):
+    def __init__(
+        self,
+        model,
+        args: GRPOConfig,
+        *,
+        settings: ABPOSettings,
+        train_dataset,
+        processing_class,
+        item_popularity: dict[int, int] | None = None,
+        **kwargs,
+    ):
         """``item_popularity``: item id -> interaction count in the training data (``Dataset.popularity()``), for the
         diagnostic ``abpo/r_sc_corr_popularity`` only (None: that correlation is not logged)."""
         self.abpo = settings
@@ -148,8 +168,11 @@ class ABPOTrainer(RolloutsMixin, AdvantagesMixin, GRPOTrainer):
                     "generate (the vLLM path samples freely, as the paper does); turn one of them off"
                 )
             check_sampling(top_p=args.top_p, top_k=args.top_k, min_p=args.min_p)
-        missing = [c for c in ("candidates", "a_log", "y", "e0", "anchor_text", "request_id", "candidate_answers")
-                   if c not in train_dataset.column_names]
+        missing = [
+            c
+            for c in ("candidates", "a_log", "y", "e0", "anchor_text", "request_id", "candidate_answers")
+            if c not in train_dataset.column_names
+        ]
         if missing:
             raise ValueError(f"ABPOTrainer: train_dataset lacks column(s) {missing}")
         super().__init__(
@@ -277,8 +300,14 @@ class ABPOTrainer(RolloutsMixin, AdvantagesMixin, GRPOTrainer):
         advantages = inputs["advantages"]
         ref = inputs.get("ref_per_token_logps") if self.beta != 0.0 else None
         objective = clipped_surrogate(
-            logps, old, advantages, mask, (self.epsilon_low, self.epsilon_high),
-            ratio_level=self.abpo.ratio_level, logp_ref=ref, beta=self.beta,
+            logps,
+            old,
+            advantages,
+            mask,
+            (self.epsilon_low, self.epsilon_high),
+            ratio_level=self.abpo.ratio_level,
+            logp_ref=ref,
+            beta=self.beta,
         )
         mode = "train" if self.model.training else "eval"
         loss = -objective / (self.current_gradient_accumulation_steps if mode == "train" else 1.0)
@@ -303,8 +332,9 @@ class ABPOTrainer(RolloutsMixin, AdvantagesMixin, GRPOTrainer):
 
                 kl = kl_k3(logps.detach(), ref.detach(), mask)
                 parts["kl"] = (kl.sum(), torch.tensor(float(kl.numel())))
-            local = torch.stack([torch.stack([a.float().reshape(()), b.float().to(a.device).reshape(())])
-                                 for a, b in parts.values()])  # [metrics, 2]
+            local = torch.stack(
+                [torch.stack([a.float().reshape(()), b.float().to(a.device).reshape(())]) for a, b in parts.values()]
+            )  # [metrics, 2]
             total = self.accelerator.reduce(local.to(self.accelerator.device), reduction="sum").cpu()
             for (name, _), (num, den) in zip(parts.items(), total.tolist(), strict=True):
                 self._metrics[mode][name].append(num / den if name == "abpo/objective" else num / max(den, 1.0))

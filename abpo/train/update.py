@@ -52,10 +52,30 @@ if TYPE_CHECKING:
     from abpo.train.records import ABPOSettings
 
 __all__ = [
-    "SIGNAL_KEYS", "UPDATE_LOGS", "HeldOut", "UntrustedLogRows", "UpdateInputMissing", "UpdateResult", "UpdateRun",
-    "check_update_logs", "grpo_config", "grpo_kwargs", "init_dir_for", "load_start_model", "logged_by",
-    "make_trainer", "output_dir_for", "read_update_json", "read_update_strata", "refuse_untrusted_rows",
-    "resume_point", "rollout_signal", "run_update", "save_update", "settings_for", "train_update",
+    "SIGNAL_KEYS",
+    "UPDATE_LOGS",
+    "HeldOut",
+    "UntrustedLogRows",
+    "UpdateInputMissing",
+    "UpdateResult",
+    "UpdateRun",
+    "check_update_logs",
+    "grpo_config",
+    "grpo_kwargs",
+    "init_dir_for",
+    "load_start_model",
+    "logged_by",
+    "make_trainer",
+    "output_dir_for",
+    "read_update_json",
+    "read_update_strata",
+    "refuse_untrusted_rows",
+    "resume_point",
+    "rollout_signal",
+    "run_update",
+    "save_update",
+    "settings_for",
+    "train_update",
     "warehouse_strata",
 ]
 
@@ -93,7 +113,6 @@ def load_start_model(init_dir: Path, cfg: Config):
         model = model.merge_and_unload()
     model.train()
     return model, tokenizer
-
 
 
 # ------------------------------------------------------------------------------------------------------- train
@@ -177,8 +196,17 @@ def train_update(
     `output_dir/checkpoints` when `resume`). Returns (trainer, resumed_from). Logging to MLflow happens when a run
     is active."""
     trainer = make_trainer(
-        model, tokenizer, train_dataset, update_cfg, settings, output_dir=output_dir, seed=seed,
-        peft_config=peft_config, callbacks=callbacks, grpo_overrides=grpo_overrides, quiet=quiet,
+        model,
+        tokenizer,
+        train_dataset,
+        update_cfg,
+        settings,
+        output_dir=output_dir,
+        seed=seed,
+        peft_config=peft_config,
+        callbacks=callbacks,
+        grpo_overrides=grpo_overrides,
+        quiet=quiet,
         item_popularity=item_popularity,
     )
     resumed_from = resume_point(output_dir, resume)
@@ -219,8 +247,16 @@ def save_update(trainer, tokenizer, output_dir: Path, *, save_merged: bool) -> t
 
 
 def run_update(
-    cfg: Config, run: UpdateRun, *, progress: bool = True, strata=None, log_mlflow: bool = True, nested: bool = False,
-    callbacks=None, run_tags: dict[str, str] | None = None, gate_users: str | None = None,
+    cfg: Config,
+    run: UpdateRun,
+    *,
+    progress: bool = True,
+    strata=None,
+    log_mlflow: bool = True,
+    nested: bool = False,
+    callbacks=None,
+    run_tags: dict[str, str] | None = None,
+    gate_users: str | None = None,
     gate_holdout_fraction: float | None = None,
 ) -> UpdateResult:
     """The `abpo update` job: pi_init + D_bandit (warehouse) -> the variant's update, logged to MLflow; ``cfg`` says
@@ -249,16 +285,23 @@ def run_update(
             raise UpdateInputMissing(f"{init_dir}: pi_init not found; run `abpo sft --config {cfg.name}` first")
         if not log_mlflow:
             return UpdateResult(variant.name, out, None, init_dir, None, init_dir, None, 0)
-        with registry.start_run(cfg, cfg.update.mlflow_experiment, f"update-{variant.letter}", nested=nested,
-                                tags={"abpo.variant": variant.name, "abpo.init_model": str(init_dir)}) as mlrun:
+        with registry.start_run(
+            cfg,
+            cfg.update.mlflow_experiment,
+            f"update-{variant.letter}",
+            nested=nested,
+            tags={"abpo.variant": variant.name, "abpo.init_model": str(init_dir)},
+        ) as mlrun:
             import mlflow
 
             mlflow.log_param("update.variant", variant.name)
         return UpdateResult(variant.name, out, None, init_dir, None, init_dir, mlrun.info.run_id, 0)
 
     if strata is None and (gate_users is None or gate_holdout_fraction is None):
-        raise ValueError("run_update: no strata and no gate_users / gate_holdout_fraction; rule: reading D_bandit "
-                         "from the warehouse needs config arms.gate_users and arms.gate_holdout_fraction")
+        raise ValueError(
+            "run_update: no strata and no gate_users / gate_holdout_fraction; rule: reading D_bandit "
+            "from the warehouse needs config arms.gate_users and arms.gate_holdout_fraction"
+        )
     from abpo.train.distributed import barrier, broadcast_from_main, check_launch, dist_state
 
     check_launch(cfg.update)  # a launch that would train wrongly stops here, before a model loads
@@ -267,8 +310,9 @@ def run_update(
     if strata is not None:
         positive, no_response = strata
     else:
-        positive, no_response, months = warehouse_strata(cfg, run, gate_users=gate_users,
-                                                         gate_holdout_fraction=gate_holdout_fraction)
+        positive, no_response, months = warehouse_strata(
+            cfg, run, gate_users=gate_users, gate_holdout_fraction=gate_holdout_fraction
+        )
         run = dataclasses.replace(run, months=tuple(months))
     from abpo.train.dataset import subsample_strata, update_dataset_from_strata
 
@@ -277,8 +321,14 @@ def run_update(
     examples_per_batch = cfg.update.batch_size * cfg.update.grad_accum
     positive, no_response, note = subsample_strata(positive, no_response, cfg.update.max_examples, cfg.seed)
     train_ds, report = update_dataset_from_strata(
-        positive, no_response, dataset.titles(), tokenizer, cfg.policy,
-        examples_per_batch=examples_per_batch, seed=cfg.seed, stratification=cfg.update.stratification,
+        positive,
+        no_response,
+        dataset.titles(),
+        tokenizer,
+        cfg.policy,
+        examples_per_batch=examples_per_batch,
+        seed=cfg.seed,
+        stratification=cfg.update.stratification,
     )
     if note:
         report.notes.insert(0, note)
@@ -299,8 +349,16 @@ def run_update(
     # built before the MLflow run opens: the trainer's refusals (a process group without a distributed trainer, a
     # dropped DeepSpeed config, settings it rejects) leave no FAILED run behind
     trainer = make_trainer(
-        model, tokenizer, train_ds, cfg.update, settings_for(cfg, variant.name), output_dir=out, seed=cfg.seed,
-        peft_config=lora_config(cfg.policy), callbacks=callbacks, grpo_overrides={"disable_tqdm": not progress},
+        model,
+        tokenizer,
+        train_ds,
+        cfg.update,
+        settings_for(cfg, variant.name),
+        output_dir=out,
+        seed=cfg.seed,
+        peft_config=lora_config(cfg.policy),
+        callbacks=callbacks,
+        grpo_overrides={"disable_tqdm": not progress},
         item_popularity=dataset.popularity(),
     )
     resumed_from = resume_point(out, resume)
@@ -317,17 +375,29 @@ def run_update(
 
     # rank 0 alone opens the run (and logs params, tags and the metrics of MLflowStepCallback)
     run_ctx = (
-        registry.start_run(cfg, cfg.update.mlflow_experiment, f"update-{variant.letter}-{'_'.join(run.months)}",
-                           tags=tags, nested=nested)
-        if log_mlflow and dist.is_main else contextlib.nullcontext()
+        registry.start_run(
+            cfg,
+            cfg.update.mlflow_experiment,
+            f"update-{variant.letter}-{'_'.join(run.months)}",
+            tags=tags,
+            nested=nested,
+        )
+        if log_mlflow and dist.is_main
+        else contextlib.nullcontext()
     )
     with run_ctx as mlrun:
         params = {f"update.{k}": v for k, v in dataclasses.asdict(cfg.update).items()}
         # what was trained, under the names these inputs had as settings (runs stay comparable in MLflow); the
         # starting model and the output directory are the tags abpo.init_model and abpo.output_dir
         params.update({"update.variant": variant.name, "update.arm": run.arm, "update.months": list(run.months)})
-        params.update({"policy.tau": cfg.policy.tau, "policy.lora_r": cfg.policy.lora_r, "seed": cfg.seed,
-                       "policy.constrained_rollouts": cfg.policy.constrained_rollouts})
+        params.update(
+            {
+                "policy.tau": cfg.policy.tau,
+                "policy.lora_r": cfg.policy.lora_r,
+                "seed": cfg.seed,
+                "policy.constrained_rollouts": cfg.policy.constrained_rollouts,
+            }
+        )
         params.update(report.as_params())
         if mlrun is not None:
             import mlflow
@@ -343,14 +413,24 @@ def run_update(
             mlflow.set_tags({"abpo.adapter_dir": str(adapter_dir), "abpo.model_dir": str(merged_dir or adapter_dir)})
         ckpt = _last_checkpoint(out / "checkpoints")
         steps = [h for h in trainer.state.log_history if "abpo/advantages/mean" in h]  # per-step logs, not the summary
-        final = {k: float(v) for k, v in (steps[-1] if steps else {}).items()
-                 if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        final = {
+            k: float(v)
+            for k, v in (steps[-1] if steps else {}).items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
         result = UpdateResult(
-            variant=variant.name, output_dir=out, adapter_dir=adapter_dir, model_dir=merged_dir or adapter_dir,
-            checkpoint_dir=Path(ckpt) if ckpt else None, init_model_dir=init_dir,
+            variant=variant.name,
+            output_dir=out,
+            adapter_dir=adapter_dir,
+            model_dir=merged_dir or adapter_dir,
+            checkpoint_dir=Path(ckpt) if ckpt else None,
+            init_model_dir=init_dir,
             mlflow_run_id=broadcast_from_main(mlrun.info.run_id if mlrun is not None else None),
-            global_step=trainer.state.global_step, resumed_from=resumed_from, metrics=final,
-            batching=report.as_params(), history=[
+            global_step=trainer.state.global_step,
+            resumed_from=resumed_from,
+            metrics=final,
+            batching=report.as_params(),
+            history=[
                 {k: float(v) for k, v in h.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
                 for h in steps
             ],
@@ -360,9 +440,12 @@ def run_update(
 
             mlflow.log_metrics({f"summary/{k}": v for k, v in rollout_signal(result.history).items()})
     if dist.is_main:
-        (out / "update.json").write_text(json.dumps(
-            {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(result).items()}, indent=1,
-            default=str,
-        ))
+        (out / "update.json").write_text(
+            json.dumps(
+                {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(result).items()},
+                indent=1,
+                default=str,
+            )
+        )
     barrier()  # update.json is there when any process returns
     return result

@@ -26,7 +26,6 @@ class AggregateBuild:
     clicks: int
 
 
-
 class AggregatesMixin:
     """The per-user aggregate user_month_stats (built, checked, rebuilt) and the aggregate queries.
 
@@ -46,8 +45,10 @@ class AggregatesMixin:
         user_month_stats_built), except for a warehouse that predates the aggregate, where every month of
         ``impressions`` is listed (one scan of the month column)."""
         if self.run("user_month_stats_predates").column("predates")[0].as_py():
-            return {r["month"]: "the warehouse predates the per-user aggregate"
-                    for r in self.run("impression_months").to_pylist()}
+            return {
+                r["month"]: "the warehouse predates the per-user aggregate"
+                for r in self.run("impression_months").to_pylist()
+            }
         return {r["month"]: r["reason"] for r in self.run("user_month_stats_stale").to_pylist()}
 
     def rebuild_aggregates(self, months: Sequence[str] | dict[str, str]) -> list[AggregateBuild]:
@@ -74,15 +75,22 @@ class AggregatesMixin:
             return []
         builds = self.rebuild_aggregates(stale)
         for b in builds:
-            log.warning("%s: rebuilt user_month_stats for %s (%s): %d users, %d impressions",
-                        self.path, b.month, b.reason, b.users, b.impressions)
+            log.warning(
+                "%s: rebuilt user_month_stats for %s (%s): %d users, %d impressions",
+                self.path,
+                b.month,
+                b.reason,
+                b.users,
+                b.impressions,
+            )
         return builds
 
     def check_aggregates(self, months: list[str] | None = None) -> pa.Table:
         """(month, arm) rows where user_month_stats disagrees with the raw clean impressions (users,
         impressions or clicks); empty when it is current. Scans the raw rows: a check, not for the report."""
-        return self.run("user_month_stats_check",
-                        months=[check_month(m) for m in months] if months is not None else None)
+        return self.run(
+            "user_month_stats_check", months=[check_month(m) for m in months] if months is not None else None
+        )
 
     # ------------------------------------------------------------------------------------ queries
     def ctr_by_arm_month(self, months: list[str] | None = None) -> pa.Table:
@@ -91,4 +99,3 @@ class AggregatesMixin:
 
     def quarantine_by_rule(self, months: list[str] | None = None) -> pa.Table:
         return self.run("quarantine_by_rule", months=[check_month(m) for m in months] if months is not None else None)
-

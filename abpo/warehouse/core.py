@@ -41,8 +41,15 @@ class Warehouse(IngestMixin, HistoryMixin, AggregatesMixin, StrataMixin, Interac
     no lock held against a writer's next open, nothing written). ``memory_limit`` / ``temp_directory`` bound DuckDB's
     memory and give it a spill directory. Another process holding the write lock raises WarehouseBusy."""
 
-    def __init__(self, path: str | os.PathLike, *, sql_dir: str | os.PathLike = SQL_DIR, read_only: bool = False,
-                 memory_limit: str = "", temp_directory: str | os.PathLike = ""):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        sql_dir: str | os.PathLike = SQL_DIR,
+        read_only: bool = False,
+        memory_limit: str = "",
+        temp_directory: str | os.PathLike = "",
+    ):
         import duckdb
 
         self.path = Path(path)
@@ -65,17 +72,21 @@ class Warehouse(IngestMixin, HistoryMixin, AggregatesMixin, StrataMixin, Interac
                 raise WarehouseSettingError(
                     f"data.warehouse_temp_directory {str(temp_directory)!r}: cannot create or write the spill "
                     f"directory ({e.strerror or e}); rule: a directory DuckDB can write (relative to paths.root "
-                    "unless absolute)") from e
+                    "unless absolute)"
+                ) from e
             config["temp_directory"] = Path(temp_directory).as_posix()
         try:
             self.con = duckdb.connect(str(path), read_only=self.read_only, config=config)
         except duckdb.Error as e:
             first = str(e).splitlines()[0][:300]
             if isinstance(e, duckdb.IOException) and "lock" in first.lower():
-                raise WarehouseBusy(f"{path}: the warehouse is in use by another process (DuckDB allows one writer); "
-                                    f"retry when it has finished ({first})") from None
-            raise WarehouseUnreadable(f"{path}: cannot open the warehouse ({type(e).__name__}: {first}); settings "
-                                      f"{config}") from e
+                raise WarehouseBusy(
+                    f"{path}: the warehouse is in use by another process (DuckDB allows one writer); "
+                    f"retry when it has finished ({first})"
+                ) from None
+            raise WarehouseUnreadable(
+                f"{path}: cannot open the warehouse ({type(e).__name__}: {first}); settings {config}"
+            ) from e
         if temp_directory and not self.read_only:  # DuckDB's write lock is ours: no other process spills here now
             sweep_spill_files(temp_directory)
         self.con.execute("SET TimeZone = 'UTC'")  # a constant (TimeZone as a connect config needs icu loaded first)
@@ -107,10 +118,11 @@ class Warehouse(IngestMixin, HistoryMixin, AggregatesMixin, StrataMixin, Interac
             where = f" (included by {self.sql_dir / (_including[-1] + '.sql')})" if _including else ""
             raise SQLFileError(f"{path}: no such SQL file{where} (known: {known})")
         if name in _including:
-            raise SQLFileError(f"{path}: included again through {' -> '.join(_including + (name,))}; rule: an SQL "
-                               "file's includes form no cycle")
-        return INCLUDE_RE.sub(lambda m: self.sql_text(m.group(1), _including=_including + (name,)),
-                              path.read_text())
+            raise SQLFileError(
+                f"{path}: included again through {' -> '.join(_including + (name,))}; rule: an SQL "
+                "file's includes form no cycle"
+            )
+        return INCLUDE_RE.sub(lambda m: self.sql_text(m.group(1), _including=_including + (name,)), path.read_text())
 
     def run(self, name: str, **params) -> pa.Table:
         """Execute sql/<name>.sql with ``params`` bound to its ``$name`` placeholders; return the last
@@ -125,7 +137,8 @@ class Warehouse(IngestMixin, HistoryMixin, AggregatesMixin, StrataMixin, Interac
                 raise WarehouseIOError(
                     f"{self.sql_dir / (name + '.sql')}: reading or writing the warehouse {self.path} failed "
                     f"({type(e).__name__}: {first}); rule: the warehouse file must be whole and its disk writable "
-                    "with free space (a truncated or corrupt file: restore it from a backup)") from e
+                    "with free space (a truncated or corrupt file: restore it from a backup)"
+                ) from e
             raise SQLFileError(f"{self.sql_dir / (name + '.sql')}: {type(e).__name__}: {e}") from e
 
     def close(self) -> None:
@@ -145,8 +158,9 @@ class Warehouse(IngestMixin, HistoryMixin, AggregatesMixin, StrataMixin, Interac
         try:
             self.con.commit()
         except duckdb.Error as e:
-            raise SQLFileError(f"{what} (writing {self.path}): {type(e).__name__}: {str(e).splitlines()[0][:300]}"
-                               ) from e
+            raise SQLFileError(
+                f"{what} (writing {self.path}): {type(e).__name__}: {str(e).splitlines()[0][:300]}"
+            ) from e
 
     def _rollback_after(self, error: BaseException) -> None:
         """Roll the open transaction back; a rollback that fails too (a database DuckDB invalidated after a disk-full

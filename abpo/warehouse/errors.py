@@ -36,9 +36,11 @@ MEMORY_LIMIT_RE = re.compile(r"[0-9]+(?:\.[0-9]+)? ?(?:[KMGT]i?B|B|%)", re.IGNOR
 def check_memory_limit(value: str, key: str = "data.warehouse_memory_limit") -> str:
     """``value`` when it is empty (DuckDB's default) or a size such as ``2GB``, ``1.5GiB``, ``512 MB``, ``60%``."""
     if value and not MEMORY_LIMIT_RE.fullmatch(value):
-        raise WarehouseSettingError(f"{key} {value!r}: rule: a size such as 2GB, 1.5GiB or 512MB (units B, KB, MB, GB, "
-                                    "TB, KiB, MiB, GiB, TiB), a percentage of RAM such as 60%, or empty for DuckDB's "
-                                    "default (80% of RAM)")
+        raise WarehouseSettingError(
+            f"{key} {value!r}: rule: a size such as 2GB, 1.5GiB or 512MB (units B, KB, MB, GB, "
+            "TB, KiB, MiB, GiB, TiB), a percentage of RAM such as 60%, or empty for DuckDB's "
+            "default (80% of RAM)"
+        )
     return value
 
 
@@ -64,13 +66,26 @@ def _io_failure(error: BaseException) -> bool:
 
     text = str(error)
     return isinstance(error, (duckdb.IOException, duckdb.SerializationException)) or any(
-        s in text for s in ("Corrupt database file", "database has been invalidated", "Could not read enough bytes",
-                            "No space left on device"))
-
+        s in text
+        for s in (
+            "Corrupt database file",
+            "database has been invalidated",
+            "Could not read enough bytes",
+            "No space left on device",
+        )
+    )
 
 
 # the public import path: abpo.monthly.common's retry table and pickles name the classes by it
-for _cls in (IngestError, IngestRefused, WarehouseBusy, WarehouseUnreadable, WarehouseSettingError, IngestStepFailed,
-             SQLFileError, WarehouseIOError):
+for _cls in (
+    IngestError,
+    IngestRefused,
+    WarehouseBusy,
+    WarehouseUnreadable,
+    WarehouseSettingError,
+    IngestStepFailed,
+    SQLFileError,
+    WarehouseIOError,
+):
     _cls.__module__ = "abpo.warehouse"
 del _cls

@@ -31,12 +31,17 @@ def open_warehouse(cfg: Config, *, read_only: bool = False) -> Warehouse:
     tmp = cfg.data.warehouse_temp_directory
     if tmp and not Path(tmp).is_absolute():
         tmp = str(cfg.paths.resolve("root") / tmp)
-    return Warehouse(cfg.paths.resolve("warehouse"), read_only=read_only, memory_limit=warehouse_memory_limit(cfg),
-                     temp_directory=tmp)
+    return Warehouse(
+        cfg.paths.resolve("warehouse"),
+        read_only=read_only,
+        memory_limit=warehouse_memory_limit(cfg),
+        temp_directory=tmp,
+    )
 
 
-def ingest_with_config(cfg: Config, month: str, *, landing: str | os.PathLike | None = None, force: bool = False,
-                       validate: bool = True) -> tuple[IngestReport, Path]:
+def ingest_with_config(
+    cfg: Config, month: str, *, landing: str | os.PathLike | None = None, force: bool = False, validate: bool = True
+) -> tuple[IngestReport, Path]:
     """Write, audit, publish ``month`` with every contract and audit setting of the config's ``data`` section (the one
     place they are read, for `abpo ingest` and the pipeline alike): known arms, min_propensity, max_clock_skew_seconds,
     ingest_min_keep_fraction, max_quarantine_fraction, the catalog (the dataset's item ids: item_not_in_catalog), and
@@ -47,15 +52,35 @@ def ingest_with_config(cfg: Config, month: str, *, landing: str | os.PathLike | 
 
     d = cfg.data
     out_dir = cfg.paths.resolve("root") / "validation"
-    audit = (lambda w, m: validate_month(w, m, d.known_arms, out_dir=out_dir, staged=True,
-                                         min_propensity=d.min_propensity,
-                                         max_clock_skew_seconds=d.max_clock_skew_seconds)) if validate else None
+    audit = (
+        (
+            lambda w, m: validate_month(
+                w,
+                m,
+                d.known_arms,
+                out_dir=out_dir,
+                staged=True,
+                min_propensity=d.min_propensity,
+                max_clock_skew_seconds=d.max_clock_skew_seconds,
+            )
+        )
+        if validate
+        else None
+    )
     catalog = config_catalog(cfg)
     with open_warehouse(cfg) as wh:
-        report = wh.ingest_month(landing or cfg.paths.location("landing"), month, d.known_arms, force=force,
-                                 min_keep_fraction=d.ingest_min_keep_fraction, audit=audit,
-                                 min_propensity=d.min_propensity, max_clock_skew_seconds=d.max_clock_skew_seconds,
-                                 max_quarantine_fraction=d.max_quarantine_fraction, catalog=catalog)
+        report = wh.ingest_month(
+            landing or cfg.paths.location("landing"),
+            month,
+            d.known_arms,
+            force=force,
+            min_keep_fraction=d.ingest_min_keep_fraction,
+            audit=audit,
+            min_propensity=d.min_propensity,
+            max_clock_skew_seconds=d.max_clock_skew_seconds,
+            max_quarantine_fraction=d.max_quarantine_fraction,
+            catalog=catalog,
+        )
     if report.audit is not None:
         save_summary(report.audit, out_dir)
     return report, wh.path

@@ -36,7 +36,8 @@ class HistoryMixin:
             raise IngestRefused(
                 f"month {month}: history version {v} holds {n} impression id(s) that are now in another month, e.g. "
                 f"{shown}; rule: an impression_id is unique across months (duplicate_impression_id, as at ingest); "
-                "nothing was restored")
+                "nothing was restored"
+            )
         self.con.begin()
         try:
             self.run("ingest_history_save", month=month)

@@ -70,10 +70,10 @@ class IngestReport:
             f"{self.rows_quarantined} quarantined (replaced {self.rows_replaced} clean rows) in {self.seconds:.2f}s"
         ]
         lines += [f"  {rule:26s} {n:>10d}" for rule, n in self.quarantined_by_rule.items()]
-        lines.append(f"  per-user aggregate: {self.aggregate_rows} (arm, user) rows rebuilt in "
-                     f"{self.aggregate_seconds:.2f}s")
+        lines.append(
+            f"  per-user aggregate: {self.aggregate_rows} (arm, user) rows rebuilt in {self.aggregate_seconds:.2f}s"
+        )
         return "\n".join(lines)
-
 
 
 class IngestMixin:
@@ -93,15 +93,18 @@ class IngestMixin:
         if not d.is_dir():
             raise IngestError(f"{d}: no landing partition for month {month}")
         if d.is_symlink():
-            raise IngestError(f"{d}: a symbolic link (to {os.readlink(d)}); rule: the landing partition is a real "
-                              "directory")
+            raise IngestError(
+                f"{d}: a symbolic link (to {os.readlink(d)}); rule: the landing partition is a real directory"
+            )
         files = sorted(p for p in d.iterdir() if not p.name.startswith((".", "_")))
         if not files:
             raise IngestError(f"{d}: the landing partition holds no files")
         for p in files:
             if p.is_symlink():  # its rows would be recorded under the target's name, from outside the landing zone
-                raise IngestError(f"{p}: a symbolic link (to {os.readlink(p)}); rule: the landing partition holds "
-                                  "regular Parquet files only")
+                raise IngestError(
+                    f"{p}: a symbolic link (to {os.readlink(p)}); rule: the landing partition holds "
+                    "regular Parquet files only"
+                )
             if not p.is_file():
                 raise IngestError(f"{p}: not a file (the landing partition holds Parquet files only)")
             try:
@@ -114,8 +117,9 @@ class IngestMixin:
         return files
 
     @staticmethod
-    def remote_landing_files(landing: str, month: str, kind: str = "impressions",
-                             schema: pa.Schema = IMPRESSIONS_SCHEMA) -> list[str]:
+    def remote_landing_files(
+        landing: str, month: str, kind: str = "impressions", schema: pa.Schema = IMPRESSIONS_SCHEMA
+    ) -> list[str]:
         """The URIs of an object-store partition's Parquet objects, each checked (footer and schema) as the local
         files are. IngestError, one line naming the URI: a missing bucket, denied access, no partition, a partition
         without its completion marker ($ABPO_LANDING_MARKER, default _SUCCESS: an upload still running or cut
@@ -131,16 +135,19 @@ class IngestMixin:
                 raise IngestError(f"{d}: the landing partition holds no files")
             marker = storage.landing_marker()
             if kind == "impressions" and marker and marker not in names:
-                raise IngestError(f"{d}: {len(files)} object(s) but no {marker} marker; rule: an object-store "
-                                  f"partition is read once its producer has written {marker} last (a partial or "
-                                  "running upload is never ingested; $ABPO_LANDING_MARKER names the marker)")
+                raise IngestError(
+                    f"{d}: {len(files)} object(s) but no {marker} marker; rule: an object-store "
+                    f"partition is read once its producer has written {marker} last (a partial or "
+                    "running upload is never ingested; $ABPO_LANDING_MARKER names the marker)"
+                )
             for u in files:
                 try:
                     with storage.open_input(u) as f:
                         got = pq.read_schema(f)
                 except pa.ArrowInvalid as e:
-                    raise IngestError(f"{u}: not a whole Parquet object ({e}); a truncated or partial upload is "
-                                      "never ingested") from None
+                    raise IngestError(
+                        f"{u}: not a whole Parquet object ({e}); a truncated or partial upload is never ingested"
+                    ) from None
                 problems = schema_problems(got, schema)
                 if problems:
                     raise IngestError(f"{u}: wrong schema: " + "; ".join(problems))
@@ -149,8 +156,15 @@ class IngestMixin:
         return files
 
     def ingest_month(
-        self, landing_dir: str | os.PathLike, month: str, known_arms: Sequence[str], *, force: bool = False,
-        min_keep_fraction: float = 0.5, audit=None, min_propensity: float = _DATA_DEFAULTS.min_propensity,
+        self,
+        landing_dir: str | os.PathLike,
+        month: str,
+        known_arms: Sequence[str],
+        *,
+        force: bool = False,
+        min_keep_fraction: float = 0.5,
+        audit=None,
+        min_propensity: float = _DATA_DEFAULTS.min_propensity,
         max_clock_skew_seconds: float = _DATA_DEFAULTS.max_clock_skew_seconds,
         max_quarantine_fraction: float = _DATA_DEFAULTS.max_quarantine_fraction,
         catalog: Iterable[int] | None = None,
@@ -179,8 +193,7 @@ class IngestMixin:
             raise WarehouseSettingError(f"data.max_quarantine_fraction {max_quarantine_fraction!r}: rule: in [0, 1]")
         t0 = time.perf_counter()
         files = self.landing_files(landing_dir, month)
-        report = IngestReport(month=month, files=[storage.basename(p) if isinstance(p, str) else p.name
-                                                  for p in files])
+        report = IngestReport(month=month, files=[storage.basename(p) if isinstance(p, str) else p.name for p in files])
         if files and isinstance(files[0], str):  # objects: staged from a local copy, deleted once staged
             self._stage_remote(files)
         else:
@@ -188,10 +201,17 @@ class IngestMixin:
         failed: BaseException | None = None
         try:
             self.stage_catalog(catalog)
-            self.run("ingest_check", month=month, known_arms=list(known_arms), schema_version=SCHEMA_VERSION,
-                     min_propensity=float(min_propensity), max_clock_skew_seconds=float(max_clock_skew_seconds),
-                     logging_policy_re=LOGGING_POLICY_PATTERN, check_catalog=catalog is not None,
-                     single_candidate_tolerance=SINGLE_CANDIDATE_PROPENSITY_TOLERANCE)
+            self.run(
+                "ingest_check",
+                month=month,
+                known_arms=list(known_arms),
+                schema_version=SCHEMA_VERSION,
+                min_propensity=float(min_propensity),
+                max_clock_skew_seconds=float(max_clock_skew_seconds),
+                logging_policy_re=LOGGING_POLICY_PATTERN,
+                check_catalog=catalog is not None,
+                single_candidate_tolerance=SINGLE_CANDIDATE_PROPENSITY_TOLERANCE,
+            )
             for row in self.run("ingest_rule_counts").to_pylist():
                 if row["rule"] is None:
                     report.rows_clean = row["rows"]
@@ -205,11 +225,16 @@ class IngestMixin:
                 summary = audit(self, month)
                 report.audit = summary
                 if not summary.success:
-                    raise IngestRefused(f"month {month}: the staged rows failed the Great Expectations suite; nothing "
-                                        f"was published, the month's partition is unchanged.\n{summary}")
+                    raise IngestRefused(
+                        f"month {month}: the staged rows failed the Great Expectations suite; nothing "
+                        f"was published, the month's partition is unchanged.\n{summary}"
+                    )
             # a rerun with the very rows already published keeps no second copy of them in the history
-            same = report.rows_replaced == report.rows_clean and report.rows_clean > 0 and bool(
-                self.run("ingest_same_as_published", month=month).column("same")[0].as_py())
+            same = (
+                report.rows_replaced == report.rows_clean
+                and report.rows_clean > 0
+                and bool(self.run("ingest_same_as_published", month=month).column("same")[0].as_py())
+            )
             self.con.begin()
             try:
                 if not same:
@@ -238,8 +263,9 @@ class IngestMixin:
                 raise
         except SQLFileError as e:
             failed = e
-            raise IngestStepFailed(f"ingest {month} failed at step {e}; nothing was published, the month's "
-                                   "partition is as it was") from e
+            raise IngestStepFailed(
+                f"ingest {month} failed at step {e}; nothing was published, the month's partition is as it was"
+            ) from e
         except BaseException as e:
             failed = e
             raise
@@ -259,11 +285,11 @@ class IngestMixin:
         ids = pa.table({"item_id": pa.array(sorted({int(i) for i in catalog or ()}), pa.int64())})
         self.con.register("ingest_catalog_arrow", ids)
         try:
-            self.con.execute("CREATE OR REPLACE TABLE staging.ingest_catalog AS "
-                             "SELECT item_id FROM ingest_catalog_arrow")
+            self.con.execute(
+                "CREATE OR REPLACE TABLE staging.ingest_catalog AS SELECT item_id FROM ingest_catalog_arrow"
+            )
         finally:
             self.con.unregister("ingest_catalog_arrow")
-
 
     def _stage_remote(self, uris: list[str]) -> None:
         """Stage an object-store partition: the objects are copied into a temporary directory (next to DuckDB's
@@ -291,8 +317,10 @@ class IngestMixin:
                     self.con.sql("SELECT count(*) FROM read_parquet($f)", params={"f": str(p.absolute())}).fetchall()
                     pq.read_table(p)
                 except Exception as bad:  # noqa: BLE001 - any reader error names the file
-                    raise IngestError(f"{p}: corrupt Parquet data ({type(bad).__name__}: {str(bad)[:200]}); nothing "
-                                      "was ingested, the month's partition is unchanged") from None
+                    raise IngestError(
+                        f"{p}: corrupt Parquet data ({type(bad).__name__}: {str(bad)[:200]}); nothing "
+                        "was ingested, the month's partition is unchanged"
+                    ) from None
             raise IngestError(f"{files[0].parent}: the landing files could not be staged ({e})") from e
 
     @staticmethod
@@ -305,7 +333,8 @@ class IngestMixin:
                 f"month {report.month}: the landing files ({', '.join(report.files)}) give {report.rows_clean} clean "
                 f"rows ({report.rows_quarantined} quarantined) where the warehouse holds {report.rows_replaced}; rule: "
                 f"a month is not replaced by fewer than {min_keep_fraction:.0%} of its clean rows unless forced "
-                "(`abpo ingest --force`); nothing was published")
+                "(`abpo ingest --force`); nothing was published"
+            )
 
     @staticmethod
     def _audit_quarantine(report: IngestReport, *, force: bool, max_fraction: float) -> None:
@@ -315,9 +344,11 @@ class IngestMixin:
             return
         share = report.rows_quarantined / report.rows_in
         if share > max_fraction:
-            fired = ", ".join(f"{rule} {n}" for rule, n in sorted(report.quarantined_by_rule.items(),
-                                                                   key=lambda kv: -kv[1]) if n)
+            fired = ", ".join(
+                f"{rule} {n}" for rule, n in sorted(report.quarantined_by_rule.items(), key=lambda kv: -kv[1]) if n
+            )
             raise IngestRefused(
                 f"month {report.month}: {report.rows_quarantined} of {report.rows_in} landed rows ({share:.1%}) broke "
                 f"the contract (rules fired: {fired}); rule: at most data.max_quarantine_fraction = {max_fraction:g} "
-                "of a month may be quarantined unless forced (`abpo ingest --force`); nothing was published")
+                "of a month may be quarantined unless forced (`abpo ingest --force`); nothing was published"
+            )

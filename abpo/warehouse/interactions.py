@@ -23,8 +23,9 @@ class InteractionsMixin:
     A mixin of :class:`abpo.warehouse.Warehouse` (abpo/warehouse/core.py): it uses the connection ``con``, the SQL
     runner ``run`` and the transaction helpers ``_commit`` / ``_rollback_after`` of the class it is mixed into."""
 
-    def ingest_interactions(self, landing_dir: str | os.PathLike, month: str, *,
-                            catalog: Iterable[int] | None = None) -> int | None:
+    def ingest_interactions(
+        self, landing_dir: str | os.PathLike, month: str, *, catalog: Iterable[int] | None = None
+    ) -> int | None:
         """Replace ``month``'s partition of ``interactions`` by the landed files of
         landing/interactions/month=YYYY-MM/ (INTERACTIONS_SCHEMA; IngestError naming a file that is not), in one
         transaction. With ``catalog`` (the dataset's item ids) a row of another item goes to
@@ -53,8 +54,9 @@ class InteractionsMixin:
         paths = [str(p.absolute()) for p in files]
         return self._replace_interactions(month, paths, paths, catalog)
 
-    def _replace_interactions(self, month: str, paths: list[str], sources: list[str],
-                              catalog: Iterable[int] | None) -> int:
+    def _replace_interactions(
+        self, month: str, paths: list[str], sources: list[str], catalog: Iterable[int] | None
+    ) -> int:
         """The month's partition of ``interactions`` replaced by the rows of the local Parquet files ``paths``
         (``sources``: where each came from, recorded as source_file), in one transaction; with ``catalog`` the rows
         of items outside it go to ``interactions_quarantine`` (item_not_in_catalog, logged)."""
@@ -67,8 +69,9 @@ class InteractionsMixin:
             self.run("interactions_quarantine_insert", month=month, files=paths, sources=sources, check_catalog=check)
             self.run("interactions_insert", month=month, files=paths, sources=sources, check_catalog=check)
             rows = self.con.execute("SELECT count(*) FROM interactions WHERE month = $m", {"m": month}).fetchall()[0][0]
-            quarantined = self.con.execute("SELECT count(*), min(item_id) FROM interactions_quarantine "
-                                           "WHERE month = $m", {"m": month}).fetchall()[0]
+            quarantined = self.con.execute(
+                "SELECT count(*), min(item_id) FROM interactions_quarantine WHERE month = $m", {"m": month}
+            ).fetchall()[0]
             self._commit(f"the interactions of month {month}")
         except BaseException as e:
             self._rollback_after(e)
@@ -76,8 +79,12 @@ class InteractionsMixin:
         finally:
             self.con.execute("DROP TABLE IF EXISTS staging.ingest_catalog")
         if quarantined[0]:
-            log.warning("interactions %s: %d row(s) quarantined (item_not_in_catalog, e.g. item %s) in "
-                        "interactions_quarantine", month, quarantined[0], quarantined[1])
+            log.warning(
+                "interactions %s: %d row(s) quarantined (item_not_in_catalog, e.g. item %s) in interactions_quarantine",
+                month,
+                quarantined[0],
+                quarantined[1],
+            )
         return int(rows)
 
     def _ingest_remote_interactions(self, landing: str, month: str, catalog: Iterable[int] | None = None) -> int | None:
@@ -105,9 +112,15 @@ class InteractionsMixin:
         no rows for a warehouse without interactions."""
         has = self.con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'interactions'")
         if not has.fetchall()[0][0]:
-            return pa.table({"user_id": pa.array([], pa.int64()), "item_id": pa.array([], pa.int64()),
-                             "month": pa.array([], pa.string()), "position": pa.array([], pa.int32()),
-                             "source_file": pa.array([], pa.string())})
+            return pa.table(
+                {
+                    "user_id": pa.array([], pa.int64()),
+                    "item_id": pa.array([], pa.int64()),
+                    "month": pa.array([], pa.string()),
+                    "position": pa.array([], pa.int32()),
+                    "source_file": pa.array([], pa.string()),
+                }
+            )
         return self.run("interactions_to_date", month=check_month(month))
 
     def interactions_to_date(self, month: str) -> dict[int, list[int]]:
@@ -118,4 +131,3 @@ class InteractionsMixin:
         for u, i in zip(t.column("user_id").to_pylist(), t.column("item_id").to_pylist()):
             out.setdefault(int(u), []).append(int(i))
         return out
-

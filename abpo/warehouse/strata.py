@@ -60,7 +60,13 @@ class StrataMixin:
         return [int(u) for u in t.column("user_id").to_pylist()]
 
     def stratified_batch_stream(
-        self, months: Sequence[str], batch_size: int, seed: int, mode: str = "oversample", *, chunk_rows: int = 65536,
+        self,
+        months: Sequence[str],
+        batch_size: int,
+        seed: int,
+        mode: str = "oversample",
+        *,
+        chunk_rows: int = 65536,
         exclude_users: Iterable[int] | None = None,
     ) -> Iterator[pa.Table]:
         """The stratified mini-batches of ``months`` (:func:`stratified_batch_plan`, the same batches as
@@ -83,8 +89,11 @@ class StrataMixin:
                 raise SQLFileError(f"{self.sql_dir / 'stratified_batches.sql'}: {type(e).__name__}: {e}") from e
             carry = None  # rows of a batch that continues in the next record batch
             for rb in reader:
-                chunk = pa.Table.from_batches([rb]) if carry is None else pa.concat_tables(
-                    [carry, pa.Table.from_batches([rb])])
+                chunk = (
+                    pa.Table.from_batches([rb])
+                    if carry is None
+                    else pa.concat_tables([carry, pa.Table.from_batches([rb])])
+                )
                 batch = chunk.column("batch").to_numpy()
                 cut = int(np.searchsorted(batch, batch[-1]))  # the last batch may be incomplete
                 if cut > 0:
@@ -96,4 +105,3 @@ class StrataMixin:
             self.con.unregister("batch_plan_positive")
             self.con.unregister("batch_plan_no_response")
             self.con.unregister(EXCLUDED_USERS_TABLE)
-

@@ -30,8 +30,9 @@ def counts_table() -> pa.Table:
     return synthetic_counts()
 
 
-def impressions_log(seed: int, month: str, users_by_arm: dict[str, list[int]], ctr_by_arm: dict[str, float],
-                    mean_imps: float = 6.0) -> pa.Table:
+def impressions_log(
+    seed: int, month: str, users_by_arm: dict[str, list[int]], ctr_by_arm: dict[str, float], mean_imps: float = 6.0
+) -> pa.Table:
     """A month of raw impressions in IMPRESSIONS_SCHEMA: every user of an arm gets Poisson(mean_imps)+1
     impressions with a per-user click rate drawn around the arm's CTR (users differ, as in real logs)."""
     import datetime as dt

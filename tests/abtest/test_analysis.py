@@ -18,11 +18,14 @@ def counts(rows, users=True):
 
 
 FULL = [
-    ("2026-02", "abpo", 20000, 1100, 2000), ("2026-02", "grpo", 20000, 1000, 2010),
+    ("2026-02", "abpo", 20000, 1100, 2000),
+    ("2026-02", "grpo", 20000, 1000, 2010),
     ("2026-02", "popularity", 20000, 800, 1990),
-    ("2026-03", "abpo", 21000, 1250, 2050), ("2026-03", "grpo", 20500, 1010, 2000),
+    ("2026-03", "abpo", 21000, 1250, 2050),
+    ("2026-03", "grpo", 20500, 1010, 2000),
     ("2026-03", "popularity", 20800, 790, 2020),
-    ("2026-04", "abpo", 22000, 1400, 2100), ("2026-04", "grpo", 21000, 1000, 2080),
+    ("2026-04", "abpo", 22000, 1400, 2100),
+    ("2026-04", "grpo", 21000, 1000, 2080),
     ("2026-04", "popularity", 21500, 850, 2110),
 ]
 SHARES = {"abpo": 1 / 3, "grpo": 1 / 3, "popularity": 1 / 3}
@@ -57,8 +60,10 @@ def test_trends_later_minus_earlier_and_first_to_last():
     r = analyse(counts(FULL), ReportConfig(arm_shares=SHARES))
     abpo = [t for t in r.trends if t.arm == "abpo"]
     assert [(t.earlier, t.later, t.kind) for t in abpo] == [
-        ("2026-02", "2026-03", "consecutive"), ("2026-03", "2026-04", "consecutive"),
-        ("2026-02", "2026-04", "first-to-last")]
+        ("2026-02", "2026-03", "consecutive"),
+        ("2026-03", "2026-04", "consecutive"),
+        ("2026-02", "2026-04", "first-to-last"),
+    ]
     assert abpo[2].test == stats.two_proportion_ztest(1400, 22000, 1100, 20000)
     assert abpo[2].test.diff > 0  # abpo improves: later minus earlier is positive
     assert len(r.trends) == 3 * 3
@@ -71,8 +76,11 @@ def test_srm_per_month_with_equal_shares_ok():
 
 
 def test_unequal_shares_srm():
-    rows = [("2026-02", "abpo", 50000, 2500, 5000), ("2026-02", "grpo", 10000, 480, 1000),
-            ("2026-02", "popularity", 40000, 1500, 4000)]
+    rows = [
+        ("2026-02", "abpo", 50000, 2500, 5000),
+        ("2026-02", "grpo", 10000, 480, 1000),
+        ("2026-02", "popularity", 40000, 1500, 4000),
+    ]
     ok = analyse(counts(rows), ReportConfig(arm_shares={"abpo": 0.5, "grpo": 0.1, "popularity": 0.4}))
     assert not ok.srm_flagged and ok.srm["2026-02"].chi2 == pytest.approx(0.0)
     bad = analyse(counts(rows), ReportConfig(arm_shares={"abpo": 0.4, "grpo": 0.2, "popularity": 0.4}))
@@ -103,8 +111,7 @@ def test_arm_missing_in_a_month_is_reported_not_a_crash():
 
 
 def test_zero_clicks_arm_and_zero_impressions_row():
-    rows = [("2026-02", "abpo", 1000, 0, 100), ("2026-02", "grpo", 1000, 0, 100),
-            ("2026-02", "popularity", 0, 0, 0)]
+    rows = [("2026-02", "abpo", 1000, 0, 100), ("2026-02", "grpo", 1000, 0, 100), ("2026-02", "popularity", 0, 0, 0)]
     r = analyse(counts(rows), ReportConfig(arm_shares=SHARES))
     g = next(c for c in r.comparisons if c.period == "2026-02" and c.other == "grpo")
     assert not g.test.defined and "no clicks" in g.test.note
@@ -138,23 +145,29 @@ def test_no_users_column():
     assert r.srm == {} and any("no user counts" in n for n in r.notes)
 
 
-@pytest.mark.parametrize("rows,msg", [
-    ([("2026-02", "abpo", 10, 11, 5)], "row 1: clicks=11 exceed impressions=10"),
-    ([("2026-02", "abpo", 10, 1, 5), ("2026-02", "abpo", 10, 1, 5)], "row 2: duplicate month/arm 2026-02/abpo"),
-    ([("2026-2", "abpo", 10, 1, 5)], "row 1: month '2026-2' is not YYYY-MM"),
-    ([("2026-02", "abpo", -1, 0, 0)], "row 1: impressions=-1 is not a non-negative integer"),
-    ([("2026-02", "abpo", 10, 1, 11)], "row 1: users=11 exceed impressions=10"),
-])
+@pytest.mark.parametrize(
+    "rows,msg",
+    [
+        ([("2026-02", "abpo", 10, 11, 5)], "row 1: clicks=11 exceed impressions=10"),
+        ([("2026-02", "abpo", 10, 1, 5), ("2026-02", "abpo", 10, 1, 5)], "row 2: duplicate month/arm 2026-02/abpo"),
+        ([("2026-2", "abpo", 10, 1, 5)], "row 1: month '2026-2' is not YYYY-MM"),
+        ([("2026-02", "abpo", -1, 0, 0)], "row 1: impressions=-1 is not a non-negative integer"),
+        ([("2026-02", "abpo", 10, 1, 11)], "row 1: users=11 exceed impressions=10"),
+    ],
+)
 def test_invalid_counts_name_the_row(rows, msg):
     with pytest.raises(ReportInputError, match=msg):
         analyse(counts(rows), ReportConfig())
 
 
-@pytest.mark.parametrize("cfg,msg", [
-    (ReportConfig(confidence=95), "report.confidence = 95"),
-    (ReportConfig(srm_alpha=0), "report.srm_alpha = 0"),
-    (ReportConfig(arm_shares={"abpo": "half", "grpo": 0.5}), "report.arm_shares['abpo'] = 'half'"),
-])
+@pytest.mark.parametrize(
+    "cfg,msg",
+    [
+        (ReportConfig(confidence=95), "report.confidence = 95"),
+        (ReportConfig(srm_alpha=0), "report.srm_alpha = 0"),
+        (ReportConfig(arm_shares={"abpo": "half", "grpo": 0.5}), "report.arm_shares['abpo'] = 'half'"),
+    ],
+)
 def test_invalid_config_names_the_key(cfg, msg):
     with pytest.raises(ReportInputError) as e:
         analyse(counts(FULL), cfg)

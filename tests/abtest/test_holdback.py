@@ -42,7 +42,8 @@ def test_each_updated_arm_minus_the_holdback_per_month_and_overall_with_its_mde(
     r = analyse(t, ReportConfig(arm_shares=SHARES))
     assert r.holdback_arm == "holdback"
     assert [(c.period, c.candidate, c.other) for c in r.holdback] == [
-        (p, a, "holdback") for p in [*MONTHS, ALL] for a in ("abpo", "grpo")]
+        (p, a, "holdback") for p in [*MONTHS, ALL] for a in ("abpo", "grpo")
+    ]
     rows = {(x["month"], x["arm"]): x for x in t.to_pylist()}
     for c in r.holdback:
         if c.period == ALL:
@@ -75,8 +76,9 @@ def test_the_table_is_rendered_in_markdown_html_and_json(tmp_path):
     assert "MDE at 80% power (pp)" in header
     data = json.loads(files.json.read_text())
     assert data["holdback_arm"] == "holdback" and len(data["holdback"]) == 8
-    assert data["holdback"][-1]["period"] == ALL and data["holdback"][-1]["test"]["mde"] == \
-        pytest.approx(r.holdback[-1].test.mde)
+    assert data["holdback"][-1]["period"] == ALL and data["holdback"][-1]["test"]["mde"] == pytest.approx(
+        r.holdback[-1].test.mde
+    )
 
 
 def test_no_holdback_data_no_table_and_a_note_when_it_was_configured(tmp_path):

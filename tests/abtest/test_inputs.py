@@ -7,18 +7,23 @@ import pytest
 from abpo.abtest.inputs import CSVFormatError, parse_months, read_counts_csv
 
 
-@pytest.mark.parametrize("spec,months", [
-    ("2026-02..2026-04", ["2026-02", "2026-03", "2026-04"]),
-    ("2025-11..2026-02", ["2025-11", "2025-12", "2026-01", "2026-02"]),
-    ("2026-03", ["2026-03"]),
-    ("2026-04, 2026-02", ["2026-02", "2026-04"]),
-])
+@pytest.mark.parametrize(
+    "spec,months",
+    [
+        ("2026-02..2026-04", ["2026-02", "2026-03", "2026-04"]),
+        ("2025-11..2026-02", ["2025-11", "2025-12", "2026-01", "2026-02"]),
+        ("2026-03", ["2026-03"]),
+        ("2026-04, 2026-02", ["2026-02", "2026-04"]),
+    ],
+)
 def test_parse_months(spec, months):
     assert parse_months(spec) == months
 
 
-@pytest.mark.parametrize("spec,msg", [("2026-04..2026-02", "ends before it starts"),
-                                      ("2026-13", "not YYYY-MM"), ("26-01..2026-02", "not YYYY-MM")])
+@pytest.mark.parametrize(
+    "spec,msg",
+    [("2026-04..2026-02", "ends before it starts"), ("2026-13", "not YYYY-MM"), ("26-01..2026-02", "not YYYY-MM")],
+)
 def test_parse_months_errors(spec, msg):
     with pytest.raises(ValueError, match=msg):
         parse_months(spec)
@@ -46,18 +51,27 @@ BAD = [
     ("month,arm,impressions,clicks,clicks\n", "line 1: column(s) ['clicks'] appear twice"),
     ("month,arm,impressions,clicks\n", "header only, no data rows"),
     ("month,arm,impressions,clicks\n2026-02,abpo,100,5\n2026-02,grpo,100\n", "line 3: expected 4 fields"),
-    ("month,arm,impressions,clicks\n2026-02,abpo,100,5\n2026-03,grpo,1e3,5\n",
-     "line 3: impressions '1e3' is not a non-negative integer"),
+    (
+        "month,arm,impressions,clicks\n2026-02,abpo,100,5\n2026-03,grpo,1e3,5\n",
+        "line 3: impressions '1e3' is not a non-negative integer",
+    ),
     ("month,arm,impressions,clicks\n2026-02,abpo,100,-5\n", "line 2: clicks '-5' is not a non-negative integer"),
-    ("month,arm,impressions,clicks\n2026-02,abpo,100,5\n\n2026-02,grpo,100,500\n",
-     "line 4: clicks 500 exceed impressions 100"),
+    (
+        "month,arm,impressions,clicks\n2026-02,abpo,100,5\n\n2026-02,grpo,100,500\n",
+        "line 4: clicks 500 exceed impressions 100",
+    ),
     ("month,arm,impressions,clicks\nFeb 2026,abpo,100,5\n", "line 2: month 'Feb 2026' is not YYYY-MM"),
     ("month,arm,impressions,clicks\n2026-02, ,100,5\n", "line 2: arm is empty"),
-    ("month,arm,impressions,clicks\n2026-02,abpo,100,5\n2026-03,abpo,100,5\n2026-02,abpo,90,4\n",
-     "line 4: second row for month 2026-02 and arm 'abpo' (first on line 2)"),
+    (
+        "month,arm,impressions,clicks\n2026-02,abpo,100,5\n2026-03,abpo,100,5\n2026-02,abpo,90,4\n",
+        "line 4: second row for month 2026-02 and arm 'abpo' (first on line 2)",
+    ),
     ("month,arm,impressions,clicks,users\n2026-02,abpo,100,5,101\n", "line 2: users 101 exceed impressions 100"),
     ("month,arm,impressions,clicks,users\n2026-02,abpo,100,5,\n", "line 2: users '' is not a non-negative integer"),
-    ('month,arm,impressions,clicks\n2026-02,"abpo,100,5\n', "line 2: expected 4 fields (month,arm,impressions,clicks), got 2"),
+    (
+        'month,arm,impressions,clicks\n2026-02,"abpo,100,5\n',
+        "line 2: expected 4 fields (month,arm,impressions,clicks), got 2",
+    ),
 ]
 
 

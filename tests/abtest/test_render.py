@@ -55,20 +55,24 @@ def test_files_and_self_contained_html(report, tmp_path):
 
 
 def test_html_escapes_arm_names(counts_table, tmp_path):
-    t = counts_table.set_column(1, "arm", [[("<b>x</b>" if a == "popularity" else a)
-                                            for a in counts_table.column("arm").to_pylist()]])
+    t = counts_table.set_column(
+        1, "arm", [[("<b>x</b>" if a == "popularity" else a) for a in counts_table.column("arm").to_pylist()]]
+    )
     files = write_report(analyse(t, ReportConfig()), tmp_path)
     html = files.html.read_text()
     assert "<b>x</b>" not in html and "&lt;b&gt;x&lt;/b&gt;" in html
 
 
 def test_single_month_plot_and_missing_arm(counts_table, tmp_path):
-    one = counts_table.filter([m == "2026-03" and a != "grpo" for m, a in
-                               zip(counts_table.column("month").to_pylist(), counts_table.column("arm").to_pylist())])
+    one = counts_table.filter(
+        [
+            m == "2026-03" and a != "grpo"
+            for m, a in zip(counts_table.column("month").to_pylist(), counts_table.column("arm").to_pylist())
+        ]
+    )
     files = write_report(analyse(one, ReportConfig()), tmp_path)
     assert files.png.read_bytes().startswith(PNG_MAGIC)
     assert "one month only: no month-to-month trend" in files.markdown.read_text()
-
 
 
 # ---- written atomically: a reader never sees a half-written report ----
@@ -85,8 +89,9 @@ def test_failed_rewrite_leaves_the_previous_report(report, counts_table, tmp_pat
     write_report(report, out)
     (out / "notes.txt").write_text("kept")
     before = _snapshot(tmp_path)
-    one = analyse(counts_table.filter([m == "2026-03" for m in counts_table.column("month").to_pylist()]),
-                  ReportConfig())
+    one = analyse(
+        counts_table.filter([m == "2026-03" for m in counts_table.column("month").to_pylist()]), ReportConfig()
+    )
 
     def boom(_report):
         raise RuntimeError("rendering failed midway")
@@ -144,8 +149,9 @@ def test_concurrent_readers_see_whole_files(report, counts_table, tmp_path):
     out = tmp_path / "r"
     write_report(report, out)
     versions = {out.joinpath("report.html").read_bytes()}
-    one = analyse(counts_table.filter([m == "2026-03" for m in counts_table.column("month").to_pylist()]),
-                  ReportConfig())
+    one = analyse(
+        counts_table.filter([m == "2026-03" for m in counts_table.column("month").to_pylist()]), ReportConfig()
+    )
     seen, done = set(), threading.Event()
 
     def reader():
@@ -196,10 +202,21 @@ def _chromium() -> str:
 
 
 def _chromium_cmd(exe, tmp_path):
-    return [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'chromium-profile'}",
-            "--window-size=1400,2400", "--virtual-time-budget=5000"]
+    return [
+        exe,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        f"--user-data-dir={tmp_path / 'chromium-profile'}",
+        "--window-size=1400,2400",
+        "--virtual-time-budget=5000",
+    ]
 
 
 def test_html_renders_in_headless_chromium(report, tmp_path):
@@ -222,8 +239,9 @@ def test_html_renders_in_headless_chromium(report, tmp_path):
     assert probe["tableWidth"] > 200
     assert "abpo − grpo" in dom.stdout and "2026-04" in dom.stdout
     shot = tmp_path / "report.png"
-    res = subprocess.run(cmd + [f"--screenshot={shot}", files.html.as_uri()],
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        cmd + [f"--screenshot={shot}", files.html.as_uri()], capture_output=True, text=True, timeout=120
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     assert shot.read_bytes().startswith(PNG_MAGIC)
     img = mpimg.imread(shot)

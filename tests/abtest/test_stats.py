@@ -90,8 +90,10 @@ def test_invalid_counts_raise():
         stats.two_proportion_ztest(-1, 10, 1, 10)
 
 
-@pytest.mark.parametrize("p,shown", [(0.0, "<0.001"), (0.000999, "<0.001"), (0.001, "0.001"), (0.0494, "0.049"),
-                                     (1.0, "1.000"), (math.nan, "n/a")])
+@pytest.mark.parametrize(
+    "p,shown",
+    [(0.0, "<0.001"), (0.000999, "<0.001"), (0.001, "0.001"), (0.0494, "0.049"), (1.0, "1.000"), (math.nan, "n/a")],
+)
 def test_format_p(p, shown):
     assert stats.format_p(p) == shown
 
@@ -116,6 +118,7 @@ def test_z_critical():
 
 # ---- user-clustered (delta method) ----
 
+
 def _users(rng, n_users, mean_imps, ctr_alpha, ctr_beta):
     """Per-user impressions Y_u >= 1 and clicks X_u ~ Bin(Y_u, q_u), q_u ~ Beta (heterogeneous users)."""
     y = rng.poisson(mean_imps - 1, size=n_users) + 1
@@ -139,7 +142,8 @@ def test_delta_method_equals_cluster_robust_ols():
     user = np.repeat(np.arange(len(y)), y)
     clicks = np.concatenate([np.r_[np.ones(xi), np.zeros(yi - xi)] for xi, yi in zip(x, y)])
     fit = sm.OLS(clicks, np.ones((len(clicks), 1))).fit(
-        cov_type="cluster", cov_kwds={"groups": user, "use_correction": False})
+        cov_type="cluster", cov_kwds={"groups": user, "use_correction": False}
+    )
     n = len(y)
     var = stats.delta_method_ctr_variance(_moments(x, y))
     assert fit.params[0] == pytest.approx(x.sum() / y.sum())
@@ -194,6 +198,7 @@ def test_clustered_ci_contains_diff_and_is_symmetric():
 
 # ---- Holm ----
 
+
 @pytest.mark.parametrize("seed", range(20))
 def test_holm_matches_statsmodels(seed):
     rng = np.random.default_rng(seed)
@@ -209,6 +214,7 @@ def test_holm_skips_undefined_tests():
 
 
 # ---- sample-ratio mismatch ----
+
 
 def test_srm_matches_scipy_chisquare_unequal_shares():
     shares = {"abpo": 0.5, "grpo": 0.2, "ml_retrain": 0.2, "popularity": 0.1}

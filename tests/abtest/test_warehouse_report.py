@@ -48,8 +48,17 @@ def _python_moments(rows):
 def test_moments_sql_equals_direct_computation(warehouse_root):
     months = ["2026-03", "2026-04"]
     counts, moments = load_from_warehouse(warehouse_root / "warehouse.duckdb", months)
-    got = {(r["period"], r["arm"]): (r["users"], r["clicks"], r["impressions"], r["clicks_sq"], r["impressions_sq"],
-                                     r["clicks_x_impressions"]) for r in moments.to_pylist()}
+    got = {
+        (r["period"], r["arm"]): (
+            r["users"],
+            r["clicks"],
+            r["impressions"],
+            r["clicks_sq"],
+            r["impressions_sq"],
+            r["clicks_x_impressions"],
+        )
+        for r in moments.to_pylist()
+    }
     assert got == _python_moments(_raw(warehouse_root, months))
     # the counts the report derives from the moments equal the warehouse's CTR aggregate
     from abpo.warehouse import Warehouse
@@ -62,8 +71,17 @@ def test_moments_sql_equals_direct_computation(warehouse_root):
 
 
 def _moments_dict(moments):
-    return {(r["period"], r["arm"]): (r["users"], r["clicks"], r["impressions"], r["clicks_sq"], r["impressions_sq"],
-                                      r["clicks_x_impressions"]) for r in moments.to_pylist()}
+    return {
+        (r["period"], r["arm"]): (
+            r["users"],
+            r["clicks"],
+            r["impressions"],
+            r["clicks_sq"],
+            r["impressions_sq"],
+            r["clicks_x_impressions"],
+        )
+        for r in moments.to_pylist()
+    }
 
 
 def _copy(warehouse_root, tmp_path):
@@ -101,8 +119,12 @@ def test_report_after_a_month_ingested_without_the_aggregate(warehouse_root, tmp
     path = _copy(warehouse_root, tmp_path)
     landing = tmp_path / "landing"
     # April re-landed (other users, other clicks) and ingested by code that did not maintain the aggregate
-    write_impressions(impressions_log(7, "2026-04", {"abpo": [1, 2, 3], "grpo": [4, 5]},
-                                      {"abpo": 0.3, "grpo": 0.2}), landing, "2026-04", part="0")
+    write_impressions(
+        impressions_log(7, "2026-04", {"abpo": [1, 2, 3], "grpo": [4, 5]}, {"abpo": 0.3, "grpo": 0.2}),
+        landing,
+        "2026-04",
+        part="0",
+    )
     monkeypatch.setattr(Warehouse, "_build_user_month_stats", lambda self, month: {"users": 0})
     with Warehouse(path) as wh:
         # far fewer rows than the month held: a deliberate replacement, so forced past the replace guard
@@ -137,8 +159,15 @@ def test_report_from_warehouse_has_clustered_tests_and_period_srm(warehouse_root
 def test_cli_report_from_warehouse_logged_to_mlflow(warehouse_root, capsys):
     from mlflow import MlflowClient
 
-    args = ["report", "--months", "2026-02..2026-04", "--set", f"paths.root={warehouse_root}",
-            "--set", "report.arm_shares={abpo: 0.4, grpo: 0.2, ml_retrain: 0.2, popularity: 0.2}"]
+    args = [
+        "report",
+        "--months",
+        "2026-02..2026-04",
+        "--set",
+        f"paths.root={warehouse_root}",
+        "--set",
+        "report.arm_shares={abpo: 0.4, grpo: 0.2, ml_retrain: 0.2, popularity: 0.2}",
+    ]
     assert main(args) == 0
     out_dir = warehouse_root / "reports" / "2026-02..2026-04"
     data = json.loads((out_dir / "report.json").read_text())
@@ -159,7 +188,9 @@ def test_cli_report_from_warehouse_logged_to_mlflow(warehouse_root, capsys):
     (again,) = client.search_runs([exp.experiment_id])
     assert again.info.run_id == run.info.run_id
     assert {a.path for a in client.list_artifacts(run.info.run_id, "report")} == {
-        "report/2026-02..2026-04", "report/2026-04"}
+        "report/2026-02..2026-04",
+        "report/2026-04",
+    }
 
 
 def test_month_without_data_in_warehouse(warehouse_root, capsys):
@@ -172,9 +203,12 @@ def test_month_without_data_in_warehouse(warehouse_root, capsys):
 
 def test_clustered_matches_stats_on_moments(warehouse_root):
     counts, moments = load_from_warehouse(warehouse_root / "warehouse.duckdb", MONTHS)
-    m = {(r["period"], r["arm"]): stats.UserMoments(r["users"], r["clicks"], r["impressions"], r["clicks_sq"],
-                                                     r["impressions_sq"], r["clicks_x_impressions"])
-         for r in moments.to_pylist()}
+    m = {
+        (r["period"], r["arm"]): stats.UserMoments(
+            r["users"], r["clicks"], r["impressions"], r["clicks_sq"], r["impressions_sq"], r["clicks_x_impressions"]
+        )
+        for r in moments.to_pylist()
+    }
     from abpo.abtest.analysis import analyse
 
     r = analyse(counts, ReportConfig(arm_shares=SHARES), months=MONTHS, moments=moments)

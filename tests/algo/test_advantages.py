@@ -66,8 +66,9 @@ def test_group_advantages_hand_example_and_equivalence_to_zero_anchor_weight():
     g = torch.Generator().manual_seed(0)
     rr = torch.randn(6, 5, generator=g, dtype=torch.float64)
     zero = torch.zeros(6, dtype=torch.float64)
-    assert torch.allclose(group_advantages(rr, EPS), anchored_advantages(torch.randn(6, generator=g,
-                          dtype=torch.float64), rr, zero, EPS))
+    assert torch.allclose(
+        group_advantages(rr, EPS), anchored_advantages(torch.randn(6, generator=g, dtype=torch.float64), rr, zero, EPS)
+    )
 
 
 def test_group_advantages_sum_to_zero_but_anchored_ones_do_not():

@@ -75,7 +75,9 @@ def test_anchor_changes_gamma_on_the_same_rollouts():
 
 
 def test_gradient_cosine_by_hand():
-    assert gradient_cosine([torch.tensor([1.0, 0.0]), torch.tensor([1.0])], [torch.tensor([1.0, 1.0]), torch.tensor([0.0])]) == (
+    assert gradient_cosine(
+        [torch.tensor([1.0, 0.0]), torch.tensor([1.0])], [torch.tensor([1.0, 1.0]), torch.tensor([0.0])]
+    ) == (
         pytest.approx(0.5)  # (1, 0, 1) . (1, 1, 0) / (sqrt 2 sqrt 2)
     )
     assert gradient_cosine(torch.tensor([1.0, -1.0]), torch.tensor([-2.0, 2.0])) == pytest.approx(-1.0)

@@ -42,8 +42,9 @@ def _mc_groups(variant: str, z: torch.Tensor, y: int, seed: int):
     r_sc = token_kl_from_uniform(z.float()).expand(GROUPS)  # one-token answer: the same r_sc for every completion
     v = get_variant(variant)
     lam = v.effective_lambda_sc(LAMBDA_SC)
-    r_roll = total_reward(match_reward(a, logged, yy), torch.ones(GROUPS, N_ROLL), r_sc[:, None].expand(GROUPS, N_ROLL),
-                          yy, lam)
+    r_roll = total_reward(
+        match_reward(a, logged, yy), torch.ones(GROUPS, N_ROLL), r_sc[:, None].expand(GROUPS, N_ROLL), yy, lam
+    )
     r_log = anchor_reward(yy, r_sc, lam)
     w = torch.tensor([0.5, 2.0], dtype=torch.float32).repeat(GROUPS // 2)  # raw SNIPS weights e_old / e0 in [0.5, 2]
     adv = rollout_advantages(v, r_log, r_roll, yy, w, delta=DELTA, eps_std=EPS_STD)
@@ -66,8 +67,10 @@ def test_monte_carlo_gradient_matches_eq_r1(variant, y, p):
     u[A_LOG] += 1.0  # e_{a_log} - pi
     n = N_ROLL
     r_sc = float(token_kl_from_uniform(z.float()))
-    gam = {float(wh): gamma(variant, p, n, y, w_hat=float(wh), eps_std=EPS_STD, lambda_sc=LAMBDA_SC, r_sc=r_sc)
-           for wh in w_hat.unique()}
+    gam = {
+        float(wh): gamma(variant, p, n, y, w_hat=float(wh), eps_std=EPS_STD, lambda_sc=LAMBDA_SC, r_sc=r_sc)
+        for wh in w_hat.unique()
+    }
     expected = torch.tensor([gam[float(wh)] for wh in w_hat], dtype=torch.float64) / n  # per group: gamma_i / n
     mean_grad = grads.mean(0)
     cos = float(mean_grad @ u / (mean_grad.norm() * u.norm()))
@@ -76,8 +79,10 @@ def test_monte_carlo_gradient_matches_eq_r1(variant, y, p):
     se = float(s.std() / math.sqrt(GROUPS))
     assert abs(float(s.mean() - expected.mean())) < 4 * se, (float(s.mean()), float(expected.mean()), se)  # (b)
     # the exact expectation of Eq. R1 as a vector, for the average w_hat's groups
-    assert torch.allclose(expected_logit_gradient(variant, z, A_LOG, n, y, w_hat=float(w_hat[0]), eps_std=EPS_STD,
-                                                  r_sc=r_sc), expected[0] * u)
+    assert torch.allclose(
+        expected_logit_gradient(variant, z, A_LOG, n, y, w_hat=float(w_hat[0]), eps_std=EPS_STD, r_sc=r_sc),
+        expected[0] * u,
+    )
 
 
 def test_gamma_by_hand_for_two_rollouts():
@@ -92,7 +97,9 @@ def test_self_certainty_is_removed_by_group_normalisation_for_one_token_answers(
     for p in (0.22, 0.53):
         for y in (0, 1):
             assert gamma_anchored(p, 7, y, self_certainty=True, r_sc=1.7) == pytest.approx(gamma_anchored(p, 7, y))
-            assert gamma("abpo", p, 7, y, w_hat=1.8, r_sc=2.0) == pytest.approx(gamma("anchor_snips", p, 7, y, w_hat=1.8))
+            assert gamma("abpo", p, 7, y, w_hat=1.8, r_sc=2.0) == pytest.approx(
+                gamma("anchor_snips", p, 7, y, w_hat=1.8)
+            )
 
 
 def test_gamma_rejects_bad_inputs():

@@ -125,8 +125,10 @@ def _no_response_batch(n: int, G: int, lambda_sc: float, seed: int):
     """No-response (y = 0) groups built end to end from completion text: the rollouts rarely hit a_log (which
     costs -1) and pay the format reward, so V > r_log = lambda_sc r_sc(a_log)."""
     chosen = sample_outcomes(n, G - 1, seed=seed)
-    texts = [format_answer(int(a), f"Movie {int(a)}") if a != NO_ITEM else "Movie 12, I think" for a in
-             chosen.flatten().tolist()]
+    texts = [
+        format_answer(int(a), f"Movie {int(a)}") if a != NO_ITEM else "Movie 12, I think"
+        for a in chosen.flatten().tolist()
+    ]
     cands = [CANDS] * len(texts)
     a = chosen_items(texts, cands).view(n, G - 1)
     assert torch.equal(a, chosen)

@@ -94,9 +94,7 @@ def test_self_certainty_hand_example_with_masking():
     # row 1: t0 only (the same p = [1/4, 3/4]: KL 0.1438410); t1 is padding holding inf logits
     #        -> 0.1438410 (padding must not count, and must not turn into NaN)
     lg3 = math.log(3.0)
-    logits = torch.tensor(
-        [[[0.0, lg3], [5.0, 5.0]], [[0.0, lg3], [float("inf"), -float("inf")]]], dtype=torch.float64
-    )
+    logits = torch.tensor([[[0.0, lg3], [5.0, 5.0]], [[0.0, lg3], [float("inf"), -float("inf")]]], dtype=torch.float64)
     mask = torch.tensor([[1, 1], [1, 0]])
     r = self_certainty(logits, mask)
     half_log_4_3 = 0.5 * math.log(4.0 / 3.0)

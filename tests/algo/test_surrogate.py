@@ -102,8 +102,9 @@ def test_clipped_region_has_no_gradient():
     assert new.grad[1].abs().max().item() == 0.0
     # and an A > 0 completion with s > 1 + eps is clipped too
     up = torch.tensor([[0.0]], dtype=torch.float64, requires_grad=True)
-    clipped_surrogate(up, torch.tensor([[-0.5]], dtype=torch.float64), torch.tensor([1.0], dtype=torch.float64),
-                      torch.ones(1, 1), EPS).backward()
+    clipped_surrogate(
+        up, torch.tensor([[-0.5]], dtype=torch.float64), torch.tensor([1.0], dtype=torch.float64), torch.ones(1, 1), EPS
+    ).backward()
     assert up.grad.item() == 0.0
 
 
@@ -116,8 +117,7 @@ def test_kl_term_hand_example():
     k = kl_k3(new, ref, mask)
     assert k.item() == pytest.approx(math.exp(-0.5) - 0.5, abs=1e-12)
     # J = min(1 * A, ...) - beta * k3 with s = 1, A = 2, beta = 0.1: 2 - 0.01065307
-    j = clipped_surrogate(new, new.clone(), torch.tensor([2.0], dtype=torch.float64), mask, EPS,
-                          logp_ref=ref, beta=0.1)
+    j = clipped_surrogate(new, new.clone(), torch.tensor([2.0], dtype=torch.float64), mask, EPS, logp_ref=ref, beta=0.1)
     assert j.item() == pytest.approx(2.0 - 0.1 * (math.exp(-0.5) - 0.5), abs=1e-12)
     assert kl_k3(new, new, mask).item() == 0.0  # KL of a policy from itself
 

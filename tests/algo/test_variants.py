@@ -67,8 +67,9 @@ def test_variants_D_and_F_use_stratified_snips():
     whole = anchored_advantages(R_LOG, R_ROLL, W / W.mean(), 1e-4)
     assert not torch.allclose(a, whole, atol=1e-3)
     # and the SNIPS variants differ from unit weights on the same batch
-    assert not torch.allclose(a, rollout_advantages(VARIANTS["anchor"], R_LOG, R_ROLL, Y, W, delta=0.0,
-                                                    eps_std=1e-4), atol=1e-3)
+    assert not torch.allclose(
+        a, rollout_advantages(VARIANTS["anchor"], R_LOG, R_ROLL, Y, W, delta=0.0, eps_std=1e-4), atol=1e-3
+    )
 
 
 def test_variant_errors():

@@ -12,8 +12,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-SMALL = ["data.max_users=40", "data.eval_candidates=20", "policy.tiny_hidden_size=32", "policy.tiny_layers=1",
-         "policy.tiny_heads=2", "policy.tiny_intermediate_size=64", "policy.tiny_vocab_size=600"]
+SMALL = [
+    "data.max_users=40",
+    "data.eval_candidates=20",
+    "policy.tiny_hidden_size=32",
+    "policy.tiny_layers=1",
+    "policy.tiny_heads=2",
+    "policy.tiny_intermediate_size=64",
+    "policy.tiny_vocab_size=600",
+]
 
 
 def _cfg_and_model(make_cfg, build_tiny_model, *extra):
@@ -28,8 +35,14 @@ def _request(ds, n: int = 6):
     ids = sorted(ds.titles())[:n]
     hist = sorted(ds.titles())[100:110]
     titles = ds.titles()
-    return pd.DataFrame({"history_titles": [[titles[i] for i in hist]], "candidate_ids": [ids],
-                         "candidate_titles": [[titles[i] for i in ids]], "history_item_ids": [hist]})
+    return pd.DataFrame(
+        {
+            "history_titles": [[titles[i] for i in hist]],
+            "candidate_ids": [ids],
+            "candidate_titles": [[titles[i] for i in ids]],
+            "history_item_ids": [hist],
+        }
+    )
 
 
 def test_adopt_makes_a_model_the_first_champion_without_sft(make_cfg, build_tiny_model, tmp_path, capsys):
@@ -78,8 +91,11 @@ def test_a_tokenizer_without_item_tokens_for_the_catalog_is_refused(make_cfg, bu
 
     cfg = make_cfg(*SMALL)
     other = build_tiny_model(cfg.policy, {i: f"Other film {i}" for i in range(1, 60)})  # another catalog's tokens
-    with pytest.raises(ModelRefused, match=r"tokenizer.json: no item token for \d+ of \d+ catalog items .*rule: "
-                                           r"policy.prompt_style=item_tokens needs one vocabulary token"):
+    with pytest.raises(
+        ModelRefused,
+        match=r"tokenizer.json: no item token for \d+ of \d+ catalog items .*rule: "
+        r"policy.prompt_style=item_tokens needs one vocabulary token",
+    ):
         adopt_model(cfg, "abpo", str(other))
     assert arm_versions.get_version(cfg, "abpo", "champion") is None  # nothing registered
 
@@ -97,17 +113,21 @@ def test_a_tokenizer_without_the_answer_format_is_refused(make_cfg, build_tiny_m
     vocab = {w: i for i, w in enumerate(["[UNK]", "<|pad|>", "<|bos|>", "<|end|>", *words])}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="<|pad|>", bos_token="<|bos|>",
-                                   eos_token="<|end|>")
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="[UNK]", pad_token="<|pad|>", bos_token="<|bos|>", eos_token="<|end|>"
+    )
     fast.chat_template = CHAT_TEMPLATE
     bad = tmp_path / "wordlevel"
     shutil.copytree(model, bad)
     for f in bad.glob("*token*"):
         f.unlink()
     fast.save_pretrained(bad)
-    with pytest.raises(ModelRefused, match=r"wordlevel/tokenizer.json: the answer format does not survive the "
-                                           r"tokenizer: .*\(unknown tokens\); rule: the tokenizer encodes "
-                                           r"<item_id>ID</item_id><item>TITLE</item> losslessly"):
+    with pytest.raises(
+        ModelRefused,
+        match=r"wordlevel/tokenizer.json: the answer format does not survive the "
+        r"tokenizer: .*\(unknown tokens\); rule: the tokenizer encodes "
+        r"<item_id>ID</item_id><item>TITLE</item> losslessly",
+    ):
         adopt_model(cfg, "abpo", str(bad))
 
 

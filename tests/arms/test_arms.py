@@ -88,11 +88,14 @@ def test_dag_arm_lists_agree_with_the_package():
     from abpo.arms.names import ARMS, HOLDBACK_ARMS, LLM_ARMS, RANKER_ARMS, arm_class
 
     tree = ast.parse((Path(__file__).resolve().parents[2] / "dags" / "abpo_monthly.py").read_text())
-    imported = {a.name for n in tree.body if isinstance(n, ast.ImportFrom) and n.module == "abpo.arms.names"
-                for a in n.names}
+    imported = {
+        a.name for n in tree.body if isinstance(n, ast.ImportFrom) and n.module == "abpo.arms.names" for a in n.names
+    }
     assert "ARMS" in imported  # the DAG takes its arms from the one registry
-    assert not any(isinstance(n, ast.Assign) and any(getattr(t, "id", "") in ("LLM_ARMS", "RANKER_ARMS")
-                                                     for t in n.targets) for n in tree.body)  # and spells none
+    assert not any(
+        isinstance(n, ast.Assign) and any(getattr(t, "id", "") in ("LLM_ARMS", "RANKER_ARMS") for t in n.targets)
+        for n in tree.body
+    )  # and spells none
     for name, e in ARMS.items():  # every registered arm names a class of its kind
         assert arm_class(name).kind == e.kind and (name in LLM_ARMS) == (e.kind == "llm")
     assert set(LLM_ARMS) | set(RANKER_ARMS) | set(HOLDBACK_ARMS) == set(ARMS) and HOLDBACK_ARMS == ("holdback",)
@@ -117,8 +120,9 @@ def test_the_holdback_is_never_refreshed_adopted_updated_or_promoted(make_cfg):
         update(cfg, "holdback", "2026-01")
     with pytest.raises(ModelRefused, match="'holdback' is a holdback arm; rule: adopt takes an LLM arm"):
         adopt_model(cfg, "holdback", "/nonexistent")
-    with pytest.raises(arm_versions.HoldbackNeverPromoted, match="arm holdback is a holdback; rule: its champion "
-                                                                "stays pi_init"):
+    with pytest.raises(
+        arm_versions.HoldbackNeverPromoted, match="arm holdback is a holdback; rule: its champion stays pi_init"
+    ):
         arm_versions.promote(cfg, "holdback", "2")
     with pytest.raises(ValueError, match="'abpo' is a llm arm; rule: one of \\['holdback'\\]"):
         hold(cfg, "abpo", "2026-01")

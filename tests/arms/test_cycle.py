@@ -6,10 +6,20 @@ from __future__ import annotations
 
 import pytest
 
-SMALL = ["data.max_users=60", "data.update_steps=6", "sft.max_steps=20", "sft.eval_max_users=20",
-         "data.eval_candidates=20", "update.max_steps=2", "update.batch_size=8", "update.save_steps=100",
-         "arms.min_rows_per_stratum=1", "sim.click_next=1.0", "sim.base_ctr=0.2",
-         "arms.update_logs=own"]  # own logs here; all traffic and the holdback: tests/monthly/test_holdback_months.py
+SMALL = [
+    "data.max_users=60",
+    "data.update_steps=6",
+    "sft.max_steps=20",
+    "sft.eval_max_users=20",
+    "data.eval_candidates=20",
+    "update.max_steps=2",
+    "update.batch_size=8",
+    "update.save_steps=100",
+    "arms.min_rows_per_stratum=1",
+    "sim.click_next=1.0",
+    "sim.base_ctr=0.2",
+    "arms.update_logs=own",
+]  # own logs here; all traffic and the holdback: tests/monthly/test_holdback_months.py
 
 
 @pytest.mark.slow
@@ -29,17 +39,28 @@ def test_two_months_lineage_gate_and_refits(tmp_path):
     # month 1 with a gate every challenger passes (margin 1: any lower bound of the paired difference clears it), so
     # that month 2 must start from month 1's promoted challenger; the gate's own verdicts are tested in test_gate*
     cfg = load_config("tiny", [f"paths.root={tmp_path}", *SMALL])
-    cfg1 = load_config("tiny", [f"paths.root={tmp_path}", *SMALL, "arms.gate_margin=1.0", "arms.gate_ope_margin=1.0",
-                                "arms.gate_min_ess=0"])
+    cfg1 = load_config(
+        "tiny",
+        [f"paths.root={tmp_path}", *SMALL, "arms.gate_margin=1.0", "arms.gate_ope_margin=1.0", "arms.gate_min_ess=0"],
+    )
     m1 = run_month(cfg1, "2026-01").to_json()
     # the steps ran in the order of abpo.monthly.steps.STEPS (per arm: its kind's chain), the DAG's order
-    assert [s.split(".")[-1] for s in m1["ran"]] == ["bootstrap", "serve", "ingest",
-                                                      *["update", "register", "gate", "promote"] * 2,
-                                                      *["refit"] * 2, "report"]
+    assert [s.split(".")[-1] for s in m1["ran"]] == [
+        "bootstrap",
+        "serve",
+        "ingest",
+        *["update", "register", "gate", "promote"] * 2,
+        *["refit"] * 2,
+        "report",
+    ]
     assert list(dict.fromkeys(s.split(".")[-1] for s in m1["ran"])) == [s for s in STEPS if s != "hold"]  # no
     # holdback arm in arms.names here (its step: tests/monthly/test_holdback_months.py)
-    assert {a: m1["bootstrap"][a]["version"] for a in ("abpo", "grpo", "ml_retrain", "popularity")} == \
-        {"abpo": "1", "grpo": "1", "ml_retrain": "1", "popularity": "1"}
+    assert {a: m1["bootstrap"][a]["version"] for a in ("abpo", "grpo", "ml_retrain", "popularity")} == {
+        "abpo": "1",
+        "grpo": "1",
+        "ml_retrain": "1",
+        "popularity": "1",
+    }
     champ1 = {a: m1[a]["promote"]["champion_version"] for a in ("abpo", "grpo")}
 
     # month 2 with a gate no challenger can pass: every LLM arm keeps its month-1 champion
@@ -68,22 +89,32 @@ def test_two_months_lineage_gate_and_refits(tmp_path):
         assert new.tags["gate.offline.users"] == str(paired["n"]) and new.tags["gate.offline.passed"] == "false"
         assert float(new.tags["gate.offline.lower"]) == pytest.approx(paired["lower"], rel=1e-5, abs=1e-9)
         assert paired["lower"] <= 1.0 and paired["margin"] == -1.0
-        assert metrics["offline.paired.wins"].value + metrics["offline.paired.losses"].value + \
-            metrics["offline.paired.ties"].value == paired["n"]
+        assert (
+            metrics["offline.paired.wins"].value
+            + metrics["offline.paired.losses"].value
+            + metrics["offline.paired.ties"].value
+            == paired["n"]
+        )
         assert not any(k.startswith("gate.m.") for k in new.tags)
         inputs = client.get_run(new.run_id).inputs.dataset_inputs
         assert [d.dataset.name for d in inputs] == [f"{arm}-impressions-2026-02"]
-        assert len(inputs[0].dataset.digest) == 16 and json.loads(inputs[0].dataset.profile)["num_rows"] == \
-            m2["serve"]["per_arm"][arm]["impressions"]
-    gates = client.search_runs([MlflowClient().get_experiment_by_name("abpo-arms").experiment_id],
-                               "tags.`abpo.month` = '2026-02' and attributes.run_name LIKE 'gate-%'")
+        assert (
+            len(inputs[0].dataset.digest) == 16
+            and json.loads(inputs[0].dataset.profile)["num_rows"] == m2["serve"]["per_arm"][arm]["impressions"]
+        )
+    gates = client.search_runs(
+        [MlflowClient().get_experiment_by_name("abpo-arms").experiment_id],
+        "tags.`abpo.month` = '2026-02' and attributes.run_name LIKE 'gate-%'",
+    )
     assert len(gates) == 2 and all("ope.diff" in r.data.metrics for r in gates)
     for arm in ("ml_retrain", "popularity"):
         mv = arm_versions.get_version(cfg, arm, "champion")
         assert str(mv.version) == "3" and mv.tags["parent_version"] == "2" and mv.tags["months"] == "2026-01,2026-02"
         (fitted,) = client.get_run(mv.run_id).inputs.dataset_inputs
-        assert fitted.dataset.name == f"{arm}-interactions-through-2026-02" and fitted.dataset.digest == \
-            mv.tags["data_hash"]
+        assert (
+            fitted.dataset.name == f"{arm}-interactions-through-2026-02"
+            and fitted.dataset.digest == mv.tags["data_hash"]
+        )
 
     # what the abpo arm logged in month 2 is its champion's e_p over the candidates (the update's e_old rule)
     import pyarrow.parquet as pq

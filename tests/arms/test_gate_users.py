@@ -41,9 +41,16 @@ def land_interactions(cfg, month: str, seqs: dict[int, list[int]], first_positio
     ingest them into the config's warehouse; returns the landed file."""
     rows = [(u, i, (first_position or {}).get(u, 0) + p) for u, items in seqs.items() for p, i in enumerate(items)]
     when = datetime(int(month[:4]), int(month[5:]), 2, tzinfo=UTC)
-    table = pa.table({"user_id": [r[0] for r in rows], "item_id": [r[1] for r in rows],
-                      "event_time": [when] * len(rows), "rating": [None] * len(rows),
-                      "position": [r[2] for r in rows]}, schema=INTERACTIONS_SCHEMA)
+    table = pa.table(
+        {
+            "user_id": [r[0] for r in rows],
+            "item_id": [r[1] for r in rows],
+            "event_time": [when] * len(rows),
+            "rating": [None] * len(rows),
+            "position": [r[2] for r in rows],
+        },
+        schema=INTERACTIONS_SCHEMA,
+    )
     landing = cfg.paths.resolve("landing")
     path = write_interactions(table, landing, month, part="serving")
     with Warehouse(cfg.paths.resolve("warehouse")) as wh:
@@ -59,9 +66,13 @@ def land_both_months(cfg, users):
 def warehouse_cfg(make_cfg, movielens_dir, n_items: int, n_users: int, *extra: str):
     """The tiny preset on a synthetic MovieLens catalog of n_items items (the dataset is only the catalog here),
     gating on the warehouse's users."""
-    return make_cfg(f"data.dataset_dir={movielens_dir(n_items, n_users, ratings_per_user=12)}",
-                    "data.eval_candidates=10", "arms.gate_users=warehouse", f"arms.gate_holdout_fraction={FRACTION}",
-                    *extra)
+    return make_cfg(
+        f"data.dataset_dir={movielens_dir(n_items, n_users, ratings_per_user=12)}",
+        "data.eval_candidates=10",
+        "arms.gate_users=warehouse",
+        f"arms.gate_holdout_fraction={FRACTION}",
+        *extra,
+    )
 
 
 # ------------------------------------------------------------------------------------------- (a) the gate's users
@@ -69,7 +80,8 @@ def warehouse_cfg(make_cfg, movielens_dir, n_items: int, n_users: int, *extra: s
 
 @pytest.mark.parametrize("n_items,n_users", [(60, 40), (250, 25)])
 def test_warehouse_gate_users_are_the_held_out_slice_scored_on_their_last_interaction(
-        make_cfg, movielens_dir, n_items, n_users):
+    make_cfg, movielens_dir, n_items, n_users
+):
     from abpo.data.candidates import build_eval_examples
     from abpo.data.splits import UserSplit
     from abpo.monthly.common import dataset_and_splits
@@ -151,9 +163,20 @@ def test_dataset_gate_users_stay_the_offline_construction(make_cfg):
     assert cfg.arms.gate_users == "dataset" and cfg.arms.gate_holdout_fraction == 0.1
     ds, splits = dataset_and_splits(cfg)
     want = seeded_subsample(build_eval_examples(splits, ds, cfg.data), cfg.sft.eval_max_users, cfg.seed)
-    key = hashlib.sha256(json.dumps([ds.name, cfg.data.seed, cfg.data.eval_candidates, cfg.seed, cfg.data.tie_seed,
-                                     cfg.data.eval_hard_negative_fraction, [e.request_id for e in want],
-                                     [e.candidates for e in want]]).encode()).hexdigest()[:12]
+    key = hashlib.sha256(
+        json.dumps(
+            [
+                ds.name,
+                cfg.data.seed,
+                cfg.data.eval_candidates,
+                cfg.seed,
+                cfg.data.tie_seed,
+                cfg.data.eval_hard_negative_fraction,
+                [e.request_id for e in want],
+                [e.candidates for e in want],
+            ]
+        ).encode()
+    ).hexdigest()[:12]
     assert gate_examples(cfg) == gate_examples(cfg, M1) == (want, training_popularity(splits, ds), key)
 
 
@@ -200,13 +223,19 @@ def test_the_update_leaves_the_gate_users_impressions_out_and_logs_how_many(make
     assert kept_pos.num_rows + kept_neg.num_rows == abpo_rows.num_rows - len(mine)
     assert held.rows == len(mine) and held.positive == sum(r["clicked"] for r in mine)
     assert held.users == len({r["user_id"] for r in mine})
-    assert (f"held out {held.positive} positive + {held.no_response} no-response rows of the gate's users "
-            f"({held.users} users") in caplog.text
+    assert (
+        f"held out {held.positive} positive + {held.no_response} no-response rows of the gate's users "
+        f"({held.users} users"
+    ) in caplog.text
     assert kept_pos.equals(pos.filter(pc.invert(pc.is_in(pos.column("user_id"), pa.array(sorted(slice_))))))
 
     # `abpo update`'s own reader of the warehouse leaves them out too
-    w_pos, w_neg, months = warehouse_strata(cfg, UpdateRun(arm="abpo", months=(M1,)), gate_users=cfg.arms.gate_users,
-                                            gate_holdout_fraction=cfg.arms.gate_holdout_fraction)
+    w_pos, w_neg, months = warehouse_strata(
+        cfg,
+        UpdateRun(arm="abpo", months=(M1,)),
+        gate_users=cfg.arms.gate_users,
+        gate_holdout_fraction=cfg.arms.gate_holdout_fraction,
+    )
     assert months == [M1] and w_pos.equals(kept_pos) and w_neg.equals(kept_neg)
 
 
@@ -224,8 +253,9 @@ def test_the_streamed_batches_and_sizes_leave_the_excluded_users_out(make_cfg):
         assert sum(r["no_response"] for r in counts) == N - neg.num_rows > 0
         streamed = pa.concat_tables(wh.stratified_batch_stream([M1], 8, seed=1, exclude_users=out))
         assert not set(streamed.column("user_id").to_pylist()) & set(out)
-        assert set(streamed.column("impression_id").to_pylist()) == set(pos.column("impression_id").to_pylist()) | \
-            set(neg.column("impression_id").to_pylist())
+        assert set(streamed.column("impression_id").to_pylist()) == set(pos.column("impression_id").to_pylist()) | set(
+            neg.column("impression_id").to_pylist()
+        )
 
 
 # --------------------------------------------------------------------------------------------------- (c) errors
@@ -238,12 +268,18 @@ def test_no_warehouse_or_no_interactions_through_the_month_is_a_message(make_cfg
     cfg = warehouse_cfg(make_cfg, movielens_dir, 60, 40)
     path = cfg.paths.resolve("warehouse")
     assert GateUsersMissing in expected_errors()  # the CLI prints it as one line, exit code 2
-    with pytest.raises(GateUsersMissing, match=rf"{path}: no warehouse, so no interactions through month {M1}; "
-                                               r"rule: arms.gate_users=warehouse gates on"):
+    with pytest.raises(
+        GateUsersMissing,
+        match=rf"{path}: no warehouse, so no interactions through month {M1}; "
+        r"rule: arms.gate_users=warehouse gates on",
+    ):
         gate_examples(cfg, M1)
     land_impressions(cfg, 50)  # impressions, but no interactions at all
-    with pytest.raises(GateUsersMissing, match=rf"{path}: table interactions holds no interactions through month "
-                                               rf"{M1}; rule: .*at least 2 interactions"):
+    with pytest.raises(
+        GateUsersMissing,
+        match=rf"{path}: table interactions holds no interactions through month "
+        rf"{M1}; rule: .*at least 2 interactions",
+    ):
         gate_examples(cfg, M1)
     land_interactions(cfg, M2, own_users(40, 60)[M2])  # only after the gated month
     with pytest.raises(GateUsersMissing, match=f"no interactions through month {M1}"):
@@ -260,10 +296,13 @@ def test_no_held_out_user_with_two_interactions_is_a_message(make_cfg, movielens
     users = own_users(40, 60)[M1]
     held = [u for u in users if holdout_unit(cfg.seed, u) < FRACTION]
     land_interactions(cfg, M1, {u: items[:1] if u in held else items for u, items in users.items()})
-    with pytest.raises(GateUsersMissing, match=rf"{cfg.paths.resolve('warehouse')}: through month {M1}, 40 users have "
-                                               rf"interactions, {len(held)} of them in the gate's held-out slice "
-                                               r"\(seed 0\), none with 2 or more; rule: .*"
-                                               r"arms.gate_holdout_fraction=0.3, each with at least 2 interactions"):
+    with pytest.raises(
+        GateUsersMissing,
+        match=rf"{cfg.paths.resolve('warehouse')}: through month {M1}, 40 users have "
+        rf"interactions, {len(held)} of them in the gate's held-out slice "
+        r"\(seed 0\), none with 2 or more; rule: .*"
+        r"arms.gate_holdout_fraction=0.3, each with at least 2 interactions",
+    ):
         gate_examples(cfg, M1)
 
 
@@ -274,10 +313,13 @@ def test_an_interaction_of_an_item_outside_the_catalog_is_named_never_dropped(ma
     users = own_users(40, 60)[M1]
     users[1005] = [*users[1005], 999]  # item 999: the catalog has items 1..60
     path = land_interactions(cfg, M1, users)
-    with pytest.raises(SchemaError, match=rf"{path.absolute()}: interaction of user 1005 at position "
-                                          rf"{len(users[1005]) - 1} \(month {M1}\) has item_id 999, which is not in "
-                                          r"the catalog of the configured dataset \(60 items\); rule: .*1 such "
-                                          r"interaction\(s\) of 1 item\(s\) \(\[999\]\).*none was dropped"):
+    with pytest.raises(
+        SchemaError,
+        match=rf"{path.absolute()}: interaction of user 1005 at position "
+        rf"{len(users[1005]) - 1} \(month {M1}\) has item_id 999, which is not in "
+        r"the catalog of the configured dataset \(60 items\); rule: .*1 such "
+        r"interaction\(s\) of 1 item\(s\) \(\[999\]\).*none was dropped",
+    ):
         gate_examples(cfg, M1)
 
 
@@ -290,9 +332,12 @@ def test_a_gate_user_without_enough_unseen_items_is_named(make_cfg, movielens_di
     seqs = {u: users[M1][u] + users[M2][u] for u in users[M1]}
     crowded = [u for u, s in seqs.items() if holdout_unit(cfg.seed, u) < FRACTION and len(s) == 5]
     assert crowded
-    with pytest.raises(GateUsersMissing, match=rf"gate user {crowded[0]} consumed 5 of the catalog's 60 items through "
-                                               rf"month {M2} \({len(crowded)} gate user\(s\) like this\); rule: "
-                                               r"data.eval_candidates=57 needs 56 items the user never consumed"):
+    with pytest.raises(
+        GateUsersMissing,
+        match=rf"gate user {crowded[0]} consumed 5 of the catalog's 60 items through "
+        rf"month {M2} \({len(crowded)} gate user\(s\) like this\); rule: "
+        r"data.eval_candidates=57 needs 56 items the user never consumed",
+    ):
         gate_examples(cfg, M2)
 
 
@@ -332,8 +377,14 @@ def test_config_explain_lists_the_new_keys(capsys):
 
 # ------------------------------------------------------------------------------------------ (d) gate, end to end
 
-SMALL_MODEL = ["policy.tiny_hidden_size=32", "policy.tiny_layers=1", "policy.tiny_heads=2",
-               "policy.tiny_intermediate_size=64", "policy.tiny_vocab_size=600", "arms.gate_ope_margin=-1"]
+SMALL_MODEL = [
+    "policy.tiny_hidden_size=32",
+    "policy.tiny_layers=1",
+    "policy.tiny_heads=2",
+    "policy.tiny_intermediate_size=64",
+    "policy.tiny_vocab_size=600",
+    "arms.gate_ope_margin=-1",
+]
 
 
 def test_gate_arm_scores_both_versions_on_the_warehouse_users(make_cfg, movielens_dir, build_tiny_model):
@@ -360,8 +411,9 @@ def test_gate_arm_scores_both_versions_on_the_warehouse_users(make_cfg, movielen
     champion = adopt_model(cfg, "abpo", model_dir).version
     with start_run(cfg, "challenger", {}) as run:
         uri = arm_versions.log_arm_model(cfg, "abpo", model_dir)
-    challenger = str(arm_versions.register_version(cfg, "abpo", uri, run.info.run_id, {"source": "test"},
-                                                   alias=CHALLENGER).version)
+    challenger = str(
+        arm_versions.register_version(cfg, "abpo", uri, run.info.run_id, {"source": "test"}, alias=CHALLENGER).version
+    )
     land_both_months(cfg, own_users(40, 60))
 
     examples, _, key = gate_examples(cfg, M1)
@@ -378,8 +430,9 @@ def test_gate_arm_scores_both_versions_on_the_warehouse_users(make_cfg, movielen
     assert tags["gate.offline.users"] == str(len(examples)) and tags["gate.offline.passed"] == "true"
     assert float(tags["gate.offline.margin"]) == cfg.arms.gate_margin == 0.02
     ranks = kept_ranks(arm_versions.get_version(cfg, "abpo", champion), key, examples)
-    assert len(ranks) == len(examples) and ranks == kept_ranks(arm_versions.get_version(cfg, "abpo", challenger), key,
-                                                               examples)
+    assert len(ranks) == len(examples) and ranks == kept_ranks(
+        arm_versions.get_version(cfg, "abpo", challenger), key, examples
+    )
     assert offline_scores(cfg, "abpo", challenger, M1) == (res.challenger, ranks)  # read back, not rescored
     assert kept_ranks(arm_versions.get_version(cfg, "abpo", champion), "no-such-key", examples) is None
     # month 2: other targets, another user set; the champion is scored on it too (nothing reused across sets). A
@@ -388,8 +441,9 @@ def test_gate_arm_scores_both_versions_on_the_warehouse_users(make_cfg, movielen
     examples2, _, key2 = gate_examples(cfg, M2)
     mv = arm_versions.get_version(cfg, "abpo", champion)
     core_registry.log_model_metrics(mv, {"HR@5": 0.999}, dataset_name="gate-users", dataset_digest=key2)
-    record_offline_metrics(cfg, "abpo", challenger, {"HR@5": 0.999}, ranks=[1] * len(examples),
-                           gate_set=(examples, {}, key2))
+    record_offline_metrics(
+        cfg, "abpo", challenger, {"HR@5": 0.999}, ranks=[1] * len(examples), gate_set=(examples, {}, key2)
+    )
     res2 = gate(cfg, "abpo", challenger, M2)
     assert key2 != key and res2.passed and res2.champion["HR@5"] != 0.999 and res2.challenger == res2.champion
     assert res2.offline["n"] == len(examples2) and res2.offline["ties"] == len(examples2)

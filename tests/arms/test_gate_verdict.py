@@ -15,8 +15,17 @@ NAN, INF = math.nan, math.inf
 
 
 def _ope(**kw) -> dict:
-    ope = {"n": 400, "challenger_snips": 0.21, "champion_snips": 0.20, "diff": 0.01, "ci_low": -0.02,
-           "ci_high": 0.04, "confidence": 0.95, "challenger_ess": 300.0, "champion_ess": 400.0}
+    ope = {
+        "n": 400,
+        "challenger_snips": 0.21,
+        "champion_snips": 0.20,
+        "diff": 0.01,
+        "ci_low": -0.02,
+        "ci_high": 0.04,
+        "confidence": 0.95,
+        "challenger_ess": 300.0,
+        "champion_ess": 400.0,
+    }
     ope.update(kw)
     return ope
 
@@ -25,28 +34,49 @@ def _ranks(n: int = 400, wins: int = 0, losses: int = 0, both: int = 120) -> tup
     """(challenger, champion) target ranks of n users: ``wins`` users only the challenger ranks in the top 5 (rank 3
     against 9), ``losses`` only the champion, ``both`` both (ranks 1 and 2), the rest neither (ranks 40 and 50)."""
     rest = n - wins - losses - both
-    return ([3] * wins + [9] * losses + [1] * both + [40] * rest,
-            [9] * wins + [3] * losses + [2] * both + [50] * rest)
+    return ([3] * wins + [9] * losses + [1] * both + [40] * rest, [9] * wins + [3] * losses + [2] * both + [50] * rest)
 
 
-def _verdict(wins: int = 0, losses: int = 0, margin: float = 0.02, ope: dict | None = None, ope_margin: float = 0.05,
-             min_ess: float = 10.0, n: int = 400, metric: str = "HR@5"):
+def _verdict(
+    wins: int = 0,
+    losses: int = 0,
+    margin: float = 0.02,
+    ope: dict | None = None,
+    ope_margin: float = 0.05,
+    min_ess: float = 10.0,
+    n: int = 400,
+    metric: str = "HR@5",
+):
     new, old = _ranks(n, wins, losses)
-    return gate_verdict(metric=metric, challenger_ranks=new, champion_ranks=old, margin=margin, alpha=0.025,
-                        power=0.8, challenger_version="3", champion_version="2", ope=ope, ope_margin=ope_margin,
-                        min_ess=min_ess, month="2026-02")
+    return gate_verdict(
+        metric=metric,
+        challenger_ranks=new,
+        champion_ranks=old,
+        margin=margin,
+        alpha=0.025,
+        power=0.8,
+        challenger_version="3",
+        champion_version="2",
+        ope=ope,
+        ope_margin=ope_margin,
+        min_ess=min_ess,
+        month="2026-02",
+    )
 
 
-@pytest.mark.parametrize(("wins", "losses", "margin", "passed"), [
-    (0, 0, 0.02, True),     # ties pass
-    (0, 3, 0.02, True),     # a challenger losing 3 of 400 users, none won: within the 2-point margin
-    (0, 30, 0.02, False),   # losing 30 of 400 fails
-    (40, 43, 0.02, False),  # the same net loss of 3 among many discordant users: too uncertain to pass
-    (40, 0, -0.05, True),   # a negative margin demands an improvement: diff +0.10, bound +0.071 > +0.05
-    (30, 0, -0.05, False),  # diff +0.075, bound +0.049: not enough
-    (0, 0, 0.0, False),     # at margin 0 a tie's bound 0 is not > 0
-    (0, 3, 1.0, True),      # a permissive margin
-])
+@pytest.mark.parametrize(
+    ("wins", "losses", "margin", "passed"),
+    [
+        (0, 0, 0.02, True),  # ties pass
+        (0, 3, 0.02, True),  # a challenger losing 3 of 400 users, none won: within the 2-point margin
+        (0, 30, 0.02, False),  # losing 30 of 400 fails
+        (40, 43, 0.02, False),  # the same net loss of 3 among many discordant users: too uncertain to pass
+        (40, 0, -0.05, True),  # a negative margin demands an improvement: diff +0.10, bound +0.071 > +0.05
+        (30, 0, -0.05, False),  # diff +0.075, bound +0.049: not enough
+        (0, 0, 0.0, False),  # at margin 0 a tie's bound 0 is not > 0
+        (0, 3, 1.0, True),  # a permissive margin
+    ],
+)
 def test_offline_paired_noninferiority(wins, losses, margin, passed):
     v = _verdict(wins, losses, margin)
     assert v.passed is passed and v.offline_passed is passed and v.ope_passed is True
@@ -54,8 +84,10 @@ def test_offline_paired_noninferiority(wins, losses, margin, passed):
     assert (o["n"], o["wins"], o["losses"], o["ties"]) == (400, wins, losses, 400 - wins - losses)
     assert o["diff"] == pytest.approx((wins - losses) / 400) and o["margin"] == margin and o["passed"] is passed
     assert (o["lower"] > -margin) is passed and (o["p_value"] < 0.025) is passed
-    assert v.reason.startswith(f"offline HR@5 challenger v3 {o['challenger']:.4f} vs champion v2 {o['champion']:.4f} "
-                               f"on 400 users (paired: {wins} won, {losses} lost")
+    assert v.reason.startswith(
+        f"offline HR@5 challenger v3 {o['challenger']:.4f} vs champion v2 {o['champion']:.4f} "
+        f"on 400 users (paired: {wins} won, {losses} lost"
+    )
     assert f"{'>' if passed else '<='} -margin" in v.reason and "MDE" in v.reason
 
 
@@ -67,12 +99,29 @@ def test_one_user_does_not_decide_it():
 def test_the_verdicts_numbers_are_tags_and_a_gate_result():
     v = _verdict(5, 9)
     tags = offline_tags("HR@5", v.offline)
-    assert tags["gate.offline.users"] == "400" and tags["gate.offline.wins"] == "5" and tags["gate.offline.losses"] == "9"
+    assert (
+        tags["gate.offline.users"] == "400" and tags["gate.offline.wins"] == "5" and tags["gate.offline.losses"] == "9"
+    )
     assert float(tags["gate.offline.lower"]) == pytest.approx(v.offline["lower"], rel=1e-5)
-    assert {"gate.offline.diff", "gate.offline.margin", "gate.offline.p_value", "gate.offline.mde",
-            "gate.offline.method"} <= set(tags) and tags["gate.offline.passed"] == str(v.offline_passed).lower()
-    res = GateResult(arm="abpo", version="3", champion_version="2", passed=v.passed, reason=v.reason, metric="HR@5",
-                     challenger={}, champion={}, off_policy=None, offline=v.offline)
+    assert {
+        "gate.offline.diff",
+        "gate.offline.margin",
+        "gate.offline.p_value",
+        "gate.offline.mde",
+        "gate.offline.method",
+    } <= set(tags) and tags["gate.offline.passed"] == str(v.offline_passed).lower()
+    res = GateResult(
+        arm="abpo",
+        version="3",
+        champion_version="2",
+        passed=v.passed,
+        reason=v.reason,
+        metric="HR@5",
+        challenger={},
+        champion={},
+        off_policy=None,
+        offline=v.offline,
+    )
     assert GateResult.from_json(res.to_json()) == res
     old = res.to_json()
     del old["offline"]  # a result recorded before the paired test reads back
@@ -85,8 +134,14 @@ def test_ndcg_is_compared_user_by_user_too():
     assert v.passed and (v.offline["wins"], v.offline["losses"]) == (120, 30) and "offline NDCG@5" in v.reason
     assert v.offline["diff"] == pytest.approx((120 * (1 - 1 / math.log2(3)) - 30 * 0.5) / 400)
     new, old = _ranks(400, 0, 30)
-    v = gate_verdict(metric="NDCG@5", challenger_ranks=old, champion_ranks=new, margin=0.02, challenger_version="3",
-                     champion_version="2")
+    v = gate_verdict(
+        metric="NDCG@5",
+        challenger_ranks=old,
+        champion_ranks=new,
+        margin=0.02,
+        challenger_version="3",
+        champion_version="2",
+    )
     assert not v.passed and (v.offline["wins"], v.offline["losses"]) == (30, 120)
 
 
@@ -104,12 +159,20 @@ def test_a_metric_without_per_user_values_is_an_error_naming_the_setting():
 
 def test_rank_lists_of_different_users_are_an_error():
     with pytest.raises(ValueError, match="same gate users"):
-        gate_verdict(metric="HR@5", challenger_ranks=[1, 2], champion_ranks=[1], margin=0.02, challenger_version="3",
-                     champion_version="2")
+        gate_verdict(
+            metric="HR@5",
+            challenger_ranks=[1, 2],
+            champion_ranks=[1],
+            margin=0.02,
+            challenger_version="3",
+            champion_version="2",
+        )
 
 
-@pytest.mark.parametrize(("ci_low", "ope_margin", "passed"), [(-0.05, 0.05, True), (-0.0501, 0.05, False),
-                                                              (0.0, 0.0, True), (-1e-9, 0.0, False)])
+@pytest.mark.parametrize(
+    ("ci_low", "ope_margin", "passed"),
+    [(-0.05, 0.05, True), (-0.0501, 0.05, False), (0.0, 0.0, True), (-1e-9, 0.0, False)],
+)
 def test_off_policy_margin_on_the_lower_bound(ci_low, ope_margin, passed):
     v = _verdict(ope=_ope(ci_low=ci_low), ope_margin=ope_margin)
     assert v.offline_passed and v.ope_passed is passed and v.passed is passed
@@ -136,10 +199,20 @@ def test_both_halves_must_pass():
     assert _verdict(ope=_ope()).passed
 
 
-@pytest.mark.parametrize(("alpha", "power", "match"), [(0.0, 0.8, "arms.gate_alpha 0.0.*alpha = 0.0"),
-                                                       (0.025, 1.5, "arms.gate_power 1.5.*power = 1.5")])
+@pytest.mark.parametrize(
+    ("alpha", "power", "match"),
+    [(0.0, 0.8, "arms.gate_alpha 0.0.*alpha = 0.0"), (0.025, 1.5, "arms.gate_power 1.5.*power = 1.5")],
+)
 def test_a_bad_level_or_power_is_an_error_naming_the_setting(alpha, power, match):
     new, old = _ranks(400, 0, 3)
     with pytest.raises(ValueError, match=match):
-        gate_verdict(metric="HR@5", challenger_ranks=new, champion_ranks=old, margin=0.02, alpha=alpha, power=power,
-                     challenger_version="3", champion_version="2")
+        gate_verdict(
+            metric="HR@5",
+            challenger_ranks=new,
+            champion_ranks=old,
+            margin=0.02,
+            alpha=alpha,
+            power=power,
+            challenger_version="3",
+            champion_version="2",
+        )

@@ -18,10 +18,19 @@ from abpo.monthly.gate import gate_verdict
 def _ope(y, e0, e_new, e_old, fraction):
     cmp = compare_snips(y, e0, e_new, e_old, n_boot=300, seed=0)
     share, k = top_weight_share(np.asarray(e_new) / np.asarray(e0), fraction)
-    return {"n": cmp.n, "challenger_snips": cmp.challenger.snips, "champion_snips": cmp.champion.snips,
-            "diff": cmp.diff, "ci_low": cmp.ci_low, "ci_high": cmp.ci_high, "confidence": cmp.confidence,
-            "challenger_ess": cmp.challenger.ess, "champion_ess": cmp.champion.ess,
-            "challenger_top_weight_share": share, "top_weight_rows": k}
+    return {
+        "n": cmp.n,
+        "challenger_snips": cmp.challenger.snips,
+        "champion_snips": cmp.champion.snips,
+        "diff": cmp.diff,
+        "ci_low": cmp.ci_low,
+        "ci_high": cmp.ci_high,
+        "confidence": cmp.confidence,
+        "challenger_ess": cmp.challenger.ess,
+        "champion_ess": cmp.champion.ess,
+        "challenger_top_weight_share": share,
+        "top_weight_rows": k,
+    }
 
 
 def _log(n_honest=2536, n_crafted=20, seed=0):
@@ -39,9 +48,19 @@ def _log(n_honest=2536, n_crafted=20, seed=0):
 
 def _verdict(ope, max_top_share):
     ranks = [1] * 200 + [40] * 200
-    return gate_verdict(metric="HR@5", challenger_ranks=ranks, champion_ranks=ranks, margin=0.02,
-                        challenger_version="3", champion_version="2", ope=ope, ope_margin=0.05, min_ess=10.0,
-                        month="2026-02", max_top_share=max_top_share)
+    return gate_verdict(
+        metric="HR@5",
+        challenger_ranks=ranks,
+        champion_ranks=ranks,
+        margin=0.02,
+        challenger_version="3",
+        champion_version="2",
+        ope=ope,
+        ope_margin=0.05,
+        min_ess=10.0,
+        month="2026-02",
+        max_top_share=max_top_share,
+    )
 
 
 def test_the_default_cap_fails_the_crafted_weights_closed():

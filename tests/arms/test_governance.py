@@ -53,8 +53,17 @@ def _champion(cfg) -> str:
 def _gate(version: str, champion: str, passed: bool = True):
     from abpo.monthly.gate import GateResult
 
-    return GateResult(arm="abpo", version=version, champion_version=champion, passed=passed, reason="test gate",
-                      metric="HR@5", challenger={}, champion={}, off_policy=None)
+    return GateResult(
+        arm="abpo",
+        version=version,
+        champion_version=champion,
+        passed=passed,
+        reason="test gate",
+        metric="HR@5",
+        challenger={},
+        champion={},
+        off_policy=None,
+    )
 
 
 def test_every_promotion_is_recorded_with_its_actor_and_the_history_is_append_only(reg, abpo):
@@ -63,19 +72,23 @@ def test_every_promotion_is_recorded_with_its_actor_and_the_history_is_append_on
     from abpo.arms import history
 
     cfg, client = reg
-    rc, out, err = abpo("arms", "promote", "--arm", "abpo", "--version", "2", "--reason", "first look",
-                        "--actor", "alice")
+    rc, out, err = abpo(
+        "arms", "promote", "--arm", "abpo", "--version", "2", "--reason", "first look", "--actor", "alice"
+    )
     assert rc == 0, err
     first = [e.to_json() for e in history.entries(cfg, "abpo")]
     assert [(e["action"], e["actor"], e["from"], e["to"], e["reason"]) for e in first] == [
         ("baseline", "abpo", "", "1", "history started: champion as found"),
-        ("promote", "alice", "1", "2", "first look")]
+        ("promote", "alice", "1", "2", "first look"),
+    ]
     assert abpo("arms", "promote", "--arm", "abpo", "--version", "3", "--reason", "better")[0] == 0
     assert abpo("arms", "promote", "--arm", "abpo", "--version", "2", "--reason", "again")[0] == 0  # v2 a 2nd time
     later = [e.to_json() for e in history.entries(cfg, "abpo")]
     assert later[:2] == first  # earlier promotions' records are never overwritten
     assert [(e["seq"], e["actor"], e["from"], e["to"], e["reason"]) for e in later[2:]] == [
-        (3, "tester", "2", "3", "better"), (4, "tester", "3", "2", "again")]
+        (3, "tester", "2", "3", "better"),
+        (4, "tester", "3", "2", "again"),
+    ]
     # an entry cannot be rewritten through MLflow: its fields are params
     with pytest.raises(MlflowException):
         client.log_param(history.entries(cfg, "abpo")[1].run_id, "actor", "mallory")
@@ -97,7 +110,12 @@ def test_a_hand_move_in_mlflow_is_recorded_pinned_and_respected_by_the_gate(reg)
     assert got["moved_by_hand"] == {"from": "2", "to": "4"} and got["version"] == "4"
     last = history.entries(cfg, "abpo")[-1]
     assert (last.action, last.actor, last.from_version, last.to_version, last.month) == (
-        "mlflow-ui", "mlflow-ui", "2", "4", "2026-03")
+        "mlflow-ui",
+        "mlflow-ui",
+        "2",
+        "4",
+        "2026-03",
+    )
     assert arm_versions.pinned(cfg, "abpo")["version"] == "4"
     assert "moved_by_hand" not in bootstrap_arms(cfg, "2026-03").arms["abpo"]  # recorded once
     # the gate passes a challenger of v4: it is not promoted over the human's choice
@@ -121,7 +139,12 @@ def test_a_pinned_champion_survives_a_passing_gate_until_unpinned(reg, abpo):
     res = promote(cfg, "abpo", _gate("2", "1"), "2026-02")
     assert (res.promoted, res.moved, _champion(cfg)) == (True, True, "2")
     assert [(e.action, e.actor) for e in history.entries(cfg, "abpo")] == [
-        ("baseline", "abpo"), ("pin", "ops"), ("not-promoted", "gate"), ("unpin", "tester"), ("gate", "gate")]
+        ("baseline", "abpo"),
+        ("pin", "ops"),
+        ("not-promoted", "gate"),
+        ("unpin", "tester"),
+        ("gate", "gate"),
+    ]
 
 
 def test_rollback_returns_to_the_previous_champion_in_the_history(reg, abpo):
@@ -189,8 +212,9 @@ def test_a_pending_entry_of_a_mover_that_died_is_settled_by_the_next_writer(reg)
     assert [e.actor for e in history.entries(cfg, "abpo")] == ["abpo", "tester", "dead", "tester"]
 
 
-@pytest.mark.parametrize("tags", [{}, {"owner": "fast:1:x", "acquired_at": "9999999999"}],
-                         ids=["no-owner", "holder-clock-a-day-fast"])
+@pytest.mark.parametrize(
+    "tags", [{}, {"owner": "fast:1:x", "acquired_at": "9999999999"}], ids=["no-owner", "holder-clock-a-day-fast"]
+)
 def test_a_stale_lock_is_taken_over_by_the_waiters_own_clock(reg, tags):
     import time
 

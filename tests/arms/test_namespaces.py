@@ -15,8 +15,15 @@ from abpo.config import load_config
 
 
 def _env(tmp_path, ns: str, store: str, *extra: str):
-    return load_config("tiny", [f"paths.root={tmp_path / (ns or 'plain')}", f"paths.mlflow_tracking_uri={store}",
-                                f"paths.namespace={ns}", *extra])
+    return load_config(
+        "tiny",
+        [
+            f"paths.root={tmp_path / (ns or 'plain')}",
+            f"paths.mlflow_tracking_uri={store}",
+            f"paths.namespace={ns}",
+            *extra,
+        ],
+    )
 
 
 def _register(cfg, tmp_path, marker: int):
@@ -37,12 +44,16 @@ def test_the_default_names_and_config_hash_are_unchanged():
     assert registry.experiment_name(cfg, "abpo-arms") == "abpo-arms"
     d = cfg.to_dict()
     del d["paths"]["namespace"]  # the hash of before the key existed
-    assert arm_versions.config_hash(cfg) == hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()
-                                                           ).hexdigest()[:16]
+    assert (
+        arm_versions.config_hash(cfg)
+        == hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    )
     ns = load_config("tiny", ["paths.namespace=staging"])
     assert arm_versions.config_hash(ns) != arm_versions.config_hash(cfg)
-    assert (arm_versions.model_name("abpo", ns), registry.model_name(ns)) == ("staging-abpo-arm-abpo",
-                                                                           "staging-abpo-recommender")
+    assert (arm_versions.model_name("abpo", ns), registry.model_name(ns)) == (
+        "staging-abpo-arm-abpo",
+        "staging-abpo-recommender",
+    )
     assert registry.experiment_name(ns, ns.update.mlflow_experiment) == "staging-abpo-update"
     with pytest.raises(ValueError, match="paths.namespace = 'Prod X': rule"):
         load_config("tiny", ["paths.namespace=Prod X"])
@@ -66,8 +77,10 @@ def test_two_namespaces_on_one_store_touch_only_their_own_names(tmp_path):
     client = MlflowClient()
     models = {m.name: m for m in client.search_registered_models()}
     assert set(models) == {"staging-abpo-arm-abpo", "prod-abpo-arm-abpo"}  # no lock left, no un-namespaced name
-    assert {k: str(v) for k, v in models["staging-abpo-arm-abpo"].aliases.items()} == {"champion": "1",
-                                                                                      "challenger": "1"}
+    assert {k: str(v) for k, v in models["staging-abpo-arm-abpo"].aliases.items()} == {
+        "champion": "1",
+        "challenger": "1",
+    }
     assert {k: str(v) for k, v in models["prod-abpo-arm-abpo"].aliases.items()} == {"champion": "2", "challenger": "2"}
     exps = {e.name for e in client.search_experiments()} - {"Default"}
     assert exps == {"staging-abpo-arms", "prod-abpo-arms", "staging-abpo-promotions", "prod-abpo-promotions"}
@@ -92,21 +105,33 @@ def test_two_namespaces_on_one_store_each_run_a_month(tmp_path):
     from tests.arms.test_cycle import SMALL
 
     store = f"sqlite:///{tmp_path / 'shared.db'}"
-    envs = {ns: _env(tmp_path, ns, store, *SMALL, "arms.gate_margin=1.0", "arms.gate_ope_margin=1.0",
-                     "arms.gate_min_ess=0") for ns in ("staging", "prod")}
+    envs = {
+        ns: _env(tmp_path, ns, store, *SMALL, "arms.gate_margin=1.0", "arms.gate_ope_margin=1.0", "arms.gate_min_ess=0")
+        for ns in ("staging", "prod")
+    }
     out = {ns: run_month(cfg, "2026-01").to_json() for ns, cfg in envs.items()}
     registry.configure(envs["staging"])
     client = MlflowClient()
-    names = {ns: {m.name.removeprefix(f"{ns}-"): {k: str(v) for k, v in m.aliases.items()} for m in client.search_registered_models()
-                  if m.name.startswith(f"{ns}-")} for ns in envs}
+    names = {
+        ns: {
+            m.name.removeprefix(f"{ns}-"): {k: str(v) for k, v in m.aliases.items()}
+            for m in client.search_registered_models()
+            if m.name.startswith(f"{ns}-")
+        }
+        for ns in envs
+    }
     every = {m.name for m in client.search_registered_models()}
     assert every == {f"{ns}-{n}" for ns in envs for n in names[ns]}  # every name carries one of the prefixes
-    assert set(names["staging"]) == set(names["prod"]) == {
-        "abpo-recommender", *(f"abpo-arm-{a}" for a in ("abpo", "grpo", "ml_retrain", "popularity"))}
+    assert (
+        set(names["staging"])
+        == set(names["prod"])
+        == {"abpo-recommender", *(f"abpo-arm-{a}" for a in ("abpo", "grpo", "ml_retrain", "popularity"))}
+    )
     for ns in envs:  # each champion is the version its own month promoted
         for arm in ("abpo", "grpo"):
             assert names[ns][f"abpo-arm-{arm}"]["champion"] == str(out[ns][arm]["promote"]["champion_version"])
     exps = {e.name for e in client.search_experiments()} - {"Default"}
     assert exps and all(e.startswith(("staging-", "prod-")) for e in exps)
-    assert {e.removeprefix("staging-") for e in exps if e.startswith("staging-")} == \
-        {e.removeprefix("prod-") for e in exps if e.startswith("prod-")}
+    assert {e.removeprefix("staging-") for e in exps if e.startswith("staging-")} == {
+        e.removeprefix("prod-") for e in exps if e.startswith("prod-")
+    }

@@ -12,8 +12,15 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-SMALL = ["data.max_users=40", "data.eval_candidates=20", "policy.tiny_hidden_size=32", "policy.tiny_layers=1",
-         "policy.tiny_heads=2", "policy.tiny_intermediate_size=64", "policy.tiny_vocab_size=600"]
+SMALL = [
+    "data.max_users=40",
+    "data.eval_candidates=20",
+    "policy.tiny_hidden_size=32",
+    "policy.tiny_layers=1",
+    "policy.tiny_heads=2",
+    "policy.tiny_intermediate_size=64",
+    "policy.tiny_vocab_size=600",
+]
 
 
 def test_rows_logged_as_the_readme_says_are_what_abpo_scores(make_cfg, build_tiny_model):
@@ -39,15 +46,33 @@ def test_rows_logged_as_the_readme_says_are_what_abpo_scores(make_cfg, build_tin
     for k, s in enumerate(splits[:6]):
         history = [int(i) for i in s.history[-20:]]
         candidates = [int(i) for i in rng.choice(items, size=8, replace=False)]
-        request = {"history_item_ids": history, "history_titles": [titles[i] for i in history],
-                   "candidate_ids": candidates, "candidate_titles": [titles[i] for i in candidates]}
+        request = {
+            "history_item_ids": history,
+            "history_titles": [titles[i] for i in history],
+            "candidate_ids": candidates,
+            "candidate_titles": [titles[i] for i in candidates],
+        }
         p = served.predict(pd.DataFrame([request]), params={"tau": tau})["propensities"][0]
         j = int(rng.choice(len(candidates), p=np.asarray(p) / np.sum(p)))  # the exposure drawn from e_p
-        rows.append({"impression_id": f"req-{k}-0", "event_time": now, "user_id": int(s.user_id), "arm": "abpo",
-                     "model_version": str(champion.version), "history": history, "candidates": candidates,
-                     "item_id": candidates[j], "propensity": float(p[j]), "clicked": int(k % 2),
-                     "request_id": f"req-{k}", "position": 0, "logging_policy": f"softmax(tau={tau})",
-                     "served_at": now, "schema_version": 1})
+        rows.append(
+            {
+                "impression_id": f"req-{k}-0",
+                "event_time": now,
+                "user_id": int(s.user_id),
+                "arm": "abpo",
+                "model_version": str(champion.version),
+                "history": history,
+                "candidates": candidates,
+                "item_id": candidates[j],
+                "propensity": float(p[j]),
+                "clicked": int(k % 2),
+                "request_id": f"req-{k}",
+                "position": 0,
+                "logging_policy": f"softmax(tau={tau})",
+                "served_at": now,
+                "schema_version": 1,
+            }
+        )
     landing = cfg.paths.resolve("landing")
     write_impressions(pa.Table.from_pylist(rows, schema=IMPRESSIONS_SCHEMA), landing, "2026-01", part="serving")
     with Warehouse(cfg.paths.resolve("warehouse")) as wh:

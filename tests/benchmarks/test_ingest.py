@@ -16,9 +16,24 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_the_object_store_row_ingests_the_same_month(tmp_path):
     pytest.importorskip("moto.server")
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ingest.py"), "20000", "--baseline", "none",
-                          "--object-store", "--memory-limit", "512MB", "--threads", "1"],
-                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "ingest.py"),
+            "20000",
+            "--baseline",
+            "none",
+            "--object-store",
+            "--memory-limit",
+            "512MB",
+            "--threads",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     rows = re.findall(r"^(now\S*)[^:]*: ([\d,]+) clean, ([\d,]+) quarantined .*; ([\d,]+) batches", out.stdout, re.M)
     assert [r[0] for r in rows] == ["now", "now-s3"], out.stdout

@@ -23,10 +23,12 @@ def bench():
 
 def test_the_robustness_table_orders_each_oracle_against_the_offline_one(bench):
     hr = {"abpo": 0.35, "grpo": 0.34, "ml_retrain": 0.30, "popularity": 0.11}
-    ctr = {"abpo": {"mixture": 0.07, "als": 0.05, "knn": 0.08},
-           "grpo": {"mixture": 0.06, "als": 0.06, "knn": 0.08},
-           "ml_retrain": {"mixture": 0.05, "als": 0.07, "knn": 0.06},
-           "popularity": {"mixture": 0.04, "als": 0.08, "knn": 0.05}}
+    ctr = {
+        "abpo": {"mixture": 0.07, "als": 0.05, "knn": 0.08},
+        "grpo": {"mixture": 0.06, "als": 0.06, "knn": 0.08},
+        "ml_retrain": {"mixture": 0.05, "als": 0.07, "knn": 0.06},
+        "popularity": {"mixture": 0.04, "als": 0.08, "knn": 0.05},
+    }
     lines, taus = bench.robustness_table(hr, ctr, ("mixture", "als", "knn"))
     assert taus["mixture"] == pytest.approx(1.0) and taus["als"] == pytest.approx(-1.0)
     assert 0.8 < taus["knn"] < 1.0  # one tie (abpo = grpo) among the CTRs: tau-b

@@ -19,18 +19,31 @@ NUM = r"\d+(?:\.\d+)?"
 CASES = {
     "cpu_kernels.py": (r"distinct weight hashes: [12] of 2", None, []),
     "evaluate.py": (rf"users/s item_tokens/text = {NUM}x", None, []),
-    "ingest.py": (rf"same quarantine counts and batch count; end to end now/baseline: {NUM}x \(ingest {NUM}x\)", None,
-                  []),
-    "policy_quality.py": (r"HR@5 pi_init=[01]\.\d{4} popularity=[01]\.\d{4} ml_retrain=[01]\.\d{4}", None,
-                          ["--state", "{tmp}/state"]),
-    "report.py": (rf"\(wall time on a machine with \d+ cores, load average now {NUM}, {NUM}, {NUM}\)",
-                  rf"ratio 20,000 / 10,000 rows \(x2 rows, x{NUM} aggregate rows\): report time x{NUM}, report CPU "
-                  rf"x{NUM}, aggregation time x{NUM}, raw-row SQL x{NUM}", []),
+    "ingest.py": (
+        rf"same quarantine counts and batch count; end to end now/baseline: {NUM}x \(ingest {NUM}x\)",
+        None,
+        [],
+    ),
+    "policy_quality.py": (
+        r"HR@5 pi_init=[01]\.\d{4} popularity=[01]\.\d{4} ml_retrain=[01]\.\d{4}",
+        None,
+        ["--state", "{tmp}/state"],
+    ),
+    "report.py": (
+        rf"\(wall time on a machine with \d+ cores, load average now {NUM}, {NUM}, {NUM}\)",
+        rf"ratio 20,000 / 10,000 rows \(x2 rows, x{NUM} aggregate rows\): report time x{NUM}, report CPU "
+        rf"x{NUM}, aggregation time x{NUM}, raw-row SQL x{NUM}",
+        [],
+    ),
     "scoring.py": (rf" +10 +\d+ +{NUM} +{NUM} +{NUM}x +\d\.\d\de[+-]\d\d", None, []),
     "simulate.py": (r"Kendall tau offline HR@5 vs simulated CTR: (?:-?[01]\.\d\d|nan)", None, []),
     "simulate_throughput.py": (r"popularity / tiny LLM: [\d,]+x", None, []),
-    "update_step.py": (rf"goal F/B <= 1\.2 at M=20 \(CPU time\): (?:met|NOT met) \({NUM}\); "
-                       rf"goal F-text/F >= 3: (?:met|NOT met) \({NUM}\)", None, []),
+    "update_step.py": (
+        rf"goal F/B <= 1\.2 at M=20 \(CPU time\): (?:met|NOT met) \({NUM}\); "
+        rf"goal F-text/F >= 3: (?:met|NOT met) \({NUM}\)",
+        None,
+        [],
+    ),
 }
 SLOW = {"simulate.py"}  # bootstraps every arm (pi_init's SFT, MLflow's registry) first: ~25 CPU-s
 
@@ -51,5 +64,6 @@ def test_the_benchmark_runs_its_smoke_size(script, tmp_path):
     lines = [line for line in out.stdout.splitlines() if line.strip()]
     assert lines and re.fullmatch(last, lines[-1]), f"{script} --smoke: last line {lines[-1:]} is not {last!r}"
     if before is not None:
-        assert re.fullmatch(before, lines[-2]), f"{script} --smoke: the line before the last, {lines[-2]!r}, is not " \
-            f"{before!r}"
+        assert re.fullmatch(before, lines[-2]), (
+            f"{script} --smoke: the line before the last, {lines[-2]!r}, is not {before!r}"
+        )

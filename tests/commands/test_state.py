@@ -25,8 +25,9 @@ def _checkpoint(path, marker):
 def _register(cfg, tmp_path, marker):
     with registry.start_run(cfg, arm_versions.EXPERIMENT, f"r{marker}") as run:
         uri = registry.log_model_dir(_checkpoint(tmp_path / f"ckpt{marker}", marker))
-    return arm_versions.register_version(cfg, "abpo", uri, run.info.run_id, {"marker": str(marker)},
-                                         alias=registry.CHAMPION)
+    return arm_versions.register_version(
+        cfg, "abpo", uri, run.info.run_id, {"marker": str(marker)}, alias=registry.CHAMPION
+    )
 
 
 def _texts(db):
@@ -47,7 +48,8 @@ def test_a_copied_state_is_refused_until_relocated_then_uses_only_its_new_direct
     (old / "airflow").mkdir()
     (old / "airflow" / "airflow.cfg").write_text(
         f"[core]\ndags_folder = /opt/dags\n[logging]\nbase_log_folder = {old}/airflow/logs\n"
-        f"[database]\nsql_alchemy_conn = sqlite:///{old}/airflow/airflow.db\n")
+        f"[database]\nsql_alchemy_conn = sqlite:///{old}/airflow/airflow.db\n"
+    )
     assert sum(str(old) in v for v in _texts(old / "mlflow.db")) >= 4  # experiment, run, version, logged model
     shutil.copytree(old, new)
     shutil.rmtree(tmp_path / "old")  # nothing may be read or written there any more

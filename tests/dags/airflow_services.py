@@ -15,12 +15,21 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-SMALL = ["data.max_users=40", "sft.max_steps=10", "sft.eval_max_users=15", "data.eval_candidates=20",
-         "update.max_steps=2", "update.batch_size=8", "update.save_steps=100", "arms.min_rows_per_stratum=1",
-         "arms.gate_ope_bootstrap=200",
-         # clicks likely enough that a 40-user month gives every LLM arm both strata (the grpo arm serves ~20 rows;
-         # with the default click model it once got none, and its update group was skipped, not failed)
-         "sim.click_next=1.0", "sim.base_ctr=0.2"]
+SMALL = [
+    "data.max_users=40",
+    "sft.max_steps=10",
+    "sft.eval_max_users=15",
+    "data.eval_candidates=20",
+    "update.max_steps=2",
+    "update.batch_size=8",
+    "update.save_steps=100",
+    "arms.min_rows_per_stratum=1",
+    "arms.gate_ope_bootstrap=200",
+    # clicks likely enough that a 40-user month gives every LLM arm both strata (the grpo arm serves ~20 rows;
+    # with the default click model it once got none, and its update group was skipped, not failed)
+    "sim.click_next=1.0",
+    "sim.base_ctr=0.2",
+]
 SERVICES = {"api-server": ["api-server"], "scheduler": ["scheduler"], "dag-processor": ["dag-processor"]}
 
 
@@ -36,10 +45,15 @@ class Api:
         self.token = ""
 
     def call(self, method: str, path: str, body: dict | None = None):
-        req = urllib.request.Request(self.base + path, method=method,
-                                     data=json.dumps(body).encode() if body is not None else None,
-                                     headers={"Content-Type": "application/json",
-                                              **({"Authorization": f"Bearer {self.token}"} if self.token else {})})
+        req = urllib.request.Request(
+            self.base + path,
+            method=method,
+            data=json.dumps(body).encode() if body is not None else None,
+            headers={
+                "Content-Type": "application/json",
+                **({"Authorization": f"Bearer {self.token}"} if self.token else {}),
+            },
+        )
         with urllib.request.urlopen(req, timeout=30) as r:
             return json.loads(r.read() or b"null")
 
@@ -80,13 +94,22 @@ class AirflowServices:
         self.tmp = tmp_path
         self.port = free_port()
         self.home, self.state = home or tmp_path / "airflow", tmp_path / "state"
-        self.env = {**os.environ, "AIRFLOW_HOME": str(self.home), "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
-                    "AIRFLOW__CORE__LOAD_EXAMPLES": "false", "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
-                    "AIRFLOW__API__PORT": str(self.port),
-                    "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{self.port}/execution/",
-                    "AIRFLOW__CORE__PARALLELISM": "2", "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
-                    "ABPO_SCHEDULE": "none", "ABPO_CONFIG": "demo", "ABPO_STATE": str(self.state),
-                    "ABPO_TASK_RETRIES": "0", **extra_env}
+        self.env = {
+            **os.environ,
+            "AIRFLOW_HOME": str(self.home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "false",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+            "AIRFLOW__API__PORT": str(self.port),
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{self.port}/execution/",
+            "AIRFLOW__CORE__PARALLELISM": "2",
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            "ABPO_SCHEDULE": "none",
+            "ABPO_CONFIG": "demo",
+            "ABPO_STATE": str(self.state),
+            "ABPO_TASK_RETRIES": "0",
+            **extra_env,
+        }
         for leaked in ("ABPO_TRACKING_URI", "MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI"):
             self.env.pop(leaked, None)
         self.airflow = str(Path(sys.executable).with_name("airflow"))
@@ -97,8 +120,13 @@ class AirflowServices:
         """Start service ``name``: ``airflow <SERVICES[name]>``, or ``argv`` (a whole command line) with ``env`` added
         to the services' environment."""
         log = open(self.tmp / f"{name}.log", "a")  # noqa: SIM115 - closed when the process is stopped
-        proc = subprocess.Popen(argv or [self.airflow, *SERVICES[name]], env={**self.env, **(env or {})}, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            argv or [self.airflow, *SERVICES[name]],
+            env={**self.env, **(env or {})},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.procs[name] = (proc, log)
 
     def kill(self, name: str) -> list[int]:
@@ -140,8 +168,9 @@ class AirflowServices:
         try:
             for name in SERVICES:
                 self.start(name)
-            self.api.token = self.api.wait(lambda: self.api.call("GET", "/auth/token")["access_token"],
-                                           "API server token", 180)
+            self.api.token = self.api.wait(
+                lambda: self.api.call("GET", "/auth/token")["access_token"], "API server token", 180
+            )
             self.api.wait(lambda: self.api.call("GET", "/api/v2/dags/abpo_monthly")["dag_id"], "DAG parsed", 180)
             self.api.call("PATCH", "/api/v2/dags/abpo_monthly", {"is_paused": False})
         except BaseException:
@@ -170,10 +199,12 @@ class AirflowServices:
 
 # A .pth line (run at start-up: lines starting with "import" are executed) that makes `import airflow` fail as in an
 # environment without Airflow installed.
-NO_AIRFLOW = ("import sys; exec(\"class _NoAirflow:\\n    def find_spec(self, name, path=None, target=None):\\n"
-              "        if name == 'airflow' or name.startswith('airflow.'):\\n"
-              "            raise ModuleNotFoundError(f'No module named {name!r} (no Airflow in this environment)', "
-              "name=name)\\nsys.meta_path.insert(0, _NoAirflow())\")")
+NO_AIRFLOW = (
+    'import sys; exec("class _NoAirflow:\\n    def find_spec(self, name, path=None, target=None):\\n'
+    "        if name == 'airflow' or name.startswith('airflow.'):\\n"
+    "            raise ModuleNotFoundError(f'No module named {name!r} (no Airflow in this environment)', "
+    'name=name)\\nsys.meta_path.insert(0, _NoAirflow())")'
+)
 
 
 def separate_python(env_dir: Path) -> Path:
@@ -187,8 +218,12 @@ def separate_python(env_dir: Path) -> Path:
     base = getattr(sys, "_base_executable", sys.executable)
     subprocess.run([base, "-m", "venv", "--without-pip", str(env_dir)], check=True, capture_output=True, timeout=120)
     python = env_dir / "bin" / "python"
-    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             check=True, capture_output=True, text=True).stdout.strip()
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     lines = [str(REPO), *(f"import site; site.addsitedir({d!r})" for d in site.getsitepackages()), NO_AIRFLOW]
     Path(purelib, "abpo-project.pth").write_text("\n".join(lines) + "\n")
     return python

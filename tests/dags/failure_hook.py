@@ -9,6 +9,16 @@ import os
 
 def record(*, month: str, task: str, error: BaseException | None, context) -> None:
     with open(os.environ["ABPO_TEST_FAILURE_LOG"], "a") as f:
-        f.write(json.dumps({"month": month, "task": task, "error_type": type(error).__name__,
-                            "cause_type": type(getattr(error, "__cause__", None)).__name__, "error": str(error),
-                            "run_id": context["run_id"]}) + "\n")
+        f.write(
+            json.dumps(
+                {
+                    "month": month,
+                    "task": task,
+                    "error_type": type(error).__name__,
+                    "cause_type": type(getattr(error, "__cause__", None)).__name__,
+                    "error": str(error),
+                    "run_id": context["run_id"],
+                }
+            )
+            + "\n"
+        )

@@ -24,15 +24,39 @@ def test_the_cycle_is_wired_per_arm(dagbag):
     dag = dagbag.dags["abpo_monthly"]
     llm = [f"{a}.{s}" for a in ("abpo", "grpo") for s in ("update", "register", "gate", "promote")]
     rankers = ["ml_retrain.refit", "popularity.refit"]
-    assert set(dag.task_ids) == {"resolve_month", "bootstrap", "serve", "ingest", "report", *llm, *rankers,
-                                 "holdback.hold"}
-    edges = [("bootstrap", "serve"), ("serve", "ingest"), ("ingest", "abpo.update"), ("ingest", "grpo.update"),
-             ("ingest", "ml_retrain.refit"), ("ingest", "popularity.refit"), ("resolve_month", "serve"), ("resolve_month", "bootstrap")]
+    assert set(dag.task_ids) == {
+        "resolve_month",
+        "bootstrap",
+        "serve",
+        "ingest",
+        "report",
+        *llm,
+        *rankers,
+        "holdback.hold",
+    }
+    edges = [
+        ("bootstrap", "serve"),
+        ("serve", "ingest"),
+        ("ingest", "abpo.update"),
+        ("ingest", "grpo.update"),
+        ("ingest", "ml_retrain.refit"),
+        ("ingest", "popularity.refit"),
+        ("resolve_month", "serve"),
+        ("resolve_month", "bootstrap"),
+    ]
     for arm in ("abpo", "grpo"):
-        edges += [(f"{arm}.update", f"{arm}.register"), (f"{arm}.register", f"{arm}.gate"),
-                  (f"{arm}.gate", f"{arm}.promote"), (f"{arm}.promote", "report")]
-    edges += [("ml_retrain.refit", "report"), ("popularity.refit", "report"), ("ingest", "holdback.hold"),
-              ("holdback.hold", "report")]
+        edges += [
+            (f"{arm}.update", f"{arm}.register"),
+            (f"{arm}.register", f"{arm}.gate"),
+            (f"{arm}.gate", f"{arm}.promote"),
+            (f"{arm}.promote", "report"),
+        ]
+    edges += [
+        ("ml_retrain.refit", "report"),
+        ("popularity.refit", "report"),
+        ("ingest", "holdback.hold"),
+        ("holdback.hold", "report"),
+    ]
     for upstream, downstream in edges:
         assert downstream in dag.get_task(upstream).downstream_task_ids, (upstream, downstream)
     assert dag.get_task("report").trigger_rule == "none_failed"  # an arm skipped for lack of feedback still reports
@@ -57,13 +81,24 @@ def test_dag_file_imports_no_heavy_modules():
     text = (DAGS / "abpo_monthly.py").read_text()
     top_level = [line for line in text.splitlines() if line.startswith(("import ", "from "))]
     assert not [line for line in top_level if any(m in line for m in ("torch", "transformers", "mlflow"))]
-    probe = ("import importlib.util, sys; s = importlib.util.spec_from_file_location('d', sys.argv[1]); "
-             "m = importlib.util.module_from_spec(s); before = set(sys.modules); s.loader.exec_module(m); "
-             "print(' '.join(sorted(set(sys.modules) - before)))")
-    loaded = set(subprocess.run([sys.executable, "-c", probe, str(DAGS / "abpo_monthly.py")], capture_output=True,
-                                text=True, check=True).stdout.split())
+    probe = (
+        "import importlib.util, sys; s = importlib.util.spec_from_file_location('d', sys.argv[1]); "
+        "m = importlib.util.module_from_spec(s); before = set(sys.modules); s.loader.exec_module(m); "
+        "print(' '.join(sorted(set(sys.modules) - before)))"
+    )
+    loaded = set(
+        subprocess.run(
+            [sys.executable, "-c", probe, str(DAGS / "abpo_monthly.py")], capture_output=True, text=True, check=True
+        ).stdout.split()
+    )
     assert {m for m in loaded if m == "abpo" or m.startswith("abpo.")} == {
-        "abpo", "abpo.arms", "abpo.arms.names", "abpo.monthly", "abpo.monthly.overrides", "abpo.monthly.steps"}
+        "abpo",
+        "abpo.arms",
+        "abpo.arms.names",
+        "abpo.monthly",
+        "abpo.monthly.overrides",
+        "abpo.monthly.steps",
+    }
     assert not {m.split(".")[0] for m in loaded} & {"torch", "transformers", "mlflow", "numpy", "pandas", "duckdb"}
 
 

@@ -17,8 +17,16 @@ from pathlib import Path
 import pytest
 from airflow_services import Api, free_port
 
-SMALL = ["data.max_users=60", "sft.max_steps=20", "sft.eval_max_users=20", "data.eval_candidates=20",
-         "update.max_steps=2", "update.batch_size=8", "update.save_steps=100", "arms.min_rows_per_stratum=1"]
+SMALL = [
+    "data.max_users=60",
+    "sft.max_steps=20",
+    "sft.eval_max_users=20",
+    "data.eval_candidates=20",
+    "update.max_steps=2",
+    "update.batch_size=8",
+    "update.save_steps=100",
+    "arms.min_rows_per_stratum=1",
+]
 
 
 def _env(tmp_path):
@@ -31,14 +39,24 @@ def _env(tmp_path):
 @pytest.mark.slow
 def test_demo_runs_three_months_through_the_dag(tmp_path):
     sets = [x for s in SMALL for x in ("--set", s)]
-    proc = subprocess.run([str(Path(sys.executable).with_name("abpo")), "demo", "--config", "demo", "--months", "3", *sets],
-                          env=_env(tmp_path),
-                          capture_output=True, text=True, timeout=2400)
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("abpo")), "demo", "--config", "demo", "--months", "3", *sets],
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=2400,
+    )
     assert proc.returncode == 0, (proc.stdout[-4000:], proc.stderr[-4000:])
     assert "3 months through abpo_monthly" in proc.stdout and "wall time" in proc.stdout
     # the console view: the tasks' log lines (abpo.logs) picked out of Airflow's output, one per step and arm
-    for line in ("   simulate 2026-02:", "   update abpo (abpo) from champion", "   gate grpo: ", "   promote abpo: ",
-                 "   refit popularity: ", "   report 2026-01..2026-03: "):
+    for line in (
+        "   simulate 2026-02:",
+        "   update abpo (abpo) from champion",
+        "   gate grpo: ",
+        "   promote abpo: ",
+        "   refit popularity: ",
+        "   report 2026-01..2026-03: ",
+    ):
         assert line in proc.stdout, line
     assert "abpo| " not in proc.stdout
     state = tmp_path / "state"
@@ -47,7 +65,8 @@ def test_demo_runs_three_months_through_the_dag(tmp_path):
     assert {m for m, _ in cells} == {"2026-01", "2026-02", "2026-03"}
     assert {a for _, a in cells} == {"abpo", "grpo", "ml_retrain", "popularity", "holdback"}
     assert {(c["period"], c["candidate"]) for c in report["holdback"]} == {
-        (p, a) for p in ("2026-01", "2026-02", "2026-03", "all") for a in ("abpo", "grpo")}  # updating vs holdback
+        (p, a) for p in ("2026-01", "2026-02", "2026-03", "all") for a in ("abpo", "grpo")
+    }  # updating vs holdback
 
     from mlflow import MlflowClient
 
@@ -63,27 +82,42 @@ def test_demo_runs_three_months_through_the_dag(tmp_path):
     import sqlite3
 
     with contextlib.closing(sqlite3.connect(state / "airflow" / "airflow.db")) as db:
-        events = db.execute("SELECT a.name, e.extra FROM asset_event e JOIN asset a ON a.id = e.asset_id "
-                            "WHERE a.name LIKE 'abpo_champion_%'").fetchall()
+        events = db.execute(
+            "SELECT a.name, e.extra FROM asset_event e JOIN asset a ON a.id = e.asset_id "
+            "WHERE a.name LIKE 'abpo_champion_%'"
+        ).fetchall()
     moved_to: dict[str, list[str]] = {}
     for name, extra in events:
         moved_to.setdefault(name.removeprefix("abpo_champion_"), []).append(json.loads(extra)["version"])
     assert sorted(moved_to["popularity"]) == ["2", "3", "4"]  # each monthly refit moved it (bootstrap is no event)
     for arm in ("abpo", "grpo"):
-        promoted = [str(mv.version) for mv in client.search_model_versions(f"name='abpo-arm-{arm}'")
-                    if (mv.tags or {}).get("promoted_reason", "").startswith("gate passed")]
+        promoted = [
+            str(mv.version)
+            for mv in client.search_model_versions(f"name='abpo-arm-{arm}'")
+            if (mv.tags or {}).get("promoted_reason", "").startswith("gate passed")
+        ]
         assert sorted(moved_to.get(arm, [])) == sorted(promoted), arm
 
     _the_printed_ui_command_shows_the_demo(proc.stdout, state, tmp_path)
 
     # production default: a month nothing landed for fails in `serve`, nothing is simulated
-    env = {**_env(tmp_path), "AIRFLOW_HOME": str(state / "airflow"), "AIRFLOW__CORE__LOAD_EXAMPLES": "false",
-           "AIRFLOW__CORE__DAGS_FOLDER": str(Path(__file__).resolve().parents[2] / "dags"),
-           "ABPO_CONFIG": "demo", "ABPO_TASK_RETRIES": "0"}
+    env = {
+        **_env(tmp_path),
+        "AIRFLOW_HOME": str(state / "airflow"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "false",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(Path(__file__).resolve().parents[2] / "dags"),
+        "ABPO_CONFIG": "demo",
+        "ABPO_TASK_RETRIES": "0",
+    }
     conf = json.dumps({"month": "2026-04", "overrides": SMALL})
     airflow = Path(sys.executable).with_name("airflow")
-    proc = subprocess.run([str(airflow), "dags", "test", "abpo_monthly", "2026-05-01T00:00:00+00:00", "-c", conf],
-                          env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [str(airflow), "dags", "test", "abpo_monthly", "2026-05-01T00:00:00+00:00", "-c", conf],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     out = proc.stdout + proc.stderr
     assert "nothing landed for month=2026-04" in out
     assert not (state / "landing" / "impressions" / "month=2026-04").exists()
@@ -96,18 +130,26 @@ def _the_printed_ui_command_shows_the_demo(stdout: str, state: Path, tmp_path: P
     (command,) = [line.strip() for line in stdout.splitlines() if line.strip().endswith(" standalone")]
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "ABPO_", "MLFLOW_"))}
-    env.update({"AIRFLOW__API__PORT": str(port),
-                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/"})
+    env.update(
+        {
+            "AIRFLOW__API__PORT": str(port),
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+        }
+    )
     started = time.time()
     with open(tmp_path / "standalone.log", "w") as log:
-        ui = subprocess.Popen(["bash", "-c", command], env=env, stdout=log, stderr=subprocess.STDOUT,
-                              start_new_session=True)
+        ui = subprocess.Popen(
+            ["bash", "-c", command], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
     try:
         api = Api(f"http://127.0.0.1:{port}")
         passwords = state / "airflow" / "simple_auth_manager_passwords.json.generated"
         password = api.wait(lambda: json.loads(passwords.read_text())["admin"], "the admin password", 300)
-        api.token = api.wait(lambda: api.call("POST", "/auth/token", {"username": "admin", "password": password})
-                             ["access_token"], "a token from the API server", 300)
+        api.token = api.wait(
+            lambda: api.call("POST", "/auth/token", {"username": "admin", "password": password})["access_token"],
+            "a token from the API server",
+            300,
+        )
 
         def parsed_again():  # the UI's own DAG processor has parsed the file since it started
             d = api.call("GET", "/api/v2/dags/abpo_monthly")
@@ -125,8 +167,9 @@ def _the_printed_ui_command_shows_the_demo(stdout: str, state: Path, tmp_path: P
             assert 0 < _epoch(r["end_date"]) - _epoch(r["start_date"]) < 3 * 3600, r
         plugins = api.call("GET", "/api/v2/plugins")
         assert "abpo" in {p["name"] for p in plugins["plugins"]}, plugins
-        req = urllib.request.Request(f"http://127.0.0.1:{port}/abpo/reports/",
-                                     headers={"Authorization": f"Bearer {api.token}"})
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{port}/abpo/reports/", headers={"Authorization": f"Bearer {api.token}"}
+        )
         with urllib.request.urlopen(req, timeout=30) as r:
             assert r.status == 200 and "2026-01..2026-03" in r.read().decode()
     except BaseException:

@@ -31,12 +31,14 @@ from airflow_services import AirflowServices
 REPO = Path(__file__).resolve().parents[2]
 # the demo preset at the scheduler tests' sizes (airflow_services.SMALL) plus a one-window series; as a config file,
 # not run overrides, so that the next month is triggered as a demo's user would trigger it: month and simulate only
-SMALL_DEMO = {"data": {"max_users": 40, "eval_candidates": 20, "update_steps": 2},
-              "sft": {"max_steps": 10, "eval_max_users": 15, "pretrain_epochs": 2},
-              "update": {"max_steps": 2, "batch_size": 8, "save_steps": 100},
-              "arms": {"min_rows_per_stratum": 1, "gate_ope_bootstrap": 200},
-              # clicks likely enough that every LLM arm gets both strata (airflow_services.SMALL says why)
-              "sim": {"click_next": 1.0, "base_ctr": 0.2}}
+SMALL_DEMO = {
+    "data": {"max_users": 40, "eval_candidates": 20, "update_steps": 2},
+    "sft": {"max_steps": 10, "eval_max_users": 15, "pretrain_epochs": 2},
+    "update": {"max_steps": 2, "batch_size": 8, "save_steps": 100},
+    "arms": {"min_rows_per_stratum": 1, "gate_ope_bootstrap": 200},
+    # clicks likely enough that every LLM arm gets both strata (airflow_services.SMALL says why)
+    "sim": {"click_next": 1.0, "base_ctr": 0.2},
+}
 LLM_ARMS, RANKER_ARMS = ("abpo", "grpo"), ("ml_retrain", "popularity")
 
 
@@ -55,17 +57,25 @@ def _versions(state: Path) -> dict[str, int]:
 
     uri = f"sqlite:///{state / 'mlflow.db'}"
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
-    return {arm: len(client.search_model_versions(f"name='abpo-arm-{arm}'"))
-            for arm in (*LLM_ARMS, *RANKER_ARMS, "holdback")}
+    return {
+        arm: len(client.search_model_versions(f"name='abpo-arm-{arm}'"))
+        for arm in (*LLM_ARMS, *RANKER_ARMS, "holdback")
+    }
 
 
 @pytest.mark.slow
 def test_the_month_after_a_demo_runs_on_a_real_scheduler_and_its_task_logs_are_clean(tmp_path):
     config, state = _small_demo_config(tmp_path), tmp_path / "state"
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("AIRFLOW", "ABPO_", "MLFLOW_"))} | {"ABPO_STATE": str(state)}
-    demo = subprocess.run([str(Path(sys.executable).with_name("abpo")), "demo", "--config", str(config), "--months",
-                           "1"], env=env, capture_output=True, text=True, timeout=1800)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "ABPO_", "MLFLOW_"))} | {
+        "ABPO_STATE": str(state)
+    }
+    demo = subprocess.run(
+        [str(Path(sys.executable).with_name("abpo")), "demo", "--config", str(config), "--months", "1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert demo.returncode == 0, (demo.stdout[-4000:], demo.stderr[-4000:])
 
     from abpo.config import load_config
@@ -81,13 +91,30 @@ def test_the_month_after_a_demo_runs_on_a_real_scheduler_and_its_task_logs_are_c
     # the DAG's own schedule (@monthly) and one retry, as by default, after 10 s: on a loaded machine the task
     # supervisor's first call to the API server can time out (a transient failure, retried), and a scheduled run
     # waiting 300 s to retry would hold the month back (max_active_runs=1)
-    services = {"ABPO_SCHEDULE": "@monthly", "ABPO_CONFIG": str(config), "ABPO_TASK_RETRIES": "1",
-                "ABPO_TASK_RETRY_DELAY_S": "10"}
+    services = {
+        "ABPO_SCHEDULE": "@monthly",
+        "ABPO_CONFIG": str(config),
+        "ABPO_TASK_RETRIES": "1",
+        "ABPO_TASK_RETRY_DELAY_S": "10",
+    }
     with AirflowServices(tmp_path, services, home=home) as af:  # unpauses the DAG
         rid = "next_month_2026-02"
-        trig = subprocess.run([af.airflow, "dags", "trigger", "abpo_monthly", "--run-id", rid, "-c",
-                               json.dumps({"month": "2026-02", "simulate": True})],
-                              env=af.env, capture_output=True, text=True, timeout=300)
+        trig = subprocess.run(
+            [
+                af.airflow,
+                "dags",
+                "trigger",
+                "abpo_monthly",
+                "--run-id",
+                rid,
+                "-c",
+                json.dumps({"month": "2026-02", "simulate": True}),
+            ],
+            env=af.env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert trig.returncode == 0, trig.stdout + trig.stderr
         done = af.api.wait_run(rid, 1800)
         tis = af.api.task_states(rid)
@@ -109,8 +136,13 @@ def test_the_month_after_a_demo_runs_on_a_real_scheduler_and_its_task_logs_are_c
         assert len(others) <= 1, others  # catchup off: no run for the months before the latest tick
 
     after = _versions(state)
-    assert {a: after[a] - before[a] for a in after} == {"abpo": 1, "grpo": 1, "ml_retrain": 1, "popularity": 1,
-                                                         "holdback": 0}
+    assert {a: after[a] - before[a] for a in after} == {
+        "abpo": 1,
+        "grpo": 1,
+        "ml_retrain": 1,
+        "popularity": 1,
+        "holdback": 0,
+    }
     assert json.loads((state / "cycle" / "2026-02.json").read_text())
     report = json.loads((state / "reports" / "2026-01..2026-02" / "report.json").read_text())
     assert {c["period"] for c in report["cells"]} >= {"2026-01", "2026-02"}
@@ -132,8 +164,11 @@ def _the_task_logs_are_clean(run_logs: Path, tries: dict[str, int]) -> None:
         errors = [e for e in lines if str(e.get("level", "")).lower() in ("error", "critical")]
         # one exclusion: Airflow's task runner folds its own lines into two groups in the UI, "::group::Pre Execute"
         # and "::group::Post Execute", each closed by the same marker line "::endgroup::" (two groups, two closings)
-        seen = Counter((e.get("level"), e.get("logger"), str(e.get("event"))) for e in lines
-                       if not (e.get("logger") == "task" and e.get("event") == "::endgroup::"))
+        seen = Counter(
+            (e.get("level"), e.get("logger"), str(e.get("event")))
+            for e in lines
+            if not (e.get("logger") == "task" and e.get("event") == "::endgroup::")
+        )
         doubled = [(k, n) for k, n in seen.items() if n > 1]
         if errors or doubled:
             problems[task_id] = {"errors": errors[:5], "doubled": doubled[:5]}

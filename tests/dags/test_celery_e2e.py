@@ -36,8 +36,12 @@ def redis_server(tmp_path: Path):
         pytest.skip("redis-server not found: `bash scripts/setup-redis.sh` (Debian's redis-server) runs this test")
     port = free_port()
     log = open(tmp_path / "redis.log", "w")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                             "--dir", str(tmp_path)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(tmp_path)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         import redis
 
@@ -63,34 +67,61 @@ def test_a_month_runs_on_two_celery_workers_with_the_updates_on_the_gpu_queue(tm
     train_env = tmp_path / "train-env"
     python = separate_python(train_env)
     with redis_server(tmp_path) as broker:
-        env = {"AIRFLOW__CORE__EXECUTOR": "CeleryExecutor", "AIRFLOW__CELERY__BROKER_URL": f"{broker}/0",
-               "AIRFLOW__CELERY__RESULT_BACKEND": f"{broker}/1", "AIRFLOW__CELERY__WORKER_CONCURRENCY": "1",
-               "AIRFLOW__CELERY_BROKER_TRANSPORT_OPTIONS__VISIBILITY_TIMEOUT": "21600",
-               # the workers' calls to the Execution API (default 5 s, 5 tries): a first run on a loaded 2-core machine
-               # timed out on `task-instances/<id>/run` while the API server and the scheduler shared SQLite
-               "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "60",
-               "ABPO_UPDATE_QUEUE": "gpu", "ABPO_TASK_PYTHON": str(python),
-               "PYTHONPATH": os.pathsep.join([str(REPO), str(HERE), os.environ.get("PYTHONPATH", "")])}
+        env = {
+            "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
+            "AIRFLOW__CELERY__BROKER_URL": f"{broker}/0",
+            "AIRFLOW__CELERY__RESULT_BACKEND": f"{broker}/1",
+            "AIRFLOW__CELERY__WORKER_CONCURRENCY": "1",
+            "AIRFLOW__CELERY_BROKER_TRANSPORT_OPTIONS__VISIBILITY_TIMEOUT": "21600",
+            # the workers' calls to the Execution API (default 5 s, 5 tries): a first run on a loaded 2-core machine
+            # timed out on `task-instances/<id>/run` while the API server and the scheduler shared SQLite
+            "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "60",
+            "ABPO_UPDATE_QUEUE": "gpu",
+            "ABPO_TASK_PYTHON": str(python),
+            "PYTHONPATH": os.pathsep.join([str(REPO), str(HERE), os.environ.get("PYTHONPATH", "")]),
+        }
         with AirflowServices(tmp_path, env) as af:
             for host, queue in WORKERS.items():
-                af.start(host, [af.airflow, "celery", "worker", "--queues", queue, "--concurrency", "1",
-                                "--celery-hostname", f"{host}@%h", "--pid", str(tmp_path / f"{host}.pid"),
-                                "--skip-serve-logs"],
-                         {"AIRFLOW__CORE__HOSTNAME_CALLABLE": "worker_hostname.hostname",
-                          "ABPO_TEST_WORKER_HOSTNAME": host})
+                af.start(
+                    host,
+                    [
+                        af.airflow,
+                        "celery",
+                        "worker",
+                        "--queues",
+                        queue,
+                        "--concurrency",
+                        "1",
+                        "--celery-hostname",
+                        f"{host}@%h",
+                        "--pid",
+                        str(tmp_path / f"{host}.pid"),
+                        "--skip-serve-logs",
+                    ],
+                    {"AIRFLOW__CORE__HOSTNAME_CALLABLE": "worker_hostname.hostname", "ABPO_TEST_WORKER_HOSTNAME": host},
+                )
             rid = af.trigger({"month": "2026-01", "simulate": True, "overrides": SMALL})
             done = af.api.wait_run(rid, 2400)
             tis = af.api.task_states(rid)
-            assert done["state"] == "success", ({k: t["state"] for k, t in tis.items()}, af.log("scheduler"),
-                                                af.log("cpu-worker"), af.log("gpu-worker"))
+            assert done["state"] == "success", (
+                {k: t["state"] for k, t in tis.items()},
+                af.log("scheduler"),
+                af.log("cpu-worker"),
+                af.log("gpu-worker"),
+            )
             assert len(tis) == 16 and {t["state"] for t in tis.values()} == {"success"}
 
     # Airflow's metadata: which worker (its hostname) ran each task, from which queue, in which process
     with contextlib.closing(sqlite3.connect(af.home / "airflow.db")) as db:
-        rows = db.execute("SELECT task_id, hostname, queue, pid, state FROM task_instance WHERE run_id = ?",
-                          (rid,)).fetchall()
-        isolated = {task: _xcom(value) for task, value in db.execute(
-            "SELECT task_id, value FROM xcom WHERE run_id = ? AND key = 'isolated'", (rid,))}
+        rows = db.execute(
+            "SELECT task_id, hostname, queue, pid, state FROM task_instance WHERE run_id = ?", (rid,)
+        ).fetchall()
+        isolated = {
+            task: _xcom(value)
+            for task, value in db.execute(
+                "SELECT task_id, value FROM xcom WHERE run_id = ? AND key = 'isolated'", (rid,)
+            )
+        }
     ran = {task: (host, queue) for task, host, queue, _, _ in rows}
     assert {ran[t] for t in UPDATES} == {("gpu-worker", "gpu")}, ran
     assert {v for t, v in ran.items() if t not in UPDATES} == {("cpu-worker", "default")}, ran

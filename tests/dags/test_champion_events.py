@@ -24,8 +24,12 @@ def test_the_steps_that_move_a_champion_have_an_alias_outlet_not_an_asset():
 
     bag = DagBag(dag_folder=str(DAGS))
     dag = bag.dags["abpo_monthly"]
-    for arm, task_id in (("abpo", "abpo.promote"), ("grpo", "grpo.promote"), ("ml_retrain", "ml_retrain.refit"),
-                         ("popularity", "popularity.refit")):
+    for arm, task_id in (
+        ("abpo", "abpo.promote"),
+        ("grpo", "grpo.promote"),
+        ("ml_retrain", "ml_retrain.refit"),
+        ("popularity", "popularity.refit"),
+    ):
         outlets = dag.get_task(task_id).outlets
         assert [(type(o), o.name) for o in outlets] == [(AssetAlias, f"abpo_champion_{arm}_moves")], task_id
 
@@ -47,8 +51,17 @@ def test_a_failed_gate_fires_nothing_and_a_passed_one_fires_the_new_version(tmp_
     client.set_registered_model_alias("abpo-arm-abpo", "champion", "1")
 
     def gate(version: str, passed: bool) -> GateResult:
-        return GateResult(arm="abpo", version=version, champion_version="1", passed=passed, reason="test",
-                          metric="HR@5", challenger={}, champion={}, off_policy=None)
+        return GateResult(
+            arm="abpo",
+            version=version,
+            champion_version="1",
+            passed=passed,
+            reason="test",
+            metric="HR@5",
+            challenger={},
+            champion={},
+            off_policy=None,
+        )
 
     failed = promote(cfg, "abpo", gate("2", False)).to_json()
     assert (failed["champion_version"], failed["moved"]) == ("1", False)
@@ -59,8 +72,13 @@ def test_a_failed_gate_fires_nothing_and_a_passed_one_fires_the_new_version(tmp_
     (event,) = _events(dag_module, "abpo", "2026-02", passed)
     assert event.dest_asset_key.name == "abpo_champion_abpo"
     assert event.dest_asset_key.uri == "mlflow://models/abpo-arm-abpo/champion"
-    assert event.extra == {"arm": "abpo", "version": "3", "previous_version": "1", "month": "2026-02",
-                           "model_uri": "models:/abpo-arm-abpo/3"}
+    assert event.extra == {
+        "arm": "abpo",
+        "version": "3",
+        "previous_version": "1",
+        "month": "2026-02",
+        "model_uri": "models:/abpo-arm-abpo/3",
+    }
     # a retried promote (its first attempt moved the alias, then the task died) still announces the move
     again = promote(cfg, "abpo", gate("3", True)).to_json()
     assert again["moved"] and len(_events(dag_module, "abpo", "2026-02", again)) == 1
@@ -95,8 +113,10 @@ def test_a_hand_move_found_at_the_month_start_fires_the_champion_event(tmp_path,
     from abpo.monthly.bootstrap import bootstrap_arms
 
     outlets = DagBag(dag_folder=str(DAGS)).dags["abpo_monthly"].get_task("bootstrap").outlets
-    assert {o.name for o in outlets if isinstance(o, AssetAlias)} >= {"abpo_champion_abpo_moves",
-                                                                     "abpo_champion_popularity_moves"}
+    assert {o.name for o in outlets if isinstance(o, AssetAlias)} >= {
+        "abpo_champion_abpo_moves",
+        "abpo_champion_popularity_moves",
+    }
     cfg = load_config("tiny", [f"paths.root={tmp_path}"])
     cfg.arms.names = ["abpo"]
     registry.configure(cfg)

@@ -18,8 +18,14 @@ AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 
 def _get(home: Path, section: str, key: str) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
-    p = subprocess.run([AIRFLOW, "config", "get-value", section, key], env={**env, "AIRFLOW_HOME": str(home)},
-                       capture_output=True, text=True, timeout=300, cwd=home)
+    p = subprocess.run(
+        [AIRFLOW, "config", "get-value", section, key],
+        env={**env, "AIRFLOW_HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=home,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     return p.stdout.strip()
 

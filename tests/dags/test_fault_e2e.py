@@ -18,7 +18,8 @@ from airflow_services import SMALL, AirflowServices
 # TASK_INSTANCE_HEARTBEAT_TIMEOUT is failed. 60 s each: the killed scheduler's tasks are taken over about a minute
 # after the kill.
 FAST_RECOVERY = {
-    "ABPO_TASK_RETRIES": "2", "ABPO_TASK_RETRY_DELAY_S": "5",
+    "ABPO_TASK_RETRIES": "2",
+    "ABPO_TASK_RETRY_DELAY_S": "5",
     "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60",
     "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
     "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "10",
@@ -43,15 +44,21 @@ def _all_runs(client):
 
 @pytest.mark.slow
 def test_killing_the_scheduler_mid_update_loses_and_doubles_nothing(tmp_path):
-    overrides = [*SMALL, "update.max_steps=60"]  # long enough an update to be killed inside it (item-token steps take ~0.1 s)
+    overrides = [
+        *SMALL,
+        "update.max_steps=60",
+    ]  # long enough an update to be killed inside it (item-token steps take ~0.1 s)
     with AirflowServices(tmp_path, FAST_RECOVERY) as af:
         rid = af.trigger({"month": "2026-01", "simulate": True, "overrides": overrides})
 
         def update_training():  # the abpo arm's update has opened its MLflow run: kill it now
             if not (af.state / "mlflow.db").exists():
                 return None
-            runs = [r for r in _all_runs(_client(af.state))
-                    if r.data.tags.get("abpo.task_key", "").startswith("update:abpo:") and r.info.status == "RUNNING"]
+            runs = [
+                r
+                for r in _all_runs(_client(af.state))
+                if r.data.tags.get("abpo.task_key", "").startswith("update:abpo:") and r.info.status == "RUNNING"
+            ]
             return runs[0] if runs else None
 
         victim = af.api.wait(update_training, "the abpo update's MLflow run", 900, every=1)
@@ -68,8 +75,9 @@ def test_killing_the_scheduler_mid_update_loses_and_doubles_nothing(tmp_path):
 
     client = _client(af.state)
     runs = _all_runs(client)
-    running = [(r.info.run_id, r.info.run_name, r.data.tags.get("abpo.task_key")) for r in runs
-               if r.info.status == "RUNNING"]
+    running = [
+        (r.info.run_id, r.info.run_name, r.data.tags.get("abpo.task_key")) for r in runs if r.info.status == "RUNNING"
+    ]
     assert not running, (running, [(r.info.run_name, r.info.status, r.data.tags.get("abpo.task_key")) for r in runs])
     assert client.get_run(victim.info.run_id).info.status == "KILLED"
     by_key: dict[str, list] = {}
@@ -87,9 +95,11 @@ def test_killing_the_scheduler_mid_update_loses_and_doubles_nothing(tmp_path):
     import duckdb
 
     con = duckdb.connect(str(af.state / "warehouse.duckdb"), read_only=True)
-    rows, ids = con.execute("SELECT count(*), count(DISTINCT impression_id) FROM impressions "
-                            "WHERE month = '2026-01'").fetchone()
-    landed = con.execute("SELECT rows_clean FROM ingest_runs WHERE month = '2026-01' ORDER BY ingested_at DESC "
-                         "LIMIT 1").fetchone()[0]
+    rows, ids = con.execute(
+        "SELECT count(*), count(DISTINCT impression_id) FROM impressions WHERE month = '2026-01'"
+    ).fetchone()
+    landed = con.execute(
+        "SELECT rows_clean FROM ingest_runs WHERE month = '2026-01' ORDER BY ingested_at DESC LIMIT 1"
+    ).fetchone()[0]
     con.close()
     assert rows == ids == landed > 0

@@ -86,8 +86,9 @@ def test_the_update_task_runs_in_a_separate_interpreter(monkeypatch, tmp_path, a
 
     env_dir = tmp_path / "train-env"
     python = separate_python(env_dir)
-    dag = _bag(monkeypatch, ABPO_TASK_PYTHON=str(python), ABPO_STATE=str(tmp_path / "state"),
-               ABPO_CONFIG="tiny").dags["abpo_monthly"]
+    dag = _bag(monkeypatch, ABPO_TASK_PYTHON=str(python), ABPO_STATE=str(tmp_path / "state"), ABPO_CONFIG="tiny").dags[
+        "abpo_monthly"
+    ]
     op = dag.get_task("abpo.update")
     op.op_kwargs = {**op.op_kwargs, "month": "2026-01", "upstream": {}}  # what rendering the XComArgs gives
     ti = _TaskInstance()

@@ -22,11 +22,27 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 # the smallest month of tests/monthly/test_month_idempotence.py: two arms, a gate every challenger passes (the month
 # promotes, so its rerun starts from another champion than the month did)
-SMALL = ["data.max_users=60", "data.update_steps=6", "sft.eval_max_users=20", "data.eval_candidates=20",
-         "update.max_steps=2", "update.batch_size=8", "update.save_steps=100", "arms.min_rows_per_stratum=1",
-         "sim.click_next=1.0", "sim.base_ctr=0.2", "arms.update_logs=own", "arms.names=abpo,popularity",
-         "report.arm_shares={abpo: 0.5, popularity: 0.5}", "report.candidate_arm=abpo", "arms.gate_max_users=20",
-         "arms.gate_ope_bootstrap=200", "arms.gate_margin=1.0", "arms.gate_ope_margin=1.0", "arms.gate_min_ess=0"]
+SMALL = [
+    "data.max_users=60",
+    "data.update_steps=6",
+    "sft.eval_max_users=20",
+    "data.eval_candidates=20",
+    "update.max_steps=2",
+    "update.batch_size=8",
+    "update.save_steps=100",
+    "arms.min_rows_per_stratum=1",
+    "sim.click_next=1.0",
+    "sim.base_ctr=0.2",
+    "arms.update_logs=own",
+    "arms.names=abpo,popularity",
+    "report.arm_shares={abpo: 0.5, popularity: 0.5}",
+    "report.candidate_arm=abpo",
+    "arms.gate_max_users=20",
+    "arms.gate_ope_bootstrap=200",
+    "arms.gate_margin=1.0",
+    "arms.gate_ope_margin=1.0",
+    "arms.gate_min_ess=0",
+]
 
 
 def registry_snapshot(tracking_uri: str) -> dict:
@@ -36,15 +52,20 @@ def registry_snapshot(tracking_uri: str) -> dict:
     client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
     out = {}
     for rm in client.search_registered_models(max_results=1000):
-        out[rm.name] = {"aliases": dict(rm.aliases),
-                        "versions": sorted((int(v.version), v.run_id, sorted((v.tags or {}).items()))
-                                           for v in client.search_model_versions(f"name='{rm.name}'"))}
+        out[rm.name] = {
+            "aliases": dict(rm.aliases),
+            "versions": sorted(
+                (int(v.version), v.run_id, sorted((v.tags or {}).items()))
+                for v in client.search_model_versions(f"name='{rm.name}'")
+            ),
+        }
     return out
 
 
 @pytest.mark.slow
-def test_a_completed_month_rerun_through_airflow_changes_no_version_and_no_alias(tmp_path, monkeypatch,
-                                                                                build_tiny_model):
+def test_a_completed_month_rerun_through_airflow_changes_no_version_and_no_alias(
+    tmp_path, monkeypatch, build_tiny_model
+):
     from abpo.config import load_config
     from abpo.monthly.adopt import adopt_model
     from abpo.monthly.common import dataset_and_splits
@@ -67,24 +88,54 @@ def test_a_completed_month_rerun_through_airflow_changes_no_version_and_no_alias
 
     home = tmp_path / "airflow"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "MLFLOW_"))}
-    env.update({"AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
-                "AIRFLOW__CORE__LOAD_EXAMPLES": "false", "ABPO_CONFIG": str(config), "ABPO_STATE": str(state),
-                "ABPO_TASK_RETRIES": "0", "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])})
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "false",
+            "ABPO_CONFIG": str(config),
+            "ABPO_STATE": str(state),
+            "ABPO_TASK_RETRIES": "0",
+            "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]),
+        }
+    )
     airflow = str(Path(sys.executable).with_name("airflow"))
     subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
-    proc = subprocess.run([airflow, "dags", "test", "abpo_monthly", "2026-02-01T00:00:00+00:00", "-c",
-                           json.dumps({"month": "2026-01", "simulate": True})],
-                          env=env, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [
+            airflow,
+            "dags",
+            "test",
+            "abpo_monthly",
+            "2026-02-01T00:00:00+00:00",
+            "-c",
+            json.dumps({"month": "2026-01", "simulate": True}),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     with contextlib.closing(sqlite3.connect(home / "airflow.db")) as db:
         tis = dict(db.execute("SELECT task_id, state FROM task_instance").fetchall())
-    for task in ("bootstrap", "serve", "ingest", "abpo.update", "abpo.register", "abpo.gate", "abpo.promote",
-                 "popularity.refit", "report"):  # the rerun ran every step of the configured arms
+    for task in (
+        "bootstrap",
+        "serve",
+        "ingest",
+        "abpo.update",
+        "abpo.register",
+        "abpo.gate",
+        "abpo.promote",
+        "popularity.refit",
+        "report",
+    ):  # the rerun ran every step of the configured arms
         assert tis.get(task) == "success", (task, tis)
 
     assert registry_snapshot(uri) == before  # no version, no alias, no tag of a version changed
     with contextlib.closing(sqlite3.connect(home / "airflow.db")) as db:  # and no champion Asset event fired
-        events = db.execute("SELECT a.name FROM asset_event e JOIN asset a ON a.id = e.asset_id "
-                            "WHERE a.name LIKE 'abpo_champion_%'").fetchall()
+        events = db.execute(
+            "SELECT a.name FROM asset_event e JOIN asset a ON a.id = e.asset_id WHERE a.name LIKE 'abpo_champion_%'"
+        ).fetchall()
     assert events == [], events

@@ -33,6 +33,7 @@ def test_a_refusal_fails_at_once_and_a_transient_error_is_raised_for_a_retry(dag
         @dag_module._fail_fast
         def run(month):
             raise e
+
         return run
 
     with pytest.raises(AirflowFailException, match="NothingLanded: nothing landed for month=2026-10") as info:

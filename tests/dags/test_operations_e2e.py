@@ -30,15 +30,28 @@ def test_a_refusal_fails_once_calls_the_hook_and_the_run_starts_when_it_ran(tmp_
     bad.write_text("name: bad\nno_such_section:\n  x: 1\n")  # a config the series cannot run on: refused
     hook_log = tmp_path / "failures.jsonl"
     home = tmp_path / "airflow"
-    env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
-           "AIRFLOW__CORE__LOAD_EXAMPLES": "false", "ABPO_CONFIG": str(bad), "ABPO_STATE": str(tmp_path / "state"),
-           "ABPO_TASK_RETRIES": "2", "ABPO_TASK_RETRY_DELAY_S": "1", "ABPO_ON_FAILURE": "failure_hook:record",
-           "ABPO_TEST_FAILURE_LOG": str(hook_log),
-           "PYTHONPATH": os.pathsep.join([str(REPO), str(HERE), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "false",
+        "ABPO_CONFIG": str(bad),
+        "ABPO_STATE": str(tmp_path / "state"),
+        "ABPO_TASK_RETRIES": "2",
+        "ABPO_TASK_RETRY_DELAY_S": "1",
+        "ABPO_ON_FAILURE": "failure_hook:record",
+        "ABPO_TEST_FAILURE_LOG": str(hook_log),
+        "PYTHONPATH": os.pathsep.join([str(REPO), str(HERE), os.environ.get("PYTHONPATH", "")]),
+    }
     airflow = str(Path(sys.executable).with_name("airflow"))
     subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
-    proc = subprocess.run([airflow, "dags", "test", "abpo_monthly", "2026-02-01T00:00:00+00:00", "-c",
-                           json.dumps({"month": "2026-01"})], env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [airflow, "dags", "test", "abpo_monthly", "2026-02-01T00:00:00+00:00", "-c", json.dumps({"month": "2026-01"})],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "unknown key(s) ['no_such_section']" in out, out[-3000:]
     with contextlib.closing(sqlite3.connect(home / "airflow.db")) as db:
@@ -50,13 +63,16 @@ def test_a_refusal_fails_once_calls_the_hook_and_the_run_starts_when_it_ran(tmp_
     assert len(calls) == 1, calls
     (call,) = calls
     assert (call["month"], call["task"], call["error_type"], call["cause_type"]) == (
-        "2026-01", "bootstrap", "AirflowFailException", "ConfigError")
+        "2026-01",
+        "bootstrap",
+        "AirflowFailException",
+        "ConfigError",
+    )
     assert "no_such_section" in call["error"] and "not retried" in call["error"]
 
     from abpo.commands.demo import FIX_RUN_STARTS
 
-    fix = subprocess.run([sys.executable, "-c", FIX_RUN_STARTS], env=env, capture_output=True, text=True,
-                         timeout=300)
+    fix = subprocess.run([sys.executable, "-c", FIX_RUN_STARTS], env=env, capture_output=True, text=True, timeout=300)
     assert fix.returncode == 0 and call["run_id"] in fix.stdout, fix.stdout + fix.stderr
     with contextlib.closing(sqlite3.connect(home / "airflow.db")) as db:
         logical, start, end = db.execute("SELECT logical_date, start_date, end_date FROM dag_run").fetchone()
@@ -70,8 +86,11 @@ def test_a_refusal_fails_once_calls_the_hook_and_the_run_starts_when_it_ran(tmp_
 @pytest.mark.slow
 def test_unpausing_starts_no_failing_month_and_its_task_log_is_clean(tmp_path):
     with AirflowServices(tmp_path, {"ABPO_SCHEDULE": "@monthly", "ABPO_TASK_RETRIES": "2"}) as af:
-        runs = af.api.wait(lambda: af.api.call("GET", "/api/v2/dags/abpo_monthly/dagRuns")["dag_runs"],
-                           "the scheduled run started on unpause", 300)
+        runs = af.api.wait(
+            lambda: af.api.call("GET", "/api/v2/dags/abpo_monthly/dagRuns")["dag_runs"],
+            "the scheduled run started on unpause",
+            300,
+        )
         (run,) = runs
         assert run["run_type"] == "scheduled"
         done = af.api.wait_run(run["dag_run_id"], 600)
@@ -99,11 +118,19 @@ def test_the_landing_sensor_starts_the_month_when_its_partition_is_complete(tmp_
     a partition with its data and its _SUCCESS marker lets the month start; one without the marker keeps the sensor
     waiting (rescheduled) until its timeout fails it."""
     home, state = tmp_path / "airflow", tmp_path / "state"
-    env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
-           "AIRFLOW__CORE__LOAD_EXAMPLES": "false", "ABPO_CONFIG": "tiny", "ABPO_STATE": str(state),
-           "ABPO_TASK_RETRIES": "0", "ABPO_WAIT_FOR_LANDING": "1", "ABPO_LANDING_POKE_S": "1",
-           "ABPO_LANDING_TIMEOUT_H": str(8 / 3600),
-           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "false",
+        "ABPO_CONFIG": "tiny",
+        "ABPO_STATE": str(state),
+        "ABPO_TASK_RETRIES": "0",
+        "ABPO_WAIT_FOR_LANDING": "1",
+        "ABPO_LANDING_POKE_S": "1",
+        "ABPO_LANDING_TIMEOUT_H": str(8 / 3600),
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
     for month, marker in (("2026-03", True), ("2026-04", False)):
         d = state / "landing" / "impressions" / f"month={month}"
         d.mkdir(parents=True)
@@ -114,12 +141,31 @@ def test_the_landing_sensor_starts_the_month_when_its_partition_is_complete(tmp_
     subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
 
     def month_run(month: str, logical: str) -> tuple[int, dict]:
-        proc = subprocess.run([airflow, "dags", "test", "abpo_monthly", logical, "--mark-success-pattern",
-                               "(?!(resolve_month|landed)$).*", "-c", json.dumps({"month": month})],
-                              env=env, capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [
+                airflow,
+                "dags",
+                "test",
+                "abpo_monthly",
+                logical,
+                "--mark-success-pattern",
+                "(?!(resolve_month|landed)$).*",
+                "-c",
+                json.dumps({"month": month}),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         with contextlib.closing(sqlite3.connect(home / "airflow.db")) as db:
-            tis = dict(db.execute("SELECT ti.task_id, ti.state FROM task_instance ti JOIN dag_run r ON "
-                                  "r.run_id = ti.run_id WHERE r.logical_date LIKE ?", (logical[:10] + "%",)).fetchall())
+            tis = dict(
+                db.execute(
+                    "SELECT ti.task_id, ti.state FROM task_instance ti JOIN dag_run r ON "
+                    "r.run_id = ti.run_id WHERE r.logical_date LIKE ?",
+                    (logical[:10] + "%",),
+                ).fetchall()
+            )
         return proc.returncode, tis
 
     rc, tis = month_run("2026-03", "2026-04-01T00:00:00+00:00")

@@ -60,8 +60,10 @@ def test_proportional_stratification_uses_each_row_once_and_spreads_positives():
 
 
 # ---------------------------------------------------------------------------------------- Arrow-native batches
-@pytest.mark.parametrize("P,N,B,mode", [(7, 53, 6, "oversample"), (30, 2, 4, "oversample"), (40, 70, 4, "proportional"),
-                                        (130, 500, 6, "proportional")])
+@pytest.mark.parametrize(
+    "P,N,B,mode",
+    [(7, 53, 6, "oversample"), (30, 2, 4, "oversample"), (40, 70, 4, "proportional"), (130, 500, 6, "proportional")],
+)
 def test_batch_plan_fills_every_slot_once_with_both_strata(P, N, B, mode):
     plan = stratified_batch_plan(P, N, B, seed=3, mode=mode)
     batch = np.concatenate([plan.pos_batch, plan.neg_batch])
@@ -76,8 +78,10 @@ def test_batch_plan_fills_every_slot_once_with_both_strata(P, N, B, mode):
     if mode == "oversample":
         assert set(plan.pos_rank.tolist()) == set(range(P)) and set(plan.neg_rank.tolist()) == set(range(N))
     else:
-        assert len(set(plan.pos_rank.tolist())) == plan.pos_rank.size and len(set(plan.neg_rank.tolist())) == \
-            plan.neg_rank.size
+        assert (
+            len(set(plan.pos_rank.tolist())) == plan.pos_rank.size
+            and len(set(plan.neg_rank.tolist())) == plan.neg_rank.size
+        )
         assert plan.rows_not_in_batches == P + N - plan.n_batches * B
 
 
@@ -88,6 +92,8 @@ def test_batch_tables_are_the_batches_as_arrow():
     joined = pa.concat_tables(tables)
     assert joined.column_names == ["impression_id", "clicked", "batch", "slot"]
     rows = joined.to_pylist()
-    by_batch = [[{k: r[k] for k in ("impression_id", "clicked")} for r in rows if r["batch"] == b]
-                for b in range(rows[-1]["batch"] + 1)]
+    by_batch = [
+        [{k: r[k] for k in ("impression_id", "clicked")} for r in rows if r["batch"] == b]
+        for b in range(rows[-1]["batch"] + 1)
+    ]
     assert by_batch == list(stratified_batches(pos, neg, 5, seed=2))

@@ -27,11 +27,15 @@ def ml_sets(movielens):
 
     cfg = load_config("tiny").data
     splits, _ = split_users(movielens, cfg)
-    return cfg, splits, {
-        "sup": build_sup_examples(splits, movielens, cfg),
-        "bandit": build_bandit_requests(splits, movielens, cfg),
-        "eval": build_eval_examples(splits, movielens, cfg),
-    }
+    return (
+        cfg,
+        splits,
+        {
+            "sup": build_sup_examples(splits, movielens, cfg),
+            "bandit": build_bandit_requests(splits, movielens, cfg),
+            "eval": build_eval_examples(splits, movielens, cfg),
+        },
+    )
 
 
 def test_held_out_target_never_in_any_training_candidate_set(ml_sets):
@@ -43,8 +47,9 @@ def test_held_out_target_never_in_any_training_candidate_set(ml_sets):
     assert assert_target_held_out(splits, sets["sup"], sets["bandit"]) == len(sets["sup"]) + len(sets["bandit"])
     # the guard itself fails on a leak
     leaky = sets["bandit"][0]
-    bad = type(leaky)(leaky.request_id, leaky.user_id, leaky.history, [*leaky.candidates, target[leaky.user_id]],
-                      leaky.positive)
+    bad = type(leaky)(
+        leaky.request_id, leaky.user_id, leaky.history, [*leaky.candidates, target[leaky.user_id]], leaky.positive
+    )
     with pytest.raises(AssertionError, match=f"request {leaky.request_id}: held-out target"):
         assert_target_held_out(splits, [bad])
 
@@ -142,6 +147,7 @@ def test_candidate_order_is_shuffled(ml_sets):
 
 def _negatives(unseen_weights: list[int]) -> tuple[_Catalog, _UserNegatives]:
     """A catalog 1..n+1 where the user saw item n+1 only; unseen item i+1 has popularity unseen_weights[i]."""
+
     class _DS:
         def item_ids(self):
             return np.arange(1, len(unseen_weights) + 2)
@@ -274,7 +280,9 @@ def test_training_popularity_never_draws_the_target_and_skips_held_out_counts(ma
 
 def test_all_610_users_build_every_example(movielens, data_cfg):
     splits, _ = split_users(movielens, data_cfg)
-    n = sum(len(f(splits, movielens, data_cfg)) for f in (build_sup_examples, build_bandit_requests, build_eval_examples))
+    n = sum(
+        len(f(splits, movielens, data_cfg)) for f in (build_sup_examples, build_bandit_requests, build_eval_examples)
+    )
     assert n == sum(len(s.history) - 1 + data_cfg.update_steps + 1 for s in splits)  # every D_sup pair
 
 

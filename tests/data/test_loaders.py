@@ -63,8 +63,11 @@ def _tie_groups(ds) -> dict[tuple[int, int], list[int]]:
     """(user, second) -> items in sequence order, for seconds with more than one rating."""
     t = ds.interactions
     groups: dict[tuple[int, int], list[int]] = {}
-    for u, e, i in zip(t.column("user_id").to_pylist(), t.column("event_time").cast("int64").to_pylist(),
-                       t.column("item_id").to_pylist()):
+    for u, e, i in zip(
+        t.column("user_id").to_pylist(),
+        t.column("event_time").cast("int64").to_pylist(),
+        t.column("item_id").to_pylist(),
+    ):
         groups.setdefault((u, e), []).append(i)
     return {k: v for k, v in groups.items() if len(v) > 1}
 
@@ -90,12 +93,20 @@ def test_tie_order_ignores_row_order_and_other_users(tmp_path, movielens_dir):
     assert len(_tie_groups(base)) > 100
     header, *rows = (d / "ratings.csv").read_text().splitlines()
     rng = np.random.default_rng(1)
-    shuffled = _write_ml(tmp_path / "shuffled", [rows[i] for i in rng.permutation(len(rows))],
-                         (d / "movies.csv").read_text().splitlines()[1:], eol="\n")
+    shuffled = _write_ml(
+        tmp_path / "shuffled",
+        [rows[i] for i in rng.permutation(len(rows))],
+        (d / "movies.csv").read_text().splitlines()[1:],
+        eol="\n",
+    )
     assert load_movielens(shuffled, tie_seed=7).sequences == base.sequences
     # a user's order does not depend on the other users present
-    odd = _write_ml(tmp_path / "odd", [r for r in rows if int(r.split(",")[0]) % 2],
-                    (d / "movies.csv").read_text().splitlines()[1:], eol="\n")
+    odd = _write_ml(
+        tmp_path / "odd",
+        [r for r in rows if int(r.split(",")[0]) % 2],
+        (d / "movies.csv").read_text().splitlines()[1:],
+        eol="\n",
+    )
     assert load_movielens(odd, tie_seed=7).sequences == {u: s for u, s in base.sequences.items() if u % 2}
 
 

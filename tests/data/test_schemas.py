@@ -14,8 +14,18 @@ from abpo.data.synthetic import INJECTED_RULES, synthetic_impressions
 
 
 def test_contract_columns_and_docs():
-    core = ["impression_id", "event_time", "user_id", "arm", "model_version", "history", "candidates", "item_id",
-            "propensity", "clicked"]
+    core = [
+        "impression_id",
+        "event_time",
+        "user_id",
+        "arm",
+        "model_version",
+        "history",
+        "candidates",
+        "item_id",
+        "propensity",
+        "clicked",
+    ]
     assert IMPRESSIONS_SCHEMA.names[: len(core)] == core
     assert {"request_id", "position", "logging_policy", "served_at", "schema_version"} <= set(IMPRESSIONS_SCHEMA.names)
     assert set(IMPRESSION_COLUMN_DOCS) == set(IMPRESSIONS_SCHEMA.names)  # every column has its why
@@ -51,8 +61,12 @@ def test_write_impressions_reorders_columns(tmp_path):
     [
         (lambda t: t.drop_columns(["propensity"]), r"missing column\(s\) \['propensity'\]"),
         (lambda t: t.append_column("extra", pa.array([1] * t.num_rows)), r"unexpected column\(s\) \['extra'\]"),
-        (lambda t: t.set_column(t.schema.get_field_index("clicked"), "clicked", t.column("clicked").cast(pa.string())),
-         "column 'clicked' has type string, expected int8"),
+        (
+            lambda t: t.set_column(
+                t.schema.get_field_index("clicked"), "clicked", t.column("clicked").cast(pa.string())
+            ),
+            "column 'clicked' has type string, expected int8",
+        ),
     ],
 )
 def test_write_impressions_rejects_wrong_schema(tmp_path, mutate, message):

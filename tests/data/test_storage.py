@@ -35,12 +35,18 @@ def test_config_keeps_a_uri_and_refuses_it_where_a_local_path_is_needed(make_cfg
     cfg = make_cfg("paths.landing=s3://my-bucket/landing", "paths.mlflow_artifacts=s3://my-bucket/mlartifacts")
     assert cfg.paths.location("landing") == "s3://my-bucket/landing"  # not <root>/s3:/my-bucket/landing
     assert cfg.paths.location("mlflow_artifacts") == "s3://my-bucket/mlartifacts"
-    with pytest.raises(ValueError, match=r"paths.landing = 's3://my-bucket/landing': an object-store URI where a "
-                                         r"local path is needed"):
+    with pytest.raises(
+        ValueError,
+        match=r"paths.landing = 's3://my-bucket/landing': an object-store URI where a "
+        r"local path is needed",
+    ):
         cfg.paths.resolve("landing")
     bad = make_cfg("paths.warehouse=s3://my-bucket/warehouse.duckdb")
-    with pytest.raises(ValueError, match=r"paths.warehouse = .*rule: a local path \(only paths.landing and "
-                                         r"paths.mlflow_artifacts may be object-store URIs"):
+    with pytest.raises(
+        ValueError,
+        match=r"paths.warehouse = .*rule: a local path \(only paths.landing and "
+        r"paths.mlflow_artifacts may be object-store URIs",
+    ):
         bad.paths.resolve("warehouse")
     local = make_cfg()
     assert local.paths.location("landing") == local.paths.resolve("landing") == tmp_path / "landing"
@@ -55,15 +61,22 @@ def test_a_month_landed_in_a_bucket_ingests_as_the_same_month_landed_locally(s3,
     table = _table()
     uri = write_impressions(table, landing, "2026-01", part="a")
     assert uri == f"{landing}/impressions/month=2026-01/part-a.parquet"
-    inter = pa.table({"user_id": pa.array([1, 1, 2], pa.int64()), "item_id": pa.array([5, 6, 7], pa.int64()),
-                      "event_time": pa.array([1, 2, 3], pa.timestamp("us", tz="UTC")),
-                      "rating": pa.array([4.0, 3.0, 5.0], pa.float32()),
-                      "position": pa.array([0, 1, 0], pa.int32())})
+    inter = pa.table(
+        {
+            "user_id": pa.array([1, 1, 2], pa.int64()),
+            "item_id": pa.array([5, 6, 7], pa.int64()),
+            "event_time": pa.array([1, 2, 3], pa.timestamp("us", tz="UTC")),
+            "rating": pa.array([4.0, 3.0, 5.0], pa.float32()),
+            "position": pa.array([0, 1, 0], pa.int32()),
+        }
+    )
     write_interactions(inter, landing, "2026-01", part="a")
-    assert _objects(s3) == ["landing/impressions/month=2026-01/_SUCCESS",
-                            "landing/impressions/month=2026-01/part-a.parquet",
-                            "landing/interactions/month=2026-01/_SUCCESS",
-                            "landing/interactions/month=2026-01/part-a.parquet"]
+    assert _objects(s3) == [
+        "landing/impressions/month=2026-01/_SUCCESS",
+        "landing/impressions/month=2026-01/part-a.parquet",
+        "landing/interactions/month=2026-01/_SUCCESS",
+        "landing/interactions/month=2026-01/part-a.parquet",
+    ]
     write_impressions(table, tmp_path / "landing", "2026-01", part="a")
     arms = sorted(set(table.column("arm").to_pylist()))
     with Warehouse(tmp_path / "remote.duckdb") as wr, Warehouse(tmp_path / "local.duckdb") as wl:
@@ -75,7 +88,8 @@ def test_a_month_landed_in_a_bucket_ingests_as_the_same_month_landed_locally(s3,
         assert wr.con.sql(q).fetchall() == wl.con.sql(q).fetchall()
         assert wr.ingest_interactions(landing, "2026-01") == 3
         assert wr.con.sql("SELECT DISTINCT source_file FROM interactions").fetchall() == [
-            (f"{landing}/interactions/month=2026-01/part-a.parquet",)]
+            (f"{landing}/interactions/month=2026-01/part-a.parquet",)
+        ]
     assert not list(tmp_path.rglob("abpo-landing-*"))  # the local copies are gone
 
 
@@ -94,7 +108,9 @@ def test_refusals_are_one_line_and_publish_nothing(s3, tmp_path, case):
         key = "landing/impressions/month=2026-01/part-a.parquet"
         if case == "missing bucket":
             landing = f"s3://{s3.bucket}-gone/landing"
-            expected = rf"s3://{s3.bucket}-gone/landing/impressions/month=2026-01: bucket '{s3.bucket}-gone' does not exist"
+            expected = (
+                rf"s3://{s3.bucket}-gone/landing/impressions/month=2026-01: bucket '{s3.bucket}-gone' does not exist"
+            )
         elif case == "denied":
             s3.as_user("nobody")
             expected = r"month=2026-01: access denied \(ACCESS_DENIED while listing\); rule: credentials come from"
@@ -119,7 +135,9 @@ def test_the_landing_sensor_reads_a_bucket(s3, make_cfg):
 
     cfg = make_cfg(f"paths.landing=s3://{s3.bucket}/landing")
     assert landing_status(cfg, "2026-01", "_SUCCESS") == (
-        False, f"s3://{s3.bucket}/landing/impressions/month=2026-01: no landing partition yet")
+        False,
+        f"s3://{s3.bucket}/landing/impressions/month=2026-01: no landing partition yet",
+    )
     write_impressions(_table(), cfg.paths.location("landing"), "2026-01", part="a")
     ok, found = landing_status(cfg, "2026-01", "_SUCCESS")
     assert ok and found.endswith("1 object(s) and the _SUCCESS marker")
@@ -177,9 +195,17 @@ def test_credentials_from_an_airflow_connection(s3, monkeypatch, user, tmp_path)
         monkeypatch.setenv(var, "unset")  # recorded, so that what apply_connection exports is undone after the test
         monkeypatch.delenv(var)
     key, secret = s3.keys[user]
-    monkeypatch.setenv("AIRFLOW_CONN_ABPO_S3", json.dumps({"conn_type": "aws", "login": key, "password": secret,
-                                                            "extra": {"endpoint_url": s3.endpoint,
-                                                                      "region_name": "us-east-1"}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_ABPO_S3",
+        json.dumps(
+            {
+                "conn_type": "aws",
+                "login": key,
+                "password": secret,
+                "extra": {"endpoint_url": s3.endpoint, "region_name": "us-east-1"},
+            }
+        ),
+    )
     monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
     monkeypatch.setenv(storage.CONNECTION_ENV, "abpo_s3")
     monkeypatch.setattr(storage, "_applied", set())
@@ -187,11 +213,16 @@ def test_credentials_from_an_airflow_connection(s3, monkeypatch, user, tmp_path)
     if user == "abpo":
         write_impressions(_table(), landing, "2026-01", part="a")
         assert storage.listdir(f"{landing}/impressions/month=2026-01") == [
-            f"{landing}/impressions/month=2026-01/_SUCCESS", f"{landing}/impressions/month=2026-01/part-a.parquet"]
+            f"{landing}/impressions/month=2026-01/_SUCCESS",
+            f"{landing}/impressions/month=2026-01/part-a.parquet",
+        ]
     else:
         with pytest.raises(storage.StorageError, match=r"access denied \(ACCESS_DENIED while writing\)"):
             write_impressions(_table(), landing, "2026-01", part="a")
     monkeypatch.setenv(storage.CONNECTION_ENV, "no_such_connection")
-    with pytest.raises(storage.StorageError, match=r"ABPO_STORAGE_CONNECTION='no_such_connection': the Airflow "
-                                                   r"Connection cannot be read"):
+    with pytest.raises(
+        storage.StorageError,
+        match=r"ABPO_STORAGE_CONNECTION='no_such_connection': the Airflow "
+        r"Connection cannot be read",
+    ):
         storage.listdir(landing)

@@ -61,8 +61,10 @@ def test_mde_matches_a_simulation_of_the_test():
     p10, p01 = (s + delta) / 2, (s - delta) / 2
     rng = np.random.default_rng(0)
     counts = rng.multinomial(n, [p10, p01, 1 - s], size=4000)
-    tests = [paired_noninferiority(*_hits(n, int(w), int(lo)), margin=margin, alpha=alpha, power=power)
-             for w, lo, _ in counts]
+    tests = [
+        paired_noninferiority(*_hits(n, int(w), int(lo)), margin=margin, alpha=alpha, power=power)
+        for w, lo, _ in counts
+    ]
     assert np.mean([t.passed for t in tests]) == pytest.approx(power, abs=0.03)
     assert np.mean([t.mde for t in tests]) == pytest.approx(delta + margin, rel=0.03)
     # and at the margin itself the test passes at most ~alpha of the time (its size)
@@ -81,14 +83,17 @@ def test_per_user_values_are_the_metrics_terms():
         per_user_values([0, 2], "HR@5")
 
 
-@pytest.mark.parametrize(("kw", "match"), [
-    ({"challenger": [1, 0], "champion": [1]}, "same users"),
-    ({"challenger": [], "champion": []}, "at least one"),
-    ({"challenger": [1, math.nan], "champion": [1, 0]}, "not finite"),
-    ({"margin": math.inf}, "margin"),
-    ({"alpha": 0.0}, "alpha"),
-    ({"power": 1.0}, "power"),
-])
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"challenger": [1, 0], "champion": [1]}, "same users"),
+        ({"challenger": [], "champion": []}, "at least one"),
+        ({"challenger": [1, math.nan], "champion": [1, 0]}, "not finite"),
+        ({"margin": math.inf}, "margin"),
+        ({"alpha": 0.0}, "alpha"),
+        ({"power": 1.0}, "power"),
+    ],
+)
 def test_bad_inputs_name_the_rule(kw, match):
     args = {"challenger": [1, 0], "champion": [0, 1], "margin": 0.02} | kw
     with pytest.raises(ValueError, match=match):

@@ -236,9 +236,7 @@ def test_pi_init_and_mixed_loggers_store_each_loggers_own_propensity(data_dir, t
     e0 = llm_propensities(ctx, model, tok, [by_id[r["request_id"]] for r in llm])
     for r, p in zip(llm, e0):
         assert r["propensity"] == pytest.approx(p[r["candidates"].index(r["item_id"])], rel=1e-5)
-    ranker = make_ranker("popularity", seed=0).fit(
-        ranker_sequences(ctx, 1, 2), ctx.dataset.item_ids().tolist()
-    )
+    ranker = make_ranker("popularity", seed=0).fit(ranker_sequences(ctx, 1, 2), ctx.dataset.item_ids().tolist())
     rk = [r for r in rows if r["logging_arm"] == "popularity"]
     for r, s in zip(rk, ranker.score([(r["user_id"], r["history"], r["candidates"]) for r in rk])):
         p = softmax_propensities(np.asarray(s, dtype=np.float64), ctx.cfg.arms.popularity.temperature)

@@ -53,29 +53,51 @@ def test_the_e2e_tests_and_the_demo_overrides_are_allowed(dag_module):
     import ast
 
     root = DAGS.parent / "tests" / "dags"
-    for path, name in ((root / "airflow_services.py", "SMALL"), (root / "test_abpo_monthly_e2e.py", "SMALL"),
-                       (DAGS.parent / "tests" / "arms" / "test_cycle.py", "SMALL")):
+    for path, name in (
+        (root / "airflow_services.py", "SMALL"),
+        (root / "test_abpo_monthly_e2e.py", "SMALL"),
+        (DAGS.parent / "tests" / "arms" / "test_cycle.py", "SMALL"),
+    ):
         tree = ast.parse(path.read_text())
-        small = next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
-                     and any(isinstance(t, ast.Name) and t.id == name for t in n.targets))
+        small = next(
+            ast.literal_eval(n.value)
+            for n in tree.body
+            if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in n.targets)
+        )
         assert dag_module.check_overrides(small) == small
 
 
 def test_allowed_overrides_pass_and_load(dag, dag_module):
     from abpo.config import load_config
 
-    ok = ["arms.min_rows_per_stratum=5", "sim.base_ctr=0.02", "report.confidence=0.9", "seed=3",
-          "update.learning_rate=0.001", "arms.popularity.temperature=0.3"]
+    ok = [
+        "arms.min_rows_per_stratum=5",
+        "sim.base_ctr=0.02",
+        "report.confidence=0.9",
+        "seed=3",
+        "update.learning_rate=0.001",
+        "arms.popularity.temperature=0.3",
+    ]
     assert dag.params.get_param("overrides").resolve(ok) == ok
     cfg = load_config("tiny", dag_module.check_overrides(ok))
     assert cfg.arms.min_rows_per_stratum == 5 and cfg.seed == 3 and cfg.arms.popularity.temperature == 0.3
     assert "Allowed keys only: sim.*" in dag.params.get_param("overrides").description
 
 
-GATE_SWITCHES = ["arms.gate_margin=1", "arms.gate_ope_margin=-1", "arms.gate_min_ess=0", "arms.gate_alpha=0.5",
-                 "arms.gate_power=0.1", "arms.gate_metric=NDCG@10", "arms.gate_max_users=1", "arms.gate_users=dataset",
-                 "arms.gate_holdout_fraction=0.9", "arms.names=abpo", "report.srm_alpha=0",
-                 "report.arm_shares.abpo=0.9"]
+GATE_SWITCHES = [
+    "arms.gate_margin=1",
+    "arms.gate_ope_margin=-1",
+    "arms.gate_min_ess=0",
+    "arms.gate_alpha=0.5",
+    "arms.gate_power=0.1",
+    "arms.gate_metric=NDCG@10",
+    "arms.gate_max_users=1",
+    "arms.gate_users=dataset",
+    "arms.gate_holdout_fraction=0.9",
+    "arms.names=abpo",
+    "report.srm_alpha=0",
+    "report.arm_shares.abpo=0.9",
+]
 
 
 @pytest.mark.parametrize("item", GATE_SWITCHES)
@@ -87,31 +109,52 @@ def test_a_trigger_cannot_change_the_gate_or_switch_a_safety_check_off(dag, dag_
 
     with pytest.raises(ParamValidationError):
         dag.params.get_param("overrides").resolve([item])
-    with pytest.raises(ValueError, match=rf"overrides item '{re.escape(item)}': rule: {re.escape(item.split('=')[0])} "
-                                         r"is .*not a run-time override.*\$ABPO_CONFIG"):
+    with pytest.raises(
+        ValueError,
+        match=rf"overrides item '{re.escape(item)}': rule: {re.escape(item.split('=')[0])} "
+        r"is .*not a run-time override.*\$ABPO_CONFIG",
+    ):
         dag_module.check_overrides([item])
 
 
-@pytest.mark.parametrize("item", ["update.learning_rate=0", "update.learning_rate=-1e-4", "update.learning_rate=nan",
-                                  "update.learning_rate=inf", "update.learning_rate=fast", "sft.learning_rate=0",
-                                  "update.max_steps=0.5", "update.batch_size=0", "update.epsilon=0",
-                                  "arms.min_rows_per_stratum=0", "arms.gate_ope_bootstrap=1",
-                                  "data.eval_candidates=5", "report.confidence=1"])
+@pytest.mark.parametrize(
+    "item",
+    [
+        "update.learning_rate=0",
+        "update.learning_rate=-1e-4",
+        "update.learning_rate=nan",
+        "update.learning_rate=inf",
+        "update.learning_rate=fast",
+        "sft.learning_rate=0",
+        "update.max_steps=0.5",
+        "update.batch_size=0",
+        "update.epsilon=0",
+        "arms.min_rows_per_stratum=0",
+        "arms.gate_ope_bootstrap=1",
+        "data.eval_candidates=5",
+        "report.confidence=1",
+    ],
+)
 def test_an_overridable_key_outside_its_range_is_refused_by_every_task(dag, dag_module, item, monkeypatch):
     """Where a key stays overridable its range is enforced: the run's first task (resolve_month, whose callable runs
     check_overrides on the triggered params) fails at once, naming the item and its range; nothing else ran."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    monkeypatch.setattr(dag_module, "get_current_context",
-                        lambda: {"params": {"month": "2026-01", "overrides": ["seed=3", item]}})
+    monkeypatch.setattr(
+        dag_module, "get_current_context", lambda: {"params": {"month": "2026-01", "overrides": ["seed=3", item]}}
+    )
     callable_ = dag_module.abpo_monthly().get_task("resolve_month").python_callable  # its globals: dag_module's
-    with pytest.raises(AirflowFailException, match=rf"overrides item '{re.escape(item)}': rule: "
-                                                   rf"{re.escape(item.split('=')[0])} must be"):
+    with pytest.raises(
+        AirflowFailException,
+        match=rf"overrides item '{re.escape(item)}': rule: "
+        rf"{re.escape(item.split('=')[0])} must be",
+    ):
         callable_()
     ok = {"update.learning_rate=0": "update.learning_rate=0.0003"}.get(item)
     if ok:
-        monkeypatch.setattr(dag_module, "get_current_context",
-                            lambda: {"params": {"month": "2026-01", "overrides": [ok]}})
+        monkeypatch.setattr(
+            dag_module, "get_current_context", lambda: {"params": {"month": "2026-01", "overrides": [ok]}}
+        )
         assert callable_() == "2026-01"
 
 

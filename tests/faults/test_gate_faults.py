@@ -12,11 +12,25 @@ from abpo.monthly.gate import ope_verdict
 
 
 def _ope(clicked, e0, e_challenger, e_champion) -> dict:
-    c = compare_snips(clicked, np.asarray(e0, float), np.asarray(e_challenger, float), np.asarray(e_champion, float),
-                      n_boot=300, seed=0)
-    return {"n": c.n, "challenger_snips": c.challenger.snips, "champion_snips": c.champion.snips, "diff": c.diff,
-            "ci_low": c.ci_low, "ci_high": c.ci_high, "confidence": c.confidence, "challenger_ess": c.challenger.ess,
-            "champion_ess": c.champion.ess}
+    c = compare_snips(
+        clicked,
+        np.asarray(e0, float),
+        np.asarray(e_challenger, float),
+        np.asarray(e_champion, float),
+        n_boot=300,
+        seed=0,
+    )
+    return {
+        "n": c.n,
+        "challenger_snips": c.challenger.snips,
+        "champion_snips": c.champion.snips,
+        "diff": c.diff,
+        "ci_low": c.ci_low,
+        "ci_high": c.ci_high,
+        "confidence": c.confidence,
+        "challenger_ess": c.challenger.ess,
+        "champion_ess": c.champion.ess,
+    }
 
 
 def _log(seed: int, n: int = 400):

@@ -18,8 +18,9 @@ def test_a_month_with_a_zero_click_and_an_all_click_arm_completes(state):
     cfg = load_config("tiny")
     ctr = {"abpo": 0.0, "grpo": 1.0, "ml_retrain": 0.2, "popularity": 0.1}
     for month in ("2026-01", "2026-02"):
-        table, _ = synthetic_impressions(800, month, seed=3, violation_rate=0.0, ctr=ctr, n_users=300,
-                                        item_ids=config_catalog(cfg))
+        table, _ = synthetic_impressions(
+            800, month, seed=3, violation_rate=0.0, ctr=ctr, n_users=300, item_ids=config_catalog(cfg)
+        )
         write_impressions(table, cfg.paths.resolve("landing"), month, part="sim")
         landed, _ = ingest_with_config(cfg, month)
         assert landed.rows_quarantined == 0 and landed.audit.success
@@ -31,10 +32,21 @@ def test_a_month_with_a_zero_click_and_an_all_click_arm_completes(state):
     assert (cfg.paths.resolve("root") / "cycle" / "2026-02.json").is_file()
 
 
-ZERO_CLICK_MONTH = ["data.max_users=60", "data.update_steps=6", "sft.max_steps=20", "sft.eval_max_users=20",
-                    "sft.pretrain_epochs=2", "data.eval_candidates=20", "update.max_steps=2", "update.batch_size=8",
-                    "update.save_steps=100", "arms.min_rows_per_stratum=1", "sim.click_next=0.0",
-                    "sim.click_soon=0.0", "sim.base_ctr=0.0"]
+ZERO_CLICK_MONTH = [
+    "data.max_users=60",
+    "data.update_steps=6",
+    "sft.max_steps=20",
+    "sft.eval_max_users=20",
+    "sft.pretrain_epochs=2",
+    "data.eval_candidates=20",
+    "update.max_steps=2",
+    "update.batch_size=8",
+    "update.save_steps=100",
+    "arms.min_rows_per_stratum=1",
+    "sim.click_next=0.0",
+    "sim.click_soon=0.0",
+    "sim.base_ctr=0.0",
+]
 
 
 @pytest.mark.slow

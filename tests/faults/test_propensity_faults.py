@@ -91,8 +91,12 @@ def test_the_gx_suite_checks_propensity_consistency_and_the_catalog(state):
         assert validate_month(wh, MONTH, cfg.data.known_arms).failed != s.failed  # no catalog: that check is off
     failed = {r["column"]: r["unexpected_count"] for r in s.failed}
     assert not s.success
-    assert failed == {"logged_item_count": 1, "candidates_unique": 1, "propensity_consistent": 1,
-                      "items_in_catalog": 1}, failed
+    assert failed == {
+        "logged_item_count": 1,
+        "candidates_unique": 1,
+        "propensity_consistent": 1,
+        "items_in_catalog": 1,
+    }, failed
 
 
 def test_items_outside_the_catalog_are_quarantined_in_impressions_and_interactions(state):
@@ -109,10 +113,15 @@ def test_items_outside_the_catalog_are_quarantined_in_impressions_and_interactio
     t = with_row(t, 1, item_id=777_777_777, candidates=[777_777_777, *t.column("candidates")[1].as_py()[1:]])
     t = with_row(t, 2, history=[888_888_888])
     write_impressions(t, state / "landing", MONTH, part="a")
-    inter = pa.table({"user_id": pa.array([1, 1, 2], pa.int64()), "item_id": pa.array([items[0], 999_999_999,
-                                                                                        items[1]], pa.int64()),
-                      "event_time": pa.array([None] * 3, INTERACTIONS_SCHEMA.field("event_time").type),
-                      "rating": pa.array([None] * 3, pa.float32()), "position": pa.array([0, 1, 0], pa.int32())})
+    inter = pa.table(
+        {
+            "user_id": pa.array([1, 1, 2], pa.int64()),
+            "item_id": pa.array([items[0], 999_999_999, items[1]], pa.int64()),
+            "event_time": pa.array([None] * 3, INTERACTIONS_SCHEMA.field("event_time").type),
+            "rating": pa.array([None] * 3, pa.float32()),
+            "position": pa.array([0, 1, 0], pa.int32()),
+        }
+    )
     write_interactions(inter, state / "landing", MONTH, part="a")
     res = ingest(cfg, MONTH)
     assert res.rows_clean == 98 and res.quarantined["item_not_in_catalog"] == 2 and res.interactions == 2

@@ -34,9 +34,29 @@ def _registry_with_versions(state: Path, n: int = 4) -> None:
 def test_concurrent_promotions_expecting_the_same_champion_move_it_once(state):
     _registry_with_versions(state)
     env = {**os.environ, "ABPO_STATE": str(state)}
-    procs = [subprocess.Popen([sys.executable, "-m", "abpo.cli", "arms", "promote", "--arm", "abpo", "--version",
-                               str(v), "--expect-champion", "1"], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for v in (2, 3, 4)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "abpo.cli",
+                "arms",
+                "promote",
+                "--arm",
+                "abpo",
+                "--version",
+                str(v),
+                "--expect-champion",
+                "1",
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for v in (2, 3, 4)
+    ]
     outs = [(p.wait(timeout=240), *p.communicate()) for p in procs]
     won = [o for o in outs if o[0] == 0]
     lost = [o for o in outs if o[0] != 0]
@@ -70,11 +90,14 @@ def test_the_promotion_lock_is_exclusive_and_taken_over_when_stale(state):
     assert not MlflowClient().search_registered_models("name = 'abpo-lock-abpo'")
 
 
-@pytest.mark.parametrize("argv, says", [
-    (["arms", "promote", "--arm", "abpo", "--version", "99"], "abpo-arm-abpo: no version 99"),
-    (["arms", "promote", "--arm", "nosuch", "--version", "1"], "arm 'nosuch': unknown"),
-    (["arms", "rollback", "--arm", "abpo"], "has no previous champion"),
-])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["arms", "promote", "--arm", "abpo", "--version", "99"], "abpo-arm-abpo: no version 99"),
+        (["arms", "promote", "--arm", "nosuch", "--version", "1"], "arm 'nosuch': unknown"),
+        (["arms", "rollback", "--arm", "abpo"], "has no previous champion"),
+    ],
+)
 def test_a_missing_version_or_arm_is_one_line(abpo, state, argv, says):
     _registry_with_versions(state, 2)
     rc, out, err = abpo(*argv)

@@ -12,8 +12,10 @@ from abpo.abtest.stats import wilson_interval
 
 def test_zero_click_and_all_click_arms_write_the_report(abpo, state, tmp_path):
     csv = tmp_path / "counts.csv"
-    csv.write_text("month,arm,impressions,clicks\n2026-01,abpo,1000,0\n2026-01,grpo,1000,1000\n"
-                   "2026-01,ml_retrain,1000,40\n2026-02,abpo,1000,0\n2026-02,grpo,1000,1000\n2026-02,ml_retrain,900,30\n")
+    csv.write_text(
+        "month,arm,impressions,clicks\n2026-01,abpo,1000,0\n2026-01,grpo,1000,1000\n"
+        "2026-01,ml_retrain,1000,40\n2026-02,abpo,1000,0\n2026-02,grpo,1000,1000\n2026-02,ml_retrain,900,30\n"
+    )
     rc, out, err = abpo("report", "--csv", str(csv), "--out", str(tmp_path / "rep"))
     assert rc == 0, err
     for f in ("report.html", "report.md", "ctr_by_arm.png", "report.json"):

@@ -34,8 +34,9 @@ def test_an_unwritable_spill_directory_is_one_line(abpo, state, tmp_path):
     land(state, clean_table())
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    rc, out, err = abpo("ingest", "--month", MONTH, "--no-validate", "--set",
-                        f"data.warehouse_temp_directory={blocker}/spill")
+    rc, out, err = abpo(
+        "ingest", "--month", MONTH, "--no-validate", "--set", f"data.warehouse_temp_directory={blocker}/spill"
+    )
     assert rc == 2 and "Traceback" not in err, err
     assert f"data.warehouse_temp_directory '{blocker}/spill': cannot create or write the spill directory" in err
 
@@ -88,8 +89,14 @@ def test_the_gx_summary_is_written_only_when_the_month_is_published(abpo, state)
     assert json.loads(before)["rows"] == 50
     land(state, clean_table(20_000))
     env = {**os.environ, "ABPO_STATE": str(state)}
-    out = subprocess.run([sys.executable, "-c", DISK_FULL, str(3_000_000), "ingest", "--month", MONTH],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", DISK_FULL, str(3_000_000), "ingest", "--month", MONTH],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]
     assert f"ingest {MONTH} failed at step the commit of month {MONTH}" in out.stderr, out.stderr[-2000:]
     assert summary.read_text() == before
@@ -111,8 +118,12 @@ os._exit(0)  # killed: no clean-up
 def test_spill_files_of_a_killed_run_are_swept_on_the_next_open(abpo, state, tmp_path):
     spill = state / "duckdb_tmp"
     spill.mkdir(parents=True)
-    out = subprocess.run([sys.executable, "-c", KILLED_SPILL, str(tmp_path / "other.duckdb"), str(spill)],
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", KILLED_SPILL, str(tmp_path / "other.duckdb"), str(spill)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     left = [p.name for p in spill.iterdir()]
     assert any(n.startswith("duckdb_temp_") and n.endswith(".tmp") for n in left), left
@@ -156,8 +167,9 @@ def _register(cfg, tmp_path) -> str:
     ckpt = _safetensors_dir(tmp_path / "ckpt")
     with registry.start_run(cfg, arm_versions.EXPERIMENT, "update") as run:
         uri = arm_versions.log_arm_model(cfg, "abpo", ckpt)
-    return str(arm_versions.register_version(cfg, "abpo", uri, run.info.run_id, {"source": "update"},
-                                             alias="champion").version)
+    return str(
+        arm_versions.register_version(cfg, "abpo", uri, run.info.run_id, {"source": "update"}, alias="champion").version
+    )
 
 
 @pytest.mark.slow
@@ -208,8 +220,13 @@ def test_a_full_disk_at_the_download_is_one_line_and_leaves_no_partial_copy(tmp_
 
     cfg = load_config("tiny", [f"paths.root={tmp_path / 'var'}"])
     v = _register(cfg, tmp_path)
-    out = subprocess.run([sys.executable, "-c", LOCAL_DIR, str(tmp_path / "var"), str(100_000), v], cwd=REPO,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", LOCAL_DIR, str(tmp_path / "var"), str(100_000), v],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 2, out.stderr[-3000:]
     assert "Traceback" not in out.stderr and "ONE LINE:" in out.stderr, out.stderr[-3000:]
     assert "downloading abpo-arm-abpo v1 failed" in out.stderr and "must be writable with free space" in out.stderr
@@ -239,7 +256,9 @@ def test_a_store_locked_during_a_run_is_one_line_and_the_run_not_left_running(tm
         with registry.start_run(cfg, "abpo-arms", "update") as run:
             run_ids.append(run.info.run_id)
             holder.execute("BEGIN EXCLUSIVE")
-            threading.Timer(45.0, holder.rollback).start()  # the other writer finishes after our writes timed out (20 s)
+            threading.Timer(
+                45.0, holder.rollback
+            ).start()  # the other writer finishes after our writes timed out (20 s)
             MlflowClient().log_metric(run.info.run_id, "loss", 1.0)
     msg = one_line(e.value)
     assert "the MLflow store is locked by another writer" in msg and "one writer at a time" in msg, msg

@@ -43,8 +43,7 @@ def with_row(table: pa.Table, i: int, **values) -> pa.Table:
     for col, v in values.items():
         vals = table.column(col).to_pylist()
         vals[i] = v
-        table = table.set_column(table.schema.get_field_index(col), col,
-                                 pa.array(vals, table.schema.field(col).type))
+        table = table.set_column(table.schema.get_field_index(col), col, pa.array(vals, table.schema.field(col).type))
     return table
 
 
@@ -60,7 +59,9 @@ def test_a_config_value_never_reaches_sql(abpo, state, key):
     rc, out, err = abpo("ingest", "--month", MONTH, "--no-validate", "--set", f"{key}={evil}")
     assert "pwned" not in tables(state) if (state / "warehouse.duckdb").exists() else True
     if key == "data.warehouse_memory_limit":
-        assert rc == 2 and "data.warehouse_memory_limit \"1GB'; CREATE TABLE" in err and "rule: a size such as 2GB" in err
+        assert (
+            rc == 2 and "data.warehouse_memory_limit \"1GB'; CREATE TABLE" in err and "rule: a size such as 2GB" in err
+        )
     else:  # a directory name is just a name: DuckDB gets it as a config value and spills there
         assert rc == 0, err
         assert "pwned" not in tables(state)
@@ -77,8 +78,12 @@ def test_a_memory_limit_that_is_not_a_size_is_one_line(abpo, state):
 
 @pytest.mark.parametrize("month", ["2026-01\n", "٢٠٢٦-٠١", "2026-13", "2026-1"])
 def test_a_month_is_strict_everywhere(abpo, state, month):
-    for argv in (["data", "synth", "--month", month, "--n", "10"], ["ingest", "--month", month],
-                 ["restore-month", "--month", month], ["data", "ctr", "--month", month]):
+    for argv in (
+        ["data", "synth", "--month", month, "--n", "10"],
+        ["ingest", "--month", month],
+        ["restore-month", "--month", month],
+        ["data", "ctr", "--month", month],
+    ):
         rc, out, err = abpo(*argv)
         assert rc == 2 and "expected YYYY-MM" in err and "Traceback" not in err, (argv, err)
     landing = state / "landing" / "impressions"
@@ -118,13 +123,16 @@ def test_the_gx_suite_checks_the_new_rules_too(state):
     cfg = load_config("tiny")
     with open_warehouse(cfg) as wh:
         wh.ingest_month(state / "landing", MONTH, cfg.data.known_arms)
-        wh.con.execute("UPDATE impressions SET propensity = 5e-324, position = -5, user_id = -1, impression_id = '', "
-                       "logging_policy = 'softmax(tau=abc)', served_at = TIMESTAMPTZ '2099-01-01' WHERE source_row = 3")
+        wh.con.execute(
+            "UPDATE impressions SET propensity = 5e-324, position = -5, user_id = -1, impression_id = '', "
+            "logging_policy = 'softmax(tau=abc)', served_at = TIMESTAMPTZ '2099-01-01' WHERE source_row = 3"
+        )
         s = validate_month(wh, MONTH, cfg.data.known_arms)
     failed = {(r["expectation"], r["column"]) for r in s.failed}
     assert not s.success
-    assert {("expect_column_values_to_be_between", c) for c in ("propensity", "user_id", "position",
-                                                                "serve_skew_seconds")} <= failed
+    assert {
+        ("expect_column_values_to_be_between", c) for c in ("propensity", "user_id", "position", "serve_skew_seconds")
+    } <= failed
     assert {("expect_column_values_to_be_in_set", c) for c in ("ids_nonempty", "logging_policy_ok")} <= failed
 
 
@@ -164,8 +172,9 @@ def test_restore_month_keeps_ids_unique(abpo, state):
     land(state, a.slice(5))
     assert abpo("ingest", "--month", MONTH, "--no-validate")[0] == 0
     moved = a.slice(0, 5)
-    feb = moved.set_column(1, "event_time", pc.add(moved.column("event_time"), pa.scalar(31 * 86400 * 10**6,
-                                                                                         pa.duration("us"))))
+    feb = moved.set_column(
+        1, "event_time", pc.add(moved.column("event_time"), pa.scalar(31 * 86400 * 10**6, pa.duration("us")))
+    )
     feb = feb.set_column(feb.schema.get_field_index("served_at"), "served_at", feb.column("event_time"))
     land(state, feb, month="2026-02")
     assert abpo("ingest", "--month", "2026-02", "--no-validate")[0] == 0
@@ -173,8 +182,9 @@ def test_restore_month_keeps_ids_unique(abpo, state):
     assert rc == 1 and "history version 1 holds 5 impression id(s) that are now in another month" in err
     assert "(in 2026-02)" in err and "nothing was restored" in err
     with duckdb.connect(str(state / "warehouse.duckdb"), read_only=True) as con:
-        dup = con.execute("SELECT count(*) FROM (SELECT impression_id FROM impressions GROUP BY 1 HAVING count(*) > 1)"
-                          ).fetchall()[0][0]
+        dup = con.execute(
+            "SELECT count(*) FROM (SELECT impression_id FROM impressions GROUP BY 1 HAVING count(*) > 1)"
+        ).fetchall()[0][0]
     assert dup == 0 and _count(state, "impressions") == 30
 
 
@@ -209,11 +219,19 @@ def test_a_full_disk_during_ingest_names_the_step(state):
     message names the step that failed, not the clean-up after it; nothing is published."""
     land(state, clean_table(20_000))
     env = {**os.environ, "ABPO_STATE": str(state)}
-    out = subprocess.run([sys.executable, "-c", DISK_FULL, str(600_000), "ingest", "--month", MONTH, "--no-validate"],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", DISK_FULL, str(600_000), "ingest", "--month", MONTH, "--no-validate"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 1, out.stderr[-2000:]
-    assert f"ingest {MONTH} failed at step" in out.stderr and "ingest_drop_stage" not in out.stderr.split(
-        "failed at step")[1].splitlines()[0], out.stderr[-2000:]
+    assert (
+        f"ingest {MONTH} failed at step" in out.stderr
+        and "ingest_drop_stage" not in out.stderr.split("failed at step")[1].splitlines()[0]
+    ), out.stderr[-2000:]
     assert "Traceback" not in out.stderr
 
 
@@ -227,8 +245,11 @@ def test_every_preset_caps_duckdb_memory(preset, state):
     assert cfg.data.warehouse_memory_limit and check_memory_limit(cfg.data.warehouse_memory_limit)
     with open_warehouse(cfg) as wh:
         got = wh.con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
-    want = duckdb.connect(config={"memory_limit": cfg.data.warehouse_memory_limit}).execute(
-        "SELECT current_setting('memory_limit')").fetchall()[0][0]
+    want = (
+        duckdb.connect(config={"memory_limit": cfg.data.warehouse_memory_limit})
+        .execute("SELECT current_setting('memory_limit')")
+        .fetchall()[0][0]
+    )
     assert got == want
 
 
@@ -246,8 +267,13 @@ def test_compose_caps_duckdb_memory_and_the_cap_is_checked(monkeypatch, state):
         open_warehouse(load_config("tiny"))
 
 
-@pytest.mark.parametrize("setting, says", [("data.min_propensity=0", "data.min_propensity 0.0: rule: in (0, 1]"),
-                                           ("data.max_quarantine_fraction=1.5", "rule: in [0, 1]")])
+@pytest.mark.parametrize(
+    "setting, says",
+    [
+        ("data.min_propensity=0", "data.min_propensity 0.0: rule: in (0, 1]"),
+        ("data.max_quarantine_fraction=1.5", "rule: in [0, 1]"),
+    ],
+)
 def test_contract_settings_out_of_range_are_one_line(abpo, state, setting, says):
     land(state, clean_table())
     rc, out, err = abpo("ingest", "--month", MONTH, "--no-validate", "--set", setting)

@@ -8,9 +8,15 @@ from __future__ import annotations
 
 import shutil
 
-SMALL_MODEL = ["policy.tiny_hidden_size=32", "policy.tiny_layers=1", "policy.tiny_heads=2",
-               "policy.tiny_intermediate_size=64", "policy.tiny_vocab_size=600", "data.eval_candidates=10",
-               "arms.gate_max_users=20"]
+SMALL_MODEL = [
+    "policy.tiny_hidden_size=32",
+    "policy.tiny_layers=1",
+    "policy.tiny_heads=2",
+    "policy.tiny_intermediate_size=64",
+    "policy.tiny_vocab_size=600",
+    "data.eval_candidates=10",
+    "arms.gate_max_users=20",
+]
 
 
 def _register(cfg, arm_versions, model_dir, tags):
@@ -21,8 +27,9 @@ def _register(cfg, arm_versions, model_dir, tags):
     return str(arm_versions.register_version(cfg, "abpo", uri, run.info.run_id, tags, alias=CHALLENGER).version)
 
 
-def test_a_challenger_with_nan_weights_fails_the_gate_closed_and_is_not_promoted(make_cfg, movielens_dir,
-                                                                                 build_tiny_model, tmp_path):
+def test_a_challenger_with_nan_weights_fails_the_gate_closed_and_is_not_promoted(
+    make_cfg, movielens_dir, build_tiny_model, tmp_path
+):
     from safetensors.torch import load_file, save_file
 
     from abpo.arms import versions as arm_versions
@@ -38,8 +45,11 @@ def test_a_challenger_with_nan_weights_fails_the_gate_closed_and_is_not_promoted
     broken = tmp_path / "nan-model"
     shutil.copytree(model_dir, broken)
     weights = broken / "model.safetensors"
-    save_file({k: v.float().fill_(float("nan")) if v.is_floating_point() else v
-               for k, v in load_file(weights).items()}, weights, metadata={"format": "pt"})
+    save_file(
+        {k: v.float().fill_(float("nan")) if v.is_floating_point() else v for k, v in load_file(weights).items()},
+        weights,
+        metadata={"format": "pt"},
+    )
     nan = _register(cfg, arm_versions, broken, {"source": "update", "parent_version": champion})
 
     res = gate(cfg, "abpo", nan)  # the DAG's gate task and `abpo arms month` run this step

@@ -8,12 +8,26 @@ from __future__ import annotations
 import pytest
 
 ARMS = ["abpo", "grpo", "ml_retrain", "popularity", "holdback"]
-SMALL = ["data.max_users=60", "data.update_steps=6", "sft.max_steps=20", "sft.eval_max_users=20",
-         "data.eval_candidates=20", "update.max_steps=2", "update.batch_size=8", "update.save_steps=100",
-         "arms.min_rows_per_stratum=1", "sim.click_next=1.0", "sim.base_ctr=0.2", "arms.gate_margin=1.0",
-         "arms.gate_ope_margin=1.0", "arms.gate_min_ess=0", "arms.update_max_examples=48",
-         f"arms.names=[{', '.join(ARMS)}]", f"data.known_arms=[{', '.join(ARMS)}]",
-         "report.arm_shares={abpo: 0.3, grpo: 0.3, holdback: 0.2, ml_retrain: 0.1, popularity: 0.1}"]
+SMALL = [
+    "data.max_users=60",
+    "data.update_steps=6",
+    "sft.max_steps=20",
+    "sft.eval_max_users=20",
+    "data.eval_candidates=20",
+    "update.max_steps=2",
+    "update.batch_size=8",
+    "update.save_steps=100",
+    "arms.min_rows_per_stratum=1",
+    "sim.click_next=1.0",
+    "sim.base_ctr=0.2",
+    "arms.gate_margin=1.0",
+    "arms.gate_ope_margin=1.0",
+    "arms.gate_min_ess=0",
+    "arms.update_max_examples=48",
+    f"arms.names=[{', '.join(ARMS)}]",
+    f"data.known_arms=[{', '.join(ARMS)}]",
+    "report.arm_shares={abpo: 0.3, grpo: 0.3, holdback: 0.2, ml_retrain: 0.1, popularity: 0.1}",
+]
 
 
 @pytest.mark.slow

@@ -30,13 +30,33 @@ def test_a_refusal_and_an_unconfigured_arm_come_back_as_an_envelope(tmp_path, mo
 
 def test_the_module_command_prints_the_envelope_and_exits_with_its_code(tmp_path, abpo_only_config):
     env = {**os.environ, "ABPO_STATE": str(tmp_path / "state"), "ABPO_CONFIG": str(abpo_only_config)}
-    run = subprocess.run([sys.executable, "-m", "abpo.monthly.isolated", "update", "--month", "2026-01", "--arm",
-                          "grpo", "--xcom",
-                          str(tmp_path / "xcom" / "return.json")], env=env, capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "abpo.monthly.isolated",
+            "update",
+            "--month",
+            "2026-01",
+            "--arm",
+            "grpo",
+            "--xcom",
+            str(tmp_path / "xcom" / "return.json"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     out = json.loads(run.stdout.strip().splitlines()[-1])
     assert run.returncode == EXIT_SKIPPED and out["status"] == "skipped", (run.stdout, run.stderr[-2000:])
     assert out["pid"] != os.getpid() and not (tmp_path / "xcom").exists()  # a skip pushes no result
-    run = subprocess.run([sys.executable, "-m", "abpo.monthly.isolated", "update", "--month", "2026-01", "--arm",
-                          "abpo"], env=env, capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [sys.executable, "-m", "abpo.monthly.isolated", "update", "--month", "2026-01", "--arm", "abpo"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == EXIT_REFUSED, (run.stdout, run.stderr[-2000:])
     assert json.loads(run.stdout.strip().splitlines()[-1])["message"].startswith("LookupError: abpo-arm-abpo")

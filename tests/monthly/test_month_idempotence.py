@@ -10,13 +10,28 @@ from __future__ import annotations
 
 import pytest
 
-SMALL = ["data.max_users=60", "data.update_steps=6", "sft.eval_max_users=20", "data.eval_candidates=20",
-         "update.max_steps=2", "update.batch_size=8", "update.save_steps=100", "arms.min_rows_per_stratum=1",
-         "sim.click_next=1.0", "sim.base_ctr=0.2", "arms.update_logs=own", "arms.names=abpo,popularity",
-         "report.arm_shares={abpo: 0.5, popularity: 0.5}", "report.candidate_arm=abpo", "arms.gate_max_users=20",
-         "arms.gate_ope_bootstrap=200",
-         # a gate every challenger passes: the month promotes, so its rerun would see another champion than its start
-         "arms.gate_margin=1.0", "arms.gate_ope_margin=1.0", "arms.gate_min_ess=0"]
+SMALL = [
+    "data.max_users=60",
+    "data.update_steps=6",
+    "sft.eval_max_users=20",
+    "data.eval_candidates=20",
+    "update.max_steps=2",
+    "update.batch_size=8",
+    "update.save_steps=100",
+    "arms.min_rows_per_stratum=1",
+    "sim.click_next=1.0",
+    "sim.base_ctr=0.2",
+    "arms.update_logs=own",
+    "arms.names=abpo,popularity",
+    "report.arm_shares={abpo: 0.5, popularity: 0.5}",
+    "report.candidate_arm=abpo",
+    "arms.gate_max_users=20",
+    "arms.gate_ope_bootstrap=200",
+    # a gate every challenger passes: the month promotes, so its rerun would see another champion than its start
+    "arms.gate_margin=1.0",
+    "arms.gate_ope_margin=1.0",
+    "arms.gate_min_ess=0",
+]
 
 
 def registry_state(cfg) -> dict:
@@ -32,10 +47,14 @@ def registry_state(cfg) -> dict:
     for arm in cfg.arms.names:
         name = arm_versions.model_name(arm, cfg)
         rm = client.get_registered_model(name)
-        out[arm] = {"versions": sorted((int(v.version), v.run_id, sorted(v.tags.items()))
-                                       for v in client.search_model_versions(f"name='{name}'")),
-                    "aliases": dict(rm.aliases),
-                    "history": [(e.action, e.from_version, e.to_version) for e in history.entries(cfg, arm)]}
+        out[arm] = {
+            "versions": sorted(
+                (int(v.version), v.run_id, sorted(v.tags.items()))
+                for v in client.search_model_versions(f"name='{name}'")
+            ),
+            "aliases": dict(rm.aliases),
+            "history": [(e.action, e.from_version, e.to_version) for e in history.entries(cfg, arm)],
+        }
     return out
 
 

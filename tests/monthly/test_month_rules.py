@@ -17,8 +17,9 @@ def land(cfg, month: str, seed: int = 3) -> None:
     from abpo.warehouse import config_catalog
 
     catalog = config_catalog(cfg)  # items in the dataset: the ingest quarantines others (item_not_in_catalog)
-    table, _ = synthetic_impressions(300, month, seed=seed, violation_rate=0.0, n_users=100, item_ids=catalog,
-                                     n_items=min(5_000, len(catalog)))
+    table, _ = synthetic_impressions(
+        300, month, seed=seed, violation_rate=0.0, n_users=100, item_ids=catalog, n_items=min(5_000, len(catalog))
+    )
     write_impressions(table, cfg.paths.resolve("landing"), month, part="sim")
 
 

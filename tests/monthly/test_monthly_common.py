@@ -28,17 +28,31 @@ def test_refusals_fail_now_and_transient_errors_are_retried():
     from abpo.registry import RegistryUnavailable
     from abpo.warehouse import IngestError, IngestRefused, IngestStepFailed, WarehouseBusy
 
-    refusals = [NothingLanded("landing: nothing landed for month=2026-10"), IngestRefused("audit failed"),
-                IngestError("not Parquet"), ConfigError("unknown key"), MonthError("2026-13"),
-                PreviousMonthIncomplete("2026-01 never finished"), NotInRegistry("no champion"),
-                ValueError("simulated month index 4 ... sim.window"), KeyError("user 7"),
-                HoldbackMoved("holdback champion is v2, not pi_init's v1"),
-                HoldbackNeverPromoted("the holdback is never promoted")]  # a PromotionRace, but never transient
+    refusals = [
+        NothingLanded("landing: nothing landed for month=2026-10"),
+        IngestRefused("audit failed"),
+        IngestError("not Parquet"),
+        ConfigError("unknown key"),
+        MonthError("2026-13"),
+        PreviousMonthIncomplete("2026-01 never finished"),
+        NotInRegistry("no champion"),
+        ValueError("simulated month index 4 ... sim.window"),
+        KeyError("user 7"),
+        HoldbackMoved("holdback champion is v2, not pi_init's v1"),
+        HoldbackNeverPromoted("the holdback is never promoted"),
+    ]  # a PromotionRace, but never transient
     for e in refusals:
         assert retry_or_fail(e) == "fail", type(e).__name__
-    transient = [WarehouseBusy("lock held"), RegistryUnavailable("server down"), PromotionRace("lock held"),
-                 IngestStepFailed("disk full"),  # an IngestError, but a step that may pass next time
-                 TimeoutError("slow"), ConnectionResetError("reset"), RuntimeError("unknown"), OSError("EIO")]
+    transient = [
+        WarehouseBusy("lock held"),
+        RegistryUnavailable("server down"),
+        PromotionRace("lock held"),
+        IngestStepFailed("disk full"),  # an IngestError, but a step that may pass next time
+        TimeoutError("slow"),
+        ConnectionResetError("reset"),
+        RuntimeError("unknown"),
+        OSError("EIO"),
+    ]
     for e in transient:
         assert retry_or_fail(e) == "retry", type(e).__name__
 

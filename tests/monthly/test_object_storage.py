@@ -9,12 +9,26 @@ from __future__ import annotations
 import pytest
 
 ARMS = ["abpo", "popularity"]
-SMALL = ["data.max_users=60", "data.update_steps=6", "sft.max_steps=20", "sft.eval_max_users=20",
-         "data.eval_candidates=20", "update.max_steps=2", "update.batch_size=8", "update.save_steps=100",
-         "arms.min_rows_per_stratum=1", "sim.click_next=1.0", "sim.base_ctr=0.2", "arms.gate_margin=1.0",
-         "arms.gate_ope_margin=1.0", "arms.gate_min_ess=0", "arms.update_max_examples=48",
-         f"arms.names=[{', '.join(ARMS)}]", f"data.known_arms=[{', '.join(ARMS)}]",
-         "report.arm_shares={abpo: 0.5, popularity: 0.5}"]
+SMALL = [
+    "data.max_users=60",
+    "data.update_steps=6",
+    "sft.max_steps=20",
+    "sft.eval_max_users=20",
+    "data.eval_candidates=20",
+    "update.max_steps=2",
+    "update.batch_size=8",
+    "update.save_steps=100",
+    "arms.min_rows_per_stratum=1",
+    "sim.click_next=1.0",
+    "sim.base_ctr=0.2",
+    "arms.gate_margin=1.0",
+    "arms.gate_ope_margin=1.0",
+    "arms.gate_min_ess=0",
+    "arms.update_max_examples=48",
+    f"arms.names=[{', '.join(ARMS)}]",
+    f"data.known_arms=[{', '.join(ARMS)}]",
+    "report.arm_shares={abpo: 0.5, popularity: 0.5}",
+]
 
 
 @pytest.mark.slow
@@ -28,8 +42,15 @@ def test_a_month_lands_in_a_bucket_and_runs_ingest_update_register_serve(s3, tmp
     from abpo.monthly.serve import serve
 
     landing = f"s3://{s3.bucket}/landing"
-    cfg = load_config("tiny", [f"paths.root={tmp_path}", f"paths.landing={landing}",
-                               f"paths.mlflow_artifacts=s3://{s3.bucket}/mlartifacts", *SMALL])
+    cfg = load_config(
+        "tiny",
+        [
+            f"paths.root={tmp_path}",
+            f"paths.landing={landing}",
+            f"paths.mlflow_artifacts=s3://{s3.bucket}/mlartifacts",
+            *SMALL,
+        ],
+    )
     registry.configure(cfg)
 
     def keys(prefix):
@@ -38,7 +59,9 @@ def test_a_month_lands_in_a_bucket_and_runs_ingest_update_register_serve(s3, tmp
 
     m = run_month(cfg, "2026-01").to_json()  # bootstrap, serve (lands in the bucket), ingest from it, update, ...
     assert sorted(keys("landing/impressions/month=2026-01/")) == [
-        "landing/impressions/month=2026-01/_SUCCESS", "landing/impressions/month=2026-01/part-sim.parquet"]
+        "landing/impressions/month=2026-01/_SUCCESS",
+        "landing/impressions/month=2026-01/part-sim.parquet",
+    ]
     served = sum(v["impressions"] for v in m["serve"]["per_arm"].values())
     assert m["ingest"]["rows_in"] == served > 0 and m["ingest"]["interactions"] > 0
     assert m["abpo"]["update"]["run_id"] and m["abpo"]["promote"]["promoted"]

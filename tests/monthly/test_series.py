@@ -37,5 +37,9 @@ def test_a_split_change_is_refused_once_the_warehouse_holds_a_month(make_cfg, mo
     assert json.loads(series_file(cfg).read_text())["settings"]["data.update_steps"] == 4  # not applied
     with pytest.raises(SeriesChanged, match=r"data.max_users = 0 \(recorded 60\)"):
         check_series(make_cfg("data.update_steps=4"), "2026-02")
-    check_series(make_cfg("data.max_users=60", "data.update_steps=4", "sim.base_ctr=0.3",
-                          "data.eval_hard_negative_fraction=0.5"), "2026-02")  # not split settings: taken
+    check_series(
+        make_cfg(
+            "data.max_users=60", "data.update_steps=4", "sim.base_ctr=0.3", "data.eval_hard_negative_fraction=0.5"
+        ),
+        "2026-02",
+    )  # not split settings: taken

@@ -28,20 +28,48 @@ def test_moves_beyond_noise_on_constructed_gate_numbers():
 
 
 def test_sizing_markdown_has_a_row_per_point():
-    pts = [SizingPoint(["arms.update_max_examples=1024"], 7320, 64, 40.0, "4",
-                       {"diff": -0.0066, "se": 0.004, "wins": 2, "losses": 6, "mde": 0.013}, None, True, False),
-           SizingPoint(["arms.update_max_examples=4096"], 7320, 256, 160.0, "5",
-                       {"diff": 0.03, "se": 0.01, "wins": 30, "losses": 12, "mde": 0.03},
-                       {"diff": 0.004, "ci_low": 0.001, "ci_high": 0.007}, True, True)]
+    pts = [
+        SizingPoint(
+            ["arms.update_max_examples=1024"],
+            7320,
+            64,
+            40.0,
+            "4",
+            {"diff": -0.0066, "se": 0.004, "wins": 2, "losses": 6, "mde": 0.013},
+            None,
+            True,
+            False,
+        ),
+        SizingPoint(
+            ["arms.update_max_examples=4096"],
+            7320,
+            256,
+            160.0,
+            "5",
+            {"diff": 0.03, "se": 0.01, "wins": 30, "losses": 12, "mde": 0.03},
+            {"diff": 0.004, "ci_low": 0.001, "ci_high": 0.007},
+            True,
+            True,
+        ),
+    ]
     md = sizing_markdown(pts, arm="abpo", month="2026-03")
     rows = [line for line in md.splitlines() if line.startswith("| arms.")]
     assert len(rows) == 2 and rows[0].endswith("| PASS | no |") and rows[1].endswith("| PASS | yes |")
     assert "+0.0040 [+0.0010, +0.0070]" in rows[1] and "2/6" in rows[0]
 
 
-SMALL = ["data.max_users=60", "data.update_steps=6", "sft.max_steps=20", "sft.eval_max_users=20",
-         "data.eval_candidates=20", "update.batch_size=8", "update.save_steps=100", "arms.min_rows_per_stratum=1",
-         "sim.click_next=1.0", "sim.base_ctr=0.2"]
+SMALL = [
+    "data.max_users=60",
+    "data.update_steps=6",
+    "sft.max_steps=20",
+    "sft.eval_max_users=20",
+    "data.eval_candidates=20",
+    "update.batch_size=8",
+    "update.save_steps=100",
+    "arms.min_rows_per_stratum=1",
+    "sim.click_next=1.0",
+    "sim.base_ctr=0.2",
+]
 
 
 @pytest.mark.slow
@@ -56,8 +84,23 @@ def test_size_update_runs_a_grid_from_one_champion_and_promotes_nothing(tmp_path
     from abpo.config import load_config
 
     sets = [x for s in (f"paths.root={tmp_path}", *SMALL) for x in ("--set", s)]
-    rc = main(["arms", "size-update", "--config", "tiny", *sets, "--month", "2026-01", "--arm", "grpo",
-               "--grid", "update.max_steps=1,3", "--out", str(tmp_path / "sizing.md")])
+    rc = main(
+        [
+            "arms",
+            "size-update",
+            "--config",
+            "tiny",
+            *sets,
+            "--month",
+            "2026-01",
+            "--arm",
+            "grpo",
+            "--grid",
+            "update.max_steps=1,3",
+            "--out",
+            str(tmp_path / "sizing.md"),
+        ]
+    )
     assert rc == 0
     out = capsys.readouterr().out
     assert "### Update size on validation month 2026-01, arm grpo" in out

@@ -38,5 +38,6 @@ def test_an_upstream_xcom_is_read_back_as_the_step_before_result(make_cfg):
 
     cfg = make_cfg()
     with pytest.raises(NotInRegistry, match="abpo-arm-abpo: no champion to gate v7 "):
-        steps.run_step("gate", cfg, "2026-01", arm="abpo", upstream={"arm": "abpo", "version": "7",
-                                                                     "parent_version": "6"})
+        steps.run_step(
+            "gate", cfg, "2026-01", arm="abpo", upstream={"arm": "abpo", "version": "7", "parent_version": "6"}
+        )

@@ -38,8 +38,9 @@ def test_all_reads_every_arms_rows_and_own_only_the_arms(make_cfg):
     pos, neg, held = arm_strata(make_cfg(), "abpo", [M1])  # default: all
     assert held is None and pos.num_rows + neg.num_rows == table.num_rows
     assert set(pos.column("arm").to_pylist()) | set(neg.column("arm").to_pylist()) == set(ARMS)
-    assert sorted(pos.column("propensity").to_pylist() + neg.column("propensity").to_pylist()) == \
-        sorted(table.column("propensity").to_pylist())  # each row keeps the e0 its arm logged
+    assert sorted(pos.column("propensity").to_pylist() + neg.column("propensity").to_pylist()) == sorted(
+        table.column("propensity").to_pylist()
+    )  # each row keeps the e0 its arm logged
     own_pos, own_neg, _ = arm_strata(make_cfg("arms.update_logs=own"), "abpo", [M1])
     assert own_pos.equals(pos.filter(pc.equal(pos.column("arm"), "abpo")))
     assert own_neg.equals(neg.filter(pc.equal(neg.column("arm"), "abpo")))
@@ -67,31 +68,58 @@ def test_untrusted_rows_are_refused_naming_arm_month_impression_and_rule(make_cf
     table = land(cfg)
     # an arm that is not served this month (arms.names without popularity): its rows are refused, not dropped
     names = ["abpo", "grpo", "ml_retrain"]
-    with pytest.raises(UntrustedLogRows, match=r"update of arm abpo: \d+ logged row\(s\) refused, none used: arm "
-                                               r"popularity, month 2026-01, impression 2026-01-s5-imp-\d+: e0 "
-                                               r"[0-9.e-]+; rule: arm not in arms.names"):
+    with pytest.raises(
+        UntrustedLogRows,
+        match=r"update of arm abpo: \d+ logged row\(s\) refused, none used: arm "
+        r"popularity, month 2026-01, impression 2026-01-s5-imp-\d+: e0 "
+        r"[0-9.e-]+; rule: arm not in arms.names",
+    ):
         arm_strata(make_cfg("arms.names=[abpo, grpo, ml_retrain]"), "abpo", [M1])
     assert arm_strata(make_cfg("arms.names=[abpo, grpo, ml_retrain]", "arms.update_logs=own"), "abpo", [M1])
     # e0 below data.min_propensity in a warehouse written around ingest's contract: named, refused
     victim = table.column("impression_id")[7].as_py()
     with Warehouse(cfg.paths.resolve("warehouse")) as wh:
         wh.con.execute("UPDATE impressions SET propensity = 1e-12 WHERE impression_id = ?", [victim])
-    with pytest.raises(UntrustedLogRows, match=rf"1 logged row\(s\) refused, none used: arm \w+, month 2026-01, "
-                                               rf"impression {victim}: e0 1e-12; rule: propensity below "
-                                               rf"data.min_propensity=1e-09"):
+    with pytest.raises(
+        UntrustedLogRows,
+        match=rf"1 logged row\(s\) refused, none used: arm \w+, month 2026-01, "
+        rf"impression {victim}: e0 1e-12; rule: propensity below "
+        rf"data.min_propensity=1e-09",
+    ):
         arm_strata(cfg, "abpo", [M1])
     # every rule, on rows the warehouse cannot hold (a null e0, NaN, inf): the first ones named, the rest counted
-    bad = pa.table({"month": [M1] * 6, "impression_id": [f"i{k}" for k in range(6)], "arm": ["abpo"] * 6,
-                    "propensity": [None, math.nan, math.inf, 0.0, -0.5, 1.5]})
+    bad = pa.table(
+        {
+            "month": [M1] * 6,
+            "impression_id": [f"i{k}" for k in range(6)],
+            "arm": ["abpo"] * 6,
+            "propensity": [None, math.nan, math.inf, 0.0, -0.5, 1.5],
+        }
+    )
     with pytest.raises(UntrustedLogRows) as e:
         refuse_untrusted_rows([bad], arms=names, min_propensity=1e-9, updating="grpo", show=6)
-    for k, rule in enumerate(("propensity missing", "propensity not finite", "propensity not finite",
-                              "propensity <= 0", "propensity <= 0", "propensity > 1")):
+    for k, rule in enumerate(
+        (
+            "propensity missing",
+            "propensity not finite",
+            "propensity not finite",
+            "propensity <= 0",
+            "propensity <= 0",
+            "propensity > 1",
+        )
+    ):
         assert f"arm abpo, month 2026-01, impression i{k}: e0 " in str(e.value) and f"rule: {rule}" in str(e.value)
     with pytest.raises(UntrustedLogRows, match=r"6 logged row\(s\) refused.*; \.\.\. and 4 more"):
         refuse_untrusted_rows([bad], arms=names, min_propensity=1e-9, updating="grpo", show=2)
-    refuse_untrusted_rows([bad.slice(0, 0), bad.filter(pc.equal(bad.column("propensity"), 1.5)).set_column(
-        3, "propensity", pa.array([1.0]))], arms=ARMS, min_propensity=1e-9, updating="grpo")  # clean rows pass
+    refuse_untrusted_rows(
+        [
+            bad.slice(0, 0),
+            bad.filter(pc.equal(bad.column("propensity"), 1.5)).set_column(3, "propensity", pa.array([1.0])),
+        ],
+        arms=ARMS,
+        min_propensity=1e-9,
+        updating="grpo",
+    )  # clean rows pass
 
 
 def test_a_bad_update_logs_value_names_the_key_and_the_rule(make_cfg):
@@ -116,8 +144,7 @@ def test_logged_by_is_the_share_of_rows_by_logging_arm(make_cfg):
     assert logged_by((pos.slice(0, 0),)) == {}
 
 
-def test_first_step_weights_are_the_champions_propensity_over_the_logged_one(make_cfg, movielens_dir,
-                                                                             build_tiny_model):
+def test_first_step_weights_are_the_champions_propensity_over_the_logged_one(make_cfg, movielens_dir, build_tiny_model):
     """Rows whose e0 is the champion's own propensity (what the arm logs when it serves) give w = 1 at every row;
     the same rows with half that e0 give w = 2; a cap (arms.update_max_examples) scores the update's subsample."""
     import numpy as np
@@ -126,28 +153,43 @@ def test_first_step_weights_are_the_champions_propensity_over_the_logged_one(mak
     from abpo.monthly.common import dataset_and_splits
     from abpo.monthly.update import first_step_weights
 
-    cfg = make_cfg(f"data.dataset_dir={movielens_dir(100, 30, ratings_per_user=8)}", "policy.tiny_hidden_size=32",
-                   "policy.tiny_layers=1", "policy.tiny_heads=2", "policy.tiny_intermediate_size=64",
-                   "policy.tiny_vocab_size=600")
+    cfg = make_cfg(
+        f"data.dataset_dir={movielens_dir(100, 30, ratings_per_user=8)}",
+        "policy.tiny_hidden_size=32",
+        "policy.tiny_layers=1",
+        "policy.tiny_heads=2",
+        "policy.tiny_intermediate_size=64",
+        "policy.tiny_vocab_size=600",
+    )
     ds, _ = dataset_and_splits(cfg)
     model_dir = build_tiny_model(cfg.policy, ds.titles())
     table, _ = synthetic_impressions(24, M1, seed=1, n_users=30, n_items=100, history_len=3, n_candidates=6)
     champion = LLMArm.from_dir("abpo", model_dir, cfg, ds, "1")
     requests = list(zip(*(table.column(c).to_pylist() for c in ("user_id", "history", "candidates")), strict=True))
-    e = [float(p[list(c).index(i)]) for (_, _, c), p, i in
-         zip(requests, champion.propensities(requests), table.column("item_id").to_pylist(), strict=True)]
+    e = [
+        float(p[list(c).index(i)])
+        for (_, _, c), p, i in zip(
+            requests, champion.propensities(requests), table.column("item_id").to_pylist(), strict=True
+        )
+    ]
     logged = table.set_column(table.schema.get_field_index("propensity"), "propensity", pa.array(e))
     pos = logged.filter(pc.equal(logged.column("clicked"), 1))
     neg = logged.filter(pc.equal(logged.column("clicked"), 0))
     w = first_step_weights(cfg, "abpo", model_dir, pos, neg)
     assert w["rows"] == 24 and w["p50"] == pytest.approx(1.0, rel=1e-5) and w["max"] == pytest.approx(1.0, rel=1e-5)
     assert w["ess_share"] == pytest.approx(1.0)
-    half = [t.set_column(t.schema.get_field_index("propensity"), "propensity",
-                         pc.multiply(t.column("propensity"), 0.5)) for t in (pos, neg)]
+    half = [
+        t.set_column(t.schema.get_field_index("propensity"), "propensity", pc.multiply(t.column("propensity"), 0.5))
+        for t in (pos, neg)
+    ]
     w2 = first_step_weights(cfg, "abpo", model_dir, *half)
     assert w2["p99"] == pytest.approx(2.0, rel=1e-5) and np.isclose(w2["ess"], 24)
-    capped = make_cfg(f"data.dataset_dir={cfg.data.dataset_dir}", "arms.update_max_examples=10",
-                      *[f"policy.{k}={getattr(cfg.policy, k)}" for k in ("tiny_hidden_size", "tiny_layers",
-                                                                          "tiny_heads", "tiny_intermediate_size",
-                                                                          "tiny_vocab_size")])
+    capped = make_cfg(
+        f"data.dataset_dir={cfg.data.dataset_dir}",
+        "arms.update_max_examples=10",
+        *[
+            f"policy.{k}={getattr(cfg.policy, k)}"
+            for k in ("tiny_hidden_size", "tiny_layers", "tiny_heads", "tiny_intermediate_size", "tiny_vocab_size")
+        ],
+    )
     assert first_step_weights(capped, "abpo", model_dir, pos, neg)["rows"] == 10

@@ -9,10 +9,20 @@ from pathlib import Path
 
 import pytest
 
-SMALL = ["data.max_users=60", "data.update_steps=6", "sft.max_steps=20", "sft.eval_max_users=20",
-         "data.eval_candidates=20", "update.max_steps=2", "update.batch_size=8", "update.save_steps=100",
-         "arms.min_rows_per_stratum=1", "sim.click_next=1.0", "sim.base_ctr=0.2",
-         "arms.update_logs=own"]  # as tests/arms/test_cycle.py
+SMALL = [
+    "data.max_users=60",
+    "data.update_steps=6",
+    "sft.max_steps=20",
+    "sft.eval_max_users=20",
+    "data.eval_candidates=20",
+    "update.max_steps=2",
+    "update.batch_size=8",
+    "update.save_steps=100",
+    "arms.min_rows_per_stratum=1",
+    "sim.click_next=1.0",
+    "sim.base_ctr=0.2",
+    "arms.update_logs=own",
+]  # as tests/arms/test_cycle.py
 
 
 @pytest.mark.slow
@@ -38,6 +48,9 @@ def test_month_with_two_update_processes_registers_one_version_per_arm(tmp_path,
         assert sorted(int(v.version) for v in versions) == [1, 2]  # bootstrap + this month's one update
         new = next(v for v in versions if int(v.version) == 2)
         assert new.tags["source"] == "update" and m1[arm]["update"]["steps"] == 2
-        runs = [r for r in client.search_runs([exp.experiment_id], max_results=100)
-                if r.data.tags.get("abpo.output_dir") == str(out)]
+        runs = [
+            r
+            for r in client.search_runs([exp.experiment_id], max_results=100)
+            if r.data.tags.get("abpo.output_dir") == str(out)
+        ]
         assert len(runs) == 1 and runs[0].info.run_id == m1[arm]["update"]["run_id"]

@@ -24,8 +24,9 @@ def state(tmp_path, monkeypatch):
     return root
 
 
-def test_an_arm_with_no_rows_skips_its_update_with_a_reason_and_the_month_completes(state, tmp_path, dag_module,
-                                                                                   monkeypatch):
+def test_an_arm_with_no_rows_skips_its_update_with_a_reason_and_the_month_completes(
+    state, tmp_path, dag_module, monkeypatch
+):
     from airflow.sdk.exceptions import AirflowSkipException
     from mlflow import MlflowClient
 
@@ -38,8 +39,15 @@ def test_an_arm_with_no_rows_skips_its_update_with_a_reason_and_the_month_comple
     cfg = load_config("tiny", overrides)
     month = "2026-01"
     catalog = config_catalog(cfg)  # items in the dataset: the ingest quarantines others (item_not_in_catalog)
-    table, _ = synthetic_impressions(400, month, seed=3, arms=("grpo", "ml_retrain", "popularity"), n_users=100,
-                                     item_ids=catalog, n_items=min(5_000, len(catalog)))
+    table, _ = synthetic_impressions(
+        400,
+        month,
+        seed=3,
+        arms=("grpo", "ml_retrain", "popularity"),
+        n_users=100,
+        item_ids=catalog,
+        n_items=min(5_000, len(catalog)),
+    )
     write_impressions(table, cfg.paths.resolve("landing"), month, part="sim")
     landed, _ = ingest_with_config(cfg, month)
     assert landed.rows_clean > 0
@@ -48,18 +56,21 @@ def test_an_arm_with_no_rows_skips_its_update_with_a_reason_and_the_month_comple
     (ckpt / "config.json").write_text(json.dumps({"model_type": "llama"}))
     with registry.start_run(cfg, arm_versions.EXPERIMENT, "pi_init") as run:
         uri = registry.log_model_dir(ckpt)
-    champion = arm_versions.register_version(cfg, "abpo", uri, run.info.run_id, {"source": "pi_init"},
-                                             alias=registry.CHAMPION).version
+    champion = arm_versions.register_version(
+        cfg, "abpo", uri, run.info.run_id, {"source": "pi_init"}, alias=registry.CHAMPION
+    ).version
 
     # the DAG's abpo.update task, as a triggered run calls it
-    monkeypatch.setattr(dag_module, "get_current_context",
-                        lambda: {"params": {"month": month, "overrides": overrides}})
+    monkeypatch.setattr(dag_module, "get_current_context", lambda: {"params": {"month": month, "overrides": overrides}})
     update = dag_module.abpo_monthly().get_task("abpo.update").python_callable
     with pytest.raises(AirflowSkipException) as info:
         update("abpo", month, {})
     why = str(info.value)
-    assert f"no impressions of arm 'abpo' in months ['{month}']" in why and "rule: an arm with no rows skips its " \
-        "update" in why and f"keeps champion v{champion}" in why
+    assert (
+        f"no impressions of arm 'abpo' in months ['{month}']" in why
+        and "rule: an arm with no rows skips its update" in why
+        and f"keeps champion v{champion}" in why
+    )
     # the reason is kept in MLflow, once however often the task runs
     with pytest.raises(AirflowSkipException):
         update("abpo", month, {})

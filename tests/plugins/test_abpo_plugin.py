@@ -20,9 +20,18 @@ PLUGINS = Path(__file__).resolve().parents[2] / "plugins"
 USER, PASSWORD = "reader", "reader-password-for-tests"
 JWT_SECRET = "abpo-plugin-tests-jwt-secret-" + "0123456789abcdef" * 4  # >= 64 bytes for HS512
 
-ROUTES = ["/abpo/", "/abpo/reports/", "/abpo/reports/latest", "/abpo/reports/2026-03/report.html",
-          "/abpo/reports/%00/report.html", "/abpo/validation/", "/abpo/validation/latest",
-          "/abpo/validation/2026-03", "/abpo/validation/2026-03.json", "/abpo/champions"]
+ROUTES = [
+    "/abpo/",
+    "/abpo/reports/",
+    "/abpo/reports/latest",
+    "/abpo/reports/2026-03/report.html",
+    "/abpo/reports/%00/report.html",
+    "/abpo/validation/",
+    "/abpo/validation/latest",
+    "/abpo/validation/2026-03",
+    "/abpo/validation/2026-03.json",
+    "/abpo/champions",
+]
 
 
 def _ensure_airflow_db():
@@ -122,9 +131,12 @@ def test_airflow_loads_the_plugin(api):
     plugin = next(p for p in plugins if p.name == "abpo")
     views = {v["name"]: v for v in plugin.external_views}
     assert {n: v["href"] for n, v in views.items()} == {
-        "A/B reports": "/abpo/reports/", "Latest A/B report": "/abpo/reports/latest",
-        "GX validation": "/abpo/validation/latest", "Arm champions": "/abpo/champions",
-        "MLflow": os.environ.get("ABPO_MLFLOW_UI", "http://localhost:5000").rstrip("/")}
+        "A/B reports": "/abpo/reports/",
+        "Latest A/B report": "/abpo/reports/latest",
+        "GX validation": "/abpo/validation/latest",
+        "Arm champions": "/abpo/champions",
+        "MLflow": os.environ.get("ABPO_MLFLOW_UI", "http://localhost:5000").rstrip("/"),
+    }
     assert all(v["destination"] == "nav" and v["category"] == "abpo" for v in views.values())
     assert plugin.fastapi_apps[0]["url_prefix"] == "/abpo"
     # Airflow's own plugins endpoint describes it (and requires a token as well)
@@ -146,10 +158,16 @@ def test_forged_token_is_refused(api, state):
     import jwt
 
     _report(state, "2026-03")
-    forged = jwt.encode({"sub": USER, "role": "admin", "exp": int(time.time()) + 600, "aud": "apache-airflow"},
-                        "not-the-secret-" * 5, algorithm="HS512")
-    for headers in ({"Authorization": f"Bearer {forged}"}, {"Cookie": f"_token={forged}"},
-                    {"Authorization": "Bearer not-a-jwt"}):
+    forged = jwt.encode(
+        {"sub": USER, "role": "admin", "exp": int(time.time()) + 600, "aud": "apache-airflow"},
+        "not-the-secret-" * 5,
+        algorithm="HS512",
+    )
+    for headers in (
+        {"Authorization": f"Bearer {forged}"},
+        {"Cookie": f"_token={forged}"},
+        {"Authorization": "Bearer not-a-jwt"},
+    ):
         r = api.get("/abpo/reports/2026-03/report.html", headers=headers)
         assert r.status_code == 403, (headers, r.status_code, r.text[:200])
         assert "<td>abpo</td>" not in r.text
@@ -177,8 +195,11 @@ def test_lists_and_serves_reports_only(get, state):
     _report(state, "notes", body="not a report name")
     (state / "secret.txt").write_text("no")
     listing = get("/abpo/reports/").text
-    assert ('href="2026-02..2026-04/report.html"' in listing and 'href="2026-03/report.html"' in listing
-            and 'href="csv-counts_v2/report.html"' in listing)
+    assert (
+        'href="2026-02..2026-04/report.html"' in listing
+        and 'href="2026-03/report.html"' in listing
+        and 'href="csv-counts_v2/report.html"' in listing
+    )
     assert listing.index("2026-02..2026-04") < listing.index("2026-03/") < listing.index("csv-counts_v2")
     assert "tmp" not in listing and "notes" not in listing
     r = get("/abpo/reports/latest")
@@ -188,14 +209,29 @@ def test_lists_and_serves_reports_only(get, state):
     assert get("/abpo/reports/2026-03/report.json").json() == {}
 
 
-@pytest.mark.parametrize("path", [
-    "2026-03/secret.txt", "2026-03/report.md",  # not a report file / not written
-    "../secret.txt", "..%2F/secret.txt", "2026-03%2F..%2F..%2Fsecret.txt/report.html", "%2e%2e/report.html",
-    "%00/report.html", "2026-03%00/report.html", "2026-03/report.html%00", "2026-03/%00",
-    ".2026-05.tmp-123-abc/report.html", "notes/report.html", "2026-13/report.html", "2026-3/report.html",
-    "outside/report.html", "2026-06/report.html",  # symlinks out of the reports directory
-    "csv-../report.html", "csv-%00/report.html",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "2026-03/secret.txt",
+        "2026-03/report.md",  # not a report file / not written
+        "../secret.txt",
+        "..%2F/secret.txt",
+        "2026-03%2F..%2F..%2Fsecret.txt/report.html",
+        "%2e%2e/report.html",
+        "%00/report.html",
+        "2026-03%00/report.html",
+        "2026-03/report.html%00",
+        "2026-03/%00",
+        ".2026-05.tmp-123-abc/report.html",
+        "notes/report.html",
+        "2026-13/report.html",
+        "2026-3/report.html",
+        "outside/report.html",
+        "2026-06/report.html",  # symlinks out of the reports directory
+        "csv-../report.html",
+        "csv-%00/report.html",
+    ],
+)
 def test_bad_names_are_404_never_500(get, state, path):
     _report(state, "2026-03")
     _report(state, ".2026-05.tmp-123-abc")
@@ -215,13 +251,39 @@ def test_bad_names_are_404_never_500(get, state, path):
 
 
 def _summary(month: str, success: bool = True) -> dict:
-    failed = [] if success else [
-        {"expectation": "expect_column_values_to_be_in_set", "column": "arm", "success": False,
-         "unexpected_count": 3, "partial_unexpected": ["<b>bogus</b>"], "observed_value": None}]
-    ok = [{"expectation": "expect_table_row_count_to_be_between", "column": None, "success": True,
-           "unexpected_count": 0, "partial_unexpected": [], "observed_value": "1200"}]
-    return {"month": month, "success": success, "rows": 1200, "evaluated": len(ok + failed), "failed": failed,
-            "results": ok + failed, "seconds": 0.4}
+    failed = (
+        []
+        if success
+        else [
+            {
+                "expectation": "expect_column_values_to_be_in_set",
+                "column": "arm",
+                "success": False,
+                "unexpected_count": 3,
+                "partial_unexpected": ["<b>bogus</b>"],
+                "observed_value": None,
+            }
+        ]
+    )
+    ok = [
+        {
+            "expectation": "expect_table_row_count_to_be_between",
+            "column": None,
+            "success": True,
+            "unexpected_count": 0,
+            "partial_unexpected": [],
+            "observed_value": "1200",
+        }
+    ]
+    return {
+        "month": month,
+        "success": success,
+        "rows": 1200,
+        "evaluated": len(ok + failed),
+        "failed": failed,
+        "results": ok + failed,
+        "seconds": 0.4,
+    }
 
 
 def test_validation_results(get, state):
@@ -388,8 +450,15 @@ def test_gx_data_docs_built_by_the_ingest_checkpoint_are_served(get, state):
     rel = page.relative_to(state / "validation" / "data_docs").as_posix()
     assert get(f"/abpo/validation/docs/{rel}").status_code == 200
     (state / "secret.html").write_text("no")
-    for bad in ("../../secret.html", "%2e%2e/%2e%2e/secret.html", "..%2F..%2Fsecret.html", "index.html%00",
-                "missing.html", "index.py", "static/../../../secret.html"):
+    for bad in (
+        "../../secret.html",
+        "%2e%2e/%2e%2e/secret.html",
+        "..%2F..%2Fsecret.html",
+        "index.html%00",
+        "missing.html",
+        "index.py",
+        "static/../../../secret.html",
+    ):
         assert get(f"/abpo/validation/docs/{bad}").status_code == 404, bad
 
 
@@ -410,12 +479,15 @@ def test_a_symlinked_validation_summary_is_never_served(get, state, tmp_path_fac
     assert get("/abpo/validation/2026-04.json").json() == _summary("2026-04")
 
 
-@pytest.mark.parametrize("content, says", [
-    ("[]", "top level is list"),
-    ('{"success": "yes"}', "success is 'yes'"),
-    (json.dumps({**_summary("2026-03"), "evaluated": "many"}), "evaluated is 'many'"),
-    (json.dumps({**_summary("2026-03"), "results": [1, 2]}), "results is not a list of objects"),
-])
+@pytest.mark.parametrize(
+    "content, says",
+    [
+        ("[]", "top level is list"),
+        ('{"success": "yes"}', "success is 'yes'"),
+        (json.dumps({**_summary("2026-03"), "evaluated": "many"}), "evaluated is 'many'"),
+        (json.dumps({**_summary("2026-03"), "results": [1, 2]}), "results is not a list of objects"),
+    ],
+)
 def test_a_malformed_summary_is_a_clear_422(get, state, content, says):
     out = state / "validation"
     out.mkdir()
@@ -443,25 +515,30 @@ def _with_result(**changes) -> str:
     return json.dumps(s)
 
 
-@pytest.mark.parametrize("content, says", [
-    (DEEP, "nested deeper than the JSON reader goes"),  # RecursionError inside json.loads before
-    ('{"success": true, "rows": 1, "evaluated": 1, "results": [{"observed_value": ' + DEEP + "}]}",
-     "nested deeper than the JSON reader goes"),
-    (_with_result(partial_unexpected=7), "failed[0].partial_unexpected is 7"),  # TypeError in the page before
-    (_with_result(partial_unexpected=[[1, [2]]]), "failed[0].partial_unexpected is list"),
-    (_with_result(observed_value=json.loads("[" * 500 + "]" * 500)), "failed[0].observed_value is list"),
-    (_with_result(observed_value={"a": 1}), "failed[0].observed_value is dict"),
-    (_with_result(unexpected_count="3"), "failed[0].unexpected_count is '3'"),
-    (_with_result(unexpected_count=-1), "failed[0].unexpected_count is -1"),
-    (_with_result(success="no"), "failed[0].success is 'no'"),
-    (_with_result(expectation=["x"]), "failed[0].expectation is list"),
-    (_with_result(column=3), "failed[0].column is 3"),
-    (_with_result(column="\ud800"), "failed[0].column is '\\ud800'"),  # UnicodeEncodeError in the response before
-    (json.dumps({**_summary("2026-03"), "seconds": 10 ** 400}), "seconds is 1000"),  # OverflowError in float()
-    (json.dumps({**_summary("2026-03"), "seconds": "0.4"}), "seconds is '0.4'"),
-    (json.dumps({**_summary("2026-03"), "rows": True}), "rows is True"),
-    (json.dumps({**_summary("2026-03"), "failed": {"a": 1}}), "failed is not a list of objects"),
-])
+@pytest.mark.parametrize(
+    "content, says",
+    [
+        (DEEP, "nested deeper than the JSON reader goes"),  # RecursionError inside json.loads before
+        (
+            '{"success": true, "rows": 1, "evaluated": 1, "results": [{"observed_value": ' + DEEP + "}]}",
+            "nested deeper than the JSON reader goes",
+        ),
+        (_with_result(partial_unexpected=7), "failed[0].partial_unexpected is 7"),  # TypeError in the page before
+        (_with_result(partial_unexpected=[[1, [2]]]), "failed[0].partial_unexpected is list"),
+        (_with_result(observed_value=json.loads("[" * 500 + "]" * 500)), "failed[0].observed_value is list"),
+        (_with_result(observed_value={"a": 1}), "failed[0].observed_value is dict"),
+        (_with_result(unexpected_count="3"), "failed[0].unexpected_count is '3'"),
+        (_with_result(unexpected_count=-1), "failed[0].unexpected_count is -1"),
+        (_with_result(success="no"), "failed[0].success is 'no'"),
+        (_with_result(expectation=["x"]), "failed[0].expectation is list"),
+        (_with_result(column=3), "failed[0].column is 3"),
+        (_with_result(column="\ud800"), "failed[0].column is '\\ud800'"),  # UnicodeEncodeError in the response before
+        (json.dumps({**_summary("2026-03"), "seconds": 10**400}), "seconds is 1000"),  # OverflowError in float()
+        (json.dumps({**_summary("2026-03"), "seconds": "0.4"}), "seconds is '0.4'"),
+        (json.dumps({**_summary("2026-03"), "rows": True}), "rows is True"),
+        (json.dumps({**_summary("2026-03"), "failed": {"a": 1}}), "failed is not a list of objects"),
+    ],
+)
 def test_a_malformed_summary_is_a_422_never_a_500(get, state, content, says):
     out = state / "validation"
     out.mkdir()
@@ -473,7 +550,7 @@ def test_a_malformed_summary_is_a_422_never_a_500(get, state, content, says):
     assert get("/abpo/validation/2026-03.json").status_code == 200  # the file as saved is still served as it is
 
 
-WRONG = [7, -1, 2.5, float("nan"), 10 ** 30, "x", "", "\ud800", True, None, [], [1, [2]], {"a": 1}, [{"b": [3]}]]
+WRONG = [7, -1, 2.5, float("nan"), 10**30, "x", "", "\ud800", True, None, [], [1, [2]], {"a": 1}, [{"b": [3]}]]
 
 
 def test_any_field_of_any_shape_gives_200_or_422(get, state):

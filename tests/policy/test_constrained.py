@@ -52,28 +52,36 @@ def _prompts_and_sets(tok, titles, policy_cfg, n_rows, m):
     return rows
 
 
-def test_generate_with_per_row_candidate_sets_always_names_a_candidate(tiny_model, tiny_tokenizer, small_titles, small_policy_cfg):
+def test_generate_with_per_row_candidate_sets_always_names_a_candidate(
+    tiny_model, tiny_tokenizer, small_titles, small_policy_cfg
+):
     """An untrained model samples garbage freely; under the constraint every sampled answer of every row parses as
     well formed with an id of THAT row's candidate set, even though the rows' sets differ within one batch."""
     tok = tiny_tokenizer
     rows = _prompts_and_sets(tok, small_titles, small_policy_cfg, n_rows=6, m=5)
-    tries = [AnswerTrie([encode_answer(tok, format_answer(c, small_titles[c])) for c in cands], tok.eos_token_id)
-             for _, cands in rows]
+    tries = [
+        AnswerTrie([encode_answer(tok, format_answer(c, small_titles[c])) for c in cands], tok.eos_token_id)
+        for _, cands in rows
+    ]
     prompt_ids = [encode_prompt(tok, text) for text, _ in rows]
     enc = tok.pad({"input_ids": prompt_ids}, padding_side="left", return_tensors="pt")
     torch.manual_seed(0)
     out_free = tiny_model.generate(**enc, do_sample=True, max_new_tokens=40, pad_token_id=tok.pad_token_id)
-    free = tok.batch_decode(out_free[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    free = tok.batch_decode(out_free[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
     assert sum(parse_answer(t, cands).well_formed for t, (_, cands) in zip(free, rows)) < len(rows)
 
     chosen = []
     for seed in range(3):
         torch.manual_seed(seed)
         out = tiny_model.generate(
-            **enc, do_sample=True, max_new_tokens=40, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+            **enc,
+            do_sample=True,
+            max_new_tokens=40,
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=tok.eos_token_id,
             logits_processor=[CandidateConstraint(tries)],
         )
-        texts = tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        texts = tok.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
         for (_, cands), text in zip(rows, texts):
             parsed = parse_answer(text, {c: small_titles[c] for c in cands})
             assert parsed.well_formed, (text, parsed.reason)
@@ -81,7 +89,9 @@ def test_generate_with_per_row_candidate_sets_always_names_a_candidate(tiny_mode
     assert len(set(chosen)) > len(rows)  # sampled, not a fixed answer per row
 
 
-def test_constrained_logps_equal_a_masked_full_vocabulary_softmax(tiny_model, tiny_tokenizer, small_titles, small_policy_cfg):
+def test_constrained_logps_equal_a_masked_full_vocabulary_softmax(
+    tiny_model, tiny_tokenizer, small_titles, small_policy_cfg
+):
     """log q_theta (Eq. q) from the LM head rows of the allowed tokens only = log_softmax of the full logits / T
     restricted to S_t; forced positions are exactly 0 and carry no gradient; the entropy is the restricted one."""
     tok = tiny_tokenizer

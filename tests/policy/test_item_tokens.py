@@ -27,8 +27,9 @@ def test_item_token_prompt_round_trip(tiny_tokenizer, small_titles, item_cfg):
     from abpo.policy.prompt import encode_prompt, item_token, request_prompt
 
     hist, cands = _ids(small_titles, 0, 30), _ids(small_titles, 100, 120)
-    fp = request_prompt(tiny_tokenizer, [(i, small_titles[i]) for i in hist], [(i, small_titles[i]) for i in cands],
-                        item_cfg)
+    fp = request_prompt(
+        tiny_tokenizer, [(i, small_titles[i]) for i in hist], [(i, small_titles[i]) for i in cands], item_cfg
+    )
     ids = encode_prompt(tiny_tokenizer, fp.text)
     assert len(ids) == fp.n_tokens and fp.history_shown == 30 and fp.history_dropped == 0
     toks = tiny_tokenizer.convert_ids_to_tokens(ids)
@@ -102,8 +103,12 @@ def test_s_p_is_the_answer_mean_for_text(tiny_model, tiny_tokenizer, small_title
     cfg = dataclasses.replace(small_policy_cfg, prompt_style="text")
     ex = _example(small_titles)
     s = score_examples(tiny_model, tiny_tokenizer, [ex], small_titles, cfg)[0].scores
-    naive = score_candidates_naive(tiny_model, tiny_tokenizer, example_prompt(ex, small_titles, tiny_tokenizer, cfg).text,
-                                   candidate_answers(ex.candidates, small_titles))
+    naive = score_candidates_naive(
+        tiny_model,
+        tiny_tokenizer,
+        example_prompt(ex, small_titles, tiny_tokenizer, cfg).text,
+        candidate_answers(ex.candidates, small_titles),
+    )
     torch.testing.assert_close(s, naive, atol=1e-4, rtol=0)
 
 
@@ -154,8 +159,10 @@ def test_e0_is_the_constrained_rollout_distribution_at_tau_1(tiny_model, tiny_to
     for r, c in enumerate(comps):
         ids[r, : len(c)] = torch.tensor(c)
     with torch.no_grad():
-        full = [tiny_model.model(input_ids=torch.tensor([prompt + c[:-1]])).last_hidden_state[0, len(prompt) - 1 :]
-                for c in comps]
+        full = [
+            tiny_model.model(input_ids=torch.tensor([prompt + c[:-1]])).last_hidden_state[0, len(prompt) - 1 :]
+            for c in comps
+        ]
     hidden = torch.zeros((len(comps), T, full[0].shape[-1]))
     for r, h in enumerate(full):
         hidden[r, : h.shape[0]] = h
@@ -258,8 +265,18 @@ def test_pretraining_learns_a_sequential_pattern(tiny_dir, small_titles, caplog)
     train = {u: s[:10] for u, s in seqs.items()}
     val = {u: (s[:10], s[10:]) for u, s in seqs.items() if u % 5 == 0}
     with caplog.at_level(logging.INFO, logger="abpo.policy.pretrain"):
-        res = pretrain_next_item(model, tok, train, val, item_ids=list(small_titles), epochs=12, learning_rate=1e-2,
-                                 batch_size=16, max_length=8, patience=3)
+        res = pretrain_next_item(
+            model,
+            tok,
+            train,
+            val,
+            item_ids=list(small_titles),
+            epochs=12,
+            learning_rate=1e-2,
+            batch_size=16,
+            max_length=8,
+            patience=3,
+        )
     assert sum(m.startswith("pretrain: epoch ") for m in caplog.messages) == res.epochs_run
     assert res.n_train_positions == 60 * 9 and res.n_val_positions == 12 * 2
     assert res.val_losses[res.best_epoch - 1] == min(res.val_losses)
@@ -273,8 +290,7 @@ def test_pretraining_learns_a_sequential_pattern(tiny_dir, small_titles, caplog)
 def _small_sft_cfg(tmp_path, data_dir, fmt="movielens", **data):
     from abpo.config import load_config
 
-    cfg = load_config("tiny", [f"paths.root={tmp_path / 'var'}", f"data.dataset_dir={data_dir}",
-                               f"data.format={fmt}"])
+    cfg = load_config("tiny", [f"paths.root={tmp_path / 'var'}", f"data.dataset_dir={data_dir}", f"data.format={fmt}"])
     d = cfg.data
     d.train_candidates, d.eval_candidates, d.update_steps, d.min_history = 4, 5, 1, 3
     for k, v in data.items():
@@ -318,7 +334,9 @@ def test_pi_init_on_amazon18(tmp_path, domain):
 
     from abpo.policy.sft import train_sft
 
-    src = Path(os.environ.get("ABPO_AMAZON18_DIR", Path(__file__).resolve().parents[3] / "shared" / "data" / "amazon18"))
+    src = Path(
+        os.environ.get("ABPO_AMAZON18_DIR", Path(__file__).resolve().parents[3] / "shared" / "data" / "amazon18")
+    )
     if not src.is_dir():
         pytest.skip(f"{src} absent (the Amazon-2018 domains are read in place, never vendored)")
     cfg = _small_sft_cfg(tmp_path, src, fmt="amazon18", amazon_domain=domain, max_users=60, update_steps=2)
@@ -338,8 +356,9 @@ def test_choice_loss_records_mask_only_the_item_token(tiny_tokenizer, small_titl
     assert tiny_tokenizer.convert_ids_to_tokens(on) == [item_token(ex.positive)]
     assert sum(full["completion_mask"]) > 10  # the whole answer and EOS
     with pytest.raises(ValueError, match="needs policy.prompt_style=item_tokens"):
-        sft_records([ex], small_titles, tiny_tokenizer, dataclasses.replace(small_policy_cfg, prompt_style="text"),
-                    "choice")
+        sft_records(
+            [ex], small_titles, tiny_tokenizer, dataclasses.replace(small_policy_cfg, prompt_style="text"), "choice"
+        )
     with pytest.raises(ValueError, match="sft.loss_tokens='x'"):
         sft_records([ex], small_titles, tiny_tokenizer, item_cfg, "x")
 
@@ -351,10 +370,13 @@ def test_item_prompt_without_candidates(tiny_tokenizer, small_titles, item_cfg):
 
     cfg = dataclasses.replace(item_cfg, item_prompt_candidates=False)
     hist, cands = _ids(small_titles, 0, 30), _ids(small_titles, 100, 120)
-    fp = request_prompt(tiny_tokenizer, [(i, small_titles[i]) for i in hist], [(i, small_titles[i]) for i in cands], cfg)
+    fp = request_prompt(
+        tiny_tokenizer, [(i, small_titles[i]) for i in hist], [(i, small_titles[i]) for i in cands], cfg
+    )
     assert not any(item_token(a) in fp.text for a in cands)
     assert fp.n_tokens == len(encode_prompt(tiny_tokenizer, fp.text))
     for budget in (fp.n_tokens - 1, fp.n_tokens - 20):
-        cut = fit_item_token_prompt(tiny_tokenizer, hist, cands, max_history=50, max_prompt_tokens=budget,
-                                    show_candidates=False)
+        cut = fit_item_token_prompt(
+            tiny_tokenizer, hist, cands, max_history=50, max_prompt_tokens=budget, show_candidates=False
+        )
         assert cut.n_tokens == len(encode_prompt(tiny_tokenizer, cut.text)) == budget

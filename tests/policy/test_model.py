@@ -52,8 +52,9 @@ def test_local_dir_and_lora(small_policy_cfg, tiny_dir, tmp_path):
 
     from abpo.policy.model import load_policy
 
-    cfg = dataclasses.replace(small_policy_cfg, model=str(tiny_dir), lora_r=4, lora_alpha=8,
-                              lora_target_modules=["q_proj", "v_proj"])
+    cfg = dataclasses.replace(
+        small_policy_cfg, model=str(tiny_dir), lora_r=4, lora_alpha=8, lora_target_modules=["q_proj", "v_proj"]
+    )
     model, tok = load_policy(cfg, PathsConfig(root=str(tmp_path)), lora=True)
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
@@ -68,8 +69,9 @@ def test_missing_model_is_a_clear_error(small_policy_cfg, tmp_path):
     with pytest.raises(ModelNotAvailableError, match="gemma-3-4b-it"):
         load_policy(dataclasses.replace(small_policy_cfg, model="gpu"), PathsConfig(root=str(tmp_path)))
     with pytest.raises(ModelNotAvailableError, match="nothing is downloaded"):
-        load_policy(dataclasses.replace(small_policy_cfg, model="no-such-org/no-such-model"),
-                    PathsConfig(root=str(tmp_path)))
+        load_policy(
+            dataclasses.replace(small_policy_cfg, model="no-such-org/no-such-model"), PathsConfig(root=str(tmp_path))
+        )
 
 
 @pytest.mark.slow

@@ -39,15 +39,19 @@ def test_pi_init_hr5_beats_random_and_popularity(tmp_path):
     p = binomtest(hits, int(n), k_over_m, alternative="greater").pvalue
     print(f"pi_init HR@5 = {m['HR@5']:.4f} ({hits}/{int(n)}) vs K/M = {k_over_m:.4f}, one-sided binomial p = {p:.2g}")
     assert n >= 300
-    assert p < 1e-6, f"HR@5 {m['HR@5']:.4f} on {int(n)} users is not significantly above K/M = {k_over_m:.4f} (p={p:.3g})"
+    assert p < 1e-6, (
+        f"HR@5 {m['HR@5']:.4f} on {int(n)} users is not significantly above K/M = {k_over_m:.4f} (p={p:.3g})"
+    )
 
     # the same held-out users and candidates train_sft evaluated on, ranked by popularity fitted on x_{1:T}
     ds = load_dataset(cfg.data)
     splits, _ = split_users(ds, cfg.data)
     ev = seeded_subsample(build_eval_examples(splits, ds, cfg.data), cfg.sft.eval_max_users, cfg.seed)
-    pop = make_ranker("popularity", seed=cfg.seed).fit({s.user_id: s.history for s in splits},
-                                                      ds.item_ids().tolist())
-    pop_m = metrics_from_scores(ev, [list(map(float, s)) for s in pop.score(
-        [(e.user_id, e.history, e.candidates) for e in ev])], training_popularity(splits, ds))
+    pop = make_ranker("popularity", seed=cfg.seed).fit({s.user_id: s.history for s in splits}, ds.item_ids().tolist())
+    pop_m = metrics_from_scores(
+        ev,
+        [list(map(float, s)) for s in pop.score([(e.user_id, e.history, e.candidates) for e in ev])],
+        training_popularity(splits, ds),
+    )
     print(f"popularity HR@5 = {pop_m['HR@5']:.4f} on the same users")
     assert m["HR@5"] >= 2.0 * pop_m["HR@5"], (m["HR@5"], pop_m["HR@5"])

@@ -72,7 +72,10 @@ def test_parse_truncated(text):
         ("<item_id></item_id><item>Toy Story (1995)</item>", "id not an integer"),
         ("<item_id>42</item_id>Toy Story (1995)</item>", "garbage"),
         ("<item_id>42</item_id><item>Toy Story (1995)</item> and also Heat", "trailing text"),
-        ("<item_id>42</item_id><item>Toy Story (1995)</item><item_id>7</item_id><item>Heat (1995)</item>", "trailing text"),
+        (
+            "<item_id>42</item_id><item>Toy Story (1995)</item><item_id>7</item_id><item>Heat (1995)</item>",
+            "trailing text",
+        ),
     ],
 )
 def test_parse_malformed(text, reason):
@@ -102,8 +105,9 @@ def test_render_and_fit_drop_oldest_history_first(tiny_tokenizer):
     kept = history[-fitted.history_shown :]
     assert all(t in fitted.user_text for t in kept) and history[0] not in fitted.user_text
     # the largest history that fits was kept: one more item would not fit
-    one_more = fit_prompt(tiny_tokenizer, history[-(fitted.history_shown + 1) :], cands, max_history=10,
-                          max_prompt_tokens=100_000)
+    one_more = fit_prompt(
+        tiny_tokenizer, history[-(fitted.history_shown + 1) :], cands, max_history=10, max_prompt_tokens=100_000
+    )
     assert one_more.n_tokens > budget
     # every candidate survives
     assert all(format_answer(i, t) in fitted.user_text for i, t in cands)
@@ -130,7 +134,9 @@ def test_tiny_tokenizer_has_one_token_per_catalog_item(tiny_tokenizer, small_tit
     assert ids[0] in line_ids
     other = encode_prompt(tiny_tokenizer, format_answer(987654321, "Heat (1995)"))
     toks = tiny_tokenizer.convert_ids_to_tokens(other)
-    assert toks[:2] == ["<item_id>", "9"] and "1" in toks and tiny_tokenizer.decode(other).startswith("<item_id>987654321")
+    assert (
+        toks[:2] == ["<item_id>", "9"] and "1" in toks and tiny_tokenizer.decode(other).startswith("<item_id>987654321")
+    )
 
 
 def test_history_items_may_carry_ids():

@@ -24,8 +24,9 @@ def _prompt(tok, titles, m, seed=0, history=5):
     ids = list(titles)
     pick = [ids[i] for i in rng.choice(len(ids), size=m + history, replace=False)]
     cands, hist = pick[:m], pick[m:]
-    fp = fit_prompt(tok, [titles[i] for i in hist], [(i, titles[i]) for i in cands], max_history=history,
-                    max_prompt_tokens=100_000)
+    fp = fit_prompt(
+        tok, [titles[i] for i in hist], [(i, titles[i]) for i in cands], max_history=history, max_prompt_tokens=100_000
+    )
     return fp.text, cands, candidate_answers(cands, titles)
 
 
@@ -58,8 +59,9 @@ def test_packed_scoring_masks_under_eager_attention_too(tiny_dir, tiny_tokenizer
 
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
 @pytest.mark.parametrize("batch_tokens,pack_tokens", [(100_000, 4096), (1, 1), (3000, 40)])
-def test_batched_scoring_of_many_prompts_equals_naive(tiny_dir, tiny_tokenizer, small_titles, attn, batch_tokens,
-                                                      pack_tokens):
+def test_batched_scoring_of_many_prompts_equals_naive(
+    tiny_dir, tiny_tokenizer, small_titles, attn, batch_tokens, pack_tokens
+):
     """Several prompts of different lengths (left-padded in one group, or one per group) with candidate sets of
     different sizes, packed in rows of various sizes: every s_p equals one naive forward per candidate."""
     from transformers import AutoModelForCausalLM
@@ -68,8 +70,11 @@ def test_batched_scoring_of_many_prompts_equals_naive(tiny_dir, tiny_tokenizer, 
     tok = tiny_tokenizer
     reqs = [_prompt(tok, small_titles, m, seed=s, history=h) for m, s, h in ((5, 1, 0), (17, 2, 5), (9, 3, 2))]
     got = score_token_ids_batch(
-        model, [encode_prompt(tok, p) for p, _, _ in reqs], [[encode_answer(tok, a) for a in ans] for _, _, ans in reqs],
-        batch_tokens=batch_tokens, pack_tokens=pack_tokens,
+        model,
+        [encode_prompt(tok, p) for p, _, _ in reqs],
+        [[encode_answer(tok, a) for a in ans] for _, _, ans in reqs],
+        batch_tokens=batch_tokens,
+        pack_tokens=pack_tokens,
     )
     assert [g.shape for g in got] == [(5,), (17,), (9,)]
     for g, (p, _, ans) in zip(got, reqs):

@@ -66,8 +66,9 @@ def test_bandit_log_contract_and_ingest(slice_cfg, movielens, tiny_dir, tmp_path
     tok = AutoTokenizer.from_pretrained(tiny_dir)
     slice_cfg.policy.tau = 0.05  # sharp e0, so propensities are far from uniform
     slice_cfg.policy.prompt_style = "text"  # the session's model has item tokens for 400 titles only
-    table = build_bandit_log(slice_cfg, month="2024-02", model=model, tokenizer=tok, dataset=movielens,
-                             model_version="7", progress=False)
+    table = build_bandit_log(
+        slice_cfg, month="2024-02", model=model, tokenizer=tok, dataset=movielens, model_version="7", progress=False
+    )
     assert table.schema.equals(IMPRESSIONS_SCHEMA)
     splits, _ = split_users(movielens, slice_cfg.data)
     reqs = build_bandit_requests(splits, movielens, slice_cfg.data)
@@ -81,16 +82,22 @@ def test_bandit_log_contract_and_ingest(slice_cfg, movielens, tiny_dir, tmp_path
     assert len({r["impression_id"] for r in rows}) == len(rows)
     # the stored propensity is e0(a_log|q) of this model over C
     ex, r = reqs[0], rows[0]
-    s = score_candidates(model, tok, example_prompt(ex, movielens.titles(), tok, slice_cfg.policy).text,
-                         candidate_answers(ex.candidates, movielens.titles()), batch_tokens=8192)
+    s = score_candidates(
+        model,
+        tok,
+        example_prompt(ex, movielens.titles(), tok, slice_cfg.policy).text,
+        candidate_answers(ex.candidates, movielens.titles()),
+        batch_tokens=8192,
+    )
     e0 = candidate_propensities(s, 0.05)
     assert r["propensity"] == pytest.approx(float(e0[ex.candidates.index(r["item_id"])]), rel=1e-5)
     assert np.std([r["propensity"] for r in rows]) > 0.01
     # landed once under the month; a rerun replaces the same part (same rows)
     files = sorted((slice_cfg.paths.resolve("landing") / "impressions" / "month=2024-02").glob("part-*.parquet"))
     assert len(files) == 1
-    again = build_bandit_log(slice_cfg, month="2024-02", model=model, tokenizer=tok, dataset=movielens,
-                             model_version="7", progress=False)
+    again = build_bandit_log(
+        slice_cfg, month="2024-02", model=model, tokenizer=tok, dataset=movielens, model_version="7", progress=False
+    )
     assert again.equals(table)
     assert len(list(files[0].parent.glob("part-*.parquet"))) == 1
     assert pq.read_table(files[0]).to_pylist() == rows  # (nullability flags aside) what was landed
@@ -116,15 +123,24 @@ def test_completion_loss_equals_full_logits_nll(tiny_model, tiny_tokenizer, smal
     ids = list(small_titles)
     exs = [Example(f"1:{t}", 1, ids[:t], ids[t : t + 6], ids[t + 2]) for t in (3, 5, 9)]
     recs = sft_records(exs, small_titles, tiny_tokenizer, small_policy_cfg)
-    args = SFTConfig(output_dir=str(tmp_path), report_to="none", completion_only_loss=True, max_length=None, bf16=False,
-                     per_device_train_batch_size=3)
-    trainer = _completion_sft_trainer_class()(model=tiny_model, args=args, train_dataset=Dataset.from_list(recs),
-                                              processing_class=tiny_tokenizer)
+    args = SFTConfig(
+        output_dir=str(tmp_path),
+        report_to="none",
+        completion_only_loss=True,
+        max_length=None,
+        bf16=False,
+        per_device_train_batch_size=3,
+    )
+    trainer = _completion_sft_trainer_class()(
+        model=tiny_model, args=args, train_dataset=Dataset.from_list(recs), processing_class=tiny_tokenizer
+    )
     batch = trainer.data_collator(trainer.train_dataset.to_list())
     loss = trainer.compute_loss(trainer.model, dict(batch))
     with torch.no_grad():
         logits = tiny_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-    ref = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), batch["labels"][:, 1:].flatten(), ignore_index=-100)
+    ref = torch.nn.functional.cross_entropy(
+        logits[:, :-1].flatten(0, 1), batch["labels"][:, 1:].flatten(), ignore_index=-100
+    )
     assert float(loss) == pytest.approx(float(ref), abs=1e-5)
     mode = "train" if trainer.model.training else "eval"
     assert trainer._metrics[mode]["mean_token_accuracy"]  # TRL's metrics still logged

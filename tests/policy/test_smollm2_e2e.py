@@ -15,13 +15,31 @@ from pathlib import Path
 
 import pytest
 
-SMALL = ["data.max_users=16", "data.train_candidates=8", "data.eval_candidates=8", "sft.max_steps=3",
-         "sft.batch_size=4", "sft.eval_max_users=4", "sft.eval_generation=false", "update.max_steps=2",
-         "update.batch_size=2", "update.group_size=3", "update.max_completion_length=64", "update.save_steps=100",
-         "arms.names=abpo,popularity", "report.arm_shares={abpo: 0.5, popularity: 0.5}",
-         "report.candidate_arm=abpo", "arms.min_rows_per_stratum=1", "arms.gate_max_users=4",
-         "arms.gate_margin=1.0", "arms.gate_ope_margin=1.0", "arms.gate_min_ess=0", "arms.gate_ope_bootstrap=100",
-         "sim.click_next=1.0", "sim.base_ctr=0.3"]
+SMALL = [
+    "data.max_users=16",
+    "data.train_candidates=8",
+    "data.eval_candidates=8",
+    "sft.max_steps=3",
+    "sft.batch_size=4",
+    "sft.eval_max_users=4",
+    "sft.eval_generation=false",
+    "update.max_steps=2",
+    "update.batch_size=2",
+    "update.group_size=3",
+    "update.max_completion_length=64",
+    "update.save_steps=100",
+    "arms.names=abpo,popularity",
+    "report.arm_shares={abpo: 0.5, popularity: 0.5}",
+    "report.candidate_arm=abpo",
+    "arms.min_rows_per_stratum=1",
+    "arms.gate_max_users=4",
+    "arms.gate_margin=1.0",
+    "arms.gate_ope_margin=1.0",
+    "arms.gate_min_ess=0",
+    "arms.gate_ope_bootstrap=100",
+    "sim.click_next=1.0",
+    "sim.base_ctr=0.3",
+]
 
 
 def test_smollm2_is_installed_by_set_up():
@@ -45,13 +63,22 @@ def test_smollm2_month_sft_scoring_abpo_update_and_serving(tmp_path):
     from abpo.monthly.common import dataset_and_splits
 
     hf_home = tmp_path / "hf"
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("ABPO_", "MLFLOW_", "HF_"))},
-           "ABPO_STATE": str(tmp_path / "state"), "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1",
-           "TRANSFORMERS_OFFLINE": "1"}
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("ABPO_", "MLFLOW_", "HF_"))},
+        "ABPO_STATE": str(tmp_path / "state"),
+        "HF_HOME": str(hf_home),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    }
     sets = [x for s in SMALL for x in ("--set", s)]
     abpo = str(Path(sys.executable).with_name("abpo"))
-    p = subprocess.run([abpo, "arms", "month", "--config", "smollm2", "--month", "2026-01", "--simulate", *sets],
-                       env=env, capture_output=True, text=True, timeout=3000)
+    p = subprocess.run(
+        [abpo, "arms", "month", "--config", "smollm2", "--month", "2026-01", "--simulate", *sets],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3000,
+    )
     assert p.returncode == 0, (p.stdout[-4000:], p.stderr[-4000:])
     for line in ("update abpo (abpo) from champion", "promote abpo: champion -> v2"):
         assert line in p.stdout, (line, p.stdout[-4000:])
@@ -67,14 +94,20 @@ def test_smollm2_month_sft_scoring_abpo_update_and_serving(tmp_path):
     assert champion.tags["source"] == "update" and champion.tags["variant"] == "abpo"
     assert champion.tags["parent_version"] == "1"
     update_run = client.get_run(champion.run_id)
-    steps = [m.step for m in client.get_metric_history(update_run.info.run_id, "train/loss")] or \
-            [m.step for k in update_run.data.metrics for m in client.get_metric_history(update_run.info.run_id, k)]
+    steps = [m.step for m in client.get_metric_history(update_run.info.run_id, "train/loss")] or [
+        m.step for k in update_run.data.metrics for m in client.get_metric_history(update_run.info.run_id, k)
+    ]
     assert steps and max(steps) >= 1, update_run.data.metrics  # the ABPO update took its optimizer steps
 
     # the month's abpo rows were logged by pi_init (v1) with the text prompt's multi-token answers
     ds, _ = dataset_and_splits(cfg)
-    rows = [r for r in pq.read_table(cfg.paths.resolve("landing") / "impressions" / "month=2026-01"
-                                     / "part-sim.parquet").to_pylist() if r["arm"] == "abpo"][:3]
+    rows = [
+        r
+        for r in pq.read_table(
+            cfg.paths.resolve("landing") / "impressions" / "month=2026-01" / "part-sim.parquet"
+        ).to_pylist()
+        if r["arm"] == "abpo"
+    ][:3]
     assert rows and {r["model_version"] for r in rows} == {"1"}
     arm = arm_versions.load_arm(cfg, "abpo", ds)  # the champion, v2, through the policy code
     from abpo.policy.prompt import encode_answer, format_answer
@@ -86,10 +119,16 @@ def test_smollm2_month_sft_scoring_abpo_update_and_serving(tmp_path):
     # served through MLflow from the registry: the same e_p as the policy code
     served = mlflow.pyfunc.load_model(f"models:/{arm_versions.model_name('abpo')}@champion")
     for r in rows:
-        out = served.predict(pd.DataFrame({"history_titles": [[titles[i] for i in r["history"]]],
-                                           "history_item_ids": [list(r["history"])],
-                                           "candidate_ids": [list(r["candidates"])],
-                                           "candidate_titles": [[titles[i] for i in r["candidates"]]]}))
+        out = served.predict(
+            pd.DataFrame(
+                {
+                    "history_titles": [[titles[i] for i in r["history"]]],
+                    "history_item_ids": [list(r["history"])],
+                    "candidate_ids": [list(r["candidates"])],
+                    "candidate_titles": [[titles[i] for i in r["candidates"]]],
+                }
+            )
+        )
         (expected,) = arm.propensities([(r["user_id"], r["history"], r["candidates"])])
         got = torch.tensor(out["propensities"][0], dtype=torch.float64)
         assert torch.allclose(got, torch.tensor(expected, dtype=torch.float64), atol=1e-4), (got, expected)

@@ -51,8 +51,13 @@ def _checkpoint(path: Path, size: int) -> Path:
 def _fill_and_log(tmp_path: Path, mode: str, limit: int, weights: int, prefix: list[str]) -> dict:
     root = tmp_path / "var"
     ckpt = _checkpoint(tmp_path / "ckpt", weights)
-    out = subprocess.run([*prefix, sys.executable, "-c", CHILD, str(root), mode, str(limit), str(ckpt)], cwd=REPO,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [*prefix, sys.executable, "-c", CHILD, str(root), mode, str(limit), str(ckpt)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
     assert out.returncode == 0 and lines, out.stderr[-3000:]
     return json.loads(lines[-1].removeprefix("RESULT "))
@@ -81,9 +86,13 @@ def test_a_full_artifact_store_while_logging_leaves_no_partial_model(tmp_path):
     """ENOSPC in the artifact store: the 1 MB tmpfs on the artifact root fills while MLflow copies the 2 MB
     weights (and abpo's code) into the logged model's artifact folder."""
     prefix = ["unshare", "--user", "--map-root-user", "--mount"]
-    if shutil.which("unshare") is None or subprocess.run(
-            [*prefix, "mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(tmp_path)],
-            capture_output=True).returncode != 0:
+    if (
+        shutil.which("unshare") is None
+        or subprocess.run(
+            [*prefix, "mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(tmp_path)], capture_output=True
+        ).returncode
+        != 0
+    ):
         pytest.skip("no private mount namespace here (unshare --user --mount refused): a tmpfs cannot be mounted")
     result = _fill_and_log(tmp_path, "tmpfs", 1 << 20, 2 << 20, prefix)
     assert "No space left on device" in result.get("message", ""), result

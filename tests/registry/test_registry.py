@@ -115,14 +115,18 @@ def test_processes_creating_one_new_sqlite_store_together_all_get_a_working_stor
 
     uri = f"sqlite:///{tmp_path / 'state' / 'mlflow.db'}"
     go = tmp_path / "go"
-    child = ("import sys, time, pathlib\n"
-             "from abpo.registry import ensure_store\n"
-             "import mlflow  # imported before the start, so the processes race on the migration, not on imports\n"
-             "go = pathlib.Path(sys.argv[2])\n"
-             "while not go.exists(): time.sleep(0.01)\n"
-             "ensure_store(sys.argv[1])\n")
-    procs = [subprocess.Popen([sys.executable, "-c", child, uri, str(go)], stderr=subprocess.PIPE, text=True)
-             for _ in range(4)]
+    child = (
+        "import sys, time, pathlib\n"
+        "from abpo.registry import ensure_store\n"
+        "import mlflow  # imported before the start, so the processes race on the migration, not on imports\n"
+        "go = pathlib.Path(sys.argv[2])\n"
+        "while not go.exists(): time.sleep(0.01)\n"
+        "ensure_store(sys.argv[1])\n"
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", child, uri, str(go)], stderr=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]
     time.sleep(8)  # every child has imported mlflow and waits
     go.touch()
     errors = [p.communicate(timeout=300)[1] for p in procs]

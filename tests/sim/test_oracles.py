@@ -47,7 +47,8 @@ def test_the_sequential_model_prefers_the_observed_successor():
     assert two.lam.tolist() == pytest.approx([2 / 3, 1 / 3])
     # h_{-1} = 3 (followed by 1 once, of once), h_{-2} = 4 (never two before anything: the prior alone)
     assert two._probability([INDEX[3], INDEX[4]], [INDEX[1]])[0] == pytest.approx(
-        2 / 3 * (1 + pop[INDEX[1]]) / (1 + 1) + 1 / 3 * (0 + pop[INDEX[1]]) / (0 + 1))
+        2 / 3 * (1 + pop[INDEX[1]]) / (1 + 1) + 1 / 3 * (0 + pop[INDEX[1]]) / (0 + 1)
+    )
     assert np.isfinite(two.z(0, [], [INDEX[9]])).all()  # no history: popularity alone
     with pytest.raises(ValueError, match="sim.oracle_markov_smoothing = 0"):
         SequentialComponent(order=1, smoothing=0)
@@ -58,9 +59,11 @@ def test_each_component_is_standardised_per_item_over_the_users():
 
     users = sorted(SEQS)
     states = [SEQS[u] for u in users]
-    comps = [KnnComponent(window=2, recent=3).fit(SEQS, INDEX, users),
-             SequentialComponent(order=2, smoothing=0.5).fit(SEQS, INDEX, users),
-             AlsComponent.fit(SEQS, INDEX, factors=4, iterations=5, regularization=0.1, seed=0)]
+    comps = [
+        KnnComponent(window=2, recent=3).fit(SEQS, INDEX, users),
+        SequentialComponent(order=2, smoothing=0.5).fit(SEQS, INDEX, users),
+        AlsComponent.fit(SEQS, INDEX, factors=4, iterations=5, regularization=0.1, seed=0),
+    ]
     for c in comps:
         z = c.z_block(users, states)
         assert z.shape == (len(users), len(ITEMS))

@@ -13,9 +13,11 @@ def _components():
     from abpo.sim.oracles import AlsComponent, KnnComponent, SequentialComponent
 
     users = sorted(SEQS)
-    return {"knn": KnnComponent(window=2, recent=3).fit(SEQS, INDEX, users),
-            "sequential": SequentialComponent(order=2, smoothing=1.0).fit(SEQS, INDEX, users),
-            "als": AlsComponent.fit(SEQS, INDEX, factors=4, iterations=5, regularization=0.1, seed=0)}
+    return {
+        "knn": KnnComponent(window=2, recent=3).fit(SEQS, INDEX, users),
+        "sequential": SequentialComponent(order=2, smoothing=1.0).fit(SEQS, INDEX, users),
+        "als": AlsComponent.fit(SEQS, INDEX, factors=4, iterations=5, regularization=0.1, seed=0),
+    }
 
 
 def test_oracle_weights_are_validated_with_the_key_named():
@@ -24,8 +26,7 @@ def test_oracle_weights_are_validated_with_the_key_named():
 
     assert oracle_weights(SimConfig()) == pytest.approx({"knn": 1 / 3, "sequential": 1 / 3, "als": 1 / 3})
     assert oracle_weights(SimConfig(oracle="sequential")) == {"sequential": 1.0}
-    assert oracle_weights(SimConfig(oracle_weights={"knn": 3, "als": 1, "sequential": 0})) == {"knn": 0.75,
-                                                                                               "als": 0.25}
+    assert oracle_weights(SimConfig(oracle_weights={"knn": 3, "als": 1, "sequential": 0})) == {"knn": 0.75, "als": 0.25}
     with pytest.raises(ValueError, match=r"sim.oracle_weights.popularity: unknown oracle component 'popularity'"):
         oracle_weights(SimConfig(oracle_weights={"knn": 1.0, "popularity": 1.0}))
     with pytest.raises(ValueError, match=r"sim.oracle_weights.als = -0.5: rule: a finite number >= 0"):

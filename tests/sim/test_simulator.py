@@ -14,8 +14,10 @@ def test_assignment_is_stable_and_matches_the_shares():
 
     from abpo.sim.assignment import assign_users, check_shares
 
-    shares = check_shares({"abpo": 0.43, "grpo": 0.25, "ml_retrain": 0.18, "popularity": 0.14},
-                          ["abpo", "grpo", "ml_retrain", "popularity"])
+    shares = check_shares(
+        {"abpo": 0.43, "grpo": 0.25, "ml_retrain": 0.18, "popularity": 0.14},
+        ["abpo", "grpo", "ml_retrain", "popularity"],
+    )
     users = list(range(1, 20001))
     a = assign_users(users, "salt-1", shares)
     assert a == assign_users(list(reversed(users)), "salt-1", shares)  # stable, order-free
@@ -77,16 +79,22 @@ def test_the_offline_construction_keeps_months_consecutive_and_the_target_held_o
         f = first[(r.user_id, r.step)]
         assert (r.history, r.next_item, r.candidates, r.offset) == (f.history, f.next_item, f.candidates, f.offset)
         assert r.request_id == f.request_id + "@1" and r.request_id not in seen
-    assert {r.request_id for r in month_requests(cfg, movielens, splits, "2026-07")} == \
-        {f.request_id + "@2" for f in first.values()}
+    assert {r.request_id for r in month_requests(cfg, movielens, splits, "2026-07")} == {
+        f.request_id + "@2" for f in first.values()
+    }
     with pytest.raises(ValueError, match="a month at or after sim.start_month"):
         month_requests(cfg, movielens, splits, "2025-12")
     with pytest.raises(ValueError, match="data.update_steps // sim.window >= 1"):
-        month_requests(make_cfg(*SMALL, "sim.candidates=offline", "sim.window=7", "sim.requests_per_user=7"),
-                       movielens, splits, "2026-01")
+        month_requests(
+            make_cfg(*SMALL, "sim.candidates=offline", "sim.window=7", "sim.requests_per_user=7"),
+            movielens,
+            splits,
+            "2026-01",
+        )
     with pytest.raises(ValueError, match="sim.requests_per_user = 3 with sim.candidates = offline"):
-        month_requests(make_cfg(*SMALL, "sim.candidates=offline", "sim.requests_per_user=3"), movielens, splits,
-                       "2026-01")
+        month_requests(
+            make_cfg(*SMALL, "sim.candidates=offline", "sim.requests_per_user=3"), movielens, splits, "2026-01"
+        )
 
 
 def test_retrieval_candidates_force_nothing_in_and_follow_the_mix(make_cfg, movielens):
@@ -132,16 +140,18 @@ def test_retrieval_mix_and_draws():
     assert r.scores([9, 3])[[1, 3, 4]].tolist() == [2.0, 1.0, 1.0]  # items 2, 4, 5 co-occur with 3 (2 twice)
     popularity = np.zeros(100)
     popularity[[49, 59]] = 1000.0  # items 50 and 60 are the popular ones
-    got = retrieve_candidates([3], retrieval=r, popularity=popularity, counts=(2, 2, 4),
-                              rng=np.random.default_rng(0), exclude=[4])
+    got = retrieve_candidates(
+        [3], retrieval=r, popularity=popularity, counts=(2, 2, 4), rng=np.random.default_rng(0), exclude=[4]
+    )
     assert len(got) == len(set(got)) == 8 and 3 not in got and 4 not in got
     assert {2, 5} <= set(got) and {50, 60} <= set(got)  # the top co-occurring and the two popular items
     # a share that runs dry is filled by the next kind: only 3 items co-occur with 3 but 5 are asked
     got = retrieve_candidates([3], retrieval=r, popularity=popularity, counts=(5, 0, 0), rng=np.random.default_rng(1))
     assert len(got) == 5 and {2, 4, 5} <= set(got)
     with pytest.raises(ValueError, match="at least sim.candidate_count"):
-        retrieve_candidates(items[:95], retrieval=r, popularity=popularity, counts=(2, 2, 4),
-                            rng=np.random.default_rng(0))
+        retrieve_candidates(
+            items[:95], retrieval=r, popularity=popularity, counts=(2, 2, 4), rng=np.random.default_rng(0)
+        )
 
 
 def test_interactions_to_date_grow_by_the_earlier_windows_only(make_cfg, movielens):
@@ -164,8 +174,10 @@ def _ranker_arms(cfg, movielens, splits):
     seqs = interactions_to_date(cfg, splits, cfg.sim.start_month)
     items = movielens.item_ids().tolist()
     # every arm served by a ranker: fast, and the contract does not care what served
-    return {a: RankerArm(a, RankerArm.make_ranker("popularity", cfg).fit(seqs, items), 0.5, "1")
-            for a in ("abpo", "grpo", "ml_retrain", "popularity")}
+    return {
+        a: RankerArm(a, RankerArm.make_ranker("popularity", cfg).fit(seqs, items), 0.5, "1")
+        for a in ("abpo", "grpo", "ml_retrain", "popularity")
+    }
 
 
 def test_simulated_month_passes_the_contract_and_ingests_clean(make_cfg, movielens):
@@ -209,8 +221,9 @@ def test_the_warehouse_holds_the_interactions_to_date_the_simulator_served(make_
     for month in ("2026-01", "2026-02", "2026-02"):  # the second 2026-02 is a rerun
         simulate_month(cfg, month, arms, dataset=movielens, splits=splits)
         out = ingest(cfg, month)
-        assert out.interactions == sum(min(2, max(len(s.update) - 2 * Month(month).minus("2026-01"), 0))
-                                       for s in splits)
+        assert out.interactions == sum(
+            min(2, max(len(s.update) - 2 * Month(month).minus("2026-01"), 0)) for s in splits
+        )
         with open_warehouse(cfg, read_only=True) as wh:
             clicks = wh.run("clicks_to_date", month=month)
         seqs, months = ranker_training_sequences(cfg, month)
@@ -262,8 +275,14 @@ def test_click_rates_follow_the_model_on_simulated_traffic(make_cfg, movielens):
     from abpo.data.splits import split_users
     from abpo.sim.simulator import month_requests, simulate_month
 
-    cfg = make_cfg(*SMALL, "data.max_users=0", "sim.candidates=offline", "sim.click_next=0.9", "sim.click_soon=0.0",
-                   "sim.base_ctr=0.0")
+    cfg = make_cfg(
+        *SMALL,
+        "data.max_users=0",
+        "sim.candidates=offline",
+        "sim.click_next=0.9",
+        "sim.click_soon=0.0",
+        "sim.base_ctr=0.0",
+    )
     splits, _ = split_users(movielens, cfg.data)
     arms = _ranker_arms(cfg, movielens, splits)
     res = simulate_month(cfg, "2026-01", arms, dataset=movielens, splits=splits, write=False)
@@ -296,8 +315,16 @@ def test_a_uniform_arm_observes_the_configured_base_ctr(make_cfg, movielens, bas
     from abpo.data.splits import split_users
     from abpo.sim.simulator import simulate_month
 
-    cfg = make_cfg("data.max_users=0", "data.update_steps=6", "sim.requests_per_user=4", "sim.click_next=0",
-                   "sim.click_soon=0", f"sim.base_ctr={base_ctr}", "report.arm_shares={uniform: 1.0}", f"sim.oracle={oracle}")
+    cfg = make_cfg(
+        "data.max_users=0",
+        "data.update_steps=6",
+        "sim.requests_per_user=4",
+        "sim.click_next=0",
+        "sim.click_soon=0",
+        f"sim.base_ctr={base_ctr}",
+        "report.arm_shares={uniform: 1.0}",
+        f"sim.oracle={oracle}",
+    )
     splits, _ = split_users(movielens, cfg.data)
     res = simulate_month(cfg, "2026-02", {"uniform": UniformArm()}, dataset=movielens, splits=splits, write=False)
     clicks = np.asarray(res.table.column("clicked").to_pylist())
@@ -331,23 +358,35 @@ def test_the_ground_truth_sees_the_future_and_no_arm_sees_it(make_cfg, movielens
         z = one.z(s.user_id, items, history=before)
         assert z[items.index(s.target)] > np.quantile(z, 0.9), name  # the future item is liked
     # without the users' last items the ground truth differs, the arms' requests do not
-    past = dataclasses.replace(movielens, sequences={u: seq[:-3] for u, seq in movielens.sequences.items()},
-                               name=movielens.name + ":past")
+    past = dataclasses.replace(
+        movielens, sequences={u: seq[:-3] for u, seq in movielens.sequences.items()}, name=movielens.name + ":past"
+    )
     other = ground_truth(cfg, past)
-    assert not np.allclose(other.z(s.user_id, [s.target], history=before), oracle.z(s.user_id, [s.target],
-                                                                                     history=before))
+    assert not np.allclose(
+        other.z(s.user_id, [s.target], history=before), oracle.z(s.user_id, [s.target], history=before)
+    )
     reqs = month_requests(cfg, movielens, splits, "2026-02")
-    assert all(set(vars(r)) == {"request_id", "user_id", "history", "candidates", "next_item", "soon", "step",
-                                "offset"} for r in reqs[:5])
+    assert all(
+        set(vars(r)) == {"request_id", "user_id", "history", "candidates", "next_item", "soon", "step", "offset"}
+        for r in reqs[:5]
+    )
     root = Path(__file__).resolve().parents[2]
     importers = []
-    for path in [*root.joinpath("abpo").rglob("*.py"), *root.joinpath("dags").rglob("*.py"),
-                 *root.joinpath("plugins").rglob("*.py")]:
+    for path in [
+        *root.joinpath("abpo").rglob("*.py"),
+        *root.joinpath("dags").rglob("*.py"),
+        *root.joinpath("plugins").rglob("*.py"),
+    ]:
         if path.parent.name == "sim" and path.parent.parent.name == "abpo":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
-                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
             if any(n.startswith(("abpo.sim.preference", "abpo.sim.oracles")) for n in names):
                 importers.append(str(path.relative_to(root)))
     assert importers == []
@@ -404,15 +443,19 @@ def test_click_probabilities_for_offline_logs_follow_the_click_model(make_cfg, m
     by_user = {s.user_id: s for s in splits}
     for r in reqs:
         assert soon_items(cfg, by_user[r.user_id], len(r.history)) == r.soon
-    others = [(r.user_id, r.history, r.candidates, c, r.next_item, []) for r in reqs for c in r.candidates if c != r.next_item]
-    p_other, b0 = click_probabilities(cfg, movielens, [(r.user_id, r.history, r.candidates, c, r.next_item, [])
-                                                       for r in reqs for c in r.candidates])
+    others = [
+        (r.user_id, r.history, r.candidates, c, r.next_item, []) for r in reqs for c in r.candidates if c != r.next_item
+    ]
+    p_other, b0 = click_probabilities(
+        cfg, movielens, [(r.user_id, r.history, r.candidates, c, r.next_item, []) for r in reqs for c in r.candidates]
+    )
     # mean P_pref is calibrated to 0.1; the next item (1 of M) adds 0.7 (1 - P_pref(next)) / M, less than 0.7 / M
     # since the oracle, scoring against the request's history, tends to like the true next item
     m = len(reqs[0].candidates)
     assert np.isfinite(b0) and 0.1 + 0.005 < p_other.mean() < 0.1 + 0.7 / m + 0.005
-    p_next, _ = click_probabilities(cfg, movielens, [(r.user_id, r.history, r.candidates, r.next_item, r.next_item, r.soon)
-                                                     for r in reqs])
+    p_next, _ = click_probabilities(
+        cfg, movielens, [(r.user_id, r.history, r.candidates, r.next_item, r.next_item, r.soon) for r in reqs]
+    )
     assert (p_next >= 0.7).all() and (p_next < 1).all()
     p_plain, _ = click_probabilities(cfg, movielens, others)
     assert 0 < p_plain.min() and p_plain.max() < 1 and p_plain.std() > 0  # preference only: it varies by item

@@ -24,8 +24,16 @@ def tiny_policy_cfg():
     from abpo.policy.config import PolicyConfig
 
     return PolicyConfig(
-        model="tiny", max_history=3, max_prompt_tokens=4096, tiny_hidden_size=32, tiny_layers=2, tiny_heads=2,
-        tiny_intermediate_size=64, tiny_vocab_size=400, lora_r=4, lora_alpha=8,
+        model="tiny",
+        max_history=3,
+        max_prompt_tokens=4096,
+        tiny_hidden_size=32,
+        tiny_layers=2,
+        tiny_heads=2,
+        tiny_intermediate_size=64,
+        tiny_vocab_size=400,
+        lora_r=4,
+        lora_alpha=8,
         scoring_batch_tokens=4096,
     )
 
@@ -60,11 +68,19 @@ def impression_rows(titles: dict[int, str], n: int, seed: int = 0) -> list[dict]
         history = [ids[j] for j in pick[:2]]
         cands = [ids[j] for j in pick[2:]]
         a = int(rng.integers(M))
-        rows.append({
-            "impression_id": f"imp-{seed}-{i}", "user_id": i, "arm": "abpo", "history": history,
-            "candidates": cands, "item_id": cands[a], "propensity": float(rng.uniform(0.05, 0.6)),
-            "clicked": int(i % 2 == 0), "logging_policy": "softmax(tau=1.0)",
-        })
+        rows.append(
+            {
+                "impression_id": f"imp-{seed}-{i}",
+                "user_id": i,
+                "arm": "abpo",
+                "history": history,
+                "candidates": cands,
+                "item_id": cands[a],
+                "propensity": float(rng.uniform(0.05, 0.6)),
+                "clicked": int(i % 2 == 0),
+                "logging_policy": "softmax(tau=1.0)",
+            }
+        )
     return rows
 
 
@@ -90,6 +106,13 @@ def tiny_update_cfg():
     from abpo.train.config import UpdateConfig
 
     return dataclasses.replace(
-        UpdateConfig(), group_size=3, batch_size=4, grad_accum=1, max_steps=2, save_steps=1, learning_rate=5e-3,
-        max_completion_length=24, warmup_ratio=0.0,
+        UpdateConfig(),
+        group_size=3,
+        batch_size=4,
+        grad_accum=1,
+        max_steps=2,
+        save_steps=1,
+        learning_rate=5e-3,
+        max_completion_length=24,
+        warmup_ratio=0.0,
     )

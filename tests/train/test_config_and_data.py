@@ -74,7 +74,12 @@ def test_deepspeed_file_is_zero2_with_trainer_managed_values():
     ds = json.loads((REPO_ROOT / "configs" / "deepspeed_zero2.json").read_text())
     assert ds["zero_optimization"]["stage"] == 2
     # batch sizes, accumulation, clipping and precision come from the Trainer ("auto"), never hard-coded twice
-    for key in ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping", "train_batch_size"):
+    for key in (
+        "train_micro_batch_size_per_gpu",
+        "gradient_accumulation_steps",
+        "gradient_clipping",
+        "train_batch_size",
+    ):
         assert ds[key] == "auto"
     assert ds["bf16"]["enabled"] == "auto"
 
@@ -104,8 +109,14 @@ def test_rows_follow_the_log_and_the_prompt_format(tiny_titles, tiny_policy_cfg,
         assert r["anchor_text"] == format_answer(imp["item_id"], tiny_titles[imp["item_id"]])
         assert r["candidate_answers"] == [format_answer(c, tiny_titles[c]) for c in imp["candidates"]]
         hist = [tiny_titles[i] for i in imp["history"]]
-        assert r["prompt"] == [{"role": "user", "content": build_prompt(
-            hist, [(c, tiny_titles[c]) for c in imp["candidates"]], tiny_policy_cfg.max_history)}]
+        assert r["prompt"] == [
+            {
+                "role": "user",
+                "content": build_prompt(
+                    hist, [(c, tiny_titles[c]) for c in imp["candidates"]], tiny_policy_cfg.max_history
+                ),
+            }
+        ]
     assert report.batches == 1 and report.rows_in_batches == 4
 
 
@@ -114,15 +125,27 @@ def test_rows_reject_bad_batches_and_bad_rows(tiny_titles, tiny_policy_cfg, load
 
     _, tok = load_tiny()
     with pytest.raises(UpdateDataError, match="both a positive and a no-response"):
-        build_update_rows([_impressions(tiny_titles, [1, 1])], tiny_titles, tok, tiny_policy_cfg,
-                          examples_per_batch=2, report=BatchingReport())
+        build_update_rows(
+            [_impressions(tiny_titles, [1, 1])],
+            tiny_titles,
+            tok,
+            tiny_policy_cfg,
+            examples_per_batch=2,
+            report=BatchingReport(),
+        )
     bad = _impressions(tiny_titles, [1, 0])
     bad[1]["item_id"] = -5
     with pytest.raises(UpdateDataError, match=r"impression imp-0-1: item_id -5 is not in its candidates"):
         build_update_rows([bad], tiny_titles, tok, tiny_policy_cfg, examples_per_batch=2, report=BatchingReport())
     report = BatchingReport()
-    rows = build_update_rows([_impressions(tiny_titles, [1, 0]), _impressions(tiny_titles, [1])], tiny_titles, tok,
-                             tiny_policy_cfg, examples_per_batch=2, report=report)
+    rows = build_update_rows(
+        [_impressions(tiny_titles, [1, 0]), _impressions(tiny_titles, [1])],
+        tiny_titles,
+        tok,
+        tiny_policy_cfg,
+        examples_per_batch=2,
+        report=report,
+    )
     assert len(rows) == 2 and report.rows_not_in_batches == 1 and "not a full batch" in report.notes[0]
 
 
@@ -141,10 +164,13 @@ def test_dataset_from_warehouse_strata_is_stratified(tiny_titles, tiny_policy_cf
     assert report.rows_not_in_batches == 0  # every logged row is used at least once
     assert {r for r in ds["request_id"]} == {r["impression_id"] for r in imps}
     with pytest.raises(ValueError, match="both strata"):
-        update_dataset_from_strata(pos.slice(0, 0), neg, tiny_titles, tok, tiny_policy_cfg, examples_per_batch=4, seed=0)
+        update_dataset_from_strata(
+            pos.slice(0, 0), neg, tiny_titles, tok, tiny_policy_cfg, examples_per_batch=4, seed=0
+        )
     # update.stratification=proportional: each logged row at most once; the rows filling no batch are reported
-    ds, report = update_dataset_from_strata(pos, neg, tiny_titles, tok, tiny_policy_cfg, examples_per_batch=4, seed=3,
-                                            stratification="proportional")
+    ds, report = update_dataset_from_strata(
+        pos, neg, tiny_titles, tok, tiny_policy_cfg, examples_per_batch=4, seed=3, stratification="proportional"
+    )
     assert len(ds) == 8 and len(set(ds["request_id"])) == 8 and report.rows_repeated == 0
     assert report.rows_not_in_batches == 2 and "not placed in any batch" in report.notes[-1]
     for b in range(0, 8, 4):
@@ -194,6 +220,10 @@ def test_abpo_train_reads_no_config_section_above_its_layer():
 
     above = ("arms", "experiment", "sim", "monthly", "report", "serving", "abtest")
     pattern = re.compile(r"\bcfg\.(" + "|".join(above) + r")\b")
-    hits = [f"{p.name}:{i}: {line.strip()}" for p in sorted((REPO_ROOT / "abpo" / "train").glob("*.py"))
-            for i, line in enumerate(p.read_text().splitlines(), start=1) if pattern.search(line)]
+    hits = [
+        f"{p.name}:{i}: {line.strip()}"
+        for p in sorted((REPO_ROOT / "abpo" / "train").glob("*.py"))
+        for i, line in enumerate(p.read_text().splitlines(), start=1)
+        if pattern.search(line)
+    ]
     assert not hits, f"abpo/train reads config sections above its layer: {hits}"

@@ -23,8 +23,9 @@ REPO = Path(__file__).resolve().parents[2]
 # ------------------------------------------------------------------------------------------- refusals (fast)
 
 
-def test_cpu_launch_asking_for_several_processes_that_starts_one_is_refused(tmp_path, monkeypatch, capsys,
-                                                                              tiny_model_dir):
+def test_cpu_launch_asking_for_several_processes_that_starts_one_is_refused(
+    tmp_path, monkeypatch, capsys, tiny_model_dir
+):
     """`accelerate launch --cpu --num_processes 2` without MPI: one process with ACCELERATE_USE_CPU and MASTER_ADDR
     but no WORLD_SIZE. `abpo update` says so in one line and exits 2 before any model, warehouse or MLflow run."""
     from abpo.cli import main
@@ -62,8 +63,13 @@ def test_deepspeed_config_that_would_be_dropped_is_refused(load_tiny, update_row
 
     model, tok = load_tiny()
     args = grpo_config(tiny_update_cfg, "abpo", output_dir=tmp_path / "ckpt", seed=0, disable_tqdm=True)
-    trainer = ABPOTrainer(model=model, args=args, settings=ABPOSettings(variant="abpo", scoring_batch_tokens=4096),
-                          train_dataset=to_hf_dataset(update_rows), processing_class=tok)
+    trainer = ABPOTrainer(
+        model=model,
+        args=args,
+        settings=ABPOSettings(variant="abpo", scoring_batch_tokens=4096),
+        train_dataset=to_hf_dataset(update_rows),
+        processing_class=tok,
+    )
     check_trainer(trainer, tiny_update_cfg)  # no DeepSpeed asked, none built: fine
     with pytest.raises(LaunchRefused, match="built without DeepSpeed"):
         check_trainer(trainer, ds)
@@ -84,8 +90,9 @@ def test_zero3_config_is_refused(tmp_path):
     check_launch(dataclasses.replace(UpdateConfig(), deepspeed="configs/deepspeed_zero2.json"), {"WORLD_SIZE": "2"})
 
 
-def test_process_group_without_a_distributed_trainer_is_refused(load_tiny, update_rows, tiny_update_cfg, tmp_path,
-                                                                monkeypatch):
+def test_process_group_without_a_distributed_trainer_is_refused(
+    load_tiny, update_rows, tiny_update_cfg, tmp_path, monkeypatch
+):
     """A launcher announced 2 processes (WORLD_SIZE) but the trainer trains as one: each process would train the
     whole update alone."""
     from abpo.train.dataset import to_hf_dataset
@@ -95,8 +102,13 @@ def test_process_group_without_a_distributed_trainer_is_refused(load_tiny, updat
 
     model, tok = load_tiny()
     args = grpo_config(tiny_update_cfg, "abpo", output_dir=tmp_path / "ckpt", seed=0, disable_tqdm=True)
-    trainer = ABPOTrainer(model=model, args=args, settings=ABPOSettings(variant="abpo", scoring_batch_tokens=4096),
-                          train_dataset=to_hf_dataset(update_rows), processing_class=tok)
+    trainer = ABPOTrainer(
+        model=model,
+        args=args,
+        settings=ABPOSettings(variant="abpo", scoring_batch_tokens=4096),
+        train_dataset=to_hf_dataset(update_rows),
+        processing_class=tok,
+    )
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(LaunchRefused, match="a process group needs a distributed trainer"):
         check_trainer(trainer, tiny_update_cfg)
@@ -126,17 +138,20 @@ def test_batch_the_process_count_does_not_divide_is_refused_and_geometry(tiny_up
     # counts one process); on GPUs, and without DeepSpeed, transformers builds its own as before
     assert (ds.get("accelerator_config") == {"use_configured_state": True}) is (not cuda_available())
     assert "accelerator_config" not in kw
-    assert grpo_kwargs(dataclasses.replace(u, greedy_rollouts=True), "abpo", output_dir="x",
-                       seed=0)["generation_kwargs"] == {"do_sample": False}
+    assert grpo_kwargs(dataclasses.replace(u, greedy_rollouts=True), "abpo", output_dir="x", seed=0)[
+        "generation_kwargs"
+    ] == {"do_sample": False}
 
 
 def test_read_update_json_round_trip(tmp_path):
     from abpo.train.update import UpdateResult, read_update_json
 
-    res = UpdateResult("abpo", tmp_path, tmp_path / "adapter", tmp_path / "model", None, tmp_path / "init", "r1", 3,
-                       metrics={"a": 1.0})
-    (tmp_path / "update.json").write_text(json.dumps(
-        {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(res).items()}))
+    res = UpdateResult(
+        "abpo", tmp_path, tmp_path / "adapter", tmp_path / "model", None, tmp_path / "init", "r1", 3, metrics={"a": 1.0}
+    )
+    (tmp_path / "update.json").write_text(
+        json.dumps({k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(res).items()})
+    )
     assert read_update_json(tmp_path / "update.json") == res
 
 
@@ -148,8 +163,16 @@ def _land(rows, landing):
 
     t = datetime(2025, 2, 10, tzinfo=UTC)
     full = [
-        dict(r, event_time=t, served_at=t, model_version="1", request_id=r["impression_id"], position=0,
-             logging_policy="softmax(tau=1.0)", schema_version=SCHEMA_VERSION)
+        dict(
+            r,
+            event_time=t,
+            served_at=t,
+            model_version="1",
+            request_id=r["impression_id"],
+            position=0,
+            logging_policy="softmax(tau=1.0)",
+            schema_version=SCHEMA_VERSION,
+        )
         for r in rows
     ]
     return write_impressions(pa.Table.from_pylist(full, schema=IMPRESSIONS_SCHEMA), landing, MONTH, part="test")
@@ -168,21 +191,43 @@ def _warehouse(root, tiny_titles, make_impressions):
 
 def _update(root, init_model, output, procs, extra=()):
     """`abpo update` as `procs` processes (torchrun) or one plain process; returns the finished process."""
-    sets = [f"paths.root={root}", "update.max_steps=2", "update.batch_size=4", "update.group_size=3",
-            "update.max_completion_length=64", "update.save_steps=1", "update.max_examples=16",
-            "update.greedy_rollouts=true", "update.learning_rate=0.01", "update.warmup_ratio=0", "policy.lora_r=4",
-            *extra]
-    args = ["update", "--variant", "abpo", "--init-model", str(init_model), "--output", output,
-            *[a for s in sets for a in ("--set", s)]]
-    launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={procs}"]
-                if procs > 1 else [sys.executable])
+    sets = [
+        f"paths.root={root}",
+        "update.max_steps=2",
+        "update.batch_size=4",
+        "update.group_size=3",
+        "update.max_completion_length=64",
+        "update.save_steps=1",
+        "update.max_examples=16",
+        "update.greedy_rollouts=true",
+        "update.learning_rate=0.01",
+        "update.warmup_ratio=0",
+        "policy.lora_r=4",
+        *extra,
+    ]
+    args = [
+        "update",
+        "--variant",
+        "abpo",
+        "--init-model",
+        str(init_model),
+        "--output",
+        output,
+        *[a for s in sets for a in ("--set", s)],
+    ]
+    launcher = (
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={procs}"]
+        if procs > 1
+        else [sys.executable]
+    )
     env = dict(os.environ, PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", OMP_NUM_THREADS="1")
     # mlflow.set_tracking_uri (an earlier test's, or _runs') also sets $MLFLOW_TRACKING_URI, which would send this
     # update's runs to that store: the update's own store is the one under paths.root
     for var in ("MLFLOW_TRACKING_URI", "ABPO_TRACKING_URI"):
         env.pop(var, None)
-    p = subprocess.run([*launcher, "-m", "abpo.cli", *args], capture_output=True, text=True, env=env, cwd=REPO,
-                       timeout=900)
+    p = subprocess.run(
+        [*launcher, "-m", "abpo.cli", *args], capture_output=True, text=True, env=env, cwd=REPO, timeout=900
+    )
     assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
     return p
 
@@ -249,9 +294,12 @@ def test_ddp_two_processes_match_one(tmp_path, tiny_model_dir, tiny_titles, make
 def test_zero2_two_processes_match_one(tmp_path, tiny_model_dir, tiny_titles, make_impressions):
     """ZeRO-2 on DeepSpeed's CPU accelerator (gloo; oneCCL not needed): the same as DDP, and every rank writes its own
     ZeRO shard of the optimizer state under the checkpoint (no plain optimizer.pt: DeepSpeed was not dropped)."""
-    pytest.importorskip("deepspeed", reason="deepspeed is not installed: it is the optional `distributed` extra, not "
-                        "installed by default or in CI (pip install 'abpo[distributed]', or ABPO_EXTRAS=distributed "
-                        "make setup)")
+    pytest.importorskip(
+        "deepspeed",
+        reason="deepspeed is not installed: it is the optional `distributed` extra, not "
+        "installed by default or in CI (pip install 'abpo[distributed]', or ABPO_EXTRAS=distributed "
+        "make setup)",
+    )
     ds = ("update.deepspeed=configs/deepspeed_zero2.json",)
     root, cfg = _two_against_one(tmp_path, tiny_model_dir, tiny_titles, make_impressions, ds)
     ckpt = cfg.paths.resolve("models") / "two" / "checkpoints" / "checkpoint-2" / "global_step2"

@@ -21,10 +21,13 @@ def _make(load_tiny, rows, update_cfg, tmp_path, variant, settings=None, **overr
     from abpo.train.update import grpo_config
 
     model, tok = load_tiny()
-    args = grpo_config(update_cfg, variant, output_dir=tmp_path / f"ckpt-{variant}", seed=0, disable_tqdm=True,
-                       **overrides)
+    args = grpo_config(
+        update_cfg, variant, output_dir=tmp_path / f"ckpt-{variant}", seed=0, disable_tqdm=True, **overrides
+    )
     settings = settings or ABPOSettings(variant=variant, lambda_sc=0.5, scoring_batch_tokens=4096)
-    trainer = ABPOTrainer(model=model, args=args, settings=settings, train_dataset=to_hf_dataset(rows), processing_class=tok)
+    trainer = ABPOTrainer(
+        model=model, args=args, settings=settings, train_dataset=to_hf_dataset(rows), processing_class=tok
+    )
     trainer.current_gradient_accumulation_steps = 1  # set by Trainer's loop before each step
     trainer.model.train()
     return trainer, tok
@@ -78,8 +81,9 @@ def test_constrained_rollouts_name_candidates_and_the_loss_uses_their_distributi
     expected = -clipped_surrogate(logq, logq.detach(), out["advantages"], out["completion_mask"], 0.2)
     assert torch.allclose(loss, expected, atol=1e-6)
     # the shared-prompt pass (each logged example's prompt once, its rollouts on its cache) = one forward per row
-    ref, ref_ent = trainer._constrained_logps(trainer.model, ids, att, out["completion_ids"], out["abpo_allowed"],
-                                              share_prompts=False)
+    ref, ref_ent = trainer._constrained_logps(
+        trainer.model, ids, att, out["completion_ids"], out["abpo_allowed"], share_prompts=False
+    )
     assert torch.allclose(logq, ref, atol=1e-5)
     assert _same(_grads(trainer.model, logq.sum()), _grads(trainer.model, ref.sum()), atol=1e-5)
     full, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, att, out["completion_ids"].size(1))
@@ -108,10 +112,16 @@ def test_constrained_rollouts_carry_a_learning_signal_that_free_rollouts_do_not(
         torch.manual_seed(0)
         model, tok = load_tiny()
         trainer, _ = train_update(
-            model, tok, to_hf_dataset(rows), u if constrained else dataclasses.replace(u, max_completion_length=24),
+            model,
+            tok,
+            to_hf_dataset(rows),
+            u if constrained else dataclasses.replace(u, max_completion_length=24),
             ABPOSettings(variant="grpo", scoring_batch_tokens=4096, constrained_rollouts=constrained),
-            output_dir=tmp_path / str(constrained), seed=0, peft_config=lora_config(PolicyConfig(lora_r=4, lora_alpha=8)),
-            resume=False, grpo_overrides={"disable_tqdm": True, "save_strategy": "no"},
+            output_dir=tmp_path / str(constrained),
+            seed=0,
+            peft_config=lora_config(PolicyConfig(lora_r=4, lora_alpha=8)),
+            resume=False,
+            grpo_overrides={"disable_tqdm": True, "save_strategy": "no"},
         )
         history = [h for h in trainer.state.log_history if "abpo/advantages/mean" in h]
         assert len(history) == 4
@@ -158,7 +168,9 @@ def test_every_rollout_weighs_the_same_whatever_its_length(load_tiny, update_row
 
 
 @pytest.mark.parametrize("loss_type", ["dapo", "bnpo", "dr_grpo", "cispo"])
-def test_loss_types_that_break_the_rollout_mean_are_refused(load_tiny, update_rows, tiny_update_cfg, tmp_path, loss_type):
+def test_loss_types_that_break_the_rollout_mean_are_refused(
+    load_tiny, update_rows, tiny_update_cfg, tmp_path, loss_type
+):
     with pytest.raises(ValueError, match="loss_type="):
         _make(load_tiny, update_rows, dataclasses.replace(tiny_update_cfg, loss_type=loss_type), tmp_path, "abpo")
 
@@ -192,7 +204,9 @@ def test_gpu_preset_has_no_vllm_importance_sampling_and_samples_freely():
     cfg = load_config("gpu")
     assert grpo_kwargs(cfg.update, "abpo", output_dir="x", seed=0)["vllm_importance_sampling_correction"] is False
     assert cfg.policy.constrained_rollouts is False
-    assert load_config("tiny").policy.constrained_rollouts is True and load_config("smollm2").policy.constrained_rollouts
+    assert (
+        load_config("tiny").policy.constrained_rollouts is True and load_config("smollm2").policy.constrained_rollouts
+    )
 
 
 # ------------------------------------------------------------------------------------ the log and the update
@@ -210,23 +224,26 @@ def test_update_rows_refuse_a_log_written_with_another_tau(tiny_titles, tiny_pol
         example_row(dict(row, logging_policy="popularity"), tiny_titles, tok, tiny_policy_cfg)
 
 
-def test_update_rows_take_a_ranker_logged_row_with_its_propensity(tiny_titles, tiny_policy_cfg, load_tiny,
-                                                                  make_impressions):
+def test_update_rows_take_a_ranker_logged_row_with_its_propensity(
+    tiny_titles, tiny_policy_cfg, load_tiny, make_impressions
+):
     """arms.update_logs = all: a row a ranker arm logged keeps the ranker's e0 (no tau to match); a malformed ranker
     rule or a zero temperature is still refused."""
     from abpo.train.dataset import UpdateDataError, example_row
 
     _, tok = load_tiny()
-    row = dict(make_impressions(tiny_titles, 1)[0], logging_policy="softmax(score/T, T=0.1) ml_retrain",
-               propensity=0.0625)
+    row = dict(
+        make_impressions(tiny_titles, 1)[0], logging_policy="softmax(score/T, T=0.1) ml_retrain", propensity=0.0625
+    )
     assert example_row(row, tiny_titles, tok, tiny_policy_cfg)["e0"] == 0.0625
     for bad in ("softmax(score/T, T=0) popularity", "softmax(score/T, T=0.5)", "softmax(score/T, T=x) popularity"):
         with pytest.raises(UpdateDataError, match="is not softmax"):
             example_row(dict(row, logging_policy=bad), tiny_titles, tok, tiny_policy_cfg)
 
 
-def test_update_rows_take_a_uniform_logged_row_only_at_one_over_the_candidate_count(tiny_titles, tiny_policy_cfg,
-                                                                                     load_tiny, make_impressions):
+def test_update_rows_take_a_uniform_logged_row_only_at_one_over_the_candidate_count(
+    tiny_titles, tiny_policy_cfg, load_tiny, make_impressions
+):
     """The experiment's uniform logger (experiment.logger = uniform) writes logging_policy "uniform" with e0 = 1/|C|:
     the update takes such a row with that e0 (it failed with "is not softmax" before: the uniform_paper regime could
     not train), and refuses a "uniform" row whose propensity is not 1/|C|."""
@@ -237,7 +254,9 @@ def test_update_rows_take_a_uniform_logged_row_only_at_one_over_the_candidate_co
     m = len(row["candidates"])
     uniform = dict(row, logging_policy="uniform", propensity=1.0 / m)
     assert example_row(uniform, tiny_titles, tok, tiny_policy_cfg)["e0"] == pytest.approx(1.0 / m)
-    with pytest.raises(UpdateDataError, match=r"logged uniform with propensity 0.5 .*rule: a uniform logger's e0 is 1/\|C\|"):
+    with pytest.raises(
+        UpdateDataError, match=r"logged uniform with propensity 0.5 .*rule: a uniform logger's e0 is 1/\|C\|"
+    ):
         example_row(dict(uniform, propensity=0.5), tiny_titles, tok, tiny_policy_cfg)
 
 
@@ -252,8 +271,13 @@ def test_update_prompt_is_the_prompt_the_log_was_scored_with(tiny_titles, tiny_p
     row = make_impressions(tiny_titles, 1)[0]
     for with_ids in (False, True):
         policy = dataclasses.replace(tiny_policy_cfg, history_item_ids=with_ids)
-        ex = Example(request_id="r", user_id=0, history=list(row["history"]), candidates=list(row["candidates"]),
-                     positive=row["item_id"])
+        ex = Example(
+            request_id="r",
+            user_id=0,
+            history=list(row["history"]),
+            candidates=list(row["candidates"]),
+            positive=row["item_id"],
+        )
         logged = example_prompt(ex, tiny_titles, tok, policy).user_text
         assert example_row(row, tiny_titles, tok, policy)["prompt"][0]["content"] == logged
 
@@ -270,14 +294,22 @@ def test_abpo_advantages_recomputed_by_hand(load_tiny, update_rows, tiny_update_
 
     torch.manual_seed(1)
     lam, delta, eps_std = 0.5, 1e-6, 1e-4
-    settings = ABPOSettings(variant="abpo", lambda_sc=lam, delta=delta, eps_std=eps_std, scoring_batch_tokens=4096,
-                            constrained_rollouts=True)
+    settings = ABPOSettings(
+        variant="abpo",
+        lambda_sc=lam,
+        delta=delta,
+        eps_std=eps_std,
+        scoring_batch_tokens=4096,
+        constrained_rollouts=True,
+    )
     trainer, tok = _make(load_tiny, update_rows, _long(tiny_update_cfg), tmp_path, "abpo", settings)
     rows = update_rows[:4]
     out = trainer._generate_and_score_completions(_batch(trainer, rows))
     k = trainer.num_generations
     rpf = trainer._abpo_rewards_per_func.tolist()
-    sc_roll = trainer._abpo_rollout_sc  # KL(U||p_t) means recorded while sampling (checked equal to a forward elsewhere)
+    sc_roll = (
+        trainer._abpo_rollout_sc
+    )  # KL(U||p_t) means recorded while sampling (checked equal to a forward elsewhere)
     model = trainer.model
     V = model.config.vocab_size
 
@@ -320,4 +352,3 @@ def test_abpo_advantages_recomputed_by_hand(load_tiny, update_rows, tiny_update_
         sigma = math.sqrt(var + eps_std)
         expected += [(r - b) / sigma for r in r_roll[i]]
     assert out["advantages"].tolist() == pytest.approx(expected, rel=1e-4, abs=1e-5)
-

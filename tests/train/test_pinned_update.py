@@ -44,14 +44,26 @@ def _run(load_tiny, rows, update_cfg, tmp_path, settings, popularity) -> dict:
     torch.manual_seed(0)
     model, tok = load_tiny()
     trainer, _ = train_update(
-        model, tok, to_hf_dataset(rows), update_cfg, settings, output_dir=tmp_path, seed=0,
-        peft_config=lora_config(PolicyConfig(lora_r=4, lora_alpha=8)), resume=False,
-        grpo_overrides={"disable_tqdm": True}, item_popularity=popularity, quiet=True,
+        model,
+        tok,
+        to_hf_dataset(rows),
+        update_cfg,
+        settings,
+        output_dir=tmp_path,
+        seed=0,
+        peft_config=lora_config(PolicyConfig(lora_r=4, lora_alpha=8)),
+        resume=False,
+        grpo_overrides={"disable_tqdm": True},
+        item_popularity=popularity,
+        quiet=True,
     )
     steps = [h for h in trainer.state.log_history if "abpo/advantages/mean" in h]
     metrics = [
-        {k: repr(float(v)) for k, v in sorted(h.items())
-         if isinstance(v, (int, float)) and not isinstance(v, bool) and not any(t in k for t in TIMED)}
+        {
+            k: repr(float(v))
+            for k, v in sorted(h.items())
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and not any(t in k for t in TIMED)
+        }
         for h in steps
     ]
     return {"steps": trainer.state.global_step, "metrics": metrics, "weights_sha256": _weights_sha256(trainer)}
@@ -65,17 +77,36 @@ def pinned_runs(load_tiny, update_rows, tiny_titles, tiny_policy_cfg, tiny_updat
 
     popularity = {a: 1 + a % 7 for r in update_rows for a in r["candidates"]}
     u = dataclasses.replace(tiny_update_cfg, max_steps=2, save_steps=10)
-    text = _run(load_tiny, update_rows, u, tmp_path / "text",
-                ABPOSettings(variant="abpo", lambda_sc=0.5, scoring_batch_tokens=4096), popularity)
+    text = _run(
+        load_tiny,
+        update_rows,
+        u,
+        tmp_path / "text",
+        ABPOSettings(variant="abpo", lambda_sc=0.5, scoring_batch_tokens=4096),
+        popularity,
+    )
     _, tok = load_tiny()
     pol = dataclasses.replace(tiny_policy_cfg, prompt_style="item_tokens")
     raw = impression_rows(tiny_titles, 8)
-    item_rows = build_update_rows([raw[0:4], raw[4:8]], tiny_titles, tok, pol, examples_per_batch=4,
-                                  report=BatchingReport())
+    item_rows = build_update_rows(
+        [raw[0:4], raw[4:8]], tiny_titles, tok, pol, examples_per_batch=4, report=BatchingReport()
+    )
     u_items = dataclasses.replace(u, group_size=5, max_completion_length=64)
-    items = _run(load_tiny, item_rows, u_items, tmp_path / "items",
-                 ABPOSettings(variant="abpo", lambda_sc=0.5, scoring_batch_tokens=4096, constrained_rollouts=True,
-                              prompt_style="item_tokens", self_certainty_positions="answer"), popularity)
+    items = _run(
+        load_tiny,
+        item_rows,
+        u_items,
+        tmp_path / "items",
+        ABPOSettings(
+            variant="abpo",
+            lambda_sc=0.5,
+            scoring_batch_tokens=4096,
+            constrained_rollouts=True,
+            prompt_style="item_tokens",
+            self_certainty_positions="answer",
+        ),
+        popularity,
+    )
     return {"text_prompts": text, "item_tokens_constrained": items}
 
 

@@ -50,11 +50,15 @@ def _make(load_tiny, rows, update_cfg, tmp_path, variant, **overrides):
     from abpo.train.update import grpo_config
 
     model, tok = load_tiny()
-    args = grpo_config(update_cfg, variant, output_dir=tmp_path / f"ckpt-{variant}", seed=0, disable_tqdm=True,
-                       **overrides)
+    args = grpo_config(
+        update_cfg, variant, output_dir=tmp_path / f"ckpt-{variant}", seed=0, disable_tqdm=True, **overrides
+    )
     trainer = ABPOTrainer(
-        model=model, args=args, settings=ABPOSettings(variant=variant, lambda_sc=0.5, scoring_batch_tokens=4096),
-        train_dataset=to_hf_dataset(rows), processing_class=tok,
+        model=model,
+        args=args,
+        settings=ABPOSettings(variant=variant, lambda_sc=0.5, scoring_batch_tokens=4096),
+        train_dataset=to_hf_dataset(rows),
+        processing_class=tok,
     )
     return trainer, tok
 
@@ -106,7 +110,9 @@ def test_e_old_and_self_certainty_match_direct_computation(load_tiny, update_row
 
     pairs = []
     for r in update_rows[:3]:
-        pairs.append((encode_prompt(tok, render_chat(tok, r["prompt"][0]["content"])), encode_answer(tok, r["anchor_text"])))
+        pairs.append(
+            (encode_prompt(tok, render_chat(tok, r["prompt"][0]["content"])), encode_answer(tok, r["anchor_text"]))
+        )
     pairs.append((pairs[0][0], pairs[0][1][:3]))  # a short completion: padding of different lengths
     got = trainer._self_certainty(pairs)
     model = trainer.model
@@ -182,9 +188,16 @@ def test_train_b_and_f_save_reloadable_lora(load_tiny, update_rows, tiny_update_
         model, tok = load_tiny()
         u = dataclasses.replace(tiny_update_cfg, max_steps=2, save_steps=10)
         trainer, _ = train_update(
-            model, tok, to_hf_dataset(update_rows), u, ABPOSettings(variant=variant, scoring_batch_tokens=4096),
-            output_dir=tmp_path / variant, seed=0, peft_config=lora_config(PolicyConfig(lora_r=4, lora_alpha=8)),
-            resume=False, grpo_overrides={"disable_tqdm": True},
+            model,
+            tok,
+            to_hf_dataset(update_rows),
+            u,
+            ABPOSettings(variant=variant, scoring_batch_tokens=4096),
+            output_dir=tmp_path / variant,
+            seed=0,
+            peft_config=lora_config(PolicyConfig(lora_r=4, lora_alpha=8)),
+            resume=False,
+            grpo_overrides={"disable_tqdm": True},
         )
         assert trainer.state.global_step == 2
         logs = [h for h in trainer.state.log_history if "abpo/advantages/mean" in h]
@@ -232,17 +245,47 @@ def test_interrupted_update_resumes_to_the_same_result(load_tiny, update_rows, t
         return {n: p.detach().clone() for n, p in m.named_parameters() if "lora_" in n}
 
     model, tok = load_tiny()
-    full, _ = train_update(model, tok, to_hf_dataset(rows), u, settings, output_dir=tmp_path / "full", seed=0,
-                           peft_config=peft, resume=False, grpo_overrides={"disable_tqdm": True})
+    full, _ = train_update(
+        model,
+        tok,
+        to_hf_dataset(rows),
+        u,
+        settings,
+        output_dir=tmp_path / "full",
+        seed=0,
+        peft_config=peft,
+        resume=False,
+        grpo_overrides={"disable_tqdm": True},
+    )
     model, tok = load_tiny()
-    part, _ = train_update(model, tok, to_hf_dataset(rows), u, settings, output_dir=tmp_path / "cut", seed=0,
-                           peft_config=peft, resume=False, callbacks=[StopAfterStepCallback(2)],
-                           grpo_overrides={"disable_tqdm": True})
+    part, _ = train_update(
+        model,
+        tok,
+        to_hf_dataset(rows),
+        u,
+        settings,
+        output_dir=tmp_path / "cut",
+        seed=0,
+        peft_config=peft,
+        resume=False,
+        callbacks=[StopAfterStepCallback(2)],
+        grpo_overrides={"disable_tqdm": True},
+    )
     assert part.state.global_step == 2
     assert (tmp_path / "cut" / "checkpoints" / "checkpoint-2").is_dir()
     model, tok = load_tiny()
-    resumed, resumed_from = train_update(model, tok, to_hf_dataset(rows), u, settings, output_dir=tmp_path / "cut",
-                                         seed=0, peft_config=peft, resume=True, grpo_overrides={"disable_tqdm": True})
+    resumed, resumed_from = train_update(
+        model,
+        tok,
+        to_hf_dataset(rows),
+        u,
+        settings,
+        output_dir=tmp_path / "cut",
+        seed=0,
+        peft_config=peft,
+        resume=True,
+        grpo_overrides={"disable_tqdm": True},
+    )
     assert resumed_from and resumed_from.endswith("checkpoint-2")
     assert resumed.state.global_step == 4
     a, b = weights(full), weights(resumed)
@@ -267,17 +310,42 @@ def test_metrics_reach_mlflow_every_step(load_tiny, update_rows, tiny_update_cfg
     model, tok = load_tiny()
     u = dataclasses.replace(tiny_update_cfg, max_steps=2, save_steps=10)
     with registry.start_run(cfg, "test-update", "update-F") as run:
-        train_update(model, tok, to_hf_dataset(update_rows), u, ABPOSettings(variant="abpo", scoring_batch_tokens=4096),
-                     output_dir=tmp_path / "out", seed=0, resume=False, grpo_overrides={"disable_tqdm": True})
+        train_update(
+            model,
+            tok,
+            to_hf_dataset(update_rows),
+            u,
+            ABPOSettings(variant="abpo", scoring_batch_tokens=4096),
+            output_dir=tmp_path / "out",
+            seed=0,
+            resume=False,
+            grpo_overrides={"disable_tqdm": True},
+        )
     client = MlflowClient()
     keys = [
-        "rewards/format_reward/mean", "rewards/match_reward/mean", "abpo/reward/self_certainty_mean",
-        "abpo/reward/total_mean", "abpo/reward/anchor_mean", "abpo/match_rate/positive", "abpo/match_rate/no_response",
-        "abpo/snips/w_mean", "abpo/snips/w_max", "abpo/snips/ess", "abpo/advantages/mean", "abpo/advantages/std",
-        "entropy", "step_time",
+        "rewards/format_reward/mean",
+        "rewards/match_reward/mean",
+        "abpo/reward/self_certainty_mean",
+        "abpo/reward/total_mean",
+        "abpo/reward/anchor_mean",
+        "abpo/match_rate/positive",
+        "abpo/match_rate/no_response",
+        "abpo/snips/w_mean",
+        "abpo/snips/w_max",
+        "abpo/snips/ess",
+        "abpo/advantages/mean",
+        "abpo/advantages/std",
+        "entropy",
+        "step_time",
         # the diagnostics of docs/diagnostics.md that are defined even when no rollout names a candidate
-        "abpo/w_p50", "abpo/w_p90", "abpo/w_p99", "abpo/w_max", "abpo/w_ess", "abpo/w_ess_share",
-        "abpo/zero_spread_share", "abpo/r_sc_group_std",
+        "abpo/w_p50",
+        "abpo/w_p90",
+        "abpo/w_p99",
+        "abpo/w_max",
+        "abpo/w_ess",
+        "abpo/w_ess_share",
+        "abpo/zero_spread_share",
+        "abpo/r_sc_group_std",
     ]
     for key in keys:
         steps = [m.step for m in client.get_metric_history(run.info.run_id, key)]
@@ -298,8 +366,9 @@ def item_rows(tiny_titles, tiny_policy_cfg, load_tiny):
     _, tok = load_tiny()
     pol = dataclasses.replace(tiny_policy_cfg, prompt_style="item_tokens")
     rows = impression_rows(tiny_titles, 8)
-    return build_update_rows([rows[0:4], rows[4:8]], tiny_titles, tok, pol, examples_per_batch=4,
-                             report=BatchingReport()), pol
+    return build_update_rows(
+        [rows[0:4], rows[4:8]], tiny_titles, tok, pol, examples_per_batch=4, report=BatchingReport()
+    ), pol
 
 
 def _make_items(load_tiny, rows, update_cfg, tmp_path, variant):
@@ -310,10 +379,12 @@ def _make_items(load_tiny, rows, update_cfg, tmp_path, variant):
     model, tok = load_tiny()
     u = dataclasses.replace(update_cfg, max_completion_length=64)
     args = grpo_config(u, variant, output_dir=tmp_path / f"ckpt-{variant}", seed=0, disable_tqdm=True)
-    settings = ABPOSettings(variant=variant, lambda_sc=0.5, scoring_batch_tokens=4096, constrained_rollouts=True,
-                            prompt_style="item_tokens")
-    return ABPOTrainer(model=model, args=args, settings=settings, train_dataset=to_hf_dataset(rows),
-                       processing_class=tok), tok
+    settings = ABPOSettings(
+        variant=variant, lambda_sc=0.5, scoring_batch_tokens=4096, constrained_rollouts=True, prompt_style="item_tokens"
+    )
+    return ABPOTrainer(
+        model=model, args=args, settings=settings, train_dataset=to_hf_dataset(rows), processing_class=tok
+    ), tok
 
 
 def test_item_token_rollouts_e_old_and_self_certainty(load_tiny, item_rows, tiny_update_cfg, tmp_path, tiny_titles):
@@ -363,15 +434,27 @@ def test_update_moves_the_item_embeddings_when_configured(load_tiny, item_rows, 
     rows, pol = item_rows
     model, tok = load_tiny()
     before = model.get_input_embeddings().weight.detach().clone()
-    cfg = {"full": dataclasses.replace(pol, lora_r=0),
-           "lora_embeddings": dataclasses.replace(pol, lora_r=4, lora_alpha=8, lora_train_embeddings=True),
-           "lora": dataclasses.replace(pol, lora_r=4, lora_alpha=8)}[how]
-    u = dataclasses.replace(tiny_update_cfg, max_steps=2, save_steps=10, learning_rate=5e-2,
-                            max_completion_length=64)
-    settings = ABPOSettings(variant="abpo", scoring_batch_tokens=4096, constrained_rollouts=True,
-                            prompt_style="item_tokens")
-    trainer, _ = train_update(model, tok, to_hf_dataset(rows), u, settings, output_dir=tmp_path / how, seed=0,
-                              peft_config=lora_config(cfg), resume=False, grpo_overrides={"disable_tqdm": True})
+    cfg = {
+        "full": dataclasses.replace(pol, lora_r=0),
+        "lora_embeddings": dataclasses.replace(pol, lora_r=4, lora_alpha=8, lora_train_embeddings=True),
+        "lora": dataclasses.replace(pol, lora_r=4, lora_alpha=8),
+    }[how]
+    u = dataclasses.replace(tiny_update_cfg, max_steps=2, save_steps=10, learning_rate=5e-2, max_completion_length=64)
+    settings = ABPOSettings(
+        variant="abpo", scoring_batch_tokens=4096, constrained_rollouts=True, prompt_style="item_tokens"
+    )
+    trainer, _ = train_update(
+        model,
+        tok,
+        to_hf_dataset(rows),
+        u,
+        settings,
+        output_dir=tmp_path / how,
+        seed=0,
+        peft_config=lora_config(cfg),
+        resume=False,
+        grpo_overrides={"disable_tqdm": True},
+    )
     trained = trainer.accelerator.unwrap_model(trainer.model)
     if hasattr(trained, "merge_and_unload"):
         trained = trained.merge_and_unload()
@@ -400,10 +483,22 @@ def _items_trainer(load_tiny, rows, update_cfg, tmp_path, variant, positions="ch
         model.get_decoder().norm.weight.mul_(sharpen)
     u = dataclasses.replace(update_cfg, max_completion_length=64)
     args = grpo_config(u, variant, output_dir=tmp_path / f"ckpt-{variant}-{positions}", seed=0, disable_tqdm=True)
-    settings = ABPOSettings(variant=variant, lambda_sc=0.5, scoring_batch_tokens=4096, constrained_rollouts=True,
-                            prompt_style="item_tokens", self_certainty_positions=positions)
-    trainer = ABPOTrainer(model=model, args=args, settings=settings, train_dataset=to_hf_dataset(rows),
-                          processing_class=tok, item_popularity={a: 1 + a % 7 for r in rows for a in r["candidates"]})
+    settings = ABPOSettings(
+        variant=variant,
+        lambda_sc=0.5,
+        scoring_batch_tokens=4096,
+        constrained_rollouts=True,
+        prompt_style="item_tokens",
+        self_certainty_positions=positions,
+    )
+    trainer = ABPOTrainer(
+        model=model,
+        args=args,
+        settings=settings,
+        train_dataset=to_hf_dataset(rows),
+        processing_class=tok,
+        item_popularity={a: 1 + a % 7 for r in rows for a in r["candidates"]},
+    )
     trainer.model.train()
     return trainer
 

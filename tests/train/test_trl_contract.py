@@ -42,7 +42,10 @@ def test_trl_version_is_the_tested_range():
         ("_compute_loss", ["self", "model", "inputs"]),
         ("_get_train_sampler", ["self", "dataset"]),
         ("_prepare_inputs", ["self", "generation_batch"]),
-        ("_generate_single_turn", ["self", "prompt_ids", "images", "multimodal_fields", "num_generations", "has_tool_images"]),
+        (
+            "_generate_single_turn",
+            ["self", "prompt_ids", "images", "multimodal_fields", "num_generations", "has_tool_images"],
+        ),
         ("_get_per_token_logps_and_entropies", None),
         ("log", ["self", "logs", "start_time"]),
     ],
@@ -102,8 +105,11 @@ def _trainer(load_tiny, update_rows, tiny_update_cfg, tmp_path, variant="abpo"):
     model, tok = load_tiny()
     args = grpo_config(tiny_update_cfg, variant, output_dir=tmp_path / "ckpt", seed=0, disable_tqdm=True)
     return ABPOTrainer(
-        model=model, args=args, settings=ABPOSettings(variant=variant, scoring_batch_tokens=4096),
-        train_dataset=to_hf_dataset(update_rows), processing_class=tok,
+        model=model,
+        args=args,
+        settings=ABPOSettings(variant=variant, scoring_batch_tokens=4096),
+        train_dataset=to_hf_dataset(update_rows),
+        processing_class=tok,
     ), tok
 
 

@@ -16,8 +16,16 @@ def _land(rows, landing):
 
     t = datetime(2025, 2, 10, tzinfo=UTC)
     full = [
-        dict(r, event_time=t, served_at=t, model_version="1", request_id=r["impression_id"], position=0,
-             logging_policy="softmax(tau=1.0)", schema_version=SCHEMA_VERSION)
+        dict(
+            r,
+            event_time=t,
+            served_at=t,
+            model_version="1",
+            request_id=r["impression_id"],
+            position=0,
+            logging_policy="softmax(tau=1.0)",
+            schema_version=SCHEMA_VERSION,
+        )
         for r in rows
     ]
     table = pa.Table.from_pylist(full, schema=IMPRESSIONS_SCHEMA)
@@ -35,8 +43,13 @@ def test_abpo_update_cli_on_the_warehouse(tmp_path, tiny_model_dir, tiny_titles,
 
     root = tmp_path / "var"
     sets = [
-        f"paths.root={root}", "update.max_steps=2", "update.batch_size=2",
-        "update.group_size=3", "update.max_completion_length=64", "update.save_steps=1", "update.max_examples=12",
+        f"paths.root={root}",
+        "update.max_steps=2",
+        "update.batch_size=2",
+        "update.group_size=3",
+        "update.max_completion_length=64",
+        "update.save_steps=1",
+        "update.max_examples=12",
         "policy.lora_r=4",
     ]
     cfg = load_config("tiny", sets)

@@ -54,13 +54,17 @@ def test_the_strata_are_the_views_of_the_schema(wh, tmp_path):
     table, _ = synthetic_impressions(400, MONTH, seed=4, n_users=30, n_items=100)
     write_impressions(table, landing, MONTH, part="a")
     wh.ingest_month(landing, MONTH, ARMS)
-    cols = ("month, impression_id, request_id, user_id, arm, model_version, logging_policy, history, candidates, "
-            "item_id, propensity, clicked")
+    cols = (
+        "month, impression_id, request_id, user_id, arm, model_version, logging_policy, history, candidates, "
+        "item_id, propensity, clicked"
+    )
     out = [3, 7, 11]
     pos, neg = wh.strata([MONTH], exclude_users=out)
     for got, view in ((pos, "impressions_positive"), (neg, "impressions_no_response")):
-        want = wh.con.sql(f"SELECT {cols} FROM {view} WHERE month = $m AND user_id NOT IN (3, 7, 11) "
-                          "ORDER BY month, impression_id", params={"m": MONTH}).to_arrow_table()
+        want = wh.con.sql(
+            f"SELECT {cols} FROM {view} WHERE month = $m AND user_id NOT IN (3, 7, 11) ORDER BY month, impression_id",
+            params={"m": MONTH},
+        ).to_arrow_table()
         assert got.num_rows > 0 and got.equals(want)
     assert set(pos.column("clicked").to_pylist()) == {1} and set(neg.column("clicked").to_pylist()) == {0}
     assert pos.num_rows + neg.num_rows < sum(t.num_rows for t in wh.strata([MONTH]))  # users 3, 7, 11 left out

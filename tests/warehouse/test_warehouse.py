@@ -49,27 +49,33 @@ def clean_rows(wh, month=MONTH):
 
 
 def quarantine_rows(wh, month=MONTH):
-    return wh.con.sql("SELECT * FROM quarantine WHERE month = $m ORDER BY source_row",
-                      params={"m": month}).to_arrow_table()
+    return wh.con.sql(
+        "SELECT * FROM quarantine WHERE month = $m ORDER BY source_row", params={"m": month}
+    ).to_arrow_table()
 
 
 def user_stats(wh, month=None) -> list[tuple]:
     """user_month_stats as sorted (month, arm, user_id, impressions, clicks) tuples."""
-    return wh.con.execute("SELECT month, arm, user_id, impressions, clicks FROM user_month_stats "
-                          "WHERE $m IS NULL OR month = $m ORDER BY ALL", {"m": month}).fetchall()
+    return wh.con.execute(
+        "SELECT month, arm, user_id, impressions, clicks FROM user_month_stats "
+        "WHERE $m IS NULL OR month = $m ORDER BY ALL",
+        {"m": month},
+    ).fetchall()
 
 
 def built(wh) -> list[tuple]:
-    return wh.con.execute("SELECT month, ingest_runs, users, impressions, clicks FROM user_month_stats_built "
-                          "ORDER BY month").fetchall()
+    return wh.con.execute(
+        "SELECT month, ingest_runs, users, impressions, clicks FROM user_month_stats_built ORDER BY month"
+    ).fetchall()
 
 
 def direct_user_stats(*months_tables) -> list[tuple]:
     """The per-user aggregate computed in Python from pyarrow tables of clean rows: (month, table) pairs."""
     acc = Counter()
     for month, t in months_tables:
-        for arm, user, clicked in zip(t.column("arm").to_pylist(), t.column("user_id").to_pylist(),
-                                      t.column("clicked").to_pylist()):
+        for arm, user, clicked in zip(
+            t.column("arm").to_pylist(), t.column("user_id").to_pylist(), t.column("clicked").to_pylist()
+        ):
             acc[(month, arm, user, "n")] += 1
             acc[(month, arm, user, "c")] += clicked
     keys = sorted({k[:3] for k in acc})
@@ -222,15 +228,25 @@ def test_rule_clicked_not_binary(wh, landing, c):
 
 
 def test_rule_item_not_in_candidates(wh, landing):
-    assert_quarantined(wh, landing, with_value(clean(), "item_id", 3, 99_999), "item_not_in_candidates",
-                       "item_id 99999 not among 20 candidates")
+    assert_quarantined(
+        wh,
+        landing,
+        with_value(clean(), "item_id", 3, 99_999),
+        "item_not_in_candidates",
+        "item_id 99999 not among 20 candidates",
+    )
 
 
 def test_rule_duplicate_impression_id_keeps_the_first_copy(wh, landing):
     t = clean()
     first_id = t.column("impression_id")[1].as_py()
-    row = assert_quarantined(wh, landing, with_value(t, "impression_id", 3, first_id), "duplicate_impression_id",
-                             "first seen at part-bad.parquet row 1")
+    row = assert_quarantined(
+        wh,
+        landing,
+        with_value(t, "impression_id", 3, first_id),
+        "duplicate_impression_id",
+        "first seen at part-bad.parquet row 1",
+    )
     assert row["impression_id"] == first_id
     assert clean_rows(wh).column("impression_id").to_pylist().count(first_id) == 1
 
@@ -240,8 +256,13 @@ def test_rule_duplicate_impression_id_across_months(wh, landing):
     write_impressions(jan, landing, "2025-01", part="a")
     wh.ingest_month(landing, "2025-01", ARMS)
     reused = jan.column("impression_id")[0].as_py()
-    assert_quarantined(wh, landing, with_value(clean(), "impression_id", 3, reused), "duplicate_impression_id",
-                       "already in month 2025-01")
+    assert_quarantined(
+        wh,
+        landing,
+        with_value(clean(), "impression_id", 3, reused),
+        "duplicate_impression_id",
+        "already in month 2025-01",
+    )
 
 
 def test_rule_unknown_arm(wh, landing):
@@ -250,8 +271,9 @@ def test_rule_unknown_arm(wh, landing):
 
 def test_rule_event_time_outside_month(wh, landing):
     march = datetime(2025, 3, 1, 0, 0, 1, tzinfo=UTC)
-    assert_quarantined(wh, landing, with_value(clean(), "event_time", 3, march), "event_time_outside_month",
-                       "outside 2025-02")
+    assert_quarantined(
+        wh, landing, with_value(clean(), "event_time", 3, march), "event_time_outside_month", "outside 2025-02"
+    )
 
 
 def test_first_broken_rule_wins_and_counts_sum(wh, landing):
@@ -285,8 +307,10 @@ def test_wrong_schema_fails_naming_file_and_column(wh, landing):
     d = month_dir(landing, MONTH)
     d.mkdir(parents=True)
     t = clean()
-    pq.write_table(t.set_column(t.schema.get_field_index("propensity"), "propensity",
-                                t.column("propensity").cast(pa.float32())), d / "part-x.parquet")
+    pq.write_table(
+        t.set_column(t.schema.get_field_index("propensity"), "propensity", t.column("propensity").cast(pa.float32())),
+        d / "part-x.parquet",
+    )
     with pytest.raises(IngestError, match=r"part-x\.parquet: wrong schema: column 'propensity' has type float"):
         wh.ingest_month(landing, MONTH, ARMS)
     pq.write_table(t.drop_columns(["arm"]), d / "part-x.parquet")
@@ -342,8 +366,16 @@ def test_user_month_stats_equals_a_direct_count_of_the_clean_rows(wh, landing):
     assert user_stats(wh) == expected
     assert rep.aggregate_rows == len([r for r in expected if r[0] == MONTH]) and rep.aggregate_seconds > 0
     assert "per-user aggregate" in str(rep) and rep.as_dict()["aggregate_rows"] == rep.aggregate_rows
-    assert built(wh) == [(m, 1, len([r for r in expected if r[0] == m]), sum(r[3] for r in expected if r[0] == m),
-                          sum(r[4] for r in expected if r[0] == m)) for m in (MONTH, "2025-03")]
+    assert built(wh) == [
+        (
+            m,
+            1,
+            len([r for r in expected if r[0] == m]),
+            sum(r[3] for r in expected if r[0] == m),
+            sum(r[4] for r in expected if r[0] == m),
+        )
+        for m in (MONTH, "2025-03")
+    ]
     assert wh.check_aggregates().num_rows == 0 and wh.stale_aggregate_months() == {}
 
 
@@ -360,9 +392,13 @@ def test_a_warehouse_from_before_the_aggregate_is_backfilled_on_open(tmp_path, l
     with Warehouse(path) as w:
         assert [(b.month, b.reason) for b in w.aggregates_rebuilt] == [
             ("2025-01", "the warehouse predates the per-user aggregate"),
-            (MONTH, "the warehouse predates the per-user aggregate")]
-        assert user_stats(w) == expected == direct_user_stats(
-            ("2025-01", clean(300, month="2025-01", seed=3)), (MONTH, clean(200, seed=4).slice(1)))
+            (MONTH, "the warehouse predates the per-user aggregate"),
+        ]
+        assert (
+            user_stats(w)
+            == expected
+            == direct_user_stats(("2025-01", clean(300, month="2025-01", seed=3)), (MONTH, clean(200, seed=4).slice(1)))
+        )
         assert [b[:2] for b in built(w)] == [("2025-01", 1), (MONTH, 1)]
     with Warehouse(path) as w:
         assert w.aggregates_rebuilt == [] and user_stats(w) == expected  # once only
@@ -384,9 +420,12 @@ def test_a_month_ingested_without_the_aggregate_is_rebuilt_on_open(tmp_path, lan
     monkeypatch.undo()
     with Warehouse(path) as w:
         assert {b.month: b.reason for b in w.aggregates_rebuilt} == {
-            "2025-01": "built from 1 ingest run(s), the month has 2", MONTH: "never built"}
-        assert user_stats(w) == direct_user_stats(("2025-01", clean(80, month="2025-01", seed=6)),
-                                                  (MONTH, clean(60, seed=7)))
+            "2025-01": "built from 1 ingest run(s), the month has 2",
+            MONTH: "never built",
+        }
+        assert user_stats(w) == direct_user_stats(
+            ("2025-01", clean(80, month="2025-01", seed=6)), (MONTH, clean(60, seed=7))
+        )
         assert w.check_aggregates().num_rows == 0
         assert [b[:2] for b in built(w)] == [("2025-01", 2), (MONTH, 1)]
 
@@ -398,8 +437,11 @@ def test_rows_written_around_ingest_are_found_by_check_and_rebuilt_atomically(wh
     wh.ingest_month(landing, MONTH, ARMS)
     # one row inserted straight into `impressions` (not through ingest): invisible to the cheap on-open
     # test, found by the check (a full comparison with the raw rows), fixed by a rebuild
-    wh.con.execute("INSERT INTO impressions SELECT * REPLACE ('extra' AS impression_id, 1::TINYINT AS clicked, "
-                   "424242::BIGINT AS user_id) FROM impressions WHERE month = $m LIMIT 1", {"m": MONTH})
+    wh.con.execute(
+        "INSERT INTO impressions SELECT * REPLACE ('extra' AS impression_id, 1::TINYINT AS clicked, "
+        "424242::BIGINT AS user_id) FROM impressions WHERE month = $m LIMIT 1",
+        {"m": MONTH},
+    )
     assert wh.stale_aggregate_months() == {}
     diff = wh.check_aggregates().to_pylist()
     assert len(diff) == 1 and diff[0]["month"] == MONTH

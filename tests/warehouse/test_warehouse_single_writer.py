@@ -40,15 +40,21 @@ WRITER = textwrap.dedent("""
 
 
 def _writer(path, landing, hold: str = "") -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(landing), MONTH, hold or "-"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(path), str(landing), MONTH, hold or "-"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _month(path) -> tuple[int, int, int]:
     """(clean rows of the month, distinct impression ids, successful ingest runs of the month)."""
     with Warehouse(path, read_only=True) as wh:
-        rows, distinct = wh.con.execute("SELECT count(*), count(DISTINCT impression_id) FROM impressions "
-                                        "WHERE month = ?", [MONTH]).fetchone()
+        rows, distinct = wh.con.execute(
+            "SELECT count(*), count(DISTINCT impression_id) FROM impressions WHERE month = ?", [MONTH]
+        ).fetchone()
         runs = wh.con.execute("SELECT count(*) FROM ingest_runs WHERE month = ?", [MONTH]).fetchone()[0]
     return rows, distinct, runs
 
@@ -66,13 +72,23 @@ def test_a_second_writer_and_a_reader_are_refused_while_one_writes_then_the_seco
     first = _writer(path, landing, "hold")
     try:
         assert first.stdout.readline().strip() == "opened"  # the first writer holds the file
-        second = subprocess.run([sys.executable, "-c", WRITER, str(path), str(landing), MONTH, "-"],
-                                capture_output=True, text=True, timeout=300)
+        second = subprocess.run(
+            [sys.executable, "-c", WRITER, str(path), str(landing), MONTH, "-"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert second.returncode == 3, (second.stdout, second.stderr[-2000:])
-        assert second.stdout.startswith(f"busy {path}: the warehouse is in use by another process (DuckDB allows "
-                                        "one writer); retry when it has finished"), second.stdout
-        reader = subprocess.run([sys.executable, "-c", WRITER, str(path), str(landing), MONTH, "read"],
-                                capture_output=True, text=True, timeout=300)
+        assert second.stdout.startswith(
+            f"busy {path}: the warehouse is in use by another process (DuckDB allows "
+            "one writer); retry when it has finished"
+        ), second.stdout
+        reader = subprocess.run(
+            [sys.executable, "-c", WRITER, str(path), str(landing), MONTH, "read"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert reader.returncode == 3 and "in use by another process" in reader.stdout, reader.stdout
         out, err = first.communicate("go\n", timeout=300)
         assert first.returncode == 0 and out.strip() == f"clean {ROWS}", (out, err[-2000:])
@@ -80,8 +96,9 @@ def test_a_second_writer_and_a_reader_are_refused_while_one_writes_then_the_seco
         first.kill()
         first.wait()
     assert _month(path) == (ROWS, ROWS, 1)  # the refused writer wrote nothing
-    again = subprocess.run([sys.executable, "-c", WRITER, str(path), str(landing), MONTH, "-"], capture_output=True,
-                           text=True, timeout=300)
+    again = subprocess.run(
+        [sys.executable, "-c", WRITER, str(path), str(landing), MONTH, "-"], capture_output=True, text=True, timeout=300
+    )
     assert again.returncode == 0 and again.stdout.strip() == f"clean {ROWS}", (again.stdout, again.stderr[-2000:])
     assert _month(path) == (ROWS, ROWS, 2)  # the retry replaced the month: ingested once, not twice
 

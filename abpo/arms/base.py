@@ -16,9 +16,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 Request = tuple[int, Sequence[int], Sequence[int]]  # (user id, history oldest first, candidate ids)
 
@@ -60,22 +63,22 @@ class Arm(ABC):
 
     @classmethod
     @abstractmethod
-    def temperature_of(cls, name: str, cfg) -> float:
+    def temperature_of(cls, name: str, cfg: Config) -> float:
         """The exposure temperature of arm ``name`` under ``cfg``."""
 
     @classmethod
     @abstractmethod
-    def refresh(cls, name: str, cfg, **inputs: Any) -> Any:
+    def refresh(cls, name: str, cfg: Config, **inputs: Any) -> Any:
         """What a month does to the arm's model, from the inputs the monthly step gathered."""
 
     @classmethod
     @abstractmethod
-    def load(cls, name: str, path: str | Path, cfg, *, dataset, model_version: str) -> Arm:
+    def load(cls, name: str, path: str | Path, cfg: Config, *, dataset, model_version: str) -> Arm:
         """The arm served from the files in ``path`` (a registered version's local copy)."""
 
     @classmethod
     @abstractmethod
-    def log_model(cls, cfg, local_dir: str | Path) -> str:
+    def log_model(cls, cfg: Config, local_dir: str | Path) -> str:
         """Log ``local_dir`` into the active MLflow run as the arm's model; returns the model URI to register."""
 
 

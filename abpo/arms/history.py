@@ -26,10 +26,13 @@ import dataclasses
 import getpass
 import os
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from abpo import registry
 from abpo.arms import names
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 EXPERIMENT = "abpo-promotions"
 # actions that move the champion (the others record a decision and leave it where it was)
@@ -83,18 +86,18 @@ def os_actor() -> str:
         return "unknown"
 
 
-def _client(cfg):
+def _client(cfg: Config):
     from mlflow import MlflowClient
 
     registry.configure(cfg)
     return MlflowClient()
 
 
-def _experiment_id(cfg) -> str:
+def _experiment_id(cfg: Config) -> str:
     return registry._ensure_experiment(cfg, EXPERIMENT)
 
 
-def _runs(cfg, arm: str) -> list:
+def _runs(cfg: Config, arm: str) -> list:
     """Every run of the arm's history (any status)."""
     return runs_of(_client(cfg), _experiment_id(cfg), arm)
 
@@ -143,19 +146,19 @@ def _entry(run) -> Entry:
     )
 
 
-def entries(cfg, arm: str) -> list[Entry]:
+def entries(cfg: Config, arm: str) -> list[Entry]:
     """The arm's history, oldest first (finished entries only)."""
     return read(_client(cfg), arm, registry.experiment_name(cfg, EXPERIMENT)) if _experiment_id(cfg) else []
 
 
-def last_move(cfg, arm: str) -> Entry | None:
+def last_move(cfg: Config, arm: str) -> Entry | None:
     """The last entry that set the champion (a move, or the baseline recorded when the history started)."""
     moves = [e for e in entries(cfg, arm) if e.action in MOVES or e.action == "baseline"]
     return moves[-1] if moves else None
 
 
 def begin(
-    cfg,
+    cfg: Config,
     arm: str,
     *,
     action: str,
@@ -196,21 +199,21 @@ def begin(
     return run.info.run_id
 
 
-def finish(cfg, run_id: str, *, ok: bool = True, note: str = "") -> None:
+def finish(cfg: Config, run_id: str, *, ok: bool = True, note: str = "") -> None:
     """Close a pending entry: FINISHED (it happened: part of the history) or FAILED (it did not)."""
     client = _client(cfg)
     client.set_tag(run_id, STATE_TAG, ("done" if ok else "failed") + (f": {note}" if note else ""))
     client.set_terminated(run_id, "FINISHED" if ok else "FAILED")
 
 
-def record(cfg, arm: str, **fields: Any) -> Entry:
+def record(cfg: Config, arm: str, **fields: Any) -> Entry:
     """Write one entry and finish it at once (nothing to move, or the move already happened)."""
     run_id = begin(cfg, arm, **fields)
     finish(cfg, run_id)
     return _entry(_client(cfg).get_run(run_id))
 
 
-def settle_pending(cfg, arm: str, champion: str) -> list[str]:
+def settle_pending(cfg: Config, arm: str, champion: str) -> list[str]:
     """Entries left pending by a mover that died between writing and finishing them: FINISHED when the champion is
     their ``to`` (the move happened), FAILED otherwise. Call under the arm's promotion lock (no live writer then).
     Returns what was done, one line each."""

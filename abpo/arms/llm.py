@@ -12,13 +12,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from abpo.arms.base import Arm
 from abpo.arms.names import HOLDBACK, LLM, entry
 from abpo.months import Month
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 
 class LLMArm(Arm):
@@ -44,12 +47,12 @@ class LLMArm(Arm):
         self.logging_policy = f"softmax(tau={policy_cfg.tau})"  # the rule abpo.policy.bandit writes
 
     @classmethod
-    def temperature_of(cls, name: str, cfg) -> float:
+    def temperature_of(cls, name: str, cfg: Config) -> float:
         return float(cfg.policy.tau)
 
     @classmethod
     def from_dir(
-        cls, name: str, model_dir: str | Path, cfg, dataset, model_version: str, variant: str | None = None
+        cls, name: str, model_dir: str | Path, cfg: Config, dataset, model_version: str, variant: str | None = None
     ) -> LLMArm:
         from abpo.policy.model import load_policy
 
@@ -58,7 +61,7 @@ class LLMArm(Arm):
         return cls(name, model, tok, dataset.titles(), cfg.policy, model_version, variant=variant)
 
     @classmethod
-    def load(cls, name: str, path: str | Path, cfg, *, dataset, model_version: str) -> LLMArm:
+    def load(cls, name: str, path: str | Path, cfg: Config, *, dataset, model_version: str) -> LLMArm:
         return cls.from_dir(name, path, cfg, dataset, model_version, variant=entry(name).refreshed_by)
 
     def save(self, out_dir: str | Path) -> Path:
@@ -68,14 +71,22 @@ class LLMArm(Arm):
         return out
 
     @classmethod
-    def log_model(cls, cfg, local_dir: str | Path) -> str:
+    def log_model(cls, cfg: Config, local_dir: str | Path) -> str:
         from abpo import registry
 
         return registry.log_model_dir(local_dir, policy_cfg=cfg.policy)
 
     @classmethod
     def refresh(
-        cls, name: str, cfg, *, month: Month, parent_dir: Path, months: Sequence[str], strata, run_tags: dict[str, str]
+        cls,
+        name: str,
+        cfg: Config,
+        *,
+        month: Month,
+        parent_dir: Path,
+        months: Sequence[str],
+        strata,
+        run_tags: dict[str, str],
     ) -> Any:
         """The arm's variant, trained from ``parent_dir`` (its champion) on ``strata`` (positive, no-response: its
         own logs of ``months``), saved under ``models/arms/<arm>/<month>``; returns abpo.train.update's result.
@@ -116,7 +127,7 @@ class HoldbackArm(LLMArm):
     kind: ClassVar[str] = HOLDBACK
 
     @classmethod
-    def refresh(cls, name: str, cfg, **inputs: Any) -> Any:
+    def refresh(cls, name: str, cfg: Config, **inputs: Any) -> Any:
         raise RuntimeError(
             f"arm {name}: a holdback arm is never refreshed; rule: its champion stays pi_init (abpo.monthly.hold)"
         )

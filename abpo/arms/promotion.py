@@ -10,10 +10,14 @@ import os
 import socket
 import time
 import uuid
+from typing import TYPE_CHECKING
 
 from abpo import registry
 from abpo.arms import history, names
 from abpo.arms.versions import NotInRegistry, get_version, model_name, set_alias, set_tags
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +58,7 @@ LOCK_WAIT_S = 30.0
 _held: dict[str, str] = {}  # lock name -> this process's token, while held
 
 
-def _lock_name(cfg, arm: str) -> str:
+def _lock_name(cfg: Config, arm: str) -> str:
     """Arm ``arm``'s promotion lock in ``cfg``'s environment (an unknown arm: NotInRegistry, from model_name)."""
     return names.lock_name(model_name(arm, cfg) and arm, cfg.paths.namespace)
 
@@ -65,7 +69,7 @@ def _lease(held) -> tuple[str, str, str]:
 
 
 @contextlib.contextmanager
-def promotion_lock(cfg, arm: str, *, wait_s: float | None = None, ttl_s: float | None = None):
+def promotion_lock(cfg: Config, arm: str, *, wait_s: float | None = None, ttl_s: float | None = None):
     """Hold arm ``arm``'s promotion lock (a registered model ``abpo-lock-<arm>`` in the registry, see above) for the
     block; raises PromotionRace when another holder keeps it longer than ``wait_s`` (this process's own holder
     included: not reentrant)."""
@@ -136,7 +140,7 @@ def promotion_lock(cfg, arm: str, *, wait_s: float | None = None, ttl_s: float |
             pass  # taken over after the TTL, or already gone
 
 
-def touch_lock(cfg, arm: str) -> None:
+def touch_lock(cfg: Config, arm: str) -> None:
     """The holder says it is alive (bumps the lease counter, so waiters restart their TTL) and checks it still
     holds the lock; PromotionRace when it was taken over (then it must not move anything)."""
     from mlflow import MlflowClient
@@ -163,7 +167,7 @@ def touch_lock(cfg, arm: str) -> None:
 PIN_TAG = "abpo.pinned"  # on the arm's registered model: "<version>|<actor>|<at>|<reason>", absent when not pinned
 
 
-def pinned(cfg, arm: str) -> dict[str, str] | None:
+def pinned(cfg: Config, arm: str) -> dict[str, str] | None:
     """The arm's pin ({version, actor, at, reason}) or None: while pinned, the gate (and a ranker's refit) do not
     promote over the champion a human chose."""
     from mlflow import MlflowClient
@@ -183,7 +187,7 @@ def pinned(cfg, arm: str) -> dict[str, str] | None:
     return {"version": version, "actor": actor, "at": at, "reason": reason}
 
 
-def _set_pin(cfg, arm: str, version: str, actor: str, reason: str) -> None:
+def _set_pin(cfg: Config, arm: str, version: str, actor: str, reason: str) -> None:
     from datetime import UTC, datetime
 
     from mlflow import MlflowClient
@@ -195,7 +199,7 @@ def _set_pin(cfg, arm: str, version: str, actor: str, reason: str) -> None:
     )
 
 
-def pin(cfg, arm: str, *, reason: str = "", actor: str = "") -> dict[str, str]:
+def pin(cfg: Config, arm: str, *, reason: str = "", actor: str = "") -> dict[str, str]:
     """Pin the arm's champion: the gate still runs and reports, but its promote records "pinned: not promoted"
     instead of moving the champion, until :func:`unpin`. Recorded in the history (action pin)."""
     actor = actor or history.os_actor()
@@ -210,7 +214,7 @@ def pin(cfg, arm: str, *, reason: str = "", actor: str = "") -> dict[str, str]:
     return {"arm": arm, "champion": cur, "pinned": "true"}
 
 
-def unpin(cfg, arm: str, *, reason: str = "", actor: str = "") -> dict[str, str]:
+def unpin(cfg: Config, arm: str, *, reason: str = "", actor: str = "") -> dict[str, str]:
     """Let the gate promote the arm again; recorded in the history (action unpin)."""
     from mlflow import MlflowClient
 
@@ -233,19 +237,19 @@ def unpin(cfg, arm: str, *, reason: str = "", actor: str = "") -> dict[str, str]
     return {"arm": arm, "champion": cur, "pinned": "false"}
 
 
-def _champion(cfg, arm: str) -> str:
+def _champion(cfg: Config, arm: str) -> str:
     mv = get_version(cfg, arm, registry.CHAMPION)
     return str(mv.version) if mv is not None else ""
 
 
-def _settle(cfg, arm: str, champion: str) -> None:
+def _settle(cfg: Config, arm: str, champion: str) -> None:
     import logging
 
     for line in history.settle_pending(cfg, arm, champion):
         logging.getLogger(__name__).info(f"{model_name(arm, cfg)} promotion history: {line}")
 
 
-def _record_hand_move(cfg, arm: str, cur: str, *, month: str) -> history.Entry | None:
+def _record_hand_move(cfg: Config, arm: str, cur: str, *, month: str) -> history.Entry | None:
     """Under the lock: when the champion is not the history's last one, record the move as made outside abpo
     (action and actor ``mlflow-ui``) and pin the arm (a human's choice: the gate does not promote over it until
     `abpo arms unpin`); a history that does not exist yet starts with a ``baseline`` entry. Returns the recorded
@@ -287,7 +291,7 @@ def _record_hand_move(cfg, arm: str, cur: str, *, month: str) -> history.Entry |
     return entry
 
 
-def check_champion(cfg, arm: str, month: str = "") -> history.Entry | None:
+def check_champion(cfg: Config, arm: str, month: str = "") -> history.Entry | None:
     """At the start of a month (bootstrap): compare the arm's champion with the last entry of its history; a move
     made by hand in MLflow is recorded (:func:`_record_hand_move`) and returned (the DAG emits the champion Asset
     event for it). None when the history agrees (or starts now)."""
@@ -297,7 +301,7 @@ def check_champion(cfg, arm: str, month: str = "") -> history.Entry | None:
         return _record_hand_move(cfg, arm, cur, month=month)
 
 
-def _verdict(cfg, arm: str, version: str) -> str:
+def _verdict(cfg: Config, arm: str, version: str) -> str:
     mv = get_version(cfg, arm, str(version)) if version else None
     tags = (mv.tags or {}) if mv is not None else {}
     v = tags.get("gate.verdict", "")
@@ -305,7 +309,7 @@ def _verdict(cfg, arm: str, version: str) -> str:
 
 
 def promote(
-    cfg,
+    cfg: Config,
     arm: str,
     version: str | int,
     *,
@@ -354,7 +358,7 @@ def promote(
 
 
 def _promote_locked(
-    cfg,
+    cfg: Config,
     arm: str,
     version: str,
     *,
@@ -461,7 +465,7 @@ def _promote_locked(
     return {"arm": arm, "champion": version, "previous": cur, "promoted": "true"}
 
 
-def rollback(cfg, arm: str, *, reason: str = "", actor: str = "") -> dict[str, str]:
+def rollback(cfg: Config, arm: str, *, reason: str = "", actor: str = "") -> dict[str, str]:
     """Put the arm's previous champion back: the one before the current one in the promotion history
     (abpo.arms.history.champion_stack; a hand move since the last entry is recorded first), recorded as a
     ``rollback`` entry and as tags ``rolled_back_at`` / ``rolled_back_to`` on the version that was champion. Refused
@@ -473,7 +477,7 @@ def rollback(cfg, arm: str, *, reason: str = "", actor: str = "") -> dict[str, s
         return _rollback_locked(cfg, arm, reason=reason, actor=actor, now=datetime.now(UTC))
 
 
-def _rollback_locked(cfg, arm: str, *, reason: str, actor: str, now) -> dict[str, str]:
+def _rollback_locked(cfg: Config, arm: str, *, reason: str, actor: str, now) -> dict[str, str]:
     cur = _champion(cfg, arm)
     if not cur:
         raise NotInRegistry(f"{model_name(arm, cfg)}: no champion to roll back")

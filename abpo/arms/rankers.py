@@ -14,7 +14,7 @@ import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -22,10 +22,13 @@ from abpo.arms.base import Arm
 from abpo.arms.names import RANKER, entry
 from abpo.baselines import load_ranker, make_ranker, save_ranker, softmax_propensities
 
+if TYPE_CHECKING:
+    from abpo.config import Config
+
 ARM_FILE = "arm.json"
 
 
-def arm_settings(name: str, cfg) -> dict[str, Any]:
+def arm_settings(name: str, cfg: Config) -> dict[str, Any]:
     """The arm's config block (``arms.<name>``) as a dict: ``temperature`` and the ranker's parameters."""
     return dataclasses.asdict(getattr(cfg.arms, name))
 
@@ -44,17 +47,19 @@ class RankerArm(Arm):
         return [softmax_propensities(s, self.temperature) for s in self.ranker.score(requests)]
 
     @classmethod
-    def temperature_of(cls, name: str, cfg) -> float:
+    def temperature_of(cls, name: str, cfg: Config) -> float:
         return float(arm_settings(name, cfg)["temperature"])
 
     @classmethod
-    def make_ranker(cls, name: str, cfg):
+    def make_ranker(cls, name: str, cfg: Config):
         """The arm's unfitted ranker: abpo.baselines.make_ranker with the arm block's parameters."""
         params = {k: v for k, v in arm_settings(name, cfg).items() if k != "temperature"}
         return make_ranker(entry(name).refreshed_by, seed=cfg.seed, **params)
 
     @classmethod
-    def refresh(cls, name: str, cfg, *, sequences: Mapping[int, Sequence[int]], item_ids: Sequence[int]) -> RankerArm:
+    def refresh(
+        cls, name: str, cfg: Config, *, sequences: Mapping[int, Sequence[int]], item_ids: Sequence[int]
+    ) -> RankerArm:
         """The arm refitted on ``sequences`` (user -> interactions and clicks to date); not yet registered."""
         return cls(name, cls.make_ranker(name, cfg).fit(sequences, item_ids), cls.temperature_of(name, cfg), "")
 
@@ -64,12 +69,14 @@ class RankerArm(Arm):
         return out
 
     @classmethod
-    def load(cls, name: str, path: str | Path, cfg=None, *, dataset=None, model_version: str = "") -> RankerArm:
+    def load(
+        cls, name: str, path: str | Path, cfg: Config | None = None, *, dataset=None, model_version: str = ""
+    ) -> RankerArm:
         temperature = json.loads((Path(path) / ARM_FILE).read_text())["temperature"]
         return cls(name, load_ranker(path), temperature, model_version)
 
     @classmethod
-    def log_model(cls, cfg, local_dir: str | Path) -> str:
+    def log_model(cls, cfg: Config, local_dir: str | Path) -> str:
         from abpo import registry
 
         temperature = json.loads((Path(local_dir) / ARM_FILE).read_text())["temperature"]

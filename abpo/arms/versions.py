@@ -19,10 +19,13 @@ import logging
 import os
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from abpo import registry
 from abpo.arms import history, names
+
+if TYPE_CHECKING:
+    from abpo.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +38,7 @@ class NotInRegistry(LookupError):
     no champion or no previous champion to roll back to); the message names it."""
 
 
-def model_name(arm: str, cfg=None) -> str:
+def model_name(arm: str, cfg: Config | None = None) -> str:
     """The arm's registered model in ``cfg``'s environment (``paths.namespace``: abpo.arms.names.model_name); without
     ``cfg``, the base name (messages). NotInRegistry naming the known arms for an unknown one."""
     try:
@@ -70,7 +73,7 @@ def _canonical_path(value: str) -> str:
     return str(p.resolve()) if p.is_absolute() else os.path.normpath(str(value))
 
 
-def config_hash(cfg) -> str:
+def config_hash(cfg: Config) -> str:
     """The config's hash (lineage tag ``config_hash`` and every task key, abpo.monthly.common.task_key), with its
     path settings canonical: ABPO_STATE=/x/k1/ and /x/k1 are one state, one hash."""
     d = cfg.to_dict()
@@ -92,7 +95,7 @@ def table_hash(*tables) -> str:
 
 
 def lineage_tags(
-    cfg,
+    cfg: Config,
     *,
     kind: str,
     source: str,
@@ -118,7 +121,7 @@ def lineage_tags(
     return tags
 
 
-def get_version(cfg, arm: str, ref: str = registry.CHAMPION):
+def get_version(cfg: Config, arm: str, ref: str = registry.CHAMPION):
     """The version ``ref`` (an alias or a number) of the arm's model, or None when it does not exist; raises
     abpo.registry.RegistryUnavailable when the registry cannot answer."""
     from mlflow import MlflowClient
@@ -144,13 +147,13 @@ def get_version(cfg, arm: str, ref: str = registry.CHAMPION):
         ) from e
 
 
-def log_arm_model(cfg, arm: str, local_dir: str | Path) -> str:
+def log_arm_model(cfg: Config, arm: str, local_dir: str | Path) -> str:
     """Log ``local_dir`` into the active MLflow run as the arm's model (its class's ``log_model``); returns the model
     URI to register."""
     return names.arm_class(arm).log_model(cfg, local_dir)
 
 
-def orphaned_logged_models(cfg) -> list[dict[str, str]]:
+def orphaned_logged_models(cfg: Config) -> list[dict[str, str]]:
     """The arms' logged models that no registered version uses and whose run is over (a killed or failed update
     logged the model, then never registered it): model id, name, run id, run status and artifact location, oldest
     first. `abpo arms status` lists them; a run still RUNNING is a live task's (or a killed one's not yet marked
@@ -195,7 +198,7 @@ def orphaned_logged_models(cfg) -> list[dict[str, str]]:
     return sorted(out, key=lambda d: d["created"])
 
 
-def register_version(cfg, arm: str, model_uri: str, run_id: str, tags: dict[str, str], alias: str | None):
+def register_version(cfg: Config, arm: str, model_uri: str, run_id: str, tags: dict[str, str], alias: str | None):
     """Register ``model_uri`` (logged by ``run_id``) as a version of the arm's model with ``tags``; a retry of the
     same run reuses the version that run already registered. Sets ``alias`` on it."""
     from mlflow import MlflowClient
@@ -233,12 +236,12 @@ def register_version(cfg, arm: str, model_uri: str, run_id: str, tags: dict[str,
     return client.get_model_version(name, str(mv.version))
 
 
-def set_alias(cfg, arm: str, alias: str, version: str | int) -> None:
+def set_alias(cfg: Config, arm: str, alias: str, version: str | int) -> None:
     registry.configure(cfg)
     registry.set_alias(alias, version, name=model_name(arm, cfg))
 
 
-def set_tags(cfg, arm: str, version: str | int, tags: dict[str, Any]) -> None:
+def set_tags(cfg: Config, arm: str, version: str | int, tags: dict[str, Any]) -> None:
     from mlflow import MlflowClient
 
     registry.configure(cfg)
@@ -247,7 +250,7 @@ def set_tags(cfg, arm: str, version: str | int, tags: dict[str, Any]) -> None:
         client.set_model_version_tag(model_name(arm, cfg), str(version), k, str(v))
 
 
-def local_dir(cfg, arm: str, version: str | int) -> Path:
+def local_dir(cfg: Config, arm: str, version: str | int) -> Path:
     """The version's checkpoint (or ranker files) as a local directory: downloaded from the registry into
     ``<paths.models>/registry/<model>/v<version>``, with the size and sha256 of every file recorded in its
     ``.complete`` marker. Each use verifies the copy against them (and every ``*.safetensors`` against its own
@@ -354,7 +357,7 @@ def _cache_problem(dst: Path, done: Path) -> str | None:
     return None
 
 
-def load_arm(cfg, arm: str, dataset, ref: str = registry.CHAMPION):
+def load_arm(cfg: Config, arm: str, dataset, ref: str = registry.CHAMPION):
     """The servable arm (abpo.arms.Arm) of the arm's version ``ref`` (default: its champion)."""
     mv = get_version(cfg, arm, ref)
     if mv is None:

@@ -85,7 +85,7 @@ def _tokenizer_file(path: Path) -> str:
     return str(path / "tokenizer.json") if (path / "tokenizer.json").exists() else f"{path} (tokenizer files)"
 
 
-def check_tokenizer(path: Path, tokenizer, cfg, item_ids: list[int], titles: dict[int, str]) -> None:
+def check_tokenizer(path: Path, tokenizer, cfg: Config, item_ids: list[int], titles: dict[int, str]) -> None:
     """The tokenizer's part of the check (see the module docstring); ModelRefused on the first rule broken."""
     from abpo.policy.prompt import encode_answer, format_answer, item_token, prompt_style
 

@@ -19,30 +19,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
 # the smallest month of tests/monthly/test_month_idempotence.py: two arms, a gate every challenger passes (the month
 # promotes, so its rerun starts from another champion than the month did)
-SMALL = [
-    "data.max_users=60",
-    "data.update_steps=6",
-    "sft.eval_max_users=20",
-    "data.eval_candidates=20",
-    "update.max_steps=2",
-    "update.batch_size=8",
-    "update.save_steps=100",
-    "arms.min_rows_per_stratum=1",
-    "sim.click_next=1.0",
-    "sim.base_ctr=0.2",
-    "arms.update_logs=own",
-    "arms.names=abpo,popularity",
-    "report.arm_shares={abpo: 0.5, popularity: 0.5}",
-    "report.candidate_arm=abpo",
-    "arms.gate_max_users=20",
-    "arms.gate_ope_bootstrap=200",
-    "arms.gate_margin=1.0",
-    "arms.gate_ope_margin=1.0",
-    "arms.gate_min_ess=0",
-]
+from tests.monthly.test_month_idempotence import SMALL
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def registry_snapshot(tracking_uri: str) -> dict:

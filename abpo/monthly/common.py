@@ -162,7 +162,7 @@ TRANSIENT = (  # retrying can help: someone else holds a lock, a service did not
     "abpo.warehouse.WarehouseBusy",  # another process holds the DuckDB file's write lock
     "abpo.warehouse.IngestStepFailed",  # a step of the ingest failed (disk full, database invalidated)
     "abpo.registry.RegistryUnavailable",  # the MLflow registry did not answer
-    "abpo.arms.promotion.PromotionRace",  # another promotion holds the arm's lock, or the champion just moved
+    "abpo.arms.promotion_lock.PromotionRace",  # another promotion holds the arm's lock, or the champion just moved
     "builtins.TimeoutError",
     "builtins.ConnectionError",
 )
@@ -173,7 +173,7 @@ REFUSED = (  # the same inputs fail the same way: a retry only delays the failur
     "abpo.monthly.report.PreviousMonthIncomplete",  # a refused month: the one before it never finished
     "abpo.monthly.series.SeriesChanged",  # a setting that changes the data split of a series already in the warehouse
     "abpo.monthly.hold.HoldbackMoved",  # the holdback's champion is no longer pi_init: a human must put it back
-    "abpo.arms.promotion.HoldbackNeverPromoted",  # the holdback is never promoted (before PromotionRace, its base)
+    "abpo.arms.promotion_lock.HoldbackNeverPromoted",  # the holdback is never promoted (before PromotionRace, its base)
     "abpo.train.update.UpdateInputMissing",  # pi_init / the bandit log do not exist: a command must make them first
     "abpo.arms.versions.NotInRegistry",  # a version or champion the step needs is not registered
     "abpo.monthly.gate_users.GateUsersMissing",  # the gate's evaluation users are missing

@@ -55,3 +55,13 @@ def test_mypy_errors_stay_at_or_below_the_baseline():
         [sys.executable, str(ROOT / "scripts" / "typecheck.py")], cwd=ROOT, capture_output=True, text=True, timeout=900
     )
     assert proc.returncode == 0, proc.stdout[-8000:] + proc.stderr[-3000:]
+
+
+def test_no_module_under_abpo_is_over_500_lines():
+    """One idea per file (issue 34): a module past 500 lines is split along its seams, not grown."""
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in (ROOT / "abpo").rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > 500
+    }
+    assert not long, f"modules over 500 lines (rule: split along their seams): {long}"

@@ -115,7 +115,9 @@ NOT_OVERRIDABLE = {
 # refused: a trigger may tune the update, never switch it off (update.learning_rate=0 trains nothing, so a challenger
 # identical to its champion was promoted) or shrink what the gate looks at until it cannot tell versions apart
 # (data.eval_candidates <= 5 makes HR@5 1 for every version; sft.eval_max_users sizes the gate's users when
-# arms.gate_max_users is 0; arms.gate_ope_bootstrap the off-policy interval).
+# arms.gate_max_users is 0; arms.gate_ope_bootstrap the off-policy interval). Each range lies inside the config
+# field's own (its metadata, checked when the config loads): this module may not import abpo (the DAG reads it at
+# parse time), so the ranges are written here again, and tests/monthly/test_overrides.py holds them inside.
 INF = math.inf
 OVERRIDE_RANGES: dict[str, tuple[float, bool, float, bool, bool]] = {
     "update.learning_rate": (0, False, 1, True, False),
@@ -128,11 +130,11 @@ OVERRIDE_RANGES: dict[str, tuple[float, bool, float, bool, bool]] = {
     "sft.batch_size": (1, True, INF, False, True),
     "update.grad_accum": (1, True, INF, False, True),
     "sft.grad_accum": (1, True, INF, False, True),
-    "update.group_size": (2, True, INF, False, True),
+    "update.group_size": (3, True, INF, False, True),
     "update.epsilon": (0, False, INF, False, False),
     "update.w_max": (0, False, INF, False, False),
     "update.beta": (0, True, INF, False, False),
-    "update.delta": (0, True, INF, False, False),
+    "update.delta": (0, False, INF, False, False),
     "update.eps_std": (0, False, INF, False, False),
     "update.lambda_sc": (0, True, INF, False, False),
     "update.temperature": (0, False, INF, False, False),

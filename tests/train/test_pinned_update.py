@@ -1,6 +1,6 @@
 """A pinned update: two optimizer steps of variant F (abpo) on the tiny fixtures, with text prompts (free rollouts)
 and with item-token prompts (constrained rollouts), whose logged per-step metrics and trained weights must stay
-bit-identical to the values in tests/train/fixtures/pinned_update.json. Those values were computed on the code
+equal (to float32 rounding across CPUs) to the values in tests/train/fixtures/pinned_update.json. Those values were computed on the code
 before the issue-34 refactor of abpo/train (the records, the split of trainer.py and update.py): a refactor that
 changes no behaviour keeps this test passing; one that changes a single number fails it, naming the metric.
 
@@ -10,7 +10,6 @@ recompute them from a commit whose numbers are trusted with ``ABPO_REPIN=1`` (it
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -23,16 +22,21 @@ from abpo.train.trainer import ABPOSettings
 FIXTURE = Path(__file__).parent / "fixtures" / "pinned_update.json"
 # wall-clock metrics: they differ from run to run by nature
 TIMED = ("time", "runtime", "per_second", "flos")
+# float32 reductions differ in their last bits between CPUs (AVX-512 / AVX2 kernels, benchmarks/cpu_kernels.py) and
+# thread counts: a fresh CI machine gave abs_mean 0.35289365 against the pin's 0.35289368. A refactor that changes a
+# computation moves a number far more than this.
+REL, ABS = 1e-5, 1e-7
 
 
-def _weights_sha256(trainer) -> str:
+def _weights_summary(trainer) -> dict[str, list[str]]:
+    """Per trained parameter: its sum and L2 norm (float64), what the pin compares within a tolerance."""
     model = trainer.accelerator.unwrap_model(trainer.model)
-    h = hashlib.sha256()
+    out = {}
     for name, p in sorted(model.named_parameters()):
         if p.requires_grad:
-            h.update(name.encode())
-            h.update(p.detach().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()
+            t = p.detach().cpu().double()
+            out[name] = [repr(float(t.sum())), repr(float(t.norm()))]
+    return out
 
 
 def _run(load_tiny, rows, update_cfg, tmp_path, settings, popularity) -> dict:
@@ -66,7 +70,7 @@ def _run(load_tiny, rows, update_cfg, tmp_path, settings, popularity) -> dict:
         }
         for h in steps
     ]
-    return {"steps": trainer.state.global_step, "metrics": metrics, "weights_sha256": _weights_sha256(trainer)}
+    return {"steps": trainer.state.global_step, "metrics": metrics, "weights": _weights_summary(trainer)}
 
 
 @pytest.fixture
@@ -110,7 +114,7 @@ def pinned_runs(load_tiny, update_rows, tiny_titles, tiny_policy_cfg, tiny_updat
     return {"text_prompts": text, "item_tokens_constrained": items}
 
 
-def test_pinned_update_is_bit_identical(pinned_runs):
+def test_pinned_update_is_unchanged(pinned_runs):
     if os.environ.get("ABPO_REPIN") == "1":
         FIXTURE.parent.mkdir(exist_ok=True)
         FIXTURE.write_text(json.dumps(pinned_runs, indent=1, sort_keys=True) + "\n")
@@ -124,7 +128,13 @@ def test_pinned_update_is_bit_identical(pinned_runs):
         for step, (g, e) in enumerate(zip(got["metrics"], exp["metrics"]), start=1):
             assert g.keys() == e.keys(), f"{case} step {step}: metric names {sorted(g.keys() ^ e.keys())} differ"
             for k in e:
-                assert g[k] == e[k], f"{case} step {step}: {k} = {g[k]}, pinned {e[k]}"
-        assert got["weights_sha256"] == exp["weights_sha256"], f"{case}: the trained weights differ from the pin"
+                assert float(g[k]) == pytest.approx(float(e[k]), rel=REL, abs=ABS), (
+                    f"{case} step {step}: {k} = {g[k]}, pinned {e[k]}"
+                )
+        assert got["weights"].keys() == exp["weights"].keys(), case
+        for name, (g_sum, g_norm) in got["weights"].items():
+            e_sum, e_norm = exp["weights"][name]
+            assert float(g_norm) == pytest.approx(float(e_norm), rel=REL, abs=ABS), f"{case}: {name}'s norm"
+            assert float(g_sum) == pytest.approx(float(e_sum), rel=1e-3, abs=1e-4), f"{case}: {name}'s sum"
     # the pins are of a run that moved: the two steps' objectives and advantages are not all zero
     assert any(float(m["abpo/advantages/abs_mean"]) > 0 for c in want.values() for m in c["metrics"])

@@ -25,7 +25,7 @@ TIMED = ("time", "runtime", "per_second", "flos")
 # float32 reductions differ in their last bits between CPUs (AVX-512 / AVX2 kernels, benchmarks/cpu_kernels.py) and
 # thread counts: a fresh CI machine gave abs_mean 0.35289365 against the pin's 0.35289368. A refactor that changes a
 # computation moves a number far more than this.
-REL, ABS = 1e-5, 1e-7
+REL, ABS = 1e-4, 1e-6  # near-zero metrics (r_sc_group_std ~5e-5) are differences of near-equal float32 numbers
 
 
 def _weights_summary(trainer) -> dict[str, list[str]]:

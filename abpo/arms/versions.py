@@ -293,7 +293,7 @@ def local_dir(cfg: Config, arm: str, version: str | int) -> Path:
             os.replace(tmp, done)
         except Exception as e:
             shutil.rmtree(dst, ignore_errors=True)  # no half-written copy is left to be taken for a whole one
-            os_error = _os_error_in(e)
+            os_error = registry.os_error_in(e)
             if os_error is None:
                 raise
             raise registry.ModelFilesDamaged(
@@ -302,25 +302,6 @@ def local_dir(cfg: Config, arm: str, version: str | int) -> Path:
                 "space for the model's files; nothing was kept"
             ) from e
     raise AssertionError("unreachable")
-
-
-def _os_error_in(e: BaseException) -> OSError | None:
-    """The OSError (a full disk, an unwritable directory) in ``e``'s chain of causes, if any: MLflow's download wraps
-    it in its own exceptions."""
-    import re
-
-    seen = set()
-    while e is not None and id(e) not in seen:
-        if isinstance(e, OSError) and e.errno is not None:
-            return e
-        # MLflow's download collects per-file failures into one MlflowException message ("[Errno 28] No space left on
-        # device: 'src' -> 'dst'"), without the OSError as a cause
-        m = re.search(r"\[Errno (\d+)\] ([^:\n]+)(?:: '[^'\n]*'(?: -> '([^'\n]*)')?)?", str(e))
-        if m is not None:
-            return OSError(int(m.group(1)), m.group(2), m.group(3) or None)
-        seen.add(id(e))
-        e = e.__cause__ or e.__context__
-    return None
 
 
 def _sha256(path: Path) -> str:

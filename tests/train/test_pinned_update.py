@@ -26,6 +26,11 @@ TIMED = ("time", "runtime", "per_second", "flos")
 # thread counts: a fresh CI machine gave abs_mean 0.35289365 against the pin's 0.35289368. A refactor that changes a
 # computation moves a number far more than this.
 REL, ABS = 1e-4, 1e-6  # near-zero metrics (r_sc_group_std ~5e-5) are differences of near-equal float32 numbers
+# Step 2 starts from weights that one AdamW step moved: the last-bit differences of step 1 pass through the optimizer
+# (scale-free, so they stay relative) and the rollouts, and a CI machine gave abpo/advantages/max 0.0073238 against
+# the pin's 0.0073256 (1.7e-6 on rewards of order 1). Step 2 is held to rel 1e-3 / abs 2e-5: a changed computation
+# still moves it far more (a changed anchor, weight or normalisation shifts advantages by 1e-2 and more).
+STEP_TOL = {1: (REL, ABS), 2: (1e-3, 2e-5)}
 
 
 def _weights_summary(trainer) -> dict[str, list[str]]:
@@ -127,8 +132,9 @@ def test_pinned_update_is_unchanged(pinned_runs):
         assert len(got["metrics"]) == len(exp["metrics"]) == 2, case
         for step, (g, e) in enumerate(zip(got["metrics"], exp["metrics"]), start=1):
             assert g.keys() == e.keys(), f"{case} step {step}: metric names {sorted(g.keys() ^ e.keys())} differ"
+            rel, abs_ = STEP_TOL[step]
             for k in e:
-                assert float(g[k]) == pytest.approx(float(e[k]), rel=REL, abs=ABS), (
+                assert float(g[k]) == pytest.approx(float(e[k]), rel=rel, abs=abs_), (
                     f"{case} step {step}: {k} = {g[k]}, pinned {e[k]}"
                 )
         assert got["weights"].keys() == exp["weights"].keys(), case

@@ -145,17 +145,33 @@ def test_airflow_install_puts_the_dag_and_plugin_where_airflow_loads_them(tmp_pa
     ), seen
 
 
+def _install(py: str, *args: str) -> list[str]:
+    """The command that installs ``args`` into the fresh environment ``py``: the uv that scripts/setup.sh installed beside this interpreter
+    (its cache already holds the pinned set: seconds instead of pip's minutes; the same wheel of the checkout, the same
+    constraints), given pip's find-links as setup gives them; pip itself where there is no such uv (pip installs the
+    same set: ``ABPO_INSTALLER=pip scripts/setup.sh``)."""
+    uv = Path(sys.executable).with_name("uv")
+    if not uv.is_file():
+        return [py, "-m", "pip", "install", *args]
+    conf = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "get", "global.find-links"], capture_output=True, text=True
+    )
+    links = [*os.environ.get("PIP_FIND_LINKS", "").split(), *(conf.stdout.split() if conf.returncode == 0 else [])]
+    found = [x for d in links if os.path.exists(d) for x in ("--find-links", d)]
+    return [str(uv), "pip", "install", "--python", py, *found, *args]
+
+
 @pytest.mark.slow
 def test_pip_install_dot_runs_outside_the_checkout(tmp_path):
-    """A fresh virtual environment, `pip install -c constraints.txt <repo>` (a wheel, not editable), then the
-    commands from a directory outside the checkout: no file of the checkout is read."""
+    """A fresh virtual environment, `pip install -c constraints.txt <repo>` (a wheel, not editable; run by setup's
+    uv, see _install), then the commands from a directory outside the checkout: no file of the checkout is read."""
     venv, outside = tmp_path / "venv", tmp_path / "elsewhere"
     outside.mkdir()
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     py, abpo = str(venv / "bin" / "python"), str(venv / "bin" / "abpo")
     env = _clean_env(PATH=f"{venv / 'bin'}:{os.environ.get('PATH', '')}")
     pip = subprocess.run(
-        [py, "-m", "pip", "install", "--quiet", "-c", str(REPO / "constraints.txt"), str(REPO)],
+        _install(py, "--quiet", "-c", str(REPO / "constraints.txt"), str(REPO)),
         cwd=outside,
         env=env,
         capture_output=True,

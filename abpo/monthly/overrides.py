@@ -46,6 +46,7 @@ OVERRIDE_ALLOWED = (
     *(
         f"sft.{k}"
         for k in (
+            "pretrain_epochs",
             "epochs",
             "max_steps",
             "learning_rate",
@@ -124,6 +125,7 @@ OVERRIDE_RANGES: dict[str, tuple[float, bool, float, bool, bool]] = {
     "sft.learning_rate": (0, False, 1, True, False),
     "update.epochs": (0, False, INF, False, False),
     "sft.epochs": (0, False, INF, False, False),
+    "sft.pretrain_epochs": (1, True, INF, False, True),
     "update.max_steps": (-1, True, INF, False, True),
     "sft.max_steps": (-1, True, INF, False, True),
     "update.batch_size": (1, True, INF, False, True),

@@ -14,6 +14,7 @@ SMALL = [
     "data.max_users=60",
     "data.update_steps=6",
     "sft.eval_max_users=20",
+    "sft.pretrain_epochs=2",  # stage 1 at 2 epochs (preset: up to 20): a bootstrap's largest part
     "data.eval_candidates=20",
     "update.max_steps=2",
     "update.batch_size=8",

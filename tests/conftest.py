@@ -14,6 +14,17 @@ import pytest
 # Tests never write into the user's state directory (var/): anything that falls back to the configured
 # default lands in a throw-away directory instead. Tests that need their own state pass paths.root.
 os.environ["ABPO_STATE"] = tempfile.mkdtemp(prefix="abpo-test-state-")
+
+
+def remove_at_exit(path: str | Path) -> None:
+    """Remove a throw-away directory of this test process (its state, Airflow home, store template) when it exits."""
+    import atexit
+    import shutil
+
+    atexit.register(shutil.rmtree, str(path), True)
+
+
+remove_at_exit(os.environ["ABPO_STATE"])
 # Under pytest-xdist (`-n 2`) each worker is its own process with its own throw-away directories: a worker inherits
 # the controller's environment, where a conftest loaded for a path argument (tests/dags/conftest.py for `pytest
 # tests/dags`) may already have set the throw-away AIRFLOW_HOME; the worker drops it so that its own conftest makes
@@ -363,6 +374,7 @@ def _empty_store_template(real_ensure_store) -> Path | None:
         import sqlite3
 
         db = Path(tempfile.mkdtemp(prefix="abpo-test-mlflow-template-")) / "mlflow.db"
+        remove_at_exit(db.parent)
         quiet = logging.getLogger("mlflow.store.db.utils")  # its "Creating initial MLflow database tables" lines
         level = quiet.level  # would land in the output of whichever test first needs a store
         quiet.setLevel(logging.WARNING)
@@ -427,3 +439,37 @@ def _new_mlflow_stores_from_a_template(request, monkeypatch):
 
     monkeypatch.setitem(glob, "ensure_store", ensure_store)
     yield
+
+
+# --- Order under pytest-xdist (make test: -n 2 --dist load) ---------------------------------------------------------
+# The longest tests first (longest-processing-time-first): `--dist load` deals the first items to the two workers in
+# turn, so both start on a long test and the fast ones fill in after; a long test started last would leave one
+# worker idle at the end. LONGEST is the files of make test's slowest tests (its --durations=15 list), longest
+# first; then the other slow tests, then the rest, each group in collection order. A serial run keeps pytest's order.
+LONGEST = (
+    "tests/policy/test_pi_init_quality.py",
+    "tests/dags/test_abpo_monthly_e2e.py",
+    "tests/policy/test_smollm2_e2e.py",
+    "tests/dags/test_fault_e2e.py",
+    "tests/dags/test_celery_e2e.py",
+    "tests/dags/test_beyond_demo_e2e.py",
+    "tests/arms/test_namespaces.py",
+    "tests/arms/test_cycle.py",
+    "tests/dags/test_scheduler_e2e.py",
+    "tests/dags/test_month_rerun_e2e.py",
+    "tests/dags/test_operations_e2e.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    if not getattr(config.option, "numprocesses", None):
+        return
+    rank = {path: i for i, path in enumerate(LONGEST)}
+
+    def key(item) -> tuple[int, int]:
+        path = item.nodeid.split("::", 1)[0]
+        if path in rank and item.get_closest_marker("slow"):
+            return (0, rank[path])
+        return (1 if item.get_closest_marker("slow") else 2, 0)
+
+    items.sort(key=key)

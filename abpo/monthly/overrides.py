@@ -12,7 +12,8 @@ import re
 # The config keys a run's `overrides` param may set ("section.*": any key of the section): how big and how long a month's
 # work is, the simulator, the report's presentation, the update's hyperparameters. Not paths.* (state, tracking URI),
 # the dataset's location or format, the warehouse's settings, the data contract and audit (known_arms, min_propensity,
-# max_clock_skew_seconds, max_quarantine_fraction, ingest_min_keep_fraction), policy.* (the model), sft.experiment /
+# max_clock_skew_seconds, max_quarantine_fraction, ingest_min_keep_fraction), policy.* (the model; only its CPU threads,
+# policy.num_threads, which change how fast, not what), sft.experiment /
 # output, update.deepspeed / mlflow_experiment: a trigger must not point the loop at other files, stores, models or
 # rules. Nor the gate (NOT_OVERRIDABLE: its margins, alpha, power, metric, minimum ESS, users) or the report's
 # sample-ratio check (srm_alpha, arm_shares): whoever may trigger a run must not be able to switch a safety check off
@@ -21,6 +22,7 @@ import re
 OVERRIDE_ALLOWED = (
     "sim.*",
     "seed",
+    "policy.num_threads",
     "arms.popularity.*",
     "arms.ml_retrain.*",
     *(
@@ -126,6 +128,7 @@ OVERRIDE_RANGES: dict[str, tuple[float, bool, float, bool, bool]] = {
     "update.epochs": (0, False, INF, False, False),
     "sft.epochs": (0, False, INF, False, False),
     "sft.pretrain_epochs": (1, True, INF, False, True),
+    "policy.num_threads": (0, True, 1024, True, True),
     "update.max_steps": (-1, True, INF, False, True),
     "sft.max_steps": (-1, True, INF, False, True),
     "update.batch_size": (1, True, INF, False, True),

@@ -19,6 +19,7 @@ SMALL = [
     "data.max_users=40",
     "sft.max_steps=10",
     "sft.pretrain_epochs=2",  # stage 1 at 2 epochs (preset: up to 20): a bootstrap's largest part
+    "policy.num_threads=1",  # the demo preset's 2 threads are several times slower beside another test process
     "sft.eval_max_users=15",
     "data.eval_candidates=20",
     "update.max_steps=2",

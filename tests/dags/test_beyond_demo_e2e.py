@@ -34,6 +34,7 @@ REPO = Path(__file__).resolve().parents[2]
 SMALL_DEMO = {
     "data": {"max_users": 40, "eval_candidates": 20, "update_steps": 2},
     "sft": {"max_steps": 10, "eval_max_users": 15, "pretrain_epochs": 2},
+    "policy": {"num_threads": 1},  # the preset's 2 threads are several times slower beside another test process
     "update": {"max_steps": 2, "batch_size": 8, "save_steps": 100},
     "arms": {"min_rows_per_stratum": 1, "gate_ope_bootstrap": 200},
     # clicks likely enough that every LLM arm gets both strata (airflow_services.SMALL says why)

@@ -19,6 +19,7 @@ EVIL = [
     "paths.mlflow_tracking_uri=http://attacker:5000",
     "update.deepspeed=/tmp/other-deepspeed.json",
     "policy.model=/tmp/x",
+    "policy.tiny_layers=1",  # of policy.*, only policy.num_threads (CPU threads) is a run's business
     "data.dataset_dir=/etc",
     "data.min_propensity=0",
     "data.max_quarantine_fraction=1",
@@ -77,10 +78,13 @@ def test_allowed_overrides_pass_and_load(dag, dag_module):
         "seed=3",
         "update.learning_rate=0.001",
         "arms.popularity.temperature=0.3",
+        "policy.num_threads=1",
+        "sft.pretrain_epochs=2",
     ]
     assert dag.params.get_param("overrides").resolve(ok) == ok
     cfg = load_config("tiny", dag_module.check_overrides(ok))
     assert cfg.arms.min_rows_per_stratum == 5 and cfg.seed == 3 and cfg.arms.popularity.temperature == 0.3
+    assert cfg.policy.num_threads == 1 and cfg.sft.pretrain_epochs == 2
     assert "Allowed keys only: sim.*" in dag.params.get_param("overrides").description
 
 

@@ -462,7 +462,7 @@ LONGEST = (
 
 
 def pytest_collection_modifyitems(config, items):
-    if not getattr(config.option, "numprocesses", None):
+    if not hasattr(config, "workerinput"):  # only a pytest-xdist worker (it resets its own numprocesses option)
         return
     rank = {path: i for i, path in enumerate(LONGEST)}
 

@@ -33,6 +33,11 @@ if os.environ.get("PYTEST_XDIST_WORKER") and Path(os.environ.get("AIRFLOW_HOME",
     "abpo-airflow-home-"
 ):
     os.environ.pop("AIRFLOW_HOME")
+# Two workers on two cores: each worker, and every process it starts (the `abpo` command, Airflow's tasks), runs torch
+# on one thread unless a config sets policy.num_threads. torch's default (one thread per core) puts four threads on
+# two cores, where the tiny model's many small ops wait on each other (the help of policy.num_threads).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.pop("ABPO_TRACKING_URI", None)
 for _var in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI"):  # a developer's own MLflow server is never written to
     os.environ.pop(_var, None)

@@ -8,8 +8,8 @@
 #   make typecheck-baseline   record today's mypy count in tests/typecheck_baseline.txt (after fixing errors)
 .PHONY: setup demo test test-fast format lint typecheck typecheck-baseline
 DURATIONS = --durations=15
-# make test runs on TEST_WORKERS pytest-xdist processes (--dist load; tests/conftest.py starts the longest tests
-# first). The whole suite passes under -n 2 (2026-11-26, 1,617 tests); TEST_WORKERS=0 runs it in one process.
+# make test runs on TEST_WORKERS pytest-xdist processes (--dist load --maxschedchunk 1: each worker takes the next
+# test from the front of the list when it has fewer than two; tests/conftest.py puts the longest tests first). The whole suite passes under -n 2 (2026-11-26, 1,617 tests); TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 2
 
 setup:
@@ -21,7 +21,7 @@ demo: setup
 test: setup
 	bash scripts/setup-browser.sh
 	bash scripts/setup-redis.sh
-	ABPO_REQUIRE_BROWSER=1 ABPO_REQUIRE_REDIS=1 .venv/bin/python -m pytest -n $(TEST_WORKERS) --dist load $(DURATIONS)
+	ABPO_REQUIRE_BROWSER=1 ABPO_REQUIRE_REDIS=1 .venv/bin/python -m pytest -n $(TEST_WORKERS) --dist load --maxschedchunk 1 $(DURATIONS)
 
 test-fast: setup
 	.venv/bin/python -m pytest -m "not slow" $(DURATIONS)

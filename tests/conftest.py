@@ -446,11 +446,13 @@ def _new_mlflow_stores_from_a_template(request, monkeypatch):
     yield
 
 
-# --- Order under pytest-xdist (make test: -n 2 --dist load) ---------------------------------------------------------
-# The longest tests first (longest-processing-time-first): `--dist load` deals the first items to the two workers in
-# turn, so both start on a long test and the fast ones fill in after; a long test started last would leave one
-# worker idle at the end. LONGEST is the files of make test's slowest tests (its --durations=15 list), longest
-# first; then the other slow tests, then the rest, each group in collection order. A serial run keeps pytest's order.
+# --- Order under pytest-xdist (make test: -n 2 --dist load --maxschedchunk 1) ---------------------------------------
+# The longest tests first (longest-processing-time-first): with --maxschedchunk 1 each worker takes the next test from
+# the front of the list whenever it holds fewer than two, so both start on long tests and the short ones fill in after;
+# a long test started last would leave one worker idle at the end. (Without it, --dist load hands each worker a
+# quarter of its share as one consecutive block: the slow tests at the front would all go to the first worker.)
+# LONGEST is the files of make test's slowest tests (its --durations=15 list), longest first; then the other slow
+# tests, then the rest, each group in collection order. A serial run keeps pytest's order.
 LONGEST = (
     "tests/policy/test_pi_init_quality.py",
     "tests/dags/test_abpo_monthly_e2e.py",

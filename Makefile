@@ -9,7 +9,8 @@
 .PHONY: setup demo test test-fast format lint typecheck typecheck-baseline
 DURATIONS = --durations=15
 # make test runs on TEST_WORKERS pytest-xdist processes (--dist load --maxschedchunk 1: each worker takes the next
-# test from the front of the list when it has fewer than two; tests/conftest.py puts the longest tests first). The whole suite passes under -n 2 (2026-11-26, 1,617 tests); TEST_WORKERS=0 runs it in one process.
+# test from the front of the list when it has fewer than two; tests/conftest.py puts the longest tests first).
+# TEST_WORKERS=0 runs the suite in one process (docs/testing.md).
 TEST_WORKERS ?= 2
 
 setup:

@@ -1,11 +1,13 @@
 """A pinned update: two optimizer steps of variant F (abpo) on the tiny fixtures, with text prompts (free rollouts)
 and with item-token prompts (constrained rollouts), whose logged per-step metrics and trained weights must stay
-equal (to float32 rounding across CPUs) to the values in tests/train/fixtures/pinned_update.json. Those values were computed on the code
-before the issue-34 refactor of abpo/train (the records, the split of trainer.py and update.py): a refactor that
-changes no behaviour keeps this test passing; one that changes a single number fails it, naming the metric.
+equal, to float32 rounding (REL / ABS, STEP_TOL below), to the values in tests/train/fixtures/pinned_update.json.
+Those values were computed on the code before the issue-34 refactor of abpo/train (the records, the split of
+trainer.py and update.py): a refactor that changes no behaviour keeps this test passing; one that changes a
+computation fails it, naming the metric.
 
-The pins hold on one platform (the torch CPU kernels of this machine and its pinned torch version); on another,
-recompute them from a commit whose numbers are trusted with ``ABPO_REPIN=1`` (it rewrites the fixture and fails)."""
+The tolerances cover CPUs (AVX-512 / AVX2 kernels) and torch thread counts of one torch version; with another
+version, recompute the pins from a commit whose numbers are trusted with ``ABPO_REPIN=1`` (it rewrites the fixture
+and fails)."""
 
 from __future__ import annotations
 

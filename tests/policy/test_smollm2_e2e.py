@@ -20,7 +20,7 @@ SMALL = [
     "data.train_candidates=8",
     "data.eval_candidates=8",
     "sft.max_steps=3",
-    "sft.batch_size=4",
+    "sft.batch_size=2",
     "sft.eval_max_users=4",
     "sft.eval_generation=false",
     "update.max_steps=2",
@@ -28,7 +28,7 @@ SMALL = [
     "update.group_size=3",
     "update.max_completion_length=64",
     "update.save_steps=100",
-    "arms.update_max_examples=8",  # the update's rows: the champion scores each for its first-step weights
+    "arms.update_max_examples=4",  # the update's rows: the champion scores each for its first-step weights
     "policy.num_threads=1",  # the preset's 2 threads are slower beside another test process (make test: -n 2)
     "arms.names=abpo,popularity",
     "report.arm_shares={abpo: 0.5, popularity: 0.5}",
@@ -41,6 +41,7 @@ SMALL = [
     "arms.gate_ope_bootstrap=100",
     "sim.click_next=1.0",
     "sim.base_ctr=0.3",
+    "sim.requests_per_user=1",  # ~8 abpo rows: serve and the gate score every row of the arm with the 135M model
 ]
 
 

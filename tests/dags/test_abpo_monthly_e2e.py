@@ -18,11 +18,11 @@ import pytest
 from airflow_services import Api, free_port
 
 SMALL = [
-    "data.max_users=60",
-    "sft.max_steps=20",
+    "data.max_users=40",
+    "sft.max_steps=10",
     "sft.pretrain_epochs=2",  # stage 1 at 2 epochs (preset: up to 20): a bootstrap's largest part
     "policy.num_threads=1",  # the demo preset's 2 threads are several times slower beside another test process
-    "sft.eval_max_users=20",
+    "sft.eval_max_users=15",
     "data.eval_candidates=20",
     "update.max_steps=2",
     "update.batch_size=8",

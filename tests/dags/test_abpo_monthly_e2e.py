@@ -15,20 +15,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from airflow_services import Api, free_port
-
-SMALL = [
-    "data.max_users=40",
-    "sft.max_steps=10",
-    "sft.pretrain_epochs=2",  # stage 1 at 2 epochs (preset: up to 20): a bootstrap's largest part
-    "policy.num_threads=1",  # the demo preset's 2 threads are several times slower beside another test process
-    "sft.eval_max_users=15",
-    "data.eval_candidates=20",
-    "update.max_steps=2",
-    "update.batch_size=8",
-    "update.save_steps=100",
-    "arms.min_rows_per_stratum=1",
-]
+from airflow_services import SIZES, Api, free_port  # SIZES: the other DAG tests' sizes (the demo's own clicks)
 
 
 def _env(tmp_path):
@@ -40,7 +27,7 @@ def _env(tmp_path):
 
 @pytest.mark.slow
 def test_demo_runs_three_months_through_the_dag(tmp_path):
-    sets = [x for s in SMALL for x in ("--set", s)]
+    sets = [x for s in SIZES for x in ("--set", s)]
     proc = subprocess.run(
         [str(Path(sys.executable).with_name("abpo")), "demo", "--config", "demo", "--months", "3", *sets],
         env=_env(tmp_path),
@@ -111,7 +98,7 @@ def test_demo_runs_three_months_through_the_dag(tmp_path):
         "ABPO_CONFIG": "demo",
         "ABPO_TASK_RETRIES": "0",
     }
-    conf = json.dumps({"month": "2026-04", "overrides": SMALL})
+    conf = json.dumps({"month": "2026-04", "overrides": SIZES})
     airflow = Path(sys.executable).with_name("airflow")
     proc = subprocess.run(
         [str(airflow), "dags", "test", "abpo_monthly", "2026-05-01T00:00:00+00:00", "-c", conf],

@@ -41,6 +41,16 @@ class SimConfig:
         default="abpo-arms-v1",
         metadata={"help": "Salt of the user -> arm hash: the same user stays in the same arm for a given salt."},
     )
+    replicate: int = field(
+        default=0,
+        metadata={
+            "min": 0,
+            "help": "Replicate of the simulated series (abpo loop-experiment): 0 = the series itself; r >= 1 "
+            "assigns users to arms with the salt '<sim.salt>/replicate-<r>' and draws every month's traffic "
+            "(retrieval candidates, exposures, clicks) from generators keyed by that salt too, on the same data, "
+            "seed and pi_init.",
+        },
+    )
     candidates: str = field(
         default="retrieval",
         metadata={

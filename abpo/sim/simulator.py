@@ -20,6 +20,13 @@ interactions to date; ``sim.candidates = offline``: the offline construction's x
 user's arm (abpo.sim.assignment) exposes one item with its propensity; the click model (abpo.sim.clicks, on the
 ground-truth preference model abpo.sim.preference that no arm can read) decides the click. Deterministic for
 (config seed, month): candidates, exposures and clicks use seeded generators and pre-drawn uniforms per request.
+
+Replicates (``sim.replicate`` r >= 1, abpo loop-experiment): the same data, seed and models, another series of
+traffic: users are assigned to arms with the salt :func:`series_salt` = ``<sim.salt>/replicate-<r>``, and every
+generator above is keyed by (seed, that salt's hash, month, ...) (:func:`series_entropy`), so each replicate's
+assignment, retrieval candidates, exposures and clicks are independent of every other's. Replicate 0 is the series
+as it always was (keys without the salt). With ``sim.candidates = offline`` the candidate sets are the offline
+construction's, the same in every replicate; exposures and clicks still differ.
 """
 
 from __future__ import annotations
@@ -123,6 +130,23 @@ def _soon(cfg: Config, s, t: int) -> list[int]:
     return s.sequence[t + 1 : min(t + 1 + cfg.sim.soon_horizon, end)]
 
 
+def series_salt(cfg: Config) -> str:
+    """The salt of the user -> arm hash of this series: ``sim.salt``, or ``<sim.salt>/replicate-<r>`` for
+    replicate r = ``sim.replicate`` >= 1 (module docstring)."""
+    r = int(cfg.sim.replicate)
+    if r < 0:
+        raise ValueError(f"config sim.replicate = {r}: rule: >= 0 (0: the series itself)")
+    return cfg.sim.salt if r == 0 else f"{cfg.sim.salt}/replicate-{r}"
+
+
+def series_entropy(cfg: Config) -> list[int]:
+    """What keys this series' traffic generators besides (seed, month, ...): nothing for replicate 0 (the draws
+    as they always were), the first 32 bits of sha256(:func:`series_salt`) for a replicate r >= 1."""
+    if int(cfg.sim.replicate) == 0:
+        return []
+    return [int.from_bytes(hashlib.sha256(series_salt(cfg).encode()).digest()[:4], "big")]
+
+
 def month_requests(cfg: Config, dataset, splits, month: str) -> list[SimRequest]:
     """Every user's requests of ``month`` (see the module docstring), ordered by (slot, user)."""
     i = _check_month(cfg, month)
@@ -181,6 +205,7 @@ def _retrieval_requests(cfg: Config, dataset, splits, month: str, i: int) -> lis
                 popularity[j] += 1
     counts = mix_counts(sc.candidate_count, sc.retrieval_fraction, sc.popular_fraction)
     key = _month_key(month)
+    entropy = series_entropy(cfg)
     k, lap = window_of(cfg, i), _lap_suffix(cfg, i)
     out = []
     for s in sorted(splits, key=lambda s: s.user_id):
@@ -192,7 +217,7 @@ def _retrieval_requests(cfg: Config, dataset, splits, month: str, i: int) -> lis
         for r in range(sc.requests_per_user):
             o = offsets[r * len(offsets) // sc.requests_per_user]
             t = T + k * sc.window + o
-            rng = np.random.default_rng([int(cfg.seed), key, int(s.user_id), r, 3])
+            rng = np.random.default_rng([int(cfg.seed), key, int(s.user_id), r, 3, *entropy])
             cands = retrieve_candidates(
                 seq[:t], retrieval=retrieval, popularity=popularity, counts=counts, rng=rng, exclude=(s.target,)
             )
@@ -362,8 +387,8 @@ def _month_key(month: str) -> int:
     return int.from_bytes(hashlib.sha256(month.encode()).digest()[:4], "big")
 
 
-def _uniforms(seed: int, month: str, stream: int, n: int) -> np.ndarray:
-    return np.random.default_rng([int(seed), _month_key(month), stream]).random(n)
+def _uniforms(seed: int, month: str, stream: int, n: int, entropy: Sequence[int] = ()) -> np.ndarray:
+    return np.random.default_rng([int(seed), _month_key(month), stream, *entropy]).random(n)
 
 
 def _times(month: str, n: int) -> list[datetime]:
@@ -392,13 +417,14 @@ def simulate_month(
     if splits is None:
         splits, _ = split_users(ds, cfg.data)
     requests = month_requests(cfg, ds, splits, month)
-    arm_of = assign_users([s.user_id for s in splits], cfg.sim.salt, shares)
-    u_expose = _uniforms(cfg.seed, month, 1, len(requests))
-    u_click = _uniforms(cfg.seed, month, 2, len(requests))
+    arm_of = assign_users([s.user_id for s in splits], series_salt(cfg), shares)
+    u_expose = _uniforms(cfg.seed, month, 1, len(requests), series_entropy(cfg))
+    u_click = _uniforms(cfg.seed, month, 2, len(requests), series_entropy(cfg))
     oracle = ground_truth(cfg, ds)
     z = [oracle.z(r.user_id, r.candidates, history=r.history) for r in requests]
     intercept = calibrate_intercept(np.concatenate(z), cfg.sim.preference_slope, cfg.sim.base_ctr) if z else 0.0
-    log.info(f"simulate {month}: {len(requests)} requests of {len(splits)} users, arms {dict(shares)}")
+    rep = f", replicate {cfg.sim.replicate} (salt {series_salt(cfg)!r})" if cfg.sim.replicate else ""
+    log.info(f"simulate {month}: {len(requests)} requests of {len(splits)} users, arms {dict(shares)}{rep}")
 
     exposures: dict[int, Any] = {}
     per_arm: dict[str, dict[str, Any]] = {}

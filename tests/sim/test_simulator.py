@@ -460,3 +460,45 @@ def test_click_probabilities_for_offline_logs_follow_the_click_model(make_cfg, m
     p_plain, _ = click_probabilities(cfg, movielens, others)
     assert 0 < p_plain.min() and p_plain.max() < 1 and p_plain.std() > 0  # preference only: it varies by item
     assert click_probabilities(cfg, movielens, [])[0].size == 0
+
+
+def test_a_replicate_draws_its_own_traffic_and_assignment_and_replicate_0_is_the_series(make_cfg, movielens):
+    """sim.replicate r >= 1 (abpo loop-experiment): users are assigned with the salt '<sim.salt>/replicate-<r>' and
+    the candidates, exposures and clicks come from generators keyed by it, the same on a rerun; replicate 0 is the
+    series with the keys it always had (the plain sim.salt, no salt in the draws)."""
+    from abpo.data.splits import split_users
+    from abpo.sim.assignment import assign_users
+    from abpo.sim.simulator import month_requests, series_entropy, series_salt, simulate_month
+
+    two = "report.arm_shares={a: 0.5, b: 0.5}"
+    base, r1, r2 = (make_cfg(*SMALL, two, f"sim.replicate={r}") for r in (0, 1, 2))
+    assert series_salt(base) == base.sim.salt and series_entropy(base) == []
+    assert series_salt(r1) == f"{base.sim.salt}/replicate-1" and series_entropy(r1) != series_entropy(r2)
+    splits, _ = split_users(movielens, base.data)
+    users = [s.user_id for s in splits]
+    runs = {}
+    for name, cfg in (("base", base), ("r1", r1), ("r2", r2), ("r1 again", r1)):
+        res = simulate_month(
+            cfg, "2026-02", {"a": UniformArm(), "b": UniformArm()}, dataset=movielens, splits=splits, write=False
+        )
+        t = res.table.to_pydict()
+        assert {int(u): a for u, a in zip(t["user_id"], t["arm"])} == assign_users(
+            users, series_salt(cfg), {"a": 0.5, "b": 0.5}
+        )
+        runs[name] = (t, [(r.request_id, r.candidates) for r in month_requests(cfg, movielens, splits, "2026-02")])
+    assert runs["r1"] == runs["r1 again"]  # seeded
+    for x, y in (("base", "r1"), ("r1", "r2"), ("base", "r2")):
+        (tx, cx), (ty, cy) = runs[x], runs[y]
+        assert [r for r, _ in cx] == [r for r, _ in cy]  # the same requests (users, positions) ...
+        assert cx != cy  # ... with other retrieval candidates
+        assert tx["arm"] != ty["arm"] and tx["clicked"] != ty["clicked"]  # another assignment, other clicks
+    # replicate 0's keys are the ones the series always had: its exposure uniforms come from
+    # default_rng([seed, month key, stream]) exactly as before replicates existed
+    from abpo.sim import simulator
+
+    assert (
+        simulator._uniforms(0, "2026-02", 1, 3).tolist()
+        == np.random.default_rng([0, simulator._month_key("2026-02"), 1]).random(3).tolist()
+    )
+    with pytest.raises(ValueError, match=r"sim.replicate -1: rule: >= 0"):
+        make_cfg(*SMALL, "sim.replicate=-1")

@@ -37,7 +37,12 @@ CASES = {
     ),
     "scoring.py": (rf" +10 +\d+ +{NUM} +{NUM} +{NUM}x +\d\.\d\de[+-]\d\d", None, []),
     "simulate.py": (r"Kendall tau offline HR@5 vs simulated CTR: (?:-?[01]\.\d\d|nan)", None, []),
-    "simulate_throughput.py": (r"popularity / tiny LLM: [\d,]+x", None, []),
+    "simulate_throughput.py": (
+        rf"steady state: popularity [\d,]+ impressions/s, tiny LLM [\d,]+ impressions/s \([\d,]+\.\dx\); "
+        rf"set-up {NUM} s; month of [\d,]+ requests",
+        None,
+        [],
+    ),
     "update_step.py": (
         rf"goal F/B <= 1\.2 at M=20 \(CPU time\): (?:met|NOT met) \({NUM}\); "
         rf"goal F-text/F >= 3: (?:met|NOT met) \({NUM}\)",

@@ -12,11 +12,25 @@ rewards of a batch into rollout advantages.
 Every updating variant uses the same match reward (+1 / -1 for matching a positive / no-response exposure)
 and format reward; self-certainty adds lambda_sc * r_sc for no-response rows only. (B) is the GRPO-update
 arm of the A/B test.
+
+Beside A-F (issue 49; docs/update-variants.md has each equation and its source), variants that are one of B, D or F
+plus settings of section update they fix (``Variant.presets``, applied by abpo.train.grpo_args.variant_update_config):
+
+    (G)     grpo_cr         B + no-response rows' surrogate weighted kappa = c / (1 - c)   (abpo.algo.stratum_weight)
+    (H)     abpo_cr         F + the same no-response weight
+    (I)     abpo_ll         F + SNIPS-weighted log-likelihood of the clicked logged items   (abpo.algo.anchor_terms L1)
+    (J)     wll             that likelihood alone, the step-5 term off (anchor and SNIPS flags: rollouts carry only
+                            the diagnostics)
+    (K)     abpo_offpolicy  F + the anchor's own shaped, clipped importance-weighted term (anchor_terms O1-O3)
+    (L)     grpo_ll         B + the likelihood term
+
+The KL term to the update's starting policy (update.beta) is not a variant: any updating variant adds it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -34,6 +48,8 @@ class Variant:
     letter: str  # "A".."F" as in docs/ABPO_SPEC.md
     name: str  # what `abpo update --variant`, an arm's registry entry and an experiment row name it
     description: str
+    # section update's settings this variant fixes, (key, value) pairs (docs/update-variants.md); () for A-F
+    presets: tuple[tuple[str, Any], ...] = ()
 
     def effective_lambda_sc(self, lambda_sc: float) -> float:
         """lambda_sc of step 2 for this variant: the configured value with self-certainty, else 0."""
@@ -49,6 +65,66 @@ VARIANTS: dict[str, Variant] = {
         Variant(True, True, False, True, "D", "anchor_snips", "anchoring + SNIPS"),
         Variant(True, False, True, True, "E", "anchor_sc", "anchoring + self-certainty"),
         Variant(True, True, True, True, "F", "abpo", "ABPO: anchoring + SNIPS + self-certainty"),
+        Variant(
+            False,
+            False,
+            False,
+            True,
+            "G",
+            "grpo_cr",
+            "vanilla GRPO, no-response rows weighted c/(1-c)",
+            (("no_response_weight_rule", "click_rate"),),
+        ),
+        Variant(
+            True,
+            True,
+            True,
+            True,
+            "H",
+            "abpo_cr",
+            "ABPO, no-response rows weighted c/(1-c)",
+            (("no_response_weight_rule", "click_rate"),),
+        ),
+        Variant(
+            True,
+            True,
+            True,
+            True,
+            "I",
+            "abpo_ll",
+            "ABPO + SNIPS-weighted likelihood of clicked logged items",
+            (("likelihood_weight", 1.0),),
+        ),
+        Variant(
+            True,
+            True,
+            False,
+            True,
+            "J",
+            "wll",
+            "SNIPS-weighted likelihood of clicked logged items only (no GRPO term)",
+            (("surrogate_weight", 0.0), ("likelihood_weight", 1.0)),
+        ),
+        Variant(
+            True,
+            True,
+            True,
+            True,
+            "K",
+            "abpo_offpolicy",
+            "ABPO + the anchor's own shaped importance-weighted term (LUFFY)",
+            (("offpolicy_weight", 1.0),),
+        ),
+        Variant(
+            False,
+            False,
+            False,
+            True,
+            "L",
+            "grpo_ll",
+            "vanilla GRPO + SNIPS-weighted likelihood of clicked logged items",
+            (("likelihood_weight", 1.0),),
+        ),
     )
 }
 

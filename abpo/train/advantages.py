@@ -6,19 +6,32 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from accelerate.utils import gather_object
 
+from abpo.algo.anchor_terms import anchor_advantage, likelihood_coefficients
 from abpo.algo.rewards import anchor_reward, self_certainty, total_reward
 from abpo.algo.snips import effective_sample_size, snips_weight, stratified_self_normalise
-from abpo.algo.variants import rollout_advantages
+from abpo.algo.stratum_weight import no_response_abs_share, stratum_weighted_advantages
+from abpo.algo.variants import Variant, anchor_weights, rollout_advantages
 from abpo.train.diagnostics import step_diagnostics
-from abpo.train.records import CandidateSet, RolloutRecord
+from abpo.train.records import ABPOSettings, CandidateSet, RolloutRecord
 
 
 class AdvantagesMixin:
     """e_old, r_sc and the advantages of `ABPOTrainer` (see abpo.train.trainer for the attributes it reads)."""
+
+    # what ABPOTrainer and trl.GRPOTrainer give this mixin (annotations for the type checker; no runtime attribute)
+    abpo: ABPOSettings
+    variant: Variant
+    accelerator: Any
+    processing_class: Any
+    _title_len_cache: dict[str, int]
+    _answer_ids_cache: dict[str, list[int]]
+    _abpo_anchor_coefs: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None
+    _trie: Any  # abpo.train.rollouts.RolloutsMixin._trie
 
     def _title_tokens(self, answer: str) -> int:
         """Token count of the title inside a candidate answer ``<item_id>ID</item_id><item>TITLE</item>``."""
@@ -282,6 +295,16 @@ class AdvantagesMixin:
                     metrics[f"abpo/snips/ess_{name}"] = effective_sample_size(w[y == stratum]).item()
             w = w.float()
         adv = rollout_advantages(v, r_log, r_roll, y, w, delta=st.delta, eps_std=st.eps_std)  # [B, K] step 4
+        # the no-response rows' weight kappa (docs/update-variants.md Eq. N1; kappa = 1, the paper, changes nothing)
+        kappa = st.no_response_kappa()
+        adv = stratum_weighted_advantages(adv, y, kappa)
+        if kappa != 1.0 or st.no_response_weight_rule != "fixed":
+            metrics["abpo/no_response_weight"] = kappa
+            if st.click_rate is not None:
+                metrics["abpo/no_response_weight_click_rate"] = float(st.click_rate)
+        self._abpo_anchor_coefs = (
+            self._anchor_coefficients(groups, y, r_roll, kappa, metrics) if st.anchor_terms else None
+        )
 
         # Metrics of docs/ABPO_SPEC.md / the issue: reward components, match rates per stratum, advantage stats.
         pos = (y == 1)[:, None].expand(b, k)
@@ -301,6 +324,8 @@ class AdvantagesMixin:
                 "abpo/advantages/min": adv.min().item(),
                 "abpo/advantages/max": adv.max().item(),
                 "abpo/advantages/abs_mean": adv.abs().mean().item(),
+                # issue 49 point 2: how much of the step's push the no-response rows carry (after kappa)
+                "abpo/advantages/no_response_abs_share": no_response_abs_share(adv, y),
             }
         )
         if pos.any():
@@ -329,3 +354,90 @@ class AdvantagesMixin:
         flat = adv.reshape(-1)
         start = self.accelerator.process_index * n_local  # TRL's process slice
         return flat[start : start + n_local].clone(), metrics
+
+    def _anchor_coefficients(
+        self, groups: list[list[RolloutRecord]], y: torch.Tensor, r_roll: torch.Tensor, kappa: float, metrics: dict
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The logged items' own terms of the generation batch (docs/update-variants.md), as per-row tensors over
+        the gathered rows [B * K] (each logged example's coefficient on the first of its K rows, 0 on the others, so
+        that the loss scores each anchor once): c_ll = lambda_ll y w_hat / B (Eq. L1), c_off = lambda_off nu_y
+        A^log / B (Eqs. O1, O3) and log e0(a^log | q). w = e_old / e0 as step 3 (capped by update.w_max); A^log
+        under the variant's baseline and spread (B: the rollouts' plain mean and spread)."""
+        v, st = self.variant, self.abpo
+        b, k = r_roll.shape
+        e0 = torch.tensor([g[0].e0 for g in groups], dtype=torch.float64)
+        e_old = torch.tensor([g[0].e_old for g in groups], dtype=torch.float64)
+        if torch.isnan(e_old).any():
+            raise RuntimeError("ABPOTrainer: e_old missing for a logged example after the gather")
+        w = snips_weight(e_old, e0)
+        if st.w_max > 0:
+            w = w.clamp(max=st.w_max)
+        ll = torch.zeros(b)
+        off = torch.zeros(b)
+        if st.likelihood_weight > 0:
+            ll = likelihood_coefficients(w, y, st.delta, st.likelihood_weight)  # Eq. L1
+            metrics["abpo/likelihood/coef_sum"] = float(ll.sum())
+        if st.offpolicy_weight > 0:
+            lam = v.effective_lambda_sc(st.lambda_sc)
+            sc_log = torch.tensor([g[0].anchor_sc for g in groups], dtype=torch.float32) if v.self_certainty else None
+            r_log = anchor_reward(y, sc_log, lam)
+            w_hat = anchor_weights(v, w.float(), y, st.delta) if v.anchor else None
+            a_log = anchor_advantage(r_log.float(), r_roll.float(), w_hat, st.eps_std)  # Eq. O1
+            nu = torch.where(y == 0, torch.full((b,), kappa), torch.ones(b))
+            off = st.offpolicy_weight * nu * a_log / b
+            metrics["abpo/offpolicy/anchor_advantage_mean"] = float(a_log.mean())
+            if (y == 1).any():
+                metrics["abpo/offpolicy/anchor_advantage_positive"] = float(a_log[y == 1].mean())
+            if (y == 0).any():
+                metrics["abpo/offpolicy/anchor_advantage_no_response"] = float(a_log[y == 0].mean())
+        ll_rows = torch.zeros(b * k)
+        off_rows = torch.zeros(b * k)
+        ll_rows[::k] = ll.float()
+        off_rows[::k] = off.float()
+        return ll_rows, off_rows, torch.log(e0).float().repeat_interleave(k)
+
+    def _attach_anchor_rows(self, inputs, output) -> None:
+        """The anchor terms' inputs on this process's rows of ``output`` (they travel with the rows through TRL's
+        shuffle and split of the generation batch): the logged item's answer ids + EOS (what SFT trains and the
+        rollouts end with), their mask, the coefficients of `_anchor_coefficients`, log e0 and, with constrained
+        rollouts, the allowed tokens of every position (abpo.policy.constrained Eq. q)."""
+        if self._abpo_anchor_coefs is None:
+            raise RuntimeError("ABPOTrainer: the anchor terms' coefficients of this generation batch are missing")
+        ll, off, log_e0 = self._abpo_anchor_coefs
+        n_local = len(inputs)
+        part = slice(self.accelerator.process_index * n_local, (self.accelerator.process_index + 1) * n_local)
+        eos = self.processing_class.eos_token_id
+        pad = self.processing_class.pad_token_id
+        comps = [self._answer_ids(x["anchor_text"]) + [eos] for x in inputs]
+        length = max(len(c) for c in comps)
+        ids = torch.full((n_local, length), pad, dtype=torch.long)
+        mask = torch.zeros((n_local, length), dtype=torch.long)
+        for r, c in enumerate(comps):
+            ids[r, : len(c)] = torch.tensor(c, dtype=torch.long)
+            mask[r, : len(c)] = 1
+        dev = output["completion_ids"].device
+        output["abpo_anchor_ids"] = ids.to(dev)
+        output["abpo_anchor_mask"] = mask.to(dev)
+        output["abpo_anchor_ll_coef"] = ll[part].to(dev)
+        output["abpo_anchor_off_coef"] = off[part].to(dev)
+        output["abpo_anchor_log_e0"] = log_e0[part].to(dev)
+        if self.abpo.constrained_rollouts:
+            from abpo.policy.constrained import allowed_tensor
+
+            output["abpo_anchor_allowed"] = allowed_tensor([self._trie(x) for x in inputs], comps, length).to(dev)
+
+    def _pad_token_id(self) -> int:
+        return int(self.processing_class.pad_token_id)
+
+    def _anchor_rows(self, inputs):
+        """The rows of a micro-batch whose logged item has a term (a non-zero coefficient of Eq. L1 or O3: one row
+        per logged example, `_anchor_coefficients`), as (row indices, answer ids, answer mask, allowed tokens or
+        None), the answers cut to their longest; None when the micro-batch holds none."""
+        coef = (inputs["abpo_anchor_ll_coef"] != 0) | (inputs["abpo_anchor_off_coef"] != 0)
+        sel = coef.nonzero().squeeze(-1)
+        if sel.numel() == 0:
+            return None
+        mask = inputs["abpo_anchor_mask"][sel]
+        length = int(mask.sum(-1).max())
+        allowed = inputs["abpo_anchor_allowed"][sel, :length] if self.abpo.constrained_rollouts else None
+        return sel, inputs["abpo_anchor_ids"][sel, :length], mask[:, :length], allowed

@@ -67,6 +67,59 @@ class UpdateConfig:
             "(the spec has none: leave 0 to reproduce it).",
         },
     )
+    # ------------------------------------------------------------------ terms beside the paper's (issue 49)
+    no_response_weight: float = field(
+        default=1.0,
+        metadata={
+            "min": 0,
+            "help": "kappa: the weight of the no-response (y=0) rows' surrogate terms, clicks weigh 1 "
+            "(docs/update-variants.md Eq. N1; abpo.algo.stratum_weight). 1 = the paper. With "
+            "no_response_weight_rule=click_rate it scales c/(1-c).",
+        },
+    )
+    no_response_weight_rule: str = field(
+        default="fixed",
+        metadata={
+            "choices": ["fixed", "click_rate"],
+            "help": "fixed: kappa = no_response_weight | click_rate: kappa = no_response_weight x c/(1-c), c the "
+            "click rate of the logged rows the update trains on (before the stratified batches oversample clicks): "
+            "a bandit policy gradient baselined at c weighs a no-response c/(1-c) as much as a click (Eq. N2). "
+            "Variants grpo_cr and abpo_cr fix click_rate.",
+        },
+    )
+    surrogate_weight: float = field(
+        default=1.0,
+        metadata={
+            "min": 0,
+            "help": "Weight of the step-5 clipped surrogate (the GRPO term); 0 turns it off, leaving the terms "
+            "below (variant wll: the weighted log-likelihood alone). 1 = the paper.",
+        },
+    )
+    likelihood_weight: float = field(
+        default=0.0,
+        metadata={
+            "min": 0,
+            "help": "lambda_ll: weight of the SNIPS-weighted log-likelihood of the clicked logged items "
+            "(docs/update-variants.md Eq. L1, the supervised anchor of ReRe / AdaGRPO). 0 = off (the paper); "
+            "variants abpo_ll, grpo_ll and wll fix 1. Any updating variant may add it.",
+        },
+    )
+    offpolicy_weight: float = field(
+        default=0.0,
+        metadata={
+            "min": 0,
+            "help": "lambda_off: weight of the logged anchor's own shaped, clipped importance-weighted term "
+            "(docs/update-variants.md Eqs. O1-O3, LUFFY's policy shaping). 0 = off (the paper: the anchor has no "
+            "term); variant abpo_offpolicy fixes 1. Any updating variant may add it.",
+        },
+    )
+    offpolicy_gamma: float = field(
+        default=0.1,
+        metadata={
+            "gt": 0,
+            "help": "gamma of the policy shaping f(x) = x/(x+gamma) in the off-policy anchor term (LUFFY: 0.1).",
+        },
+    )
     # ------------------------------------------------------------------ the surrogate (step 5) -> GRPOConfig
     epsilon: float = field(
         default=0.2, metadata={"gt": 0, "help": "Clip range eps of s_i^j in the surrogate (GRPOConfig.epsilon)."}
@@ -75,7 +128,9 @@ class UpdateConfig:
         default=0.0,
         metadata={
             "min": 0,
-            "help": "KL regulariser weight to the update's starting policy (GRPOConfig.beta); 0 = off (spec: optional).",
+            "help": "KL regulariser weight to the update's starting policy (GRPOConfig.beta; pi_init on the first "
+            "update, the champion it refreshes after): J -= beta x k3 KL on the rollouts' tokens (abpo.algo.surrogate)."
+            " 0 = off (spec: optional). Any updating variant may add it.",
         },
     )
     ratio_level: str = field(

@@ -119,9 +119,40 @@ def grpo_kwargs(
     return kwargs
 
 
-def settings_for(cfg: Config, variant: str) -> ABPOSettings:
-    """ABPOTrainer's settings of `variant` from the config (section update and the policy's scoring settings)."""
-    u = cfg.update
+def variant_update_config(update_cfg: UpdateConfig, variant: str) -> UpdateConfig:
+    """Section update with the settings `variant` fixes (``Variant.presets``, docs/update-variants.md) applied: a
+    preset key left at its default takes the variant's value. A key the config set to another value is refused
+    (a ValueError naming the key, both values and the rule): a row named grpo_cr must not train with some other
+    no-response weight. Variants A-F fix nothing (the section is returned as it is)."""
+    import dataclasses
+
+    from abpo.algo.variants import get_variant
+    from abpo.train.config import UpdateConfig
+
+    v = get_variant(variant)
+    if not v.presets:
+        return update_cfg
+    defaults = UpdateConfig()
+    changes = {}
+    for key, value in v.presets:
+        current, default = getattr(update_cfg, key), getattr(defaults, key)
+        if current == value:
+            continue
+        if current != default:
+            raise ValueError(
+                f"update.{key}={current!r}: variant {v.letter} ({v.name}) fixes update.{key}={value!r}; rule: leave "
+                f"update.{key} at its default {default!r} with this variant, or set it on a variant that does not fix "
+                "it (docs/update-variants.md)"
+            )
+        changes[key] = value
+    return dataclasses.replace(update_cfg, **changes)
+
+
+def settings_for(cfg: Config, variant: str, *, click_rate: float | None = None) -> ABPOSettings:
+    """ABPOTrainer's settings of `variant` from the config (section update with the variant's presets applied,
+    `variant_update_config`, and the policy's scoring settings). ``click_rate``: c of the logged rows the update
+    trains on, for update.no_response_weight_rule=click_rate (docs/update-variants.md Eq. N2)."""
+    u = variant_update_config(cfg.update, variant)
     return ABPOSettings(
         variant=variant,
         delta=u.delta,
@@ -135,4 +166,11 @@ def settings_for(cfg: Config, variant: str) -> ABPOSettings:
         grpo_equal_samples=u.grpo_equal_samples,
         prompt_style=cfg.policy.prompt_style,
         self_certainty_positions=u.self_certainty_positions,
+        no_response_weight=u.no_response_weight,
+        no_response_weight_rule=u.no_response_weight_rule,
+        click_rate=click_rate,
+        surrogate_weight=u.surrogate_weight,
+        likelihood_weight=u.likelihood_weight,
+        offpolicy_weight=u.offpolicy_weight,
+        offpolicy_gamma=u.offpolicy_gamma,
     )

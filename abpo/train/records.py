@@ -27,6 +27,25 @@ class ABPOSettings:
     grpo_equal_samples: bool = False  # update.grpo_equal_samples: (B) samples G-1 rollouts like C-F
     prompt_style: str = "text"  # policy.prompt_style: item_tokens scores e_old on the item token (abpo.policy.scoring)
     self_certainty_positions: str = "choice"  # update.self_certainty_positions: the tokens r_sc averages over
+    # issue 49's terms (docs/update-variants.md); the defaults are the paper's update
+    no_response_weight: float = 1.0  # update.no_response_weight: kappa (Eq. N1), or its scale under click_rate
+    no_response_weight_rule: str = "fixed"  # update.no_response_weight_rule: fixed | click_rate (Eq. N2)
+    click_rate: float | None = None  # c of the logged rows the update trains on (run_update sets it)
+    surrogate_weight: float = 1.0  # update.surrogate_weight: the step-5 term's weight
+    likelihood_weight: float = 0.0  # update.likelihood_weight: lambda_ll (Eq. L1)
+    offpolicy_weight: float = 0.0  # update.offpolicy_weight: lambda_off (Eq. O3)
+    offpolicy_gamma: float = 0.1  # update.offpolicy_gamma: gamma of f(x) = x / (x + gamma) (Eq. O2)
+
+    def no_response_kappa(self) -> float:
+        """kappa of Eq. N1 for these settings (abpo.algo.stratum_weight.no_response_weight)."""
+        from abpo.algo.stratum_weight import no_response_weight
+
+        return no_response_weight(self.no_response_weight_rule, self.no_response_weight, self.click_rate)
+
+    @property
+    def anchor_terms(self) -> bool:
+        """Whether the logged item has a term of its own (Eq. L1 or O3): the trainer then scores its answer."""
+        return self.likelihood_weight > 0 or self.offpolicy_weight > 0
 
 
 def rollouts_per_example(variant: Variant | str, group_size: int, *, equal_samples: bool = False) -> int:

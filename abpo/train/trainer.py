@@ -97,6 +97,21 @@ def _compact_fused_lm_head():
         trl_utils._use_triton = original
 
 
+def _pad_right(t: torch.Tensor, length: int, value: int) -> torch.Tensor:
+    """[N, T] -> [N, length] padded on the right with ``value``."""
+    if t.size(1) == length:
+        return t
+    return torch.nn.functional.pad(t, (0, length - t.size(1)), value=value)
+
+
+def _pad_allowed(parts: list[torch.Tensor], length: int, value: int) -> torch.Tensor:
+    """The allowed-token tensors [N_p, T_p, K_p] of the rollouts and the anchors stacked as [sum N_p, length, max K]."""
+    k = max(p.size(2) for p in parts)
+    return torch.cat(
+        [torch.nn.functional.pad(p, (0, k - p.size(2), 0, length - p.size(1)), value=value) for p in parts]
+    )
+
+
 # ------------------------------------------------------------------------------------------------- trainer
 
 
@@ -168,6 +183,11 @@ class ABPOTrainer(RolloutsMixin, AdvantagesMixin, GRPOTrainer):
                     "generate (the vLLM path samples freely, as the paper does); turn one of them off"
                 )
             check_sampling(top_p=args.top_p, top_k=args.top_k, min_p=args.min_p)
+        if settings.surrogate_weight == 0 and not settings.anchor_terms:
+            raise ValueError(
+                "ABPOTrainer: update.surrogate_weight=0 with update.likelihood_weight=0 and update.offpolicy_weight=0; "
+                "rule: at least one term of the objective is on (docs/update-variants.md)"
+            )
         missing = [
             c
             for c in ("candidates", "a_log", "y", "e0", "anchor_text", "request_id", "candidate_answers")
@@ -189,6 +209,8 @@ class ABPOTrainer(RolloutsMixin, AdvantagesMixin, GRPOTrainer):
         self._abpo_gen_inputs: list[dict] | None = None  # the rows being generated for (constrained rollouts)
         self._trie_cache: dict[str, Any] = {}
         self._abpo_chosen_local: list[int] | None = None  # candidate index of each local rollout's answer (-1: none)
+        # the logged items' own terms of the generation batch (c_ll, c_off, log e0 per gathered row), when on
+        self._abpo_anchor_coefs: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self._title_len_cache: dict[str, int] = {}
         # (r_sc, popularity, title tokens) of every scored no-response rollout of the update so far, for the
         # correlations abpo/r_sc_corr_popularity and abpo/r_sc_corr_title_len (reset by a resume: a new trainer)
@@ -263,6 +285,8 @@ class ABPOTrainer(RolloutsMixin, AdvantagesMixin, GRPOTrainer):
                 "the TRL internals changed (see tests/train/test_trl_contract.py)"
             )
         output["advantages"] = advantages.to(output["advantages"].device, output["advantages"].dtype)
+        if self.abpo.anchor_terms:
+            self._attach_anchor_rows(inputs, output)  # Eqs. L1 / O3 of docs/update-variants.md
         metrics["abpo/advantage_time_s"] = time.perf_counter() - t0
         for k, v in metrics.items():
             self._metrics[mode][k].append(float(v))
@@ -284,17 +308,42 @@ class ABPOTrainer(RolloutsMixin, AdvantagesMixin, GRPOTrainer):
 
         prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
         completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
-        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
-        attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
         mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
-        if self.abpo.constrained_rollouts:
-            logps, entropies = self._constrained_logps(
-                model, input_ids, attention_mask, completion_ids, inputs["abpo_allowed"]
-            )
+        anchors = self._anchor_rows(inputs) if self.abpo.anchor_terms else None
+        if anchors is not None:
+            # the logged items' answers ride in the same forward as the rollouts (one pass: a process group's
+            # wrapper sees one forward per backward), right-padded to a common completion length
+            sel, a_ids, a_mask, a_allowed = anchors
+            n, t = completion_ids.shape
+            length = max(t, a_ids.size(1))
+            pad = self._pad_token_id()
+            comp_all = torch.cat([_pad_right(completion_ids, length, pad), _pad_right(a_ids, length, pad)])
+            cmask_all = torch.cat([_pad_right(completion_mask, length, 0), _pad_right(a_mask, length, 0)])
+            input_ids = torch.cat([torch.cat([prompt_ids, prompt_ids[sel]]), comp_all], dim=1)
+            attention_mask = torch.cat([torch.cat([prompt_mask, prompt_mask[sel]]), cmask_all], dim=1)
+            if self.abpo.constrained_rollouts:
+                from abpo.policy.constrained import PAD_ALLOWED
+
+                allowed = _pad_allowed([inputs["abpo_allowed"], a_allowed], length, PAD_ALLOWED)
+                logps_all, ent_all = self._constrained_logps(model, input_ids, attention_mask, comp_all, allowed)
+            else:
+                logps_all, ent_all, _ = self._get_per_token_logps_and_entropies(
+                    model, input_ids, attention_mask, length, compute_entropy=True
+                )
+            logps, entropies = logps_all[:n, :t], ent_all[:n, :t]
+            a_m = a_mask.to(logps_all.dtype)
+            anchor_logp = (torch.where(a_m > 0, logps_all[n:, : a_ids.size(1)], 0.0) * a_m).sum(-1)  # l_theta
         else:
-            logps, entropies, _ = self._get_per_token_logps_and_entropies(
-                model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True
-            )
+            input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+            attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
+            if self.abpo.constrained_rollouts:
+                logps, entropies = self._constrained_logps(
+                    model, input_ids, attention_mask, completion_ids, inputs["abpo_allowed"]
+                )
+            else:
+                logps, entropies, _ = self._get_per_token_logps_and_entropies(
+                    model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True
+                )
         old = inputs.get("old_per_token_logps")
         old = logps.detach() if old is None else old
         advantages = inputs["advantages"]
@@ -310,7 +359,31 @@ class ABPOTrainer(RolloutsMixin, AdvantagesMixin, GRPOTrainer):
             beta=self.beta,
         )
         mode = "train" if self.model.training else "eval"
+        if self.abpo.surrogate_weight != 1.0:
+            objective = self.abpo.surrogate_weight * objective  # update.surrogate_weight (0: the GRPO term off)
         loss = -objective / (self.current_gradient_accumulation_steps if mode == "train" else 1.0)
+        extra: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        if anchors is not None:
+            from abpo.algo.anchor_terms import offpolicy_anchor_surrogate, weighted_log_likelihood
+
+            sel = anchors[0]
+            ll_c, off_c = inputs["abpo_anchor_ll_coef"][sel], inputs["abpo_anchor_off_coef"][sel]
+            # the coefficients are normalised over the whole generation batch (1/B), so the micro-batches' terms
+            # add up to J_LL and J_off; a process group averages gradients, hence x processes
+            j_anchor = weighted_log_likelihood(anchor_logp, ll_c) + offpolicy_anchor_surrogate(
+                anchor_logp,
+                anchor_logp.detach(),  # pi_old = the policy of this step (one optimizer step per generation batch)
+                inputs["abpo_anchor_log_e0"][sel],
+                off_c,
+                (self.epsilon_low, self.epsilon_high),
+                self.abpo.offpolicy_gamma,
+            )
+            loss = loss - j_anchor * self.accelerator.num_processes
+            with torch.no_grad():
+                k = torch.tensor(float(sel.numel()))
+                extra["abpo/anchor/logp_mean"] = (anchor_logp.detach().sum(), k)  # mean l_theta(a^log | q)
+                rho = torch.exp(anchor_logp.detach() - inputs["abpo_anchor_log_e0"][sel].to(anchor_logp.dtype))
+                extra["abpo/anchor/rho_mean"] = (rho.sum(), k)  # mean pi_theta(a^log) / e0(a^log)
 
         with torch.no_grad():  # metrics: TRL's names where they mean the same
             m = mask.to(logps.dtype)
@@ -327,6 +400,7 @@ class ABPOTrainer(RolloutsMixin, AdvantagesMixin, GRPOTrainer):
                 "entropy": ((entropies * m).sum(), m.sum()),
                 "abpo/objective": (objective.detach() * len(advantages), torch.tensor(float(len(advantages)))),
             }
+            parts.update(extra)
             if ref is not None:  # the KL term's value: mean over rollouts of kl_k3 (TRL's metric name)
                 from abpo.algo.surrogate import kl_k3
 

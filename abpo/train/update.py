@@ -278,6 +278,10 @@ def run_update(
     if strata is not None and not run.months:
         raise ValueError("run_update: strata without run.months; rule: name the months whose logs the tables hold")
     variant = get_variant(run.variant)
+    from abpo.train.grpo_args import variant_update_config
+
+    # the settings the variant fixes (docs/update-variants.md), so that the logged params say what trained
+    cfg = dataclasses.replace(cfg, update=variant_update_config(cfg.update, variant.name))
     init_dir = init_dir_for(cfg, run)
     if not variant.update:
         out = output_dir_for(cfg, run)
@@ -320,6 +324,9 @@ def run_update(
     # one optimizer step over all processes (update.batch_size counts the examples of every process's micro-batch)
     examples_per_batch = cfg.update.batch_size * cfg.update.grad_accum
     positive, no_response, note = subsample_strata(positive, no_response, cfg.update.max_examples, cfg.seed)
+    # c of the rows trained on, before the stratified batches oversample a stratum (update.no_response_weight_rule)
+    n_rows = positive.num_rows + no_response.num_rows
+    click_rate = positive.num_rows / n_rows if n_rows else None
     train_ds, report = update_dataset_from_strata(
         positive,
         no_response,
@@ -353,7 +360,7 @@ def run_update(
         tokenizer,
         train_ds,
         cfg.update,
-        settings_for(cfg, variant.name),
+        settings_for(cfg, variant.name, click_rate=click_rate),
         output_dir=out,
         seed=cfg.seed,
         peft_config=lora_config(cfg.policy),

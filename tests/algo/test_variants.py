@@ -22,8 +22,25 @@ def test_switch_table_matches_the_spec():
         "D": ("anchor_snips", True, True, False, True),  # + anchoring + SNIPS
         "E": ("anchor_sc", True, False, True, True),  # + anchoring + self-certainty
         "F": ("abpo", True, True, True, True),  # ABPO
+        # issue 49 (docs/update-variants.md): B, D or F plus the update settings they fix
+        "G": ("grpo_cr", False, False, False, True),
+        "H": ("abpo_cr", True, True, True, True),
+        "I": ("abpo_ll", True, True, True, True),
+        "J": ("wll", True, True, False, True),
+        "K": ("abpo_offpolicy", True, True, True, True),
+        "L": ("grpo_ll", False, False, False, True),
     }
     assert all(VARIANTS[name].name == name for name in VARIANTS)
+    assert all(not v.presets for v in VARIANTS.values() if v.letter in "ABCDEF")  # the paper's rows fix nothing
+    presets = {v.name: dict(v.presets) for v in VARIANTS.values() if v.presets}
+    assert presets == {
+        "grpo_cr": {"no_response_weight_rule": "click_rate"},
+        "abpo_cr": {"no_response_weight_rule": "click_rate"},
+        "abpo_ll": {"likelihood_weight": 1.0},
+        "wll": {"surrogate_weight": 0.0, "likelihood_weight": 1.0},
+        "abpo_offpolicy": {"offpolicy_weight": 1.0},
+        "grpo_ll": {"likelihood_weight": 1.0},
+    }
 
 
 def test_get_variant_by_name_or_letter_and_an_update_runs_default():

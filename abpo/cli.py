@@ -79,12 +79,13 @@ def _cmd_config(args: argparse.Namespace, cfg: Config) -> int:
     import yaml
 
     from abpo.config import Config, describe
+    from abpo.redact import redact
 
     if args.explain:
         for key, default, help_text in describe(Config):
             print(f"{key:40s} {default!r:>22}  {help_text}")
-    else:
-        print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
+    else:  # a tracking URI's password (or any known secret) is printed as ***
+        print(redact(yaml.safe_dump(cfg.to_dict(), sort_keys=False)), end="")
     return 0
 
 
@@ -121,13 +122,14 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     keeps its traceback."""
     from abpo.abtest.analysis import ReportInputError
     from abpo.abtest.inputs import CSVFormatError
+    from abpo.arms.history import HistoryFieldRefused
     from abpo.arms.versions import NotInRegistry, PromotionRace
     from abpo.config import ConfigError
     from abpo.data.schemas import SchemaError
     from abpo.monthly.adopt import ModelRefused
     from abpo.monthly.gate import GateUsersMissing
     from abpo.months import MonthError
-    from abpo.registry import ModelFilesDamaged, RegistryUnavailable
+    from abpo.registry import ModelFilesDamaged, RegistryUnavailable, StateMoved
     from abpo.validation import ValidationNotRun
     from abpo.warehouse import IngestError, WarehouseBusy, WarehouseSettingError, WarehouseUnreadable
 
@@ -148,13 +150,28 @@ def expected_errors() -> tuple[type[BaseException], ...]:
         GateUsersMissing,
         ValidationNotRun,
         ModelFilesDamaged,
+        StateMoved,
+        HistoryFieldRefused,
     )
 
 
 def one_line(e: BaseException) -> str:
-    """The error's message on one line (a multi-line message keeps its lines, joined by ' | ')."""
+    """The error's message on one line (a multi-line message keeps its lines, joined by ' | '), every URI's password
+    and every known secret blanked out (abpo.redact.redact)."""
+    from abpo.redact import redact
+
     text = " | ".join(line.strip() for line in str(e).splitlines() if line.strip())
-    return text or type(e).__name__
+    return redact(text) or type(e).__name__
+
+
+def _redacted_excepthook(kind, value, tb) -> None:
+    """sys.excepthook of the `abpo` process: an unexpected error's traceback (a bug) as Python prints it, with
+    every URI's password and known secret blanked out."""
+    import traceback
+
+    from abpo.redact import redact
+
+    sys.stderr.write(redact("".join(traceback.format_exception(kind, value, tb))))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -165,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import argcomplete
 
+    sys.excepthook = _redacted_excepthook  # a bug's traceback holds no password either
     parser = build_parser()
     argcomplete.autocomplete(parser)  # answers a completion request from the shell ($_ARGCOMPLETE) and exits
     args = parser.parse_args(argv)
@@ -183,7 +201,9 @@ def main(argv: list[str] | None = None) -> int:
         rc = args.handler(args, cfg)
     except expected_errors() as e:
         if debug:
-            traceback.print_exc()
+            from abpo.redact import redact
+
+            sys.stderr.write(redact(traceback.format_exc()))
         print(f"abpo {command}: {one_line(e)}", file=sys.stderr)
         return 2
     return int(rc or 0)

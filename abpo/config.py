@@ -25,6 +25,7 @@ from abpo.data.storage import is_uri
 from abpo.experiment.config import ExperimentConfig
 from abpo.paths import CONFIG_DIR, REPO_ROOT, base_dir, namespaced
 from abpo.policy.config import PolicyConfig, SFTConfig
+from abpo.redact import has_userinfo, redact
 from abpo.sim.config import SimConfig
 from abpo.train.config import UpdateConfig
 from abpo.yamlfile import YAMLFileError, read_yaml as read_yaml_file, yaml_value
@@ -161,7 +162,31 @@ class Config:
 
 
 class ConfigError(ValueError):
-    pass
+    """A bad config file, variable or override: the message names the source, the key and the rule, with any
+    credentials in the value blanked out (abpo.redact)."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(redact(a) if isinstance(a, str) else a for a in args))
+
+
+# the config's object-store URIs: read through abpo.data.storage with credentials from the environment only
+CREDENTIAL_FREE_FIELDS = ("paths.landing", "paths.mlflow_artifacts", "data.dataset_dir")
+
+
+def check_no_credentials(cfg: Config) -> None:
+    """ConfigError for an object-store URI setting (:data:`CREDENTIAL_FREE_FIELDS`) that carries credentials
+    (``s3://KEY:SECRET@bucket/x``, ``?secret_key=...``): credentials never come from the config, which is copied,
+    committed and printed (`abpo config`); they come from the environment or $ABPO_STORAGE_CONNECTION."""
+    for dotted in CREDENTIAL_FREE_FIELDS:
+        section, key = dotted.split(".")
+        value = str(getattr(getattr(cfg, section), key, "") or "")
+        if is_uri(value) and has_userinfo(value):
+            raise ConfigError(
+                f"config {dotted} = {redact(value)!r}: rule: credentials never come from the config (no "
+                "user:password@ or secret query parameter in an object-store URI); set AWS_ACCESS_KEY_ID / "
+                "AWS_SECRET_ACCESS_KEY, AWS_PROFILE or the instance role, or $ABPO_STORAGE_CONNECTION "
+                "(docs/scaling.md)"
+            )
 
 
 # ---------------------------------------------------------------------------------------------- value rules
@@ -370,6 +395,7 @@ def load_config(name_or_path: str | Path = "tiny", overrides: list[str] | None =
         namespaced("", cfg.paths.namespace)  # a namespace MLflow and Airflow names can carry, checked once here
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    check_no_credentials(cfg)
     object.__setattr__(cfg.paths, "_tracking_uri_from", tracking_from)  # not a field: not in to_dict / config_hash
     return cfg
 

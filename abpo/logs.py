@@ -1,7 +1,9 @@
 """The console view of abpo's logging: every module logs through ``logging.getLogger(__name__)`` (loggers under
 ``abpo``); :func:`console` shows their INFO records as plain lines on stdout, which is what the ``abpo`` command,
 the Airflow tasks and ``abpo demo`` print. Worker processes hand their records to the parent
-(:func:`from_workers`), so a pool's lines go wherever the parent's go. A leaf module: it imports nothing of abpo."""
+(:func:`from_workers`), so a pool's lines go wherever the parent's go. Every record, abpo's and its libraries', is
+redacted when it is made (:func:`redact_records`: no password or secret in a log line). A leaf module: it imports
+nothing of abpo but the redaction (abpo.redact)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,32 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from abpo.redact import redact
+
 ROOT = "abpo"
+
+
+def redact_records() -> None:
+    """Make every log record of this process with its message redacted (abpo.redact.redact: a URI's password, a known
+    secret): a record factory, so the console, a task log and any handler a deployment adds get the redacted text.
+    Idempotent."""
+    factory = logging.getLogRecordFactory()
+    if getattr(factory, "abpo_redacts", False):
+        return
+
+    def make(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = factory(*args, **kwargs)
+        try:
+            text = record.getMessage()
+        except Exception:  # noqa: BLE001 - a malformed record is logging's to report, as it would be unredacted
+            return record
+        clean = redact(text)
+        if clean != text:
+            record.msg, record.args = clean, None
+        return record
+
+    make.abpo_redacts = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(make)
 
 
 class _Stdout(logging.StreamHandler):
@@ -21,32 +48,38 @@ class _Stdout(logging.StreamHandler):
     task output), like ``print`` does."""
 
     abpo_console = True
+    to_stderr = False  # console(stderr=True): a command whose stdout is data (`abpo arms history --json`)
 
     def __init__(self) -> None:
         super().__init__(sys.stdout)
 
     @property
     def stream(self):  # type: ignore[override]
-        return sys.stdout
+        return sys.stderr if self.to_stderr else sys.stdout
 
     @stream.setter
     def stream(self, value) -> None:  # StreamHandler.__init__ / setStream assign it; the property always wins
         pass
 
 
-def console(prefix: str = "", *, propagate: bool = True) -> logging.Handler:
-    """Show the ``abpo`` loggers' INFO records on stdout, one plain line each (``prefix`` before every line: the
+def console(prefix: str = "", *, propagate: bool = True, stderr: bool = False) -> logging.Handler:
+    """Show the ``abpo`` loggers' INFO records on stdout (on stderr with ``stderr``: a command that prints data, such
+    as JSON, on stdout), one plain line each (``prefix`` before every line: the
     demo marks the tasks' lines with it to pick them out of Airflow's output). ``propagate=False``: the records go
     only there, not also to the root logger's handlers (inside an Airflow task those write the task log too, which
     would then hold every line twice). Idempotent: a second call only updates the prefix and propagation. Progress
-    bars are turned off unless stderr is a terminal (:func:`progress_bars_only_on_a_terminal`)."""
+    bars are turned off unless stderr is a terminal (:func:`progress_bars_only_on_a_terminal`); records are
+    redacted (:func:`redact_records`)."""
     progress_bars_only_on_a_terminal()
+    redact_records()
     logger = logging.getLogger(ROOT)
     logger.propagate = propagate
     handler = next((h for h in logger.handlers if getattr(h, "abpo_console", False)), None)
     if handler is None:
         handler = _Stdout()
         logger.addHandler(handler)
+    if isinstance(handler, _Stdout):
+        handler.to_stderr = stderr
     handler.setFormatter(logging.Formatter(prefix.replace("%", "%%") + "%(message)s"))
     handler.setLevel(logging.INFO)
     if logger.level == logging.NOTSET or logger.level > logging.INFO:
@@ -60,8 +93,9 @@ def task_logging(prefix: str = "") -> None:
     with the record's level and logger name, and no stdout handler is added (Airflow copies a task's stdout into
     its log too: a second copy of each line). With ``prefix`` (``abpo demo``: $ABPO_CONSOLE_PREFIX) the lines go to
     stdout marked with it, for the demo to pick out, and do not propagate. Progress bars are off unless stderr is
-    a terminal: Airflow logs a task's stderr at ERROR level."""
+    a terminal: Airflow logs a task's stderr at ERROR level. Records are redacted (:func:`redact_records`)."""
     progress_bars_only_on_a_terminal()
+    redact_records()
     logger = logging.getLogger(ROOT)
     if prefix:
         console(prefix, propagate=False)

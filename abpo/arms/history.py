@@ -75,6 +75,39 @@ class Entry:
         }
 
 
+class HistoryFieldRefused(ValueError):
+    """A ``--reason`` or ``--actor`` (or $ABPO_ACTOR) holding a control character: a newline or carriage return would
+    print as a separate, forged history entry; NUL and the bidirectional controls (right-to-left override) make the
+    printed line say something other than what was recorded."""
+
+
+# the bidirectional formatting characters (Unicode's Bidi_Control): they reorder how the rest of a line is shown
+BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+MAX_ACTOR_LENGTH = 200
+
+
+def check_text_field(field: str, value: str) -> str:
+    """``value`` when it may be recorded as history field ``field`` (``reason``, ``actor``): no control character
+    (Unicode category Cc: newline, carriage return, tab, NUL, escape, ...), no line or paragraph separator (U+2028,
+    U+2029) and no bidirectional control (:data:`BIDI_CONTROLS`); an actor at most :data:`MAX_ACTOR_LENGTH`
+    characters. HistoryFieldRefused naming the field, the character and its position otherwise."""
+    import unicodedata
+
+    for i, ch in enumerate(str(value)):
+        if unicodedata.category(ch) in ("Cc", "Zl", "Zp") or ch in BIDI_CONTROLS:
+            name = unicodedata.name(ch, "") or "a control character"
+            raise HistoryFieldRefused(
+                f"{field} {value[:80]!r}: character {i + 1} is U+{ord(ch):04X} ({name}); rule: a history field is one "
+                "line of printable text (no newline, carriage return, tab, NUL or other control character, no "
+                "bidirectional override), so every entry prints as the one line it is; nothing recorded"
+            )
+    if field == "actor" and len(value) > MAX_ACTOR_LENGTH:
+        raise HistoryFieldRefused(
+            f"actor {value[:40]!r}...: {len(value)} characters; rule: at most {MAX_ACTOR_LENGTH}; nothing recorded"
+        )
+    return value
+
+
 def os_actor() -> str:
     """Who runs this process: $ABPO_ACTOR, else the OS user (getpass), else "unknown"."""
     who = os.environ.get("ABPO_ACTOR", "").strip()
@@ -147,8 +180,21 @@ def _entry(run) -> Entry:
 
 
 def entries(cfg: Config, arm: str) -> list[Entry]:
-    """The arm's history, oldest first (finished entries only)."""
-    return read(_client(cfg), arm, registry.experiment_name(cfg, EXPERIMENT)) if _experiment_id(cfg) else []
+    """The arm's history, oldest first (finished entries only). RegistryUnavailable naming the store when the
+    registry cannot answer (a server down, a store that cannot be opened): never read as an empty history."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return read(_client(cfg), arm, registry.experiment_name(cfg, EXPERIMENT)) if _experiment_id(cfg) else []
+    except registry.RegistryUnavailable:
+        raise
+    except Exception as e:  # noqa: BLE001 - MlflowException (a server down), or the store cannot be opened at all
+        text = str(e).splitlines()[0][:300] if str(e) else ""
+        why = "" if isinstance(e, MlflowException) else ": the store cannot be opened"
+        raise registry.RegistryUnavailable(
+            f"MLflow registry {cfg.paths.tracking_uri()}: could not read the promotion history of arm {arm!r} "
+            f"(experiment {registry.experiment_name(cfg, EXPERIMENT)}){why} ({type(e).__name__}: {text})"
+        ) from e
 
 
 def last_move(cfg: Config, arm: str) -> Entry | None:
@@ -173,6 +219,8 @@ def begin(
     only under the arm's promotion lock."""
     if action not in ACTIONS:
         raise ValueError(f"promotion history: action {action!r}; rule: one of {list(ACTIONS)}")
+    check_text_field("actor", actor or "")
+    check_text_field("reason", reason or "")
     client = _client(cfg)
     seqs = [int(r.data.params["seq"]) for r in _runs(cfg, arm) if "seq" in r.data.params]
     seq = max(seqs, default=0) + 1

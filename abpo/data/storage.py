@@ -22,6 +22,8 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from abpo.redact import redact
+
 URI_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
 # the marker a producer writes last into an object-store landing partition (uploads are not atomic as a directory
 # rename is): $ABPO_LANDING_MARKER, the variable the DAG's landing sensor reads; empty: files suffice
@@ -46,7 +48,11 @@ _NO_BUCKET = ("NO_SUCH_BUCKET", "NoSuchBucket", "bucket does not exist")
 
 
 class StorageError(OSError):
-    """An object-store location cannot be read or written; the message names the URI and the problem."""
+    """An object-store location cannot be read or written; the message names the URI (its credentials blanked out,
+    abpo.redact) and the problem."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(redact(a) if isinstance(a, str) else a for a in args))
 
 
 def is_uri(p: object) -> bool:

@@ -3,17 +3,27 @@ pickling name them so)."""
 
 from __future__ import annotations
 
+from abpo.redact import redact
 
-class StateMoved(ValueError):
+
+class Redacted(Exception):
+    """An error whose message passes through abpo.redact.redact when it is made: a URI's password or a known secret
+    never reaches its message, so neither the CLI's line nor a task log nor a pickled copy holds it."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(redact(a) if isinstance(a, str) else a for a in args))
+
+
+class StateMoved(Redacted, ValueError):
     """The state's SQLite MLflow store names artifact locations under another state directory: the state was copied
     or restored elsewhere, and using it as it is would write into the old directory."""
 
 
-class RegistryUnavailable(RuntimeError):
+class RegistryUnavailable(Redacted, RuntimeError):
     """The MLflow registry could not answer (server down, network, database error): never read as "no alias"."""
 
 
-class ModelFilesDamaged(RuntimeError):
+class ModelFilesDamaged(Redacted, RuntimeError):
     """A model directory's weights are not whole (a truncated or corrupt ``*.safetensors``, a file that does not
     match the checksum recorded when it was downloaded), or it could not be written (a full disk): the message names
     the file and the rule. An expected error (`abpo` prints one line)."""

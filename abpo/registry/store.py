@@ -6,12 +6,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import abpo
+from abpo.redact import redact, register_uri_secret
 from abpo.registry.errors import RegistryUnavailable, StateMoved
 
 if TYPE_CHECKING:
@@ -25,17 +25,37 @@ _announced: set[str] = set()
 
 
 def redact_uri(uri: str) -> str:
-    """``uri`` with any password replaced by ``***`` (``http://user:secret@host`` -> ``http://user:***@host``)."""
-    return re.sub(r"^([a-zA-Z][a-zA-Z0-9+.-]*://[^/:@]*):[^/@]*@", r"\1:***@", uri)
+    """``uri`` with any password replaced by ``***`` (``http://user:secret@host`` -> ``http://user:***@host``): the
+    one redaction function, abpo.redact.redact, under the name the registry's callers know."""
+    return redact(uri)
+
+
+# What a tracking server's HTTP calls may take when abpo sets nothing else ($MLFLOW_HTTP_REQUEST_* exported by the
+# user win): MLflow's own defaults (a 120 s timeout, 7 retries with backoff factor 2) made `abpo arms status` against
+# an unreachable server answer after 4 min 13 s. Here one call fails within about 2 x 5 s (the first retry does not
+# back off): a registry that does not answer is RegistryUnavailable, which the DAG's tasks retry with their own
+# backoff (abpo.monthly.common.TRANSIENT), so nothing is lost by failing the call sooner. The timeout bounds each
+# connect and each wait for the server's next bytes, not a whole transfer: a large artifact upload is not cut off.
+HTTP_TIMEOUTS = {
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "5",  # seconds per connect / read
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER": "0.5",
+}
+
+
+def bound_http_calls(uri: str) -> None:
+    """For a tracking server (``http(s)://``), set :data:`HTTP_TIMEOUTS` in this process's environment, keeping any
+    value the user exported; MLflow reads them on every request."""
+    if uri.lower().startswith(("http://", "https://")):
+        for var, value in HTTP_TIMEOUTS.items():
+            os.environ.setdefault(var, value)
 
 
 def store_line(cfg: Config) -> str:
     """Which MLflow store the config uses and where that came from, e.g. ``MLflow store sqlite:///x.db (from
     $MLFLOW_TRACKING_URI)``: what the commands print and the tasks log."""
     return f"MLflow store {redact_uri(cfg.paths.tracking_uri())} (from {cfg.paths.tracking_uri_source()})"
-
-
-_initialised: set[str] = set()
 
 
 _initialised: set[str] = set()
@@ -124,9 +144,6 @@ def moved_from(cfg: Config) -> str | None:
 _checked_moved: set[str] = set()
 
 
-_checked_moved: set[str] = set()
-
-
 def configure(cfg: Config) -> str:
     """Point MLflow at the config's tracking store (creating the local SQLite store and artifact root). The first time
     a process uses a store, one log line says which one and where it came from (:func:`store_line`).
@@ -137,6 +154,8 @@ def configure(cfg: Config) -> str:
     import mlflow
 
     uri = cfg.paths.tracking_uri()
+    register_uri_secret(uri)  # its password is blanked out of every message and log line from here on
+    bound_http_calls(uri)
     if uri.startswith("sqlite:///") and uri not in _checked_moved:  # once per process and store
         old = moved_from(cfg)
         if old is not None:

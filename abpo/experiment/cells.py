@@ -29,7 +29,18 @@ RETIRED_UPDATE_KEYS: dict[str, Any] = {
 
 # Keys added to section `update` after cells were cached, with their default (= the behaviour before they existed):
 # at that default a key is left out of the digest, so cached cells keep their fingerprints; any other value enters it.
-ADDED_UPDATE_KEYS: dict[str, Any] = {"self_certainty_positions": "choice", "greedy_rollouts": False, "processes": 1}
+ADDED_UPDATE_KEYS: dict[str, Any] = {
+    "self_certainty_positions": "choice",
+    "greedy_rollouts": False,
+    "processes": 1,
+    # issue 49's terms beside the paper's (docs/update-variants.md)
+    "no_response_weight": 1.0,
+    "no_response_weight_rule": "fixed",
+    "surrogate_weight": 1.0,
+    "likelihood_weight": 0.0,
+    "offpolicy_weight": 0.0,
+    "offpolicy_gamma": 0.1,
+}
 
 
 def cell_fingerprint(cfg: Config, row: str, seed: int | None = None, r: int | None = None) -> str:

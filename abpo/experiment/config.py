@@ -33,7 +33,8 @@ class ExperimentConfig:
         ],
         metadata={
             "help": "Table rows: update variants (A none = No-Update, B grpo, C anchor, D anchor_snips, E anchor_sc, "
-            "F abpo), full_info (the upper reference: next-item fine-tuning of pi_init on the true next items of the "
+            "F abpo; beside them G grpo_cr, H abpo_cr, I abpo_ll, J wll, K abpo_offpolicy, L grpo_ll of "
+            "docs/update-variants.md), the GRPO controls grpo_g1 and grpo_lr, full_info (the upper reference: next-item fine-tuning of pi_init on the true next items of the "
             "same update positions, what complete feedback would give) and the baselines popularity and "
             "ml_retrain, all ranked on the same evaluation candidates."
         },

@@ -129,6 +129,7 @@ def rounds_markdown(recs: Sequence[Mapping]) -> str:
         "train_w_p99": "ŵ p99 (train)",
         "train_w_ess_share": "ESS share (train)",
         "train_gamma_ratio": "γ ratio vs B (train)",
+        "train_no_response_abs_share": "no-response share of |A| (train)",
     }
     head = ["Row", "Round", *(names.get(m, m) for m in (*ROUND_METRICS, *diag))]
     if trend:

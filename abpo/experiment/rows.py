@@ -32,7 +32,8 @@ def row_key(row: str) -> str:
         return get_variant(row).name
     except ValueError:
         raise ValueError(
-            f"experiment.rows: {row!r}; rule: a variant (A-F or none, grpo, anchor, anchor_snips, anchor_sc, abpo), "
+            f"experiment.rows: {row!r}; rule: a variant (A-L or none, grpo, anchor, anchor_snips, anchor_sc, abpo, "
+            "grpo_cr, abpo_cr, abpo_ll, wll, abpo_offpolicy, grpo_ll), "
             f"{FULL_INFO}, a GRPO control ({', '.join(CONTROLS)}) or a baseline ({', '.join(BASELINES)})"
         ) from None
 

@@ -9,7 +9,8 @@ For every seed s (``experiment.seeds``):
                  r every LLM row's round r-1 policy (pi_init for r = 1) logs a fresh D_bandit on window r
                  (abpo.policy.bandit: a ~ e(.|q), y = 1 iff a = x_{t'+1}; other logging regimes, experiment.logger /
                  clicks / log_candidates: abpo.experiment.regimes), then the row trains on it:
-                 A none (nothing), B grpo, C anchor, D anchor_snips, E anchor_sc, F abpo (abpo.train.update), and
+                 A none (nothing), B grpo, C anchor, D anchor_snips, E anchor_sc, F abpo (abpo.train.update), the
+                 variants beside them G grpo_cr ... L grpo_ll (docs/update-variants.md), and
                  full_info (the upper reference: next-item fine-tuning on the true next items of the window's
                  requests, what complete feedback would give), and the GRPO controls grpo_g1 (G-1 rollouts) and
                  grpo_lr (learning rate x the gamma ratio measured in the ABPO cell of the same seed and round)

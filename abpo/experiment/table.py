@@ -31,6 +31,7 @@ ROUND_DIAGNOSTICS = (
     "train_w_p99",
     "train_w_ess_share",
     "train_gamma_ratio",
+    "train_no_response_abs_share",
 )
 TESTED = ("HR@5", "NDCG@5")  # the metrics with paired comparisons
 REFERENCES = ("none", "grpo")  # every row is compared with No-Update (A) and vanilla GRPO (B)

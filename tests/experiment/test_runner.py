@@ -202,6 +202,7 @@ def test_training_diagnostics_and_match_curves_come_from_the_update_history():
                 "abpo/w_p99": 2.0 * k,
                 "abpo/w_max": 10.0 * k,
                 "abpo/gamma_ratio": 0.8,
+                "abpo/advantages/no_response_abs_share": 0.5 + 0.2 * k,
             }
             for k in (1, 2)
         ]
@@ -210,6 +211,7 @@ def test_training_diagnostics_and_match_curves_come_from_the_update_history():
     d = training_diagnostics(cell(0, 1, [0.2, 0.4], 0.1))
     assert d["train_match_positive"] == pytest.approx(0.3) and d["train_w_p99"] == pytest.approx(3.0)
     assert d["train_w_max"] == 20.0 and d["train_gamma_ratio"] == pytest.approx(0.8)
+    assert d["train_no_response_abs_share"] == pytest.approx(0.8)  # the mean of 0.7 and 0.9
     assert math.isnan(d["train_w_ess_share"])  # not logged
     assert all(math.isnan(v) for v in training_diagnostics({"row": "none"}).values())  # trained nothing
     cells = [cell(0, 1, [0.2, 0.4], 0.1), cell(1, 1, [0.4, 0.6], 0.3), cell(0, 2, [0.5, 0.5], 0.2)]

@@ -13,6 +13,25 @@ if TYPE_CHECKING:
     from abpo.config import Config
 
 
+def _history_field(field: str):
+    """An argparse type for a history field (--reason, --actor): abpo.arms.history.check_text_field's refusal (a
+    control character) is argparse's one-line error, before anything is read or written."""
+
+    def check(value: str) -> str:
+        from abpo.arms.history import HistoryFieldRefused, check_text_field
+
+        try:
+            return check_text_field(field, value)
+        except HistoryFieldRefused as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    check.__name__ = field
+    return check
+
+
+_reason, _actor = _history_field("reason"), _history_field("actor")
+
+
 def register(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "arms",
@@ -101,8 +120,10 @@ def register(sub, common: argparse.ArgumentParser) -> None:
         "--expect-champion",
         help="Refuse unless the champion is this version (a race with another promotion changes nothing).",
     )
-    a.add_argument("--reason", default="", help="Why: recorded in the promotion history and on the version.")
-    a.add_argument("--actor", default="", help=actor)
+    a.add_argument(
+        "--reason", default="", type=_reason, help="Why: recorded in the promotion history and on the version."
+    )
+    a.add_argument("--actor", default="", type=_actor, help=actor)
     a.set_defaults(handler=run, action="promote")
 
     a = asub.add_parser(
@@ -114,8 +135,10 @@ def register(sub, common: argparse.ArgumentParser) -> None:
         "version no longer exists.",
     )
     a.add_argument("--arm", required=True, help="The arm: abpo, grpo, ml_retrain or popularity.")
-    a.add_argument("--reason", default="", help="Why: recorded in the promotion history and on the version.")
-    a.add_argument("--actor", default="", help=actor)
+    a.add_argument(
+        "--reason", default="", type=_reason, help="Why: recorded in the promotion history and on the version."
+    )
+    a.add_argument("--actor", default="", type=_actor, help=actor)
     a.set_defaults(handler=run, action="rollback")
 
     a = asub.add_parser(
@@ -128,8 +151,8 @@ def register(sub, common: argparse.ArgumentParser) -> None:
         "pinned when the next month detects it.",
     )
     a.add_argument("--arm", required=True, help="The arm: abpo, grpo, ml_retrain or popularity.")
-    a.add_argument("--reason", default="", help="Why: recorded in the promotion history.")
-    a.add_argument("--actor", default="", help=actor)
+    a.add_argument("--reason", default="", type=_reason, help="Why: recorded in the promotion history.")
+    a.add_argument("--actor", default="", type=_actor, help=actor)
     a.set_defaults(handler=run, action="pin")
 
     a = asub.add_parser(
@@ -139,8 +162,8 @@ def register(sub, common: argparse.ArgumentParser) -> None:
         description="Remove --arm's pin (`abpo arms pin`); recorded in the promotion history.",
     )
     a.add_argument("--arm", required=True, help="The arm: abpo, grpo, ml_retrain or popularity.")
-    a.add_argument("--reason", default="", help="Why: recorded in the promotion history.")
-    a.add_argument("--actor", default="", help=actor)
+    a.add_argument("--reason", default="", type=_reason, help="Why: recorded in the promotion history.")
+    a.add_argument("--actor", default="", type=_actor, help=actor)
     a.set_defaults(handler=run, action="unpin")
 
     a = asub.add_parser(
@@ -242,7 +265,10 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
         )
     elif args.action == "history":
         from abpo.arms import history
+        from abpo.logs import console
 
+        if args.json:  # stdout is the JSON lines alone: the store line and any other log line go to stderr
+            console(stderr=True)
         for arm in args.arm or arms_of(cfg):
             for e in history.entries(cfg, arm):
                 if args.json:

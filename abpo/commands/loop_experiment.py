@@ -11,10 +11,12 @@ replicated loop experiment").
        report), then saves its per-user moments per arm and month (sql/report_user_moments.sql) as its result
     -> one report (markdown + JSON) over the replicates' results.
 
-A replicate's result is keyed by its fingerprint: the config (less paths and thread counts) with its
-``sim.replicate``, the months, and a digest of the code that runs a month (abpo's modules less the commands and the
-A/B analysis, and sql/). A rerun with a larger S, or the same S, reuses every replicate whose fingerprint has a
-result; a replicate interrupted mid-way resumes at its first unfinished month (months are idempotent).
+A replicate's result is keyed by its fingerprint, the config (less paths and thread counts) with its
+``sim.replicate`` and the months, and records the code that made it (:func:`code_digest`: abpo's modules less the
+commands and the A/B analysis, and sql/). A rerun with a larger S, or the same S, reuses every replicate whose
+fingerprint has a result made by this code (``--any-code``: by any code, named in the report); a replicate
+interrupted mid-way resumes at its first unfinished month (months are idempotent); one that other code began starts
+over. The shared bootstrap likewise (its fingerprint: the settings it reads).
 
 Layout under ``<paths.root>/loop-experiment/``: ``bootstrap/<fingerprint>/`` (the shared state, ``done.json``),
 ``replicates/<fingerprint>/`` (a replicate's state, ``run.log``, ``result.json``), ``reports/<label>/``
@@ -90,10 +92,10 @@ def _settings(cfg: Config) -> dict[str, Any]:
     return d
 
 
-def bootstrap_fingerprint(cfg: Config, code: str) -> str:
-    """What the shared bootstrap depends on: the settings less :data:`BOOTSTRAP_IGNORES` and the sections it never
-    reads (:data:`BOOTSTRAP_SECTIONS_IGNORED`; of ``experiment`` only validation_fraction, pi_init's early stopping),
-    and the code."""
+def bootstrap_fingerprint(cfg: Config) -> str:
+    """What the shared bootstrap depends on besides the code: the settings less :data:`BOOTSTRAP_IGNORES` and the
+    sections it never reads (:data:`BOOTSTRAP_SECTIONS_IGNORED`; of ``experiment`` only validation_fraction,
+    pi_init's early stopping)."""
     d = _settings(cfg)
     for section in BOOTSTRAP_SECTIONS_IGNORED:
         d.pop(section, None)
@@ -101,13 +103,13 @@ def bootstrap_fingerprint(cfg: Config, code: str) -> str:
     for section, keys in BOOTSTRAP_IGNORES.items():
         for k in keys:
             d[section].pop(k, None)
-    return _digest({"bootstrap": d, "code": code})
+    return _digest({"bootstrap": d})
 
 
-def replicate_fingerprint(cfg: Config, months: list[str], code: str) -> str:
-    """What replicate ``cfg.sim.replicate``'s result depends on: every setting (less paths and speed), the months
-    and the code."""
-    return _digest({"replicate": _settings(cfg), "months": months, "code": code})
+def replicate_fingerprint(cfg: Config, months: list[str]) -> str:
+    """What replicate ``cfg.sim.replicate``'s result depends on besides the code: every setting (less paths and
+    speed) and the months."""
+    return _digest({"replicate": _settings(cfg), "months": months})
 
 
 # ------------------------------------------------------------------------------------------------ the work
@@ -125,6 +127,7 @@ class Job:
     months: tuple[str, ...] = ()
     bootstrap_state: str = ""  # a replicate's source state
     fingerprint: str = ""
+    code: str = ""  # code_digest() of the run that made the job
 
 
 def job_config(job: Job) -> Config:
@@ -184,7 +187,13 @@ def run_bootstrap(job: Job) -> dict[str, Any]:
     t = time.time()
     cfg = job_config(job)
     arms = bootstrap_arms(cfg).arms
-    out = {"fingerprint": job.fingerprint, "arms": arms, "seconds": round(time.time() - t, 1), "state": str(state)}
+    out = {
+        "fingerprint": job.fingerprint,
+        "code": job.code,
+        "arms": arms,
+        "seconds": round(time.time() - t, 1),
+        "state": str(state),
+    }
     _save_json(done, out)
     return out
 
@@ -258,6 +267,7 @@ def run_replicate(job: Job) -> dict[str, Any]:
     _, moments = load_from_warehouse(cfg.paths.resolve("warehouse"), list(job.months))
     out = {
         "fingerprint": job.fingerprint,
+        "code": job.code,
         "replicate": job.replicate,
         "salt": series_salt(cfg),
         "months": months,
@@ -270,15 +280,28 @@ def run_replicate(job: Job) -> dict[str, Any]:
     return out
 
 
-def load_result(path: Path, fingerprint: str) -> dict[str, Any] | None:
-    """A finished replicate's (or bootstrap's) saved result when it has this fingerprint, else None."""
+def load_result(path: Path, fingerprint: str, code: str | None) -> dict[str, Any] | None:
+    """A finished replicate's (or bootstrap's) saved result with this fingerprint, made by ``code`` (None: by any
+    code), else None."""
     if not path.exists():
         return None
     try:
         got = json.loads(path.read_text())
     except json.JSONDecodeError:
         return None
-    return got if got.get("fingerprint") == fingerprint else None
+    if got.get("fingerprint") != fingerprint or (code is not None and got.get("code") != code):
+        return None
+    return got
+
+
+def start_over_unless(folder: Path, code: str) -> None:
+    """A replicate's (or the bootstrap's) folder that another code began is removed, so its work starts over; one
+    this code began (an interrupted run) is kept, and resumes. The code is recorded in ``code.txt``."""
+    mark = folder / "code.txt"
+    if folder.exists() and (not mark.exists() or mark.read_text().strip() != code):
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    mark.write_text(code)
 
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -348,6 +371,8 @@ def run_loop_experiment(
     workers: int = 0,
     out_dir: str | Path | None = None,
     prune: bool = False,
+    any_code: bool = False,
+    target_mde_pp: float = 0.5,
     echo=print,
 ) -> LoopExperiment:
     """The experiment (module docstring): ``replicates`` S >= 1 replicates of ``months`` months from
@@ -374,20 +399,21 @@ def run_loop_experiment(
     sets = tuple(o for o in overrides if not o.split("=", 1)[0].strip().startswith("paths."))
     base_threads = max(1, int(cfg.policy.num_threads) or cores())
 
-    b_fp = bootstrap_fingerprint(cfg, code)
+    b_fp = bootstrap_fingerprint(cfg)
     b_dir = root / "bootstrap" / b_fp
     rep_jobs: list[Job] = []
     results: dict[int, dict[str, Any]] = {}
     for r in range(replicates):
         rcfg = dataclasses.replace(cfg, sim=dataclasses.replace(cfg.sim, replicate=r))
-        fp = replicate_fingerprint(rcfg, month_list, code)
-        found = load_result(root / "replicates" / fp / "result.json", fp)
+        fp = replicate_fingerprint(rcfg, month_list)
+        found = load_result(root / "replicates" / fp / "result.json", fp, None if any_code else code)
         if found is not None:
             results[r] = found
         else:
+            start_over_unless(root / "replicates" / fp, code)
             rep_jobs.append(
                 Job(config_ref, sets, str(root / "replicates" / fp / "state"), 1, r, tuple(month_list),
-                    str(b_dir / "state"), fp)
+                    str(b_dir / "state"), fp, code)
             )  # fmt: skip
     reused = sorted(results)
     n_workers = max(1, min(workers or cores(), max(len(rep_jobs), 1)))
@@ -398,14 +424,16 @@ def run_loop_experiment(
         f"{len(reused)} finished before, {len(rep_jobs)} to run on {n_workers} worker(s) x {threads} thread(s); "
         f"under {root}"
     )
-    bootstrap = load_result(b_dir / "done.json", b_fp)
+    bootstrap = load_result(b_dir / "done.json", b_fp, None if any_code else code)
+    if bootstrap is None and rep_jobs:
+        start_over_unless(b_dir, code)
     bootstrap_reused = bootstrap is not None
     spawn = mp.get_context("spawn")
     if rep_jobs:
         with thread_environment(threads), ProcessPoolExecutor(max_workers=n_workers, mp_context=spawn) as pool:
             if bootstrap is None:
                 echo(f"[bootstrap] pi_init and every arm's first champion, once: log {b_dir / 'bootstrap.log'}")
-                job = Job(config_ref, sets, str(b_dir / "state"), base_threads, fingerprint=b_fp)
+                job = Job(config_ref, sets, str(b_dir / "state"), base_threads, fingerprint=b_fp, code=code)
                 shutil.rmtree(b_dir / "state", ignore_errors=True)  # an interrupted bootstrap starts over
                 bootstrap = pool.submit(run_bootstrap, job).result()
                 echo(f"[bootstrap] done in {bootstrap['seconds']:.0f}s")
@@ -454,6 +482,12 @@ def run_loop_experiment(
     md = rp.replicated_markdown(report, headline, title=title)
     boot = "reused" if bootstrap_reused else f"{float((bootstrap or {}).get('seconds', 0)):.0f} s"
     rep_secs = ", ".join(f"{float(r['seconds']):.0f}" for r in ordered)
+    other = sorted({str(r.get("code")) for r in ordered if r.get("code") != code})
+    if other:  # --any-code reused replicates that other code made: said, never hidden
+        rep_secs += (
+            f" (NOTE: {sum(r.get('code') != code for r in ordered)} replicate(s) were made by other code, digest(s) "
+            f"{', '.join(other)}; this code is {code})"
+        )
     cost = (
         f"Wall time {wall / 60:.1f} min on {cores()} core(s) ({n_workers} worker(s)); "
         f"{len(rep_jobs)} replicate(s) run now, {len(reused)} reused; shared bootstrap {boot}; replicate wall "
@@ -466,7 +500,8 @@ def run_loop_experiment(
         "overrides": list(overrides),
         "months": month_list,
         "replicates": [
-            {k: r[k] for k in ("replicate", "fingerprint", "salt", "seconds", "threads", "months")} for r in ordered
+            {k: r.get(k) for k in ("replicate", "fingerprint", "code", "salt", "seconds", "threads", "months")}
+            for r in ordered
         ],
         "reused": reused,
         "bootstrap": {**(bootstrap or {}), "reused": bootstrap_reused, "fingerprint": b_fp},
@@ -477,7 +512,21 @@ def run_loop_experiment(
         "analysis": report.to_json(),
     }
     _save_json(out / "report.json", payload)
-    summary = []
+    summary: list[str] = []
+    sizing: list[str] = []
+    if target_mde_pp > 0:
+        rows = size_design(cfg, ordered, month_list, headline, target_mde_pp / 100, n_workers, bootstrap)
+        payload["sizing"] = {"target_mde_pp": target_mde_pp, "workers": n_workers, "rows": rows}
+        _save_json(out / "report.json", payload)
+        md += "\n" + "\n".join(sizing_markdown(rows, target_mde_pp, n_workers)) + "\n"
+        (out / "report.md").write_text(md)
+        for row in rows:
+            if row["months"] == len(month_list) and row["replicates_needed"]:
+                sizing.append(
+                    f"  for an MDE of {target_mde_pp} pp on {row['a']} − {row['b']}: S = {row['replicates_needed']} "
+                    f"replicates of {row['months']} month(s), about {row['wall_minutes']:.0f} min on {n_workers} "
+                    "worker(s)"
+                )
     for a, b in headline:
         t = report.diffs[rp.ALL][(a, b)]
         summary.append(
@@ -486,10 +535,86 @@ def run_loop_experiment(
             if t.defined
             else f"- {a} − {b}: n/a ({t.note})"
         )
+    summary += sizing
     return LoopExperiment(
         month_list, ordered, reused, bootstrap or {}, bootstrap_reused, n_workers, wall, out / "report.md",
         out / "report.json", summary,
     )  # fmt: skip
+
+
+def size_design(
+    cfg: Config,
+    results: list[dict[str, Any]],
+    months: list[str],
+    pairs: list[tuple[str, str]],
+    target: float,
+    workers: int,
+    bootstrap: dict[str, Any] | None,
+) -> list[dict[str, Any]]:
+    """The replicates S that bring each pair's whole-period MDE to ``target`` (a fraction) with the first k months,
+    k = 1..N (abpo.abtest.replicated.replicates_for_mde on this run's per-replicate variance max(s²_B, v̄_W) of
+    those months, read from the replicates' warehouses; k = N from the saved moments when a state is gone), and what
+    that costs: the bootstrap's seconds (when it ran here) + ceil(S / workers) x the replicates' mean seconds for k
+    months, as measured in this run."""
+    import math
+
+    from abpo.abtest import replicated as rp
+    from abpo.abtest.report import load_from_warehouse
+
+    rows: list[dict[str, Any]] = []
+    boot_s = float((bootstrap or {}).get("seconds", 0) or 0)
+    for k in range(1, len(months) + 1):
+        per_rep = []
+        for r in results:
+            house = Path(r["state"]) / "warehouse.duckdb"
+            if k == len(months):
+                per_rep.append(rp.moments_by_period(r["moments"]))
+            elif house.exists():
+                per_rep.append(rp.moments_by_period(load_from_warehouse(house, months[:k])[1].to_pylist()))
+        if len(per_rep) < len(results):
+            continue  # a replicate's state is gone: its first k months cannot be read
+        rep_s = sum(sum(float(m["seconds"]) for m in r["months"][:k]) for r in results) / len(results)
+        for a, b in pairs:
+            t = rp.pair_difference(per_rep, rp.ALL, a, b, cfg.report.confidence, cfg.report.power)
+            var = max(t.between_var, t.within_var) if len(results) > 1 else t.within_var
+            need = rp.replicates_for_mde(target, var, cfg.report.confidence, cfg.report.power)
+            rows.append(
+                {
+                    "months": k,
+                    "a": a,
+                    "b": b,
+                    "sd_per_replicate_pp": 100 * math.sqrt(var) if not math.isnan(var) else None,
+                    "sd_between_pp": 100 * math.sqrt(t.between_var) if not math.isnan(t.between_var) else None,
+                    "sd_within_pp": 100 * math.sqrt(t.within_var) if not math.isnan(t.within_var) else None,
+                    "mde_now_pp": 100 * t.mde if not math.isnan(t.mde) else None,
+                    "replicates_needed": need,
+                    "replicate_seconds": round(rep_s, 1),
+                    "wall_minutes": (boot_s + math.ceil(need / workers) * rep_s) / 60 if need else None,
+                }
+            )
+    return rows
+
+
+def sizing_markdown(rows: list[dict[str, Any]], target_pp: float, workers: int) -> list[str]:
+    def f(v: Any, fmt: str) -> str:
+        return "n/a" if v is None else format(v, fmt)
+
+    return [
+        f"## Sizing: replicates for a whole-period MDE of {target_pp} pp",
+        "",
+        "From this run's per-replicate variance of each pair over the first k months, max(s²_B, v̄_W) (Eq. RS of "
+        f"abpo.abtest.replicated); the wall time on {workers} worker(s) = the bootstrap (when it ran here) + "
+        "ceil(S / workers) x the replicates' mean seconds for k months in this run.",
+        "",
+        "| Months | Pair | SD per replicate (pp) | SD between / within (pp) | MDE now (pp) | S needed | est. wall (min) |",
+        "|---|---|---|---|---|---|---|",
+        *(
+            f"| {r['months']} | {r['a']} − {r['b']} | {f(r['sd_per_replicate_pp'], '.2f')} | "
+            f"{f(r['sd_between_pp'], '.2f')} / {f(r['sd_within_pp'], '.2f')} | {f(r['mde_now_pp'], '.2f')} | "
+            f"{r['replicates_needed'] or 'n/a'} | {f(r['wall_minutes'], '.0f')} |"
+            for r in rows
+        ),
+    ]
 
 
 # ------------------------------------------------------------------------------------------------ the command
@@ -523,6 +648,20 @@ def register(sub, common: argparse.ArgumentParser) -> None:
         action="store_true",
         help="Delete a replicate's state (warehouse, MLflow store, models) once its result is saved.",
     )
+    p.add_argument(
+        "--any-code",
+        action="store_true",
+        help="Reuse finished replicates (and the bootstrap) whatever code made them (default: only those of this "
+        "code, abpo's modules less the CLI and the A/B analysis, and sql/); the report names other code.",
+    )
+    p.add_argument(
+        "--target-mde",
+        type=float,
+        default=0.5,
+        metavar="PP",
+        help="Also size the design: the replicates (and wall time) that bring each headline pair's whole-period "
+        "MDE to PP percentage points with 1..N months, from this run's variance (default 0.5; 0: no sizing).",
+    )
     p.set_defaults(handler=run)
 
 
@@ -536,6 +675,8 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
         workers=args.workers,
         out_dir=args.out,
         prune=args.prune,
+        any_code=args.any_code,
+        target_mde_pp=args.target_mde,
     )
     print(f"\nabpo loop-experiment: {len(out.replicates)} replicate(s) in {out.seconds / 60:.1f} min; whole period:")
     print("\n".join(out.summary))

@@ -110,3 +110,31 @@ def test_two_replicates_one_month_match_a_hand_computation_and_finished_ones_are
     md = two.markdown.read_text()
     assert "| whole period | abpo − holdback |" in md and "2 replicate(s) run now" not in md
     assert "1 replicate(s) run now, 1 reused; shared bootstrap reused" in md
+    assert "## Sizing: replicates for a whole-period MDE of 0.5 pp" in md
+    sized = next(r for r in report["sizing"]["rows"] if (r["a"], r["b"]) == ("abpo", "holdback"))
+    k = (1.959964 + 0.841621) ** 2
+    assert sized["replicates_needed"] == math.ceil(k * max(between, within) / 0.005**2)
+
+    # other code: its replicates are reused only when asked (--any-code), and the report says so
+    monkeypatch.setattr(le, "code_digest", lambda: "changed")
+    again = le.run_loop_experiment(cfg, replicates=2, any_code=True, **kw)
+    assert again.reused == [0, 1] and "2 replicate(s) were made by other code, digest(s) fixed" in (
+        again.markdown.read_text()
+    )
+
+
+def test_a_folder_that_other_code_began_starts_over_and_results_need_their_code(tmp_path):
+    from abpo.commands import loop_experiment as le
+
+    folder = tmp_path / "replicates" / "fp"
+    le.start_over_unless(folder, "a")
+    (folder / "state").mkdir()
+    le.start_over_unless(folder, "a")  # the same code: an interrupted run resumes
+    assert (folder / "state").is_dir()
+    le._save_json(folder / "result.json", {"fingerprint": "fp", "code": "a"})
+    assert le.load_result(folder / "result.json", "fp", "a") == {"fingerprint": "fp", "code": "a"}
+    assert le.load_result(folder / "result.json", "fp", "b") is None
+    assert le.load_result(folder / "result.json", "fp", None) is not None  # --any-code
+    assert le.load_result(folder / "result.json", "other", None) is None
+    le.start_over_unless(folder, "b")  # other code: everything it began is gone
+    assert not (folder / "state").exists() and (folder / "code.txt").read_text() == "b"

@@ -273,3 +273,52 @@ def settings_for_variant(name: str) -> ABPOSettings:
         offpolicy_weight=u.offpolicy_weight,
         offpolicy_gamma=u.offpolicy_gamma,
     )
+
+
+@pytest.mark.slow
+def test_abpo_update_cli_trains_a_new_variant_with_its_presets_and_a_composed_kappa(
+    tmp_path, tiny_model_dir, tiny_titles, make_impressions
+):
+    """`abpo update --variant abpo_ll` on a real warehouse and MLflow store: the run logs the preset it trained with
+    (update.likelihood_weight 1), a composed no-response weight (scale 0.5 x c/(1-c), c of the rows trained on) and
+    the logged items' metrics at every step."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    from abpo.cli import main
+    from abpo.config import load_config
+    from abpo.warehouse import Warehouse
+
+    from .test_update_cli import MONTH, _land
+
+    root = tmp_path / "var"
+    sets = [
+        f"paths.root={root}",
+        "update.max_steps=2",
+        "update.batch_size=2",
+        "update.group_size=3",
+        "update.max_completion_length=64",
+        "update.save_steps=1",
+        "update.max_examples=12",
+        "policy.lora_r=4",
+        "update.no_response_weight_rule=click_rate",
+        "update.no_response_weight=0.5",
+    ]
+    cfg = load_config("tiny", sets)
+    _land(make_impressions(tiny_titles, 16), cfg.paths.resolve("landing"))
+    with Warehouse(cfg.paths.resolve("warehouse")) as wh:
+        wh.ingest_month(cfg.paths.resolve("landing"), MONTH, known_arms=["abpo"])
+    argv = ["update", "--variant", "abpo_ll", "--init-model", str(tiny_model_dir)]
+    assert main([*argv, *(a for s in sets for a in ("--set", s))]) == 0
+    out_dir = cfg.paths.resolve("models") / f"update-I-{MONTH}_{MONTH}-seed0"
+    assert (out_dir / "update.json").exists()
+    mlflow.set_tracking_uri(cfg.paths.tracking_uri())
+    (run,) = MlflowClient().search_runs(
+        [MlflowClient().get_experiment_by_name(cfg.update.mlflow_experiment).experiment_id]
+    )
+    p = run.data.params
+    assert p["update.variant"] == "abpo_ll" and p["update.likelihood_weight"] == "1.0"
+    assert p["data.positive_rows"] == "6" and p["data.no_response_rows"] == "6"  # c = 0.5: kappa = 0.5 x 1
+    hist = MlflowClient().get_metric_history(run.info.run_id, "abpo/no_response_weight")
+    assert [m.value for m in hist] == pytest.approx([0.5, 0.5])
+    assert [m.step for m in MlflowClient().get_metric_history(run.info.run_id, "abpo/anchor/logp_mean")] == [1, 2]

@@ -158,6 +158,8 @@ def pretrain_next_item(
     if not train_rows or epochs <= 0:
         res.seconds = time.time() - t0
         return res
+    if torch.cuda.is_available() and next(model.parameters()).device.type == "cpu":
+        model.to("cuda")  # stage 2's Trainer trains on the GPU where there is one: so does stage 1
     decoder, head = _decoder_and_head(model)
     opt = torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad], lr=learning_rate, weight_decay=weight_decay

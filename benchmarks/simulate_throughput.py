@@ -6,13 +6,14 @@
 On the config's users and month (the demo preset: 610 users x 12 requests = 7,320 requests over retrieval
 candidates, M = 20), each part is timed on its own:
 
-- set-up, paid once per process: loading and splitting the data, fitting the ground truth (each oracle component,
-  then the mixture's standardisation), fitting the retrieval model, building the month's requests (retrieval fit +
-  candidate draws), fitting the popularity ranker, and loading the LLM (the untrained tiny model unless --model
-  names a checkpoint: the cost of scoring does not depend on the weights);
-- steady state, per arm: the arm's exposures of every request of the month (abpo.arms.base.expose: propensities over
-  the candidates and the draw), after a warm-up call; impressions/s = requests / seconds;
-- the users' side, arm-independent: the oracle's z of every candidate of every request (what the click needs);
+- set-up, paid once per process (or month): loading and splitting the data, fitting the ground truth (each oracle
+  component, then the mixture's standardisation), fitting the retrieval model, fitting the popularity ranker, and
+  loading the LLM (the untrained tiny model unless --model names a checkpoint: the cost of scoring does not depend
+  on the weights);
+- steady state, per request: the retrieval stage's candidates (building the month's requests less the retrieval
+  fit), the users' side (the oracle's z of every candidate: what the click needs), and per arm the arm's exposures of
+  every request of the month (abpo.arms.base.expose: propensities over the candidates and the draw), after a
+  warm-up call; impressions/s = requests / seconds;
 - a whole warm month per arm (abpo.sim.simulator.simulate_month, nothing landed): requests rebuilt, oracle z,
   exposures, clicks and the Parquet table;
 
@@ -146,8 +147,8 @@ def main(argv=None) -> int:
     CooccurrenceRetrieval(window=cfg.sim.retrieval_window, recent=cfg.sim.retrieval_recent).fit(to_date, items)
     setup["retrieval fit"] = time.perf_counter() - t
     t = time.perf_counter()
-    requests = simr.month_requests(cfg, ds, splits, month)
-    setup["month's requests (retrieval fit + candidate draws)"] = time.perf_counter() - t
+    requests = simr.month_requests(cfg, ds, splits, month)  # the retrieval fit again, then every request's draws
+    candidates_s = max(time.perf_counter() - t - setup["retrieval fit"], 1e-9)
 
     t = time.perf_counter()
     pop = RankerArm(
@@ -178,6 +179,10 @@ def main(argv=None) -> int:
     if not args.model:
         print(f"  (the untrained tiny model's build, cached on disk, not counted: {built:.2f} s)")
 
+    print(
+        f"retrieval stage (candidates of each request): {n / candidates_s:,.0f} requests/s, "
+        f"{1e3 * candidates_s / max(n, 1):.2f} ms per request ({candidates_s:.1f} s for the month)"
+    )
     # the users' side: the oracle's z of every candidate (the click model's input), arm-independent
     t = time.perf_counter()
     for r in requests:
@@ -211,6 +216,8 @@ def main(argv=None) -> int:
             line += f"; forward {flops[label] / 1e6:,.2f} MFLOP per request"
         print(line)
 
+    import os
+
     peak = matmul_rate(threads)
     llm_flops = flops["tiny LLM"] * rates["tiny LLM"]
     print(
@@ -219,6 +226,8 @@ def main(argv=None) -> int:
         f"{sum(ops.values()) * n / user_side / 1e6:,.2f} M operations/s = "
         f"{100 * sum(ops.values()) * n / user_side / peak:.3f}% of it"
     )
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"(wall time on a machine with {os.cpu_count()} cores, load average now {load})")
     print(
         f"steady state: popularity {rates['popularity']:,.0f} impressions/s, tiny LLM {rates['tiny LLM']:,.0f} "
         f"impressions/s ({rates['popularity'] / rates['tiny LLM']:,.1f}x); set-up {total_setup:.1f} s; month of "

@@ -164,7 +164,11 @@ def _worker_output(log_path: Path) -> None:
     os.dup2(fh.fileno(), 2)
     progress_bars_only_on_a_terminal(fh)
     root = logging.getLogger(ROOT)
+    for old in [h for h in root.handlers if getattr(h, "abpo_loop_experiment", False)]:
+        root.removeHandler(old)  # a worker process runs several jobs: each logs to its own file only
+        old.close()
     handler = logging.StreamHandler(fh)
+    handler.abpo_loop_experiment = True  # type: ignore[attr-defined]
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
     root.addHandler(handler)
     root.setLevel(logging.INFO)

@@ -91,6 +91,8 @@ else
   [ -f .gpu/cpu-here.json ] && args+=(--merge .gpu/cpu-here.json)
 fi
 [ -d .gpu/state ] && [ "$SMOKE" = 0 ] && args+=(--state .gpu/state)
+# shellcheck disable=SC2206  # GPU_CHECK_ARGS: more arguments of benchmarks/gpu.py, split on spaces (e.g. --steps 4)
+args+=(${GPU_CHECK_ARGS:-})
 "$PY" -c "import torch, transformers, trl, mlflow, duckdb; print('gpu-check.sh: python', __import__('sys').version.split()[0], \
 'torch', torch.__version__, 'transformers', transformers.__version__, 'trl', trl.__version__, 'mlflow', mlflow.__version__, \
 'duckdb', duckdb.__version__)"

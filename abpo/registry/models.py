@@ -36,6 +36,9 @@ LLM_SERVING_PACKAGES = (
 RANKER_SERVING_PACKAGES = ("implicit", "scipy", "numpy", "pandas", "mlflow")
 
 
+SLIM_DISTRIBUTIONS = {"mlflow": "mlflow-skinny"}  # a distribution -> the smaller one that provides the same module
+
+
 def pinned_requirements(packages) -> list[str]:
     """``name==version`` of each installed package (a local version label such as ``+cpu`` dropped: the index has
     no such file). A package that is not installed is an error naming it."""
@@ -46,6 +49,13 @@ def pinned_requirements(packages) -> list[str]:
         try:
             out.append(f"{name}=={version(name).split('+')[0]}")
         except PackageNotFoundError as e:
+            # the module `mlflow` ships in both distributions: where only mlflow-skinny is installed (a worker
+            # without the server and UI: scripts/gpu-check.sh's GPU machine), it is what the loader imports
+            alt = SLIM_DISTRIBUTIONS.get(name)
+            with contextlib.suppress(PackageNotFoundError):
+                if alt is not None:
+                    out.append(f"{alt}=={version(alt).split('+')[0]}")
+                    continue
             raise RuntimeError(
                 f"model requirements: package {name!r} is not installed; rule: a logged model pins "
                 "every package its loader imports, at the installed version"

@@ -5,12 +5,14 @@ GPU, in float32 and in bf16 mixed precision (update.bf16, the `gpu` preset's), f
 Rollouts are greedy (update.greedy_rollouts: the argmax of Eq. q), so that both devices train on the same rollouts
 without sharing a random generator (CPU and CUDA draw different streams from one seed). Compared: the per-step
 metrics the update logs (objective, advantages, SNIPS weights, rewards, entropy, gradient norm) and the weight change
-of every trained parameter, ||dW_cuda - dW_cpu|| / ||dW_cpu||. Tolerances: float32 on CUDA agrees to rounding
-(rel 1e-3); bf16 keeps 8 bits of mantissa (rel 2^-8 = 0.4 % a product, accumulated over a forward and a backward
-pass), held to rel 5e-2 on the metrics and 0.25 on the weight change: AdamW's first steps move each weight by about
-lr * sign(gradient), so a gradient component within bf16 rounding of zero moves the other way (bf16 autocast on the
-CPU against float32 gave 0.10-0.115 on this case; a changed computation, e.g. an advantage of the wrong sign, gives
-1 and more).
+of every trained parameter, ||dW_cuda - dW_cpu|| / ||dW_cpu||.
+
+Tolerances, from the first run on an H100 (docs/gpu.md; seen in brackets): the metrics to rel 1e-4 in float32
+[6e-6] and 1e-2 in bf16 [1e-3]. The weight change to 0.1 in float32 [0.046, the embedding] and 0.25 in bf16 [0.12]:
+AdamW's first steps move each weight by about lr * sign(gradient), so a gradient component that is a sum of
+near-cancelling terms (an item token's embedding row) moves the other way when the two devices add in another order;
+the metrics of step 2, computed with the weights step 1 moved, agree to the tolerances above. A changed computation
+(an advantage of the wrong sign, another anchor) moves the weight change by 1 and more.
 
 Runs on CUDA only; skipped elsewhere (CI has no GPU). scripts/gpu-check.sh runs it on the GPU machine."""
 
@@ -43,7 +45,7 @@ COMPARED = (
     "abpo/match_rate/positive",
     "abpo/match_rate/no_response",
 )
-TOL = {"float32": (1e-3, 1e-5, 1e-3), "bf16": (5e-2, 2e-2, 0.25)}  # metrics rel, metrics abs, weight change rel
+TOL = {"float32": (1e-4, 1e-6, 0.1), "bf16": (1e-2, 1e-3, 0.25)}  # metrics rel, metrics abs, weight change rel
 
 
 def _run(device: str, bf16: bool, load_tiny, rows, update_cfg, tmp_path, monkeypatch) -> dict:

@@ -334,9 +334,10 @@ def read_yaml(path: Path) -> Any:
 def _set_path(cfg: Any, dotted: str, raw: Any, where: str, parse: bool = True) -> None:
     obj = cfg
     *parents, leaf = dotted.split(".")
-    for p in parents:
-        if not dataclasses.is_dataclass(obj) or not hasattr(obj, p):
-            raise ConfigError(f"{where}: no section {p!r} in {dotted!r}")
+    for p in parents:  # a section is a dataclass field of its parent: never an attribute such as __class__
+        fields = {f.name for f in dataclasses.fields(obj) if dataclasses.is_dataclass(getattr(obj, f.name))}
+        if p not in fields:
+            raise ConfigError(f"{where}: no section {p!r} in {dotted!r}; rule: sections are {sorted(fields)}")
         obj = getattr(obj, p)
     if not dataclasses.is_dataclass(obj) or leaf not in {f.name for f in dataclasses.fields(obj)}:
         raise ConfigError(f"{where}: unknown key {dotted!r}")

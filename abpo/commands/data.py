@@ -13,6 +13,31 @@ if TYPE_CHECKING:
     from abpo.config import Config
 
 
+MAX_SYNTH_ROWS = 100_000_000  # a month far larger than a synthetic trial needs (about 10 GB in memory)
+
+
+def _row_count(value: str) -> int:
+    """argparse type of ``--n``: an integer in [1, MAX_SYNTH_ROWS] (argparse's one-line error otherwise)."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--n {value!r}: rule: an integer") from None
+    if not 1 <= n <= MAX_SYNTH_ROWS:
+        raise argparse.ArgumentTypeError(f"--n {value}: rule: an integer from 1 to {MAX_SYNTH_ROWS:,}")
+    return n
+
+
+def _share(value: str) -> float:
+    """argparse type of ``--violation-rate``: a number in [0, 1]."""
+    try:
+        x = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--violation-rate {value!r}: rule: a number in [0, 1]") from None
+    if not 0 <= x <= 1:
+        raise argparse.ArgumentTypeError(f"--violation-rate {value}: rule: a number in [0, 1]")
+    return x
+
+
 def register(sub, common: argparse.ArgumentParser) -> None:
     data = sub.add_parser(
         "data",
@@ -40,8 +65,10 @@ def register(sub, common: argparse.ArgumentParser) -> None:
         "contract violations if asked) into landing/impressions/month=YYYY-MM/part-synthetic.parquet.",
     )
     p.add_argument("--month", required=True, type=month_arg, help="Month to land, YYYY-MM.")
-    p.add_argument("--n", type=int, default=100_000, help="Number of impressions (default 100000).")
-    p.add_argument("--violation-rate", type=float, default=0.01, help="Share of rows breaking one rule (default 0.01).")
+    p.add_argument("--n", type=_row_count, default=100_000, help="Number of impressions (default 100000).")
+    p.add_argument(
+        "--violation-rate", type=_share, default=0.01, help="Share of rows breaking one rule, in [0, 1] (default 0.01)."
+    )
     p.add_argument(
         "--landing",
         default=None,

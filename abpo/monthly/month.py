@@ -69,6 +69,14 @@ def run_month(cfg: Config, month: str, *, simulate: bool = True, force: bool = F
     landed); ``force``: start over on a store that lost the arms (abpo.monthly.bootstrap.require_registry). A
     completed month run again changes nothing: its serve and ingest stand, every task finds its completed run."""
     month = Month(month)
+    if simulate:  # the simulator routes users by report.arm_shares: a split it would refuse at serve is refused here,
+        from abpo.config import ConfigError  # before bootstrap registers anything
+        from abpo.sim.assignment import check_shares
+
+        try:
+            check_shares(cfg.report.arm_shares, arms_of(cfg))
+        except ValueError as e:
+            raise ConfigError(f"month {month}: {e} (the simulated serve routes users by them); nothing was run") from e
     res = MonthResult(str(month))
     options = {"bootstrap": {"force": force}, "serve": {"simulate": simulate}}
     for name in steps.ONCE:

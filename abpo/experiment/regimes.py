@@ -86,7 +86,11 @@ def regime_settings(cfg: Config) -> dict[str, Any]:
             out["arm_shares"] = dict(cfg.report.arm_shares)
     if e.clicks != DEFAULTS["clicks"]:
         out["clicks"] = e.clicks
-        out["sim"] = dataclasses.asdict(cfg.sim)
+        out["sim"] = {
+            k: v
+            for k, v in dataclasses.asdict(cfg.sim).items()
+            if not (k == "replicate" and v == 0)  # added with abpo loop-experiment: replicate 0 is the cells of before
+        }
     if e.log_candidates != DEFAULTS["log_candidates"]:
         out["log_candidates"] = e.log_candidates
         out["log_candidate_count"] = e.log_candidate_count

@@ -141,12 +141,15 @@ ENV_OVERRIDES = {
 # mlflow.set_tracking_uri writes it itself (so a later read would see abpo's own last choice, leaking between runs).
 
 
+SEED_MAX = 2**32 - 1  # numpy's and torch's seeds (the update seeds both from it): a larger one fails there
+
+
 @dataclass
 class Config:
     """The whole pipeline's configuration. Load with :func:`load_config`."""
 
     name: str = "tiny"
-    seed: int = field(default=0, metadata={"min": 0})
+    seed: int = field(default=0, metadata={"min": 0, "max": SEED_MAX})
     paths: PathsConfig = field(default_factory=PathsConfig)
     data: DataConfig = field(default_factory=DataConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)

@@ -13,7 +13,8 @@ import re
 from datetime import UTC, datetime
 
 # the pattern without anchors, for composing (the plugin's report names YYYY-MM..YYYY-MM)
-MONTH_PATTERN = r"[0-9]{4}-(?:0[1-9]|1[0-2])"
+# (year 0001-9999: Python's datetime, which bounds every month, has no year 0)
+MONTH_PATTERN = r"(?:000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})-(?:0[1-9]|1[0-2])"
 _MONTH = re.compile(MONTH_PATTERN)
 
 
@@ -22,7 +23,8 @@ class MonthError(ValueError):
 
 
 def is_month(value: object) -> bool:
-    """True when ``value`` is a str ``YYYY-MM`` (ASCII digits, month 01..12, nothing before or after)."""
+    """True when ``value`` is a str ``YYYY-MM`` (ASCII digits, year 0001..9999, month 01..12, nothing before or
+    after)."""
     return isinstance(value, str) and _MONTH.fullmatch(value) is not None
 
 
@@ -31,7 +33,8 @@ def parse_month(value: object, what: str = "month") -> str:
     ``counts.csv line 3: month``), the value as Python writes it (a trailing newline shows as ``\\n``) and the rule."""
     if not is_month(value):
         raise MonthError(
-            f"{what} {value!r}: expected YYYY-MM (rule: ASCII digits 0-9, a month 01-12, nothing before or after it)"
+            f"{what} {value!r}: expected YYYY-MM (rule: ASCII digits 0-9, a year 0001-9999, a month 01-12, nothing "
+            "before or after it)"
         )
     return value  # type: ignore[return-value]
 

@@ -65,20 +65,24 @@ def repo_path(p: str | Path) -> Path:
 
 
 NAMESPACE_PATTERN = r"[a-z0-9][a-z0-9_-]*"  # what paths.namespace may be (MLflow names, Airflow Asset URIs, paths)
+# its length: every name built from it (the longest, <ns>-abpo-arm-ml_retrain) is also a directory name under the
+# artifact root and the models' cache, which a file system caps at 255 bytes; MLflow and Airflow names stay short too
+NAMESPACE_MAX_LENGTH = 64
 
 
 def namespaced(name: str, namespace: str = "") -> str:
     """``<namespace>-<name>``: a registered model, lock or MLflow experiment name of environment ``namespace``
     (``paths.namespace``), so two environments share one MLflow server without touching each other's names; ``name``
     itself when the namespace is empty (the default: every name as it always was). ValueError naming the rule when
-    the namespace is not lower-case letters, digits, '-' and '_'."""
+    the namespace is not lower-case letters, digits, '-' and '_', or longer than :data:`NAMESPACE_MAX_LENGTH`."""
     import re
 
     if not namespace:
         return name
-    if not re.fullmatch(NAMESPACE_PATTERN, namespace):
+    if not re.fullmatch(NAMESPACE_PATTERN, namespace) or len(namespace) > NAMESPACE_MAX_LENGTH:
+        shown = namespace if len(namespace) <= 80 else f"{namespace[:40]}...({len(namespace)} characters)"
         raise ValueError(
-            f"config paths.namespace = {namespace!r}: rule: {NAMESPACE_PATTERN} (lower-case letters, "
-            "digits, '-', '_'; empty = no namespace)"
+            f"config paths.namespace = {shown!r}: rule: {NAMESPACE_PATTERN} (lower-case letters, "
+            f"digits, '-', '_'), at most {NAMESPACE_MAX_LENGTH} characters; empty = no namespace"
         )
     return f"{namespace}-{name}"

@@ -18,12 +18,18 @@ def test_parse_is_strict_and_names_where():
 
 @pytest.mark.parametrize(
     ("m", "nxt", "prev"),
-    [("2026-01", "2026-02", "2025-12"), ("2026-12", "2027-01", "2026-11"), ("0001-01", "0001-02", "0000-12")],
+    [("2026-01", "2026-02", "2025-12"), ("2026-12", "2027-01", "2026-11"), ("0001-02", "0001-03", "0001-01")],
 )
 def test_next_previous_across_years(m, nxt, prev):
     assert Month(m).next() == nxt and Month(m).previous() == prev
     assert Month(m).next().previous() == m
     assert isinstance(Month(m).next(), Month)
+
+
+def test_there_is_no_month_before_year_1():
+    """Year 0 is not a year (datetime, which bounds every month, has none): 0000-MM is not a month (issue 48)."""
+    with pytest.raises(MonthError, match="a year 0001-9999"):
+        Month("0001-01").previous()
 
 
 def test_index_plus_minus_and_range():

@@ -20,12 +20,14 @@ class DataConfig:
         default="Office_Products", metadata={"help": "amazon18 only: the domain (file prefix) to load."}
     )
     seed: int = field(
-        default=0, metadata={"min": 0, "help": "Seed for distractor sampling and every other data-side draw."}
+        default=0,
+        metadata={"min": 0, "max": 2**32 - 1, "help": "Seed for distractor sampling and every other data-side draw."},
     )
     tie_seed: int = field(
         default=0,
         metadata={
             "min": 0,
+            "max": 2**32 - 1,
             "help": "movielens: seed of the shuffle that orders a user's ratings in the same second (their true "
             "order is unknown; item_id order would leak the next item to a sequential model). Apart "
             "from data.seed so that the sequences, splits and targets stay put when only the "

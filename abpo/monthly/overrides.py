@@ -114,7 +114,10 @@ NOT_OVERRIDABLE = {
     "report.srm_alpha": "the report's sample-ratio check",
     "report.arm_shares": "the report's sample-ratio check",
 }
-# Ranges of the allowed numeric keys: key -> (low, low included, high, high included, integer). A value outside is
+# Ranges of the allowed numeric keys: key -> (low, low included, high, high included, integer). Every numeric key a
+# trigger may set has one, with a finite upper bound (a trigger must not size a month past what a machine can run:
+# update.group_size=1e9 or sim.requests_per_user=1e9 were taken and failed hours later, or never finished; a seed past
+# 2^32 failed at the update; tests/faults/test_bounds_faults.py walks the config for a key without one). A value outside is
 # refused: a trigger may tune the update, never switch it off (update.learning_rate=0 trains nothing, so a challenger
 # identical to its champion was promoted) or shrink what the gate looks at until it cannot tell versions apart
 # (data.eval_candidates <= 5 makes HR@5 1 for every version; sft.eval_max_users sizes the gate's users when
@@ -122,43 +125,92 @@ NOT_OVERRIDABLE = {
 # field's own (its metadata, checked when the config loads): this module may not import abpo (the DAG reads it at
 # parse time), so the ranges are written here again, and tests/monthly/test_overrides.py holds them inside.
 INF = math.inf
+SEED_MAX = 2**32 - 1  # numpy's and torch's seeds (abpo.config.SEED_MAX)
+BIG = 10**9  # a count beyond any month's rows, examples or steps
 OVERRIDE_RANGES: dict[str, tuple[float, bool, float, bool, bool]] = {
-    "update.learning_rate": (0, False, 1, True, False),
-    "sft.learning_rate": (0, False, 1, True, False),
-    "update.epochs": (0, False, INF, False, False),
-    "sft.epochs": (0, False, INF, False, False),
-    "sft.pretrain_epochs": (1, True, INF, False, True),
+    # seeds
+    "seed": (0, True, SEED_MAX, True, True),
+    "data.seed": (0, True, SEED_MAX, True, True),
+    "data.tie_seed": (0, True, SEED_MAX, True, True),
+    # the data's sizes
+    "data.min_history": (1, True, 1000, True, True),
+    "data.update_steps": (1, True, 1000, True, True),
+    "data.train_candidates": (2, True, 10_000, True, True),
+    "data.eval_candidates": (6, True, 10_000, True, True),
+    "data.eval_hard_negative_fraction": (0, True, 1, True, False),
+    "data.train_hard_negative_fraction": (0, True, 1, True, False),
+    "data.sup_examples_per_user": (0, True, 10_000, True, True),
+    "data.max_users": (0, True, 10**8, True, True),
     "policy.num_threads": (0, True, 1024, True, True),
-    "update.max_steps": (-1, True, INF, False, True),
-    "sft.max_steps": (-1, True, INF, False, True),
-    "update.batch_size": (1, True, INF, False, True),
-    "sft.batch_size": (1, True, INF, False, True),
-    "update.grad_accum": (1, True, INF, False, True),
-    "sft.grad_accum": (1, True, INF, False, True),
-    "update.group_size": (3, True, INF, False, True),
-    "update.epsilon": (0, False, INF, False, False),
-    "update.w_max": (0, False, INF, False, False),
-    "update.beta": (0, True, INF, False, False),
-    "update.delta": (0, False, INF, False, False),
-    "update.eps_std": (0, False, INF, False, False),
-    "update.lambda_sc": (0, True, INF, False, False),
-    "update.temperature": (0, False, INF, False, False),
+    # the SFT
+    "sft.learning_rate": (0, False, 1, True, False),
+    "sft.epochs": (0, False, 1000, True, False),
+    "sft.pretrain_epochs": (1, True, 1000, True, True),
+    "sft.max_steps": (-1, True, 10**7, True, True),
+    "sft.batch_size": (1, True, 65_536, True, True),
+    "sft.grad_accum": (1, True, 4096, True, True),
+    "sft.warmup_ratio": (0, True, 1, False, False),
+    "sft.weight_decay": (0, True, 10, True, False),
+    "sft.max_grad_norm": (0, False, 10**6, True, False),
+    "sft.logging_steps": (1, True, 10**7, True, True),
+    "sft.max_examples": (0, True, BIG, True, True),
+    "sft.eval_max_users": (10, True, 10**8, True, True),
+    # the update
+    "update.learning_rate": (0, False, 1, True, False),
+    "update.epochs": (0, False, 1000, True, False),
+    "update.max_steps": (-1, True, 10**7, True, True),
+    "update.batch_size": (1, True, 65_536, True, True),
+    "update.grad_accum": (1, True, 4096, True, True),
+    "update.group_size": (3, True, 256, True, True),
+    "update.epsilon": (0, False, 10, True, False),
+    "update.w_max": (0, False, 10**6, True, False),
+    "update.beta": (0, True, 100, True, False),
+    "update.delta": (0, False, 1, True, False),
+    "update.eps_std": (0, False, 1, True, False),
+    "update.lambda_sc": (0, True, 100, True, False),
+    "update.temperature": (0, False, 100, True, False),
     "update.top_p": (0, False, 1, True, False),
     "update.warmup_ratio": (0, True, 1, False, False),
-    "sft.warmup_ratio": (0, True, 1, False, False),
-    "update.weight_decay": (0, True, INF, False, False),
-    "sft.weight_decay": (0, True, INF, False, False),
-    "update.max_grad_norm": (0, False, INF, False, False),
-    "sft.max_grad_norm": (0, False, INF, False, False),
-    "update.max_examples": (0, True, INF, False, True),
-    "arms.update_max_examples": (0, True, INF, False, True),
-    "arms.min_rows_per_stratum": (1, True, INF, False, True),
-    "arms.replay_months": (0, True, INF, False, True),
-    "arms.gate_ope_bootstrap": (200, True, INF, False, True),
-    "data.eval_candidates": (6, True, INF, False, True),
-    "sft.eval_max_users": (10, True, INF, False, True),
+    "update.weight_decay": (0, True, 10, True, False),
+    "update.max_grad_norm": (0, False, 10**6, True, False),
+    "update.max_examples": (0, True, BIG, True, True),
+    "update.save_steps": (1, True, 10**7, True, True),
+    "update.save_total_limit": (0, True, 1000, True, True),
+    "update.logging_steps": (1, True, 10**7, True, True),
+    # the arms
+    "arms.update_max_examples": (0, True, BIG, True, True),
+    "arms.min_rows_per_stratum": (1, True, BIG, True, True),
+    "arms.replay_months": (0, True, 1200, True, True),
+    "arms.gate_ope_bootstrap": (200, True, 10**6, True, True),
+    "arms.popularity.temperature": (0, False, 10**6, True, False),
+    "arms.popularity.window": (0, True, 1200, True, True),
+    "arms.ml_retrain.temperature": (0, False, 10**6, True, False),
+    "arms.ml_retrain.iterations": (1, True, 10_000, True, True),
+    # the report
     "report.confidence": (0.5, False, 1, False, False),
     "report.power": (0, False, 1, False, False),
+    # the simulator
+    "sim.window": (1, True, 1000, True, True),
+    "sim.requests_per_user": (1, True, 1000, True, True),
+    "sim.replicate": (0, True, 1000, True, True),
+    "sim.candidate_count": (2, True, 10_000, True, True),
+    "sim.retrieval_fraction": (0, True, 1, True, False),
+    "sim.popular_fraction": (0, True, 1, True, False),
+    "sim.retrieval_window": (1, True, 10_000, True, True),
+    "sim.retrieval_recent": (1, True, 10_000, True, True),
+    "sim.base_ctr": (0, True, 1, False, False),
+    "sim.preference_slope": (-100, True, 100, True, False),
+    "sim.oracle_factors": (1, True, 4096, True, True),
+    "sim.oracle_iterations": (1, True, 10_000, True, True),
+    "sim.oracle_regularization": (0, True, 10**6, True, False),
+    "sim.oracle_knn_window": (1, True, 10_000, True, True),
+    "sim.oracle_knn_recent": (1, True, 10_000, True, True),
+    "sim.oracle_markov_order": (1, True, 100, True, True),
+    "sim.oracle_markov_smoothing": (0, False, 10**6, True, False),
+    "sim.oracle_reference_users": (0, True, 10**8, True, True),
+    "sim.click_next": (0, True, 1, True, False),
+    "sim.click_soon": (0, True, 1, True, False),
+    "sim.soon_horizon": (0, True, 10_000, True, True),
 }
 # the same list as a JSON-schema pattern of one override (Airflow validates params against it when a run is triggered);
 # "section.*" also covers the keys of a block inside the section (arms.popularity.temperature)

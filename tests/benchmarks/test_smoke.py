@@ -19,6 +19,12 @@ NUM = r"\d+(?:\.\d+)?"
 CASES = {
     "cpu_kernels.py": (r"distinct weight hashes: [12] of 2", None, []),
     "evaluate.py": (rf"users/s item_tokens/text = {NUM}x", None, []),
+    "headroom.py": (
+        r"Headroom oracle-greedy - pi_init: [+-]\d+\.\d\d pp; best champion - pi_init: [+-]\d+\.\d\d pp "
+        r"\(mean over 1 month\(s\)\)",
+        r"wall time \d+s",
+        [],
+    ),
     "ingest.py": (
         rf"same quarantine counts and batch count; end to end now/baseline: {NUM}x \(ingest {NUM}x\)",
         None,
@@ -55,7 +61,8 @@ CASES = {
         [],
     ),
 }
-SLOW = {"simulate.py", "gpu.py"}  # bootstrap every arm / prepare a month and train pi_init twice first: ~25-60 CPU-s
+# bootstrap every arm / prepare a month and train pi_init twice first: ~25-60 CPU-s
+SLOW = {"simulate.py", "gpu.py", "headroom.py"}
 # scripts that a shell script runs as users run them: the smoke case runs that script (issue 44: `scripts/gpu-check.sh
 # --cpu --smoke` runs in the suite)
 RUNNERS = {"gpu.py": ["bash", str(ROOT / "scripts" / "gpu-check.sh"), "--cpu", "--smoke", "--out", "{tmp}/gpu-check"]}

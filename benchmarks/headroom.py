@@ -1,0 +1,224 @@
+"""Headroom first (issue 49, point 1): what any update could gain in the loop. Per month of a run (the demo's by
+default: run `make demo` first, or name another config's state with --config/--set), on the month's served requests
+(the same users, histories and retrieval candidate sets the simulator served, abpo.sim.simulator.month_requests),
+the expected simulated CTR (abpo.sim.headroom, Eq. H1: the click model's probabilities, no click noise) of
+
+    oracle-greedy      each request's best candidate under the click model (the ceiling of any ranker, Eq. H2)
+    pi_init            the first LLM arm's version 1 (pi_init, at that arm's exposure temperature)
+    <arm> champion     each arm's champion at the month's start (the version that served the month), on every
+                       request of the month, not only its own users'
+    random candidate   a uniformly random candidate (the floor, Eq. H3)
+
+and the share of the floor-to-oracle gap each closes. Every row scores the same requests with the same click
+probabilities, so row differences carry no click noise.
+
+    .venv/bin/python benchmarks/headroom.py [--config demo] [--months 2026-01,2026-02] [--set key=value ...]
+                                            [--json out.json] [--smoke]
+
+A month the state has not run (no champion recorded at its start) uses each arm's current champion, marked
+"(current)". The last line is exactly
+`Headroom oracle-greedy - pi_init: <+x.xx> pp; best champion - pi_init: <+y.yy> pp (mean over <n> month(s))`.
+
+Why a script here and not an `abpo` subcommand: like benchmarks/simulate.py it reads a finished run's registry and
+the simulator's ground truth, a diagnostic of the loop rather than a step of it (it lands, registers and promotes
+nothing), and the simulator's ground truth must stay out of `abpo.commands` (the import-linter contract "The
+simulated users' ground truth is the simulator's alone").
+
+``--smoke`` runs the same path in seconds (tests/benchmarks/test_smoke.py) without `make demo`: in a throw-away state
+directory, on 12 users and a smaller tiny model, it bootstraps every arm first (pi_init by 4 SFT steps, the rankers
+fitted), then prints the first month's headroom (the figures mean nothing at that size).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+# --smoke: the arms bootstrapped on 12 users with a smaller tiny model (overrides before the command line's --set)
+SMOKE = [
+    "data.max_users=12",
+    "data.sup_examples_per_user=4",
+    "data.train_candidates=8",
+    "data.eval_candidates=10",
+    "policy.tiny_hidden_size=32",
+    "policy.tiny_layers=1",
+    "policy.tiny_heads=2",
+    "policy.tiny_intermediate_size=64",
+    "policy.tiny_vocab_size=2048",
+    "policy.max_history=3",
+    "sft.pretrain_epochs=0",
+    "sft.max_steps=4",
+    "sft.batch_size=8",
+    "sft.eval_max_users=4",
+    "sft.eval_generation=false",
+    "arms.gate_max_users=4",
+]
+
+
+def month_start_version(cfg, arm: str, month: str) -> tuple[str, bool]:
+    """(version, recorded): the arm's champion at ``month``'s start as its bootstrap step recorded it
+    (abpo.monthly.common.MONTH_START_TAG), or the current champion with recorded False (a month this state has not
+    run)."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    from abpo.arms import versions
+    from abpo.monthly.common import MONTH_START_TAG
+
+    versions.configure(cfg)
+    try:
+        kept = (MlflowClient().get_registered_model(versions.model_name(arm, cfg)).tags or {}).get(
+            MONTH_START_TAG + month
+        )
+    except MlflowException:
+        kept = None
+    if kept:
+        return str(kept), True
+    mv = versions.get_version(cfg, arm)
+    if mv is None:
+        raise LookupError(f"{versions.model_name(arm, cfg)}: no champion; bootstrap the arms first")
+    return str(mv.version), False
+
+
+def pi_init_arm(cfg, dataset):
+    """pi_init as the first updated LLM arm serves it: that arm's version 1, which its bootstrap registered from
+    pi_init (tag source = pi_init; anything else is refused, naming the version's source)."""
+    from abpo.arms import versions
+    from abpo.arms.names import LLM, arm_class, entry
+    from abpo.monthly.common import arms_of
+
+    llm = [a for a in arms_of(cfg) if entry(a).kind == LLM]
+    if not llm:
+        raise ValueError(f"config arms.names = {cfg.arms.names}: no updated LLM arm; rule: one to read pi_init from")
+    arm = llm[0]
+    mv = versions.get_version(cfg, arm, "1")
+    if mv is None:
+        raise LookupError(f"{versions.model_name(arm, cfg)}: no version 1; bootstrap the arms first")
+    source = (mv.tags or {}).get("source", "")
+    if source != "pi_init":
+        raise ValueError(f"{versions.model_name(arm, cfg)} v1: source {source!r}; rule: version 1 is pi_init")
+    return arm_class(arm).load(arm, versions.local_dir(cfg, arm, "1"), cfg, dataset=dataset, model_version="1")
+
+
+def main(argv=None) -> int:
+    from abpo.logs import progress_bars_only_on_a_terminal
+
+    progress_bars_only_on_a_terminal()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", default="demo", help="preset whose registry holds the run (default demo)")
+    ap.add_argument(
+        "--months",
+        default="",
+        help="comma-separated YYYY-MM (default: every month the config's data.update_steps // sim.window allows "
+        "from sim.start_month)",
+    )
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
+    ap.add_argument("--json", default="", help="also write the rows as JSON to this file")
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="bootstrap the arms of a tiny throw-away state first, then its first month (seconds; the figures mean "
+        "nothing)",
+    )
+    args = ap.parse_args(argv)
+
+    import tempfile
+
+    from abpo.arms import versions
+    from abpo.arms.names import arm_class
+    from abpo.config import load_config
+    from abpo.monthly.common import arms_of, dataset_and_splits
+    from abpo.months import Month
+    from abpo.sim.headroom import ORACLE_GREEDY, RANDOM_FLOOR, headroom_markdown, month_headroom
+    from abpo.sim.simulator import months_available
+
+    t0 = time.perf_counter()
+    state = ""
+    if args.smoke:
+        state = tempfile.mkdtemp(prefix="abpo-bench-headroom-")
+        cfg = load_config(args.config, [*SMOKE, f"paths.root={state}", *args.set])
+        from abpo.logs import quiet
+        from abpo.monthly.bootstrap import bootstrap_arms
+
+        with quiet():
+            bootstrap_arms(cfg)
+        print(f"--smoke: every arm bootstrapped in {state} (removed at the end)")
+    else:
+        cfg = load_config(args.config, args.set)
+    ds, splits = dataset_and_splits(cfg)
+    if args.months:
+        months = [str(Month(m.strip(), "--months")) for m in args.months.split(",") if m.strip()]
+    else:
+        n = 1 if args.smoke else months_available(cfg)
+        months = [str(Month(cfg.sim.start_month).plus(k)) for k in range(n)]
+    print(
+        f"headroom of config {cfg.name} (seed {cfg.seed}) in {cfg.paths.resolve('root')}: months {months}; "
+        f"{len(splits)} users x sim.requests_per_user {cfg.sim.requests_per_user}, candidates {cfg.sim.candidates} "
+        f"(M = {cfg.sim.candidate_count}), sim.oracle {cfg.sim.oracle}, sim.base_ctr {cfg.sim.base_ctr}"
+    )
+    loaded: dict[tuple[str, str], object] = {}
+    init = pi_init_arm(cfg, ds)
+    results = []
+    for month in months:
+        t = time.perf_counter()
+        policies = {"pi_init": init}
+        for arm in arms_of(cfg):
+            v, recorded = month_start_version(cfg, arm, month)
+            if (arm, v) not in loaded:
+                loaded[(arm, v)] = arm_class(arm).load(
+                    arm, versions.local_dir(cfg, arm, v), cfg, dataset=ds, model_version=v
+                )
+            policies[f"{arm} champion" + ("" if recorded else " (current)")] = loaded[(arm, v)]
+        res = month_headroom(cfg, month, policies, dataset=ds, splits=splits)
+        results.append(res)
+        print(
+            f"\n{month}: {res.requests} requests, preference intercept {res.intercept:.3f}, {time.perf_counter() - t:.0f}s"
+        )
+        print(f"{'policy':<30} {'version':>7} {'exp. CTR %':>10} {'gap closed':>10} {'seconds':>8}")
+        for r in res.rows:
+            print(f"{r.policy:<30} {r.version or '-':>7} {100 * r.ctr:>10.2f} {r.gap_closed:>10.3f} {r.seconds:>8.1f}")
+    print("\n" + headroom_markdown(results) + "\n")
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "config": cfg.name,
+                    "seed": cfg.seed,
+                    "overrides": list(args.set),
+                    "months": [
+                        {
+                            "month": m.month,
+                            "requests": m.requests,
+                            "intercept": m.intercept,
+                            "rows": [r.to_json() for r in m.rows],
+                        }
+                        for m in results
+                    ],
+                },
+                indent=1,
+            )
+        )
+    if args.smoke:
+        import shutil
+
+        shutil.rmtree(state, ignore_errors=True)
+    gap = [m.row(ORACLE_GREEDY).ctr - m.row("pi_init").ctr for m in results]
+    best = [
+        max(r.ctr for r in m.rows if r.policy not in (ORACLE_GREEDY, RANDOM_FLOOR, "pi_init")) - m.row("pi_init").ctr
+        for m in results
+    ]
+    print(f"wall time {time.perf_counter() - t0:.0f}s")
+    print(
+        f"Headroom oracle-greedy - pi_init: {100 * sum(gap) / len(gap):+.2f} pp; best champion - pi_init: "
+        f"{100 * sum(best) / len(best):+.2f} pp (mean over {len(results)} month(s))"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -122,14 +122,14 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     keeps its traceback."""
     from abpo.abtest.analysis import ReportInputError
     from abpo.abtest.inputs import CSVFormatError
-    from abpo.arms.history import HistoryFieldRefused
+    from abpo.arms.history import ChampionMissing, HistoryFieldRefused
     from abpo.arms.versions import NotInRegistry, PromotionRace
     from abpo.config import ConfigError
     from abpo.data.schemas import SchemaError
     from abpo.monthly.adopt import ModelRefused
     from abpo.monthly.gate import GateUsersMissing
     from abpo.months import MonthError
-    from abpo.registry import ModelFilesDamaged, RegistryUnavailable, StateMoved
+    from abpo.registry import ModelFilesDamaged, NamespaceMismatch, RegistryUnavailable, StateMoved
     from abpo.validation import ValidationNotRun
     from abpo.warehouse import IngestError, WarehouseBusy, WarehouseSettingError, WarehouseUnreadable
 
@@ -151,7 +151,9 @@ def expected_errors() -> tuple[type[BaseException], ...]:
         ValidationNotRun,
         ModelFilesDamaged,
         StateMoved,
+        NamespaceMismatch,
         HistoryFieldRefused,
+        ChampionMissing,
     )
 
 

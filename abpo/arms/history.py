@@ -184,6 +184,7 @@ def entries(cfg: Config, arm: str) -> list[Entry]:
     registry cannot answer (a server down, a store that cannot be opened): never read as an empty history."""
     from mlflow.exceptions import MlflowException
 
+    registry.configure(cfg)  # its own refusals (a moved state, another namespace) stand as they are
     try:
         return read(_client(cfg), arm, registry.experiment_name(cfg, EXPERIMENT)) if _experiment_id(cfg) else []
     except registry.RegistryUnavailable:
@@ -291,3 +292,30 @@ def champion_stack(history: list[Entry]) -> list[str]:
         elif e.action in MOVES and e.to_version and (not stack or stack[-1] != e.to_version):
             stack.append(e.to_version)
     return stack
+
+
+class ChampionMissing(LookupError):
+    """The arm has no champion alias although its promotion history names one (the champion version was deleted, or
+    its alias removed, outside abpo): bootstrapping it again would silently start the arm over (an LLM arm from
+    pi_init, with no gate), dropping its months of updates. A refusal; `abpo arms rollback` restores the history's
+    champion (or, when that version is gone, the one before it that still exists)."""
+
+
+def require_champion_or_none_recorded(cfg: Config, arm: str, model: str) -> None:
+    """For an arm without a champion alias (``model``: its registered model, for the message): nothing when its
+    history names no champion (a new arm: bootstrap gives it one); ChampionMissing naming the history's last
+    champion, the entry that made it and the way back otherwise."""
+    history = entries(cfg, arm)
+    stack = champion_stack(history)
+    if not stack:
+        return
+    last = next(
+        e for e in reversed(history) if e.to_version == stack[-1] and (e.action in MOVES or e.action == "baseline")
+    )
+    raise ChampionMissing(
+        f"{model}: no champion, but its promotion history's last champion is v{stack[-1]} (entry #{last.seq}, "
+        f"{last.action} by {last.actor} at {last.at}); rule: an arm whose history names a champion is never "
+        "bootstrapped again (its months of updates would be dropped): restore it with `abpo arms rollback --arm "
+        f"{arm}` (back to v{stack[-1]}, or to the newest earlier champion that still exists) or `abpo arms promote "
+        f"--arm {arm} --version N`; nothing was registered"
+    )

@@ -344,10 +344,45 @@ def rollback(cfg: Config, arm: str, *, reason: str = "", actor: str = "") -> dic
         return _rollback_locked(cfg, arm, reason=reason, actor=actor, now=datetime.now(UTC))
 
 
+def _restore_missing_locked(cfg: Config, arm: str, *, reason: str, actor: str) -> dict[str, str]:
+    """Under the lock, for an arm without a champion alias: make the promotion history's last champion the champion
+    again, or, when that version no longer exists (deleted), the newest earlier champion of the history that does;
+    recorded as a ``rollback`` entry from no champion. NotInRegistry, nothing changed, when the history names no
+    champion or every champion it names was deleted."""
+    name = model_name(arm, cfg)
+    _settle(cfg, arm, "")
+    stack = history.champion_stack(history.entries(cfg, arm))
+    if not stack:
+        raise NotInRegistry(f"{name}: no champion, and its promotion history names none: nothing to roll back to")
+    target = next((v for v in reversed(stack) if get_version(cfg, arm, v) is not None), None)
+    if target is None:
+        raise NotInRegistry(
+            f"{name}: no champion, and every champion of its promotion history (v{', v'.join(stack)}) was deleted; "
+            "nothing changed (promote a version with `abpo arms promote`)"
+        )
+    why = f"champion missing: restored the history's last champion v{stack[-1]}" + (
+        "" if target == stack[-1] else f" (deleted), its newest earlier champion v{target}"
+    )
+    entry = history.begin(
+        cfg,
+        arm,
+        action="rollback",
+        actor=actor,
+        from_version="",
+        to_version=target,
+        reason=f"{reason}: {why}" if reason else why,
+        verdict=_verdict(cfg, arm, target),
+    )
+    touch_lock(cfg, arm)
+    set_alias(cfg, arm, registry.CHAMPION, target)
+    history.finish(cfg, entry)
+    return {"arm": arm, "champion": target, "previous": ""}
+
+
 def _rollback_locked(cfg: Config, arm: str, *, reason: str, actor: str, now) -> dict[str, str]:
     cur = _champion(cfg, arm)
-    if not cur:
-        raise NotInRegistry(f"{model_name(arm, cfg)}: no champion to roll back")
+    if not cur:  # the champion version was deleted (or its alias removed) outside abpo: put the history's back
+        return _restore_missing_locked(cfg, arm, reason=reason, actor=actor)
     _settle(cfg, arm, cur)
     _record_hand_move(cfg, arm, cur, month="")
     stack = history.champion_stack(history.entries(cfg, arm))

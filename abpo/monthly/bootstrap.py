@@ -79,7 +79,9 @@ def bootstrap_arms(cfg: Config, month: str = "") -> BootstrapResult:
     """Every arm gets a champion if it has none (see the module docstring). An arm that has one is checked against
     its promotion history first (abpo.arms.versions.check_champion): a champion moved by hand in MLflow since the
     last recorded move is recorded (actor ``mlflow-ui``), pinned, and reported as ``moved_by_hand`` ({from, to}),
-    which the DAG's bootstrap task turns into the arm's champion Asset event."""
+    which the DAG's bootstrap task turns into the arm's champion Asset event. An arm without a champion whose history
+    names one is refused (abpo.arms.history.ChampionMissing), never bootstrapped again."""
+    from abpo.arms.history import require_champion_or_none_recorded
     from abpo.data.holdout import check_gate_users, check_holdout_fraction
     from abpo.monthly.gate import offline_scores, record_offline_metrics
     from abpo.monthly.refit import refit
@@ -100,6 +102,9 @@ def bootstrap_arms(cfg: Config, month: str = "") -> BootstrapResult:
                     version=hand.to_version, moved_by_hand={"from": hand.from_version, "to": hand.to_version}
                 )
             continue
+        # no champion: a new arm, unless its history names one (deleted outside abpo): then a refusal, never a silent
+        # start-over from pi_init or a fresh fit
+        require_champion_or_none_recorded(cfg, arm, arm_versions.model_name(arm, cfg))
         if entry(arm).kind == RANKER:
             res = refit(cfg, arm, None)
             out[arm] = {"version": res.version, "bootstrapped": True}

@@ -12,7 +12,7 @@ Its parts: :mod:`abpo.registry.store` (the store, experiments, runs), :mod:`abpo
 ``abpo.registry`` itself.
 """
 
-from abpo.registry.errors import ModelFilesDamaged, RegistryUnavailable, StateMoved
+from abpo.registry.errors import ModelFilesDamaged, NamespaceMismatch, RegistryUnavailable, StateMoved
 from abpo.registry.models import (
     LLM_SERVING_PACKAGES,
     RANKER_SERVING_PACKAGES,
@@ -39,6 +39,7 @@ from abpo.registry.store import (
     _end_locked_run,
     _ensure_experiment,
     _initialised,
+    check_namespace,
     configure,
     ensure_store,
     experiment_name,
@@ -86,6 +87,7 @@ __all__ = [
     "TASK_RESULT_ARTIFACT",
     "TRAINING_COLUMNS",
     "ModelFilesDamaged",
+    "NamespaceMismatch",
     "RegistryUnavailable",
     "StateMoved",
     "_announced",
@@ -96,6 +98,7 @@ __all__ = [
     "_initialised",
     "_last_logged_model_id",
     "abpo_code",
+    "check_namespace",
     "check_weights",
     "completed_task_run",
     "configure",

@@ -19,6 +19,11 @@ class StateMoved(Redacted, ValueError):
     or restored elsewhere, and using it as it is would write into the old directory."""
 
 
+class NamespaceMismatch(Redacted, ValueError):
+    """The state directory belongs to another environment (``paths.namespace``) than the config names: run as it is,
+    it would serve, promote and record history in that other environment's registered models."""
+
+
 class RegistryUnavailable(Redacted, RuntimeError):
     """The MLflow registry could not answer (server down, network, database error): never read as "no alias"."""
 
@@ -29,5 +34,5 @@ class ModelFilesDamaged(Redacted, RuntimeError):
     the file and the rule. An expected error (`abpo` prints one line)."""
 
 
-for _cls in (StateMoved, RegistryUnavailable, ModelFilesDamaged):
+for _cls in (StateMoved, NamespaceMismatch, RegistryUnavailable, ModelFilesDamaged):
     _cls.__module__ = "abpo.registry"

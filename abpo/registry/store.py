@@ -6,13 +6,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import abpo
 from abpo.redact import redact, register_uri_secret
-from abpo.registry.errors import RegistryUnavailable, StateMoved
+from abpo.registry.errors import NamespaceMismatch, RegistryUnavailable, StateMoved
 
 if TYPE_CHECKING:
     from abpo.config import Config
@@ -144,9 +145,78 @@ def moved_from(cfg: Config) -> str | None:
 _checked_moved: set[str] = set()
 
 
+_ABPO_NAME = re.compile(r"(?:(.+)-)?abpo-(?:arms|promotions|monthly|update|sft|experiment|recommender|arm-[a-z0-9_]+)")
+NAMESPACE_RECORD = "namespace.json"  # <paths.root>/namespace.json: {"namespace": "<paths.namespace>"}
+_checked_namespace: set[tuple[str, str]] = set()
+
+
+def _namespace_in_use(cfg: Config) -> str | None:
+    """The namespace a state made before :data:`NAMESPACE_RECORD` existed was run with, read from what it holds:
+    its own SQLite store's experiments (``<ns>-abpo-arms``, ...) and its models' cache (``<paths.models>/registry/
+    <ns>-abpo-arm-<arm>``); None when it holds none of them (a new state)."""
+    import sqlite3
+
+    names: list[str] = []
+    db = cfg.paths.resolve("root") / "mlflow.db"
+    if db.is_file() and db.stat().st_size:
+        try:
+            with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as con:
+                names += [n for (n,) in con.execute("SELECT name FROM experiments").fetchall()]
+        except sqlite3.Error:
+            pass  # not a store: MLflow reports it on first use
+    cache = cfg.paths.resolve("models") / "registry"
+    if cache.is_dir():
+        names += [p.name for p in cache.iterdir() if p.is_dir()]
+    found: set[str] = set()
+    for name in names:  # abpo's own names: <ns>-abpo-arms, <ns>-abpo-promotions, <ns>-abpo-arm-<arm>, ...
+        m = _ABPO_NAME.fullmatch(name)
+        if m:
+            found.add(m.group(1) or "")
+    return sorted(found)[0] if len(found) == 1 else (None if not found else ",".join(sorted(found)))
+
+
+def check_namespace(cfg: Config) -> None:
+    """The state records the environment it belongs to (``<paths.root>/namespace.json``, written on its first use)
+    and refuses to run under another: NamespaceMismatch naming both when ``paths.namespace`` (``$ABPO_NAMESPACE``)
+    differs from the recorded one. A state made before the record existed is judged by the names it holds
+    (:func:`_namespace_in_use`) and then records its namespace. Once per process and (state, namespace)."""
+    import json
+
+    root = cfg.paths.resolve("root")
+    ns = cfg.paths.namespace or ""
+    if (str(root), ns) in _checked_namespace:
+        return
+    record = root / NAMESPACE_RECORD
+    how = "recorded in " + str(record)
+    try:
+        recorded = json.loads(record.read_text())["namespace"] if record.is_file() else None
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise NamespaceMismatch(
+            f"{record}: unreadable ({type(e).__name__}: {e}); rule: the state's namespace record is "
+            '{"namespace": "<paths.namespace>"}; restore it (or remove it to let the next run record its namespace)'
+        ) from None
+    if recorded is None:
+        recorded, how = _namespace_in_use(cfg), f"found in the state's MLflow store and model cache under {root}"
+    if recorded is not None and recorded != ns:
+        shown = lambda n: f"{n!r}" if n else "'' (no namespace)"  # noqa: E731
+        raise NamespaceMismatch(
+            f"state {root} belongs to namespace {shown(recorded)} ({how}), not {shown(ns)} (paths.namespace / "
+            "$ABPO_NAMESPACE); rule: a state runs only in the environment it was made in, else it would serve, "
+            "promote and write the history of the other environment's models: set ABPO_NAMESPACE="
+            f"{recorded} (or use that environment's own state directory)"
+        )
+    if not record.is_file():
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = record.with_name(f".{NAMESPACE_RECORD}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"namespace": ns}) + "\n")
+        os.replace(tmp, record)
+    _checked_namespace.add((str(root), ns))
+
+
 def configure(cfg: Config) -> str:
-    """Point MLflow at the config's tracking store (creating the local SQLite store and artifact root). The first time
-    a process uses a store, one log line says which one and where it came from (:func:`store_line`).
+    """Point MLflow at the config's tracking store (creating the local SQLite store and artifact root), after checking
+    that the state belongs to the config's namespace (:func:`check_namespace`). The first time a process uses a
+    store, one log line says which one and where it came from (:func:`store_line`).
 
     ``mlflow.set_tracking_uri`` also writes MLFLOW_TRACKING_URI (and set_registry_uri MLFLOW_REGISTRY_URI) into this
     process's environment; both are put back to what the user exported, so a subprocess started later (with another
@@ -156,6 +226,7 @@ def configure(cfg: Config) -> str:
     uri = cfg.paths.tracking_uri()
     register_uri_secret(uri)  # its password is blanked out of every message and log line from here on
     bound_http_calls(uri)
+    check_namespace(cfg)  # never into another environment's names
     if uri.startswith("sqlite:///") and uri not in _checked_moved:  # once per process and store
         old = moved_from(cfg)
         if old is not None:

@@ -70,6 +70,8 @@ __all__ = [
     "read_update_json",
     "read_update_strata",
     "refuse_untrusted_rows",
+    "resume_decision",
+    "resume_key",
     "resume_point",
     "rollout_signal",
     "run_update",
@@ -166,6 +168,60 @@ def make_trainer(
         trainer.remove_callback(PrinterCallback)
         trainer.remove_callback(ProgressCallback)
     return trainer
+
+
+RESUME_KEY = "resume-key.json"  # <output>/resume-key.json: what the checkpoints under <output>/checkpoints train
+
+
+def resume_key(cfg: Config, variant: str, init_dir: Path, tables, reward: str = "logged") -> dict[str, str]:
+    """What an update's checkpoints are of, recorded beside them (:data:`RESUME_KEY`) and compared before a resume:
+    the variant, the update's settings (every ``update.*`` but how often it logs and saves), the seed, the policy
+    settings, the starting model, the reward, and a fingerprint of the training rows (sha256 of each table's Arrow
+    IPC stream: the same rows in the same order, the same fingerprint)."""
+    import hashlib
+
+    import pyarrow as pa
+
+    skip = {"resume", "logging_steps", "save_steps", "save_total_limit", "mlflow_experiment"}
+    settings = {k: v for k, v in dataclasses.asdict(cfg.update).items() if k not in skip}
+    rows = hashlib.sha256()
+    for t in tables:
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, t.schema) as writer:
+            writer.write_table(t)
+        rows.update(hashlib.sha256(sink.getvalue().to_pybytes()).digest())
+    return {
+        "variant": variant,
+        "config": json.dumps(settings, sort_keys=True, default=str),
+        "seed": str(cfg.seed),
+        "policy": json.dumps(dataclasses.asdict(cfg.policy), sort_keys=True, default=str),
+        "init_model": str(init_dir),
+        "reward": reward,
+        "data": rows.hexdigest()[:32],
+    }
+
+
+def resume_decision(output_dir: Path, resume: bool | str, key: dict[str, str]) -> tuple[bool | str, str]:
+    """``(resume, why)``: ``resume`` as given unless it is True and ``output_dir/checkpoints`` holds checkpoints whose
+    recorded :func:`resume_key` is missing or differs from ``key`` (another variant, config, seed, starting model or
+    data wrote them): then False, and ``why`` says what differs (the caller logs it and starts fresh). Reads only."""
+    if resume is not True or _last_checkpoint(Path(output_dir) / "checkpoints") is None:
+        return resume, ""
+    try:
+        recorded = json.loads((Path(output_dir) / RESUME_KEY).read_text())
+    except (OSError, ValueError):
+        recorded = None
+    if recorded == key:
+        return True, ""
+    what = (
+        "no resume key is recorded beside them"
+        if not isinstance(recorded, dict)
+        else "their " + ", ".join(k for k in key if recorded.get(k) != key[k]) + " differ"
+    )
+    return False, (
+        f"update {output_dir}: not resuming its checkpoints ({what}: they were written by another update into the "
+        "same output); starting fresh"
+    )
 
 
 def resume_point(output_dir: Path, resume: bool | str) -> str | None:
@@ -340,9 +396,18 @@ def run_update(
     if note:
         report.notes.insert(0, note)
     out = output_dir_for(cfg, run)
-    resume = cfg.update.resume
+    # a checkpoint is resumed only by the update that wrote it (same variant, settings, seed, model and rows):
+    # another update killed into the same output leaves checkpoints this one must not continue
+    key = resume_key(cfg, variant.name, init_dir, (positive, no_response))
+    resume, not_resumed = resume_decision(out, cfg.update.resume, key)
     finished = (out / "update.json").exists()
     barrier()  # every process has looked before rank 0 removes anything
+    if not_resumed:
+        import logging
+
+        logging.getLogger(__name__).warning(not_resumed)
+        if dist.is_main:
+            shutil.rmtree(out / "checkpoints", ignore_errors=True)
     if finished:
         # a finished update of the same inputs: a rerun retrains from scratch (same seed -> same result) instead
         # of "resuming" a completed run; only an interrupted update (checkpoints, no update.json) resumes
@@ -352,6 +417,7 @@ def run_update(
         resume = False
     if dist.is_main:
         out.mkdir(parents=True, exist_ok=True)
+        (out / RESUME_KEY).write_text(json.dumps(key, indent=1) + "\n")
     barrier()
     # built before the MLflow run opens: the trainer's refusals (a process group without a distributed trainer, a
     # dropped DeepSpeed config, settings it rejects) leave no FAILED run behind

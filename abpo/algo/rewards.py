@@ -190,3 +190,30 @@ def anchor_reward(y: Tensor, r_sc_log: Tensor | None, lambda_sc: float) -> Tenso
     r_match = match_reward(logged, logged, y)  # a^1 = a^log: always a match
     r_fmt = torch.ones_like(r_match)  # the logged item's text is well formed by construction
     return total_reward(r_match, r_fmt, r_sc_log, y, lambda_sc)
+
+
+def simulated_click_reward(chosen_index: Tensor, click_probs: Tensor) -> Tensor:
+    """The simulator as reward model (issue 49's online upper bound, a diagnostic, never an arm's update):
+
+        r_sim(a^j) = P(click | a^j exposed)  for a well-formed rollout naming candidate a^j,   0 for a malformed one
+
+    replacing r_match of step 2 (r = r_sim + r_fmt). chosen_index: int [B, K], the index into the example's
+    candidates of the item each rollout named (-1: malformed); click_probs: [B, M], the simulator's click
+    probability of every candidate of the example (abpo.sim.headroom.candidate_click_probabilities). Returns
+    float32 [B, K]."""
+    if chosen_index.dim() != 2 or click_probs.dim() != 2 or chosen_index.shape[0] != click_probs.shape[0]:
+        raise ValueError(
+            f"abpo.algo.rewards.simulated_click_reward: chosen_index {tuple(chosen_index.shape)} and click_probs "
+            f"{tuple(click_probs.shape)}; rule: [B, K] and [B, M] with the same B"
+        )
+    if bool(((click_probs < 0) | (click_probs > 1)).any()):
+        i = int(((click_probs < 0) | (click_probs > 1)).nonzero()[0, 0])
+        raise ValueError(f"abpo.algo.rewards.simulated_click_reward: example {i}: a click probability outside [0, 1]")
+    if bool((chosen_index >= click_probs.shape[1]).any()):
+        raise ValueError(
+            f"abpo.algo.rewards.simulated_click_reward: a chosen index >= {click_probs.shape[1]} candidates; rule: "
+            "an index into the example's candidates or -1"
+        )
+    ok = chosen_index >= 0
+    picked = torch.gather(click_probs.float(), 1, chosen_index.clamp(min=0))
+    return torch.where(ok, picked, torch.zeros_like(picked))

@@ -12,7 +12,7 @@ import torch
 from accelerate.utils import gather_object
 
 from abpo.algo.anchor_terms import anchor_advantage, likelihood_coefficients
-from abpo.algo.rewards import anchor_reward, self_certainty, total_reward
+from abpo.algo.rewards import anchor_reward, self_certainty, simulated_click_reward, total_reward
 from abpo.algo.snips import effective_sample_size, snips_weight, stratified_self_normalise
 from abpo.algo.stratum_weight import no_response_abs_share, stratum_weighted_advantages
 from abpo.algo.variants import Variant, anchor_weights, rollout_advantages
@@ -211,6 +211,12 @@ class AdvantagesMixin:
                     pop = float(self.item_popularity.get(item, 0)) if self.item_popularity is not None else math.nan
                     popularity_local[i] = pop
                     title_tokens_local[i] = float(self._title_tokens(x["candidate_answers"][chosen_local[i]]))
+        # the simulator's reward of each rollout (settings.reward = simulated_click: issue 49's online upper bound)
+        sim_local = [math.nan] * n_local
+        if st.reward == "simulated_click":
+            for i, x in enumerate(inputs):
+                p_click = torch.tensor([list(x["candidate_click_prob"])], dtype=torch.float64)
+                sim_local[i] = float(simulated_click_reward(torch.tensor([[chosen_local[i]]]), p_click)[0, 0])
         local = []
         for i, x in enumerate(inputs):
             rid = str(x["request_id"])
@@ -227,6 +233,7 @@ class AdvantagesMixin:
                     a_log_index=list(x["candidates"]).index(int(x["a_log"])),
                     popularity=popularity_local[i],
                     title_tokens=title_tokens_local[i],
+                    sim_click=sim_local[i],
                 )
             )
         # every process's records, in TRL's gather order (rewards_per_func's order)
@@ -258,11 +265,16 @@ class AdvantagesMixin:
         rpf = rewards_per_func.detach().float().cpu()
         r_fmt = rpf[:, 0].view(b, k)
         r_match = rpf[:, 1].view(b, k)
+        if st.reward == "simulated_click":  # r_sim replaces r_match (abpo.algo.rewards.simulated_click_reward)
+            r_match = torch.tensor([r.sim_click for r in records], dtype=torch.float32).view(b, k)
+            metrics_sim = {"abpo/reward/simulated_click_mean": float(r_match.mean())}
+        else:
+            metrics_sim = {}
         lam = v.effective_lambda_sc(st.lambda_sc)
         r_sc = torch.tensor([r.r_sc for r in records], dtype=torch.float32).view(b, k) if v.self_certainty else None
         r_roll = total_reward(r_match, r_fmt, r_sc, y, lam)  # [B, K] step 2
 
-        metrics: dict[str, float] = {}
+        metrics: dict[str, float] = dict(metrics_sim)
         r_log = w = None
         if v.anchor:
             sc_log = (

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from abpo.policy.config import PolicyConfig
 
 COLUMNS = ("prompt", "request_id", "candidates", "candidate_answers", "a_log", "y", "e0", "anchor_text")
+# carried when the logged rows have it: the simulator's P(click) per candidate (ABPOSettings.reward = simulated_click)
+OPTIONAL_COLUMNS = ("candidate_click_prob",)
 
 
 class UpdateDataError(ValueError):
@@ -155,7 +157,23 @@ def example_row(
         "e0": float(row["propensity"]),
         "anchor_text": format_answer(a_log, titles[a_log]),
         "_history_dropped": fitted.history_dropped,
+        **_click_probs(row, cands, where),
     }
+
+
+def _click_probs(row: Mapping[str, Any], cands: Sequence[int], where: str) -> dict:
+    """The optional column candidate_click_prob (the simulator's P(click) of every candidate, for the trainer's
+    reward = simulated_click: issue 49's online upper bound), checked and passed through; {} when the row has none."""
+    probs = row.get("candidate_click_prob")
+    if probs is None:
+        return {}
+    probs = [float(p) for p in probs]
+    if len(probs) != len(cands) or not all(0.0 <= p <= 1.0 for p in probs):
+        raise UpdateDataError(
+            f"{where} impression {row.get('impression_id', '?')}: candidate_click_prob {probs[:5]}... for "
+            f"{len(cands)} candidates; rule: one probability in [0, 1] per candidate"
+        )
+    return {"candidate_click_prob": probs}
 
 
 def build_update_rows(
@@ -200,7 +218,11 @@ def to_hf_dataset(rows: list[dict]):
 
     if not rows:
         raise UpdateDataError("D_bandit: no full stratified batch to train on (see the batching report)")
-    return Dataset.from_list([{k: r[k] for k in COLUMNS} for r in rows])
+    extra = [c for c in OPTIONAL_COLUMNS if c in rows[0]]
+    for c in extra:
+        if not all(c in r for r in rows):
+            raise UpdateDataError(f"D_bandit: column {c} on some rows only; rule: on every row or none")
+    return Dataset.from_list([{k: r[k] for k in (*COLUMNS, *extra)} for r in rows])
 
 
 def subsample_strata(positive, no_response, n: int, seed: int):

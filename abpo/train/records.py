@@ -10,6 +10,42 @@ from typing import NamedTuple
 
 from abpo.algo.variants import Variant, get_variant
 
+REWARD_MODES = ("logged", "simulated_click")  # ABPOSettings.reward
+
+
+def check_simulated_click_reward(settings: ABPOSettings, columns: Sequence[str]) -> None:
+    """ABPOSettings.reward = simulated_click (issue 49's online upper bound) trains vanilla GRPO on the simulator's
+    reward: each rollout's reward r_fmt + P(click | named candidate), nothing read from the logged feedback. So: the
+    dataset has the column candidate_click_prob, and no term of the update reads y or the logged item (no anchor,
+    self-certainty, no-response weight or logged-item term): those would mix the logged feedback back in. Raises
+    ValueError naming the setting and the rule."""
+    if settings.reward not in REWARD_MODES:
+        raise ValueError(f"ABPOTrainer: reward={settings.reward!r}; rule: one of {list(REWARD_MODES)}")
+    if settings.reward != "simulated_click":
+        return
+    v = get_variant(settings.variant)
+    reads_y = [
+        name
+        for name, on in (
+            (f"variant {v.letter} ({v.name})'s anchor", v.anchor),
+            (f"variant {v.letter} ({v.name})'s self-certainty", v.self_certainty),
+            (f"update.no_response_weight={settings.no_response_weight}", settings.no_response_weight != 1.0),
+            ("update.no_response_weight_rule=click_rate", settings.no_response_weight_rule != "fixed"),
+            ("update.likelihood_weight / update.offpolicy_weight", settings.anchor_terms),
+        )
+        if on
+    ]
+    if reads_y:
+        raise ValueError(
+            f"ABPOTrainer: reward=simulated_click with {', '.join(reads_y)}; rule: the simulator-rewarded update is "
+            "vanilla GRPO (variant B, grpo) with the paper's settings, no term reading the logged feedback"
+        )
+    if "candidate_click_prob" not in columns:
+        raise ValueError(
+            "ABPOTrainer: reward=simulated_click but train_dataset lacks column candidate_click_prob; rule: each "
+            "logged row carries the simulator's click probability of every candidate (abpo.sim.headroom)"
+        )
+
 
 @dataclass
 class ABPOSettings:
@@ -35,6 +71,11 @@ class ABPOSettings:
     likelihood_weight: float = 0.0  # update.likelihood_weight: lambda_ll (Eq. L1)
     offpolicy_weight: float = 0.0  # update.offpolicy_weight: lambda_off (Eq. O3)
     offpolicy_gamma: float = 0.1  # update.offpolicy_gamma: gamma of f(x) = x / (x + gamma) (Eq. O2)
+    # where the rollouts' r_match comes from: "logged" (the paper: the logged item and its feedback) or
+    # "simulated_click" (the simulator's click probability of the named candidate, dataset column
+    # candidate_click_prob: issue 49's online upper bound, a diagnostic no arm or config can select;
+    # abpo.algo.rewards.simulated_click_reward)
+    reward: str = "logged"
 
     def no_response_kappa(self) -> float:
         """kappa of Eq. N1 for these settings (abpo.algo.stratum_weight.no_response_weight)."""
@@ -86,3 +127,4 @@ class RolloutRecord(NamedTuple):
     a_log_index: int  # index of a_log in the row's candidates
     popularity: float  # training interaction count of the chosen item (NaN when not scored or unknown)
     title_tokens: float  # token count of the chosen item's title (NaN when not scored)
+    sim_click: float = float("nan")  # reward simulated_click: P(click | the chosen candidate) (0 if malformed)

@@ -53,7 +53,13 @@ from abpo.algo.surrogate import clipped_surrogate
 from abpo.algo.variants import get_variant
 from abpo.train.advantages import AdvantagesMixin
 from abpo.train.callbacks import MLflowStepCallback, StopAfterStepCallback
-from abpo.train.records import ABPOSettings, CandidateSet, RolloutRecord, rollouts_per_example
+from abpo.train.records import (
+    ABPOSettings,
+    CandidateSet,
+    RolloutRecord,
+    check_simulated_click_reward,
+    rollouts_per_example,
+)
 from abpo.train.rewards import REWARD_FUNCS, _completion_texts, format_reward, match_reward
 from abpo.train.rollouts import RolloutsMixin
 
@@ -195,6 +201,7 @@ class ABPOTrainer(RolloutsMixin, AdvantagesMixin, GRPOTrainer):
         ]
         if missing:
             raise ValueError(f"ABPOTrainer: train_dataset lacks column(s) {missing}")
+        check_simulated_click_reward(settings, train_dataset.column_names)
         super().__init__(
             model=model,
             reward_funcs=list(REWARD_FUNCS),

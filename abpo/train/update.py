@@ -314,6 +314,7 @@ def run_update(
     run_tags: dict[str, str] | None = None,
     gate_users: str | None = None,
     gate_holdout_fraction: float | None = None,
+    reward: str = "logged",
 ) -> UpdateResult:
     """The `abpo update` job: pi_init + D_bandit (warehouse) -> the variant's update, logged to MLflow; ``cfg`` says
     how to train, ``run`` what (:class:`UpdateRun`).
@@ -325,7 +326,10 @@ def run_update(
     active one. ``callbacks``: extra transformers TrainerCallbacks (progress reporting). ``run_tags``: extra tags of
     the update's MLflow run (the production loop's task key). ``gate_users`` / ``gate_holdout_fraction``: config
     ``arms.gate_users`` / ``arms.gate_holdout_fraction`` (section arms sits above abpo.train), which users' rows the
-    warehouse's D_bandit leaves out (:func:`warehouse_strata`); required without ``strata``."""
+    warehouse's D_bandit leaves out (:func:`warehouse_strata`); required without ``strata``. ``reward``: the rollouts'
+    reward (abpo.train.records.ABPOSettings.reward): ``logged`` (the paper) or ``simulated_click`` (issue 49's online
+    upper bound, a diagnostic: ``strata`` carrying the column candidate_click_prob, variant grpo); not a config
+    setting, so no arm or experiment row can select it."""
     from abpo import registry
     from abpo.algo.variants import get_variant
     from abpo.data.loaders import load_dataset
@@ -398,7 +402,7 @@ def run_update(
     out = output_dir_for(cfg, run)
     # a checkpoint is resumed only by the update that wrote it (same variant, settings, seed, model and rows):
     # another update killed into the same output leaves checkpoints this one must not continue
-    key = resume_key(cfg, variant.name, init_dir, (positive, no_response))
+    key = resume_key(cfg, variant.name, init_dir, (positive, no_response), reward)
     resume, not_resumed = resume_decision(out, cfg.update.resume, key)
     finished = (out / "update.json").exists()
     barrier()  # every process has looked before rank 0 removes anything
@@ -426,7 +430,7 @@ def run_update(
         tokenizer,
         train_ds,
         cfg.update,
-        settings_for(cfg, variant.name, click_rate=click_rate),
+        dataclasses.replace(settings_for(cfg, variant.name, click_rate=click_rate), reward=reward),
         output_dir=out,
         seed=cfg.seed,
         peft_config=lora_config(cfg.policy),
@@ -442,6 +446,7 @@ def run_update(
         "abpo.months": ",".join(run.months),
         "abpo.init_model": str(init_dir),
         "abpo.output_dir": str(out),
+        **({"abpo.reward": reward} if reward != "logged" else {}),  # the online upper bound's runs say so
         **(run_tags or {}),
     }
     import contextlib

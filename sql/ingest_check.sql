@@ -26,6 +26,9 @@
 --   unknown_logging_policy   logging_policy is not a stochastic rule this warehouse knows: softmax(tau=X) (the LLM
 --                            arms, abpo.policy.bandit) or softmax(score/T, T=X) <ranker> (the ranker arms), X > 0
 --                            finite; off-policy estimates are only valid for such a rule
+--   logging_tau_mismatch     an LLM row's softmax(tau=X) with X other than $policy_tau (policy.tau; 0: not checked):
+--                            the update recomputes e_old = softmax(s/tau) with policy.tau and refuses such a row
+--                            (abpo.train.dataset), so it is quarantined here instead of failing an arm's update
 --   event_time_outside_month event_time (UTC) not in $month (YYYY-MM)
 --   served_at_out_of_range   served_at more than $max_clock_skew_seconds (data.max_clock_skew_seconds) from
 --                            event_time (a clock far off, or a replay)
@@ -84,6 +87,10 @@ ruled AS (
         -- $logging_policy_re: abpo.data.schemas.LOGGING_POLICY_PATTERN (group 1: the temperature, which must be > 0)
         coalesce(regexp_full_match(logging_policy, $logging_policy_re)
                  AND TRY_CAST(regexp_extract(logging_policy, $logging_policy_re, 1) AS DOUBLE) > 0, false) AS policy_ok,
+        -- an LLM arm's rule (softmax(tau=X), not a ranker's softmax(score/T, T=X)) with X other than policy.tau
+        coalesce($policy_tau > 0 AND starts_with(logging_policy, 'softmax(tau=')
+                 AND abs(TRY_CAST(regexp_extract(logging_policy, $logging_policy_re, 1) AS DOUBLE) - $policy_tau)
+                     > 1e-9 * greatest(1.0, $policy_tau), false) AS tau_mismatch,
         abs(epoch(served_at) - epoch(event_time)) AS skew_seconds
     FROM staging.ingest_stage AS s
     LEFT JOIN off_catalog AS oc ON s.source_file = oc.source_file AND s.source_row = oc.source_row
@@ -105,6 +112,7 @@ first_rule AS MATERIALIZED (
             WHEN off_catalog_items > 0 THEN 'item_not_in_catalog'
             WHEN negative_fields <> '' THEN 'negative_field'
             WHEN NOT policy_ok THEN 'unknown_logging_policy'
+            WHEN tau_mismatch THEN 'logging_tau_mismatch'
             WHEN strftime(event_time AT TIME ZONE 'UTC', '%Y-%m') <> $month THEN 'event_time_outside_month'
             WHEN skew_seconds > $max_clock_skew_seconds THEN 'served_at_out_of_range'
         END AS rule,
@@ -123,6 +131,7 @@ first_rule AS MATERIALIZED (
             WHEN off_catalog_items > 0 THEN off_catalog_items || ' item id(s) not in the catalog, e.g. ' || off_catalog_example || ' (in ' || off_catalog_fields || ')'
             WHEN negative_fields <> '' THEN negative_fields || ' < 0'
             WHEN NOT policy_ok THEN 'logging_policy ' || logging_policy || ' is not softmax(tau=X) or softmax(score/T, T=X) <ranker> with X > 0'
+            WHEN tau_mismatch THEN 'logging_policy ' || logging_policy || ' but policy.tau = ' || $policy_tau || '; rule: the update recomputes e_old = softmax(s/tau) with policy.tau, so an LLM row is logged with that tau'
             WHEN strftime(event_time AT TIME ZONE 'UTC', '%Y-%m') <> $month THEN 'event_time ' || event_time || ' outside ' || $month
             WHEN skew_seconds > $max_clock_skew_seconds THEN 'served_at ' || served_at || ' is ' || round(skew_seconds) || ' s from event_time ' || event_time || ', more than ' || $max_clock_skew_seconds || ' s (data.max_clock_skew_seconds)'
         END AS detail

@@ -59,6 +59,7 @@ RULES = (
     "item_not_in_catalog",
     "negative_field",
     "unknown_logging_policy",
+    "logging_tau_mismatch",
     "event_time_outside_month",
     "served_at_out_of_range",
     "duplicate_impression_id",

@@ -18,12 +18,19 @@ from abpo.months import Month
 
 DEFAULT_ARMS = ("abpo", "grpo", "ml_retrain", "popularity")
 # The contract rules this generator breaks (one per bad row), in the order its draws use. The later rules
-# (logged_item_not_once, duplicate_candidates, propensity_inconsistent, item_not_in_catalog) are not injected: the
-# draws of every seed stay as they were, and the tests build those rows by hand.
+# (logged_item_not_once, duplicate_candidates, propensity_inconsistent, item_not_in_catalog, logging_tau_mismatch) are
+# not injected: the draws of every seed stay as they were, and the tests build those rows by hand.
 INJECTED_RULES = tuple(
     r
     for r in RULES
-    if r not in ("logged_item_not_once", "duplicate_candidates", "propensity_inconsistent", "item_not_in_catalog")
+    if r
+    not in (
+        "logged_item_not_once",
+        "duplicate_candidates",
+        "propensity_inconsistent",
+        "item_not_in_catalog",
+        "logging_tau_mismatch",
+    )
 )
 _NULLABLE_TARGETS = ("user_id", "model_version", "propensity", "clicked", "event_time", "request_id")
 

@@ -80,6 +80,7 @@ def ingest_with_config(
             max_clock_skew_seconds=d.max_clock_skew_seconds,
             max_quarantine_fraction=d.max_quarantine_fraction,
             catalog=catalog,
+            policy_tau=cfg.policy.tau,  # the tau the update recomputes e_old with (rule logging_tau_mismatch)
         )
     if report.audit is not None:
         save_summary(report.audit, out_dir)

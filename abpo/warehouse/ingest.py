@@ -168,6 +168,7 @@ class IngestMixin:
         max_clock_skew_seconds: float = _DATA_DEFAULTS.max_clock_skew_seconds,
         max_quarantine_fraction: float = _DATA_DEFAULTS.max_quarantine_fraction,
         catalog: Iterable[int] | None = None,
+        policy_tau: float | None = None,
     ) -> IngestReport:
         """Write, audit, publish ``month``'s landing files.
 
@@ -184,7 +185,9 @@ class IngestMixin:
         ``min_propensity`` and ``max_clock_skew_seconds`` are contract parameters (sql/ingest_check.sql). ``catalog``:
         the item ids of the catalog (the dataset's); when given, a row whose exposed item, candidates or history name
         another item is quarantined (item_not_in_catalog). A step that fails (disk full, ...) raises IngestStepFailed
-        naming its SQL file; the clean-up after it never hides it.
+        naming its SQL file; the clean-up after it never hides it. ``policy_tau`` (policy.tau): an LLM row logged with
+        another softmax temperature is quarantined (logging_tau_mismatch), as the update would refuse it; None: not
+        checked.
         """
         check_month(month)
         if not 0.0 < float(min_propensity) <= 1.0:
@@ -211,6 +214,7 @@ class IngestMixin:
                 logging_policy_re=LOGGING_POLICY_PATTERN,
                 check_catalog=catalog is not None,
                 single_candidate_tolerance=SINGLE_CANDIDATE_PROPENSITY_TOLERANCE,
+                policy_tau=float(policy_tau or 0.0),
             )
             for row in self.run("ingest_rule_counts").to_pylist():
                 if row["rule"] is None:

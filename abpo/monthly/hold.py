@@ -46,6 +46,18 @@ def hold(cfg: Config, arm: str, month: Month) -> HoldResult:
             f"parent_version={tags.get('parent_version')!r}; rule: a holdback's champion stays the pi_init version "
             "bootstrap registered (never updated, never promoted); restore it before the month runs"
         )
+    # the version bootstrap registered, per the promotion history: another pi_init version swapped in (by hand in
+    # MLflow) has the same tags but is not the control the months so far were served by
+    from abpo.arms import history
+
+    first = next((e for e in history.entries(cfg, arm) if e.action in ("bootstrap", "baseline")), None)
+    if first is not None and first.to_version != str(champ.version):
+        raise HoldbackMoved(
+            f"{arm_versions.model_name(arm, cfg)} v{champ.version}: champion is not v{first.to_version}, the version "
+            f"its promotion history started with ({first.action} at {first.at}); rule: a holdback's champion stays "
+            "the pi_init version bootstrap registered (another pi_init version is another control); restore it "
+            f"(`abpo arms rollback --arm {arm}`) before the month runs"
+        )
     reason = (
         f"holdback: not updated in {Month(month)}; champion stays pi_init "
         f"({arm_versions.model_name(arm, cfg)} v{champ.version}, {tags.get('pi_init_version', 'pi_init')})"

@@ -280,16 +280,26 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
         from abpo.monthly.bootstrap import require_registry
 
         require_registry(cfg)  # a store that lost the arms is not shown as "no champions"
+        missing = 0
         for arm in arms_of(cfg):
             for alias in (CHAMPION, CHALLENGER):
                 mv = arm_versions.get_version(cfg, arm, alias)
                 shown = json.dumps(arm_versions.version_info(mv)) if mv is not None else "none"
+                if mv is None and alias == CHAMPION:  # deleted outside abpo while its history names one: say so
+                    from abpo.arms.history import ChampionMissing, require_champion_or_none_recorded
+
+                    try:
+                        require_champion_or_none_recorded(cfg, arm, arm_versions.model_name(arm, cfg))
+                    except ChampionMissing as e:
+                        shown, missing = f"none: MISSING ({e})", missing + 1
                 print(f"{arm_versions.model_name(arm, cfg):<22} {alias:<10} {shown}")
         for o in arm_versions.orphaned_logged_models(cfg):  # what a killed update logged and never registered
             print(
                 f"orphaned logged model {o['model_id']} ({o['name']}): run {o['run_id']} {o['run_status']}, never "
                 f"registered; artifacts {o['artifacts']}"
             )
+        if missing:  # exit 1: a script checking the arms sees that a champion the history names is gone
+            return 1
     return 0
 
 

@@ -33,6 +33,10 @@ def test_a_deleted_champion_is_refused_by_bootstrap_and_rollback_restores_the_on
     assert sorted(int(v.version) for v in client.search_model_versions("name='abpo-arm-abpo'")) == before
     assert not client.search_registered_models("name = 'abpo-recommender'")  # no pi_init trained or registered
 
+    rc, out, err = abpo("arms", "status")  # was "champion none", exit 0
+    assert rc == 1 and "abpo-arm-abpo          champion   none: MISSING (abpo-arm-abpo: no champion, but its" in out
+    assert "history's last champion is v2" in out, out
+
     rc, out, err = abpo("arms", "rollback", "--arm", "abpo", "--reason", "v2 deleted")
     assert rc == 0 and "abpo-arm-abpo: champion v1 (was vnone)" in out, err
     from abpo.arms import history

@@ -12,8 +12,18 @@ the expected simulated CTR (abpo.sim.headroom, Eq. H1: the click model's probabi
 and the share of the floor-to-oracle gap each closes. Every row scores the same requests with the same click
 probabilities, so row differences carry no click noise.
 
+``--online-bound ARM`` adds two rows per month, both trained from ARM's champion at the month's start on the month's
+served rows (the simulator serves the month again with the month's champions, nothing landed; every arm's rows, as
+arms.update_logs = all reads them) with the arm's update settings (arms.update_max_examples rows, the config's
+steps and learning rate):
+
+    <ARM> update (logged reward)       ARM's own variant with the paper's reward: the month's update, recomputed
+    online bound (sim reward, grpo)    vanilla GRPO with every rollout rewarded by the simulator's click
+                                       probability of the candidate it names (abpo.train reward = simulated_click):
+                                       the simulator as reward model, a diagnostic, never registered or served
+
     .venv/bin/python benchmarks/headroom.py [--config demo] [--months 2026-01,2026-02] [--set key=value ...]
-                                            [--json out.json] [--smoke]
+                                            [--online-bound abpo] [--json out.json] [--smoke]
 
 A month the state has not run (no champion recorded at its start) uses each arm's current champion, marked
 "(current)". The last line is exactly
@@ -26,7 +36,8 @@ simulated users' ground truth is the simulator's alone").
 
 ``--smoke`` runs the same path in seconds (tests/benchmarks/test_smoke.py) without `make demo`: in a throw-away state
 directory, on 12 users and a smaller tiny model, it bootstraps every arm first (pi_init by 4 SFT steps, the rankers
-fitted), then prints the first month's headroom (the figures mean nothing at that size).
+fitted), then prints the first month's headroom (the figures mean nothing at that size; the smoke case adds
+``--online-bound abpo``, 4 steps per update).
 """
 
 from __future__ import annotations
@@ -57,6 +68,7 @@ SMOKE = [
     "sft.eval_max_users=4",
     "sft.eval_generation=false",
     "arms.gate_max_users=4",
+    "arms.update_max_examples=64",  # --online-bound: 4 steps of 16 per update
 ]
 
 
@@ -105,6 +117,62 @@ def pi_init_arm(cfg, dataset):
     return arm_class(arm).load(arm, versions.local_dir(cfg, arm, "1"), cfg, dataset=dataset, model_version="1")
 
 
+def served_month_strata(cfg, month: str, served: dict, *, dataset, splits, requests, probs):
+    """(positive, no_response): the month's impressions as the simulator serves them with ``served`` (arm ->
+    champion; abpo.sim.simulator.simulate_month, nothing landed: the same rows a run landed for the month when these
+    are its champions), every arm's rows (arms.update_logs = all), each with the column candidate_click_prob (the
+    click model's probability of each of its candidates, ``probs`` of ``requests`` joined on request_id)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from abpo.sim.simulator import simulate_month
+
+    table = simulate_month(cfg, month, served, dataset=dataset, splits=splits, write=False).table
+    by_id = {r.request_id: p for r, p in zip(requests, probs, strict=True)}
+    col = pa.array([by_id[rid].tolist() for rid in table.column("request_id").to_pylist()], pa.list_(pa.float64()))
+    table = table.append_column("candidate_click_prob", col)
+    return table.filter(pc.equal(table["clicked"], 1)), table.filter(pc.equal(table["clicked"], 0))
+
+
+def online_bound(cfg, month: str, arm: str, parent: str, strata, dataset) -> dict[str, object]:
+    """Two updates from ``arm``'s version ``parent`` on the same rows, steps and learning rate as the arm's monthly
+    update (abpo.arms.llm.LLMArm.refresh's settings: arms.update_max_examples rows, the config's update section):
+    the arm's own variant with the paper's logged reward (the month's update, recomputed), and vanilla GRPO with
+    every rollout rewarded by the simulator's click probability (abpo.train: reward = simulated_click), the online
+    upper bound: a diagnostic, never registered or served. Returns label -> the trained policy (an LLMArm)."""
+    import dataclasses
+
+    from abpo.arms import versions
+    from abpo.arms.names import arm_class, entry
+    from abpo.train.runs import UpdateRun
+    from abpo.train.update import run_update
+
+    u = dataclasses.replace(
+        cfg.update, resume=False, save_merged=True, max_examples=cfg.arms.update_max_examples or cfg.update.max_examples
+    )
+    c = dataclasses.replace(cfg, update=u)
+    out = {}
+    for label, variant, reward in (
+        (f"{arm} update (logged reward)", entry(arm).refreshed_by, "logged"),
+        ("online bound (sim reward, grpo)", "grpo", "simulated_click"),
+    ):
+        t = time.perf_counter()
+        run = UpdateRun(
+            variant=variant,
+            arm=arm,
+            months=(month,),
+            init_model=versions.local_dir(cfg, arm, parent),
+            output=Path("headroom") / arm / month / reward,
+        )
+        res = run_update(c, run, progress=False, strata=strata, log_mlflow=False, reward=reward)
+        print(
+            f"  {label}: {res.global_step} steps from {arm} v{parent} on {strata[0].num_rows} + {strata[1].num_rows} "
+            f"rows (update.max_examples {u.max_examples}, lr {u.learning_rate}) in {time.perf_counter() - t:.0f}s"
+        )
+        out[label] = arm_class(arm).load(arm, res.model_dir, cfg, dataset=dataset, model_version=f"{variant}@{month}")
+    return out
+
+
 def main(argv=None) -> int:
     from abpo.logs import progress_bars_only_on_a_terminal
 
@@ -120,6 +188,15 @@ def main(argv=None) -> int:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
     ap.add_argument("--json", default="", help="also write the rows as JSON to this file")
     ap.add_argument(
+        "--online-bound",
+        default="",
+        metavar="ARM",
+        help="also train, per month, the online upper bound for LLM arm ARM (e.g. abpo) from its champion at the "
+        "month's start: its update recomputed with the logged reward, and vanilla GRPO on the same rows, steps and "
+        "learning rate with each rollout rewarded by the simulator's click probability; both scored as rows "
+        "(written under <paths.models>/headroom/, never registered)",
+    )
+    ap.add_argument(
         "--smoke",
         action="store_true",
         help="bootstrap the arms of a tiny throw-away state first, then its first month (seconds; the figures mean "
@@ -130,12 +207,17 @@ def main(argv=None) -> int:
     import tempfile
 
     from abpo.arms import versions
-    from abpo.arms.names import arm_class
+    from abpo.arms.names import LLM, arm_class, entry
     from abpo.config import load_config
     from abpo.monthly.common import arms_of, dataset_and_splits
     from abpo.months import Month
-    from abpo.sim.headroom import ORACLE_GREEDY, RANDOM_FLOOR, headroom_markdown, month_headroom
-    from abpo.sim.simulator import months_available
+    from abpo.sim.headroom import (
+        ORACLE_GREEDY,
+        candidate_click_probabilities,
+        headroom_markdown,
+        month_headroom,
+    )
+    from abpo.sim.simulator import month_requests, months_available
 
     t0 = time.perf_counter()
     state = ""
@@ -174,7 +256,18 @@ def main(argv=None) -> int:
                     arm, versions.local_dir(cfg, arm, v), cfg, dataset=ds, model_version=v
                 )
             policies[f"{arm} champion" + ("" if recorded else " (current)")] = loaded[(arm, v)]
-        res = month_headroom(cfg, month, policies, dataset=ds, splits=splits)
+        requests = month_requests(cfg, ds, splits, month)
+        if args.online_bound:
+            if entry(args.online_bound).kind != LLM:
+                raise ValueError(
+                    f"--online-bound {args.online_bound}: a {entry(args.online_bound).kind} arm; rule: an updated LLM arm"
+                )
+            served = {a: loaded[(a, month_start_version(cfg, a, month)[0])] for a in arms_of(cfg)}
+            probs, _ = candidate_click_probabilities(cfg, ds, requests)
+            strata = served_month_strata(cfg, month, served, dataset=ds, splits=splits, requests=requests, probs=probs)
+            parent = month_start_version(cfg, args.online_bound, month)[0]
+            policies.update(online_bound(cfg, month, args.online_bound, parent, strata, ds))
+        res = month_headroom(cfg, month, policies, dataset=ds, splits=splits, requests=requests)
         results.append(res)
         print(
             f"\n{month}: {res.requests} requests, preference intercept {res.intercept:.3f}, {time.perf_counter() - t:.0f}s"
@@ -208,10 +301,14 @@ def main(argv=None) -> int:
 
         shutil.rmtree(state, ignore_errors=True)
     gap = [m.row(ORACLE_GREEDY).ctr - m.row("pi_init").ctr for m in results]
-    best = [
-        max(r.ctr for r in m.rows if r.policy not in (ORACLE_GREEDY, RANDOM_FLOOR, "pi_init")) - m.row("pi_init").ctr
-        for m in results
-    ]
+    best = [max(r.ctr for r in m.rows if " champion" in r.policy) - m.row("pi_init").ctr for m in results]
+    if args.online_bound:
+        bound = [m.row("online bound (sim reward, grpo)").ctr - m.row("pi_init").ctr for m in results]
+        logged = [m.row(f"{args.online_bound} update (logged reward)").ctr - m.row("pi_init").ctr for m in results]
+        print(
+            f"online bound - pi_init: {100 * sum(bound) / len(bound):+.2f} pp; {args.online_bound} update (logged "
+            f"reward) - pi_init: {100 * sum(logged) / len(logged):+.2f} pp (mean over {len(results)} month(s))"
+        )
     print(f"wall time {time.perf_counter() - t0:.0f}s")
     print(
         f"Headroom oracle-greedy - pi_init: {100 * sum(gap) / len(gap):+.2f} pp; best champion - pi_init: "

@@ -23,7 +23,7 @@ CASES = {
         r"Headroom oracle-greedy - pi_init: [+-]\d+\.\d\d pp; best champion - pi_init: [+-]\d+\.\d\d pp "
         r"\(mean over 1 month\(s\)\)",
         r"wall time \d+s",
-        [],
+        ["--online-bound", "abpo"],
     ),
     "ingest.py": (
         rf"same quarantine counts and batch count; end to end now/baseline: {NUM}x \(ingest {NUM}x\)",

@@ -272,7 +272,7 @@ def promotion_record(client, model: str, arm: str) -> tuple[str, list[dict]]:
     from mlflow.exceptions import MlflowException
 
     from abpo.arms import history
-    from abpo.arms.versions import PIN_TAG
+    from abpo.arms.promotion import PIN_TAG
     from abpo.paths import namespaced
     from abpo.registry import is_not_found
 

@@ -68,7 +68,7 @@ def model_name(name: str, namespace: str = "") -> str:
 
 
 def lock_name(name: str, namespace: str = "") -> str:
-    """The arm's promotion lock (a registered model, abpo.arms.versions.promotion_lock): ``abpo-lock-<arm>``,
+    """The arm's promotion lock (a registered model, abpo.arms.promotion_lock.promotion_lock): ``abpo-lock-<arm>``,
     ``<namespace>-abpo-lock-<arm>`` in an environment."""
     from abpo.paths import namespaced
 

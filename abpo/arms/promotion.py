@@ -1,6 +1,6 @@
 """An arm's champion moves here, and only here: the promotion lock (a registered model per arm, see below), pins,
-:func:`promote`, :func:`rollback` and the record of a champion moved by hand in MLflow (abpo.arms.history). Every name
-is also importable from abpo.arms.versions, the monthly steps' door to the registry."""
+:func:`promote`, :func:`rollback` and the record of a champion moved by hand in MLflow (abpo.arms.history). The lock itself
+and the refusals a promotion raises are abpo.arms.promotion_lock."""
 
 from __future__ import annotations
 
@@ -9,20 +9,8 @@ from typing import TYPE_CHECKING
 
 from abpo import registry
 from abpo.arms import history, names
-from abpo.arms.promotion_lock import (  # the lock and the refusals, re-exported: promotion's names
-    LOCK_PREFIX as LOCK_PREFIX,
-    LOCK_TTL_S as LOCK_TTL_S,
-    LOCK_WAIT_S as LOCK_WAIT_S,
-    ChampionMoved as ChampionMoved,
-    HoldbackNeverPromoted as HoldbackNeverPromoted,
-    PromotionRace as PromotionRace,
-    _held as _held,
-    _lease as _lease,
-    _lock_name as _lock_name,
-    promotion_lock as promotion_lock,
-    touch_lock as touch_lock,
-)
-from abpo.arms.versions import NotInRegistry, get_version, model_name, set_alias, set_tags
+from abpo.arms.promotion_lock import ChampionMoved, HoldbackNeverPromoted, PromotionRace, promotion_lock, touch_lock
+from abpo.arms.versions import NotInRegistry, get_version, model_name, register_version, set_alias, set_tags
 
 if TYPE_CHECKING:
     from abpo.config import Config
@@ -156,6 +144,34 @@ def _record_hand_move(cfg: Config, arm: str, cur: str, *, month: str) -> history
     if pinned(cfg, arm) is None or pinned(cfg, arm)["version"] != cur:
         _set_pin(cfg, arm, cur, "mlflow-ui", "moved by hand in MLflow")
     return entry
+
+
+def register_champion(cfg: Config, arm: str, model_uri: str, run_id: str, tags: dict[str, str]):
+    """Register ``model_uri`` (logged by ``run_id``) as a version of the arm's model with ``tags``
+    (abpo.arms.versions.register_version: a retry of the same run reuses its version) and make it the champion under
+    the arm's promotion lock, recorded in the promotion history (action bootstrap for a pi_init or bootstrap source,
+    else promote). Already the champion: nothing moves."""
+    from mlflow import MlflowClient
+
+    mv = register_version(cfg, arm, model_uri, run_id, tags, alias=None)
+    name = model_name(arm, cfg)
+    with promotion_lock(cfg, arm):
+        current = get_version(cfg, arm, registry.CHAMPION)
+        cur = str(current.version) if current is not None else ""
+        if cur != str(mv.version):
+            _settle(cfg, arm, cur)
+            entry = history.begin(
+                cfg,
+                arm,
+                action="bootstrap" if (tags.get("source") in ("pi_init", "bootstrap")) else "promote",
+                actor="abpo",
+                from_version=cur,
+                to_version=str(mv.version),
+                reason=f"registered as champion ({tags.get('source', '')})",
+            )
+            MlflowClient().set_registered_model_alias(name, registry.CHAMPION, str(mv.version))
+            history.finish(cfg, entry)
+    return MlflowClient().get_model_version(name, str(mv.version))
 
 
 def check_champion(cfg: Config, arm: str, month: str = "") -> history.Entry | None:

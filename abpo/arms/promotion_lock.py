@@ -1,6 +1,5 @@
 """The promotion lock of an arm (a registered model per arm, see below) and the refusals a promotion raises: whoever
-holds the lock may move the arm's champion (abpo.arms.promotion). Every name is also importable from
-abpo.arms.promotion and abpo.arms.versions."""
+holds the lock may move the arm's champion (abpo.arms.promotion)."""
 
 from __future__ import annotations
 

@@ -238,10 +238,10 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
             "requests; no SFT)"
         )
     elif args.action in ("promote", "rollback"):
-        from abpo.arms import versions as arm_versions
+        from abpo.arms import promotion, versions as arm_versions
 
         if args.action == "promote":
-            out = arm_versions.promote(
+            out = promotion.promote(
                 cfg,
                 args.arm,
                 args.version,
@@ -250,14 +250,14 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
                 actor=args.actor,
             )
         else:
-            out = arm_versions.rollback(cfg, args.arm, reason=args.reason, actor=args.actor)
+            out = promotion.rollback(cfg, args.arm, reason=args.reason, actor=args.actor)
         print(
             f"{arm_versions.model_name(args.arm, cfg)}: champion v{out['champion']} (was v{out['previous'] or 'none'})"
         )
     elif args.action in ("pin", "unpin"):
-        from abpo.arms import versions as arm_versions
+        from abpo.arms import promotion, versions as arm_versions
 
-        fn = arm_versions.pin if args.action == "pin" else arm_versions.unpin
+        fn = promotion.pin if args.action == "pin" else promotion.unpin
         out = fn(cfg, args.arm, reason=args.reason, actor=args.actor)
         print(
             f"{arm_versions.model_name(args.arm, cfg)}: champion v{out['champion'] or 'none'} "
@@ -276,7 +276,7 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
                 else:
                     print(history_line(e))
     else:
-        from abpo.arms import versions as arm_versions
+        from abpo.arms import promotion, versions as arm_versions
         from abpo.monthly.bootstrap import require_registry
 
         require_registry(cfg)  # a store that lost the arms is not shown as "no champions"

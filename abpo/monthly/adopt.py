@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from abpo.arms import versions as arm_versions
+from abpo.arms import promotion_lock, versions as arm_versions
 from abpo.arms.names import LLM, LLM_ARMS, entry
 from abpo.monthly.common import CHAMPION, StepResult, dataset_and_splits, start_run
 
@@ -202,7 +202,7 @@ def adopt_model(cfg: Config, arm: str, model: str | Path) -> AdoptResult:
     with start_run(cfg, f"adopt-{arm}", {"abpo.arm": arm, "abpo.adopted_from": model}) as run:
         uri = arm_versions.log_arm_model(cfg, arm, path)
     mv = arm_versions.register_version(cfg, arm, uri, run.info.run_id, tags, alias=None)
-    with arm_versions.promotion_lock(cfg, arm):  # "no champion yet" checked again where the alias moves
+    with promotion_lock.promotion_lock(cfg, arm):  # "no champion yet" checked again where the alias moves
         champ = arm_versions.get_version(cfg, arm, CHAMPION)
         if champ is not None:
             raise ModelRefused(

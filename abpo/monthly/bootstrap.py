@@ -11,7 +11,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from abpo.arms import versions as arm_versions
+from abpo.arms import promotion, versions as arm_versions
 from abpo.arms.names import RANKER, entry
 from abpo.monthly.common import (
     CHAMPION,
@@ -77,7 +77,7 @@ def ensure_pi_init(cfg: Config, *, fresh: bool = False) -> dict[str, Any]:
 
 def bootstrap_arms(cfg: Config, month: str = "") -> BootstrapResult:
     """Every arm gets a champion if it has none (see the module docstring). An arm that has one is checked against
-    its promotion history first (abpo.arms.versions.check_champion): a champion moved by hand in MLflow since the
+    its promotion history first (abpo.arms.promotion.check_champion): a champion moved by hand in MLflow since the
     last recorded move is recorded (actor ``mlflow-ui``), pinned, and reported as ``moved_by_hand`` ({from, to}),
     which the DAG's bootstrap task turns into the arm's champion Asset event. An arm without a champion whose history
     names one is refused (abpo.arms.history.ChampionMissing), never bootstrapped again."""
@@ -95,7 +95,7 @@ def bootstrap_arms(cfg: Config, month: str = "") -> BootstrapResult:
         mv = arm_versions.get_version(cfg, arm, CHAMPION)
         if mv is not None:
             out[arm] = {"version": str(mv.version), "bootstrapped": False}
-            hand = arm_versions.check_champion(cfg, arm, month)
+            hand = promotion.check_champion(cfg, arm, month)
             if hand is not None:
                 log.warning(f"bootstrap {arm}: {hand.reason}")
                 out[arm].update(
@@ -123,11 +123,11 @@ def bootstrap_arms(cfg: Config, month: str = "") -> BootstrapResult:
         )
         key, done = completed_step(cfg, "bootstrap", arm, f"pi_init-v{init['model_version']}")
         if done is not None:  # registered before, its champion alias since removed: the same version again
-            mv = arm_versions.register_version(cfg, arm, done["model_uri"], done["run_id"], tags, alias=CHAMPION)
+            mv = promotion.register_champion(cfg, arm, done["model_uri"], done["run_id"], tags)
         else:
             with start_run(cfg, f"bootstrap-{arm}", {"abpo.arm": arm, arm_versions.TASK_KEY_TAG: key}) as run:
                 uri = arm_versions.log_arm_model(cfg, arm, init["model_dir"])
-            mv = arm_versions.register_version(cfg, arm, uri, run.info.run_id, tags, alias=CHAMPION)
+            mv = promotion.register_champion(cfg, arm, uri, run.info.run_id, tags)
             arm_versions.record_task_result(
                 run.info.run_id, {"model_uri": uri, "run_id": run.info.run_id, "version": str(mv.version)}
             )

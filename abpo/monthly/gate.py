@@ -281,7 +281,7 @@ def month_start_champion(cfg: Config, arm: str, version: str):
     """The champion the gate compares challenger ``version`` against: the one the month's update read once at its
     start and trained from (the challenger's lineage tag ``parent_version``), not whatever the alias points to now,
     so a rollback or hand move during the month cannot have the challenger gated against a champion it was not
-    trained from (its promote then refuses: abpo.arms.versions.ChampionMoved). A challenger without a parent (none
+    trained from (its promote then refuses: abpo.arms.promotion_lock.ChampionMoved). A challenger without a parent (none
     of the update's) is gated against the current champion."""
     mv = arm_versions.get_version(cfg, arm, str(version))
     parent = ((mv.tags or {}).get("parent_version", "") if mv is not None else "") or ""

@@ -1,6 +1,6 @@
 """Step ``hold`` (Airflow task ``<arm>.hold``, one per holdback arm): the holdback's month does nothing to its model,
 and says so. Its champion must still be the version bootstrap registered from pi_init (lineage tag ``source =
-pi_init``, no parent): never updated, never promoted (abpo.arms.versions.promote refuses it). The step checks that
+pi_init``, no parent): never updated, never promoted (abpo.arms.promotion.promote refuses it). The step checks that
 and returns the reason it did nothing, so the DAG's grid and ``abpo arms month`` record why the arm did not train."""
 
 from __future__ import annotations

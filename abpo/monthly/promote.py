@@ -1,5 +1,5 @@
 """Step ``promote`` (Airflow task ``<arm>.promote``): the arm's champion moves to the gated challenger only when the
-gate passed (under the arm's promotion lock, abpo.arms.versions.promote, recorded in the promotion history with
+gate passed (under the arm's promotion lock, abpo.arms.promotion.promote, recorded in the promotion history with
 actor ``gate`` and the gate's verdict); otherwise it stays where it was. Two more reasons it stays, each recorded in
 the history as ``not-promoted`` with its message: the arm is pinned (`abpo arms pin`; the gate still ran and
 reported), or the champion is no longer the one the month's update started from (a rollback, a promotion or a hand
@@ -11,7 +11,7 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING
 
-from abpo.arms import versions as arm_versions
+from abpo.arms import promotion, promotion_lock, versions as arm_versions
 from abpo.monthly.common import CHAMPION, StepResult
 from abpo.monthly.gate import GateResult
 
@@ -39,7 +39,7 @@ def promote(cfg: Config, arm: str, gate: GateResult, month: str = "") -> Promote
     # died before its event) or by a completed month run again (announced when it ran: no event now)
     if gate.passed:
         try:
-            out = arm_versions.promote(
+            out = promotion.promote(
                 cfg,
                 arm,
                 gate.version,
@@ -57,7 +57,7 @@ def promote(cfg: Config, arm: str, gate: GateResult, month: str = "") -> Promote
                 from abpo.monthly.report import month_completed
 
                 already = month_completed(cfg, month)
-        except arm_versions.ChampionMoved as e:
+        except promotion_lock.ChampionMoved as e:
             promoted, why = False, str(e)
         if promoted:
             log.info(f"promote {arm}: champion -> v{gate.version}")

@@ -12,7 +12,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from abpo.arms import versions as arm_versions
+from abpo.arms import promotion, versions as arm_versions
 from abpo.arms.names import RANKER, RANKER_ARMS, arm_class, entry
 from abpo.monthly.common import CHAMPION, StepResult, completed_step, dataset_and_splits, start_run
 from abpo.months import Month
@@ -95,7 +95,7 @@ def refit(cfg: Config, arm: str, month: Month | None) -> RefitResult:
             tags={"months": ",".join(months)},
         )
     mv = arm_versions.register_version(cfg, arm, uri, run.info.run_id, tags, alias=None)
-    promoted = arm_versions.promote(
+    promoted = promotion.promote(
         cfg,
         arm,
         mv.version,

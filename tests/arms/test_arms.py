@@ -104,7 +104,7 @@ def test_dag_arm_lists_agree_with_the_package():
 def test_the_holdback_is_never_refreshed_adopted_updated_or_promoted(make_cfg):
     """The holdback serves like an LLM arm (its class is an LLMArm) but every step that would change its model refuses
     it, naming the arm and the rule."""
-    from abpo.arms import versions as arm_versions
+    from abpo.arms import promotion, promotion_lock
     from abpo.arms.llm import HoldbackArm, LLMArm
     from abpo.arms.names import arm_class, entry
     from abpo.monthly.adopt import ModelRefused, adopt_model
@@ -121,15 +121,15 @@ def test_the_holdback_is_never_refreshed_adopted_updated_or_promoted(make_cfg):
     with pytest.raises(ModelRefused, match="'holdback' is a holdback arm; rule: adopt takes an LLM arm"):
         adopt_model(cfg, "holdback", "/nonexistent")
     with pytest.raises(
-        arm_versions.HoldbackNeverPromoted, match="arm holdback is a holdback; rule: its champion stays pi_init"
+        promotion_lock.HoldbackNeverPromoted, match="arm holdback is a holdback; rule: its champion stays pi_init"
     ):
-        arm_versions.promote(cfg, "holdback", "2")
+        promotion.promote(cfg, "holdback", "2")
     with pytest.raises(ValueError, match="'abpo' is a llm arm; rule: one of \\['holdback'\\]"):
         hold(cfg, "abpo", "2026-01")
 
 
 def test_promote_refuses_a_race_and_rollback_restores_the_previous_champion(tmp_path):
-    from abpo.arms import versions as arm_versions
+    from abpo.arms import promotion, promotion_lock, versions as arm_versions
     from abpo.config import load_config
     from abpo.monthly.refit import refit
 
@@ -140,17 +140,17 @@ def test_promote_refuses_a_race_and_rollback_restores_the_previous_champion(tmp_
     champ = arm_versions.get_version(cfg, "popularity", "champion")
     assert str(champ.version) == "2" and champ.tags["promoted_from"] == "1"
     # a retried promote task (its first attempt moved the alias) is a no-op, not a race
-    assert arm_versions.promote(cfg, "popularity", "2", expected_champion="1")["champion"] == "2"
-    with pytest.raises(arm_versions.PromotionRace, match="not the expected v1"):
-        arm_versions.promote(cfg, "popularity", "1", expected_champion="1")
+    assert promotion.promote(cfg, "popularity", "2", expected_champion="1")["champion"] == "2"
+    with pytest.raises(promotion_lock.PromotionRace, match="not the expected v1"):
+        promotion.promote(cfg, "popularity", "1", expected_champion="1")
     assert str(arm_versions.get_version(cfg, "popularity", "champion").version) == "2"  # the race changed nothing
-    out = arm_versions.rollback(cfg, "popularity", reason="bad CTR")
+    out = promotion.rollback(cfg, "popularity", reason="bad CTR")
     assert out == {"arm": "popularity", "champion": "1", "previous": "2"}
     v2 = arm_versions.get_version(cfg, "popularity", "2")
     assert v2.tags["rolled_back_to"] == "1" and v2.tags["rolled_back_reason"] == "bad CTR"
     assert str(arm_versions.get_version(cfg, "popularity", "champion").version) == "1"
     with pytest.raises(LookupError, match="no previous champion"):
-        arm_versions.rollback(cfg, "popularity")
+        promotion.rollback(cfg, "popularity")
 
 
 def test_a_month_whose_predecessor_never_finished_refuses_to_start(tmp_path):
@@ -216,3 +216,13 @@ def test_a_rerun_refit_reuses_its_completed_run_and_version(tmp_path, caplog):
     exp = client.get_experiment_by_name(arm_versions.EXPERIMENT)
     runs = client.search_runs([exp.experiment_id], filter_string="tags.`abpo.arm` = 'popularity'")
     assert [r.info.status for r in runs] == ["FINISHED"] and runs[0].data.tags[registry.TASK_DONE_TAG] == "true"
+
+
+def test_register_version_leaves_the_champion_to_the_promotion_lock():
+    """The champion moves only under the arm's promotion lock (abpo.arms.promotion.register_champion): asked to set
+    it, register_version refuses before it registers anything."""
+    from abpo.arms import versions as arm_versions
+    from abpo.config import load_config
+
+    with pytest.raises(ValueError, match=r"alias='champion'.*abpo\.arms\.promotion\.register_champion"):
+        arm_versions.register_version(load_config("tiny"), "abpo", "runs:/0/model", "0", {}, alias="champion")

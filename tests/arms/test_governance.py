@@ -98,13 +98,13 @@ def test_every_promotion_is_recorded_with_its_actor_and_the_history_is_append_on
 
 
 def test_a_hand_move_in_mlflow_is_recorded_pinned_and_respected_by_the_gate(reg):
-    from abpo.arms import history, versions as arm_versions
+    from abpo.arms import history, promotion
     from abpo.monthly.bootstrap import bootstrap_arms
     from abpo.monthly.promote import promote
 
     cfg, client = reg
     cfg.arms.names = ["abpo"]
-    arm_versions.promote(cfg, "abpo", "2", reason="gate")
+    promotion.promote(cfg, "abpo", "2", reason="gate")
     client.set_registered_model_alias("abpo-arm-abpo", "champion", "4")  # by hand, outside abpo
     got = bootstrap_arms(cfg, "2026-03").arms["abpo"]
     assert got["moved_by_hand"] == {"from": "2", "to": "4"} and got["version"] == "4"
@@ -116,7 +116,7 @@ def test_a_hand_move_in_mlflow_is_recorded_pinned_and_respected_by_the_gate(reg)
         "4",
         "2026-03",
     )
-    assert arm_versions.pinned(cfg, "abpo")["version"] == "4"
+    assert promotion.pinned(cfg, "abpo")["version"] == "4"
     assert "moved_by_hand" not in bootstrap_arms(cfg, "2026-03").arms["abpo"]  # recorded once
     # the gate passes a challenger of v4: it is not promoted over the human's choice
     res = promote(cfg, "abpo", _gate("5", "4"), "2026-03")
@@ -148,11 +148,11 @@ def test_a_pinned_champion_survives_a_passing_gate_until_unpinned(reg, abpo):
 
 
 def test_rollback_returns_to_the_previous_champion_in_the_history(reg, abpo):
-    from abpo.arms import versions as arm_versions
+    from abpo.arms import promotion
 
     cfg, client = reg
-    arm_versions.promote(cfg, "abpo", "2")
-    arm_versions.promote(cfg, "abpo", "3")
+    promotion.promote(cfg, "abpo", "2")
+    promotion.promote(cfg, "abpo", "3")
     client.set_registered_model_alias("abpo-arm-abpo", "champion", "2")  # by hand: v2 carries promoted_from=1
     rc, out, err = abpo("arms", "rollback", "--arm", "abpo", "--reason", "undo the hand move")
     assert rc == 0 and "champion v3 (was v2)" in out, err  # not v1, where v2's promoted_from tag points
@@ -163,11 +163,11 @@ def test_rollback_returns_to_the_previous_champion_in_the_history(reg, abpo):
 
 
 def test_rollback_to_a_deleted_version_is_refused_and_changes_nothing(reg, abpo):
-    from abpo.arms import history, versions as arm_versions
+    from abpo.arms import history, promotion, versions as arm_versions
 
     cfg, client = reg
-    arm_versions.promote(cfg, "abpo", "2")
-    arm_versions.promote(cfg, "abpo", "3")
+    promotion.promote(cfg, "abpo", "2")
+    promotion.promote(cfg, "abpo", "3")
     client.delete_model_version("abpo-arm-abpo", "2")
     before = [e.to_json() for e in history.entries(cfg, "abpo")]
     rc, out, err = abpo("arms", "rollback", "--arm", "abpo")
@@ -179,12 +179,12 @@ def test_rollback_to_a_deleted_version_is_refused_and_changes_nothing(reg, abpo)
 
 
 def test_a_rollback_during_the_month_stops_its_promotion_with_a_message(reg, abpo):
-    from abpo.arms import history, versions as arm_versions
+    from abpo.arms import history, promotion
     from abpo.monthly.gate import month_start_champion
     from abpo.monthly.promote import promote
 
     cfg, client = reg
-    arm_versions.promote(cfg, "abpo", "2")
+    promotion.promote(cfg, "abpo", "2")
     client.set_model_version_tag("abpo-arm-abpo", "4", "parent_version", "2")  # the month's update started from v2
     assert abpo("arms", "rollback", "--arm", "abpo", "--reason", "bad CTR")[0] == 0  # during the month: v1
     champ = month_start_champion(cfg, "abpo", "4")  # the gate compares against the champion the update read
@@ -197,18 +197,18 @@ def test_a_rollback_during_the_month_stops_its_promotion_with_a_message(reg, abp
 
 
 def test_a_pending_entry_of_a_mover_that_died_is_settled_by_the_next_writer(reg):
-    from abpo.arms import history, versions as arm_versions
+    from abpo.arms import history, promotion
 
     cfg, client = reg
-    arm_versions.promote(cfg, "abpo", "2")
+    promotion.promote(cfg, "abpo", "2")
     # a mover wrote its entry, moved the alias, and died before finishing the entry
     history.begin(cfg, "abpo", action="promote", actor="dead", from_version="2", to_version="3")
     client.set_registered_model_alias("abpo-arm-abpo", "champion", "3")
-    assert arm_versions.check_champion(cfg, "abpo", "2026-02") is None  # not mistaken for a hand move
+    assert promotion.check_champion(cfg, "abpo", "2026-02") is None  # not mistaken for a hand move
     assert [(e.actor, e.to_version) for e in history.entries(cfg, "abpo")][-1] == ("dead", "3")
     # one that died before moving the alias: its entry is not history
     history.begin(cfg, "abpo", action="promote", actor="dead2", from_version="3", to_version="4")
-    arm_versions.promote(cfg, "abpo", "5")
+    promotion.promote(cfg, "abpo", "5")
     assert [e.actor for e in history.entries(cfg, "abpo")] == ["abpo", "tester", "dead", "tester"]
 
 
@@ -218,23 +218,23 @@ def test_a_pending_entry_of_a_mover_that_died_is_settled_by_the_next_writer(reg)
 def test_a_stale_lock_is_taken_over_by_the_waiters_own_clock(reg, tags):
     import time
 
-    from abpo.arms import versions as arm_versions
+    from abpo.arms import promotion_lock
 
     cfg, client = reg
     client.create_registered_model("abpo-lock-abpo", tags=tags)  # a crashed holder's lock
     t = time.monotonic()
-    with arm_versions.promotion_lock(cfg, "abpo", wait_s=20, ttl_s=0.5):
+    with promotion_lock.promotion_lock(cfg, "abpo", wait_s=20, ttl_s=0.5):
         pass
     assert time.monotonic() - t < 10
     assert not client.search_registered_models("name = 'abpo-lock-abpo'")
 
 
 def test_a_live_holder_keeps_its_lock_whatever_its_clock(reg):
-    from abpo.arms import versions as arm_versions
+    from abpo.arms import promotion_lock
 
     cfg, _ = reg
-    with arm_versions.promotion_lock(cfg, "abpo"):
-        with pytest.raises(arm_versions.PromotionRace, match="another promotion holds the lock"):
-            with arm_versions.promotion_lock(cfg, "abpo", wait_s=1.5, ttl_s=5):
+    with promotion_lock.promotion_lock(cfg, "abpo"):
+        with pytest.raises(promotion_lock.PromotionRace, match="another promotion holds the lock"):
+            with promotion_lock.promotion_lock(cfg, "abpo", wait_s=1.5, ttl_s=5):
                 pass
-        arm_versions.touch_lock(cfg, "abpo")  # still ours
+        promotion_lock.touch_lock(cfg, "abpo")  # still ours

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from abpo import registry
-from abpo.arms import history, versions as arm_versions
-from abpo.arms.versions import PIN_TAG
+from abpo.arms import history, promotion, promotion_lock, versions as arm_versions
+from abpo.arms.promotion import PIN_TAG
 from abpo.config import load_config
 
 
@@ -67,9 +67,9 @@ def test_two_namespaces_on_one_store_touch_only_their_own_names(tmp_path):
     s1 = _register(staging, tmp_path, 1)
     p1 = _register(prod, tmp_path, 1)
     p2 = _register(prod, tmp_path, 2)
-    arm_versions.promote(staging, "abpo", s1.version)
-    with arm_versions.promotion_lock(staging, "abpo"):  # staging's lock does not block prod's promotion
-        arm_versions.promote(prod, "abpo", p2.version, reason="test")
+    promotion.promote(staging, "abpo", s1.version)
+    with promotion_lock.promotion_lock(staging, "abpo"):  # staging's lock does not block prod's promotion
+        promotion.promote(prod, "abpo", p2.version, reason="test")
     assert str(arm_versions.get_version(staging, "abpo", registry.CHAMPION).version) == str(s1.version) == "1"
     assert str(arm_versions.get_version(prod, "abpo", registry.CHAMPION).version) == str(p2.version) == "2"
     assert str(p1.version) == "1"
@@ -87,8 +87,8 @@ def test_two_namespaces_on_one_store_touch_only_their_own_names(tmp_path):
     # the promotion history and the pin are each environment's own
     assert [(e.action, e.to_version) for e in history.entries(prod, "abpo") if e.moved] == [("promote", "2")]
     assert [(e.action, e.to_version) for e in history.entries(staging, "abpo") if e.moved] == [("promote", "1")]
-    arm_versions.pin(staging, "abpo", reason="freeze", actor="test")
-    assert arm_versions.pinned(staging, "abpo") is not None and arm_versions.pinned(prod, "abpo") is None
+    promotion.pin(staging, "abpo", reason="freeze", actor="test")
+    assert promotion.pinned(staging, "abpo") is not None and promotion.pinned(prod, "abpo") is None
     assert PIN_TAG in (client.get_registered_model("staging-abpo-arm-abpo").tags or {})
     assert [e.action for e in history.entries(staging, "abpo")][-1] == "pin"
     assert "pin" not in [e.action for e in history.entries(prod, "abpo")]

@@ -12,7 +12,7 @@ import sqlite3
 import pytest
 
 from abpo import registry
-from abpo.arms import versions as arm_versions
+from abpo.arms import promotion, versions as arm_versions
 from abpo.config import load_config
 
 
@@ -25,9 +25,7 @@ def _checkpoint(path, marker):
 def _register(cfg, tmp_path, marker):
     with registry.start_run(cfg, arm_versions.EXPERIMENT, f"r{marker}") as run:
         uri = registry.log_model_dir(_checkpoint(tmp_path / f"ckpt{marker}", marker))
-    return arm_versions.register_version(
-        cfg, "abpo", uri, run.info.run_id, {"marker": str(marker)}, alias=registry.CHAMPION
-    )
+    return promotion.register_champion(cfg, "abpo", uri, run.info.run_id, {"marker": str(marker)})
 
 
 def _texts(db):

@@ -108,7 +108,7 @@ def test_a_hand_move_found_at_the_month_start_fires_the_champion_event(tmp_path,
     from mlflow import MlflowClient
 
     from abpo import registry
-    from abpo.arms import versions as arm_versions
+    from abpo.arms import promotion
     from abpo.config import load_config
     from abpo.monthly.bootstrap import bootstrap_arms
 
@@ -125,7 +125,7 @@ def test_a_hand_move_found_at_the_month_start_fires_the_champion_event(tmp_path,
     for _ in range(3):
         client.create_model_version("abpo-arm-abpo", source=(tmp_path / "nothing").as_uri())
     client.set_registered_model_alias("abpo-arm-abpo", "champion", "1")
-    arm_versions.promote(cfg, "abpo", "2")
+    promotion.promote(cfg, "abpo", "2")
     quiet = bootstrap_arms(cfg, "2026-02").arms
     accessors = OutletEventAccessors()
     assert dag_module.announce_hand_moves(accessors, "2026-02", quiet) == []  # nothing moved outside abpo

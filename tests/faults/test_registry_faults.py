@@ -75,18 +75,18 @@ def test_concurrent_promotions_expecting_the_same_champion_move_it_once(state):
 def test_the_promotion_lock_is_exclusive_and_taken_over_when_stale(state):
     from mlflow import MlflowClient
 
-    from abpo.arms import versions as arm_versions
+    from abpo.arms import promotion, promotion_lock
     from abpo.config import load_config
 
     _registry_with_versions(state, 2)
     cfg = load_config("tiny")
-    with arm_versions.promotion_lock(cfg, "abpo"):
-        with pytest.raises(arm_versions.PromotionRace, match="another promotion holds the lock"):
-            with arm_versions.promotion_lock(cfg, "abpo", wait_s=0.5):
+    with promotion_lock.promotion_lock(cfg, "abpo"):
+        with pytest.raises(promotion_lock.PromotionRace, match="another promotion holds the lock"):
+            with promotion_lock.promotion_lock(cfg, "abpo", wait_s=0.5):
                 pass
     # a holder that crashed (its lock older than the TTL) does not block promotions for ever
     MlflowClient().create_registered_model("abpo-lock-abpo", tags={"owner": "dead:1:x", "acquired_at": "0"})
-    assert arm_versions.promote(cfg, "abpo", "2", expected_champion="1")["champion"] == "2"
+    assert promotion.promote(cfg, "abpo", "2", expected_champion="1")["champion"] == "2"
     assert not MlflowClient().search_registered_models("name = 'abpo-lock-abpo'")
 
 

@@ -162,14 +162,12 @@ def test_truncated_weights_given_to_adopt_are_one_line(abpo, state, tmp_path):
 
 def _register(cfg, tmp_path) -> str:
     from abpo import registry
-    from abpo.arms import versions as arm_versions
+    from abpo.arms import promotion, versions as arm_versions
 
     ckpt = _safetensors_dir(tmp_path / "ckpt")
     with registry.start_run(cfg, arm_versions.EXPERIMENT, "update") as run:
         uri = arm_versions.log_arm_model(cfg, "abpo", ckpt)
-    return str(
-        arm_versions.register_version(cfg, "abpo", uri, run.info.run_id, {"source": "update"}, alias="champion").version
-    )
+    return str(promotion.register_champion(cfg, "abpo", uri, run.info.run_id, {"source": "update"}).version)
 
 
 @pytest.mark.slow

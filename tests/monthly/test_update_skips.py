@@ -31,7 +31,7 @@ def test_an_arm_with_no_rows_skips_its_update_with_a_reason_and_the_month_comple
     from mlflow import MlflowClient
 
     from abpo import registry
-    from abpo.arms import versions as arm_versions
+    from abpo.arms import promotion, versions as arm_versions
     from abpo.monthly.report import report, require_previous_month
     from abpo.warehouse import config_catalog, ingest_with_config
 
@@ -56,9 +56,7 @@ def test_an_arm_with_no_rows_skips_its_update_with_a_reason_and_the_month_comple
     (ckpt / "config.json").write_text(json.dumps({"model_type": "llama"}))
     with registry.start_run(cfg, arm_versions.EXPERIMENT, "pi_init") as run:
         uri = registry.log_model_dir(ckpt)
-    champion = arm_versions.register_version(
-        cfg, "abpo", uri, run.info.run_id, {"source": "pi_init"}, alias=registry.CHAMPION
-    ).version
+    champion = promotion.register_champion(cfg, "abpo", uri, run.info.run_id, {"source": "pi_init"}).version
 
     # the DAG's abpo.update task, as a triggered run calls it
     monkeypatch.setattr(dag_module, "get_current_context", lambda: {"params": {"month": month, "overrides": overrides}})

@@ -336,7 +336,7 @@ def test_champions_link_to_the_mlflow_model_versions(get, state):
 def test_champions_show_the_pin_and_the_promotion_history(get, state, monkeypatch):
     from mlflow import MlflowClient
 
-    from abpo.arms import versions as arm_versions
+    from abpo.arms import promotion
     from abpo.config import load_config
 
     monkeypatch.setenv("ABPO_ACTOR", "alice")
@@ -347,9 +347,9 @@ def test_champions_show_the_pin_and_the_promotion_history(get, state, monkeypatc
         client.create_model_version("abpo-arm-abpo", source=state.as_uri())
     client.set_registered_model_alias("abpo-arm-abpo", "champion", "1")
     cfg = load_config("tiny")
-    arm_versions.promote(cfg, "abpo", "2", reason="<b>looks better</b>")
+    promotion.promote(cfg, "abpo", "2", reason="<b>looks better</b>")
     client.set_registered_model_alias("abpo-arm-abpo", "champion", "3")  # by hand
-    arm_versions.check_champion(cfg, "abpo", "2026-04")
+    promotion.check_champion(cfg, "abpo", "2026-04")
     page = get("/abpo/champions").text
     assert "Promotion history" in page and "<b>pinned</b> (v3 by mlflow-ui" in page
     rows = [r for r in page.split("<tr>") if r.startswith("<td>abpo</td><td>")]
@@ -362,7 +362,7 @@ def test_champions_of_the_namespace_in_abpo_namespace(get, state, monkeypatch):
     another environment's (here the un-namespaced one) are not shown."""
     from mlflow import MlflowClient
 
-    from abpo.arms import versions as arm_versions
+    from abpo.arms import promotion
     from abpo.config import load_config
 
     monkeypatch.setenv("ABPO_NAMESPACE", "staging")
@@ -375,8 +375,8 @@ def test_champions_of_the_namespace_in_abpo_namespace(get, state, monkeypatch):
         client.set_registered_model_alias(name, "champion", "1")
     cfg = load_config("tiny")
     assert cfg.paths.namespace == "staging"
-    arm_versions.promote(cfg, "abpo", "2", reason="staging only", actor="alice")
-    arm_versions.pin(cfg, "abpo", reason="freeze", actor="alice")
+    promotion.promote(cfg, "abpo", "2", reason="staging only", actor="alice")
+    promotion.pin(cfg, "abpo", reason="freeze", actor="alice")
     page = get("/abpo/champions").text
     assert 'href="http://mlflow.example:5000/#/models/staging-abpo-arm-abpo/versions/2"' in page
     assert "#/models/abpo-arm-abpo/" not in page and "<b>pinned</b> (v2 by alice" in page

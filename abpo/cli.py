@@ -123,11 +123,12 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     from abpo.abtest.analysis import ReportInputError
     from abpo.abtest.inputs import CSVFormatError
     from abpo.arms.history import ChampionMissing, HistoryFieldRefused
-    from abpo.arms.versions import NotInRegistry, PromotionRace
+    from abpo.arms.promotion_lock import PromotionRace
+    from abpo.arms.versions import NotInRegistry
     from abpo.config import ConfigError
     from abpo.data.schemas import SchemaError
     from abpo.monthly.adopt import ModelRefused
-    from abpo.monthly.gate import GateUsersMissing
+    from abpo.monthly.gate_users import GateUsersMissing
     from abpo.months import MonthError
     from abpo.registry import ModelFilesDamaged, NamespaceMismatch, RegistryUnavailable, StateMoved
     from abpo.validation import ValidationNotRun

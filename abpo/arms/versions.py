@@ -361,13 +361,3 @@ log_model_metrics, model_metrics = registry.log_model_metrics, registry.model_me
 log_version_dict, version_dict = registry.log_version_dict, registry.version_dict
 pi_init_model_name = registry.model_name  # pi_init's registered model (model_name here is an arm's)
 registered_version = registry.get_version  # a version of any registered model by alias (get_version here: an arm's)
-
-
-def __getattr__(name: str):
-    # TEMPORARY, until abpo/cli.py (issue 48's uncommitted edit) imports PromotionRace from abpo.arms.promotion_lock:
-    # the one name abpo.cli still reads here. Issue 45's shim check (tests/test_lint.py) lists this module until then.
-    if name == "PromotionRace":
-        from abpo.arms.promotion_lock import PromotionRace
-
-        return PromotionRace
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

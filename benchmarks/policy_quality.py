@@ -75,7 +75,7 @@ def main(argv=None) -> int:
     from abpo.data.candidates import training_popularity
     from abpo.data.loaders import load_dataset
     from abpo.data.splits import split_users
-    from abpo.experiment.runner import eval_examples_for, metrics_from_scores
+    from abpo.experiment.evaluation import eval_examples_for, metrics_from_scores
     from abpo.logs import console
     from abpo.policy.model import load_policy
     from abpo.policy.scoring import score_examples

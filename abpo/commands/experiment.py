@@ -64,7 +64,7 @@ def _cmd_experiment(args: argparse.Namespace, cfg: Config) -> int:
     overrides = list(args.overrides)
     if args.regime:
         from abpo.config import CONFIG_DIR, ConfigError
-        from abpo.experiment.regimes import regime_overrides
+        from abpo.experiment.regime_settings import regime_overrides
 
         try:
             overrides = [*regime_overrides(args.regime, CONFIG_DIR / "regimes.yaml"), *overrides]

@@ -1,6 +1,7 @@
 """Cells: a cell's fingerprint (what its result depends on) and its files: content-addressed in
 <root>/experiments/_cells/<fingerprint>.json with a copy under <exp>/cells/, so neither a rerun nor another
-experiment or probe with the same settings recomputes one."""
+experiment or probe with the same settings recomputes one; and what a GRPO control row changes in section update,
+read from the ABPO cell of its seed and round."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from abpo.experiment.rows import FULL_INFO, is_llm_row, row_key
+from abpo.experiment.regime_settings import regime_settings
+from abpo.experiment.rows import FULL_INFO, is_llm_row, measured_gamma_ratio, row_key
 from abpo.experiment.seeds import digest, experiments_root
 
 if TYPE_CHECKING:
@@ -47,9 +49,7 @@ def cell_fingerprint(cfg: Config, row: str, seed: int | None = None, r: int | No
     """What a cell's result depends on: the data, policy and SFT settings (pi_init and the candidates), the seed,
     the round and the number of rounds, the update settings (variants that update), full_info's learning rate, the
     experiment's evaluation settings, the logging regime where it is not the default
-    (abpo.experiment.regimes.regime_settings) and, for grpo_lr, the ABPO cell its learning rate is measured in."""
-    from abpo.experiment.regimes import regime_settings
-
+    (abpo.experiment.regime_settings.regime_settings) and, for grpo_lr, the ABPO cell its learning rate is measured in."""
     e = cfg.experiment
     d: dict[str, Any] = {k: dataclasses.asdict(getattr(cfg, k)) for k in ("data", "policy", "sft")}
     d.update(row=row, seed=None if seed is None else int(seed), round=r, rounds=e.rounds)
@@ -115,3 +115,14 @@ def _save_json(path: Path, obj) -> None:
 def save_cell(cfg: Config, exp_dir: Path, cell: dict) -> None:
     _save_json(_cache_path(cfg, cell["fingerprint"]), cell)
     _save_json(_cell_path(exp_dir, cell["seed"], cell["row"], cell["round"], cfg.experiment.rounds), cell)
+
+
+def row_update_changes(cfg: Config, exp_dir: Path, seed: int, row: str, r: int) -> dict[str, Any]:
+    """Section update's fields a GRPO control changes: grpo_g1 samples G-1 rollouts (update.grpo_equal_samples);
+    grpo_lr trains at update.learning_rate x measured_gamma_ratio of the ABPO cell of (seed, round r)."""
+    if row == "grpo_g1":
+        return {"grpo_equal_samples": True}
+    if row == "grpo_lr":
+        ratio = measured_gamma_ratio(find_cell(cfg, exp_dir, seed, "abpo", r), f"seed {seed}, round {r}")
+        return {"learning_rate": cfg.update.learning_rate * ratio}
+    return {}

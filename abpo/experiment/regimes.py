@@ -1,24 +1,5 @@
-"""The experiment's logging regimes (issue 29): who logs each round's D_bandit, which candidates it logs over and
-how the users click. Config keys ``experiment.logger``, ``experiment.foreign_logger``,
-``experiment.foreign_temperature``, ``experiment.clicks``, ``experiment.log_candidates`` and
-``experiment.log_candidate_count``; their defaults are the one regime the experiment had before (on_policy,
-next_item, offline), which keeps its code path (abpo.policy.bandit) and its cells' fingerprints.
-
-    logger      on_policy  round r is logged by the row's round r-1 policy (pi_init in round 1)
-                pi_init    every round by pi_init (the paper's literal e0, stale from round 2)
-                foreign    by a ranker (experiment.foreign_logger: ml_retrain | popularity) exposing
-                           softmax(score / T) over C (T: experiment.foreign_temperature, else
-                           arms.<ranker>.temperature);
-                           fitted on every user's x_{1:T} and the real items of the earlier windows (the interactions
-                           to date the production loop refits its rankers on)
-                uniform    uniform over C: e0 = 1 / |C|
-                mixed      each request's logger drawn by report.arm_shares: an LLM arm's share (abpo, grpo) is the
-                           row's current policy, a ranker arm's share the ranker (as foreign)
-    clicks      next_item  y = 1 iff a_log = x_{t'+1}
-                simulator  y ~ Bernoulli(P(click | a_log)) of the production loop's click model
-                           (abpo.sim.simulator.click_probabilities: preference oracle + next/soon boosts), seeded
-    log_candidates offline C_{t'} of data.train_candidates with data.train_hard_negative_fraction hard negatives
-                paper      M = experiment.log_candidate_count uniform random unseen distractors; x_{t'+1} in C
+"""The experiment's logs under each logging regime (issue 29): who logs each round's D_bandit, which candidates
+it logs over and how the users click (the regime's keys, their choices and their check: abpo.experiment.regime_settings).
 
 The stored ``propensity`` is always the logging policy's own e0(a_log | q) (Eq. e_p for an LLM, softmax(score/T)
 for a ranker, 1/|C| for uniform), and every row names its logger in the column ``logging_arm`` (LOGGING_ARMS).
@@ -33,102 +14,32 @@ import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from abpo.experiment.regime_settings import (
+    CLICK_STREAM,
+    EXPOSE_STREAM,
+    FOREIGN,
+    LOGGING_ARM,
+    MIX_STREAM,
+    is_default,
+    regime_settings,
+    shared_kind,
+)
+from abpo.experiment.seeds import (
+    load_model,
+    log_window,
+    pi_init_log,
+    pi_init_log_path,
+    round_month,
+    round_positions,
+    write_parquet,
+)
+
 if TYPE_CHECKING:
     from abpo.config import Config
-
-LOGGERS = ("on_policy", "pi_init", "foreign", "uniform", "mixed")
-FOREIGN = ("ml_retrain", "popularity")
-CLICKS = ("next_item", "simulator")
-LOG_CANDIDATES = ("offline", "paper")
-DEFAULTS = {"logger": "on_policy", "clicks": "next_item", "log_candidates": "offline"}
-LOGGING_ARM = "logging_arm"
-# what the column logging_arm holds: pi_init, the row's own updated policy, a ranker, or uniform exploration
-LOGGING_ARMS = ("pi_init", "policy", "popularity", "ml_retrain", "uniform")
-CLICK_STREAM, EXPOSE_STREAM, MIX_STREAM = 11, 12, 13
-
-
-def check_regime(e) -> None:
-    """The regime keys of section experiment ``e`` are known values (each error names the key and the rule)."""
-    for key, options in (
-        ("logger", LOGGERS),
-        ("foreign_logger", FOREIGN),
-        ("clicks", CLICKS),
-        ("log_candidates", LOG_CANDIDATES),
-    ):
-        if getattr(e, key) not in options:
-            raise ValueError(f"experiment.{key}={getattr(e, key)!r}; rule: one of {' | '.join(options)}")
-    if e.foreign_temperature < 0:
-        raise ValueError(
-            f"experiment.foreign_temperature={e.foreign_temperature}; rule: 0 (arms.<ranker>.temperature) or > 0"
-        )
-    if e.log_candidate_count < 2:
-        raise ValueError(f"experiment.log_candidate_count={e.log_candidate_count}; rule: at least 2")
-
-
-def regime_settings(cfg: Config) -> dict[str, Any]:
-    """The regime's settings that differ from today's default, with what they bring along (the ranker and its
-    temperature, the click model's sim settings, the candidate count). Empty for the default regime: a cell's
-    fingerprint adds this dict only when it is not empty, so the cells of before stay found."""
-    e = cfg.experiment
-    out: dict[str, Any] = {}
-    if e.logger != DEFAULTS["logger"]:
-        out["logger"] = e.logger
-        if e.logger in ("foreign", "mixed"):
-            out["foreign_temperature"] = e.foreign_temperature
-            out["arms"] = {n: dataclasses.asdict(getattr(cfg.arms, n)) for n in FOREIGN}
-        if e.logger == "foreign":
-            out["foreign_logger"] = e.foreign_logger
-        if e.logger == "mixed":
-            out["arm_shares"] = dict(cfg.report.arm_shares)
-    if e.clicks != DEFAULTS["clicks"]:
-        out["clicks"] = e.clicks
-        out["sim"] = {
-            k: v
-            for k, v in dataclasses.asdict(cfg.sim).items()
-            if not (k == "replicate" and v == 0)  # added with abpo loop-experiment: replicate 0 is the cells of before
-        }
-    if e.log_candidates != DEFAULTS["log_candidates"]:
-        out["log_candidates"] = e.log_candidates
-        out["log_candidate_count"] = e.log_candidate_count
-    return out
-
-
-def describe(cfg: Config) -> str:
-    """One line naming the regime of the logs, for every table's note."""
-    e = cfg.experiment
-    logger = {
-        "on_policy": "on-policy (each row's previous-round policy)",
-        "pi_init": "pi_init every round",
-        "uniform": "uniform over C",
-        "mixed": f"mixed by report.arm_shares {dict(cfg.report.arm_shares)}",
-        "foreign": f"foreign {e.foreign_logger} softmax(score/T)",
-    }[e.logger]
-    cands = (
-        f"offline (M = {cfg.data.train_candidates}, hard-negative fraction {cfg.data.train_hard_negative_fraction})"
-        if e.log_candidates == "offline"
-        else f"paper (M = {e.log_candidate_count}, uniform unseen distractors)"
-    )
-    clicks = (
-        "next item (y = 1 iff a_log = x_{t'+1})"
-        if e.clicks == "next_item"
-        else f"simulator (sim click model, base CTR {cfg.sim.base_ctr})"
-    )
-    return f"Logs: logger {logger}; candidates {cands}; clicks {clicks}."
-
-
-def is_default(cfg: Config) -> bool:
-    return not regime_settings(cfg)
-
-
-def shared_kind(cfg: Config) -> str:
-    """The row-independent logger whose logs a seed shares: the regime's logger if it does not depend on the row,
-    else pi_init (round 1 of on_policy, and the baselines' training clicks)."""
-    lg = cfg.experiment.logger
-    return lg if lg in ("pi_init", "foreign", "uniform") else "pi_init"
 
 
 def log_requests(ctx) -> list:
@@ -152,8 +63,6 @@ def window_requests(ctx, r: int, rounds: int) -> list:
 def shared_log_path(ctx, r: int, rounds: int, kind: str) -> Path:
     """Where the seed keeps the shared log of ``kind`` (pi_init | foreign | uniform) for round r: the default
     regime's pi_init log keeps its old name; any other is named by a digest of what it depends on."""
-    from abpo.experiment.seeds import pi_init_log_path
-
     if kind == "pi_init" and is_default(ctx.cfg):
         return pi_init_log_path(ctx, r, rounds)
     settings = {k: v for k, v in regime_settings(ctx.cfg).items() if k not in ("logger", "arm_shares")}
@@ -175,8 +84,6 @@ def shared_log(ctx, r: int, rounds: int, kind: str, model=None, tokenizer=None):
     """The shared log of ``kind`` for round r, computed once and kept (shared_log_path); the default regime's
     pi_init log is runner.pi_init_log (abpo.policy.bandit), with its logging_arm column added on read."""
     import pyarrow.parquet as pq
-
-    from abpo.experiment.seeds import load_model, pi_init_log, write_parquet
 
     if kind == "pi_init" and is_default(ctx.cfg):
         return with_logging_arm(pi_init_log(ctx, r, rounds, model, tokenizer), "pi_init")
@@ -216,8 +123,6 @@ def uniform_propensities(requests) -> list[np.ndarray]:
 def ranker_sequences(ctx, r: int, rounds: int) -> dict[int, list[int]]:
     """What a ranker logger of round r is fitted on: every user's x_{1:T} and the real items of the windows before
     r (the interactions to date; nothing of window r itself)."""
-    from abpo.experiment.seeds import round_positions
-
     seqs = {}
     for s in ctx.splits:
         earlier = [i for q in range(1, r) for i in round_positions(len(s.update), q, rounds)]
@@ -306,7 +211,6 @@ def regime_log(ctx, r: int, rounds: int, kind: str, model=None, tokenizer=None, 
     import pyarrow as pa
 
     from abpo.data.schemas import IMPRESSIONS_SCHEMA, SCHEMA_VERSION
-    from abpo.experiment.seeds import round_month
     from abpo.policy.bandit import _month_times
     from abpo.policy.scoring import sample_logged_action
 
@@ -380,8 +284,6 @@ def regime_log(ctx, r: int, rounds: int, kind: str, model=None, tokenizer=None, 
 def round_log(ctx, row: str, r: int, rounds: int, start_dir: Path):
     """The log a row's round r trains on under the regime (module docstring): shared logs for pi_init, foreign
     and uniform (and for on_policy's round 1), the row's own previous-round policy otherwise."""
-    from abpo.experiment.seeds import load_model, log_window
-
     lg = ctx.cfg.experiment.logger
     at_init = Path(start_dir) == Path(ctx.pi_init_dir)
     if lg in ("pi_init", "foreign", "uniform") or (lg == "on_policy" and at_init):
@@ -391,20 +293,3 @@ def round_log(ctx, row: str, r: int, rounds: int, start_dir: Path):
     if lg == "on_policy" and is_default(ctx.cfg):
         return with_logging_arm(log_window(ctx, model, tok, r, rounds, version), "policy")
     return regime_log(ctx, r, rounds, "policy" if lg == "on_policy" else "mixed", model, tok, version, row)
-
-
-def regime_overrides(name: str, path: Path) -> list[str]:
-    """The ``--set`` overrides of a named regime preset (``--regime NAME``): the mapping NAME -> {key: value} of
-    the YAML file ``path`` (configs/regimes.yaml), each key under section experiment unless it names a section."""
-    from abpo.yamlfile import read_yaml
-
-    raw = read_yaml(path) or {}  # a regime or a key given twice is refused (YAMLFileError, a ValueError)
-    if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
-        raise ValueError(f"{path}: rule: a mapping of regime name -> mapping of key: value")
-    if name not in raw:
-        raise ValueError(f"--regime {name!r}: not in {path}; rule: one of {', '.join(sorted(raw))}")
-    out = []
-    for k, v in raw[name].items():
-        key = k if "." in k else f"experiment.{k}"
-        out.append(f"{key}={','.join(map(str, v)) if isinstance(v, list) else v}")
-    return out

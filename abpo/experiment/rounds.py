@@ -27,7 +27,8 @@ def training_sequences(ctx: SeedContext, logs: Sequence | None = None) -> dict[i
     abpo.experiment.regimes.shared_log: pi_init's, or the pi_init / foreign / uniform logger's)."""
     import pyarrow as pa
 
-    from abpo.experiment.regimes import shared_kind, shared_log
+    from abpo.experiment.regime_settings import shared_kind
+    from abpo.experiment.regimes import shared_log
 
     if logs is None:
         rounds = ctx.cfg.experiment.rounds
@@ -164,7 +165,8 @@ def run_llm_round(
     policy logs on-policy), train the row on it, score the evaluation users and the match rates on the round's log.
     Returns the cell (with ``model_dir``)."""
     from abpo.algo.variants import get_variant
-    from abpo.experiment.regimes import LOGGING_ARM, round_log, window_requests
+    from abpo.experiment.regime_settings import LOGGING_ARM
+    from abpo.experiment.regimes import round_log, window_requests
 
     rounds = ctx.cfg.experiment.rounds
     prefix = f"[seed {ctx.cfg.seed} {row} round {r}/{rounds}]" if rounds > 1 else f"[seed {ctx.cfg.seed} {row}]"

@@ -1,15 +1,16 @@
 """The experiment's rows (abpo.experiment.runner): their names and labels, the variant each trains with, the
-GRPO controls' changes to section update, and the experiment's config (its settings applied and checked)."""
+GRPO controls' measured learning-rate ratio, and the experiment's config (its settings applied and checked)."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
 from collections.abc import Mapping
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+from abpo.experiment.regime_settings import check_regime
 
 if TYPE_CHECKING:
     from abpo.config import Config
@@ -89,8 +90,6 @@ def experiment_config(cfg: Config) -> Config:
         raise ValueError(f"experiment.bootstrap_samples={e.bootstrap_samples}; rule: at least 1")
     if e.eval_candidates:
         cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, eval_candidates=e.eval_candidates))
-    from abpo.experiment.regimes import check_regime
-
     check_regime(e)
     return cfg
 
@@ -108,16 +107,3 @@ def measured_gamma_ratio(abpo_cell: Mapping | None, where: str) -> float:
             "abpo (F) first with the same settings (or add it to experiment.rows)"
         )
     return float(np.mean(vals))
-
-
-def row_update_changes(cfg: Config, exp_dir: Path, seed: int, row: str, r: int) -> dict[str, Any]:
-    """Section update's fields a GRPO control changes: grpo_g1 samples G-1 rollouts (update.grpo_equal_samples);
-    grpo_lr trains at update.learning_rate x measured_gamma_ratio of the ABPO cell of (seed, round r)."""
-    if row == "grpo_g1":
-        return {"grpo_equal_samples": True}
-    if row == "grpo_lr":
-        from abpo.experiment.cells import find_cell
-
-        ratio = measured_gamma_ratio(find_cell(cfg, exp_dir, seed, "abpo", r), f"seed {seed}, round {r}")
-        return {"learning_rate": cfg.update.learning_rate * ratio}
-    return {}

@@ -38,11 +38,13 @@ Outputs in <exp>/: table.csv, table.md, ablation.png (HR@5 and NDCG@5, mean ± s
 (per round and row: HR@5, NDCG@5, Diversity@5 and the two match rates), experiment.json; all logged to MLflow
 (``experiment.mlflow_experiment``: a parent run, a nested run per cell).
 
-The code, one module per part (this module runs one experiment and re-exports their public names):
-rows (the rows, the experiment's config, the GRPO controls' update changes), evaluation (the evaluation users and
-the metrics of their scores), seeds (pi_init and what a seed's cells share), rounds (computing one cell),
-match_rates (match rates, off-policy value, training diagnostics), cells (fingerprints and the cell files),
-table (the table's records and their paired tests), markdown (table.md), outputs (the files and plots).
+The code, one module per part (this module runs one experiment; each part is imported from its own module):
+rows (the rows and the experiment's config), regime_settings (the logging regime's keys, their check and the settings
+fingerprints digest), regimes (the logs under each regime), evaluation (the evaluation users and the metrics of their
+scores), seeds (pi_init and what a seed's cells share), prepare (a seed's pi_init and shared logs, once), rounds
+(computing one cell), match_rates (match rates, off-policy value, training diagnostics), cells (fingerprints, the cell
+files and the GRPO controls' update changes), table (the table's records and their paired tests), markdown
+(table.md), outputs (the files and plots).
 """
 
 from __future__ import annotations
@@ -56,72 +58,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-# The modules the runner was split into (issue 34); their public names stay importable from here.
-from abpo.data.splits import (  # noqa: F401 (re-exported)
-    VALIDATION_SALT as SPLIT_SALT,
-    split_of_user,
-)
-from abpo.experiment.cells import (  # noqa: F401 (re-exported)
-    ADDED_UPDATE_KEYS,
-    RETIRED_UPDATE_KEYS,
+from abpo.experiment.cells import (
     cell_fingerprint,
     experiment_dir,
     find_cell,
+    row_update_changes,
     save_cell,
 )
-from abpo.experiment.evaluation import KS, eval_examples_for, metrics_from_scores  # noqa: F401 (re-exported)
-from abpo.experiment.markdown import rounds_markdown, table_markdown  # noqa: F401 (re-exported)
-from abpo.experiment.match_rates import (  # noqa: F401 (re-exported)
-    TRAINING_DIAGNOSTICS,
-    logged_match_rates,
-    match_rates,
-    off_policy_value,
-    training_diagnostics,
-)
-from abpo.experiment.outputs import training_match_curves, write_outputs  # noqa: F401 (re-exported)
-from abpo.experiment.rounds import (  # noqa: F401 (re-exported)
-    full_info_round,
+from abpo.experiment.outputs import write_outputs
+from abpo.experiment.prepare import prepare_seed
+from abpo.experiment.rounds import (
     run_baseline_cell,
     run_llm_round,
-    training_sequences,
-    update_round,
 )
-from abpo.experiment.rows import (  # noqa: F401 (re-exported)
-    BASELINES,
-    CONTROLS,
-    FULL_INFO,
-    GAMMA_RATIO,
+from abpo.experiment.rows import (
     experiment_config,
     is_llm_row,
-    measured_gamma_ratio,
     row_key,
     row_label,
-    row_update_changes,
-    variant_of,
 )
-from abpo.experiment.seeds import (  # noqa: F401 (re-exported)
-    PI_INIT_INDEPENDENT,
-    SeedContext,
+from abpo.experiment.seeds import (
     experiments_root,
-    load_model,
     load_seed,
-    log_window,
-    pi_init_key,
-    pi_init_log,
-    pi_init_log_path,
-    prepare_seed,
-    round_month,
-    round_positions,
-    seed_config,
 )
-from abpo.experiment.table import (  # noqa: F401 (re-exported)
+from abpo.experiment.table import (
     METRICS,
-    REFERENCES,
-    ROUND_DIAGNOSTICS,
     ROUND_METRICS,
-    TESTED,
-    paired_tests,
-    primary_contrast,
     round_rows,
     table_rows,
 )
@@ -238,7 +200,7 @@ def run_experiment(
 
     from abpo import registry
     from abpo.data.loaders import load_dataset
-    from abpo.experiment.regimes import describe as describe_regime
+    from abpo.experiment.regime_settings import describe as describe_regime
     from abpo.logs import from_workers
 
     t0 = time.time()

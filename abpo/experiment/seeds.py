@@ -9,7 +9,6 @@ import hashlib
 import json
 import logging
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -155,60 +154,6 @@ def pi_init_log(ctx: SeedContext, r: int, rounds: int, model=None, tokenizer=Non
             model, tokenizer = load_model(ctx, ctx.pi_init_dir)
         write_parquet(log_window(ctx, model, tokenizer, r, rounds, f"pi_init-seed{ctx.cfg.seed}"), path)
     return pq.read_table(path)
-
-
-def prepare_seed(cfg: Config, seed: int) -> dict[str, Any]:
-    """pi_init(seed) and its logs of every round's window, each computed once (kept in the shared store; a second
-    experiment preparing the same seed at the same time waits on the store's lock, then reuses them)."""
-    import fcntl
-
-    cfg = experiment_config(cfg)
-    c = seed_config(cfg, seed)
-    store = c.paths.resolve("root")
-    store.mkdir(parents=True, exist_ok=True)
-    with open(store / ".prepare.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        return _prepare_locked(cfg, c, seed)
-
-
-def _prepare_locked(cfg: Config, c: Config, seed: int) -> dict[str, Any]:
-    from abpo.logs import quiet
-    from abpo.policy.sft import train_sft
-
-    ctx = load_seed(cfg, seed)
-    done: dict[str, Any] = {}
-    if not (ctx.pi_init_dir / "abpo_sft.json").exists():
-        log.info(f"[seed {seed}] pi_init: next-item pre-training + SFT on D_sup ...")
-        t0 = time.time()
-        with quiet("abpo.policy"):  # the per-epoch lines of every seed at once would drown the cells' progress
-            train_sft(
-                c,
-                validation_fraction=c.experiment.validation_fraction,
-                dataset=ctx.dataset,
-                log_mlflow=False,
-                register=False,
-                evaluate=False,
-            )
-        done["sft_seconds"] = round(time.time() - t0, 1)
-    from abpo.experiment.regimes import shared_kind, shared_log, shared_log_path
-
-    rounds = cfg.experiment.rounds
-    kind = shared_kind(ctx.cfg)  # pi_init's logs, or the regime's row-independent logger's
-    t1 = time.time()
-    model = tokenizer = None
-    if kind == "pi_init" and not all(shared_log_path(ctx, r, rounds, kind).exists() for r in range(1, rounds + 1)):
-        model, tokenizer = load_model(ctx, ctx.pi_init_dir)  # once for every missing window
-    rows = clicks = 0
-    for r in range(1, rounds + 1):
-        t = shared_log(ctx, r, rounds, kind, model, tokenizer)
-        rows += t.num_rows
-        clicks += int(sum(t.column("clicked").to_pylist()))
-    done["bandit_seconds"] = round(time.time() - t1, 1)
-    log.info(
-        f"[seed {seed}] pi_init and its D_bandit ready ({rows} logged rows over {rounds} round(s), {clicks} clicks"
-        f", logged by {kind})"
-    )
-    return {"seed": seed, "rows": rows, "clicks": clicks, **done}
 
 
 def load_seed(cfg: Config, seed: int) -> SeedContext:

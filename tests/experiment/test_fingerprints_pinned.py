@@ -1,5 +1,5 @@
 """Every cell fingerprint the experiment computes today, pinned (issue 34: the split of abpo.experiment.runner keeps
-them). Cells are cached under their fingerprint (abpo.experiment.runner.cell_fingerprint), so a change of any value
+them). Cells are cached under their fingerprint (abpo.experiment.cells.cell_fingerprint), so a change of any value
 here makes every cached cell recompute.
 
 The fixture (data/cell_fingerprints.json) holds, for each preset (tiny, demo, gpu, smollm2, amazon18) x logging
@@ -28,7 +28,7 @@ ROUNDS = (1, 2)
 def known_rows() -> list[str]:
     """Every row name the runner accepts, in its canonical form."""
     from abpo.algo.variants import VARIANTS
-    from abpo.experiment.runner import BASELINES, CONTROLS, FULL_INFO, row_key
+    from abpo.experiment.rows import BASELINES, CONTROLS, FULL_INFO, row_key
 
     names = [*(v.name for v in VARIANTS.values()), FULL_INFO, *CONTROLS, *BASELINES]
     return list(dict.fromkeys(row_key(n) for n in names))
@@ -36,7 +36,7 @@ def known_rows() -> list[str]:
 
 def regime_cases(preset: str) -> dict[str, list[str]]:
     """name -> the experiment.* overrides of the regime."""
-    from abpo.experiment.regimes import CLICKS, FOREIGN, LOG_CANDIDATES, LOGGERS, regime_overrides
+    from abpo.experiment.regime_settings import CLICKS, FOREIGN, LOG_CANDIDATES, LOGGERS, regime_overrides
 
     path = REPO_ROOT / "configs" / "regimes.yaml"
     cases = {n: regime_overrides(n, path) for n in _yaml_names(path)}
@@ -62,7 +62,8 @@ def _yaml_names(path: Path) -> list[str]:
 def compute(cases: list[dict]) -> list[dict]:
     """The fingerprints of each case (preset, regime overrides, experiment.rounds), keyed row -> 's<seed>r<round>'."""
     from abpo.config import load_config
-    from abpo.experiment.runner import cell_fingerprint, experiment_config
+    from abpo.experiment.cells import cell_fingerprint
+    from abpo.experiment.rows import experiment_config
 
     out = []
     for case in cases:
@@ -105,7 +106,7 @@ def test_every_cell_fingerprint_is_unchanged():
 
 def test_the_fixture_covers_every_row_and_regime_factor():
     """A new row or regime value must enter the fixture (regenerate it with --write on the code before the change)."""
-    from abpo.experiment.regimes import CLICKS, FOREIGN, LOG_CANDIDATES, LOGGERS
+    from abpo.experiment.regime_settings import CLICKS, FOREIGN, LOG_CANDIDATES, LOGGERS
 
     pinned = json.loads(FIXTURE.read_text())
     assert all(sorted(c["rows"]) == sorted(known_rows()) for c in pinned)

@@ -37,7 +37,7 @@ def _cfg(data_dir, tmp_path, *overrides):
 
 
 def _ctx(data_dir, tmp_path, *overrides):
-    from abpo.experiment.runner import load_seed
+    from abpo.experiment.seeds import load_seed
 
     return load_seed(_cfg(data_dir, tmp_path, *overrides), 0)
 
@@ -53,7 +53,8 @@ def _tiny_model(ctx):
 
 def test_the_default_regime_keeps_every_fingerprint_and_each_factor_changes_them():
     from abpo.config import load_config
-    from abpo.experiment.runner import cell_fingerprint, experiment_config
+    from abpo.experiment.cells import cell_fingerprint
+    from abpo.experiment.rows import experiment_config
 
     base = experiment_config(load_config("tiny"))
     explicit = experiment_config(
@@ -98,7 +99,7 @@ def test_the_default_regime_keeps_every_fingerprint_and_each_factor_changes_them
 
 def test_regime_keys_are_checked_with_the_key_named():
     from abpo.config import load_config
-    from abpo.experiment.runner import experiment_config
+    from abpo.experiment.rows import experiment_config
 
     for bad, msg in (
         ("experiment.logger=greedy", "experiment.logger"),
@@ -151,7 +152,8 @@ def test_uniform_logger_over_the_papers_candidates(data_dir, tmp_path):
 def test_foreign_logger_stores_the_rankers_own_propensity(data_dir, tmp_path):
     from abpo.baselines import make_ranker, softmax_propensities
     from abpo.experiment.regimes import ranker_sequences, regime_log, shared_log_path
-    from abpo.experiment.runner import round_positions, training_sequences
+    from abpo.experiment.rounds import training_sequences
+    from abpo.experiment.seeds import round_positions
 
     ctx = _ctx(data_dir, tmp_path, "experiment.logger=foreign", "experiment.foreign_logger=popularity")
     t = regime_log(ctx, 2, 2, "foreign")
@@ -259,16 +261,8 @@ def test_pi_init_and_mixed_loggers_store_each_loggers_own_propensity(data_dir, t
 
 def test_grpo_control_rows(tmp_path):
     from abpo.config import load_config
-    from abpo.experiment.runner import (
-        cell_fingerprint,
-        experiment_config,
-        is_llm_row,
-        row_key,
-        row_label,
-        row_update_changes,
-        save_cell,
-        variant_of,
-    )
+    from abpo.experiment.cells import cell_fingerprint, row_update_changes, save_cell
+    from abpo.experiment.rows import experiment_config, is_llm_row, row_key, row_label, variant_of
     from abpo.train.trainer import rollouts_per_example
 
     assert row_key("grpo_g1") == "grpo_g1" and row_key("grpo_lr") == "grpo_lr"
@@ -300,8 +294,8 @@ def test_grpo_control_rows(tmp_path):
 
 def test_regime_presets_make_valid_configs_and_the_table_names_the_regime():
     from abpo.config import load_config
-    from abpo.experiment.regimes import describe, regime_overrides
-    from abpo.experiment.runner import experiment_config
+    from abpo.experiment.regime_settings import describe, regime_overrides
+    from abpo.experiment.rows import experiment_config
 
     path = REPO_ROOT / "configs" / "regimes.yaml"
     cfgs = {
@@ -312,7 +306,7 @@ def test_regime_presets_make_valid_configs_and_the_table_names_the_regime():
     assert (e["stale_sim"].logger, e["stale_sim"].clicks) == ("pi_init", "simulator")
     assert (e["foreign_sim"].logger, e["foreign_sim"].foreign_logger) == ("foreign", "ml_retrain")
     assert (e["uniform_paper"].logger, e["uniform_paper"].log_candidates) == ("uniform", "paper")
-    from abpo.experiment.runner import cell_fingerprint
+    from abpo.experiment.cells import cell_fingerprint
 
     assert cell_fingerprint(cfgs["today"], "abpo", 0, 1) == cell_fingerprint(
         experiment_config(load_config("tiny")), "abpo", 0, 1
@@ -333,7 +327,8 @@ def test_two_rounds_with_pi_init_logging_and_simulator_clicks_on_validation_user
 
     from abpo.config import load_config
     from abpo.experiment.regimes import shared_log_path
-    from abpo.experiment.runner import load_seed, run_experiment
+    from abpo.experiment.runner import run_experiment
+    from abpo.experiment.seeds import load_seed
 
     overrides = [
         f"paths.root={tmp_path / 'var'}",
@@ -394,7 +389,7 @@ def test_two_rounds_with_pi_init_logging_and_simulator_clicks_on_validation_user
 def test_a_regime_or_key_given_twice_in_the_regimes_file_is_refused(tmp_path):
     """configs/regimes.yaml is read like every config file (abpo.yamlfile): the last of two same-named regimes no
     longer silently wins."""
-    from abpo.experiment.regimes import regime_overrides
+    from abpo.experiment.regime_settings import regime_overrides
 
     f = tmp_path / "regimes.yaml"
     f.write_text("stale:\n  logger: pi_init\nother:\n  logger: uniform\nstale:\n  logger: foreign\n")
@@ -413,7 +408,7 @@ def test_a_regime_or_key_given_twice_in_the_regimes_file_is_refused(tmp_path):
 
 def test_every_regime_of_the_repo_loads():
     from abpo.config import CONFIG_DIR, load_config
-    from abpo.experiment.regimes import regime_overrides
+    from abpo.experiment.regime_settings import regime_overrides
     from abpo.yamlfile import read_yaml
 
     for name in read_yaml(CONFIG_DIR / "regimes.yaml"):
@@ -427,7 +422,7 @@ def test_the_config_choices_are_the_regimes_own():
 
     from abpo.config import ConfigError, load_config
     from abpo.experiment.config import ExperimentConfig
-    from abpo.experiment.regimes import CLICKS, FOREIGN, LOG_CANDIDATES, LOGGERS
+    from abpo.experiment.regime_settings import CLICKS, FOREIGN, LOG_CANDIDATES, LOGGERS
 
     meta = {f.name: f.metadata for f in dataclasses.fields(ExperimentConfig)}
     for key, options in (

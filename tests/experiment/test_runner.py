@@ -13,15 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from abpo.experiment.runner import (
-    metrics_from_scores,
-    paired_tests,
-    row_key,
-    row_label,
-    split_of_user,
-    table_markdown,
-    table_rows,
-)
+from abpo.data.splits import split_of_user
+from abpo.experiment.evaluation import metrics_from_scores
+from abpo.experiment.markdown import table_markdown
+from abpo.experiment.rows import row_key, row_label
+from abpo.experiment.table import paired_tests, table_rows
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -147,7 +143,8 @@ def test_table_marks_the_primary_contrast_and_holm_adjusts_the_rest():
 
 def test_rounds_table_has_the_trend_test_when_rounds_exceed_one():
     from abpo.experiment.config import ExperimentConfig
-    from abpo.experiment.runner import round_rows, rounds_markdown
+    from abpo.experiment.markdown import rounds_markdown
+    from abpo.experiment.table import round_rows
 
     def cells(row, grow):
         return [
@@ -177,7 +174,7 @@ def test_rounds_table_has_the_trend_test_when_rounds_exceed_one():
 def test_off_policy_value_is_the_snips_ratio_by_hand():
     """Eq. SNIPS-V: w = e/e0; V = sum w y / sum w; the ESS share (sum w)^2 / (n sum w^2). The logger itself
     (e = e0) gets the log's click rate."""
-    from abpo.experiment.runner import off_policy_value
+    from abpo.experiment.match_rates import off_policy_value
 
     v = off_policy_value([0.4, 0.1, 0.2, 0.3], [0.2, 0.1, 0.4, 0.3], [1, 0, 1, 0])
     w = [2.0, 1.0, 0.5, 1.0]
@@ -191,7 +188,9 @@ def test_off_policy_value_is_the_snips_ratio_by_hand():
 def test_training_diagnostics_and_match_curves_come_from_the_update_history():
     """The per-cell means of the per-step diagnostics (the max for w_max), and the training-time match curves per
     stratum: x = round - 1 + the step's bin centre, averaged over seeds."""
-    from abpo.experiment.runner import rounds_markdown, training_diagnostics, training_match_curves
+    from abpo.experiment.markdown import rounds_markdown
+    from abpo.experiment.match_rates import training_diagnostics
+    from abpo.experiment.outputs import training_match_curves
 
     def cell(seed, r, pos, neg):
         hist = [
@@ -358,7 +357,7 @@ def test_experiment_runs_on_an_amazon18_domain(tmp_path):
 
 
 def test_round_windows_partition_the_update_positions():
-    from abpo.experiment.runner import round_positions
+    from abpo.experiment.seeds import round_positions
 
     for n in (1, 2, 5, 12):
         for rounds in range(1, n + 1):
@@ -371,14 +370,14 @@ def test_round_windows_partition_the_update_positions():
 
 
 def test_round_months_follow_the_experiment_month():
-    from abpo.experiment.runner import round_month
+    from abpo.experiment.seeds import round_month
 
     assert [round_month("2024-11", r) for r in (1, 2, 3)] == ["2024-11", "2024-12", "2025-01"]
 
 
 def test_experiment_config_applies_and_checks_its_settings():
     from abpo.config import load_config
-    from abpo.experiment.runner import experiment_config
+    from abpo.experiment.rows import experiment_config
 
     cfg = experiment_config(load_config("tiny", ["experiment.update_steps=12", "experiment.eval_candidates=200"]))
     assert (cfg.data.update_steps, cfg.data.eval_candidates) == (12, 200)
@@ -396,7 +395,8 @@ def test_experiment_config_applies_and_checks_its_settings():
 
 def test_pi_init_is_shared_across_tau_but_not_seeds_and_cells_are_keyed_by_round():
     from abpo.config import load_config
-    from abpo.experiment.runner import cell_fingerprint, pi_init_key
+    from abpo.experiment.cells import cell_fingerprint
+    from abpo.experiment.seeds import pi_init_key
 
     base = load_config("tiny")
     other_tau = load_config("tiny", ["policy.tau=0.5"])
@@ -417,7 +417,8 @@ def test_pi_init_is_shared_across_tau_but_not_seeds_and_cells_are_keyed_by_round
 
 def test_an_added_update_key_enters_the_fingerprint_only_away_from_its_default():
     from abpo.config import load_config
-    from abpo.experiment.runner import ADDED_UPDATE_KEYS, cell_fingerprint, experiment_config
+    from abpo.experiment.cells import ADDED_UPDATE_KEYS, cell_fingerprint
+    from abpo.experiment.rows import experiment_config
 
     base = experiment_config(load_config("tiny"))
     assert ADDED_UPDATE_KEYS["self_certainty_positions"] == base.update.self_certainty_positions == "choice"
@@ -432,7 +433,8 @@ def test_cell_fingerprints_of_the_tiny_preset_are_pinned():
     (RETIRED_UPDATE_KEYS), so these are the fingerprints from before they left. Update the pins only for a change
     that is meant to invalidate the cache."""
     from abpo.config import load_config
-    from abpo.experiment.runner import cell_fingerprint, experiment_config
+    from abpo.experiment.cells import cell_fingerprint
+    from abpo.experiment.rows import experiment_config
 
     cfg = experiment_config(load_config("tiny"))
     assert {row: cell_fingerprint(cfg, row, 0, 1) for row in ("abpo", "grpo", "none", "full_info", "popularity")} == {
@@ -500,7 +502,8 @@ def test_rounds_full_information_and_sweep_end_to_end(tmp_path):
     assert r1["ope_ess_share"] < 1 and cells["seed0-none-r1of2.json"]["ope_ess_share"] == pytest.approx(1.0)
     assert cells["seed0-full_info-r1of2.json"]["full_info"]["examples"] == r1["log_rows"]
     # No-Update's rates come from the log's stored propensities: the same as scoring the log with pi_init again
-    from abpo.experiment.runner import load_model, load_seed, match_rates, pi_init_log
+    from abpo.experiment.match_rates import match_rates
+    from abpo.experiment.seeds import load_model, load_seed, pi_init_log
 
     ctx = load_seed(cfg, 0)
     rescored = match_rates(*load_model(ctx, ctx.pi_init_dir), ctx, pi_init_log(ctx, 1, 2))

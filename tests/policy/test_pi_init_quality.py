@@ -21,7 +21,7 @@ def test_pi_init_hr5_beats_random_and_popularity(tmp_path):
     from abpo.data.candidates import build_eval_examples, training_popularity
     from abpo.data.loaders import load_dataset
     from abpo.data.splits import split_users
-    from abpo.experiment.runner import metrics_from_scores
+    from abpo.experiment.evaluation import metrics_from_scores
     from abpo.policy.sft import seeded_subsample, train_sft
 
     # the tiny preset as shipped; state under tmp_path, no MLflow, no generation (the ranking by s_p is what HR@5

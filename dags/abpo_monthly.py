@@ -172,7 +172,9 @@ def announce_hand_moves(outlet_events, month: str, arms: dict) -> list[str]:
 # abpo.months.MONTH_PATTERN (not imported: the file must parse without abpo; a test checks they agree), or empty.
 # Ends in (?![\s\S]), "no character follows", not $: JSON-schema validation searches with Python's re, where $ also
 # matches before a trailing newline ("2026-01\n" passed); the lookahead means the same in JavaScript (the trigger form).
-MONTH_PARAM_PATTERN = "^(?:|[0-9]{4}-(?:0[1-9]|1[0-2]))(?![\\s\\S])"
+MONTH_PARAM_PATTERN = (
+    "^(?:|(?:000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})-(?:0[1-9]|1[0-2]))(?![\\s\\S])"  # year 0001-9999
+)
 
 
 def _cfg():

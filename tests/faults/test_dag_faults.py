@@ -176,5 +176,5 @@ def test_the_month_param_pattern_is_the_one_month_grammar(dag_module):
     from abpo.months import MONTH_PATTERN, is_month
 
     assert dag_module.MONTH_PARAM_PATTERN == f"^(?:|{MONTH_PATTERN})" + r"(?![\s\S])"
-    for m in ("2026-01", "1999-12", "", "2026-00", "20260-1", "2026-01\n"):
+    for m in ("2026-01", "1999-12", "", "2026-00", "20260-1", "2026-01\n", "0000-01", "0001-01"):
         assert bool(re.search(dag_module.MONTH_PARAM_PATTERN, m)) == (is_month(m) or m == "")

@@ -164,7 +164,7 @@ def worker(spec_path: str) -> int:
 
     from abpo.config import load_config
     from abpo.train.distributed import dist_state
-    from abpo.train.update import settings_for
+    from abpo.train.grpo_args import settings_for
 
     spec = json.loads(Path(spec_path).read_text())
     torch.set_num_threads(spec["threads"])
@@ -339,7 +339,7 @@ def main(argv=None) -> int:
     from abpo.data.loaders import load_dataset
     from abpo.policy.model import build_tiny
     from abpo.train.dataset import update_dataset_from_strata
-    from abpo.train.update import settings_for
+    from abpo.train.grpo_args import settings_for
 
     torch.set_num_threads(args.threads)
     results = []

@@ -92,7 +92,8 @@ class LLMArm(Arm):
         own logs of ``months``), saved under ``models/arms/<arm>/<month>``; returns abpo.train.update's result.
         Every month starts afresh from the champion (no resume) and keeps the merged model, which serving loads;
         ``arms.update_max_examples`` caps the rows."""
-        from abpo.train.update import UpdateRun, run_update
+        from abpo.train.runs import UpdateRun
+        from abpo.train.update import run_update
 
         u = dataclasses.replace(
             cfg.update,

@@ -60,7 +60,8 @@ def register(sub, common: argparse.ArgumentParser) -> None:
 def cmd_update(args: argparse.Namespace, cfg: Config) -> int:
     from abpo.algo.variants import get_variant
     from abpo.train.distributed import LaunchRefused
-    from abpo.train.update import UpdateInputMissing, UpdateRun, rollout_signal, run_update
+    from abpo.train.runs import UpdateInputMissing, UpdateRun, rollout_signal
+    from abpo.train.update import run_update
 
     if args.max_steps is not None:
         cfg.update.max_steps = args.max_steps

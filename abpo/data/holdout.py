@@ -4,7 +4,7 @@ A user is in the slice when u = first 64 bits of sha256("<seed>:gate:<user id>")
 form of the simulator's arm assignment, abpo.sim.assignment.unit_hash, with its own salt) is below
 ``arms.gate_holdout_fraction``. The rule is a pure function of (seed, user id, fraction): the same user is in the
 slice every month, whatever other users arrive, so the gate scores its own users on data no update trained on, and
-the update (abpo.train.update.read_update_strata) leaves exactly these users' impressions out of D_bandit.
+the update (abpo.train.strata.read_update_strata) leaves exactly these users' impressions out of D_bandit.
 
 With ``arms.gate_users = dataset`` (the default) nothing is held out: the gate scores the held-out users of the
 configured dataset's offline construction (abpo.monthly.gate)."""

@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from abpo.months import MonthError, parse_month  # noqa: F401 - MonthError re-exported
+from abpo.months import parse_month
 
 SCHEMA_VERSION = 1
 TS = pa.timestamp("us", tz="UTC")
@@ -48,6 +48,7 @@ INTERACTIONS_SCHEMA = pa.schema(
 RULES = (
     "null_field",
     "empty_field",
+    "malformed_id",
     "unknown_schema_version",
     "unknown_arm",
     "propensity_out_of_range",
@@ -81,6 +82,11 @@ LOGGING_POLICY_PATTERN = (
     r"softmax\((?:tau|score/T, T)=([0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)\)"
     r"(?: [a-z][a-z0-9_]*)?"
 )
+
+# What an id (impression_id, request_id, model_version) may not hold (rule malformed_id; RE2 syntax): C0 controls and
+# DEL, the C1 controls, and the bidirectional formatting characters, which make a printed line say something else
+ID_FORBIDDEN_PATTERN = r"[\x{0}-\x{1f}\x{7f}-\x{9f}\x{200e}\x{200f}\x{202a}-\x{202e}\x{2066}-\x{2069}\x{061c}]"
+MAX_ID_LENGTH = 256  # characters: an id far longer (a megabyte) is not an id, and bloats every report and log line
 
 IMPRESSIONS_SCHEMA = pa.schema(
     [

@@ -18,7 +18,7 @@ from abpo.experiment.seeds import digest, experiments_root
 if TYPE_CHECKING:
     from abpo.config import Config
 
-# The run inputs section `update` held until they became arguments (abpo.train.update.UpdateRun), with the values
+# The run inputs section `update` held until they became arguments (abpo.train.runs.UpdateRun), with the values
 # every preset gave them. A cell's update never read them (its row and round set them), but they were part of the
 # digested section: putting them back keeps the fingerprints, and so every cached cell, of before the change.
 RETIRED_UPDATE_KEYS: dict[str, Any] = {

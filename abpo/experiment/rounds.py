@@ -72,7 +72,8 @@ def update_round(
     ``update_changes``: section update's fields a control row changes (row_update_changes)."""
     import pyarrow.compute as pc
 
-    from abpo.train.update import UpdateRun, run_update
+    from abpo.train.runs import UpdateRun
+    from abpo.train.update import run_update
 
     u = dataclasses.replace(
         ctx.cfg.update,

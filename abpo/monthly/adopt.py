@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from abpo.arms import promotion_lock, versions as arm_versions
+from abpo.arms import history, promotion_lock, versions as arm_versions
 from abpo.arms.names import LLM, LLM_ARMS, entry
 from abpo.monthly.common import CHAMPION, StepResult, dataset_and_splits, start_run
 
@@ -210,16 +210,16 @@ def adopt_model(cfg: Config, arm: str, model: str | Path) -> AdoptResult:
                 f"rule: adopt gives an arm its first champion; v{mv.version} stays without an alias"
             )
         # recorded in the promotion history (abpo.arms.history) as one step: pending entry, alias, finished entry
-        pending = arm_versions.history.begin(
+        pending = history.begin(
             cfg,
             arm,
             action="adopt",
-            actor=arm_versions.history.os_actor(),
+            actor=history.os_actor(),
             from_version="",
             to_version=str(mv.version),
             reason=f"adopted {model}",
         )
         arm_versions.set_alias(cfg, arm, CHAMPION, mv.version)
-        arm_versions.history.finish(cfg, pending)
+        history.finish(cfg, pending)
     log.info(f"adopt {arm}: {name} v{mv.version} ({model}, no SFT) is champion")
     return AdoptResult(arm=arm, version=str(mv.version), model=model, **checked)

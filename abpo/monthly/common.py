@@ -174,7 +174,7 @@ REFUSED = (  # the same inputs fail the same way: a retry only delays the failur
     "abpo.monthly.series.SeriesChanged",  # a setting that changes the data split of a series already in the warehouse
     "abpo.monthly.hold.HoldbackMoved",  # the holdback's champion is no longer pi_init: a human must put it back
     "abpo.arms.promotion_lock.HoldbackNeverPromoted",  # the holdback is never promoted (before PromotionRace, its base)
-    "abpo.train.update.UpdateInputMissing",  # pi_init / the bandit log do not exist: a command must make them first
+    "abpo.train.runs.UpdateInputMissing",  # pi_init / the bandit log do not exist: a command must make them first
     "abpo.arms.versions.NotInRegistry",  # a version or champion the step needs is not registered
     "abpo.monthly.gate_users.GateUsersMissing",  # the gate's evaluation users are missing
     "abpo.config.ConfigError",  # a bad config or override (a ValueError, below, too)

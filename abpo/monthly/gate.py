@@ -29,19 +29,13 @@ from typing import TYPE_CHECKING, Any
 
 from abpo.arms import versions as arm_versions
 from abpo.monthly.common import CHAMPION, StepResult, completed_step, dataset_and_splits, start_run
-from abpo.monthly.gate_users import (  # the gate's user set, importable from here as before
+from abpo.monthly.gate_users import (
     GateSet,
-    GateUsersMissing,  # noqa: F401
-    _not_in_catalog,  # noqa: F401
-    dataset_gate_examples,  # noqa: F401
     gate_examples,
-    warehouse_gate_examples,  # noqa: F401
 )
-from abpo.monthly.gate_verdict import (  # the decision, a pure function: importable from here as before
-    GateVerdict as GateVerdict,
-    gate_verdict as gate_verdict,
-    offline_verdict as offline_verdict,
-    ope_verdict as ope_verdict,
+from abpo.monthly.gate_verdict import (
+    GateVerdict,
+    gate_verdict,
 )
 
 if TYPE_CHECKING:

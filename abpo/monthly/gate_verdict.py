@@ -1,6 +1,6 @@
 """The gate's decision (step ``gate``, abpo.monthly.gate): :func:`gate_verdict`, a pure function of the offline
 paired non-inferiority test's numbers and the off-policy comparison's (docs/gate.md); abpo.monthly.gate computes the
-numbers and applies it. Every name is also importable from abpo.monthly.gate."""
+numbers and applies it."""
 
 from __future__ import annotations
 

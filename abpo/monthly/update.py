@@ -78,15 +78,11 @@ def training_months(cfg: Config, month: Month) -> list[str]:
 def arm_strata(cfg: Config, arm: str, months: list[str]):
     """(positive, no-response, held_out): the rows arm ``arm`` updates from in ``months``: its own
     (``arms.update_logs = own``) or every served arm's (``all``), from the warehouse's strata, without the gate's
-    held-out users when ``arms.gate_users = warehouse`` (abpo.train.update.read_update_strata), and what was left
+    held-out users when ``arms.gate_users = warehouse`` (abpo.train.strata.read_update_strata), and what was left
     out (a HeldOut; None with ``arms.gate_users = dataset``, where nothing is). Rows whose e0 cannot be trusted, or
-    of an arm not in arms.names, raise UntrustedLogRows (abpo.train.update.refuse_untrusted_rows)."""
-    from abpo.train.update import (
-        UpdateInputMissing,
-        check_update_logs,
-        read_update_strata,
-        refuse_untrusted_rows,
-    )
+    of an arm not in arms.names, raise UntrustedLogRows (abpo.train.strata.refuse_untrusted_rows)."""
+    from abpo.train.runs import UpdateInputMissing
+    from abpo.train.strata import check_update_logs, read_update_strata, refuse_untrusted_rows
     from abpo.warehouse import open_warehouse
 
     own = check_update_logs(cfg.arms.update_logs) == "own"
@@ -210,7 +206,7 @@ def update(cfg: Config, arm: str, month: Month) -> UpdateResult:
     if done is not None:
         return done
     parent_dir = arm_versions.local_dir(cfg, arm, champ.version)
-    from abpo.train.update import logged_by
+    from abpo.train.strata import logged_by
 
     mode = cfg.arms.update_logs
     shares = logged_by((pos, neg))
@@ -291,12 +287,12 @@ def launch_refresh(cfg: Config, arm: str, *, month: Month, parent_dir: Path, mon
     """The arm's refresh (abpo.arms: ``arm_class(arm).refresh``) as ``update.processes`` data-parallel processes:
     its inputs written under ``<paths.models>/arms/<arm>/<month>/launch/`` (config.yaml, run.json, the strata as
     positive.parquet / no_response.parquet), ``torchrun --standalone --nproc_per_node N -m abpo.monthly.update DIR``
-    run to its end, and the result read back from the update.json rank 0 wrote (abpo.train.update.read_update_json).
+    run to its end, and the result read back from the update.json rank 0 wrote (abpo.train.runs.read_update_json).
     A failed launch raises RuntimeError naming the command, its exit status and the tail of its output."""
     import pyarrow.parquet as pq
     import yaml
 
-    from abpo.train.update import read_update_json
+    from abpo.train.runs import read_update_json
 
     n = int(cfg.update.processes)
     out = cfg.paths.resolve("models") / "arms" / arm / str(month)

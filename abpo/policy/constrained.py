@@ -217,7 +217,7 @@ def sample_single_choice(
     """Constrained rollouts for ``single_choice`` tries with one forward: for each prompt r, its first answer token
     is drawn from softmax_{v in S_0}(z_r[v] / T) (Eq. q at the only branching step, S_0 = the first tokens of
     ``tries[r]``), then its forced tail (title markup and EOS) is appended. z are the prompts' next-token logits
-    (``abpo.policy.scoring.next_token_logits``, groups of at most ``batch_tokens`` positions). Returns the
+    (``abpo.policy.token_scoring.next_token_logits``, groups of at most ``batch_tokens`` positions). Returns the
     completions and the full-vocabulary logits ``[N, V]`` at the choice position (float32, for self-certainty)."""
     if not tries or len(tries) != len(prompt_ids):
         raise ValueError(f"sample_single_choice: {len(prompt_ids)} prompts for {len(tries)} tries")

@@ -31,8 +31,8 @@ Shared-prefix scoring (``score_candidates``): the prompt is run once; its KV cac
 chunk of candidates, which are run as continuations of that shared prefix (right-padded, so padding never
 influences a real token). Chunks hold at most ``batch_tokens`` cached+new token positions. The reference
 ``score_candidates_naive`` runs one full forward per candidate; both give the same s_p up to float error. The
-token-level scorers (``score_token_ids``, ``score_token_ids_batch``, ``next_token_logits``) are in
-:mod:`abpo.policy.token_scoring`, re-exported here.
+token-level scorers (``score_token_ids``, ``score_token_ids_batch``, ``next_token_logits``) are
+:mod:`abpo.policy.token_scoring`.
 """
 
 from __future__ import annotations
@@ -53,17 +53,9 @@ from abpo.policy.prompt import (
     format_answer,
     prompt_style,
 )
-from abpo.policy.token_scoring import (  # noqa: F401 - re-exported: abpo.policy.scoring.X stays importable
+from abpo.policy.token_scoring import (
     _answer_token_ids,
     _device,
-    _dtype,
-    _has_sliding_window,
-    _logsumexp_,
-    _score_expanded,
-    _score_group,
-    _score_packed,
-    _token_logprobs,
-    additive_mask,
     next_token_logits,
     score_token_ids,
     score_token_ids_batch,

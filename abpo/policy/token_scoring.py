@@ -3,7 +3,7 @@
 ``score_token_ids`` scores one prompt's answers as continuations of the prompt's KV cache (packed with a 4-D mask,
 or the cache expanded over right-padded answers for sliding-window models); ``score_token_ids_batch`` many prompts
 at once; ``next_token_logits`` the logits after each prompt (the item-token score). The candidate-level API
-(score_candidates, propensities) is :mod:`abpo.policy.scoring`, which re-exports these names.
+(score_candidates, propensities) is :mod:`abpo.policy.scoring`.
 """
 
 from __future__ import annotations

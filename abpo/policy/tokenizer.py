@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from abpo.policy.prompt import ANSWER_MARKUP, TEMPLATE_STRINGS, build_prompt, format_answer, item_token  # noqa: F401 (item_token re-exported)
+from abpo.policy.prompt import ANSWER_MARKUP, TEMPLATE_STRINGS, build_prompt, format_answer, item_token
 
 PAD, BOS, EOS = "<|pad|>", "<|bos|>", "<|end|>"
 USER, ASSISTANT, SYSTEM = "<|user|>", "<|assistant|>", "<|system|>"

@@ -4,11 +4,10 @@
   (``ABPOSettings``, the gathered ``RolloutRecord``), ``abpo.train.rewards`` (the TRL reward functions),
   ``abpo.train.rollouts`` (generation, constrained rollouts), ``abpo.train.advantages`` (e_old, r_sc, the
   advantages), ``abpo.train.diagnostics`` (the per-step diagnostics), ``abpo.train.callbacks``
-  (``MLflowStepCallback``, ``StopAfterStepCallback``). Their public names stay importable from the trainer module.
+  (``MLflowStepCallback``, ``StopAfterStepCallback``).
 - ``abpo.train.dataset``: D_bandit (warehouse strata) -> trainer rows in stratified batch order.
 - ``abpo.train.update``: ``run_update(cfg, UpdateRun(...))`` (the `abpo update` job), ``train_update``,
   ``save_update``; its parts: ``abpo.train.runs`` (``UpdateRun``, ``UpdateResult``), ``abpo.train.grpo_args``
   (``grpo_config`` / ``grpo_kwargs`` / ``settings_for``), ``abpo.train.strata`` (D_bandit from the warehouse).
-  Their public names stay importable from the update module.
 - ``abpo.train.config``: the `update` config section.
 """

@@ -1,10 +1,10 @@
 """Config section `update`: the ABPO update (every knob of docs/ABPO_SPEC.md's update step), TRL-style.
 
 Each field maps either to an ABPO equation (group_size, delta, eps_std, lambda_sc, w_max) or to the
-`trl.GRPOConfig` / `transformers.TrainingArguments` field named in its help; `abpo.train.update.grpo_kwargs`
+`trl.GRPOConfig` / `transformers.TrainingArguments` field named in its help; `abpo.train.grpo_args.grpo_kwargs`
 does the mapping. The section says how every update trains; what one update trains (the variant, the arm whose
 logs, the months, the starting model, the output directory) differs from call to call and is an argument instead:
-`abpo.train.update.UpdateRun` (the `abpo update` flags, the arm being refreshed, the experiment's row and round). The propensity temperature tau of e_p(a|q) = softmax(s_p/tau) is `policy.tau`: e_old must use
+`abpo.train.runs.UpdateRun` (the `abpo update` flags, the arm being refreshed, the experiment's row and round). The propensity temperature tau of e_p(a|q) = softmax(s_p/tau) is `policy.tau`: e_old must use
 the same tau as the logging policy's e0, so it is deliberately not duplicated here. LoRA shape: `policy.lora_*`.
 """
 

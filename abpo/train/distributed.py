@@ -54,7 +54,7 @@ def env_world_size(env: Mapping[str, str] | None = None) -> int:
 
 def zero_stage(deepspeed: str) -> int:
     """``zero_optimization.stage`` of the DeepSpeed config file ``deepspeed`` (a path; relative to the repository
-    when not found as given, as transformers is handed it by abpo.train.update.grpo_kwargs); 0 when absent."""
+    when not found as given, as transformers is handed it by abpo.train.grpo_args.grpo_kwargs); 0 when absent."""
     import json
     from pathlib import Path
 

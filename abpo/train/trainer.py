@@ -52,33 +52,12 @@ from abpo.algo.rewards import chosen_items
 from abpo.algo.surrogate import clipped_surrogate
 from abpo.algo.variants import get_variant
 from abpo.train.advantages import AdvantagesMixin
-from abpo.train.callbacks import MLflowStepCallback, StopAfterStepCallback
 from abpo.train.records import (
     ABPOSettings,
-    CandidateSet,
-    RolloutRecord,
     check_simulated_click_reward,
-    rollouts_per_example,
 )
-from abpo.train.rewards import REWARD_FUNCS, _completion_texts, format_reward, match_reward
+from abpo.train.rewards import REWARD_FUNCS, _completion_texts
 from abpo.train.rollouts import RolloutsMixin
-
-__all__ = [
-    "ALLOWED_LOSS_TYPES",
-    "RATIO_LEVELS",
-    "REWARD_FUNCS",
-    "SC_POSITIONS",
-    "TESTED_TRL",
-    "ABPOSettings",
-    "ABPOTrainer",
-    "CandidateSet",
-    "MLflowStepCallback",
-    "RolloutRecord",
-    "StopAfterStepCallback",
-    "format_reward",
-    "match_reward",
-    "rollouts_per_example",
-]
 
 TESTED_TRL = (">=1.16", "<1.17")
 ALLOWED_LOSS_TYPES = frozenset({"grpo"})

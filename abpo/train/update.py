@@ -12,7 +12,7 @@
 
 Variant (A) performs no update: ``run_update`` returns pi_init unchanged (and says so).
 
-The parts, one idea per module (every public name stays importable from here): `abpo.train.runs` (UpdateRun,
+The parts, one idea per module (each name imported from its own module): `abpo.train.runs` (UpdateRun,
 UpdateResult, the rollout signal), `abpo.train.grpo_args` (the config -> GRPOConfig / ABPOSettings mapping),
 `abpo.train.strata` (D_bandit from the warehouse, the refusal of untrusted rows); this module loads pi_init, builds
 the trainer, trains, saves and logs.
@@ -26,23 +26,14 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from abpo.train.grpo_args import grpo_config, grpo_kwargs, output_dir_for, settings_for
+from abpo.train.grpo_args import grpo_config, output_dir_for, settings_for
 from abpo.train.runs import (
-    SIGNAL_KEYS,
     UpdateInputMissing,
     UpdateResult,
     UpdateRun,
-    read_update_json,
     rollout_signal,
 )
 from abpo.train.strata import (
-    UPDATE_LOGS,
-    HeldOut,
-    UntrustedLogRows,
-    check_update_logs,
-    logged_by,
-    read_update_strata,
-    refuse_untrusted_rows,
     warehouse_strata,
 )
 
@@ -50,36 +41,6 @@ if TYPE_CHECKING:
     from abpo.config import Config
     from abpo.train.config import UpdateConfig
     from abpo.train.records import ABPOSettings
-
-__all__ = [
-    "SIGNAL_KEYS",
-    "UPDATE_LOGS",
-    "HeldOut",
-    "UntrustedLogRows",
-    "UpdateInputMissing",
-    "UpdateResult",
-    "UpdateRun",
-    "check_update_logs",
-    "grpo_config",
-    "grpo_kwargs",
-    "init_dir_for",
-    "load_start_model",
-    "logged_by",
-    "make_trainer",
-    "output_dir_for",
-    "read_update_json",
-    "read_update_strata",
-    "refuse_untrusted_rows",
-    "resume_decision",
-    "resume_key",
-    "resume_point",
-    "rollout_signal",
-    "run_update",
-    "save_update",
-    "settings_for",
-    "train_update",
-    "warehouse_strata",
-]
 
 
 # ------------------------------------------------------------------------------------------------------ inputs
@@ -146,8 +107,9 @@ def make_trainer(
     must not be dropped) before anything trains or an MLflow run opens. `quiet` drops the console
     progress/printer callbacks (metrics still reach `trainer.state.log_history` and MLflow). ``item_popularity``
     (item -> training interaction count) feeds the diagnostic abpo/r_sc_corr_popularity (docs/diagnostics.md)."""
+    from abpo.train.callbacks import MLflowStepCallback
     from abpo.train.distributed import check_trainer
-    from abpo.train.trainer import ABPOTrainer, MLflowStepCallback
+    from abpo.train.trainer import ABPOTrainer
 
     ckpt_dir = Path(output_dir) / "checkpoints"
     args = grpo_config(update_cfg, settings.variant, output_dir=ckpt_dir, seed=seed, **(grpo_overrides or {}))

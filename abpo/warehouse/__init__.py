@@ -22,12 +22,10 @@ not maintain it, is brought up to date when the warehouse is opened (:meth:`Ware
 
 The package follows those seams: core.py (the connection, the SQL runner, :class:`Warehouse` itself), ingest.py,
 history.py, aggregates.py, strata.py and interactions.py (the class's methods, as mixins), errors.py (the
-exceptions), from_config.py (the warehouse and the ingest as the config describes them). The stratified
-mini-batches' plan is abpo/data/batching.py (re-exported here). Every name is imported from ``abpo.warehouse``.
+exceptions), from_config.py (the warehouse and the ingest as the config describes them). Every name is imported from
+``abpo.warehouse`` (the stratified mini-batches' plan is abpo.data.batching, the schemas' rules abpo.data.schemas).
 """
 
-from abpo.data.batching import BatchPlan, stratified_batch_plan, stratified_batch_tables, stratified_batches
-from abpo.data.schemas import RULES
 from abpo.warehouse.aggregates import AggregateBuild
 from abpo.warehouse.core import Warehouse, sweep_spill_files
 from abpo.warehouse.errors import (
@@ -56,9 +54,7 @@ __all__ = [
     "EXCLUDED_USERS_TABLE",
     "MEMORY_LIMIT_ENV",
     "MEMORY_LIMIT_RE",
-    "RULES",
     "AggregateBuild",
-    "BatchPlan",
     "IngestError",
     "IngestRefused",
     "IngestReport",
@@ -73,9 +69,6 @@ __all__ = [
     "config_catalog",
     "ingest_with_config",
     "open_warehouse",
-    "stratified_batch_plan",
-    "stratified_batch_tables",
-    "stratified_batches",
     "sweep_spill_files",
     "warehouse_memory_limit",
 ]

@@ -5,7 +5,7 @@ import torch
 
 from abpo.algo.advantages import anchored_advantages, anchored_baseline, group_advantages
 from abpo.algo.variants import VARIANTS, anchor_weights, get_variant, rollout_advantages
-from abpo.train.update import UpdateRun
+from abpo.train.runs import UpdateRun
 
 R_LOG = torch.tensor([2.0, 2.0, 0.05, 0.05], dtype=torch.float64)
 R_ROLL = torch.tensor([[1.0, 0.0, 2.0], [1.0, 1.0, 0.0], [1.0, -0.9, 1.1], [0.0, 1.2, 1.0]], dtype=torch.float64)

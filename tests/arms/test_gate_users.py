@@ -85,7 +85,7 @@ def test_warehouse_gate_users_are_the_held_out_slice_scored_on_their_last_intera
     from abpo.data.candidates import build_eval_examples
     from abpo.data.splits import UserSplit
     from abpo.monthly.common import dataset_and_splits
-    from abpo.monthly.gate import gate_examples
+    from abpo.monthly.gate_users import gate_examples
 
     cfg = warehouse_cfg(make_cfg, movielens_dir, n_items, n_users)
     ds, _ = dataset_and_splits(cfg)
@@ -119,7 +119,7 @@ def test_warehouse_gate_users_are_the_held_out_slice_scored_on_their_last_intera
 
 
 def test_gate_max_users_keeps_a_seeded_choice_with_the_same_examples(make_cfg, movielens_dir):
-    from abpo.monthly.gate import gate_examples
+    from abpo.monthly.gate_users import gate_examples
 
     cfg = warehouse_cfg(make_cfg, movielens_dir, 60, 40)
     land_both_months(cfg, own_users(40, 60))
@@ -131,7 +131,7 @@ def test_gate_max_users_keeps_a_seeded_choice_with_the_same_examples(make_cfg, m
 
 
 def test_the_key_follows_the_candidates_and_the_landed_data(make_cfg, movielens_dir):
-    from abpo.monthly.gate import gate_examples
+    from abpo.monthly.gate_users import gate_examples
 
     cfg = warehouse_cfg(make_cfg, movielens_dir, 60, 40)
     users = own_users(40, 60)
@@ -156,7 +156,7 @@ def test_dataset_gate_users_stay_the_offline_construction(make_cfg):
 
     from abpo.data.candidates import build_eval_examples, training_popularity
     from abpo.monthly.common import dataset_and_splits
-    from abpo.monthly.gate import gate_examples
+    from abpo.monthly.gate_users import gate_examples
     from abpo.policy.sft import seeded_subsample
 
     cfg = make_cfg("data.max_users=30", "data.eval_candidates=20")
@@ -197,7 +197,8 @@ def test_the_update_leaves_the_gate_users_impressions_out_and_logs_how_many(make
     import pyarrow.compute as pc
 
     from abpo.monthly.update import arm_strata
-    from abpo.train.update import UpdateRun, warehouse_strata
+    from abpo.train.runs import UpdateRun
+    from abpo.train.strata import warehouse_strata
 
     plain = make_cfg("arms.update_logs=own")  # the arm's own rows (all traffic: tests/monthly/test_update_logs.py)
     table = land_impressions(plain)
@@ -263,7 +264,7 @@ def test_the_streamed_batches_and_sizes_leave_the_excluded_users_out(make_cfg):
 
 def test_no_warehouse_or_no_interactions_through_the_month_is_a_message(make_cfg, movielens_dir):
     from abpo.cli import expected_errors
-    from abpo.monthly.gate import GateUsersMissing, gate_examples
+    from abpo.monthly.gate_users import GateUsersMissing, gate_examples
 
     cfg = warehouse_cfg(make_cfg, movielens_dir, 60, 40)
     path = cfg.paths.resolve("warehouse")
@@ -290,7 +291,7 @@ def test_no_warehouse_or_no_interactions_through_the_month_is_a_message(make_cfg
 
 
 def test_no_held_out_user_with_two_interactions_is_a_message(make_cfg, movielens_dir):
-    from abpo.monthly.gate import GateUsersMissing, gate_examples
+    from abpo.monthly.gate_users import GateUsersMissing, gate_examples
 
     cfg = warehouse_cfg(make_cfg, movielens_dir, 60, 40)
     users = own_users(40, 60)[M1]
@@ -307,7 +308,7 @@ def test_no_held_out_user_with_two_interactions_is_a_message(make_cfg, movielens
 
 
 def test_an_interaction_of_an_item_outside_the_catalog_is_named_never_dropped(make_cfg, movielens_dir):
-    from abpo.monthly.gate import gate_examples
+    from abpo.monthly.gate_users import gate_examples
 
     cfg = warehouse_cfg(make_cfg, movielens_dir, 60, 40)
     users = own_users(40, 60)[M1]
@@ -324,7 +325,7 @@ def test_an_interaction_of_an_item_outside_the_catalog_is_named_never_dropped(ma
 
 
 def test_a_gate_user_without_enough_unseen_items_is_named(make_cfg, movielens_dir):
-    from abpo.monthly.gate import GateUsersMissing, gate_examples
+    from abpo.monthly.gate_users import GateUsersMissing, gate_examples
 
     cfg = warehouse_cfg(make_cfg, movielens_dir, 60, 40, "data.eval_candidates=57")  # 56 negatives of 60 items
     users = own_users(40, 60)
@@ -343,7 +344,7 @@ def test_a_gate_user_without_enough_unseen_items_is_named(make_cfg, movielens_di
 
 def test_bad_settings_name_the_key_and_the_rule(make_cfg, movielens_dir):
     from abpo.monthly.bootstrap import bootstrap_arms
-    from abpo.monthly.gate import gate_examples
+    from abpo.monthly.gate_users import gate_examples
     from abpo.monthly.update import arm_strata
 
     for stage in (gate_examples, bootstrap_arms):  # the month's first step refuses it before anything is trained
@@ -396,14 +397,8 @@ def test_gate_arm_scores_both_versions_on_the_warehouse_users(make_cfg, movielen
     from abpo.arms import versions as arm_versions
     from abpo.monthly.adopt import adopt_model
     from abpo.monthly.common import CHALLENGER, dataset_and_splits, start_run
-    from abpo.monthly.gate import (
-        GATE_DATASET,
-        gate,
-        gate_examples,
-        kept_ranks,
-        offline_scores,
-        record_offline_metrics,
-    )
+    from abpo.monthly.gate import GATE_DATASET, gate, kept_ranks, offline_scores, record_offline_metrics
+    from abpo.monthly.gate_users import gate_examples
 
     cfg = warehouse_cfg(make_cfg, movielens_dir, 60, 40, *SMALL_MODEL)
     ds, _ = dataset_and_splits(cfg)

@@ -9,7 +9,8 @@ import math
 
 import pytest
 
-from abpo.monthly.gate import GateResult, gate_verdict, offline_tags
+from abpo.monthly.gate import GateResult, offline_tags
+from abpo.monthly.gate_verdict import gate_verdict
 
 NAN, INF = math.nan, math.inf
 

@@ -1,6 +1,6 @@
 """The off-policy half's cap on the share of the total SNIPS weight carried by the largest weights (issue 32, item
 3): a few rows with impossible or tiny logged propensities decide a SNIPS estimate; the gate reports the share and
-fails closed above arms.gate_max_top_weight_share. Numbers in, verdict out (abpo.monthly.gate.gate_verdict), the
+fails closed above arms.gate_max_top_weight_share. Numbers in, verdict out (abpo.monthly.gate_verdict.gate_verdict), the
 weights built as abpo.monthly.gate.off_policy_gate builds them (challenger e / logged e0)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from abpo.config import load_config
 from abpo.evaluation.off_policy import compare_snips, top_weight_share
-from abpo.monthly.gate import gate_verdict
+from abpo.monthly.gate_verdict import gate_verdict
 
 
 def _ope(y, e0, e_new, e_old, fraction):

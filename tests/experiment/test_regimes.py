@@ -263,7 +263,7 @@ def test_grpo_control_rows(tmp_path):
     from abpo.config import load_config
     from abpo.experiment.cells import cell_fingerprint, row_update_changes, save_cell
     from abpo.experiment.rows import experiment_config, is_llm_row, row_key, row_label, variant_of
-    from abpo.train.trainer import rollouts_per_example
+    from abpo.train.records import rollouts_per_example
 
     assert row_key("grpo_g1") == "grpo_g1" and row_key("grpo_lr") == "grpo_lr"
     assert is_llm_row("grpo_g1") and is_llm_row("grpo_lr") and variant_of("grpo_lr") == "grpo"

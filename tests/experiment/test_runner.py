@@ -429,7 +429,7 @@ def test_an_added_update_key_enters_the_fingerprint_only_away_from_its_default()
 
 def test_cell_fingerprints_of_the_tiny_preset_are_pinned():
     """Cells are cached under their fingerprint: a change of these values makes every cached cell recompute. The
-    run inputs that left section ``update`` (abpo.train.update.UpdateRun) keep their old values in the digest
+    run inputs that left section ``update`` (abpo.train.runs.UpdateRun) keep their old values in the digest
     (RETIRED_UPDATE_KEYS), so these are the fingerprints from before they left. Update the pins only for a change
     that is meant to invalidate the cache."""
     from abpo.config import load_config

@@ -8,7 +8,7 @@ import numpy as np
 
 from abpo.config import load_config
 from abpo.evaluation.off_policy import compare_snips
-from abpo.monthly.gate import ope_verdict
+from abpo.monthly.gate_verdict import ope_verdict
 
 
 def _ope(clicked, e0, e_challenger, e_champion) -> dict:

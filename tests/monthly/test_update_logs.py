@@ -62,7 +62,7 @@ def test_all_leaves_the_gate_users_out_of_every_arms_rows(make_cfg):
 
 def test_untrusted_rows_are_refused_naming_arm_month_impression_and_rule(make_cfg):
     from abpo.monthly.update import arm_strata
-    from abpo.train.update import UntrustedLogRows, refuse_untrusted_rows
+    from abpo.train.strata import UntrustedLogRows, refuse_untrusted_rows
 
     cfg = make_cfg()
     table = land(cfg)
@@ -135,7 +135,7 @@ def test_logged_by_is_the_share_of_rows_by_logging_arm(make_cfg):
     from collections import Counter
 
     from abpo.monthly.update import arm_strata
-    from abpo.train.update import logged_by
+    from abpo.train.strata import logged_by
 
     table = land(make_cfg())
     pos, neg, _ = arm_strata(make_cfg(), "abpo", [M1])

@@ -123,7 +123,7 @@ def test_fit_errors_when_candidates_alone_do_not_fit(tiny_tokenizer):
 def test_tiny_tokenizer_has_one_token_per_catalog_item(tiny_tokenizer, small_titles):
     """<item_id>ID</item_id> is one token for a catalog id (in answers and candidate lines alike); a non-catalog
     id still round-trips as markup + single digits; years in titles stay digits."""
-    from abpo.policy.tokenizer import item_token
+    from abpo.policy.prompt import item_token
 
     some = list(small_titles)[7]
     ans = format_answer(some, small_titles[some])

@@ -14,9 +14,9 @@ from abpo.policy.scoring import (
     sample_logged_action,
     score_candidates,
     score_candidates_naive,
-    score_token_ids_batch,
     top_k,
 )
+from abpo.policy.token_scoring import score_token_ids_batch
 
 
 def _prompt(tok, titles, m, seed=0, history=5):
@@ -176,7 +176,7 @@ def test_answer_tokens_roundtrip(tiny_tokenizer, small_titles):
 
 @pytest.mark.parametrize("head", ["linear", "linear+bias", "module"])
 def test_chunked_lm_head_logprobs_equal_a_full_log_softmax(head):
-    from abpo.policy.scoring import _token_logprobs
+    from abpo.policy.token_scoring import _token_logprobs
 
     torch.manual_seed(0)
     lin = torch.nn.Linear(16, 300, bias=head == "linear+bias")

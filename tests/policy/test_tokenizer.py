@@ -43,7 +43,8 @@ def test_tiny_tokenizer_and_model_on_any_catalog_size(n, movielens_dir, small_po
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from abpo.policy.model import build_tiny
-    from abpo.policy.tokenizer import item_token, train_tiny_tokenizer
+    from abpo.policy.prompt import item_token
+    from abpo.policy.tokenizer import train_tiny_tokenizer
 
     titles = _titles(movielens_dir, n)
     assert len(titles) == n
@@ -70,7 +71,8 @@ AMAZON = Path(__file__).resolve().parents[3] / "shared" / "data" / "amazon18"
 @pytest.mark.parametrize("domain", ["Office_Products", "Industrial_and_Scientific"])
 def test_tiny_tokenizer_on_amazon18_titles(domain):
     from abpo.data.loaders import load_amazon18
-    from abpo.policy.tokenizer import item_token, train_tiny_tokenizer
+    from abpo.policy.prompt import item_token
+    from abpo.policy.tokenizer import train_tiny_tokenizer
 
     titles = load_amazon18(AMAZON, domain).titles()
     tok = train_tiny_tokenizer(titles.values(), 800, item_ids=titles)

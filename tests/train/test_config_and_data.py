@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from abpo.config import REPO_ROOT, load_config
-from abpo.train.update import grpo_config, grpo_kwargs
+from abpo.train.grpo_args import grpo_config, grpo_kwargs
 
 
 def test_every_update_knob_is_documented():
@@ -27,7 +27,9 @@ def test_an_updates_run_inputs_are_arguments_not_settings(tmp_path):
 
     from abpo.months import Month, MonthError
     from abpo.train.config import UpdateConfig
-    from abpo.train.update import UpdateRun, init_dir_for, output_dir_for
+    from abpo.train.grpo_args import output_dir_for
+    from abpo.train.runs import UpdateRun
+    from abpo.train.update import init_dir_for
 
     settings = {f.name for f in dataclasses.fields(UpdateConfig)}
     assert not {"variant", "arm", "months", "init_model", "output_name"} & settings
@@ -205,7 +207,8 @@ def test_subsample_keeps_both_strata_in_proportion():
 def test_run_update_from_the_warehouse_needs_the_gate_settings_as_arguments(tmp_path):
     """Section `arms` sits above abpo.train in the layers: run_update reading D_bandit from the warehouse takes
     arms.gate_users / arms.gate_holdout_fraction from its caller, and refuses before a model loads without them."""
-    from abpo.train.update import UpdateRun, run_update
+    from abpo.train.runs import UpdateRun
+    from abpo.train.update import run_update
 
     cfg = load_config("tiny", [f"paths.root={tmp_path}"])
     with pytest.raises(ValueError, match="gate_users / gate_holdout_fraction; rule: reading D_bandit"):

@@ -51,7 +51,7 @@ TOL = {"float32": (1e-4, 1e-6, 0.1), "bf16": (1e-2, 1e-3, 0.25)}  # metrics rel,
 def _run(device: str, bf16: bool, load_tiny, rows, update_cfg, tmp_path, monkeypatch) -> dict:
     from abpo.train import distributed
     from abpo.train.dataset import to_hf_dataset
-    from abpo.train.trainer import ABPOSettings
+    from abpo.train.records import ABPOSettings
     from abpo.train.update import train_update
 
     # the CPU run on a machine with a GPU: abpo (grpo_args: use_cpu) asks abpo.train.distributed.cuda_available

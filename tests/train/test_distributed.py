@@ -53,8 +53,9 @@ def test_deepspeed_config_that_would_be_dropped_is_refused(load_tiny, update_row
     and drop DeepSpeed), and a built trainer without DeepSpeed while update.deepspeed is set."""
     from abpo.train.dataset import to_hf_dataset
     from abpo.train.distributed import LaunchRefused, check_launch, check_trainer
-    from abpo.train.trainer import ABPOSettings, ABPOTrainer
-    from abpo.train.update import grpo_config
+    from abpo.train.grpo_args import grpo_config
+    from abpo.train.records import ABPOSettings
+    from abpo.train.trainer import ABPOTrainer
 
     ds = dataclasses.replace(tiny_update_cfg, deepspeed="configs/deepspeed_zero2.json")
     with pytest.raises(LaunchRefused, match="drop DeepSpeed"):
@@ -97,8 +98,9 @@ def test_process_group_without_a_distributed_trainer_is_refused(
     whole update alone."""
     from abpo.train.dataset import to_hf_dataset
     from abpo.train.distributed import LaunchRefused, check_trainer
-    from abpo.train.trainer import ABPOSettings, ABPOTrainer
-    from abpo.train.update import grpo_config
+    from abpo.train.grpo_args import grpo_config
+    from abpo.train.records import ABPOSettings
+    from abpo.train.trainer import ABPOTrainer
 
     model, tok = load_tiny()
     args = grpo_config(tiny_update_cfg, "abpo", output_dir=tmp_path / "ckpt", seed=0, disable_tqdm=True)
@@ -119,7 +121,7 @@ def test_batch_the_process_count_does_not_divide_is_refused_and_geometry(tiny_up
     and N must divide it. On a machine without CUDA the trainer is told use_cpu (not with DeepSpeed, which brings
     its own CPU accelerator); update.greedy_rollouts turns sampling off."""
     from abpo.train.distributed import LaunchRefused, check_launch, cuda_available
-    from abpo.train.update import grpo_kwargs
+    from abpo.train.grpo_args import grpo_kwargs
 
     u = dataclasses.replace(tiny_update_cfg, batch_size=3)
     with pytest.raises(LaunchRefused, match="update.batch_size=3 with 2 processes"):
@@ -144,7 +146,7 @@ def test_batch_the_process_count_does_not_divide_is_refused_and_geometry(tiny_up
 
 
 def test_read_update_json_round_trip(tmp_path):
-    from abpo.train.update import UpdateResult, read_update_json
+    from abpo.train.runs import UpdateResult, read_update_json
 
     res = UpdateResult(
         "abpo", tmp_path, tmp_path / "adapter", tmp_path / "model", None, tmp_path / "init", "r1", 3, metrics={"a": 1.0}

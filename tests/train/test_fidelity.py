@@ -12,13 +12,13 @@ import math
 import pytest
 import torch
 
-from abpo.train.trainer import ABPOSettings, rollouts_per_example
+from abpo.train.records import ABPOSettings, rollouts_per_example
 
 
 def _make(load_tiny, rows, update_cfg, tmp_path, variant, settings=None, **overrides):
     from abpo.train.dataset import to_hf_dataset
+    from abpo.train.grpo_args import grpo_config
     from abpo.train.trainer import ABPOTrainer
-    from abpo.train.update import grpo_config
 
     model, tok = load_tiny()
     args = grpo_config(
@@ -103,7 +103,8 @@ def test_constrained_rollouts_carry_a_learning_signal_that_free_rollouts_do_not(
     from abpo.policy.config import PolicyConfig
     from abpo.policy.model import lora_config
     from abpo.train.dataset import to_hf_dataset
-    from abpo.train.update import rollout_signal, train_update
+    from abpo.train.runs import rollout_signal
+    from abpo.train.update import train_update
 
     rows = update_rows + [dict(r, request_id=r["request_id"] + "-b") for r in update_rows]  # 4 batches of 4
     u = dataclasses.replace(_long(tiny_update_cfg), group_size=8, max_steps=4, save_steps=100)
@@ -189,7 +190,7 @@ def test_a_generation_batch_without_both_strata_is_refused(load_tiny, update_row
 
 def test_vanilla_grpo_can_sample_as_many_rollouts_as_abpo():
     from abpo.config import load_config
-    from abpo.train.update import grpo_kwargs
+    from abpo.train.grpo_args import grpo_kwargs
 
     assert rollouts_per_example("grpo", 4) == 4
     assert rollouts_per_example("grpo", 4, equal_samples=True) == 3 == rollouts_per_example("abpo", 4)
@@ -199,7 +200,7 @@ def test_vanilla_grpo_can_sample_as_many_rollouts_as_abpo():
 
 def test_gpu_preset_has_no_vllm_importance_sampling_and_samples_freely():
     from abpo.config import load_config
-    from abpo.train.update import grpo_kwargs
+    from abpo.train.grpo_args import grpo_kwargs
 
     cfg = load_config("gpu")
     assert grpo_kwargs(cfg.update, "abpo", output_dir="x", seed=0)["vllm_importance_sampling_correction"] is False

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from abpo.train.trainer import ABPOSettings
+from abpo.train.records import ABPOSettings
 
 FIXTURE = Path(__file__).parent / "fixtures" / "pinned_update.json"
 # wall-clock metrics: they differ from run to run by nature

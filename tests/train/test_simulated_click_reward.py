@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from abpo.algo.variants import get_variant, rollout_advantages
-from abpo.train.trainer import ABPOSettings
+from abpo.train.records import ABPOSettings
 
 
 def _rows_with_click_probs(update_rows):
@@ -25,8 +25,8 @@ def _rows_with_click_probs(update_rows):
 
 def _trainer(load_tiny, rows, update_cfg, tmp_path, settings):
     from abpo.train.dataset import to_hf_dataset
+    from abpo.train.grpo_args import grpo_config
     from abpo.train.trainer import ABPOTrainer
-    from abpo.train.update import grpo_config
 
     model, tok = load_tiny()
     args = grpo_config(update_cfg, settings.variant, output_dir=tmp_path / "ckpt", seed=0, disable_tqdm=True)

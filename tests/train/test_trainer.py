@@ -11,7 +11,8 @@ import torch
 from abpo.algo.advantages import anchored_advantages, group_advantages
 from abpo.algo.rewards import anchor_reward, self_certainty
 from abpo.algo.variants import get_variant
-from abpo.train.trainer import ABPOSettings, format_reward, match_reward, rollouts_per_example
+from abpo.train.records import ABPOSettings, rollouts_per_example
+from abpo.train.rewards import format_reward, match_reward
 
 
 def _as_completion(text):
@@ -46,8 +47,8 @@ def test_rollouts_per_example():
 
 def _make(load_tiny, rows, update_cfg, tmp_path, variant, **overrides):
     from abpo.train.dataset import to_hf_dataset
+    from abpo.train.grpo_args import grpo_config
     from abpo.train.trainer import ABPOTrainer
-    from abpo.train.update import grpo_config
 
     model, tok = load_tiny()
     args = grpo_config(
@@ -231,8 +232,8 @@ def test_interrupted_update_resumes_to_the_same_result(load_tiny, update_rows, t
     """Four steps uninterrupted vs. stopped after step 2 (checkpoint) and resumed: identical adapter weights."""
     from abpo.policy.config import PolicyConfig
     from abpo.policy.model import lora_config
+    from abpo.train.callbacks import StopAfterStepCallback
     from abpo.train.dataset import to_hf_dataset
-    from abpo.train.trainer import StopAfterStepCallback
     from abpo.train.update import train_update
 
     rows = update_rows + [dict(r, request_id=r["request_id"] + "-b") for r in update_rows]  # 4 batches of 4
@@ -373,8 +374,8 @@ def item_rows(tiny_titles, tiny_policy_cfg, load_tiny):
 
 def _make_items(load_tiny, rows, update_cfg, tmp_path, variant):
     from abpo.train.dataset import to_hf_dataset
+    from abpo.train.grpo_args import grpo_config
     from abpo.train.trainer import ABPOTrainer
-    from abpo.train.update import grpo_config
 
     model, tok = load_tiny()
     u = dataclasses.replace(update_cfg, max_completion_length=64)
@@ -475,8 +476,8 @@ def _items_trainer(load_tiny, rows, update_cfg, tmp_path, variant, positions="ch
     """An item-token trainer with constrained rollouts; ``sharpen`` scales the final norm, i.e. every logit (the
     untrained fixture model is nearly uniform over its vocabulary: r_sc ~ 0.006 at every token)."""
     from abpo.train.dataset import to_hf_dataset
+    from abpo.train.grpo_args import grpo_config
     from abpo.train.trainer import ABPOTrainer
-    from abpo.train.update import grpo_config
 
     model, tok = load_tiny()
     with torch.no_grad():

@@ -99,8 +99,9 @@ def test_repeat_sampler_without_shuffle_keeps_order_and_groups():
 
 def _trainer(load_tiny, update_rows, tiny_update_cfg, tmp_path, variant="abpo"):
     from abpo.train.dataset import to_hf_dataset
-    from abpo.train.trainer import ABPOSettings, ABPOTrainer
-    from abpo.train.update import grpo_config
+    from abpo.train.grpo_args import grpo_config
+    from abpo.train.records import ABPOSettings
+    from abpo.train.trainer import ABPOTrainer
 
     model, tok = load_tiny()
     args = grpo_config(tiny_update_cfg, variant, output_dir=tmp_path / "ckpt", seed=0, disable_tqdm=True)

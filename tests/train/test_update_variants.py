@@ -14,7 +14,7 @@ import torch
 from abpo.algo.variants import VARIANTS, get_variant
 from abpo.train.config import UpdateConfig
 from abpo.train.grpo_args import settings_for, variant_update_config
-from abpo.train.trainer import ABPOSettings
+from abpo.train.records import ABPOSettings
 
 NEW = ("grpo_cr", "abpo_cr", "abpo_ll", "wll", "abpo_offpolicy", "grpo_ll")
 
@@ -63,7 +63,7 @@ def test_every_new_variant_is_a_row_an_update_variant_and_an_arm_variant():
     """Rows of `abpo experiment`, `abpo update --variant` and an arm's ArmEntry.refreshed_by all resolve a variant
     through get_variant; each new one has its own letter (its update directory) and label."""
     from abpo.experiment.rows import row_key, row_label, variant_of
-    from abpo.train.update import UpdateRun
+    from abpo.train.runs import UpdateRun
 
     letters = [get_variant(n).letter for n in NEW]
     assert letters == ["G", "H", "I", "J", "K", "L"]
@@ -79,8 +79,8 @@ def test_every_new_variant_is_a_row_an_update_variant_and_an_arm_variant():
 
 def _make(load_tiny, rows, update_cfg, tmp_path, settings, **overrides):
     from abpo.train.dataset import to_hf_dataset
+    from abpo.train.grpo_args import grpo_config
     from abpo.train.trainer import ABPOTrainer
-    from abpo.train.update import grpo_config
 
     model, tok = load_tiny()
     args = grpo_config(

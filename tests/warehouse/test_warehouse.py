@@ -7,9 +7,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from abpo.data.schemas import month_dir, write_impressions
+from abpo.data.batching import stratified_batches
+from abpo.data.schemas import RULES, month_dir, write_impressions
 from abpo.data.synthetic import synthetic_impressions
-from abpo.warehouse import RULES, IngestError, SQLFileError, Warehouse, stratified_batches
+from abpo.warehouse import IngestError, SQLFileError, Warehouse
 
 ARMS = ["abpo", "grpo", "ml_retrain", "popularity"]
 MONTH = "2025-02"
@@ -491,7 +492,7 @@ def test_stratified_batches_are_seeded(wh, landing):
 def test_batch_stream_from_duckdb_equals_the_batches_over_the_strata(tmp_path, landing, mode, B):
     """Streamed from the warehouse in small record batches (so batches straddle them), under a memory limit with a
     spill directory: the same rows in the same (batch, slot) as stratified_batch_tables over wh.strata."""
-    from abpo.warehouse import stratified_batch_tables
+    from abpo.data.batching import stratified_batch_tables
 
     write_impressions(clean(400, seed=1), landing, MONTH, part="a")
     write_impressions(clean(300, month="2025-03", seed=2, id_prefix="m"), landing, "2025-03", part="a")

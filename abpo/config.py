@@ -23,14 +23,14 @@ from abpo.arms.config import ArmsConfig
 from abpo.data.config import DataConfig
 from abpo.data.storage import is_uri
 from abpo.experiment.config import ExperimentConfig
-from abpo.paths import CONFIG_DIR, REPO_ROOT, base_dir, namespaced
+from abpo.paths import CONFIG_DIR, base_dir, namespaced
 from abpo.policy.config import PolicyConfig, SFTConfig
 from abpo.redact import has_userinfo, redact
 from abpo.sim.config import SimConfig
 from abpo.train.config import UpdateConfig
 from abpo.yamlfile import YAMLFileError, read_yaml as read_yaml_file, yaml_value
 
-__all__ = ["CONFIG_DIR", "REPO_ROOT", "Config", "ConfigError", "PathsConfig", "describe", "load_config", "preset_path"]
+__all__ = ["Config", "ConfigError", "PathsConfig", "describe", "load_config", "preset_path"]
 
 
 @dataclass

@@ -321,7 +321,7 @@ def abpo_only_config(tmp_path):
     not a run's override (abpo.monthly.overrides), so a test of a one-arm run writes it into the file."""
     import yaml
 
-    from abpo.config import CONFIG_DIR
+    from abpo.paths import CONFIG_DIR
 
     cfg = yaml.safe_load((CONFIG_DIR / "tiny.yaml").read_text())
     cfg.setdefault("arms", {})["names"] = ["abpo"]

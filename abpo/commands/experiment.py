@@ -63,8 +63,9 @@ def _cmd_experiment(args: argparse.Namespace, cfg: Config) -> int:
 
     overrides = list(args.overrides)
     if args.regime:
-        from abpo.config import CONFIG_DIR, ConfigError
+        from abpo.config import ConfigError
         from abpo.experiment.regime_settings import regime_overrides
+        from abpo.paths import CONFIG_DIR
 
         try:
             overrides = [*regime_overrides(args.regime, CONFIG_DIR / "regimes.yaml"), *overrides]

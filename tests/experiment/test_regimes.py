@@ -407,8 +407,9 @@ def test_a_regime_or_key_given_twice_in_the_regimes_file_is_refused(tmp_path):
 
 
 def test_every_regime_of_the_repo_loads():
-    from abpo.config import CONFIG_DIR, load_config
+    from abpo.config import load_config
     from abpo.experiment.regime_settings import regime_overrides
+    from abpo.paths import CONFIG_DIR
     from abpo.yamlfile import read_yaml
 
     for name in read_yaml(CONFIG_DIR / "regimes.yaml"):

@@ -10,7 +10,8 @@ import json
 import pyarrow as pa
 import pytest
 
-from abpo.config import REPO_ROOT, load_config
+from abpo.config import load_config
+from abpo.paths import REPO_ROOT
 from abpo.train.grpo_args import grpo_config, grpo_kwargs
 
 

@@ -8,8 +8,8 @@ The embedded default is a SQLite tracking store and a local artifact root under 
 
 Its parts: :mod:`abpo.registry.store` (the store, experiments, runs), :mod:`abpo.registry.tasks` (task keys),
 :mod:`abpo.registry.models` (logging models), :mod:`abpo.registry.versions` (registered versions and aliases),
-:mod:`abpo.registry.weights` (whole weights) and :mod:`abpo.registry.errors`. Every name stays importable from
-``abpo.registry`` itself.
+:mod:`abpo.registry.weights` (whole weights) and :mod:`abpo.registry.errors`; the package's API is the names
+below, imported from ``abpo.registry`` itself.
 """
 
 from abpo.registry.errors import ModelFilesDamaged, NamespaceMismatch, RegistryUnavailable, StateMoved

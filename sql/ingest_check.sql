@@ -5,6 +5,9 @@
 --   null_field               any contract column is null (or a null inside history/candidates)
 --   empty_field              impression_id, request_id or model_version is empty or only spaces (a key that
 --                            identifies nothing)
+--   malformed_id             impression_id, request_id or model_version holds a control character (NUL, newline,
+--                            ...) or a bidirectional override (U+202A-U+202E, U+2066-U+2069, U+200E/F), or is longer
+--                            than $max_id_length characters: an id is printed in reports and logs as one short line
 --   unknown_schema_version   schema_version is not $schema_version, the version this warehouse reads (a row
 --                            of another version may mean something else by the same columns)
 --   unknown_arm              arm not in $known_arms
@@ -81,6 +84,14 @@ ruled AS (
             CASE WHEN trim(model_version) = '' THEN 'model_version' END
         ) AS empty_fields,
         concat_ws(', ',
+            CASE WHEN regexp_matches(impression_id, $id_forbidden_re) THEN 'impression_id holds a control character' END,
+            CASE WHEN regexp_matches(request_id, $id_forbidden_re) THEN 'request_id holds a control character' END,
+            CASE WHEN regexp_matches(model_version, $id_forbidden_re) THEN 'model_version holds a control character' END,
+            CASE WHEN length(impression_id) > $max_id_length THEN 'impression_id is ' || length(impression_id) || ' characters' END,
+            CASE WHEN length(request_id) > $max_id_length THEN 'request_id is ' || length(request_id) || ' characters' END,
+            CASE WHEN length(model_version) > $max_id_length THEN 'model_version is ' || length(model_version) || ' characters' END
+        ) AS malformed_ids,
+        concat_ws(', ',
             CASE WHEN user_id < 0 THEN 'user_id ' || user_id END,
             CASE WHEN position < 0 THEN 'position ' || position END
         ) AS negative_fields,
@@ -101,6 +112,7 @@ first_rule AS MATERIALIZED (
         CASE
             WHEN null_fields <> '' THEN 'null_field'
             WHEN empty_fields <> '' THEN 'empty_field'
+            WHEN malformed_ids <> '' THEN 'malformed_id'
             WHEN schema_version <> $schema_version THEN 'unknown_schema_version'
             WHEN NOT list_contains($known_arms::VARCHAR[], arm) THEN 'unknown_arm'
             WHEN isnan(propensity) OR propensity < $min_propensity OR propensity > 1 THEN 'propensity_out_of_range'
@@ -119,6 +131,7 @@ first_rule AS MATERIALIZED (
         CASE
             WHEN null_fields <> '' THEN 'null in: ' || null_fields
             WHEN empty_fields <> '' THEN 'empty: ' || empty_fields
+            WHEN malformed_ids <> '' THEN malformed_ids || '; rule: an id is at most ' || $max_id_length || ' characters with no control character or bidirectional override'
             WHEN schema_version <> $schema_version THEN 'schema_version ' || schema_version || ', this warehouse reads version ' || $schema_version
             WHEN NOT list_contains($known_arms::VARCHAR[], arm) THEN 'arm ' || arm || ' not in known arms'
             WHEN isnan(propensity) OR propensity <= 0 OR propensity > 1 THEN 'propensity ' || propensity || ' not in (0, 1]'

@@ -18,8 +18,8 @@ from abpo.months import Month
 
 DEFAULT_ARMS = ("abpo", "grpo", "ml_retrain", "popularity")
 # The contract rules this generator breaks (one per bad row), in the order its draws use. The later rules
-# (logged_item_not_once, duplicate_candidates, propensity_inconsistent, item_not_in_catalog, logging_tau_mismatch) are
-# not injected: the draws of every seed stay as they were, and the tests build those rows by hand.
+# (logged_item_not_once, duplicate_candidates, propensity_inconsistent, item_not_in_catalog, logging_tau_mismatch,
+# malformed_id) are not injected: the draws of every seed stay as they were, and the tests build those rows by hand.
 INJECTED_RULES = tuple(
     r
     for r in RULES
@@ -30,6 +30,7 @@ INJECTED_RULES = tuple(
         "propensity_inconsistent",
         "item_not_in_catalog",
         "logging_tau_mismatch",
+        "malformed_id",
     )
 )
 _NULLABLE_TARGETS = ("user_id", "model_version", "propensity", "clicked", "event_time", "request_id")

@@ -16,8 +16,10 @@ import pyarrow.parquet as pq
 from abpo.data import storage
 from abpo.data.config import DataConfig
 from abpo.data.schemas import (
+    ID_FORBIDDEN_PATTERN,
     IMPRESSIONS_SCHEMA,
     LOGGING_POLICY_PATTERN,
+    MAX_ID_LENGTH,
     RULES,
     SCHEMA_VERSION,
     SINGLE_CANDIDATE_PROPENSITY_TOLERANCE,
@@ -215,6 +217,8 @@ class IngestMixin:
                 check_catalog=catalog is not None,
                 single_candidate_tolerance=SINGLE_CANDIDATE_PROPENSITY_TOLERANCE,
                 policy_tau=float(policy_tau or 0.0),
+                id_forbidden_re=ID_FORBIDDEN_PATTERN,
+                max_id_length=MAX_ID_LENGTH,
             )
             for row in self.run("ingest_rule_counts").to_pylist():
                 if row["rule"] is None:

@@ -127,6 +127,7 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     from abpo.arms.versions import NotInRegistry
     from abpo.config import ConfigError
     from abpo.data.schemas import SchemaError
+    from abpo.data.storage import StorageError
     from abpo.monthly.adopt import ModelRefused
     from abpo.monthly.gate_users import GateUsersMissing
     from abpo.months import MonthError
@@ -155,6 +156,7 @@ def expected_errors() -> tuple[type[BaseException], ...]:
         NamespaceMismatch,
         HistoryFieldRefused,
         ChampionMissing,
+        StorageError,
     )
 
 

@@ -55,6 +55,47 @@ class StorageError(OSError):
         super().__init__(*(redact(a) if isinstance(a, str) else a for a in args))
 
 
+class StorageUnavailable(StorageError):
+    """The object store did not answer (an endpoint that is down or does not resolve, a connection refused or cut, a
+    timeout): transient, retried (abpo.monthly.common.TRANSIENT), unlike a missing bucket or denied access."""
+
+
+# what a network failure looks like in pyarrow's and boto3's messages (curl's codes, the AWS SDK's error names)
+_NETWORK = (
+    "NETWORK_CONNECTION",
+    "curlCode",
+    "Couldn't connect",
+    "Could not connect",
+    "Couldn't resolve",
+    "Could not resolve",
+    "Connection refused",
+    "Connection reset",
+    "timed out",
+    "Timeout",
+    "EndpointConnectionError",
+    "Unable to connect",
+    "SERVICE_UNAVAILABLE",
+    "SLOW_DOWN",
+    "INTERNAL_FAILURE",
+)
+
+
+def unavailable(error: BaseException) -> bool:
+    """Whether ``error`` (raised by pyarrow's or fsspec's filesystem) is the store not answering, as opposed to a
+    refusal (a missing bucket, denied access, a bad object)."""
+    text = " ".join(str(error).split())
+    if isinstance(error, (ConnectionError, TimeoutError)):
+        return True
+    return not any(code in text for code in (*_DENIED, *_NO_BUCKET)) and any(n in text for n in _NETWORK)
+
+
+def _error(uri: str, error: BaseException, doing: str) -> StorageError:
+    """The StorageError for ``error`` raised while ``doing`` at ``uri``: StorageUnavailable when the store did not
+    answer (:func:`unavailable`, retried), else StorageError (a refusal)."""
+    cls = StorageUnavailable if unavailable(error) else StorageError
+    return cls(describe(uri, error, doing))
+
+
 def is_uri(p: object) -> bool:
     """True for ``scheme://...`` other than ``file://`` (an object store or another fsspec filesystem)."""
     m = URI_RE.match(str(p))
@@ -129,16 +170,27 @@ def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
 
 def listdir(uri: str) -> list[str] | None:
     """The URIs of the files directly under ``uri`` (names sorted), or None when there is no such directory (no
-    object under that prefix). StorageError when the bucket is missing or access is denied."""
+    object under that prefix). StorageError when the bucket is missing or access is denied (StorageUnavailable when
+    the store does not answer). Sub-prefixes are not files: :func:`list_partition` names them."""
+    listed = list_partition(uri)
+    return None if listed is None else listed[0]
+
+
+def list_partition(uri: str) -> tuple[list[str], list[str]] | None:
+    """(the URIs of the objects directly under ``uri``, the URIs of its sub-prefixes), names sorted; None when
+    nothing is under that prefix. A sub-prefix holds objects a flat listing would skip without a word, so callers
+    refuse it as the local landing refuses a sub-directory."""
     fs, path = filesystem(uri)
     try:
         infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
     except OSError as e:
-        raise StorageError(describe(uri, e, "listing")) from None
+        raise _error(uri, e, "listing") from None
     if not infos:
         _check_bucket(uri, fs, path)
         return None
-    return sorted(join(uri, basename(i.path)) for i in infos if i.type == pafs.FileType.File)
+    files = sorted(join(uri, basename(i.path)) for i in infos if i.type == pafs.FileType.File)
+    prefixes = sorted(join(uri, basename(i.path)) for i in infos if i.type == pafs.FileType.Directory)
+    return files, prefixes
 
 
 def _check_bucket(uri: str, fs: pafs.FileSystem, path: str) -> None:
@@ -150,7 +202,7 @@ def _check_bucket(uri: str, fs: pafs.FileSystem, path: str) -> None:
     try:
         info = fs.get_file_info(root)
     except OSError as e:
-        raise StorageError(describe(uri, e, "checking the bucket")) from None
+        raise _error(uri, e, "checking the bucket") from None
     if info.type == pafs.FileType.NotFound:
         raise StorageError(
             f"{uri}: bucket {root!r} does not exist; rule: the bucket is created before abpo reads or writes it"
@@ -162,7 +214,7 @@ def exists(uri: str) -> bool:
     try:
         return fs.get_file_info(path).type != pafs.FileType.NotFound
     except OSError as e:
-        raise StorageError(describe(uri, e, "reading")) from None
+        raise _error(uri, e, "reading") from None
 
 
 def open_input(uri: str):
@@ -173,7 +225,7 @@ def open_input(uri: str):
     except FileNotFoundError:
         raise StorageError(f"{uri}: no such object") from None
     except OSError as e:
-        raise StorageError(describe(uri, e, "reading")) from None
+        raise _error(uri, e, "reading") from None
 
 
 def download(uris: list[str], directory: str | os.PathLike) -> list[str]:
@@ -186,7 +238,7 @@ def download(uris: list[str], directory: str | os.PathLike) -> list[str]:
         try:
             pafs.copy_files(path, dest, source_filesystem=fs, destination_filesystem=local)
         except OSError as e:
-            raise StorageError(describe(uri, e, "downloading")) from None
+            raise _error(uri, e, "downloading") from None
         out.append(dest)
     return out
 
@@ -199,7 +251,7 @@ def write_parquet(table: pa.Table, uri: str, **kw) -> None:
     try:
         pq.write_table(table, path, filesystem=fs, **kw)
     except OSError as e:
-        raise StorageError(describe(uri, e, "writing")) from None
+        raise _error(uri, e, "writing") from None
 
 
 def touch(uri: str) -> None:
@@ -209,7 +261,7 @@ def touch(uri: str) -> None:
         with fs.open_output_stream(path):
             pass
     except OSError as e:
-        raise StorageError(describe(uri, e, "writing")) from None
+        raise _error(uri, e, "writing") from None
 
 
 _applied: set[str] = set()

@@ -162,6 +162,7 @@ TRANSIENT = (  # retrying can help: someone else holds a lock, a service did not
     "abpo.warehouse.WarehouseBusy",  # another process holds the DuckDB file's write lock
     "abpo.warehouse.IngestStepFailed",  # a step of the ingest failed (disk full, database invalidated)
     "abpo.registry.RegistryUnavailable",  # the MLflow registry did not answer
+    "abpo.data.storage.StorageUnavailable",  # the object store did not answer (an endpoint down, a timeout)
     "abpo.arms.promotion_lock.PromotionRace",  # another promotion holds the arm's lock, or the champion just moved
     "builtins.TimeoutError",
     "builtins.ConnectionError",
@@ -211,13 +212,17 @@ def landing_status(cfg: Config, month: str, marker: str = "") -> tuple[bool, str
     """Whether month ``month``'s landing partition (landing/impressions/month=YYYY-MM/) is there and complete, and a
     sentence saying what was found. Complete: it holds files (a name starting with '.' or '_' is a marker, not a
     file) and, when ``marker`` is given (e.g. ``_SUCCESS``, what Spark and most ingestion jobs write last), that
-    marker too. Cheap: lists the directory, reads no Parquet (the ingest checks the files)."""
+    marker too; an object-store partition always needs the marker the ingest requires ($ABPO_LANDING_MARKER, default
+    _SUCCESS: an upload is not atomic). Cheap: lists the directory, reads no Parquet (the ingest checks the files)."""
     from abpo.data import storage
     from abpo.data.schemas import month_dir, month_location
 
     landing = cfg.paths.location("landing")
     if storage.is_uri(landing):  # an object store: list the partition's objects (a missing bucket or denied access
         d = month_location(landing, str(month))  # raises StorageError, one line)
+        # complete means what the ingest reads: an object store's partition only once its marker is there
+        # ($ABPO_LANDING_MARKER), so a scheduled run during an upload skips the month instead of failing it
+        marker = marker or storage.landing_marker()
         listed = storage.listdir(d)
         if listed is None:
             return False, f"{d}: no landing partition yet"

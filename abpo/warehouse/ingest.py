@@ -78,6 +78,27 @@ class IngestReport:
         return "\n".join(lines)
 
 
+def _deterministic(error: BaseException) -> bool:
+    """Whether a failed ingest step's error (or one it wraps) is DuckDB refusing the input itself (a binder, type,
+    conversion or parser error: the same files fail the same way on every try), as opposed to the environment (a
+    full disk, an invalidated database, out of memory), which a retry may get past."""
+    import duckdb
+
+    kinds = tuple(
+        getattr(duckdb, n)
+        for n in ("BinderException", "ConversionException", "TypeMismatchException", "ParserException")
+        if hasattr(duckdb, n)
+    )
+    seen: set[int] = set()
+    e: BaseException | None = error
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, kinds):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
 class IngestMixin:
     """The monthly ingest of impressions (write, audit, publish) and the catalog it is checked against.
 
@@ -125,12 +146,20 @@ class IngestMixin:
         """The URIs of an object-store partition's Parquet objects, each checked (footer and schema) as the local
         files are. IngestError, one line naming the URI: a missing bucket, denied access, no partition, a partition
         without its completion marker ($ABPO_LANDING_MARKER, default _SUCCESS: an upload still running or cut
-        short), an object that is not whole Parquet (a truncated upload), a wrong schema."""
+        short), an object that is not whole Parquet (a truncated upload), a wrong schema, a sub-prefix (its objects
+        would be skipped). A store that does not answer raises abpo.data.storage.StorageUnavailable (transient)."""
         d = month_location(landing, check_month(month), kind)
         try:
-            listed = storage.listdir(d)
-            if listed is None:
+            found = storage.list_partition(d)
+            if found is None:
                 raise IngestError(f"{d}: no landing partition for month {month}")
+            listed, prefixes = found
+            if prefixes:  # objects under a sub-prefix: the local landing refuses a sub-directory the same way
+                raise IngestError(
+                    f"{prefixes[0]}/: a sub-prefix in the landing partition ({len(prefixes)} in all); rule: the "
+                    "partition holds its Parquet objects directly under it (objects under a sub-prefix would be "
+                    "skipped): move them up or land them as their own month"
+                )
             names = {storage.basename(u) for u in listed}
             files = [u for u in listed if not storage.basename(u).startswith((".", "_"))]
             if not files:
@@ -153,6 +182,8 @@ class IngestMixin:
                 problems = schema_problems(got, schema)
                 if problems:
                     raise IngestError(f"{u}: wrong schema: " + "; ".join(problems))
+        except storage.StorageUnavailable:
+            raise  # the store did not answer: transient (retried), not a refusal of the month's data
         except storage.StorageError as e:
             raise IngestError(str(e)) from None
         return files
@@ -271,6 +302,12 @@ class IngestMixin:
                 raise
         except SQLFileError as e:
             failed = e
+            if _deterministic(e):  # the same files fail the same way: a refusal, not retried
+                raise IngestError(
+                    f"ingest {month} failed at step {e}; rule: the landed files must match the impressions schema "
+                    "as DuckDB binds it (a changed column type fails the same way on every try); nothing was "
+                    "published, the month's partition is as it was"
+                ) from e
             raise IngestStepFailed(
                 f"ingest {month} failed at step {e}; nothing was published, the month's partition is as it was"
             ) from e

@@ -134,12 +134,16 @@ def served_month_strata(cfg, month: str, served: dict, *, dataset, splits, reque
     return table.filter(pc.equal(table["clicked"], 1)), table.filter(pc.equal(table["clicked"], 0))
 
 
-def online_bound(cfg, month: str, arm: str, parent: str, strata, dataset) -> dict[str, object]:
+def online_bound(
+    cfg, month: str, arm: str, parent: str, strata, dataset, *, seed: int | None = None
+) -> dict[str, object]:
     """Two updates from ``arm``'s version ``parent`` on the same rows, steps and learning rate as the arm's monthly
     update (abpo.arms.llm.LLMArm.refresh's settings: arms.update_max_examples rows, the config's update section):
     the arm's own variant with the paper's logged reward (the month's update, recomputed), and vanilla GRPO with
     every rollout rewarded by the simulator's click probability (abpo.train: reward = simulated_click), the online
-    upper bound: a diagnostic, never registered or served. Returns label -> the trained policy (an LLMArm)."""
+    upper bound: a diagnostic, never registered or served. ``seed``: the updates' seed (their row subsample,
+    batch order and rollouts; default the config's), the simulated month staying the config seed's. Returns label ->
+    the trained policy (an LLMArm)."""
     import dataclasses
 
     from abpo.arms import versions
@@ -150,7 +154,8 @@ def online_bound(cfg, month: str, arm: str, parent: str, strata, dataset) -> dic
     u = dataclasses.replace(
         cfg.update, resume=False, save_merged=True, max_examples=cfg.arms.update_max_examples or cfg.update.max_examples
     )
-    c = dataclasses.replace(cfg, update=u)
+    s = cfg.seed if seed is None else int(seed)
+    c = dataclasses.replace(cfg, update=u, seed=s)
     out = {}
     for label, variant, reward in (
         (f"{arm} update (logged reward)", entry(arm).refreshed_by, "logged"),
@@ -162,14 +167,17 @@ def online_bound(cfg, month: str, arm: str, parent: str, strata, dataset) -> dic
             arm=arm,
             months=(month,),
             init_model=versions.local_dir(cfg, arm, parent),
-            output=Path("headroom") / arm / month / reward,
+            output=Path("headroom") / arm / month / f"{reward}-seed{s}",
         )
         res = run_update(c, run, progress=False, strata=strata, log_mlflow=False, reward=reward)
         print(
             f"  {label}: {res.global_step} steps from {arm} v{parent} on {strata[0].num_rows} + {strata[1].num_rows} "
-            f"rows (update.max_examples {u.max_examples}, lr {u.learning_rate}) in {time.perf_counter() - t:.0f}s"
+            f"rows (update.max_examples {u.max_examples}, lr {u.learning_rate}, seed {s}) in "
+            f"{time.perf_counter() - t:.0f}s"
         )
-        out[label] = arm_class(arm).load(arm, res.model_dir, cfg, dataset=dataset, model_version=f"{variant}@{month}")
+        out[label] = arm_class(arm).load(
+            arm, res.model_dir, cfg, dataset=dataset, model_version=f"{variant}@{month}/seed{s}"
+        )
     return out
 
 
@@ -195,6 +203,13 @@ def main(argv=None) -> int:
         "month's start: its update recomputed with the logged reward, and vanilla GRPO on the same rows, steps and "
         "learning rate with each rollout rewarded by the simulator's click probability; both scored as rows "
         "(written under <paths.models>/headroom/, never registered)",
+    )
+    ap.add_argument(
+        "--update-seed",
+        type=int,
+        default=None,
+        help="--online-bound: the two updates' seed (row subsample, batch order, rollouts); default the config's "
+        "seed. The month's requests and clicks stay the config seed's, so seeds measure the updates' own noise",
     )
     ap.add_argument(
         "--smoke",
@@ -266,7 +281,7 @@ def main(argv=None) -> int:
             probs, _ = candidate_click_probabilities(cfg, ds, requests)
             strata = served_month_strata(cfg, month, served, dataset=ds, splits=splits, requests=requests, probs=probs)
             parent = month_start_version(cfg, args.online_bound, month)[0]
-            policies.update(online_bound(cfg, month, args.online_bound, parent, strata, ds))
+            policies.update(online_bound(cfg, month, args.online_bound, parent, strata, ds, seed=args.update_seed))
         res = month_headroom(cfg, month, policies, dataset=ds, splits=splits, requests=requests)
         results.append(res)
         print(

@@ -228,18 +228,54 @@ def open_input(uri: str):
         raise _error(uri, e, "reading") from None
 
 
-def download(uris: list[str], directory: str | os.PathLike) -> list[str]:
-    """Copy ``uris`` into the local ``directory`` (same names); returns the local paths, in order."""
-    out = []
-    local = pafs.LocalFileSystem()
-    for uri in uris:
-        fs, path = filesystem(uri)
-        dest = os.path.join(os.fspath(directory), basename(uri))
-        try:
-            pafs.copy_files(path, dest, source_filesystem=fs, destination_filesystem=local)
-        except OSError as e:
-            raise _error(uri, e, "downloading") from None
-        out.append(dest)
+DOWNLOAD_WORKERS = 8  # objects copied at a time (each copy waits on the network, not on a core)
+
+
+def stat(uri: str) -> tuple[int, int | None]:
+    """(size in bytes, last-modified time in ns or None) of the object ``uri``: what pins a version of it."""
+    fs, path = filesystem(uri)
+    try:
+        info = fs.get_file_info(path)
+    except OSError as e:
+        raise _error(uri, e, "reading") from None
+    if info.type == pafs.FileType.NotFound:
+        raise StorageError(f"{uri}: no such object (deleted while the month was read)")
+    return int(info.size or 0), info.mtime_ns
+
+
+def _download_one(uri: str, dest: str) -> None:
+    """Copy ``uri`` to ``dest``, pinned: the object's size and last-modified time are read before and after the copy
+    and must not change, and the copy must have that size (StorageError otherwise: the object was rewritten while it
+    was copied, and a mix of two versions is never ingested)."""
+    fs, path = filesystem(uri)
+    before = stat(uri)
+    try:
+        pafs.copy_files(path, dest, source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
+    except OSError as e:
+        raise _error(uri, e, "downloading") from None
+    after = stat(uri)
+    got = os.path.getsize(dest)
+    if after != before or got != before[0]:
+        raise StorageError(
+            f"{uri}: changed while it was copied ({before[0]} bytes at {before[1]} before, {after[0]} bytes at "
+            f"{after[1]} after, {got} bytes copied); rule: an object is ingested as one version: land it once and "
+            "write the marker last, then rerun"
+        )
+
+
+def download(uris: list[str], directory: str | os.PathLike, workers: int = DOWNLOAD_WORKERS) -> list[str]:
+    """Copy ``uris`` into the local ``directory`` (same names), :data:`DOWNLOAD_WORKERS` at a time, each pinned
+    (:func:`_download_one`); returns the local paths, in order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    out = [os.path.join(os.fspath(directory), basename(uri)) for uri in uris]
+    if len(uris) <= 1 or workers <= 1:
+        for uri, dest in zip(uris, out, strict=True):
+            _download_one(uri, dest)
+        return out
+    with ThreadPoolExecutor(max_workers=min(workers, len(uris))) as pool:
+        for f in [pool.submit(_download_one, uri, dest) for uri, dest in zip(uris, out, strict=True)]:
+            f.result()  # the first failure, in order, is raised
     return out
 
 

@@ -33,6 +33,7 @@ from abpo.warehouse.errors import IngestError, IngestRefused, IngestStepFailed, 
 _DATA_DEFAULTS = DataConfig()  # the contract parameters' defaults (section data)
 
 log = logging.getLogger("abpo.warehouse")  # the package logs as the one module did
+MANY_OBJECTS = 1000  # a partition with more objects than this is warned about (one request per object)
 
 
 @dataclass
@@ -342,11 +343,25 @@ class IngestMixin:
         import tempfile
 
         tmp_root = self._temp_directory or None
+        if len(uris) > MANY_OBJECTS:
+            log.warning(
+                "%s: %d objects in the month's partition: copied %d at a time, each a request of its own; many small "
+                "objects make a slow ingest (compact them into objects of tens of MB before landing)",
+                storage.split_query(uris[0])[0].rsplit("/", 1)[0],
+                len(uris),
+                storage.DOWNLOAD_WORKERS,
+            )
         with tempfile.TemporaryDirectory(prefix="abpo-landing-", dir=tmp_root) as tmp:
             try:
                 local = storage.download(uris, tmp)
+            except storage.StorageUnavailable:
+                raise  # transient: retried
             except storage.StorageError as e:
                 raise IngestError(str(e)) from None
+            for uri, p in zip(uris, local, strict=True):  # the bytes staged are the bytes checked
+                problems = schema_problems(pq.read_schema(p), IMPRESSIONS_SCHEMA)
+                if problems:
+                    raise IngestError(f"{uri}: wrong schema (rewritten after it was checked): " + "; ".join(problems))
             try:
                 self._stage([Path(p) for p in local])
             except IngestError as e:  # name the object, not the temporary copy

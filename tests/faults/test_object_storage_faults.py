@@ -97,3 +97,87 @@ def test_a_deterministic_duckdb_error_in_an_ingest_step_is_a_refusal(tmp_path, m
         with pytest.raises(IngestStepFailed) as e2:
             wh.ingest_month(tmp_path / "landing", "2026-01", arms)
     assert retry_or_fail(e2.value) == "retry"
+
+
+def test_an_object_rewritten_after_its_check_is_not_ingested(s3, tmp_path, monkeypatch):
+    """The schema check reads each object's footer; an object rewritten (here with another schema) before the copy
+    was ingested. The staged bytes are now checked again, and a copy is pinned by size and last-modified time."""
+    import pyarrow as pa
+
+    from abpo.data import storage
+    from abpo.data.schemas import write_impressions
+    from abpo.warehouse import IngestError, Warehouse
+
+    landing = f"s3://{s3.bucket}/landing"
+    table = _table()
+    write_impressions(table, landing, "2026-01", part="a")
+    key = "landing/impressions/month=2026-01/part-a.parquet"
+    download = storage.download
+
+    def rewrite_then_download(uris, directory, **kw):  # the producer rewrites the object between check and copy
+        import io
+
+        import pyarrow.parquet as pq
+
+        buf = io.BytesIO()
+        pq.write_table(table.drop_columns(["propensity"]).append_column("propensity", pa.array(["x"] * 60)), buf)
+        s3.client.put_object(Bucket=s3.bucket, Key=key, Body=buf.getvalue())
+        return download(uris, directory, **kw)
+
+    monkeypatch.setattr(storage, "download", rewrite_then_download)
+    with Warehouse(tmp_path / "w.duckdb") as wh:
+        with pytest.raises(IngestError, match=r"part-a.parquet: wrong schema \(rewritten after it was checked\)"):
+            wh.ingest_month(landing, "2026-01", sorted(set(table.column("arm").to_pylist())))
+        assert wh.con.sql("SELECT count(*) FROM impressions").fetchall() == [(0,)]
+
+
+def test_a_copy_is_pinned_to_one_version_of_its_object(s3, tmp_path, monkeypatch):
+    from abpo.data import storage
+    from abpo.data.schemas import write_impressions
+
+    landing = f"s3://{s3.bucket}/landing"
+    uri = write_impressions(_table(), landing, "2026-01", part="a")
+    key = "landing/impressions/month=2026-01/part-a.parquet"
+    stat = storage.stat
+    calls = []
+
+    def stat_then_rewrite(u):  # the object is rewritten (other bytes, other size) right after its first stat
+        got = stat(u)
+        calls.append(u)
+        if len(calls) == 1:
+            s3.client.put_object(Bucket=s3.bucket, Key=key, Body=b"PAR1" + b"\0" * 100 + b"PAR1")
+        return got
+
+    monkeypatch.setattr(storage, "stat", stat_then_rewrite)
+    with pytest.raises(storage.StorageError, match="changed while it was copied"):
+        storage.download([uri], tmp_path)
+
+
+def test_many_objects_are_copied_concurrently_and_warned_about(s3, tmp_path, monkeypatch, caplog):
+    import logging
+
+    from abpo.data import storage
+    from abpo.data.schemas import write_impressions
+    from abpo.warehouse import Warehouse, ingest
+
+    landing = f"s3://{s3.bucket}/landing"
+    tables = [_table(n=2, seed=k) for k in range(12)]
+    for k, t in enumerate(tables):  # (ids repeated across seeds are quarantined as duplicates: force publishes)
+        write_impressions(t, landing, "2026-01", part=f"p{k:03d}")
+    monkeypatch.setattr(ingest, "MANY_OBJECTS", 10)
+    threads = set()
+    one = storage._download_one
+
+    def record(uri, dest):
+        import threading
+
+        threads.add(threading.get_ident())
+        one(uri, dest)
+
+    monkeypatch.setattr(storage, "_download_one", record)
+    caplog.set_level(logging.WARNING, logger="abpo.warehouse")
+    arms = sorted({a for t in tables for a in t.column("arm").to_pylist()})
+    with Warehouse(tmp_path / "w.duckdb") as wh:
+        report = wh.ingest_month(landing, "2026-01", arms, force=True)
+    assert len(report.files) == 12 and len(threads) > 1
+    assert any("12 objects in the month's partition: copied 8 at a time" in r.getMessage() for r in caplog.records)

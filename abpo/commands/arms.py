@@ -208,8 +208,8 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
     elif args.action == "month":
         from abpo.monthly.month import run_month
 
-        out = run_month(cfg, args.month, simulate=args.simulate, force=args.force)
-        print(f"report: {out.report.html}")
+        month_out = run_month(cfg, args.month, simulate=args.simulate, force=args.force)
+        print(f"report: {month_out.report.html if month_out.report is not None else '(none written)'}")
     elif args.action == "size-update":
         from pathlib import Path
 
@@ -225,17 +225,17 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
         md = sizing_markdown(points, arm=args.arm, month=str(args.month))
         print(md)
         if args.out:
-            out = Path(args.out)
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(md)
-            out.with_suffix(".json").write_text(json.dumps([p.to_json() for p in points], indent=1))
+            out_file = Path(args.out)
+            out_file.parent.mkdir(parents=True, exist_ok=True)
+            out_file.write_text(md)
+            out_file.with_suffix(".json").write_text(json.dumps([p.to_json() for p in points], indent=1))
     elif args.action == "adopt":
         from abpo.monthly.adopt import adopt_model
 
-        out = adopt_model(cfg, args.arm, args.model)
+        adopted = adopt_model(cfg, args.arm, args.model)
         print(
-            f"{out.arm}: {args.model} is champion v{out.version} (checked on {out.checked_requests} held-out "
-            "requests; no SFT)"
+            f"{adopted.arm}: {args.model} is champion v{adopted.version} (checked on {adopted.checked_requests} "
+            "held-out requests; no SFT)"
         )
     elif args.action in ("promote", "rollback"):
         from abpo.arms import promotion, versions as arm_versions

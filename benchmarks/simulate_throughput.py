@@ -1,7 +1,7 @@
 """Simulator throughput: what a simulated month costs, set-up apart from serving.
 
     .venv/bin/python benchmarks/simulate_throughput.py [--config demo] [--requests-per-user N] [--model DIR]
-                                                       [--smoke]
+                                                       [--threads T] [--smoke]
 
 On the config's users and month (the demo preset: 610 users x 12 requests = 7,320 requests over retrieval
 candidates, M = 20), each part is timed on its own:
@@ -103,6 +103,7 @@ def main(argv=None) -> int:
         help="requests per user in the month (default: the config's sim.requests_per_user; demo: 12)",
     )
     ap.add_argument("--model", default="", help="LLM checkpoint directory (default: the untrained tiny model)")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (default: the config's policy.num_threads)")
     ap.add_argument("--smoke", action="store_true", help="the smallest sizes that run the same path (seconds)")
     args = ap.parse_args(argv)
 
@@ -121,6 +122,8 @@ def main(argv=None) -> int:
     from abpo.sim.retrieval import CooccurrenceRetrieval
 
     sets = ["report.arm_shares={bench: 1.0}", *(SMOKE if args.smoke else [])]
+    if args.threads:
+        sets.append(f"policy.num_threads={args.threads}")
     if args.requests_per_user:
         sets.append(f"sim.requests_per_user={args.requests_per_user}")
     cfg = load_config(args.config, sets)

@@ -22,7 +22,7 @@ from abpo.abtest.config import ReportConfig
 from abpo.arms.config import ArmsConfig
 from abpo.data.config import DataConfig
 from abpo.data.storage import is_uri
-from abpo.experiment.config import ExperimentConfig
+from abpo.experiment.config import ExperimentConfig, check_rounds_fit
 from abpo.paths import CONFIG_DIR, base_dir, namespaced
 from abpo.policy.config import PolicyConfig, SFTConfig
 from abpo.redact import has_userinfo, redact
@@ -400,8 +400,23 @@ def load_config(name_or_path: str | Path = "tiny", overrides: list[str] | None =
     except ValueError as e:
         raise ConfigError(str(e)) from None
     check_no_credentials(cfg)
+    validate(cfg)
     object.__setattr__(cfg.paths, "_tracking_uri_from", tracking_from)  # not a field: not in to_dict / config_hash
     return cfg
+
+
+def validate(cfg: Config) -> None:
+    """The rules that relate keys of different sections, checked once, when :func:`load_config` has applied the
+    preset, the environment and every override: a combination that cannot run is refused before any step starts,
+    with one line naming each key involved and the rule (a ConfigError). The rules:
+
+    - ``experiment.rounds`` at most the update positions per user (``experiment.update_steps`` when set, else
+      ``data.update_steps``): abpo.experiment.config.check_rounds_fit.
+    """
+    try:
+        check_rounds_fit(cfg.experiment, cfg.data.update_steps)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def describe(cls: type, prefix: str = "") -> list[tuple[str, Any, str]]:

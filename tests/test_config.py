@@ -257,3 +257,23 @@ def test_comma_lists_keep_names_as_they_are_and_read_numbers():
     assert cfg.arms.names == ["abpo", "off"] and cfg.experiment.seeds == [3, 4]
     with pytest.raises(ConfigError, match=r"^--set: experiment.seeds\[1\] 2.5: rule: an integer \(not coerced\)$"):
         load_config("tiny", ["experiment.seeds=3,2.5"])
+
+
+def test_a_cross_section_combination_is_refused_at_load_in_one_line_naming_both_keys():
+    """abpo.config.validate, run by load_config once the preset, the environment and the overrides are applied:
+    experiment.rounds above the update positions per user (data.update_steps, or experiment.update_steps where set)
+    is refused before any step runs (issue 45), in one line naming both keys and the rule."""
+    from abpo.config import ConfigError, load_config, validate
+
+    with pytest.raises(ConfigError) as e:
+        load_config("tiny", ["experiment.update_steps=0", "data.update_steps=3", "experiment.rounds=4"])
+    assert str(e.value) == (
+        "experiment.rounds=4 > data.update_steps=3; rule: every round needs at least one update position per user"
+    )
+    with pytest.raises(
+        ConfigError, match=r"^experiment\.rounds=5 > data\.update_steps=4 \(experiment\.update_steps=4 "
+    ):
+        load_config("tiny", ["experiment.update_steps=4", "data.update_steps=9", "experiment.rounds=5"])
+    cfg = load_config("tiny", ["experiment.update_steps=0", "data.update_steps=3", "experiment.rounds=3"])  # the bound
+    validate(cfg)
+    assert "\n" not in str(e.value)

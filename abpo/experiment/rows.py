@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from abpo.experiment.config import check_rounds_fit
 from abpo.experiment.regime_settings import check_regime
 
 if TYPE_CHECKING:
@@ -79,11 +80,7 @@ def experiment_config(cfg: Config) -> Config:
         cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, update_steps=e.update_steps))
     if e.rounds < 1:
         raise ValueError(f"experiment.rounds={e.rounds}; rule: at least 1")
-    if e.rounds > cfg.data.update_steps:
-        raise ValueError(
-            f"experiment.rounds={e.rounds} > data.update_steps={cfg.data.update_steps}; rule: every "
-            "round needs at least one update position per user"
-        )
+    check_rounds_fit(e, cfg.data.update_steps)
     if e.eval_candidates < 0:
         raise ValueError(f"experiment.eval_candidates={e.eval_candidates}; rule: 0 (keep data.eval_candidates) or >= 2")
     if e.bootstrap_samples < 1:

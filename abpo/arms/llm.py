@@ -16,9 +16,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from abpo import registry
 from abpo.arms.base import Arm
 from abpo.arms.names import HOLDBACK, LLM, entry
+from abpo.data.candidates import Example
 from abpo.months import Month
+from abpo.policy.model import load_policy
+from abpo.train.runs import UpdateRun
 
 if TYPE_CHECKING:
     from abpo.config import Config
@@ -54,7 +58,6 @@ class LLMArm(Arm):
     def from_dir(
         cls, name: str, model_dir: str | Path, cfg: Config, dataset, model_version: str, variant: str | None = None
     ) -> LLMArm:
-        from abpo.policy.model import load_policy
 
         model, tok = load_policy(dataclasses.replace(cfg.policy, model=str(model_dir)), cfg.paths, dataset=dataset)
         model.eval()
@@ -72,7 +75,6 @@ class LLMArm(Arm):
 
     @classmethod
     def log_model(cls, cfg: Config, local_dir: str | Path) -> str:
-        from abpo import registry
 
         return registry.log_model_dir(local_dir, policy_cfg=cfg.policy)
 
@@ -92,7 +94,6 @@ class LLMArm(Arm):
         own logs of ``months``), saved under ``models/arms/<arm>/<month>``; returns abpo.train.update's result.
         Every month starts afresh from the champion (no resume) and keeps the merged model, which serving loads;
         ``arms.update_max_examples`` caps the rows."""
-        from abpo.train.runs import UpdateRun
         from abpo.train.update import run_update
 
         u = dataclasses.replace(
@@ -111,7 +112,6 @@ class LLMArm(Arm):
         return run_update(dataclasses.replace(cfg, update=u), run, progress=False, strata=strata, run_tags=run_tags)
 
     def propensities(self, requests: Sequence) -> list[np.ndarray]:
-        from abpo.data.candidates import Example
         from abpo.policy.scoring import candidate_propensities, score_examples
 
         examples = [

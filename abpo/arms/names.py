@@ -12,6 +12,8 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
+from abpo.paths import namespaced
+
 MODEL_PREFIX = "abpo-arm-"  # one registered MLflow model per arm: abpo-arm-<arm> (model_name: with the namespace)
 LOCK_PREFIX = "abpo-lock-"  # an arm's promotion lock: abpo-lock-<arm> (lock_name: with the namespace)
 
@@ -62,7 +64,6 @@ def arm_class(name: str) -> type:
 def model_name(name: str, namespace: str = "") -> str:
     """The arm's registered MLflow model: ``abpo-arm-<arm>``, ``<namespace>-abpo-arm-<arm>`` in an environment
     (``paths.namespace``, abpo.paths.namespaced)."""
-    from abpo.paths import namespaced
 
     return namespaced(MODEL_PREFIX + check_arm(name), namespace)
 
@@ -70,6 +71,5 @@ def model_name(name: str, namespace: str = "") -> str:
 def lock_name(name: str, namespace: str = "") -> str:
     """The arm's promotion lock (a registered model, abpo.arms.promotion_lock.promotion_lock): ``abpo-lock-<arm>``,
     ``<namespace>-abpo-lock-<arm>`` in an environment."""
-    from abpo.paths import namespaced
 
     return namespaced(LOCK_PREFIX + check_arm(name), namespace)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from abpo import registry
 from abpo.arms.base import Arm
 from abpo.arms.names import RANKER, entry
 from abpo.baselines import load_ranker, make_ranker, save_ranker, softmax_propensities
@@ -77,7 +78,6 @@ class RankerArm(Arm):
 
     @classmethod
     def log_model(cls, cfg: Config, local_dir: str | Path) -> str:
-        from abpo import registry
 
         temperature = json.loads((Path(local_dir) / ARM_FILE).read_text())["temperature"]
         return registry.log_pyfunc(

@@ -13,17 +13,18 @@ from typing import Any
 
 import pandas as pd
 
+from abpo.arms.rankers import ARM_FILE, RankerArm
+from abpo.baselines import softmax_propensities
+
 
 class RankerModel:
     def __init__(self, path: str | Path):
-        from abpo.arms.rankers import ARM_FILE, RankerArm
 
         meta = json.loads((Path(path) / ARM_FILE).read_text())
         self.arm = RankerArm.load(meta["arm"], path)
         self.ranker, self.temperature = self.arm.ranker, self.arm.temperature
 
     def predict(self, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:
-        from abpo.baselines import softmax_propensities
 
         temperature = float((params or {}).get("temperature", self.temperature))
         reqs = [

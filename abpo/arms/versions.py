@@ -21,8 +21,10 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import abpo
 from abpo import registry
 from abpo.arms import names
+from abpo.paths import CHECKOUT
 
 if TYPE_CHECKING:
     from abpo.config import Config
@@ -50,8 +52,6 @@ def model_name(arm: str, cfg: Config | None = None) -> str:
 
 @functools.lru_cache(maxsize=1)
 def code_version() -> str:
-    import abpo
-    from abpo.paths import CHECKOUT
 
     sha = ""
     if CHECKOUT is not None:  # an installed wheel has no commit (and a venv inside some repository is not abpo's)

@@ -8,7 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from abpo.data.candidates import build_eval_examples
 from abpo.data.splits import split_of_user
+from abpo.evaluation.metrics import diversity_at_k, hit_rate_at_k, ndcg_at_k, target_rank
+from abpo.policy.sft import seeded_subsample
 
 if TYPE_CHECKING:
     from abpo.config import Config
@@ -19,8 +22,6 @@ KS = (1, 5)
 def eval_examples_for(cfg: Config, splits, ds) -> list:
     """The evaluation examples (target x_{T+N} + M_eval - 1 unseen negatives) of the users of
     ``experiment.eval_split``, at most ``experiment.max_eval_users`` of them (seeded by data.seed)."""
-    from abpo.data.candidates import build_eval_examples
-    from abpo.policy.sft import seeded_subsample
 
     e = cfg.experiment
     if e.eval_split not in ("test", "validation"):
@@ -35,7 +36,6 @@ def eval_examples_for(cfg: Config, splits, ds) -> list:
 def metrics_from_scores(examples: Sequence, scores: Sequence[Sequence[float]], popularity: Mapping[int, int]) -> dict:
     """HR@K, NDCG@K, Diversity@K (K = 1, 5) and the per-user ranks of the target from candidate scores (higher =
     better; ties count against the target). The same code for every row of the table."""
-    from abpo.evaluation.metrics import diversity_at_k, hit_rate_at_k, ndcg_at_k, target_rank
 
     ranks, tops = [], {k: [] for k in KS}
     for ex, s in zip(examples, scores, strict=True):

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from abpo.data.candidates import Example
 from abpo.experiment.seeds import SeedContext
 
 
@@ -22,7 +23,6 @@ def match_rates(model, tok, ctx: SeedContext, bandit_log) -> dict[str, float]:
     """The policy's match rates on ``bandit_log``'s exposures, by stratum: the mean e(a_log|q) (Eq. e_p at
     policy.tau) over the clicked rows and over the no-response rows, i.e. the probability that a constrained rollout
     names the exposed item (the quantity the update's rollout match rates estimate)."""
-    from abpo.data.candidates import Example
     from abpo.policy.scoring import candidate_propensities
 
     cols = {k: bandit_log.column(k).to_pylist() for k in ("request_id", "user_id", "history", "candidates", "item_id")}

@@ -14,6 +14,7 @@ from abpo.experiment.regimes import shared_log, shared_log_path
 from abpo.experiment.rows import experiment_config
 from abpo.experiment.seeds import load_model, load_seed, seed_config
 from abpo.logs import quiet
+from abpo.policy.sft import train_sft
 
 if TYPE_CHECKING:
     from abpo.config import Config
@@ -34,7 +35,6 @@ def prepare_seed(cfg: Config, seed: int) -> dict[str, Any]:
 
 
 def _prepare_locked(cfg: Config, c: Config, seed: int) -> dict[str, Any]:
-    from abpo.policy.sft import train_sft
 
     ctx = load_seed(cfg, seed)
     done: dict[str, Any] = {}

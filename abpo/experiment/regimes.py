@@ -18,6 +18,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from abpo.arms.names import LLM_ARMS, RANKER_ARMS
+from abpo.baselines import make_ranker, softmax_propensities
+from abpo.data.candidates import build_bandit_requests
 from abpo.experiment.regime_settings import (
     CLICK_STREAM,
     EXPOSE_STREAM,
@@ -45,7 +48,6 @@ if TYPE_CHECKING:
 def log_requests(ctx) -> list:
     """Every D_bandit request of the seed with the regime's candidates (abpo.data.candidates.build_bandit_requests:
     paper = experiment.log_candidate_count uniform distractors)."""
-    from abpo.data.candidates import build_bandit_requests
 
     e = ctx.cfg.experiment
     if e.log_candidates == "offline":
@@ -140,7 +142,6 @@ def ranker_temperature(cfg: Config, name: str) -> float:
 
 def ranker_propensities(ctx, name: str, requests, r: int, rounds: int) -> list[np.ndarray]:
     """softmax(score / T) of the ranker ``name`` (abpo.baselines, fitted as :func:`ranker_sequences`)."""
-    from abpo.baselines import make_ranker, softmax_propensities
 
     if not requests:
         return []
@@ -154,7 +155,6 @@ def ranker_propensities(ctx, name: str, requests, r: int, rounds: int) -> list[n
 def mixed_loggers(cfg: Config, n: int, r: int) -> list[str]:
     """Each request's logger under report.arm_shares (seeded by seed and round): an LLM arm's draw is the row's
     current policy ("llm"), a ranker arm's draw that ranker."""
-    from abpo.arms.names import LLM_ARMS, RANKER_ARMS
 
     shares = {k: float(v) for k, v in cfg.report.arm_shares.items()}
     bad = [k for k in shares if k not in (*LLM_ARMS, *RANKER_ARMS)]

@@ -12,10 +12,16 @@ from typing import Any
 
 import numpy as np
 
+from abpo.baselines import make_ranker
 from abpo.experiment.evaluation import metrics_from_scores
 from abpo.experiment.match_rates import logged_match_rates, match_rates, policy_scores
+from abpo.experiment.regime_settings import LOGGING_ARM, shared_kind
+from abpo.experiment.regimes import round_log, shared_log, window_requests
 from abpo.experiment.rows import FULL_INFO, variant_of
 from abpo.experiment.seeds import SeedContext, load_model
+from abpo.policy.model import save_policy
+from abpo.policy.sft import run_sft, sft_records
+from abpo.train.runs import UpdateRun
 
 log = logging.getLogger("abpo.experiment.runner")  # the experiment's progress lines keep the runner's logger
 
@@ -26,9 +32,6 @@ def training_sequences(ctx: SeedContext, logs: Sequence | None = None) -> dict[i
     interactions. ``logs``: those logs (default: every round's shared log of the regime,
     abpo.experiment.regimes.shared_log: pi_init's, or the pi_init / foreign / uniform logger's)."""
     import pyarrow as pa
-
-    from abpo.experiment.regime_settings import shared_kind
-    from abpo.experiment.regimes import shared_log
 
     if logs is None:
         rounds = ctx.cfg.experiment.rounds
@@ -72,7 +75,6 @@ def update_round(
     ``update_changes``: section update's fields a control row changes (row_update_changes)."""
     import pyarrow.compute as pc
 
-    from abpo.train.runs import UpdateRun
     from abpo.train.update import run_update
 
     u = dataclasses.replace(
@@ -111,9 +113,6 @@ def full_info_round(ctx: SeedContext, start_dir: Path, requests: list, out_dir: 
 
     import torch
 
-    from abpo.policy.model import save_policy
-    from abpo.policy.sft import run_sft, sft_records
-
     torch.manual_seed(ctx.cfg.seed)
     model, tok = load_model(ctx, start_dir)
     model.train()
@@ -139,7 +138,6 @@ def full_info_round(ctx: SeedContext, start_dir: Path, requests: list, out_dir: 
 
 def run_baseline_cell(ctx: SeedContext, row: str) -> dict[str, Any]:
     """A baseline's cell: fit on x_{1:T} + the clicks of pi_init's logs, score the evaluation users."""
-    from abpo.baselines import make_ranker
 
     prefix = f"[seed {ctx.cfg.seed} {row}]"
     t0 = time.time()
@@ -166,8 +164,6 @@ def run_llm_round(
     policy logs on-policy), train the row on it, score the evaluation users and the match rates on the round's log.
     Returns the cell (with ``model_dir``)."""
     from abpo.algo.variants import get_variant
-    from abpo.experiment.regime_settings import LOGGING_ARM
-    from abpo.experiment.regimes import round_log, window_requests
 
     rounds = ctx.cfg.experiment.rounds
     prefix = f"[seed {ctx.cfg.seed} {row} round {r}/{rounds}]" if rounds > 1 else f"[seed {ctx.cfg.seed} {row}]"

@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from abpo import registry
 from abpo.experiment.cells import (
     cell_fingerprint,
     experiment_dir,
@@ -67,6 +68,7 @@ from abpo.experiment.cells import (
 )
 from abpo.experiment.outputs import write_outputs
 from abpo.experiment.prepare import prepare_seed
+from abpo.experiment.regime_settings import describe as describe_regime
 from abpo.experiment.rounds import (
     run_baseline_cell,
     run_llm_round,
@@ -87,6 +89,7 @@ from abpo.experiment.table import (
     round_rows,
     table_rows,
 )
+from abpo.logs import from_workers
 
 if TYPE_CHECKING:
     from abpo.config import Config
@@ -136,8 +139,6 @@ class ExperimentResult:
 
 def _log_cell(cell: Mapping, cfg: Config, reused: bool) -> None:
     import mlflow
-
-    from abpo import registry
 
     name = f"seed{cell['seed']}-{cell['row']}" + (f"-r{cell['round']}" if cfg.experiment.rounds > 1 else "")
     with registry.start_run(
@@ -198,10 +199,7 @@ def run_experiment(
     import multiprocessing as mp
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-    from abpo import registry
     from abpo.data.loaders import load_dataset
-    from abpo.experiment.regime_settings import describe as describe_regime
-    from abpo.logs import from_workers
 
     t0 = time.time()
     cfg = experiment_config(cfg)

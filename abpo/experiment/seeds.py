@@ -13,8 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from abpo.data.candidates import build_bandit_requests, training_popularity
+from abpo.data.splits import split_users
 from abpo.experiment.evaluation import eval_examples_for
 from abpo.experiment.rows import experiment_config
+from abpo.months import Month
+from abpo.policy.model import load_policy
 
 if TYPE_CHECKING:
     from abpo.config import Config
@@ -70,7 +74,6 @@ def round_positions(n_update: int, r: int, rounds: int) -> range:
 
 def round_month(month: str, r: int) -> str:
     """The month stamped on round r's log: experiment.month, then one month per round."""
-    from abpo.months import Month
 
     return str(Month.parse(month, "experiment.month").plus(r - 1))
 
@@ -135,7 +138,6 @@ def write_parquet(table, path: Path) -> None:
 
 
 def load_model(ctx: SeedContext, model_dir: Path):
-    from abpo.policy.model import load_policy
 
     model, tok = load_policy(
         dataclasses.replace(ctx.cfg.policy, model=str(model_dir)), ctx.cfg.paths, dataset=ctx.dataset
@@ -157,9 +159,7 @@ def pi_init_log(ctx: SeedContext, r: int, rounds: int, model=None, tokenizer=Non
 
 
 def load_seed(cfg: Config, seed: int) -> SeedContext:
-    from abpo.data.candidates import build_bandit_requests, training_popularity
     from abpo.data.loaders import load_dataset
-    from abpo.data.splits import split_users
 
     cfg = experiment_config(cfg)
     c = seed_config(cfg, seed)

@@ -23,6 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from abpo.experiment.regime_settings import describe
+from abpo.experiment.runner import run_experiment
+from abpo.experiment.seeds import experiments_root
+
 if TYPE_CHECKING:
     from abpo.config import Config
 
@@ -130,9 +134,6 @@ def run_sweep(
     """Run every probe of the grid (module docstring) on the validation users and write the summary.
     ``config_for(overrides)`` makes a probe's config (the command passes the preset's loader: this package sits
     below abpo.config and does not import it)."""
-    from abpo.experiment.regime_settings import describe
-    from abpo.experiment.runner import run_experiment
-    from abpo.experiment.seeds import experiments_root
 
     if cfg.experiment.eval_split != "validation":
         raise ValueError(

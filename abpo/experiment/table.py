@@ -12,13 +12,13 @@ import numpy as np
 
 from abpo.experiment.match_rates import training_diagnostics
 from abpo.experiment.rows import is_llm_row, row_key, row_label
+from abpo.experiment.stats import holm, paired_comparison, trend_comparison
 
 
 def paired_tests(cells_a: Sequence[Mapping], cells_b: Sequence[Mapping], **kw) -> dict[str, float]:
     """Row a against row b over the same (seed, user) units: abpo.experiment.stats.paired_comparison (Δ, the
     two-stage bootstrap interval, p and SE, MDE; McNemar and Wilcoxon as extra columns; non-inferiority with
     ``margin`` / ``relative_margin``). Differences are a - b."""
-    from abpo.experiment.stats import paired_comparison
 
     return paired_comparison(cells_a, cells_b, **kw)
 
@@ -70,7 +70,6 @@ def table_rows(cells: Sequence[Mapping], rows: Sequence[str], experiment_cfg=Non
     The pre-registered primary contrast (experiment.primary_contrast, HR@5 of ROW minus REFERENCE) keeps its
     unadjusted p and is marked ``vs_<ref>_primary``; every other p of the table (each row against A and B, HR@5 and
     NDCG@5; A vs B and B vs A counted once) is one family, Holm-adjusted into ``vs_<ref>_p_holm_<metric>``."""
-    from abpo.experiment.stats import holm
 
     e = experiment_cfg
     kw = {} if e is None else {"bootstrap_samples": e.bootstrap_samples, "alpha": e.alpha, "power": e.power}
@@ -122,7 +121,6 @@ def round_rows(cells: Sequence[Mapping], rows: Sequence[str], experiment_cfg=Non
     per-(seed, user) slope over rounds, two-stage bootstrap): ``trend_slope_*`` against 0 and, for rows other than
     B, ``trend_vs_grpo_dslope_*`` against vanilla GRPO, whose HR@5 p-values are Holm-adjusted as one family
     (``trend_vs_grpo_dslope_p_holm_HR@5``)."""
-    from abpo.experiment.stats import holm, trend_comparison
 
     e = experiment_cfg
     kw = {} if e is None else {"bootstrap_samples": e.bootstrap_samples, "alpha": e.alpha}

@@ -20,7 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 from abpo.arms import history, promotion_lock, versions as arm_versions
 from abpo.arms.names import LLM, LLM_ARMS, entry
+from abpo.data.candidates import build_eval_examples
 from abpo.monthly.common import CHAMPION, StepResult, dataset_and_splits, start_run
+from abpo.policy.model import ModelNotAvailableError, load_policy
+from abpo.policy.prompt import encode_answer, format_answer, item_token, prompt_style
 
 if TYPE_CHECKING:
     from abpo.config import Config
@@ -87,7 +90,6 @@ def _tokenizer_file(path: Path) -> str:
 
 def check_tokenizer(path: Path, tokenizer, cfg: Config, item_ids: list[int], titles: dict[int, str]) -> None:
     """The tokenizer's part of the check (see the module docstring); ModelRefused on the first rule broken."""
-    from abpo.policy.prompt import encode_answer, format_answer, item_token, prompt_style
 
     if not getattr(tokenizer, "chat_template", None):
         raise ModelRefused(
@@ -123,8 +125,6 @@ def check_model(cfg: Config, path: Path) -> dict[str, Any]:
     measured. ModelRefused names the file or field and the rule when it does not."""
     import torch
 
-    from abpo.data.candidates import build_eval_examples
-    from abpo.policy.model import ModelNotAvailableError, load_policy
     from abpo.policy.scoring import candidate_propensities, score_examples
 
     if not (path / "config.json").exists() and not (path / "adapter_config.json").exists():

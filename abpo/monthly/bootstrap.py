@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from abpo.arms import promotion, versions as arm_versions
+from abpo.arms.history import require_champion_or_none_recorded
 from abpo.arms.names import RANKER, entry
+from abpo.data.holdout import check_gate_users, check_holdout_fraction
 from abpo.monthly.common import (
     CHAMPION,
     StepResult,
@@ -22,7 +24,12 @@ from abpo.monthly.common import (
     start_run,
     task_key,
 )
+from abpo.monthly.gate import offline_scores, record_offline_metrics
+from abpo.monthly.refit import refit
+from abpo.monthly.report import completed_months, require_month_order, require_previous_month
+from abpo.monthly.series import check_series
 from abpo.months import Month
+from abpo.policy.sft import PI_INIT_ALIAS, train_sft
 
 if TYPE_CHECKING:
     from abpo.config import Config
@@ -44,7 +51,6 @@ def ensure_pi_init(cfg: Config, *, fresh: bool = False) -> dict[str, Any]:
     registered pi_init exists and ``fresh`` is not set: then it is reused, downloaded from the registry when the
     local directory is missing (a fresh worker), never retrained behind the registry's back. A registry that cannot
     answer raises (abpo.registry.RegistryUnavailable)."""
-    from abpo.policy.sft import PI_INIT_ALIAS, train_sft
 
     arm_versions.configure(cfg)
     # the SFT runs under a task key (abpo.registry.completed_task_run): an attempt killed mid-SFT (a lost worker, a
@@ -81,10 +87,6 @@ def bootstrap_arms(cfg: Config, month: str = "") -> BootstrapResult:
     last recorded move is recorded (actor ``mlflow-ui``), pinned, and reported as ``moved_by_hand`` ({from, to}),
     which the DAG's bootstrap task turns into the arm's champion Asset event. An arm without a champion whose history
     names one is refused (abpo.arms.history.ChampionMissing), never bootstrapped again."""
-    from abpo.arms.history import require_champion_or_none_recorded
-    from abpo.data.holdout import check_gate_users, check_holdout_fraction
-    from abpo.monthly.gate import offline_scores, record_offline_metrics
-    from abpo.monthly.refit import refit
 
     if check_gate_users(cfg.arms.gate_users) == "warehouse":  # a wrong gate setting stops the month here, not later
         check_holdout_fraction(cfg.arms.gate_holdout_fraction)
@@ -167,8 +169,6 @@ def require_registry(cfg: Config, *, force: bool = False) -> None:
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
-    from abpo.monthly.report import completed_months
-
     done = completed_months(cfg)
     if force or not done:
         return
@@ -201,8 +201,6 @@ def bootstrap(cfg: Config, month: Month, *, force: bool = False) -> BootstrapRes
     (abpo.monthly.report.require_previous_month), a month older than the last completed one and never ingested is
     refused (abpo.monthly.report.require_month_order), then :func:`bootstrap_arms`, which records the champion each
     arm starts the month from (abpo.monthly.common.record_month_start)."""
-    from abpo.monthly.report import require_month_order, require_previous_month
-    from abpo.monthly.series import check_series
 
     require_registry(cfg, force=force)
     check_series(cfg, str(Month(month)))

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from abpo.arms import versions as arm_versions
+from abpo.evaluation.off_policy import compare_snips, top_weight_share
 from abpo.monthly.common import CHAMPION, StepResult, completed_step, dataset_and_splits, start_run
 from abpo.monthly.gate_users import (
     GateSet,
@@ -37,6 +38,7 @@ from abpo.monthly.gate_verdict import (
     GateVerdict,
     gate_verdict,
 )
+from abpo.policy.model import load_policy
 
 if TYPE_CHECKING:
     from abpo.config import Config
@@ -90,7 +92,6 @@ def offline_scores(
     ``GATE_DATASET`` whose digest is the user set's key, the ranks as artifact <GATE_DATASET>/<key>.json of the run
     that logged the version (versions are immutable, so a champion is never scored twice on one user set)."""
     from abpo.policy.evaluate import evaluate_policy
-    from abpo.policy.model import load_policy
 
     gate_set = gate_set if gate_set is not None else gate_examples(cfg, month)
     examples, popularity, key = gate_set
@@ -160,7 +161,6 @@ def off_policy_gate(cfg: Config, arm: str, version: str, month: str, *, champion
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from abpo.evaluation.off_policy import compare_snips, top_weight_share
     from abpo.warehouse import open_warehouse
 
     ds, _ = dataset_and_splits(cfg)

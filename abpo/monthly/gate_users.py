@@ -9,7 +9,12 @@ import json
 import logging
 from typing import TYPE_CHECKING
 
+from abpo.data.candidates import build_eval_examples, training_popularity
+from abpo.data.holdout import check_gate_users, check_holdout_fraction, in_holdout
+from abpo.data.splits import UserSplit
 from abpo.monthly.common import dataset_and_splits
+from abpo.months import Month
+from abpo.policy.sft import seeded_subsample
 
 if TYPE_CHECKING:
     from abpo.config import Config
@@ -33,7 +38,6 @@ def gate_examples(cfg: Config, month: str | None = None) -> GateSet:
 
     ``arms.gate_users = dataset`` (default): the configured dataset's held-out users, x_{T+N} targets (``month`` is
     not read). ``warehouse``: the deployment's own users, :func:`warehouse_gate_examples` through ``month``."""
-    from abpo.data.holdout import check_gate_users
 
     if check_gate_users(cfg.arms.gate_users) == "warehouse":
         return warehouse_gate_examples(cfg, month)
@@ -43,8 +47,6 @@ def gate_examples(cfg: Config, month: str | None = None) -> GateSet:
 def dataset_gate_examples(cfg: Config) -> GateSet:
     """The configured dataset's held-out users (seeded choice of ``arms.gate_max_users``, else
     ``sft.eval_max_users``): x_{T+N} targets with evaluation candidates, training popularity."""
-    from abpo.data.candidates import build_eval_examples, training_popularity
-    from abpo.policy.sft import seeded_subsample
 
     ds, splits = dataset_and_splits(cfg)
     n = cfg.arms.gate_max_users or cfg.sft.eval_max_users
@@ -113,11 +115,6 @@ def warehouse_gate_examples(cfg: Config, month: str | None) -> GateSet:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from abpo.data.candidates import build_eval_examples
-    from abpo.data.holdout import check_holdout_fraction, in_holdout
-    from abpo.data.splits import UserSplit
-    from abpo.months import Month
-    from abpo.policy.sft import seeded_subsample
     from abpo.warehouse import open_warehouse
 
     if month is None:

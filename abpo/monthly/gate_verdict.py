@@ -9,6 +9,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from abpo.evaluation.paired import paired_noninferiority, per_user_values
+
 
 @dataclasses.dataclass(frozen=True)
 class GateVerdict:
@@ -68,7 +70,6 @@ def offline_verdict(
     per-user values, from both versions' target ranks on the same users in the same order; (passed, reason, the
     test's numbers). A non-finite margin fails closed; a metric without per-user values (not HR@K or NDCG@K) or
     rank lists of different users is a ValueError naming the rule."""
-    from abpo.evaluation.paired import paired_noninferiority, per_user_values
 
     if len(challenger_ranks) != len(champion_ranks):
         raise ValueError(

@@ -9,7 +9,7 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING
 
-from abpo.arms import versions as arm_versions
+from abpo.arms import history, versions as arm_versions
 from abpo.arms.names import HOLDBACK, HOLDBACK_ARMS, entry
 from abpo.monthly.common import CHAMPION, StepResult
 from abpo.months import Month
@@ -48,7 +48,6 @@ def hold(cfg: Config, arm: str, month: Month) -> HoldResult:
         )
     # the version bootstrap registered, per the promotion history: another pi_init version swapped in (by hand in
     # MLflow) has the same tags but is not the control the months so far were served by
-    from abpo.arms import history
 
     first = next((e for e in history.entries(cfg, arm) if e.action in ("bootstrap", "baseline")), None)
     if first is not None and first.to_version != str(champ.version):

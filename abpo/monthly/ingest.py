@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from abpo.monthly.common import StepResult
+from abpo.monthly.report import month_completed, require_month_order
 from abpo.months import Month
 
 if TYPE_CHECKING:
@@ -40,7 +41,6 @@ def ingest(cfg: Config, month: Month, *, force: bool = False, out_of_order: bool
     the result recorded when it was (cycle/<month>.ingest.json) is returned, nothing is written."""
     import json
 
-    from abpo.monthly.report import month_completed, require_month_order
     from abpo.warehouse import config_catalog, ingest_with_config, open_warehouse
 
     month = Month(month)

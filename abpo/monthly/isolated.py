@@ -17,6 +17,9 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from abpo.logs import task_logging
+from abpo.monthly.common import NotEnoughFeedback, retry_or_fail
+from abpo.monthly.overrides import check_overrides
 from abpo.monthly.steps import run_step
 
 if TYPE_CHECKING:
@@ -58,9 +61,6 @@ def run_isolated(
     ``python``: sys.executable, ``prefix``: sys.prefix). Any other exception is raised (a transient or unknown error:
     the orchestrator retries)."""
     from abpo.config import load_config
-    from abpo.logs import task_logging
-    from abpo.monthly.common import NotEnoughFeedback, retry_or_fail
-    from abpo.monthly.overrides import check_overrides
 
     if step not in _STEPS:
         raise ValueError(f"isolated step {step!r}: rule: one of {ISOLATED_STEPS}")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from abpo.monthly.common import StepResult, json_safe
-from abpo.months import Month, MonthError
+from abpo.months import MONTH_PATTERN, Month, MonthError
 
 if TYPE_CHECKING:
     from abpo.config import Config
@@ -67,7 +67,6 @@ def require_previous_month(cfg: Config, month: str) -> None:
 def completed_months(cfg: Config) -> list[str]:
     """The months whose cycle finished (the report step's markers cycle/<YYYY-MM>.json under paths.root), oldest
     first."""
-    from abpo.months import MONTH_PATTERN
 
     d = cfg.paths.resolve("root") / "cycle"
     if not d.is_dir():

@@ -11,8 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from abpo.arms import versions as arm_versions
 from abpo.monthly.common import StepResult, arms_of, dataset_and_splits
+from abpo.monthly.report import month_completed
 from abpo.months import Month
-from abpo.warehouse import IngestError
+from abpo.sim.simulator import simulate_month
+from abpo.warehouse import IngestError, Warehouse
 
 if TYPE_CHECKING:
     from abpo.config import Config
@@ -42,7 +44,6 @@ class ServeResult(StepResult):
 
 def serve_month(cfg: Config, month: Month) -> ServeResult:
     """Month ``month``'s traffic served by every arm's champion (abpo.sim.simulate_month), landed as Parquet."""
-    from abpo.sim.simulator import simulate_month
 
     ds, splits = dataset_and_splits(cfg)
     arms = {a: arm_versions.load_arm(cfg, a, ds) for a in arms_of(cfg)}
@@ -55,7 +56,6 @@ def serve_month(cfg: Config, month: Month) -> ServeResult:
 def check_landed(cfg: Config, month: Month) -> ServeResult:
     """The month's landed files (production); NothingLanded (an IngestError and a FileNotFoundError) naming the
     landing zone when there are none."""
-    from abpo.warehouse import Warehouse
 
     try:
         files = Warehouse.landing_files(cfg.paths.location("landing"), month)
@@ -71,7 +71,6 @@ def serve(cfg: Config, month: Month, *, simulate: bool) -> ServeResult:
     """The step: :func:`serve_month` when ``simulate``, else :func:`check_landed`. A completed month (its report
     written: a rerun or a cleared run) is never simulated again: its landed files are what it served (a new
     simulation, by the champions its own promotion moved, would rewrite the month's logs and retrain its updates)."""
-    from abpo.monthly.report import month_completed
 
     if simulate and month_completed(cfg, str(Month(month))):
         log.info(f"serve {month}: the month completed before; its landed logs stand, nothing simulated")

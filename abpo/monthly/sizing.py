@@ -29,6 +29,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from abpo.arms.names import LLM, entry
+from abpo.monthly.bootstrap import bootstrap
+from abpo.monthly.gate import gate
+from abpo.monthly.ingest import ingest
+from abpo.monthly.register import register
+from abpo.monthly.update import update
 from abpo.months import Month
 
 if TYPE_CHECKING:
@@ -74,13 +80,7 @@ def size_update(
 ) -> list[SizingPoint]:
     """Run the grid (each point a list of ``key=value`` overrides, made into a config by ``config_for``) on ``month``
     of ``cfg``'s state, for LLM arm ``arm``. Returns one SizingPoint per grid point, in grid order."""
-    from abpo.arms.names import LLM, entry
-    from abpo.monthly.bootstrap import bootstrap
-    from abpo.monthly.gate import gate
-    from abpo.monthly.ingest import ingest
-    from abpo.monthly.register import register
     from abpo.monthly.serve import serve
-    from abpo.monthly.update import update
 
     if entry(arm).kind != LLM:
         raise ValueError(f"abpo arms size-update --arm {arm}: a {entry(arm).kind} arm; rule: an updated LLM arm")

@@ -30,16 +30,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from abpo.arms import versions as arm_versions
+from abpo.arms.llm import LLMArm
 from abpo.arms.names import LLM, LLM_ARMS, arm_class, entry
 from abpo.monthly.common import (
     NotEnoughFeedback,
     StepResult,
     champion_at_month_start,
     completed_step,
+    dataset_and_splits,
     reuse,
+    start_run,
     task_key,
 )
 from abpo.months import Month
+from abpo.train.dataset import subsample_strata
+from abpo.train.runs import UpdateInputMissing, read_update_json
+from abpo.train.strata import check_update_logs, read_update_strata, refuse_untrusted_rows
 
 if TYPE_CHECKING:
     from abpo.config import Config
@@ -81,8 +87,6 @@ def arm_strata(cfg: Config, arm: str, months: list[str]):
     held-out users when ``arms.gate_users = warehouse`` (abpo.train.strata.read_update_strata), and what was left
     out (a HeldOut; None with ``arms.gate_users = dataset``, where nothing is). Rows whose e0 cannot be trusted, or
     of an arm not in arms.names, raise UntrustedLogRows (abpo.train.strata.refuse_untrusted_rows)."""
-    from abpo.train.runs import UpdateInputMissing
-    from abpo.train.strata import check_update_logs, read_update_strata, refuse_untrusted_rows
     from abpo.warehouse import open_warehouse
 
     own = check_update_logs(cfg.arms.update_logs) == "own"
@@ -118,7 +122,6 @@ def skip_update(cfg: Config, arm: str, month, reason: str) -> NoReturn:
     """Raise NotEnoughFeedback(``reason``) after recording the skip: an MLflow run ``update-<arm>-<month>-skipped``
     (experiment abpo-arms, tags abpo.arm, abpo.month, abpo.skipped = the reason), once per month and reason, so the
     month's record says why the arm kept its champion; the orchestrator marks the arm's steps skipped."""
-    from abpo.monthly.common import start_run
 
     key = task_key(cfg, "update-skipped", arm, month, hashlib.sha256(reason.encode()).hexdigest()[:12])
     if reuse(cfg, arm_versions.EXPERIMENT, key) is None:
@@ -141,9 +144,6 @@ def first_step_weights(cfg: Config, arm: str, parent_dir, positive, no_response)
     import torch
 
     from abpo.algo.snips import weight_summary
-    from abpo.arms.llm import LLMArm
-    from abpo.monthly.common import dataset_and_splits
-    from abpo.train.dataset import subsample_strata
 
     n = cfg.arms.update_max_examples or cfg.update.max_examples
     pos, neg, _ = subsample_strata(positive, no_response, n, cfg.seed)
@@ -291,8 +291,6 @@ def launch_refresh(cfg: Config, arm: str, *, month: Month, parent_dir: Path, mon
     A failed launch raises RuntimeError naming the command, its exit status and the tail of its output."""
     import pyarrow.parquet as pq
     import yaml
-
-    from abpo.train.runs import read_update_json
 
     n = int(cfg.update.processes)
     out = cfg.paths.resolve("models") / "arms" / arm / str(month)

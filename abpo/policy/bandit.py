@@ -17,6 +17,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from abpo import registry
+from abpo.data.candidates import build_bandit_requests
+from abpo.data.loaders import load_dataset
+from abpo.data.schemas import IMPRESSIONS_SCHEMA, SCHEMA_VERSION, check_month, write_impressions
+from abpo.data.splits import split_users
+from abpo.months import Month
+from abpo.policy.model import load_policy
+from abpo.policy.sft import PI_INIT_ALIAS
+
 if TYPE_CHECKING:
     from abpo.config import Config
 
@@ -25,7 +34,6 @@ OFFLINE_PART = "offline-pi_init"
 
 def _month_times(month: str, n: int) -> list[datetime]:
     """n timestamps spread evenly over the month (deterministic)."""
-    from abpo.months import Month
 
     start, end = Month.parse(month).bounds()
     step = (end - start).total_seconds() / max(n, 1)
@@ -53,11 +61,6 @@ def build_bandit_log(
     per round). Draws are seeded by (``cfg.seed``, ``rng_stream``)."""
     import dataclasses
 
-    from abpo.data.candidates import build_bandit_requests
-    from abpo.data.loaders import load_dataset
-    from abpo.data.schemas import IMPRESSIONS_SCHEMA, SCHEMA_VERSION, check_month, write_impressions
-    from abpo.data.splits import split_users
-    from abpo.policy.model import load_policy
     from abpo.policy.scoring import candidate_propensities, sample_logged_action, score_examples
 
     check_month(month)
@@ -106,8 +109,6 @@ def build_bandit_log(
 
 def _registered_pi_init(cfg: Config) -> str | None:
     """Version number of the registered pi_init (alias ``pi_init``), if any."""
-    from abpo import registry
-    from abpo.policy.sft import PI_INIT_ALIAS
 
     registry.configure(cfg)
     mv = registry.get_version(PI_INIT_ALIAS, name=registry.model_name(cfg))

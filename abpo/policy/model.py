@@ -23,6 +23,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from abpo.policy.prompt import TEMPLATE_STRINGS
+from abpo.policy.tokenizer import train_tiny_tokenizer
+
 PRESETS = {"gpu": "google/gemma-3-4b-it"}
 SMOLLM2 = "smollm2-135m"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -63,7 +66,6 @@ def catalog_fingerprint(titles: dict[int, str]) -> str:
 
 def tiny_dir(policy_cfg, paths_cfg, titles: dict[int, str], seed: int) -> Path:
     """Cache directory of the tiny model for this shape, seed and catalog."""
-    from abpo.policy.prompt import TEMPLATE_STRINGS
 
     key = json.dumps(
         {
@@ -82,8 +84,6 @@ def build_tiny(policy_cfg, paths_cfg, titles: dict[int, str], seed: int = 0) -> 
     """Build (once) and save the tiny model + tokenizer; returns its directory. Deterministic from ``seed``."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
-
-    from abpo.policy.tokenizer import train_tiny_tokenizer
 
     out = tiny_dir(policy_cfg, paths_cfg, titles, seed)
     if (out / "config.json").exists() and (out / "tokenizer.json").exists():

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from abpo.policy.prompt import check_item_tokens
+
 log = logging.getLogger(__name__)
 
 
@@ -59,7 +61,6 @@ def windows(sequence: Sequence[int], length: int) -> list[list[int]]:
 
 def item_vocabulary(tokenizer, item_ids: Sequence[int]) -> torch.Tensor:
     """The item tokens' vocabulary ids, ``[I]`` in ``item_ids`` order: item index k <-> vocabulary id [k]."""
-    from abpo.policy.prompt import check_item_tokens
 
     return torch.tensor(check_item_tokens(tokenizer, list(item_ids)), dtype=torch.long)
 

@@ -25,6 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from abpo import registry
+from abpo.data.candidates import build_eval_examples, build_sup_examples, training_popularity
+from abpo.data.splits import split_of_user, split_users
+from abpo.policy.model import load_policy, lora_config, save_policy
+from abpo.policy.prompt import check_item_tokens, example_prompt, format_answer, prompt_style
+
 if TYPE_CHECKING:
     from abpo.config import Config
 
@@ -52,7 +58,6 @@ def sft_records(examples, titles, tokenizer, policy_cfg, loss_tokens: str = "ans
     """Pre-tokenized D_sup: ``input_ids`` = prompt ids + answer ids + EOS, ``completion_mask`` = 1 on the tokens
     with loss: the answer and EOS (``loss_tokens="answer"``), or the answer's item token only (``"choice"``, for
     item-token models: the only answer token that chooses; the rest is forced by the item)."""
-    from abpo.policy.prompt import check_item_tokens, example_prompt, format_answer, prompt_style
 
     if loss_tokens not in LOSS_TOKENS:
         raise ValueError(f"sft.loss_tokens={loss_tokens!r}; rule: one of {list(LOSS_TOKENS)}")
@@ -93,7 +98,6 @@ def pretrain_stage(
     x_{1:T}, early-stopped on the validation users' next items x_{T+1..T+N-1} (the ``validation_fraction`` of
     users, the caller's ``experiment.validation_fraction``; the test users' targets are never read). Metrics go to
     the active MLflow run when ``log_mlflow``."""
-    from abpo.data.splits import split_of_user
     from abpo.policy.pretrain import pretrain_next_item
 
     s = cfg.sft
@@ -131,7 +135,6 @@ def register_pi_init(cfg: Config, model_uri: str, tags: dict):
     """Register pi_init as a new version of abpo-recommender (in the config's namespace) with alias ``pi_init``; alias ``champion`` only when
     no champion exists (a retrained pi_init never displaces a gated champion). Returns (version, became champion).
     A registry that cannot answer raises (abpo.registry.RegistryUnavailable) instead of reading as "no champion"."""
-    from abpo import registry
 
     name = registry.model_name(cfg)
     first = registry.get_version(registry.CHAMPION, name=name) is None
@@ -306,10 +309,7 @@ def train_sft(
     import torch
     from transformers import TrainerCallback
 
-    from abpo.data.candidates import build_eval_examples, build_sup_examples, training_popularity
     from abpo.data.loaders import load_dataset
-    from abpo.data.splits import split_users
-    from abpo.policy.model import load_policy, lora_config, save_policy
 
     t0 = time.time()
     torch.manual_seed(cfg.seed)

@@ -16,6 +16,8 @@ from abpo.algo.rewards import anchor_reward, self_certainty, simulated_click_rew
 from abpo.algo.snips import effective_sample_size, snips_weight, stratified_self_normalise
 from abpo.algo.stratum_weight import no_response_abs_share, stratum_weighted_advantages
 from abpo.algo.variants import Variant, anchor_weights, rollout_advantages
+from abpo.policy.prompt import encode_answer
+from abpo.policy.scoring import candidate_propensities, score_prompt_ids, scores_on_choice
 from abpo.train.diagnostics import step_diagnostics
 from abpo.train.records import ABPOSettings, CandidateSet, RolloutRecord
 
@@ -48,7 +50,6 @@ class AdvantagesMixin:
         return n
 
     def _answer_ids(self, text: str) -> list[int]:
-        from abpo.policy.prompt import encode_answer
 
         ids = self._answer_ids_cache.get(text)
         if ids is None:
@@ -80,7 +81,6 @@ class AdvantagesMixin:
         """e_old(. | q) = softmax_C(s_old / tau) over each example's whole candidate set C (docs/ABPO_SPEC.md
         "Propensities"), [|C|] per (prompt ids, candidate answers, candidates), in the candidates' order: the SNIPS
         weight's numerator (step 3) and pi of the diagnostics' Eq. G (abpo.algo.diagnostics)."""
-        from abpo.policy.scoring import candidate_propensities, score_prompt_ids, scores_on_choice
 
         if not items:
             return []

@@ -25,6 +25,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from abpo.policy.prompt import format_answer, request_prompt
+
 if TYPE_CHECKING:
     from abpo.policy.config import PolicyConfig
 
@@ -136,7 +138,6 @@ def example_row(
     row: Mapping[str, Any], titles: Mapping[int, str], tokenizer, policy_cfg: PolicyConfig, where: str = "D_bandit"
 ) -> dict:
     """One impression (IMPRESSIONS_SCHEMA dict) -> one trainer row (see the module docstring)."""
-    from abpo.policy.prompt import format_answer, request_prompt
 
     _check_row(row, titles, where)
     _check_tau(row, float(policy_cfg.tau), where)

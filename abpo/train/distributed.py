@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from abpo.paths import repo_path
+
 if TYPE_CHECKING:
     from abpo.train.config import UpdateConfig
 
@@ -57,8 +59,6 @@ def zero_stage(deepspeed: str) -> int:
     when not found as given, as transformers is handed it by abpo.train.grpo_args.grpo_kwargs); 0 when absent."""
     import json
     from pathlib import Path
-
-    from abpo.paths import repo_path
 
     path = repo_path(Path(deepspeed))
     try:

@@ -7,6 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from abpo.algo.variants import get_variant
+from abpo.paths import repo_path
+from abpo.train.config import UpdateConfig
 from abpo.train.records import ABPOSettings, rollouts_per_example
 from abpo.train.runs import UpdateRun
 
@@ -18,7 +21,6 @@ if TYPE_CHECKING:
 def output_dir_for(cfg: Config, run: UpdateRun) -> Path:
     """``run.output`` under <paths.models> (as given when absolute), by default
     update-<letter>-<first month>_<last month>-seed<seed>."""
-    from abpo.algo.variants import get_variant
 
     if run.output is not None:
         return cfg.paths.resolve("models") / run.output
@@ -43,8 +45,6 @@ def grpo_kwargs(
     Batch geometry: per_device_train_batch_size counts rollout rows = batch_size x rollouts_per_example; one
     optimizer step = one generation batch (steps_per_generation = grad_accum), the SNIPS mini-batch of step 3.
     """
-    from abpo.algo.variants import get_variant
-    from abpo.paths import repo_path
     from abpo.train.distributed import cuda_available, deepspeed_configured_state, env_world_size
 
     u = update_cfg
@@ -125,9 +125,6 @@ def variant_update_config(update_cfg: UpdateConfig, variant: str) -> UpdateConfi
     (a ValueError naming the key, both values and the rule): a row named grpo_cr must not train with some other
     no-response weight. Variants A-F fix nothing (the section is returned as it is)."""
     import dataclasses
-
-    from abpo.algo.variants import get_variant
-    from abpo.train.config import UpdateConfig
 
     v = get_variant(variant)
     if not v.presets:

@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from abpo.data.holdout import check_gate_users, holdout_slice
 from abpo.train.runs import UpdateInputMissing, UpdateRun
 
 if TYPE_CHECKING:
@@ -41,8 +42,6 @@ def read_update_strata(cfg: Config, wh, months: list[str], arm: str, *, gate_use
     are config ``arms.gate_users`` / ``arms.gate_holdout_fraction``, passed by the caller (section ``arms`` sits
     above abpo.train in the layers)."""
     import pyarrow.compute as pc
-
-    from abpo.data.holdout import check_gate_users, holdout_slice
 
     held = None
     if check_gate_users(gate_users) == "dataset":

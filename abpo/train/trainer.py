@@ -49,7 +49,7 @@ import torch
 from trl import GRPOConfig, GRPOTrainer
 
 from abpo.algo.rewards import chosen_items
-from abpo.algo.surrogate import clipped_surrogate
+from abpo.algo.surrogate import clipped_surrogate, sequence_log_ratio
 from abpo.algo.variants import get_variant
 from abpo.train.advantages import AdvantagesMixin
 from abpo.train.records import (
@@ -290,7 +290,6 @@ class ABPOTrainer(RolloutsMixin, AdvantagesMixin, GRPOTrainer):
         rollouts (Eq. q of abpo.policy.constrained: the distribution the rollouts were sampled from). old = the
         detached current log-probs (one optimizer step per generation batch: s = 1 in value, its gradient is
         A grad log pi) unless TRL stored others."""
-        from abpo.algo.surrogate import sequence_log_ratio
 
         prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
         completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]

@@ -26,7 +26,12 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from abpo.train.grpo_args import grpo_config, output_dir_for, settings_for
+from abpo import registry
+from abpo.algo.variants import get_variant
+from abpo.policy.model import load_policy, lora_config
+from abpo.train.dataset import subsample_strata, update_dataset_from_strata
+from abpo.train.distributed import barrier, broadcast_from_main, check_launch, check_trainer, dist_state
+from abpo.train.grpo_args import grpo_config, output_dir_for, settings_for, variant_update_config
 from abpo.train.runs import (
     UpdateInputMissing,
     UpdateResult,
@@ -63,7 +68,6 @@ def init_dir_for(cfg: Config, run: UpdateRun) -> Path:
 def load_start_model(init_dir: Path, cfg: Config):
     """(model, tokenizer) of pi_init; a PEFT adapter directory is merged into its base first (the update trains a
     fresh LoRA on top of pi_init)."""
-    from abpo.policy.model import load_policy
 
     if not (init_dir / "config.json").exists() and not (init_dir / "adapter_config.json").exists():
         raise UpdateInputMissing(
@@ -108,7 +112,6 @@ def make_trainer(
     progress/printer callbacks (metrics still reach `trainer.state.log_history` and MLflow). ``item_popularity``
     (item -> training interaction count) feeds the diagnostic abpo/r_sc_corr_popularity (docs/diagnostics.md)."""
     from abpo.train.callbacks import MLflowStepCallback
-    from abpo.train.distributed import check_trainer
     from abpo.train.trainer import ABPOTrainer
 
     ckpt_dir = Path(output_dir) / "checkpoints"
@@ -236,7 +239,6 @@ def save_update(trainer, tokenizer, output_dir: Path, *, save_merged: bool) -> t
     """adapter/ (LoRA or full weights) and, if asked, model/ (merged); both with the tokenizer. Called by every
     process of a multi-process update: ``trainer.save_model`` is collective (DeepSpeed gathers there) and writes on
     the main process; the tokenizer and the merged model are written by rank 0 alone, the others wait."""
-    from abpo.train.distributed import barrier
 
     main = trainer.accelerator.is_main_process
     adapter_dir = Path(output_dir) / "adapter"
@@ -292,15 +294,11 @@ def run_update(
     reward (abpo.train.records.ABPOSettings.reward): ``logged`` (the paper) or ``simulated_click`` (issue 49's online
     upper bound, a diagnostic: ``strata`` carrying the column candidate_click_prob, variant grpo); not a config
     setting, so no arm or experiment row can select it."""
-    from abpo import registry
-    from abpo.algo.variants import get_variant
     from abpo.data.loaders import load_dataset
-    from abpo.policy.model import lora_config
 
     if strata is not None and not run.months:
         raise ValueError("run_update: strata without run.months; rule: name the months whose logs the tables hold")
     variant = get_variant(run.variant)
-    from abpo.train.grpo_args import variant_update_config
 
     # the settings the variant fixes (docs/update-variants.md), so that the logged params say what trained
     cfg = dataclasses.replace(cfg, update=variant_update_config(cfg.update, variant.name))
@@ -328,7 +326,6 @@ def run_update(
             "run_update: no strata and no gate_users / gate_holdout_fraction; rule: reading D_bandit "
             "from the warehouse needs config arms.gate_users and arms.gate_holdout_fraction"
         )
-    from abpo.train.distributed import barrier, broadcast_from_main, check_launch, dist_state
 
     check_launch(cfg.update)  # a launch that would train wrongly stops here, before a model loads
     dist = dist_state(deepspeed=bool(cfg.update.deepspeed))
@@ -340,7 +337,6 @@ def run_update(
             cfg, run, gate_users=gate_users, gate_holdout_fraction=gate_holdout_fraction
         )
         run = dataclasses.replace(run, months=tuple(months))
-    from abpo.train.dataset import subsample_strata, update_dataset_from_strata
 
     dataset = load_dataset(cfg.data)
     # one optimizer step over all processes (update.batch_size counts the examples of every process's micro-batch)

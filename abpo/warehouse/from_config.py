@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from abpo.data.loaders import load_dataset
+from abpo.validation import save_summary, validate_month
 from abpo.warehouse.core import Warehouse
 from abpo.warehouse.errors import check_memory_limit
 from abpo.warehouse.ingest import IngestReport
@@ -48,7 +50,6 @@ def ingest_with_config(
     the Great Expectations suite unless ``validate`` is false. The suite's summary
     (``validation/impressions_<month>.json``) is written only once the month is published: a refused ingest leaves
     the month's summary as it was. Returns the report and the warehouse's path."""
-    from abpo.validation import save_summary, validate_month
 
     d = cfg.data
     out_dir = cfg.paths.resolve("root") / "validation"
@@ -90,6 +91,5 @@ def ingest_with_config(
 def config_catalog(cfg: Config) -> list[int]:
     """The item ids of the config's dataset (section data): the catalog impressions and interactions are checked
     against at ingest (item_not_in_catalog)."""
-    from abpo.data.loaders import load_dataset
 
     return [int(i) for i in load_dataset(cfg.data).item_ids()]

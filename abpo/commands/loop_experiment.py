@@ -449,8 +449,8 @@ def run_loop_experiment(
                     try:
                         res = fut.result()
                     except Exception as e:
-                        for other in pending:
-                            other.cancel()
+                        for waiting in pending:
+                            waiting.cancel()
                         raise RuntimeError(
                             f"replicate {j.replicate} failed ({type(e).__name__}: {e}); its log: "
                             f"{Path(j.state).parent / 'run.log'}; the finished replicates are kept"

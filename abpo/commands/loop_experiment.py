@@ -558,8 +558,8 @@ def size_design(
     """The replicates S that bring each pair's whole-period MDE to ``target`` (a fraction) with the first k months,
     k = 1..N (abpo.abtest.replicated.replicates_for_mde on this run's per-replicate variance max(s²_B, v̄_W) of
     those months, read from the replicates' warehouses; k = N from the saved moments when a state is gone), and what
-    that costs: the bootstrap's seconds (when it ran here) + ceil(S / workers) x the replicates' mean seconds for k
-    months, as measured in this run."""
+    that costs from scratch: the shared bootstrap's recorded seconds + ceil(S / workers) x the replicates' mean
+    seconds for k months in this run."""
     import math
 
     from abpo.abtest import replicated as rp
@@ -607,7 +607,7 @@ def sizing_markdown(rows: list[dict[str, Any]], target_pp: float, workers: int) 
         f"## Sizing: replicates for a whole-period MDE of {target_pp} pp",
         "",
         "From this run's per-replicate variance of each pair over the first k months, max(s²_B, v̄_W) (Eq. RS of "
-        f"abpo.abtest.replicated); the wall time on {workers} worker(s) = the bootstrap (when it ran here) + "
+        f"abpo.abtest.replicated); the wall time on {workers} worker(s) = the shared bootstrap's recorded time + "
         "ceil(S / workers) x the replicates' mean seconds for k months in this run.",
         "",
         "| Months | Pair | SD per replicate (pp) | SD between / within (pp) | MDE now (pp) | S needed | est. wall (min) |",

@@ -250,7 +250,7 @@ LONG_FUNCTIONS = {
     "abpo/abtest/render.py::tables": 144,
     "abpo/data/synthetic.py::synthetic_impressions": 139,
     "abpo/validation.py::validate_month": 132,
-    "abpo/warehouse/ingest.py::IngestMixin.ingest_month": 135,  # 129 before issue 48's object-store checks (1df043c)
+    "abpo/warehouse/ingest.py::IngestMixin.ingest_month": 135,  # 129 before issue 48's object-store checks (d866dec)
 }
 
 

@@ -7,7 +7,7 @@ Why runs and params: every worker (the CLI, each Airflow worker, on any machine)
 the history is where the champion is, not in a local file; MLflow refuses to change a logged param (a second
 ``log_param`` with another value fails), so an entry once written cannot be rewritten through the API; entries are
 numbered (``seq``, one sequence per arm) and written only under the arm's promotion lock
-(abpo.arms.versions.promotion_lock), so two writers never take the same number.
+(abpo.arms.promotion_lock.promotion_lock), so two writers never take the same number.
 
 One recorded step: a move is written as a *pending* entry (a RUNNING run, all its params logged) before the alias
 moves, and finished (run FINISHED) after. A mover that died in between leaves a pending entry; the next writer

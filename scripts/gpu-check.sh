@@ -101,7 +101,8 @@ status=0
 if [ "$CPU" = 0 ]; then  # the pinned test first: the shortest and the one a failure must not hide
   "$PY" -m pytest -p no:cacheprovider -q -s -rs tests/train/test_cuda_pinned.py 2>&1 | tee "$OUT/pinned.log" || status=$?
 fi
-"$PY" benchmarks/gpu.py "${args[@]}" 2>&1 | tee "$OUT/gpu.log" || status=$?
+# stdout (the table, its last line) and stderr (warnings, libraries' exit messages) stay apart, each also kept in $OUT
+"$PY" benchmarks/gpu.py "${args[@]}" 2> >(tee "$OUT/gpu.err" >&2) | tee "$OUT/gpu.log" || status=$?
 if [ "$CPU" = 1 ]; then
   echo "gpu-check.sh --cpu: tests/train/test_cuda_pinned.py needs CUDA; not run"
 fi

@@ -312,6 +312,46 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"
 
 
 @contextlib.contextmanager
+def worker_pool(n_workers: int, threads: int) -> Iterator[Any]:
+    """The replicates' process pool: spawned workers (a fresh interpreter each), their BLAS / OpenMP pools limited
+    (thread_environment), importing this process's abpo (abpo_first_on_path)."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    spawn = mp.get_context("spawn")
+    with (
+        thread_environment(threads),
+        abpo_first_on_path(),
+        ProcessPoolExecutor(max_workers=n_workers, mp_context=spawn) as pool,
+    ):
+        yield pool
+
+
+@contextlib.contextmanager
+def abpo_first_on_path() -> Iterator[None]:
+    """While the block runs, no sys.path entry holds another copy of the ``abpo`` package than the one this process
+    runs. A spawned worker starts with its parent's sys.path, and loading a registered model in this process (an
+    MLflow pyfunc: its ``code_paths`` copy of abpo goes first on sys.path, abpo.registry.models) would make the
+    worker import that copy, which has no configs (seen in the test suite: a config "not found" under an
+    mlartifacts/.../code directory)."""
+    import sys
+
+    import abpo
+
+    real = Path(abpo.__file__).resolve().parents[1]
+    saved = list(sys.path)
+    sys.path[:] = [
+        p
+        for p in sys.path
+        if not (Path(p or ".") / "abpo" / "__init__.py").exists() or Path(p or ".").resolve() == real
+    ]
+    try:
+        yield
+    finally:
+        sys.path[:] = saved
+
+
+@contextlib.contextmanager
 def thread_environment(threads: int) -> Iterator[None]:
     """While the block runs, the environment a spawned worker starts with limits its BLAS / OpenMP pools (implicit's
     ALS, numpy) to ``threads``, as policy.num_threads limits torch: the workers share the cores out."""
@@ -381,8 +421,7 @@ def run_loop_experiment(
 ) -> LoopExperiment:
     """The experiment (module docstring): ``replicates`` S >= 1 replicates of ``months`` months from
     ``sim.start_month``, ``workers`` processes at once (0: min(cores, replicates to run))."""
-    import multiprocessing as mp
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures import FIRST_COMPLETED, wait
 
     from abpo.abtest import replicated as rp
     from abpo.monthly.common import arms_of
@@ -432,9 +471,8 @@ def run_loop_experiment(
     if bootstrap is None and rep_jobs:
         start_over_unless(b_dir, code)
     bootstrap_reused = bootstrap is not None
-    spawn = mp.get_context("spawn")
     if rep_jobs:
-        with thread_environment(threads), ProcessPoolExecutor(max_workers=n_workers, mp_context=spawn) as pool:
+        with worker_pool(n_workers, threads) as pool:
             if bootstrap is None:
                 echo(f"[bootstrap] pi_init and every arm's first champion, once: log {b_dir / 'bootstrap.log'}")
                 job = Job(config_ref, sets, str(b_dir / "state"), base_threads, fingerprint=b_fp, code=code)

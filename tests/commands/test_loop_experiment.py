@@ -138,3 +138,25 @@ def test_a_folder_that_other_code_began_starts_over_and_results_need_their_code(
     assert le.load_result(folder / "result.json", "other", None) is None
     le.start_over_unless(folder, "b")  # other code: everything it began is gone
     assert not (folder / "state").exists() and (folder / "code.txt").read_text() == "b"
+
+
+def test_spawned_workers_import_this_abpo_not_a_model_code_copy(tmp_path):
+    """A registered model loaded in this process puts its code copy of abpo first on sys.path (MLflow pyfunc
+    code_paths); while replicates are spawned, no such copy is on the path (the suite saw a worker read configs from
+    one), and the path is restored after."""
+    import sys
+
+    from abpo.commands.loop_experiment import abpo_first_on_path
+
+    copy = tmp_path / "artifacts" / "code"
+    (copy / "abpo").mkdir(parents=True)
+    (copy / "abpo" / "__init__.py").write_text("")
+    sys.path.insert(0, str(copy))
+    try:
+        before = list(sys.path)
+        with abpo_first_on_path():
+            assert str(copy) not in sys.path
+            assert len(sys.path) == len(before) - 1
+        assert sys.path == before
+    finally:
+        sys.path.remove(str(copy))

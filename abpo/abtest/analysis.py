@@ -191,14 +191,7 @@ def _moments_index(moments: pa.Table | None) -> dict[tuple[str, str], stats.User
     out = {}
     for r in moments.to_pylist():
         period = r["period"] if r["period"] == ALL else _month_str(r["period"], "user moments")
-        out[(period, r["arm"])] = stats.UserMoments(
-            users=int(r["users"]),
-            sx=float(r["clicks"]),
-            sy=float(r["impressions"]),
-            sxx=float(r["clicks_sq"]),
-            syy=float(r["impressions_sq"]),
-            sxy=float(r["clicks_x_impressions"]),
-        )
+        out[(period, r["arm"])] = stats.UserMoments.from_row(r)
     return out
 
 

@@ -257,14 +257,7 @@ def moments_by_period(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, 
     clicks_x_impressions) -> period -> arm -> UserMoments."""
     out: dict[str, dict[str, stats.UserMoments]] = {}
     for r in rows:
-        out.setdefault(str(r["period"]), {})[str(r["arm"])] = stats.UserMoments(
-            users=int(r["users"]),
-            sx=float(r["clicks"]),
-            sy=float(r["impressions"]),
-            sxx=float(r["clicks_sq"]),
-            syy=float(r["impressions_sq"]),
-            sxy=float(r["clicks_x_impressions"]),
-        )
+        out.setdefault(str(r["period"]), {})[str(r["arm"])] = stats.UserMoments.from_row(r)
     return out
 
 

@@ -184,6 +184,19 @@ class UserMoments:
     syy: float
     sxy: float
 
+    @classmethod
+    def from_row(cls, r) -> UserMoments:
+        """One row of sql/report_user_moments.sql (users, clicks, impressions, clicks_sq, impressions_sq,
+        clicks_x_impressions)."""
+        return cls(
+            users=int(r["users"]),
+            sx=float(r["clicks"]),
+            sy=float(r["impressions"]),
+            sxx=float(r["clicks_sq"]),
+            syy=float(r["impressions_sq"]),
+            sxy=float(r["clicks_x_impressions"]),
+        )
+
 
 def delta_method_ctr_variance(m: UserMoments) -> float:
     """Variance of the ratio CTR R = sum X / sum Y when users (clusters) are the randomisation unit

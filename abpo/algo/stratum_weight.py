@@ -4,6 +4,8 @@ the no-response rows' terms weigh kappa, the clicked rows' 1.
     J_kappa(theta) = mean_i nu_{y_i} (1/(G-1)) sum_{j=2..G} min( s_i^j A_i^j, clip(s_i^j, 1-eps, 1+eps) A_i^j )
     nu_1 = 1,  nu_0 = kappa >= 0                                                                         (Eq. N1)
 
+(nu_1 is update.click_weight, 1 but in issue 49's diagnosis: nu_1 = 0 trains on the no-responses alone.)
+
 Since min(s kA, clip(s) kA) = k min(s A, clip(s) A) for k >= 0, weighing a row's surrogate term by kappa is scaling
 its advantages by kappa: A'_i^j = nu_{y_i} A_i^j (`stratum_weighted_advantages`), the advantages TRL's loss reads.
 
@@ -55,21 +57,26 @@ def no_response_weight(rule: str, scale: float, click_rate: float | None = None)
     raise ValueError(f"abpo.algo.stratum_weight: update.no_response_weight_rule = {rule!r}; rule: one of {RULES}")
 
 
-def stratum_weighted_advantages(advantages: Tensor, y: Tensor, kappa: float) -> Tensor:
-    """A'_i^j = nu_{y_i} A_i^j with nu_1 = 1, nu_0 = kappa (Eq. N1): the advantages [B, K] of the no-response
-    examples' rollouts scaled by kappa, the clicked ones' unchanged. Returns a detached tensor; kappa = 1 returns
-    the advantages themselves (bit-for-bit)."""
+def stratum_weighted_advantages(advantages: Tensor, y: Tensor, kappa: float, click_weight: float = 1.0) -> Tensor:
+    """A'_i^j = nu_{y_i} A_i^j with nu_1 = ``click_weight`` (1, the paper, unless issue 49's diagnosis sets it), nu_0
+    = kappa (Eq. N1): the advantages [B, K] of the no-response examples' rollouts scaled by kappa, the clicked ones'
+    by nu_1. Returns a detached tensor; kappa = nu_1 = 1 returns the advantages themselves (bit-for-bit)."""
     if advantages.dim() != 2 or y.shape != (advantages.shape[0],):
         raise ValueError(
             f"abpo.algo.stratum_weight: advantages {tuple(advantages.shape)} and y {tuple(y.shape)}; rule: [B, K] "
             "and [B]"
         )
-    if not (math.isfinite(kappa) and kappa >= 0):
-        raise ValueError(f"abpo.algo.stratum_weight: kappa = {kappa}; rule: finite and >= 0")
+    for name, v in (("kappa", kappa), ("nu_1 (update.click_weight)", click_weight)):
+        if not (math.isfinite(v) and v >= 0):
+            raise ValueError(f"abpo.algo.stratum_weight: {name} = {v}; rule: finite and >= 0")
     adv = advantages.detach()
-    if kappa == 1.0:
+    if kappa == 1.0 and click_weight == 1.0:
         return adv
-    nu = torch.where(y == 0, torch.full_like(y, kappa, dtype=adv.dtype), torch.ones_like(y, dtype=adv.dtype))
+    nu = torch.where(
+        y == 0,
+        torch.full_like(y, kappa, dtype=adv.dtype),
+        torch.full_like(y, click_weight, dtype=adv.dtype),
+    )
     return adv * nu[:, None]  # nu_{y_i} A_i^j
 
 

@@ -38,6 +38,7 @@ ADDED_UPDATE_KEYS: dict[str, Any] = {
     # issue 49's terms beside the paper's (docs/update-variants.md)
     "no_response_weight": 1.0,
     "no_response_weight_rule": "fixed",
+    "click_weight": 1.0,
     "surrogate_weight": 1.0,
     "likelihood_weight": 0.0,
     "offpolicy_weight": 0.0,

@@ -77,6 +77,15 @@ class UpdateConfig:
             "no_response_weight_rule=click_rate it scales c/(1-c).",
         },
     )
+    click_weight: float = field(
+        default=1.0,
+        metadata={
+            "min": 0,
+            "help": "nu_1: the weight of the clicked (y=1) rows' surrogate terms (docs/update-variants.md Eq. N1). "
+            "1 = the paper. 0 with no_response_weight=1 trains on the no-responses only, the clicks-only update is "
+            "no_response_weight=0 (issue 49's diagnosis).",
+        },
+    )
     no_response_weight_rule: str = field(
         default="fixed",
         metadata={

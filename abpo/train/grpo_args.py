@@ -165,6 +165,7 @@ def settings_for(cfg: Config, variant: str, *, click_rate: float | None = None) 
         self_certainty_positions=u.self_certainty_positions,
         no_response_weight=u.no_response_weight,
         no_response_weight_rule=u.no_response_weight_rule,
+        click_weight=u.click_weight,
         click_rate=click_rate,
         surrogate_weight=u.surrogate_weight,
         likelihood_weight=u.likelihood_weight,

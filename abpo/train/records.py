@@ -31,6 +31,7 @@ def check_simulated_click_reward(settings: ABPOSettings, columns: Sequence[str])
             (f"variant {v.letter} ({v.name})'s self-certainty", v.self_certainty),
             (f"update.no_response_weight={settings.no_response_weight}", settings.no_response_weight != 1.0),
             ("update.no_response_weight_rule=click_rate", settings.no_response_weight_rule != "fixed"),
+            (f"update.click_weight={settings.click_weight}", settings.click_weight != 1.0),
             ("update.likelihood_weight / update.offpolicy_weight", settings.anchor_terms),
         )
         if on
@@ -66,6 +67,7 @@ class ABPOSettings:
     # issue 49's terms (docs/update-variants.md); the defaults are the paper's update
     no_response_weight: float = 1.0  # update.no_response_weight: kappa (Eq. N1), or its scale under click_rate
     no_response_weight_rule: str = "fixed"  # update.no_response_weight_rule: fixed | click_rate (Eq. N2)
+    click_weight: float = 1.0  # update.click_weight: nu_1 (Eq. N1)
     click_rate: float | None = None  # c of the logged rows the update trains on (run_update sets it)
     surrogate_weight: float = 1.0  # update.surrogate_weight: the step-5 term's weight
     likelihood_weight: float = 0.0  # update.likelihood_weight: lambda_ll (Eq. L1)

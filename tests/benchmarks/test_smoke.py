@@ -54,6 +54,7 @@ CASES = {
         rf"goal F/B <= 1\.2 \(cpu\): (?:met|NOT met) \({NUM}\)",
         [],
     ),
+    "which_update.py": (r"which_update: 2 experiment\(s\) done, selection \w+,\w+", r"wall time \d+s", []),
     "update_step.py": (
         rf"goal F/B <= 1\.2 at M=20 \(CPU time\): (?:met|NOT met) \({NUM}\); "
         rf"goal F-text/F >= 3: (?:met|NOT met) \({NUM}\)",
@@ -62,7 +63,7 @@ CASES = {
     ),
 }
 # bootstrap every arm / prepare a month and train pi_init twice first: ~25-60 CPU-s
-SLOW = {"simulate.py", "gpu.py", "headroom.py"}
+SLOW = {"simulate.py", "gpu.py", "headroom.py", "which_update.py"}
 # scripts that a shell script runs as users run them: the smoke case runs that script (issue 44: `scripts/gpu-check.sh
 # --cpu --smoke` runs in the suite)
 RUNNERS = {"gpu.py": ["bash", str(ROOT / "scripts" / "gpu-check.sh"), "--cpu", "--smoke", "--out", "{tmp}/gpu-check"]}

@@ -87,6 +87,7 @@ def test_anything_reading_the_logged_feedback_and_a_missing_column_are_refused(
     for st, match in (
         (ABPOSettings(variant="abpo", reward="simulated_click"), r"variant F \(abpo\)'s anchor"),
         (ABPOSettings(variant="grpo", reward="simulated_click", no_response_weight=0.08), "no_response_weight=0.08"),
+        (ABPOSettings(variant="grpo", reward="simulated_click", click_weight=0.0), "click_weight=0.0"),
         (ABPOSettings(variant="grpo", reward="simulated_click", likelihood_weight=1.0), "likelihood_weight"),
         (ABPOSettings(variant="grpo", reward="clicks"), r"reward='clicks'; rule: one of \['logged'"),
     ):

@@ -45,6 +45,8 @@ def test_config_keys_are_validated_and_reach_the_trainer_settings():
     assert st.no_response_kappa() == pytest.approx(0.5)  # 2 x 0.2 / 0.8
     assert settings_for(load_config("tiny"), "abpo").no_response_kappa() == 1.0  # the paper
     assert not settings_for(load_config("tiny"), "abpo").anchor_terms
+    assert settings_for(load_config("tiny"), "abpo").click_weight == 1.0  # the paper
+    assert settings_for(load_config("tiny", ["update.click_weight=0"]), "grpo").click_weight == 0.0
     st = settings_for(load_config("tiny"), "abpo_offpolicy")
     assert st.anchor_terms and st.offpolicy_weight == 1.0 and st.offpolicy_gamma == 0.1
     for bad, rule in (
@@ -52,6 +54,7 @@ def test_config_keys_are_validated_and_reach_the_trainer_settings():
         ("update.no_response_weight=-1", ">= 0"),
         ("update.offpolicy_gamma=0", "> 0"),
         ("update.likelihood_weight=-0.5", ">= 0"),
+        ("update.click_weight=-1", ">= 0"),
     ):
         with pytest.raises(ConfigError, match=rule):
             load_config("tiny", [bad])

@@ -219,6 +219,43 @@ def summary(out: Path) -> None:
     (out / "summary.md").write_text("\n".join(lines))
 
 
+def wave_jobs(wave: str, datasets: list[str], keep: list[str], *, smoke: bool) -> list[Job]:
+    """The experiments of one wave (module docstring)."""
+    probe_rounds = 1 if smoke else PROBE_ROUNDS
+    if wave == "probes":
+        rows = [*BASE_ROWS, *CANDIDATES]
+        return [Job(f"val-mixed_sim-{ds}", ds, "validation", "0", probe_rounds, "mixed_sim", rows) for ds in datasets]
+    if wave == "diagnosis":
+        jobs = []
+        for ds in datasets:
+            for tag, sets in (
+                ("both", []),
+                ("clicks", ["update.no_response_weight=0"]),
+                ("noresp", ["update.click_weight=0"]),
+            ):
+                jobs.append(Job(f"diag-{tag}-{ds}", ds, "validation", "0", 1, "mixed_sim", ["grpo", "abpo"], sets))
+            kl = ["update.beta=0.04"]
+            jobs.append(Job(f"val-kl-{ds}", ds, "validation", "0", probe_rounds, "mixed_sim", ["grpo", "abpo"], kl))
+        return jobs
+    if wave in REGIMES:
+        seeds = "0" if smoke else "0,1,2"
+        primary = [f"experiment.primary_contrast={keep[0]}-none"]
+        return [
+            Job(
+                f"test-{wave}-{ds}",
+                ds,
+                "test",
+                seeds,
+                1 if smoke else TEST_ROUNDS[ds],
+                wave,
+                [*BASE_ROWS, *keep],
+                primary,
+            )
+            for ds in datasets
+        ]
+    raise SystemExit(f"which_update: unknown wave {wave!r}; rule: one of {', '.join(WAVES)} (or several joined by +)")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -230,64 +267,29 @@ def main(argv: list[str] | None = None) -> int:
         "--cores", type=int, default=os.cpu_count() or 1, help="worker processes in all (default: the cores)"
     )
     ap.add_argument("--datasets", default="ml,office", help="of ml (bundled MovieLens), office (Office_Products)")
-    ap.add_argument("--waves", default=",".join(WAVES), help=f"which waves, in this order: {','.join(WAVES)}")
+    ap.add_argument(
+        "--waves",
+        default=",".join(WAVES),
+        help=f"which waves, in this order (a+b: side by side): {','.join(WAVES)}",
+    )
     ap.add_argument("--smoke", action="store_true", help="the same path at the smallest sizes (seconds per cell)")
     a = ap.parse_args(argv)
     out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     datasets = ["ml"] if a.smoke else [d for d in a.datasets.split(",") if d]
     waves = ["probes", "mixed_sim"] if a.smoke else [w for w in a.waves.split(",") if w]
-    test_seeds, probe_rounds = ("0", 1) if a.smoke else ("0,1,2", PROBE_ROUNDS)
     t0 = time.time()
     done: list[str] = []
     keep: list[str] = []
     for wave in waves:
         print(f"which_update: wave {wave} ({time.time() - t0:.0f}s)", flush=True)
-        if wave == "probes":
-            jobs = [
-                Job(f"val-mixed_sim-{ds}", ds, "validation", "0", probe_rounds, "mixed_sim", [*BASE_ROWS, *CANDIDATES])
-                for ds in datasets
-            ]
-        elif wave == "diagnosis":
-            jobs = []
-            for ds in datasets:
-                for tag, sets in (
-                    ("both", []),
-                    ("clicks", ["update.no_response_weight=0"]),
-                    ("noresp", ["update.click_weight=0"]),
-                ):
-                    jobs.append(Job(f"diag-{tag}-{ds}", ds, "validation", "0", 1, "mixed_sim", ["grpo", "abpo"], sets))
-                jobs.append(
-                    Job(
-                        f"val-kl-{ds}",
-                        ds,
-                        "validation",
-                        "0",
-                        probe_rounds,
-                        "mixed_sim",
-                        ["grpo", "abpo"],
-                        ["update.beta=0.04"],
-                    )
-                )
-        elif wave in REGIMES:
-            keep = keep or select(out, datasets)
-            jobs = [
-                Job(
-                    f"test-{wave}-{ds}",
-                    ds,
-                    "test",
-                    test_seeds,
-                    1 if a.smoke else TEST_ROUNDS[ds],
-                    wave,
-                    [*BASE_ROWS, *keep],
-                    [f"experiment.primary_contrast={keep[0]}-none"],
-                )
-                for ds in datasets
-            ]
-        else:
-            raise SystemExit(f"which_update: unknown wave {wave!r}; rule: one of {', '.join(WAVES)}")
+        jobs: list[Job] = []
+        for part in wave.split("+"):  # "a+b": both parts' experiments side by side
+            if part in REGIMES:
+                keep = keep or select(out, datasets)
+            jobs += wave_jobs(part, datasets, keep, smoke=a.smoke)
         done += run_wave(jobs, a.cores, out, a.smoke)
-        if wave == "probes":
+        if "probes" in wave.split("+"):
             keep = select(out, datasets)
             print(f"which_update: selection {','.join(keep)}", flush=True)
         summary(out)

@@ -1,6 +1,8 @@
 """The documents the code points to: docs/ABPO_SPEC.md exists, every reference to the specification names it by that
 path, and every section or step a reference names is in it; the README's "Use it with your own stack" section is
-near the top and its links resolve. The README is short (at most 300 lines) and maps every page of docs/; every
+near the top and its links resolve. The README is a front door: at most 200 lines,
+no commit hash, at most one timing, a package map that is the import-linter layers, a DAG diagram with every step
+and arm, and a link to every page of docs/; no docs table is left empty; every
 relative link in README.md and docs/*.md reaches a file and, with an #anchor, a heading of it; the commands in their
 bash blocks name Makefile targets, `abpo` subcommands and paths that exist."""
 
@@ -186,9 +188,115 @@ def _bad_commands(path: Path, text: str | None = None) -> list[str]:
     return bad
 
 
-def test_the_readme_is_at_most_300_lines():
+def test_the_readme_is_at_most_200_lines():
     n = len(README.read_text().splitlines())
-    assert n <= 300, f"README.md: {n} lines; rule: at most 300 (move a section to a page of docs/ and link it)"
+    assert n <= 200, f"README.md: {n} lines; rule: at most 200 (move a section to a page of docs/ and link it)"
+
+
+# A commit hash: 7 to 40 hex digits holding at least one digit and one letter a-f (so no plain number or word).
+HASH = re.compile(r"(?<![\w/#.-])(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}(?![\w/-])")
+# A timing: a number with a unit of time ("14.9 min", "20 s", "an hour" is words and not counted).
+TIMING = re.compile(r"\b\d+(?:[.,]\d+)?\s?(?:ms|s|secs?|seconds?|mins?|minutes?|h|hours?)\b")
+
+
+def _hashes(text: str) -> list[str]:
+    return [f"line {text.count(chr(10), 0, m.start()) + 1}: {m.group(0)}" for m in HASH.finditer(text)]
+
+
+def _timings(text: str) -> list[str]:
+    return [f"line {text.count(chr(10), 0, m.start()) + 1}: {m.group(0)}" for m in TIMING.finditer(text)]
+
+
+def test_the_readme_names_no_commit_and_at_most_one_timing():
+    text = README.read_text()
+    where = "docs/testing.md, docs/benchmarks.md or the topic page"
+    assert not _hashes(text), f"README.md: commit hashes {_hashes(text)}; rule: none (they go to {where})"
+    assert len(_timings(text)) <= 1, f"README.md: timings {_timings(text)}; rule: at most one (the others go to docs/)"
+
+
+@pytest.mark.parametrize(
+    "text, hashes, timings",
+    [
+        ("at 8f0305d, nothing else running: 35.6 min", ["line 1: 8f0305d"], ["line 1: 35.6 min"]),
+        ("a\n(b819548) then 20 s and 12 minutes", ["line 2: b819548"], ["line 2: 20 s", "line 2: 12 minutes"]),
+        ("1,612 passed, 100836 ratings, decade, effaced, 2026-11-26, #abcdef1, v1.2e-3", [], []),
+        ("12 requests per user per month over 4 months, 5 seeds", [], []),
+    ],
+)
+def test_the_hash_and_timing_checks_catch_what_they_should(text, hashes, timings):
+    assert (_hashes(text), _timings(text)) == (hashes, timings)
+
+
+def _fenced_block_after(text: str, heading: str) -> list[str]:
+    """The lines of the first fenced code block in the section under ``heading``."""
+    section = text.split(f"\n{heading}\n", 1)[1].split("\n## ", 1)[0]
+    return section.split("```", 2)[1].split("\n")[1:]
+
+
+def _readme_layers() -> list[set[str]]:
+    """The README's package map, top to bottom: the modules each line names before its description (two or more
+    spaces), `x/` or `x.py` as abpo.x."""
+    layers = []
+    for line in _fenced_block_after(README.read_text(), "## The package map"):
+        if line.strip():
+            names = re.split(r"\s{2,}", line.strip(), maxsplit=1)[0].split()
+            layers.append({"abpo." + n.removesuffix("/").removesuffix(".py") for n in names})
+    return layers
+
+
+def test_the_readmes_package_map_is_the_import_linter_layers_and_names_every_module():
+    import tomllib
+
+    contracts = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    (layers,) = [c["layers"] for c in contracts if c["type"] == "layers"]
+    want = [{m.strip() for m in layer.split("|")} for layer in layers]
+    got = _readme_layers()
+    assert got == want, (
+        f"README.md's package map, top to bottom: {got}; rule: the layers of pyproject.toml's import-linter contract, "
+        f"in order: {want}"
+    )
+    top = {
+        f"abpo.{p.stem}" for p in (REPO / "abpo").iterdir() if p.name[0] != "_" and (p.is_dir() or p.suffix == ".py")
+    }
+    named = set().union(*got)
+    assert top == named, f"README.md's package map: missing {sorted(top - named)}, no such module {sorted(named - top)}"
+
+
+def test_the_readmes_dag_diagram_shows_every_step_and_arm():
+    from abpo.arms.names import ARMS
+    from abpo.monthly.steps import LAST, ONCE, PER_ARM
+
+    diagram = _fenced_block_after(README.read_text(), "## The monthly DAG")
+    assert re.search(r"\s→\s".join(["resolve_month", *ONCE]), diagram[0]) and LAST[0] in diagram[0], diagram[0]
+    for arm, entry in ARMS.items():
+        lines = [line for line in diagram if re.search(rf"─ {arm}\s", line)]
+        chain = " → ".join(PER_ARM[entry.kind])
+        assert len(lines) == 1 and chain in lines[0], f"README.md's DAG diagram: arm {arm} should run {chain}: {lines}"
+
+
+# A markdown table row whose cells after the first are all empty: a table left to be filled.
+def _empty_table_rows(path: Path, text: str | None = None) -> list[str]:
+    bad = []
+    for n, line in _outside_fences(path.read_text() if text is None else text):
+        cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.lstrip().startswith("|") else []
+        if len(cells) >= 2 and not set("".join(cells)) <= set("-: ") and not any(cells[1:]):
+            bad.append(f"{path.relative_to(REPO)}:{n}: `{line.strip()}`: a table row with nothing after its first cell")
+    return bad
+
+
+def test_no_docs_table_is_left_empty():
+    bad = [b for p in [README, *PAGES] for b in _empty_table_rows(p)]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_empty_table_check_catches_a_table_to_be_filled():
+    text = (
+        "| arm | HR@5 | CTR |\n|---|---:|---:|\n| abpo | 0.36 | |\n| grpo | | |\n"
+        "| | 0.20 | 0.32 |\n```\n| x | | |\n```\n"
+    )
+    assert _empty_table_rows(README, text) == [
+        "README.md:4: `| grpo | | |`: a table row with nothing after its first cell"
+    ]
 
 
 def test_every_relative_link_in_the_readme_and_docs_resolves():

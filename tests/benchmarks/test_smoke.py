@@ -1,5 +1,5 @@
 """Every script in benchmarks/ runs with --smoke (the same code path at the smallest sizes, in seconds) and ends with
-the line its docstring and the README's "Benchmarks" table document, so a change elsewhere that breaks a benchmark
+the line its docstring and docs/benchmarks.md's table document, so a change elsewhere that breaks a benchmark
 fails here instead of at the next measurement. A new script in benchmarks/ needs a case below."""
 
 from __future__ import annotations

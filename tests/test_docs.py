@@ -274,13 +274,18 @@ def test_the_readmes_dag_diagram_shows_every_step_and_arm():
         assert len(lines) == 1 and chain in lines[0], f"README.md's DAG diagram: arm {arm} should run {chain}: {lines}"
 
 
-# A markdown table row whose cells after the first are all empty: a table left to be filled.
+# A table left to be filled: a row whose cells after the first are all empty, or a header with no rows under it.
 def _empty_table_rows(path: Path, text: str | None = None) -> list[str]:
-    bad = []
-    for n, line in _outside_fences(path.read_text() if text is None else text):
+    bad, where = [], path.relative_to(REPO)
+    lines = _outside_fences(path.read_text() if text is None else text)
+    for i, (n, line) in enumerate(lines):
         cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.lstrip().startswith("|") else []
-        if len(cells) >= 2 and not set("".join(cells)) <= set("-: ") and not any(cells[1:]):
-            bad.append(f"{path.relative_to(REPO)}:{n}: `{line.strip()}`: a table row with nothing after its first cell")
+        separator = bool(cells) and set("".join(cells)) <= set("-: ") and "-" in line
+        if len(cells) >= 2 and not separator and not any(cells[1:]):
+            bad.append(f"{where}:{n}: `{line.strip()}`: a table row with nothing after its first cell")
+        after = lines[i + 1] if i + 1 < len(lines) else (n + 1, "")
+        if separator and (after[0] != n + 1 or not after[1].lstrip().startswith("|")):
+            bad.append(f"{where}:{n}: a table header with no rows under it")
     return bad
 
 
@@ -292,10 +297,11 @@ def test_no_docs_table_is_left_empty():
 def test_the_empty_table_check_catches_a_table_to_be_filled():
     text = (
         "| arm | HR@5 | CTR |\n|---|---:|---:|\n| abpo | 0.36 | |\n| grpo | | |\n"
-        "| | 0.20 | 0.32 |\n```\n| x | | |\n```\n"
+        "| | 0.20 | 0.32 |\n```\n| x | | |\n```\n\n| a | b |\n| --- | --- |\n\ntext\n"
     )
     assert _empty_table_rows(README, text) == [
-        "README.md:4: `| grpo | | |`: a table row with nothing after its first cell"
+        "README.md:4: `| grpo | | |`: a table row with nothing after its first cell",
+        "README.md:11: a table header with no rows under it",
     ]
 
 

@@ -26,7 +26,8 @@ What each experiment wrote (table.md/csv, rounds.csv, experiment.json and its ce
 every finished table. The last line is exactly `which_update: <k> experiment(s) done, selection <v1>,<v2>`.
 
 ``--smoke`` runs the same path in a few minutes (tests/benchmarks/test_smoke.py): MovieLens only, a smaller tiny
-model on 60 users, one seed, one round, the mixed regime's test table only (the figures mean nothing at that size).
+model on 60 users, one seed, one round, rows No-Update and two variants, the mixed regime's test table only (the
+figures mean nothing at that size).
 """
 
 from __future__ import annotations
@@ -150,14 +151,14 @@ def table(out: Path, name: str) -> list[dict]:
     return list(csv.DictReader(open(path))) if path.exists() else []
 
 
-def select(out: Path, datasets: list[str]) -> list[str]:
+def select(out: Path, datasets: list[str], candidates: tuple[str, ...] = CANDIDATES) -> list[str]:
     """The pre-registered choice (module docstring): the KEEP variants with the largest mean over the datasets of
     HR@5(v) - HR@5(No-Update) after the last validation probe round. Written once; a later run reads it back."""
     path = out / "selection.json"
     if path.exists():
         return json.loads(path.read_text())["keep"]
     scores = {}
-    for v in CANDIDATES:
+    for v in candidates:
         deltas = []
         for ds in datasets:
             rec = {r["row"]: r for r in table(out, f"val-mixed_sim-{ds}")}.get(v)
@@ -165,7 +166,7 @@ def select(out: Path, datasets: list[str]) -> list[str]:
                 raise SystemExit(f"which_update: no validation probe of {v} on {ds} in {out}; run the probes wave")
             deltas.append(float(rec["vs_none_dHR@5"]))
         scores[v] = sum(deltas) / len(deltas)
-    keep = sorted(CANDIDATES, key=lambda v: (-scores[v], CANDIDATES.index(v)))[:KEEP]
+    keep = sorted(candidates, key=lambda v: (-scores[v], candidates.index(v)))[:KEEP]
     path.write_text(
         json.dumps(
             {
@@ -192,7 +193,11 @@ def summary(out: Path) -> None:
     share of the summed |advantage|."""
     lines = ["# which_update summary", ""]
     for d in sorted(p for p in out.iterdir() if (p / "table.csv").exists()):
-        exp = json.loads((d / "experiment.json").read_text()) if (d / "experiment.json").exists() else {}
+        exp = (
+            json.loads((d / "experiment.json").read_text()).get("summary", {})
+            if (d / "experiment.json").exists()
+            else {}
+        )
         lines += [
             f"## {d.name}",
             f"{exp.get('seeds', '?')} seed(s) x {exp.get('eval_users', '?')} {exp.get('eval_split', '')} users, "
@@ -216,14 +221,63 @@ def summary(out: Path) -> None:
                 f"{lr.get('train_no_response_abs_share', '')} |"
             )
         lines.append("")
+        lines += versus_f(d)
     (out / "summary.md").write_text("\n".join(lines))
+
+
+def versus_f(d: Path) -> list[str]:
+    """The issue's second primary contrast for a test table: each row other than A, B, F minus F (ABPO) on HR@5
+    after the last round, with the two-stage interval over seeds then users (abpo.experiment.table.paired_tests on
+    the cells copied beside the table), and each row's off-policy CTR on its own log: mean and SD over seeds."""
+    from abpo.experiment.table import paired_tests
+
+    by_row: dict[str, list[dict]] = {}
+    for f in sorted((d / "cells").glob("*.json")):
+        cell = json.loads(f.read_text())
+        by_row.setdefault(cell["row"], []).append(cell)
+    if "abpo" not in by_row or not d.name.startswith("test-"):
+        return []
+    last = max(int(c["round"]) for c in by_row["abpo"])
+    final = {r: sorted((c for c in cs if int(c["round"]) == last), key=lambda c: c["seed"]) for r, cs in by_row.items()}
+    lines = [
+        f"{d.name}, after round {last}: row - F (ABPO) on HR@5, and the off-policy CTR (SNIPS, own log, mean ± SD over "
+        "seeds)",
+        "",
+        "| row | - F HR@5 [95% CI] (p) | MDE | off-policy CTR |",
+        "|---|---|---|---|",
+    ]
+    for row, cs in final.items():
+        ope = [float(c["ope_snips"]) for c in cs if c.get("ope_snips") is not None]
+        ope_s = ""
+        if ope:
+            m = sum(ope) / len(ope)
+            sd = (sum((x - m) ** 2 for x in ope) / (len(ope) - 1)) ** 0.5 if len(ope) > 1 else 0.0
+            ope_s = f"{m:.4f} ± {sd:.4f}"
+        vs = ""
+        mde = ""
+        if row not in ("none", "grpo", "abpo") and len(cs) == len(final["abpo"]):
+            t = paired_tests(cs, final["abpo"])
+            vs = f"{t['dHR@5']:+.4f} [{t['ci_low_HR@5']:+.4f}, {t['ci_high_HR@5']:+.4f}] ({t['p_HR@5']:.3f})"
+            mde = f"{t['mde_HR@5']:.4f}"
+        lines.append(f"| {row} | {vs} | {mde} | {ope_s} |")
+    return [*lines, ""]
+
+
+def smoke_base(smoke: bool) -> tuple[str, ...]:
+    """The rows beside the variants: No-Update alone at the smoke size (seconds matter there), else BASE_ROWS."""
+    return ("none",) if smoke else BASE_ROWS
+
+
+def smoke_candidates(smoke: bool) -> tuple[str, ...]:
+    """The variants the probes compare: two at the smoke size, else all of CANDIDATES."""
+    return CANDIDATES[:KEEP] if smoke else CANDIDATES
 
 
 def wave_jobs(wave: str, datasets: list[str], keep: list[str], *, smoke: bool) -> list[Job]:
     """The experiments of one wave (module docstring)."""
     probe_rounds = 1 if smoke else PROBE_ROUNDS
     if wave == "probes":
-        rows = [*BASE_ROWS, *CANDIDATES]
+        rows = [*smoke_base(smoke), *smoke_candidates(smoke)]
         return [Job(f"val-mixed_sim-{ds}", ds, "validation", "0", probe_rounds, "mixed_sim", rows) for ds in datasets]
     if wave == "diagnosis":
         jobs = []
@@ -286,11 +340,11 @@ def main(argv: list[str] | None = None) -> int:
         jobs: list[Job] = []
         for part in wave.split("+"):  # "a+b": both parts' experiments side by side
             if part in REGIMES:
-                keep = keep or select(out, datasets)
+                keep = keep or select(out, datasets, smoke_candidates(a.smoke))
             jobs += wave_jobs(part, datasets, keep, smoke=a.smoke)
         done += run_wave(jobs, a.cores, out, a.smoke)
         if "probes" in wave.split("+"):
-            keep = select(out, datasets)
+            keep = select(out, datasets, smoke_candidates(a.smoke))
             print(f"which_update: selection {','.join(keep)}", flush=True)
         summary(out)
     print(f"wall time {time.time() - t0:.0f}s")

@@ -46,6 +46,10 @@ EXPLANATIONS: dict[str, str] = {
     "and over the whole period, with the two-proportion z-test, Holm's correction across the updated "
     "arms of each period and the MDE at {power:.0%} power. A positive difference means the updates "
     "beat not updating; one inside the MDE says little either way.",
+    "integrity": "Before any test, each arm of each period is checked on its users: no user may carry more than "
+    "{max_user_share:.0%} of an arm's impressions (report.max_user_share; one user's impressions are not independent "
+    "trials, so a z-test on them means nothing), and {assignment} A comparison that involves a flagged arm is not "
+    "tested; its difference is still shown.",
     "aggregate": "The whole-period aggregate sums impressions and clicks of each arm over the selected months and "
     "repeats the comparisons on those totals.",
 }
@@ -81,6 +85,7 @@ class Comparison:
     clustered: stats.DiffTest | None
     clustered_p_holm: float
     note: str = ""
+    withheld: str = ""  # why the comparison is not tested (an arm flagged by the integrity checks); "" when tested
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,7 @@ class Trend:
     kind: str  # "consecutive" or "first-to-last"
     test: stats.DiffTest
     note: str = ""
+    withheld: str = ""  # why it is not tested (the arm flagged in either month); "" when tested
 
 
 @dataclass
@@ -113,6 +119,11 @@ class Report:
     power: float = 0.8  # of the minimum detectable effects
     holdback_arm: str = ""  # report.holdback_arm when it has data, else ""
     holdback: list[Comparison] = field(default_factory=list)  # each updated arm vs the holdback, per month, then ALL
+    max_user_share: float = 1.0  # report.max_user_share
+    assignment: str = ""  # how users were checked against their assignment ("" when not: CSV, external router)
+    untested: dict[str, dict[str, str]] = field(default_factory=dict)  # period -> arm -> why its comparisons are not
+    #                                                                   tested (integrity checks)
+    flags: list[str] = field(default_factory=list)  # one line per integrity problem, for the summary
 
     def cell(self, period: str, arm: str) -> Cell | None:
         for c in self.totals if period == ALL else self.cells:
@@ -125,8 +136,15 @@ class Report:
         return [period for period, r in self.srm.items() if r.mismatch]
 
     def explanations(self) -> dict[str, str]:
+        assignment = (
+            f"every logged user must be in the arm the experiment's salted hash assigns them ({self.assignment})."
+            if self.assignment
+            else "the users' assignment to arms is not checked here (see the notes)."
+        )
         return {
-            k: v.format(alpha=self.srm_alpha, power=self.power)
+            k: v.format(
+                alpha=self.srm_alpha, power=self.power, max_user_share=self.max_user_share, assignment=assignment
+            )
             for k, v in EXPLANATIONS.items()
             if k != "holdback" or self.holdback
         }  # the holdback's only with its table
@@ -195,6 +213,78 @@ def _moments_index(moments: pa.Table | None) -> dict[tuple[str, str], stats.User
     return out
 
 
+def _period_name(period: str) -> str:
+    return "the whole period" if period == ALL else period
+
+
+def integrity_checks(
+    moments: pa.Table | None, assignment: pa.Table | None, max_user_share: float, assignment_rule: str
+) -> tuple[dict[str, dict[str, str]], list[str]]:
+    """Which arms of which periods are not fit for a test, and one flag line per problem (docs/operations.md "What
+    it refuses", the report).
+
+    - **Few users**: one user carries more than ``max_user_share`` of the arm's impressions in the period
+      (``top_user_impressions`` of sql/report_user_moments.sql over its impressions). The pooled z-test treats every
+      impression as an independent trial and the clustered one needs many users; one user across every arm of a
+      replayed log gave z = -87 (issue 48 item 7).
+    - **Assignment**: users whose rows are in an arm the experiment's salted hash does not give them
+      (sql/report_assignment.sql): the arms are then not randomised samples of the same users.
+
+    Returns (period -> arm -> reason, flag lines); the reasons are short clauses for a comparison's line."""
+    untested: dict[str, dict[str, str]] = {}
+    few: dict[str, list[str]] = {}  # arm -> ["<share> in <period> (<users> users)", ...]
+    wrong: dict[str, list[str]] = {}  # arm -> ["<k> of <n> users in <period> (e.g. user <id>)", ...]
+
+    def users(n: int) -> str:
+        return f"{n:,} user{'s' * (n != 1)}"
+
+    def flag(period: str, arm: str, why: str) -> None:
+        prev = untested.setdefault(period, {}).get(arm)
+        untested[period][arm] = f"{prev}, {why}" if prev else why
+
+    if moments is not None and "top_user_impressions" in moments.column_names:
+        for r in moments.to_pylist():
+            imps, top = int(r["impressions"] or 0), int(r["top_user_impressions"] or 0)
+            if imps <= 0 or top / imps <= max_user_share:
+                continue
+            period = str(r["period"]) if r["period"] == ALL else _month_str(r["period"], "user moments")
+            flag(period, r["arm"], f"one user carries {top / imps:.0%} of its impressions ({users(int(r['users']))})")
+            few.setdefault(r["arm"], []).append(
+                f"{top / imps:.0%} in {_period_name(period)} ({users(int(r['users']))})"
+            )
+    if assignment is not None:
+        for r in assignment.to_pylist():
+            k = int(r["misassigned_users"] or 0)
+            if k == 0:
+                continue
+            period = str(r["period"]) if r["period"] == ALL else _month_str(r["period"], "assignment check")
+            flag(period, r["arm"], f"{k:,} of its {users(int(r['users']))} assigned to another arm")
+            wrong.setdefault(r["arm"], []).append(
+                f"{k:,} of {users(int(r['users']))} in {_period_name(period)} (e.g. user {r['example_user']})"
+            )
+
+    def listed(per_arm: dict[str, list[str]]) -> str:
+        shown = 3  # periods named per arm; the report's tables name every one
+        return "; ".join(
+            f"{a}: {', '.join(v[:shown])}" + (f" and {len(v) - shown} more" if len(v) > shown else "")
+            for a, v in per_arm.items()
+        )
+
+    flags = []
+    if few:
+        flags.append(
+            f"FEW USERS: one user carries more than {max_user_share:.0%} of an arm's impressions (rule: "
+            f"report.max_user_share {max_user_share:g}; one user's impressions are not independent trials): "
+            f"{listed(few)}: comparisons with these arms are not tested"
+        )
+    if wrong:
+        flags.append(
+            f"ASSIGNMENT MISMATCH: users logged in an arm the experiment does not assign them ({assignment_rule}): "
+            f"{listed(wrong)}: comparisons with these arms are not tested until assignment or logging is explained"
+        )
+    return untested, flags
+
+
 def _cell(period: str, arm: str, imps: int, clicks: int, users: int | None, confidence: float) -> Cell:
     lo, hi = stats.wilson_interval(clicks, imps, confidence)
     return Cell(period, arm, imps, clicks, users, stats.ctr(clicks, imps), lo, hi)
@@ -206,11 +296,16 @@ def analyse(
     months: list[str] | None = None,
     moments: pa.Table | None = None,
     source: str = "counts",
+    assignment: pa.Table | None = None,
+    assignment_rule: str = "",
 ) -> Report:
     """Every statistic of the report from the counts (and, optionally, the per-user moments).
 
     ``months``: the months asked for, in order; default = the months present in ``counts``. Rows of
     other months are ignored (a note says how many); a month asked for but absent gets a note.
+    ``assignment``: sql/report_assignment.sql's rows (each arm's users not in the arm the experiment assigns them),
+    checked under ``assignment_rule`` (the salt and shares, for the flag line); None: not checked.
+    A comparison involving an arm that :func:`integrity_checks` flags is not tested (``Comparison.withheld``).
     """
     rows = normalise_counts(counts, source)
     candidate = report_cfg.candidate_arm
@@ -246,6 +341,15 @@ def analyse(
     if candidate not in arm_set:
         notes.append(f"candidate arm {candidate!r} has no data in the selected months: no candidate comparisons")
     mom = _moments_index(moments)
+    max_share = float(getattr(report_cfg, "max_user_share", 1.0))
+    if not 0.0 < max_share <= 1.0:
+        raise ReportInputError(f"config report.max_user_share = {max_share!r}: expected a share in (0, 1]")
+    untested, flags = integrity_checks(moments, assignment, max_share, assignment_rule)
+    if moments is None:
+        notes.append(
+            "no per-user data (CSV input): whether an arm is dominated by few users or holds users assigned to "
+            "another arm cannot be checked"
+        )
 
     # per arm and month
     cells = []
@@ -293,10 +397,16 @@ def analyse(
             if (period, a) in mom and (period, b) in mom:
                 ct = stats.clustered_ztest(mom[(period, a)], mom[(period, b)], conf, power)
             tests.append((a, b, t, ct, t.note))
-        holm = stats.holm_adjust([t.p for _, _, t, _, _ in tests])
-        cholm = stats.holm_adjust([ct.p if ct is not None else math.nan for _, _, _, ct, _ in tests])
+        flagged = untested.get(period, {})
+        withheld = ["; ".join(f"{x}: {flagged[x]}" for x in (a, b) if x in flagged) for a, b, *_ in tests]
+        # a comparison that is not tested takes no part in Holm's family
+        holm = stats.holm_adjust([math.nan if w else t.p for (_, _, t, _, _), w in zip(tests, withheld)])
+        cholm = stats.holm_adjust(
+            [ct.p if ct is not None and not w else math.nan for (_, _, _, ct, _), w in zip(tests, withheld)]
+        )
         return [
-            Comparison(period, a, b, t, ph, ct, cph, note) for (a, b, t, ct, note), ph, cph in zip(tests, holm, cholm)
+            Comparison(period, a, b, t, ph, ct, cph, note, w)
+            for (a, b, t, ct, note), ph, cph, w in zip(tests, holm, cholm, withheld)
         ]
 
     # candidate vs each other arm, per month and over the whole period; Holm within each period
@@ -345,7 +455,8 @@ def analyse(
                     t = stats.two_proportion_ztest(
                         cl["clicks"], cl["impressions"], ce["clicks"], ce["impressions"], conf, power
                     )
-                trends.append(Trend(a, early, late, kind, t, t.note))
+                flagged = "; ".join(f"{m}: {untested[m][a]}" for m in (early, late) if a in untested.get(m, {}))
+                trends.append(Trend(a, early, late, kind, t, t.note, flagged))
 
     # sample-ratio mismatch of users per arm
     shares = dict(report_cfg.arm_shares)
@@ -394,4 +505,8 @@ def analyse(
         source=source,
         holdback_arm=held if holdback else "",
         holdback=holdback,
+        max_user_share=max_share,
+        assignment=assignment_rule if assignment is not None else "",
+        untested=untested,
+        flags=flags,
     )

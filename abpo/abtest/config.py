@@ -44,6 +44,26 @@ class ReportConfig:
     srm_alpha: float = field(
         default=0.001, metadata={"gt": 0, "lt": 1, "help": "Flag a sample-ratio mismatch below this p-value."}
     )
+    max_user_share: float = field(
+        default=0.1,
+        metadata={
+            "gt": 0,
+            "max": 1,
+            "help": "Flag an arm in a period where one user carries more than this share of its impressions "
+            "(a bot, a replayed log): its comparisons are not tested, since impressions are not independent "
+            "trials (0.1: an arm needs more than 10 users' worth of traffic; 1: never flagged).",
+        },
+    )
+    assignment: str = field(
+        default="salted_hash",
+        metadata={
+            "choices": ["salted_hash", "external"],
+            "help": "How users were assigned to arms. salted_hash: the experiment's hash (sim.salt, the "
+            "shares of arms.names in that order; abpo.abtest.assignment): the report checks every logged "
+            "user against it and does not test an arm holding users of another arm. external: your own "
+            "router's rule, which the report cannot check (it says so).",
+        },
+    )
     mlflow_experiment: str = field(
         default="abpo-monthly",
         metadata={

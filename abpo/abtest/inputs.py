@@ -23,6 +23,7 @@ COUNTS_SCHEMA = pa.schema(
     ]
 )
 MOMENTS_SQL = "report_user_moments"  # sql/report_user_moments.sql
+ASSIGNMENT_SQL = "report_assignment"  # sql/report_assignment.sql
 
 
 class CSVFormatError(ValueError):

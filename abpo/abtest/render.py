@@ -83,6 +83,13 @@ def _period(p: str) -> str:
     return "whole period" if p == ALL else p
 
 
+NOT_TESTED = "not tested"  # in the test columns of a comparison an integrity check withheld
+
+
+def _tested(withheld: str, text: str) -> str:
+    return NOT_TESTED if withheld else text
+
+
 def tables(report: Report) -> list[Table]:
     """The report's tables as formatted strings (shared by the Markdown and HTML renderings)."""
     cl = f"{round(100 * report.confidence)}%"
@@ -119,7 +126,7 @@ def tables(report: Report) -> list[Table]:
     )
     rows = []
     for c in report.comparisons:
-        t, k = c.test, c.clustered
+        t, k, w = c.test, c.clustered, c.withheld
         rows.append(
             [
                 _period(c.period),
@@ -127,17 +134,17 @@ def tables(report: Report) -> list[Table]:
                 _pct(t.ctr_a),
                 _pct(t.ctr_b),
                 _pp(t.diff),
-                _ci_pp(t.ci_low, t.ci_high),
-                _mde(t.mde),
-                stats.format_z(t.z),
-                stats.format_p(t.p),
-                stats.format_p(c.p_holm),
-                stats.format_z(k.z) if k else "n/a",
-                stats.format_p(k.p) if k else "n/a",
-                stats.format_p(c.clustered_p_holm),
-                _ci_pp(k.ci_low, k.ci_high) if k else "n/a",
-                _mde(k.mde) if k else "n/a",
-                "; ".join(x for x in (c.note, k.note if k else "") if x),
+                _tested(w, _ci_pp(t.ci_low, t.ci_high)),
+                _tested(w, _mde(t.mde)),
+                _tested(w, stats.format_z(t.z)),
+                _tested(w, stats.format_p(t.p)),
+                _tested(w, stats.format_p(c.p_holm)),
+                _tested(w, stats.format_z(k.z) if k else "n/a"),
+                _tested(w, stats.format_p(k.p) if k else "n/a"),
+                _tested(w, stats.format_p(c.clustered_p_holm)),
+                _tested(w, _ci_pp(k.ci_low, k.ci_high) if k else "n/a"),
+                _tested(w, _mde(k.mde) if k else "n/a"),
+                "; ".join(x for x in (f"{NOT_TESTED}: {w}" if w else "", c.note, k.note if k else "") if x),
             ]
         )
     pw = f"{round(100 * report.power)}%"
@@ -190,11 +197,11 @@ def tables(report: Report) -> list[Table]:
                     _pct(t.test.ctr_b),
                     _pct(t.test.ctr_a),
                     _pp(t.test.diff),
-                    _ci_pp(t.test.ci_low, t.test.ci_high),
-                    _mde(t.test.mde),
-                    stats.format_z(t.test.z),
-                    stats.format_p(t.test.p),
-                    t.note,
+                    _tested(t.withheld, _ci_pp(t.test.ci_low, t.test.ci_high)),
+                    _tested(t.withheld, _mde(t.test.mde)),
+                    _tested(t.withheld, stats.format_z(t.test.z)),
+                    _tested(t.withheld, stats.format_p(t.test.p)),
+                    "; ".join(x for x in (f"{NOT_TESTED}: {t.withheld}" if t.withheld else "", t.note) if x),
                 ]
                 for t in report.trends
             ],
@@ -206,7 +213,7 @@ def tables(report: Report) -> list[Table]:
             f"{a} {o:,} (exp. {e:,.0f})" if not math.isnan(e) else f"{a} {o:,}"
             for a, o, e in zip(r.arms, r.observed, r.expected)
         )
-        verdict = "n/a" if math.isnan(r.p) else ("MISMATCH" if r.mismatch else "ok")
+        verdict = "n/a" if math.isnan(r.p) else ("MISMATCH" if r.mismatch else "too few users" if r.too_few else "ok")
         srm_rows.append(
             [
                 _period(period),
@@ -249,26 +256,27 @@ def holdback_table(report: Report) -> Table:
         headers += ["clustered z", "clustered p", f"clustered MDE at {pw} power (pp)"]
     rows = []
     for c in report.holdback:
-        t, k = c.test, c.clustered
+        t, k, w = c.test, c.clustered, c.withheld
         row = [
             _period(c.period),
             f"{c.candidate} − {c.other}",
             _pct(t.ctr_a),
             _pct(t.ctr_b),
             _pp(t.diff),
-            _ci_pp(t.ci_low, t.ci_high),
-            _mde(t.mde),
-            stats.format_z(t.z),
-            stats.format_p(t.p),
-            stats.format_p(c.p_holm),
+            _tested(w, _ci_pp(t.ci_low, t.ci_high)),
+            _tested(w, _mde(t.mde)),
+            _tested(w, stats.format_z(t.z)),
+            _tested(w, stats.format_p(t.p)),
+            _tested(w, stats.format_p(c.p_holm)),
         ]
         if clustered:
             row += [
-                stats.format_z(k.z) if k else "n/a",
-                stats.format_p(k.p) if k else "n/a",
-                _mde(k.mde) if k else "n/a",
+                _tested(w, stats.format_z(k.z) if k else "n/a"),
+                _tested(w, stats.format_p(k.p) if k else "n/a"),
+                _tested(w, _mde(k.mde) if k else "n/a"),
             ]
-        rows.append([*row, "; ".join(x for x in (c.note, k.note if k else "") if x)])
+        notes = (f"{NOT_TESTED}: {w}" if w else "", c.note, k.note if k else "")
+        rows.append([*row, "; ".join(x for x in notes if x)])
     return Table("holdback", "Updating vs not updating (holdback)", [*headers, "Note"], rows)
 
 
@@ -281,7 +289,15 @@ def srm_verdict(report: Report) -> str:
             f"SAMPLE-RATIO MISMATCH in {', '.join(_period(p) for p in flagged)} (p < {report.srm_alpha}): "
             "user assignment or logging is off; do not trust the comparisons until it is explained."
         )
-    tested = [p for p, r in report.srm.items() if not math.isnan(r.p)]
+    few = [p for p, r in report.srm.items() if not math.isnan(r.p) and r.too_few]
+    tested = [p for p, r in report.srm.items() if not math.isnan(r.p) and not r.too_few]
+    if few:  # a chi-square on a handful of users passes whatever the split: no claim that it matches
+        users = ", ".join(f"{sum(report.srm[p].observed):,} in {_period(p)}" for p in few)
+        also = f"; no mismatch in {', '.join(_period(p) for p in tested)}" if tested else ""
+        return (
+            f"Sample-ratio check inconclusive: too few users ({users}; the chi-square test needs "
+            f"{stats.SRM_MIN_EXPECTED:g} expected per arm) to say the split matches the configured shares{also}."
+        )
     if not tested:
         return "Sample-ratio check undefined (see the notes of the table)."
     return (
@@ -296,12 +312,16 @@ def _p_is(name: str, p: float) -> str:
 
 
 def headline(report: Report) -> list[str]:
-    """One line per whole-period comparison: the figures a reader looks for first."""
+    """One line per whole-period comparison (a comparison an integrity check withheld says why), then one per
+    integrity flag: the figures a reader looks for first, and whether to trust them."""
     lines = []
     for c in report.comparisons:
         if c.period != ALL:
             continue
         t = c.test
+        if c.withheld:  # one line that says the difference is not a finding, and why
+            lines.append(f"{c.candidate} vs {c.other}: {_pp(t.diff)} pp, {NOT_TESTED}: {c.withheld}")
+            continue
         if not t.defined:
             lines.append(f"{c.candidate} vs {c.other}: {c.note or 'undefined'}")
             continue
@@ -312,7 +332,7 @@ def headline(report: Report) -> list[str]:
         if c.clustered is not None and c.clustered.defined:
             s += f"; user-clustered {_p_is('p', c.clustered.p)}, MDE {_mde(c.clustered.mde)} pp"
         lines.append(s)
-    return lines
+    return lines + report.flags
 
 
 def plot_png(report: Report) -> bytes:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from abpo.abtest.analysis import ALL, Report, ReportInputError, analyse
-from abpo.abtest.inputs import MOMENTS_SQL, counts_from_moments, read_counts_csv
+from abpo.abtest.inputs import ASSIGNMENT_SQL, MOMENTS_SQL, counts_from_moments, read_counts_csv
 from abpo.abtest.render import ReportFiles, write_report
 
 if TYPE_CHECKING:
@@ -43,12 +43,55 @@ def load_from_warehouse(warehouse_path: str | Path, months: list[str]) -> tuple[
     return counts_from_moments(moments), moments
 
 
+def assignment_rule(cfg: Config) -> tuple[str, dict[str, float]] | str:
+    """(salt, shares in assignment order) of the experiment's salted hash under ``cfg`` (sim.salt with the series'
+    replicate, report.arm_shares over arms.names in that order: what the router serves with), or the reason the
+    assignment cannot be checked (report.assignment = external, shares that assign no one)."""
+    from abpo.abtest.assignment import check_shares, series_salt
+
+    if cfg.report.assignment != "salted_hash":
+        return (
+            f"report.assignment = {cfg.report.assignment}: users were assigned by your own router, whose rule the "
+            "report cannot check"
+        )
+    try:
+        return series_salt(cfg.sim.salt, cfg.sim.replicate), check_shares(cfg.report.arm_shares, cfg.arms.names)
+    except ValueError as e:
+        return f"the experiment's assignment is undefined under this config ({e})"
+
+
+def load_assignment(path: Path, months: list[str], salt: str, shares: dict[str, float]) -> pa.Table:
+    """sql/report_assignment.sql on the warehouse: per period and arm, its users and those whose rows are in an arm
+    the salted hash (``salt``, ``shares`` in order) does not give them."""
+    from abpo.abtest.assignment import cumulative_bounds
+    from abpo.warehouse import Warehouse
+
+    with Warehouse(path, read_only=True) as wh:
+        return wh.run(ASSIGNMENT_SQL, months=months, salt=salt, arms=list(shares), bounds=cumulative_bounds(shares))
+
+
 def build_from_warehouse(cfg: Config, months: list[str], warehouse_path: str | Path | None = None) -> Report:
     path = Path(warehouse_path) if warehouse_path else cfg.paths.resolve("warehouse")
     counts, moments = load_from_warehouse(path, months)
     if counts.num_rows == 0:
         raise ReportInputError(f"{path}: no impressions for {', '.join(months)}")
-    return analyse(counts, cfg.report, months=months, moments=moments, source=f"warehouse {path.name}")
+    rule = assignment_rule(cfg)
+    report = analyse(
+        counts,
+        cfg.report,
+        months=months,
+        moments=moments,
+        source=f"warehouse {path.name}",
+        assignment=load_assignment(path, months, *rule) if isinstance(rule, tuple) else None,
+        assignment_rule=(
+            f"salt {rule[0]!r}, shares {', '.join(f'{a} {v:g}' for a, v in rule[1].items())}"
+            if isinstance(rule, tuple)
+            else ""
+        ),
+    )
+    if isinstance(rule, str):
+        report.notes.append(f"assignment not checked: {rule}")
+    return report
 
 
 def default_out_dir(cfg: Config, label: str) -> Path:
@@ -91,11 +134,12 @@ def report_metrics(report: Report) -> dict[str, float]:
         if not math.isnan(c.ctr):
             out[f"ctr.{c.arm}"] = c.ctr
     for c in report.comparisons:
-        if c.period == ALL and c.test.defined:
+        if c.period == ALL and c.test.defined and not c.withheld:
             out[f"diff_pp.{c.other}"] = c.test.diff_pp
             out[f"p.{c.other}"] = c.test.p
             out[f"p_holm.{c.other}"] = c.p_holm
     out["srm_flagged_periods"] = float(len(report.srm_flagged))
+    out["integrity_flags"] = float(len(report.flags))
     return out
 
 

@@ -295,6 +295,12 @@ class SRMResult:
     mismatch: bool
     note: str = ""
     excluded: list[str] = field(default_factory=list)
+    too_few: bool = False  # an expected count below SRM_MIN_EXPECTED: a p above alpha says nothing
+
+
+# Pearson's chi-square approximation needs about 5 expected observations per cell (Cochran's rule); below it a large
+# p-value is no evidence that the split matches the shares (4 users across 4 arms "passed" the check: issue 48 item 7).
+SRM_MIN_EXPECTED = 5.0
 
 
 def srm_test(observed: dict[str, int], shares: dict[str, float], alpha: float = 0.001) -> SRMResult:
@@ -331,7 +337,15 @@ def srm_test(observed: dict[str, int], shares: dict[str, float], alpha: float = 
     chi2 = float(sum((o - e) ** 2 / e for o, e in zip(obs, exp)))
     dof = len(arms) - 1
     p = float(_st.chi2.sf(chi2, dof))
-    return SRMResult(arms, obs, exp, chi2, dof, p, p < alpha, note="; ".join(notes), excluded=excluded)
+    small = [a for a, e in zip(arms, exp) if e < SRM_MIN_EXPECTED]
+    if small:
+        notes.append(
+            f"{total:,} users: fewer than {SRM_MIN_EXPECTED:g} expected in {', '.join(small)}, too few users to "
+            "check the split"
+        )
+    return SRMResult(
+        arms, obs, exp, chi2, dof, p, p < alpha, note="; ".join(notes), excluded=excluded, too_few=bool(small)
+    )
 
 
 def format_p(p: float) -> str:

@@ -16,8 +16,8 @@ import re
 # policy.num_threads, which change how fast, not what), sft.experiment /
 # output, update.deepspeed / mlflow_experiment: a trigger must not point the loop at other files, stores, models or
 # rules. Nor the gate (NOT_OVERRIDABLE: its margins, alpha, power, metric, minimum ESS, users) or the report's
-# sample-ratio check (srm_alpha, arm_shares): whoever may trigger a run must not be able to switch a safety check off
-# (issue 32 item 4); those belong to the deployment's config file ($ABPO_CONFIG). (What an arm's update trains, its
+# sample-ratio and integrity checks (srm_alpha, arm_shares, max_user_share, assignment): whoever may trigger a run
+# must not be able to switch a safety check off (issue 32 item 4); those belong to the deployment's config file ($ABPO_CONFIG). (What an arm's update trains, its
 # variant, logs, starting model and output, is no config at all: the update step passes it.)
 OVERRIDE_ALLOWED = (
     "sim.*",
@@ -113,6 +113,8 @@ NOT_OVERRIDABLE = {
     "arms.names": "the experiment's design (which arms run)",
     "report.srm_alpha": "the report's sample-ratio check",
     "report.arm_shares": "the report's sample-ratio check",
+    "report.max_user_share": "the report's check of arms dominated by one user",
+    "report.assignment": "the report's check of the users' assignment",
 }
 # Ranges of the allowed numeric keys: key -> (low, low included, high, high included, integer). Every numeric key a
 # trigger may set has one, with a finite upper bound (a trigger must not size a month past what a machine can run:

@@ -132,11 +132,11 @@ def _soon(cfg: Config, s, t: int) -> list[int]:
 
 def series_salt(cfg: Config) -> str:
     """The salt of the user -> arm hash of this series: ``sim.salt``, or ``<sim.salt>/replicate-<r>`` for
-    replicate r = ``sim.replicate`` >= 1 (module docstring)."""
-    r = int(cfg.sim.replicate)
-    if r < 0:
-        raise ValueError(f"config sim.replicate = {r}: rule: >= 0 (0: the series itself)")
-    return cfg.sim.salt if r == 0 else f"{cfg.sim.salt}/replicate-{r}"
+    replicate r = ``sim.replicate`` >= 1 (module docstring; abpo.abtest.assignment.series_salt, which the report's
+    assignment check uses too)."""
+    from abpo.abtest.assignment import series_salt as salt_of
+
+    return salt_of(cfg.sim.salt, cfg.sim.replicate)
 
 
 def series_entropy(cfg: Config) -> list[int]:

@@ -72,14 +72,16 @@ def impressions_log(
 @pytest.fixture(scope="module")
 def warehouse_root(tmp_path_factory):
     """A var/ root with a real DuckDB warehouse holding three ingested months of four arms
-    (unequal shares 0.4/0.2/0.2/0.2 of users by a stable hash; a user keeps the arm across months)."""
+    (unequal shares 0.4/0.2/0.2/0.2 of users by the experiment's salted hash under the default sim.salt, the
+    router's assignment; a user keeps the arm across months)."""
+    from abpo.abtest.assignment import assign_users
     from abpo.data.schemas import write_impressions
     from abpo.warehouse import Warehouse
 
     root = tmp_path_factory.mktemp("abtest-warehouse") / "var"
     landing = root / "landing"
     users = list(range(1, 801))
-    arm_of = {u: ARMS[0] if (u * 2654435761) % 10 < 4 else ARMS[1 + (u * 2654435761) % 3] for u in users}
+    arm_of = assign_users(users, "abpo-arms-v1", {"abpo": 0.4, "grpo": 0.2, "ml_retrain": 0.2, "popularity": 0.2})
     ctr = {"abpo": 0.12, "grpo": 0.10, "ml_retrain": 0.10, "popularity": 0.08}
     with Warehouse(root / "warehouse.duckdb") as wh:
         for i, m in enumerate(MONTHS):

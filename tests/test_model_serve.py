@@ -20,15 +20,7 @@ from pathlib import Path
 
 import pytest
 
-SMALL = [
-    "data.max_users=40",
-    "data.eval_candidates=20",
-    "policy.tiny_hidden_size=32",
-    "policy.tiny_layers=1",
-    "policy.tiny_heads=2",
-    "policy.tiny_intermediate_size=64",
-    "policy.tiny_vocab_size=600",
-]
+from tests.sizes import ADOPTED_MONTH
 
 
 def _free_port() -> int:
@@ -65,7 +57,7 @@ def test_mlflow_models_serve_ranks_and_takes_tau(make_cfg, build_tiny_model, tmp
     from abpo.monthly.common import dataset_and_splits
     from abpo.serving import RecommenderModel
 
-    cfg = make_cfg(*SMALL)
+    cfg = make_cfg(*ADOPTED_MONTH)
     ds, _ = dataset_and_splits(cfg)
     titles = ds.titles()
     model_dir = build_tiny_model(cfg.policy, titles)

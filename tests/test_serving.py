@@ -10,8 +10,10 @@ import torch
 
 from abpo import registry
 from abpo.config import load_config
+from tests.sizes import TINY_MODEL, without
 
 REPO = Path(__file__).resolve().parents[1]
+SERVED_MODEL = without(TINY_MODEL, "policy.tiny_layers")  # the preset's 2 layers
 
 
 @pytest.fixture(scope="module")
@@ -33,10 +35,7 @@ def test_registered_model_serves_same_scores(tmp_path, titles):
         "tiny",
         [
             f"paths.root={tmp_path}",
-            "policy.tiny_hidden_size=32",
-            "policy.tiny_heads=2",
-            "policy.tiny_intermediate_size=64",
-            "policy.tiny_vocab_size=600",
+            *SERVED_MODEL,
             "policy.tau=0.7",
             "policy.max_history=3",
             "policy.prompt_style=text",
@@ -84,10 +83,7 @@ def test_item_token_model_serves_its_item_token_scores(tmp_path, titles):
         "tiny",
         [
             f"paths.root={tmp_path}",
-            "policy.tiny_hidden_size=32",
-            "policy.tiny_heads=2",
-            "policy.tiny_intermediate_size=64",
-            "policy.tiny_vocab_size=600",
+            *SERVED_MODEL,
             "policy.tau=0.7",
             "policy.prompt_style=item_tokens",
         ],
@@ -120,10 +116,7 @@ def test_bad_request_names_the_row(tmp_path, titles):
         "tiny",
         [
             f"paths.root={tmp_path}",
-            "policy.tiny_hidden_size=32",
-            "policy.tiny_heads=2",
-            "policy.tiny_intermediate_size=64",
-            "policy.tiny_vocab_size=600",
+            *SERVED_MODEL,
         ],
     )
     served = _load_pyfunc(str(build_tiny(cfg.policy, cfg.paths, titles, seed=0)), {"tau": 1.0})

@@ -12,21 +12,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-SMALL = [
-    "data.max_users=40",
-    "data.eval_candidates=20",
-    "policy.tiny_hidden_size=32",
-    "policy.tiny_layers=1",
-    "policy.tiny_heads=2",
-    "policy.tiny_intermediate_size=64",
-    "policy.tiny_vocab_size=600",
-]
+from tests.sizes import ADOPTED_MONTH
 
 
 def _cfg_and_model(make_cfg, build_tiny_model, *extra):
     from abpo.monthly.common import dataset_and_splits
 
-    cfg = make_cfg(*SMALL, *extra)
+    cfg = make_cfg(*ADOPTED_MONTH, *extra)
     ds, _ = dataset_and_splits(cfg)
     return cfg, ds, Path(build_tiny_model(cfg.policy, ds.titles()))
 
@@ -54,7 +46,7 @@ def test_adopt_makes_a_model_the_first_champion_without_sft(make_cfg, build_tiny
     from abpo.monthly.adopt import ModelRefused, adopt_model
 
     cfg, ds, model = _cfg_and_model(make_cfg, build_tiny_model)
-    sets = [x for s in [f"paths.root={tmp_path}", *SMALL] for x in ("--set", s)]
+    sets = [x for s in [f"paths.root={tmp_path}", *ADOPTED_MONTH] for x in ("--set", s)]
     assert main(["arms", "adopt", "--arm", "abpo", "--model", str(model), *sets]) == 0
     assert f"abpo: {model} is champion v1 (checked on 4 held-out requests; no SFT)" in capsys.readouterr().out
     champ = arm_versions.get_version(cfg, "abpo", "champion")
@@ -89,7 +81,7 @@ def test_a_tokenizer_without_item_tokens_for_the_catalog_is_refused(make_cfg, bu
     from abpo.arms import versions as arm_versions
     from abpo.monthly.adopt import ModelRefused, adopt_model
 
-    cfg = make_cfg(*SMALL)
+    cfg = make_cfg(*ADOPTED_MONTH)
     other = build_tiny_model(cfg.policy, {i: f"Other film {i}" for i in range(1, 60)})  # another catalog's tokens
     with pytest.raises(
         ModelRefused,

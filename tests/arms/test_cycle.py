@@ -6,21 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-SMALL = [
-    "data.max_users=60",
-    "data.update_steps=6",
-    "sft.max_steps=20",
-    "sft.pretrain_epochs=2",  # stage 1 at 2 epochs (preset: up to 20): a bootstrap's largest part
-    "sft.eval_max_users=20",
-    "data.eval_candidates=20",
-    "update.max_steps=2",
-    "update.batch_size=8",
-    "update.save_steps=100",
-    "arms.min_rows_per_stratum=1",
-    "sim.click_next=1.0",
-    "sim.base_ctr=0.2",
-    "arms.update_logs=own",
-]  # own logs here; all traffic and the holdback: tests/monthly/test_holdback_months.py
+# CYCLE_MONTH: each LLM arm updates from its own logs (from all traffic, with the holdback:
+# tests/monthly/test_holdback_months.py)
+from tests.sizes import CYCLE_MONTH, GATE_PASSES
 
 
 @pytest.mark.slow
@@ -39,11 +27,8 @@ def test_two_months_lineage_gate_and_refits(tmp_path):
 
     # month 1 with a gate every challenger passes (margin 1: any lower bound of the paired difference clears it), so
     # that month 2 must start from month 1's promoted challenger; the gate's own verdicts are tested in test_gate*
-    cfg = load_config("tiny", [f"paths.root={tmp_path}", *SMALL])
-    cfg1 = load_config(
-        "tiny",
-        [f"paths.root={tmp_path}", *SMALL, "arms.gate_margin=1.0", "arms.gate_ope_margin=1.0", "arms.gate_min_ess=0"],
-    )
+    cfg = load_config("tiny", [f"paths.root={tmp_path}", *CYCLE_MONTH])
+    cfg1 = load_config("tiny", [f"paths.root={tmp_path}", *CYCLE_MONTH, *GATE_PASSES])
     m1 = run_month(cfg1, "2026-01").to_json()
     # the steps ran in the order of abpo.monthly.steps.STEPS (per arm: its kind's chain), the DAG's order
     assert [s.split(".")[-1] for s in m1["ran"]] == [
@@ -65,7 +50,7 @@ def test_two_months_lineage_gate_and_refits(tmp_path):
     champ1 = {a: m1[a]["promote"]["champion_version"] for a in ("abpo", "grpo")}
 
     # month 2 with a gate no challenger can pass: every LLM arm keeps its month-1 champion
-    cfg2 = load_config("tiny", [f"paths.root={tmp_path}", *SMALL, "arms.gate_margin=-1.0"])
+    cfg2 = load_config("tiny", [f"paths.root={tmp_path}", *CYCLE_MONTH, "arms.gate_margin=-1.0"])
     m2 = run_month(cfg2, "2026-02").to_json()
     registry.configure(cfg)
     client = MlflowClient()
@@ -144,7 +129,7 @@ def test_months_beyond_the_windows_a_refused_split_change_and_a_moved_state(tmp_
     from abpo.monthly.series import SeriesChanged
     from abpo.sim.simulator import months_available
 
-    small = [*SMALL, "data.update_steps=2", "arms.gate_margin=1.0", "arms.gate_ope_margin=1.0", "arms.gate_min_ess=0"]
+    small = [*CYCLE_MONTH, "data.update_steps=2", *GATE_PASSES]
     old, new = tmp_path / "old" / "var", tmp_path / "new" / "var"
     cfg = load_config("tiny", [f"paths.root={old}", *small])
     assert months_available(cfg) == 1

@@ -17,6 +17,7 @@ from abpo.data.holdout import holdout_unit
 from abpo.data.schemas import INTERACTIONS_SCHEMA, SchemaError, write_impressions, write_interactions
 from abpo.data.synthetic import synthetic_impressions
 from abpo.warehouse import Warehouse
+from tests.sizes import TINY_MODEL
 
 M1, M2 = "2026-01", "2026-02"
 FRACTION = 0.3
@@ -378,14 +379,7 @@ def test_config_explain_lists_the_new_keys(capsys):
 
 # ------------------------------------------------------------------------------------------ (d) gate, end to end
 
-SMALL_MODEL = [
-    "policy.tiny_hidden_size=32",
-    "policy.tiny_layers=1",
-    "policy.tiny_heads=2",
-    "policy.tiny_intermediate_size=64",
-    "policy.tiny_vocab_size=600",
-    "arms.gate_ope_margin=-1",
-]
+SMALL_MODEL = [*TINY_MODEL, "arms.gate_ope_margin=-1"]
 
 
 def test_gate_arm_scores_both_versions_on_the_warehouse_users(make_cfg, movielens_dir, build_tiny_model):

@@ -102,13 +102,10 @@ def test_two_namespaces_on_one_store_each_run_a_month(tmp_path):
     from mlflow import MlflowClient
 
     from abpo.monthly.month import run_month
-    from tests.arms.test_cycle import SMALL
+    from tests.sizes import CYCLE_MONTH, GATE_PASSES
 
     store = f"sqlite:///{tmp_path / 'shared.db'}"
-    envs = {
-        ns: _env(tmp_path, ns, store, *SMALL, "arms.gate_margin=1.0", "arms.gate_ope_margin=1.0", "arms.gate_min_ess=0")
-        for ns in ("staging", "prod")
-    }
+    envs = {ns: _env(tmp_path, ns, store, *CYCLE_MONTH, *GATE_PASSES) for ns in ("staging", "prod")}
     out = {ns: run_month(cfg, "2026-01").to_json() for ns, cfg in envs.items()}
     registry.configure(envs["staging"])
     client = MlflowClient()

@@ -12,15 +12,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-SMALL = [
-    "data.max_users=40",
-    "data.eval_candidates=20",
-    "policy.tiny_hidden_size=32",
-    "policy.tiny_layers=1",
-    "policy.tiny_heads=2",
-    "policy.tiny_intermediate_size=64",
-    "policy.tiny_vocab_size=600",
-]
+from tests.sizes import ADOPTED_MONTH
 
 
 def test_rows_logged_as_the_readme_says_are_what_abpo_scores(make_cfg, build_tiny_model):
@@ -32,7 +24,7 @@ def test_rows_logged_as_the_readme_says_are_what_abpo_scores(make_cfg, build_tin
     from abpo.monthly.common import dataset_and_splits
     from abpo.warehouse import Warehouse
 
-    cfg = make_cfg(*SMALL)
+    cfg = make_cfg(*ADOPTED_MONTH)
     ds, splits = dataset_and_splits(cfg)
     titles = ds.titles()
     adopt_model(cfg, "abpo", build_tiny_model(cfg.policy, titles))

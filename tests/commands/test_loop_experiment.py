@@ -10,26 +10,9 @@ from pathlib import Path
 
 import pytest
 
-ARMS = ["abpo", "grpo", "ml_retrain", "popularity", "holdback"]
-TINY = [
-    "data.max_users=60",
-    "data.update_steps=6",
-    "sft.max_steps=20",
-    "sft.pretrain_epochs=2",
-    "sft.eval_max_users=20",
-    "data.eval_candidates=20",
-    "update.max_steps=2",
-    "update.batch_size=8",
-    "update.save_steps=100",
-    "arms.min_rows_per_stratum=1",
-    "arms.gate_ope_bootstrap=200",
-    "arms.update_max_examples=48",
-    "sim.click_next=1.0",
-    "sim.base_ctr=0.2",
-    f"arms.names=[{', '.join(ARMS)}]",
-    f"data.known_arms=[{', '.join(ARMS)}]",
-    "report.arm_shares={abpo: 0.3, grpo: 0.3, holdback: 0.2, ml_retrain: 0.1, popularity: 0.1}",
-]
+from tests.sizes import HOLDBACK_ARMS, LIKELY_CLICKS, MONTH
+
+TINY = [*MONTH, "arms.gate_ope_bootstrap=200", "arms.update_max_examples=48", *LIKELY_CLICKS, *HOLDBACK_ARMS]
 
 
 def per_user(warehouse: Path, arm: str) -> list[tuple[int, int]]:

@@ -15,27 +15,7 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-# The DAG tests' month sizes (tests/dags/test_abpo_monthly_e2e.py runs the demo at these, with the demo's clicks)
-SIZES = [
-    "data.max_users=40",
-    "sft.max_steps=10",
-    "sft.pretrain_epochs=2",  # stage 1 at 2 epochs (preset: up to 20): a bootstrap's largest part
-    "policy.num_threads=1",  # the demo preset's 2 threads are several times slower beside another test process
-    "sft.eval_max_users=15",
-    "data.eval_candidates=20",
-    "update.max_steps=2",
-    "update.batch_size=8",
-    "update.save_steps=100",
-    "arms.min_rows_per_stratum=1",
-]
-SMALL = [
-    *SIZES,
-    "arms.gate_ope_bootstrap=200",
-    # clicks likely enough that a 40-user month gives every LLM arm both strata (the grpo arm serves ~20 rows;
-    # with the default click model it once got none, and its update group was skipped, not failed)
-    "sim.click_next=1.0",
-    "sim.base_ctr=0.2",
-]
+# the DAG runs' sizes: tests/sizes.py (DAG_MONTH, DAG_MONTH_CLICKS)
 SERVICES = {"api-server": ["api-server"], "scheduler": ["scheduler"], "dag-processor": ["dag-processor"]}
 
 

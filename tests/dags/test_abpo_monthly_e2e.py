@@ -15,7 +15,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from airflow_services import SIZES, Api, free_port  # SIZES: the other DAG tests' sizes (the demo's own clicks)
+from airflow_services import Api, free_port
+
+from tests.sizes import DAG_MONTH  # the other DAG tests' sizes, with the demo's own clicks
 
 
 def _env(tmp_path):
@@ -27,7 +29,7 @@ def _env(tmp_path):
 
 @pytest.mark.slow
 def test_demo_runs_three_months_through_the_dag(tmp_path):
-    sets = [x for s in SIZES for x in ("--set", s)]
+    sets = [x for s in DAG_MONTH for x in ("--set", s)]
     proc = subprocess.run(
         [str(Path(sys.executable).with_name("abpo")), "demo", "--config", "demo", "--months", "3", *sets],
         env=_env(tmp_path),
@@ -98,7 +100,7 @@ def test_demo_runs_three_months_through_the_dag(tmp_path):
         "ABPO_CONFIG": "demo",
         "ABPO_TASK_RETRIES": "0",
     }
-    conf = json.dumps({"month": "2026-04", "overrides": SIZES})
+    conf = json.dumps({"month": "2026-04", "overrides": DAG_MONTH})
     airflow = Path(sys.executable).with_name("airflow")
     proc = subprocess.run(
         [str(airflow), "dags", "test", "abpo_monthly", "2026-05-01T00:00:00+00:00", "-c", conf],

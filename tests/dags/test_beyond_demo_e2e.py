@@ -29,15 +29,16 @@ import yaml
 from airflow_services import AirflowServices
 
 REPO = Path(__file__).resolve().parents[2]
-# the demo preset at the scheduler tests' sizes (airflow_services.SMALL) plus a one-window series; as a config file,
-# not run overrides, so that the next month is triggered as a demo's user would trigger it: month and simulate only
+# the demo preset at the scheduler tests' sizes (tests/sizes.py DAG_MONTH_CLICKS) plus a one-window series; as a
+# config file, not run overrides, so that the next month is triggered as a demo's user would trigger it: month and
+# simulate only
 SMALL_DEMO = {
     "data": {"max_users": 40, "eval_candidates": 20, "update_steps": 2},
     "sft": {"max_steps": 10, "eval_max_users": 15, "pretrain_epochs": 2},
     "policy": {"num_threads": 1},  # the preset's 2 threads are several times slower beside another test process
     "update": {"max_steps": 2, "batch_size": 8, "save_steps": 100},
     "arms": {"min_rows_per_stratum": 1, "gate_ope_bootstrap": 200},
-    # clicks likely enough that every LLM arm gets both strata (airflow_services.SMALL says why)
+    # clicks likely enough that every LLM arm gets both strata (tests/sizes.py LIKELY_CLICKS says why)
     "sim": {"click_next": 1.0, "base_ctr": 0.2},
 }
 LLM_ARMS, RANKER_ARMS = ("abpo", "grpo"), ("ml_retrain", "popularity")

@@ -18,7 +18,9 @@ import time
 from pathlib import Path
 
 import pytest
-from airflow_services import REPO, SMALL, AirflowServices, free_port, separate_python
+from airflow_services import REPO, AirflowServices, free_port, separate_python
+
+from tests.sizes import DAG_MONTH_CLICKS
 
 HERE = Path(__file__).resolve().parent
 WORKERS = {"cpu-worker": "default", "gpu-worker": "gpu"}  # hostname -> the queue it listens on
@@ -100,7 +102,7 @@ def test_a_month_runs_on_two_celery_workers_with_the_updates_on_the_gpu_queue(tm
                     ],
                     {"AIRFLOW__CORE__HOSTNAME_CALLABLE": "worker_hostname.hostname", "ABPO_TEST_WORKER_HOSTNAME": host},
                 )
-            rid = af.trigger({"month": "2026-01", "simulate": True, "overrides": SMALL})
+            rid = af.trigger({"month": "2026-01", "simulate": True, "overrides": DAG_MONTH_CLICKS})
             done = af.api.wait_run(rid, 2400)
             tis = af.api.task_states(rid)
             assert done["state"] == "success", (

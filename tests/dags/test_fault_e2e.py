@@ -10,7 +10,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from airflow_services import SMALL, AirflowServices
+from airflow_services import AirflowServices
+
+from tests.sizes import DAG_MONTH_CLICKS
 
 # Recovery fast enough for a test, yet not so eager that a busy 2-core machine trips it: a scheduler whose own
 # heartbeat lags past SCHEDULER_HEALTH_CHECK_THRESHOLD is declared dead and every task it queued is reset (with 10 s
@@ -45,7 +47,7 @@ def _all_runs(client):
 @pytest.mark.slow
 def test_killing_the_scheduler_mid_update_loses_and_doubles_nothing(tmp_path):
     overrides = [
-        *SMALL,
+        *DAG_MONTH_CLICKS,
         "update.max_steps=60",
     ]  # long enough an update to be killed inside it (item-token steps take ~0.1 s)
     with AirflowServices(tmp_path, FAST_RECOVERY) as af:

@@ -19,9 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-# the smallest month of tests/monthly/test_month_idempotence.py: two arms, a gate every challenger passes (the month
-# promotes, so its rerun starts from another champion than the month did)
-from tests.monthly.test_month_idempotence import SMALL
+from tests.sizes import RERUN_MONTH
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -56,7 +54,7 @@ def test_a_completed_month_rerun_through_airflow_changes_no_version_and_no_alias
     monkeypatch.setenv("ABPO_STATE", str(state))
     monkeypatch.delenv("ABPO_TRACKING_URI", raising=False)
     config = tmp_path / "month.yaml"  # the deployment's config file: read by this process and by every task
-    config.write_text(yaml.safe_dump(load_config("tiny", SMALL).to_dict(), sort_keys=False))
+    config.write_text(yaml.safe_dump(load_config("tiny", RERUN_MONTH).to_dict(), sort_keys=False))
     cfg = load_config(config)
     ds, _ = dataset_and_splits(cfg)
     adopt_model(cfg, "abpo", build_tiny_model(cfg.policy, ds.titles()))  # the first champion, without SFT

@@ -5,13 +5,15 @@ through the REST API, then the registry and the warehouse it left behind."""
 from __future__ import annotations
 
 import pytest
-from airflow_services import SMALL, AirflowServices
+from airflow_services import AirflowServices
+
+from tests.sizes import DAG_MONTH_CLICKS
 
 
 @pytest.mark.slow
 def test_a_manual_run_on_the_real_scheduler_succeeds_task_by_task(tmp_path):
     with AirflowServices(tmp_path, {}) as af:
-        rid = af.trigger({"month": "2026-01", "simulate": True, "overrides": SMALL})
+        rid = af.trigger({"month": "2026-01", "simulate": True, "overrides": DAG_MONTH_CLICKS})
         done = af.api.wait_run(rid, 1500)
         states = {k: t["state"] for k, t in af.api.task_states(rid).items()}
         assert done["state"] == "success", (states, af.log("scheduler"))

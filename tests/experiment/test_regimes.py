@@ -11,29 +11,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from .test_runner import _small_movielens
+from tests.sizes import EXPERIMENT_TRAINING, EXPERIMENT_TWO_ROUNDS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-BASE = [
-    "data.eval_candidates=20",
-    "experiment.eval_candidates=0",
-    "experiment.update_steps=4",
-    "experiment.rounds=2",
-    "policy.tiny_hidden_size=32",
-    "policy.tiny_intermediate_size=64",
-    "policy.tiny_vocab_size=600",
-]
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return _small_movielens(tmp_path_factory.mktemp("regimes") / "ml40")
+def data_dir(tmp_path_factory, small_movielens):
+    return small_movielens(tmp_path_factory.mktemp("regimes") / "ml40")
 
 
 def _cfg(data_dir, tmp_path, *overrides):
     from abpo.config import load_config
 
-    return load_config("tiny", [f"paths.root={tmp_path / 'var'}", f"data.dataset_dir={data_dir}", *BASE, *overrides])
+    return load_config(
+        "tiny", [f"paths.root={tmp_path / 'var'}", f"data.dataset_dir={data_dir}", *EXPERIMENT_TWO_ROUNDS, *overrides]
+    )
 
 
 def _ctx(data_dir, tmp_path, *overrides):
@@ -333,12 +326,8 @@ def test_two_rounds_with_pi_init_logging_and_simulator_clicks_on_validation_user
     overrides = [
         f"paths.root={tmp_path / 'var'}",
         f"data.dataset_dir={data_dir}",
-        *BASE,
-        "sft.max_steps=6",
-        "update.max_steps=2",
-        "update.batch_size=4",
-        "update.save_steps=100",
-        "update.max_completion_length=128",
+        *EXPERIMENT_TWO_ROUNDS,
+        *EXPERIMENT_TRAINING,
         "experiment.bootstrap_samples=50",
         "experiment.seeds=0",
         "experiment.rows=none,abpo,grpo_g1",

@@ -4,7 +4,6 @@ runs, outputs)."""
 
 from __future__ import annotations
 
-import csv
 import json
 import logging
 import math
@@ -18,6 +17,7 @@ from abpo.experiment.evaluation import metrics_from_scores
 from abpo.experiment.markdown import table_markdown
 from abpo.experiment.rows import row_key, row_label
 from abpo.experiment.table import paired_tests, table_rows
+from tests.sizes import EXPERIMENT_MODEL, EXPERIMENT_TRAINING, EXPERIMENT_TWO_ROUNDS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -240,29 +240,8 @@ def test_training_diagnostics_and_match_curves_come_from_the_update_history():
     assert "γ ratio" not in md  # a diagnostic no row has is left out
 
 
-def _small_movielens(dst: Path, n_users: int = 40) -> Path:
-    """The first n_users users of the bundled MovieLens (their ratings) and the movies they rated, in MovieLens
-    format."""
-    src = REPO_ROOT / "data" / "ml-latest-small"
-    with open(src / "ratings.csv", newline="") as f:
-        rows = [r for r in csv.DictReader(f) if int(r["userId"]) <= n_users]
-    items = {r["movieId"] for r in rows}
-    with open(src / "movies.csv", newline="", encoding="utf-8") as f:
-        movies = [m for m in csv.DictReader(f) if m["movieId"] in items]
-    dst.mkdir(parents=True)
-    with open(dst / "ratings.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=["userId", "movieId", "rating", "timestamp"])
-        w.writeheader()
-        w.writerows(rows)
-    with open(dst / "movies.csv", "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=["movieId", "title", "genres"])
-        w.writeheader()
-        w.writerows(movies)
-    return dst
-
-
 @pytest.mark.slow
-def test_experiment_end_to_end_on_a_movielens_format_directory(tmp_path, caplog):
+def test_experiment_end_to_end_on_a_movielens_format_directory(tmp_path, caplog, small_movielens):
     """Two seeds x (No-Update, vanilla GRPO, ABPO, popularity, ML-retrain) on 40 users with a very small model:
     every cell computed once, the table/CSV/PNG written, the workers' progress logged through this process's loggers,
     MLflow holds the parent and one nested run per cell, and a rerun recomputes nothing."""
@@ -272,21 +251,15 @@ def test_experiment_end_to_end_on_a_movielens_format_directory(tmp_path, caplog)
     from abpo.config import load_config
     from abpo.experiment.runner import run_experiment
 
-    data = _small_movielens(tmp_path / "ml40")
+    data = small_movielens(tmp_path / "ml40")
     overrides = [
         f"paths.root={tmp_path / 'var'}",
         f"data.dataset_dir={data}",
         "data.eval_candidates=20",
         "experiment.eval_candidates=0",
         "experiment.update_steps=0",
-        "policy.tiny_hidden_size=32",
-        "policy.tiny_intermediate_size=64",
-        "policy.tiny_vocab_size=600",
-        "sft.max_steps=6",
-        "update.max_steps=2",
-        "update.batch_size=4",
-        "update.save_steps=100",
-        "update.max_completion_length=128",
+        *EXPERIMENT_MODEL,
+        *EXPERIMENT_TRAINING,
         "experiment.seeds=0,1",
         "experiment.rows=none,grpo,abpo,popularity,ml_retrain",
         "experiment.workers=1",
@@ -447,7 +420,7 @@ def test_cell_fingerprints_of_the_tiny_preset_are_pinned():
 
 
 @pytest.mark.slow
-def test_rounds_full_information_and_sweep_end_to_end(tmp_path):
+def test_rounds_full_information_and_sweep_end_to_end(tmp_path, small_movielens):
     """Two rounds of No-Update, ABPO and the full-information row on 40 users: round 2 starts from round 1's model
     and logs with it, the match rates are probabilities, the rounds table/plot are written; a rerun computes
     nothing; a sweep of the update's learning rate over two probes reuses No-Update's cells and refuses the test
@@ -458,22 +431,12 @@ def test_rounds_full_information_and_sweep_end_to_end(tmp_path):
     from abpo.experiment.runner import run_experiment
     from abpo.experiment.sweep import parse_sweep, run_sweep
 
-    data = _small_movielens(tmp_path / "ml40")
+    data = small_movielens(tmp_path / "ml40")
     overrides = [
         f"paths.root={tmp_path / 'var'}",
         f"data.dataset_dir={data}",
-        "data.eval_candidates=20",
-        "experiment.eval_candidates=0",
-        "experiment.update_steps=4",
-        "experiment.rounds=2",
-        "policy.tiny_hidden_size=32",
-        "policy.tiny_intermediate_size=64",
-        "policy.tiny_vocab_size=600",
-        "sft.max_steps=6",
-        "update.max_steps=2",
-        "update.batch_size=4",
-        "update.save_steps=100",
-        "update.max_completion_length=128",
+        *EXPERIMENT_TWO_ROUNDS,
+        *EXPERIMENT_TRAINING,
         "experiment.bootstrap_samples=100",
         "experiment.seeds=0",
         "experiment.rows=none,abpo,full_info",

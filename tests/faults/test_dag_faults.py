@@ -51,22 +51,10 @@ def test_a_triggered_run_cannot_override_keys_outside_the_allow_list(dag, dag_mo
 
 def test_the_e2e_tests_and_the_demo_overrides_are_allowed(dag_module):
     """What `abpo demo --set ...` and the slow DAG tests pass as the run's overrides (sizes and steps) stays allowed."""
-    import ast
-    import importlib.util
+    from tests.sizes import CYCLE_MONTH, DAG_MONTH, DAG_MONTH_CLICKS
 
-    root = DAGS.parent / "tests" / "dags"
-    # the DAG tests' lists (airflow_services: SIZES, which the demo test passes, and SMALL = SIZES + clicks), from the
-    # module itself (SMALL is built from SIZES); test_cycle's from its source, without importing that test module
-    spec = importlib.util.spec_from_file_location("airflow_services_lists", root / "airflow_services.py")
-    services = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(services)
-    tree = ast.parse((DAGS.parent / "tests" / "arms" / "test_cycle.py").read_text())
-    cycle = next(
-        ast.literal_eval(n.value)
-        for n in tree.body
-        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "SMALL" for t in n.targets)
-    )
-    for small in (services.SIZES, services.SMALL, cycle):
+    # DAG_MONTH: what the demo test passes; DAG_MONTH_CLICKS: the other DAG tests' runs; CYCLE_MONTH: test_cycle's month
+    for small in (DAG_MONTH, DAG_MONTH_CLICKS, CYCLE_MONTH):
         assert dag_module.check_overrides(small) == small
 
 

@@ -12,6 +12,7 @@ from abpo.data.schemas import write_impressions
 from abpo.data.synthetic import synthetic_impressions
 from abpo.monthly.report import report, require_previous_month
 from abpo.warehouse import config_catalog, ingest_with_config
+from tests.sizes import MONTH
 
 
 def test_a_month_with_a_zero_click_and_an_all_click_arm_completes(state):
@@ -33,16 +34,7 @@ def test_a_month_with_a_zero_click_and_an_all_click_arm_completes(state):
 
 
 ZERO_CLICK_MONTH = [
-    "data.max_users=60",
-    "data.update_steps=6",
-    "sft.max_steps=20",
-    "sft.eval_max_users=20",
-    "sft.pretrain_epochs=2",
-    "data.eval_candidates=20",
-    "update.max_steps=2",
-    "update.batch_size=8",
-    "update.save_steps=100",
-    "arms.min_rows_per_stratum=1",
+    *MONTH,
     "sim.click_next=0.0",
     "sim.click_soon=0.0",
     "sim.base_ctr=0.0",

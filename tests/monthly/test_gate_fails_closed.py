@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import shutil
 
+from tests.sizes import TINY_MODEL
+
 SMALL_MODEL = [
-    "policy.tiny_hidden_size=32",
-    "policy.tiny_layers=1",
-    "policy.tiny_heads=2",
-    "policy.tiny_intermediate_size=64",
-    "policy.tiny_vocab_size=600",
+    *TINY_MODEL,
     "data.eval_candidates=10",
     "arms.gate_max_users=20",
 ]

@@ -7,28 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-ARMS = ["abpo", "grpo", "ml_retrain", "popularity", "holdback"]
-SMALL = [
-    "data.max_users=60",
-    "data.update_steps=6",
-    "sft.max_steps=20",
-    "sft.pretrain_epochs=2",  # stage 1 at 2 epochs (preset: up to 20): a bootstrap's largest part
-    "sft.eval_max_users=20",
-    "data.eval_candidates=20",
-    "update.max_steps=2",
-    "update.batch_size=8",
-    "update.save_steps=100",
-    "arms.min_rows_per_stratum=1",
-    "sim.click_next=1.0",
-    "sim.base_ctr=0.2",
-    "arms.gate_margin=1.0",
-    "arms.gate_ope_margin=1.0",
-    "arms.gate_min_ess=0",
-    "arms.update_max_examples=48",
-    f"arms.names=[{', '.join(ARMS)}]",
-    f"data.known_arms=[{', '.join(ARMS)}]",
-    "report.arm_shares={abpo: 0.3, grpo: 0.3, holdback: 0.2, ml_retrain: 0.1, popularity: 0.1}",
-]
+from tests.sizes import FIVE_ARMS, GATE_PASSES, HOLDBACK_ARMS, LIKELY_CLICKS, MONTH
+
+SMALL = [*MONTH, *LIKELY_CLICKS, *GATE_PASSES, "arms.update_max_examples=48", *HOLDBACK_ARMS]
 
 
 @pytest.mark.slow
@@ -59,8 +40,8 @@ def test_two_months_the_holdback_stays_pi_init_and_updates_read_all_traffic(tmp_
         served = m["serve"]["per_arm"]
         for arm in ("abpo", "grpo"):
             up = m[arm]["update"]
-            assert up["update_logs"] == "all" and set(up["logged_by"]) == set(ARMS)  # every arm's rows
-            total = sum(served[a]["impressions"] for a in ARMS)
+            assert up["update_logs"] == "all" and set(up["logged_by"]) == set(FIVE_ARMS)  # every arm's rows
+            total = sum(served[a]["impressions"] for a in FIVE_ARMS)
             assert up["logged_by"]["holdback"] == pytest.approx(served["holdback"]["impressions"] / total)
             assert up["first_step_w"]["rows"] == 48 and up["first_step_w"]["ess"] <= 48
             run = MlflowClient().get_run(up["run_id"])

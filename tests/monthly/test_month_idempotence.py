@@ -10,29 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-SMALL = [
-    "data.max_users=60",
-    "data.update_steps=6",
-    "sft.eval_max_users=20",
-    "sft.pretrain_epochs=2",  # stage 1 at 2 epochs (preset: up to 20): a bootstrap's largest part
-    "data.eval_candidates=20",
-    "update.max_steps=2",
-    "update.batch_size=8",
-    "update.save_steps=100",
-    "arms.min_rows_per_stratum=1",
-    "sim.click_next=1.0",
-    "sim.base_ctr=0.2",
-    "arms.update_logs=own",
-    "arms.names=abpo,popularity",
-    "report.arm_shares={abpo: 0.5, popularity: 0.5}",
-    "report.candidate_arm=abpo",
-    "arms.gate_max_users=20",
-    "arms.gate_ope_bootstrap=200",
-    # a gate every challenger passes: the month promotes, so its rerun would see another champion than its start
-    "arms.gate_margin=1.0",
-    "arms.gate_ope_margin=1.0",
-    "arms.gate_min_ess=0",
-]
+from tests.sizes import RERUN_MONTH
 
 
 def registry_state(cfg) -> dict:
@@ -67,7 +45,7 @@ def test_a_completed_month_run_again_changes_no_version_and_no_alias(tmp_path, b
     from abpo.monthly.month import run_month
 
     root = tmp_path / "k1"
-    cfg = load_config("tiny", [f"paths.root={root}", *SMALL])
+    cfg = load_config("tiny", [f"paths.root={root}", *RERUN_MONTH])
     ds, _ = dataset_and_splits(cfg)
     adopt_model(cfg, "abpo", build_tiny_model(cfg.policy, ds.titles()))  # the first champion, without SFT
     first = run_month(cfg, "2026-01").to_json()
@@ -86,7 +64,7 @@ def test_a_completed_month_run_again_changes_no_version_and_no_alias(tmp_path, b
     assert again["ingest"] == first["ingest"]
 
     # the same state spelled with a trailing slash (ABPO_STATE=.../k1/): the same keys, nothing retrained
-    slashed = load_config("tiny", [f"paths.root={root}/", *SMALL])
+    slashed = load_config("tiny", [f"paths.root={root}/", *RERUN_MONTH])
     run_month(slashed, "2026-01")
     assert registry_state(cfg) == before
 

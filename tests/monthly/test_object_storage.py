@@ -8,23 +8,13 @@ from __future__ import annotations
 
 import pytest
 
+from tests.sizes import GATE_PASSES, LIKELY_CLICKS, MONTH
+
 ARMS = ["abpo", "popularity"]
 SMALL = [
-    "data.max_users=60",
-    "data.update_steps=6",
-    "sft.max_steps=20",
-    "sft.pretrain_epochs=2",  # stage 1 at 2 epochs (preset: up to 20): a bootstrap's largest part
-    "sft.eval_max_users=20",
-    "data.eval_candidates=20",
-    "update.max_steps=2",
-    "update.batch_size=8",
-    "update.save_steps=100",
-    "arms.min_rows_per_stratum=1",
-    "sim.click_next=1.0",
-    "sim.base_ctr=0.2",
-    "arms.gate_margin=1.0",
-    "arms.gate_ope_margin=1.0",
-    "arms.gate_min_ess=0",
+    *MONTH,
+    *LIKELY_CLICKS,
+    *GATE_PASSES,
     "arms.update_max_examples=48",
     f"arms.names=[{', '.join(ARMS)}]",
     f"data.known_arms=[{', '.join(ARMS)}]",

@@ -9,6 +9,7 @@ import math
 import pytest
 
 from abpo.monthly.sizing import SizingPoint, moves_beyond_noise, sizing_markdown
+from tests.sizes import LIKELY_CLICKS, MONTH, without
 
 
 def test_moves_beyond_noise_on_constructed_gate_numbers():
@@ -58,19 +59,7 @@ def test_sizing_markdown_has_a_row_per_point():
     assert "+0.0040 [+0.0010, +0.0070]" in rows[1] and "2/6" in rows[0]
 
 
-SMALL = [
-    "data.max_users=60",
-    "data.update_steps=6",
-    "sft.max_steps=20",
-    "sft.pretrain_epochs=2",  # stage 1 at 2 epochs (preset: up to 20): a bootstrap's largest part
-    "sft.eval_max_users=20",
-    "data.eval_candidates=20",
-    "update.batch_size=8",
-    "update.save_steps=100",
-    "arms.min_rows_per_stratum=1",
-    "sim.click_next=1.0",
-    "sim.base_ctr=0.2",
-]
+SMALL = [*without(MONTH, "update.max_steps"), *LIKELY_CLICKS]  # update.max_steps: the grid's and the preset's
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ from abpo.data.holdout import holdout_unit
 from abpo.data.schemas import write_impressions
 from abpo.data.synthetic import synthetic_impressions
 from abpo.warehouse import Warehouse
+from tests.sizes import TINY_MODEL
 
 M1 = "2026-01"
 ARMS = ("abpo", "grpo", "ml_retrain", "popularity")
@@ -155,11 +156,7 @@ def test_first_step_weights_are_the_champions_propensity_over_the_logged_one(mak
 
     cfg = make_cfg(
         f"data.dataset_dir={movielens_dir(100, 30, ratings_per_user=8)}",
-        "policy.tiny_hidden_size=32",
-        "policy.tiny_layers=1",
-        "policy.tiny_heads=2",
-        "policy.tiny_intermediate_size=64",
-        "policy.tiny_vocab_size=600",
+        *TINY_MODEL,
     )
     ds, _ = dataset_and_splits(cfg)
     model_dir = build_tiny_model(cfg.policy, ds.titles())

@@ -9,21 +9,7 @@ from pathlib import Path
 
 import pytest
 
-SMALL = [
-    "data.max_users=60",
-    "data.update_steps=6",
-    "sft.max_steps=20",
-    "sft.pretrain_epochs=2",  # stage 1 at 2 epochs (preset: up to 20): a bootstrap's largest part
-    "sft.eval_max_users=20",
-    "data.eval_candidates=20",
-    "update.max_steps=2",
-    "update.batch_size=8",
-    "update.save_steps=100",
-    "arms.min_rows_per_stratum=1",
-    "sim.click_next=1.0",
-    "sim.base_ctr=0.2",
-    "arms.update_logs=own",
-]  # as tests/arms/test_cycle.py
+from tests.sizes import CYCLE_MONTH
 
 
 @pytest.mark.slow
@@ -37,7 +23,7 @@ def test_month_with_two_update_processes_registers_one_version_per_arm(tmp_path,
 
     repo = Path(__file__).resolve().parents[2]  # the worker processes import this checkout
     monkeypatch.setenv("PYTHONPATH", f"{repo}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    cfg = load_config("tiny", [f"paths.root={tmp_path}", *SMALL, "update.processes=2"])
+    cfg = load_config("tiny", [f"paths.root={tmp_path}", *CYCLE_MONTH, "update.processes=2"])
     m1 = run_month(cfg, "2026-01").to_json()
     registry.configure(cfg)
     client = MlflowClient()

@@ -9,15 +9,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests.landed_impressions import synthetic_table
+
 
 def _objects(s3, prefix: str = "") -> list[str]:
     return sorted(o["Key"] for o in s3.client.list_objects_v2(Bucket=s3.bucket, Prefix=prefix).get("Contents", []))
-
-
-def _table(month: str = "2026-01", n: int = 60, seed: int = 1) -> pa.Table:
-    from abpo.data.synthetic import synthetic_impressions
-
-    return synthetic_impressions(n, month, seed=seed, violation_rate=0.0)[0]
 
 
 def test_uri_helpers_and_local_paths_are_not_uris():
@@ -58,7 +54,7 @@ def test_a_month_landed_in_a_bucket_ingests_as_the_same_month_landed_locally(s3,
     from abpo.warehouse import Warehouse
 
     landing = f"s3://{s3.bucket}/landing"
-    table = _table()
+    table = synthetic_table()
     uri = write_impressions(table, landing, "2026-01", part="a")
     assert uri == f"{landing}/impressions/month=2026-01/part-a.parquet"
     inter = pa.table(
@@ -99,7 +95,7 @@ def test_refusals_are_one_line_and_publish_nothing(s3, tmp_path, case):
     from abpo.warehouse import IngestError, Warehouse
 
     landing = f"s3://{s3.bucket}/landing"
-    table = _table()
+    table = synthetic_table()
     arms = sorted(set(table.column("arm").to_pylist()))
     write_impressions(table, landing, "2026-01", part="a")
     with Warehouse(tmp_path / "w.duckdb") as wh:
@@ -115,7 +111,7 @@ def test_refusals_are_one_line_and_publish_nothing(s3, tmp_path, case):
             s3.as_user("nobody")
             expected = r"month=2026-01: access denied \(ACCESS_DENIED while listing\); rule: credentials come from"
         elif case == "no marker":
-            write_impressions(_table(seed=2), landing, "2026-01", part="b")  # a second upload, still running
+            write_impressions(synthetic_table(seed=2), landing, "2026-01", part="b")  # a second upload, still running
             s3.client.delete_object(Bucket=s3.bucket, Key="landing/impressions/month=2026-01/_SUCCESS")
             expected = r"month=2026-01: 2 object\(s\) but no _SUCCESS marker; rule: an object-store partition is read"
         else:
@@ -138,7 +134,7 @@ def test_the_landing_sensor_reads_a_bucket(s3, make_cfg):
         False,
         f"s3://{s3.bucket}/landing/impressions/month=2026-01: no landing partition yet",
     )
-    write_impressions(_table(), cfg.paths.location("landing"), "2026-01", part="a")
+    write_impressions(synthetic_table(), cfg.paths.location("landing"), "2026-01", part="a")
     ok, found = landing_status(cfg, "2026-01", "_SUCCESS")
     assert ok and found.endswith("1 object(s) and the _SUCCESS marker")
 
@@ -175,7 +171,7 @@ def test_mlflow_artifacts_go_to_the_bucket(s3, make_cfg):
 def test_local_parquet_landing_is_unchanged(tmp_path):
     from abpo.data.schemas import write_impressions
 
-    path = write_impressions(_table(), tmp_path / "landing", "2026-01", part="a")
+    path = write_impressions(synthetic_table(), tmp_path / "landing", "2026-01", part="a")
     assert path == tmp_path / "landing" / "impressions" / "month=2026-01" / "part-a.parquet"
     assert sorted(p.name for p in path.parent.iterdir()) == ["part-a.parquet"]  # no marker written locally
     assert pq.read_table(path).num_rows == 60
@@ -211,14 +207,14 @@ def test_credentials_from_an_airflow_connection(s3, monkeypatch, user, tmp_path)
     monkeypatch.setattr(storage, "_applied", set())
     landing = f"s3://{s3.bucket}/landing"
     if user == "abpo":
-        write_impressions(_table(), landing, "2026-01", part="a")
+        write_impressions(synthetic_table(), landing, "2026-01", part="a")
         assert storage.listdir(f"{landing}/impressions/month=2026-01") == [
             f"{landing}/impressions/month=2026-01/_SUCCESS",
             f"{landing}/impressions/month=2026-01/part-a.parquet",
         ]
     else:
         with pytest.raises(storage.StorageError, match=r"access denied \(ACCESS_DENIED while writing\)"):
-            write_impressions(_table(), landing, "2026-01", part="a")
+            write_impressions(synthetic_table(), landing, "2026-01", part="a")
     monkeypatch.setenv(storage.CONNECTION_ENV, "no_such_connection")
     with pytest.raises(
         storage.StorageError,

@@ -5,7 +5,7 @@ champion of the history that still exists)."""
 
 from __future__ import annotations
 
-from tests.faults.test_registry_faults import _registry_with_versions
+from tests.faults.registry_versions import registry_with_versions
 
 
 def _client_and_cfg():
@@ -20,7 +20,7 @@ def _client_and_cfg():
 
 
 def test_a_deleted_champion_is_refused_by_bootstrap_and_rollback_restores_the_one_before(abpo, state):
-    _registry_with_versions(state, 3)
+    registry_with_versions(state, 3)
     assert abpo("arms", "promote", "--arm", "abpo", "--version", "2", "--reason", "better")[0] == 0
     client, cfg = _client_and_cfg()
     client.delete_model_version("abpo-arm-abpo", "2")  # by hand in MLflow: the champion alias goes with it
@@ -48,7 +48,7 @@ def test_a_deleted_champion_is_refused_by_bootstrap_and_rollback_restores_the_on
 
 
 def test_a_removed_champion_alias_is_restored_to_the_same_version(abpo, state):
-    _registry_with_versions(state, 3)
+    registry_with_versions(state, 3)
     assert abpo("arms", "promote", "--arm", "abpo", "--version", "3")[0] == 0
     client, cfg = _client_and_cfg()
     client.delete_registered_model_alias("abpo-arm-abpo", "champion")

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.faults.test_registry_faults import _registry_with_versions
+from tests.faults.registry_versions import registry_with_versions
 
 FORGED = [
     ("newline", "hotfix\nabpo        #9    2026-01-01T00:00:00+00:00  promote      v1 -> v9 by ceo: approved"),
@@ -30,7 +30,7 @@ def _champion_and_history(state) -> tuple[str, list]:
 @pytest.mark.parametrize("what, text", FORGED, ids=[f[0] for f in FORGED])
 @pytest.mark.parametrize("option", ["--reason", "--actor"])
 def test_a_control_character_in_reason_or_actor_is_refused_and_nothing_recorded(abpo, state, option, what, text):
-    _registry_with_versions(state, 2)
+    registry_with_versions(state, 2)
     before = _champion_and_history(state)
     rc, out, err = abpo("arms", "promote", "--arm", "abpo", "--version", "2", option, text)
     assert rc == 2 and "Traceback" not in err, err
@@ -43,7 +43,7 @@ def test_a_control_character_in_reason_or_actor_is_refused_and_nothing_recorded(
 
 def test_a_control_character_in_abpo_actor_is_refused_by_the_history_itself(abpo, state, monkeypatch):
     """$ABPO_ACTOR does not go through argparse: the history's own check (every writer) refuses it, one line."""
-    _registry_with_versions(state, 2)
+    registry_with_versions(state, 2)
     monkeypatch.setenv("ABPO_ACTOR", "alice\nbob")
     rc, out, err = abpo("arms", "promote", "--arm", "abpo", "--version", "2")
     assert rc == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
@@ -53,7 +53,7 @@ def test_a_control_character_in_abpo_actor_is_refused_by_the_history_itself(abpo
 
 
 def test_printable_unicode_is_recorded_as_given(abpo, state):
-    _registry_with_versions(state, 2)
+    registry_with_versions(state, 2)
     reason = "régression corrigée — 修正 (ticket #42)"
     assert abpo("arms", "promote", "--arm", "abpo", "--version", "2", "--reason", reason, "--actor", "zoë")[0] == 0
     champion, entries = _champion_and_history(state)
@@ -61,7 +61,7 @@ def test_printable_unicode_is_recorded_as_given(abpo, state):
 
 
 def test_history_json_prints_only_json_on_stdout(abpo, state):
-    _registry_with_versions(state, 2)
+    registry_with_versions(state, 2)
     assert abpo("arms", "promote", "--arm", "abpo", "--version", "2", "--reason", "r")[0] == 0
     from abpo import registry
 

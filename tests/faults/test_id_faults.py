@@ -6,7 +6,7 @@ from __future__ import annotations
 import duckdb
 import pytest
 
-from tests.faults.test_warehouse_faults import MONTH, clean_table, land, with_row
+from tests.landed_impressions import MONTH, clean_table, land, with_row
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ rows the update accepts (policy.tau itself, a ranker's softmax(score/T, T=X) <ra
 
 from __future__ import annotations
 
-from tests.faults.test_warehouse_faults import MONTH, clean_table, land, with_row
+from tests.landed_impressions import MONTH, clean_table, land, with_row
 
 
 def test_an_llm_row_logged_with_another_tau_is_quarantined_at_ingest(abpo, state):

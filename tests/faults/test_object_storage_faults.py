@@ -10,7 +10,7 @@ import socket
 import duckdb
 import pytest
 
-from tests.data.test_storage import _table
+from tests.landed_impressions import synthetic_table
 
 
 def test_objects_under_a_sub_prefix_are_refused_not_skipped(s3, tmp_path):
@@ -18,7 +18,7 @@ def test_objects_under_a_sub_prefix_are_refused_not_skipped(s3, tmp_path):
     from abpo.warehouse import IngestError, Warehouse
 
     landing = f"s3://{s3.bucket}/landing"
-    table = _table()
+    table = synthetic_table()
     write_impressions(table, landing, "2026-01", part="a")
     body = s3.client.get_object(Bucket=s3.bucket, Key="landing/impressions/month=2026-01/part-a.parquet")["Body"]
     s3.client.put_object(
@@ -37,7 +37,7 @@ def test_a_scheduled_look_during_an_upload_finds_the_month_incomplete(s3, make_c
 
     monkeypatch.delenv("ABPO_LANDING_MARKER", raising=False)
     cfg = make_cfg(f"paths.landing=s3://{s3.bucket}/landing")
-    write_impressions(_table(), cfg.paths.location("landing"), "2026-01", part="a")
+    write_impressions(synthetic_table(), cfg.paths.location("landing"), "2026-01", part="a")
     s3.client.delete_object(Bucket=s3.bucket, Key="landing/impressions/month=2026-01/_SUCCESS")  # still uploading
     ok, found = landing_status(cfg, "2026-01")  # the scheduled run's look: no marker asked for, the ingest's applies
     assert not ok and found.endswith("1 object(s), but no _SUCCESS marker yet (the ingestion has not finished)")
@@ -70,7 +70,7 @@ def test_a_deterministic_duckdb_error_in_an_ingest_step_is_a_refusal(tmp_path, m
     from abpo.monthly.common import retry_or_fail
     from abpo.warehouse import IngestError, IngestStepFailed, SQLFileError, Warehouse
 
-    table = _table()
+    table = synthetic_table()
     write_impressions(table, tmp_path / "landing", "2026-01", part="a")
     run = Warehouse.run
 
@@ -109,7 +109,7 @@ def test_an_object_rewritten_after_its_check_is_not_ingested(s3, tmp_path, monke
     from abpo.warehouse import IngestError, Warehouse
 
     landing = f"s3://{s3.bucket}/landing"
-    table = _table()
+    table = synthetic_table()
     write_impressions(table, landing, "2026-01", part="a")
     key = "landing/impressions/month=2026-01/part-a.parquet"
     download = storage.download
@@ -136,7 +136,7 @@ def test_a_copy_is_pinned_to_one_version_of_its_object(s3, tmp_path, monkeypatch
     from abpo.data.schemas import write_impressions
 
     landing = f"s3://{s3.bucket}/landing"
-    uri = write_impressions(_table(), landing, "2026-01", part="a")
+    uri = write_impressions(synthetic_table(), landing, "2026-01", part="a")
     key = "landing/impressions/month=2026-01/part-a.parquet"
     stat = storage.stat
     calls = []
@@ -161,7 +161,7 @@ def test_many_objects_are_copied_concurrently_and_warned_about(s3, tmp_path, mon
     from abpo.warehouse import Warehouse, ingest
 
     landing = f"s3://{s3.bucket}/landing"
-    tables = [_table(n=2, seed=k) for k in range(12)]
+    tables = [synthetic_table(n=2, seed=k) for k in range(12)]
     for k, t in enumerate(tables):  # (ids repeated across seeds are quarantined as duplicates: force publishes)
         write_impressions(t, landing, "2026-01", part=f"p{k:03d}")
     monkeypatch.setattr(ingest, "MANY_OBJECTS", 10)

@@ -10,7 +10,7 @@ import pytest
 
 from abpo.data.schemas import INTERACTIONS_SCHEMA, write_impressions, write_interactions
 from abpo.data.synthetic import synthetic_impressions
-from tests.faults.test_warehouse_faults import MONTH, catalog, clean_table, with_row
+from tests.landed_impressions import MONTH, catalog, clean_table, with_row
 
 
 def quarantine(state) -> list[tuple]:

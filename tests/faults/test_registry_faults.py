@@ -10,29 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.faults.registry_versions import registry_with_versions
+
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _registry_with_versions(state: Path, n: int = 4) -> None:
-    """abpo-arm-abpo with versions 1..n in the state's SQLite MLflow store, champion v1 (real MLflow, no model files:
-    promotion only reads and writes the registry)."""
-    from mlflow import MlflowClient
-
-    from abpo import registry
-    from abpo.config import load_config
-
-    cfg = load_config("tiny")
-    assert cfg.paths.resolve("root") == state
-    registry.configure(cfg)
-    client = MlflowClient()
-    client.create_registered_model("abpo-arm-abpo")
-    for _ in range(n):
-        client.create_model_version("abpo-arm-abpo", source=(state / "nothing").as_uri())
-    client.set_registered_model_alias("abpo-arm-abpo", "champion", "1")
-
-
 def test_concurrent_promotions_expecting_the_same_champion_move_it_once(state):
-    _registry_with_versions(state)
+    registry_with_versions(state)
     env = {**os.environ, "ABPO_STATE": str(state)}
     procs = [
         subprocess.Popen(
@@ -78,7 +62,7 @@ def test_the_promotion_lock_is_exclusive_and_taken_over_when_stale(state):
     from abpo.arms import promotion, promotion_lock
     from abpo.config import load_config
 
-    _registry_with_versions(state, 2)
+    registry_with_versions(state, 2)
     cfg = load_config("tiny")
     with promotion_lock.promotion_lock(cfg, "abpo"):
         with pytest.raises(promotion_lock.PromotionRace, match="another promotion holds the lock"):
@@ -99,13 +83,13 @@ def test_the_promotion_lock_is_exclusive_and_taken_over_when_stale(state):
     ],
 )
 def test_a_missing_version_or_arm_is_one_line(abpo, state, argv, says):
-    _registry_with_versions(state, 2)
+    registry_with_versions(state, 2)
     rc, out, err = abpo(*argv)
     assert rc == 2 and says in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_a_second_rollback_is_a_message(abpo, state):
-    _registry_with_versions(state, 2)
+    registry_with_versions(state, 2)
     assert abpo("arms", "promote", "--arm", "abpo", "--version", "2")[0] == 0
     assert abpo("arms", "rollback", "--arm", "abpo")[0] == 0
     rc, out, err = abpo("arms", "rollback", "--arm", "abpo")

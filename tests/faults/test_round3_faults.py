@@ -16,7 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.faults.test_warehouse_faults import DISK_FULL, MONTH, REPO, clean_table, land
+from tests.landed_impressions import DISK_FULL, MONTH, clean_table, land
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_a_half_truncated_warehouse_is_one_line(abpo, state):

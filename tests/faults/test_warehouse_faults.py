@@ -15,36 +15,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from abpo.data.schemas import write_impressions
-from abpo.data.synthetic import synthetic_impressions
+from tests.landed_impressions import DISK_FULL, MONTH, clean_table, land, with_row
 
 REPO = Path(__file__).resolve().parents[2]
-MONTH = "2026-01"
-
-
-def land(state: Path, table: pa.Table, month: str = MONTH, part: str = "a") -> Path:
-    return write_impressions(table, state / "landing", month, part=part)
-
-
-def catalog() -> list[int]:
-    """The tiny preset's catalog (the bundled MovieLens items): what `abpo ingest` checks items against."""
-    from abpo.config import load_config
-    from abpo.warehouse import config_catalog
-
-    return config_catalog(load_config("tiny"))
-
-
-def clean_table(n: int = 50, month: str = MONTH, seed: int = 0, prefix: str = "") -> pa.Table:
-    return synthetic_impressions(n, month, seed=seed, violation_rate=0.0, id_prefix=prefix, item_ids=catalog())[0]
-
-
-def with_row(table: pa.Table, i: int, **values) -> pa.Table:
-    """``table`` with row ``i``'s columns replaced by ``values``."""
-    for col, v in values.items():
-        vals = table.column(col).to_pylist()
-        vals[i] = v
-        table = table.set_column(table.schema.get_field_index(col), col, pa.array(vals, table.schema.field(col).type))
-    return table
 
 
 def tables(state: Path) -> set[str]:
@@ -203,15 +176,6 @@ def test_a_corrupt_warehouse_file_is_one_line(abpo, state):
     (state / "warehouse.duckdb").write_bytes(os.urandom(20_000))
     rc, out, err = abpo("data", "ctr")
     assert rc == 2 and "warehouse.duckdb: cannot open the warehouse" in err and "Traceback" not in err, err
-
-
-DISK_FULL = """
-import resource, signal, sys
-signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, as on a full disk
-resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), int(sys.argv[1])))
-from abpo.cli import main
-sys.exit(main(sys.argv[2:]))
-"""
 
 
 def test_a_full_disk_during_ingest_names_the_step(state):

@@ -4,52 +4,20 @@ has per-action help; help is rich-argparse's (plain text in a pipe); argcomplete
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.command_names import cli_commands, named_commands, unknown_commands
+
 REPO = Path(__file__).resolve().parents[1]
 ABPO = str(Path(sys.executable).with_name("abpo"))
-# `abpo CMD [SUB]` inside backticks, or at the start of a command line in a code block (optionally .venv/bin/abpo)
-NAMED = re.compile(r"(?:`|^\s*(?:\.venv/bin/)?)abpo ((?:[a-z][a-z-]*)(?: [a-z][a-z-]*)?)", re.M)
-
-
-def _commands() -> dict[str, set[str] | None]:
-    """Each top-level command -> the names of its subcommands (None: it has none)."""
-    import argparse
-
-    from abpo.cli import build_parser
-
-    def subs(p: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser] | None:
-        for a in p._actions:
-            if isinstance(a, argparse._SubParsersAction):
-                return dict(a.choices)
-        return None
-
-    top = subs(build_parser())
-    return {name: (set(s) if (s := subs(p)) else None) for name, p in top.items()}
-
-
-def _named_commands(text: str) -> list[str]:
-    return [m.group(1) for m in NAMED.finditer(text)]
-
-
-def _bad(named: list[str], commands: dict[str, set[str] | None]) -> list[str]:
-    bad = []
-    for ref in named:
-        cmd, *rest = ref.split()
-        if cmd not in commands:
-            bad.append(ref)
-        elif commands[cmd] is not None and rest and rest[0] not in commands[cmd]:
-            bad.append(ref)
-    return bad
 
 
 def test_the_readme_and_the_messages_name_only_commands_that_exist():
-    commands = _commands()
+    commands = cli_commands()
     assert {"restore-month", "ingest", "airflow"} <= set(commands) and commands["data"] >= {"prepare", "synth"}
     sources = [
         REPO / "README.md",
@@ -59,19 +27,23 @@ def test_the_readme_and_the_messages_name_only_commands_that_exist():
         REPO / "plugins" / "abpo_plugin.py",
         *(REPO / "configs").glob("*.yaml"),
     ]
-    found = {str(f.relative_to(REPO)): _named_commands(f.read_text()) for f in sources}
+    found = {str(f.relative_to(REPO)): named_commands(f.read_text()) for f in sources}
     assert sum(len(v) for v in found.values()) > 100  # the pattern does find the references
-    bad = {f: b for f, named in found.items() if (b := _bad(named, commands))}
+    bad = {f: b for f, named in found.items() if (b := unknown_commands(named, commands))}
     assert not bad, bad
 
 
 def test_the_check_catches_a_wrong_command_name():
-    commands = _commands()
-    assert _bad(_named_commands("use `abpo data restore-month --month M` or `abpo data ingest --force`"), commands) == [
+    commands = cli_commands()
+    assert unknown_commands(
+        named_commands("use `abpo data restore-month --month M` or `abpo data ingest --force`"), commands
+    ) == [
         "data restore-month",
         "data ingest",
     ]
-    assert _bad(_named_commands("```\n.venv/bin/abpo arms mnth --month 2026-01\n```"), commands) == ["arms mnth"]
+    assert unknown_commands(named_commands("```\n.venv/bin/abpo arms mnth --month 2026-01\n```"), commands) == [
+        "arms mnth"
+    ]
 
 
 def _help(*argv: str) -> str:

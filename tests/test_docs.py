@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli_help import _bad, _commands, _named_commands
+from tests.command_names import cli_commands, named_commands, unknown_commands
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC = REPO / "docs" / "ABPO_SPEC.md"
@@ -169,7 +169,7 @@ def _bad_commands(path: Path, text: str | None = None) -> list[str]:
     subcommand the CLI's parser lacks, a `.venv/bin/<x>` the virtualenv lacks, a `scripts/` or `benchmarks/` file
     the checkout lacks."""
     text = path.read_text() if text is None else text
-    targets, commands, bindir = _makefile_targets(), _commands(), Path(sys.executable).parent
+    targets, commands, bindir = _makefile_targets(), cli_commands(), Path(sys.executable).parent
     bad = []
     for n, line in _bash_blocks(text):
         code = line.split(" #", 1)[0] if not line.lstrip().startswith("#") else ""
@@ -177,7 +177,7 @@ def _bad_commands(path: Path, text: str | None = None) -> list[str]:
         m = re.match(r"^\s*(?:\w+=\S+\s+)*make\s+([\w.-]+)", code)
         if m and m.group(1) not in targets:
             bad.append(f"{where}: make target {m.group(1)!r} is not in the Makefile ({sorted(targets)})")
-        for ref in _bad(_named_commands(code), commands):
+        for ref in unknown_commands(named_commands(code), commands):
             bad.append(f"{where}: `abpo {ref}` is not a subcommand of abpo's CLI")
         for exe in re.findall(r"\.venv/bin/([\w.+-]+)", code):
             if not (bindir / exe).exists():

@@ -13,7 +13,8 @@ PER_ARM = {  # then per arm, by the arm's kind (abpo.arms.names), each step taki
     "holdback": ("hold",),  # a no-op that records why the holdback (pi_init, never updated) did not train
 }
 LAST = ("report",)  # after every arm
-STEPS = (*ONCE, *(s for chain in PER_ARM.values() for s in chain), *LAST)
+ARM_STEPS = tuple(s for chain in PER_ARM.values() for s in chain)
+STEPS = (*ONCE, *ARM_STEPS, *LAST)
 
 # The one step table: what each step's function (abpo.monthly.<step>.<step>, named like its task) is called with.
 # "cfg", "month", "arm": the config, the month, the arm; "upstream": the step before's result (typed: UPSTREAM), or
@@ -56,10 +57,15 @@ def function(step: str):
 def run_step(step: str, cfg, month, *, arm: str = "", upstream=None, **options):
     """Run step ``step`` for ``month`` (and ``arm``, fed ``upstream``: the step before's typed result or its
     ``to_json()``) with the arguments :data:`ARGS` names, plus ``options`` (bootstrap: force; serve: simulate).
-    Returns the step's typed result."""
+    Returns the step's typed result. A per-arm step of a month that completed before returns the result it recorded
+    then (abpo.monthly.completed.run_arm_step)."""
     fn = function(step)
     version = upstream.get("version") if isinstance(upstream, dict) else getattr(upstream, "version", None)
     if "upstream" in ARGS[step] and isinstance(upstream, dict):  # an XCom: the step before's result, typed again
         upstream = _named(UPSTREAM[step]).from_json(upstream)
     values = {"cfg": cfg, "month": str(month), "arm": arm, "upstream": upstream, "upstream.version": version}
+    if step in ARM_STEPS:  # a completed month's per-arm steps stand: abpo.monthly.completed (imported when it runs)
+        return _named("abpo.monthly.completed:run_arm_step")(
+            step, cfg, str(month), arm, lambda: fn(*(values[a] for a in ARGS[step]), **options)
+        )
     return fn(*(values[a] for a in ARGS[step]), **options)

@@ -18,9 +18,12 @@ def without(sizes: list[str], *keys: str) -> list[str]:
 
 # ------------------------------------------------------------------------------------------------------ months
 
+SIXTY_USERS = ["data.max_users=60", "data.update_steps=6"]
+"""60 users of the bundled MovieLens with 6 update positions each: the simulator's tests, and the base of
+:data:`MONTH`."""
+
 MONTH = [
-    "data.max_users=60",
-    "data.update_steps=6",
+    *SIXTY_USERS,
     "sft.max_steps=20",
     "sft.pretrain_epochs=2",  # stage 1 at 2 epochs (preset: up to 20): a bootstrap's largest part
     "sft.eval_max_users=20",

@@ -16,7 +16,7 @@ def test_a_split_change_is_refused_once_the_warehouse_holds_a_month(make_cfg, mo
     from abpo.monthly.ingest import ingest
     from abpo.monthly.series import SeriesChanged, check_series, series_file
     from abpo.sim.simulator import simulate_month
-    from tests.sim.test_simulator import _ranker_arms
+    from tests.ranker_arms import popularity_served_arms
 
     cfg = make_cfg("data.max_users=60", "data.update_steps=4")
     check_series(cfg, "2026-01")
@@ -27,7 +27,7 @@ def test_a_split_change_is_refused_once_the_warehouse_holds_a_month(make_cfg, mo
     check_series(cfg, "2026-01")
 
     splits, _ = split_users(movielens, cfg.data)
-    simulate_month(cfg, "2026-01", _ranker_arms(cfg, movielens, splits), dataset=movielens, splits=splits)
+    simulate_month(cfg, "2026-01", popularity_served_arms(cfg, movielens, splits), dataset=movielens, splits=splits)
     ingest(cfg, "2026-01")
     check_series(cfg, "2026-02")  # the same settings: fine
     changed = make_cfg("data.max_users=60", "data.update_steps=12")

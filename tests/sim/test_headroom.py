@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-SMALL = ("data.max_users=60", "data.update_steps=6")
+from tests.sizes import SIXTY_USERS
 
 # 2 requests x 3 candidates, click probabilities known
 P = [np.array([0.1, 0.5, 0.2]), np.array([0.3, 0.0, 0.6])]
@@ -65,7 +65,7 @@ def test_a_months_click_probabilities_are_the_simulators(make_cfg, movielens):
     from abpo.sim.headroom import ORACLE_GREEDY, RANDOM_FLOOR, candidate_click_probabilities, month_headroom
     from abpo.sim.simulator import click_probabilities, month_requests, simulate_month
 
-    cfg = make_cfg(*SMALL, "sim.requests_per_user=2", "report.arm_shares={uniform: 1.0}")
+    cfg = make_cfg(*SIXTY_USERS, "sim.requests_per_user=2", "report.arm_shares={uniform: 1.0}")
     splits, _ = split_users(movielens, cfg.data)
     reqs = month_requests(cfg, movielens, splits, "2026-02")
     probs, b0 = candidate_click_probabilities(cfg, movielens, reqs)

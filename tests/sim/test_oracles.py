@@ -7,9 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-SEQS = {1: [1, 2, 5], 2: [1, 2, 6], 3: [3, 1, 2], 4: [4, 3], 5: [7, 8, 7]}
-ITEMS = list(range(1, 10))  # item 9 is never consumed
-INDEX = {i: j for j, i in enumerate(ITEMS)}
+from tests.sim.hand_built_sequences import INDEX, ITEMS, SEQS
 
 
 def test_knn_prefers_items_that_co_occur_with_the_recent_ones():

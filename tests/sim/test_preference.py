@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.sim.test_oracles import INDEX, ITEMS, SEQS
+from tests.sim.hand_built_sequences import INDEX, ITEMS, SEQS
 
 
 def _components():

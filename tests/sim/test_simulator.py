@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-SMALL = ("data.max_users=60", "data.update_steps=6")
+from tests.ranker_arms import popularity_served_arms
+from tests.sizes import SIXTY_USERS
 
 
 def test_assignment_is_stable_and_matches_the_shares():
@@ -53,7 +54,7 @@ def test_the_offline_construction_keeps_months_consecutive_and_the_target_held_o
     from abpo.data.splits import split_users
     from abpo.sim.simulator import month_requests
 
-    cfg = make_cfg(*SMALL, "sim.candidates=offline")
+    cfg = make_cfg(*SIXTY_USERS, "sim.candidates=offline")
     splits, _ = split_users(movielens, cfg.data)
     by_user = {s.user_id: s for s in splits}
     months = ["2026-01", "2026-02", "2026-03"]
@@ -86,14 +87,14 @@ def test_the_offline_construction_keeps_months_consecutive_and_the_target_held_o
         month_requests(cfg, movielens, splits, "2025-12")
     with pytest.raises(ValueError, match="data.update_steps // sim.window >= 1"):
         month_requests(
-            make_cfg(*SMALL, "sim.candidates=offline", "sim.window=7", "sim.requests_per_user=7"),
+            make_cfg(*SIXTY_USERS, "sim.candidates=offline", "sim.window=7", "sim.requests_per_user=7"),
             movielens,
             splits,
             "2026-01",
         )
     with pytest.raises(ValueError, match="sim.requests_per_user = 3 with sim.candidates = offline"):
         month_requests(
-            make_cfg(*SMALL, "sim.candidates=offline", "sim.requests_per_user=3"), movielens, splits, "2026-01"
+            make_cfg(*SIXTY_USERS, "sim.candidates=offline", "sim.requests_per_user=3"), movielens, splits, "2026-01"
         )
 
 
@@ -104,7 +105,7 @@ def test_retrieval_candidates_force_nothing_in_and_follow_the_mix(make_cfg, movi
     from abpo.data.splits import split_users
     from abpo.sim.simulator import interactions_to_date, month_requests
 
-    cfg = make_cfg(*SMALL, "sim.requests_per_user=3", "sim.candidate_count=15")
+    cfg = make_cfg(*SIXTY_USERS, "sim.requests_per_user=3", "sim.candidate_count=15")
     splits, _ = split_users(movielens, cfg.data)
     by_user = {s.user_id: s for s in splits}
     for i, m in enumerate(["2026-01", "2026-02", "2026-03"]):
@@ -122,7 +123,7 @@ def test_retrieval_candidates_force_nothing_in_and_follow_the_mix(make_cfg, movi
             found += r.next_item in r.candidates
         assert 0 < found < len(reqs)  # found sometimes, never forced
     # the retrieval model sees the interactions to date only: month 2 does not change when month 3 does
-    cfg1 = make_cfg(*SMALL)
+    cfg1 = make_cfg(*SIXTY_USERS)
     late = [type(s)(s.user_id, s.history, [*s.update[:4], *reversed(s.update[4:])], s.target) for s in splits]
     assert interactions_to_date(cfg1, late, "2026-02") == interactions_to_date(cfg1, splits, "2026-02")
     first = [(r.history, r.candidates) for r in month_requests(cfg1, movielens, splits, "2026-02")]
@@ -158,7 +159,7 @@ def test_interactions_to_date_grow_by_the_earlier_windows_only(make_cfg, moviele
     from abpo.data.splits import split_users
     from abpo.sim.simulator import interactions_to_date
 
-    cfg = make_cfg(*SMALL)
+    cfg = make_cfg(*SIXTY_USERS)
     splits, _ = split_users(movielens, cfg.data)
     s = splits[0]
     assert interactions_to_date(cfg, splits, "2026-01")[s.user_id] == s.history
@@ -167,28 +168,15 @@ def test_interactions_to_date_grow_by_the_earlier_windows_only(make_cfg, moviele
     assert interactions_to_date(cfg, splits, "2026-06")[s.user_id] == [*s.history, *s.update[:6], *s.update[:4]]
 
 
-def _ranker_arms(cfg, movielens, splits):
-    from abpo.arms.rankers import RankerArm
-    from abpo.sim.simulator import interactions_to_date
-
-    seqs = interactions_to_date(cfg, splits, cfg.sim.start_month)
-    items = movielens.item_ids().tolist()
-    # every arm served by a ranker: fast, and the contract does not care what served
-    return {
-        a: RankerArm(a, RankerArm.make_ranker("popularity", cfg).fit(seqs, items), 0.5, "1")
-        for a in ("abpo", "grpo", "ml_retrain", "popularity")
-    }
-
-
 def test_simulated_month_passes_the_contract_and_ingests_clean(make_cfg, movielens):
     from abpo.data.splits import split_users
     from abpo.sim.simulator import simulate_month
     from abpo.validation import validate_month
     from abpo.warehouse import Warehouse
 
-    cfg = make_cfg(*SMALL)
+    cfg = make_cfg(*SIXTY_USERS)
     splits, _ = split_users(movielens, cfg.data)
-    arms = _ranker_arms(cfg, movielens, splits)
+    arms = popularity_served_arms(cfg, movielens, splits)
     res = simulate_month(cfg, "2026-02", arms, dataset=movielens, splits=splits)
     again = simulate_month(cfg, "2026-02", arms, dataset=movielens, splits=splits, write=False)
     assert res.table.equals(again.table)  # deterministic for (seed, month)
@@ -213,9 +201,9 @@ def test_the_warehouse_holds_the_interactions_to_date_the_simulator_served(make_
     from abpo.sim.simulator import interactions_to_date, simulate_month
     from abpo.warehouse import open_warehouse
 
-    cfg = make_cfg(*SMALL)
+    cfg = make_cfg(*SIXTY_USERS)
     splits, _ = split_users(movielens, cfg.data)
-    arms = _ranker_arms(cfg, movielens, splits)
+    arms = popularity_served_arms(cfg, movielens, splits)
     bootstrap, _ = ranker_training_sequences(cfg, None)
     assert bootstrap == interactions_to_date(cfg, splits, cfg.sim.start_month)
     for month in ("2026-01", "2026-02", "2026-02"):  # the second 2026-02 is a rerun
@@ -249,7 +237,7 @@ def test_months_beyond_the_windows_wrap_around_with_fresh_draws(make_cfg, moviel
     assert months_available(cfg) == 2
     splits, _ = split_users(movielens, cfg.data)
     assert split_users(movielens, make_cfg("data.max_users=60", "data.update_steps=4").data)[0] == splits
-    arms = _ranker_arms(cfg, movielens, splits)
+    arms = popularity_served_arms(cfg, movielens, splits)
     tables = {}
     for month in ("2026-01", "2026-02", "2026-03", "2026-04"):
         res = simulate_month(cfg, month, arms, dataset=movielens, splits=splits)
@@ -276,7 +264,7 @@ def test_click_rates_follow_the_model_on_simulated_traffic(make_cfg, movielens):
     from abpo.sim.simulator import month_requests, simulate_month
 
     cfg = make_cfg(
-        *SMALL,
+        *SIXTY_USERS,
         "data.max_users=0",
         "sim.candidates=offline",
         "sim.click_next=0.9",
@@ -284,7 +272,7 @@ def test_click_rates_follow_the_model_on_simulated_traffic(make_cfg, movielens):
         "sim.base_ctr=0.0",
     )
     splits, _ = split_users(movielens, cfg.data)
-    arms = _ranker_arms(cfg, movielens, splits)
+    arms = popularity_served_arms(cfg, movielens, splits)
     res = simulate_month(cfg, "2026-01", arms, dataset=movielens, splits=splits, write=False)
     t = res.table.to_pydict()
     reqs = {r.request_id: r for r in month_requests(cfg, movielens, splits, "2026-01")}
@@ -346,7 +334,7 @@ def test_the_ground_truth_sees_the_future_and_no_arm_sees_it(make_cfg, movielens
     from abpo.data.splits import split_users
     from abpo.sim.simulator import ground_truth, month_requests
 
-    cfg = make_cfg(*SMALL)
+    cfg = make_cfg(*SIXTY_USERS)
     splits, _ = split_users(movielens, cfg.data)
     oracle = ground_truth(cfg, movielens)
     assert cfg.sim.oracle == "mixture" and set(oracle.weights) == {"knn", "sequential", "als"}
@@ -412,7 +400,7 @@ def test_arms_receive_user_history_candidates_only_and_clicks_are_seeded(make_cf
     shares = "report.arm_shares={uniform: 1.0}"
     runs = {}
     for oracle in ("mixture", "als", "knn", "sequential", "mixture"):
-        cfg = make_cfg(*SMALL, shares, f"sim.oracle={oracle}")
+        cfg = make_cfg(*SIXTY_USERS, shares, f"sim.oracle={oracle}")
         splits, _ = split_users(movielens, cfg.data)
         spy = SpyArm()
         res = simulate_month(cfg, "2026-02", {"uniform": spy}, dataset=movielens, splits=splits, write=False)
@@ -437,7 +425,9 @@ def test_click_probabilities_for_offline_logs_follow_the_click_model(make_cfg, m
     from abpo.data.splits import split_users
     from abpo.sim.simulator import click_probabilities, month_requests, soon_items
 
-    cfg = make_cfg(*SMALL, "sim.candidates=offline", "sim.base_ctr=0.1", "sim.click_next=0.7", "sim.click_soon=0.3")
+    cfg = make_cfg(
+        *SIXTY_USERS, "sim.candidates=offline", "sim.base_ctr=0.1", "sim.click_next=0.7", "sim.click_soon=0.3"
+    )
     splits, _ = split_users(movielens, cfg.data)
     reqs = month_requests(cfg, movielens, splits, "2026-01")
     by_user = {s.user_id: s for s in splits}
@@ -471,7 +461,7 @@ def test_a_replicate_draws_its_own_traffic_and_assignment_and_replicate_0_is_the
     from abpo.sim.simulator import month_requests, series_entropy, series_salt, simulate_month
 
     two = "report.arm_shares={a: 0.5, b: 0.5}"
-    base, r1, r2 = (make_cfg(*SMALL, two, f"sim.replicate={r}") for r in (0, 1, 2))
+    base, r1, r2 = (make_cfg(*SIXTY_USERS, two, f"sim.replicate={r}") for r in (0, 1, 2))
     assert series_salt(base) == base.sim.salt and series_entropy(base) == []
     assert series_salt(r1) == f"{base.sim.salt}/replicate-1" and series_entropy(r1) != series_entropy(r2)
     splits, _ = split_users(movielens, base.data)
@@ -501,4 +491,4 @@ def test_a_replicate_draws_its_own_traffic_and_assignment_and_replicate_0_is_the
         == np.random.default_rng([0, simulator._month_key("2026-02"), 1]).random(3).tolist()
     )
     with pytest.raises(ValueError, match=r"sim.replicate -1: rule: >= 0"):
-        make_cfg(*SMALL, "sim.replicate=-1")
+        make_cfg(*SIXTY_USERS, "sim.replicate=-1")

@@ -111,6 +111,20 @@ EXPERIMENT_TRAINING = [
 ]
 """An experiment cell's training, shrunk: 6 SFT steps for pi_init, 2 update steps of 4 rows."""
 
+# ------------------------------------------------------------------------------------------------------ updates
+
+TINY_UPDATE = [
+    "update.max_steps=2",
+    "update.batch_size=2",
+    "update.group_size=3",
+    "update.max_completion_length=64",
+    "update.save_steps=1",
+    "update.max_examples=12",
+    "policy.lora_r=4",
+]
+"""`abpo update` on the trainer tests' tiny model (tests/train/conftest.py): 2 steps of 2 prompts x 3 completions of
+at most 64 tokens, 12 logged rows, a LoRA adapter of rank 4, a checkpoint every step."""
+
 # ------------------------------------------------------------------------------------------------------ DAG runs
 
 DAG_MONTH = [

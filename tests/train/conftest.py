@@ -91,6 +91,37 @@ def make_impressions():
 
 
 @pytest.fixture
+def land_impressions():
+    """Factory: land_impressions(rows, landing, month) -> the Parquet file of ``rows`` (impression_rows) landed as
+    month ``month``'s part ``test``, with the columns a serving log adds (served 2025-02-10, model version 1,
+    logging policy softmax(tau=1.0), position 0, the request id the impression's)."""
+    from datetime import UTC, datetime
+
+    import pyarrow as pa
+
+    from abpo.data.schemas import IMPRESSIONS_SCHEMA, SCHEMA_VERSION, write_impressions
+
+    def land(rows: list[dict], landing, month: str):
+        t = datetime(2025, 2, 10, tzinfo=UTC)
+        full = [
+            dict(
+                r,
+                event_time=t,
+                served_at=t,
+                model_version="1",
+                request_id=r["impression_id"],
+                position=0,
+                logging_policy="softmax(tau=1.0)",
+                schema_version=SCHEMA_VERSION,
+            )
+            for r in rows
+        ]
+        return write_impressions(pa.Table.from_pylist(full, schema=IMPRESSIONS_SCHEMA), landing, month, part="test")
+
+    return land
+
+
+@pytest.fixture
 def update_rows(tiny_titles, tiny_policy_cfg, load_tiny):
     """Trainer rows (abpo.train.dataset.COLUMNS) of 8 logged examples in batches of 4 (both strata in each)."""
     from abpo.train.dataset import BatchingReport, build_update_rows

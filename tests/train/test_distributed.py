@@ -10,10 +10,8 @@ import json
 import os
 import subprocess
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
 MONTH = "2025-02"
@@ -160,32 +158,12 @@ def test_read_update_json_round_trip(tmp_path):
 # ------------------------------------------------------------------------------ real launches (slow, CPU)
 
 
-def _land(rows, landing):
-    from abpo.data.schemas import IMPRESSIONS_SCHEMA, SCHEMA_VERSION, write_impressions
-
-    t = datetime(2025, 2, 10, tzinfo=UTC)
-    full = [
-        dict(
-            r,
-            event_time=t,
-            served_at=t,
-            model_version="1",
-            request_id=r["impression_id"],
-            position=0,
-            logging_policy="softmax(tau=1.0)",
-            schema_version=SCHEMA_VERSION,
-        )
-        for r in rows
-    ]
-    return write_impressions(pa.Table.from_pylist(full, schema=IMPRESSIONS_SCHEMA), landing, MONTH, part="test")
-
-
-def _warehouse(root, tiny_titles, make_impressions):
+def _warehouse(root, tiny_titles, make_impressions, land_impressions):
     from abpo.config import load_config
     from abpo.warehouse import Warehouse
 
     cfg = load_config("tiny", [f"paths.root={root}"])
-    _land(make_impressions(tiny_titles, 16), cfg.paths.resolve("landing"))
+    land_impressions(make_impressions(tiny_titles, 16), cfg.paths.resolve("landing"), MONTH)
     with Warehouse(cfg.paths.resolve("warehouse")) as wh:
         wh.ingest_month(cfg.paths.resolve("landing"), MONTH, known_arms=["abpo"])
     return cfg
@@ -258,11 +236,11 @@ def _runs(cfg, output_dir):
     return [r for r in runs if r.data.tags.get("abpo.output_dir") == str(output_dir)]
 
 
-def _two_against_one(tmp_path, tiny_model_dir, tiny_titles, make_impressions, extra=()):
+def _two_against_one(tmp_path, tiny_model_dir, tiny_titles, make_impressions, land_impressions, extra=()):
     import torch
 
     root = tmp_path / "var"
-    cfg = _warehouse(root, tiny_titles, make_impressions)
+    cfg = _warehouse(root, tiny_titles, make_impressions, land_impressions)
     _update(root, tiny_model_dir, "one", 1)  # the reference: one plain process
     _update(root, tiny_model_dir, "two", 2, extra)
     models = cfg.paths.resolve("models")
@@ -284,8 +262,8 @@ def _two_against_one(tmp_path, tiny_model_dir, tiny_titles, make_impressions, ex
 
 
 @pytest.mark.slow
-def test_ddp_two_processes_match_one(tmp_path, tiny_model_dir, tiny_titles, make_impressions):
-    root, cfg = _two_against_one(tmp_path, tiny_model_dir, tiny_titles, make_impressions)
+def test_ddp_two_processes_match_one(tmp_path, tiny_model_dir, tiny_titles, make_impressions, land_impressions):
+    root, cfg = _two_against_one(tmp_path, tiny_model_dir, tiny_titles, make_impressions, land_impressions)
     # a rerun into the same output directory retrains (rank 0 clears update.json and the checkpoints once)
     _update(root, tiny_model_dir, "two", 2)
     assert len(_runs(cfg, cfg.paths.resolve("models") / "two")) == 2
@@ -293,7 +271,7 @@ def test_ddp_two_processes_match_one(tmp_path, tiny_model_dir, tiny_titles, make
 
 
 @pytest.mark.slow
-def test_zero2_two_processes_match_one(tmp_path, tiny_model_dir, tiny_titles, make_impressions):
+def test_zero2_two_processes_match_one(tmp_path, tiny_model_dir, tiny_titles, make_impressions, land_impressions):
     """ZeRO-2 on DeepSpeed's CPU accelerator (gloo; oneCCL not needed): the same as DDP, and every rank writes its own
     ZeRO shard of the optimizer state under the checkpoint (no plain optimizer.pt: DeepSpeed was not dropped)."""
     pytest.importorskip(
@@ -303,7 +281,7 @@ def test_zero2_two_processes_match_one(tmp_path, tiny_model_dir, tiny_titles, ma
         "make setup)",
     )
     ds = ("update.deepspeed=configs/deepspeed_zero2.json",)
-    root, cfg = _two_against_one(tmp_path, tiny_model_dir, tiny_titles, make_impressions, ds)
+    root, cfg = _two_against_one(tmp_path, tiny_model_dir, tiny_titles, make_impressions, land_impressions, ds)
     ckpt = cfg.paths.resolve("models") / "two" / "checkpoints" / "checkpoint-2" / "global_step2"
     shards = sorted(p.name for p in ckpt.glob("*optim_states.pt"))
     assert [s.split("zero_pp_rank_")[1].split("_")[0] for s in shards] == ["0", "1"], shards  # rank 0's and rank 1's

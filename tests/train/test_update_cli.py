@@ -3,37 +3,17 @@ impressions of real catalog items -> strata -> stratified batches -> ABPOTrainer
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
-import pyarrow as pa
 import pytest
+
+from tests.sizes import TINY_UPDATE
 
 MONTH = "2025-02"
 
 
-def _land(rows, landing):
-    from abpo.data.schemas import IMPRESSIONS_SCHEMA, SCHEMA_VERSION, write_impressions
-
-    t = datetime(2025, 2, 10, tzinfo=UTC)
-    full = [
-        dict(
-            r,
-            event_time=t,
-            served_at=t,
-            model_version="1",
-            request_id=r["impression_id"],
-            position=0,
-            logging_policy="softmax(tau=1.0)",
-            schema_version=SCHEMA_VERSION,
-        )
-        for r in rows
-    ]
-    table = pa.Table.from_pylist(full, schema=IMPRESSIONS_SCHEMA)
-    return write_impressions(table, landing, MONTH, part="test")
-
-
 @pytest.mark.slow
-def test_abpo_update_cli_on_the_warehouse(tmp_path, tiny_model_dir, tiny_titles, make_impressions, capsys):
+def test_abpo_update_cli_on_the_warehouse(
+    tmp_path, tiny_model_dir, tiny_titles, make_impressions, land_impressions, capsys
+):
     import mlflow
     from mlflow import MlflowClient
 
@@ -44,18 +24,12 @@ def test_abpo_update_cli_on_the_warehouse(tmp_path, tiny_model_dir, tiny_titles,
     root = tmp_path / "var"
     sets = [
         f"paths.root={root}",
-        "update.max_steps=2",
-        "update.batch_size=2",
-        "update.group_size=3",
-        "update.max_completion_length=64",
-        "update.save_steps=1",
-        "update.max_examples=12",
-        "policy.lora_r=4",
+        *TINY_UPDATE,
     ]
     cfg = load_config("tiny", sets)
     rows = make_impressions(tiny_titles, 16)
     rows.append(dict(rows[0], impression_id="other-arm", arm="grpo"))  # another arm's log is not trained on
-    _land(rows, cfg.paths.resolve("landing"))
+    land_impressions(rows, cfg.paths.resolve("landing"), MONTH)
     with Warehouse(cfg.paths.resolve("warehouse")) as wh:
         wh.ingest_month(cfg.paths.resolve("landing"), MONTH, known_arms=["abpo", "grpo"])
 

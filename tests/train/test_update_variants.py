@@ -15,7 +15,9 @@ from abpo.algo.variants import VARIANTS, get_variant
 from abpo.train.config import UpdateConfig
 from abpo.train.grpo_args import settings_for, variant_update_config
 from abpo.train.records import ABPOSettings
+from tests.sizes import TINY_UPDATE
 
+MONTH = "2025-02"  # the month the `abpo update` test lands and trains on
 NEW = ("grpo_cr", "abpo_cr", "abpo_ll", "wll", "abpo_offpolicy", "grpo_ll")
 
 
@@ -280,7 +282,7 @@ def settings_for_variant(name: str) -> ABPOSettings:
 
 @pytest.mark.slow
 def test_abpo_update_cli_trains_a_new_variant_with_its_presets_and_a_composed_kappa(
-    tmp_path, tiny_model_dir, tiny_titles, make_impressions
+    tmp_path, tiny_model_dir, tiny_titles, make_impressions, land_impressions
 ):
     """`abpo update --variant abpo_ll` on a real warehouse and MLflow store: the run logs the preset it trained with
     (update.likelihood_weight 1), a composed no-response weight (scale 0.5 x c/(1-c), c of the rows trained on) and
@@ -292,23 +294,15 @@ def test_abpo_update_cli_trains_a_new_variant_with_its_presets_and_a_composed_ka
     from abpo.config import load_config
     from abpo.warehouse import Warehouse
 
-    from .test_update_cli import MONTH, _land
-
     root = tmp_path / "var"
     sets = [
         f"paths.root={root}",
-        "update.max_steps=2",
-        "update.batch_size=2",
-        "update.group_size=3",
-        "update.max_completion_length=64",
-        "update.save_steps=1",
-        "update.max_examples=12",
-        "policy.lora_r=4",
+        *TINY_UPDATE,
         "update.no_response_weight_rule=click_rate",
         "update.no_response_weight=0.5",
     ]
     cfg = load_config("tiny", sets)
-    _land(make_impressions(tiny_titles, 16), cfg.paths.resolve("landing"))
+    land_impressions(make_impressions(tiny_titles, 16), cfg.paths.resolve("landing"), MONTH)
     with Warehouse(cfg.paths.resolve("warehouse")) as wh:
         wh.ingest_month(cfg.paths.resolve("landing"), MONTH, known_arms=["abpo"])
     argv = ["update", "--variant", "abpo_ll", "--init-model", str(tiny_model_dir)]

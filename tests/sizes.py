@@ -83,6 +83,18 @@ TINY_MODEL = [
 """A very small ``tiny`` model (1 layer, 32 wide, a 600-token vocabulary; the preset's is 2 layers, 64 wide, 4,096
 tokens): for tests that build, adopt, register, serve or gate a model rather than train it to a quality."""
 
+TRAINER_MODEL = {
+    "model": "tiny",
+    "tiny_hidden_size": 32,
+    "tiny_layers": 2,
+    "tiny_heads": 2,
+    "tiny_intermediate_size": 64,
+    "scoring_batch_tokens": 4096,
+}
+"""PolicyConfig keywords of the 2-layer tiny model the policy and trainer tests build once per session
+(tests/policy/conftest.py, tests/train/conftest.py, through tests/conftest.py's build_tiny_model); each adds its
+vocabulary, prompt budget and LoRA setting."""
+
 ADOPTED_MONTH = ["data.max_users=40", "data.eval_candidates=20", *TINY_MODEL]
 """40 users and :data:`TINY_MODEL`: the tests that adopt a model as an arm's champion and serve it through MLflow."""
 

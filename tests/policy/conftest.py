@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.sizes import TRAINER_MODEL
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -23,18 +25,7 @@ def small_titles() -> dict[int, str]:
 def small_policy_cfg():
     from abpo.policy.config import PolicyConfig
 
-    return PolicyConfig(
-        model="tiny",
-        max_history=5,
-        max_prompt_tokens=8192,
-        tiny_hidden_size=32,
-        tiny_layers=2,
-        tiny_heads=2,
-        tiny_intermediate_size=64,
-        tiny_vocab_size=600,
-        lora_r=0,
-        scoring_batch_tokens=4096,
-    )
+    return PolicyConfig(**TRAINER_MODEL, max_history=5, max_prompt_tokens=8192, tiny_vocab_size=600, lora_r=0)
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 import torch
 
+from tests.sizes import TINY_MODEL
+
 
 @pytest.fixture(scope="module")
 def item_cfg(small_policy_cfg):
@@ -290,13 +292,14 @@ def test_pretraining_learns_a_sequential_pattern(tiny_dir, small_titles, caplog)
 def _small_sft_cfg(tmp_path, data_dir, fmt="movielens", **data):
     from abpo.config import load_config
 
-    cfg = load_config("tiny", [f"paths.root={tmp_path / 'var'}", f"data.dataset_dir={data_dir}", f"data.format={fmt}"])
+    cfg = load_config(
+        "tiny",
+        [f"paths.root={tmp_path / 'var'}", f"data.dataset_dir={data_dir}", f"data.format={fmt}", *TINY_MODEL],
+    )
     d = cfg.data
     d.train_candidates, d.eval_candidates, d.update_steps, d.min_history = 4, 5, 1, 3
     for k, v in data.items():
         setattr(d, k, v)
-    p = cfg.policy
-    p.tiny_hidden_size, p.tiny_layers, p.tiny_heads, p.tiny_intermediate_size, p.tiny_vocab_size = 32, 1, 2, 64, 600
     s = cfg.sft
     s.pretrain_epochs, s.pretrain_patience, s.max_steps, s.batch_size, s.logging_steps = 2, 1, 3, 8, 1
     s.eval_generation, s.eval_max_users = False, 20

@@ -8,6 +8,8 @@ import dataclasses
 import numpy as np
 import pytest
 
+from tests.sizes import TRAINER_MODEL
+
 N_ITEMS = 40  # catalog slice the tiny tokenizer and the candidate sets use
 M = 6  # candidates per prompt
 
@@ -24,17 +26,7 @@ def tiny_policy_cfg():
     from abpo.policy.config import PolicyConfig
 
     return PolicyConfig(
-        model="tiny",
-        max_history=3,
-        max_prompt_tokens=4096,
-        tiny_hidden_size=32,
-        tiny_layers=2,
-        tiny_heads=2,
-        tiny_intermediate_size=64,
-        tiny_vocab_size=400,
-        lora_r=4,
-        lora_alpha=8,
-        scoring_batch_tokens=4096,
+        **TRAINER_MODEL, max_history=3, max_prompt_tokens=4096, tiny_vocab_size=400, lora_r=4, lora_alpha=8
     )
 
 

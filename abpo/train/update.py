@@ -20,6 +20,7 @@ the trainer, trains, saves and logs.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import shutil
@@ -266,6 +267,69 @@ def save_update(trainer, tokenizer, output_dir: Path, *, save_merged: bool) -> t
     return adapter_dir, merged_dir
 
 
+class UpdateTerminated(BaseException):
+    """SIGTERM reached an update with an open MLflow run (a BaseException, as KeyboardInterrupt for SIGINT: no
+    ``except Exception`` on the way may swallow it). Raised by :func:`run_ends_with_the_process`'s handler."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def run_ends_with_the_process(mlrun):
+    """While the update's MLflow run ``mlrun`` is open: a SIGTERM or SIGINT (``kill``, Ctrl-C, a scheduler stopping
+    the job) ends it KILLED and any exception FAILED, so a killed standalone `abpo update` leaves no run RUNNING
+    (issue 48 item 12). The signal keeps its effect: SIGINT raises KeyboardInterrupt; SIGTERM calls the handler that
+    was there before (Airflow's task runner raises its own) or, when that was the default, is delivered again with the
+    default action once the run is ended, so the process still dies by SIGTERM. Handlers are installed from the main
+    thread only (Python's rule); elsewhere an exception still ends the run FAILED. ``mlrun`` None (no MLflow, not
+    rank 0): nothing is done."""
+    import logging
+    import os
+    import signal
+    import threading
+
+    if mlrun is None:
+        yield
+        return
+    received: list[int] = []
+    previous: dict[int, object] = {}
+
+    def on_signal(signum, frame):
+        before = previous.get(signum)
+        if before == signal.SIG_IGN:  # ignored before: still ignored
+            return
+        received.append(signum)
+        if callable(before):  # Python's SIGINT handler (KeyboardInterrupt), Airflow's SIGTERM handler
+            before(signum, frame)
+        raise UpdateTerminated(signum)
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, on_signal)
+    try:
+        yield
+    except BaseException as e:
+        import mlflow
+
+        killed = bool(received) or isinstance(e, KeyboardInterrupt)
+        status = "KILLED" if killed else "FAILED"
+        if mlflow.active_run() is not None and mlflow.active_run().info.run_id == mlrun.info.run_id:
+            mlflow.end_run(status=status)
+        why = f"signal {signal.Signals(received[0]).name}" if received else type(e).__name__
+        logging.getLogger(__name__).warning(
+            f"update: stopped by {why}; its MLflow run {mlrun.info.run_id} ended {status}"
+        )
+        if isinstance(e, UpdateTerminated) and previous.get(e.signum) in (signal.SIG_DFL, None):
+            signal.signal(e.signum, signal.SIG_DFL)  # the default action, now that the run is ended: the process dies
+            os.kill(os.getpid(), e.signum)
+        raise
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+
+
 def run_update(
     cfg: Config,
     run: UpdateRun,
@@ -407,8 +471,6 @@ def run_update(
         **({"abpo.reward": reward} if reward != "logged" else {}),  # the online upper bound's runs say so
         **(run_tags or {}),
     }
-    import contextlib
-
     # rank 0 alone opens the run (and logs params, tags and the metrics of MLflowStepCallback)
     run_ctx = (
         registry.start_run(
@@ -421,7 +483,7 @@ def run_update(
         if log_mlflow and dist.is_main
         else contextlib.nullcontext()
     )
-    with run_ctx as mlrun:
+    with run_ctx as mlrun, run_ends_with_the_process(mlrun):
         params = {f"update.{k}": v for k, v in dataclasses.asdict(cfg.update).items()}
         # what was trained, under the names these inputs had as settings (runs stay comparable in MLflow); the
         # starting model and the output directory are the tags abpo.init_model and abpo.output_dir

@@ -1,0 +1,123 @@
+"""A killed `abpo update` ends its MLflow run (issue 48 item 12): SIGTERM or SIGINT during the training ends the
+update's run KILLED, any exception FAILED; before, a SIGTERM left the run RUNNING for good. A real `abpo update`
+subprocess on a real warehouse and MLflow store, signalled once its run is open."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+MONTH = "2025-02"
+
+
+def _runs(cfg) -> list:
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=cfg.paths.tracking_uri())
+    exp = client.get_experiment_by_name(cfg.update.mlflow_experiment)
+    return [] if exp is None else client.search_runs([exp.experiment_id])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signalled_update_ends_its_run_killed(
+    tmp_path, tiny_model_dir, tiny_titles, make_impressions, land_impressions, sig
+):
+    from abpo.config import load_config
+    from abpo.warehouse import Warehouse
+
+    sets = [
+        f"paths.root={tmp_path / 'var'}",
+        "update.max_steps=100000",  # far more than the test waits for: it is killed while training
+        "update.batch_size=2",
+        "update.group_size=3",
+        "update.save_steps=100000",
+        "update.max_examples=12",
+        "policy.lora_r=4",
+    ]
+    cfg = load_config("tiny", sets)
+    land_impressions(make_impressions(tiny_titles, 16), cfg.paths.resolve("landing"), MONTH)
+    with Warehouse(cfg.paths.resolve("warehouse")) as wh:
+        wh.ingest_month(cfg.paths.resolve("landing"), MONTH, known_arms=["abpo"])
+    argv = [
+        "update",
+        "--variant",
+        "abpo",
+        "--init-model",
+        str(tiny_model_dir),
+        *(a for s in sets for a in ("--set", s)),
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from abpo.cli import main; sys.exit(main(sys.argv[1:]))", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not any(r.info.status == "RUNNING" for r in _runs(cfg)):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the update's MLflow run never opened"
+            time.sleep(0.5)
+        time.sleep(2)  # training
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    (run,) = _runs(cfg)
+    assert run.info.status == "KILLED", (run.info.status, err[-3000:])
+    assert run.info.end_time is not None
+    assert f"update: stopped by signal {sig.name}; its MLflow run {run.info.run_id} ended KILLED" in out + err, out[-2000:]
+    if sig == signal.SIGTERM:
+        assert proc.returncode == -signal.SIGTERM  # the process still dies by the signal, as it would have
+    else:
+        assert proc.returncode != 0  # KeyboardInterrupt, as Python does
+
+
+def test_the_run_ends_failed_on_an_exception_and_killed_through_a_handler_before(tmp_path):
+    """In-process: an exception ends the run FAILED; a SIGTERM reaching a process whose SIGTERM handler is Python's
+    own (Airflow's task runner installs one) calls that handler and ends the run KILLED; the handlers are put back."""
+    import os
+
+    import mlflow
+    from mlflow import MlflowClient
+
+    from abpo.train.update import run_ends_with_the_process
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    mlflow.set_tracking_uri(uri)
+    client = MlflowClient(tracking_uri=uri)
+    exp = mlflow.set_experiment("signals")
+
+    with pytest.raises(RuntimeError, match="out of memory"):
+        with mlflow.start_run(experiment_id=exp.experiment_id) as run, run_ends_with_the_process(run):
+            raise RuntimeError("out of memory")
+    assert client.get_run(run.info.run_id).info.status == "FAILED"
+
+    class TaskTerminated(Exception):  # what an orchestrator's handler raises
+        pass
+
+    def airflow_like(signum, frame):
+        raise TaskTerminated(signum)
+
+    before = signal.signal(signal.SIGTERM, airflow_like)
+    try:
+        with pytest.raises(TaskTerminated):
+            with mlflow.start_run(experiment_id=exp.experiment_id) as run, run_ends_with_the_process(run):
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)  # the handler runs before this returns
+        assert client.get_run(run.info.run_id).info.status == "KILLED"
+        assert signal.getsignal(signal.SIGTERM) is airflow_like  # put back
+        with pytest.raises(KeyboardInterrupt):
+            with mlflow.start_run(experiment_id=exp.experiment_id) as run, run_ends_with_the_process(run):
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(5)
+        assert client.get_run(run.info.run_id).info.status == "KILLED"
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert mlflow.active_run() is None

@@ -22,30 +22,30 @@ def titles():
         return {int(r["movieId"]): r["title"] for r in list(csv.DictReader(f))[:300]}
 
 
-def test_registered_model_serves_same_scores(tmp_path, titles):
-    import mlflow
-
+def _registered_challenger(tmp_path, titles, *overrides: str):
+    """A tiny model of :data:`SERVED_MODEL` sizes and ``overrides`` built on ``titles``, logged and registered as the
+    challenger (one torch thread); returns the config and the checkpoint directory."""
     from abpo.policy.model import build_tiny
-    from abpo.policy.prompt import fit_prompt, format_answer
-    from abpo.policy.scoring import candidate_propensities, score_candidates
-    from abpo.serving import load_checkpoint
 
     torch.set_num_threads(1)
-    cfg = load_config(
-        "tiny",
-        [
-            f"paths.root={tmp_path}",
-            *SERVED_MODEL,
-            "policy.tau=0.7",
-            "policy.max_history=3",
-            "policy.prompt_style=text",
-        ],
-    )
+    cfg = load_config("tiny", [f"paths.root={tmp_path}", *SERVED_MODEL, *overrides])
     ckpt = build_tiny(cfg.policy, cfg.paths, titles, seed=0)
     with registry.start_run(cfg, "test-serving", "serve"):
         uri = registry.log_model_dir(ckpt, policy_cfg=cfg.policy)
     registry.register(uri)
+    return cfg, ckpt
 
+
+def test_registered_model_serves_same_scores(tmp_path, titles):
+    import mlflow
+
+    from abpo.policy.prompt import fit_prompt, format_answer
+    from abpo.policy.scoring import candidate_propensities, score_candidates
+    from abpo.serving import load_checkpoint
+
+    cfg, ckpt = _registered_challenger(
+        tmp_path, titles, "policy.tau=0.7", "policy.max_history=3", "policy.prompt_style=text"
+    )
     ids = list(titles)[:6]
     history = [titles[i] for i in list(titles)[10:15]]
     served = mlflow.pyfunc.load_model(f"models:/{registry.MODEL_NAME}@{registry.CHALLENGER}")
@@ -74,24 +74,10 @@ def test_item_token_model_serves_its_item_token_scores(tmp_path, titles):
     import mlflow
 
     from abpo.data.candidates import Example
-    from abpo.policy.model import build_tiny
     from abpo.policy.scoring import candidate_propensities, score_examples
     from abpo.serving import load_checkpoint
 
-    torch.set_num_threads(1)
-    cfg = load_config(
-        "tiny",
-        [
-            f"paths.root={tmp_path}",
-            *SERVED_MODEL,
-            "policy.tau=0.7",
-            "policy.prompt_style=item_tokens",
-        ],
-    )
-    ckpt = build_tiny(cfg.policy, cfg.paths, titles, seed=0)
-    with registry.start_run(cfg, "test-serving", "serve"):
-        uri = registry.log_model_dir(ckpt, policy_cfg=cfg.policy)
-    registry.register(uri)
+    cfg, ckpt = _registered_challenger(tmp_path, titles, "policy.tau=0.7", "policy.prompt_style=item_tokens")
     ids, hist = list(titles)[:6], list(titles)[10:40]
     served = mlflow.pyfunc.load_model(f"models:/{registry.MODEL_NAME}@{registry.CHALLENGER}")
     req = {

@@ -125,6 +125,23 @@ def update_rows(tiny_titles, tiny_policy_cfg, load_tiny):
 
 
 @pytest.fixture
+def item_policy_cfg(tiny_policy_cfg):
+    """tiny_policy_cfg with the item_tokens prompt."""
+    return dataclasses.replace(tiny_policy_cfg, prompt_style="item_tokens")
+
+
+@pytest.fixture
+def item_update_rows(tiny_titles, item_policy_cfg, load_tiny):
+    """Trainer rows of the same 8 logged examples as update_rows, with the item_tokens prompt (batches of 4)."""
+    from abpo.train.dataset import BatchingReport, build_update_rows
+
+    _, tok = load_tiny()
+    rows = impression_rows(tiny_titles, 8)
+    batches = [rows[0:4], rows[4:8]]
+    return build_update_rows(batches, tiny_titles, tok, item_policy_cfg, examples_per_batch=4, report=BatchingReport())
+
+
+@pytest.fixture
 def tiny_update_cfg():
     from abpo.train.config import UpdateConfig
 

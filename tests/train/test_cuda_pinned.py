@@ -91,23 +91,13 @@ def _run(device: str, bf16: bool, load_tiny, rows, update_cfg, tmp_path, monkeyp
     return {"steps": steps, "delta": delta}
 
 
-@pytest.fixture
-def item_rows(load_tiny, tiny_titles, tiny_policy_cfg):
-    from abpo.train.dataset import BatchingReport, build_update_rows
-
-    from .conftest import impression_rows
-
-    _, tok = load_tiny()
-    pol = dataclasses.replace(tiny_policy_cfg, prompt_style="item_tokens")
-    raw = impression_rows(tiny_titles, 8)
-    return build_update_rows([raw[0:4], raw[4:8]], tiny_titles, tok, pol, examples_per_batch=4, report=BatchingReport())
-
-
 @pytest.mark.parametrize("precision", ["float32", "bf16"])
-def test_the_update_on_cuda_matches_the_cpu(precision, load_tiny, item_rows, tiny_update_cfg, tmp_path, monkeypatch):
+def test_the_update_on_cuda_matches_the_cpu(
+    precision, load_tiny, item_update_rows, tiny_update_cfg, tmp_path, monkeypatch
+):
     u = dataclasses.replace(tiny_update_cfg, group_size=5, max_completion_length=64)
-    cpu = _run("cpu", False, load_tiny, item_rows, u, tmp_path, monkeypatch)
-    gpu = _run("cuda", precision == "bf16", load_tiny, item_rows, u, tmp_path, monkeypatch)
+    cpu = _run("cpu", False, load_tiny, item_update_rows, u, tmp_path, monkeypatch)
+    gpu = _run("cuda", precision == "bf16", load_tiny, item_update_rows, u, tmp_path, monkeypatch)
     rel, abs_, w_rel = TOL[precision]
     assert len(cpu["steps"]) == len(gpu["steps"]) == 2
     report = []

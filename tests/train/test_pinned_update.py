@@ -81,11 +81,7 @@ def _run(load_tiny, rows, update_cfg, tmp_path, settings, popularity) -> dict:
 
 
 @pytest.fixture
-def pinned_runs(load_tiny, update_rows, tiny_titles, tiny_policy_cfg, tiny_update_cfg, tmp_path):
-    from abpo.train.dataset import BatchingReport, build_update_rows
-
-    from .conftest import impression_rows
-
+def pinned_runs(load_tiny, update_rows, item_update_rows, tiny_update_cfg, tmp_path):
     popularity = {a: 1 + a % 7 for r in update_rows for a in r["candidates"]}
     u = dataclasses.replace(tiny_update_cfg, max_steps=2, save_steps=10)
     text = _run(
@@ -96,16 +92,10 @@ def pinned_runs(load_tiny, update_rows, tiny_titles, tiny_policy_cfg, tiny_updat
         ABPOSettings(variant="abpo", lambda_sc=0.5, scoring_batch_tokens=4096),
         popularity,
     )
-    _, tok = load_tiny()
-    pol = dataclasses.replace(tiny_policy_cfg, prompt_style="item_tokens")
-    raw = impression_rows(tiny_titles, 8)
-    item_rows = build_update_rows(
-        [raw[0:4], raw[4:8]], tiny_titles, tok, pol, examples_per_batch=4, report=BatchingReport()
-    )
     u_items = dataclasses.replace(u, group_size=5, max_completion_length=64)
     items = _run(
         load_tiny,
-        item_rows,
+        item_update_rows,
         u_items,
         tmp_path / "items",
         ABPOSettings(

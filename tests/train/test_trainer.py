@@ -358,18 +358,9 @@ def test_metrics_reach_mlflow_every_step(load_tiny, update_rows, tiny_update_cfg
 
 
 @pytest.fixture
-def item_rows(tiny_titles, tiny_policy_cfg, load_tiny):
-    """The update_rows of 8 logged examples with the item_tokens prompt."""
-    from abpo.train.dataset import BatchingReport, build_update_rows
-
-    from .conftest import impression_rows
-
-    _, tok = load_tiny()
-    pol = dataclasses.replace(tiny_policy_cfg, prompt_style="item_tokens")
-    rows = impression_rows(tiny_titles, 8)
-    return build_update_rows(
-        [rows[0:4], rows[4:8]], tiny_titles, tok, pol, examples_per_batch=4, report=BatchingReport()
-    ), pol
+def item_rows(item_update_rows, item_policy_cfg):
+    """The update_rows of 8 logged examples with the item_tokens prompt, and that policy config."""
+    return item_update_rows, item_policy_cfg
 
 
 def _make_items(load_tiny, rows, update_cfg, tmp_path, variant):

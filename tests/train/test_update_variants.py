@@ -213,20 +213,15 @@ def test_surrogate_weight_zero_needs_a_term_and_leaves_only_the_likelihood(
 
 
 def test_every_new_variant_trains_on_item_tokens_with_constrained_rollouts(
-    load_tiny, tiny_titles, tiny_policy_cfg, tiny_update_cfg, tmp_path
+    load_tiny, item_update_rows, item_policy_cfg, tiny_update_cfg, tmp_path
 ):
     """Two optimizer steps of each new variant (item-token prompts, constrained rollouts: the preset's setting),
     with the KL term on for one of them: it trains, moves the weights and logs its terms' metrics."""
     from abpo.policy.model import lora_config
-    from abpo.train.dataset import BatchingReport, build_update_rows, to_hf_dataset
+    from abpo.train.dataset import to_hf_dataset
     from abpo.train.update import train_update
 
-    from .conftest import impression_rows
-
-    _, tok = load_tiny()
-    pol = dataclasses.replace(tiny_policy_cfg, prompt_style="item_tokens")
-    raw = impression_rows(tiny_titles, 8)
-    rows = build_update_rows([raw[0:4], raw[4:8]], tiny_titles, tok, pol, examples_per_batch=4, report=BatchingReport())
+    rows, pol = item_update_rows, item_policy_cfg
     u = dataclasses.replace(tiny_update_cfg, group_size=5, max_completion_length=64, max_steps=2, save_steps=10)
     for name in NEW:
         st = dataclasses.replace(

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.sizes import GATE_PASSES
+
 SMALL = [
     "data.max_users=16",
     "data.train_candidates=8",
@@ -35,9 +37,7 @@ SMALL = [
     "report.candidate_arm=abpo",
     "arms.min_rows_per_stratum=1",
     "arms.gate_max_users=4",
-    "arms.gate_margin=1.0",
-    "arms.gate_ope_margin=1.0",
-    "arms.gate_min_ess=0",
+    *GATE_PASSES,
     "arms.gate_ope_bootstrap=100",
     "sim.click_next=1.0",
     "sim.base_ctr=0.3",

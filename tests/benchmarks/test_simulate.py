@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.sizes import SIXTY_USERS
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -60,7 +62,7 @@ def test_each_oracle_clicks_the_same_exposures_of_an_arm_served_once(bench, make
     from abpo.data.splits import split_users
     from abpo.sim.simulator import interactions_to_date, simulate_month
 
-    cfg = make_cfg("data.max_users=60", "data.update_steps=6")
+    cfg = make_cfg(*SIXTY_USERS)
     splits, _ = split_users(movielens, cfg.data)
     seqs = interactions_to_date(cfg, splits, cfg.sim.start_month)
     ranker = RankerArm.make_ranker("popularity", cfg).fit(seqs, movielens.item_ids().tolist())

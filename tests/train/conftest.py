@@ -114,6 +114,20 @@ def land_impressions():
 
 
 @pytest.fixture
+def ingested_impressions(land_impressions):
+    """Factory: ingested_impressions(cfg, rows, month, known_arms=("abpo",)): ``rows`` landed in ``cfg``'s landing
+    zone (land_impressions) and ingested into its warehouse as month ``month``; what `abpo update` reads."""
+    from abpo.warehouse import Warehouse
+
+    def ingest(cfg, rows: list[dict], month: str, known_arms=("abpo",)) -> None:
+        land_impressions(rows, cfg.paths.resolve("landing"), month)
+        with Warehouse(cfg.paths.resolve("warehouse")) as wh:
+            wh.ingest_month(cfg.paths.resolve("landing"), month, known_arms=list(known_arms))
+
+    return ingest
+
+
+@pytest.fixture
 def update_rows(tiny_titles, tiny_policy_cfg, load_tiny):
     """Trainer rows (abpo.train.dataset.COLUMNS) of 8 logged examples in batches of 4 (both strata in each)."""
     from abpo.train.dataset import BatchingReport, build_update_rows

@@ -158,14 +158,11 @@ def test_read_update_json_round_trip(tmp_path):
 # ------------------------------------------------------------------------------ real launches (slow, CPU)
 
 
-def _warehouse(root, tiny_titles, make_impressions, land_impressions):
+def _warehouse(root, tiny_titles, make_impressions, ingested_impressions):
     from abpo.config import load_config
-    from abpo.warehouse import Warehouse
 
     cfg = load_config("tiny", [f"paths.root={root}"])
-    land_impressions(make_impressions(tiny_titles, 16), cfg.paths.resolve("landing"), MONTH)
-    with Warehouse(cfg.paths.resolve("warehouse")) as wh:
-        wh.ingest_month(cfg.paths.resolve("landing"), MONTH, known_arms=["abpo"])
+    ingested_impressions(cfg, make_impressions(tiny_titles, 16), MONTH)
     return cfg
 
 
@@ -236,11 +233,11 @@ def _runs(cfg, output_dir):
     return [r for r in runs if r.data.tags.get("abpo.output_dir") == str(output_dir)]
 
 
-def _two_against_one(tmp_path, tiny_model_dir, tiny_titles, make_impressions, land_impressions, extra=()):
+def _two_against_one(tmp_path, tiny_model_dir, tiny_titles, make_impressions, ingested_impressions, extra=()):
     import torch
 
     root = tmp_path / "var"
-    cfg = _warehouse(root, tiny_titles, make_impressions, land_impressions)
+    cfg = _warehouse(root, tiny_titles, make_impressions, ingested_impressions)
     _update(root, tiny_model_dir, "one", 1)  # the reference: one plain process
     _update(root, tiny_model_dir, "two", 2, extra)
     models = cfg.paths.resolve("models")
@@ -262,8 +259,8 @@ def _two_against_one(tmp_path, tiny_model_dir, tiny_titles, make_impressions, la
 
 
 @pytest.mark.slow
-def test_ddp_two_processes_match_one(tmp_path, tiny_model_dir, tiny_titles, make_impressions, land_impressions):
-    root, cfg = _two_against_one(tmp_path, tiny_model_dir, tiny_titles, make_impressions, land_impressions)
+def test_ddp_two_processes_match_one(tmp_path, tiny_model_dir, tiny_titles, make_impressions, ingested_impressions):
+    root, cfg = _two_against_one(tmp_path, tiny_model_dir, tiny_titles, make_impressions, ingested_impressions)
     # a rerun into the same output directory retrains (rank 0 clears update.json and the checkpoints once)
     _update(root, tiny_model_dir, "two", 2)
     assert len(_runs(cfg, cfg.paths.resolve("models") / "two")) == 2
@@ -271,7 +268,7 @@ def test_ddp_two_processes_match_one(tmp_path, tiny_model_dir, tiny_titles, make
 
 
 @pytest.mark.slow
-def test_zero2_two_processes_match_one(tmp_path, tiny_model_dir, tiny_titles, make_impressions, land_impressions):
+def test_zero2_two_processes_match_one(tmp_path, tiny_model_dir, tiny_titles, make_impressions, ingested_impressions):
     """ZeRO-2 on DeepSpeed's CPU accelerator (gloo; oneCCL not needed): the same as DDP, and every rank writes its own
     ZeRO shard of the optimizer state under the checkpoint (no plain optimizer.pt: DeepSpeed was not dropped)."""
     pytest.importorskip(
@@ -281,7 +278,7 @@ def test_zero2_two_processes_match_one(tmp_path, tiny_model_dir, tiny_titles, ma
         "make setup)",
     )
     ds = ("update.deepspeed=configs/deepspeed_zero2.json",)
-    root, cfg = _two_against_one(tmp_path, tiny_model_dir, tiny_titles, make_impressions, land_impressions, ds)
+    root, cfg = _two_against_one(tmp_path, tiny_model_dir, tiny_titles, make_impressions, ingested_impressions, ds)
     ckpt = cfg.paths.resolve("models") / "two" / "checkpoints" / "checkpoint-2" / "global_step2"
     shards = sorted(p.name for p in ckpt.glob("*optim_states.pt"))
     assert [s.split("zero_pp_rank_")[1].split("_")[0] for s in shards] == ["0", "1"], shards  # rank 0's and rank 1's

@@ -12,14 +12,13 @@ MONTH = "2025-02"
 
 @pytest.mark.slow
 def test_abpo_update_cli_on_the_warehouse(
-    tmp_path, tiny_model_dir, tiny_titles, make_impressions, land_impressions, capsys
+    tmp_path, tiny_model_dir, tiny_titles, make_impressions, ingested_impressions, capsys
 ):
     import mlflow
     from mlflow import MlflowClient
 
     from abpo.cli import main
     from abpo.config import load_config
-    from abpo.warehouse import Warehouse
 
     root = tmp_path / "var"
     sets = [
@@ -29,9 +28,7 @@ def test_abpo_update_cli_on_the_warehouse(
     cfg = load_config("tiny", sets)
     rows = make_impressions(tiny_titles, 16)
     rows.append(dict(rows[0], impression_id="other-arm", arm="grpo"))  # another arm's log is not trained on
-    land_impressions(rows, cfg.paths.resolve("landing"), MONTH)
-    with Warehouse(cfg.paths.resolve("warehouse")) as wh:
-        wh.ingest_month(cfg.paths.resolve("landing"), MONTH, known_arms=["abpo", "grpo"])
+    ingested_impressions(cfg, rows, MONTH, known_arms=("abpo", "grpo"))
 
     sets_argv = [a for s in sets for a in ("--set", s)]
     argv = ["update", "--variant", "abpo", "--init-model", str(tiny_model_dir), *sets_argv]

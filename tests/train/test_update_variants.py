@@ -277,7 +277,7 @@ def settings_for_variant(name: str) -> ABPOSettings:
 
 @pytest.mark.slow
 def test_abpo_update_cli_trains_a_new_variant_with_its_presets_and_a_composed_kappa(
-    tmp_path, tiny_model_dir, tiny_titles, make_impressions, land_impressions
+    tmp_path, tiny_model_dir, tiny_titles, make_impressions, ingested_impressions
 ):
     """`abpo update --variant abpo_ll` on a real warehouse and MLflow store: the run logs the preset it trained with
     (update.likelihood_weight 1), a composed no-response weight (scale 0.5 x c/(1-c), c of the rows trained on) and
@@ -287,7 +287,6 @@ def test_abpo_update_cli_trains_a_new_variant_with_its_presets_and_a_composed_ka
 
     from abpo.cli import main
     from abpo.config import load_config
-    from abpo.warehouse import Warehouse
 
     root = tmp_path / "var"
     sets = [
@@ -297,9 +296,7 @@ def test_abpo_update_cli_trains_a_new_variant_with_its_presets_and_a_composed_ka
         "update.no_response_weight=0.5",
     ]
     cfg = load_config("tiny", sets)
-    land_impressions(make_impressions(tiny_titles, 16), cfg.paths.resolve("landing"), MONTH)
-    with Warehouse(cfg.paths.resolve("warehouse")) as wh:
-        wh.ingest_month(cfg.paths.resolve("landing"), MONTH, known_arms=["abpo"])
+    ingested_impressions(cfg, make_impressions(tiny_titles, 16), MONTH)
     argv = ["update", "--variant", "abpo_ll", "--init-model", str(tiny_model_dir)]
     assert main([*argv, *(a for s in sets for a in ("--set", s))]) == 0
     out_dir = cfg.paths.resolve("models") / f"update-I-{MONTH}_{MONTH}-seed0"

@@ -3,9 +3,8 @@ DAG run's ``overrides``) that shrink the ``tiny`` preset's month, model and DAG 
 seconds to minutes. A test composes its config from these and adds what it is about after them, e.g.
 ``load_config("tiny", [f"paths.root={tmp_path}", *CYCLE_MONTH, *GATE_PASSES])``.
 
-Each list keeps the order its tests used before it moved here (a test that records its overrides, such as the
-experiment's cells and ``abpo loop-experiment``, records the same list); :func:`without` drops a key where a test
-leaves the preset's value.
+Compose by appending, so that a list's order stays put where it is recorded (the experiment's cells and
+``abpo loop-experiment`` keep their overrides); :func:`without` drops a key where a test leaves the preset's value.
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ MONTH = [
     "arms.min_rows_per_stratum=1",
 ]
 """A month of the whole loop on the ``tiny`` preset, shrunk: 60 users, pi_init by a short SFT, 2 update steps of
-8 rows per LLM arm, strata of a single row allowed. The base of every month-sized list below."""
+8 rows per LLM arm, strata of a single row allowed. The base of the month lists of this section."""
 
 LIKELY_CLICKS = ["sim.click_next=1.0", "sim.base_ctr=0.2"]
 """Clicks likely enough that a 40- to 60-user month gives every LLM arm both strata (with the default click model
@@ -98,11 +97,10 @@ vocabulary, prompt budget and LoRA setting."""
 ADOPTED_MONTH = ["data.max_users=40", "data.eval_candidates=20", *TINY_MODEL]
 """40 users and :data:`TINY_MODEL`: the tests that adopt a model as an arm's champion and serve it through MLflow."""
 
+# ------------------------------------------------------------------------------------------------------ experiments
 
 EXPERIMENT_MODEL = without(TINY_MODEL, "policy.tiny_layers", "policy.tiny_heads")
 """The experiment tests' model: :data:`TINY_MODEL` with the preset's 2 layers and 4 heads."""
-
-# ------------------------------------------------------------------------------------------------------ experiments
 
 EXPERIMENT_TWO_ROUNDS = [
     "data.eval_candidates=20",
@@ -135,7 +133,7 @@ TINY_UPDATE = [
     "policy.lora_r=4",
 ]
 """`abpo update` on the trainer tests' tiny model (tests/train/conftest.py): 2 steps of 2 prompts x 3 completions of
-at most 64 tokens, 12 logged rows, a LoRA adapter of rank 4, a checkpoint every step."""
+at most 64 tokens, at most 12 logged rows, a LoRA adapter of rank 4, a checkpoint every step."""
 
 # ------------------------------------------------------------------------------------------------------ DAG runs
 

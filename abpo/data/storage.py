@@ -145,6 +145,12 @@ def describe(uri: str, error: BaseException, doing: str) -> str:
             f"(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE, the instance role) or ${CONNECTION_ENV}, "
             "and must allow it"
         )
+    if "resolving region" in text:
+        return (
+            f"{uri}: {doing} failed ({type(error).__name__}: {text[:300]}); rule: without a region (AWS_REGION, "
+            "AWS_DEFAULT_REGION or ?region= in the URI) pyarrow asks AWS for the bucket's region; an S3-compatible "
+            "store needs its endpoint (AWS_ENDPOINT_URL)"
+        )
     return f"{uri}: {doing} failed ({type(error).__name__}: {text[:300]})"
 
 
@@ -153,6 +159,9 @@ def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     apply_connection()
     try:
         return pafs.FileSystem.from_uri(uri)
+    except OSError as e:  # pyarrow's S3 looks the bucket's region up at AWS when none is set: an endpoint that does
+        # not resolve or answer raised here, outside every caller's handling (a pyarrow traceback): one line instead
+        raise _error(uri, e, "resolving the bucket's region" if "resolving region" in str(e) else "opening") from None
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as native:
         try:
             import fsspec

@@ -181,3 +181,43 @@ def test_many_objects_are_copied_concurrently_and_warned_about(s3, tmp_path, mon
         report = wh.ingest_month(landing, "2026-01", arms, force=True)
     assert len(report.files) == 12 and len(threads) > 1
     assert any("12 objects in the month's partition: copied 8 at a time" in r.getMessage() for r in caplog.records)
+
+
+def _aws_resolves() -> bool:
+    try:
+        socket.getaddrinfo("s3.us-east-1.amazonaws.com", 443)
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("where", ["endpoint", "region lookup"])
+def test_an_endpoint_that_does_not_resolve_is_one_line(tmp_path, monkeypatch, abpo, state, where):
+    """An S3 endpoint whose name does not resolve (``.invalid`` never does, RFC 2606), and the bucket-region lookup
+    pyarrow makes at AWS when neither an endpoint nor a region is set: one line naming the URI, the rule and that it
+    was a network failure (StorageUnavailable, retried), never pyarrow's traceback (the region lookup raised from
+    pyarrow's FileSystem.from_uri, outside every caller's handling)."""
+    from abpo.data import storage
+    from abpo.monthly.common import retry_or_fail
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "abpo-test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "abpo-test-secret")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    for var in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    if where == "endpoint":
+        monkeypatch.setenv("AWS_ENDPOINT_URL", "http://abpo-no-such-host.invalid:9000")
+    elif _aws_resolves():
+        pytest.skip("AWS answers from this machine: the bucket-region lookup does not fail here")
+    landing = "s3://abpo-no-such-bucket/landing"
+    with pytest.raises(storage.StorageUnavailable) as e:
+        storage.list_partition(storage.join(landing, "impressions", "month=2026-01"))
+    assert retry_or_fail(e.value) == "retry" and "\n" not in str(e.value)
+    assert "Could not resolve" in str(e.value)
+    rc, out, err = abpo("ingest", "--month", "2026-01", "--set", f"paths.landing={landing}")
+    assert rc == 2 and "Traceback" not in err and "abpo-test-secret" not in err, err
+    lines = [line for line in err.splitlines() if line.startswith("abpo ingest:")]
+    assert len(lines) == 1 and "s3://abpo-no-such-bucket/landing/impressions/month=2026-01" in lines[0], err
+    if where == "region lookup":
+        assert "resolving the bucket's region failed" in lines[0] and "AWS_REGION" in lines[0], lines[0]

@@ -36,10 +36,14 @@ if [ -n "$PACK" ]; then
   .venv/bin/python -m pip install -q --no-deps --no-compile --target "$work/site" --python-version 3.12 \
     --implementation cp --platform manylinux2014_x86_64 --only-binary=:all: "$work"/whl/*.whl
   tar -cJf .gpu/h49/implicit.tar.xz -C "$work/site" .
+  # gpu-check.sh's packages less DeepSpeed and the Databricks SDK (unused here): the carry limit is 64 MiB
+  mkdir -p "$work/gsite" && tar -xJf .gpu/site.tar.xz -C "$work/gsite"
+  rm -rf "$work"/gsite/deepspeed "$work"/gsite/deepspeed-* "$work"/gsite/databricks "$work"/gsite/databricks_sdk-*
+  XZ_OPT=-T0 tar -cJf .gpu/h49/site.tar.xz -C "$work/gsite" .
   (cd ../shared/data && tar -cJf "$ROOT/.gpu/h49/amazon18.tar.xz" amazon18/LICENSE.MiniOneRec amazon18/SOURCE_COMMIT \
     amazon18/*/Office_Products*)
-  # the pi_inits and their logs; not the cells' update checkpoints (rebuilt by any rerun that needs them)
-  tar -cJf .gpu/h49/state.tar.xz -C "$PACK" --exclude='*/checkpoint-*' --exclude='experiments/*/cells' \
+  # the pi_inits and their logs; not stage 1's intermediate models nor the cells' update checkpoints
+  tar -cJf .gpu/h49/state.tar.xz -C "$PACK" --exclude='*/checkpoint-*' --exclude='experiments/*/cells' --exclude='models/tiny-*' \
     --exclude='experiments/_cells' experiments
   rm -rf "$work"
   du -sh .gpu/h49/* .gpu/site.tar.xz
@@ -50,7 +54,9 @@ OUT="${OUT:-$ROOT/which-update-device-out}"
 mkdir -p "$OUT"
 SITE="${TMPDIR:-/tmp}/abpo-h49-site" STATE="${TMPDIR:-/tmp}/abpo-h49-state"
 rm -rf "$SITE" && mkdir -p "$SITE" "$STATE"
-tar -xJf .gpu/site.tar.xz -C "$SITE" && tar -xJf .gpu/h49/implicit.tar.xz -C "$SITE"
+SITE_TAR=.gpu/site.tar.xz
+[ -f .gpu/h49/site.tar.xz ] && SITE_TAR=.gpu/h49/site.tar.xz  # the same less DeepSpeed and the Databricks SDK
+tar -xJf "$SITE_TAR" -C "$SITE" && tar -xJf .gpu/h49/implicit.tar.xz -C "$SITE"
 tar -xJf .gpu/h49/state.tar.xz -C "$STATE"
 [ -d ../shared/data/amazon18 ] || { mkdir -p ../shared/data && tar -xJf .gpu/h49/amazon18.tar.xz -C ../shared/data; }
 export PYTHONPATH="$SITE:$ROOT" ABPO_STATE="$STATE" PYTHONUNBUFFERED=1

@@ -127,15 +127,21 @@ def ingested_impressions(land_impressions):
     return ingest
 
 
-@pytest.fixture
-def update_rows(tiny_titles, tiny_policy_cfg, load_tiny):
-    """Trainer rows (abpo.train.dataset.COLUMNS) of 8 logged examples in batches of 4 (both strata in each)."""
+def _eight_update_rows(titles, load_tiny, policy_cfg) -> list[dict]:
+    """Trainer rows (abpo.train.dataset.COLUMNS) of 8 logged examples (impression_rows) in batches of 4 (both strata
+    in each), their prompts in ``policy_cfg``'s style."""
     from abpo.train.dataset import BatchingReport, build_update_rows
 
     _, tok = load_tiny()
-    rows = impression_rows(tiny_titles, 8)
+    rows = impression_rows(titles, 8)
     batches = [rows[0:4], rows[4:8]]
-    return build_update_rows(batches, tiny_titles, tok, tiny_policy_cfg, examples_per_batch=4, report=BatchingReport())
+    return build_update_rows(batches, titles, tok, policy_cfg, examples_per_batch=4, report=BatchingReport())
+
+
+@pytest.fixture
+def update_rows(tiny_titles, tiny_policy_cfg, load_tiny):
+    """Trainer rows (abpo.train.dataset.COLUMNS) of 8 logged examples in batches of 4 (both strata in each)."""
+    return _eight_update_rows(tiny_titles, load_tiny, tiny_policy_cfg)
 
 
 @pytest.fixture
@@ -147,12 +153,7 @@ def item_policy_cfg(tiny_policy_cfg):
 @pytest.fixture
 def item_update_rows(tiny_titles, item_policy_cfg, load_tiny):
     """Trainer rows of the same 8 logged examples as update_rows, with the item_tokens prompt (batches of 4)."""
-    from abpo.train.dataset import BatchingReport, build_update_rows
-
-    _, tok = load_tiny()
-    rows = impression_rows(tiny_titles, 8)
-    batches = [rows[0:4], rows[4:8]]
-    return build_update_rows(batches, tiny_titles, tok, item_policy_cfg, examples_per_batch=4, report=BatchingReport())
+    return _eight_update_rows(tiny_titles, load_tiny, item_policy_cfg)
 
 
 @pytest.fixture

@@ -242,7 +242,7 @@ MAX_FUNCTION_LINES = 120
 LONG_FUNCTIONS = {
     "abpo/train/update.py::run_update": 225,
     "abpo/train/advantages.py::AdvantagesMixin._abpo_advantages": 214,
-    "abpo/abtest/analysis.py::analyse": 195,
+    "abpo/abtest/analysis.py::analyse": 192,
     "abpo/commands/loop_experiment.py::run_loop_experiment": 179,
     "abpo/commands/arms.py::register": 163,
     "abpo/policy/sft.py::train_sft": 162,

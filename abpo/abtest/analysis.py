@@ -290,6 +290,42 @@ def _cell(period: str, arm: str, imps: int, clicks: int, users: int | None, conf
     return Cell(period, arm, imps, clicks, users, stats.ctr(clicks, imps), lo, hi)
 
 
+def sample_ratio_checks(
+    months: list[str], cells: list[Cell], totals: list[Cell], report_cfg, notes: list[str]
+) -> tuple[dict[str, float], dict[str, stats.SRMResult]]:
+    """(configured shares, period -> sample-ratio-mismatch result) of users per arm, per month and over the whole
+    period (distinct users); a period without user counts gets a note in ``notes`` instead."""
+    shares = dict(report_cfg.arm_shares)
+    for a, v in shares.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
+            raise ReportInputError(f"config report.arm_shares[{a!r}] = {v!r}: expected a number >= 0")
+    srm: dict[str, stats.SRMResult] = {}
+    for m in months:
+        users = {c.arm: c.users for c in cells if c.period == m}
+        if not users:
+            continue
+        if any(u is None for u in users.values()):
+            notes.append(f"{m}: no user counts: sample-ratio check not possible")
+            continue
+        configured_missing = sorted(set(shares) - set(users))
+        r = stats.srm_test(users, shares, report_cfg.srm_alpha)
+        if configured_missing:
+            extra = (
+                f"configured arm(s) {', '.join(configured_missing)} absent: shares renormalised over the arms present"
+            )
+            r = stats.SRMResult(**{**r.__dict__, "note": "; ".join(x for x in (r.note, extra) if x)})
+        srm[m] = r
+    total_users = {c.arm: c.users for c in totals}
+    if total_users and all(u is not None for u in total_users.values()):
+        srm[ALL] = stats.srm_test(total_users, shares, report_cfg.srm_alpha)
+    else:
+        notes.append(
+            "whole period: distinct users per arm unknown (per-month counts cannot be summed): "
+            "no whole-period sample-ratio check"
+        )
+    return shares, srm
+
+
 def analyse(
     counts: pa.Table,
     report_cfg,
@@ -458,35 +494,7 @@ def analyse(
                 flagged = "; ".join(f"{m}: {untested[m][a]}" for m in (early, late) if a in untested.get(m, {}))
                 trends.append(Trend(a, early, late, kind, t, t.note, flagged))
 
-    # sample-ratio mismatch of users per arm
-    shares = dict(report_cfg.arm_shares)
-    for a, v in shares.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
-            raise ReportInputError(f"config report.arm_shares[{a!r}] = {v!r}: expected a number >= 0")
-    srm: dict[str, stats.SRMResult] = {}
-    for m in months:
-        users = {c.arm: c.users for c in cells if c.period == m}
-        if not users:
-            continue
-        if any(u is None for u in users.values()):
-            notes.append(f"{m}: no user counts: sample-ratio check not possible")
-            continue
-        configured_missing = sorted(set(shares) - set(users))
-        r = stats.srm_test(users, shares, report_cfg.srm_alpha)
-        if configured_missing:
-            extra = (
-                f"configured arm(s) {', '.join(configured_missing)} absent: shares renormalised over the arms present"
-            )
-            r = stats.SRMResult(**{**r.__dict__, "note": "; ".join(x for x in (r.note, extra) if x)})
-        srm[m] = r
-    total_users = {c.arm: c.users for c in totals}
-    if total_users and all(u is not None for u in total_users.values()):
-        srm[ALL] = stats.srm_test(total_users, shares, report_cfg.srm_alpha)
-    else:
-        notes.append(
-            "whole period: distinct users per arm unknown (per-month counts cannot be summed): "
-            "no whole-period sample-ratio check"
-        )
+    shares, srm = sample_ratio_checks(months, cells, totals, report_cfg, notes)
 
     return Report(
         months=months,

@@ -3,7 +3,7 @@ sha256("<salt>:<user id>") / 2^64, uniform on [0, 1), and the arm whose interval
 the order given) contains u. The same user stays in the same arm for a given salt and shares; a new salt
 reshuffles everyone.
 
-The simulator's router serves with it (:mod:`abpo.sim.assignment` re-exports it) and the A/B report checks every
+The simulator's router serves with it (abpo.sim.simulator imports it from here) and the A/B report checks every
 logged user against it (sql/report_assignment.sql computes the same hash inside DuckDB; a test holds the two equal),
 so both sides read one definition."""
 

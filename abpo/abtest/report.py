@@ -133,11 +133,11 @@ def report_metrics(report: Report) -> dict[str, float]:
     for c in report.totals:
         if not math.isnan(c.ctr):
             out[f"ctr.{c.arm}"] = c.ctr
-    for c in report.comparisons:
-        if c.period == ALL and c.test.defined and not c.withheld:
-            out[f"diff_pp.{c.other}"] = c.test.diff_pp
-            out[f"p.{c.other}"] = c.test.p
-            out[f"p_holm.{c.other}"] = c.p_holm
+    for k in report.comparisons:  # a comparison an integrity check withheld has no p to log
+        if k.period == ALL and k.test.defined and not k.withheld:
+            out[f"diff_pp.{k.other}"] = k.test.diff_pp
+            out[f"p.{k.other}"] = k.test.p
+            out[f"p_holm.{k.other}"] = k.p_holm
     out["srm_flagged_periods"] = float(len(report.srm_flagged))
     out["integrity_flags"] = float(len(report.flags))
     return out

@@ -1,7 +1,7 @@
 """The gate's held-out slice of a deployment's own users (config ``arms.gate_users = warehouse``).
 
 A user is in the slice when u = first 64 bits of sha256("<seed>:gate:<user id>") / 2^64 (uniform on [0, 1), the
-form of the simulator's arm assignment, abpo.sim.assignment.unit_hash, with its own salt) is below
+form of the simulator's arm assignment, abpo.abtest.assignment.unit_hash, with its own salt) is below
 ``arms.gate_holdout_fraction``. The rule is a pure function of (seed, user id, fraction): the same user is in the
 slice every month, whatever other users arrive, so the gate scores its own users on data no update trained on, and
 the update (abpo.train.strata.read_update_strata) leaves exactly these users' impressions out of D_bandit.

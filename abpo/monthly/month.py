@@ -70,8 +70,8 @@ def run_month(cfg: Config, month: str, *, simulate: bool = True, force: bool = F
     completed month run again changes nothing: its serve and ingest stand, every task finds its completed run."""
     month = Month(month)
     if simulate:  # the simulator routes users by report.arm_shares: a split it would refuse at serve is refused here,
+        from abpo.abtest.assignment import check_shares
         from abpo.config import ConfigError  # before bootstrap registers anything
-        from abpo.sim.assignment import check_shares
 
         try:
             check_shares(cfg.report.arm_shares, arms_of(cfg))

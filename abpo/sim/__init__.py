@@ -1,6 +1,7 @@
 """The simulator: stands in for serving and for the users, so the production loop runs end to end here.
 
-abpo.sim.assignment  stable salted-hash assignment of users to arms with the configured traffic shares
+(the router's assignment of users to arms, the experiment's salted hash, is abpo.abtest.assignment: the A/B report
+checks the logged users against the same function)
 abpo.sim.retrieval   the retrieval stage: each request's candidates, fitted on the interactions to date
 abpo.sim.preference  the users' ground truth: a mixture (sim.oracle, sim.oracle_weights) of the components
 abpo.sim.oracles     knn, sequential and ALS preference models fitted on every interaction (future ones too);

@@ -17,7 +17,7 @@ again, as a user who re-consumes them).
 In month i a user makes ``sim.requests_per_user`` requests, spread over the window's positions; a request at t'
 carries the real history x_{1:t'} and a candidate set from the retrieval stage (abpo.sim.retrieval, fitted on the
 interactions to date; ``sim.candidates = offline``: the offline construction's x_{t'+1} plus distractors). The
-user's arm (abpo.sim.assignment) exposes one item with its propensity; the click model (abpo.sim.clicks, on the
+user's arm (abpo.abtest.assignment) exposes one item with its propensity; the click model (abpo.sim.clicks, on the
 ground-truth preference model abpo.sim.preference that no arm can read) decides the click. Deterministic for
 (config seed, month): candidates, exposures and clicks use seeded generators and pre-drawn uniforms per request.
 
@@ -402,11 +402,11 @@ def simulate_month(
 ) -> SimResult:
     """Serve ``month``'s requests with ``arms`` (arm name -> abpo.arms.Arm, the champions), click, and (``write``)
     land the impressions as ``landing/impressions/month=<month>/part-sim.parquet`` (a rerun replaces it)."""
+    from abpo.abtest.assignment import assign_users, check_shares
     from abpo.arms.base import expose
     from abpo.data.loaders import load_dataset
     from abpo.data.schemas import IMPRESSIONS_SCHEMA, SCHEMA_VERSION, write_impressions, write_interactions
     from abpo.data.splits import split_users
-    from abpo.sim.assignment import assign_users, check_shares
     from abpo.sim.clicks import check_click_config, click_probability
     from abpo.sim.preference import calibrate_intercept, preference_probability
 

@@ -315,7 +315,8 @@ def run_ends_with_the_process(mlrun):
 
         killed = bool(received) or isinstance(e, KeyboardInterrupt)
         status = "KILLED" if killed else "FAILED"
-        if mlflow.active_run() is not None and mlflow.active_run().info.run_id == mlrun.info.run_id:
+        active = mlflow.active_run()
+        if active is not None and active.info.run_id == mlrun.info.run_id:
             mlflow.end_run(status=status)
         why = f"signal {signal.Signals(received[0]).name}" if received else type(e).__name__
         logging.getLogger(__name__).warning(
@@ -326,8 +327,8 @@ def run_ends_with_the_process(mlrun):
             os.kill(os.getpid(), e.signum)
         raise
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)  # type: ignore[arg-type]
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)  # type: ignore[arg-type]
 
 
 def run_update(

@@ -13,7 +13,7 @@ from tests.sizes import SIXTY_USERS
 def test_assignment_is_stable_and_matches_the_shares():
     from scipy.stats import chisquare
 
-    from abpo.sim.assignment import assign_users, check_shares
+    from abpo.abtest.assignment import assign_users, check_shares
 
     shares = check_shares(
         {"abpo": 0.43, "grpo": 0.25, "ml_retrain": 0.18, "popularity": 0.14},
@@ -30,7 +30,7 @@ def test_assignment_is_stable_and_matches_the_shares():
 
 
 def test_shares_are_checked():
-    from abpo.sim.assignment import check_shares
+    from abpo.abtest.assignment import check_shares
 
     with pytest.raises(ValueError, match="no share for arm"):
         check_shares({"abpo": 1.0}, ["abpo", "grpo"])
@@ -456,8 +456,8 @@ def test_a_replicate_draws_its_own_traffic_and_assignment_and_replicate_0_is_the
     """sim.replicate r >= 1 (abpo loop-experiment): users are assigned with the salt '<sim.salt>/replicate-<r>' and
     the candidates, exposures and clicks come from generators keyed by it, the same on a rerun; replicate 0 is the
     series with the keys it always had (the plain sim.salt, no salt in the draws)."""
+    from abpo.abtest.assignment import assign_users
     from abpo.data.splits import split_users
-    from abpo.sim.assignment import assign_users
     from abpo.sim.simulator import month_requests, series_entropy, series_salt, simulate_month
 
     two = "report.arm_shares={a: 0.5, b: 0.5}"

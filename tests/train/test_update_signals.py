@@ -72,7 +72,9 @@ def test_a_signalled_update_ends_its_run_killed(
     (run,) = _runs(cfg)
     assert run.info.status == "KILLED", (run.info.status, err[-3000:])
     assert run.info.end_time is not None
-    assert f"update: stopped by signal {sig.name}; its MLflow run {run.info.run_id} ended KILLED" in out + err, out[-2000:]
+    assert f"update: stopped by signal {sig.name}; its MLflow run {run.info.run_id} ended KILLED" in out + err, out[
+        -2000:
+    ]
     if sig == signal.SIGTERM:
         assert proc.returncode == -signal.SIGTERM  # the process still dies by the signal, as it would have
     else:

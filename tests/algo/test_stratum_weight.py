@@ -51,7 +51,6 @@ def test_weighted_advantages_and_their_share_by_hand():
         stratum_weighted_advantages(adv, torch.tensor([1, 0]), 0.5)
 
 
-
 def test_click_weight_scales_the_clicked_rows_only_by_hand():
     """nu_1 = update.click_weight (Eq. N1): 0 leaves the no-response rows alone (issue 49's no-responses-only
     update), 2 doubles the clicked rows' advantages, kappa still scales the rest."""
@@ -63,6 +62,7 @@ def test_click_weight_scales_the_clicked_rows_only_by_hand():
     assert stratum_weighted_advantages(adv, y, 0.5, 2.0).tolist() == [[2.0, -2.0], [0.25, -0.25], [1.0, 0.0]]
     with pytest.raises(ValueError, match=r"nu_1 \(update.click_weight\)"):
         stratum_weighted_advantages(adv, y, 1.0, float("nan"))
+
 
 def test_scaling_advantages_is_weighing_the_surrogate_rows_even_when_clipped():
     """min(s kA, clip(s) kA) = k min(s A, clip(s) A) for k >= 0: the weighted advantages give the nu-weighted

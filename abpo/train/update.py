@@ -276,22 +276,31 @@ class UpdateTerminated(BaseException):
         self.signum = signum
 
 
+@dataclasses.dataclass
+class RunWatch:
+    """The MLflow run :func:`run_ends_with_the_process` ends: ``run_id`` is set once the run is open."""
+
+    run_id: str | None = None
+
+
 @contextlib.contextmanager
-def run_ends_with_the_process(mlrun):
-    """While the update's MLflow run ``mlrun`` is open: a SIGTERM or SIGINT (``kill``, Ctrl-C, a scheduler stopping
-    the job) ends it KILLED and any exception FAILED, so a killed standalone `abpo update` leaves no run RUNNING
-    (issue 48 item 12). The signal keeps its effect: SIGINT raises KeyboardInterrupt; SIGTERM calls the handler that
-    was there before (Airflow's task runner raises its own) or, when that was the default, is delivered again with the
-    default action once the run is ended, so the process still dies by SIGTERM. Handlers are installed from the main
-    thread only (Python's rule); elsewhere an exception still ends the run FAILED. ``mlrun`` None (no MLflow, not
-    rank 0): nothing is done."""
+def run_ends_with_the_process(enabled: bool = True):
+    """Around the opening and the life of the update's MLflow run (its id set on the yielded :class:`RunWatch` once
+    open): a SIGTERM or SIGINT (``kill``, Ctrl-C, a scheduler stopping the job) ends the run KILLED and any exception
+    FAILED, so a killed standalone `abpo update` leaves no run RUNNING (issue 48 item 12). The handlers are in place
+    before the run opens, so no signal finds the run open without them. The signal keeps its effect: SIGINT raises
+    KeyboardInterrupt; SIGTERM calls the handler that was there before (Airflow's task runner raises its own) or, when
+    that was the default, is delivered again with the default action once the run is ended, so the process still dies
+    by SIGTERM. Handlers are installed from the main thread only (Python's rule); elsewhere an exception still ends the
+    run FAILED (MLflow's own context does). ``enabled`` false (no MLflow run, not rank 0): nothing is done."""
     import logging
     import os
     import signal
     import threading
 
-    if mlrun is None:
-        yield
+    watch = RunWatch()
+    if not enabled:
+        yield watch
         return
     received: list[int] = []
     previous: dict[int, object] = {}
@@ -309,19 +318,22 @@ def run_ends_with_the_process(mlrun):
         for sig in (signal.SIGTERM, signal.SIGINT):
             previous[sig] = signal.signal(sig, on_signal)
     try:
-        yield
+        yield watch
     except BaseException as e:
-        import mlflow
+        if watch.run_id is not None:
+            import mlflow
+            from mlflow import MlflowClient
 
-        killed = bool(received) or isinstance(e, KeyboardInterrupt)
-        status = "KILLED" if killed else "FAILED"
-        active = mlflow.active_run()
-        if active is not None and active.info.run_id == mlrun.info.run_id:
-            mlflow.end_run(status=status)
-        why = f"signal {signal.Signals(received[0]).name}" if received else type(e).__name__
-        logging.getLogger(__name__).warning(
-            f"update: stopped by {why}; its MLflow run {mlrun.info.run_id} ended {status}"
-        )
+            status = "KILLED" if received or isinstance(e, KeyboardInterrupt) else "FAILED"
+            active = mlflow.active_run()
+            if active is not None and active.info.run_id == watch.run_id:
+                mlflow.end_run(status=status)
+            else:  # the run's own context ended it first (FAILED, whatever the cause): the cause decides
+                MlflowClient().set_terminated(watch.run_id, status=status)
+            why = f"signal {signal.Signals(received[0]).name}" if received else type(e).__name__
+            logging.getLogger(__name__).warning(
+                f"update: stopped by {why}; its MLflow run {watch.run_id} ended {status}"
+            )
         if isinstance(e, UpdateTerminated) and previous.get(e.signum) in (signal.SIG_DFL, None):
             signal.signal(e.signum, signal.SIG_DFL)  # the default action, now that the run is ended: the process dies
             os.kill(os.getpid(), e.signum)
@@ -484,7 +496,10 @@ def run_update(
         if log_mlflow and dist.is_main
         else contextlib.nullcontext()
     )
-    with run_ctx as mlrun, run_ends_with_the_process(mlrun):
+    # the handlers that end the run with the process are in place before the run opens
+    with run_ends_with_the_process(log_mlflow and dist.is_main) as watch, run_ctx as mlrun:
+        if mlrun is not None:
+            watch.run_id = mlrun.info.run_id
         params = {f"update.{k}": v for k, v in dataclasses.asdict(cfg.update).items()}
         # what was trained, under the names these inputs had as settings (runs stay comparable in MLflow); the
         # starting model and the output directory are the tags abpo.init_model and abpo.output_dir

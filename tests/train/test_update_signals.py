@@ -25,10 +25,9 @@ def _runs(cfg) -> list:
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signalled_update_ends_its_run_killed(
-    tmp_path, tiny_model_dir, tiny_titles, make_impressions, land_impressions, sig
+    tmp_path, tiny_model_dir, tiny_titles, make_impressions, ingested_impressions, sig
 ):
     from abpo.config import load_config
-    from abpo.warehouse import Warehouse
 
     sets = [
         f"paths.root={tmp_path / 'var'}",
@@ -40,9 +39,7 @@ def test_a_signalled_update_ends_its_run_killed(
         "policy.lora_r=4",
     ]
     cfg = load_config("tiny", sets)
-    land_impressions(make_impressions(tiny_titles, 16), cfg.paths.resolve("landing"), MONTH)
-    with Warehouse(cfg.paths.resolve("warehouse")) as wh:
-        wh.ingest_month(cfg.paths.resolve("landing"), MONTH, known_arms=["abpo"])
+    ingested_impressions(cfg, make_impressions(tiny_titles, 16), MONTH)
     argv = [
         "update",
         "--variant",
@@ -97,7 +94,8 @@ def test_the_run_ends_failed_on_an_exception_and_killed_through_a_handler_before
     exp = mlflow.set_experiment("signals")
 
     with pytest.raises(RuntimeError, match="out of memory"):
-        with mlflow.start_run(experiment_id=exp.experiment_id) as run, run_ends_with_the_process(run):
+        with run_ends_with_the_process() as watch, mlflow.start_run(experiment_id=exp.experiment_id) as run:
+            watch.run_id = run.info.run_id
             raise RuntimeError("out of memory")
     assert client.get_run(run.info.run_id).info.status == "FAILED"
 
@@ -110,13 +108,15 @@ def test_the_run_ends_failed_on_an_exception_and_killed_through_a_handler_before
     before = signal.signal(signal.SIGTERM, airflow_like)
     try:
         with pytest.raises(TaskTerminated):
-            with mlflow.start_run(experiment_id=exp.experiment_id) as run, run_ends_with_the_process(run):
+            with run_ends_with_the_process() as watch, mlflow.start_run(experiment_id=exp.experiment_id) as run:
+                watch.run_id = run.info.run_id
                 os.kill(os.getpid(), signal.SIGTERM)
                 time.sleep(5)  # the handler runs before this returns
         assert client.get_run(run.info.run_id).info.status == "KILLED"
         assert signal.getsignal(signal.SIGTERM) is airflow_like  # put back
         with pytest.raises(KeyboardInterrupt):
-            with mlflow.start_run(experiment_id=exp.experiment_id) as run, run_ends_with_the_process(run):
+            with run_ends_with_the_process() as watch, mlflow.start_run(experiment_id=exp.experiment_id) as run:
+                watch.run_id = run.info.run_id
                 os.kill(os.getpid(), signal.SIGINT)
                 time.sleep(5)
         assert client.get_run(run.info.run_id).info.status == "KILLED"

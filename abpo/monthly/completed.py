@@ -8,7 +8,8 @@ recorded reason.
 
 A step of a month that is not complete (a failed month, a retried task) runs as before: its own task key finds its
 completed MLflow run when it has one (abpo.monthly.common.completed_step). A month completed before these records
-existed runs its steps likewise."""
+existed runs its steps likewise, and so does a step whose record names a registry version that no longer exists (a
+store lost or replaced, ``--force``)."""
 
 from __future__ import annotations
 
@@ -70,6 +71,15 @@ def standing(cfg: Config, month: str, arm: str, step: str) -> dict[str, Any] | N
     return kept if isinstance(kept, dict) and ("result" in kept or "skipped" in kept) else None
 
 
+def _versions_missing(cfg: Config, arm: str, result: dict[str, Any]) -> list[str]:
+    """The registry versions a recorded result names (its challenger or champion) that the arm's registered model no
+    longer holds: a record of a registry since lost or replaced (``abpo arms month --force``) does not stand."""
+    from abpo.arms import versions as arm_versions
+
+    named = {str(result[k]) for k in ("version", "champion_version") if str(result.get(k) or "").isdigit()}
+    return sorted((v for v in named if arm_versions.get_version(cfg, arm, v) is None), key=int)
+
+
 def run_arm_step(step: str, cfg: Config, month: str, arm: str, call: Callable[[], StepResult]) -> StepResult:
     """``call()`` (the step ``step`` of ``arm`` in ``month``), recorded; or, when the month completed and the step
     recorded its result, that result (see the module docstring). A recorded promotion or refit comes back with
@@ -85,11 +95,17 @@ def run_arm_step(step: str, cfg: Config, month: str, arm: str, call: Callable[[]
                 f"{step} {arm}: month {month} completed before; its {step} was skipped ({path}): {kept['skipped']}"
             )
             raise NotEnoughFeedback(str(kept["skipped"]))
-        log.info(f"{step} {arm}: month {month} completed before; its {step} stands ({path}), nothing run")
         result = dict(kept["result"])
-        if "moved" in result:
-            result["moved"] = False
-        return _result_class(step).from_json(result)
+        missing = _versions_missing(cfg, arm, result)
+        if not missing:
+            log.info(f"{step} {arm}: month {month} completed before; its {step} stands ({path}), nothing run")
+            if "moved" in result:
+                result["moved"] = False
+            return _result_class(step).from_json(result)
+        log.warning(
+            f"{step} {arm}: month {month} completed before, but the version(s) its record names are not in the "
+            f"registry ({', '.join(f'v{v}' for v in missing)}; {path}): the step runs"
+        )
     try:
         out = call()
     except NotEnoughFeedback as e:

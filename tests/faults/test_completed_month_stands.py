@@ -91,6 +91,10 @@ def test_a_completed_month_run_again_under_another_config_trains_and_registers_n
 def test_a_step_record_is_read_only_once_the_month_completed(tmp_path):
     """The records are what a completed month's steps did; before the month's report marks it complete (a failed
     month, a retried task) every step runs as before, with its own task key."""
+    from mlflow import MlflowClient
+
+    from abpo import registry
+    from abpo.arms import versions as arm_versions
     from abpo.config import load_config
     from abpo.monthly import completed
     from abpo.monthly.common import NotEnoughFeedback
@@ -98,6 +102,10 @@ def test_a_step_record_is_read_only_once_the_month_completed(tmp_path):
     from abpo.monthly.report import mark_month_complete
 
     cfg = load_config("tiny", [f"paths.root={tmp_path}"])
+    registry.configure(cfg)  # the holdback's champion v1, registered (what the record names must exist)
+    name = arm_versions.model_name("holdback", cfg)
+    MlflowClient().create_registered_model(name)
+    MlflowClient().create_model_version(name, source=str(tmp_path))
     calls = []
 
     def hold():
@@ -122,3 +130,7 @@ def test_a_step_record_is_read_only_once_the_month_completed(tmp_path):
     # a month completed before the records existed: its steps run (their own task keys find what they can)
     assert completed.run_arm_step("hold", cfg, "2026-02", "holdback", hold).arm == "holdback"
     assert len(calls) == 3
+    # a record naming a version the registry no longer holds (a store lost or replaced) does not stand
+    MlflowClient().delete_model_version(name, "1")
+    completed.run_arm_step("hold", cfg, "2026-01", "holdback", hold)
+    assert len(calls) == 4

@@ -310,8 +310,6 @@ class AdvantagesMixin:
         # the no-response rows' weight kappa (docs/update-variants.md Eq. N1; kappa = 1, the paper, changes nothing)
         kappa = st.no_response_kappa()
         adv = stratum_weighted_advantages(adv, y, kappa, st.click_weight)
-        if st.click_weight != 1.0:
-            metrics["abpo/click_weight"] = st.click_weight
         if kappa != 1.0 or st.no_response_weight_rule != "fixed":
             metrics["abpo/no_response_weight"] = kappa
             if st.click_rate is not None:

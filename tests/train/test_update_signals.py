@@ -53,6 +53,9 @@ def test_a_signalled_update_ends_its_run_killed(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # a pytest-xdist worker ignores SIGINT and a child inherits that (Python then installs no KeyboardInterrupt
+        # handler): the update must meet SIGINT as a user's shell delivers it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + 300
@@ -106,6 +109,8 @@ def test_the_run_ends_failed_on_an_exception_and_killed_through_a_handler_before
         raise TaskTerminated(signum)
 
     before = signal.signal(signal.SIGTERM, airflow_like)
+    # Python's own SIGINT handler, as in a process started from a shell (a pytest-xdist worker ignores SIGINT)
+    before_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with pytest.raises(TaskTerminated):
             with run_ends_with_the_process() as watch, mlflow.start_run(experiment_id=exp.experiment_id) as run:
@@ -122,4 +127,5 @@ def test_the_run_ends_failed_on_an_exception_and_killed_through_a_handler_before
         assert client.get_run(run.info.run_id).info.status == "KILLED"
     finally:
         signal.signal(signal.SIGTERM, before)
+        signal.signal(signal.SIGINT, before_int)
     assert mlflow.active_run() is None

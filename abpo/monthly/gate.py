@@ -213,10 +213,24 @@ def off_policy_gate(cfg: Config, arm: str, version: str, month: str, *, champion
             "challenger_max_weight": nan,
             "non_finite_propensities": bad,
         }
-    cmp = compare_snips(
-        rows.column("clicked").to_pylist(), e0, e_new, e_champ, n_boot=cfg.arms.gate_ope_bootstrap, seed=cfg.seed
+    return ope_numbers(
+        rows.column("clicked").to_pylist(),
+        e0,
+        e_new,
+        e_champ,
+        n_boot=cfg.arms.gate_ope_bootstrap,
+        seed=cfg.seed,
+        top_fraction=cfg.arms.gate_top_weight_fraction,
     )
-    top_share, top_rows = top_weight_share(e_new / e0, cfg.arms.gate_top_weight_fraction)
+
+
+def ope_numbers(clicked, e0, e_new, e_champ, *, n_boot: int, seed: int, top_fraction: float) -> dict[str, Any]:
+    """The off-policy half's numbers, as gate_verdict reads them: the challenger's and the champion's SNIPS CTR on the
+    arm's logged rows, their difference with its bootstrap interval and both effective sample sizes
+    (abpo.evaluation.off_policy.compare_snips), and the share of the challenger's total weight e_new / e0 that its
+    largest ``top_fraction`` of rows carry (top_weight_share)."""
+    cmp = compare_snips(clicked, e0, e_new, e_champ, n_boot=n_boot, seed=seed)
+    top_share, top_rows = top_weight_share(e_new / e0, top_fraction)
     return {
         "n": cmp.n,
         "challenger_snips": cmp.challenger.snips,

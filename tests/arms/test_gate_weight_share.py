@@ -11,26 +11,16 @@ import numpy as np
 import pytest
 
 from abpo.config import load_config
-from abpo.evaluation.off_policy import compare_snips, top_weight_share
+from abpo.evaluation.off_policy import top_weight_share
+from abpo.monthly.gate import ope_numbers
 from abpo.monthly.gate_verdict import gate_verdict
 
 
 def _ope(y, e0, e_new, e_old, fraction):
-    cmp = compare_snips(y, e0, e_new, e_old, n_boot=300, seed=0)
-    share, k = top_weight_share(np.asarray(e_new) / np.asarray(e0), fraction)
-    return {
-        "n": cmp.n,
-        "challenger_snips": cmp.challenger.snips,
-        "champion_snips": cmp.champion.snips,
-        "diff": cmp.diff,
-        "ci_low": cmp.ci_low,
-        "ci_high": cmp.ci_high,
-        "confidence": cmp.confidence,
-        "challenger_ess": cmp.challenger.ess,
-        "champion_ess": cmp.champion.ess,
-        "challenger_top_weight_share": share,
-        "top_weight_rows": k,
-    }
+    """The gate's own numbers (abpo.monthly.gate.ope_numbers) on these rows."""
+    return ope_numbers(
+        y, np.asarray(e0), np.asarray(e_new), np.asarray(e_old), n_boot=300, seed=0, top_fraction=fraction
+    )
 
 
 def _log(n_honest=2536, n_crafted=20, seed=0):

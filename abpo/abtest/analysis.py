@@ -150,6 +150,11 @@ class Report:
         }  # the holdback's only with its table
 
 
+def _period_str(v: Any, where: str) -> str:
+    """A per-period SQL row's period: ALL (the whole period) as it is, else its month as YYYY-MM."""
+    return ALL if v == ALL else _month_str(v, where)
+
+
 def _month_str(v: Any, where: str) -> str:
     if hasattr(v, "strftime"):
         return v.strftime("%Y-%m")
@@ -208,7 +213,7 @@ def _moments_index(moments: pa.Table | None) -> dict[tuple[str, str], stats.User
         return {}
     out = {}
     for r in moments.to_pylist():
-        period = r["period"] if r["period"] == ALL else _month_str(r["period"], "user moments")
+        period = _period_str(r["period"], "user moments")
         out[(period, r["arm"])] = stats.UserMoments.from_row(r)
     return out
 
@@ -247,7 +252,7 @@ def integrity_checks(
             imps, top = int(r["impressions"] or 0), int(r["top_user_impressions"] or 0)
             if imps <= 0 or top / imps <= max_user_share:
                 continue
-            period = str(r["period"]) if r["period"] == ALL else _month_str(r["period"], "user moments")
+            period = _period_str(r["period"], "user moments")
             flag(period, r["arm"], f"one user carries {top / imps:.0%} of its impressions ({users(int(r['users']))})")
             few.setdefault(r["arm"], []).append(
                 f"{top / imps:.0%} in {_period_name(period)} ({users(int(r['users']))})"
@@ -257,7 +262,7 @@ def integrity_checks(
             k = int(r["misassigned_users"] or 0)
             if k == 0:
                 continue
-            period = str(r["period"]) if r["period"] == ALL else _month_str(r["period"], "assignment check")
+            period = _period_str(r["period"], "assignment check")
             flag(period, r["arm"], f"{k:,} of its {users(int(r['users']))} assigned to another arm")
             wrong.setdefault(r["arm"], []).append(
                 f"{k:,} of {users(int(r['users']))} in {_period_name(period)} (e.g. user {r['example_user']})"

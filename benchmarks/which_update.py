@@ -37,6 +37,7 @@ import csv
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -148,7 +149,10 @@ def run_wave(jobs: list[Job], cores: int, out: Path, smoke: bool) -> list[str]:
 
 def table(out: Path, name: str) -> list[dict]:
     path = out / name / "table.csv"
-    return list(csv.DictReader(open(path))) if path.exists() else []
+    if not path.exists():
+        return []
+    with path.open() as f:
+        return list(csv.DictReader(f))
 
 
 def select(out: Path, datasets: list[str], candidates: tuple[str, ...] = CANDIDATES) -> list[str]:
@@ -248,11 +252,7 @@ def versus_f(d: Path) -> list[str]:
     ]
     for row, cs in final.items():
         ope = [float(c["ope_snips"]) for c in cs if c.get("ope_snips") is not None]
-        ope_s = ""
-        if ope:
-            m = sum(ope) / len(ope)
-            sd = (sum((x - m) ** 2 for x in ope) / (len(ope) - 1)) ** 0.5 if len(ope) > 1 else 0.0
-            ope_s = f"{m:.4f} ± {sd:.4f}"
+        ope_s = f"{statistics.mean(ope):.4f} ± {statistics.stdev(ope) if len(ope) > 1 else 0.0:.4f}" if ope else ""
         vs = ""
         mde = ""
         if row not in ("none", "grpo", "abpo") and len(cs) == len(final["abpo"]):

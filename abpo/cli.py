@@ -125,7 +125,7 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     from abpo.arms.history import ChampionMissing, HistoryFieldRefused
     from abpo.arms.promotion_lock import PromotionRace
     from abpo.arms.versions import NotInRegistry
-    from abpo.config import ConfigError
+    from abpo.config.errors import ConfigError
     from abpo.data.schemas import SchemaError
     from abpo.data.storage import StorageError
     from abpo.monthly.adopt import ModelRefused

@@ -36,7 +36,7 @@ class RecommenderModel:
     (default: the logged policy's) is the propensities' temperature (abpo.registry.llm_signature declares it)."""
 
     def __init__(self, path: str | Path, policy_cfg=None):
-        from abpo.policy.config import PolicyConfig
+        from abpo.config.policy import PolicyConfig
 
         self.model, self.tokenizer = load_checkpoint(path)
         self.policy = policy_cfg or PolicyConfig()
@@ -87,7 +87,7 @@ class RecommenderModel:
 def _load_pyfunc(data_path: str, model_config: dict[str, Any] | None = None) -> RecommenderModel:
     """MLflow's loader_module hook: ``data_path`` is the logged checkpoint directory, ``model_config`` the
     `policy` config section it was logged with (see :func:`abpo.registry.log_model_dir`)."""
-    from abpo.policy.config import PolicyConfig
+    from abpo.config.policy import PolicyConfig
 
     known = {f for f in PolicyConfig.__dataclass_fields__}
     policy = PolicyConfig(**{k: v for k, v in (model_config or {}).items() if k in known})

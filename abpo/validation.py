@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from abpo.data.config import DataConfig
+from abpo.config.data import DataConfig
 from abpo.data.schemas import (
     LOGGING_POLICY_PATTERN,
     SCHEMA_VERSION,

@@ -62,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from abpo.config import PathsConfig, load_config
+    from abpo.config import load_config
+    from abpo.config.paths import PathsConfig
     from abpo.data.candidates import build_bandit_requests
     from abpo.data.loaders import load_dataset
     from abpo.data.splits import split_users

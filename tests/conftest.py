@@ -73,7 +73,7 @@ def build_tiny_model(tmp_path_factory):
     import dataclasses
     import json
 
-    from abpo.config import PathsConfig
+    from abpo.config.paths import PathsConfig
     from abpo.policy.model import build_tiny
 
     built: dict[str, str] = {}

@@ -2,7 +2,9 @@ from pathlib import Path
 
 import pytest
 
-from abpo.config import Config, ConfigError, check_values, describe, load_config
+from abpo.config import Config, describe, load_config
+from abpo.config.errors import ConfigError
+from abpo.config.values import check_values
 
 
 def test_presets_load_and_differ():
@@ -263,7 +265,9 @@ def test_a_cross_section_combination_is_refused_at_load_in_one_line_naming_both_
     """abpo.config.validate, run by load_config once the preset, the environment and the overrides are applied:
     experiment.rounds above the update positions per user (data.update_steps, or experiment.update_steps where set)
     is refused before any step runs (issue 45), in one line naming both keys and the rule."""
-    from abpo.config import ConfigError, load_config, validate
+    from abpo.config import load_config
+    from abpo.config.errors import ConfigError
+    from abpo.config.validate import validate
 
     with pytest.raises(ConfigError) as e:
         load_config("tiny", ["experiment.update_steps=0", "data.update_steps=3", "experiment.rounds=4"])

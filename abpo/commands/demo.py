@@ -290,7 +290,7 @@ def month_run_overrides(overrides: list[str]) -> list[str]:
     """The demo's --set overrides that each month's DAG run gets as its `overrides` param: all but those the
     environment carries (:func:`carried_by_env`). ConfigError naming the first one the DAG would refuse
     (abpo.monthly.overrides.check_overrides)."""
-    from abpo.config import ConfigError
+    from abpo.config.errors import ConfigError
     from abpo.monthly.overrides import check_overrides
 
     carried = carried_by_env()

@@ -63,7 +63,7 @@ def _cmd_experiment(args: argparse.Namespace, cfg: Config) -> int:
 
     overrides = list(args.overrides)
     if args.regime:
-        from abpo.config import ConfigError
+        from abpo.config.errors import ConfigError
         from abpo.experiment.regime_settings import regime_overrides
         from abpo.paths import CONFIG_DIR
 
@@ -85,7 +85,7 @@ def _cmd_experiment(args: argparse.Namespace, cfg: Config) -> int:
     if args.regime_table:
         from pathlib import Path
 
-        from abpo.config import ConfigError
+        from abpo.config.errors import ConfigError
         from abpo.experiment.regime_table import regime_table
 
         root = cfg.paths.resolve("root") / "experiments"

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from abpo.experiment.config import check_rounds_fit
+from abpo.config.validate import check_rounds_fit
 from abpo.experiment.regime_settings import check_regime
 
 if TYPE_CHECKING:

@@ -58,7 +58,7 @@ def arms_of(cfg: Config) -> list[str]:
 
 @functools.lru_cache(maxsize=4)
 def _data(data_key: str, cfg_json: str):  # data_key: the hash of cfg_json, the cache key
-    from abpo.data.config import DataConfig
+    from abpo.config.data import DataConfig
     from abpo.data.loaders import load_dataset
     from abpo.data.splits import split_users
 
@@ -178,7 +178,7 @@ REFUSED = (  # the same inputs fail the same way: a retry only delays the failur
     "abpo.train.runs.UpdateInputMissing",  # pi_init / the bandit log do not exist: a command must make them first
     "abpo.arms.versions.NotInRegistry",  # a version or champion the step needs is not registered
     "abpo.monthly.gate_users.GateUsersMissing",  # the gate's evaluation users are missing
-    "abpo.config.ConfigError",  # a bad config or override (a ValueError, below, too)
+    "abpo.config.errors.ConfigError",  # a bad config or override (a ValueError, below, too)
     "builtins.ValueError",  # bad input: a config that breaks the series, a month, a schema, a data format
     "builtins.LookupError",  # a key / user / item that is not there
     "builtins.TypeError",

@@ -71,7 +71,7 @@ def run_month(cfg: Config, month: str, *, simulate: bool = True, force: bool = F
     month = Month(month)
     if simulate:  # the simulator routes users by report.arm_shares: a split it would refuse at serve is refused here,
         from abpo.abtest.assignment import check_shares
-        from abpo.config import ConfigError  # before bootstrap registers anything
+        from abpo.config.errors import ConfigError  # before bootstrap registers anything
 
         try:
             check_shares(cfg.report.arm_shares, arms_of(cfg))

@@ -98,7 +98,7 @@ def _lap_suffix(cfg: Config, i: int) -> str:
 
 
 def _check_month(cfg: Config, month: str) -> int:
-    from abpo.sim.config import CANDIDATE_SOURCES
+    from abpo.config.sim import CANDIDATE_SOURCES
 
     w, k = cfg.sim.window, cfg.sim.requests_per_user
     if w < 1 or k < 1:

@@ -9,5 +9,5 @@
 - ``abpo.train.update``: ``run_update(cfg, UpdateRun(...))`` (the `abpo update` job), ``train_update``,
   ``save_update``; its parts: ``abpo.train.runs`` (``UpdateRun``, ``UpdateResult``), ``abpo.train.grpo_args``
   (``grpo_config`` / ``grpo_kwargs`` / ``settings_for``), ``abpo.train.strata`` (D_bandit from the warehouse).
-- ``abpo.train.config``: the `update` config section.
+- the `update` config section is ``abpo.config.update``.
 """

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from abpo.policy.prompt import format_answer, request_prompt
 
 if TYPE_CHECKING:
-    from abpo.policy.config import PolicyConfig
+    from abpo.config.policy import PolicyConfig
 
 COLUMNS = ("prompt", "request_id", "candidates", "candidate_answers", "a_log", "y", "e0", "anchor_text")
 # carried when the logged rows have it: the simulator's P(click) per candidate (ABPOSettings.reward = simulated_click)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from abpo.paths import repo_path
 
 if TYPE_CHECKING:
-    from abpo.train.config import UpdateConfig
+    from abpo.config.update import UpdateConfig
 
 
 class LaunchRefused(RuntimeError):

@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Any
 
 from abpo.algo.variants import get_variant
 from abpo.paths import repo_path
-from abpo.train.config import UpdateConfig
+from abpo.config.update import UpdateConfig
 from abpo.train.records import ABPOSettings, rollouts_per_example
 from abpo.train.runs import UpdateRun
 
 if TYPE_CHECKING:
     from abpo.config import Config
-    from abpo.train.config import UpdateConfig
+    from abpo.config.update import UpdateConfig
 
 
 def output_dir_for(cfg: Config, run: UpdateRun) -> Path:

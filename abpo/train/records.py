@@ -50,7 +50,7 @@ def check_simulated_click_reward(settings: ABPOSettings, columns: Sequence[str])
 
 @dataclass
 class ABPOSettings:
-    """The ABPO knobs the trainer needs on top of GRPOConfig (see abpo.train.config.UpdateConfig)."""
+    """The ABPO knobs the trainer needs on top of GRPOConfig (see abpo.config.update.UpdateConfig)."""
 
     variant: str = "abpo"
     delta: float = 1e-6

@@ -45,7 +45,7 @@ from abpo.train.strata import (
 
 if TYPE_CHECKING:
     from abpo.config import Config
-    from abpo.train.config import UpdateConfig
+    from abpo.config.update import UpdateConfig
     from abpo.train.records import ABPOSettings
 
 

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from abpo.data import storage
-from abpo.data.config import DataConfig
+from abpo.config.data import DataConfig
 from abpo.data.schemas import (
     ID_FORBIDDEN_PATTERN,
     IMPRESSIONS_SCHEMA,

@@ -9,7 +9,7 @@ import pytest
 
 from abpo.abtest import stats
 from abpo.abtest.analysis import ALL, ReportInputError, analyse
-from abpo.abtest.config import ReportConfig
+from abpo.config.report import ReportConfig
 
 
 def counts(rows, users=True):

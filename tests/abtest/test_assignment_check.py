@@ -180,7 +180,8 @@ def math_isnan(x):
 
 @pytest.mark.parametrize("share", [0.0, 1.5])
 def test_max_user_share_is_bounded(share):
-    from abpo.config import ConfigError, load_config
+    from abpo.config import load_config
+    from abpo.config.errors import ConfigError
 
     with pytest.raises(ConfigError, match="report.max_user_share"):
         load_config("tiny", [f"report.max_user_share={share}"])

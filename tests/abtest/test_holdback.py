@@ -13,7 +13,7 @@ import pytest
 
 from abpo.abtest import stats
 from abpo.abtest.analysis import ALL, analyse
-from abpo.abtest.config import ReportConfig
+from abpo.config.report import ReportConfig
 from abpo.abtest.render import write_report
 
 MONTHS = ["2026-01", "2026-02", "2026-03"]

@@ -15,7 +15,7 @@ import matplotlib.image as mpimg
 import pytest
 
 from abpo.abtest.analysis import analyse
-from abpo.abtest.config import ReportConfig
+from abpo.config.report import ReportConfig
 from abpo.abtest.render import tables, write_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

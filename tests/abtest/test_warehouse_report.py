@@ -13,7 +13,7 @@ import pytest
 
 from abpo.abtest import stats
 from abpo.abtest.analysis import ALL
-from abpo.abtest.config import ReportConfig
+from abpo.config.report import ReportConfig
 from abpo.abtest.report import build_from_warehouse, load_from_warehouse
 from abpo.cli import main
 

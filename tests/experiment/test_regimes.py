@@ -410,8 +410,9 @@ def test_the_config_choices_are_the_regimes_own():
     are one of the values abpo.experiment.regimes knows (the section cannot import them: the same tuples, checked)."""
     import dataclasses
 
-    from abpo.config import ConfigError, load_config
-    from abpo.experiment.config import ExperimentConfig
+    from abpo.config import load_config
+    from abpo.config.errors import ConfigError
+    from abpo.config.experiment import ExperimentConfig
     from abpo.experiment.regime_settings import CLICKS, FOREIGN, LOG_CANDIDATES, LOGGERS
 
     meta = {f.name: f.metadata for f in dataclasses.fields(ExperimentConfig)}

@@ -111,7 +111,7 @@ def test_table_has_mean_std_over_seeds_and_tests_against_a_and_b():
 
 
 def test_table_marks_the_primary_contrast_and_holm_adjusts_the_rest():
-    from abpo.experiment.config import ExperimentConfig
+    from abpo.config.experiment import ExperimentConfig
     from abpo.experiment.stats import holm
 
     ranks = {
@@ -142,7 +142,7 @@ def test_table_marks_the_primary_contrast_and_holm_adjusts_the_rest():
 
 
 def test_rounds_table_has_the_trend_test_when_rounds_exceed_one():
-    from abpo.experiment.config import ExperimentConfig
+    from abpo.config.experiment import ExperimentConfig
     from abpo.experiment.markdown import rounds_markdown
     from abpo.experiment.table import round_rows
 

@@ -69,7 +69,8 @@ def test_a_month_whose_shares_the_simulator_refuses_is_refused_before_bootstrap(
     ["__class__.name=x", "paths.__class__.URI_FIELDS=x", "__dict__=x", "update.__init__=1", "seed.__class__=1"],
 )
 def test_a_dunder_key_in_set_is_one_line_and_changes_nothing(abpo, state, setting):
-    from abpo.config import Config, PathsConfig
+    from abpo.config import Config
+    from abpo.config.paths import PathsConfig
 
     rc, out, err = abpo("config", "--set", setting)
     _one_line(rc, err)

@@ -21,7 +21,7 @@ def test_every_named_exception_class_exists():
 def test_refusals_fail_now_and_transient_errors_are_retried():
     from abpo.arms.promotion_lock import HoldbackNeverPromoted, PromotionRace
     from abpo.arms.versions import NotInRegistry
-    from abpo.config import ConfigError
+    from abpo.config.errors import ConfigError
     from abpo.monthly.hold import HoldbackMoved
     from abpo.monthly.report import PreviousMonthIncomplete
     from abpo.monthly.serve import NothingLanded

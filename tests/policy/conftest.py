@@ -23,7 +23,7 @@ def small_titles() -> dict[int, str]:
 
 @pytest.fixture(scope="session")
 def small_policy_cfg():
-    from abpo.policy.config import PolicyConfig
+    from abpo.config.policy import PolicyConfig
 
     return PolicyConfig(**TRAINER_MODEL, max_history=5, max_prompt_tokens=8192, tiny_vocab_size=600, lora_r=0)
 

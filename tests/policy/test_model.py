@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from abpo.config import PathsConfig
+from abpo.config.paths import PathsConfig
 
 
 class _Catalog:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from abpo.config import PathsConfig
+from abpo.config.paths import PathsConfig
 
 
 def _titles(movielens_dir, n_items: int) -> dict[int, str]:

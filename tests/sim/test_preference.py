@@ -21,7 +21,7 @@ def _components():
 
 
 def test_oracle_weights_are_validated_with_the_key_named():
-    from abpo.sim.config import SimConfig
+    from abpo.config.sim import SimConfig
     from abpo.sim.preference import oracle_weights
 
     assert oracle_weights(SimConfig()) == pytest.approx({"knn": 1 / 3, "sequential": 1 / 3, "als": 1 / 3})

@@ -23,7 +23,7 @@ def tiny_titles(movielens) -> dict[int, str]:
 
 @pytest.fixture(scope="session")
 def tiny_policy_cfg():
-    from abpo.policy.config import PolicyConfig
+    from abpo.config.policy import PolicyConfig
 
     return PolicyConfig(
         **TRAINER_MODEL, max_history=3, max_prompt_tokens=4096, tiny_vocab_size=400, lora_r=4, lora_alpha=8
@@ -158,7 +158,7 @@ def item_update_rows(tiny_titles, item_policy_cfg, load_tiny):
 
 @pytest.fixture
 def tiny_update_cfg():
-    from abpo.train.config import UpdateConfig
+    from abpo.config.update import UpdateConfig
 
     return dataclasses.replace(
         UpdateConfig(),

@@ -16,7 +16,7 @@ from abpo.train.grpo_args import grpo_config, grpo_kwargs
 
 
 def test_every_update_knob_is_documented():
-    from abpo.train.config import UpdateConfig
+    from abpo.config.update import UpdateConfig
 
     for f in dataclasses.fields(UpdateConfig):
         assert f.metadata.get("help"), f"update.{f.name} has no help text"
@@ -27,7 +27,7 @@ def test_an_updates_run_inputs_are_arguments_not_settings(tmp_path):
     from pathlib import Path
 
     from abpo.months import Month, MonthError
-    from abpo.train.config import UpdateConfig
+    from abpo.config.update import UpdateConfig
     from abpo.train.grpo_args import output_dir_for
     from abpo.train.runs import UpdateRun
     from abpo.train.update import init_dir_for

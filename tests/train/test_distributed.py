@@ -27,7 +27,7 @@ def test_cpu_launch_asking_for_several_processes_that_starts_one_is_refused(
     """`accelerate launch --cpu --num_processes 2` without MPI: one process with ACCELERATE_USE_CPU and MASTER_ADDR
     but no WORLD_SIZE. `abpo update` says so in one line and exits 2 before any model, warehouse or MLflow run."""
     from abpo.cli import main
-    from abpo.train.config import UpdateConfig
+    from abpo.config.update import UpdateConfig
     from abpo.train.distributed import LaunchRefused, check_launch
 
     env = {"ACCELERATE_USE_CPU": "True", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
@@ -78,7 +78,7 @@ def test_zero3_config_is_refused(tmp_path):
     """ZeRO stage 3 over several processes partitions the parameters, so every rank must run the same forwards in the same order; the
     rollouts and e_old scoring do not (a gloo collective mismatch aborts the launch after the MLflow run opened):
     refused before anything loads, naming the file and stage. The bundled ZeRO-2 config passes."""
-    from abpo.train.config import UpdateConfig
+    from abpo.config.update import UpdateConfig
     from abpo.train.distributed import LaunchRefused, check_launch
 
     z3 = tmp_path / "zero3.json"

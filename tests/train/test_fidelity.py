@@ -100,7 +100,7 @@ def test_constrained_rollouts_carry_a_learning_signal_that_free_rollouts_do_not(
     """A short vanilla-GRPO update (no anchor: the rollouts are its only signal) on the untrained fixture model:
     with constrained rollouts every rollout is well formed, some match the logged item of a click, and most groups
     have rewards that differ; sampled freely, none is well formed and every group's rewards are equal."""
-    from abpo.policy.config import PolicyConfig
+    from abpo.config.policy import PolicyConfig
     from abpo.policy.model import lora_config
     from abpo.train.dataset import to_hf_dataset
     from abpo.train.runs import rollout_signal

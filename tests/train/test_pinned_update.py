@@ -47,7 +47,7 @@ def _weights_summary(trainer) -> dict[str, list[str]]:
 
 
 def _run(load_tiny, rows, update_cfg, tmp_path, settings, popularity) -> dict:
-    from abpo.policy.config import PolicyConfig
+    from abpo.config.policy import PolicyConfig
     from abpo.policy.model import lora_config
     from abpo.train.dataset import to_hf_dataset
     from abpo.train.update import train_update

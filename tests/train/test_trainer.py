@@ -179,7 +179,7 @@ def test_train_b_and_f_save_reloadable_lora(load_tiny, update_rows, tiny_update_
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from abpo.policy.config import PolicyConfig
+    from abpo.config.policy import PolicyConfig
     from abpo.policy.model import lora_config
     from abpo.train.dataset import to_hf_dataset
     from abpo.train.update import save_update, train_update
@@ -230,7 +230,7 @@ def test_train_b_and_f_save_reloadable_lora(load_tiny, update_rows, tiny_update_
 @pytest.mark.slow
 def test_interrupted_update_resumes_to_the_same_result(load_tiny, update_rows, tiny_update_cfg, tmp_path):
     """Four steps uninterrupted vs. stopped after step 2 (checkpoint) and resumed: identical adapter weights."""
-    from abpo.policy.config import PolicyConfig
+    from abpo.config.policy import PolicyConfig
     from abpo.policy.model import lora_config
     from abpo.train.callbacks import StopAfterStepCallback
     from abpo.train.dataset import to_hf_dataset

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from abpo.algo.variants import VARIANTS, get_variant
-from abpo.train.config import UpdateConfig
+from abpo.config.update import UpdateConfig
 from abpo.train.grpo_args import settings_for, variant_update_config
 from abpo.train.records import ABPOSettings
 from tests.sizes import TINY_UPDATE
@@ -40,7 +40,8 @@ def test_variant_presets_apply_and_a_conflicting_setting_is_refused():
 
 
 def test_config_keys_are_validated_and_reach_the_trainer_settings():
-    from abpo.config import ConfigError, load_config
+    from abpo.config import load_config
+    from abpo.config.errors import ConfigError
 
     cfg = load_config("tiny", ["update.no_response_weight_rule=click_rate", "update.no_response_weight=2.0"])
     st = settings_for(cfg, "grpo", click_rate=0.2)

@@ -209,16 +209,3 @@ class ExperimentConfig:
     mlflow_experiment: str = field(
         default="abpo-experiment", metadata={"help": "MLflow experiment: one parent run, a nested run per cell."}
     )
-
-
-def check_rounds_fit(e: ExperimentConfig, data_update_steps: int) -> None:
-    """The experiment's R rounds split each user's update positions into R windows (abpo.experiment.seeds
-    .round_positions), so R may not exceed them: ``experiment.update_steps`` when set, else ``data.update_steps``.
-    A ValueError naming both keys and the rule otherwise (abpo.config.validate at load, and the experiment's config)."""
-    steps = e.update_steps or data_update_steps
-    if e.rounds > steps:
-        applied = f" (experiment.update_steps={e.update_steps} applied)" if e.update_steps else ""
-        raise ValueError(
-            f"experiment.rounds={e.rounds} > data.update_steps={steps}{applied}; rule: every round needs at least one "
-            "update position per user"
-        )

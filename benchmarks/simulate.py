@@ -18,8 +18,13 @@ offline order under each, as a markdown table. Each arm serves once: its exposur
     .venv/bin/python benchmarks/simulate.py [--config demo] [--month 2026-02] [--oracles mixture,als,knn,sequential]
                                             [--set key=value ...] [--smoke]
 
-The last line is exactly `Kendall tau offline HR@5 vs simulated CTR: <v>`, for the config's ``sim.oracle``
-(`nan` when either order is constant).
+Then the concordance check (issue 46): the clear pairs of arms offline, those whose HR@5 difference is at least 2
+standard errors of the paired per-user difference or at least 0.03 (:func:`clear_pairs`), and, under each oracle,
+Kendall's tau-b and how many clear pairs keep their order in simulated CTR and which reverse it. Pairs within noise
+offline may swap; a clear pair should not, when the clicks come from the users' own taste.
+
+The last two lines are exactly `Clear pairs under <oracle>: kept <k>/<n>, reversed <r>` and `Kendall tau offline
+HR@5 vs simulated CTR: <v>`, both for the config's ``sim.oracle`` (`nan` when either order is constant).
 
 ``--smoke`` runs the same path in seconds (tests/benchmarks/test_smoke.py) without `make demo`: in a throw-away state
 directory, on 12 users and a smaller tiny model, it bootstraps every arm first (abpo.monthly.bootstrap.bootstrap_arms:
@@ -34,6 +39,7 @@ import dataclasses
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -60,16 +66,94 @@ SMOKE = [
 ]
 
 
-def hit_rate_at(k: int, arm, examples) -> float:
-    """HR@k of ``arm`` on ``examples``: the target's rank by exposure probability, ties counted against it."""
+def hits_at(k: int, arm, examples) -> np.ndarray:
+    """Per example (user), 1 when ``arm`` ranks the target in its top ``k`` by exposure probability (ties counted
+    against it), else 0: HR@k is their mean, and two arms' paired difference is taken per user."""
     probs = arm.propensities([(e.user_id, e.history, e.candidates) for e in examples])
-    hits = 0
-    for e, p in zip(examples, probs, strict=True):
+    hits = np.zeros(len(examples))
+    for n, (e, p) in enumerate(zip(examples, probs, strict=True)):
         p = np.asarray(p)
         j = e.candidates.index(e.positive)
         rank = int(np.sum(p > p[j])) + int(np.sum(p == p[j])) - 1
-        hits += rank < k
-    return hits / len(examples)
+        hits[n] = rank < k
+    return hits
+
+
+def hit_rate_at(k: int, arm, examples) -> float:
+    """HR@k of ``arm`` on ``examples``: the target's rank by exposure probability, ties counted against it."""
+    return float(hits_at(k, arm, examples).mean())
+
+
+# a pair of arms is clear offline when its HR@5 difference is at least CLEAR_SE standard errors of the paired
+# per-user difference, or at least CLEAR_GAP (issue 46): such a pair should keep its order in simulated CTR
+CLEAR_SE = 2.0
+CLEAR_GAP = 0.03
+
+
+class ClearPair(NamedTuple):
+    """Arms ``better`` and ``worse`` by offline HR@5: ``delta`` = HR@5(better) - HR@5(worse) > 0, ``se`` the
+    standard error of the mean of the per-user difference (sd with ddof 1 over sqrt(n))."""
+
+    better: str
+    worse: str
+    delta: float
+    se: float
+
+
+def clear_pairs(hits: dict[str, np.ndarray], *, n_se: float = CLEAR_SE, gap: float = CLEAR_GAP) -> list[ClearPair]:
+    """The clear pairs of arms (:data:`CLEAR_SE`, :data:`CLEAR_GAP`) from each arm's per-user hits on the same
+    users (``hits[arm][n]`` for user n): d_n = hit_a,n - hit_b,n, delta = mean(d), se = sd(d) / sqrt(n); the pair
+    is clear when delta > 0 and (delta >= n_se * se or delta >= gap). A pair whose per-user hits are identical
+    (se 0, delta 0) is never clear."""
+    arms = list(hits)
+    lengths = {a: len(hits[a]) for a in arms}
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"clear_pairs: the arms' hits are on different numbers of users: {lengths}")
+    out = []
+    for i, a in enumerate(arms):
+        for b in arms[i + 1 :]:
+            d = np.asarray(hits[a], dtype=np.float64) - np.asarray(hits[b], dtype=np.float64)
+            delta = float(d.mean()) if d.size else 0.0
+            se = float(d.std(ddof=1) / np.sqrt(d.size)) if d.size > 1 else float("nan")
+            if delta < 0:
+                a_, b_, delta = b, a, -delta
+            else:
+                a_, b_ = a, b
+            if delta > 0 and (delta >= gap - 1e-12 or (se == se and delta >= n_se * se - 1e-12)):
+                out.append(ClearPair(a_, b_, delta, se))
+    return out
+
+
+def concordance(pairs: list[ClearPair], ctr: dict[str, float]) -> tuple[list[ClearPair], list[ClearPair], list]:
+    """The clear ``pairs`` that keep their order in simulated CTR (``ctr[better] > ctr[worse]``), that reverse it
+    (``<``) and that tie, under one oracle."""
+    kept = [p for p in pairs if ctr[p.better] > ctr[p.worse]]
+    reversed_ = [p for p in pairs if ctr[p.better] < ctr[p.worse]]
+    tied = [p for p in pairs if ctr[p.better] == ctr[p.worse]]
+    return kept, reversed_, tied
+
+
+def concordance_lines(pairs: list[ClearPair], ctr: dict[str, dict[str, float]], oracles, taus) -> list[str]:
+    """The printed check: per oracle, Kendall's tau-b and how many clear pairs keep / reverse / tie their order,
+    each reversed pair named with its offline and simulated differences."""
+    lines = [
+        f"Clear pairs offline (HR@5 difference >= {CLEAR_SE:g} SE of the paired per-user difference, or >= "
+        f"{CLEAR_GAP:g}): {len(pairs)}"
+        + "".join(f"\n  {p.better} > {p.worse}: {p.delta:+.4f} (SE {p.se:.4f})" for p in pairs)
+    ]
+    for o in oracles:
+        by_arm = {a: v[o] for a, v in ctr.items()}
+        kept, rev, tied = concordance(pairs, by_arm)
+        lines.append(
+            f"concordance {o}: tau {taus[o]:.2f}; clear pairs kept {len(kept)}/{len(pairs)}, reversed {len(rev)}"
+            + (f", tied {len(tied)}" if tied else "")
+            + "".join(
+                f"\n  reversed: {p.better} > {p.worse} offline ({p.delta:+.4f}) but sim CTR "
+                f"{by_arm[p.better]:.4f} < {by_arm[p.worse]:.4f}"
+                for p in rev
+            )
+        )
+    return lines
 
 
 ORACLES = ("mixture", "als", "knn", "sequential")
@@ -189,10 +273,12 @@ def main(argv=None) -> int:
     oracles = [default, *[o for o in (x.strip() for x in args.oracles.split(",")) if o and o != default]]
     rows = []
     ctr: dict[str, dict[str, float]] = {}
+    hits: dict[str, np.ndarray] = {}
     for name in ARMS:
         arm = versions.load_arm(cfg, name, ds)
         t = time.perf_counter()
-        hr = hit_rate_at(5, arm, examples)
+        hits[name] = hits_at(5, arm, examples)
+        hr = float(hits[name].mean())
         by_oracle = simulated_ctr_by_oracle(cfg, month, name, arm, dataset=ds, splits=splits, oracles=oracles)
         ctr[name] = {o: r["ctr"] for o, r in by_oracle.items()}
         a = by_oracle[default]
@@ -209,10 +295,15 @@ def main(argv=None) -> int:
     print(f"\nRobustness: simulated CTR under each ground truth (sim.oracle; {default} is the config's)\n")
     print("\n".join(lines))
     print()
+    pairs = clear_pairs(hits)
+    print("\n".join(concordance_lines(pairs, ctr, oracles, taus)))
+    print()
     if args.smoke:
         import shutil
 
         shutil.rmtree(state, ignore_errors=True)
+    kept, rev, _ = concordance(pairs, {a: v[default] for a, v in ctr.items()})
+    print(f"Clear pairs under {default}: kept {len(kept)}/{len(pairs)}, reversed {len(rev)}")
     print(f"Kendall tau offline HR@5 vs simulated CTR: {taus[default]:.2f}")
     return 0
 

@@ -42,7 +42,11 @@ CASES = {
         [],
     ),
     "scoring.py": (rf" +10 +\d+ +{NUM} +{NUM} +{NUM}x +\d\.\d\de[+-]\d\d", None, []),
-    "simulate.py": (r"Kendall tau offline HR@5 vs simulated CTR: (?:-?[01]\.\d\d|nan)", None, []),
+    "simulate.py": (
+        r"Kendall tau offline HR@5 vs simulated CTR: (?:-?[01]\.\d\d|nan)",
+        r"Clear pairs under \w+: kept (\d+)/(\d+), reversed \d+",
+        [],
+    ),
     "simulate_throughput.py": (
         rf"steady state: popularity [\d,]+ impressions/s, tiny LLM [\d,]+ impressions/s \([\d,]+\.\dx\); "
         rf"set-up {NUM} s; month of [\d,]+ requests",

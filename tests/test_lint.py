@@ -43,6 +43,17 @@ def test_import_contracts_are_kept():
     assert "0 broken" in proc.stdout or "broken" not in proc.stdout.split("Contracts:")[-1]
 
 
+def test_the_layers_count_type_checking_imports():
+    """The `cfg: Config` annotations are imports like any other (issue 45): abpo.config sits at the bottom, under every
+    package whose functions take it, so no import is excused from the layers, not even under `if TYPE_CHECKING:`."""
+    import tomllib
+
+    linter = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    assert not linter.get("exclude_type_checking_imports", False)
+    layers = next(c["layers"] for c in linter["contracts"] if c["type"] == "layers")
+    assert layers.index("abpo.config") == layers.index("abpo.data") - 1
+
+
 # `ruff format` is enforced (issue 34): `make format` formats the tree, `make lint` checks it.
 def test_the_tree_is_formatted():
     proc = subprocess.run(

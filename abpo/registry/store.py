@@ -213,6 +213,9 @@ def check_namespace(cfg: Config) -> None:
     _checked_namespace.add((str(root), ns))
 
 
+_configured: dict[str, tuple[str, str, str, str]] = {}  # "key": the store this process last pointed MLflow at
+
+
 def configure(cfg: Config) -> str:
     """Point MLflow at the config's tracking store (creating the local SQLite store and artifact root), after checking
     that the state belongs to the config's namespace (:func:`check_namespace`). The first time a process uses a
@@ -220,10 +223,22 @@ def configure(cfg: Config) -> str:
 
     ``mlflow.set_tracking_uri`` also writes MLFLOW_TRACKING_URI (and set_registry_uri MLFLOW_REGISTRY_URI) into this
     process's environment; both are put back to what the user exported, so a subprocess started later (with another
-    state directory, say) never mistakes this process's choice for the user's."""
+    state directory, say) never mistakes this process's choice for the user's.
+
+    Once per process and store: every registry function that takes ``cfg`` calls it, and a repeat for the store MLflow
+    already points at (same tracking URI, state directory, namespace and artifact root, the state directory still
+    there) returns at once. Nothing outside abpo.registry calls it (a test may, to point MLflow at a store)."""
     import mlflow
 
     uri = cfg.paths.tracking_uri()
+    key = (uri, str(cfg.paths.resolve("root")), cfg.paths.namespace or "", str(cfg.paths.location("mlflow_artifacts")))
+    if (
+        _configured.get("key") == key
+        and mlflow.get_tracking_uri() == uri
+        and mlflow.get_registry_uri() == uri
+        and (not uri.startswith("sqlite:///") or cfg.paths.resolve("root").is_dir())
+    ):
+        return uri
     register_uri_secret(uri)  # its password is blanked out of every message and log line from here on
     bound_http_calls(uri)
     check_namespace(cfg)  # never into another environment's names
@@ -261,6 +276,7 @@ def configure(cfg: Config) -> str:
     if uri not in _announced:
         _announced.add(uri)
         log.info(store_line(cfg))
+    _configured["key"] = key
     return uri
 
 
@@ -284,6 +300,7 @@ def _ensure_experiment(cfg: Config, experiment: str) -> str:
     artifact root under the state when the store is the default SQLite file."""
     import mlflow
 
+    configure(cfg)
     experiment = experiment_name(cfg, experiment)
     exp = mlflow.get_experiment_by_name(experiment)
     if exp is not None:

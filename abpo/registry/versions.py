@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from abpo.registry.errors import RegistryUnavailable
-from abpo.registry.store import CHALLENGER, MODEL_NAME, configure
+from abpo.registry.store import CHALLENGER, MODEL_NAME, configure, experiment_name
 
 if TYPE_CHECKING:
     from abpo.config import Config
@@ -129,13 +129,12 @@ def register(
     return version
 
 
-# a logged model's URI (MLflow 3: log_model returns models:/<model id>, the id being m-<hex>)
-
-
-def set_alias(alias: str, version: int | str, name: str = MODEL_NAME) -> None:
-    """Move ``alias`` (e.g. ``champion``) to ``version``."""
+def set_alias(alias: str, version: int | str, name: str = MODEL_NAME, *, cfg: Config | None = None) -> None:
+    """Move ``alias`` (e.g. ``champion``) to ``version``; with ``cfg``, on the config's store (:func:`configure`)."""
     from mlflow import MlflowClient
 
+    if cfg is not None:
+        configure(cfg)
     MlflowClient().set_registered_model_alias(name, alias, str(version))
 
 
@@ -146,27 +145,150 @@ def is_not_found(e: Exception) -> bool:
     return code == "RESOURCE_DOES_NOT_EXIST" or (code == "INVALID_PARAMETER_VALUE" and "not found" in str(e))
 
 
-def get_version(alias: str, name: str = MODEL_NAME):
+def get_version(alias: str, name: str = MODEL_NAME, *, cfg: Config | None = None):
     """The model version an alias points to, or None when the alias (or the model) does not exist. Raises
-    RegistryUnavailable when the registry cannot answer, so a down server never reads as "no champion"."""
+    RegistryUnavailable when the registry cannot answer, so a down server never reads as "no champion". With
+    ``cfg``, on the config's store (:func:`configure`); without, on the store this process was configured for."""
     import mlflow
+
+    uri = configure(cfg) if cfg is not None else mlflow.get_registry_uri()
+    return _read_version(uri, name, alias, f"alias {alias!r}", by_alias=True)
+
+
+def find_version(cfg: Config, name: str, ref: str | int):
+    """Version ``ref`` (an alias such as ``champion``, or a version number) of registered model ``name`` on the
+    config's store, or None when it (or the model) does not exist; RegistryUnavailable naming the store when the
+    registry cannot answer."""
+    uri = configure(cfg)
+    return _read_version(uri, name, str(ref), repr(str(ref)), by_alias=not str(ref).isdigit())
+
+
+def _read_version(uri: str, name: str, ref: str, what: str, *, by_alias: bool):
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
     try:
-        return MlflowClient().get_model_version_by_alias(name, alias)
+        if by_alias:
+            return MlflowClient().get_model_version_by_alias(name, ref)
+        return MlflowClient().get_model_version(name, ref)
     except MlflowException as e:
         if is_not_found(e):
             return None
         raise RegistryUnavailable(
-            f"MLflow registry {mlflow.get_registry_uri()}: could not read alias {alias!r} of model {name!r} "
+            f"MLflow registry {uri}: could not read {what} of model {name!r} "
             f"({getattr(e, 'error_code', '')}: {str(e)[:300]})"
         ) from e
     except Exception as e:  # noqa: BLE001 - the store itself cannot be opened (a corrupt mlflow.db, a bad URI)
         raise RegistryUnavailable(
-            f"MLflow registry {mlflow.get_registry_uri()}: could not read alias {alias!r} of model {name!r}: the store "
-            f"cannot be opened ({type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''})"
+            f"MLflow registry {uri}: could not read {what} of model {name!r}: the store cannot be opened "
+            f"({type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''})"
         ) from e
+
+
+def model_version(cfg: Config, name: str, version: str | int):
+    """Version ``version`` of registered model ``name`` (MLflow's exception when it does not exist: for a version
+    the caller has just registered or read)."""
+    from mlflow import MlflowClient
+
+    configure(cfg)
+    return MlflowClient().get_model_version(name, str(version))
+
+
+def run_versions(cfg: Config, name: str, run_id: str) -> list:
+    """The versions of registered model ``name`` registered from run ``run_id`` (MLflow's exception when the model
+    does not exist yet)."""
+    from mlflow import MlflowClient
+
+    configure(cfg)
+    return list(MlflowClient().search_model_versions(f"name='{name}' and run_id='{run_id}'"))
+
+
+def set_version_tags(cfg: Config, name: str, version: str | int, tags: dict[str, Any]) -> None:
+    """Set ``tags`` on version ``version`` of registered model ``name``."""
+    from mlflow import MlflowClient
+
+    configure(cfg)
+    client = MlflowClient()
+    for k, v in tags.items():
+        client.set_model_version_tag(name, str(version), k, str(v))
+
+
+def model_tags(cfg: Config, name: str) -> dict[str, str] | None:
+    """The tags of registered model ``name`` (a pin, the champion each month started from), or None when the model
+    does not exist. RegistryUnavailable naming the store when the registry answers with another error."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    uri = configure(cfg)
+    try:
+        return dict(MlflowClient().get_registered_model(name).tags or {})
+    except MlflowException as e:
+        if is_not_found(e):
+            return None
+        raise RegistryUnavailable(
+            f"MLflow registry {uri}: could not read model {name!r} ({getattr(e, 'error_code', '')}: {str(e)[:300]})"
+        ) from e
+
+
+def set_model_tag(cfg: Config, name: str, key: str, value: str) -> None:
+    """Set tag ``key`` of registered model ``name`` to ``value``."""
+    from mlflow import MlflowClient
+
+    configure(cfg)
+    MlflowClient().set_registered_model_tag(name, key, value)
+
+
+def delete_model_tag(cfg: Config, name: str, key: str) -> None:
+    """Remove tag ``key`` of registered model ``name``."""
+    from mlflow import MlflowClient
+
+    configure(cfg)
+    MlflowClient().delete_registered_model_tag(name, key)
+
+
+def orphaned_logged_models(cfg: Config, experiment: str, model_names: list[str]) -> list[dict[str, str]]:
+    """The logged models of experiment ``experiment`` (a base name, namespaced here) that no version of
+    ``model_names`` uses and whose run is over (a killed or failed task logged the model, then never registered it):
+    model id, name, run id, run status, creation time and artifact location, oldest first. A run still RUNNING is a
+    live task's (or a killed one's not yet marked KILLED by its next attempt): not listed."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    configure(cfg)
+    exp = mlflow.get_experiment_by_name(experiment_name(cfg, experiment))
+    if exp is None:
+        return []
+    client = MlflowClient()
+    used = set()
+    for name in model_names:
+        try:
+            versions = client.search_model_versions(f"name='{name}'")
+        except Exception:  # noqa: BLE001 - a model never registered has no versions
+            versions = []
+        used.update(logged_model_id(mv) for mv in versions)
+    out = []
+    for lm in client.search_logged_models(experiment_ids=[exp.experiment_id]):
+        if lm.model_id in used:
+            continue
+        status = ""
+        if lm.source_run_id:
+            try:
+                status = client.get_run(lm.source_run_id).info.status
+            except Exception:  # noqa: BLE001 - its run deleted
+                status = "DELETED"
+        if status == "RUNNING":
+            continue
+        out.append(
+            {
+                "model_id": lm.model_id,
+                "name": lm.name,
+                "run_id": lm.source_run_id or "",
+                "run_status": status,
+                "created": str(lm.creation_timestamp),
+                "artifacts": str(lm.artifact_location),
+            }
+        )
+    return sorted(out, key=lambda d: d["created"])
 
 
 def download_model_dir(cfg: Config, ref: str, dst: str | Path | None = None, name: str = MODEL_NAME) -> Path:

@@ -11,11 +11,12 @@ and the Kendall rank correlation (tau-b) between the two orders. The goal (issue
 is tau >= 0.67, at most one swapped pair of four, by construction of the simulator, not by tuning the arms.
 
 Then the robustness table (docs/simulator.md): the same arms' simulated CTR under each ground truth, the config's
-``sim.oracle`` (the mixture by default) and each pure component (als, knn, sequential), with the tau against the
-offline order under each, as a markdown table. Each arm serves once: its exposures do not depend on the oracle
+``sim.oracle`` first, the mixture (with the config's weights, and without the ML-retrain arm's family:
+``mixture:knn+sequential``), each pure component (als, knn, sequential) and the replay truth (only the users' real
+next items), with the tau against the offline order under each, as a markdown table. Each arm serves once: its exposures do not depend on the oracle
 (the same requests and pre-drawn uniforms), only the clicks do.
 
-    .venv/bin/python benchmarks/simulate.py [--config demo] [--month 2026-02] [--oracles mixture,als,knn,sequential]
+    .venv/bin/python benchmarks/simulate.py [--config demo] [--month 2026-02] [--oracles mixture,als,replay,...]
                                             [--set key=value ...] [--smoke]
 
 Then the concordance check (issue 46): the clear pairs of arms offline, those whose HR@5 difference is at least 2
@@ -156,7 +157,19 @@ def concordance_lines(pairs: list[ClearPair], ctr: dict[str, dict[str, float]], 
     return lines
 
 
-ORACLES = ("mixture", "als", "knn", "sequential")
+ORACLES = ("mixture", "mixture:knn+sequential", "als", "knn", "sequential", "replay")
+
+
+def oracle_settings(sim_cfg, oracle: str):
+    """``sim_cfg`` with the ground truth ``oracle``: a ``sim.oracle`` name (the mixture with the config's
+    weights), or ``mixture:<c1>+<c2>...``, the mixture of those components at equal weights (the others at 0), e.g.
+    ``mixture:knn+sequential`` (the mixture without the ML-retrain arm's family)."""
+    name, _, parts = oracle.partition(":")
+    if not parts:
+        return dataclasses.replace(sim_cfg, oracle=name)
+    if name != "mixture":
+        raise ValueError(f"--oracles {oracle!r}: rule: only mixture takes components (mixture:knn+sequential)")
+    return dataclasses.replace(sim_cfg, oracle=name, oracle_weights={c: 1.0 for c in parts.split("+")})
 
 
 class ServedOnce:
@@ -186,7 +199,7 @@ def simulated_ctr_by_oracle(cfg, month: str, name: str, arm, *, dataset, splits,
         one = dataclasses.replace(
             cfg,
             report=dataclasses.replace(cfg.report, arm_shares={name: 1.0}),
-            sim=dataclasses.replace(cfg.sim, oracle=oracle),
+            sim=oracle_settings(cfg.sim, oracle),
         )
         out[oracle] = simulate_month(one, month, {name: served}, dataset=dataset, splits=splits, write=False).per_arm[
             name
@@ -234,7 +247,8 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--oracles",
         default=",".join(ORACLES),
-        help="ground truths of the robustness table, comma separated (the config's sim.oracle is always first)",
+        help="ground truths of the robustness table, comma separated (the config's sim.oracle is always first): "
+        "sim.oracle names, or mixture:<c1>+<c2> for the mixture of those components alone",
     )
     ap.add_argument(
         "--smoke",

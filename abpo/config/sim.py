@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# The choices of sim.candidates and sim.oracle, refused at load when anything else (abpo.config.values): a new
+# candidate source or ground truth adds its name here, and its builder in abpo.sim (abpo.sim.simulator for the
+# candidates; abpo.sim.preference's ORACLES for an oracle, which must name every choice here).
 CANDIDATE_SOURCES = ("retrieval", "offline")
+ORACLE_COMPONENTS = ("knn", "sequential", "als")  # the mixture's components (sim.oracle_weights' keys)
+ORACLES = ("mixture", *ORACLE_COMPONENTS, "replay")  # replay: the users' real next items alone, never mixed
 
 
 @dataclass
@@ -54,6 +59,7 @@ class SimConfig:
     candidates: str = field(
         default="retrieval",
         metadata={
+            "choices": CANDIDATE_SOURCES,
             "help": "Where a request's candidates come from: retrieval (a production-like retrieval stage: "
             "co-occurrence top-K + popularity-weighted + uniform draws, the true next item only when "
             "found) or offline (the offline construction: x_{t+1} plus data.train_candidates - 1 "
@@ -100,10 +106,12 @@ class SimConfig:
     oracle: str = field(
         default="mixture",
         metadata={
+            "choices": ORACLES,
             "help": "The users' ground truth (docs/simulator.md): mixture (sim.oracle_weights over the "
             "components) or one component alone: knn (co-occurrence with the user's recent items), "
             "sequential (a smoothed Markov next-item model) or als (implicit ALS factors), each fitted "
-            "on every interaction and standardised per item over the users."
+            "on every interaction and standardised per item over the users; or replay (only the user's "
+            "real next items lift P_pref, sim.replay_*)."
         },
     )
     oracle_weights: dict[str, float] = field(
@@ -157,6 +165,30 @@ class SimConfig:
             "min": 0,
             "help": "Users the knn, sequential and mixture standardisation is taken over: all "
             "users, or a seeded sample of this many on larger data (0: all).",
+        },
+    )
+    replay_horizon: int = field(
+        default=10,
+        metadata={
+            "min": 1,
+            "help": "replay oracle: how many of the user's real next items (never the held-out target) lift "
+            "P_pref; the rest of the catalog keeps the base rate.",
+        },
+    )
+    replay_decay: float = field(
+        default=0.7,
+        metadata={
+            "gt": 0,
+            "max": 1,
+            "help": "replay oracle: the lift of the user's d-th next item is replay_strength * decay^(d - 1).",
+        },
+    )
+    replay_strength: float = field(
+        default=5.0,
+        metadata={
+            "min": 0,
+            "help": "replay oracle: z of the user's very next item, in the standard deviations a model "
+            "oracle's z is measured in (P_pref = sigmoid(b0 + preference_slope * z)).",
         },
     )
     click_next: float = field(

@@ -270,6 +270,67 @@ class SequentialComponent:
         return (np.log(self._probability(self._last(history), list(idx))) - self.mean[idx]) / self.sd[idx]
 
 
+class ReplayComponent:
+    """``replay``: the users' real future items and nothing else (issue 46: the simplest truth no model owns). For a
+    request at t (history h = x_{1:t}, the user's real prefix),
+
+        z(u, h, a) = strength * decay^(d - 1)   if a = x_{t+d}, 1 <= d <= horizon, and x_{t+d} is not the held-out
+                                                target (the sequence's last item; the smallest such d)
+                   = 0                          otherwise
+
+    so P_pref = sigmoid(b0 + slope * z) gives the rest a small base rate (sigmoid(b0), calibrated like every
+    oracle's) and a future item a lift that decays with its distance. Nothing is fitted: no model family, and no
+    standardisation (a future item is ``strength`` standard deviations of a model oracle above the rest). Without
+    a history (the user's whole sequence as the state) there is no future: z = 0."""
+
+    name = "replay"
+
+    def __init__(self, *, horizon: int, decay: float, strength: float):
+        if horizon < 1 or not 0 < decay <= 1 or not strength >= 0:
+            raise ValueError(
+                f"config sim.replay_horizon = {horizon}, sim.replay_decay = {decay}, sim.replay_strength = "
+                f"{strength}: rule: horizon >= 1, 0 < decay <= 1, strength >= 0"
+            )
+        self.horizon = int(horizon)
+        self.decay = float(decay)
+        self.strength = float(strength)
+        self.item_index: dict[int, int] = {}
+        self.sequences: dict[int, list[int]] = {}
+
+    def fit(self, sequences: Mapping[int, Sequence[int]], item_index: Mapping[int, int]) -> ReplayComponent:
+        self.item_index = dict(item_index)
+        self.sequences = {int(u): [int(i) for i in s] for u, s in sequences.items()}
+        return self
+
+    def _future(self, user: int, history: Sequence[int]) -> dict[int, float]:
+        """Item index -> z for the user's future items after ``history`` (the nearest occurrence of each)."""
+        seq = self.sequences[int(user)]
+        t = len(history)
+        if t > len(seq) or (t and int(history[-1]) != seq[t - 1]):
+            raise ValueError(
+                f"replay oracle: user {user}: the request's history (length {t}, last item "
+                f"{int(history[-1]) if t else None}) is not a prefix of the user's real sequence; rule: a request "
+                "carries x_1..x_t"
+            )
+        out: dict[int, float] = {}
+        for d, item in enumerate(seq[t : min(t + self.horizon, len(seq) - 1)], start=1):
+            j = self.item_index.get(item)
+            if j is not None and j not in out:
+                out[j] = self.strength * self.decay ** (d - 1)
+        return out
+
+    def z_block(self, users: Sequence[int], histories: Sequence[Sequence[int]]) -> np.ndarray:
+        out = np.zeros((len(users), len(self.item_index)))
+        for r, (u, h) in enumerate(zip(users, histories, strict=True)):
+            for j, v in self._future(u, h).items():
+                out[r, j] = v
+        return out
+
+    def z(self, user: int, history: Sequence[int], idx: Sequence[int]) -> np.ndarray:
+        future = self._future(user, history)
+        return np.array([future.get(int(j), 0.0) for j in idx], dtype=np.float64)
+
+
 def reference_users(users: Sequence[int], cap: int, seed: int) -> list[int]:
     """The users the knn, sequential and mixture moments are taken over: all of them, or a seeded sample of
     ``cap`` (``sim.oracle_reference_users``; 0: all)."""

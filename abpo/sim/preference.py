@@ -35,7 +35,8 @@ import numpy as np
 
 from abpo.sim.oracles import COMPONENTS
 
-ORACLES = ("mixture", *COMPONENTS)
+# the mixture, each model component alone, and replay (the users' real next items only; never mixed)
+ORACLES = ("mixture", *COMPONENTS, "replay")
 
 
 def oracle_weights(sim_cfg) -> dict[str, float]:

@@ -275,13 +275,14 @@ _COMPONENTS: dict[tuple, Any] = {}
 def _component(cfg: Config, dataset, name: str, reference: list[int]):
     """One fitted ground-truth component (abpo.sim.oracles), cached per process by its settings: switching
     ``sim.oracle`` or the weights refits nothing."""
-    from abpo.sim.oracles import AlsComponent, KnnComponent, SequentialComponent
+    from abpo.sim.oracles import AlsComponent, KnnComponent, ReplayComponent, SequentialComponent
 
     sc = cfg.sim
     settings = {
         "als": (sc.oracle_factors, sc.oracle_iterations, sc.oracle_regularization),
         "knn": (sc.oracle_knn_window, sc.oracle_knn_recent, sc.oracle_reference_users),
         "sequential": (sc.oracle_markov_order, sc.oracle_markov_smoothing, sc.oracle_reference_users),
+        "replay": (sc.replay_horizon, sc.replay_decay, sc.replay_strength),
     }[name]
     key = (dataset.name, dataset.interactions.num_rows, dataset.catalog.num_rows, int(cfg.seed), name, settings)
     if key not in _COMPONENTS:
@@ -297,6 +298,10 @@ def _component(cfg: Config, dataset, name: str, reference: list[int]):
                 iterations=sc.oracle_iterations,
                 regularization=sc.oracle_regularization,
                 seed=cfg.seed,
+            )
+        elif name == "replay":
+            comp = ReplayComponent(horizon=sc.replay_horizon, decay=sc.replay_decay, strength=sc.replay_strength).fit(
+                dataset.sequences, items
             )
         elif name == "knn":
             comp = KnnComponent(window=sc.oracle_knn_window, recent=sc.oracle_knn_recent).fit(
@@ -339,6 +344,9 @@ def ground_truth(cfg: Config, dataset):
         sc.oracle_markov_order,
         sc.oracle_markov_smoothing,
         sc.oracle_reference_users,
+        sc.replay_horizon,
+        sc.replay_decay,
+        sc.replay_strength,
     )
     if key not in _ORACLES:
         reference = reference_users(dataset.sequences, sc.oracle_reference_users, cfg.seed)

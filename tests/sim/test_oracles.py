@@ -80,3 +80,41 @@ def test_reference_users_are_all_or_a_seeded_sample():
     got = reference_users(range(100), 10, 7)
     assert len(got) == 10 == len(set(got)) and got == reference_users(range(100), 10, 7)
     assert got != reference_users(range(100), 10, 8)
+
+
+def test_replay_lifts_only_the_users_real_next_items_with_a_decay():
+    from abpo.sim.oracles import ReplayComponent
+    from abpo.sim.preference import PreferenceOracle
+
+    seqs = {1: [1, 2, 5, 6, 2, 7, 3], 2: [4, 3]}
+    replay = ReplayComponent(horizon=3, decay=0.5, strength=4.0).fit(seqs, INDEX)
+    idx = [INDEX[i] for i in ITEMS]
+    z = dict(zip(ITEMS, replay.z(1, [1, 2], idx), strict=True))
+    # after x_1..x_2 the future is 5, 6, 2 (d = 1, 2, 3): strength * decay^(d - 1); the rest 0
+    assert z == {1: 0.0, 2: 1.0, 3: 0.0, 4: 0.0, 5: 4.0, 6: 2.0, 7: 0.0, 8: 0.0, 9: 0.0}
+    # the nearest occurrence counts, and the held-out target (the sequence's last item, 3) never lifts
+    z4 = dict(zip(ITEMS, replay.z(1, [1, 2, 5, 6], idx), strict=True))
+    assert z4[2] == 4.0 and z4[7] == 2.0 and z4[3] == 0.0
+    assert not replay.z(1, [1, 2, 5, 6, 2, 7], idx).any()  # only the target is left: nothing lifts
+    assert not replay.z(2, [4, 3], idx).any()  # the whole sequence as the state: no future
+    # the request's history must be the user's real prefix
+    with pytest.raises(ValueError, match="user 1: the request's history .* is not a prefix"):
+        replay.z(1, [1, 9], idx)
+    with pytest.raises(ValueError, match="sim.replay_decay = 0"):
+        ReplayComponent(horizon=3, decay=0, strength=1.0)
+    # as an oracle: its z as is (nothing standardised), whatever other users did
+    oracle = PreferenceOracle.build({"replay": replay}, {"replay": 1.0}, seqs, ITEMS, sorted(seqs))
+    assert np.array_equal(oracle.z(1, ITEMS, history=[1, 2]), replay.z(1, [1, 2], idx))
+    other = ReplayComponent(horizon=3, decay=0.5, strength=4.0).fit({**seqs, 2: [5, 6, 5, 6]}, INDEX)
+    assert np.array_equal(other.z(1, [1, 2], idx), replay.z(1, [1, 2], idx))
+
+
+def test_replay_is_an_oracle_of_its_own_never_a_mixture_component():
+    from types import SimpleNamespace
+
+    from abpo.sim.preference import ORACLES, oracle_weights
+
+    assert "replay" in ORACLES
+    assert oracle_weights(SimpleNamespace(oracle="replay", oracle_weights={})) == {"replay": 1.0}
+    with pytest.raises(ValueError, match="sim.oracle_weights.replay: unknown oracle component"):
+        oracle_weights(SimpleNamespace(oracle="mixture", oracle_weights={"knn": 1.0, "replay": 1.0}))

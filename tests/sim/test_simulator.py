@@ -296,7 +296,9 @@ class UniformArm:
         return [np.full(len(c), 1.0 / len(c)) for _, _, c in requests]
 
 
-@pytest.mark.parametrize(("base_ctr", "oracle"), [(0.05, "mixture"), (0.15, "mixture"), (0.05, "sequential")])
+@pytest.mark.parametrize(
+    ("base_ctr", "oracle"), [(0.05, "mixture"), (0.15, "mixture"), (0.05, "sequential"), (0.05, "replay")]
+)
 def test_a_uniform_arm_observes_the_configured_base_ctr(make_cfg, movielens, base_ctr, oracle):
     """Calibration: without the next-item boosts, a uniformly random exposure's CTR is within 3 standard errors of
     sim.base_ctr, under the default mixture oracle and a pure one."""

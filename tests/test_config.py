@@ -196,12 +196,13 @@ def test_yaml_1_2_numbers_and_booleans_load_as_such(tmp_path):
             "sft.learning_rate=3E-4",
             "update.bf16=false",
             "update.use_vllm=True",
+            "policy.constrained_rollouts=False",  # constrained rollouts run through HF generate, never vLLM
             "experiment.seeds=0,1,2",
             "arms.names=abpo,grpo",
         ],
     )
     assert cfg.update.learning_rate == 1e-5 and cfg.sft.learning_rate == 3e-4
-    assert cfg.update.bf16 is False and cfg.update.use_vllm is True
+    assert cfg.update.bf16 is False and cfg.update.use_vllm is True and cfg.policy.constrained_rollouts is False
     assert cfg.experiment.seeds == [0, 1, 2] and cfg.arms.names == ["abpo", "grpo"]
     good = tmp_path / "good.yaml"
     good.write_text("update:\n  learning_rate: 2e-5\n  group_size: 3\n  bf16: true\npolicy:\n  tau: 1\n")

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from abpo.config.errors import ConfigError
+from abpo.config.sim import ORACLE_COMPONENTS
 from abpo.data.storage import is_uri
 from abpo.paths import namespaced
 from abpo.redact import has_userinfo, redact
@@ -51,19 +52,102 @@ def check_rounds_fit(e: ExperimentConfig, data_update_steps: int) -> None:
         )
 
 
+def check_sim_windows(cfg: Config) -> None:
+    """The simulator's months (abpo.sim.simulator): a month is one window of each user's update positions, so
+    ``sim.window`` fits in ``data.update_steps``; the offline candidate construction has one candidate set per position,
+    so ``sim.candidates = offline`` serves ``sim.window`` requests per user and month."""
+    w, k = cfg.sim.window, cfg.sim.requests_per_user
+    if cfg.data.update_steps // w < 1:
+        raise ConfigError(
+            f"config data.update_steps = {cfg.data.update_steps}, sim.window = {w}: rule: "
+            "data.update_steps // sim.window >= 1 (a month needs one window of update positions)"
+        )
+    if cfg.sim.candidates == "offline" and k != w:
+        raise ConfigError(
+            f"config sim.requests_per_user = {k} with sim.candidates = offline: rule: equal to "
+            f"sim.window = {w} (the offline construction has one candidate set per position)"
+        )
+
+
+def check_sim_draws(cfg: Config) -> None:
+    """The retrieval stage's candidate mix (abpo.sim.retrieval.mix_counts) and the mixture oracle's weights
+    (abpo.sim.preference.oracle_weights)."""
+    s = cfg.sim
+    if s.retrieval_fraction + s.popular_fraction > 1 + 1e-9:
+        raise ConfigError(
+            f"config sim.retrieval_fraction = {s.retrieval_fraction}, sim.popular_fraction = {s.popular_fraction}: "
+            "rule: their sum <= 1 (the rest of the candidates are uniform draws)"
+        )
+    if s.oracle == "mixture":
+        unknown = sorted(set(s.oracle_weights) - set(ORACLE_COMPONENTS))
+        if unknown:
+            raise ConfigError(
+                f"config sim.oracle_weights.{unknown[0]} with sim.oracle = mixture: rule: the weights' keys are the "
+                f"mixture's components {list(ORACLE_COMPONENTS)}"
+            )
+        if not sum(s.oracle_weights.values()) > 0:
+            raise ConfigError(
+                f"config sim.oracle_weights = {dict(s.oracle_weights)} with sim.oracle = mixture: rule: the weights "
+                "sum to > 0"
+            )
+
+
+def check_model_shape(cfg: Config) -> None:
+    """The tiny model's attention heads split its hidden size (abpo.policy.model builds it with policy.tiny_*)."""
+    p = cfg.policy
+    if p.model == "tiny" and p.tiny_hidden_size % p.tiny_heads:
+        raise ConfigError(
+            f"config policy.tiny_hidden_size = {p.tiny_hidden_size}, policy.tiny_heads = {p.tiny_heads} "
+            "(policy.model = tiny): rule: the hidden size is divisible by the heads"
+        )
+
+
+def check_update_launch(cfg: Config) -> None:
+    """The update's rollouts and processes: constrained rollouts run through HF generate, not vLLM
+    (abpo.train.trainer); the batch is split over ``update.processes`` (abpo.train.distributed.check_launch)."""
+    u = cfg.update
+    if cfg.policy.constrained_rollouts and u.use_vllm:
+        raise ConfigError(
+            "config policy.constrained_rollouts = true with update.use_vllm = true: rule: constrained rollouts run "
+            "through HF generate (the vLLM path samples freely, as the paper does); turn one of them off"
+        )
+    if u.batch_size % u.processes:
+        raise ConfigError(
+            f"config update.batch_size = {u.batch_size}, update.processes = {u.processes}: rule: the batch (logged "
+            "examples per micro-batch over all processes) is divisible by the process count"
+        )
+
+
 def validate(cfg: Config) -> None:
     """Every rule that relates config keys, checked once, when :func:`abpo.config.load_config` has applied the preset,
     the environment and every override: a combination that cannot run is refused before any step starts, with one
-    line naming each key involved and the rule (a ConfigError). The rules:
+    line naming each key involved and the rule (a ConfigError). The rules, in the order checked:
 
     - ``paths.namespace`` a name MLflow and Airflow names can carry (abpo.paths.namespaced);
     - no credentials in an object-store URI setting (:func:`check_no_credentials`);
     - ``experiment.rounds`` at most the update positions per user (``experiment.update_steps`` when set, else
-      ``data.update_steps``): :func:`check_rounds_fit`.
-    """
+      ``data.update_steps``): :func:`check_rounds_fit`;
+    - ``sim.window`` fits in ``data.update_steps``; ``sim.candidates = offline`` needs ``sim.requests_per_user``
+      equal to ``sim.window`` (:func:`check_sim_windows`);
+    - ``sim.retrieval_fraction + sim.popular_fraction <= 1``; with ``sim.oracle = mixture``, ``sim.oracle_weights``
+      over the mixture's components, summing to > 0 (:func:`check_sim_draws`);
+    - with ``policy.model = tiny``, ``policy.tiny_hidden_size`` divisible by ``policy.tiny_heads``
+      (:func:`check_model_shape`);
+    - not ``policy.constrained_rollouts`` with ``update.use_vllm``; ``update.batch_size`` divisible by
+      ``update.processes`` (:func:`check_update_launch`).
+
+    The rules that need more than the config stay where that is known: the shares of the arms the simulator routes
+    (abpo.monthly.month.run_month: only when it serves), the keys a variant fixes (abpo.train.grpo_args
+    .variant_update_config), sft.loss_tokens = choice with a text prompt (abpo.policy.sft: only when pi_init is
+    trained; a model adopted with --set policy.prompt_style=text trains none), the process count a launch really has
+    (abpo.train.distributed.check_launch) and the experiment's rows (abpo.experiment)."""
     try:
         namespaced("", cfg.paths.namespace)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     check_no_credentials(cfg)
     check_rounds_fit(cfg.experiment, cfg.data.update_steps)
+    check_sim_windows(cfg)
+    check_sim_draws(cfg)
+    check_model_shape(cfg)
+    check_update_launch(cfg)

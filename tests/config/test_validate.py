@@ -1,0 +1,97 @@
+"""abpo.config.validate: every rule between config keys is checked once, by load_config, after the preset, the
+environment and the overrides: a combination that cannot run is refused at load (issue 45 point 3), in one line
+naming each key involved and the rule; the choices of sim.candidates and sim.oracle are refused there too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from abpo.config import load_config
+from abpo.config.errors import ConfigError
+from abpo.config.sim import CANDIDATE_SOURCES, ORACLES
+from abpo.config.validate import validate
+
+PRESETS = sorted(
+    p.stem for p in (Path(__file__).resolve().parents[2] / "configs").glob("*.yaml") if p.stem != "regimes"
+)
+
+
+def refusal(overrides: list[str]) -> str:
+    with pytest.raises(ConfigError) as e:
+        load_config("tiny", overrides)
+    msg = str(e.value)
+    assert "\n" not in msg, msg
+    return msg
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_preset_keeps_every_rule(preset):
+    validate(load_config(preset))
+
+
+@pytest.mark.parametrize(
+    "overrides, keys",
+    [
+        (
+            ["experiment.update_steps=0", "data.update_steps=3", "experiment.rounds=4"],
+            ["experiment.rounds", "data.update_steps"],
+        ),
+        (["experiment.update_steps=2", "experiment.rounds=3"], ["experiment.rounds", "experiment.update_steps"]),
+        (["data.update_steps=3", "sim.window=4", "experiment.update_steps=0"], ["data.update_steps", "sim.window"]),
+        (
+            ["sim.candidates=offline", "sim.requests_per_user=3"],
+            ["sim.requests_per_user", "sim.candidates", "sim.window"],
+        ),
+        (
+            ["sim.retrieval_fraction=0.6", "sim.popular_fraction=0.5"],
+            ["sim.retrieval_fraction", "sim.popular_fraction"],
+        ),
+        (["sim.oracle_weights={knn: 1, bert: 1}"], ["sim.oracle_weights.bert", "sim.oracle"]),
+        (["sim.oracle_weights={knn: 0, als: 0}"], ["sim.oracle_weights", "sim.oracle"]),
+        (["policy.tiny_hidden_size=30", "policy.tiny_heads=4"], ["policy.tiny_hidden_size", "policy.tiny_heads"]),
+        (
+            ["policy.constrained_rollouts=true", "update.use_vllm=true"],
+            ["policy.constrained_rollouts", "update.use_vllm"],
+        ),
+        (["update.batch_size=6", "update.processes=4"], ["update.batch_size", "update.processes"]),
+    ],
+)
+def test_a_bad_combination_is_refused_at_load_in_one_line_naming_its_keys(overrides, keys):
+    msg = refusal(overrides)
+    assert all(k in msg for k in keys) and "rule:" in msg, msg
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["experiment.update_steps=0", "data.update_steps=3", "experiment.rounds=3"],  # each bound itself is allowed
+        ["data.update_steps=4", "sim.window=4", "experiment.update_steps=0"],
+        ["sim.candidates=offline", "sim.requests_per_user=2", "sim.window=2"],
+        ["sim.retrieval_fraction=0.5", "sim.popular_fraction=0.5"],
+        ["sim.oracle=knn", "sim.oracle_weights={knn: 0, bert: 0}"],  # the weights are the mixture's only
+        ["policy.model=smollm2-135m", "policy.tiny_hidden_size=30"],  # the tiny shape is the tiny model's only
+        ["policy.constrained_rollouts=false", "update.use_vllm=true"],
+        ["update.batch_size=6", "update.processes=3"],
+    ],
+)
+def test_a_combination_at_the_bound_loads(overrides):
+    validate(load_config("tiny", overrides))
+
+
+@pytest.mark.parametrize("key, choices", [("sim.candidates", CANDIDATE_SOURCES), ("sim.oracle", ORACLES)])
+def test_sim_candidates_and_oracle_are_choices(key, choices):
+    msg = refusal([f"{key}=bogus"])
+    assert msg == f"--set: {key} 'bogus': rule: one of {', '.join(choices)}"
+    for choice in choices:
+        assert getattr(load_config("tiny", [f"{key}={choice}"]).sim, key.split(".")[1]) == choice
+
+
+def test_the_simulator_builds_every_choice():
+    """Every choice the config accepts has its builder in abpo.sim (a new one is added in both places)."""
+    from abpo.config.sim import ORACLE_COMPONENTS
+    from abpo.sim.oracles import COMPONENTS
+    from abpo.sim.preference import ORACLES as BUILT
+
+    assert set(ORACLES) <= set(BUILT) and set(ORACLE_COMPONENTS) == set(COMPONENTS)

@@ -8,14 +8,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from abpo.algo.variants import get_variant
-from abpo.paths import repo_path
 from abpo.config.update import UpdateConfig
+from abpo.paths import repo_path
 from abpo.train.records import ABPOSettings, rollouts_per_example
 from abpo.train.runs import UpdateRun
 
 if TYPE_CHECKING:
     from abpo.config import Config
-    from abpo.config.update import UpdateConfig
 
 
 def output_dir_for(cfg: Config, run: UpdateRun) -> Path:
@@ -149,26 +148,6 @@ def settings_for(cfg: Config, variant: str, *, click_rate: float | None = None) 
     """ABPOTrainer's settings of `variant` from the config (section update with the variant's presets applied,
     `variant_update_config`, and the policy's scoring settings). ``click_rate``: c of the logged rows the update
     trains on, for update.no_response_weight_rule=click_rate (docs/update-variants.md Eq. N2)."""
-    u = variant_update_config(cfg.update, variant)
-    return ABPOSettings(
-        variant=variant,
-        delta=u.delta,
-        eps_std=u.eps_std,
-        lambda_sc=u.lambda_sc,
-        tau=cfg.policy.tau,
-        w_max=u.w_max,
-        scoring_batch_tokens=cfg.policy.scoring_batch_tokens,
-        constrained_rollouts=cfg.policy.constrained_rollouts,
-        ratio_level=u.ratio_level,
-        grpo_equal_samples=u.grpo_equal_samples,
-        prompt_style=cfg.policy.prompt_style,
-        self_certainty_positions=u.self_certainty_positions,
-        no_response_weight=u.no_response_weight,
-        no_response_weight_rule=u.no_response_weight_rule,
-        click_weight=u.click_weight,
-        click_rate=click_rate,
-        surrogate_weight=u.surrogate_weight,
-        likelihood_weight=u.likelihood_weight,
-        offpolicy_weight=u.offpolicy_weight,
-        offpolicy_gamma=u.offpolicy_gamma,
+    return ABPOSettings.from_config(
+        variant_update_config(cfg.update, variant), cfg.policy, variant, click_rate=click_rate
     )

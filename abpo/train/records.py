@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from abpo.algo.variants import Variant, get_variant
+from abpo.config.policy import PolicyConfig
+from abpo.config.update import UpdateConfig
 
 REWARD_MODES = ("logged", "simulated_click")  # ABPOSettings.reward
 
@@ -48,36 +50,74 @@ def check_simulated_click_reward(settings: ABPOSettings, columns: Sequence[str])
         )
 
 
+# ABPOSettings' fields that are config keys, by section: each takes its default from that section's dataclass, and
+# ABPOSettings.from_config copies them from the sections (the settings have no default of their own).
+POLICY_KEYS = ("tau", "scoring_batch_tokens", "constrained_rollouts", "prompt_style")
+UPDATE_KEYS = (
+    "delta",
+    "eps_std",
+    "lambda_sc",
+    "w_max",
+    "ratio_level",
+    "grpo_equal_samples",
+    "self_certainty_positions",
+    "no_response_weight",
+    "no_response_weight_rule",
+    "click_weight",
+    "surrogate_weight",
+    "likelihood_weight",
+    "offpolicy_weight",
+    "offpolicy_gamma",
+)
+
+
 @dataclass
 class ABPOSettings:
-    """The ABPO knobs the trainer needs on top of GRPOConfig (see abpo.config.update.UpdateConfig)."""
+    """The ABPO knobs the trainer needs on top of GRPOConfig: the keys of config sections ``update`` (the
+    ABPO equations and issue 49's terms) and ``policy`` (the scoring that e_old shares with the logging policy's e0)
+    named in :data:`UPDATE_KEYS` and :data:`POLICY_KEYS`, with their config defaults and help
+    (abpo.config.update.UpdateConfig, abpo.config.policy.PolicyConfig); built from a config by :meth:`from_config`.
+    Beside them, what one update is: the variant, the click rate c of its logged rows and the reward mode."""
 
     variant: str = "abpo"
-    delta: float = 1e-6
-    eps_std: float = 1e-4
-    lambda_sc: float = 0.1
-    tau: float = 1.0  # policy.tau: the same temperature as the logging policy's e0
-    w_max: float = 0.0  # optional cap on raw w (0 = none, the spec)
-    scoring_batch_tokens: int = 16384  # policy.scoring_batch_tokens
-    constrained_rollouts: bool = False  # policy.constrained_rollouts: rollouts only name candidates (Eq. q)
-    ratio_level: str = "sequence"  # update.ratio_level: how s_i^j of step 5 is formed
-    grpo_equal_samples: bool = False  # update.grpo_equal_samples: (B) samples G-1 rollouts like C-F
-    prompt_style: str = "text"  # policy.prompt_style: item_tokens scores e_old on the item token (abpo.policy.scoring)
-    self_certainty_positions: str = "choice"  # update.self_certainty_positions: the tokens r_sc averages over
+    delta: float = UpdateConfig.delta
+    eps_std: float = UpdateConfig.eps_std
+    lambda_sc: float = UpdateConfig.lambda_sc
+    tau: float = PolicyConfig.tau  # the same temperature as the logging policy's e0
+    w_max: float = UpdateConfig.w_max
+    scoring_batch_tokens: int = PolicyConfig.scoring_batch_tokens
+    constrained_rollouts: bool = PolicyConfig.constrained_rollouts  # rollouts only name candidates (Eq. q)
+    ratio_level: str = UpdateConfig.ratio_level  # how s_i^j of step 5 is formed
+    grpo_equal_samples: bool = UpdateConfig.grpo_equal_samples  # (B) samples G-1 rollouts like C-F
+    prompt_style: str = PolicyConfig.prompt_style  # item_tokens scores e_old on the item token (abpo.policy.scoring)
+    self_certainty_positions: str = UpdateConfig.self_certainty_positions  # the tokens r_sc averages over
     # issue 49's terms (docs/update-variants.md); the defaults are the paper's update
-    no_response_weight: float = 1.0  # update.no_response_weight: kappa (Eq. N1), or its scale under click_rate
-    no_response_weight_rule: str = "fixed"  # update.no_response_weight_rule: fixed | click_rate (Eq. N2)
-    click_weight: float = 1.0  # update.click_weight: nu_1 (Eq. N1)
+    no_response_weight: float = UpdateConfig.no_response_weight  # kappa (Eq. N1), or its scale under click_rate
+    no_response_weight_rule: str = UpdateConfig.no_response_weight_rule  # fixed | click_rate (Eq. N2)
+    click_weight: float = UpdateConfig.click_weight  # nu_1 (Eq. N1)
     click_rate: float | None = None  # c of the logged rows the update trains on (run_update sets it)
-    surrogate_weight: float = 1.0  # update.surrogate_weight: the step-5 term's weight
-    likelihood_weight: float = 0.0  # update.likelihood_weight: lambda_ll (Eq. L1)
-    offpolicy_weight: float = 0.0  # update.offpolicy_weight: lambda_off (Eq. O3)
-    offpolicy_gamma: float = 0.1  # update.offpolicy_gamma: gamma of f(x) = x / (x + gamma) (Eq. O2)
+    surrogate_weight: float = UpdateConfig.surrogate_weight  # the step-5 term's weight
+    likelihood_weight: float = UpdateConfig.likelihood_weight  # lambda_ll (Eq. L1)
+    offpolicy_weight: float = UpdateConfig.offpolicy_weight  # lambda_off (Eq. O3)
+    offpolicy_gamma: float = UpdateConfig.offpolicy_gamma  # gamma of f(x) = x / (x + gamma) (Eq. O2)
     # where the rollouts' r_match comes from: "logged" (the paper: the logged item and its feedback) or
     # "simulated_click" (the simulator's click probability of the named candidate, dataset column
     # candidate_click_prob: issue 49's online upper bound, a diagnostic no arm or config can select;
     # abpo.algo.rewards.simulated_click_reward)
     reward: str = "logged"
+
+    @classmethod
+    def from_config(
+        cls, update: UpdateConfig, policy: PolicyConfig, variant: str, *, click_rate: float | None = None
+    ) -> ABPOSettings:
+        """The settings of ``variant``: every key of :data:`UPDATE_KEYS` from section ``update`` (with the variant's
+        presets applied by the caller: abpo.train.grpo_args.settings_for) and of :data:`POLICY_KEYS` from ``policy``."""
+        return cls(
+            variant=variant,
+            click_rate=click_rate,
+            **{k: getattr(update, k) for k in UPDATE_KEYS},
+            **{k: getattr(policy, k) for k in POLICY_KEYS},
+        )
 
     def no_response_kappa(self) -> float:
         """kappa of Eq. N1 for these settings (abpo.algo.stratum_weight.no_response_weight)."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from abpo.data.holdout import GATE_USERS
+
 
 @dataclass
 class PopularityArmConfig:
@@ -113,11 +115,12 @@ class ArmsConfig:
     gate_users: str = field(
         default="dataset",
         metadata={
+            "choices": GATE_USERS,
             "help": "Whose held-out users the offline gate scores: dataset = the configured dataset's offline "
             "construction (target x_{T+N}); warehouse = your own users, the arms.gate_holdout_fraction "
             "slice of the warehouse's interactions through the gated month (target: each one's last "
             "interaction, candidates drawn as data.eval_*), whose impressions then never enter an LLM "
-            "update."
+            "update.",
         },
     )
     gate_holdout_fraction: float = field(

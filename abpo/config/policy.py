@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+PROMPT_STYLES = ("text", "item_tokens")  # policy.prompt_style (abpo.policy.prompt builds both)
+LOSS_TOKENS = ("answer", "choice")  # sft.loss_tokens (abpo.policy.sft)
+
 
 @dataclass
 class PolicyConfig:
@@ -17,13 +20,14 @@ class PolicyConfig:
     prompt_style: str = field(
         default="text",
         metadata={
+            "choices": PROMPT_STYLES,
             "help": "text | item_tokens. text: the paper's prompt (history titles, candidate lines "
             "<item_id>ID</item_id><item>TITLE</item>, the instruction) and s_p = the mean log-prob over the whole "
             "answer (docs/ABPO_SPEC.md). item_tokens (needs one vocabulary token per item: the tiny model): the "
             "instruction, the candidate set as item tokens (policy.item_prompt_candidates), then the history as item "
             "tokens (the most recent last, right before the answer); the same answer format, and s_p = the log-prob "
             "of the answer's item token, the one token that chooses (abpo.policy.scoring). One builder (abpo.policy.prompt.request_prompt) serves "
-            "SFT, logging, e_old, rollouts, serving and evaluation in both styles."
+            "SFT, logging, e_old, rollouts, serving and evaluation in both styles.",
         },
     )
     item_prompt_candidates: bool = field(
@@ -150,11 +154,12 @@ class SFTConfig:
     loss_tokens: str = field(
         default="answer",
         metadata={
+            "choices": LOSS_TOKENS,
             "help": "Stage 2's loss: answer (every answer token + EOS: r(a) of a text model) | choice (the answer's "
             "item token only; policy.prompt_style=item_tokens). With one token per item the rest of the answer "
             "(<item>TITLE</item>, EOS) is forced by the item under constrained decoding and carries no choice; "
             "learning to copy ~15 title tokens through the tied item embeddings cost the tiny model its next-item "
-            "ranking on the validation users (docs/policy.md, 'pi_init')."
+            "ranking on the validation users (docs/policy.md, 'pi_init').",
         },
     )
     epochs: float = field(default=1.0, metadata={"gt": 0, "help": "Passes over D_sup."})

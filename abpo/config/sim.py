@@ -63,7 +63,7 @@ class SimConfig:
             "help": "Where a request's candidates come from: retrieval (a production-like retrieval stage: "
             "co-occurrence top-K + popularity-weighted + uniform draws, the true next item only when "
             "found) or offline (the offline construction: x_{t+1} plus data.train_candidates - 1 "
-            "never-seen distractors)."
+            "never-seen distractors).",
         },
     )
     candidate_count: int = field(default=20, metadata={"min": 2, "help": "Candidates per request (retrieval)."})
@@ -111,7 +111,7 @@ class SimConfig:
             "components) or one component alone: knn (co-occurrence with the user's recent items), "
             "sequential (a smoothed Markov next-item model) or als (implicit ALS factors), each fitted "
             "on every interaction and standardised per item over the users; or replay (only the user's "
-            "real next items lift P_pref, sim.replay_*)."
+            "real next items lift P_pref, sim.replay_*).",
         },
     )
     oracle_weights: dict[str, float] = field(

@@ -33,6 +33,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from abpo.config.policy import PROMPT_STYLES
+
 ID_OPEN, ID_CLOSE = "<item_id>", "</item_id>"
 ITEM_OPEN, ITEM_CLOSE = "<item>", "</item>"
 #: Markup tokens of the answer format (the tiny tokenizer makes each one token).
@@ -49,7 +51,6 @@ INSTRUCTION = (
 ITEM_TOKEN_INSTRUCTION = "Recommend the next item from the candidates."
 ITEM_TOKEN_CANDIDATES_HEADER = "Candidates:"
 ITEM_TOKEN_HISTORY_HEADER = "History:"
-PROMPT_STYLES = ("text", "item_tokens")
 #: Every fixed string of the templates (the tiny tokenizer is trained on these too).
 TEMPLATE_STRINGS = (
     HISTORY_HEADER,

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from abpo import registry
+from abpo.config.policy import LOSS_TOKENS
 from abpo.data.candidates import build_eval_examples, build_sup_examples, training_popularity
 from abpo.data.splits import split_of_user, split_users
 from abpo.policy.model import load_policy, lora_config, save_policy
@@ -49,9 +50,6 @@ class SFTResult:
     n_train: int = 0
     seconds: float = 0.0
     stage_seconds: dict[str, float] = field(default_factory=dict)  # pretrain (stage 1), sft (stage 2)
-
-
-LOSS_TOKENS = ("answer", "choice")
 
 
 def sft_records(examples, titles, tokenizer, policy_cfg, loss_tokens: str = "answer") -> list[dict[str, list[int]]]:

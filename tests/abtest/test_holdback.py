@@ -13,8 +13,8 @@ import pytest
 
 from abpo.abtest import stats
 from abpo.abtest.analysis import ALL, analyse
-from abpo.config.report import ReportConfig
 from abpo.abtest.render import write_report
+from abpo.config.report import ReportConfig
 
 MONTHS = ["2026-01", "2026-02", "2026-03"]
 SHARES = {"abpo": 0.3, "grpo": 0.3, "holdback": 0.2, "ml_retrain": 0.1, "popularity": 0.1}

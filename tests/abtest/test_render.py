@@ -15,8 +15,8 @@ import matplotlib.image as mpimg
 import pytest
 
 from abpo.abtest.analysis import analyse
-from abpo.config.report import ReportConfig
 from abpo.abtest.render import tables, write_report
+from abpo.config.report import ReportConfig
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

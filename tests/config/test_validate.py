@@ -1,6 +1,7 @@
 """abpo.config.validate: every rule between config keys is checked once, by load_config, after the preset, the
 environment and the overrides: a combination that cannot run is refused at load (issue 45 point 3), in one line
-naming each key involved and the rule; the choices of sim.candidates and sim.oracle are refused there too."""
+naming each key involved and the rule; a value outside a key's choices (sim.candidates, sim.oracle, ...) is
+refused there too."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import pytest
 
 from abpo.config import load_config
 from abpo.config.errors import ConfigError
+from abpo.config.policy import LOSS_TOKENS, PROMPT_STYLES
 from abpo.config.sim import CANDIDATE_SOURCES, ORACLES
 from abpo.config.validate import validate
+from abpo.data.holdout import GATE_USERS
 
 PRESETS = sorted(
     p.stem for p in (Path(__file__).resolve().parents[2] / "configs").glob("*.yaml") if p.stem != "regimes"
@@ -80,12 +83,22 @@ def test_a_combination_at_the_bound_loads(overrides):
     validate(load_config("tiny", overrides))
 
 
-@pytest.mark.parametrize("key, choices", [("sim.candidates", CANDIDATE_SOURCES), ("sim.oracle", ORACLES)])
-def test_sim_candidates_and_oracle_are_choices(key, choices):
+@pytest.mark.parametrize(
+    "key, choices",
+    [
+        ("sim.candidates", CANDIDATE_SOURCES),
+        ("sim.oracle", ORACLES),
+        ("policy.prompt_style", PROMPT_STYLES),
+        ("sft.loss_tokens", LOSS_TOKENS),
+        ("arms.gate_users", GATE_USERS),
+    ],
+)
+def test_a_key_with_choices_refuses_any_other_value_at_load(key, choices):
     msg = refusal([f"{key}=bogus"])
     assert msg == f"--set: {key} 'bogus': rule: one of {', '.join(choices)}"
+    section, name = key.split(".")
     for choice in choices:
-        assert getattr(load_config("tiny", [f"{key}={choice}"]).sim, key.split(".")[1]) == choice
+        assert getattr(getattr(load_config("tiny", [f"{key}={choice}"]), section), name) == choice
 
 
 def test_the_simulator_builds_every_choice():

@@ -39,8 +39,8 @@ def test_shares_are_checked():
 
 
 def test_click_model_responds_as_documented():
-    from abpo.sim.clicks import boost, click_probability
     from abpo.config.sim import SimConfig
+    from abpo.sim.clicks import boost, click_probability
 
     c = SimConfig(click_next=0.7, click_soon=0.35, soon_horizon=2)
     assert boost(6, 6, [4], c) == 0.7 and boost(4, 6, [4], c) == 0.35 and boost(5, 6, [4], c) == 0.0

@@ -26,8 +26,8 @@ def test_an_updates_run_inputs_are_arguments_not_settings(tmp_path):
     """What one update trains (UpdateRun) names its directories; section `update` holds none of it."""
     from pathlib import Path
 
-    from abpo.months import Month, MonthError
     from abpo.config.update import UpdateConfig
+    from abpo.months import Month, MonthError
     from abpo.train.grpo_args import output_dir_for
     from abpo.train.runs import UpdateRun
     from abpo.train.update import init_dir_for

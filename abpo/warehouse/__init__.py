@@ -20,14 +20,15 @@ of impressions. A warehouse written before the aggregate existed, or a month ing
 not maintain it, is brought up to date when the warehouse is opened (:meth:`Warehouse.ensure_aggregates`);
 ``abpo data rebuild-aggregates`` rebuilds or checks it by hand.
 
-The package follows those seams: core.py (the connection, the SQL runner, :class:`Warehouse` itself), ingest.py,
-history.py, aggregates.py, strata.py and interactions.py (the class's methods, as mixins), errors.py (the
-exceptions), from_config.py (the warehouse and the ingest as the config describes them). Every name is imported from
+The package follows those seams: db.py (the connection, the SQL runner, the transactions), core.py
+(:class:`Warehouse`: the connection with its parts), ingest.py, history.py, aggregates.py, strata.py and
+interactions.py (the parts, each a class holding the connection it works on), errors.py (the exceptions), from_config.py (the warehouse and the ingest as the config describes them). Every name is imported from
 ``abpo.warehouse`` (the stratified mini-batches' plan is abpo.data.batching, the schemas' rules abpo.data.schemas).
 """
 
 from abpo.warehouse.aggregates import AggregateBuild
-from abpo.warehouse.core import Warehouse, sweep_spill_files
+from abpo.warehouse.core import Warehouse
+from abpo.warehouse.db import sweep_spill_files
 from abpo.warehouse.errors import (
     MEMORY_LIMIT_RE,
     IngestError,

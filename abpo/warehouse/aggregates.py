@@ -11,13 +11,14 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from abpo.data.schemas import check_month
+from abpo.warehouse.db import WarehouseDB
 
 log = logging.getLogger("abpo.warehouse")  # the package logs as the one module did
 
 
 @dataclass
 class AggregateBuild:
-    """One month of user_month_stats rebuilt from the clean impressions (Warehouse.rebuild_aggregates)."""
+    """One month of user_month_stats rebuilt from the clean impressions (Aggregates.rebuild)."""
 
     month: str
     reason: str
@@ -26,58 +27,59 @@ class AggregateBuild:
     clicks: int
 
 
-class AggregatesMixin:
-    """The per-user aggregate user_month_stats (built, checked, rebuilt) and the aggregate queries.
+class Aggregates:
+    """The per-user aggregate user_month_stats (built, checked, rebuilt) and the aggregate queries, over the
+    warehouse's connection ``db``."""
 
-    A mixin of :class:`abpo.warehouse.Warehouse` (abpo/warehouse/core.py): it uses the connection ``con``, the SQL
-    runner ``run`` and the transaction helpers ``_commit`` / ``_rollback_after`` of the class it is mixed into."""
+    def __init__(self, db: WarehouseDB):
+        self.db = db
 
-    def _build_user_month_stats(self, month: str) -> dict:
+    def build_user_month_stats(self, month: str) -> dict:
         """Replace ``month``'s rows of user_month_stats by its clean impressions summed per (arm, user)
         and mark it built as of the month's ingest runs. Runs inside the caller's transaction."""
-        self.run("user_month_stats_delete", month=month)
-        self.run("user_month_stats_insert", month=month)
-        built = self.run("user_month_stats_mark", month=month).to_pylist()
+        self.db.run("user_month_stats_delete", month=month)
+        self.db.run("user_month_stats_insert", month=month)
+        built = self.db.run("user_month_stats_mark", month=month).to_pylist()
         return built[0]
 
-    def stale_aggregate_months(self) -> dict[str, str]:
+    def stale_months(self) -> dict[str, str]:
         """month -> why its user_month_stats rows are missing or out of date. Cheap (reads ingest_runs and
         user_month_stats_built), except for a warehouse that predates the aggregate, where every month of
         ``impressions`` is listed (one scan of the month column)."""
-        if self.run("user_month_stats_predates").column("predates")[0].as_py():
+        if self.db.run("user_month_stats_predates").column("predates")[0].as_py():
             return {
                 r["month"]: "the warehouse predates the per-user aggregate"
-                for r in self.run("impression_months").to_pylist()
+                for r in self.db.run("impression_months").to_pylist()
             }
-        return {r["month"]: r["reason"] for r in self.run("user_month_stats_stale").to_pylist()}
+        return {r["month"]: r["reason"] for r in self.db.run("user_month_stats_stale").to_pylist()}
 
-    def rebuild_aggregates(self, months: Sequence[str] | dict[str, str]) -> list[AggregateBuild]:
+    def rebuild(self, months: Sequence[str] | dict[str, str]) -> list[AggregateBuild]:
         """Rebuild user_month_stats for ``months`` (a list, or month -> reason) from the clean impressions,
         all in ONE transaction: a failure leaves every month as it was."""
         reasons = dict(months) if isinstance(months, dict) else {m: "rebuild requested" for m in months}
         builds = []
-        self.con.begin()
+        self.db.con.begin()
         try:
             for m in sorted(reasons):
-                totals = self._build_user_month_stats(check_month(m))
+                totals = self.build_user_month_stats(check_month(m))
                 builds.append(AggregateBuild(month=m, reason=reasons[m], **totals))
-            self.con.commit()
+            self.db.con.commit()
         except BaseException:
-            self.con.rollback()
+            self.db.con.rollback()
             raise
         return builds
 
-    def ensure_aggregates(self) -> list[AggregateBuild]:
-        """Rebuild the months :meth:`stale_aggregate_months` lists (none in the common case: ingest keeps
+    def ensure(self) -> list[AggregateBuild]:
+        """Rebuild the months :meth:`stale_months` lists (none in the common case: ingest keeps
         the aggregate current). Called on open."""
-        stale = self.stale_aggregate_months()
+        stale = self.stale_months()
         if not stale:
             return []
-        builds = self.rebuild_aggregates(stale)
+        builds = self.rebuild(stale)
         for b in builds:
             log.warning(
                 "%s: rebuilt user_month_stats for %s (%s): %d users, %d impressions",
-                self.path,
+                self.db.path,
                 b.month,
                 b.reason,
                 b.users,
@@ -85,17 +87,19 @@ class AggregatesMixin:
             )
         return builds
 
-    def check_aggregates(self, months: list[str] | None = None) -> pa.Table:
+    def check(self, months: list[str] | None = None) -> pa.Table:
         """(month, arm) rows where user_month_stats disagrees with the raw clean impressions (users,
         impressions or clicks); empty when it is current. Scans the raw rows: a check, not for the report."""
-        return self.run(
+        return self.db.run(
             "user_month_stats_check", months=[check_month(m) for m in months] if months is not None else None
         )
 
     # ------------------------------------------------------------------------------------ queries
     def ctr_by_arm_month(self, months: list[str] | None = None) -> pa.Table:
         """month, arm, impressions, clicks, users (distinct), ctr: from the clean impressions."""
-        return self.run("ctr_by_arm_month", months=[check_month(m) for m in months] if months is not None else None)
+        return self.db.run("ctr_by_arm_month", months=[check_month(m) for m in months] if months is not None else None)
 
     def quarantine_by_rule(self, months: list[str] | None = None) -> pa.Table:
-        return self.run("quarantine_by_rule", months=[check_month(m) for m in months] if months is not None else None)
+        return self.db.run(
+            "quarantine_by_rule", months=[check_month(m) for m in months] if months is not None else None
+        )

@@ -1,45 +1,42 @@
-"""The warehouse's connection: :class:`Warehouse` opens the DuckDB file (settings, the in-memory staging
-database, the schema, the aggregate brought up to date) and runs the named SQL files of sql/; what it does with
-them lives in its mixins (ingest, history, aggregates, strata, interactions). Spill files of killed runs are
-swept when it opens for writing."""
+"""The warehouse as its callers use it: :class:`Warehouse`, the connection and SQL runner (abpo.warehouse.db) with
+its parts as collaborators, each holding that connection: the ingest (abpo.warehouse.ingest), the history of a
+month's versions (history), the per-user aggregate (aggregates), the strata of the update (strata) and the
+interactions (interactions). Its methods say which part does the work."""
 
 from __future__ import annotations
 
-import logging
 import os
-import re
-import time
-from pathlib import Path
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import partial
+from typing import Any
 
 import pyarrow as pa
 
 from abpo.paths import SQL_DIR
-from abpo.warehouse.aggregates import AggregateBuild, AggregatesMixin
-from abpo.warehouse.errors import (
-    SQLFileError,
-    WarehouseBusy,
-    WarehouseIOError,
-    WarehouseSettingError,
-    WarehouseUnreadable,
-    _io_failure,
-    check_memory_limit,
+from abpo.warehouse.aggregates import AggregateBuild, Aggregates
+from abpo.warehouse.db import WarehouseDB
+from abpo.warehouse.history import History
+from abpo.warehouse.ingest import (
+    DATA_DEFAULTS,
+    Ingest,
+    IngestReport,
+    landing_files,
+    remote_landing_files,
+    stage_catalog,
 )
-from abpo.warehouse.history import HistoryMixin
-from abpo.warehouse.ingest import IngestMixin
-from abpo.warehouse.interactions import InteractionsMixin
-from abpo.warehouse.strata import StrataMixin
-
-log = logging.getLogger("abpo.warehouse")  # the package logs as the one module did
-# a line of an SQL file that stands for another file's text (Warehouse.sql_text): `-- @include _validate_batch`
-INCLUDE_RE = re.compile(r"^--[ \t]*@include[ \t]+([A-Za-z0-9_]+)[ \t]*$\n?", re.MULTILINE)
+from abpo.warehouse.interactions import Interactions
+from abpo.warehouse.strata import Strata
 
 
-class Warehouse(IngestMixin, HistoryMixin, AggregatesMixin, StrataMixin, InteractionsMixin):
+class Warehouse(WarehouseDB):
     """A DuckDB file holding impressions (clean, by month), quarantine, ingest_runs and the per-user
     aggregate user_month_stats (sql/schema.sql). Opening it brings the aggregate up to date
     (:meth:`ensure_aggregates`; what was rebuilt is in ``aggregates_rebuilt``), unless opened ``read_only`` (readers:
     no lock held against a writer's next open, nothing written). ``memory_limit`` / ``temp_directory`` bound DuckDB's
     memory and give it a spill directory. Another process holding the write lock raises WarehouseBusy."""
+
+    landing_files = staticmethod(landing_files)
+    remote_landing_files = staticmethod(remote_landing_files)
 
     def __init__(
         self,
@@ -50,52 +47,14 @@ class Warehouse(IngestMixin, HistoryMixin, AggregatesMixin, StrataMixin, Interac
         memory_limit: str = "",
         temp_directory: str | os.PathLike = "",
     ):
-        import duckdb
-
-        self.path = Path(path)
-        self.sql_dir = Path(sql_dir)
-        if str(path) != ":memory:":
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.read_only = bool(read_only)
-        # settings go to DuckDB as config values, never into SQL text (a config value is not SQL)
-        config: dict[str, str] = {}
-        if check_memory_limit(str(memory_limit or "")):
-            config["memory_limit"] = str(memory_limit)
-        self._temp_directory = str(temp_directory or "")
-        if temp_directory:
-            try:
-                Path(temp_directory).mkdir(parents=True, exist_ok=True)
-                probe = Path(temp_directory) / f".abpo-write-probe-{os.getpid()}"
-                probe.write_bytes(b"")
-                probe.unlink()
-            except OSError as e:
-                raise WarehouseSettingError(
-                    f"data.warehouse_temp_directory {str(temp_directory)!r}: cannot create or write the spill "
-                    f"directory ({e.strerror or e}); rule: a directory DuckDB can write (relative to paths.root "
-                    "unless absolute)"
-                ) from e
-            config["temp_directory"] = Path(temp_directory).as_posix()
-        try:
-            self.con = duckdb.connect(str(path), read_only=self.read_only, config=config)
-        except duckdb.Error as e:
-            first = str(e).splitlines()[0][:300]
-            if isinstance(e, duckdb.IOException) and "lock" in first.lower():
-                raise WarehouseBusy(
-                    f"{path}: the warehouse is in use by another process (DuckDB allows one writer); "
-                    f"retry when it has finished ({first})"
-                ) from None
-            raise WarehouseUnreadable(
-                f"{path}: cannot open the warehouse ({type(e).__name__}: {first}); settings {config}"
-            ) from e
-        if temp_directory and not self.read_only:  # DuckDB's write lock is ours: no other process spills here now
-            sweep_spill_files(temp_directory)
-        self.con.execute("SET TimeZone = 'UTC'")  # a constant (TimeZone as a connect config needs icu loaded first)
-        # the ingest's staging tables and the validation batch live in an in-memory database (buffer-managed: it
-        # spills to the temp directory under the memory limit) that this connection's cursors see, so the Great
-        # Expectations suite reads them through SQL (abpo/validation.py); none of it is written to the warehouse file.
-        # A read-only connection never ingests, and DuckDB refuses an in-memory database in read-only mode.
-        if not self.read_only:
-            self.con.execute("ATTACH IF NOT EXISTS ':memory:' AS staging")
+        super().__init__(
+            path, sql_dir=sql_dir, read_only=read_only, memory_limit=memory_limit, temp_directory=temp_directory
+        )
+        self._aggregates = Aggregates(self)
+        self._history = History(self, self._aggregates)
+        self._ingest = Ingest(self, self._aggregates)
+        self._strata = Strata(self)
+        self._interactions = Interactions(self)
         self.aggregates_rebuilt: list[AggregateBuild] = []
         if self.read_only:
             return
@@ -106,112 +65,121 @@ class Warehouse(IngestMixin, HistoryMixin, AggregatesMixin, StrataMixin, Interac
             self.con.close()
             raise
 
-    # ------------------------------------------------------------------------------------ runner
-    def sql_text(self, name: str, *, _including: tuple[str, ...] = ()) -> str:
-        """The text of sql/<name>.sql, its includes expanded: a line ``-- @include <part>`` is replaced by the text
-        of sql/<part>.sql (a part shared by several files, named with a leading ``_``: e.g. _validate_batch.sql, the
-        batch of validate_month.sql and validate_staged.sql), itself expanded. A file that is missing, or includes
-        itself through its parts, raises SQLFileError naming it."""
-        path = self.sql_dir / f"{name}.sql"
-        if not path.is_file():
-            known = sorted(p.stem for p in self.sql_dir.glob("*.sql") if not p.stem.startswith("_"))
-            where = f" (included by {self.sql_dir / (_including[-1] + '.sql')})" if _including else ""
-            raise SQLFileError(f"{path}: no such SQL file{where} (known: {known})")
-        if name in _including:
-            raise SQLFileError(
-                f"{path}: included again through {' -> '.join(_including + (name,))}; rule: an SQL "
-                "file's includes form no cycle"
-            )
-        return INCLUDE_RE.sub(lambda m: self.sql_text(m.group(1), _including=_including + (name,)), path.read_text())
+    # ------------------------------------------------------------------------ ingest (abpo.warehouse.ingest)
+    def ingest_month(
+        self,
+        landing_dir: str | os.PathLike,
+        month: str,
+        known_arms: Sequence[str],
+        *,
+        force: bool = False,
+        min_keep_fraction: float = 0.5,
+        audit: Callable[[Warehouse, str], Any] | None = None,
+        min_propensity: float = DATA_DEFAULTS.min_propensity,
+        max_clock_skew_seconds: float = DATA_DEFAULTS.max_clock_skew_seconds,
+        max_quarantine_fraction: float = DATA_DEFAULTS.max_quarantine_fraction,
+        catalog: Iterable[int] | None = None,
+        policy_tau: float | None = None,
+    ) -> IngestReport:
+        """Write, audit, publish ``month``'s landing files (:meth:`abpo.warehouse.ingest.Ingest.ingest_month`);
+        ``audit(warehouse, month)`` is the Great Expectations suite over the staged clean rows."""
+        return self._ingest.ingest_month(
+            landing_dir,
+            month,
+            known_arms,
+            force=force,
+            min_keep_fraction=min_keep_fraction,
+            audit=None if audit is None else partial(audit, self),
+            min_propensity=min_propensity,
+            max_clock_skew_seconds=max_clock_skew_seconds,
+            max_quarantine_fraction=max_quarantine_fraction,
+            catalog=catalog,
+            policy_tau=policy_tau,
+        )
 
-    def run(self, name: str, **params) -> pa.Table:
-        """Execute sql/<name>.sql with ``params`` bound to its ``$name`` placeholders; return the last
-        statement's result (an empty table for statements that return nothing)."""
-        text = self.sql_text(name)
-        try:
-            rel = self.con.sql(text, params=params or None)
-            return rel.to_arrow_table() if rel is not None else pa.table({})
-        except Exception as e:  # duckdb.Error and friends: say which file
-            if _io_failure(e):
-                first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
-                raise WarehouseIOError(
-                    f"{self.sql_dir / (name + '.sql')}: reading or writing the warehouse {self.path} failed "
-                    f"({type(e).__name__}: {first}); rule: the warehouse file must be whole and its disk writable "
-                    "with free space (a truncated or corrupt file: restore it from a backup)"
-                ) from e
-            raise SQLFileError(f"{self.sql_dir / (name + '.sql')}: {type(e).__name__}: {e}") from e
+    def stage_catalog(self, catalog: Iterable[int] | None) -> None:
+        """The catalog's item ids as staging.ingest_catalog (:func:`abpo.warehouse.ingest.stage_catalog`)."""
+        stage_catalog(self, catalog)
 
-    def close(self) -> None:
-        self.con.close()
+    # ------------------------------------------------------------------------ history (abpo.warehouse.history)
+    def month_versions(self, month: str) -> list[dict]:
+        """The replaced versions of ``month`` kept in impressions_history (newest last)."""
+        return self._history.month_versions(month)
 
-    def __enter__(self) -> Warehouse:
-        return self
+    def restore_month(self, month: str, version: int | None = None) -> dict:
+        """Put a replaced version of ``month`` back (:meth:`abpo.warehouse.history.History.restore_month`)."""
+        return self._history.restore_month(month, version)
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    # ------------------------------------------------------------------------ aggregates (abpo.warehouse.aggregates)
+    def stale_aggregate_months(self) -> dict[str, str]:
+        """month -> why its user_month_stats rows are missing or out of date (:meth:`Aggregates.stale_months`)."""
+        return self._aggregates.stale_months()
 
-    # ------------------------------------------------------------------------------------ transactions
-    def _commit(self, what: str) -> None:
-        """Commit, naming ``what`` when DuckDB cannot (the WAL or the file cannot be written: a full disk)."""
-        import duckdb
+    def rebuild_aggregates(self, months: Sequence[str] | dict[str, str]) -> list[AggregateBuild]:
+        """Rebuild user_month_stats for ``months`` in one transaction (:meth:`Aggregates.rebuild`)."""
+        return self._aggregates.rebuild(months)
 
-        try:
-            self.con.commit()
-        except duckdb.Error as e:
-            raise SQLFileError(
-                f"{what} (writing {self.path}): {type(e).__name__}: {str(e).splitlines()[0][:300]}"
-            ) from e
+    def ensure_aggregates(self) -> list[AggregateBuild]:
+        """Rebuild the stale months of user_month_stats (:meth:`Aggregates.ensure`). Called on open."""
+        return self._aggregates.ensure()
 
-    def _rollback_after(self, error: BaseException) -> None:
-        """Roll the open transaction back; a rollback that fails too (a database DuckDB invalidated after a disk-full
-        error) is logged, and the caller re-raises ``error``, the failure that matters."""
-        try:
-            self.con.rollback()
-        except Exception as e:  # noqa: BLE001
-            log.info("%s: rollback after %s failed too: %s", self.path, type(error).__name__, e)
+    def check_aggregates(self, months: list[str] | None = None) -> pa.Table:
+        """(month, arm) rows where user_month_stats disagrees with the clean impressions (:meth:`Aggregates.check`)."""
+        return self._aggregates.check(months)
 
-    # ------------------------------------------------------------------------------------ queries
-    def months(self) -> list[str]:
-        """The months of the clean impressions, ascending."""
-        return [r[0] for r in self.con.execute("SELECT DISTINCT month FROM impressions ORDER BY 1").fetchall()]
+    def ctr_by_arm_month(self, months: list[str] | None = None) -> pa.Table:
+        """month, arm, impressions, clicks, users (distinct), ctr: from the clean impressions."""
+        return self._aggregates.ctr_by_arm_month(months)
 
+    def quarantine_by_rule(self, months: list[str] | None = None) -> pa.Table:
+        return self._aggregates.quarantine_by_rule(months)
 
-def sweep_spill_files(temp_directory: str | os.PathLike, *, min_age_seconds: float = 60.0) -> list[Path]:
-    """Remove DuckDB's leftover spill files from the spill directory: a killed ingest leaves its spill behind (6.7 GB
-    for a killed 10M-row ingest). DuckDB names them ``duckdb_temp_<pid>_<n>_...``; a file whose process is gone is
-    left over. Called when a warehouse opens for writing with that directory (DuckDB's file lock then keeps every
-    other process off the warehouse); a file of a live process, or one whose name carries no pid and is younger
-    than ``min_age_seconds``, is kept (a directory shared by two warehouses). Returns the removed paths (logged)."""
-    d = Path(temp_directory)
-    removed: list[Path] = []
-    if not d.is_dir():
-        return removed
-    now = time.time()
-    for p in d.iterdir():
-        if not p.name.startswith("duckdb_temp") or not p.is_file() or p.is_symlink():
-            continue
-        m = re.match(r"duckdb_temp_(\d+)_", p.name)
-        try:
-            if m is not None and int(m.group(1)) != os.getpid() and _process_alive(int(m.group(1))):
-                continue
-            if m is not None and int(m.group(1)) == os.getpid():
-                continue
-            if m is None and now - p.stat().st_mtime < min_age_seconds:
-                continue
-            p.unlink()
-            removed.append(p)
-        except OSError:  # raced with DuckDB or another sweeper: leave it
-            continue
-    if removed:
-        log.warning("%s: removed %d leftover DuckDB spill file(s) of an earlier run", d, len(removed))
-    return removed
+    # ------------------------------------------------------------------------ strata (abpo.warehouse.strata)
+    def strata(self, months: Sequence[str], *, exclude_users: Iterable[int] | None = None) -> tuple[pa.Table, pa.Table]:
+        """(positive rows B_1, no-response rows B_0) of the given months without ``exclude_users``
+        (:meth:`abpo.warehouse.strata.Strata.tables`)."""
+        return self._strata.tables(months, exclude_users=exclude_users)
 
+    def stratum_sizes(self, months: Sequence[str], *, exclude_users: Iterable[int] | None = None) -> tuple[int, int]:
+        """(P, N): positive and no-response rows of the given months, without the users in ``exclude_users``."""
+        return self._strata.stratum_sizes(months, exclude_users=exclude_users)
 
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # exists, owned by another user
-        return True
-    return True
+    def held_out_rows(self, months: Sequence[str], users: Iterable[int]) -> list[dict]:
+        """Per arm, the rows of the given months that ``strata(months, exclude_users=users)`` leaves out."""
+        return self._strata.held_out_rows(months, users)
+
+    def impression_users(self, months: Sequence[str]) -> list[int]:
+        """The distinct users of the clean impressions of the given months, ascending."""
+        return self._strata.impression_users(months)
+
+    def stratified_batch_stream(
+        self,
+        months: Sequence[str],
+        batch_size: int,
+        seed: int,
+        mode: str = "oversample",
+        *,
+        chunk_rows: int = 65536,
+        exclude_users: Iterable[int] | None = None,
+    ) -> Iterator[pa.Table]:
+        """The stratified mini-batches of ``months`` streamed from DuckDB
+        (:meth:`abpo.warehouse.strata.Strata.stratified_batch_stream`)."""
+        return self._strata.stratified_batch_stream(
+            months, batch_size, seed, mode, chunk_rows=chunk_rows, exclude_users=exclude_users
+        )
+
+    # ------------------------------------------------------------------------ interactions (abpo.warehouse.interactions)
+    def ingest_interactions(
+        self, landing_dir: str | os.PathLike, month: str, *, catalog: Iterable[int] | None = None
+    ) -> int | None:
+        """Replace ``month``'s partition of ``interactions`` by its landed files
+        (:meth:`abpo.warehouse.interactions.Interactions.ingest_interactions`)."""
+        return self._interactions.ingest_interactions(landing_dir, month, catalog=catalog)
+
+    def interaction_rows(self, month: str) -> pa.Table:
+        """The interactions of the months up to and including ``month`` (one row each)."""
+        return self._interactions.interaction_rows(month)
+
+    def interactions_to_date(self, month: str) -> dict[int, list[int]]:
+        """user -> the items consumed in the months up to and including ``month``, in sequence order."""
+        return self._interactions.interactions_to_date(month)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from abpo.data.loaders import load_dataset
-from abpo.validation import save_summary, validate_month
+from abpo.validation import ValidationSummary, save_summary, validate_month
 from abpo.warehouse.core import Warehouse
 from abpo.warehouse.errors import check_memory_limit
 from abpo.warehouse.ingest import IngestReport
@@ -83,7 +83,7 @@ def ingest_with_config(
             catalog=catalog,
             policy_tau=cfg.policy.tau,  # the tau the update recomputes e_old with (rule logging_tau_mismatch)
         )
-    if report.audit is not None:
+    if isinstance(report.audit, ValidationSummary):  # the suite ran (validate): its summary, once published
         save_summary(report.audit, out_dir)
     return report, wh.path
 

@@ -1,20 +1,21 @@
-"""Monthly ingest of the landing zone's impressions (:meth:`IngestMixin.ingest_month`): list and check the files,
-stage them, apply the contract (sql/ingest_check.sql), audit, publish in one transaction."""
+"""Monthly ingest of the landing zone's impressions (:meth:`Ingest.ingest_month`): list and check the files
+(:func:`landing_files`), stage them, apply the contract (sql/ingest_check.sql), audit, publish in one transaction."""
 
 from __future__ import annotations
 
 import logging
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from abpo.data import storage
 from abpo.config.data import DataConfig
+from abpo.data import storage
 from abpo.data.schemas import (
     ID_FORBIDDEN_PATTERN,
     IMPRESSIONS_SCHEMA,
@@ -28,9 +29,11 @@ from abpo.data.schemas import (
     month_location,
     schema_problems,
 )
+from abpo.warehouse.aggregates import Aggregates
+from abpo.warehouse.db import WarehouseDB
 from abpo.warehouse.errors import IngestError, IngestRefused, IngestStepFailed, SQLFileError, WarehouseSettingError
 
-_DATA_DEFAULTS = DataConfig()  # the contract parameters' defaults (section data)
+DATA_DEFAULTS = DataConfig()  # the contract parameters' defaults (section data)
 
 log = logging.getLogger("abpo.warehouse")  # the package logs as the one module did
 MANY_OBJECTS = 1000  # a partition with more objects than this is warned about (one request per object)
@@ -47,7 +50,7 @@ class IngestReport:
     seconds: float = 0.0
     aggregate_rows: int = 0  # (arm, user) rows of the month in user_month_stats
     aggregate_seconds: float = 0.0  # part of `seconds` spent rebuilding them
-    audit: object = None  # the audit's summary (abpo.validation.ValidationSummary) when one ran
+    audit: Any = None  # the audit's summary (abpo.validation.ValidationSummary) when one ran
 
     @property
     def rows_quarantined(self) -> int:
@@ -100,94 +103,107 @@ def _deterministic(error: BaseException) -> bool:
     return False
 
 
-class IngestMixin:
-    """The monthly ingest of impressions (write, audit, publish) and the catalog it is checked against.
-
-    A mixin of :class:`abpo.warehouse.Warehouse` (abpo/warehouse/core.py): it uses the connection ``con``, the SQL
-    runner ``run`` and the transaction helpers ``_commit`` / ``_rollback_after`` of the class it is mixed into."""
-
-    @staticmethod
-    def landing_files(landing_dir: str | os.PathLike, month: str) -> list[Path] | list[str]:
-        """The month's landing files; each must be Parquet with the impressions schema (IngestError
-        otherwise). Hidden files and markers (names starting with '.' or '_') are ignored. An object-store landing
-        zone (a URI) gives the objects' URIs (:meth:`remote_landing_files`)."""
-        if storage.is_uri(landing_dir):
-            return IngestMixin.remote_landing_files(str(landing_dir), month)
-        d = month_dir(landing_dir, month)
-        if not d.is_dir():
-            raise IngestError(f"{d}: no landing partition for month {month}")
-        if d.is_symlink():
+def landing_files(landing_dir: str | os.PathLike, month: str) -> list[Path] | list[str]:
+    """The month's landing files; each must be Parquet with the impressions schema (IngestError
+    otherwise). Hidden files and markers (names starting with '.' or '_') are ignored. An object-store landing
+    zone (a URI) gives the objects' URIs (:func:`remote_landing_files`)."""
+    if storage.is_uri(landing_dir):
+        return remote_landing_files(str(landing_dir), month)
+    d = month_dir(landing_dir, month)
+    if not d.is_dir():
+        raise IngestError(f"{d}: no landing partition for month {month}")
+    if d.is_symlink():
+        raise IngestError(
+            f"{d}: a symbolic link (to {os.readlink(d)}); rule: the landing partition is a real directory"
+        )
+    files = sorted(p for p in d.iterdir() if not p.name.startswith((".", "_")))
+    if not files:
+        raise IngestError(f"{d}: the landing partition holds no files")
+    for p in files:
+        if p.is_symlink():  # its rows would be recorded under the target's name, from outside the landing zone
             raise IngestError(
-                f"{d}: a symbolic link (to {os.readlink(d)}); rule: the landing partition is a real directory"
+                f"{p}: a symbolic link (to {os.readlink(p)}); rule: the landing partition holds "
+                "regular Parquet files only"
             )
-        files = sorted(p for p in d.iterdir() if not p.name.startswith((".", "_")))
+        if not p.is_file():
+            raise IngestError(f"{p}: not a file (the landing partition holds Parquet files only)")
+        try:
+            schema = pq.read_schema(p)
+        except (pa.ArrowInvalid, OSError) as e:
+            raise IngestError(f"{p}: not a Parquet file ({e})") from e
+        problems = schema_problems(schema, IMPRESSIONS_SCHEMA)
+        if problems:
+            raise IngestError(f"{p}: wrong schema: " + "; ".join(problems))
+    return files
+
+
+def remote_landing_files(
+    landing: str, month: str, kind: str = "impressions", schema: pa.Schema = IMPRESSIONS_SCHEMA
+) -> list[str]:
+    """The URIs of an object-store partition's Parquet objects, each checked (footer and schema) as the local
+    files are. IngestError, one line naming the URI: a missing bucket, denied access, no partition, a partition
+    without its completion marker ($ABPO_LANDING_MARKER, default _SUCCESS: an upload still running or cut
+    short), an object that is not whole Parquet (a truncated upload), a wrong schema, a sub-prefix (its objects
+    would be skipped). A store that does not answer raises abpo.data.storage.StorageUnavailable (transient)."""
+    d = month_location(landing, check_month(month), kind)
+    try:
+        found = storage.list_partition(str(d))
+        if found is None:
+            raise IngestError(f"{d}: no landing partition for month {month}")
+        listed, prefixes = found
+        if prefixes:  # objects under a sub-prefix: the local landing refuses a sub-directory the same way
+            raise IngestError(
+                f"{prefixes[0]}/: a sub-prefix in the landing partition ({len(prefixes)} in all); rule: the "
+                "partition holds its Parquet objects directly under it (objects under a sub-prefix would be "
+                "skipped): move them up or land them as their own month"
+            )
+        names = {storage.basename(u) for u in listed}
+        files = [u for u in listed if not storage.basename(u).startswith((".", "_"))]
         if not files:
             raise IngestError(f"{d}: the landing partition holds no files")
-        for p in files:
-            if p.is_symlink():  # its rows would be recorded under the target's name, from outside the landing zone
-                raise IngestError(
-                    f"{p}: a symbolic link (to {os.readlink(p)}); rule: the landing partition holds "
-                    "regular Parquet files only"
-                )
-            if not p.is_file():
-                raise IngestError(f"{p}: not a file (the landing partition holds Parquet files only)")
+        marker = storage.landing_marker()
+        if kind == "impressions" and marker and marker not in names:
+            raise IngestError(
+                f"{d}: {len(files)} object(s) but no {marker} marker; rule: an object-store "
+                f"partition is read once its producer has written {marker} last (a partial or "
+                "running upload is never ingested; $ABPO_LANDING_MARKER names the marker)"
+            )
+        for u in files:
             try:
-                schema = pq.read_schema(p)
-            except (pa.ArrowInvalid, OSError) as e:
-                raise IngestError(f"{p}: not a Parquet file ({e})") from e
-            problems = schema_problems(schema, IMPRESSIONS_SCHEMA)
+                with storage.open_input(u) as f:
+                    got = pq.read_schema(f)
+            except pa.ArrowInvalid as e:
+                raise IngestError(
+                    f"{u}: not a whole Parquet object ({e}); a truncated or partial upload is never ingested"
+                ) from None
+            problems = schema_problems(got, schema)
             if problems:
-                raise IngestError(f"{p}: wrong schema: " + "; ".join(problems))
-        return files
+                raise IngestError(f"{u}: wrong schema: " + "; ".join(problems))
+    except storage.StorageUnavailable:
+        raise  # the store did not answer: transient (retried), not a refusal of the month's data
+    except storage.StorageError as e:
+        raise IngestError(str(e)) from None
+    return files
 
-    @staticmethod
-    def remote_landing_files(
-        landing: str, month: str, kind: str = "impressions", schema: pa.Schema = IMPRESSIONS_SCHEMA
-    ) -> list[str]:
-        """The URIs of an object-store partition's Parquet objects, each checked (footer and schema) as the local
-        files are. IngestError, one line naming the URI: a missing bucket, denied access, no partition, a partition
-        without its completion marker ($ABPO_LANDING_MARKER, default _SUCCESS: an upload still running or cut
-        short), an object that is not whole Parquet (a truncated upload), a wrong schema, a sub-prefix (its objects
-        would be skipped). A store that does not answer raises abpo.data.storage.StorageUnavailable (transient)."""
-        d = month_location(landing, check_month(month), kind)
-        try:
-            found = storage.list_partition(d)
-            if found is None:
-                raise IngestError(f"{d}: no landing partition for month {month}")
-            listed, prefixes = found
-            if prefixes:  # objects under a sub-prefix: the local landing refuses a sub-directory the same way
-                raise IngestError(
-                    f"{prefixes[0]}/: a sub-prefix in the landing partition ({len(prefixes)} in all); rule: the "
-                    "partition holds its Parquet objects directly under it (objects under a sub-prefix would be "
-                    "skipped): move them up or land them as their own month"
-                )
-            names = {storage.basename(u) for u in listed}
-            files = [u for u in listed if not storage.basename(u).startswith((".", "_"))]
-            if not files:
-                raise IngestError(f"{d}: the landing partition holds no files")
-            marker = storage.landing_marker()
-            if kind == "impressions" and marker and marker not in names:
-                raise IngestError(
-                    f"{d}: {len(files)} object(s) but no {marker} marker; rule: an object-store "
-                    f"partition is read once its producer has written {marker} last (a partial or "
-                    "running upload is never ingested; $ABPO_LANDING_MARKER names the marker)"
-                )
-            for u in files:
-                try:
-                    with storage.open_input(u) as f:
-                        got = pq.read_schema(f)
-                except pa.ArrowInvalid as e:
-                    raise IngestError(
-                        f"{u}: not a whole Parquet object ({e}); a truncated or partial upload is never ingested"
-                    ) from None
-                problems = schema_problems(got, schema)
-                if problems:
-                    raise IngestError(f"{u}: wrong schema: " + "; ".join(problems))
-        except storage.StorageUnavailable:
-            raise  # the store did not answer: transient (retried), not a refusal of the month's data
-        except storage.StorageError as e:
-            raise IngestError(str(e)) from None
-        return files
+
+def stage_catalog(db: WarehouseDB, catalog: Iterable[int] | None) -> None:
+    """The catalog's item ids as the in-memory table staging.ingest_catalog (item_id BIGINT; empty when None),
+    which the contract (sql/ingest_check.sql, item_not_in_catalog) and the GX batch (sql/validate_*.sql) read."""
+    ids = pa.table({"item_id": pa.array(sorted({int(i) for i in catalog or ()}), pa.int64())})
+    db.con.register("ingest_catalog_arrow", ids)
+    try:
+        db.con.execute("CREATE OR REPLACE TABLE staging.ingest_catalog AS SELECT item_id FROM ingest_catalog_arrow")
+    finally:
+        db.con.unregister("ingest_catalog_arrow")
+
+
+class Ingest:
+    """The monthly ingest of impressions (write, audit, publish) over the warehouse's connection ``db``; publishing a
+    month rebuilds its per-user aggregate with ``aggregates`` in the same transaction."""
+
+    def __init__(self, db: WarehouseDB, aggregates: Aggregates):
+        self.db = db
+        self.aggregates = aggregates
 
     def ingest_month(
         self,
@@ -197,10 +213,10 @@ class IngestMixin:
         *,
         force: bool = False,
         min_keep_fraction: float = 0.5,
-        audit=None,
-        min_propensity: float = _DATA_DEFAULTS.min_propensity,
-        max_clock_skew_seconds: float = _DATA_DEFAULTS.max_clock_skew_seconds,
-        max_quarantine_fraction: float = _DATA_DEFAULTS.max_quarantine_fraction,
+        audit: Callable[[str], Any] | None = None,
+        min_propensity: float = DATA_DEFAULTS.min_propensity,
+        max_clock_skew_seconds: float = DATA_DEFAULTS.max_clock_skew_seconds,
+        max_quarantine_fraction: float = DATA_DEFAULTS.max_quarantine_fraction,
         catalog: Iterable[int] | None = None,
         policy_tau: float | None = None,
     ) -> IngestReport:
@@ -210,11 +226,11 @@ class IngestMixin:
         audit    refuse (IngestRefused, nothing published) when the month would be replaced by 0 clean rows, or by
                  fewer than ``min_keep_fraction`` of the clean rows it holds, or when more than
                  ``max_quarantine_fraction`` of the landed rows broke the contract, unless ``force``; then
-                 ``audit(self, month)`` (the Great Expectations suite over the staged clean rows) must return an
+                 ``audit(month)`` (the Great Expectations suite over the staged clean rows) must return an
                  object whose ``success`` is true
         publish  in one transaction: the rows being replaced move to ``impressions_history`` (restorable with
-                 :meth:`restore_month`; a rerun whose clean rows equal the published ones adds no history version),
-                 the month's partition and quarantine are replaced, the run is logged
+                 :meth:`abpo.warehouse.history.History.restore_month`; a rerun whose clean rows equal the published
+                 ones adds no history version), the month's partition and quarantine are replaced, the run is logged
 
         ``min_propensity`` and ``max_clock_skew_seconds`` are contract parameters (sql/ingest_check.sql). ``catalog``:
         the item ids of the catalog (the dataset's); when given, a row whose exposed item, candidates or history name
@@ -224,83 +240,36 @@ class IngestMixin:
         checked.
         """
         check_month(month)
-        if not 0.0 < float(min_propensity) <= 1.0:
-            raise WarehouseSettingError(f"data.min_propensity {min_propensity!r}: rule: in (0, 1]")
-        if not 0.0 <= float(max_quarantine_fraction) <= 1.0:
-            raise WarehouseSettingError(f"data.max_quarantine_fraction {max_quarantine_fraction!r}: rule: in [0, 1]")
+        check_contract_settings(min_propensity, max_quarantine_fraction)
         t0 = time.perf_counter()
-        files = self.landing_files(landing_dir, month)
+        files = landing_files(landing_dir, month)
         report = IngestReport(month=month, files=[storage.basename(p) if isinstance(p, str) else p.name for p in files])
-        if files and isinstance(files[0], str):  # objects: staged from a local copy, deleted once staged
-            self._stage_remote(files)
+        remote = [p for p in files if isinstance(p, str)]
+        if remote:  # objects: staged from a local copy, deleted once staged
+            self._stage_remote(remote)
         else:
-            self._stage(files)
+            self._stage([p for p in files if isinstance(p, Path)])
         failed: BaseException | None = None
         try:
-            self.stage_catalog(catalog)
-            self.run(
-                "ingest_check",
-                month=month,
-                known_arms=list(known_arms),
-                schema_version=SCHEMA_VERSION,
+            stage_catalog(self.db, catalog)
+            self._apply_contract(
+                report,
+                known_arms,
                 min_propensity=float(min_propensity),
                 max_clock_skew_seconds=float(max_clock_skew_seconds),
-                logging_policy_re=LOGGING_POLICY_PATTERN,
                 check_catalog=catalog is not None,
-                single_candidate_tolerance=SINGLE_CANDIDATE_PROPENSITY_TOLERANCE,
                 policy_tau=float(policy_tau or 0.0),
-                id_forbidden_re=ID_FORBIDDEN_PATTERN,
-                max_id_length=MAX_ID_LENGTH,
             )
-            for row in self.run("ingest_rule_counts").to_pylist():
-                if row["rule"] is None:
-                    report.rows_clean = row["rows"]
-                else:
-                    report.quarantined_by_rule[row["rule"]] = row["rows"]
-            report.rows_in = report.rows_clean + report.rows_quarantined
-            report.rows_replaced = self.run("month_count", month=month).column("rows")[0].as_py()
-            self._audit_replace(report, force=force, min_keep_fraction=min_keep_fraction)
-            self._audit_quarantine(report, force=force, max_fraction=max_quarantine_fraction)
+            _audit_replace(report, force=force, min_keep_fraction=min_keep_fraction)
+            _audit_quarantine(report, force=force, max_fraction=max_quarantine_fraction)
             if audit is not None:
-                summary = audit(self, month)
-                report.audit = summary
-                if not summary.success:
+                report.audit = audit(month)
+                if not report.audit.success:
                     raise IngestRefused(
                         f"month {month}: the staged rows failed the Great Expectations suite; nothing "
-                        f"was published, the month's partition is unchanged.\n{summary}"
+                        f"was published, the month's partition is unchanged.\n{report.audit}"
                     )
-            # a rerun with the very rows already published keeps no second copy of them in the history
-            same = (
-                report.rows_replaced == report.rows_clean
-                and report.rows_clean > 0
-                and bool(self.run("ingest_same_as_published", month=month).column("same")[0].as_py())
-            )
-            self.con.begin()
-            try:
-                if not same:
-                    self.run("ingest_history_save", month=month)
-                self.run("ingest_delete_month", month=month)
-                self.run("ingest_delete_quarantine", month=month)
-                self.run("ingest_insert_clean", month=month)
-                self.run("ingest_insert_quarantine", month=month)
-                self.run(
-                    "ingest_log_run",
-                    month=month,
-                    files=report.files,
-                    rows_in=report.rows_in,
-                    rows_clean=report.rows_clean,
-                    rows_quarantined=report.rows_quarantined,
-                    rows_replaced=report.rows_replaced,
-                    rules=list(report.quarantined_by_rule),
-                    rule_counts=list(report.quarantined_by_rule.values()),
-                )
-                t_agg = time.perf_counter()
-                report.aggregate_rows = self._build_user_month_stats(month)["users"]
-                report.aggregate_seconds = time.perf_counter() - t_agg
-                self._commit(f"the commit of month {month}")
-            except BaseException as e:
-                self._rollback_after(e)
-                raise
+            self._publish(report)
         except SQLFileError as e:
             failed = e
             if _deterministic(e):  # the same files fail the same way: a refusal, not retried
@@ -316,33 +285,84 @@ class IngestMixin:
             failed = e
             raise
         finally:
-            try:
-                self.run("ingest_drop_stage")
-            except Exception as cleanup:  # noqa: BLE001 - never let the clean-up hide the step that failed
-                if failed is None:
-                    raise
-                log.info("ingest %s: clean-up after the failure also failed: %s", month, cleanup)
+            self._drop_stage(month, failed)
         report.seconds = time.perf_counter() - t0
         return report
 
-    def stage_catalog(self, catalog: Iterable[int] | None) -> None:
-        """The catalog's item ids as the in-memory table staging.ingest_catalog (item_id BIGINT; empty when None),
-        which the contract (sql/ingest_check.sql, item_not_in_catalog) and the GX batch (sql/validate_*.sql) read."""
-        ids = pa.table({"item_id": pa.array(sorted({int(i) for i in catalog or ()}), pa.int64())})
-        self.con.register("ingest_catalog_arrow", ids)
+    def _apply_contract(self, report: IngestReport, known_arms: Sequence[str], **params: Any) -> None:
+        """Write: the contract (sql/ingest_check.sql) over the staged rows, with its parameters ``params``; the
+        report's clean, quarantined (per rule), landed and replaced row counts."""
+        self.db.run(
+            "ingest_check",
+            month=report.month,
+            known_arms=list(known_arms),
+            schema_version=SCHEMA_VERSION,
+            logging_policy_re=LOGGING_POLICY_PATTERN,
+            single_candidate_tolerance=SINGLE_CANDIDATE_PROPENSITY_TOLERANCE,
+            id_forbidden_re=ID_FORBIDDEN_PATTERN,
+            max_id_length=MAX_ID_LENGTH,
+            **params,
+        )
+        for row in self.db.run("ingest_rule_counts").to_pylist():
+            if row["rule"] is None:
+                report.rows_clean = row["rows"]
+            else:
+                report.quarantined_by_rule[row["rule"]] = row["rows"]
+        report.rows_in = report.rows_clean + report.rows_quarantined
+        report.rows_replaced = self.db.run("month_count", month=report.month).column("rows")[0].as_py()
+
+    def _publish(self, report: IngestReport) -> None:
+        """Publish: in ONE transaction the replaced rows to the history (not when a rerun's clean rows are the very
+        rows already published), the month's partition and quarantine replaced, the run logged, the month's per-user
+        aggregate rebuilt; a failure rolls back to the previous state."""
+        month = report.month
+        same = (
+            report.rows_replaced == report.rows_clean
+            and report.rows_clean > 0
+            and bool(self.db.run("ingest_same_as_published", month=month).column("same")[0].as_py())
+        )
+        self.db.con.begin()
         try:
-            self.con.execute(
-                "CREATE OR REPLACE TABLE staging.ingest_catalog AS SELECT item_id FROM ingest_catalog_arrow"
+            if not same:
+                self.db.run("ingest_history_save", month=month)
+            self.db.run("ingest_delete_month", month=month)
+            self.db.run("ingest_delete_quarantine", month=month)
+            self.db.run("ingest_insert_clean", month=month)
+            self.db.run("ingest_insert_quarantine", month=month)
+            self.db.run(
+                "ingest_log_run",
+                month=month,
+                files=report.files,
+                rows_in=report.rows_in,
+                rows_clean=report.rows_clean,
+                rows_quarantined=report.rows_quarantined,
+                rows_replaced=report.rows_replaced,
+                rules=list(report.quarantined_by_rule),
+                rule_counts=list(report.quarantined_by_rule.values()),
             )
-        finally:
-            self.con.unregister("ingest_catalog_arrow")
+            t_agg = time.perf_counter()
+            report.aggregate_rows = self.aggregates.build_user_month_stats(month)["users"]
+            report.aggregate_seconds = time.perf_counter() - t_agg
+            self.db.commit(f"the commit of month {month}")
+        except BaseException as e:
+            self.db.rollback_after(e)
+            raise
+
+    def _drop_stage(self, month: str, failed: BaseException | None) -> None:
+        """Drop the staging tables; a clean-up that fails after a failed step is logged, never raised over it."""
+        try:
+            self.db.run("ingest_drop_stage")
+        except Exception as cleanup:  # noqa: BLE001 - never let the clean-up hide the step that failed
+            if failed is None:
+                raise
+            log.info("ingest %s: clean-up after the failure also failed: %s", month, cleanup)
 
     def _stage_remote(self, uris: list[str]) -> None:
         """Stage an object-store partition: the objects are copied into a temporary directory (next to DuckDB's
         spill directory when one is set), staged as local files are, and deleted."""
         import tempfile
 
-        tmp_root = self._temp_directory or None
+        tmp_root = self.db.temp_directory or None
         if len(uris) > MANY_OBJECTS:
             log.warning(
                 "%s: %d objects in the month's partition: copied %d at a time, each a request of its own; many small "
@@ -370,11 +390,11 @@ class IngestMixin:
     def _stage(self, files: list[Path]) -> None:
         """Stage the files; when DuckDB cannot read them, find and name the corrupt one."""
         try:
-            self.run("ingest_stage", files=[str(p.absolute()) for p in files])
+            self.db.run("ingest_stage", files=[str(p.absolute()) for p in files])
         except SQLFileError as e:
             for p in files:
                 try:
-                    self.con.sql("SELECT count(*) FROM read_parquet($f)", params={"f": str(p.absolute())}).fetchall()
+                    self.db.con.sql("SELECT count(*) FROM read_parquet($f)", params={"f": str(p.absolute())}).fetchall()
                     pq.read_table(p)
                 except Exception as bad:  # noqa: BLE001 - any reader error names the file
                     raise IngestError(
@@ -383,32 +403,41 @@ class IngestMixin:
                     ) from None
             raise IngestError(f"{files[0].parent}: the landing files could not be staged ({e})") from e
 
-    @staticmethod
-    def _audit_replace(report: IngestReport, *, force: bool, min_keep_fraction: float) -> None:
-        """The replace guard: a month holding clean rows is not replaced by none, or by far fewer, unless forced."""
-        if force or report.rows_replaced == 0:
-            return
-        if report.rows_clean == 0 or report.rows_clean < min_keep_fraction * report.rows_replaced:
-            raise IngestRefused(
-                f"month {report.month}: the landing files ({', '.join(report.files)}) give {report.rows_clean} clean "
-                f"rows ({report.rows_quarantined} quarantined) where the warehouse holds {report.rows_replaced}; rule: "
-                f"a month is not replaced by fewer than {min_keep_fraction:.0%} of its clean rows unless forced "
-                "(`abpo ingest --force`); nothing was published"
-            )
 
-    @staticmethod
-    def _audit_quarantine(report: IngestReport, *, force: bool, max_fraction: float) -> None:
-        """The quarantine ceiling: a month where more than ``max_fraction`` of the landed rows broke the contract is
-        not published (something upstream is broken), unless forced."""
-        if force or report.rows_in == 0:
-            return
-        share = report.rows_quarantined / report.rows_in
-        if share > max_fraction:
-            fired = ", ".join(
-                f"{rule} {n}" for rule, n in sorted(report.quarantined_by_rule.items(), key=lambda kv: -kv[1]) if n
-            )
-            raise IngestRefused(
-                f"month {report.month}: {report.rows_quarantined} of {report.rows_in} landed rows ({share:.1%}) broke "
-                f"the contract (rules fired: {fired}); rule: at most data.max_quarantine_fraction = {max_fraction:g} "
-                "of a month may be quarantined unless forced (`abpo ingest --force`); nothing was published"
-            )
+def check_contract_settings(min_propensity: float, max_quarantine_fraction: float) -> None:
+    """WarehouseSettingError naming the key when data.min_propensity is outside (0, 1] or
+    data.max_quarantine_fraction outside [0, 1]."""
+    if not 0.0 < float(min_propensity) <= 1.0:
+        raise WarehouseSettingError(f"data.min_propensity {min_propensity!r}: rule: in (0, 1]")
+    if not 0.0 <= float(max_quarantine_fraction) <= 1.0:
+        raise WarehouseSettingError(f"data.max_quarantine_fraction {max_quarantine_fraction!r}: rule: in [0, 1]")
+
+
+def _audit_replace(report: IngestReport, *, force: bool, min_keep_fraction: float) -> None:
+    """The replace guard: a month holding clean rows is not replaced by none, or by far fewer, unless forced."""
+    if force or report.rows_replaced == 0:
+        return
+    if report.rows_clean == 0 or report.rows_clean < min_keep_fraction * report.rows_replaced:
+        raise IngestRefused(
+            f"month {report.month}: the landing files ({', '.join(report.files)}) give {report.rows_clean} clean "
+            f"rows ({report.rows_quarantined} quarantined) where the warehouse holds {report.rows_replaced}; rule: "
+            f"a month is not replaced by fewer than {min_keep_fraction:.0%} of its clean rows unless forced "
+            "(`abpo ingest --force`); nothing was published"
+        )
+
+
+def _audit_quarantine(report: IngestReport, *, force: bool, max_fraction: float) -> None:
+    """The quarantine ceiling: a month where more than ``max_fraction`` of the landed rows broke the contract is
+    not published (something upstream is broken), unless forced."""
+    if force or report.rows_in == 0:
+        return
+    share = report.rows_quarantined / report.rows_in
+    if share > max_fraction:
+        fired = ", ".join(
+            f"{rule} {n}" for rule, n in sorted(report.quarantined_by_rule.items(), key=lambda kv: -kv[1]) if n
+        )
+        raise IngestRefused(
+            f"month {report.month}: {report.rows_quarantined} of {report.rows_in} landed rows ({share:.1%}) broke "
+            f"the contract (rules fired: {fired}); rule: at most data.max_quarantine_fraction = {max_fraction:g} "
+            "of a month may be quarantined unless forced (`abpo ingest --force`); nothing was published"
+        )

@@ -12,16 +12,19 @@ import pyarrow.parquet as pq
 
 from abpo.data import storage
 from abpo.data.schemas import INTERACTIONS_SCHEMA, check_month, month_dir, schema_problems
+from abpo.warehouse.db import WarehouseDB
 from abpo.warehouse.errors import IngestError
+from abpo.warehouse.ingest import remote_landing_files, stage_catalog
 
 log = logging.getLogger("abpo.warehouse")  # the package logs as the one module did
 
 
-class InteractionsMixin:
-    """The interactions (user, item, month, position) ingested with each month, and read back to date.
+class Interactions:
+    """The interactions (user, item, month, position) ingested with each month, and read back to date, over the
+    warehouse's connection ``db``."""
 
-    A mixin of :class:`abpo.warehouse.Warehouse` (abpo/warehouse/core.py): it uses the connection ``con``, the SQL
-    runner ``run`` and the transaction helpers ``_commit`` / ``_rollback_after`` of the class it is mixed into."""
+    def __init__(self, db: WarehouseDB):
+        self.db = db
 
     def ingest_interactions(
         self, landing_dir: str | os.PathLike, month: str, *, catalog: Iterable[int] | None = None
@@ -60,24 +63,28 @@ class InteractionsMixin:
         """The month's partition of ``interactions`` replaced by the rows of the local Parquet files ``paths``
         (``sources``: where each came from, recorded as source_file), in one transaction; with ``catalog`` the rows
         of items outside it go to ``interactions_quarantine`` (item_not_in_catalog, logged)."""
-        self.stage_catalog(catalog)
+        stage_catalog(self.db, catalog)
         check = catalog is not None
-        self.con.begin()
+        self.db.con.begin()
         try:
-            self.run("interactions_delete_month", month=month)
-            self.run("interactions_quarantine_delete", month=month)
-            self.run("interactions_quarantine_insert", month=month, files=paths, sources=sources, check_catalog=check)
-            self.run("interactions_insert", month=month, files=paths, sources=sources, check_catalog=check)
-            rows = self.con.execute("SELECT count(*) FROM interactions WHERE month = $m", {"m": month}).fetchall()[0][0]
-            quarantined = self.con.execute(
+            self.db.run("interactions_delete_month", month=month)
+            self.db.run("interactions_quarantine_delete", month=month)
+            self.db.run(
+                "interactions_quarantine_insert", month=month, files=paths, sources=sources, check_catalog=check
+            )
+            self.db.run("interactions_insert", month=month, files=paths, sources=sources, check_catalog=check)
+            rows = self.db.con.execute("SELECT count(*) FROM interactions WHERE month = $m", {"m": month}).fetchall()[
+                0
+            ][0]
+            quarantined = self.db.con.execute(
                 "SELECT count(*), min(item_id) FROM interactions_quarantine WHERE month = $m", {"m": month}
             ).fetchall()[0]
-            self._commit(f"the interactions of month {month}")
+            self.db.commit(f"the interactions of month {month}")
         except BaseException as e:
-            self._rollback_after(e)
+            self.db.rollback_after(e)
             raise
         finally:
-            self.con.execute("DROP TABLE IF EXISTS staging.ingest_catalog")
+            self.db.con.execute("DROP TABLE IF EXISTS staging.ingest_catalog")
         if quarantined[0]:
             log.warning(
                 "interactions %s: %d row(s) quarantined (item_not_in_catalog, e.g. item %s) in interactions_quarantine",
@@ -89,17 +96,17 @@ class InteractionsMixin:
 
     def _ingest_remote_interactions(self, landing: str, month: str, catalog: Iterable[int] | None = None) -> int | None:
         """:meth:`ingest_interactions` for an object-store landing zone: the partition's objects (checked as
-        :meth:`remote_landing_files` does; no completion marker required: the impressions partition's gates the
+        :func:`abpo.warehouse.ingest.remote_landing_files` does; no completion marker required: the impressions partition's gates the
         month) copied locally and inserted with their URIs as ``source_file``."""
         import tempfile
 
         try:
-            files = self.remote_landing_files(landing, month, "interactions", INTERACTIONS_SCHEMA)
+            files = remote_landing_files(landing, month, "interactions", INTERACTIONS_SCHEMA)
         except IngestError as e:
             if "no landing partition" in str(e) or "holds no files" in str(e):
                 return None
             raise
-        with tempfile.TemporaryDirectory(prefix="abpo-landing-", dir=self._temp_directory or None) as tmp:
+        with tempfile.TemporaryDirectory(prefix="abpo-landing-", dir=self.db.temp_directory or None) as tmp:
             try:
                 local = storage.download(files, tmp)
             except storage.StorageError as e:
@@ -110,7 +117,7 @@ class InteractionsMixin:
         """The interactions of the months up to and including ``month``: user_id, item_id, month, position,
         source_file (the landed file it came from), ordered by user, month, position (sql/interactions_to_date.sql);
         no rows for a warehouse without interactions."""
-        has = self.con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'interactions'")
+        has = self.db.con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'interactions'")
         if not has.fetchall()[0][0]:
             return pa.table(
                 {
@@ -121,7 +128,7 @@ class InteractionsMixin:
                     "source_file": pa.array([], pa.string()),
                 }
             )
-        return self.run("interactions_to_date", month=check_month(month))
+        return self.db.run("interactions_to_date", month=check_month(month))
 
     def interactions_to_date(self, month: str) -> dict[int, list[int]]:
         """user -> the items consumed in the months up to and including ``month``, in sequence order (empty for a

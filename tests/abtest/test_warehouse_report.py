@@ -13,9 +13,9 @@ import pytest
 
 from abpo.abtest import stats
 from abpo.abtest.analysis import ALL
-from abpo.config.report import ReportConfig
 from abpo.abtest.report import build_from_warehouse, load_from_warehouse
 from abpo.cli import main
+from abpo.config.report import ReportConfig
 
 from .conftest import ARMS, MONTHS
 
@@ -113,6 +113,7 @@ def test_report_from_a_warehouse_written_before_the_aggregate(warehouse_root, tm
 def test_report_after_a_month_ingested_without_the_aggregate(warehouse_root, tmp_path, monkeypatch):
     from abpo.data.schemas import write_impressions
     from abpo.warehouse import Warehouse
+    from abpo.warehouse.aggregates import Aggregates
 
     from .conftest import impressions_log
 
@@ -125,7 +126,7 @@ def test_report_after_a_month_ingested_without_the_aggregate(warehouse_root, tmp
         "2026-04",
         part="0",
     )
-    monkeypatch.setattr(Warehouse, "_build_user_month_stats", lambda self, month: {"users": 0})
+    monkeypatch.setattr(Aggregates, "build_user_month_stats", lambda self, month: {"users": 0})
     with Warehouse(path) as wh:
         # far fewer rows than the month held: a deliberate replacement, so forced past the replace guard
         wh.ingest_month(landing, "2026-04", ARMS, force=True)

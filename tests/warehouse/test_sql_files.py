@@ -7,7 +7,7 @@ import pytest
 from abpo.data.schemas import write_impressions
 from abpo.data.synthetic import synthetic_impressions
 from abpo.warehouse import SQLFileError, Warehouse
-from abpo.warehouse.core import INCLUDE_RE
+from abpo.warehouse.db import INCLUDE_RE
 
 MONTH = "2025-02"
 ARMS = ["abpo", "grpo", "ml_retrain", "popularity"]

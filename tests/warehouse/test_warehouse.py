@@ -11,6 +11,7 @@ from abpo.data.batching import stratified_batches
 from abpo.data.schemas import RULES, month_dir, write_impressions
 from abpo.data.synthetic import synthetic_impressions
 from abpo.warehouse import IngestError, SQLFileError, Warehouse
+from abpo.warehouse.aggregates import Aggregates
 
 ARMS = ["abpo", "grpo", "ml_retrain", "popularity"]
 MONTH = "2025-02"
@@ -411,7 +412,7 @@ def test_a_month_ingested_without_the_aggregate_is_rebuilt_on_open(tmp_path, lan
     with Warehouse(path) as w:
         w.ingest_month(landing, "2025-01", ARMS)
     # older code (no aggregate maintenance) ingests February and re-ingests January with new data
-    monkeypatch.setattr(Warehouse, "_build_user_month_stats", lambda self, month: {"users": 0})
+    monkeypatch.setattr(Aggregates, "build_user_month_stats", lambda self, month: {"users": 0})
     write_impressions(clean(80, month="2025-01", seed=6), landing, "2025-01", part="a")
     write_impressions(clean(60, seed=7), landing, MONTH, part="a")
     with Warehouse(path) as w:

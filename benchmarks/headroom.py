@@ -76,18 +76,13 @@ def month_start_version(cfg, arm: str, month: str) -> tuple[str, bool]:
     """(version, recorded): the arm's champion at ``month``'s start as its bootstrap step recorded it
     (abpo.monthly.common.MONTH_START_TAG), or the current champion with recorded False (a month this state has not
     run)."""
-    from mlflow import MlflowClient
-    from mlflow.exceptions import MlflowException
-
+    from abpo import registry
     from abpo.arms import versions
     from abpo.monthly.common import MONTH_START_TAG
 
-    versions.configure(cfg)
     try:
-        kept = (MlflowClient().get_registered_model(versions.model_name(arm, cfg)).tags or {}).get(
-            MONTH_START_TAG + month
-        )
-    except MlflowException:
+        kept = (registry.model_tags(cfg, versions.model_name(arm, cfg)) or {}).get(MONTH_START_TAG + month)
+    except registry.RegistryUnavailable:
         kept = None
     if kept:
         return str(kept), True

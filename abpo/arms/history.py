@@ -119,47 +119,29 @@ def os_actor() -> str:
         return "unknown"
 
 
-def _client(cfg: Config):
-    from mlflow import MlflowClient
-
-    registry.configure(cfg)
-    return MlflowClient()
+def _runs(cfg: Config, arm: str) -> list:
+    """Every run of the arm's history (any status)."""
+    return runs_of(registry.tracking_client(cfg), _experiment_id(cfg), arm)
 
 
 def _experiment_id(cfg: Config) -> str:
     return registry._ensure_experiment(cfg, EXPERIMENT)
 
 
-def _runs(cfg: Config, arm: str) -> list:
-    """Every run of the arm's history (any status)."""
-    return runs_of(_client(cfg), _experiment_id(cfg), arm)
-
-
 def read(client, arm: str, experiment: str = EXPERIMENT) -> list[Entry]:
     """The arm's history read with an MlflowClient (the UI plugin's, on its own tracking URI), oldest first; [] when
     the experiment does not exist yet. Creates nothing. ``experiment``: the history's experiment as named in the
     store, i.e. with the environment's namespace (registry.experiment_name(cfg, EXPERIMENT); abpo.paths.namespaced)."""
-    exp = client.get_experiment_by_name(experiment)
+    exp = registry.experiment_id(client, experiment)
     if exp is None:
         return []
-    runs = [
-        r for r in runs_of(client, exp.experiment_id, arm) if r.info.status == "FINISHED" and "seq" in r.data.params
-    ]
+    runs = [r for r in runs_of(client, exp, arm) if r.info.status == "FINISHED" and "seq" in r.data.params]
     return sorted((_entry(r) for r in runs), key=lambda e: e.seq)
 
 
 def runs_of(client, experiment_id: str, arm: str) -> list:
     """Every run (any status) of the arm's history in experiment ``experiment_id``."""
-    exp = experiment_id
-    out, token = [], None
-    while True:
-        page = client.search_runs(
-            [exp], filter_string=f"tags.`{ARM_TAG}` = '{names.check_arm(arm)}'", max_results=1000, page_token=token
-        )
-        out.extend(page)
-        token = page.token
-        if not token:
-            return out
+    return registry.tagged_runs(client, experiment_id, ARM_TAG, names.check_arm(arm))
 
 
 def _entry(run) -> Entry:
@@ -182,16 +164,14 @@ def _entry(run) -> Entry:
 def entries(cfg: Config, arm: str) -> list[Entry]:
     """The arm's history, oldest first (finished entries only). RegistryUnavailable naming the store when the
     registry cannot answer (a server down, a store that cannot be opened): never read as an empty history."""
-    from mlflow.exceptions import MlflowException
-
-    registry.configure(cfg)  # its own refusals (a moved state, another namespace) stand as they are
     try:
-        return read(_client(cfg), arm, registry.experiment_name(cfg, EXPERIMENT)) if _experiment_id(cfg) else []
-    except registry.RegistryUnavailable:
-        raise
+        client = registry.tracking_client(cfg)
+        return read(client, arm, registry.experiment_name(cfg, EXPERIMENT)) if _experiment_id(cfg) else []
+    except (registry.RegistryUnavailable, registry.StateMoved, registry.NamespaceMismatch):
+        raise  # the registry's own refusals (a moved state, another namespace) stand as they are
     except Exception as e:  # noqa: BLE001 - MlflowException (a server down), or the store cannot be opened at all
         text = str(e).splitlines()[0][:300] if str(e) else ""
-        why = "" if isinstance(e, MlflowException) else ": the store cannot be opened"
+        why = "" if registry.is_mlflow_error(e) else ": the store cannot be opened"
         raise registry.RegistryUnavailable(
             f"MLflow registry {cfg.paths.tracking_uri()}: could not read the promotion history of arm {arm!r} "
             f"(experiment {registry.experiment_name(cfg, EXPERIMENT)}){why} ({type(e).__name__}: {text})"
@@ -222,16 +202,8 @@ def begin(
         raise ValueError(f"promotion history: action {action!r}; rule: one of {list(ACTIONS)}")
     check_text_field("actor", actor or "")
     check_text_field("reason", reason or "")
-    client = _client(cfg)
     seqs = [int(r.data.params["seq"]) for r in _runs(cfg, arm) if "seq" in r.data.params]
     seq = max(seqs, default=0) + 1
-    run = client.create_run(
-        _experiment_id(cfg),
-        run_name=f"{arm}-{seq:05d}-{action}",
-        tags={ARM_TAG: arm, SEQ_TAG: str(seq), STATE_TAG: "pending"},
-    )
-    from mlflow.entities import Param
-
     fields = {
         "seq": str(seq),
         "arm": arm,
@@ -244,22 +216,29 @@ def begin(
         "verdict": (verdict or "")[:5900],
         "month": str(month or ""),
     }
-    client.log_batch(run.info.run_id, params=[Param(k, v) for k, v in fields.items()])
-    return run.info.run_id
+    return registry.create_run(
+        cfg,
+        _experiment_id(cfg),
+        run_name=f"{arm}-{seq:05d}-{action}",
+        tags={ARM_TAG: arm, SEQ_TAG: str(seq), STATE_TAG: "pending"},
+        params=fields,
+    )
 
 
 def finish(cfg: Config, run_id: str, *, ok: bool = True, note: str = "") -> None:
     """Close a pending entry: FINISHED (it happened: part of the history) or FAILED (it did not)."""
-    client = _client(cfg)
-    client.set_tag(run_id, STATE_TAG, ("done" if ok else "failed") + (f": {note}" if note else ""))
-    client.set_terminated(run_id, "FINISHED" if ok else "FAILED")
+    registry.terminate_run(
+        run_id,
+        "FINISHED" if ok else "FAILED",
+        tags={STATE_TAG: ("done" if ok else "failed") + (f": {note}" if note else "")},
+    )
 
 
 def record(cfg: Config, arm: str, **fields: Any) -> Entry:
     """Write one entry and finish it at once (nothing to move, or the move already happened)."""
     run_id = begin(cfg, arm, **fields)
     finish(cfg, run_id)
-    return _entry(_client(cfg).get_run(run_id))
+    return _entry(registry.get_run(run_id))
 
 
 def settle_pending(cfg: Config, arm: str, champion: str) -> list[str]:

@@ -25,17 +25,7 @@ PIN_TAG = "abpo.pinned"  # on the arm's registered model: "<version>|<actor>|<at
 def pinned(cfg: Config, arm: str) -> dict[str, str] | None:
     """The arm's pin ({version, actor, at, reason}) or None: while pinned, the gate (and a ranker's refit) do not
     promote over the champion a human chose."""
-    from mlflow import MlflowClient
-    from mlflow.exceptions import MlflowException
-
-    registry.configure(cfg)
-    try:
-        tags = MlflowClient().get_registered_model(model_name(arm, cfg)).tags or {}
-    except MlflowException as e:
-        if registry.is_not_found(e):
-            return None
-        raise
-    raw = tags.get(PIN_TAG, "")
+    raw = (registry.model_tags(cfg, model_name(arm, cfg)) or {}).get(PIN_TAG, "")
     if not raw:
         return None
     version, actor, at, reason = (raw.split("|", 3) + ["", "", "", ""])[:4]
@@ -45,12 +35,9 @@ def pinned(cfg: Config, arm: str) -> dict[str, str] | None:
 def _set_pin(cfg: Config, arm: str, version: str, actor: str, reason: str) -> None:
     from datetime import UTC, datetime
 
-    from mlflow import MlflowClient
-
-    registry.configure(cfg)
     at = datetime.now(UTC).isoformat(timespec="seconds")
-    MlflowClient().set_registered_model_tag(
-        model_name(arm, cfg), PIN_TAG, f"{version}|{actor}|{at}|{reason}".replace("\n", " ")[:4900]
+    registry.set_model_tag(
+        cfg, model_name(arm, cfg), PIN_TAG, f"{version}|{actor}|{at}|{reason}".replace("\n", " ")[:4900]
     )
 
 
@@ -71,15 +58,13 @@ def pin(cfg: Config, arm: str, *, reason: str = "", actor: str = "") -> dict[str
 
 def unpin(cfg: Config, arm: str, *, reason: str = "", actor: str = "") -> dict[str, str]:
     """Let the gate promote the arm again; recorded in the history (action unpin)."""
-    from mlflow import MlflowClient
-
     actor = actor or history.os_actor()
     with promotion_lock(cfg, arm):
         cur = _champion(cfg, arm)
         was = pinned(cfg, arm)
         if was is None:
             return {"arm": arm, "champion": cur, "pinned": "false"}
-        MlflowClient().delete_registered_model_tag(model_name(arm, cfg), PIN_TAG)
+        registry.delete_model_tag(cfg, model_name(arm, cfg), PIN_TAG)
         history.record(
             cfg,
             arm,
@@ -151,8 +136,6 @@ def register_champion(cfg: Config, arm: str, model_uri: str, run_id: str, tags: 
     (abpo.arms.versions.register_version: a retry of the same run reuses its version) and make it the champion under
     the arm's promotion lock, recorded in the promotion history (action bootstrap for a pi_init or bootstrap source,
     else promote). Already the champion: nothing moves."""
-    from mlflow import MlflowClient
-
     mv = register_version(cfg, arm, model_uri, run_id, tags, alias=None)
     name = model_name(arm, cfg)
     with promotion_lock(cfg, arm):
@@ -169,9 +152,9 @@ def register_champion(cfg: Config, arm: str, model_uri: str, run_id: str, tags: 
                 to_version=str(mv.version),
                 reason=f"registered as champion ({tags.get('source', '')})",
             )
-            MlflowClient().set_registered_model_alias(name, registry.CHAMPION, str(mv.version))
+            registry.set_alias(registry.CHAMPION, mv.version, name=name, cfg=cfg)
             history.finish(cfg, entry)
-    return MlflowClient().get_model_version(name, str(mv.version))
+    return registry.model_version(cfg, name, mv.version)
 
 
 def check_champion(cfg: Config, arm: str, month: str = "") -> history.Entry | None:

@@ -124,27 +124,7 @@ def lineage_tags(
 def get_version(cfg: Config, arm: str, ref: str = registry.CHAMPION):
     """The version ``ref`` (an alias or a number) of the arm's model, or None when it does not exist; raises
     abpo.registry.RegistryUnavailable when the registry cannot answer."""
-    from mlflow import MlflowClient
-    from mlflow.exceptions import MlflowException
-
-    name = model_name(arm, cfg)
-    uri = registry.configure(cfg)
-    try:
-        if str(ref).isdigit():
-            return MlflowClient().get_model_version(name, str(ref))
-        return MlflowClient().get_model_version_by_alias(name, ref)
-    except MlflowException as e:
-        if registry.is_not_found(e):
-            return None
-        raise registry.RegistryUnavailable(
-            f"MLflow registry {uri}: could not read {ref!r} of model {name!r} "
-            f"({getattr(e, 'error_code', '')}: {str(e)[:300]})"
-        ) from e
-    except Exception as e:  # noqa: BLE001 - the store itself cannot be opened (a corrupt mlflow.db, a bad URI)
-        raise registry.RegistryUnavailable(
-            f"MLflow registry {uri}: could not read {ref!r} of model {name!r}: the store cannot be opened "
-            f"({type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''})"
-        ) from e
+    return registry.find_version(cfg, model_name(arm, cfg), ref)
 
 
 def log_arm_model(cfg: Config, arm: str, local_dir: str | Path) -> str:
@@ -156,46 +136,9 @@ def log_arm_model(cfg: Config, arm: str, local_dir: str | Path) -> str:
 def orphaned_logged_models(cfg: Config) -> list[dict[str, str]]:
     """The arms' logged models that no registered version uses and whose run is over (a killed or failed update
     logged the model, then never registered it): model id, name, run id, run status and artifact location, oldest
-    first. `abpo arms status` lists them; a run still RUNNING is a live task's (or a killed one's not yet marked
-    KILLED by its next attempt) and is listed only when it is not the newest of its task."""
-    import mlflow
-    from mlflow import MlflowClient
-
-    registry.configure(cfg)
-    exp = mlflow.get_experiment_by_name(registry.experiment_name(cfg, EXPERIMENT))
-    if exp is None:
-        return []
-    client = MlflowClient()
-    used = set()
-    for arm in names.ARMS:
-        try:
-            versions = client.search_model_versions(f"name='{model_name(arm, cfg)}'")
-        except Exception:  # noqa: BLE001 - an arm never registered has no versions
-            versions = []
-        used.update(registry.logged_model_id(mv) for mv in versions)
-    out = []
-    for lm in client.search_logged_models(experiment_ids=[exp.experiment_id]):
-        if lm.model_id in used:
-            continue
-        status = ""
-        if lm.source_run_id:
-            try:
-                status = client.get_run(lm.source_run_id).info.status
-            except Exception:  # noqa: BLE001 - its run deleted
-                status = "DELETED"
-        if status == "RUNNING":
-            continue
-        out.append(
-            {
-                "model_id": lm.model_id,
-                "name": lm.name,
-                "run_id": lm.source_run_id or "",
-                "run_status": status,
-                "created": str(lm.creation_timestamp),
-                "artifacts": str(lm.artifact_location),
-            }
-        )
-    return sorted(out, key=lambda d: d["created"])
+    first (abpo.registry.orphaned_logged_models). `abpo arms status` lists them; a run still RUNNING is a live task's
+    (or a killed one's not yet marked KILLED by its next attempt) and is not listed."""
+    return registry.orphaned_logged_models(cfg, EXPERIMENT, [model_name(arm, cfg) for arm in names.ARMS])
 
 
 def register_version(cfg: Config, arm: str, model_uri: str, run_id: str, tags: dict[str, str], alias: str | None):
@@ -207,34 +150,23 @@ def register_version(cfg: Config, arm: str, model_uri: str, run_id: str, tags: d
             f"register_version({arm!r}, alias={alias!r}); rule: the champion moves only under the arm's promotion "
             "lock: abpo.arms.promotion.register_champion"
         )
-    from mlflow import MlflowClient
-
-    registry.configure(cfg)
     name = model_name(arm, cfg)
-    client = MlflowClient()
-    existing = []
     try:
-        existing = client.search_model_versions(f"name='{name}' and run_id='{run_id}'")
+        existing = registry.run_versions(cfg, name, run_id)
     except Exception:  # noqa: BLE001 - a model that does not exist yet has no versions
         existing = []
     mv = existing[0] if existing else registry.register(model_uri, alias=None, tags=tags, name=name)
     if alias:
-        client.set_registered_model_alias(name, alias, str(mv.version))
-    return client.get_model_version(name, str(mv.version))
+        registry.set_alias(alias, mv.version, name=name, cfg=cfg)
+    return registry.model_version(cfg, name, mv.version)
 
 
 def set_alias(cfg: Config, arm: str, alias: str, version: str | int) -> None:
-    registry.configure(cfg)
-    registry.set_alias(alias, version, name=model_name(arm, cfg))
+    registry.set_alias(alias, version, name=model_name(arm, cfg), cfg=cfg)
 
 
 def set_tags(cfg: Config, arm: str, version: str | int, tags: dict[str, Any]) -> None:
-    from mlflow import MlflowClient
-
-    registry.configure(cfg)
-    client = MlflowClient()
-    for k, v in tags.items():
-        client.set_model_version_tag(model_name(arm, cfg), str(version), k, str(v))
+    registry.set_version_tags(cfg, model_name(arm, cfg), version, tags)
 
 
 def local_dir(cfg: Config, arm: str, version: str | int) -> Path:
@@ -341,15 +273,10 @@ def version_info(mv) -> dict[str, Any]:
     return {"version": str(mv.version), **dict(mv.tags or {})}
 
 
-# What the monthly steps (abpo.monthly) need of abpo.registry, through this module: their only door to MLflow.
+# Names of abpo.registry the monthly steps (abpo.monthly) read through this module (the door to MLflow is abpo.registry).
 CHAMPION, CHALLENGER, TASK_KEY_TAG = registry.CHAMPION, registry.CHALLENGER, registry.TASK_KEY_TAG
 ModelFilesDamaged, RegistryUnavailable = registry.ModelFilesDamaged, registry.RegistryUnavailable
-configure, start_run, store_line, sqlite_path = (
-    registry.configure,
-    registry.start_run,
-    registry.store_line,
-    registry.sqlite_path,
-)
+start_run, store_line, sqlite_path = registry.start_run, registry.store_line, registry.sqlite_path
 completed_task_run, record_task_result, task_result = (
     registry.completed_task_run,
     registry.record_task_result,

@@ -259,10 +259,10 @@ def orphaned_logged_models(cfg: Config, experiment: str, model_names: list[str])
     if exp is None:
         return []
     client = MlflowClient()
-    used = set()
+    used: set[str | None] = set()
     for name in model_names:
         try:
-            versions = client.search_model_versions(f"name='{name}'")
+            versions = list(client.search_model_versions(f"name='{name}'"))
         except Exception:  # noqa: BLE001 - a model never registered has no versions
             versions = []
         used.update(logged_model_id(mv) for mv in versions)

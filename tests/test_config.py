@@ -256,7 +256,7 @@ def test_a_dumped_config_loads_back_the_same(tmp_path, preset):
 
 
 def test_comma_lists_keep_names_as_they_are_and_read_numbers():
-    cfg = load_config("tiny", ["arms.names=abpo,off", "experiment.seeds=3,4"])
+    cfg = load_config("tiny", ["arms.names=abpo,off", "data.known_arms=abpo,off", "experiment.seeds=3,4"])
     assert cfg.arms.names == ["abpo", "off"] and cfg.experiment.seeds == [3, 4]
     with pytest.raises(ConfigError, match=r"^--set: experiment.seeds\[1\] 2.5: rule: an integer \(not coerced\)$"):
         load_config("tiny", ["experiment.seeds=3,2.5"])

@@ -107,7 +107,7 @@ def load_config(name_or_path: str | Path = "tiny", overrides: list[str] | None =
     return cfg
 
 
-def describe(cls: type, prefix: str = "") -> list[tuple[str, Any, str]]:
+def describe(cls: Any, prefix: str = "") -> list[tuple[str, Any, str]]:
     """(dotted key, default, help) for every field, for `abpo config --explain`."""
     rows = []
     for f in dataclasses.fields(cls):
@@ -116,7 +116,8 @@ def describe(cls: type, prefix: str = "") -> list[tuple[str, Any, str]]:
         if dataclasses.is_dataclass(tp):
             rows.extend(describe(tp, key + "."))
         else:
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            factory = f.default_factory
+            default = f.default if f.default is not dataclasses.MISSING else factory() if callable(factory) else None
             rule = range_rule(f.metadata)
             rows.append((key, default, f.metadata.get("help", "") + (f" Allowed: {rule}." if rule else "")))
     return rows

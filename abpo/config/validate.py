@@ -52,6 +52,17 @@ def check_rounds_fit(e: ExperimentConfig, data_update_steps: int) -> None:
         )
 
 
+def check_arms_known(cfg: Config) -> None:
+    """Every arm served (``arms.names``) is one the warehouse accepts (``data.known_arms``): the ingest quarantines
+    the impressions of any other arm as unknown_arm, which refuses the month mid-DAG."""
+    unknown = [a for a in cfg.arms.names if a not in cfg.data.known_arms]
+    if unknown:
+        raise ConfigError(
+            f"config arms.names {unknown} not in data.known_arms {list(cfg.data.known_arms)}: rule: every served arm "
+            "is one the warehouse accepts (else the ingest quarantines its impressions as unknown_arm)"
+        )
+
+
 def check_sim_windows(cfg: Config) -> None:
     """The simulator's months (abpo.sim.simulator): a month is one window of each user's update positions, so
     ``sim.window`` fits in ``data.update_steps``; the offline candidate construction has one candidate set per position,
@@ -127,6 +138,7 @@ def validate(cfg: Config) -> None:
     - no credentials in an object-store URI setting (:func:`check_no_credentials`);
     - ``experiment.rounds`` at most the update positions per user (``experiment.update_steps`` when set, else
       ``data.update_steps``): :func:`check_rounds_fit`;
+    - every arm of ``arms.names`` in ``data.known_arms`` (:func:`check_arms_known`);
     - ``sim.window`` fits in ``data.update_steps``; ``sim.candidates = offline`` needs ``sim.requests_per_user``
       equal to ``sim.window`` (:func:`check_sim_windows`);
     - ``sim.retrieval_fraction + sim.popular_fraction <= 1``; with ``sim.oracle = mixture``, ``sim.oracle_weights``
@@ -147,6 +159,7 @@ def validate(cfg: Config) -> None:
         raise ConfigError(str(e)) from None
     check_no_credentials(cfg)
     check_rounds_fit(cfg.experiment, cfg.data.update_steps)
+    check_arms_known(cfg)
     check_sim_windows(cfg)
     check_sim_draws(cfg)
     check_model_shape(cfg)

@@ -125,7 +125,7 @@ def _coerce(value: Any, tp: Any, where: str, meta: Any = None, key: str = "", so
     return value
 
 
-def build(cls: type, values: dict[str, Any], where: str, source: str | None = None, prefix: str = "") -> Any:
+def build(cls: Any, values: dict[str, Any], where: str, source: str | None = None, prefix: str = "") -> Any:
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - set(fields))

@@ -42,6 +42,7 @@ def test_every_preset_keeps_every_rule(preset):
             ["experiment.rounds", "data.update_steps"],
         ),
         (["experiment.update_steps=2", "experiment.rounds=3"], ["experiment.rounds", "experiment.update_steps"]),
+        (["arms.names=abpo,grpo,holdback"], ["arms.names", "data.known_arms", "'holdback'"]),
         (["data.update_steps=3", "sim.window=4", "experiment.update_steps=0"], ["data.update_steps", "sim.window"]),
         (
             ["sim.candidates=offline", "sim.requests_per_user=3"],
@@ -71,6 +72,7 @@ def test_a_bad_combination_is_refused_at_load_in_one_line_naming_its_keys(overri
     [
         ["experiment.update_steps=0", "data.update_steps=3", "experiment.rounds=3"],  # each bound itself is allowed
         ["data.update_steps=4", "sim.window=4", "experiment.update_steps=0"],
+        ["arms.names=abpo,holdback", "data.known_arms=abpo,grpo,holdback"],
         ["sim.candidates=offline", "sim.requests_per_user=2", "sim.window=2"],
         ["sim.retrieval_fraction=0.5", "sim.popular_fraction=0.5"],
         ["sim.oracle=knn", "sim.oracle_weights={knn: 0, bert: 0}"],  # the weights are the mixture's only

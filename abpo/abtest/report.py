@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from abpo import registry
 from abpo.abtest.analysis import ALL, Report, ReportInputError, analyse
 from abpo.abtest.inputs import ASSIGNMENT_SQL, MOMENTS_SQL, counts_from_moments, read_counts_csv
 from abpo.abtest.render import ReportFiles, write_report
@@ -150,30 +151,16 @@ def log_report(cfg: Config, report: Report, files: ReportFiles) -> str:
     experiment ``report.mlflow_experiment`` tagged ``abpo.month=<last month>``, else a new run there
     with that tag.
     """
-    import mlflow
-
-    from abpo import registry
-
-    registry.configure(cfg)
     month = report.months[-1]
     artifact_path = f"report/{months_label(report.months)}"
-    active = mlflow.active_run()
+    active = registry.active_run_id()
     if active is not None:
         _log(files, artifact_path, report)
-        return active.info.run_id
+        return active
     experiment = cfg.report.mlflow_experiment
-    exp = mlflow.get_experiment_by_name(registry.experiment_name(cfg, experiment))
-    existing = []
-    if exp is not None:
-        existing = mlflow.search_runs(
-            experiment_ids=[exp.experiment_id],
-            filter_string=f"tags.`{MONTH_TAG}` = '{month}'",
-            order_by=["attributes.start_time DESC"],
-            max_results=1,
-            output_format="list",
-        )
-    if existing:
-        with mlflow.start_run(run_id=existing[0].info.run_id) as run:
+    existing = registry.latest_tagged_run_id(cfg, experiment, MONTH_TAG, month)
+    if existing is not None:
+        with registry.resume_run(cfg, existing) as run:
             _log(files, artifact_path, report)
             return run.info.run_id
     with registry.start_run(cfg, experiment, run_name=f"month {month}", tags={MONTH_TAG: month}) as run:
@@ -182,9 +169,7 @@ def log_report(cfg: Config, report: Report, files: ReportFiles) -> str:
 
 
 def _log(files: ReportFiles, artifact_path: str, report: Report) -> None:
-    import mlflow
-
     for p in (files.html, files.markdown, files.png, files.json):
-        mlflow.log_artifact(str(p), artifact_path=artifact_path)
-    mlflow.log_metrics({f"report.{k}": v for k, v in report_metrics(report).items()})
-    mlflow.set_tag("abpo.report", artifact_path)
+        registry.log_artifact(p, artifact_path=artifact_path)
+    registry.log_metrics({f"report.{k}": v for k, v in report_metrics(report).items()})
+    registry.set_tag("abpo.report", artifact_path)

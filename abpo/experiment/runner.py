@@ -138,8 +138,6 @@ class ExperimentResult:
 
 
 def _log_cell(cell: Mapping, cfg: Config, reused: bool) -> None:
-    import mlflow
-
     name = f"seed{cell['seed']}-{cell['row']}" + (f"-r{cell['round']}" if cfg.experiment.rounds > 1 else "")
     with registry.start_run(
         cfg,
@@ -153,36 +151,19 @@ def _log_cell(cell: Mapping, cfg: Config, reused: bool) -> None:
             "abpo.round": cell.get("round", 1),
         },
     ) as run:
-        mlflow.log_params(
+        registry.log_params(
             {"row": cell["row"], "seed": cell["seed"], "eval_users": len(cell["ranks"]), "round": cell.get("round", 1)}
         )
-        mlflow.log_metrics(
+        registry.log_metrics(
             {
                 k.replace("@", "_at_"): float(cell[k])
                 for k in (*METRICS, "match_positive", "match_no_response")
                 if k in cell and math.isfinite(float(cell[k]))
             }
         )
-        mlflow.log_metric("cell_seconds", float(cell["seconds"]))
-        _log_history(run.info.run_id, cell.get("update", {}).get("history", []))
-
-
-def _log_history(run_id: str, history: Sequence[Mapping[str, float]], batch: int = 1000) -> None:
-    """The update's per-step metrics in batches of ``batch`` (MLflow's limit per call): one call per step would
-    take minutes for a table of 500-step updates."""
-    from mlflow import MlflowClient
-    from mlflow.entities import Metric
-
-    now = int(time.time() * 1000)
-    metrics = [
-        Metric(k.replace("@", "_at_"), float(v), now, i)
-        for i, h in enumerate(history, 1)
-        for k, v in h.items()
-        if math.isfinite(v)
-    ]
-    client = MlflowClient()
-    for i in range(0, len(metrics), batch):
-        client.log_batch(run_id, metrics=metrics[i : i + batch])
+        registry.log_metric("cell_seconds", float(cell["seconds"]))
+        # the update's per-step metrics, in batches (one call per step would take minutes for 500-step updates)
+        registry.log_step_metrics(run.info.run_id, cell.get("update", {}).get("history", []))
 
 
 def run_experiment(
@@ -314,10 +295,8 @@ def run_experiment(
     with registry.start_run(
         cfg, e.mlflow_experiment, f"experiment-{e.name}", tags={"abpo.dataset": ds.name, **dict(mlflow_tags or {})}
     ) as run:
-        import mlflow
-
         run_id = run.info.run_id
-        mlflow.log_params(
+        registry.log_params(
             {
                 k: (",".join(map(str, v)) if isinstance(v, list) else v)
                 for k, v in summary.items()
@@ -325,16 +304,16 @@ def run_experiment(
             }
         )
         if overrides:
-            mlflow.set_tag("abpo.overrides", " ".join(overrides)[:5000])
+            registry.set_tag("abpo.overrides", " ".join(overrides)[:5000])
         for r in recs:
-            mlflow.log_metrics({f"{r['row']}.{m.replace('@', '_at_')}": r[m] for m in METRICS})
+            registry.log_metrics({f"{r['row']}.{m.replace('@', '_at_')}": r[m] for m in METRICS})
         for r in rounds_recs:
-            mlflow.log_metrics(
+            registry.log_metrics(
                 {f"{r['row']}.{m.replace('@', '_at_')}": r[m] for m in ROUND_METRICS if math.isfinite(r[m])},
                 step=int(r["round"]),
             )
         for p in outputs.values():
-            mlflow.log_artifact(str(p))
+            registry.log_artifact(p)
         for (_, _, _), (cell, was_reused) in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
             _log_cell(cell, cfg, was_reused)
     log.info(f"experiment {e.name}: wall time {wall / 60:.1f} min ({computed} cells computed, {reused} reused)")

@@ -18,6 +18,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from abpo import registry
 from abpo.arms import history, promotion_lock, versions as arm_versions
 from abpo.arms.names import LLM, LLM_ARMS, entry
 from abpo.data.candidates import build_eval_examples
@@ -50,14 +51,13 @@ def resolve_model(cfg: Config, model: str) -> Path:
     """The local ``save_pretrained`` directory of ``model``: the directory itself, or a registered MLflow model
     (``models:/...``) downloaded under ``<paths.models>/adopted/``."""
     if model.startswith("models:/"):
-        import mlflow
-
-        arm_versions.configure(cfg)
         safe = re.sub(r"[^A-Za-z0-9._-]+", "_", model.removeprefix("models:/"))
         dst = cfg.paths.resolve("models") / "adopted" / safe
         dst.mkdir(parents=True, exist_ok=True)
         try:
-            local = Path(mlflow.artifacts.download_artifacts(artifact_uri=model, dst_path=str(dst)))
+            local = registry.download_artifacts(cfg, model, dst)
+        except (registry.StateMoved, registry.NamespaceMismatch, registry.RegistryUnavailable):
+            raise  # the store's own refusals (abpo.registry.configure) stand as they are
         except Exception as e:  # noqa: BLE001 - no such model or version: a message, not a traceback
             raise ModelRefused(
                 f"--model {model}: cannot download it from the MLflow registry "

@@ -11,6 +11,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from abpo import registry
 from abpo.arms import promotion, versions as arm_versions
 from abpo.arms.history import require_champion_or_none_recorded
 from abpo.arms.names import RANKER, entry
@@ -52,13 +53,12 @@ def ensure_pi_init(cfg: Config, *, fresh: bool = False) -> dict[str, Any]:
     local directory is missing (a fresh worker), never retrained behind the registry's back. A registry that cannot
     answer raises (abpo.registry.RegistryUnavailable)."""
 
-    arm_versions.configure(cfg)
     # the SFT runs under a task key (abpo.registry.completed_task_run): an attempt killed mid-SFT (a lost worker, a
     # task the scheduler reset) left its run RUNNING; the next call marks it KILLED, whether it retrains or reuses
     key = task_key(cfg, "sft", "pi_init")
     arm_versions.completed_task_run(cfg, cfg.sft.experiment, key)
     pi_init_name = arm_versions.pi_init_model_name(cfg)
-    existing = arm_versions.registered_version(PI_INIT_ALIAS, name=pi_init_name)
+    existing = registry.get_version(PI_INIT_ALIAS, name=pi_init_name, cfg=cfg)
     if existing is not None and not fresh:
         local = pi_init_dir(cfg)
         if not (local / "config.json").exists():
@@ -166,9 +166,6 @@ def require_registry(cfg: Config, *, force: bool = False) -> None:
     which no arm of arms.names has a registered model, raises RegistryLost naming the store, the completed months
     and the rule. ``force`` (``abpo arms month --force``; ``abpo arms bootstrap`` is the explicit start-over):
     nothing is checked."""
-    from mlflow import MlflowClient
-    from mlflow.exceptions import MlflowException
-
     done = completed_months(cfg)
     if force or not done:
         return
@@ -181,15 +178,9 @@ def require_registry(cfg: Config, *, force: bool = False) -> None:
     db = arm_versions.sqlite_path(cfg.paths.tracking_uri())
     if db is not None and (not db.exists() or db.stat().st_size == 0):
         raise RegistryLost(f"{db}: the MLflow store is {'missing' if not db.exists() else 'empty (0 bytes)'}; {rule}")
-    arm_versions.configure(cfg)
-    client = MlflowClient()
     for arm in arms_of(cfg):
-        try:
-            client.get_registered_model(arm_versions.model_name(arm, cfg))
-            return
-        except MlflowException as e:
-            if getattr(e, "error_code", "") != "RESOURCE_DOES_NOT_EXIST":
-                raise
+        if registry.model_tags(cfg, arm_versions.model_name(arm, cfg)) is not None:
+            return  # the arm's registered model is there
     names = ", ".join(arm_versions.model_name(a, cfg) for a in arms_of(cfg))
     raise RegistryLost(f"{arm_versions.store_line(cfg)}: holds none of the arms' registered models ({names}); {rule}")
 

@@ -11,6 +11,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from abpo import registry
 from abpo.arms import versions as arm_versions
 from abpo.arms.names import check_arm
 
@@ -93,15 +94,11 @@ def record_month_start(cfg: Config, arm: str, month: str, version: str) -> str:
     """Record, once, that month ``month`` of ``arm`` started from champion ``version`` (the registered model's tag
     abpo.month_start.<month>, written by the month's bootstrap step); a month already recorded keeps its record (a
     rerun or cleared run of the month, after its own promotion moved the champion). Returns the recorded version."""
-    from mlflow import MlflowClient
-
-    arm_versions.configure(cfg)
     name = arm_versions.model_name(arm, cfg)
-    client = MlflowClient()
-    kept = (client.get_registered_model(name).tags or {}).get(MONTH_START_TAG + str(month))
+    kept = (registry.model_tags(cfg, name) or {}).get(MONTH_START_TAG + str(month))
     if kept:
         return kept
-    client.set_registered_model_tag(name, MONTH_START_TAG + str(month), str(version))
+    registry.set_model_tag(cfg, name, MONTH_START_TAG + str(month), str(version))
     return str(version)
 
 
@@ -110,14 +107,10 @@ def champion_at_month_start(cfg: Config, arm: str, month: str):
     the month's update trains from and whose number is in its task key, so a rerun of a completed month finds its
     completed update again however its promotion moved the champion. None recorded (a step run outside a month's
     cycle): the current champion. NotInRegistry naming the model when the recorded version no longer exists."""
-    from mlflow import MlflowClient
-    from mlflow.exceptions import MlflowException
-
-    arm_versions.configure(cfg)
     name = arm_versions.model_name(arm, cfg)
     try:
-        kept = (MlflowClient().get_registered_model(name).tags or {}).get(MONTH_START_TAG + str(month))
-    except MlflowException:
+        kept = (registry.model_tags(cfg, name) or {}).get(MONTH_START_TAG + str(month))
+    except registry.RegistryUnavailable:
         kept = None
     if not kept:
         return arm_versions.get_version(cfg, arm, CHAMPION)

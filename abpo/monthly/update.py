@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
+from abpo import registry
 from abpo.arms import versions as arm_versions
 from abpo.arms.llm import LLMArm
 from abpo.arms.names import LLM, LLM_ARMS, arm_class, entry
@@ -162,8 +163,6 @@ def first_step_weights(cfg: Config, arm: str, parent_dir, positive, no_response)
 
 def update(cfg: Config, arm: str, month: Month) -> UpdateResult:
     """The step for one LLM arm (see the module docstring). Returns the run and lineage facts."""
-    import mlflow
-
     if entry(arm).kind != LLM:
         raise ValueError(f"update: {arm!r} is a {entry(arm).kind} arm; rule: one of {list(LLM_ARMS)}")
     month = Month(month)
@@ -243,7 +242,7 @@ def update(cfg: Config, arm: str, month: Month) -> UpdateResult:
         res = arm_class(arm).refresh(
             arm, cfg, month=month, parent_dir=parent_dir, months=months, strata=(pos, neg), run_tags=tags
         )
-    with mlflow.start_run(run_id=res.mlflow_run_id):
+    with registry.resume_run(cfg, res.mlflow_run_id):
         import pyarrow as pa
 
         uri = arm_versions.log_arm_model(cfg, arm, res.model_dir)
@@ -254,9 +253,9 @@ def update(cfg: Config, arm: str, month: Month) -> UpdateResult:
             source=cfg.paths.resolve("warehouse"),
         )
         # whose rows, and how far from 1 the first step's SNIPS weights are (the log line's numbers)
-        mlflow.log_params({f"logged_by.{a}": round(v, 6) for a, v in shares.items()})
+        registry.log_params({f"logged_by.{a}": round(v, 6) for a, v in shares.items()})
         if weights:
-            mlflow.log_metrics({f"first_step_w/{k}": float(v) for k, v in weights.items()})
+            registry.log_metrics({f"first_step_w/{k}": float(v) for k, v in weights.items()})
     parent_months = [m for m in (champ.tags or {}).get("months", "").split(",") if m]
     out = UpdateResult(
         arm=arm,

@@ -109,7 +109,5 @@ def build_bandit_log(
 
 def _registered_pi_init(cfg: Config) -> str | None:
     """Version number of the registered pi_init (alias ``pi_init``), if any."""
-
-    registry.configure(cfg)
-    mv = registry.get_version(PI_INIT_ALIAS, name=registry.model_name(cfg))
+    mv = registry.get_version(PI_INIT_ALIAS, name=registry.model_name(cfg), cfg=cfg)
     return str(mv.version) if mv is not None else None

@@ -105,13 +105,6 @@ def pretrain_stage(
         for sp in splits
         if split_of_user(sp.user_id, validation_fraction) == "validation"
     }
-    log_metric = None
-    if log_mlflow:
-        import mlflow
-
-        def log_metric(name: str, value: float, step: int) -> None:
-            mlflow.log_metric(name, value, step=step)
-
     return pretrain_next_item(
         model,
         tokenizer,
@@ -125,7 +118,7 @@ def pretrain_stage(
         patience=s.pretrain_patience,
         weight_decay=0.0,
         seed=cfg.seed,
-        log_metric=log_metric,
+        log_metric=registry.log_metric if log_mlflow else None,
     )
 
 
@@ -135,7 +128,7 @@ def register_pi_init(cfg: Config, model_uri: str, tags: dict):
     A registry that cannot answer raises (abpo.registry.RegistryUnavailable) instead of reading as "no champion"."""
 
     name = registry.model_name(cfg)
-    first = registry.get_version(registry.CHAMPION, name=name) is None
+    first = registry.get_version(registry.CHAMPION, name=name, cfg=cfg) is None
     mv = registry.register(model_uri, alias=registry.CHAMPION if first else None, tags=tags, name=name)
     registry.set_alias(PI_INIT_ALIAS, mv.version, name=name)
     return mv, first
@@ -334,9 +327,7 @@ def train_sft(
             if logs and "loss" in logs:
                 losses.append((int(state.global_step), float(logs["loss"])))
                 if log_mlflow:
-                    import mlflow
-
-                    mlflow.log_metric("train_loss", float(logs["loss"]), step=int(state.global_step))
+                    registry.log_metric("train_loss", float(logs["loss"]), step=int(state.global_step))
 
     params = {
         **{f"sft.{k}": v for k, v in asdict(cfg.sft).items()},
@@ -412,17 +403,13 @@ def train_sft(
             for line in res.lines():
                 log.info(f"pi_init held-out: {line}")
         if run is not None:
-            import mlflow
-
-            from abpo import registry
-
-            mlflow.log_params({k: str(v)[:500] for k, v in params.items()})
+            registry.log_params({k: str(v)[:500] for k, v in params.items()})
             if result.metrics:
-                mlflow.log_metrics({k.replace("@", "_at_"): v for k, v in result.metrics.items()})
-            mlflow.log_metrics({f"stage_seconds_{k}": v for k, v in result.stage_seconds.items()})
+                registry.log_metrics({k.replace("@", "_at_"): v for k, v in result.metrics.items()})
+            registry.log_metrics({f"stage_seconds_{k}": v for k, v in result.stage_seconds.items()})
             if losses:
                 png = _loss_png(losses, Path(work.parent / "sft_loss.png"))
-                mlflow.log_artifact(str(png))
+                registry.log_artifact(png)
                 png.unlink()
             uri = registry.log_model_dir(out_dir, policy_cfg=cfg.policy)
             result.mlflow_run_id = run.info.run_id
@@ -438,8 +425,6 @@ def train_sft(
                 )
 
     if log_mlflow:
-        from abpo import registry
-
         with registry.start_run(
             cfg, cfg.sft.experiment, "sft-pi_init", tags={"abpo.step": "sft", **(run_tags or {})}
         ) as run:

@@ -74,7 +74,7 @@ _SOFTMAX_RULE = re.compile(r"^softmax\(tau=([0-9.eE+-]+)\)$")
 _RANKER_RULE = re.compile(r"^softmax\(score/T, T=([0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)\) [a-z][a-z0-9_]*$")
 
 
-def logged_tau(logging_policy: str) -> float:
+def logged_tau(logging_policy: object) -> float:
     """tau of a ``softmax(tau=X)`` logging rule (what `abpo.policy.bandit` and the LLM arms write into the log's
     ``logging_policy``); ValueError for any other rule."""
     m = _SOFTMAX_RULE.match(str(logging_policy).strip())

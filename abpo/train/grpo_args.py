@@ -44,14 +44,10 @@ def grpo_kwargs(
     Batch geometry: per_device_train_batch_size counts rollout rows = batch_size x rollouts_per_example; one
     optimizer step = one generation batch (steps_per_generation = grad_accum), the SNIPS mini-batch of step 3.
     """
-    from abpo.train.distributed import cuda_available, deepspeed_configured_state, env_world_size
+    from abpo.train.distributed import env_world_size
 
     u = update_cfg
     k = rollouts_per_example(get_variant(variant), u.group_size, equal_samples=u.grpo_equal_samples)
-    deepspeed = None
-    if u.deepspeed:
-        ds = Path(u.deepspeed)
-        deepspeed = str(repo_path(ds))
     # update.batch_size counts the logged examples of a micro-batch over all processes: each of the N processes of a
     # torchrun / accelerate launch trains batch_size / N of them (abpo.train.distributed.check_launch refuses a
     # batch the process count does not divide), so the update is the same whatever N
@@ -89,17 +85,7 @@ def grpo_kwargs(
         vllm_mode=u.vllm_mode,
         vllm_gpu_memory_utilization=u.vllm_gpu_memory_utilization,
         vllm_importance_sampling_correction=u.vllm_importance_sampling_correction,
-        # hardware (GRPOConfig defaults bf16=True and gradient_checkpointing=True: set both explicitly)
-        bf16=u.bf16,
-        fp16=False,
-        gradient_checkpointing=u.gradient_checkpointing,
-        deepspeed=deepspeed,
-        # the CPU said explicitly (a CPU launch of N processes is then data-parallel over gloo, not N processes
-        # training alone); DeepSpeed on the CPU brings its own CPU accelerator, which use_cpu would drop
-        use_cpu=not cuda_available() and deepspeed is None,
-        # DeepSpeed over several CPU processes: the state abpo.train.distributed.dist_state built (it counts the
-        # process group; the one transformers would rebuild counts one process)
-        **({"accelerator_config": {"use_configured_state": True}} if deepspeed_configured_state(deepspeed) else {}),
+        **hardware_kwargs(u),
         disable_dropout=True,
         # update.greedy_rollouts: the most likely answer instead of a sample (ABPOTrainer reads it for the
         # constrained single-choice path too)
@@ -116,6 +102,27 @@ def grpo_kwargs(
     )
     kwargs.update(overrides)
     return kwargs
+
+
+def hardware_kwargs(u: UpdateConfig) -> dict[str, Any]:
+    """The GRPOConfig keyword arguments of the hardware: precision, gradient checkpointing, DeepSpeed (its config
+    file found from the repository root) and the CPU."""
+    from abpo.train.distributed import cuda_available, deepspeed_configured_state
+
+    deepspeed = str(repo_path(Path(u.deepspeed))) if u.deepspeed else None
+    return dict(
+        # GRPOConfig defaults bf16=True and gradient_checkpointing=True: set both explicitly
+        bf16=u.bf16,
+        fp16=False,
+        gradient_checkpointing=u.gradient_checkpointing,
+        deepspeed=deepspeed,
+        # the CPU said explicitly (a CPU launch of N processes is then data-parallel over gloo, not N processes
+        # training alone); DeepSpeed on the CPU brings its own CPU accelerator, which use_cpu would drop
+        use_cpu=not cuda_available() and deepspeed is None,
+        # DeepSpeed over several CPU processes: the state abpo.train.distributed.dist_state built (it counts the
+        # process group; the one transformers would rebuild counts one process)
+        **({"accelerator_config": {"use_configured_state": True}} if deepspeed_configured_state(deepspeed) else {}),
+    )
 
 
 def variant_update_config(update_cfg: UpdateConfig, variant: str) -> UpdateConfig:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +34,9 @@ class HeldOut:
         return self.positive + self.no_response
 
 
-def read_update_strata(cfg: Config, wh, months: list[str], arm: str, *, gate_users: str, gate_holdout_fraction: float):
+def read_update_strata(
+    cfg: Config, wh, months: Sequence[str], arm: str, *, gate_users: str, gate_holdout_fraction: float
+):
     """(positive, no_response, held_out) of arm ``arm`` (every arm's when "") in ``months``, read from the open
     warehouse ``wh``: the strata of D_bandit. With ``gate_users = warehouse`` the rows of the gate's held-out
     users (the slice of ``gate_holdout_fraction`` among the months' users under ``cfg.seed``, abpo.data.holdout) are

@@ -7,17 +7,15 @@ import math
 
 from transformers import TrainerCallback
 
+from abpo import registry
+
 
 class MLflowStepCallback(TrainerCallback):
     """Logs every numeric value of each `Trainer.log` call (TRL's metrics: rewards per function, KL, entropy,
     clip ratios, step_time; ABPO's: abpo/*) to the active MLflow run at the optimizer step."""
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not state.is_world_process_zero or not logs:
-            return
-        import mlflow
-
-        if mlflow.active_run() is None:
+        if not state.is_world_process_zero or not logs or registry.active_run_id() is None:
             return
         metrics = {
             k: float(v)
@@ -25,7 +23,7 @@ class MLflowStepCallback(TrainerCallback):
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))
         }
         if metrics:
-            mlflow.log_metrics(metrics, step=int(state.global_step))
+            registry.log_metrics(metrics, step=int(state.global_step))
 
 
 class StopAfterStepCallback(TrainerCallback):

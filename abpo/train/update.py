@@ -25,7 +25,7 @@ import dataclasses
 import json
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from abpo import registry
 from abpo.algo.variants import get_variant
@@ -321,15 +321,10 @@ def run_ends_with_the_process(enabled: bool = True):
         yield watch
     except BaseException as e:
         if watch.run_id is not None:
-            import mlflow
-            from mlflow import MlflowClient
-
             status = "KILLED" if received or isinstance(e, KeyboardInterrupt) else "FAILED"
-            active = mlflow.active_run()
-            if active is not None and active.info.run_id == watch.run_id:
-                mlflow.end_run(status=status)
-            else:  # the run's own context ended it first (FAILED, whatever the cause): the cause decides
-                MlflowClient().set_terminated(watch.run_id, status=status)
+            # the active run ends through MLflow's run stack; one its own context already ended (FAILED, whatever
+            # the cause) is set to what the cause decides
+            registry.terminate_run(watch.run_id, status)
             why = f"signal {signal.Signals(received[0]).name}" if received else type(e).__name__
             logging.getLogger(__name__).warning(
                 f"update: stopped by {why}; its MLflow run {watch.run_id} ended {status}"
@@ -373,99 +368,29 @@ def run_update(
     setting, so no arm or experiment row can select it."""
     from abpo.data.loaders import load_dataset
 
-    if strata is not None and not run.months:
-        raise ValueError("run_update: strata without run.months; rule: name the months whose logs the tables hold")
     variant = get_variant(run.variant)
-
+    check_strata_source(run, strata, gate_users, gate_holdout_fraction, trains=variant.update)
     # the settings the variant fixes (docs/update-variants.md), so that the logged params say what trained
     cfg = dataclasses.replace(cfg, update=variant_update_config(cfg.update, variant.name))
     init_dir = init_dir_for(cfg, run)
     if not variant.update:
-        out = output_dir_for(cfg, run)
-        if not init_dir.exists():
-            raise UpdateInputMissing(f"{init_dir}: pi_init not found; run `abpo sft --config {cfg.name}` first")
-        if not log_mlflow:
-            return UpdateResult(variant.name, out, None, init_dir, None, init_dir, None, 0)
-        with registry.start_run(
-            cfg,
-            cfg.update.mlflow_experiment,
-            f"update-{variant.letter}",
-            nested=nested,
-            tags={"abpo.variant": variant.name, "abpo.init_model": str(init_dir)},
-        ) as mlrun:
-            import mlflow
-
-            mlflow.log_param("update.variant", variant.name)
-        return UpdateResult(variant.name, out, None, init_dir, None, init_dir, mlrun.info.run_id, 0)
-
-    if strata is None and (gate_users is None or gate_holdout_fraction is None):
-        raise ValueError(
-            "run_update: no strata and no gate_users / gate_holdout_fraction; rule: reading D_bandit "
-            "from the warehouse needs config arms.gate_users and arms.gate_holdout_fraction"
-        )
-
+        return no_update(cfg, run, variant, init_dir, log_mlflow=log_mlflow, nested=nested)
     check_launch(cfg.update)  # a launch that would train wrongly stops here, before a model loads
     dist = dist_state(deepspeed=bool(cfg.update.deepspeed))
     model, tokenizer = load_start_model(init_dir, cfg)
-    if strata is not None:
-        positive, no_response = strata
-    else:
-        positive, no_response, months = warehouse_strata(
-            cfg, run, gate_users=gate_users, gate_holdout_fraction=gate_holdout_fraction
-        )
-        run = dataclasses.replace(run, months=tuple(months))
-
+    positive, no_response, run = training_strata(cfg, run, strata, gate_users, gate_holdout_fraction)
     dataset = load_dataset(cfg.data)
-    # one optimizer step over all processes (update.batch_size counts the examples of every process's micro-batch)
-    examples_per_batch = cfg.update.batch_size * cfg.update.grad_accum
-    positive, no_response, note = subsample_strata(positive, no_response, cfg.update.max_examples, cfg.seed)
-    # c of the rows trained on, before the stratified batches oversample a stratum (update.no_response_weight_rule)
-    n_rows = positive.num_rows + no_response.num_rows
-    click_rate = positive.num_rows / n_rows if n_rows else None
-    train_ds, report = update_dataset_from_strata(
-        positive,
-        no_response,
-        dataset.titles(),
-        tokenizer,
-        cfg.policy,
-        examples_per_batch=examples_per_batch,
-        seed=cfg.seed,
-        stratification=cfg.update.stratification,
-    )
-    if note:
-        report.notes.insert(0, note)
+    rows = update_rows(cfg, positive, no_response, dataset.titles(), tokenizer)
     out = output_dir_for(cfg, run)
-    # a checkpoint is resumed only by the update that wrote it (same variant, settings, seed, model and rows):
-    # another update killed into the same output leaves checkpoints this one must not continue
-    key = resume_key(cfg, variant.name, init_dir, (positive, no_response), reward)
-    resume, not_resumed = resume_decision(out, cfg.update.resume, key)
-    finished = (out / "update.json").exists()
-    barrier()  # every process has looked before rank 0 removes anything
-    if not_resumed:
-        import logging
-
-        logging.getLogger(__name__).warning(not_resumed)
-        if dist.is_main:
-            shutil.rmtree(out / "checkpoints", ignore_errors=True)
-    if finished:
-        # a finished update of the same inputs: a rerun retrains from scratch (same seed -> same result) instead
-        # of "resuming" a completed run; only an interrupted update (checkpoints, no update.json) resumes
-        if dist.is_main:
-            shutil.rmtree(out / "checkpoints", ignore_errors=True)
-            (out / "update.json").unlink()
-        resume = False
-    if dist.is_main:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / RESUME_KEY).write_text(json.dumps(key, indent=1) + "\n")
-    barrier()
+    resume = prepare_output(cfg, out, resume_key(cfg, variant.name, init_dir, rows.tables, reward), dist.is_main)
     # built before the MLflow run opens: the trainer's refusals (a process group without a distributed trainer, a
     # dropped DeepSpeed config, settings it rejects) leave no FAILED run behind
     trainer = make_trainer(
         model,
         tokenizer,
-        train_ds,
+        rows.dataset,
         cfg.update,
-        dataclasses.replace(settings_for(cfg, variant.name, click_rate=click_rate), reward=reward),
+        dataclasses.replace(settings_for(cfg, variant.name, click_rate=rows.click_rate), reward=reward),
         output_dir=out,
         seed=cfg.seed,
         peft_config=lora_config(cfg.policy),
@@ -473,7 +398,85 @@ def run_update(
         grpo_overrides={"disable_tqdm": not progress},
         item_popularity=dataset.popularity(),
     )
-    resumed_from = resume_point(out, resume)
+    # rank 0 alone opens the run (and logs params, tags and the metrics of MLflowStepCallback)
+    run_ctx = (
+        update_run(cfg, run, variant, init_dir, out, reward=reward, extra_tags=run_tags, nested=nested)
+        if log_mlflow and dist.is_main
+        else contextlib.nullcontext()
+    )
+    # the handlers that end the run with the process are in place before the run opens
+    with run_ends_with_the_process(log_mlflow and dist.is_main) as watch, run_ctx as mlrun:
+        if mlrun is not None:
+            watch.run_id = mlrun.info.run_id
+            _log_params(run_params(cfg, run, variant.name, rows.report.as_params()))
+        result = train_and_save(cfg, variant.name, trainer, tokenizer, out, init_dir, resume, rows.report)
+        result.mlflow_run_id = broadcast_from_main(mlrun.info.run_id if mlrun is not None else None)
+        if mlrun is not None:
+            _log_outputs(result)
+    if dist.is_main:
+        write_update_json(out, result)
+    barrier()  # update.json is there when any process returns
+    return result
+
+
+def write_update_json(out: Path, result: UpdateResult) -> None:
+    """<out>/update.json: the result (abpo.train.runs.read_update_json reads it back); its presence marks the update
+    finished."""
+    (out / "update.json").write_text(
+        json.dumps(
+            {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(result).items()},
+            indent=1,
+            default=str,
+        )
+    )
+
+
+def check_strata_source(
+    run: UpdateRun, strata, gate_users: str | None, gate_holdout_fraction: float | None, *, trains: bool
+) -> None:
+    """ValueError, before any model loads, when the rows to train on are not said: ``strata`` without the months
+    they hold, or (for a variant that ``trains``) neither ``strata`` nor the gate settings the warehouse's D_bandit
+    is read with."""
+    if strata is not None and not run.months:
+        raise ValueError("run_update: strata without run.months; rule: name the months whose logs the tables hold")
+    if trains and strata is None and (gate_users is None or gate_holdout_fraction is None):
+        raise ValueError(
+            "run_update: no strata and no gate_users / gate_holdout_fraction; rule: reading D_bandit "
+            "from the warehouse needs config arms.gate_users and arms.gate_holdout_fraction"
+        )
+
+
+def training_strata(cfg: Config, run: UpdateRun, strata, gate_users: str | None, gate_holdout_fraction: float | None):
+    """(positive, no_response, run) of D_bandit: ``strata`` as given, else the warehouse's rows of ``run.arm`` in
+    ``run.months`` (every ingested month when empty: ``run`` then names them) without the gate's held-out users
+    (abpo.train.strata.warehouse_strata)."""
+    if strata is not None:
+        positive, no_response = strata
+        return positive, no_response, run
+    if gate_users is None or gate_holdout_fraction is None:
+        raise ValueError(
+            "run_update: no strata and no gate_users / gate_holdout_fraction; rule: reading D_bandit "
+            "from the warehouse needs config arms.gate_users and arms.gate_holdout_fraction"
+        )
+    positive, no_response, months = warehouse_strata(
+        cfg, run, gate_users=gate_users, gate_holdout_fraction=gate_holdout_fraction
+    )
+    return positive, no_response, dataclasses.replace(run, months=tuple(months))
+
+
+def update_run(
+    cfg: Config,
+    run: UpdateRun,
+    variant,
+    init_dir: Path,
+    out: Path,
+    *,
+    reward: str,
+    extra_tags: dict[str, str] | None,
+    nested: bool,
+):
+    """The update's MLflow run (opened on entry, abpo.registry.start_run), tagged with what trained (variant, arm,
+    months), from what and into where."""
     tags = {
         "abpo.variant": variant.name,
         "abpo.variant_letter": variant.letter,
@@ -482,84 +485,154 @@ def run_update(
         "abpo.init_model": str(init_dir),
         "abpo.output_dir": str(out),
         **({"abpo.reward": reward} if reward != "logged" else {}),  # the online upper bound's runs say so
-        **(run_tags or {}),
+        **(extra_tags or {}),
     }
-    # rank 0 alone opens the run (and logs params, tags and the metrics of MLflowStepCallback)
-    run_ctx = (
-        registry.start_run(
-            cfg,
-            cfg.update.mlflow_experiment,
-            f"update-{variant.letter}-{'_'.join(run.months)}",
-            tags=tags,
-            nested=nested,
-        )
-        if log_mlflow and dist.is_main
-        else contextlib.nullcontext()
+    name = f"update-{variant.letter}-{'_'.join(run.months)}"
+    return registry.start_run(cfg, cfg.update.mlflow_experiment, name, tags=tags, nested=nested)
+
+
+def no_update(cfg: Config, run: UpdateRun, variant, init_dir: Path, *, log_mlflow: bool, nested: bool) -> UpdateResult:
+    """Variant (A): no update, pi_init is the result (an MLflow run records that it was asked for)."""
+    out = output_dir_for(cfg, run)
+    if not init_dir.exists():
+        raise UpdateInputMissing(f"{init_dir}: pi_init not found; run `abpo sft --config {cfg.name}` first")
+    if not log_mlflow:
+        return UpdateResult(variant.name, out, None, init_dir, None, init_dir, None, 0)
+    with registry.start_run(
+        cfg,
+        cfg.update.mlflow_experiment,
+        f"update-{variant.letter}",
+        nested=nested,
+        tags={"abpo.variant": variant.name, "abpo.init_model": str(init_dir)},
+    ) as mlrun:
+        _log_params({"update.variant": variant.name})
+    return UpdateResult(variant.name, out, None, init_dir, None, init_dir, mlrun.info.run_id, 0)
+
+
+@dataclasses.dataclass
+class UpdateRows:
+    """D_bandit as the update trains on it: the strata (subsampled to update.max_examples), the HF dataset of
+    stratified batches built from them, its batching report and c, the share of positive rows."""
+
+    positive: Any
+    no_response: Any
+    dataset: Any
+    report: Any  # abpo.train.dataset.BatchingReport
+    click_rate: float | None
+
+    @property
+    def tables(self) -> tuple[Any, Any]:
+        return self.positive, self.no_response
+
+
+def update_rows(cfg: Config, positive, no_response, titles, tokenizer) -> UpdateRows:
+    """The strata subsampled to update.max_examples and turned into the stratified batches of step 3's SNIPS
+    mini-batches (abpo.train.dataset): one optimizer step over all processes (update.batch_size counts the examples
+    of every process's micro-batch). c is taken from the rows trained on, before the batches oversample a stratum
+    (update.no_response_weight_rule)."""
+    examples_per_batch = cfg.update.batch_size * cfg.update.grad_accum
+    positive, no_response, note = subsample_strata(positive, no_response, cfg.update.max_examples, cfg.seed)
+    n_rows = positive.num_rows + no_response.num_rows
+    click_rate = positive.num_rows / n_rows if n_rows else None
+    train_ds, report = update_dataset_from_strata(
+        positive,
+        no_response,
+        titles,
+        tokenizer,
+        cfg.policy,
+        examples_per_batch=examples_per_batch,
+        seed=cfg.seed,
+        stratification=cfg.update.stratification,
     )
-    # the handlers that end the run with the process are in place before the run opens
-    with run_ends_with_the_process(log_mlflow and dist.is_main) as watch, run_ctx as mlrun:
-        if mlrun is not None:
-            watch.run_id = mlrun.info.run_id
-        params = {f"update.{k}": v for k, v in dataclasses.asdict(cfg.update).items()}
-        # what was trained, under the names these inputs had as settings (runs stay comparable in MLflow); the
-        # starting model and the output directory are the tags abpo.init_model and abpo.output_dir
-        params.update({"update.variant": variant.name, "update.arm": run.arm, "update.months": list(run.months)})
-        params.update(
-            {
-                "policy.tau": cfg.policy.tau,
-                "policy.lora_r": cfg.policy.lora_r,
-                "seed": cfg.seed,
-                "policy.constrained_rollouts": cfg.policy.constrained_rollouts,
-            }
-        )
-        params.update(report.as_params())
-        if mlrun is not None:
-            import mlflow
+    if note:
+        report.notes.insert(0, note)
+    return UpdateRows(positive, no_response, train_ds, report, click_rate)
 
-            mlflow.log_params({k: (",".join(map(str, v)) if isinstance(v, list) else v) for k, v in params.items()})
-        trainer.train(resume_from_checkpoint=resumed_from)
-        adapter_dir, merged_dir = save_update(trainer, tokenizer, out, save_merged=cfg.update.save_merged)
-        if mlrun is not None:
-            import mlflow
 
-            if resumed_from:
-                mlflow.set_tag("abpo.resumed_from", resumed_from)
-            mlflow.set_tags({"abpo.adapter_dir": str(adapter_dir), "abpo.model_dir": str(merged_dir or adapter_dir)})
-        ckpt = _last_checkpoint(out / "checkpoints")
-        steps = [h for h in trainer.state.log_history if "abpo/advantages/mean" in h]  # per-step logs, not the summary
-        final = {
-            k: float(v)
-            for k, v in (steps[-1] if steps else {}).items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool)
+def prepare_output(cfg: Config, out: Path, key: dict[str, str], is_main: bool) -> bool | str:
+    """The output directory made ready for this update, and whether (or from where) it resumes: a checkpoint is
+    resumed only by the update that wrote it (same resume ``key``: variant, settings, seed, model and rows);
+    another update killed into the same output leaves checkpoints this one must not continue. A finished update of
+    the same inputs retrains from scratch (same seed -> same result) instead of "resuming" a completed run; only an
+    interrupted update (checkpoints, no update.json) resumes. Every process calls it; rank 0 removes and writes."""
+    resume, not_resumed = resume_decision(out, cfg.update.resume, key)
+    finished = (out / "update.json").exists()
+    barrier()  # every process has looked before rank 0 removes anything
+    if not_resumed:
+        import logging
+
+        logging.getLogger(__name__).warning(not_resumed)
+        if is_main:
+            shutil.rmtree(out / "checkpoints", ignore_errors=True)
+    if finished:
+        if is_main:
+            shutil.rmtree(out / "checkpoints", ignore_errors=True)
+            (out / "update.json").unlink()
+        resume = False
+    if is_main:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / RESUME_KEY).write_text(json.dumps(key, indent=1) + "\n")
+    barrier()
+    return resume
+
+
+def run_params(cfg: Config, run: UpdateRun, variant: str, batching: dict) -> dict:
+    """The update's MLflow params: every update.* setting, what was trained under the names these inputs have as
+    settings (runs stay comparable in MLflow), the policy settings that shape it and the batching report; the
+    starting model and the output directory are the tags abpo.init_model and abpo.output_dir."""
+    params = {f"update.{k}": v for k, v in dataclasses.asdict(cfg.update).items()}
+    params.update({"update.variant": variant, "update.arm": run.arm, "update.months": list(run.months)})
+    params.update(
+        {
+            "policy.tau": cfg.policy.tau,
+            "policy.lora_r": cfg.policy.lora_r,
+            "seed": cfg.seed,
+            "policy.constrained_rollouts": cfg.policy.constrained_rollouts,
         }
-        result = UpdateResult(
-            variant=variant.name,
-            output_dir=out,
-            adapter_dir=adapter_dir,
-            model_dir=merged_dir or adapter_dir,
-            checkpoint_dir=Path(ckpt) if ckpt else None,
-            init_model_dir=init_dir,
-            mlflow_run_id=broadcast_from_main(mlrun.info.run_id if mlrun is not None else None),
-            global_step=trainer.state.global_step,
-            resumed_from=resumed_from,
-            metrics=final,
-            batching=report.as_params(),
-            history=[
-                {k: float(v) for k, v in h.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-                for h in steps
-            ],
-        )
-        if mlrun is not None and result.history:
-            import mlflow
+    )
+    params.update(batching)
+    return params
 
-            mlflow.log_metrics({f"summary/{k}": v for k, v in rollout_signal(result.history).items()})
-    if dist.is_main:
-        (out / "update.json").write_text(
-            json.dumps(
-                {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(result).items()},
-                indent=1,
-                default=str,
-            )
-        )
-    barrier()  # update.json is there when any process returns
-    return result
+
+def train_and_save(
+    cfg: Config, variant: str, trainer, tokenizer, out: Path, init_dir: Path, resume, report
+) -> UpdateResult:
+    """Train (from the resume point), save the adapter (and the merged model), and the result with the per-step
+    metrics of the log history (its MLflow run id is set by the caller)."""
+    resumed_from = resume_point(out, resume)
+    trainer.train(resume_from_checkpoint=resumed_from)
+    adapter_dir, merged_dir = save_update(trainer, tokenizer, out, save_merged=cfg.update.save_merged)
+    ckpt = _last_checkpoint(out / "checkpoints")
+    steps = [h for h in trainer.state.log_history if "abpo/advantages/mean" in h]  # per-step logs, not the summary
+    history = [
+        {k: float(v) for k, v in h.items() if isinstance(v, (int, float)) and not isinstance(v, bool)} for h in steps
+    ]
+    return UpdateResult(
+        variant=variant,
+        output_dir=out,
+        adapter_dir=adapter_dir,
+        model_dir=merged_dir or adapter_dir,
+        checkpoint_dir=Path(ckpt) if ckpt else None,
+        init_model_dir=init_dir,
+        mlflow_run_id=None,
+        global_step=trainer.state.global_step,
+        resumed_from=resumed_from,
+        metrics=dict(history[-1]) if history else {},
+        batching=report.as_params(),
+        history=history,
+    )
+
+
+def _log_params(params: dict) -> None:
+    """``params`` on the active MLflow run (a list value as its comma-joined items)."""
+    registry.log_params({k: (",".join(map(str, v)) if isinstance(v, list) else v) for k, v in params.items()})
+
+
+def _log_outputs(result: UpdateResult) -> None:
+    """What the update wrote (tags abpo.adapter_dir, abpo.model_dir, abpo.resumed_from) and its rollout signal's
+    summary metrics (summary/*) on the active MLflow run."""
+    if result.resumed_from:
+        registry.set_tag("abpo.resumed_from", result.resumed_from)
+    registry.set_tags({"abpo.adapter_dir": str(result.adapter_dir), "abpo.model_dir": str(result.model_dir)})
+    if result.history:
+        registry.log_metrics({f"summary/{k}": v for k, v in rollout_signal(result.history).items()})

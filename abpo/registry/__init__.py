@@ -14,8 +14,9 @@ Its parts: :mod:`abpo.registry.store` (the store, experiments, runs), :mod:`abpo
 
 The one door to MLflow: no module of abpo outside this package imports ``mlflow`` (an import-linter contract in
 pyproject.toml keeps it so); every MLflow call goes through a function here. Tracking is configured once per process
-and store, by the registry itself: every function that takes ``cfg`` calls :func:`configure` (a repeat for the
-same store is a no-op), the others act on a run or version this process already opened or read.
+and store, by the registry itself: every function that takes ``cfg`` and talks to the store calls :func:`configure`
+(a repeat for the same store returns at once); the others act on a run or version this process already opened or
+read, so on the store it was configured for.
 """
 
 from abpo.registry.errors import ModelFilesDamaged, NamespaceMismatch, RegistryUnavailable, StateMoved

@@ -191,9 +191,10 @@ class ServedOnce:
 def simulated_ctr_by_oracle(cfg, month: str, name: str, arm, *, dataset, splits, oracles=ORACLES) -> dict[str, dict]:
     """Arm ``name``'s per-arm result (impressions, clicks, ctr) of ``month`` with ``arm`` at share 1, under each
     ground truth in ``oracles`` (``sim.oracle`` set to it; everything else as ``cfg``)."""
-    from abpo.sim.simulator import simulate_month
+    from abpo.sim.simulator import month_requests, simulate_month
 
     served = ServedOnce(arm)
+    requests = month_requests(cfg, dataset, splits, month)  # the same whatever the oracle: built once
     out = {}
     for oracle in oracles:
         one = dataclasses.replace(
@@ -201,9 +202,9 @@ def simulated_ctr_by_oracle(cfg, month: str, name: str, arm, *, dataset, splits,
             report=dataclasses.replace(cfg.report, arm_shares={name: 1.0}),
             sim=oracle_settings(cfg.sim, oracle),
         )
-        out[oracle] = simulate_month(one, month, {name: served}, dataset=dataset, splits=splits, write=False).per_arm[
-            name
-        ]
+        out[oracle] = simulate_month(
+            one, month, {name: served}, dataset=dataset, splits=splits, write=False, requests=requests
+        ).per_arm[name]
     return out
 
 

@@ -99,28 +99,19 @@ def _lap_suffix(cfg: Config, i: int) -> str:
 
 def _check_month(cfg: Config, month: str) -> int:
     from abpo.config.sim import CANDIDATE_SOURCES
+    from abpo.config.validate import check_sim_windows
 
     w, k = cfg.sim.window, cfg.sim.requests_per_user
     if w < 1 or k < 1:
         raise ValueError(f"config sim.window = {w}, sim.requests_per_user = {k}: rule: each >= 1")
     if cfg.sim.candidates not in CANDIDATE_SOURCES:
         raise ValueError(f"config sim.candidates = {cfg.sim.candidates!r}: rule: one of {list(CANDIDATE_SOURCES)}")
-    if cfg.sim.candidates == "offline" and k != w:
-        raise ValueError(
-            f"config sim.requests_per_user = {k} with sim.candidates = offline: rule: equal to "
-            f"sim.window = {w} (the offline construction has one candidate set per position)"
-        )
+    check_sim_windows(cfg)  # the rules between keys, as load_config checked them (a config built otherwise too)
     i = month_index(cfg.sim.start_month, month)
-    n = months_available(cfg)
     if i < 0:
         raise ValueError(
             f"month {month}: simulated month index {i} (sim.start_month = {cfg.sim.start_month}); rule: "
             "a month at or after sim.start_month"
-        )
-    if n < 1:
-        raise ValueError(
-            f"config data.update_steps = {cfg.data.update_steps}, sim.window = {w}: rule: "
-            "data.update_steps // sim.window >= 1 (a month needs one window of update positions)"
         )
     return i
 
@@ -406,10 +397,19 @@ def _times(month: str, n: int) -> list[datetime]:
 
 
 def simulate_month(
-    cfg: Config, month: str, arms: Mapping[str, Any], *, dataset=None, splits=None, write: bool = True
+    cfg: Config,
+    month: str,
+    arms: Mapping[str, Any],
+    *,
+    dataset=None,
+    splits=None,
+    write: bool = True,
+    requests: Sequence[SimRequest] | None = None,
 ) -> SimResult:
     """Serve ``month``'s requests with ``arms`` (arm name -> abpo.arms.Arm, the champions), click, and (``write``)
-    land the impressions as ``landing/impressions/month=<month>/part-sim.parquet`` (a rerun replaces it)."""
+    land the impressions as ``landing/impressions/month=<month>/part-sim.parquet`` (a rerun replaces it).
+    ``requests``: the month's requests when the caller already built them with :func:`month_requests` (they do not
+    depend on the oracle or the shares: benchmarks/simulate.py serves one month under several oracles)."""
     from abpo.abtest.assignment import assign_users, check_shares
     from abpo.arms.base import expose
     from abpo.data.loaders import load_dataset
@@ -424,7 +424,8 @@ def simulate_month(
     ds = dataset if dataset is not None else load_dataset(cfg.data)
     if splits is None:
         splits, _ = split_users(ds, cfg.data)
-    requests = month_requests(cfg, ds, splits, month)
+    if requests is None:
+        requests = month_requests(cfg, ds, splits, month)
     arm_of = assign_users([s.user_id for s in splits], series_salt(cfg), shares)
     u_expose = _uniforms(cfg.seed, month, 1, len(requests), series_entropy(cfg))
     u_click = _uniforms(cfg.seed, month, 2, len(requests), series_entropy(cfg))

@@ -2,6 +2,7 @@
 step with the item-token policy against the step before it (the text prompt), same model, data and G.
 
     .venv/bin/python benchmarks/update_step.py [--m 20 200] [--steps 4] [--reps 2] [--threads 1]
+                                               [--variants abpo_ll,grpo_cr]
 
 Rows timed, alternating within each repetition:
     B        vanilla GRPO with the preset (item-token prompt and scoring, one-forward constrained rollouts, full
@@ -10,6 +11,8 @@ Rows timed, alternating within each repetition:
     F-text   ABPO as before the item-token policy: policy.prompt_style=text, policy.max_history=10, LoRA r=8 on
              attention and MLP (policy.lora_r=8), constrained rollouts decoded token by token through HF generate,
              s_p (e0, e_old) the mean over the answer's tokens
+    <variant>  with --variants, each named update variant (docs/update-variants.md) with the preset, its
+             cost per step against B printed per M before the goal line (issue 49: "at what cost per step")
 Goals: F/B <= 1.2 and F-text/F >= 3 at M = 20. With M = 20 among the sizes the last line is
 `goal F/B <= 1.2 at M=20 (CPU time): <met|NOT met> (<F/B>); goal F-text/F >= 3: <met|NOT met> (<F-text/F>)`.
 
@@ -318,6 +321,12 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1, help="torch threads (the tiny preset's policy.num_threads is 1)")
     ap.add_argument("--config", default="tiny")
     ap.add_argument(
+        "--variants",
+        default="",
+        help="more rows beside B and F, comma-separated update variants (e.g. abpo_ll,grpo_cr: issue 49's cost per "
+        "step against B); each is timed in the same alternation and its CPU ratio to B printed before the goal line",
+    )
+    ap.add_argument(
         "--processes",
         action="store_true",
         help="rows for 1 and 2 processes (P1, P2-DDP, P2-ZeRO2) instead of B / F / F-text",
@@ -331,6 +340,12 @@ def main(argv=None) -> int:
         return worker(args.worker)
     if args.processes:
         return processes_rows(args)
+    from abpo.algo.variants import VARIANTS
+
+    variants = [v for v in args.variants.split(",") if v]
+    unknown = [v for v in variants if v not in VARIANTS or v in ("none", "grpo", "abpo")]
+    if unknown:
+        ap.error(f"--variants: {unknown} are not update variants beside B and F ({', '.join(sorted(VARIANTS))})")
 
     import torch
     from transformers import AutoModelForCausalLM
@@ -403,6 +418,7 @@ def main(argv=None) -> int:
                 "B": ("grpo", cfg, data["item_tokens"][0]),
                 "F": ("abpo", cfg, data["item_tokens"][0]),
                 "F-text": ("abpo", text_cfg, data["text"][0]),
+                **{v: (v, cfg, data["item_tokens"][0]) for v in variants},
             }
             prompt_tokens = (data["item_tokens"][1], data["text"][1])
             times = {k: [] for k in runs}
@@ -417,7 +433,7 @@ def main(argv=None) -> int:
                         ds,
                         c.update,
                         c.policy,
-                        settings_for(c, variant),
+                        settings_for(c, variant, click_rate=args.click_rate),
                         args.steps,
                         args.warmup,
                         tmp / f"{m}-{rep}",
@@ -451,6 +467,12 @@ def main(argv=None) -> int:
             f"{medc['F'] / medc['B']:>6.2f} {medc['F-text'] / medc['F']:>9.2f} {med['F']:>7.2f} "
             f"{med['F-text']:>11.2f} {x:>18.2f}"
         )
+    for m, _, medc, _, _ in results:
+        if variants:  # issue 49 point 6: each variant's cost per step against B, the same alternation
+            print(
+                f"M={m} cost per step against B (CPU time): "
+                + "; ".join(f"{v}/B {medc[v] / medc['B']:.2f}" for v in variants)
+            )
     at20 = [(medc["F"] / medc["B"], medc["F-text"] / medc["F"]) for m, med, medc, _, _ in results if m == 20]
     if at20:
         fb, speed = at20[0]

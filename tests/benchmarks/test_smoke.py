@@ -62,8 +62,8 @@ CASES = {
     "update_step.py": (
         rf"goal F/B <= 1\.2 at M=20 \(CPU time\): (?:met|NOT met) \({NUM}\); "
         rf"goal F-text/F >= 3: (?:met|NOT met) \({NUM}\)",
-        None,
-        [],
+        rf"M=20 cost per step against B \(CPU time\): abpo_ll/B {NUM}; grpo_cr/B {NUM}",
+        ["--variants", "abpo_ll,grpo_cr"],
     ),
 }
 # bootstrap every arm / prepare a month and train pi_init twice first: ~25-60 CPU-s

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# The logging regime's choices (abpo.experiment.regime_settings reads them; docs/regimes.md)
+LOGGERS = ("on_policy", "pi_init", "foreign", "uniform", "mixed")  # experiment.logger
+FOREIGN = ("ml_retrain", "popularity")  # experiment.foreign_logger: the rankers that can log
+CLICKS = ("next_item", "simulator")  # experiment.clicks
+LOG_CANDIDATES = ("offline", "paper")  # experiment.log_candidates
+
 
 @dataclass
 class ExperimentConfig:
@@ -148,7 +154,7 @@ class ExperimentConfig:
     logger: str = field(
         default="on_policy",
         metadata={
-            "choices": ("on_policy", "pi_init", "foreign", "uniform", "mixed"),
+            "choices": LOGGERS,
             "help": "Who logs each round's D_bandit (abpo.experiment.regimes): on_policy (the row's round r-1 policy, "
             "pi_init in round 1), pi_init (every round: the paper's literal e0, stale from round 2), foreign (the "
             "ranker experiment.foreign_logger, softmax(score/T)), uniform (uniform over the log's candidates) or "
@@ -159,7 +165,7 @@ class ExperimentConfig:
     foreign_logger: str = field(
         default="ml_retrain",
         metadata={
-            "choices": ("ml_retrain", "popularity"),
+            "choices": FOREIGN,
             "help": "The ranker that logs with experiment.logger = foreign: ml_retrain | popularity.",
         },
     )
@@ -173,7 +179,7 @@ class ExperimentConfig:
     clicks: str = field(
         default="next_item",
         metadata={
-            "choices": ("next_item", "simulator"),
+            "choices": CLICKS,
             "help": "Click model of the logs: next_item (y = 1 iff the logged item is x_{t'+1}) or simulator (the "
             "production loop's click model abpo.sim.clicks on its preference oracle, with sim.base_ctr's intercept "
             "calibration and the next/soon boosts; seeded uniforms), so a no-response can be a liked item and a "
@@ -183,7 +189,7 @@ class ExperimentConfig:
     log_candidates: str = field(
         default="offline",
         metadata={
-            "choices": ("offline", "paper"),
+            "choices": LOG_CANDIDATES,
             "help": "Candidates of the logged requests: offline (data.train_candidates with "
             "data.train_hard_negative_fraction popularity hard negatives) or paper (experiment.log_candidate_count "
             "uniform random unseen distractors); the next item x_{t'+1} is always included.",

@@ -29,15 +29,12 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from abpo.config.experiment import CLICKS, FOREIGN, LOG_CANDIDATES, LOGGERS
 from abpo.yamlfile import read_yaml
 
 if TYPE_CHECKING:
     from abpo.config import Config
 
-LOGGERS = ("on_policy", "pi_init", "foreign", "uniform", "mixed")
-FOREIGN = ("ml_retrain", "popularity")
-CLICKS = ("next_item", "simulator")
-LOG_CANDIDATES = ("offline", "paper")
 DEFAULTS = {"logger": "on_policy", "clicks": "next_item", "log_candidates": "offline"}
 LOGGING_ARM = "logging_arm"
 # what the column logging_arm holds: pi_init, the row's own updated policy, a ranker, or uniform exploration

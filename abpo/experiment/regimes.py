@@ -20,11 +20,11 @@ import numpy as np
 
 from abpo.arms.names import LLM_ARMS, RANKER_ARMS
 from abpo.baselines import make_ranker, softmax_propensities
+from abpo.config.experiment import FOREIGN
 from abpo.data.candidates import build_bandit_requests
 from abpo.experiment.regime_settings import (
     CLICK_STREAM,
     EXPOSE_STREAM,
-    FOREIGN,
     LOGGING_ARM,
     MIX_STREAM,
     is_default,

@@ -36,7 +36,8 @@ def known_rows() -> list[str]:
 
 def regime_cases(preset: str) -> dict[str, list[str]]:
     """name -> the experiment.* overrides of the regime."""
-    from abpo.experiment.regime_settings import CLICKS, FOREIGN, LOG_CANDIDATES, LOGGERS, regime_overrides
+    from abpo.config.experiment import CLICKS, FOREIGN, LOG_CANDIDATES, LOGGERS
+    from abpo.experiment.regime_settings import regime_overrides
 
     path = REPO_ROOT / "configs" / "regimes.yaml"
     cases = {n: regime_overrides(n, path) for n in _yaml_names(path)}
@@ -106,7 +107,7 @@ def test_every_cell_fingerprint_is_unchanged():
 
 def test_the_fixture_covers_every_row_and_regime_factor():
     """A new row or regime value must enter the fixture (regenerate it with --write on the code before the change)."""
-    from abpo.experiment.regime_settings import CLICKS, FOREIGN, LOG_CANDIDATES, LOGGERS
+    from abpo.config.experiment import CLICKS, FOREIGN, LOG_CANDIDATES, LOGGERS
 
     pinned = json.loads(FIXTURE.read_text())
     assert all(sorted(c["rows"]) == sorted(known_rows()) for c in pinned)

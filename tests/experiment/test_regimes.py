@@ -412,8 +412,7 @@ def test_the_config_choices_are_the_regimes_own():
 
     from abpo.config import load_config
     from abpo.config.errors import ConfigError
-    from abpo.config.experiment import ExperimentConfig
-    from abpo.experiment.regime_settings import CLICKS, FOREIGN, LOG_CANDIDATES, LOGGERS
+    from abpo.config.experiment import CLICKS, FOREIGN, LOG_CANDIDATES, LOGGERS, ExperimentConfig
 
     meta = {f.name: f.metadata for f in dataclasses.fields(ExperimentConfig)}
     for key, options in (

@@ -1,5 +1,5 @@
-"""The experiment's logging regimes as settings (issue 29): the regime keys' choices and defaults, their check,
-the settings a cell's fingerprint digests, the line naming a regime under every table and the named regime presets
+"""The experiment's logging regimes as settings (issue 29): the regime keys' defaults and check (their choices:
+abpo.config.experiment), the settings a cell's fingerprint digests, the line naming a regime under every table and the named regime presets
 of configs/regimes.yaml. Pure: it imports nothing of abpo.experiment (the logs themselves: abpo.experiment.regimes).
 Config keys ``experiment.logger``, ``experiment.foreign_logger``, ``experiment.foreign_temperature``,
 ``experiment.clicks``, ``experiment.log_candidates`` and ``experiment.log_candidate_count``; their defaults are the

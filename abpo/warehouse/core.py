@@ -168,7 +168,7 @@ class Warehouse(WarehouseDB):
             months, batch_size, seed, mode, chunk_rows=chunk_rows, exclude_users=exclude_users
         )
 
-    # ------------------------------------------------------------------------ interactions (abpo.warehouse.interactions)
+    # -------------------------------------------------------------------- interactions (abpo.warehouse.interactions)
     def ingest_interactions(
         self, landing_dir: str | os.PathLike, month: str, *, catalog: Iterable[int] | None = None
     ) -> int | None:

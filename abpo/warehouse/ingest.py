@@ -244,11 +244,7 @@ class Ingest:
         t0 = time.perf_counter()
         files = landing_files(landing_dir, month)
         report = IngestReport(month=month, files=[storage.basename(p) if isinstance(p, str) else p.name for p in files])
-        remote = [p for p in files if isinstance(p, str)]
-        if remote:  # objects: staged from a local copy, deleted once staged
-            self._stage_remote(remote)
-        else:
-            self._stage([p for p in files if isinstance(p, Path)])
+        self._stage_landed(files)
         failed: BaseException | None = None
         try:
             stage_catalog(self.db, catalog)
@@ -356,6 +352,15 @@ class Ingest:
             if failed is None:
                 raise
             log.info("ingest %s: clean-up after the failure also failed: %s", month, cleanup)
+
+    def _stage_landed(self, files: list[Path] | list[str]) -> None:
+        """Stage the month's landing files: local files directly, objects (URIs) from a local copy, deleted once
+        staged."""
+        remote = [p for p in files if isinstance(p, str)]
+        if remote:
+            self._stage_remote(remote)
+        else:
+            self._stage([p for p in files if isinstance(p, Path)])
 
     def _stage_remote(self, uris: list[str]) -> None:
         """Stage an object-store partition: the objects are copied into a temporary directory (next to DuckDB's

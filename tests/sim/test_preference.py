@@ -24,17 +24,22 @@ def test_oracle_weights_are_validated_with_the_key_named():
     from abpo.config.sim import SimConfig
     from abpo.sim.preference import oracle_weights
 
-    assert oracle_weights(SimConfig()) == pytest.approx({"knn": 1 / 3, "sequential": 1 / 3, "als": 1 / 3})
+    # the default truth: the mixture without the ML-retrain arm's family (issue 46)
+    assert oracle_weights(SimConfig()) == pytest.approx({"knn": 1 / 2, "sequential": 1 / 2})
+    assert oracle_weights(SimConfig(oracle="replay")) == {"replay": 1.0}
     assert oracle_weights(SimConfig(oracle="sequential")) == {"sequential": 1.0}
-    assert oracle_weights(SimConfig(oracle_weights={"knn": 3, "als": 1, "sequential": 0})) == {"knn": 0.75, "als": 0.25}
+    assert oracle_weights(SimConfig(oracle="mixture", oracle_weights={"knn": 3, "als": 1, "sequential": 0})) == {
+        "knn": 0.75,
+        "als": 0.25,
+    }
     with pytest.raises(ValueError, match=r"sim.oracle_weights.popularity: unknown oracle component 'popularity'"):
-        oracle_weights(SimConfig(oracle_weights={"knn": 1.0, "popularity": 1.0}))
+        oracle_weights(SimConfig(oracle="mixture", oracle_weights={"knn": 1.0, "popularity": 1.0}))
     with pytest.raises(ValueError, match=r"sim.oracle_weights.als = -0.5: rule: a finite number >= 0"):
-        oracle_weights(SimConfig(oracle_weights={"knn": 1.0, "als": -0.5}))
+        oracle_weights(SimConfig(oracle="mixture", oracle_weights={"knn": 1.0, "als": -0.5}))
     with pytest.raises(ValueError, match=r"sim.oracle_weights.als = nan"):
-        oracle_weights(SimConfig(oracle_weights={"als": float("nan")}))
+        oracle_weights(SimConfig(oracle="mixture", oracle_weights={"als": float("nan")}))
     with pytest.raises(ValueError, match=r"rule: the weights sum to > 0"):
-        oracle_weights(SimConfig(oracle_weights={"knn": 0.0, "als": 0}))
+        oracle_weights(SimConfig(oracle="mixture", oracle_weights={"knn": 0.0, "als": 0}))
     with pytest.raises(ValueError, match=r"config sim.oracle = 'ranker': rule: one of \['mixture', 'knn'"):
         oracle_weights(SimConfig(oracle="ranker"))
 

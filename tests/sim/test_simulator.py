@@ -301,7 +301,7 @@ class UniformArm:
 )
 def test_a_uniform_arm_observes_the_configured_base_ctr(make_cfg, movielens, base_ctr, oracle):
     """Calibration: without the next-item boosts, a uniformly random exposure's CTR is within 3 standard errors of
-    sim.base_ctr, under the default mixture oracle and a pure one."""
+    sim.base_ctr, under the default mixture oracle, a pure one and the replay truth."""
     from abpo.data.splits import split_users
     from abpo.sim.simulator import simulate_month
 
@@ -336,7 +336,7 @@ def test_the_ground_truth_sees_the_future_and_no_arm_sees_it(make_cfg, movielens
     from abpo.data.splits import split_users
     from abpo.sim.simulator import ground_truth, month_requests
 
-    cfg = make_cfg(*SIXTY_USERS)
+    cfg = make_cfg(*SIXTY_USERS, "sim.oracle_weights={knn: 1, sequential: 1, als: 1}")
     splits, _ = split_users(movielens, cfg.data)
     oracle = ground_truth(cfg, movielens)
     assert cfg.sim.oracle == "mixture" and set(oracle.weights) == {"knn", "sequential", "als"}

@@ -231,12 +231,14 @@ def configure(cfg: Config) -> str:
     import mlflow
 
     uri = cfg.paths.tracking_uri()
-    key = (uri, str(cfg.paths.resolve("root")), cfg.paths.namespace or "", str(cfg.paths.location("mlflow_artifacts")))
+    root, ns = str(cfg.paths.resolve("root")), cfg.paths.namespace or ""
+    key = (uri, root, ns, str(cfg.paths.location("mlflow_artifacts")))
     if (
         _configured.get("key") == key
         and mlflow.get_tracking_uri() == uri
         and mlflow.get_registry_uri() == uri
-        and (not uri.startswith("sqlite:///") or cfg.paths.resolve("root").is_dir())
+        and (root, ns) in _checked_namespace  # each check below still stands as this process made it
+        and (not uri.startswith("sqlite:///") or (uri in _checked_moved and Path(root).is_dir()))
     ):
         return uri
     register_uri_secret(uri)  # its password is blanked out of every message and log line from here on

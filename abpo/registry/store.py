@@ -237,7 +237,8 @@ def configure(cfg: Config) -> str:
         _configured.get("key") == key
         and mlflow.get_tracking_uri() == uri
         and mlflow.get_registry_uri() == uri
-        and (root, ns) in _checked_namespace  # each check below still stands as this process made it
+        and uri in _announced  # each check and the store line below still stand as this process made them
+        and (root, ns) in _checked_namespace
         and (not uri.startswith("sqlite:///") or (uri in _checked_moved and Path(root).is_dir()))
     ):
         return uri

@@ -40,6 +40,14 @@ LOGGING_ARM = "logging_arm"
 # what the column logging_arm holds: pi_init, the row's own updated policy, a ranker, or uniform exploration
 LOGGING_ARMS = ("pi_init", "policy", "popularity", "ml_retrain", "uniform")
 CLICK_STREAM, EXPOSE_STREAM, MIX_STREAM = 11, 12, 13
+# Keys added to section `sim` after cells were cached, with their default (= the behaviour before they existed): at
+# that default a key is left out of a regime's digest, so cached cells keep their fingerprints
+ADDED_SIM_KEYS: dict[str, Any] = {
+    "replicate": 0,  # abpo loop-experiment: replicate 0 is the cells of before
+    "replay_horizon": 10,  # the replay truth's settings (issue 46): read only under sim.oracle = replay
+    "replay_decay": 0.7,
+    "replay_strength": 5.0,
+}
 
 
 def check_regime(e) -> None:
@@ -80,7 +88,7 @@ def regime_settings(cfg: Config) -> dict[str, Any]:
         out["sim"] = {
             k: v
             for k, v in dataclasses.asdict(cfg.sim).items()
-            if not (k == "replicate" and v == 0)  # added with abpo loop-experiment: replicate 0 is the cells of before
+            if not (k in ADDED_SIM_KEYS and v == ADDED_SIM_KEYS[k])
         }
     if e.log_candidates != DEFAULTS["log_candidates"]:
         out["log_candidates"] = e.log_candidates

@@ -1,7 +1,8 @@
 """Who owns the ground truth (issue 46). An arm whose scores are an oracle component's (the ALS component, the
 ML-retrain arm's family) against an arm exactly as accurate, user by user, whose other choices owe nothing to ALS:
-the default truth (the mixture of knn and sequential) does not read the ALS component at all; the replay truth gives
-the ALS arm nothing beyond its accuracy; the ALS truth and the former default (the mixture with ALS) reward it."""
+issue 46's proposed truth (the mixture of knn and sequential, `sim.oracle_weights` als = 0) does not read the ALS
+component at all; the replay truth gives the ALS arm nothing beyond its accuracy; the ALS truth and the default (the
+mixture with ALS, still the demo's) reward it."""
 
 from __future__ import annotations
 
@@ -80,12 +81,13 @@ def _with_oracle(cfg, oracle):
     return dataclasses.replace(cfg, sim=dataclasses.replace(cfg.sim, oracle=oracle))
 
 
-def test_the_default_truth_does_not_read_the_als_component(make_cfg, movielens):
-    """The ML-retrain arm's family has no term in the default truth: its z is the same whatever the ALS component's
-    fit (here: another number of factors, another regularisation), and equals the mixture of knn and sequential."""
+def test_the_proposed_truth_does_not_read_the_als_component(make_cfg, movielens):
+    """The ML-retrain arm's family has no term in issue 46's proposed truth: its z is the same whatever the ALS
+    component's fit (here: another number of factors, another regularisation), and equals the mixture of knn and
+    sequential."""
     from abpo.sim.simulator import ground_truth
 
-    cfg = make_cfg("data.max_users=60", "data.update_steps=6")
+    cfg = make_cfg("data.max_users=60", "data.update_steps=6", "sim.oracle_weights={knn: 1, sequential: 1, als: 0}")
     assert cfg.sim.oracle == "mixture" and cfg.sim.oracle_weights == {"knn": 1.0, "sequential": 1.0, "als": 0.0}
     truth = ground_truth(cfg, movielens)
     assert set(truth.weights) == {"knn", "sequential"}
@@ -124,8 +126,8 @@ def test_replay_gives_an_oracle_component_arm_nothing_beyond_its_accuracy(make_c
 
 @pytest.mark.slow
 def test_the_former_default_rewarded_a_correlated_arm_beyond_its_accuracy(make_cfg, movielens):
-    """Why ALS left the default mixture: under the mixture of knn, sequential and als (the default until issue 46),
-    the ALS-scoring arm out-clicks the arm that is exactly as accurate."""
+    """Why issue 46 proposes to drop ALS: under the default mixture of knn, sequential and als, the ALS-scoring arm
+    out-clicks the arm that is exactly as accurate."""
     from abpo.data.splits import split_users
     from abpo.sim.simulator import ground_truth
 

@@ -86,9 +86,7 @@ def regime_settings(cfg: Config) -> dict[str, Any]:
     if e.clicks != DEFAULTS["clicks"]:
         out["clicks"] = e.clicks
         out["sim"] = {
-            k: v
-            for k, v in dataclasses.asdict(cfg.sim).items()
-            if not (k in ADDED_SIM_KEYS and v == ADDED_SIM_KEYS[k])
+            k: v for k, v in dataclasses.asdict(cfg.sim).items() if not (k in ADDED_SIM_KEYS and v == ADDED_SIM_KEYS[k])
         }
     if e.log_candidates != DEFAULTS["log_candidates"]:
         out["log_candidates"] = e.log_candidates

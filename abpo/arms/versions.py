@@ -271,20 +271,3 @@ def load_arm(cfg: Config, arm: str, dataset, ref: str = registry.CHAMPION):
 
 def version_info(mv) -> dict[str, Any]:
     return {"version": str(mv.version), **dict(mv.tags or {})}
-
-
-# Names of abpo.registry the monthly steps (abpo.monthly) read through this module (the door to MLflow is abpo.registry).
-CHAMPION, CHALLENGER, TASK_KEY_TAG = registry.CHAMPION, registry.CHALLENGER, registry.TASK_KEY_TAG
-ModelFilesDamaged, RegistryUnavailable = registry.ModelFilesDamaged, registry.RegistryUnavailable
-start_run, store_line, sqlite_path = registry.start_run, registry.store_line, registry.sqlite_path
-completed_task_run, record_task_result, task_result = (
-    registry.completed_task_run,
-    registry.record_task_result,
-    registry.task_result,
-)
-check_weights, redact_uri, download_model_dir = registry.check_weights, registry.redact_uri, registry.download_model_dir
-log_dataset_input, log_training_months = registry.log_dataset_input, registry.log_training_months
-log_model_metrics, model_metrics = registry.log_model_metrics, registry.model_metrics
-log_version_dict, version_dict = registry.log_version_dict, registry.version_dict
-pi_init_model_name = registry.model_name  # pi_init's registered model (model_name here is an arm's)
-registered_version = registry.get_version  # a version of any registered model by alias (get_version here: an arm's)

@@ -61,7 +61,7 @@ def resolve_model(cfg: Config, model: str) -> Path:
         except Exception as e:  # noqa: BLE001 - no such model or version: a message, not a traceback
             raise ModelRefused(
                 f"--model {model}: cannot download it from the MLflow registry "
-                f"{arm_versions.redact_uri(cfg.paths.tracking_uri())} ({type(e).__name__}: "
+                f"{registry.redact_uri(cfg.paths.tracking_uri())} ({type(e).__name__}: "
                 f"{str(e).splitlines()[0][:300] if str(e) else ''})"
             ) from e
         found = [
@@ -133,8 +133,8 @@ def check_model(cfg: Config, path: Path) -> dict[str, Any]:
             "(config.json, the weights, the tokenizer files)"
         )
     try:
-        arm_versions.check_weights(path)  # a truncated *.safetensors: one line naming it (not SafetensorError's)
-    except arm_versions.ModelFilesDamaged as e:
+        registry.check_weights(path)  # a truncated *.safetensors: one line naming it (not SafetensorError's)
+    except registry.ModelFilesDamaged as e:
         raise ModelRefused(str(e)) from e
     ds, splits = dataset_and_splits(cfg)
     titles = ds.titles()

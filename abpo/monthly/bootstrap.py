@@ -56,20 +56,18 @@ def ensure_pi_init(cfg: Config, *, fresh: bool = False) -> dict[str, Any]:
     # the SFT runs under a task key (abpo.registry.completed_task_run): an attempt killed mid-SFT (a lost worker, a
     # task the scheduler reset) left its run RUNNING; the next call marks it KILLED, whether it retrains or reuses
     key = task_key(cfg, "sft", "pi_init")
-    arm_versions.completed_task_run(cfg, cfg.sft.experiment, key)
-    pi_init_name = arm_versions.pi_init_model_name(cfg)
+    registry.completed_task_run(cfg, cfg.sft.experiment, key)
+    pi_init_name = registry.model_name(cfg)
     existing = registry.get_version(PI_INIT_ALIAS, name=pi_init_name, cfg=cfg)
     if existing is not None and not fresh:
         local = pi_init_dir(cfg)
         if not (local / "config.json").exists():
             dst = cfg.paths.resolve("models") / "registry" / f"pi_init-v{existing.version}"
-            local = arm_versions.download_model_dir(cfg, str(existing.version), name=pi_init_name, dst=dst)
+            local = registry.download_model_dir(cfg, str(existing.version), name=pi_init_name, dst=dst)
         return {"model_dir": local, "model_version": existing.version, "reused": True}
-    res = train_sft(
-        cfg, validation_fraction=cfg.experiment.validation_fraction, run_tags={arm_versions.TASK_KEY_TAG: key}
-    )
+    res = train_sft(cfg, validation_fraction=cfg.experiment.validation_fraction, run_tags={registry.TASK_KEY_TAG: key})
     if res.mlflow_run_id:
-        arm_versions.record_task_result(
+        registry.record_task_result(
             res.mlflow_run_id, {"model_version": str(res.model_version), "model_dir": str(res.model_dir)}
         )
     return {
@@ -121,16 +119,16 @@ def bootstrap_arms(cfg: Config, month: str = "") -> BootstrapResult:
             months=[],
             data_hash="",
             variant=entry(arm).refreshed_by,
-            pi_init_version=f"{arm_versions.pi_init_model_name(cfg)} v{init['model_version']}",
+            pi_init_version=f"{registry.model_name(cfg)} v{init['model_version']}",
         )
         key, done = completed_step(cfg, "bootstrap", arm, f"pi_init-v{init['model_version']}")
         if done is not None:  # registered before, its champion alias since removed: the same version again
             mv = promotion.register_champion(cfg, arm, done["model_uri"], done["run_id"], tags)
         else:
-            with start_run(cfg, f"bootstrap-{arm}", {"abpo.arm": arm, arm_versions.TASK_KEY_TAG: key}) as run:
+            with start_run(cfg, f"bootstrap-{arm}", {"abpo.arm": arm, registry.TASK_KEY_TAG: key}) as run:
                 uri = arm_versions.log_arm_model(cfg, arm, init["model_dir"])
             mv = promotion.register_champion(cfg, arm, uri, run.info.run_id, tags)
-            arm_versions.record_task_result(
+            registry.record_task_result(
                 run.info.run_id, {"model_uri": uri, "run_id": run.info.run_id, "version": str(mv.version)}
             )
         log.info(f"bootstrap {arm}: {arm_versions.model_name(arm, cfg)} v{mv.version} (pi_init) is champion")
@@ -175,14 +173,14 @@ def require_registry(cfg: Config, *, force: bool = False) -> None:
         "ABPO_TRACKING_URI / paths.mlflow_tracking_uri at it), or start over on purpose: abpo arms bootstrap, or "
         "abpo arms month --force"
     )
-    db = arm_versions.sqlite_path(cfg.paths.tracking_uri())
+    db = registry.sqlite_path(cfg.paths.tracking_uri())
     if db is not None and (not db.exists() or db.stat().st_size == 0):
         raise RegistryLost(f"{db}: the MLflow store is {'missing' if not db.exists() else 'empty (0 bytes)'}; {rule}")
     for arm in arms_of(cfg):
         if registry.model_tags(cfg, arm_versions.model_name(arm, cfg)) is not None:
             return  # the arm's registered model is there
     names = ", ".join(arm_versions.model_name(a, cfg) for a in arms_of(cfg))
-    raise RegistryLost(f"{arm_versions.store_line(cfg)}: holds none of the arms' registered models ({names}); {rule}")
+    raise RegistryLost(f"{registry.store_line(cfg)}: holds none of the arms' registered models ({names}); {rule}")
 
 
 def bootstrap(cfg: Config, month: Month, *, force: bool = False) -> BootstrapResult:

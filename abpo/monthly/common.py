@@ -18,7 +18,7 @@ from abpo.arms.names import check_arm
 if TYPE_CHECKING:
     from abpo.config import Config
 
-CHAMPION, CHALLENGER = arm_versions.CHAMPION, arm_versions.CHALLENGER
+CHAMPION, CHALLENGER = registry.CHAMPION, registry.CHALLENGER
 log = logging.getLogger(__name__)
 R = TypeVar("R", bound="StepResult")
 
@@ -76,7 +76,7 @@ def dataset_and_splits(cfg: Config):
 
 
 def start_run(cfg: Config, run_name: str, tags: dict[str, Any]):
-    return arm_versions.start_run(cfg, arm_versions.EXPERIMENT, run_name, tags=tags)
+    return registry.start_run(cfg, arm_versions.EXPERIMENT, run_name, tags=tags)
 
 
 def task_key(cfg: Config, *parts: Any) -> str:
@@ -126,11 +126,11 @@ def champion_at_month_start(cfg: Config, arm: str, month: str):
 
 def reuse(cfg: Config, experiment: str, key: str) -> dict[str, Any] | None:
     """The recorded result of the completed run of task ``key``, or None (unfinished attempts marked KILLED)."""
-    prev = arm_versions.completed_task_run(cfg, experiment, key)
+    prev = registry.completed_task_run(cfg, experiment, key)
     if prev is None:
         return None
     log.info(f"  {key.rsplit(':', 1)[0]}: completed before in MLflow run {prev.info.run_id}; its result is reused")
-    return arm_versions.task_result(prev)
+    return registry.task_result(prev)
 
 
 def completed_step(cfg: Config, *parts: Any, experiment: str = "", result: type[R] | None = None) -> tuple[str, Any]:

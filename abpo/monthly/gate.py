@@ -27,6 +27,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from abpo import registry
 from abpo.arms import versions as arm_versions
 from abpo.evaluation.off_policy import compare_snips, top_weight_share
 from abpo.monthly.common import CHAMPION, StepResult, completed_step, dataset_and_splits, start_run
@@ -74,7 +75,7 @@ def kept_ranks(mv, key: str, examples) -> list[int] | None:
     """The per-user target ranks kept for version ``mv`` on user set ``key`` (:func:`record_offline_metrics`), in
     the order of ``examples``; None when none are kept or they are of other users (then the version is scored
     again, never misread)."""
-    kept = arm_versions.version_dict(mv, _ranks_artifact(key))
+    kept = registry.version_dict(mv, _ranks_artifact(key))
     if kept is None:
         return None
     if kept.get("request_ids") != [e.request_id for e in examples] or len(kept.get("ranks", ())) != len(examples):
@@ -96,7 +97,7 @@ def offline_scores(
     gate_set = gate_set if gate_set is not None else gate_examples(cfg, month)
     examples, popularity, key = gate_set
     mv = arm_versions.get_version(cfg, arm, version)
-    kept = arm_versions.model_metrics(mv, dataset_name=GATE_DATASET, dataset_digest=key)
+    kept = registry.model_metrics(mv, dataset_name=GATE_DATASET, dataset_digest=key)
     ranks = kept_ranks(mv, key, examples) if kept else None
     if kept and ranks is not None:
         return kept, ranks
@@ -143,12 +144,12 @@ def record_offline_metrics(
         )
     kept = {k: float(v) for k, v in metrics.items() if not k.startswith("random_")}
     mv = arm_versions.get_version(cfg, arm, version)
-    arm_versions.log_version_dict(
+    registry.log_version_dict(
         mv,
         {"key": key, "request_ids": [e.request_id for e in examples], "ranks": [int(r) for r in ranks]},
         _ranks_artifact(key),
     )
-    arm_versions.log_model_metrics(mv, kept, dataset_name=GATE_DATASET, dataset_digest=key)
+    registry.log_model_metrics(mv, kept, dataset_name=GATE_DATASET, dataset_digest=key)
     arm_versions.set_tags(cfg, arm, version, {"gate.eval_key": key})
     return kept
 
@@ -383,11 +384,11 @@ def gate(cfg: Config, arm: str, version: str, month: str | None = None) -> GateR
             "abpo.challenger": version,
             "abpo.champion": str(champ.version),
             "abpo.verdict": reason[:4900],
-            arm_versions.TASK_KEY_TAG: key,
+            registry.TASK_KEY_TAG: key,
         },
     ) as run:
         # the gate run's metrics, linked to the challenger's LoggedModel too (the MLflow UI compares models on them)
-        arm_versions.log_model_metrics(arm_versions.get_version(cfg, arm, version), numbers, run_id=run.info.run_id)
+        registry.log_model_metrics(arm_versions.get_version(cfg, arm, version), numbers, run_id=run.info.run_id)
     out = GateResult(
         arm=arm,
         version=str(version),
@@ -400,5 +401,5 @@ def gate(cfg: Config, arm: str, version: str, month: str | None = None) -> GateR
         off_policy=ope,
         offline=verdict.offline or None,
     )
-    arm_versions.record_task_result(run.info.run_id, out.to_json())
+    registry.record_task_result(run.info.run_id, out.to_json())
     return out

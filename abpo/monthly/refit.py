@@ -12,6 +12,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from abpo import registry
 from abpo.arms import promotion, versions as arm_versions
 from abpo.arms.names import RANKER, RANKER_ARMS, arm_class, entry
 from abpo.monthly.common import CHAMPION, StepResult, completed_step, dataset_and_splits, start_run
@@ -80,14 +81,14 @@ def refit(cfg: Config, arm: str, month: Month | None) -> RefitResult:
     with start_run(
         cfg,
         f"refit-{arm}-{month or 'bootstrap'}",
-        {"abpo.arm": arm, "abpo.month": month or "", arm_versions.TASK_KEY_TAG: key},
+        {"abpo.arm": arm, "abpo.month": month or "", registry.TASK_KEY_TAG: key},
     ) as run:
         import pandas as pd
 
         uri = arm_versions.log_arm_model(cfg, arm, out_dir)
         # what it was fitted on, as an MLflow dataset input: every (user, item) in order, digest = data_hash
         pairs = [(u, i, p) for u, items in sorted(seqs.items()) for p, i in enumerate(items)]
-        arm_versions.log_dataset_input(
+        registry.log_dataset_input(
             pd.DataFrame(pairs, columns=["user_id", "item_id", "position"]),
             name=f"{arm}-interactions-through-{month or 'bootstrap'}",
             digest=data_hash,
@@ -114,5 +115,5 @@ def refit(cfg: Config, arm: str, month: Month | None) -> RefitResult:
     out = RefitResult(
         arm=arm, version=str(mv.version), months=months, previous_version=previous, moved=champion != previous
     )
-    arm_versions.record_task_result(run.info.run_id, out.to_json())
+    registry.record_task_result(run.info.run_id, out.to_json())
     return out

@@ -129,10 +129,10 @@ def skip_update(cfg: Config, arm: str, month, reason: str) -> NoReturn:
         with start_run(
             cfg,
             f"update-{arm}-{month}-skipped",
-            {"abpo.arm": arm, "abpo.month": str(month), "abpo.skipped": reason[:4900], arm_versions.TASK_KEY_TAG: key},
+            {"abpo.arm": arm, "abpo.month": str(month), "abpo.skipped": reason[:4900], registry.TASK_KEY_TAG: key},
         ) as run:
             pass
-        arm_versions.record_task_result(run.info.run_id, {"arm": arm, "month": str(month), "skipped": reason})
+        registry.record_task_result(run.info.run_id, {"arm": arm, "month": str(month), "skipped": reason})
     log.warning(f"update {arm}: skipped: {reason}")
     raise NotEnoughFeedback(reason)
 
@@ -225,7 +225,7 @@ def update(cfg: Config, arm: str, month: Month) -> UpdateResult:
         + ", ".join(f"{a} {v:.1%}" for a, v in shares.items())
         + f"){w_text}"
     )
-    tags = {arm_versions.TASK_KEY_TAG: key, "abpo.update_logs": mode}
+    tags = {registry.TASK_KEY_TAG: key, "abpo.update_logs": mode}
     if held is not None:  # arms.gate_users = warehouse: what D_bandit left out, on the update's run
         tags.update(
             {
@@ -247,7 +247,7 @@ def update(cfg: Config, arm: str, month: Month) -> UpdateResult:
 
         uri = arm_versions.log_arm_model(cfg, arm, res.model_dir)
         # the months it trained on, as MLflow dataset inputs with a digest each (the lineage tag data_hash covers all)
-        arm_versions.log_training_months(
+        registry.log_training_months(
             pa.concat_tables([pos, neg]),
             name_prefix=f"{arm}-impressions" if mode == "own" else f"{arm}-all-arms-impressions",
             source=cfg.paths.resolve("warehouse"),
@@ -273,7 +273,7 @@ def update(cfg: Config, arm: str, month: Month) -> UpdateResult:
         logged_by=shares,
         first_step_w=weights,
     )
-    arm_versions.record_task_result(res.mlflow_run_id, out.to_json())
+    registry.record_task_result(res.mlflow_run_id, out.to_json())
     return out
 
 

@@ -92,38 +92,54 @@ def _tested(withheld: str, text: str) -> str:
 
 def tables(report: Report) -> list[Table]:
     """The report's tables as formatted strings (shared by the Markdown and HTML renderings)."""
+    out = [ctr_table(report), aggregate_table(report), comparison_table(report)]
+    if report.holdback:
+        out.append(holdback_table(report))
+    out.append(trend_table(report))
+    out.append(srm_table(report))
+    return out
+
+
+def ctr_table(report: Report) -> Table:
+    """ "Impressions, clicks and CTR per arm and month", with each cell's confidence interval."""
     cl = f"{round(100 * report.confidence)}%"
-    out = []
-    out.append(
-        Table(
-            "ctr",
-            "Impressions, clicks and CTR per arm and month",
-            ["Month", "Arm", "Impressions", "Clicks", "Users", "CTR", f"{cl} CI"],
+    return Table(
+        "ctr",
+        "Impressions, clicks and CTR per arm and month",
+        ["Month", "Arm", "Impressions", "Clicks", "Users", "CTR", f"{cl} CI"],
+        [
             [
-                [
-                    c.period,
-                    c.arm,
-                    _int(c.impressions),
-                    _int(c.clicks),
-                    _int(c.users),
-                    _pct(c.ctr),
-                    _ci_pct(c.ci_low, c.ci_high),
-                ]
-                for c in report.cells
-            ],
-        )
+                c.period,
+                c.arm,
+                _int(c.impressions),
+                _int(c.clicks),
+                _int(c.users),
+                _pct(c.ctr),
+                _ci_pct(c.ci_low, c.ci_high),
+            ]
+            for c in report.cells
+        ],
     )
-    out.append(
-        Table(
-            "aggregate",
-            f"Whole-period aggregate ({report.months[0]} to {report.months[-1]})",
-            ["Arm", "Impressions", "Clicks", "Users", "CTR", f"{cl} CI"],
-            [
-                [c.arm, _int(c.impressions), _int(c.clicks), _int(c.users), _pct(c.ctr), _ci_pct(c.ci_low, c.ci_high)]
-                for c in report.totals
-            ],
-        )
+
+
+def aggregate_table(report: Report) -> Table:
+    """ "Whole-period aggregate": each arm's totals over all the report's months."""
+    cl = f"{round(100 * report.confidence)}%"
+    return Table(
+        "aggregate",
+        f"Whole-period aggregate ({report.months[0]} to {report.months[-1]})",
+        ["Arm", "Impressions", "Clicks", "Users", "CTR", f"{cl} CI"],
+        [
+            [c.arm, _int(c.impressions), _int(c.clicks), _int(c.users), _pct(c.ctr), _ci_pct(c.ci_low, c.ci_high)]
+            for c in report.totals
+        ],
     )
+
+
+def comparison_table(report: Report) -> Table:
+    """ "Candidate arm vs each other arm": z-test, MDE and Holm-adjusted p per period, plus the clustered
+    (per-user) columns when the report has per-user data."""
+    cl, pw = f"{round(100 * report.confidence)}%", f"{round(100 * report.power)}%"
     rows = []
     for c in report.comparisons:
         t, k, w = c.test, c.clustered, c.withheld
@@ -147,7 +163,6 @@ def tables(report: Report) -> list[Table]:
                 "; ".join(x for x in (f"{NOT_TESTED}: {w}" if w else "", c.note, k.note if k else "") if x),
             ]
         )
-    pw = f"{round(100 * report.power)}%"
     headers = [
         "Period",
         "Comparison",
@@ -169,44 +184,49 @@ def tables(report: Report) -> list[Table]:
     if not any(c.clustered for c in report.comparisons):  # no per-user data: leave the clustered columns out
         keep = [i for i, h in enumerate(headers) if not h.startswith("clustered")]
         headers, rows = [headers[i] for i in keep], [[r[i] for i in keep] for r in rows]
-    out.append(Table("ztest", f"Candidate arm ({report.candidate}) vs each other arm", headers, rows))
-    if report.holdback:
-        out.append(holdback_table(report))
-    out.append(
-        Table(
-            "trend",
-            "Month-to-month trend of every arm (later − earlier)",
+    return Table("ztest", f"Candidate arm ({report.candidate}) vs each other arm", headers, rows)
+
+
+def trend_table(report: Report) -> Table:
+    """ "Month-to-month trend of every arm (later − earlier)": z-test and MDE per arm and pair of months."""
+    cl, pw = f"{round(100 * report.confidence)}%", f"{round(100 * report.power)}%"
+    return Table(
+        "trend",
+        "Month-to-month trend of every arm (later − earlier)",
+        [
+            "Arm",
+            "Months",
+            "Kind",
+            "CTR earlier",
+            "CTR later",
+            "Δ (pp)",
+            f"{cl} CI (pp)",
+            f"MDE at {pw} power (pp)",
+            "z",
+            "p",
+            "Note",
+        ],
+        [
             [
-                "Arm",
-                "Months",
-                "Kind",
-                "CTR earlier",
-                "CTR later",
-                "Δ (pp)",
-                f"{cl} CI (pp)",
-                f"MDE at {pw} power (pp)",
-                "z",
-                "p",
-                "Note",
-            ],
-            [
-                [
-                    t.arm,
-                    f"{t.earlier} → {t.later}",
-                    t.kind,
-                    _pct(t.test.ctr_b),
-                    _pct(t.test.ctr_a),
-                    _pp(t.test.diff),
-                    _tested(t.withheld, _ci_pp(t.test.ci_low, t.test.ci_high)),
-                    _tested(t.withheld, _mde(t.test.mde)),
-                    _tested(t.withheld, stats.format_z(t.test.z)),
-                    _tested(t.withheld, stats.format_p(t.test.p)),
-                    "; ".join(x for x in (f"{NOT_TESTED}: {t.withheld}" if t.withheld else "", t.note) if x),
-                ]
-                for t in report.trends
-            ],
-        )
+                t.arm,
+                f"{t.earlier} → {t.later}",
+                t.kind,
+                _pct(t.test.ctr_b),
+                _pct(t.test.ctr_a),
+                _pp(t.test.diff),
+                _tested(t.withheld, _ci_pp(t.test.ci_low, t.test.ci_high)),
+                _tested(t.withheld, _mde(t.test.mde)),
+                _tested(t.withheld, stats.format_z(t.test.z)),
+                _tested(t.withheld, stats.format_p(t.test.p)),
+                "; ".join(x for x in (f"{NOT_TESTED}: {t.withheld}" if t.withheld else "", t.note) if x),
+            ]
+            for t in report.trends
+        ],
     )
+
+
+def srm_table(report: Report) -> Table:
+    """ "Sample-ratio mismatch": users per arm against the configured shares, per period, with the chi-squared test."""
     srm_rows = []
     for period, r in report.srm.items():
         obs = ", ".join(
@@ -225,15 +245,12 @@ def tables(report: Report) -> list[Table]:
                 r.note,
             ]
         )
-    out.append(
-        Table(
-            "srm",
-            "Sample-ratio mismatch (users per arm vs configured shares)",
-            ["Period", "Users observed (expected)", "χ²", "dof", "p", "Verdict", "Note"],
-            srm_rows,
-        )
+    return Table(
+        "srm",
+        "Sample-ratio mismatch (users per arm vs configured shares)",
+        ["Period", "Users observed (expected)", "χ²", "dof", "p", "Verdict", "Note"],
+        srm_rows,
     )
-    return out
 
 
 def holdback_table(report: Report) -> Table:

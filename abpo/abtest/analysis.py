@@ -331,6 +331,196 @@ def sample_ratio_checks(
     return shares, srm
 
 
+def _levels(report_cfg) -> tuple[float, float]:
+    """(confidence, power) of the report, each checked to lie in (0, 1), and report.srm_alpha checked likewise."""
+    conf = float(report_cfg.confidence)
+    if not 0.0 < conf < 1.0:
+        raise ReportInputError(f"config report.confidence = {report_cfg.confidence!r}: expected a level in (0, 1)")
+    power = float(report_cfg.power)
+    if not 0.0 < power < 1.0:
+        raise ReportInputError(f"config report.power = {report_cfg.power!r}: expected a probability in (0, 1)")
+    if not 0.0 < float(report_cfg.srm_alpha) < 1.0:
+        raise ReportInputError(f"config report.srm_alpha = {report_cfg.srm_alpha!r}: expected a p-value in (0, 1)")
+    return conf, power
+
+
+def _select_months(
+    rows: list[dict[str, Any]], months: list[str] | None, source: str, notes: list[str]
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """(the report's months, the rows in them): the months asked for (default: those present), the rows of other
+    months dropped with a note; a month asked for but absent gets a note; no rows left is an error."""
+    present_months = sorted({r["month"] for r in rows})
+    if months is None:
+        months = present_months
+    else:
+        months = [_month_str(m, "months") for m in months]
+        outside = [r for r in rows if r["month"] not in months]
+        if outside:
+            notes.append(
+                f"{len(outside)} row(s) outside the selected months ignored "
+                f"({', '.join(sorted({r['month'] for r in outside}))})"
+            )
+        rows = [r for r in rows if r["month"] in months]
+    if not rows:
+        raise ReportInputError(f"{source}: no data for the months {', '.join(months) or '(none)'}")
+    for m in months:
+        if m not in present_months:
+            notes.append(f"{m}: no data for any arm")
+    return months, rows
+
+
+def _month_cells(
+    months: list[str],
+    arms: list[str],
+    by: dict[tuple[str, str], dict[str, Any]],
+    mom: dict[tuple[str, str], stats.UserMoments],
+    conf: float,
+    notes: list[str],
+) -> list[Cell]:
+    """One :class:`Cell` per arm and month with data (users from the counts, else from the user moments); an arm
+    missing from a month that has data, or with zero impressions, gets a note."""
+    cells = []
+    for m in months:
+        for a in arms:
+            r = by.get((m, a))
+            if r is None:
+                if any(mm == m for mm, _ in by):
+                    notes.append(f"{m}: arm {a!r} has no data")
+                continue
+            users = r["users"] if r["users"] is not None else (mom[(m, a)].users if (m, a) in mom else None)
+            cells.append(_cell(m, a, r["impressions"], r["clicks"], users, conf))
+            if r["impressions"] == 0:
+                notes.append(f"{m}: arm {a!r} has zero impressions (CTR undefined)")
+    return cells
+
+
+def _whole_period_totals(
+    months: list[str],
+    arms: list[str],
+    rows: list[dict[str, Any]],
+    mom: dict[tuple[str, str], stats.UserMoments],
+    conf: float,
+    notes: list[str],
+) -> list[Cell]:
+    """One whole-period :class:`Cell` per arm (impressions and clicks summed over its months; distinct users from the
+    user moments, or the month's users when there is one month); an arm not covering every month gets a note."""
+    totals = []
+    for a in arms:
+        arm_rows = [r for r in rows if r["arm"] == a]
+        covered = [r["month"] for r in arm_rows]
+        if len(covered) < len(months):
+            notes.append(f"aggregate of {a!r} covers {', '.join(covered)} only")
+        users = mom[(ALL, a)].users if (ALL, a) in mom else None
+        if users is None and len(months) == 1:  # one month: the period's distinct users are the month's
+            users = arm_rows[0]["users"]
+        totals.append(
+            _cell(ALL, a, sum(r["impressions"] for r in arm_rows), sum(r["clicks"] for r in arm_rows), users, conf)
+        )
+    return totals
+
+
+@dataclass(frozen=True)
+class _Families:
+    """The comparisons of one period as a Holm family, over the report's cells, totals and user moments."""
+
+    cells: list[Cell]
+    totals: list[Cell]
+    mom: dict[tuple[str, str], stats.UserMoments]
+    untested: dict[str, dict[str, str]]
+    conf: float
+    power: float
+
+    def __call__(self, period: str, pairs: list[tuple[str, str]]) -> list[Comparison]:
+        """(a, b) -> a minus b in ``period``, by the pooled and (with user moments) the clustered z-test, Holm's
+        correction across the pairs."""
+        cells, totals, mom, conf, power = self.cells, self.totals, self.mom, self.conf, self.power
+        tests = []
+        for a, b in pairs:
+            ca = next((c for c in (totals if period == ALL else cells) if c.period == period and c.arm == a), None)
+            cb = next((c for c in (totals if period == ALL else cells) if c.period == period and c.arm == b), None)
+            if ca is None or cb is None:
+                absent = " and ".join(repr(x) for x, c in ((a, ca), (b, cb)) if c is None)
+                nan = math.nan
+                t = stats.DiffTest(nan, nan, nan, nan, nan, nan, nan, nan, note=f"no data for {absent} in {period}")
+                tests.append((a, b, t, None, f"no data for {absent} in {period}"))
+                continue
+            t = stats.two_proportion_ztest(ca.clicks, ca.impressions, cb.clicks, cb.impressions, conf, power)
+            ct = None
+            if (period, a) in mom and (period, b) in mom:
+                ct = stats.clustered_ztest(mom[(period, a)], mom[(period, b)], conf, power)
+            tests.append((a, b, t, ct, t.note))
+        flagged = self.untested.get(period, {})
+        withheld = ["; ".join(f"{x}: {flagged[x]}" for x in (a, b) if x in flagged) for a, b, *_ in tests]
+        # a comparison that is not tested takes no part in Holm's family
+        holm = stats.holm_adjust([math.nan if w else t.p for (_, _, t, _, _), w in zip(tests, withheld)])
+        cholm = stats.holm_adjust(
+            [ct.p if ct is not None and not w else math.nan for (_, _, _, ct, _), w in zip(tests, withheld)]
+        )
+        return [
+            Comparison(period, a, b, t, ph, ct, cph, note, w)
+            for (a, b, t, ct, note), ph, cph, w in zip(tests, holm, cholm, withheld)
+        ]
+
+
+def _holdback_comparisons(
+    report_cfg, months: list[str], arm_set: set[str], family: _Families, notes: list[str]
+) -> tuple[str, list[Comparison]]:
+    """(the holdback arm, its comparisons): updating vs not updating, each updated arm minus the holdback, per month
+    and over the whole period; a holdback without data, or without an updated arm with data, gets a note."""
+    held = str(getattr(report_cfg, "holdback_arm", "") or "")
+    holdback: list[Comparison] = []
+    if held and held in arm_set:
+        updated = [a for a in getattr(report_cfg, "updated_arms", []) if a in arm_set and a != held]
+        if updated:
+            for period in [*months, ALL]:
+                holdback += family(period, [(a, held) for a in updated])
+        else:
+            notes.append(
+                f"holdback arm {held!r} has data but none of report.updated_arms "
+                f"{list(getattr(report_cfg, 'updated_arms', []))} does: no updating-vs-holdback table"
+            )
+    elif held and held in dict(report_cfg.arm_shares):
+        notes.append(
+            f"holdback arm {held!r} is in report.arm_shares but has no data in the selected months: no "
+            "updating-vs-holdback table"
+        )
+    return held, holdback
+
+
+def _trends(
+    months: list[str],
+    arms: list[str],
+    by: dict[tuple[str, str], dict[str, Any]],
+    untested: dict[str, dict[str, str]],
+    conf: float,
+    power: float,
+    notes: list[str],
+) -> list[Trend]:
+    """Trends of every arm: consecutive months, and first-to-last when there are more than two months (later minus
+    earlier by the pooled z-test); one month gets a note instead."""
+    trends: list[Trend] = []
+    if len(months) < 2:
+        notes.append("one month only: no month-to-month trend")
+        return trends
+    pairs = [(months[i], months[i + 1], "consecutive") for i in range(len(months) - 1)]
+    if len(months) > 2:
+        pairs.append((months[0], months[-1], "first-to-last"))
+    for a in arms:
+        for early, late, kind in pairs:
+            ce, cl = by.get((early, a)), by.get((late, a))
+            if ce is None or cl is None:
+                absent = ", ".join(m for m, c in ((early, ce), (late, cl)) if c is None)
+                nan = math.nan
+                t = stats.DiffTest(nan, nan, nan, nan, nan, nan, nan, nan, note=f"no data for {a!r} in {absent}")
+            else:
+                t = stats.two_proportion_ztest(
+                    cl["clicks"], cl["impressions"], ce["clicks"], ce["impressions"], conf, power
+                )
+            flagged = "; ".join(f"{m}: {untested[m][a]}" for m in (early, late) if a in untested.get(m, {}))
+            trends.append(Trend(a, early, late, kind, t, t.note, flagged))
+    return trends
+
+
 def analyse(
     counts: pa.Table,
     report_cfg,
@@ -350,32 +540,9 @@ def analyse(
     """
     rows = normalise_counts(counts, source)
     candidate = report_cfg.candidate_arm
-    conf = float(report_cfg.confidence)
-    if not 0.0 < conf < 1.0:
-        raise ReportInputError(f"config report.confidence = {report_cfg.confidence!r}: expected a level in (0, 1)")
-    power = float(report_cfg.power)
-    if not 0.0 < power < 1.0:
-        raise ReportInputError(f"config report.power = {report_cfg.power!r}: expected a probability in (0, 1)")
-    if not 0.0 < float(report_cfg.srm_alpha) < 1.0:
-        raise ReportInputError(f"config report.srm_alpha = {report_cfg.srm_alpha!r}: expected a p-value in (0, 1)")
+    conf, power = _levels(report_cfg)
     notes: list[str] = []
-    present_months = sorted({r["month"] for r in rows})
-    if months is None:
-        months = present_months
-    else:
-        months = [_month_str(m, "months") for m in months]
-        outside = [r for r in rows if r["month"] not in months]
-        if outside:
-            notes.append(
-                f"{len(outside)} row(s) outside the selected months ignored "
-                f"({', '.join(sorted({r['month'] for r in outside}))})"
-            )
-        rows = [r for r in rows if r["month"] in months]
-    if not rows:
-        raise ReportInputError(f"{source}: no data for the months {', '.join(months) or '(none)'}")
-    for m in months:
-        if m not in present_months:
-            notes.append(f"{m}: no data for any arm")
+    months, rows = _select_months(rows, months, source, notes)
     by = {(r["month"], r["arm"]): r for r in rows}
     arm_set = {r["arm"] for r in rows}
     arms = ([candidate] if candidate in arm_set else []) + sorted(arm_set - {candidate})
@@ -391,64 +558,9 @@ def analyse(
             "no per-user data (CSV input): whether an arm is dominated by few users or holds users assigned to "
             "another arm cannot be checked"
         )
-
-    # per arm and month
-    cells = []
-    for m in months:
-        for a in arms:
-            r = by.get((m, a))
-            if r is None:
-                if any(mm == m for mm, _ in by):
-                    notes.append(f"{m}: arm {a!r} has no data")
-                continue
-            users = r["users"] if r["users"] is not None else (mom[(m, a)].users if (m, a) in mom else None)
-            cells.append(_cell(m, a, r["impressions"], r["clicks"], users, conf))
-            if r["impressions"] == 0:
-                notes.append(f"{m}: arm {a!r} has zero impressions (CTR undefined)")
-
-    # whole-period totals
-    totals = []
-    for a in arms:
-        arm_rows = [r for r in rows if r["arm"] == a]
-        covered = [r["month"] for r in arm_rows]
-        if len(covered) < len(months):
-            notes.append(f"aggregate of {a!r} covers {', '.join(covered)} only")
-        users = mom[(ALL, a)].users if (ALL, a) in mom else None
-        if users is None and len(months) == 1:  # one month: the period's distinct users are the month's
-            users = arm_rows[0]["users"]
-        totals.append(
-            _cell(ALL, a, sum(r["impressions"] for r in arm_rows), sum(r["clicks"] for r in arm_rows), users, conf)
-        )
-
-    def family(period: str, pairs: list[tuple[str, str]]) -> list[Comparison]:
-        """(a, b) -> a minus b in ``period``, by the pooled and (with user moments) the clustered z-test, Holm's
-        correction across the pairs."""
-        tests = []
-        for a, b in pairs:
-            ca = next((c for c in (totals if period == ALL else cells) if c.period == period and c.arm == a), None)
-            cb = next((c for c in (totals if period == ALL else cells) if c.period == period and c.arm == b), None)
-            if ca is None or cb is None:
-                absent = " and ".join(repr(x) for x, c in ((a, ca), (b, cb)) if c is None)
-                nan = math.nan
-                t = stats.DiffTest(nan, nan, nan, nan, nan, nan, nan, nan, note=f"no data for {absent} in {period}")
-                tests.append((a, b, t, None, f"no data for {absent} in {period}"))
-                continue
-            t = stats.two_proportion_ztest(ca.clicks, ca.impressions, cb.clicks, cb.impressions, conf, power)
-            ct = None
-            if (period, a) in mom and (period, b) in mom:
-                ct = stats.clustered_ztest(mom[(period, a)], mom[(period, b)], conf, power)
-            tests.append((a, b, t, ct, t.note))
-        flagged = untested.get(period, {})
-        withheld = ["; ".join(f"{x}: {flagged[x]}" for x in (a, b) if x in flagged) for a, b, *_ in tests]
-        # a comparison that is not tested takes no part in Holm's family
-        holm = stats.holm_adjust([math.nan if w else t.p for (_, _, t, _, _), w in zip(tests, withheld)])
-        cholm = stats.holm_adjust(
-            [ct.p if ct is not None and not w else math.nan for (_, _, _, ct, _), w in zip(tests, withheld)]
-        )
-        return [
-            Comparison(period, a, b, t, ph, ct, cph, note, w)
-            for (a, b, t, ct, note), ph, cph, w in zip(tests, holm, cholm, withheld)
-        ]
+    cells = _month_cells(months, arms, by, mom, conf, notes)
+    totals = _whole_period_totals(months, arms, rows, mom, conf, notes)
+    family = _Families(cells, totals, mom, untested, conf, power)
 
     # candidate vs each other arm, per month and over the whole period; Holm within each period
     comparisons: list[Comparison] = []
@@ -458,47 +570,8 @@ def analyse(
         if not any(c.clustered for c in comparisons):
             notes.append("no per-user data (CSV input or no user moments): the user-clustered test is not available")
 
-    # updating vs not updating: each updated arm minus the holdback, per month and over the whole period
-    held = str(getattr(report_cfg, "holdback_arm", "") or "")
-    holdback: list[Comparison] = []
-    if held and held in arm_set:
-        updated = [a for a in getattr(report_cfg, "updated_arms", []) if a in arm_set and a != held]
-        if updated:
-            for period in [*months, ALL]:
-                holdback += family(period, [(a, held) for a in updated])
-        else:
-            notes.append(
-                f"holdback arm {held!r} has data but none of report.updated_arms "
-                f"{list(getattr(report_cfg, 'updated_arms', []))} does: no updating-vs-holdback table"
-            )
-    elif held and held in dict(report_cfg.arm_shares):
-        notes.append(
-            f"holdback arm {held!r} is in report.arm_shares but has no data in the selected months: no "
-            "updating-vs-holdback table"
-        )
-
-    # trends of every arm: consecutive months, and first-to-last when there are more than two months
-    trends: list[Trend] = []
-    if len(months) < 2:
-        notes.append("one month only: no month-to-month trend")
-    else:
-        pairs = [(months[i], months[i + 1], "consecutive") for i in range(len(months) - 1)]
-        if len(months) > 2:
-            pairs.append((months[0], months[-1], "first-to-last"))
-        for a in arms:
-            for early, late, kind in pairs:
-                ce, cl = by.get((early, a)), by.get((late, a))
-                if ce is None or cl is None:
-                    absent = ", ".join(m for m, c in ((early, ce), (late, cl)) if c is None)
-                    nan = math.nan
-                    t = stats.DiffTest(nan, nan, nan, nan, nan, nan, nan, nan, note=f"no data for {a!r} in {absent}")
-                else:
-                    t = stats.two_proportion_ztest(
-                        cl["clicks"], cl["impressions"], ce["clicks"], ce["impressions"], conf, power
-                    )
-                flagged = "; ".join(f"{m}: {untested[m][a]}" for m in (early, late) if a in untested.get(m, {}))
-                trends.append(Trend(a, early, late, kind, t, t.note, flagged))
-
+    held, holdback = _holdback_comparisons(report_cfg, months, arm_set, family, notes)
+    trends = _trends(months, arms, by, untested, conf, power, notes)
     shares, srm = sample_ratio_checks(months, cells, totals, report_cfg, notes)
 
     return Report(

@@ -260,6 +260,44 @@ def validate_month(
 
     check_month(month)
     t0 = time.perf_counter()
+    _stage_batch(warehouse, month, staged, catalog)
+    try:
+        rows = warehouse.con.execute("SELECT count(*) FROM staging.validate_batch").fetchall()[0][0]
+        outcome = _run_checkpoint(
+            gx,
+            warehouse,
+            month,
+            known_arms,
+            staged=staged,
+            out_dir=out_dir,
+            min_propensity=min_propensity,
+            max_clock_skew_seconds=max_clock_skew_seconds,
+        )
+    finally:
+        warehouse.con.execute("DROP TABLE IF EXISTS staging.validate_batch")
+        if not staged:
+            warehouse.con.execute("DROP TABLE IF EXISTS staging.ingest_catalog")
+    (result,) = outcome.run_results.values()
+    _refuse_uncomputed_expectations(result, month)
+    results = _expectation_results(result)
+    summary = ValidationSummary(
+        month=month,
+        success=bool(result.success),
+        rows=int(rows),
+        evaluated=len(results),
+        failed=[r for r in results if not r["success"]],
+        results=results,
+        seconds=time.perf_counter() - t0,
+    )
+    if out_dir is not None and not staged:
+        save_summary(summary, out_dir)
+    return summary
+
+
+def _stage_batch(warehouse, month: str, staged: bool, catalog) -> None:
+    """Build the batch staging.validate_batch (sql/validate_staged.sql, or sql/validate_month.sql over the published
+    partition with ``catalog`` staged as staging.ingest_catalog); on failure the staged catalog is dropped and an
+    out-of-memory error becomes :class:`ValidationNotRun`."""
     tol = SINGLE_CANDIDATE_PROPENSITY_TOLERANCE
     if not staged:
         warehouse.stage_catalog(catalog)
@@ -276,55 +314,70 @@ def validate_month(
         if _out_of_memory(e):
             raise ValidationNotRun(_oom_message(month, e)) from e
         raise
-    try:
-        rows = warehouse.con.execute("SELECT count(*) FROM staging.validate_batch").fetchall()[0][0]
-        from great_expectations.data_context.types.base import ProgressBarsConfig
 
-        context = gx.get_context(mode="ephemeral")
-        context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
-        docs = Path(out_dir) / "data_docs" if out_dir is not None else None
-        if docs is not None:
-            context.add_data_docs_site(
-                "abpo",
-                {
-                    "class_name": "SiteBuilder",
-                    "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(docs)},
-                    "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
-                },
-            )
-        source = context.data_sources.add_sql(
-            name="warehouse",
-            connection_string="duckdb:///:memory:",  # the URL names the dialect; creator connects
-            kwargs={"creator": lambda: _BufferedConnection(warehouse.con.cursor())},
+
+def _run_checkpoint(
+    gx,
+    warehouse,
+    month: str,
+    known_arms: Sequence[str],
+    *,
+    staged: bool,
+    out_dir: str | os.PathLike | None,
+    min_propensity: float,
+    max_clock_skew_seconds: float,
+):
+    """The GX run over staging.validate_batch: an ephemeral context (with the Data Docs site under
+    ``out_dir/data_docs`` when given), a SQL data source on the warehouse's connection, the suite, a validation
+    definition and a checkpoint; returns the checkpoint's result. A Data Docs site that cannot be written raises
+    :class:`ValidationNotRun` naming the path."""
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    context = gx.get_context(mode="ephemeral")
+    context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
+    docs = Path(out_dir) / "data_docs" if out_dir is not None else None
+    if docs is not None:
+        context.add_data_docs_site(
+            "abpo",
+            {
+                "class_name": "SiteBuilder",
+                "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(docs)},
+                "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+            },
         )
-        # a table asset (not a query asset: GX reflects a query's columns by running the whole query)
-        batch_def = source.add_table_asset(
-            name=f"impressions_{month}" + ("_staged" if staged else ""), table_name="validate_batch"
-        ).add_batch_definition_whole_table("clean_rows")
-        suite = context.suites.add(
-            build_suite(month, known_arms, min_propensity=min_propensity, max_clock_skew_seconds=max_clock_skew_seconds)
-        )
-        definition = context.validation_definitions.add(
-            gx.ValidationDefinition(name=f"impressions_{month}", data=batch_def, suite=suite)
-        )
-        actions = [gx.checkpoint.UpdateDataDocsAction(name="data_docs")] if docs is not None else []
-        checkpoint = context.checkpoints.add(
-            gx.Checkpoint(name=f"ingest_{month}", validation_definitions=[definition], actions=actions)
-        )
-        try:
-            outcome = checkpoint.run()
-        except OSError as e:  # the Data Docs site: a full disk, an unwritable directory
-            raise ValidationNotRun(
-                f"{getattr(e, 'filename', None) or docs}: the Great Expectations Data Docs of impressions_{month} "
-                f"could not be written ({e.strerror or e}); rule: validation/data_docs under paths.root must be "
-                "writable with free space; nothing was published"
-            ) from e
-    finally:
-        warehouse.con.execute("DROP TABLE IF EXISTS staging.validate_batch")
-        if not staged:
-            warehouse.con.execute("DROP TABLE IF EXISTS staging.ingest_catalog")
-    (result,) = outcome.run_results.values()
-    for r in result.results:  # an expectation that could not be computed is a broken validation, not a failed one
+    source = context.data_sources.add_sql(
+        name="warehouse",
+        connection_string="duckdb:///:memory:",  # the URL names the dialect; creator connects
+        kwargs={"creator": lambda: _BufferedConnection(warehouse.con.cursor())},
+    )
+    # a table asset (not a query asset: GX reflects a query's columns by running the whole query)
+    batch_def = source.add_table_asset(
+        name=f"impressions_{month}" + ("_staged" if staged else ""), table_name="validate_batch"
+    ).add_batch_definition_whole_table("clean_rows")
+    suite = context.suites.add(
+        build_suite(month, known_arms, min_propensity=min_propensity, max_clock_skew_seconds=max_clock_skew_seconds)
+    )
+    definition = context.validation_definitions.add(
+        gx.ValidationDefinition(name=f"impressions_{month}", data=batch_def, suite=suite)
+    )
+    actions = [gx.checkpoint.UpdateDataDocsAction(name="data_docs")] if docs is not None else []
+    checkpoint = context.checkpoints.add(
+        gx.Checkpoint(name=f"ingest_{month}", validation_definitions=[definition], actions=actions)
+    )
+    try:
+        return checkpoint.run()
+    except OSError as e:  # the Data Docs site: a full disk, an unwritable directory
+        raise ValidationNotRun(
+            f"{getattr(e, 'filename', None) or docs}: the Great Expectations Data Docs of impressions_{month} "
+            f"could not be written ({e.strerror or e}); rule: validation/data_docs under paths.root must be "
+            "writable with free space; nothing was published"
+        ) from e
+
+
+def _refuse_uncomputed_expectations(result, month: str) -> None:
+    """An expectation that could not be computed is a broken validation, not a failed one: raise
+    :class:`ValidationNotRun` naming it (an out-of-memory one as such)."""
+    for r in result.results:
         info = r.exception_info or {}
         errors = [info] if "raised_exception" in info else [v for v in info.values() if isinstance(v, dict)]
         errors = [e for e in errors if e.get("raised_exception")]
@@ -338,6 +391,10 @@ def validate_month(
                 "published"
             )
 
+
+def _expectation_results(result) -> list[dict]:
+    """One dict per expectation of the run (type, column, success, unexpected count, up to five unexpected values,
+    the observed value), as the summary stores them."""
     results = []
     for r in result.results:
         cfg = r.expectation_config
@@ -352,18 +409,7 @@ def validate_month(
                 "observed_value": str(res["observed_value"]) if "observed_value" in res else None,
             }
         )
-    summary = ValidationSummary(
-        month=month,
-        success=bool(result.success),
-        rows=int(rows),
-        evaluated=len(results),
-        failed=[r for r in results if not r["success"]],
-        results=results,
-        seconds=time.perf_counter() - t0,
-    )
-    if out_dir is not None and not staged:
-        save_summary(summary, out_dir)
-    return summary
+    return results
 
 
 def save_summary(summary: ValidationSummary, out_dir: str | os.PathLike) -> Path:

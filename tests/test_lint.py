@@ -256,7 +256,6 @@ LONG_FUNCTIONS = {
     "abpo/policy/sft.py::train_sft": 162,
     "abpo/experiment/runner.py::run_experiment": 157,
     "abpo/data/synthetic.py::synthetic_impressions": 139,
-    "abpo/validation.py::validate_month": 132,
 }
 
 

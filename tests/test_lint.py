@@ -255,7 +255,6 @@ LONG_FUNCTIONS = {
     "abpo/commands/arms.py::register": 163,
     "abpo/policy/sft.py::train_sft": 162,
     "abpo/experiment/runner.py::run_experiment": 157,
-    "abpo/data/synthetic.py::synthetic_impressions": 139,
 }
 
 

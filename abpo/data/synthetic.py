@@ -74,6 +74,30 @@ def synthetic_impressions(
     so the rows pass the ingest's catalog check (item_not_in_catalog); an item_not_in_candidates row's item lies
     outside both.
     """
+    ids = _catalog_ids(n, violation_rate, n_candidates, n_items, item_ids)
+    rng = np.random.default_rng([seed, 0x1A7E])
+    start_us, end_us = month_bounds_us(month)
+    ctr = ctr or {a: 0.10 + 0.01 * (len(arms) - i) for i, a in enumerate(arms)}
+    cols = _clean_columns(
+        rng,
+        n,
+        arms,
+        ctr,
+        ids,
+        start_us=start_us,
+        end_us=end_us,
+        n_users=n_users,
+        n_candidates=n_candidates,
+        history_len=history_len,
+        prefix=f"{id_prefix}{month}-s{seed}-",
+    )
+    masks: dict[str, np.ndarray] = {}
+    injected = _inject_violations(rng, cols, masks, violation_rate, ids, start_us)
+    return _impressions_table(cols, masks, history_len, n_candidates), injected
+
+
+def _catalog_ids(n: int, violation_rate: float, n_candidates: int, n_items: int, item_ids) -> np.ndarray:
+    """The item ids drawn from: 1..n_items, or the first n_items of ``item_ids`` sorted; the arguments checked."""
     if n < 0 or not 0.0 <= violation_rate <= 1.0:
         raise ValueError(f"n={n}, violation_rate={violation_rate}: need n >= 0 and a rate in [0, 1]")
     if n_candidates > n_items:
@@ -84,10 +108,26 @@ def synthetic_impressions(
         if ids.size < n_items:
             raise ValueError(f"item_ids: {ids.size} distinct ids < n_items={n_items}")
         ids = ids[:n_items]
-    rng = np.random.default_rng([seed, 0x1A7E])
-    start_us, end_us = month_bounds_us(month)
-    ctr = ctr or {a: 0.10 + 0.01 * (len(arms) - i) for i, a in enumerate(arms)}
+    return ids
 
+
+def _clean_columns(
+    rng: np.random.Generator,
+    n: int,
+    arms: tuple[str, ...],
+    ctr: dict[str, float],
+    ids: np.ndarray,
+    *,
+    start_us: int,
+    end_us: int,
+    n_users: int,
+    n_candidates: int,
+    history_len: int,
+    prefix: str,
+) -> dict:
+    """The ``n`` clean rows' columns by name (numpy arrays, Arrow arrays for the ids), drawn from ``rng`` in a fixed
+    order (the draws of every seed stay as they were)."""
+    n_items = len(ids)
     user = rng.integers(1, n_users + 1, size=n, dtype=np.int64)
     arm_idx = user % len(arms)
     arm = np.asarray(arms, dtype=object)[arm_idx]
@@ -103,87 +143,114 @@ def synthetic_impressions(
     click_p = np.asarray([ctr[a] for a in arms])[arm_idx]
     clicked = (rng.random(n) < click_p).astype(np.int8)
     seq = pa.array(np.arange(n, dtype=np.int64)).cast(pa.string())
-    prefix = f"{id_prefix}{month}-s{seed}-"
-    impression_id = pc.binary_join_element_wise(pa.scalar(prefix + "imp-"), seq, "")
-    request_id = pc.binary_join_element_wise(pa.scalar(prefix + "req-"), seq, "")
-    model_version = np.char.add(arm.astype(str), "-v1").astype(object)
+    return {
+        "impression_id": pc.binary_join_element_wise(pa.scalar(prefix + "imp-"), seq, ""),
+        "request_id": pc.binary_join_element_wise(pa.scalar(prefix + "req-"), seq, ""),
+        "model_version": np.char.add(arm.astype(str), "-v1").astype(object),
+        "user": user,
+        "arm": arm,
+        "event_us": event_us,
+        "served_us": served_us,
+        "history": history,
+        "cand": cand,
+        "item": item,
+        "propensity": propensity,
+        "clicked": clicked,
+        "schema_version": np.full(n, SCHEMA_VERSION, dtype=np.int16),
+        "position": np.zeros(n, dtype=np.int16),
+        "logging_policy": np.full(n, "softmax(tau=1.0)", dtype=object),
+    }
 
-    schema_version = np.full(n, SCHEMA_VERSION, dtype=np.int16)
-    position = np.zeros(n, dtype=np.int16)
-    logging_policy = np.full(n, "softmax(tau=1.0)", dtype=object)
+
+def _inject_violations(
+    rng: np.random.Generator,
+    cols: dict,
+    masks: dict[str, np.ndarray],
+    violation_rate: float,
+    ids: np.ndarray,
+    start_us: int,
+) -> Counter:
+    """Break round(violation_rate * n) rows of ``cols`` in place, one rule of INJECTED_RULES per row (nulls as
+    ``masks``: column -> null mask); returns the rows broken per rule."""
+    n = len(cols["user"])
     injected: Counter = Counter()
-    masks: dict[str, np.ndarray] = {}
     n_bad = int(round(violation_rate * n))
-    if n_bad:
-        bad = np.sort(rng.choice(np.arange(1, n), size=min(n_bad, n - 1), replace=False))
-        rule = rng.integers(0, len(INJECTED_RULES), size=len(bad))
-        is_bad = np.zeros(n, dtype=bool)
-        is_bad[bad] = True
-        imp_ids = impression_id.to_numpy(zero_copy_only=False).astype(object)
-        for r, name in enumerate(INJECTED_RULES):
-            rows = bad[rule == r]
-            injected[name] = len(rows)
-            if not len(rows):
-                continue
-            if name == "null_field":
-                col = rng.integers(0, len(_NULLABLE_TARGETS), size=len(rows))
-                for c, cname in enumerate(_NULLABLE_TARGETS):
-                    m = masks.setdefault(cname, np.zeros(n, dtype=bool))
-                    m[rows[col == c]] = True
-            elif name == "empty_field":
-                model_version[rows] = rng.choice(np.array(["", "  "], dtype=object), size=len(rows))
-            elif name == "negative_field":
-                position[rows] = -1 - rng.integers(0, 5, size=len(rows))
-            elif name == "unknown_logging_policy":
-                logging_policy[rows] = rng.choice(
-                    np.array(["softmax(tau=abc)", "argmax", "softmax(tau=0)"], dtype=object), size=len(rows)
-                )
-            elif name == "served_at_out_of_range":
-                served_us[rows] = event_us[rows] + rng.integers(2, 40, size=len(rows)) * 86_400_000_000
-            elif name == "unknown_schema_version":
-                schema_version[rows] = SCHEMA_VERSION + 1
-            elif name == "unknown_arm":
-                arm[rows] = "shadow"
-            elif name == "propensity_out_of_range":
-                propensity[rows] = rng.choice(np.array([0.0, -0.25, 1.5, np.nan]), size=len(rows))
-            elif name == "clicked_not_binary":
-                clicked[rows] = rng.choice(np.array([2, -1], dtype=np.int8), size=len(rows))
-            elif name == "item_not_in_candidates":
-                item[rows] = ids[-1] + 1 + rows  # outside the catalog, hence outside every candidate set
-            elif name == "event_time_outside_month":
-                event_us[rows] = start_us - rng.integers(1, 86_400_000_000, size=len(rows))
-            elif name == "duplicate_impression_id":
-                for i in rows:  # copy the id of the nearest earlier clean row
-                    j = i - 1
-                    while is_bad[j]:
-                        j -= 1
-                    imp_ids[i] = imp_ids[j]
-        impression_id = pa.array(imp_ids, pa.string())
+    if not n_bad:
+        return injected
+    bad = np.sort(rng.choice(np.arange(1, n), size=min(n_bad, n - 1), replace=False))
+    rule = rng.integers(0, len(INJECTED_RULES), size=len(bad))
+    is_bad = np.zeros(n, dtype=bool)
+    is_bad[bad] = True
+    imp_ids = cols["impression_id"].to_numpy(zero_copy_only=False).astype(object)
+    for r, name in enumerate(INJECTED_RULES):
+        rows = bad[rule == r]
+        injected[name] = len(rows)
+        if not len(rows):
+            continue
+        if name == "null_field":
+            col = rng.integers(0, len(_NULLABLE_TARGETS), size=len(rows))
+            for c, cname in enumerate(_NULLABLE_TARGETS):
+                m = masks.setdefault(cname, np.zeros(n, dtype=bool))
+                m[rows[col == c]] = True
+        elif name == "empty_field":
+            cols["model_version"][rows] = rng.choice(np.array(["", "  "], dtype=object), size=len(rows))
+        elif name == "negative_field":
+            cols["position"][rows] = -1 - rng.integers(0, 5, size=len(rows))
+        elif name == "unknown_logging_policy":
+            cols["logging_policy"][rows] = rng.choice(
+                np.array(["softmax(tau=abc)", "argmax", "softmax(tau=0)"], dtype=object), size=len(rows)
+            )
+        elif name == "served_at_out_of_range":
+            cols["served_us"][rows] = cols["event_us"][rows] + rng.integers(2, 40, size=len(rows)) * 86_400_000_000
+        elif name == "unknown_schema_version":
+            cols["schema_version"][rows] = SCHEMA_VERSION + 1
+        elif name == "unknown_arm":
+            cols["arm"][rows] = "shadow"
+        elif name == "propensity_out_of_range":
+            cols["propensity"][rows] = rng.choice(np.array([0.0, -0.25, 1.5, np.nan]), size=len(rows))
+        elif name == "clicked_not_binary":
+            cols["clicked"][rows] = rng.choice(np.array([2, -1], dtype=np.int8), size=len(rows))
+        elif name == "item_not_in_candidates":
+            cols["item"][rows] = ids[-1] + 1 + rows  # outside the catalog, hence outside every candidate set
+        elif name == "event_time_outside_month":
+            cols["event_us"][rows] = start_us - rng.integers(1, 86_400_000_000, size=len(rows))
+        elif name == "duplicate_impression_id":
+            for i in rows:  # copy the id of the nearest earlier clean row
+                j = i - 1
+                while is_bad[j]:
+                    j -= 1
+                imp_ids[i] = imp_ids[j]
+    cols["impression_id"] = pa.array(imp_ids, pa.string())
+    return injected
+
+
+def _impressions_table(cols: dict, masks: dict[str, np.ndarray], history_len: int, n_candidates: int) -> pa.Table:
+    """The columns as a table in IMPRESSIONS_SCHEMA's order, the masked ones with their nulls."""
 
     def arr(name, values, typ):
         return pa.array(values, typ, mask=masks.get(name))
 
     ts = IMPRESSIONS_SCHEMA.field("event_time").type
-    table = pa.Table.from_arrays(
+    request_id = cols["request_id"]
+    return pa.Table.from_arrays(
         [
-            impression_id,
-            arr("event_time", event_us, pa.int64()).cast(ts),
-            arr("user_id", user, pa.int64()),
-            pa.array(arm, pa.string()),
-            arr("model_version", model_version, pa.string()),
-            _list_array(history, history_len),
-            _list_array(cand.reshape(-1), n_candidates),
-            pa.array(item, pa.int64()),
-            arr("propensity", propensity, pa.float64()),
-            arr("clicked", clicked, pa.int8()),
+            cols["impression_id"],
+            arr("event_time", cols["event_us"], pa.int64()).cast(ts),
+            arr("user_id", cols["user"], pa.int64()),
+            pa.array(cols["arm"], pa.string()),
+            arr("model_version", cols["model_version"], pa.string()),
+            _list_array(cols["history"], history_len),
+            _list_array(cols["cand"].reshape(-1), n_candidates),
+            pa.array(cols["item"], pa.int64()),
+            arr("propensity", cols["propensity"], pa.float64()),
+            arr("clicked", cols["clicked"], pa.int8()),
             request_id
             if "request_id" not in masks
             else pa.array(request_id.to_numpy(zero_copy_only=False), pa.string(), mask=masks["request_id"]),
-            pa.array(position, pa.int16()),
-            pa.array(logging_policy, pa.string()),
-            pa.array(served_us, pa.int64()).cast(ts),
-            pa.array(schema_version, pa.int16()),
+            pa.array(cols["position"], pa.int16()),
+            pa.array(cols["logging_policy"], pa.string()),
+            pa.array(cols["served_us"], pa.int64()).cast(ts),
+            pa.array(cols["schema_version"], pa.int16()),
         ],
         schema=pa.schema([pa.field(f.name, f.type) for f in IMPRESSIONS_SCHEMA]),
     )
-    return table, injected

@@ -41,6 +41,13 @@ def register(sub, common: argparse.ArgumentParser) -> None:
     )
     asub = p.add_subparsers(dest="arms_action", metavar="ACTION", required=True)
 
+    _add_loop_actions(asub, common)
+    _add_champion_actions(asub, common)
+    _add_record_actions(asub, common)
+
+
+def _add_loop_actions(asub, common: argparse.ArgumentParser) -> None:
+    """The actions that run the loop: bootstrap, month, size-update, status."""
     a = asub.add_parser(
         "bootstrap",
         parents=[common],
@@ -105,6 +112,9 @@ def register(sub, common: argparse.ArgumentParser) -> None:
     )
     a.set_defaults(handler=run, action="status")
 
+
+def _add_champion_actions(asub, common: argparse.ArgumentParser) -> None:
+    """The actions that move or hold a champion by hand: promote, rollback, pin, unpin."""
     actor = "Who does it, recorded in the promotion history (default: $ABPO_ACTOR, else the OS user)."
     a = asub.add_parser(
         "promote",
@@ -166,6 +176,9 @@ def register(sub, common: argparse.ArgumentParser) -> None:
     a.add_argument("--actor", default="", type=_actor, help=actor)
     a.set_defaults(handler=run, action="unpin")
 
+
+def _add_record_actions(asub, common: argparse.ArgumentParser) -> None:
+    """The promotion history and adopting an existing model: history, adopt."""
     a = asub.add_parser(
         "history",
         parents=[common],

@@ -329,100 +329,21 @@ def train_sft(
                 if log_mlflow:
                     registry.log_metric("train_loss", float(logs["loss"]), step=int(state.global_step))
 
-    params = {
-        **{f"sft.{k}": v for k, v in asdict(cfg.sft).items()},
-        **{f"policy.{k}": v for k, v in asdict(cfg.policy).items()},
-        "data.dataset_dir": cfg.data.dataset_dir,
-        "data.train_candidates": cfg.data.train_candidates,
-        "data.eval_candidates": cfg.data.eval_candidates,
-        "seed": cfg.seed,
-        "n_train_examples": len(records),
-        "n_users": len(splits),
-    }
+    params = _run_params(cfg, n_train=len(records), n_users=len(splits))
     result = SFTResult(model_dir=out_dir, mlflow_run_id=None, model_version=None, n_train=len(records))
 
     def body(run=None):
-        if cfg.sft.pretrain_epochs > 0:
-            pre = pretrain_stage(
-                model, tok, ds, splits, cfg, validation_fraction=validation_fraction, log_mlflow=run is not None
-            )
-            result.stage_seconds["pretrain"] = pre.seconds
-            result.metrics.update(
-                {
-                    "pretrain_epochs_run": float(pre.epochs_run),
-                    "pretrain_best_epoch": float(pre.best_epoch),
-                }
-            )
-            log.info(
-                f"pi_init stage 1 (next-item pre-training): {pre.seconds:.1f}s, {pre.epochs_run} epochs, "
-                f"best epoch {pre.best_epoch}, {pre.n_train_positions} training positions"
-            )
-        t_sft = time.time()
-        trained, _ = run_sft(
-            model,
-            tok,
-            records,
-            cfg,
-            work,
-            callbacks=[_Losses()],
-            peft_config=lora_config(cfg.policy) if cfg.sft.use_lora else None,
+        trained = _train_stages(
+            model, tok, ds, splits, records, cfg, work, result, [_Losses()], validation_fraction, run is not None
         )
-        result.stage_seconds["sft"] = time.time() - t_sft
-        log.info(f"pi_init stage 2 (answer-format SFT): {result.stage_seconds['sft']:.1f}s, {len(records)} D_sup pairs")
-        shutil.rmtree(work, ignore_errors=True)
-        tmp = out_dir.with_name(out_dir.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        save_policy(trained, tok, tmp)
-        (tmp / "abpo_sft.json").write_text(
-            json.dumps({"config": cfg.name, "seed": cfg.seed, "n_train": len(records), "losses": losses}, indent=1)
-        )
-        shutil.rmtree(out_dir, ignore_errors=True)
-        tmp.replace(out_dir)
+        _save_pi_init(trained, tok, cfg, out_dir, work, n_train=len(records), losses=losses)
         result.losses = losses
         loss = f"; loss {losses[0][1]:.3f} -> {losses[-1][1]:.3f}" if losses else ""
         log.info(f"sft: saved pi_init to {out_dir}{loss}")
         if evaluate:
-            from abpo.policy.evaluate import evaluate_policy
-
-            ev = seeded_subsample(build_eval_examples(splits, ds, cfg.data), cfg.sft.eval_max_users, cfg.seed)
-            res = evaluate_policy(
-                trained,
-                tok,
-                ev,
-                titles,
-                cfg.policy,
-                popularity=training_popularity(splits, ds),
-                generation=cfg.sft.eval_generation,
-                progress="evaluate pi_init",
-            )
-            result.metrics = dict(res.metrics)
-            result.metrics["n_users"] = float(res.n_users)
-            for k in (1, 5):
-                if f"HR@{k}" in res.metrics:  # one-sided binomial test of HR@k > K/M
-                    result.metrics[f"HR@{k}_p_value"] = res.p_value(k)
-            for line in res.lines():
-                log.info(f"pi_init held-out: {line}")
+            _evaluate_pi_init(trained, tok, ds, splits, titles, cfg, result)
         if run is not None:
-            registry.log_params({k: str(v)[:500] for k, v in params.items()})
-            if result.metrics:
-                registry.log_metrics({k.replace("@", "_at_"): v for k, v in result.metrics.items()})
-            registry.log_metrics({f"stage_seconds_{k}": v for k, v in result.stage_seconds.items()})
-            if losses:
-                png = _loss_png(losses, Path(work.parent / "sft_loss.png"))
-                registry.log_artifact(png)
-                png.unlink()
-            uri = registry.log_model_dir(out_dir, policy_cfg=cfg.policy)
-            result.mlflow_run_id = run.info.run_id
-            if register:
-                mv, first = register_pi_init(
-                    cfg, uri, {"role": "pi_init", "config": cfg.name, "seed": cfg.seed, "run_id": run.info.run_id}
-                )
-                result.model_version = str(mv.version)
-                aliases = f"{registry.CHAMPION}, {PI_INIT_ALIAS}" if first else PI_INIT_ALIAS
-                log.info(
-                    f"sft: registered {registry.model_name(cfg)} version {mv.version} "
-                    f"(aliases {aliases}); MLflow run {run.info.run_id}"
-                )
+            _log_and_register(run, cfg, params, result, losses, work, out_dir, register=register)
 
     if log_mlflow:
         with registry.start_run(
@@ -433,3 +354,139 @@ def train_sft(
         body()
     result.seconds = time.time() - t0
     return result
+
+
+def _run_params(cfg: Config, *, n_train: int, n_users: int) -> dict[str, Any]:
+    """The SFT run's MLflow parameters: the sft and policy sections, the data keys that shape D_sup, the seed, the
+    number of training examples and of users."""
+    return {
+        **{f"sft.{k}": v for k, v in asdict(cfg.sft).items()},
+        **{f"policy.{k}": v for k, v in asdict(cfg.policy).items()},
+        "data.dataset_dir": cfg.data.dataset_dir,
+        "data.train_candidates": cfg.data.train_candidates,
+        "data.eval_candidates": cfg.data.eval_candidates,
+        "seed": cfg.seed,
+        "n_train_examples": n_train,
+        "n_users": n_users,
+    }
+
+
+def _train_stages(
+    model,
+    tok,
+    ds,
+    splits,
+    records: list[dict],
+    cfg: Config,
+    work: Path,
+    result: SFTResult,
+    callbacks: list,
+    validation_fraction: float,
+    log_mlflow: bool,
+):
+    """pi_init's two stages: next-item pre-training (when sft.pretrain_epochs > 0) and the answer-format SFT on
+    D_sup; their seconds (and stage 1's epochs) go into ``result``; returns the trained model."""
+    if cfg.sft.pretrain_epochs > 0:
+        pre = pretrain_stage(
+            model, tok, ds, splits, cfg, validation_fraction=validation_fraction, log_mlflow=log_mlflow
+        )
+        result.stage_seconds["pretrain"] = pre.seconds
+        result.metrics.update(
+            {
+                "pretrain_epochs_run": float(pre.epochs_run),
+                "pretrain_best_epoch": float(pre.best_epoch),
+            }
+        )
+        log.info(
+            f"pi_init stage 1 (next-item pre-training): {pre.seconds:.1f}s, {pre.epochs_run} epochs, "
+            f"best epoch {pre.best_epoch}, {pre.n_train_positions} training positions"
+        )
+    t_sft = time.time()
+    trained, _ = run_sft(
+        model,
+        tok,
+        records,
+        cfg,
+        work,
+        callbacks=callbacks,
+        peft_config=lora_config(cfg.policy) if cfg.sft.use_lora else None,
+    )
+    result.stage_seconds["sft"] = time.time() - t_sft
+    log.info(f"pi_init stage 2 (answer-format SFT): {result.stage_seconds['sft']:.1f}s, {len(records)} D_sup pairs")
+    return trained
+
+
+def _save_pi_init(
+    trained, tok, cfg: Config, out_dir: Path, work: Path, *, n_train: int, losses: list[tuple[int, float]]
+) -> None:
+    """Save pi_init to ``out_dir`` whole or not at all (written beside it, then moved in), with abpo_sft.json; the
+    trainer's work directory is removed first."""
+    shutil.rmtree(work, ignore_errors=True)
+    tmp = out_dir.with_name(out_dir.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    save_policy(trained, tok, tmp)
+    (tmp / "abpo_sft.json").write_text(
+        json.dumps({"config": cfg.name, "seed": cfg.seed, "n_train": n_train, "losses": losses}, indent=1)
+    )
+    shutil.rmtree(out_dir, ignore_errors=True)
+    tmp.replace(out_dir)
+
+
+def _evaluate_pi_init(trained, tok, ds, splits, titles, cfg: Config, result: SFTResult) -> None:
+    """pi_init on the held-out targets (HR@K with the one-sided binomial test against the random K/M); the metrics
+    replace ``result.metrics``."""
+    from abpo.policy.evaluate import evaluate_policy
+
+    ev = seeded_subsample(build_eval_examples(splits, ds, cfg.data), cfg.sft.eval_max_users, cfg.seed)
+    res = evaluate_policy(
+        trained,
+        tok,
+        ev,
+        titles,
+        cfg.policy,
+        popularity=training_popularity(splits, ds),
+        generation=cfg.sft.eval_generation,
+        progress="evaluate pi_init",
+    )
+    result.metrics = dict(res.metrics)
+    result.metrics["n_users"] = float(res.n_users)
+    for k in (1, 5):
+        if f"HR@{k}" in res.metrics:  # one-sided binomial test of HR@k > K/M
+            result.metrics[f"HR@{k}_p_value"] = res.p_value(k)
+    for line in res.lines():
+        log.info(f"pi_init held-out: {line}")
+
+
+def _log_and_register(
+    run,
+    cfg: Config,
+    params: dict[str, Any],
+    result: SFTResult,
+    losses: list[tuple[int, float]],
+    work: Path,
+    out_dir: Path,
+    *,
+    register: bool,
+) -> None:
+    """Log the run's parameters, metrics, stage seconds, loss curve and model to MLflow; with ``register``, register
+    the model as pi_init (:func:`register_pi_init`). ``result`` gets the run id and the model version."""
+    registry.log_params({k: str(v)[:500] for k, v in params.items()})
+    if result.metrics:
+        registry.log_metrics({k.replace("@", "_at_"): v for k, v in result.metrics.items()})
+    registry.log_metrics({f"stage_seconds_{k}": v for k, v in result.stage_seconds.items()})
+    if losses:
+        png = _loss_png(losses, Path(work.parent / "sft_loss.png"))
+        registry.log_artifact(png)
+        png.unlink()
+    uri = registry.log_model_dir(out_dir, policy_cfg=cfg.policy)
+    result.mlflow_run_id = run.info.run_id
+    if register:
+        mv, first = register_pi_init(
+            cfg, uri, {"role": "pi_init", "config": cfg.name, "seed": cfg.seed, "run_id": run.info.run_id}
+        )
+        result.model_version = str(mv.version)
+        aliases = f"{registry.CHAMPION}, {PI_INIT_ALIAS}" if first else PI_INIT_ALIAS
+        log.info(
+            f"sft: registered {registry.model_name(cfg)} version {mv.version} "
+            f"(aliases {aliases}); MLflow run {run.info.run_id}"
+        )

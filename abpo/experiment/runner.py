@@ -177,9 +177,6 @@ def run_experiment(
     and the MLflow runs. The worker processes get ``cfg`` itself (pickled); ``config_ref`` / ``overrides`` only
     say in the summary and in MLflow how it was made. Progress is logged; the workers' lines come through this
     process's loggers."""
-    import multiprocessing as mp
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-
     from abpo.data.loaders import load_dataset
 
     t0 = time.time()
@@ -194,6 +191,38 @@ def run_experiment(
     exp_dir.mkdir(parents=True, exist_ok=True)
     overrides = list(overrides)
     rounds = e.rounds
+    cells, todo, reused = _done_cells(cfg, exp_dir, rows)
+    total = len(e.seeds) * (sum(rounds if is_llm_row(r) else 1 for r in rows))
+    log.info(
+        f"experiment {e.name}: {total} cells ({len(rows)} rows x {len(e.seeds)} seeds x {rounds} round(s)), "
+        f"{reused} already done, {len(todo)} row chain(s) to compute with {e.workers} worker(s); directory "
+        f"{exp_dir}"
+    )
+    prep: list[dict] = []
+    computed = 0
+    if todo:
+        prep, computed = _compute_cells(cfg, exp_dir, todo, cells, reused=reused, total=total, t0=t0)
+    final = [cells[(s, r, rounds)][0] for s in e.seeds for r in rows]
+    recs = table_rows(final, rows, e)
+    rounds_recs = round_rows([c for c, _ in cells.values()], rows, e)
+    wall = time.time() - t0
+    ds = load_dataset(cfg.data)
+    summary = _summary(
+        cfg, ds, rows, final, wall=wall, computed=computed, reused=reused, config_ref=config_ref, overrides=overrides
+    )
+    outputs = write_outputs(exp_dir, recs, summary, rounds_recs, [c for c, _ in cells.values()])
+    run_id = _log_experiment_run(cfg, ds, summary, overrides, recs, rounds_recs, outputs, cells, mlflow_tags)
+    log.info(f"experiment {e.name}: wall time {wall / 60:.1f} min ({computed} cells computed, {reused} reused)")
+    return ExperimentResult(exp_dir, recs, outputs, wall, computed, reused, run_id, prep, rounds_recs)
+
+
+def _done_cells(
+    cfg: Config, exp_dir: Path, rows: list[str]
+) -> tuple[dict[tuple[int, str, int], tuple[dict, bool]], list[tuple[int, str]], int]:
+    """(cells already on disk by (seed, row, round) -> (cell, reused=True), the (seed, row) chains with a round
+    missing, the number of cells found)."""
+    e = cfg.experiment
+    rounds = e.rounds
     cells: dict[tuple[int, str, int], tuple[dict, bool]] = {}
     todo: list[tuple[int, str]] = []
     reused = 0
@@ -207,60 +236,86 @@ def run_experiment(
                     reused += 1
             if any(c is None for c in found.values()):
                 todo.append((seed, row))
-    total = len(e.seeds) * (sum(rounds if is_llm_row(r) else 1 for r in rows))
-    log.info(
-        f"experiment {e.name}: {total} cells ({len(rows)} rows x {len(e.seeds)} seeds x {rounds} round(s)), "
-        f"{reused} already done, {len(todo)} row chain(s) to compute with {e.workers} worker(s); directory "
-        f"{exp_dir}"
-    )
+    return cells, todo, reused
+
+
+def _compute_cells(
+    cfg: Config,
+    exp_dir: Path,
+    todo: list[tuple[int, str]],
+    cells: dict[tuple[int, str, int], tuple[dict, bool]],
+    *,
+    reused: int,
+    total: int,
+    t0: float,
+) -> tuple[list[dict], int]:
+    """Compute the ``todo`` chains in ``experiment.workers`` spawned processes (each seed prepared first; grpo_lr
+    after its seed's abpo chain), adding their cells to ``cells`` (reused=False); returns (the seeds'
+    preparations, the number of cells computed). A failed cell stops the run with its own error."""
+    import multiprocessing as mp
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    e = cfg.experiment
     prep: list[dict] = []
     computed = 0
-    if todo:
-        seeds_needed = sorted({s for s, _ in todo})
-        spawn = mp.get_context("spawn")
-        with (
-            from_workers(spawn) as (init_logging, logging_args),
-            ProcessPoolExecutor(
-                max_workers=max(1, e.workers), mp_context=spawn, initializer=init_logging, initargs=logging_args
-            ) as pool,
-        ):
-            pending = {pool.submit(prepare_seed, cfg, s): ("prep", s, None) for s in seeds_needed}
-            # grpo_lr measures its learning rate in the ABPO cells of its seed: it waits for that chain
-            waiting = {s for s, r2 in todo if r2 == "abpo"}
-            deferred: list[tuple[int, str]] = []
-            while pending:
-                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in finished:
-                    kind, seed, row = pending.pop(fut)
-                    result = fut.result()  # a failed cell stops the run with its own error
-                    if kind == "prep":
-                        prep.append(result)
-                        for s2, r2 in todo:
-                            if s2 == seed and r2 == "grpo_lr" and s2 in waiting:
-                                deferred.append((s2, r2))
-                            elif s2 == seed:
-                                pending[pool.submit(_row_task, cfg, s2, r2, str(exp_dir))] = ("row", s2, r2)
-                    else:
-                        if row == "abpo":
-                            waiting.discard(seed)
-                            for s2, r2 in [d for d in deferred if d[0] == seed]:
-                                deferred.remove((s2, r2))
-                                pending[pool.submit(_row_task, cfg, s2, r2, str(exp_dir))] = ("row", s2, r2)
-                        for cell in result:
-                            computed += 1
-                            cells[(seed, row, int(cell["round"]))] = (cell, False)
-                        last = result[-1] if result else None
-                        if last is not None:
-                            log.info(
-                                f"[{reused + computed}/{total}] seed {seed} {row_label(row)}: HR@5 "
-                                f"{last['HR@5']:.4f} ({time.time() - t0:.0f}s elapsed)"
-                            )
-    final = [cells[(s, r, rounds)][0] for s in e.seeds for r in rows]
-    recs = table_rows(final, rows, e)
-    rounds_recs = round_rows([c for c, _ in cells.values()], rows, e)
-    wall = time.time() - t0
-    ds = load_dataset(cfg.data)
-    summary = {
+    seeds_needed = sorted({s for s, _ in todo})
+    spawn = mp.get_context("spawn")
+    with (
+        from_workers(spawn) as (init_logging, logging_args),
+        ProcessPoolExecutor(
+            max_workers=max(1, e.workers), mp_context=spawn, initializer=init_logging, initargs=logging_args
+        ) as pool,
+    ):
+        pending = {pool.submit(prepare_seed, cfg, s): ("prep", s, None) for s in seeds_needed}
+        # grpo_lr measures its learning rate in the ABPO cells of its seed: it waits for that chain
+        waiting = {s for s, r2 in todo if r2 == "abpo"}
+        deferred: list[tuple[int, str]] = []
+        while pending:
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                kind, seed, row = pending.pop(fut)
+                result = fut.result()  # a failed cell stops the run with its own error
+                if kind == "prep":
+                    prep.append(result)
+                    for s2, r2 in todo:
+                        if s2 == seed and r2 == "grpo_lr" and s2 in waiting:
+                            deferred.append((s2, r2))
+                        elif s2 == seed:
+                            pending[pool.submit(_row_task, cfg, s2, r2, str(exp_dir))] = ("row", s2, r2)
+                else:
+                    if row == "abpo":
+                        waiting.discard(seed)
+                        for s2, r2 in [d for d in deferred if d[0] == seed]:
+                            deferred.remove((s2, r2))
+                            pending[pool.submit(_row_task, cfg, s2, r2, str(exp_dir))] = ("row", s2, r2)
+                    for cell in result:
+                        computed += 1
+                        cells[(seed, row, int(cell["round"]))] = (cell, False)
+                    last = result[-1] if result else None
+                    if last is not None:
+                        log.info(
+                            f"[{reused + computed}/{total}] seed {seed} {row_label(row)}: HR@5 "
+                            f"{last['HR@5']:.4f} ({time.time() - t0:.0f}s elapsed)"
+                        )
+    return prep, computed
+
+
+def _summary(
+    cfg: Config,
+    ds,
+    rows: list[str],
+    final: list[dict],
+    *,
+    wall: float,
+    computed: int,
+    reused: int,
+    config_ref: str,
+    overrides: list[str],
+) -> dict[str, Any]:
+    """The experiment's summary (summary.json, the MLflow run's parameters): what was run, on what, how long."""
+    e = cfg.experiment
+    rounds = e.rounds
+    return {
         "name": e.name,
         "dataset": ds.name,
         "seeds": len(e.seeds),
@@ -291,7 +346,22 @@ def run_experiment(
         "log_candidates": e.log_candidates,
         "regime": describe_regime(cfg),
     }
-    outputs = write_outputs(exp_dir, recs, summary, rounds_recs, [c for c, _ in cells.values()])
+
+
+def _log_experiment_run(
+    cfg: Config,
+    ds,
+    summary: dict[str, Any],
+    overrides: list[str],
+    recs: list[dict],
+    rounds_recs: list[dict],
+    outputs: dict,
+    cells: dict[tuple[int, str, int], tuple[dict, bool]],
+    mlflow_tags: Mapping[str, str] | None,
+) -> str:
+    """The experiment's MLflow run: the summary as parameters, the overrides as a tag, the table's and the rounds'
+    metrics, the output files, then one nested run per cell; returns the run id."""
+    e = cfg.experiment
     with registry.start_run(
         cfg, e.mlflow_experiment, f"experiment-{e.name}", tags={"abpo.dataset": ds.name, **dict(mlflow_tags or {})}
     ) as run:
@@ -316,5 +386,4 @@ def run_experiment(
             registry.log_artifact(p)
         for (_, _, _), (cell, was_reused) in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
             _log_cell(cell, cfg, was_reused)
-    log.info(f"experiment {e.name}: wall time {wall / 60:.1f} min ({computed} cells computed, {reused} reused)")
-    return ExperimentResult(exp_dir, recs, outputs, wall, computed, reused, run_id, prep, rounds_recs)
+    return run_id

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from abpo.experiment.regime_settings import regime_settings
+from abpo.experiment.regime_settings import regime_settings, without_added_defaults
 from abpo.experiment.rows import FULL_INFO, is_llm_row, measured_gamma_ratio, row_key
 from abpo.experiment.seeds import digest, experiments_root
 
@@ -55,11 +55,7 @@ def cell_fingerprint(cfg: Config, row: str, seed: int | None = None, r: int | No
     d: dict[str, Any] = {k: dataclasses.asdict(getattr(cfg, k)) for k in ("data", "policy", "sft")}
     d.update(row=row, seed=None if seed is None else int(seed), round=r, rounds=e.rounds)
     updates = is_llm_row(row) and row != FULL_INFO and row_key(row) != "none"
-    upd = {
-        k: v
-        for k, v in dataclasses.asdict(cfg.update).items()
-        if not (k in ADDED_UPDATE_KEYS and v == ADDED_UPDATE_KEYS[k])
-    }
+    upd = without_added_defaults(dataclasses.asdict(cfg.update), ADDED_UPDATE_KEYS)
     d["update"] = {**upd, **RETIRED_UPDATE_KEYS} if updates else None
     keys = ["eval_split", "validation_fraction", "max_eval_users", "month"]
     keys += ["update_max_examples"] if updates else []

@@ -50,6 +50,13 @@ ADDED_SIM_KEYS: dict[str, Any] = {
 }
 
 
+def without_added_defaults(section: dict[str, Any], added: dict[str, Any]) -> dict[str, Any]:
+    """``section`` without the keys of ``added`` that hold the default they were added with: what a cell's fingerprint
+    digests, so that adding a key to a digested section keeps every cached cell's fingerprint (ADDED_SIM_KEYS here,
+    abpo.experiment.cells.ADDED_UPDATE_KEYS)."""
+    return {k: v for k, v in section.items() if not (k in added and v == added[k])}
+
+
 def check_regime(e) -> None:
     """The regime keys of section experiment ``e`` are known values (each error names the key and the rule)."""
     for key, options in (
@@ -85,9 +92,7 @@ def regime_settings(cfg: Config) -> dict[str, Any]:
             out["arm_shares"] = dict(cfg.report.arm_shares)
     if e.clicks != DEFAULTS["clicks"]:
         out["clicks"] = e.clicks
-        out["sim"] = {
-            k: v for k, v in dataclasses.asdict(cfg.sim).items() if not (k in ADDED_SIM_KEYS and v == ADDED_SIM_KEYS[k])
-        }
+        out["sim"] = without_added_defaults(dataclasses.asdict(cfg.sim), ADDED_SIM_KEYS)
     if e.log_candidates != DEFAULTS["log_candidates"]:
         out["log_candidates"] = e.log_candidates
         out["log_candidate_count"] = e.log_candidate_count

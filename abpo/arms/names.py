@@ -35,6 +35,9 @@ ARMS: dict[str, ArmEntry] = {
     for e in (
         ArmEntry("abpo", "abpo.arms.llm:LLMArm", LLM, "abpo"),
         ArmEntry("grpo", "abpo.arms.llm:LLMArm", LLM, "grpo"),
+        # issue 49's variant G (B with the no-response rows weighted c/(1-c), docs/update-variants.md Eq. N2): the one
+        # update that beat No-Update in the test tables (docs/which-update.md); an arm beside the paper's two
+        ArmEntry("grpo_cr", "abpo.arms.llm:LLMArm", LLM, "grpo_cr"),
         ArmEntry("ml_retrain", "abpo.arms.rankers:RankerArm", RANKER, "ml_retrain"),
         ArmEntry("popularity", "abpo.arms.rankers:RankerArm", RANKER, "popularity"),
         ArmEntry("holdback", "abpo.arms.llm:HoldbackArm", HOLDBACK, "none"),

@@ -22,7 +22,7 @@ def test_no_import_errors(dagbag):
 
 def test_the_cycle_is_wired_per_arm(dagbag):
     dag = dagbag.dags["abpo_monthly"]
-    llm = [f"{a}.{s}" for a in ("abpo", "grpo") for s in ("update", "register", "gate", "promote")]
+    llm = [f"{a}.{s}" for a in ("abpo", "grpo", "grpo_cr") for s in ("update", "register", "gate", "promote")]
     rankers = ["ml_retrain.refit", "popularity.refit"]
     assert set(dag.task_ids) == {
         "resolve_month",
@@ -39,12 +39,13 @@ def test_the_cycle_is_wired_per_arm(dagbag):
         ("serve", "ingest"),
         ("ingest", "abpo.update"),
         ("ingest", "grpo.update"),
+        ("ingest", "grpo_cr.update"),
         ("ingest", "ml_retrain.refit"),
         ("ingest", "popularity.refit"),
         ("resolve_month", "serve"),
         ("resolve_month", "bootstrap"),
     ]
-    for arm in ("abpo", "grpo"):
+    for arm in ("abpo", "grpo", "grpo_cr"):
         edges += [
             (f"{arm}.update", f"{arm}.register"),
             (f"{arm}.register", f"{arm}.gate"),
@@ -65,7 +66,12 @@ def test_the_cycle_is_wired_per_arm(dagbag):
     assert all(t.execution_timeout is not None for t in dag.tasks)
     assert dag.get_task("abpo.update").execution_timeout > dag.get_task("abpo.gate").execution_timeout
     assert [a.name for a in dag.get_task("ingest").outlets] == ["abpo_clean_impressions"]
-    for arm, task_id in (("abpo", "abpo.promote"), ("grpo", "grpo.promote"), ("popularity", "popularity.refit")):
+    for arm, task_id in (
+        ("abpo", "abpo.promote"),
+        ("grpo", "grpo.promote"),
+        ("grpo_cr", "grpo_cr.promote"),
+        ("popularity", "popularity.refit"),
+    ):
         # an alias: the champion's Asset event is added only when the champion moved (tests/dags/test_champion_events)
         assert [a.name for a in dag.get_task(task_id).outlets] == [f"abpo_champion_{arm}_moves"]
     assert dag.get_task("holdback.hold").outlets == []  # the holdback's champion (pi_init) never moves

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from abpo.abtest.replicated import ReplicatedReport
     from abpo.config import Config
 
 DIR = "loop-experiment"
@@ -57,6 +58,8 @@ BOOTSTRAP_IGNORES = {
     "arms": ("update_max_examples", "update_logs", "replay_months"),
 }
 BOOTSTRAP_SECTIONS_IGNORED = ("update", "report")
+# what report.json keeps of each replicate's result
+REPORTED_REPLICATE_KEYS = ("replicate", "fingerprint", "code", "salt", "seconds", "threads", "months")
 
 
 # ------------------------------------------------------------------------------------------------ fingerprints
@@ -421,43 +424,17 @@ def run_loop_experiment(
 ) -> LoopExperiment:
     """The experiment (module docstring): ``replicates`` S >= 1 replicates of ``months`` months from
     ``sim.start_month``, ``workers`` processes at once (0: min(cores, replicates to run))."""
-    from concurrent.futures import FIRST_COMPLETED, wait
-
-    from abpo.abtest import replicated as rp
-    from abpo.monthly.common import arms_of
     from abpo.months import month_range
 
-    if replicates < 1:
-        raise ValueError(f"--replicates {replicates}: rule: >= 1")
-    if months < 1:
-        raise ValueError(f"--months {months}: rule: >= 1")
-    if cfg.sim.replicate != 0:
-        raise ValueError(
-            f"config sim.replicate = {cfg.sim.replicate}: rule: 0 (the experiment numbers its replicates 0..S-1 itself)"
-        )
+    _check_request(cfg, replicates, months)
     t0 = time.time()
     month_list = [str(m) for m in month_range(cfg.sim.start_month, months)]
     root = cfg.paths.resolve("root") / DIR
     code = code_digest()
     sets = tuple(o for o in overrides if not o.split("=", 1)[0].strip().startswith("paths."))
-    base_threads = max(1, int(cfg.policy.num_threads) or cores())
-
     b_fp = bootstrap_fingerprint(cfg)
     b_dir = root / "bootstrap" / b_fp
-    rep_jobs: list[Job] = []
-    results: dict[int, dict[str, Any]] = {}
-    for r in range(replicates):
-        rcfg = dataclasses.replace(cfg, sim=dataclasses.replace(cfg.sim, replicate=r))
-        fp = replicate_fingerprint(rcfg, month_list)
-        found = load_result(root / "replicates" / fp / "result.json", fp, None if any_code else code)
-        if found is not None:
-            results[r] = found
-        else:
-            start_over_unless(root / "replicates" / fp, code)
-            rep_jobs.append(
-                Job(config_ref, sets, str(root / "replicates" / fp / "state"), 1, r, tuple(month_list),
-                    str(b_dir / "state"), fp, code)
-            )  # fmt: skip
+    results, rep_jobs = _plan_replicates(cfg, config_ref, sets, replicates, month_list, root, b_dir, code, any_code)
     reused = sorted(results)
     n_workers = max(1, min(workers or cores(), max(len(rep_jobs), 1)))
     threads = max(1, cores() // n_workers)  # torch threads per replicate: the cores shared out
@@ -474,36 +451,149 @@ def run_loop_experiment(
     if rep_jobs:
         with worker_pool(n_workers, threads) as pool:
             if bootstrap is None:
-                echo(f"[bootstrap] pi_init and every arm's first champion, once: log {b_dir / 'bootstrap.log'}")
-                job = Job(config_ref, sets, str(b_dir / "state"), base_threads, fingerprint=b_fp, code=code)
-                shutil.rmtree(b_dir / "state", ignore_errors=True)  # an interrupted bootstrap starts over
-                bootstrap = pool.submit(run_bootstrap, job).result()
-                echo(f"[bootstrap] done in {bootstrap['seconds']:.0f}s")
-            pending = {pool.submit(run_replicate, j): j for j in rep_jobs}
-            while pending:
-                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in finished:
-                    j = pending.pop(fut)
-                    try:
-                        res = fut.result()
-                    except Exception as e:
-                        for waiting in pending:
-                            waiting.cancel()
-                        raise RuntimeError(
-                            f"replicate {j.replicate} failed ({type(e).__name__}: {e}); its log: "
-                            f"{Path(j.state).parent / 'run.log'}; the finished replicates are kept"
-                        ) from e
-                    results[j.replicate] = res
-                    secs = ", ".join(f"{m['seconds']:.0f}" for m in res["months"])
-                    echo(
-                        f"[replicate {j.replicate}] done in {res['seconds']:.0f}s (months {secs} s; "
-                        f"{len(results)}/{replicates} finished, {time.time() - t0:.0f}s elapsed)"
-                    )
-                    if prune:
-                        shutil.rmtree(j.state, ignore_errors=True)
+                bootstrap = _shared_bootstrap(pool, cfg, config_ref, sets, b_dir, b_fp, code, echo)
+            _run_replicates(pool, rep_jobs, results, replicates, prune=prune, t0=t0, echo=echo)
     elif bootstrap is None:
         bootstrap = {"note": "every replicate was finished before; its shared bootstrap is not on this machine"}
     ordered = [results[r] for r in range(replicates)]
+    report, headline = _analyse(cfg, ordered, month_list)
+    label = f"{month_list[0]}..{month_list[-1]}-S{replicates}-{_digest(_settings(cfg))[:8]}"
+    out = Path(out_dir) if out_dir else root / "reports" / label
+    out.mkdir(parents=True, exist_ok=True)
+    wall = time.time() - t0
+    md = _report_markdown(
+        cfg, report, headline, ordered, code, replicates=replicates, months=months, wall=wall, workers=n_workers,
+        ran=len(rep_jobs), reused=len(reused), bootstrap=bootstrap, bootstrap_reused=bootstrap_reused,
+    )  # fmt: skip
+    (out / "report.md").write_text(md)
+    payload = {
+        "config": config_ref,
+        "overrides": list(overrides),
+        "months": month_list,
+        "replicates": [{k: r.get(k) for k in REPORTED_REPLICATE_KEYS} for r in ordered],
+        "reused": reused,
+        "bootstrap": {**(bootstrap or {}), "reused": bootstrap_reused, "fingerprint": b_fp},
+        "code": code,
+        "workers": n_workers,
+        "cores": cores(),
+        "seconds": round(wall, 1),
+        "analysis": report.to_json(),
+    }
+    _save_json(out / "report.json", payload)
+    sizing: list[str] = []
+    if target_mde_pp > 0:
+        sizing = _add_sizing(cfg, ordered, month_list, headline, target_mde_pp, n_workers, bootstrap, md, payload, out)
+    return LoopExperiment(
+        month_list, ordered, reused, bootstrap or {}, bootstrap_reused, n_workers, wall, out / "report.md",
+        out / "report.json", _headline_lines(report, headline) + sizing,
+    )  # fmt: skip
+
+
+def _check_request(cfg: Config, replicates: int, months: int) -> None:
+    """Refuse what cannot be run: fewer than one replicate or month, or a config that sets ``sim.replicate`` (the
+    experiment numbers its replicates 0..S-1 itself)."""
+    if replicates < 1:
+        raise ValueError(f"--replicates {replicates}: rule: >= 1")
+    if months < 1:
+        raise ValueError(f"--months {months}: rule: >= 1")
+    if cfg.sim.replicate != 0:
+        raise ValueError(
+            f"config sim.replicate = {cfg.sim.replicate}: rule: 0 (the experiment numbers its replicates 0..S-1 itself)"
+        )
+
+
+def _plan_replicates(
+    cfg: Config,
+    config_ref: str,
+    sets: tuple[str, ...],
+    replicates: int,
+    month_list: list[str],
+    root: Path,
+    b_dir: Path,
+    code: str,
+    any_code: bool,
+) -> tuple[dict[int, dict[str, Any]], list[Job]]:
+    """(the results of the replicates 0..S-1 found finished, by replicate: made by this ``code``, or by any with
+    ``any_code``; a job for each of the others, one thread each until the cores are shared out). A replicate's
+    folder that other code began is started over (start_over_unless)."""
+    results: dict[int, dict[str, Any]] = {}
+    jobs: list[Job] = []
+    for r in range(replicates):
+        rcfg = dataclasses.replace(cfg, sim=dataclasses.replace(cfg.sim, replicate=r))
+        fp = replicate_fingerprint(rcfg, month_list)
+        found = load_result(root / "replicates" / fp / "result.json", fp, None if any_code else code)
+        if found is not None:
+            results[r] = found
+        else:
+            start_over_unless(root / "replicates" / fp, code)
+            jobs.append(
+                Job(config_ref, sets, str(root / "replicates" / fp / "state"), 1, r, tuple(month_list),
+                    str(b_dir / "state"), fp, code)
+            )  # fmt: skip
+    return results, jobs
+
+
+def _shared_bootstrap(
+    pool: Any, cfg: Config, config_ref: str, sets: tuple[str, ...], b_dir: Path, b_fp: str, code: str, echo
+) -> dict[str, Any]:
+    """The shared bootstrap (run_bootstrap) in a worker of ``pool``, from an empty ``<b_dir>/state`` (an interrupted
+    one starts over) with the config's torch threads (0: every core); returns its result (``done.json``)."""
+    base_threads = max(1, int(cfg.policy.num_threads) or cores())
+    echo(f"[bootstrap] pi_init and every arm's first champion, once: log {b_dir / 'bootstrap.log'}")
+    job = Job(config_ref, sets, str(b_dir / "state"), base_threads, fingerprint=b_fp, code=code)
+    shutil.rmtree(b_dir / "state", ignore_errors=True)  # an interrupted bootstrap starts over
+    bootstrap = pool.submit(run_bootstrap, job).result()
+    echo(f"[bootstrap] done in {bootstrap['seconds']:.0f}s")
+    return bootstrap
+
+
+def _run_replicates(
+    pool: Any,
+    jobs: list[Job],
+    results: dict[int, dict[str, Any]],
+    replicates: int,
+    *,
+    prune: bool,
+    t0: float,
+    echo,
+) -> None:
+    """Run the replicates' ``jobs`` (run_replicate) in the workers of ``pool``, adding each result to ``results`` as
+    it finishes (its state deleted with ``prune``). A failed replicate cancels those not started and stops the run,
+    naming its log; the finished ones are kept."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    pending = {pool.submit(run_replicate, j): j for j in jobs}
+    while pending:
+        finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+        for fut in finished:
+            j = pending.pop(fut)
+            try:
+                res = fut.result()
+            except Exception as e:
+                for waiting in pending:
+                    waiting.cancel()
+                raise RuntimeError(
+                    f"replicate {j.replicate} failed ({type(e).__name__}: {e}); its log: "
+                    f"{Path(j.state).parent / 'run.log'}; the finished replicates are kept"
+                ) from e
+            results[j.replicate] = res
+            secs = ", ".join(f"{m['seconds']:.0f}" for m in res["months"])
+            echo(
+                f"[replicate {j.replicate}] done in {res['seconds']:.0f}s (months {secs} s; "
+                f"{len(results)}/{replicates} finished, {time.time() - t0:.0f}s elapsed)"
+            )
+            if prune:
+                shutil.rmtree(j.state, ignore_errors=True)
+
+
+def _analyse(
+    cfg: Config, ordered: list[dict[str, Any]], month_list: list[str]
+) -> tuple[ReplicatedReport, list[tuple[str, str]]]:
+    """(the two-stage analysis of the replicates' per-user moments, every arm pair per month and over the period
+    (abpo.abtest.replicated.analyse_replicates); the headline pairs (headline_pairs))."""
+    from abpo.abtest import replicated as rp
+    from abpo.monthly.common import arms_of
+
     arms = arms_of(cfg)
     per_rep = [rp.moments_by_period(r["moments"]) for r in ordered]
     hold = cfg.report.holdback_arm if cfg.report.holdback_arm in arms else ""
@@ -515,73 +605,91 @@ def run_loop_experiment(
         confidence=cfg.report.confidence,
         power=cfg.report.power,
     )
-    headline = headline_pairs(cfg, arms)
-    label = f"{month_list[0]}..{month_list[-1]}-S{replicates}-{_digest(_settings(cfg))[:8]}"
-    out = Path(out_dir) if out_dir else root / "reports" / label
-    out.mkdir(parents=True, exist_ok=True)
-    wall = time.time() - t0
+    return report, headline_pairs(cfg, arms)
+
+
+def _report_markdown(
+    cfg: Config,
+    report: ReplicatedReport,
+    headline: list[tuple[str, str]],
+    ordered: list[dict[str, Any]],
+    code: str,
+    *,
+    replicates: int,
+    months: int,
+    wall: float,
+    workers: int,
+    ran: int,
+    reused: int,
+    bootstrap: dict[str, Any] | None,
+    bootstrap_reused: bool,
+) -> str:
+    """report.md: the analysis's tables (abpo.abtest.replicated.replicated_markdown) with what the run cost above
+    the headline comparisons: wall time, replicates run and reused, the shared bootstrap's and each replicate's
+    seconds, and a note naming the other code that made replicates reused with --any-code (said, never hidden)."""
+    from abpo.abtest import replicated as rp
+
     title = f"Replicated loop experiment: {cfg.name}, {replicates} replicate(s) x {months} month(s)"
     md = rp.replicated_markdown(report, headline, title=title)
     boot = "reused" if bootstrap_reused else f"{float((bootstrap or {}).get('seconds', 0)):.0f} s"
     rep_secs = ", ".join(f"{float(r['seconds']):.0f}" for r in ordered)
     other = sorted({str(r.get("code")) for r in ordered if r.get("code") != code})
-    if other:  # --any-code reused replicates that other code made: said, never hidden
+    if other:
         rep_secs += (
             f" (NOTE: {sum(r.get('code') != code for r in ordered)} replicate(s) were made by other code, digest(s) "
             f"{', '.join(other)}; this code is {code})"
         )
     cost = (
-        f"Wall time {wall / 60:.1f} min on {cores()} core(s) ({n_workers} worker(s)); "
-        f"{len(rep_jobs)} replicate(s) run now, {len(reused)} reused; shared bootstrap {boot}; replicate wall "
+        f"Wall time {wall / 60:.1f} min on {cores()} core(s) ({workers} worker(s)); "
+        f"{ran} replicate(s) run now, {reused} reused; shared bootstrap {boot}; replicate wall "
         f"times {rep_secs} s."
     )
-    md = md.replace("\n## Headline comparisons", f"\n{cost}\n\n## Headline comparisons", 1)
-    (out / "report.md").write_text(md)
-    payload = {
-        "config": config_ref,
-        "overrides": list(overrides),
-        "months": month_list,
-        "replicates": [
-            {k: r.get(k) for k in ("replicate", "fingerprint", "code", "salt", "seconds", "threads", "months")}
-            for r in ordered
-        ],
-        "reused": reused,
-        "bootstrap": {**(bootstrap or {}), "reused": bootstrap_reused, "fingerprint": b_fp},
-        "code": code,
-        "workers": n_workers,
-        "cores": cores(),
-        "seconds": round(wall, 1),
-        "analysis": report.to_json(),
-    }
+    return md.replace("\n## Headline comparisons", f"\n{cost}\n\n## Headline comparisons", 1)
+
+
+def _add_sizing(
+    cfg: Config,
+    ordered: list[dict[str, Any]],
+    month_list: list[str],
+    headline: list[tuple[str, str]],
+    target_mde_pp: float,
+    workers: int,
+    bootstrap: dict[str, Any] | None,
+    md: str,
+    payload: dict[str, Any],
+    out: Path,
+) -> list[str]:
+    """The design sized for a whole-period MDE of ``target_mde_pp`` (size_design) added to report.json (``sizing``)
+    and report.md (its table), both rewritten; returns the summary's lines, one per headline pair for which S
+    replicates of every month reach it."""
+    rows = size_design(cfg, ordered, month_list, headline, target_mde_pp / 100, workers, bootstrap)
+    payload["sizing"] = {"target_mde_pp": target_mde_pp, "workers": workers, "rows": rows}
     _save_json(out / "report.json", payload)
-    summary: list[str] = []
-    sizing: list[str] = []
-    if target_mde_pp > 0:
-        rows = size_design(cfg, ordered, month_list, headline, target_mde_pp / 100, n_workers, bootstrap)
-        payload["sizing"] = {"target_mde_pp": target_mde_pp, "workers": n_workers, "rows": rows}
-        _save_json(out / "report.json", payload)
-        md += "\n" + "\n".join(sizing_markdown(rows, target_mde_pp, n_workers)) + "\n"
-        (out / "report.md").write_text(md)
-        for row in rows:
-            if row["months"] == len(month_list) and row["replicates_needed"]:
-                sizing.append(
-                    f"  for an MDE of {target_mde_pp} pp on {row['a']} − {row['b']}: S = {row['replicates_needed']} "
-                    f"replicates of {row['months']} month(s), about {row['wall_minutes']:.0f} min on {n_workers} "
-                    "worker(s)"
-                )
+    md += "\n" + "\n".join(sizing_markdown(rows, target_mde_pp, workers)) + "\n"
+    (out / "report.md").write_text(md)
+    return [
+        f"  for an MDE of {target_mde_pp} pp on {row['a']} − {row['b']}: S = {row['replicates_needed']} "
+        f"replicates of {row['months']} month(s), about {row['wall_minutes']:.0f} min on {workers} worker(s)"
+        for row in rows
+        if row["months"] == len(month_list) and row["replicates_needed"]
+    ]
+
+
+def _headline_lines(report: ReplicatedReport, headline: list[tuple[str, str]]) -> list[str]:
+    """The summary's line for each headline pair over the whole period: difference, interval, p and MDE in
+    percentage points (n/a with the reason where it is not defined)."""
+    from abpo.abtest import replicated as rp
+
+    lines = []
     for a, b in headline:
         t = report.diffs[rp.ALL][(a, b)]
-        summary.append(
+        lines.append(
             f"- {a} − {b}: {100 * t.estimate:+.3f} pp [{100 * t.ci_low:+.3f}, {100 * t.ci_high:+.3f}], "
             f"p = {t.p:.3f}, MDE {100 * t.mde:.3f} pp ({t.replicates} replicates; SE from {t.basis or 'n/a'})"
             if t.defined
             else f"- {a} − {b}: n/a ({t.note})"
         )
-    summary += sizing
-    return LoopExperiment(
-        month_list, ordered, reused, bootstrap or {}, bootstrap_reused, n_workers, wall, out / "report.md",
-        out / "report.json", summary,
-    )  # fmt: skip
+    return lines
 
 
 def size_design(

@@ -31,7 +31,7 @@ import math
 import torch
 from torch import Tensor
 
-RULES = ("fixed", "click_rate")
+from abpo.config.update import NO_RESPONSE_WEIGHT_RULES
 
 
 def no_response_weight(rule: str, scale: float, click_rate: float | None = None) -> float:
@@ -54,7 +54,9 @@ def no_response_weight(rule: str, scale: float, click_rate: float | None = None)
                 "for kappa = c / (1 - c)"
             )
         return float(scale) * c / (1.0 - c)
-    raise ValueError(f"abpo.algo.stratum_weight: update.no_response_weight_rule = {rule!r}; rule: one of {RULES}")
+    raise ValueError(
+        f"abpo.algo.stratum_weight: update.no_response_weight_rule = {rule!r}; rule: one of {NO_RESPONSE_WEIGHT_RULES}"
+    )
 
 
 def stratum_weighted_advantages(advantages: Tensor, y: Tensor, kappa: float, click_weight: float = 1.0) -> Tensor:

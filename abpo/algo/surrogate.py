@@ -30,7 +30,9 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-RatioLevel = Literal["sequence", "geometric", "token"]
+from abpo.config.update import RATIO_LEVELS
+
+RatioLevel = Literal["sequence", "geometric", "token"]  # the type of RATIO_LEVELS' values (a test keeps them equal)
 
 
 def _check(logp_new: Tensor, logp_old: Tensor, advantages: Tensor, mask: Tensor) -> None:
@@ -94,10 +96,9 @@ def clipped_surrogate(
     logp_ref / beta: the optional KL regulariser; beta > 0 requires logp_ref.
     """
     _check(logp_new, logp_old, advantages, mask)
-    if ratio_level not in ("sequence", "geometric", "token"):
+    if ratio_level not in RATIO_LEVELS:
         raise ValueError(
-            f"abpo.algo.surrogate.clipped_surrogate: ratio_level = {ratio_level!r}; "
-            "rule: 'sequence', 'geometric' or 'token'"
+            f"abpo.algo.surrogate.clipped_surrogate: ratio_level = {ratio_level!r}; rule: one of {RATIO_LEVELS}"
         )
     eps_low, eps_high = (epsilon, epsilon) if isinstance(epsilon, (int, float)) else epsilon
     if eps_low < 0 or eps_high < 0:

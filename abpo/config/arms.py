@@ -7,6 +7,9 @@ from dataclasses import dataclass, field
 
 from abpo.data.holdout import GATE_USERS
 
+# arms.update_logs' choices, refused at load when anything else; abpo.train.strata.check_update_logs reads them too
+UPDATE_LOGS = ("own", "all")
+
 
 @dataclass
 class PopularityArmConfig:
@@ -135,12 +138,13 @@ class ArmsConfig:
     update_logs: str = field(
         default="all",
         metadata={
+            "choices": UPDATE_LOGS,
             "help": "Whose logs an LLM arm's month update trains on: all = the month's clean impressions of "
             "every arm in arms.names (each row's e0 is the propensity its arm logged: softmax(s/tau) "
             "of an LLM arm, softmax(score/T) of a ranker; w = e_old/e0 is a real importance weight); "
             "own = only the arm's own rows (logged by the champion it starts from: w = 1). Rows whose "
             "propensity cannot be trusted (missing, <= 0, > 1, not finite, below data.min_propensity) "
-            "or of an arm not in arms.names are refused, naming arm, month, impression and rule."
+            "or of an arm not in arms.names are refused, naming arm, month, impression and rule.",
         },
     )
     update_max_examples: int = field(

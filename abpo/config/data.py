@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from abpo.data.loaders import FORMATS
+
 
 @dataclass
 class DataConfig:
@@ -15,7 +17,9 @@ class DataConfig:
             "movielens format: its movies.csv and ratings.csv; docs/scaling.md)."
         },
     )
-    format: str = field(default="movielens", metadata={"help": "Dataset format: movielens | amazon18."})
+    format: str = field(
+        default="movielens", metadata={"choices": FORMATS, "help": "Dataset format: movielens | amazon18."}
+    )
     amazon_domain: str = field(
         default="Office_Products", metadata={"help": "amazon18 only: the domain (file prefix) to load."}
     )

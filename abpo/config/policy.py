@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 PROMPT_STYLES = ("text", "item_tokens")  # policy.prompt_style (abpo.policy.prompt builds both)
 LOSS_TOKENS = ("answer", "choice")  # sft.loss_tokens (abpo.policy.sft)
+DTYPES = ("float32", "bfloat16")  # policy.dtype: torch's dtype of that name (abpo.policy.model.torch_dtype)
 
 
 @dataclass
@@ -112,7 +113,7 @@ class PolicyConfig:
             "move them. Full fine-tuning (lora_r = 0) trains them anyway."
         },
     )
-    dtype: str = field(default="float32", metadata={"help": "float32 | bfloat16."})
+    dtype: str = field(default="float32", metadata={"choices": DTYPES, "help": "float32 | bfloat16."})
     num_threads: int = field(
         default=0,
         metadata={

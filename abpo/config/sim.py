@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# The choices of sim.candidates and sim.oracle, refused at load when anything else (abpo.config.values): a new
-# candidate source or ground truth adds its name here, and its builder in abpo.sim (abpo.sim.simulator for the
-# candidates; abpo.sim.preference's ORACLES for an oracle, which must name every choice here).
+# The choices of sim.candidates and sim.oracle, refused at load when anything else (abpo.config.values), and the
+# lists abpo.sim dispatches on: a new candidate source or ground truth adds its name here, and its builder in abpo.sim
+# (abpo.sim.simulator for the candidates and the components, abpo.sim.preference for an oracle).
 CANDIDATE_SOURCES = ("retrieval", "offline")
 ORACLE_COMPONENTS = ("knn", "sequential", "als")  # the mixture's components (sim.oracle_weights' keys)
 ORACLES = ("mixture", *ORACLE_COMPONENTS, "replay")  # replay: the users' real next items alone, never mixed

@@ -12,6 +12,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from abpo.data.batching import STRATIFICATIONS
+
+# The choices of these keys, refused at load when anything else (abpo.config.values); the code that dispatches on them
+# reads the same tuples: update.ratio_level (abpo.algo.surrogate, abpo.train.trainer), update.loss_type
+# (abpo.train.trainer), update.no_response_weight_rule (abpo.algo.stratum_weight). update.stratification's are
+# abpo.data.batching's STRATIFICATIONS (the batches are filled there, below the config).
+RATIO_LEVELS = ("sequence", "geometric", "token")
+LOSS_TYPES = ("grpo",)
+NO_RESPONSE_WEIGHT_RULES = ("fixed", "click_rate")
+
 
 @dataclass
 class UpdateConfig:
@@ -89,7 +99,7 @@ class UpdateConfig:
     no_response_weight_rule: str = field(
         default="fixed",
         metadata={
-            "choices": ["fixed", "click_rate"],
+            "choices": NO_RESPONSE_WEIGHT_RULES,
             "help": "fixed: kappa = no_response_weight | click_rate: kappa = no_response_weight x c/(1-c), c the "
             "click rate of the logged rows the update trains on (before the stratified batches oversample clicks): "
             "a bandit policy gradient baselined at c weighs a no-response c/(1-c) as much as a click (Eq. N2). "
@@ -145,18 +155,20 @@ class UpdateConfig:
     ratio_level: str = field(
         default="sequence",
         metadata={
+            "choices": RATIO_LEVELS,
             "help": "How s_i^j of step 5 is formed (abpo.algo.surrogate.clipped_surrogate): sequence (the spec: "
             "pi_theta(a|q)/pi_old(a|q), the product over the completion's tokens; default) | geometric (its "
             "length-normalised root, GSPO) | token (one clipped ratio per token averaged over the completion, TRL's "
-            "classic GRPO loss). Every level keeps the spec's mean over rollouts: each rollout weighs 1/(B(G-1))."
+            "classic GRPO loss). Every level keeps the spec's mean over rollouts: each rollout weighs 1/(B(G-1)).",
         },
     )
     loss_type: str = field(
         default="grpo",
         metadata={
+            "choices": LOSS_TYPES,
             "help": "GRPOConfig.loss_type; only grpo is accepted. The loss itself is ABPO's (step 5, computed by "
             "abpo.algo.surrogate per ratio_level); TRL's dapo/bnpo/dr_grpo/cispo weight completions by batch "
-            "token counts, which breaks the (1/(G-1)) mean over rollouts of step 5, so they are refused."
+            "token counts, which breaks the (1/(G-1)) mean over rollouts of step 5, so they are refused.",
         },
     )
     # ------------------------------------------------------------------ optimisation -> TrainingArguments
@@ -269,10 +281,11 @@ class UpdateConfig:
     stratification: str = field(
         default="oversample",
         metadata={
+            "choices": STRATIFICATIONS,
             "help": "How stratified SNIPS mini-batches are filled (abpo.warehouse.stratified_batches): oversample "
             "(default: every batch holds round(B*P/(P+N)) >= 1 positives; the scarcer stratum is recycled in a "
             "fresh seeded order, so some of its rows appear twice in the epoch) | proportional (each row once; "
-            "positives spread evenly over floor((P+N)/B) batches; the rows that fill no batch are reported)."
+            "positives spread evenly over floor((P+N)/B) batches; the rows that fill no batch are reported).",
         },
     )
     save_steps: int = field(

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+# How the batches are filled (config update.stratification, whose choices these are): see stratified_batch_plan
+STRATIFICATIONS = ("oversample", "proportional")
+
 
 def _as_table(rows) -> pa.Table:
     return rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(list(rows))
@@ -72,8 +75,8 @@ def stratified_batch_plan(P: int, N: int, batch_size: int, seed: int, mode: str 
     if P == 0 or N == 0:
         empty = "positive" if P == 0 else "no-response"
         raise ValueError(f"the {empty} stratum is empty: no mini-batch can hold both strata (P={P}, N={N})")
-    if mode not in ("oversample", "proportional"):
-        raise ValueError(f"stratified_batches: mode {mode!r}; rule: oversample | proportional")
+    if mode not in STRATIFICATIONS:
+        raise ValueError(f"stratified_batches: mode {mode!r}; rule: {' | '.join(STRATIFICATIONS)}")
     rng = np.random.default_rng([int(seed), 0x57A7])
     if mode == "oversample":
         k = min(max(int(round(batch_size * P / (P + N))), 1), batch_size - 1)

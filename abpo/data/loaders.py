@@ -29,6 +29,9 @@ import pyarrow.csv as pacsv
 
 from abpo.data.schemas import CATALOG_SCHEMA, INTERACTIONS_SCHEMA
 
+# The dataset formats load_dataset reads (config data.format, whose choices these are)
+FORMATS = ("movielens", "amazon18")
+
 
 class DataFormatError(ValueError):
     """Input data breaks its format; the message names the file, the row and the rule."""
@@ -341,4 +344,4 @@ def load_dataset(data_cfg) -> Dataset:
                 "format (amazon18 is read from a local directory)"
             )
         return load_amazon18(directory, data_cfg.amazon_domain)
-    raise ValueError(f"data.format {data_cfg.format!r}: expected movielens or amazon18")
+    raise ValueError(f"data.format {data_cfg.format!r}: expected {' or '.join(FORMATS)}")

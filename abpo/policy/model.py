@@ -23,6 +23,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from abpo.config.policy import DTYPES
 from abpo.policy.prompt import TEMPLATE_STRINGS
 from abpo.policy.tokenizer import train_tiny_tokenizer
 
@@ -38,10 +39,9 @@ class ModelNotAvailableError(RuntimeError):
 def torch_dtype(name: str):
     import torch
 
-    table = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-    if name not in table:
-        raise ValueError(f"policy.dtype: {name!r} is not one of {sorted(table)}")
-    return table[name]
+    if name not in DTYPES:
+        raise ValueError(f"policy.dtype: {name!r} is not one of {list(DTYPES)}")
+    return getattr(torch, name)
 
 
 # ------------------------------------------------------------------------------------------------------ tiny

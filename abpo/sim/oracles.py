@@ -35,8 +35,6 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-COMPONENTS = ("knn", "sequential", "als")
-
 
 def _moments(raw_rows, n_items: int) -> tuple[np.ndarray, np.ndarray]:
     """Per-item population mean and sd of the dense (users, items) blocks yielded by ``raw_rows`` (sd 0 -> 1)."""

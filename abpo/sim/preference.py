@@ -33,10 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from abpo.sim.oracles import COMPONENTS
-
-# the mixture, each model component alone, and replay (the users' real next items only; never mixed)
-ORACLES = ("mixture", *COMPONENTS, "replay")
+from abpo.config.sim import ORACLE_COMPONENTS, ORACLES
 
 
 def oracle_weights(sim_cfg) -> dict[str, float]:
@@ -52,12 +49,12 @@ def oracle_weights(sim_cfg) -> dict[str, float]:
     if not isinstance(weights, Mapping) or not weights:
         raise ValueError(
             f"config sim.oracle_weights = {weights!r}: rule: a mapping component -> weight, components "
-            f"among {list(COMPONENTS)}"
+            f"among {list(ORACLE_COMPONENTS)}"
         )
     for k, w in weights.items():
-        if k not in COMPONENTS:
+        if k not in ORACLE_COMPONENTS:
             raise ValueError(
-                f"config sim.oracle_weights.{k}: unknown oracle component {k!r}; rule: one of {list(COMPONENTS)}"
+                f"config sim.oracle_weights.{k}: unknown oracle component {k!r}; rule: one of {list(ORACLE_COMPONENTS)}"
             )
         if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
             raise ValueError(f"config sim.oracle_weights.{k} = {w!r}: rule: a finite number >= 0")

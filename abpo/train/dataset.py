@@ -258,7 +258,7 @@ def update_dataset_from_strata(
     """The warehouse's strata (two IMPRESSIONS_SCHEMA tables: y = 1 rows, y = 0 rows) -> (datasets.Dataset,
     BatchingReport), ordered in stratified batches of `examples_per_batch` logged examples
     (`update.stratification`: oversample | proportional, see abpo.warehouse.stratified_batches)."""
-    from abpo.data.batching import stratified_batches
+    from abpo.data.batching import STRATIFICATIONS, stratified_batches
 
     report = BatchingReport(
         positive_rows=positive.num_rows, no_response_rows=no_response.num_rows, examples_per_batch=examples_per_batch
@@ -272,8 +272,8 @@ def update_dataset_from_strata(
         raise UpdateDataError(
             f"update batch of {examples_per_batch} logged example(s): rule: >= 2 so both strata fit in one batch"
         )
-    if stratification not in ("oversample", "proportional"):
-        raise UpdateDataError(f"update.stratification={stratification!r}; rule: oversample | proportional")
+    if stratification not in STRATIFICATIONS:
+        raise UpdateDataError(f"update.stratification={stratification!r}; rule: {' | '.join(STRATIFICATIONS)}")
     batches = stratified_batches(positive, no_response, examples_per_batch, seed, mode=stratification)
     rows = build_update_rows(
         batches, titles, tokenizer, policy_cfg, examples_per_batch=examples_per_batch, report=report

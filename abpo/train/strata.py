@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from abpo.config.arms import UPDATE_LOGS
 from abpo.data.holdout import check_gate_users, holdout_slice
 from abpo.train.runs import UpdateInputMissing, UpdateRun
 
@@ -67,9 +68,6 @@ def read_update_strata(
         positive = positive.filter(pc.equal(positive.column("arm"), arm))
         no_response = no_response.filter(pc.equal(no_response.column("arm"), arm))
     return positive, no_response, held
-
-
-UPDATE_LOGS = ("own", "all")  # config arms.update_logs
 
 
 class UntrustedLogRows(ValueError):

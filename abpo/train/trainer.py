@@ -54,6 +54,7 @@ from trl import GRPOConfig, GRPOTrainer
 from abpo.algo.rewards import chosen_items
 from abpo.algo.surrogate import RatioLevel, clipped_surrogate, sequence_log_ratio
 from abpo.algo.variants import Variant, get_variant
+from abpo.config.update import LOSS_TYPES, RATIO_LEVELS
 from abpo.train.advantages import (
     AnchorCoefficients,
     LocalBatch,
@@ -69,8 +70,6 @@ from abpo.train.rewards import REWARD_FUNCS, _completion_texts
 from abpo.train.rollouts import constrained_logps, constrained_ref_logps, generate_rollouts
 
 TESTED_TRL = (">=1.16", "<1.17")
-ALLOWED_LOSS_TYPES = frozenset({"grpo"})
-RATIO_LEVELS = frozenset({"sequence", "geometric", "token"})
 SC_POSITIONS = frozenset({"choice", "answer"})
 
 # ------------------------------------------------------------------------------------------ TRL's fused head
@@ -139,9 +138,9 @@ def check_trainer_settings(variant: Variant, settings: ABPOSettings, args: GRPOC
             f"{args.gradient_accumulation_steps}; rule: one generation batch is one optimizer step, the SNIPS "
             "mini-batch of step 3 (its w_hat are normalised over exactly the rows of one step)"
         )
-    if args.loss_type not in ALLOWED_LOSS_TYPES:
+    if args.loss_type not in LOSS_TYPES:
         raise ValueError(
-            f"ABPOTrainer: loss_type={args.loss_type!r}; rule: one of {sorted(ALLOWED_LOSS_TYPES)}. ABPO's loss "
+            f"ABPOTrainer: loss_type={args.loss_type!r}; rule: one of {sorted(LOSS_TYPES)}. ABPO's loss "
             "is the mean over rollouts of step 5 (computed here by abpo.algo.surrogate); TRL's dapo/bnpo/"
             "dr_grpo/cispo weight completions by batch token counts, which breaks the (1/(G-1)) mean"
         )

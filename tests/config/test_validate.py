@@ -10,11 +10,15 @@ from pathlib import Path
 import pytest
 
 from abpo.config import load_config
+from abpo.config.arms import UPDATE_LOGS
 from abpo.config.errors import ConfigError
-from abpo.config.policy import LOSS_TOKENS, PROMPT_STYLES
-from abpo.config.sim import CANDIDATE_SOURCES, ORACLES
+from abpo.config.policy import DTYPES, LOSS_TOKENS, PROMPT_STYLES
+from abpo.config.sim import CANDIDATE_SOURCES, ORACLE_COMPONENTS, ORACLES
+from abpo.config.update import LOSS_TYPES, NO_RESPONSE_WEIGHT_RULES, RATIO_LEVELS
 from abpo.config.validate import validate
+from abpo.data.batching import STRATIFICATIONS
 from abpo.data.holdout import GATE_USERS
+from abpo.data.loaders import FORMATS
 
 PRESETS = sorted(
     p.stem for p in (Path(__file__).resolve().parents[2] / "configs").glob("*.yaml") if p.stem != "regimes"
@@ -93,6 +97,13 @@ def test_a_combination_at_the_bound_loads(overrides):
         ("policy.prompt_style", PROMPT_STYLES),
         ("sft.loss_tokens", LOSS_TOKENS),
         ("arms.gate_users", GATE_USERS),
+        ("arms.update_logs", UPDATE_LOGS),
+        ("update.ratio_level", RATIO_LEVELS),
+        ("update.loss_type", LOSS_TYPES),
+        ("update.no_response_weight_rule", NO_RESPONSE_WEIGHT_RULES),
+        ("update.stratification", STRATIFICATIONS),
+        ("policy.dtype", DTYPES),
+        ("data.format", FORMATS),
     ],
 )
 def test_a_key_with_choices_refuses_any_other_value_at_load(key, choices):
@@ -104,9 +115,38 @@ def test_a_key_with_choices_refuses_any_other_value_at_load(key, choices):
 
 
 def test_the_simulator_builds_every_choice():
-    """Every choice the config accepts has its builder in abpo.sim (a new one is added in both places)."""
-    from abpo.config.sim import ORACLE_COMPONENTS
-    from abpo.sim.oracles import COMPONENTS
-    from abpo.sim.preference import ORACLES as BUILT
+    """Every oracle the config accepts is one abpo.sim.preference weighs, and every component (and replay) has its
+    class in abpo.sim.oracles: a new choice written in abpo/config/sim.py alone fails here."""
+    from types import SimpleNamespace
 
-    assert set(ORACLES) <= set(BUILT) and set(ORACLE_COMPONENTS) == set(COMPONENTS)
+    from abpo.sim import oracles
+    from abpo.sim.preference import oracle_weights
+
+    built = {c.name for c in vars(oracles).values() if isinstance(c, type) and isinstance(getattr(c, "name", 0), str)}
+    assert set(ORACLE_COMPONENTS) | {"replay"} <= built
+    for oracle in ORACLES:
+        weights = {c: 1.0 for c in ORACLE_COMPONENTS}
+        got = oracle_weights(SimpleNamespace(oracle=oracle, oracle_weights=weights))
+        assert set(got) == (set(ORACLE_COMPONENTS) if oracle == "mixture" else {oracle})
+
+
+def test_the_code_that_dispatches_on_a_choice_takes_every_choice():
+    """The choices are the tuples the dispatching code reads (one list each, issue 45 point 3); each value works
+    there: a torch dtype of that name, a step-5 ratio level, a kappa rule, a batching mode."""
+    import typing
+
+    import torch
+
+    from abpo.algo.stratum_weight import no_response_weight
+    from abpo.algo.surrogate import RatioLevel, clipped_surrogate
+    from abpo.data.batching import stratified_batch_plan
+    from abpo.policy.model import torch_dtype
+
+    assert [torch_dtype(d) for d in DTYPES] == [torch.float32, torch.bfloat16]
+    assert typing.get_args(RatioLevel) == RATIO_LEVELS
+    new = torch.zeros(2, 3, requires_grad=True)
+    for level in RATIO_LEVELS:
+        clipped_surrogate(new, torch.zeros(2, 3), torch.ones(2), torch.ones(2, 3), 0.2, ratio_level=level)
+    assert [no_response_weight(rule, 1.0, click_rate=0.2) for rule in NO_RESPONSE_WEIGHT_RULES] == [1.0, 0.25]
+    for mode in STRATIFICATIONS:
+        assert stratified_batch_plan(3, 9, 4, seed=0, mode=mode) is not None

@@ -124,9 +124,17 @@ def test_untrusted_rows_are_refused_naming_arm_month_impression_and_rule(make_cf
 
 
 def test_a_bad_update_logs_value_names_the_key_and_the_rule(make_cfg):
+    """Refused at load (a choice of abpo.config.arms.UPDATE_LOGS), and again where the update reads it when a config
+    was changed after loading."""
+    import dataclasses
+
+    from abpo.config.errors import ConfigError
     from abpo.monthly.update import arm_strata
 
-    cfg = make_cfg("arms.update_logs=mine")
+    with pytest.raises(ConfigError, match=r"arms.update_logs 'mine': rule: one of own, all"):
+        make_cfg("arms.update_logs=mine")
+    cfg = make_cfg()
+    cfg = dataclasses.replace(cfg, arms=dataclasses.replace(cfg.arms, update_logs="mine"))
     land(cfg, 50)
     with pytest.raises(ValueError, match=r"arms.update_logs='mine'; rule: one of \['own', 'all'\]"):
         arm_strata(cfg, "abpo", [M1])

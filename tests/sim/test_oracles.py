@@ -112,7 +112,8 @@ def test_replay_lifts_only_the_users_real_next_items_with_a_decay():
 def test_replay_is_an_oracle_of_its_own_never_a_mixture_component():
     from types import SimpleNamespace
 
-    from abpo.sim.preference import ORACLES, oracle_weights
+    from abpo.config.sim import ORACLES
+    from abpo.sim.preference import oracle_weights
 
     assert "replay" in ORACLES
     assert oracle_weights(SimpleNamespace(oracle="replay", oracle_weights={})) == {"replay": 1.0}

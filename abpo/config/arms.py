@@ -151,6 +151,20 @@ class ArmsConfig:
         default=0,
         metadata={"min": 0, "help": "Logged rows per LLM-arm update (seeded, proportional); 0 = update.max_examples."},
     )
+    update_max_examples_by_arm: dict[str, int] = field(
+        default_factory=dict,
+        metadata={
+            "help": "Per LLM arm, its rows per update instead of arms.update_max_examples (e.g. {grpo_cr: 4096}: "
+            'each arm sized on the validation month, docs/loop.md "Sizing the update"); an arm not named keeps '
+            "arms.update_max_examples. Keys: LLM arms of arms.names; values >= 0 (0 = update.max_examples)."
+        },
+    )
+
+    def update_rows(self, arm: str) -> int:
+        """The rows cap of ``arm``'s monthly update: its entry of update_max_examples_by_arm, else
+        update_max_examples (0: the caller's update.max_examples)."""
+        return self.update_max_examples_by_arm.get(arm, self.update_max_examples)
+
     gate_max_top_weight_share: float = field(
         default=0.5,
         metadata={

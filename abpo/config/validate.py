@@ -63,6 +63,22 @@ def check_arms_known(cfg: Config) -> None:
         )
 
 
+def check_update_rows_by_arm(cfg: Config) -> None:
+    """``arms.update_max_examples_by_arm`` sizes arms that are served (``arms.names``), each with a rows cap >= 0: a
+    key of an arm that is not served would be a size silently unused. (That each is an LLM arm is checked by the
+    update step, abpo.monthly.update, which knows the arms' kinds.)"""
+    by_arm = cfg.arms.update_max_examples_by_arm
+    unknown = [a for a in by_arm if a not in cfg.arms.names]
+    if unknown:
+        raise ConfigError(
+            f"config arms.update_max_examples_by_arm names {unknown}, not in arms.names {list(cfg.arms.names)}: rule: "
+            "only a served arm's update is sized"
+        )
+    bad = {a: n for a, n in by_arm.items() if isinstance(n, bool) or not isinstance(n, int) or n < 0}
+    if bad:
+        raise ConfigError(f"config arms.update_max_examples_by_arm {bad}: rule: each value an integer >= 0 (rows)")
+
+
 def check_sim_windows(cfg: Config) -> None:
     """The simulator's months (abpo.sim.simulator): a month is one window of each user's update positions, so
     ``sim.window`` fits in ``data.update_steps``; the offline candidate construction has one candidate set per position,
@@ -139,6 +155,7 @@ def validate(cfg: Config) -> None:
     - ``experiment.rounds`` at most the update positions per user (``experiment.update_steps`` when set, else
       ``data.update_steps``): :func:`check_rounds_fit`;
     - every arm of ``arms.names`` in ``data.known_arms`` (:func:`check_arms_known`);
+    - ``arms.update_max_examples_by_arm`` keyed by arms of ``arms.names``, values >= 0 (:func:`check_update_rows_by_arm`);
     - ``sim.window`` fits in ``data.update_steps``; ``sim.candidates = offline`` needs ``sim.requests_per_user``
       equal to ``sim.window`` (:func:`check_sim_windows`);
     - ``sim.retrieval_fraction + sim.popular_fraction <= 1``; with ``sim.oracle = mixture``, ``sim.oracle_weights``
@@ -160,6 +177,7 @@ def validate(cfg: Config) -> None:
     check_no_credentials(cfg)
     check_rounds_fit(cfg.experiment, cfg.data.update_steps)
     check_arms_known(cfg)
+    check_update_rows_by_arm(cfg)
     check_sim_windows(cfg)
     check_sim_draws(cfg)
     check_model_shape(cfg)

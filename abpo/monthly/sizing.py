@@ -84,6 +84,16 @@ def size_update(
 
     if entry(arm).kind != LLM:
         raise ValueError(f"abpo arms size-update --arm {arm}: a {entry(arm).kind} arm; rule: an updated LLM arm")
+    for overrides in grid:  # before any step runs: a point whose rows the arm's own entry would override
+        c = config_for(list(overrides))
+        if arm in c.arms.update_max_examples_by_arm and any(
+            o.partition("=")[0] == "arms.update_max_examples" for o in overrides
+        ):
+            raise ValueError(
+                f"abpo arms size-update: grid point {list(overrides)} sets arms.update_max_examples, but "
+                f"arms.update_max_examples_by_arm gives {arm} its own ({c.arms.update_max_examples_by_arm[arm]}); "
+                "rule: drop its entry for the grid (--set 'arms.update_max_examples_by_arm={}')"
+            )
     m = Month(month)
     bootstrap(cfg, m)
     serve(cfg, m, simulate=True)

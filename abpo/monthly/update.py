@@ -165,6 +165,12 @@ def update(cfg: Config, arm: str, month: Month) -> UpdateResult:
     """The step for one LLM arm (see the module docstring). Returns the run and lineage facts."""
     if entry(arm).kind != LLM:
         raise ValueError(f"update: {arm!r} is a {entry(arm).kind} arm; rule: one of {list(LLM_ARMS)}")
+    not_llm = sorted(a for a in cfg.arms.update_max_examples_by_arm if entry(a).kind != LLM)
+    if not_llm:
+        raise ValueError(
+            f"config arms.update_max_examples_by_arm names {not_llm}, not LLM arms; rule: only an LLM arm "
+            f"({list(LLM_ARMS)}) has an update to size"
+        )
     month = Month(month)
     # the champion of the month's start (recorded once by its bootstrap step), not the alias as it is now: a rerun of
     # a completed month, whose own promotion moved the alias, finds its completed update under the same key

@@ -47,6 +47,8 @@ def test_every_preset_keeps_every_rule(preset):
         ),
         (["experiment.update_steps=2", "experiment.rounds=3"], ["experiment.rounds", "experiment.update_steps"]),
         (["arms.names=abpo,grpo,holdback"], ["arms.names", "data.known_arms", "'holdback'"]),
+        (["arms.update_max_examples_by_arm={grpo_cr: 64}"], ["arms.update_max_examples_by_arm", "arms.names"]),
+        (["arms.update_max_examples_by_arm={abpo: -1}"], ["arms.update_max_examples_by_arm", ">= 0"]),
         (["data.update_steps=3", "sim.window=4", "experiment.update_steps=0"], ["data.update_steps", "sim.window"]),
         (
             ["sim.candidates=offline", "sim.requests_per_user=3"],
@@ -77,6 +79,7 @@ def test_a_bad_combination_is_refused_at_load_in_one_line_naming_its_keys(overri
         ["experiment.update_steps=0", "data.update_steps=3", "experiment.rounds=3"],  # each bound itself is allowed
         ["data.update_steps=4", "sim.window=4", "experiment.update_steps=0"],
         ["arms.names=abpo,holdback", "data.known_arms=abpo,grpo,holdback"],
+        ["arms.update_max_examples_by_arm={abpo: 0}"],
         ["sim.candidates=offline", "sim.requests_per_user=2", "sim.window=2"],
         ["sim.retrieval_fraction=0.5", "sim.popular_fraction=0.5"],
         ["sim.oracle=knn", "sim.oracle_weights={knn: 0, bert: 0}"],  # the weights are the mixture's only
@@ -150,3 +153,8 @@ def test_the_code_that_dispatches_on_a_choice_takes_every_choice():
     assert [no_response_weight(rule, 1.0, click_rate=0.2) for rule in NO_RESPONSE_WEIGHT_RULES] == [1.0, 0.25]
     for mode in STRATIFICATIONS:
         assert stratified_batch_plan(3, 9, 4, seed=0, mode=mode) is not None
+
+
+def test_an_arms_own_update_rows_win_over_the_shared_cap():
+    arms = load_config("tiny", ["arms.update_max_examples=128", "arms.update_max_examples_by_arm={grpo: 512}"]).arms
+    assert (arms.update_rows("grpo"), arms.update_rows("abpo")) == (512, 128)

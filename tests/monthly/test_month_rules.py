@@ -121,3 +121,16 @@ def test_an_ingest_older_than_the_last_completed_month_is_refused_unless_forced(
     from abpo.monthly.report import require_month_order
 
     require_month_order(cfg, "2025-12")
+
+
+def test_an_update_size_for_a_ranker_is_refused_at_the_update_step(tmp_path):
+    """arms.update_max_examples_by_arm may only size LLM arms: the config's rule (served arms) cannot know the
+    kinds, the update step does, and refuses before it reads any state."""
+    import pytest
+
+    from abpo.config import load_config
+    from abpo.monthly.update import update
+
+    cfg = load_config("tiny", [f"paths.root={tmp_path}", "arms.update_max_examples_by_arm={popularity: 64}"])
+    with pytest.raises(ValueError, match=r"update_max_examples_by_arm names \['popularity'\], not LLM arms.*rule:"):
+        update(cfg, "abpo", "2026-01")

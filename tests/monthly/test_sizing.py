@@ -107,3 +107,16 @@ def test_size_update_runs_a_grid_from_one_champion_and_promotes_nothing(tmp_path
     for p in points:  # each started from that champion
         mv = MlflowClient().get_model_version(arm_versions.model_name("grpo", cfg), p["version"])
         assert mv.tags["parent_version"] == "1" and mv.tags["gate.verdict"] in ("pass", "fail")
+
+
+def test_a_grid_over_the_shared_rows_is_refused_for_an_arm_with_its_own(tmp_path):
+    """arms.update_max_examples_by_arm wins over arms.update_max_examples, so a grid over the latter would size
+    nothing for that arm: refused before any step runs (no bootstrap in tmp_path)."""
+    from abpo.config import load_config
+    from abpo.monthly.sizing import size_update
+
+    base = [f"paths.root={tmp_path}", "arms.update_max_examples_by_arm={grpo: 512}"]
+    cfg = load_config("tiny", base)
+    with pytest.raises(ValueError, match=r"arms\.update_max_examples_by_arm gives grpo its own \(512\).*rule:"):
+        size_update(cfg, "2026-01", "grpo", [["arms.update_max_examples=64"]], lambda o: load_config("tiny", base + o))
+    assert not (tmp_path / "mlflow.db").exists()

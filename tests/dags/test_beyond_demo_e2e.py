@@ -41,7 +41,7 @@ SMALL_DEMO = {
     # clicks likely enough that every LLM arm gets both strata (tests/sizes.py LIKELY_CLICKS says why)
     "sim": {"click_next": 1.0, "base_ctr": 0.2},
 }
-LLM_ARMS, RANKER_ARMS = ("abpo", "grpo"), ("ml_retrain", "popularity")
+LLM_ARMS, RANKER_ARMS = ("abpo", "grpo", "grpo_cr"), ("ml_retrain", "popularity")
 
 
 def _small_demo_config(tmp_path: Path) -> Path:
@@ -122,7 +122,7 @@ def test_the_month_after_a_demo_runs_on_a_real_scheduler_and_its_task_logs_are_c
         tis = af.api.task_states(rid)
         states = {k: t["state"] for k, t in tis.items()}
         assert done["state"] == "success", (states, af.log("scheduler"))
-        assert len(states) == 16 and set(states.values()) == {"success"}, sorted(states.items())
+        assert len(states) == 20 and set(states.values()) == {"success"}, sorted(states.items())  # the demo's 6 arms
         tries = {k: t["try_number"] for k, t in tis.items()}
 
         def all_finished():
@@ -141,6 +141,7 @@ def test_the_month_after_a_demo_runs_on_a_real_scheduler_and_its_task_logs_are_c
     assert {a: after[a] - before[a] for a in after} == {
         "abpo": 1,
         "grpo": 1,
+        "grpo_cr": 1,
         "ml_retrain": 1,
         "popularity": 1,
         "holdback": 0,

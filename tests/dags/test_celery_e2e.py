@@ -24,8 +24,11 @@ from tests.sizes import DAG_MONTH_CLICKS
 
 HERE = Path(__file__).resolve().parent
 WORKERS = {"cpu-worker": "default", "gpu-worker": "gpu"}  # hostname -> the queue it listens on
-UPDATES = ("abpo.update", "grpo.update")
+# grpo_cr is not in the tiny preset's arms.names: its update still goes to the GPU queue and runs isolated, where it
+# is skipped (abpo.monthly.isolated: NotConfigured); the rest of its group is skipped without running anywhere
+UPDATES = ("abpo.update", "grpo.update", "grpo_cr.update")
 HEAVY = ("bootstrap", *UPDATES, "abpo.gate", "grpo.gate")
+NEVER_RAN = ("grpo_cr.register", "grpo_cr.gate", "grpo_cr.promote")
 
 
 @contextlib.contextmanager
@@ -111,7 +114,9 @@ def test_a_month_runs_on_two_celery_workers_with_the_updates_on_the_gpu_queue(tm
                 af.log("cpu-worker"),
                 af.log("gpu-worker"),
             )
-            assert len(tis) == 16 and {t["state"] for t in tis.values()} == {"success"}
+            # the grpo_cr group is skipped (the arm is not in the tiny preset's arms.names): it never reaches a queue
+            assert len(tis) == 20 and {t["state"] for k, t in tis.items() if k.startswith("grpo_cr.")} == {"skipped"}
+            assert {t["state"] for k, t in tis.items() if not k.startswith("grpo_cr.")} == {"success"}
 
     # Airflow's metadata: which worker (its hostname) ran each task, from which queue, in which process
     with contextlib.closing(sqlite3.connect(af.home / "airflow.db")) as db:
@@ -124,7 +129,7 @@ def test_a_month_runs_on_two_celery_workers_with_the_updates_on_the_gpu_queue(tm
                 "SELECT task_id, value FROM xcom WHERE run_id = ? AND key = 'isolated'", (rid,)
             )
         }
-    ran = {task: (host, queue) for task, host, queue, _, _ in rows}
+    ran = {task: (host, queue) for task, host, queue, _, _ in rows if task not in NEVER_RAN}
     assert {ran[t] for t in UPDATES} == {("gpu-worker", "gpu")}, ran
     assert {v for t, v in ran.items() if t not in UPDATES} == {("cpu-worker", "default")}, ran
     # the heavy steps ran in the other environment: a process of their own, started by the task's process

@@ -13,7 +13,7 @@ import pytest
 from airflow_services import separate_python
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
-HEAVY = ("bootstrap", "abpo.update", "grpo.update", "abpo.gate", "grpo.gate")
+HEAVY = ("bootstrap", *(f"{a}.{s}" for a in ("abpo", "grpo", "grpo_cr") for s in ("update", "gate")))
 
 
 def _bag(monkeypatch, **env):
@@ -67,7 +67,7 @@ def test_the_heavy_tasks_run_in_the_task_python_and_keep_their_place(monkeypatch
         assert mine.downstream_task_ids == t.downstream_task_ids and mine.upstream_task_ids == t.upstream_task_ids
         assert (mine.execution_timeout, mine.pool) == (t.execution_timeout, t.pool), t.task_id
         assert [a.name for a in mine.outlets] == [a.name for a in t.outlets], t.task_id
-    assert {dag.get_task(f"{a}.update").queue for a in ("abpo", "grpo")} == {"gpu"}
+    assert {dag.get_task(f"{a}.update").queue for a in ("abpo", "grpo", "grpo_cr")} == {"gpu"}
     assert dag.get_task("abpo.gate").queue == dag.get_task("ingest").queue == "default"
 
 

@@ -17,7 +17,11 @@ def test_a_manual_run_on_the_real_scheduler_succeeds_task_by_task(tmp_path):
         done = af.api.wait_run(rid, 1500)
         states = {k: t["state"] for k, t in af.api.task_states(rid).items()}
         assert done["state"] == "success", (states, af.log("scheduler"))
-        assert len(states) == 16 and set(states.values()) == {"success"}, sorted(states.items())  # holdback.hold too
+        # holdback.hold too; the grpo_cr group is skipped: the arm is not in the tiny preset's arms.names
+        skipped = {k for k in states if k.startswith("grpo_cr.")}
+        assert len(states) == 20 and len(skipped) == 4, sorted(states.items())
+        assert {states[k] for k in skipped} == {"skipped"}, sorted(states.items())
+        assert {v for k, v in states.items() if k not in skipped} == {"success"}, sorted(states.items())
 
     from mlflow import MlflowClient
 

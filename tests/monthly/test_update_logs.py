@@ -6,6 +6,7 @@ warehouses with landed synthetic impressions; a real tiny model for the weights.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pyarrow as pa
@@ -198,3 +199,5 @@ def test_first_step_weights_are_the_champions_propensity_over_the_logged_one(mak
         ],
     )
     assert first_step_weights(capped, "abpo", model_dir, pos, neg)["rows"] == 10
+    own = dataclasses.replace(capped.arms, update_max_examples_by_arm={"abpo": 12})  # the arm's own cap wins
+    assert first_step_weights(dataclasses.replace(capped, arms=own), "abpo", model_dir, pos, neg)["rows"] == 12

@@ -49,7 +49,8 @@ def serve_month(cfg: Config, month: Month) -> ServeResult:
     arms = {a: arm_versions.load_arm(cfg, a, ds) for a in arms_of(cfg)}
     res = simulate_month(cfg, month, arms, dataset=ds, splits=splits)
     for a, v in res.per_arm.items():
-        log.info(f"  {a:<11} {v['impressions']:>6} impressions {v['clicks']:>5} clicks  CTR {v['ctr']:.4f}")
+        ctr = "-" if v["ctr"] is None else f"{v['ctr']:.4f}"  # None: no request of the arm this month
+        log.info(f"  {a:<11} {v['impressions']:>6} impressions {v['clicks']:>5} clicks  CTR {ctr}")
     return ServeResult(str(month), True, path=str(res.path), seconds=res.seconds, per_arm=res.per_arm)
 
 

@@ -481,7 +481,9 @@ def simulate_month(
     table = pa.table(cols, schema=IMPRESSIONS_SCHEMA)
     for v in per_arm.values():
         v.setdefault("clicks", 0)
-        v["ctr"] = round(v["clicks"] / v["impressions"], 4) if v["impressions"] else float("nan")
+        # an arm with no request this month (a small share of few users) has no CTR: None, which JSON (the serve
+        # task's XCom) carries; NaN is refused there
+        v["ctr"] = round(v["clicks"] / v["impressions"], 4) if v["impressions"] else None
     path = None
     if write:
         path = write_impressions(table, cfg.paths.location("landing"), month, part=SIM_PART)

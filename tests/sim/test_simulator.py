@@ -494,3 +494,20 @@ def test_a_replicate_draws_its_own_traffic_and_assignment_and_replicate_0_is_the
     )
     with pytest.raises(ValueError, match=r"sim.replicate -1: rule: >= 0"):
         make_cfg(*SIXTY_USERS, "sim.replicate=-1")
+
+
+def test_an_arm_without_requests_this_month_has_no_ctr_and_the_result_is_json(make_cfg, movielens):
+    """A small share of few users can leave an arm without a request in a month (the demo's 4 % arms on a 40-user
+    test config): its CTR is None, not NaN, so the serve task's XCom (JSON, which refuses NaN) carries the month."""
+    import json
+
+    from abpo.data.splits import split_users
+    from abpo.sim.simulator import simulate_month
+
+    cfg = make_cfg(*SIXTY_USERS, "report.arm_shares={uniform: 0.999, idle: 0.001}")
+    splits, _ = split_users(movielens, cfg.data)
+    arms = {"uniform": UniformArm(), "idle": UniformArm()}
+    res = simulate_month(cfg, "2026-01", arms, dataset=movielens, splits=splits, write=False)
+    assert res.per_arm["idle"]["impressions"] == 0 and res.per_arm["idle"]["ctr"] is None
+    assert res.per_arm["uniform"]["ctr"] is not None
+    json.dumps(res.per_arm, allow_nan=False)

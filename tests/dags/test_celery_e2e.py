@@ -24,11 +24,9 @@ from tests.sizes import DAG_MONTH_CLICKS
 
 HERE = Path(__file__).resolve().parent
 WORKERS = {"cpu-worker": "default", "gpu-worker": "gpu"}  # hostname -> the queue it listens on
-# grpo_cr is not in the tiny preset's arms.names: its update still goes to the GPU queue and runs isolated, where it
-# is skipped (abpo.monthly.isolated: NotConfigured); the rest of its group is skipped without running anywhere
+# the demo preset's three LLM arms (the services run ABPO_CONFIG=demo)
 UPDATES = ("abpo.update", "grpo.update", "grpo_cr.update")
-HEAVY = ("bootstrap", *UPDATES, "abpo.gate", "grpo.gate")
-NEVER_RAN = ("grpo_cr.register", "grpo_cr.gate", "grpo_cr.promote")
+HEAVY = ("bootstrap", *UPDATES, "abpo.gate", "grpo.gate", "grpo_cr.gate")
 
 
 @contextlib.contextmanager
@@ -114,9 +112,7 @@ def test_a_month_runs_on_two_celery_workers_with_the_updates_on_the_gpu_queue(tm
                 af.log("cpu-worker"),
                 af.log("gpu-worker"),
             )
-            # the grpo_cr group is skipped (the arm is not in the tiny preset's arms.names): it never reaches a queue
-            assert len(tis) == 20 and {t["state"] for k, t in tis.items() if k.startswith("grpo_cr.")} == {"skipped"}
-            assert {t["state"] for k, t in tis.items() if not k.startswith("grpo_cr.")} == {"success"}
+            assert len(tis) == 20 and {t["state"] for t in tis.values()} == {"success"}
 
     # Airflow's metadata: which worker (its hostname) ran each task, from which queue, in which process
     with contextlib.closing(sqlite3.connect(af.home / "airflow.db")) as db:
@@ -129,7 +125,7 @@ def test_a_month_runs_on_two_celery_workers_with_the_updates_on_the_gpu_queue(tm
                 "SELECT task_id, value FROM xcom WHERE run_id = ? AND key = 'isolated'", (rid,)
             )
         }
-    ran = {task: (host, queue) for task, host, queue, _, _ in rows if task not in NEVER_RAN}
+    ran = {task: (host, queue) for task, host, queue, _, _ in rows}
     assert {ran[t] for t in UPDATES} == {("gpu-worker", "gpu")}, ran
     assert {v for t, v in ran.items() if t not in UPDATES} == {("cpu-worker", "default")}, ran
     # the heavy steps ran in the other environment: a process of their own, started by the task's process

@@ -72,8 +72,7 @@ def test_killing_the_scheduler_mid_update_loses_and_doubles_nothing(tmp_path):
         tis = af.api.task_states(rid)
         states = {k: t["state"] for k, t in tis.items()}
         assert done["state"] == "success", (states, af.log("scheduler"))
-        assert {v for k, v in states.items() if not k.startswith("grpo_cr.")} == {"success"}, states
-        assert {v for k, v in states.items() if k.startswith("grpo_cr.")} == {"skipped"}, states  # not in arms.names
+        assert set(states.values()) == {"success"}, states
         assert tis["abpo.update"]["try_number"] >= 2  # the killed attempt failed and was retried
 
     client = _client(af.state)

@@ -87,8 +87,8 @@ def test_killing_the_scheduler_mid_update_loses_and_doubles_nothing(tmp_path):
         if "abpo.task_key" in r.data.tags and r.info.status == "FINISHED":
             by_key.setdefault(r.data.tags["abpo.task_key"], []).append(r.info.run_id)
     assert by_key and all(len(v) == 1 for v in by_key.values()), by_key
-    assert sum(k.startswith("update:") for k in by_key) == 2  # abpo and grpo, once each
-    for arm in ("abpo", "grpo", "ml_retrain", "popularity"):  # bootstrap + this month's update or refit
+    assert sum(k.startswith("update:") for k in by_key) == 3  # abpo, grpo and grpo_cr, once each
+    for arm in ("abpo", "grpo", "grpo_cr", "ml_retrain", "popularity"):  # bootstrap + this month's update or refit
         versions = client.search_model_versions(f"name='abpo-arm-{arm}'")
         assert len(versions) == 2, (arm, [(v.version, v.run_id) for v in versions])
         assert len({v.run_id for v in versions}) == 2

@@ -100,7 +100,7 @@ class LLMArm(Arm):
             cfg.update,
             resume=False,
             save_merged=True,
-            max_examples=cfg.arms.update_rows(name) or cfg.update.max_examples,
+            max_examples=cfg.arms.update_rows(name, cfg.update.max_examples),
         )
         run = UpdateRun(
             variant=entry(name).refreshed_by,

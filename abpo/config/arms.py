@@ -160,10 +160,11 @@ class ArmsConfig:
         },
     )
 
-    def update_rows(self, arm: str) -> int:
+    def update_rows(self, arm: str, otherwise: int) -> int:
         """The rows cap of ``arm``'s monthly update: its entry of update_max_examples_by_arm, else
-        update_max_examples (0: the caller's update.max_examples)."""
-        return self.update_max_examples_by_arm.get(arm, self.update_max_examples)
+        update_max_examples; 0 there means ``otherwise`` (update.max_examples). The one rule both the update
+        (abpo.arms.llm) and its first step's weights (abpo.monthly.update) subsample by."""
+        return self.update_max_examples_by_arm.get(arm, self.update_max_examples) or otherwise
 
     gate_max_top_weight_share: float = field(
         default=0.5,

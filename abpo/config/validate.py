@@ -74,7 +74,7 @@ def check_update_rows_by_arm(cfg: Config) -> None:
             f"config arms.update_max_examples_by_arm names {unknown}, not in arms.names {list(cfg.arms.names)}: rule: "
             "only a served arm's update is sized"
         )
-    bad = {a: n for a, n in by_arm.items() if isinstance(n, bool) or not isinstance(n, int) or n < 0}
+    bad = {a: n for a, n in by_arm.items() if n < 0}  # integers: the loader refuses any other value type
     if bad:
         raise ConfigError(f"config arms.update_max_examples_by_arm {bad}: rule: each value an integer >= 0 (rows)")
 

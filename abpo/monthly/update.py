@@ -141,12 +141,12 @@ def first_step_weights(cfg: Config, arm: str, parent_dir, positive, no_response)
     """abpo.algo.snips.weight_summary of the SNIPS weights w_i = e_old(a_i|q_i) / e0_i (docs/ABPO_SPEC.md step 3)
     at the update's first step, where pi_old is the champion it starts from: the champion (``parent_dir``) scores
     every row the update will train on (the same seeded subsample as abpo.train.dataset.subsample_strata with
-    the arm's rows cap, ``arms.update_rows(arm)``) over its candidates with the serving scorer (abpo.arms.llm.LLMArm)."""
+    the arm's rows cap, ``arms.update_rows``) over its candidates with the serving scorer (abpo.arms.llm.LLMArm)."""
     import torch
 
     from abpo.algo.snips import weight_summary
 
-    n = cfg.arms.update_rows(arm) or cfg.update.max_examples
+    n = cfg.arms.update_rows(arm, cfg.update.max_examples)
     pos, neg, _ = subsample_strata(positive, no_response, n, cfg.seed)
     ds, _ = dataset_and_splits(cfg)
     champion = LLMArm.from_dir(arm, parent_dir, cfg, ds, "champion")

@@ -156,5 +156,7 @@ def test_the_code_that_dispatches_on_a_choice_takes_every_choice():
 
 
 def test_an_arms_own_update_rows_win_over_the_shared_cap():
-    arms = load_config("tiny", ["arms.update_max_examples=128", "arms.update_max_examples_by_arm={grpo: 512}"]).arms
-    assert (arms.update_rows("grpo"), arms.update_rows("abpo")) == (512, 128)
+    arms = load_config(
+        "tiny", ["arms.update_max_examples=128", "arms.update_max_examples_by_arm={grpo: 512, abpo: 0}"]
+    ).arms
+    assert (arms.update_rows("grpo", 7), arms.update_rows("grpo_cr", 7), arms.update_rows("abpo", 7)) == (512, 128, 7)

@@ -258,6 +258,7 @@ PAIRED_NUMBERS = (
     "margin",
     "alpha",
     "p_value",
+    "statistic",
     "power",
     "mde",
     "wins",

@@ -9,7 +9,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from abpo.evaluation.paired import paired_noninferiority, per_user_values
+from abpo.evaluation.paired import TANGO, paired_noninferiority, per_user_values
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,8 +90,8 @@ def offline_verdict(
         f"offline {metric} challenger v{challenger_version} {t.challenger:.4f} vs champion v{champion_version} "
         f"{t.champion:.4f} on {t.n} users (paired: {t.wins} won, {t.losses} lost, {t.ties} tied): diff "
         f"{t.diff:+.4f}, one-sided {1 - t.alpha:.1%} lower bound {t.lower:+.4f} "
-        f"{'>' if t.passed else '<='} -margin {-t.margin:+.4f} (p {t.p_value:.3g} for diff <= -margin; MDE "
-        f"{t.mde:.4f} at {t.power:.0%} power)"
+        f"{'>' if t.passed else '<='} -margin {-t.margin:+.4f} ({'Tango score' if t.method == TANGO else 'Wald'} "
+        f"z {t.statistic:.3f}, p {t.p_value:.3g} for diff <= -margin; MDE {t.mde:.4f} at {t.power:.0%} power)"
     )
     return t.passed, reason, dataclasses.asdict(t)
 

@@ -68,13 +68,15 @@ def _verdict(
 @pytest.mark.parametrize(
     ("wins", "losses", "margin", "passed"),
     [
-        (0, 0, 0.02, True),  # ties pass
-        (0, 3, 0.02, True),  # a challenger losing 3 of 400 users, none won: within the 2-point margin
+        (0, 0, 0.02, True),  # 400 ties pass (Tango Z 2.86: under the margin about 8 would have lost)
+        (0, 2, 0.02, True),  # a challenger losing 2 of 400 users, none won: within the 2-point margin (p 0.016)
+        (0, 3, 0.02, False),  # 3 of 400 lost: Tango p 0.037 (the Wald test passed it, docs/gate.md)
         (0, 30, 0.02, False),  # losing 30 of 400 fails
         (40, 43, 0.02, False),  # the same net loss of 3 among many discordant users: too uncertain to pass
         (40, 0, -0.05, True),  # a negative margin demands an improvement: diff +0.10, bound +0.071 > +0.05
-        (30, 0, -0.05, False),  # diff +0.075, bound +0.049: not enough
-        (0, 0, 0.0, False),  # at margin 0 a tie's bound 0 is not > 0
+        (30, 0, -0.05, True),  # diff +0.075: Tango's variance at +0.05 (no loss: 0.0475) passes it (p 0.011)
+        (25, 0, -0.05, False),  # diff +0.0625: not enough
+        (0, 0, 0.0, False),  # at margin 0 a tie is no evidence (Z 0, p 0.5)
         (0, 3, 1.0, True),  # a permissive margin
     ],
 )

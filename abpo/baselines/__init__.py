@@ -6,9 +6,10 @@ and one factory, :func:`make_ranker`.
                                          returns one float array per request, one score per candidate, higher = better
     ranker.save(dir) / Ranker.load(dir)  plain files (:func:`save_ranker`, :func:`load_ranker`)
 
-:data:`RANKERS` names them: ``popularity`` (abpo.baselines.popularity) and ``ml_retrain`` (abpo.baselines.als:
-implicit's ALS; why not a sequential model: see that module). A new ranker is one class here and one entry in
-RANKERS.
+:data:`RANKERS` names them: ``popularity`` (abpo.baselines.popularity), ``ml_retrain`` (abpo.baselines.als:
+implicit's ALS) and ``sasrec`` (abpo.baselines.sasrec: SASRec-CE, written in torch because RecTools and RecBole do
+not install against the pins; the ML-retrain arm's model with ``arms.ml_retrain.kind: sasrec``). A new ranker is one
+class here and one entry in RANKERS.
 """
 
 from __future__ import annotations
@@ -24,7 +25,11 @@ Request = tuple[int, Sequence[int], Sequence[int]]
 RANKER_FILE = "ranker.json"
 
 # ranker name -> "module:Class" (imported when used: implicit is only loaded for ALS)
-RANKERS = {"popularity": "abpo.baselines.popularity:PopularityRanker", "ml_retrain": "abpo.baselines.als:ALSRanker"}
+RANKERS = {
+    "popularity": "abpo.baselines.popularity:PopularityRanker",
+    "ml_retrain": "abpo.baselines.als:ALSRanker",
+    "sasrec": "abpo.baselines.sasrec:SASRecRanker",
+}
 
 
 class Ranker(Protocol):

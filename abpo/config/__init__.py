@@ -2,7 +2,7 @@
 
 This package is the bottom of abpo's layers above abpo.data (every package's functions take ``cfg: Config``). One
 module per section, each a dataclass whose fields carry a default and a help text (and any allowed range or choices)
-in their ``metadata``: abpo.config.{paths,data,policy (policy, sft),update,report,experiment,sim,arms}. This module
+in their ``metadata``: abpo.config.{paths,data,policy (policy, sft),update,report,experiment,sim,arms,sasrec}. This module
 composes them into :class:`Config` and loads it (:func:`load_config`: YAML, then the environment, then ``--set a.b=v``
 overrides); abpo.config.values checks every value against its field as it is read (unknown keys are an error that names
 the file and the key); abpo.config.validate checks the rules between keys once everything is applied; ConfigError is
@@ -26,6 +26,7 @@ from abpo.config.experiment import ExperimentConfig
 from abpo.config.paths import PathsConfig
 from abpo.config.policy import PolicyConfig, SFTConfig
 from abpo.config.report import ReportConfig
+from abpo.config.sasrec import SASRecConfig
 from abpo.config.sim import SimConfig
 from abpo.config.update import UpdateConfig
 from abpo.config.validate import validate
@@ -64,6 +65,7 @@ class Config:
     experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
     sim: SimConfig = field(default_factory=SimConfig)
     arms: ArmsConfig = field(default_factory=ArmsConfig)
+    sasrec: SASRecConfig = field(default_factory=SASRecConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -9,6 +9,10 @@ from abpo.data.holdout import GATE_USERS
 
 # arms.update_logs' choices, refused at load when anything else; abpo.train.strata.check_update_logs reads them too
 UPDATE_LOGS = ("own", "all")
+# arms.approval's choices (docs/gate.md "Approval"); the DAG (dags/abpo_monthly.py) and the promote step read them too
+APPROVAL = ("none", "required")
+# arms.ml_retrain.kind's choices -> the ranker of abpo.baselines.RANKERS it refits (abpo.arms.rankers reads it)
+ML_RETRAIN_KINDS = {"als": "ml_retrain", "sasrec": "sasrec"}
 
 
 @dataclass
@@ -31,13 +35,25 @@ class PopularityArmConfig:
 
 @dataclass
 class MLRetrainArmConfig:
-    """Block ``arms.ml_retrain``: every field but ``temperature`` is a parameter of the ranker (abpo.baselines)."""
+    """Block ``arms.ml_retrain``: ``kind`` picks the model; every field but ``temperature`` and ``kind`` is a parameter
+    of the ALS ranker (abpo.baselines.als); SASRec's are section ``sasrec``."""
 
     temperature: float = field(
         default=0.1,
-        metadata={"gt": 0, "help": "ml_retrain arm: exposure ~ softmax(ALS score / T) over the candidates."},
+        metadata={"gt": 0, "help": "ml_retrain arm: exposure ~ softmax(model score / T) over the candidates."},
     )
-    iterations: int = field(default=15, metadata={"min": 1, "help": "ml_retrain arm: ALS iterations per refit."})
+    kind: str = field(
+        default="als",
+        metadata={
+            "choices": tuple(ML_RETRAIN_KINDS),
+            "help": "ml_retrain arm's model: als (implicit ALS, refitted from scratch) | sasrec (SASRec-CE, "
+            "abpo.baselines.sasrec with section sasrec: the bootstrap early-stopped on the validation users, each "
+            "month warm-started from the champion's weights for sasrec.refit_epochs). docs/baselines.md.",
+        },
+    )
+    iterations: int = field(
+        default=15, metadata={"min": 1, "help": "ml_retrain arm (kind als): ALS iterations per refit."}
+    )
 
 
 @dataclass
@@ -166,6 +182,25 @@ class ArmsConfig:
         (abpo.arms.llm) and its first step's weights (abpo.monthly.update) subsample by."""
         return self.update_max_examples_by_arm.get(arm, self.update_max_examples) or otherwise
 
+    approval: str = field(
+        default="none",
+        metadata={
+            "choices": APPROVAL,
+            "help": "Who lets a challenger that passed the gate become champion: none = the gate alone (the month's "
+            "promote step moves it); required = a human too: each such LLM arm waits at an approval task "
+            "<arm>.approve of the Airflow DAG that shows the gate's numbers; Approve promotes (the history records "
+            "who and when), Reject or no answer within arms.approval_timeout keeps the champion (docs/gate.md "
+            '"Approval"). Read from the deployment\'s config file when the DAG is parsed; not a run override.',
+        },
+    )
+    approval_timeout: str = field(
+        default="72h",
+        metadata={
+            "duration": True,
+            "help": "arms.approval = required: how long an approval task waits for an answer, a number and a unit "
+            "(s, m, h or d: 90m, 72h, 7d), > 0; no answer by then counts as Reject (not promoted, recorded).",
+        },
+    )
     gate_max_top_weight_share: float = field(
         default=0.5,
         metadata={

@@ -120,12 +120,18 @@ def check_sim_draws(cfg: Config) -> None:
 
 
 def check_model_shape(cfg: Config) -> None:
-    """The tiny model's attention heads split its hidden size (abpo.policy.model builds it with policy.tiny_*)."""
+    """The tiny model's attention heads split its hidden size (abpo.policy.model builds it with policy.tiny_*); so do
+    SASRec's (abpo.baselines.sasrec, section ``sasrec``)."""
     p = cfg.policy
     if p.model == "tiny" and p.tiny_hidden_size % p.tiny_heads:
         raise ConfigError(
             f"config policy.tiny_hidden_size = {p.tiny_hidden_size}, policy.tiny_heads = {p.tiny_heads} "
             "(policy.model = tiny): rule: the hidden size is divisible by the heads"
+        )
+    if cfg.sasrec.hidden_size % cfg.sasrec.heads:
+        raise ConfigError(
+            f"config sasrec.hidden_size = {cfg.sasrec.hidden_size}, sasrec.heads = {cfg.sasrec.heads}: rule: the "
+            "hidden size is divisible by the heads (abpo.baselines.sasrec)"
         )
 
 
@@ -161,7 +167,7 @@ def validate(cfg: Config) -> None:
     - ``sim.retrieval_fraction + sim.popular_fraction <= 1``; with ``sim.oracle = mixture``, ``sim.oracle_weights``
       over the mixture's components, summing to > 0 (:func:`check_sim_draws`);
     - with ``policy.model = tiny``, ``policy.tiny_hidden_size`` divisible by ``policy.tiny_heads``
-      (:func:`check_model_shape`);
+      (:func:`check_model_shape`); ``sasrec.hidden_size`` divisible by ``sasrec.heads``;
     - not ``policy.constrained_rollouts`` with ``update.use_vllm``; ``update.batch_size`` divisible by
       ``update.processes`` (:func:`check_update_launch`).
 

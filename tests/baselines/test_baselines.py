@@ -56,7 +56,7 @@ def test_make_ranker_by_row_name():
     r = make_ranker("ml_retrain", seed=1, ml_retrain_epochs=cfg.experiment.ml_retrain_epochs)
     assert r.name == "ml_retrain" and r.params["iterations"] == 3 and r.seed == 1
     with pytest.raises(ValueError, match="unknown ranker"):
-        make_ranker("sasrec", seed=0)
+        make_ranker("bert4rec", seed=0)
 
 
 @pytest.mark.slow

@@ -11,10 +11,10 @@ and the Kendall rank correlation (tau-b) between the two orders. The goal (issue
 is tau >= 0.67, at most one swapped pair of four, by construction of the simulator, not by tuning the arms.
 
 Then the robustness table (docs/simulator.md): the same arms' simulated CTR under each ground truth, the config's
-``sim.oracle`` first, the mixture (with the config's weights, knn, sequential and als by default, and without the
-ALS component: ``mixture:knn+sequential``, issue 46's proposed truth), each pure component (als, knn,
-sequential) and the replay truth (only the users' real next items), with the tau against the offline order under
-each, as a markdown table. Each arm serves once: its exposures do not depend on the oracle
+``sim.oracle`` first, the mixture (with the config's weights: knn and sequential by default, the ALS component at 0,
+and the former default with it: ``mixture:knn+sequential+als``), each pure component (als, knn, sequential) and the
+replay truth (only the users' real next items), with the tau against the offline order under each, as a markdown
+table. Each arm serves once: its exposures do not depend on the oracle
 (the same requests and pre-drawn uniforms), only the clicks do.
 
     .venv/bin/python benchmarks/simulate.py [--config demo] [--month 2026-02] [--oracles mixture,als,replay,...]
@@ -158,13 +158,13 @@ def concordance_lines(pairs: list[ClearPair], ctr: dict[str, dict[str, float]], 
     return lines
 
 
-ORACLES = ("mixture", "mixture:knn+sequential", "als", "knn", "sequential", "replay")
+ORACLES = ("mixture", "mixture:knn+sequential+als", "als", "knn", "sequential", "replay")
 
 
 def oracle_settings(sim_cfg, oracle: str):
     """``sim_cfg`` with the ground truth ``oracle``: a ``sim.oracle`` name (the mixture with the config's
     weights), or ``mixture:<c1>+<c2>...``, the mixture of those components at equal weights (the others at 0), e.g.
-    ``mixture:knn+sequential`` (issue 46's proposed truth, without the ML-retrain arm's family)."""
+    ``mixture:knn+sequential+als`` (the former default, with the ML-retrain arm's family)."""
     name, _, parts = oracle.partition(":")
     if not parts:
         return dataclasses.replace(sim_cfg, oracle=name)

@@ -108,19 +108,20 @@ class SimConfig:
         metadata={
             "choices": ORACLES,
             "help": "The users' ground truth (docs/simulator.md): mixture (sim.oracle_weights over the model "
-            "components; knn, sequential and als by default, issue 46's proposed truth drops als) or one component "
+            "components; knn and sequential by default, als, the ML-retrain arm's family, at weight 0) or one component "
             "alone: knn (co-occurrence with the user's recent items), sequential (a smoothed Markov next-item "
             "model) or als (implicit ALS factors), each fitted on every interaction and standardised per item "
             "over the users; or replay (only the user's real next items lift P_pref, sim.replay_*; no model).",
         },
     )
     oracle_weights: dict[str, float] = field(
-        default_factory=lambda: {"knn": 1.0, "sequential": 1.0, "als": 1.0},
+        default_factory=lambda: {"knn": 1.0, "sequential": 1.0, "als": 0.0},
         metadata={
             "min": 0,
             "help": "Weights of the mixture oracle's components (knn, sequential, als; each >= 0, normalised "
-            "by their sum, which must be > 0; a component left out weighs 0). Issue 46's proposed truth sets als (the "
-            "ML-retrain arm's model family) to 0; the demo keeps it until its report is re-measured (docs/simulator.md).",
+            "by their sum, which must be > 0; a component left out weighs 0). The default gives als (the ML-retrain "
+            "arm's model family) weight 0, so no arm's model is part of the truth (docs/simulator.md); "
+            "{knn: 1, sequential: 1, als: 1} is the former default.",
         },
     )
     oracle_factors: int = field(

@@ -1,8 +1,8 @@
 """Who owns the ground truth (issue 46). An arm whose scores are an oracle component's (the ALS component, the
 ML-retrain arm's family) against an arm exactly as accurate, user by user, whose other choices owe nothing to ALS:
-issue 46's proposed truth (the mixture of knn and sequential, `sim.oracle_weights` als = 0) does not read the ALS
-component at all; the replay truth gives the ALS arm nothing beyond its accuracy; the ALS truth and the default (the
-mixture with ALS, still the demo's) reward it."""
+the default truth (the mixture of knn and sequential, `sim.oracle_weights` als = 0) does not read the ALS
+component at all; the replay truth gives the ALS arm nothing beyond its accuracy; the ALS truth and the former default
+(the mixture with ALS) reward it."""
 
 from __future__ import annotations
 
@@ -81,13 +81,13 @@ def _with_oracle(cfg, oracle):
     return dataclasses.replace(cfg, sim=dataclasses.replace(cfg.sim, oracle=oracle))
 
 
-def test_the_proposed_truth_does_not_read_the_als_component(make_cfg, movielens):
-    """The ML-retrain arm's family has no term in issue 46's proposed truth: its z is the same whatever the ALS
+def test_the_default_truth_does_not_read_the_als_component(make_cfg, movielens):
+    """The ML-retrain arm's family has no term in the default truth: its z is the same whatever the ALS
     component's fit (here: another number of factors, another regularisation), and equals the mixture of knn and
     sequential."""
     from abpo.sim.simulator import ground_truth
 
-    cfg = make_cfg("data.max_users=60", "data.update_steps=6", "sim.oracle_weights={knn: 1, sequential: 1, als: 0}")
+    cfg = make_cfg("data.max_users=60", "data.update_steps=6")
     assert cfg.sim.oracle == "mixture" and cfg.sim.oracle_weights == {"knn": 1.0, "sequential": 1.0, "als": 0.0}
     truth = ground_truth(cfg, movielens)
     assert set(truth.weights) == {"knn", "sequential"}

@@ -24,8 +24,8 @@ def test_oracle_weights_are_validated_with_the_key_named():
     from abpo.config.sim import SimConfig
     from abpo.sim.preference import oracle_weights
 
-    # the default truth: the three-part mixture (issue 46's proposed truth, als at 0, is not the default yet)
-    assert oracle_weights(SimConfig()) == pytest.approx({"knn": 1 / 3, "sequential": 1 / 3, "als": 1 / 3})
+    # the default truth (issue 46): knn and sequential; als, the ML-retrain arm's family, weighs 0 and is not fitted
+    assert oracle_weights(SimConfig()) == pytest.approx({"knn": 1 / 2, "sequential": 1 / 2})
     assert oracle_weights(SimConfig(oracle="replay")) == {"replay": 1.0}
     assert oracle_weights(SimConfig(oracle="sequential")) == {"sequential": 1.0}
     assert oracle_weights(SimConfig(oracle="mixture", oracle_weights={"knn": 3, "als": 1, "sequential": 0})) == {

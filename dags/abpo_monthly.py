@@ -8,8 +8,10 @@ file parses in milliseconds). For month m:
     champion get one) -> serve (simulate: param) -> ingest (+ GX)
     -> per LLM arm (task group): update from the arm's champion on month m's logs (arms.update_logs: every arm's,
        or its own) -> register (challenger)
-       -> gate (against the arm's champion) -> promote (only when the gate passed); a month with too few rows of
-       a stratum (arms.min_rows_per_stratum) skips the arm's group: it keeps its champion
+       -> gate (against the arm's champion) [-> approve: with arms.approval = required, a human approves or rejects
+       a challenger that passed the gate in the Airflow UI] -> promote (only when the gate passed, and approved
+       when approval is required); a month with too few rows of a stratum (arms.min_rows_per_stratum) skips the
+       arm's group: it keeps its champion
     -> per ranker arm: refit on everything to date -> register (champion)
     -> per holdback arm: hold (serves pi_init, never trains: the task checks its champion is still pi_init and
        records why nothing was trained)
@@ -117,6 +119,33 @@ CLEAN_IMPRESSIONS = Asset(name="abpo_clean_impressions", uri="abpo://warehouse/i
 # The deployment's environment prefix of MLflow names (paths.namespace, set through $ABPO_NAMESPACE so that this file,
 # parsed without the config, names the same registered models as the tasks): docs/operations.md "Namespaces"
 NAMESPACE = os.environ.get("ABPO_NAMESPACE", "")
+
+
+def approval_of(config: str) -> str:
+    """``arms.approval`` of the deployment's config ($ABPO_CONFIG: a preset name or a YAML file, resolved as
+    abpo.config.preset_path does), read when this file is parsed because the DAG's shape depends on it: "required"
+    adds an approval task per LLM arm (docs/gate.md "Approval"). The tasks read the same key through load_config (a
+    test checks both agree on every preset); a run's overrides may not set it. Any value but "none" adds the tasks
+    (a misspelt one fails every task at load anyway); a config that cannot be read gives "none" (every task fails
+    at load then, nothing is promoted)."""
+    import yaml
+
+    from abpo.paths import CONFIG_DIR
+
+    path = config if config.endswith((".yaml", ".yml")) or os.path.exists(config) else CONFIG_DIR / f"{config}.yaml"
+    try:
+        with open(path) as f:
+            raw = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError):
+        return "none"
+    arms = raw.get("arms") if isinstance(raw, dict) else None
+    value = arms.get("approval", "none") if isinstance(arms, dict) else "none"
+    return "none" if value is None else str(value)
+
+
+# arms.approval (docs/gate.md "Approval"): "required" puts an approval task <arm>.approve between each LLM arm's gate
+# and promote; "none" (every preset's default): the DAG as without approval.
+APPROVAL_REQUIRED = approval_of(os.environ.get("ABPO_CONFIG", "tiny")) != "none"
 
 
 def champion_asset(arm: str) -> Asset:
@@ -275,6 +304,70 @@ if TASK_PYTHON:  # defined only when asked for: the operator's import is not fre
             return out["result"]
 
 
+if APPROVAL_REQUIRED:  # defined only when asked for: the operator's import is not free at parse time
+    from airflow.providers.standard.operators.hitl import HITLOperator
+
+    from abpo.monthly import approval as approvals  # dependency-free at import
+
+    class PromotionApproval(HITLOperator):
+        """Task ``<arm>.approve`` (arms.approval = required): when the arm's gate passed, asks a human in the Airflow
+        UI (Browse > Required Actions, or the task's page) whether to promote, showing the gate's numbers
+        (abpo.monthly.approval.request), and waits, without holding a worker slot, at most arms.approval_timeout;
+        no answer by then is Reject (the scheduler applies the default). Its XCom is the answer
+        (abpo.monthly.approval.Approval), which the arm's promote step obeys and records. A gate that failed asks
+        nobody (decision not-asked), nor does a run whose config says arms.approval = none (not-required)."""
+
+        def __init__(self, *, arm: str, **kwargs):
+            super().__init__(
+                subject=f"Promote {arm}'s challenger?",  # the gate's versions are filled in when it asks
+                options=[approvals.APPROVE, approvals.REJECT],
+                defaults=[approvals.REJECT],
+                multiple=False,
+                response_timeout=timedelta(hours=72),  # replaced by arms.approval_timeout when the task asks
+                **kwargs,
+            )
+            self.arm = arm
+
+        def _common(self, context, cfg) -> dict:
+            ti = context["ti"]
+            return {"timeout": cfg.arms.approval_timeout, "task": ti.task_id, "run_id": ti.run_id}
+
+        def execute(self, context):
+            from datetime import UTC
+
+            from abpo.config.values import duration_seconds
+
+            cfg = _cfg()
+            ti = context["ti"]
+            log = logging.getLogger("abpo.dags")
+            if cfg.arms.approval != "required":
+                log.info(f"approve {self.arm}: arms.approval = {cfg.arms.approval}: nobody asked")
+                return approvals.Approval(approvals.NOT_REQUIRED, **self._common(context, cfg)).to_json()
+            gated = ti.xcom_pull(task_ids=f"{self.arm}.gate") or {}
+            if not gated.get("passed"):
+                log.info(f"approve {self.arm}: the gate did not pass v{gated.get('version')}: nothing to approve")
+                return approvals.Approval(approvals.NOT_ASKED, **self._common(context, cfg)).to_json()
+            month = ti.xcom_pull(task_ids="resolve_month") or ""
+            self.subject, self.body = approvals.request(self.arm, month, gated, cfg.arms.approval_timeout)
+            self.response_timeout = timedelta(seconds=duration_seconds(cfg.arms.approval_timeout) or 0)
+            ti.xcom_push(key="asked_at", value=datetime.now(UTC).isoformat(timespec="seconds"))
+            log.info(f"approve {self.arm}: {self.subject} (waiting at most {cfg.arms.approval_timeout})")
+            return super().execute(context)
+
+        def execute_complete(self, context, event):
+            if event.get("error_type") != "timeout":
+                super().execute_complete(context, event)  # checks the chosen option (and the comment) as Airflow does
+            cfg = _cfg()
+            ti = context["ti"]
+            try:
+                asked_at = ti.xcom_pull(task_ids=ti.task_id, key="asked_at") or ""
+            except Exception:  # noqa: BLE001 - when it was asked is for the record only
+                asked_at = ""
+            answer = approvals.from_event(event, asked_at=str(asked_at), **self._common(context, cfg))
+            logging.getLogger("abpo.dags").info(f"approve {self.arm}: {answer.sentence()}")
+            return answer.to_json()
+
+
 def _isolated(step: str, **task_kwargs):
     """A stand-in for the decorated task ``step`` (called like it: ``(month)`` for bootstrap, ``(arm, month,
     upstream)`` otherwise) whose work runs in $ABPO_TASK_PYTHON; returns the task's output, as a decorated task does."""
@@ -411,8 +504,8 @@ def abpo_monthly():
 
     @task
     @_fail_fast
-    def promote(arm: str, month: str, gated: dict) -> dict:
-        out = run_step("promote", _cfg(), month, arm=arm, upstream=gated).to_json()
+    def promote(arm: str, month: str, gated: dict, approval: dict | None = None) -> dict:
+        out = run_step("promote", _cfg(), month, arm=arm, upstream=gated, approval=approval).to_json()
         announce_champion(get_current_context()["outlet_events"], arm, month, out)
         return out
 
@@ -482,7 +575,18 @@ def abpo_monthly():
                 for step in chain:
                     t = step_tasks[step]
                     moves = step == chain[-1] and step != "hold"  # the holdback's champion never moves
-                    upstream = (t.override(outlets=[champion_alias(arm)]) if moves else t)(arm, month, upstream)
+                    t = t.override(outlets=[champion_alias(arm)]) if moves else t
+                    if step == "promote" and APPROVAL_REQUIRED:  # gate -> approve -> promote (fed both)
+                        asked = PromotionApproval(
+                            task_id="approve",
+                            arm=arm,
+                            # the form's one field (the DAG's params are merged in by Airflow; the form shows this)
+                            params={"comment": Param("", type="string", description="Why (optional): recorded.")},
+                        )
+                        upstream >> asked
+                        upstream = t(arm, month, upstream, asked.output)
+                    else:
+                        upstream = t(arm, month, upstream)
             done.append(upstream)
     final = report(month)
     done >> final

@@ -186,6 +186,7 @@ def promote(
     verdict: str = "",
     month: str = "",
     respect_pin: bool = False,
+    tags: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """Move the arm's ``champion`` alias to ``version``, recorded in the promotion history (abpo.arms.history:
     who, when, from, to, why, the gate's verdict) in one recorded step: the entry is written pending, the alias
@@ -195,7 +196,7 @@ def promote(
     refit's promotions): a pinned arm is not promoted; the history records "pinned: not promoted" and the result
     says ``promoted: "false"``. ``action`` ``gate`` (the month's promote step): a champion other than
     ``expected_champion`` (the one the month's update started from) is recorded as "not-promoted" and raises
-    ChampionMoved.
+    ChampionMoved. ``tags``: more version tags set with those (the approver's: ``approved_by``, ``approved_at``).
 
     Atomic: the champion is re-read, compared and moved inside the arm's :func:`promotion_lock`, so of several
     concurrent promotions expecting the same champion exactly one moves it and the others are refused. A holdback
@@ -220,6 +221,37 @@ def promote(
             verdict=verdict or _verdict(cfg, arm, str(version)),
             month=month,
             respect_pin=respect_pin,
+            tags=tags or {},
+        )
+
+
+def refuse(
+    cfg: Config, arm: str, version: str | int, *, actor: str, reason: str, verdict: str = "", month: str = ""
+) -> history.Entry | None:
+    """Record that ``version`` was not promoted for ``reason`` (a human rejected it, or no one approved it in time:
+    abpo.monthly.promote) as a ``not-promoted`` entry that leaves the champion where it is, under the arm's promotion
+    lock (a hand move since the last entry is recorded first). Recorded once: when the history already holds the same
+    refusal for the same month (a retried or re-run step), nothing is written and None is returned."""
+    actor = actor or history.os_actor()
+    with promotion_lock(cfg, arm):
+        cur = _champion(cfg, arm)
+        _settle(cfg, arm, cur)
+        _record_hand_move(cfg, arm, cur, month=month)
+        reason = reason[:5900]
+        if any(
+            e.action == "not-promoted" and e.month == month and e.reason == reason for e in history.entries(cfg, arm)
+        ):
+            return None
+        return history.record(
+            cfg,
+            arm,
+            action="not-promoted",
+            actor=actor,
+            from_version=cur,
+            to_version=cur,
+            reason=reason,
+            verdict=verdict or _verdict(cfg, arm, str(version)),
+            month=month,
         )
 
 
@@ -235,6 +267,7 @@ def _promote_locked(
     verdict: str,
     month: str,
     respect_pin: bool,
+    tags: dict[str, str],
 ) -> dict[str, str]:
     from datetime import UTC, datetime
 
@@ -318,6 +351,7 @@ def _promote_locked(
             "promoted_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "promoted_reason": reason or action,
             "promoted_by": actor,
+            **tags,
         },
     )
     now = _champion(cfg, arm)

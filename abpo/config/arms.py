@@ -9,6 +9,11 @@ from abpo.data.holdout import GATE_USERS
 
 # arms.update_logs' choices, refused at load when anything else; abpo.train.strata.check_update_logs reads them too
 UPDATE_LOGS = ("own", "all")
+
+# arms.gate_ope_estimator's choices (abpo.monthly.gate dispatches on them): snips = SNIPS on the arm's own month logs
+# (the gate before issue 42); the others on every arm's month logs with a cross-fitted reward model
+# (abpo.evaluation.off_policy: snips_all is SNIPS there, the rest are its DM, IPS, DR, SNDR and Switch-DR)
+GATE_OPE_ESTIMATORS = ("snips", "dm", "ips", "snips_all", "dr", "sndr", "switch_dr")
 # arms.approval's choices (docs/gate.md "Approval"); the DAG (dags/abpo_monthly.py) and the promote step read them too
 APPROVAL = ("none", "required")
 # arms.ml_retrain.kind's choices -> the ranker of abpo.baselines.RANKERS it refits (abpo.arms.rankers reads it)
@@ -116,8 +121,27 @@ class ArmsConfig:
         default=0.05,
         metadata={
             "help": "Off-policy gate (non-inferiority): the challenger passes when the lower bound of the "
-            "bootstrap interval of its SNIPS CTR minus the champion's, on the arm's month logs, is at "
+            "bootstrap interval of its CTR minus the champion's (arms.gate_ope_estimator's estimate) is at "
             "least -margin (absolute CTR; 0.05 = 5 points). A negative value disables this check."
+        },
+    )
+    gate_ope_estimator: str = field(
+        default="dr",
+        metadata={
+            "choices": GATE_OPE_ESTIMATORS,
+            "help": "Off-policy gate: the estimator whose interval decides (docs/gate.md; every one is recorded): "
+            "snips = SNIPS on the arm's own month logs; dm, ips, snips_all, dr, sndr, switch_dr = on every arm's "
+            "month logs (each row's logged propensity as e0), the reward model cross-fitted on the logs it does "
+            "not score, a bootstrap over users. Default dr: the best coverage of the true difference at nominal "
+            "95% in benchmarks/ope_coverage.py.",
+        },
+    )
+    gate_ope_switch_lambda: float = field(
+        default=10.0,
+        metadata={
+            "gt": 0,
+            "help": "Off-policy gate, switch_dr: rows whose weight pi/e0 exceeds this keep only the reward model's "
+            "term (Wang, Agarwal & Dudik 2017).",
         },
     )
     gate_ope_bootstrap: int = field(

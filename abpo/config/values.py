@@ -18,7 +18,7 @@ from abpo.yamlfile import YAMLFileError, read_yaml as read_yaml_file, yaml_value
 # Each field's metadata may carry its allowed range, checked in one place (:func:`_scalar`) whenever a value is read
 # from a YAML file, the environment or ``--set``, and shown by `abpo config --explain`:
 #   "min" / "max": inclusive bounds, "gt" / "lt": exclusive bounds (a list's items and a mapping's values are each
-#   checked), "choices": the allowed strings.
+#   checked), "choices": the allowed strings, "duration": a string such as 90m, 72h or 7d (:func:`duration_seconds`).
 # Types are strict: a bool field takes YAML true/false only, an int field an integer only (not 2.5, not true), a float
 # field a finite number only (not true, not .nan, not .inf), a str field a string only. Nothing is coerced.
 RANGE_KEYS = ("gt", "min", "lt", "max")
@@ -29,6 +29,8 @@ def range_rule(meta: Any) -> str:
     ``>= 1``, ``in (0, 1]``, ``one of a, b``."""
     if "choices" in meta:
         return "one of " + ", ".join(map(str, meta["choices"]))
+    if meta.get("duration"):
+        return DURATION_RULE
     lo = ("(", meta["gt"]) if "gt" in meta else ("[", meta["min"]) if "min" in meta else None
     hi = (")", meta["lt"]) if "lt" in meta else ("]", meta["max"]) if "max" in meta else None
     if lo and hi:
@@ -38,6 +40,21 @@ def range_rule(meta: Any) -> str:
     if hi:
         return f"{'<' if hi[0] == ')' else '<='} {hi[1]:g}"
     return ""
+
+
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+DURATION_RULE = "a duration > 0: a number and a unit, s, m, h or d (90m, 72h, 7d)"
+
+
+def duration_seconds(text: str) -> float | None:
+    """A duration field's value (``90m``, ``72h``, ``1.5d``, ``45s``) in seconds; None when it is not a positive number
+    followed by one of :data:`DURATION_UNITS` (the field's refusal says :data:`DURATION_RULE`)."""
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd])\s*", str(text))
+    if not m or float(m.group(1)) <= 0:
+        return None
+    return float(m.group(1)) * DURATION_UNITS[m.group(2)]
 
 
 def _type_rule(tp: Any) -> str:
@@ -75,6 +92,8 @@ def _scalar(value: Any, tp: Any, meta: Any, key: str, source: str) -> Any:
     if not ok:
         raise refuse(value, _type_rule(tp))
     if "choices" in meta and value not in meta["choices"]:
+        raise refuse(value, range_rule(meta))
+    if meta.get("duration") and duration_seconds(value) is None:
         raise refuse(value, range_rule(meta))
     if tp in (int, float) and any(k in meta for k in RANGE_KEYS):
         inside = (

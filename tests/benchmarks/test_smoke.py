@@ -58,7 +58,11 @@ CASES = {
         rf"goal F/B <= 1\.2 \(cpu\): (?:met|NOT met) \({NUM}\)",
         [],
     ),
-    "which_update.py": (r"which_update: 2 experiment\(s\) done, selection \w+,\w+", r"wall time \d+s", []),
+    "which_update.py": (
+        r"which_update: 2 experiment\(s\) done, selection \w+,\w+",
+        r"wall time \d+s",
+        ["--out", "{tmp}/which-update-out"],  # not the default, which-update-out/ in the checkout
+    ),
     "update_step.py": (
         rf"goal F/B <= 1\.2 at M=20 \(CPU time\): (?:met|NOT met) \({NUM}\); "
         rf"goal F-text/F >= 3: (?:met|NOT met) \({NUM}\)",

@@ -503,7 +503,10 @@ def compare_ope_on_logs(
     feats, mask, logged_index = reward_features(
         candidates, logged_items, history_lengths, scores=[challenger, champion]
     )
-    q = cross_fitted_rewards(feats, mask, logged_index, clicked, n_folds=n_folds, groups=groups, seed=seed, l2=l2)
+    ids = pad_rows(candidates, fill=-1)[0].astype(np.int64)
+    q = cross_fitted_rewards(
+        feats, mask, logged_index, clicked, n_folds=n_folds, groups=groups, seed=seed, l2=l2, candidate_ids=ids
+    )
     return compare_ope(
         clicked,
         logging_propensity,

@@ -42,6 +42,8 @@ from abpo.monthly.gate_verdict import (
 from abpo.policy.model import load_policy
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from abpo.config import Config
 
 log = logging.getLogger(__name__)
@@ -155,9 +157,11 @@ def record_offline_metrics(
 
 
 def off_policy_gate(cfg: Config, arm: str, version: str, month: str, *, champion: str | None = None) -> dict[str, Any]:
-    """The challenger's SNIPS CTR on the arm's own month-``month`` logs against the champion's, with a bootstrap
-    interval of the difference and both effective sample sizes (abpo.evaluation.off_policy.compare_snips).
-    Rows the champion logged are weighted 1 for it (its propensity is the logged e0); other rows are rescored."""
+    """The off-policy half's numbers (:func:`ope_numbers`) on the month-``month`` logs of every arm: the challenger's
+    and the champion's propensity vectors over each row's candidates (both versions score every row), each row's
+    logged propensity as e0, and every estimator of :func:`ope_estimates_on_rows` (SNIPS on the arm's own rows,
+    the doubly robust family on every arm's); ``arms.gate_ope_estimator`` names the one that decides. On the arm's
+    own rows logged by the champion itself, the champion's SNIPS weight is e0 / e0 = 1 (as before issue 42)."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -169,8 +173,8 @@ def off_policy_gate(cfg: Config, arm: str, version: str, month: str, *, champion
     with open_warehouse(cfg, read_only=True) as wh:
         pos, neg = wh.strata([month])
     rows = pa.concat_tables([pos, neg])
-    rows = rows.filter(pc.equal(rows.column("arm"), arm))
-    if rows.num_rows == 0:
+    own = np.asarray(pc.equal(rows.column("arm"), arm).to_numpy(zero_copy_only=False), dtype=bool)
+    if not own.any():
         raise ValueError(f"off-policy gate {arm} v{version}: no logged rows of arm {arm} in {month}")
     reqs = list(
         zip(
@@ -181,20 +185,16 @@ def off_policy_gate(cfg: Config, arm: str, version: str, month: str, *, champion
     )
     items = rows.column("item_id").to_pylist()
 
-    def target(ref: str) -> np.ndarray:
+    def target(ref: str) -> list[np.ndarray]:
         arm_obj = arm_versions.load_arm(cfg, arm, ds, ref)
-        return np.array(
-            [
-                float(p[list(c).index(a)])
-                for p, (_, _, c), a in zip(arm_obj.propensities(reqs), reqs, items, strict=True)
-            ]
-        )
+        return [np.asarray(p, dtype=np.float64) for p in arm_obj.propensities(reqs)]
 
     e0 = np.asarray(rows.column("propensity").to_pylist(), dtype=np.float64)
-    logged_by_champion = set(rows.column("model_version").to_pylist()) == {str(champ.version)}
-    e_champ = e0 if logged_by_champion else target(str(champ.version))
-    e_new = target(str(version))
-    bad = int((~np.isfinite(e_new)).sum()) + int((~np.isfinite(e_champ)).sum())
+    versions = rows.column("model_version").to_pylist()
+    champ_logged_own = {v for v, o in zip(versions, own, strict=True) if o} == {str(champ.version)}
+    pi_champ = target(str(champ.version))
+    pi_new = target(str(version))
+    bad = sum(int((~np.isfinite(p)).sum()) for p in (*pi_new, *pi_champ))
     if bad:  # NaN weights: no estimate at all; every number NaN, so ope_verdict fails the gate closed
         nan = float("nan")
         log.warning(
@@ -202,9 +202,10 @@ def off_policy_gate(cfg: Config, arm: str, version: str, month: str, *, champion
             "rows: fails closed"
         )
         return {
+            "estimator": cfg.arms.gate_ope_estimator,
             "n": rows.num_rows,
-            "challenger_snips": nan,
-            "champion_snips": nan,
+            "challenger_estimate": nan,
+            "champion_estimate": nan,
             "diff": nan,
             "ci_low": nan,
             "ci_high": nan,
@@ -213,38 +214,185 @@ def off_policy_gate(cfg: Config, arm: str, version: str, month: str, *, champion
             "champion_ess": nan,
             "challenger_max_weight": nan,
             "non_finite_propensities": bad,
+            "estimates": {},
         }
-    return ope_numbers(
-        rows.column("clicked").to_pylist(),
-        e0,
-        e_new,
-        e_champ,
+    estimates = ope_estimates_on_rows(
+        candidates=rows.column("candidates").to_pylist(),
+        logged_items=items,
+        history_lengths=[len(h or ()) for h in rows.column("history").to_pylist()],
+        clicked=rows.column("clicked").to_pylist(),
+        e0=e0,
+        challenger=pi_new,
+        champion=pi_champ,
+        users=rows.column("user_id").to_pylist(),
+        own=own,
+        champion_logged_own=champ_logged_own,
         n_boot=cfg.arms.gate_ope_bootstrap,
         seed=cfg.seed,
+        switch_lambda=cfg.arms.gate_ope_switch_lambda,
         top_fraction=cfg.arms.gate_top_weight_fraction,
     )
+    return ope_numbers(estimates, cfg.arms.gate_ope_estimator)
 
 
-def ope_numbers(clicked, e0, e_new, e_champ, *, n_boot: int, seed: int, top_fraction: float) -> dict[str, Any]:
-    """The off-policy half's numbers, as gate_verdict reads them: the challenger's and the champion's SNIPS CTR on the
-    arm's logged rows, their difference with its bootstrap interval and both effective sample sizes
-    (abpo.evaluation.off_policy.compare_snips), and the share of the challenger's total weight e_new / e0 that its
-    largest ``top_fraction`` of rows carry (top_weight_share)."""
-    cmp = compare_snips(clicked, e0, e_new, e_champ, n_boot=n_boot, seed=seed)
-    top_share, top_rows = top_weight_share(e_new / e0, top_fraction)
+# the reward model's folds (abpo.evaluation.reward_model.cross_fitted_rewards), over users
+OPE_FOLDS = 5
+
+
+def _weights_summary(w: np.ndarray, top_fraction: float) -> dict[str, Any]:
+    """ESS (Kish), the largest weight and the share of the total its top ``top_fraction`` of rows carry."""
+    import numpy as np
+
+    total = float(w.sum())
+    ess = total**2 / float((w * w).sum()) if total > 0 else 0.0
+    share, k = top_weight_share(w, top_fraction)
+    return {"ess": ess, "max_weight": float(np.max(w)), "top_weight_share": share, "top_weight_rows": k}
+
+
+def ope_estimates_on_rows(
+    *,
+    candidates: Sequence[Sequence[int]],
+    logged_items: Sequence[int],
+    history_lengths: Sequence[int],
+    clicked: Sequence[int],
+    e0: Sequence[float],
+    challenger: Sequence[Sequence[float]],
+    champion: Sequence[Sequence[float]],
+    users: Sequence[int],
+    own: Sequence[bool],
+    champion_logged_own: bool = False,
+    n_boot: int = 2000,
+    seed: int = 0,
+    switch_lambda: float = 10.0,
+    top_fraction: float = 0.01,
+    confidence: float = 0.95,
+) -> dict[str, dict[str, Any]]:
+    """Every estimator of the off-policy half on one month's logged rows (the gate's, and
+    benchmarks/ope_coverage.py's): per name of arms.gate_ope_estimator's choices, the challenger's and the
+    champion's CTR estimate, their difference ``diff`` with its percentile bootstrap interval (``ci_low``,
+    ``ci_high``, ``boot_se``), the rows it read (``rows``: ``own`` or ``all``, ``n``) and the challenger's weights'
+    ESS, largest weight and top share on those rows.
+
+    ``snips``: abpo.evaluation.off_policy.compare_snips on the ``own`` rows (the arm's), each row's logged e0, the
+    champion's weight 1 where ``champion_logged_own`` (it logged them), interval over rows. The others:
+    compare_ope_on_logs on every row (dm, ips, snips_all = SNIPS, dr, sndr, switch_dr at ``switch_lambda``), the
+    reward model cross-fitted over OPE_FOLDS folds of ``users`` (a user's rows in one fold, so no row is scored by a
+    model fitted on it), the bootstrap over users. ``challenger`` / ``champion``: each row's probability vector
+    over its candidates; row i's logged item is ``logged_items[i]`` of ``candidates[i]``."""
+    import numpy as np
+
+    from abpo.evaluation.off_policy import compare_ope_on_logs
+
+    n = len(candidates)
+    y = np.asarray(clicked, dtype=np.float64)
+    e0 = np.asarray(e0, dtype=np.float64)
+    own_mask = np.asarray(own, dtype=bool)
+    idx = np.array([list(c).index(a) for c, a in zip(candidates, logged_items, strict=True)], dtype=np.int64)
+    p_new = np.array([float(p[i]) for p, i in zip(challenger, idx, strict=True)])
+    p_old = np.array([float(p[i]) for p, i in zip(champion, idx, strict=True)])
+    nan = float("nan")
+    out: dict[str, dict[str, Any]] = {}
+    if own_mask.any():
+        cmp = compare_snips(
+            y[own_mask],
+            e0[own_mask],
+            p_new[own_mask],
+            e0[own_mask] if champion_logged_own else p_old[own_mask],
+            n_boot=n_boot,
+            confidence=confidence,
+            seed=seed,
+        )
+        out["snips"] = {
+            "rows": "own",
+            "n": cmp.n,
+            "challenger": cmp.challenger.snips,
+            "champion": cmp.champion.snips,
+            "diff": cmp.diff,
+            "ci_low": cmp.ci_low,
+            "ci_high": cmp.ci_high,
+            "confidence": confidence,
+            "champion_ess": cmp.champion.ess,
+            **{f"challenger_{k}": v for k, v in _weights_summary(p_new[own_mask] / e0[own_mask], top_fraction).items()},
+        }
+    family = ("dm", "ips", "snips_all", "dr", "sndr", "switch_dr")
+    n_users = len(set(users))
+    weights_all = {f"challenger_{k}": v for k, v in _weights_summary(p_new / e0, top_fraction).items()}
+    champion_ess = _weights_summary(p_old / e0, top_fraction)["ess"]
+    if n_users >= 2:
+        cmps = compare_ope_on_logs(
+            candidates,
+            logged_items,
+            history_lengths,
+            clicked,
+            e0,
+            challenger,
+            champion,
+            groups=users,
+            n_folds=min(OPE_FOLDS, n_users),
+            switch_lambda=switch_lambda,
+            n_boot=n_boot,
+            confidence=confidence,
+            seed=seed,
+        )
+        for name, c in cmps.items():
+            out["snips_all" if name == "snips" else name] = {
+                "rows": "all",
+                "n": n,
+                "challenger": c.challenger.value,
+                "champion": c.champion.value,
+                "diff": c.diff,
+                "ci_low": c.ci_low,
+                "ci_high": c.ci_high,
+                "boot_se": c.boot_se,
+                "confidence": confidence,
+                "champion_ess": champion_ess,
+                **weights_all,
+            }
+    else:  # one user: no other fold to fit the reward model on, no resample: every number NaN (fails closed)
+        for name in family:
+            out[name] = {
+                "rows": "all",
+                "n": n,
+                "diff": nan,
+                "ci_low": nan,
+                "ci_high": nan,
+                "challenger": nan,
+                "champion": nan,
+                "confidence": confidence,
+                "champion_ess": champion_ess,
+                **weights_all,
+            }
+    if "snips" in out:  # compare_snips' interval has no SE of its own: the bootstrap's, for a like-for-like table
+        out["snips"]["boot_se"] = nan
+    return out
+
+
+def ope_numbers(estimates: dict[str, dict[str, Any]], estimator: str) -> dict[str, Any]:
+    """The off-policy half's numbers, as gate_verdict reads them: the deciding ``estimator``'s (its estimates of the
+    challenger's and the champion's CTR, their difference and its interval, the challenger's weights' ESS and top
+    share on the rows it read), with ``estimates``, every estimator's numbers (:func:`ope_estimates_on_rows`)."""
+    if estimator not in estimates:
+        raise ValueError(
+            f"off-policy gate: arms.gate_ope_estimator {estimator!r} has no estimate on these rows (have "
+            f"{sorted(estimates)}); rule: snips needs rows of the arm itself"
+        )
+    d = estimates[estimator]
     return {
-        "n": cmp.n,
-        "challenger_snips": cmp.challenger.snips,
-        "champion_snips": cmp.champion.snips,
-        "diff": cmp.diff,
-        "ci_low": cmp.ci_low,
-        "ci_high": cmp.ci_high,
-        "confidence": cmp.confidence,
-        "challenger_ess": cmp.challenger.ess,
-        "champion_ess": cmp.champion.ess,
-        "challenger_max_weight": cmp.challenger.max_weight,
-        "challenger_top_weight_share": top_share,
-        "top_weight_rows": top_rows,
+        "estimator": estimator,
+        "rows": d["rows"],
+        "n": d["n"],
+        "challenger_estimate": d["challenger"],
+        "champion_estimate": d["champion"],
+        "diff": d["diff"],
+        "ci_low": d["ci_low"],
+        "ci_high": d["ci_high"],
+        "confidence": d["confidence"],
+        "challenger_ess": d["challenger_ess"],
+        "champion_ess": d["champion_ess"],
+        "challenger_max_weight": d["challenger_max_weight"],
+        "challenger_top_weight_share": d["challenger_top_weight_share"],
+        "top_weight_rows": d["challenger_top_weight_rows"],
+        "estimates": estimates,
     }
 
 
@@ -285,6 +433,19 @@ def offline_tags(metric: str, offline: dict[str, Any]) -> dict[str, str]:
     )
     del tags["gate.offline.n"]
     return tags
+
+
+def ope_metrics(ope: dict[str, Any] | None) -> dict[str, float]:
+    """The off-policy half's numbers as MLflow metrics: ``ope.<name>`` for the deciding estimator's, and
+    ``ope.<estimator>.<name>`` (diff, ci_low, ci_high, challenger, champion) for every estimator's."""
+    out: dict[str, float] = {}
+    for k, v in (ope or {}).items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[f"ope.{k}"] = float(v)
+    for name, d in ((ope or {}).get("estimates") or {}).items():
+        for k in ("diff", "ci_low", "ci_high", "challenger", "champion"):
+            out[f"ope.{name}.{k}"] = float(d[k])
+    return out
 
 
 def month_start_champion(cfg: Config, arm: str, version: str):
@@ -373,7 +534,7 @@ def gate(cfg: Config, arm: str, version: str, month: str | None = None) -> GateR
     )
     numbers = {f"offline.challenger.{k.replace('@', '_at_')}": v for k, v in new.items()}
     numbers.update({f"offline.champion.{k.replace('@', '_at_')}": v for k, v in ch.items()})
-    numbers.update({f"ope.{k}": float(v) for k, v in (ope or {}).items()})
+    numbers.update(ope_metrics(ope))
     numbers.update({f"offline.paired.{k}": float(v) for k, v in verdict.offline.items() if k in PAIRED_NUMBERS})
     numbers["passed"] = float(passed)
     with start_run(

@@ -23,35 +23,55 @@ class GateVerdict:
     offline: dict[str, Any] = dataclasses.field(default_factory=dict)  # PairedTest's numbers ({} when not finite)
 
 
+ESTIMATOR_NAMES = {
+    "snips": "SNIPS (the arm's own rows)",
+    "dm": "DM",
+    "ips": "IPS",
+    "snips_all": "SNIPS",
+    "dr": "DR",
+    "sndr": "SNDR",
+    "switch_dr": "Switch-DR",
+}
+
+
 def ope_verdict(ope: dict[str, Any], margin: float, min_ess: float, max_top_share: float = 1.0) -> tuple[bool, str]:
-    """The off-policy check of the gate, failing closed: a non-finite estimate (a NaN SNIPS, interval or effective
+    """The off-policy check of the gate, failing closed: a non-finite estimate (a NaN estimate, interval or effective
     sample size: e.g. a logged propensity so small that its weight overflowed) or an effective sample size below
-    ``min_ess`` fails, whatever the interval says; otherwise the interval's lower bound must be >= -``margin``."""
-    keys = ("challenger_snips", "champion_snips", "diff", "ci_low", "ci_high", "challenger_ess")
+    ``min_ess`` fails, whatever the interval says; otherwise the deciding estimator's interval's lower bound must be
+    >= -``margin``. ``ope``: abpo.monthly.gate.ope_numbers (``estimator`` names the one that decides; a result
+    recorded before issue 42 has SNIPS's ``challenger_snips`` / ``champion_snips`` instead)."""
+    name = ope.get("estimator", "snips")
+    label = ESTIMATOR_NAMES.get(name, name)
+    new_key, old_key = (
+        ("challenger_estimate", "champion_estimate")
+        if "challenger_estimate" in ope
+        else ("challenger_snips", "champion_snips")
+    )
+    keys = (new_key, old_key, "diff", "ci_low", "ci_high", "challenger_ess")
     bad = [k for k in keys if not isinstance(ope.get(k), (int, float)) or not math.isfinite(float(ope[k]))]
     if bad:
         return False, (
             f"off-policy estimate not finite ({', '.join(f'{k} {ope.get(k)}' for k in bad)}) on "
             f"{ope.get('n')} rows: fails closed"
         )
+    rows = "every arm's rows" if ope.get("rows") == "all" else "rows"
     top = ope.get("challenger_top_weight_share")
     if top is not None and not (isinstance(top, (int, float)) and float(top) <= max_top_share):
         return False, (
             f"off-policy weights: the {ope.get('top_weight_rows')} largest of {ope.get('n')} rows carry "
-            f"{float(top):.1%} of the challenger's total SNIPS weight > arms.gate_max_top_weight_share "
-            f"{max_top_share:g}: fails closed (SNIPS diff {ope['diff']:+.4f})"
+            f"{float(top):.1%} of the challenger's total weight > arms.gate_max_top_weight_share "
+            f"{max_top_share:g}: fails closed ({label} diff {ope['diff']:+.4f})"
         )
     if ope["challenger_ess"] < min_ess:
         return False, (
             f"off-policy effective sample size {ope['challenger_ess']:.1f} of {ope.get('n')} rows < "
-            f"arms.gate_min_ess {min_ess:g}: fails closed (SNIPS diff {ope['diff']:+.4f})"
+            f"arms.gate_min_ess {min_ess:g}: fails closed ({label} diff {ope['diff']:+.4f})"
         )
     ok = bool(ope["ci_low"] >= -margin)
     return ok, (
-        f"off-policy SNIPS CTR challenger {ope['challenger_snips']:.4f} vs champion "
-        f"{ope['champion_snips']:.4f} on {ope['n']} rows: diff {ope['diff']:+.4f}, {ope['confidence']:.0%} CI "
-        f"[{ope['ci_low']:+.4f}, {ope['ci_high']:+.4f}] {'>=' if ok else '<'} -margin {margin} (ESS "
-        f"{ope['challenger_ess']:.0f})"
+        f"off-policy {label} CTR challenger {ope[new_key]:.4f} vs champion {ope[old_key]:.4f} on {ope['n']} "
+        f"{rows}: diff {ope['diff']:+.4f}, {ope['confidence']:.0%} CI [{ope['ci_low']:+.4f}, {ope['ci_high']:+.4f}] "
+        f"{'>=' if ok else '<'} -margin {margin} (ESS {ope['challenger_ess']:.0f})"
     )
 
 

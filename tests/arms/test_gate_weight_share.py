@@ -12,15 +12,30 @@ import pytest
 
 from abpo.config import load_config
 from abpo.evaluation.off_policy import top_weight_share
-from abpo.monthly.gate import ope_numbers
+from abpo.monthly.gate import ope_estimates_on_rows, ope_numbers
 from abpo.monthly.gate_verdict import gate_verdict
 
 
-def _ope(y, e0, e_new, e_old, fraction):
-    """The gate's own numbers (abpo.monthly.gate.ope_numbers) on these rows."""
-    return ope_numbers(
-        y, np.asarray(e0), np.asarray(e_new), np.asarray(e_old), n_boot=300, seed=0, top_fraction=fraction
+def _ope(y, e0, e_new, e_old, fraction, estimator="snips"):
+    """The gate's own numbers (abpo.monthly.gate.ope_numbers) on these rows, all of the arm's own: each row's two
+    candidates, the logged one (the challenger's e_new, the champion's e_old) and another."""
+    n = len(y)
+    e_new, e_old = np.asarray(e_new), np.asarray(e_old)
+    est = ope_estimates_on_rows(
+        candidates=[[2 * i, 2 * i + 1] for i in range(n)],
+        logged_items=[2 * i for i in range(n)],
+        history_lengths=[5] * n,
+        clicked=y,
+        e0=np.asarray(e0),
+        challenger=[[a, 1 - a] for a in e_new],
+        champion=[[b, 1 - b] for b in e_old],
+        users=list(range(n)),
+        own=np.ones(n, dtype=bool),
+        n_boot=300,
+        seed=0,
+        top_fraction=fraction,
     )
+    return ope_numbers(est, estimator)
 
 
 def _log(n_honest=2536, n_crafted=20, seed=0):
@@ -58,7 +73,7 @@ def test_the_default_cap_fails_the_crafted_weights_closed():
     cap, fraction = cfg.arms.gate_max_top_weight_share, cfg.arms.gate_top_weight_fraction
     assert (cap, fraction) == (0.5, 0.01)
     ope = _ope(*_log(), fraction)
-    assert ope["challenger_snips"] > 0.9 and ope["top_weight_rows"] == 26  # the crafted rows decide the estimate
+    assert ope["challenger_estimate"] > 0.9 and ope["top_weight_rows"] == 26  # the crafted rows decide the estimate
     v = _verdict(ope, cap)
     assert not v.passed and not v.ope_passed and v.offline_passed
     assert "off-policy weights: the 26 largest of 2556 rows carry 100.0% of the challenger's total" in v.reason
@@ -66,6 +81,9 @@ def test_the_default_cap_fails_the_crafted_weights_closed():
     honest = _ope(*_log(n_crafted=0), fraction)
     assert honest["challenger_top_weight_share"] < 0.05
     assert _verdict(honest, cap).ope_passed  # the same challenger on honest logs passes
+    # the doubly robust estimators read the same weights: the cap fails DR closed too
+    dr = _ope(*_log(), fraction, estimator="dr")
+    assert dr["challenger_top_weight_share"] > 0.99 and not _verdict(dr, cap).ope_passed
 
 
 def test_a_non_finite_share_fails_closed_and_1_disables():

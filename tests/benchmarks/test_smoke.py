@@ -31,8 +31,9 @@ CASES = {
         [],
     ),
     "policy_quality.py": (
-        r"HR@5 pi_init=[01]\.\d{4} popularity=[01]\.\d{4} ml_retrain=[01]\.\d{4}",
-        None,
+        r"HR@5 pi_init=[01]\.\d{4} popularity=[01]\.\d{4} ml_retrain=[01]\.\d{4} sasrec=[01]\.\d{4}",
+        r"pi_init - sasrec: HR@5 [+-]\d\.\d{4} \[[+-]\d\.\d{4}, [+-]\d\.\d{4}\] at M = 10, [+-]\d\.\d{4} "
+        r"\[[+-]\d\.\d{4}, [+-]\d\.\d{4}\] on the full catalog",
         ["--state", "{tmp}/state"],
     ),
     "report.py": (

@@ -60,9 +60,14 @@ def test_two_months_lineage_gate_and_refits(tmp_path):
         assert new.tags["months"] == "2026-01,2026-02" and new.tags["source"] == "update"
         assert new.tags["variant"] == {"abpo": "abpo", "grpo": "grpo"}[arm] and new.tags["data_hash"]
         assert not m2[arm]["gate"]["passed"] and new.tags["gate.verdict"] == "fail"
-        ope = m2[arm]["gate"]["off_policy"]  # the off-policy half of the gate ran on the arm's own month-2 rows
-        assert ope["n"] == m2["serve"]["per_arm"][arm]["impressions"] and ope["ci_low"] <= ope["diff"] <= ope["ci_high"]
-        assert ope["champion_snips"] == pytest.approx(m2["serve"]["per_arm"][arm]["ctr"], abs=1e-4)
+        # the off-policy half: DR (arms.gate_ope_estimator's default) on every arm's month-2 rows decided, SNIPS on
+        # the arm's own rows (the gate's estimator before issue 42) is recorded beside it
+        ope, per_arm = m2[arm]["gate"]["off_policy"], m2["serve"]["per_arm"]
+        assert ope["estimator"] == "dr" and ope["rows"] == "all" and ope["ci_low"] <= ope["diff"] <= ope["ci_high"]
+        assert ope["n"] == sum(a["impressions"] for a in per_arm.values())
+        snips = ope["estimates"]["snips"]
+        assert snips["n"] == per_arm[arm]["impressions"] and snips["rows"] == "own"
+        assert snips["champion"] == pytest.approx(per_arm[arm]["ctr"], abs=1e-4)
         assert str(arm_versions.get_version(cfg, arm, "champion").version) == champ1[arm]  # champion stayed
         assert str(arm_versions.get_version(cfg, arm, "challenger").version) == str(new.version)
         # the gate's numbers are metrics of the challenger's LoggedModel (comparable in MLflow's UI), its offline

@@ -234,7 +234,8 @@ def namespace() -> str:
 
 
 def lookup_champions(tracking_uri: str, arms: list[str]) -> list[dict]:
-    """Each arm's champion: {arm, model, version (None: no champion yet), months}. Raises RegistryUnreachable."""
+    """Each arm's champion: {arm, model, version (None: no champion yet), months, approved ("<who> at <when>" when
+    a human approved its promotion, arms.approval = required; else "")}. Raises RegistryUnreachable."""
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
@@ -256,8 +257,18 @@ def lookup_champions(tracking_uri: str, arms: list[str]) -> list[dict]:
                 raise RegistryUnreachable(f"{getattr(e, 'error_code', '')}: {str(e)[:300]}") from e
             rows.append({"arm": arm, "model": name, "version": None, "months": ""})
             continue
-        months = (v.tags or {}).get("months", "")
-        rows.append({"arm": arm, "model": name, "version": str(v.version), "months": months})
+        tags = v.tags or {}
+        # arms.approval = required: who let the gate's challenger become champion (abpo.monthly.promote)
+        approved = f"{tags['approved_by']} at {tags.get('approved_at', '')}" if tags.get("approved_by") else ""
+        rows.append(
+            {
+                "arm": arm,
+                "model": name,
+                "version": str(v.version),
+                "months": tags.get("months", ""),
+                "approved": approved,
+            }
+        )
     for r in rows:  # the pin (a registered-model tag) and the promotion history (abpo.arms.history)
         r["pinned"], r["history"] = promotion_record(client, r["model"], r["arm"])
     return rows
@@ -475,6 +486,8 @@ def champions_table(rows: list[dict]) -> str:
                 f'<a href="{html.escape(model_page(r["model"], r["version"]))}" target="_blank" '
                 f'rel="noopener">version {html.escape(r["version"])}</a>'
             )
+        if r.get("approved"):
+            champ += f" approved by {html.escape(r['approved'])}"
         if r.get("pinned"):
             version, actor, at, reason = (str(r["pinned"]).split("|", 3) + ["", "", "", ""])[:4]
             champ += (

@@ -333,6 +333,25 @@ def test_champions_link_to_the_mlflow_model_versions(get, state):
     assert 'href="http://mlflow.example:5000/#/models/abpo-arm-popularity"' in page
 
 
+def test_champions_show_who_approved_the_promotion(get, state):
+    """arms.approval = required: the champion's approver and when (its tags approved_by / approved_at, set by the
+    promote step), escaped; a champion promoted without approval says nothing of it."""
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{state / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    for arm, tags in (
+        ("abpo", {"approved_by": "<i>alice</i>", "approved_at": "2026-03-02T09:30:00+00:00"}),
+        ("grpo", {}),
+    ):
+        client.create_registered_model(f"abpo-arm-{arm}")
+        v = client.create_model_version(f"abpo-arm-{arm}", source=state.as_uri(), tags=tags)
+        client.set_registered_model_alias(f"abpo-arm-{arm}", "champion", v.version)
+    page = get("/abpo/champions").text
+    assert "approved by &lt;i&gt;alice&lt;/i&gt; at 2026-03-02T09:30:00+00:00" in page and "<i>alice" not in page
+    assert page.count("approved by") == 1
+
+
 def test_champions_show_the_pin_and_the_promotion_history(get, state, monkeypatch):
     from mlflow import MlflowClient
 

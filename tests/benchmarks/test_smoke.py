@@ -30,6 +30,11 @@ CASES = {
         None,
         [],
     ),
+    "ope_coverage.py": (
+        r"coverage of the true difference at nominal 95%: best \w+ [01]\.\d{3}; dr [01]\.\d{3}; snips [01]\.\d{3}",
+        r"wall time \d+s",
+        [],
+    ),
     "policy_quality.py": (
         r"HR@5 pi_init=[01]\.\d{4} popularity=[01]\.\d{4} ml_retrain=[01]\.\d{4} sasrec=[01]\.\d{4}",
         r"pi_init - sasrec: HR@5 [+-]\d\.\d{4} \[[+-]\d\.\d{4}, [+-]\d\.\d{4}\] at M = 10, [+-]\d\.\d{4} "

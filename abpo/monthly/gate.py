@@ -1,23 +1,26 @@
 """Step ``gate`` (Airflow task ``<arm>.gate``): the challenger against the arm's champion.
 
     offline      HR@5 (``arms.gate_metric``) user by user on the same held-out users: a paired non-inferiority
-                 test (abpo.evaluation.paired, docs/gate.md) passes when the one-sided (1 - ``arms.gate_alpha``)
-                 lower confidence bound of the per-user difference challenger - champion is > -``arms.gate_margin``
-                 (absolute), its MDE at ``arms.gate_power`` reported beside it; the users are the configured
-                 dataset's (``arms.gate_users = dataset``) or the deployment's own: a seeded hash slice of the
-                 warehouse's users, each one's last interaction through the month as target, whose impressions no
-                 update trains on (``warehouse``)
-    off-policy   the SNIPS CTR on the arm's month logs: the bootstrap lower bound of (challenger - champion) at least
-                 -``arms.gate_ope_margin``, the estimate finite, its effective sample size at least
-                 ``arms.gate_min_ess`` and the share of the total weight carried by its largest weights (the top
-                 ``arms.gate_top_weight_fraction`` of the rows) at most ``arms.gate_max_top_weight_share`` (fails
-                 closed)
+                 test (abpo.evaluation.paired: Tango's score test for 0/1 hits, docs/gate.md) passes when its
+                 p-value for "challenger - champion <= -``arms.gate_margin``" (absolute) is below
+                 ``arms.gate_alpha`` (equivalently, the score interval's one-sided lower bound is > -margin), its MDE
+                 at ``arms.gate_power`` reported beside it; the users are the configured dataset's
+                 (``arms.gate_users = dataset``) or the deployment's own: a seeded hash slice of the warehouse's
+                 users, each one's last interaction through the month as target, whose impressions no update trains
+                 on (``warehouse``)
+    off-policy   the CTR difference challenger - champion on the month's logs under ``arms.gate_ope_estimator``
+                 (:func:`ope_estimates_on_rows`: SNIPS on the arm's own rows, or DM / IPS / SNIPS / DR / SNDR /
+                 Switch-DR on every arm's rows with a cross-fitted reward model; DR by default): its bootstrap lower
+                 bound at least -``arms.gate_ope_margin``, the estimate finite, the challenger's weights' effective
+                 sample size at least ``arms.gate_min_ess`` and the share of the total weight carried by its largest
+                 weights (the top ``arms.gate_top_weight_fraction`` of the rows) at most
+                 ``arms.gate_max_top_weight_share`` (fails closed); every estimator's numbers are recorded
 
 The decision is :func:`gate_verdict`, a pure function of those numbers; :func:`gate` computes them (scoring,
 the warehouse's logs), applies it, and records every number in MLflow: metrics of the versions' LoggedModels (the
 offline metrics on both, with their per-user ranks as an artifact of the run that logged each version; the gate's
-numbers on the challenger) and of the gate's run; the verdict, its reason and the paired test's numbers
-(``gate.offline.*``) are version tags."""
+numbers on the challenger) and of the gate's run; the verdict, its reason, the paired test's numbers
+(``gate.offline.*``) and the off-policy half's (``gate.ope.*``) are version tags."""
 
 from __future__ import annotations
 
@@ -59,7 +62,7 @@ class GateResult(StepResult):
     metric: str
     challenger: dict[str, float]  # offline metrics on the gate's users
     champion: dict[str, float]
-    off_policy: dict[str, Any] | None  # abpo.evaluation.off_policy.compare_snips' numbers, or None when not run
+    off_policy: dict[str, Any] | None  # ope_numbers: the deciding estimator's and every one's, None when not run
     offline: dict[str, Any] | None = None  # the paired test's numbers (abpo.evaluation.paired.PairedTest)
 
 
@@ -435,6 +438,37 @@ def offline_tags(metric: str, offline: dict[str, Any]) -> dict[str, str]:
     return tags
 
 
+OPE_TAGGED = (
+    "rows",
+    "n",
+    "diff",
+    "ci_low",
+    "ci_high",
+    "confidence",
+    "challenger_estimate",
+    "champion_estimate",
+    "challenger_ess",
+)
+
+
+def ope_tags(ope: dict[str, Any] | None, margin: float) -> dict[str, str]:
+    """The off-policy half's numbers as the challenger's version tags (docs/gate.md): ``gate.ope.estimator`` (the
+    one that decided), ``gate.ope.<name>`` its numbers, ``gate.ope.margin``, and ``gate.ope.estimates``, every
+    estimator's difference and interval on one line (``dr +0.0187 [+0.0135, +0.0240] all; snips ... own``)."""
+    if not ope:
+        return {}
+    tags = {"gate.ope.estimator": str(ope.get("estimator", "snips")), "gate.ope.margin": f"{margin:.6g}"}
+    for k in OPE_TAGGED:
+        if k in ope:
+            v = ope[k]
+            tags[f"gate.ope.{k}"] = f"{v:.6g}" if isinstance(v, float) else str(v)
+    tags["gate.ope.estimates"] = "; ".join(
+        f"{name} {d['diff']:+.4f} [{d['ci_low']:+.4f}, {d['ci_high']:+.4f}] {d['rows']}"
+        for name, d in (ope.get("estimates") or {}).items()
+    )
+    return tags
+
+
 def ope_metrics(ope: dict[str, Any] | None) -> dict[str, float]:
     """The off-policy half's numbers as MLflow metrics: ``ope.<name>`` for the deciding estimator's, and
     ``ope.<estimator>.<name>`` (diff, ci_low, ci_high, challenger, champion) for every estimator's."""
@@ -467,10 +501,11 @@ def month_start_champion(cfg: Config, arm: str, version: str):
 def gate(cfg: Config, arm: str, version: str, month: str | None = None) -> GateResult:
     """Challenger ``version`` against the arm's champion. Offline: the paired non-inferiority test of
     ``arms.gate_metric`` on the held-out users (:func:`offline_verdict`: the one-sided (1 - ``arms.gate_alpha``)
-    lower bound of the per-user difference > -``arms.gate_margin``). Off-policy (when ``month`` is given and
-    ``arms.gate_ope_margin`` >= 0): the lower bound of the bootstrap interval of SNIPS CTR (challenger - champion)
-    on the arm's month logs at least -``arms.gate_ope_margin``, the estimate finite and its effective sample size at
-    least ``arms.gate_min_ess`` (:func:`ope_verdict`: fails closed). Both must pass. The held-out users are those of
+    lower bound of the per-user difference > -``arms.gate_margin``, by Tango's score test for HR@K). Off-policy
+    (when ``month`` is given and ``arms.gate_ope_margin`` >= 0): the lower bound of the bootstrap interval of the CTR
+    difference (challenger - champion) under ``arms.gate_ope_estimator`` on the month's logs
+    (:func:`off_policy_gate`) at least -``arms.gate_ope_margin``, the estimate finite and its effective sample size
+    at least ``arms.gate_min_ess`` (:func:`ope_verdict`: fails closed). Both must pass. The held-out users are those of
     :func:`gate_examples`: the configured dataset's (``arms.gate_users = dataset``) or the deployment's own, from the
     warehouse's interactions through ``month`` (``warehouse``; ``month`` is then required). Every number is logged to
     MLflow (experiment abpo-arms, run gate-<arm>-v<version>, linked to the challenger's LoggedModel); the verdict and
@@ -504,6 +539,7 @@ def gate(cfg: Config, arm: str, version: str, month: str | None = None) -> GateR
     else:
         if month is not None and cfg.arms.gate_ope_margin >= 0:
             ope = off_policy_gate(cfg, arm, str(version), month, champion=str(champ.version))
+            ope["margin"] = cfg.arms.gate_ope_margin
         verdict = gate_verdict(
             metric=metric,
             challenger_ranks=new_ranks,
@@ -530,6 +566,7 @@ def gate(cfg: Config, arm: str, version: str, month: str | None = None) -> GateR
             "gate.reason": reason[:4900],
             "gate.champion_version": champ.version,
             **offline_tags(metric, verdict.offline),
+            **ope_tags(ope, cfg.arms.gate_ope_margin),
         },
     )
     numbers = {f"offline.challenger.{k.replace('@', '_at_')}": v for k, v in new.items()}

@@ -107,13 +107,16 @@ def require_month_order(cfg: Config, month: str, *, force: bool = False) -> None
 
 def report(cfg: Config, month: Month) -> ReportResult:
     """The A/B report over every warehouse month up to ``month``, every arm (sample-ratio check on the configured
-    shares)."""
+    shares), with the months' gates (abpo.monthly.gate_report)."""
     from abpo.abtest.report import report_from_warehouse
     from abpo.warehouse import open_warehouse
 
     with open_warehouse(cfg, read_only=True) as wh:
         months = [m for m in wh.months() if m <= month]
     report, files = report_from_warehouse(cfg, months)
+    from abpo.monthly.gate_report import add_gate_section
+
+    add_gate_section(cfg, months, files.markdown, files.html)  # each gate's halves and what decided (docs/gate.md)
     log.info(f"report {months[0]}..{months[-1]}: {files.html}")
     out = ReportResult(months=months, html=str(files.html), markdown=str(files.markdown), png=str(files.png))
     mark_month_complete(cfg, month, out.to_json())

@@ -1,0 +1,157 @@
+"""The report's gate section (step ``report``, abpo.monthly.report): every gate of the report's months, both halves
+and what decided, read from the gates' own recorded results (abpo.monthly.gate.GateResult, the ``task_result.json``
+of each completed ``gate-<arm>-v<version>`` run of experiment abpo-arms, docs/gate.md "Reading the verdict").
+
+Per gate: the verdict; the offline half (the test that ran, Tango's score test or Wald, the paired difference with
+won/lost users, its one-sided lower bound against -margin, the statistic and p-value, the MDE); the off-policy half
+(the estimator that decided, its CTR difference with its interval against -margin, the rows it read, the ESS) and
+every other estimator's difference and interval."""
+
+from __future__ import annotations
+
+import html
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from abpo import registry
+from abpo.arms import versions as arm_versions
+from abpo.monthly.gate_verdict import ESTIMATOR_NAMES
+
+if TYPE_CHECKING:
+    from abpo.config import Config
+
+COLUMNS = (
+    "Month",
+    "Arm",
+    "Challenger vs champion",
+    "Verdict",
+    "Offline test",
+    "Offline Δ (won/lost)",
+    "Lower bound vs −margin",
+    "Statistic, p",
+    "Off-policy estimator (rows)",
+    "Off-policy ΔCTR [interval] vs −margin",
+    "ESS",
+    "Other estimators' ΔCTR [interval]",
+)
+
+
+def month_gates(cfg: Config, months: Sequence[str]) -> list[dict[str, Any]]:
+    """The completed gates of ``months`` (their GateResult JSON with ``month`` added), the latest completed run per
+    (month, arm, challenger), ordered by month and arm. No store or experiment yet: []."""
+    uri = cfg.paths.tracking_uri()
+    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
+        return []  # no store yet: no gate ran (and none is created here)
+    client = registry.tracking_client(cfg)
+    exp = registry.experiment_id(client, registry.experiment_name(cfg, arm_versions.EXPERIMENT))
+    if exp is None:
+        return []
+    latest: dict[tuple[str, str, str], tuple[int, dict[str, Any]]] = {}
+    for month in months:
+        for run in registry.tagged_runs(client, exp, "abpo.month", str(month)):
+            name = run.info.run_name or ""
+            if not name.startswith("gate-") or run.data.tags.get(registry.TASK_DONE_TAG) != "true":
+                continue
+            key = (str(month), run.data.tags.get("abpo.arm", ""), run.data.tags.get("abpo.challenger", ""))
+            if key in latest and latest[key][0] >= run.info.start_time:
+                continue
+            latest[key] = (run.info.start_time, {"month": str(month), **registry.task_result(run)})
+    return [g for _, (_, g) in sorted(latest.items())]
+
+
+def _f(x: Any, fmt: str = "+.4f") -> str:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return "n/a"
+    return format(v, fmt) if math.isfinite(v) else "n/a"
+
+
+def gate_row(g: dict[str, Any]) -> list[str]:
+    """One gate's cells, in the order of COLUMNS."""
+    off = g.get("offline") or {}
+    ope = g.get("off_policy") or {}
+    method = str(off.get("method", ""))
+    test = "Tango score" if method.startswith("Tango") else "Wald" if method else "n/a"
+    if ope:
+        name = str(ope.get("estimator", "snips"))
+        rows = "every arm's" if ope.get("rows") == "all" else "arm's own"
+        estimator = f"{ESTIMATOR_NAMES.get(name, name)} ({rows}, {ope.get('n', '?')})"
+        margin = ope.get("margin")
+        ope_cell = f"{_f(ope.get('diff'))} [{_f(ope.get('ci_low'))}, {_f(ope.get('ci_high'))}]" + (
+            f" vs {_f(-float(margin))}" if isinstance(margin, (int, float)) else ""
+        )
+        others = "; ".join(
+            f"{ESTIMATOR_NAMES.get(k, k)} {_f(d.get('diff'))} [{_f(d.get('ci_low'))}, {_f(d.get('ci_high'))}]"
+            for k, d in (ope.get("estimates") or {}).items()
+            if k != name
+        )
+        ess = _f(ope.get("challenger_ess"), ".0f")
+    else:
+        estimator, ope_cell, others, ess = "not run", "n/a", "", "n/a"
+    return [
+        str(g.get("month", "")),
+        str(g.get("arm", "")),
+        f"v{g.get('version', '?')} vs v{g.get('champion_version', '?')}",
+        "PASS" if g.get("passed") else "FAIL",
+        test,
+        f"{_f(off.get('diff'))} ({off.get('wins', '?')}/{off.get('losses', '?')})",
+        f"{_f(off.get('lower'))} vs {_f(-float(off['margin'])) if 'margin' in off else 'n/a'}",
+        f"z {_f(off.get('statistic'), '.2f')}, p {_f(off.get('p_value'), '.3g')}",
+        estimator,
+        ope_cell,
+        ess,
+        others,
+    ]
+
+
+INTRO = (
+    "Each LLM arm's gate (docs/gate.md): the offline half is a paired non-inferiority test of per-user HR@5 on the "
+    "held-out users (PASS needs the lower bound above −margin, i.e. p < alpha); the off-policy half is the CTR "
+    "difference under the estimator that decided (arms.gate_ope_estimator), its interval's lower bound at least "
+    "−margin. Both must pass. Every other estimator's difference is shown beside it; it did not decide."
+)
+
+
+def gate_section_markdown(gates: Sequence[dict[str, Any]]) -> str:
+    lines = ["", "## Gate", "", INTRO, ""]
+    if not gates:
+        return "\n".join([*lines, "No gate ran in these months.", ""])
+    lines.append("| " + " | ".join(COLUMNS) + " |")
+    lines.append("|" + "---|" * len(COLUMNS))
+    for g in gates:
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in gate_row(g)) + " |")
+    return "\n".join([*lines, ""])
+
+
+def gate_section_html(gates: Sequence[dict[str, Any]]) -> str:
+    out = ["<h2>Gate</h2>", f"<p>{html.escape(INTRO)}</p>"]
+    if not gates:
+        return "".join([*out, "<p>No gate ran in these months.</p>"])
+    out.append("<table><thead><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS) + "</tr></thead><tbody>")
+    for g in gates:
+        out.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in gate_row(g)) + "</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def _replace(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.gate.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def add_gate_section(cfg: Config, months: Sequence[str], markdown: Path, html_path: Path) -> list[dict[str, Any]]:
+    """Add the gate section of ``months`` to the report just written: at the end of its Markdown, before the end of
+    its HTML body (each file replaced whole). Returns the gates shown."""
+    gates = month_gates(cfg, months)
+    md = Path(markdown).read_text(encoding="utf-8")
+    _replace(Path(markdown), md.rstrip("\n") + "\n" + gate_section_markdown(gates))
+    page = Path(html_path).read_text(encoding="utf-8")
+    section = gate_section_html(gates)
+    at = page.rfind("</body>")
+    _replace(Path(html_path), page[:at] + section + page[at:] if at >= 0 else page + section)
+    return gates

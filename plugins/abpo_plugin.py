@@ -271,7 +271,80 @@ def lookup_champions(tracking_uri: str, arms: list[str]) -> list[dict]:
         )
     for r in rows:  # the pin (a registered-model tag) and the promotion history (abpo.arms.history)
         r["pinned"], r["history"] = promotion_record(client, r["model"], r["arm"])
+        r["gate"] = latest_gate(client, r["model"])
     return rows
+
+
+def latest_gate(client, model: str) -> dict | None:
+    """The gate's tags (gate.*, docs/gate.md "Reading the verdict") of the model's latest gated version, with its
+    ``version``; None when no version was gated. Raises RegistryUnreachable."""
+    from mlflow.exceptions import MlflowException
+
+    from abpo.registry import is_not_found
+
+    try:
+        versions = client.search_model_versions(f"name = '{model}'")
+    except MlflowException as e:
+        if is_not_found(e):
+            return None
+        raise RegistryUnreachable(f"{getattr(e, 'error_code', '')}: {str(e)[:300]}") from e
+    gated = [v for v in versions if (v.tags or {}).get("gate.verdict")]
+    if not gated:
+        return None
+    v = max(gated, key=lambda v: int(v.version))
+    return {"version": str(v.version), **{k: str(x) for k, x in (v.tags or {}).items() if k.startswith("gate.")}}
+
+
+def gate_table(rows: list[dict]) -> str:
+    """Each arm's latest gate, both halves (issue 42): the offline test (which one, its difference with won/lost
+    users, its bound against -margin, statistic and p) and the off-policy estimator that decided (its interval
+    against -margin, the rows it read, the ESS) with every estimator's numbers; "" when no arm was gated."""
+    gated = [r for r in rows if r.get("gate")]
+    if not gated:
+        return ""
+    cols = (
+        "Arm",
+        "Challenger",
+        "Verdict",
+        "Offline test",
+        "Offline diff (won/lost)",
+        "Bound vs -margin",
+        "z, p",
+        "Off-policy estimator (rows)",
+        "Off-policy diff [interval] vs -margin",
+        "ESS",
+        "Every estimator",
+    )
+    out = [
+        "<h2>Latest gate</h2><p>Each arm's latest gated challenger (docs/gate.md): both halves must pass; the "
+        "off-policy half is decided by the estimator shown (<code>arms.gate_ope_estimator</code>), the others are "
+        "recorded beside it.</p><table><thead><tr>" + "".join(f"<th>{c}</th>" for c in cols) + "</tr></thead><tbody>"
+    ]
+    for r in gated:
+        g = r["gate"]
+
+        def t(k: str, g=g) -> str:
+            return g.get(f"gate.{k}", "n/a")
+
+        method = t("offline.method")
+        test = "Tango score" if method.startswith("Tango") else "Wald" if method != "n/a" else "n/a"
+        cells = (
+            f"v{g['version']} vs v{t('champion_version')}",
+            t("verdict").upper(),
+            test,
+            f"{t('offline.diff')} ({t('offline.wins')}/{t('offline.losses')})",
+            f"{t('offline.lower')} vs -{t('offline.margin')}",
+            f"{t('offline.statistic')}, {t('offline.p_value')}",
+            f"{t('ope.estimator')} ({t('ope.rows')}, {t('ope.n')})" if "gate.ope.estimator" in g else "not run",
+            f"{t('ope.diff')} [{t('ope.ci_low')}, {t('ope.ci_high')}] vs -{t('ope.margin')}",
+            t("ope.challenger_ess"),
+            t("ope.estimates"),
+        )
+        out.append(
+            f"<tr><td>{html.escape(r['arm'])}</td>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>"
+        )
+    out.append("</tbody></table>")
+    return "".join(out)
 
 
 HISTORY_SHOWN = 20  # the latest entries per arm on the page (`abpo arms history` prints them all)
@@ -499,6 +572,7 @@ def champions_table(rows: list[dict]) -> str:
             f"<td>{html.escape(str(r['months']))}</td></tr>"
         )
     out.append("</tbody></table>")
+    out.append(gate_table(rows))
     out.append(
         "<h2>Promotion history</h2><p>Every champion move (the gate, a refit, <code>abpo arms promote</code>, "
         "a rollback, or by hand in MLflow), pins and refused promotions; newest first, the latest "

@@ -376,6 +376,44 @@ def test_champions_show_the_pin_and_the_promotion_history(get, state, monkeypatc
     assert "&lt;b&gt;looks better&lt;/b&gt;" in page and "<b>looks better</b>" not in page
 
 
+def test_champions_show_the_latest_gate_and_what_decided(get, state):
+    """Issue 42 point 5: each arm's latest gated challenger with both halves, from its gate.* tags as the gate writes
+    them (abpo.monthly.gate.offline_tags / ope_tags): the offline test, its bound and p, the off-policy estimator that
+    decided with its interval, and every estimator's line."""
+    from mlflow import MlflowClient
+
+    from abpo.monthly.gate import offline_tags, ope_tags
+    from abpo.monthly.gate_verdict import gate_verdict
+
+    v = gate_verdict(
+        metric="HR@5",
+        challenger_ranks=[3] * 2 + [40] * 398,
+        champion_ranks=[9] * 2 + [3] * 3 + [40] * 395,
+        margin=0.02,
+        challenger_version="3",
+        champion_version="2",
+    )
+    dr = {"diff": 0.0187, "ci_low": 0.0135, "ci_high": 0.024, "rows": "all"}
+    ope = {"estimator": "dr", "rows": "all", "n": 7320, "challenger_ess": 3052.0, **dr}
+    ope["estimates"] = {"dr": dr, "snips": {"diff": 0.01, "ci_low": -0.002, "ci_high": 0.022, "rows": "own"}}
+    tags = {"gate.verdict": "fail", "gate.champion_version": "2", **offline_tags("HR@5", v.offline)}
+    tags.update(ope_tags(ope, 0.05))
+    uri = f"sqlite:///{state / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    client.create_registered_model("abpo-arm-abpo")
+    client.create_model_version("abpo-arm-abpo", source=state.as_uri())
+    client.create_model_version("abpo-arm-abpo", source=state.as_uri(), tags={"gate.verdict": "pass"})  # older gate
+    client.create_model_version("abpo-arm-abpo", source=state.as_uri(), tags=tags)
+    client.set_registered_model_alias("abpo-arm-abpo", "champion", "2")
+    page = get("/abpo/champions").text
+    assert "<h2>Latest gate</h2>" in page and page.count("<td>v3 vs v2</td>") == 1
+    row = page.split("<td>v3 vs v2</td>")[1].split("</tr>")[0]
+    cells = [c.split("</td>")[0] for c in row.split("<td>")[1:]]
+    assert cells[:2] == ["FAIL", "Tango score"] and cells[3] == f"{v.offline['lower']:.6g} vs -0.02"
+    assert cells[5:8] == ["dr (all, 7320)", "0.0187 [0.0135, 0.024] vs -0.05", "3052"]
+    assert cells[8] == "dr +0.0187 [+0.0135, +0.0240] all; snips +0.0100 [-0.0020, +0.0220] own"
+
+
 def test_champions_of_the_namespace_in_abpo_namespace(get, state, monkeypatch):
     """$ABPO_NAMESPACE (paths.namespace) picks the environment's models, pins and promotion history on a shared store:
     another environment's (here the un-namespaced one) are not shown."""

@@ -57,7 +57,7 @@ def refit(cfg: Config, arm: str, month: Month | None) -> RefitResult:
     and make it champion (a refit has no gate: it is the arm's definition, retrained)."""
     if entry(arm).kind != RANKER:
         raise ValueError(f"refit: {arm!r} is an LLM arm; rule: one of {list(RANKER_ARMS)}")
-    ds, _ = dataset_and_splits(cfg)
+    ds, splits = dataset_and_splits(cfg)
     t = time.time()
     before = arm_versions.get_version(cfg, arm, CHAMPION)
     previous = str(before.version) if before is not None else ""
@@ -66,7 +66,9 @@ def refit(cfg: Config, arm: str, month: Month | None) -> RefitResult:
     key, done = completed_step(cfg, "refit", arm, month or "bootstrap", data_hash, result=RefitResult)
     if done is not None:  # the same refit completed before (a re-run): nothing fitted, registered or moved now
         return dataclasses.replace(done, previous_version=previous, moved=False)
-    fitted = arm_class(arm).refresh(arm, cfg, sequences=seqs, item_ids=ds.item_ids().tolist())
+    cls = arm_class(arm)
+    inputs = cls.fit_inputs(arm, cfg, month, ds, splits)  # SASRec-CE: the champion to warm-start from
+    fitted = cls.refresh(arm, cfg, sequences=seqs, item_ids=ds.item_ids().tolist(), **inputs)
     out_dir = fitted.save(cfg.paths.resolve("models") / "arms" / arm / (month or "bootstrap"))
     tags = arm_versions.lineage_tags(
         cfg,

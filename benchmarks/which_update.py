@@ -26,8 +26,8 @@ What each experiment wrote (table.md/csv, rounds.csv, experiment.json and its ce
 every finished table. The last line is exactly `which_update: <k> experiment(s) done, selection <v1>,<v2>`.
 
 ``--smoke`` runs the same path in a few minutes (tests/benchmarks/test_smoke.py): MovieLens only, a smaller tiny
-model on 60 users, one seed, one round, rows No-Update and two variants, the mixed regime's test table only (the
-figures mean nothing at that size).
+model on 60 users pre-trained for 2 epochs, one seed, one round, rows No-Update and two variants, the mixed regime's
+test table only (the figures mean nothing at that size).
 """
 
 from __future__ import annotations
@@ -62,6 +62,7 @@ SMOKE_SETS = [
     "policy.tiny_intermediate_size=64",
     "policy.tiny_vocab_size=600",
     "sft.max_steps=4",
+    "sft.pretrain_epochs=2",  # pi_init's stage 1 at 2 epochs (preset: up to 20): the smoke's largest part
     "update.max_steps=1",
     "update.batch_size=4",
     "update.save_steps=100",

@@ -60,7 +60,7 @@ class OffPolicyEstimate:
     max_weight: float
 
 
-def _as_array(x: Sequence[float], name: str) -> np.ndarray:
+def _as_array(x: Sequence[float] | np.ndarray, name: str) -> np.ndarray:
     a = np.asarray(x, dtype=np.float64)
     if a.ndim != 1:
         raise ValueError(f"abpo.evaluation.off_policy: {name} has shape {a.shape}; rule: one value per impression")
@@ -182,7 +182,7 @@ def compare_snips(
     )
 
 
-def top_weight_share(weights: Sequence[float], fraction: float) -> tuple[float, int]:
+def top_weight_share(weights: Sequence[float] | np.ndarray, fraction: float) -> tuple[float, int]:
     """Eq. TOP_k of the module docstring: (the share of sum_i w_i carried by the k = max(1, ceil(fraction * n))
     largest weights, k). A handful of rows with impossible or tiny logged propensities carry almost all the weight
     of a SNIPS estimate; the gate caps this share (arms.gate_max_top_weight_share). NaN when the weights are not

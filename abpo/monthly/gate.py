@@ -257,12 +257,12 @@ def ope_estimates_on_rows(
     candidates: Sequence[Sequence[int]],
     logged_items: Sequence[int],
     history_lengths: Sequence[int],
-    clicked: Sequence[int],
-    e0: Sequence[float],
-    challenger: Sequence[Sequence[float]],
-    champion: Sequence[Sequence[float]],
+    clicked: Any,  # (n,) 0/1, a sequence or an array
+    e0: Any,  # (n,)
+    challenger: Sequence[Any],  # per row, a probability vector over its candidates
+    champion: Sequence[Any],
     users: Sequence[int],
-    own: Sequence[bool],
+    own: Any,  # (n,) bool
     champion_logged_own: bool = False,
     n_boot: int = 2000,
     seed: int = 0,
@@ -288,7 +288,7 @@ def ope_estimates_on_rows(
 
     n = len(candidates)
     y = np.asarray(clicked, dtype=np.float64)
-    e0 = np.asarray(e0, dtype=np.float64)
+    logged_e0 = np.asarray(e0, dtype=np.float64)
     own_mask = np.asarray(own, dtype=bool)
     idx = np.array([list(c).index(a) for c, a in zip(candidates, logged_items, strict=True)], dtype=np.int64)
     p_new = np.array([float(p[i]) for p, i in zip(challenger, idx, strict=True)])
@@ -298,9 +298,9 @@ def ope_estimates_on_rows(
     if own_mask.any():
         cmp = compare_snips(
             y[own_mask],
-            e0[own_mask],
+            logged_e0[own_mask],
             p_new[own_mask],
-            e0[own_mask] if champion_logged_own else p_old[own_mask],
+            logged_e0[own_mask] if champion_logged_own else p_old[own_mask],
             n_boot=n_boot,
             confidence=confidence,
             seed=seed,
@@ -315,19 +315,22 @@ def ope_estimates_on_rows(
             "ci_high": cmp.ci_high,
             "confidence": confidence,
             "champion_ess": cmp.champion.ess,
-            **{f"challenger_{k}": v for k, v in _weights_summary(p_new[own_mask] / e0[own_mask], top_fraction).items()},
+            **{
+                f"challenger_{k}": v
+                for k, v in _weights_summary(p_new[own_mask] / logged_e0[own_mask], top_fraction).items()
+            },
         }
     family = ("dm", "ips", "snips_all", "dr", "sndr", "switch_dr")
     n_users = len(set(users))
-    weights_all = {f"challenger_{k}": v for k, v in _weights_summary(p_new / e0, top_fraction).items()}
-    champion_ess = _weights_summary(p_old / e0, top_fraction)["ess"]
+    weights_all = {f"challenger_{k}": v for k, v in _weights_summary(p_new / logged_e0, top_fraction).items()}
+    champion_ess = _weights_summary(p_old / logged_e0, top_fraction)["ess"]
     if n_users >= 2:
         cmps = compare_ope_on_logs(
             candidates,
             logged_items,
             history_lengths,
             clicked,
-            e0,
+            logged_e0.tolist(),
             challenger,
             champion,
             groups=users,

@@ -153,7 +153,7 @@ class SASRecRanker:
         for key, (ok, rule) in rules.items():
             if not ok:
                 raise ValueError(f"SASRecRanker: sasrec.{key} = {locals()[key]!r}; rule: {rule}")
-        self.params = dict(
+        self.params: dict[str, Any] = dict(
             max_length=max_length, blocks=blocks, heads=heads, hidden_size=hidden_size, dropout=dropout,
             epochs=epochs, patience=patience, learning_rate=learning_rate, batch_size=batch_size,
             num_threads=num_threads,
@@ -179,11 +179,10 @@ class SASRecRanker:
     def _rows(self, seqs, where: str) -> list[list[int]]:
         out = []
         for s in seqs:
-            row = [self.index.get(int(i)) for i in s]
-            if any(j is None for j in row):
-                missing = [i for i, j in zip(s, row) if j is None][:5]
+            missing = [i for i in s if int(i) not in self.index][:5]
+            if missing:
                 raise ValueError(f"SASRecRanker.{where}: item ids {missing} are not in the catalog")
-            out.append(row)
+            out.append([self.index[int(i)] for i in s])
         return out
 
     def _batch_loss(self, rows: list[list[int]], starts: list[int]):

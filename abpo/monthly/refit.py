@@ -10,7 +10,7 @@ import hashlib
 import json
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from abpo import registry
 from abpo.arms import promotion, versions as arm_versions
@@ -66,7 +66,7 @@ def refit(cfg: Config, arm: str, month: Month | None) -> RefitResult:
     key, done = completed_step(cfg, "refit", arm, month or "bootstrap", data_hash, result=RefitResult)
     if done is not None:  # the same refit completed before (a re-run): nothing fitted, registered or moved now
         return dataclasses.replace(done, previous_version=previous, moved=False)
-    cls = arm_class(arm)
+    cls: Any = arm_class(arm)  # a ranker arm's class (abpo.arms.rankers.RankerArm)
     inputs = cls.fit_inputs(arm, cfg, month, ds, splits)  # SASRec-CE: the champion to warm-start from
     fitted = cls.refresh(arm, cfg, sequences=seqs, item_ids=ds.item_ids().tolist(), **inputs)
     out_dir = fitted.save(cfg.paths.resolve("models") / "arms" / arm / (month or "bootstrap"))

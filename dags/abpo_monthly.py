@@ -315,7 +315,8 @@ if APPROVAL_REQUIRED:  # defined only when asked for: the operator's import is n
         (abpo.monthly.approval.request), and waits, without holding a worker slot, at most arms.approval_timeout;
         no answer by then is Reject (the scheduler applies the default). Its XCom is the answer
         (abpo.monthly.approval.Approval), which the arm's promote step obeys and records. A gate that failed asks
-        nobody (decision not-asked), nor does a run whose config says arms.approval = none (not-required)."""
+        nobody (decision not-asked), nor does a completed month run again (its promotion stands as recorded) or a run
+        whose config says arms.approval = none (not-required)."""
 
         def __init__(self, *, arm: str, **kwargs):
             super().__init__(
@@ -348,6 +349,13 @@ if APPROVAL_REQUIRED:  # defined only when asked for: the operator's import is n
                 log.info(f"approve {self.arm}: the gate did not pass v{gated.get('version')}: nothing to approve")
                 return approvals.Approval(approvals.NOT_ASKED, **self._common(context, cfg)).to_json()
             month = ti.xcom_pull(task_ids="resolve_month") or ""
+            from abpo.monthly.report import month_completed
+
+            if month and month_completed(
+                cfg, month
+            ):  # a completed month run again: its promote step stands as recorded
+                log.info(f"approve {self.arm}: month {month} completed before: its promotion stands, nobody asked")
+                return approvals.Approval(approvals.NOT_ASKED, **self._common(context, cfg)).to_json()
             self.subject, self.body = approvals.request(self.arm, month, gated, cfg.arms.approval_timeout)
             self.response_timeout = timedelta(seconds=duration_seconds(cfg.arms.approval_timeout) or 0)
             ti.xcom_push(key="asked_at", value=datetime.now(UTC).isoformat(timespec="seconds"))

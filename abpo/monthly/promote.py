@@ -76,20 +76,20 @@ def promote(
         )
         log.warning(f"promote {arm}: gate passed but v{gate.version} not promoted: {why}")
     elif gate.passed:
-        approved = asked is not None and asked.decision == approvals.APPROVED
+        approver = asked if asked is not None and asked.decision == approvals.APPROVED else None
         try:
             out = promotion.promote(
                 cfg,
                 arm,
                 gate.version,
                 expected_champion=gate.champion_version,
-                reason=((f"{asked.sentence()}; " if approved else "") + f"gate passed: {gate.reason}")[:4900],
-                actor=asked.by if approved else "gate",
+                reason=((f"{approver.sentence()}; " if approver else "") + f"gate passed: {gate.reason}")[:4900],
+                actor=approver.by if approver else "gate",
                 action="gate",
                 verdict=f"pass: {gate.reason}"[:4900],
                 month=month,
                 respect_pin=True,
-                tags={"approved_by": asked.by, "approved_at": asked.at} if approved else None,
+                tags={"approved_by": approver.by, "approved_at": approver.at} if approver else None,
             )
             if out.get("promoted") == "false":
                 promoted, why = False, out.get("reason", "pinned: not promoted")
@@ -100,7 +100,8 @@ def promote(
         except promotion_lock.ChampionMoved as e:
             promoted, why = False, str(e)
         if promoted:
-            log.info(f"promote {arm}: champion -> v{gate.version}")
+            by = f" ({approver.sentence()})" if approver else ""
+            log.info(f"promote {arm}: champion -> v{gate.version}{by}")
         else:
             log.warning(f"promote {arm}: gate passed but v{gate.version} not promoted: {why}")
     else:

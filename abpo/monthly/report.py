@@ -117,6 +117,9 @@ def report(cfg: Config, month: Month) -> ReportResult:
     from abpo.monthly.gate_report import add_gate_section
 
     add_gate_section(cfg, months, files.markdown, files.html)  # each gate's halves and what decided (docs/gate.md)
+    from abpo.monthly.promotion_report import add_promotion_section
+
+    add_promotion_section(cfg, months, files.markdown, files.html)  # what promote did after each passed gate, and who
     log.info(f"report {months[0]}..{months[-1]}: {files.html}")
     out = ReportResult(months=months, html=str(files.html), markdown=str(files.markdown), png=str(files.png))
     mark_month_complete(cfg, month, out.to_json())

@@ -62,7 +62,17 @@ def test_approve_reject_and_timeout_through_the_rest_api(tmp_path):
     config = tmp_path / "approval.yaml"  # the deployment's config file: the DAG processor and every task read it
     from abpo.config import load_config
 
-    cfg = load_config("demo", [*DAG_MONTH_CLICKS, *GATE_PASSES, "arms.approval=required", "arms.approval_timeout=2m"])
+    cfg = load_config(
+        "demo",
+        [
+            *DAG_MONTH_CLICKS,
+            *GATE_PASSES,
+            # every challenger passes, below 1: at margin 1 Tango's statistic is NaN, which the gate's XCom refuses
+            "arms.gate_margin=0.99",
+            "arms.approval=required",
+            "arms.approval_timeout=2m",
+        ],
+    )
     config.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
     with NamedUsers(tmp_path, {"ABPO_CONFIG": str(config)}) as af:
         rid = af.trigger({"month": "2026-01", "simulate": True})

@@ -204,3 +204,26 @@ def test_without_approval_an_answer_changes_nothing(reg):
     out = promote(cfg, "abpo", _gate("2", "1"), "2026-01")
     assert out.promoted and out.approval is None
     assert history.entries(cfg, "abpo")[-1].actor == "gate"
+
+
+def test_the_reports_promotion_section_says_who_approved_or_rejected(reg):
+    """abpo.monthly.promotion_report: one row per promote-step entry of the report's months, By = the approver."""
+    from abpo.monthly.promote import promote
+    from abpo.monthly.promotion_report import month_promotions, promotion_section_html, promotion_section_markdown
+
+    cfg = reg
+    promote(cfg, "abpo", _gate("2", "1"), "2026-01", _answer("rejected", "bob", "wait"))
+    promote(cfg, "abpo", _gate("3", "1"), "2026-02", _answer("timed-out"))
+    promote(cfg, "abpo", _gate("4", "1"), "2026-03", _answer("approved", "<b>alice</b>"))
+    entries = month_promotions(cfg, ["2026-02", "2026-03"])
+    assert [(e.month, e.action) for e in entries] == [("2026-02", "not-promoted"), ("2026-03", "gate")]
+    md = promotion_section_markdown(month_promotions(cfg, ["2026-01", "2026-02", "2026-03"]))
+    rows = [line.split(" | ")[:5] for line in md.splitlines() if line.startswith("| 2026-")]
+    assert rows == [
+        ["| 2026-01", "abpo", "rejected", "v1 stays", "bob"],
+        ["| 2026-02", "abpo", "not approved in time", "v1 stays", "abpo"],
+        ["| 2026-03", "abpo", "promoted, approved", "v1 -> v4", "<b>alice</b>"],
+    ]
+    page = promotion_section_html(entries)
+    assert "<td>&lt;b&gt;alice&lt;/b&gt;</td>" in page and "<b>alice" not in page
+    assert "No challenger passed its gate" in promotion_section_markdown([])

@@ -60,10 +60,10 @@ def test_two_months_lineage_gate_and_refits(tmp_path):
         assert new.tags["months"] == "2026-01,2026-02" and new.tags["source"] == "update"
         assert new.tags["variant"] == {"abpo": "abpo", "grpo": "grpo"}[arm] and new.tags["data_hash"]
         assert not m2[arm]["gate"]["passed"] and new.tags["gate.verdict"] == "fail"
-        # the off-policy half: DR (arms.gate_ope_estimator's default) on every arm's month-2 rows decided, SNIPS on
+        # the off-policy half: SNDR (arms.gate_ope_estimator's default) on every arm's month-2 rows decided, SNIPS on
         # the arm's own rows (the gate's estimator before issue 42) is recorded beside it
         ope, per_arm = m2[arm]["gate"]["off_policy"], m2["serve"]["per_arm"]
-        assert ope["estimator"] == "dr" and ope["rows"] == "all" and ope["ci_low"] <= ope["diff"] <= ope["ci_high"]
+        assert ope["estimator"] == "sndr" and ope["rows"] == "all" and ope["ci_low"] <= ope["diff"] <= ope["ci_high"]
         assert ope["n"] == sum(a["impressions"] for a in per_arm.values())
         snips = ope["estimates"]["snips"]
         assert snips["n"] == per_arm[arm]["impressions"] and snips["rows"] == "own"

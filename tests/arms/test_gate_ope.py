@@ -137,7 +137,7 @@ def test_snips_needs_rows_of_the_arm():
 def test_the_config_key_takes_each_choice_and_refuses_others():
     from abpo.config.errors import ConfigError
 
-    assert load_config("tiny").arms.gate_ope_estimator == "dr"
+    assert load_config("tiny").arms.gate_ope_estimator == "sndr"  # benchmarks/ope_coverage.py's choice
     for choice in GATE_OPE_ESTIMATORS:
         assert load_config("tiny", [f"arms.gate_ope_estimator={choice}"]).arms.gate_ope_estimator == choice
     with pytest.raises(ConfigError, match="arms.gate_ope_estimator 'bogus': rule: one of snips, dm, ips"):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -485,6 +486,19 @@ def ope_metrics(ope: dict[str, Any] | None) -> dict[str, float]:
     return out
 
 
+def finite_or_none(d: Any) -> Any:
+    """``d`` with every non-finite float (a NaN interval of an estimator that could not run, Tango's statistic at a
+    margin outside (-1, 1)) as None, recursively: the gate's result travels as JSON (the task's XCom refuses NaN);
+    the verdict is decided before, on the numbers themselves."""
+    if isinstance(d, dict):
+        return {k: finite_or_none(v) for k, v in d.items()}
+    if isinstance(d, (list, tuple)):
+        return [finite_or_none(v) for v in d]
+    if isinstance(d, float) and not math.isfinite(d):
+        return None
+    return d
+
+
 def month_start_champion(cfg: Config, arm: str, version: str):
     """The champion the gate compares challenger ``version`` against: the one the month's update read once at its
     start and trained from (the challenger's lineage tag ``parent_version``), not whatever the alias points to now,
@@ -600,8 +614,8 @@ def gate(cfg: Config, arm: str, version: str, month: str | None = None) -> GateR
         metric=metric,
         challenger=new,
         champion=ch,
-        off_policy=ope,
-        offline=verdict.offline or None,
+        off_policy=finite_or_none(ope),
+        offline=finite_or_none(verdict.offline) or None,
     )
     registry.record_task_result(run.info.run_id, out.to_json())
     return out

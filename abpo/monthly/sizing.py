@@ -63,6 +63,16 @@ class SizingPoint:
         return dataclasses.asdict(self)
 
 
+def snips_numbers(off_policy: dict[str, Any] | None) -> dict[str, float]:
+    """The gate's SNIPS CTR difference on the arm's own rows (the sizing rule's target, docs/loop.md), whichever
+    estimator decided the gate (off_policy.estimates["snips"], issue 42; a result from before has it at the top),
+    a number the gate could not compute (None in its JSON result) as NaN; {} when the half did not run."""
+    if not off_policy:
+        return {}
+    d = (off_policy.get("estimates") or {}).get("snips", off_policy)
+    return {k: float("nan") if d.get(k) is None else float(d[k]) for k in ("diff", "ci_low", "ci_high")}
+
+
 def moves_beyond_noise(offline: dict[str, Any], off_policy: dict[str, Any] | None) -> bool:
     """True when the gate can tell the update from no update: |Δ| > z_{0.975}·SE of the paired offline test, or the
     off-policy 95% interval of the SNIPS CTR difference excludes 0."""
@@ -70,7 +80,7 @@ def moves_beyond_noise(offline: dict[str, Any], off_policy: dict[str, Any] | Non
     offline_moves = math.isfinite(diff) and math.isfinite(se) and (abs(diff) > Z_975 * se if se > 0 else diff != 0)
     ope_moves = False
     if off_policy:
-        lo, hi = float(off_policy.get("ci_low", float("nan"))), float(off_policy.get("ci_high", float("nan")))
+        lo, hi = snips_numbers(off_policy)["ci_low"], snips_numbers(off_policy)["ci_high"]
         ope_moves = math.isfinite(lo) and math.isfinite(hi) and (lo > 0 or hi < 0)
     return bool(offline_moves or ope_moves)
 
@@ -132,7 +142,7 @@ def size_update(
 
 
 def sizing_line(p: SizingPoint) -> str:
-    o, ope = p.offline, p.off_policy or {}
+    o, ope = p.offline, snips_numbers(p.off_policy)
     text = (
         f"offline ΔHR@5 {o.get('diff', float('nan')):+.4f} (SE {o.get('se', float('nan')):.4f}, "
         f"{o.get('wins', 0)} won / {o.get('losses', 0)} lost, MDE {o.get('mde', float('nan')):.4f})"
@@ -165,7 +175,7 @@ def sizing_markdown(points: Sequence[SizingPoint], *, arm: str, month: str) -> s
         "|" + "---|" * len(head),
     ]
     for p in points:
-        o, ope = p.offline, p.off_policy or {}
+        o, ope = p.offline, snips_numbers(p.off_policy)
         ope_text = f"{ope['diff']:+.4f} [{ope['ci_low']:+.4f}, {ope['ci_high']:+.4f}]" if ope else "-"
         lines.append(
             "| "

@@ -142,3 +142,21 @@ def test_the_config_key_takes_each_choice_and_refuses_others():
         assert load_config("tiny", [f"arms.gate_ope_estimator={choice}"]).arms.gate_ope_estimator == choice
     with pytest.raises(ConfigError, match="arms.gate_ope_estimator 'bogus': rule: one of snips, dm, ips"):
         load_config("tiny", ["arms.gate_ope_estimator=bogus"])
+
+
+def test_the_result_travels_as_json_without_nan():
+    """The gate's result is the task's XCom, JSON that refuses NaN: an estimator that could not run (one user: no
+    cross-fit) and compare_snips' interval without an SE of its own are None there, decided on before."""
+    import json
+
+    from abpo.monthly.gate import finite_or_none
+
+    rows, _ = _month(n_users=1, per_user=30, seed=5)
+    rows["own"] = np.ones(30, dtype=bool)
+    ope = ope_numbers(ope_estimates_on_rows(**rows, n_boot=100, seed=5), "dr")
+    with pytest.raises(ValueError):
+        json.dumps(ope, allow_nan=False)
+    safe = finite_or_none(ope)
+    json.dumps(safe, allow_nan=False)
+    assert safe["diff"] is None and safe["estimates"]["snips"]["boot_se"] is None
+    assert safe["estimates"]["snips"]["diff"] == ope["estimates"]["snips"]["diff"]

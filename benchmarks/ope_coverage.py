@@ -11,7 +11,7 @@ every candidate a of request r its click probability p_r(a). Cheap policies whos
                                                      sigma = 2, tau = 2: a top candidate's exposure ~0.25)
     challenger    pi_n  = softmax((s_1 + lam s_2) / tau)   the champion plus a second noisy view, lam set (by bisection,
                                                      before any replication) so that CTR(pi_n) - CTR(pi_c) is about
-                                                     the MDE of the default estimator (below)
+                                                     the MDE of DR on a pilot draw (below)
     logging arms  the demo's six arms by its shares: abpo (the champion, 24%), grpo and grpo_cr (s_3, s_4: 24%
                   each), holdback (s_5 with twice the noise: 20%), ml_retrain and popularity (softmax(log(1 +
                   count) / T) at T 0.1 and 0.5: 4% each); a user's requests all go to one arm

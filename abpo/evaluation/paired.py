@@ -26,7 +26,7 @@ SE 0) while Tango's stays at least sqrt(m (1 - m) / n). p = 1 - Phi(Z(-m)); pass
 (1 - alpha) lower confidence bound is the score interval's (Tango's interval): the delta_0 at which Z(delta_0) =
 z_{1-alpha} (Z decreases in delta_0; found by bisection), so pass iff lower > -m, as with the Wald test. Its size
 at the margin is checked by simulation (:func:`simulated_size`, tests/evaluation/test_paired.py, docs/gate.md):
-at most 0.026 at nominal 0.025 from 0 to 100 expected discordant users, where the Wald test's reached 0.60.
+at most 0.026 at nominal 0.025 from 0 to 100 expected discordant users, where the Wald test's reached 0.61.
 
 **Other values (NDCG@K): the Wald test** (normal approximation of diff; anti-conservative with few users who differ):
 

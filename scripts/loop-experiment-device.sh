@@ -6,7 +6,9 @@
 #   scripts/loop-experiment-device.sh --pack      here: .gpu/le/site.tar.xz = the pinned packages the device image
 #                                                 lacks (constraints.txt, for CPython 3.12 x86-64): those
 #                                                 `abpo loop-experiment` imports, read off a traced run
-#                                                 (LE_DEVICE_MODULES: one top-level module per line)
+#                                                 (LE_DEVICE_MODULES: one top-level module per line), and
+#                                                 .gpu/le/src.tar.xz = the code that runs there, a commit's
+#                                                 (LE_DEVICE_REV, default HEAD), not the working tree
 #   scripts/loop-experiment-device.sh --start [ARGS...]   on the device machine: unpack, check the imports, start
 #                                                 `abpo loop-experiment --config demo ARGS` in its own session (it
 #                                                 outlives the call while the machine stays warm), then --wait
@@ -70,6 +72,8 @@ PY
     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 --only-binary=:all: "$work"/whl/*.whl
   XZ_OPT=-T0 tar -cJf .gpu/le/site.tar.xz -C "$work/site" .
+  git archive "${LE_DEVICE_REV:-HEAD}" abpo configs sql data pyproject.toml | xz -T0 >.gpu/le/src.tar.xz
+  git rev-parse "${LE_DEVICE_REV:-HEAD}" >.gpu/le/src.rev
   rm -rf "$work"
   du -sh .gpu/le/*
 }
@@ -97,10 +101,12 @@ case "${1:-}" in
   --pack) pack ;;
   --start)
     shift
-    mkdir -p "$SITE" "$RUN_DIR/state"
+    mkdir -p "$SITE" "$RUN_DIR/state" "$RUN_DIR/src"
     tar -xJf .gpu/le/site.tar.xz -C "$SITE"
-    export PYTHONPATH="$SITE:$ROOT" ABPO_STATE="$RUN_DIR/state" PYTHONUNBUFFERED=1
-    mkdir -p "$OUT"
+    tar -xJf .gpu/le/src.tar.xz -C "$RUN_DIR/src" && cp .gpu/le/src.rev "$RUN_DIR/src/"
+    mkdir -p "$OUT" && cp .gpu/le/src.rev "$OUT/"
+    cd "$RUN_DIR/src"
+    export PYTHONPATH="$SITE:$RUN_DIR/src" ABPO_STATE="$RUN_DIR/state" PYTHONUNBUFFERED=1
     "$PY" -c "import sys, os, torch, transformers, trl, mlflow, duckdb, implicit, great_expectations, abpo.cli; \
 print('python', sys.version.split()[0], 'torch', torch.__version__, 'transformers', transformers.__version__, \
 'cores', os.cpu_count())" 2>&1 | tee "$OUT/versions.txt" || exit 3

@@ -78,6 +78,7 @@ def test_approve_reject_and_timeout_through_the_rest_api(tmp_path):
         rid = af.trigger({"month": "2026-01", "simulate": True})
         alice, bob = af.client("alice"), af.client("bob")
         asked: dict[str, dict] = {}
+        waiting: dict[str, float] = {}  # when each approval task was first seen awaiting input
         answers = {"abpo": (alice, "Approve", "better on both halves"), "grpo": (bob, "Reject", "wait a month")}
         end = time.time() + 1500
         while len(asked) < len(LLM) and time.time() < end:
@@ -90,11 +91,17 @@ def test_approve_reject_and_timeout_through_the_rest_api(tmp_path):
                     states,
                     af.log("scheduler"),
                 )
+                if states.get(f"{arm}.approve") != "awaiting_input":
+                    continue
+                # answered 10 s after the task parked, well within the 2m timeout: an answer within about
+                # a second of it (before the scheduler has processed the parked process's exit) fails the task in
+                # Airflow 3.3.2 ("finished with state success, but the task instance's state attribute is queued")
+                waiting.setdefault(arm, time.time())
                 detail = _hitl(af.api, rid, arm)
-                if detail is None:
+                if detail is None or time.time() - waiting[arm] < 10:
                     continue
                 asked[arm] = detail
-                if arm in answers:  # answered at once: well within the 2m timeout
+                if arm in answers:
                     api, option, comment = answers[arm]
                     got = api.call(
                         "PATCH",

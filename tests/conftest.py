@@ -356,6 +356,84 @@ def abpo(capsys):
     return run
 
 
+# --- pi_init trained once per size and session (the month tests' bootstraps) ---------------------------------------
+# Every month test starts with the bootstrap step, whose largest part is pi_init's SFT (abpo.monthly.bootstrap
+# .ensure_pi_init), and most of them train it at the same sizes (tests/sizes.py). ``pi_init_state(cfg)`` puts into
+# cfg's empty state directory a copy of a state in which ensure_pi_init(cfg) trained and registered pi_init, made
+# once per pytest session for the config's SFT settings and the code (``abpo.commands.loop_experiment.code_digest``),
+# shared by the pytest-xdist workers under a file lock, and relocated there as a copied state is
+# (``abpo.commands.state.relocate``, what `abpo state relocate` and the loop experiment's replicates use). The
+# month's bootstrap then finds pi_init registered and reuses it, as it does in a state where an earlier month trained
+# it; everything else (the arms' first champions, the ranker fits, pi_init's gate scores) it does itself.
+# ABPO_TEST_FRESH_PI_INIT=1 trains pi_init in every test instead.
+PI_INIT_SETTINGS = ("name", "seed", "data", "policy", "sft")  # and experiment.validation_fraction, paths less root
+
+
+def pi_init_key(cfg) -> str:
+    """What a state's pi_init depends on: the settings ensure_pi_init reads (:data:`PI_INIT_SETTINGS`, less
+    policy.num_threads: how fast, not what, and data.known_arms: the warehouse's data contract, which the SFT never
+    reads; experiment.validation_fraction, its early stopping; the paths but the root: the state's layout and
+    namespace) and the code that trains and registers it."""
+    import dataclasses
+    import hashlib
+    import json
+
+    from abpo.commands.loop_experiment import code_digest
+
+    d = dataclasses.asdict(cfg)
+    settings = {k: d[k] for k in PI_INIT_SETTINGS}
+    settings["policy"] = {k: v for k, v in settings["policy"].items() if k != "num_threads"}
+    settings["data"] = {k: v for k, v in settings["data"].items() if k != "known_arms"}  # the warehouse's contract
+    settings["validation_fraction"] = cfg.experiment.validation_fraction
+    settings["paths"] = {k: v for k, v in d["paths"].items() if k != "root"}
+    blob = json.dumps([settings, code_digest()], sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@pytest.fixture(scope="session")
+def pi_init_state(tmp_path_factory):
+    """Factory: ``pi_init_state(cfg)`` -> cfg's state directory (``paths.root``, which must not hold anything yet),
+    now a relocated copy of a state where pi_init was trained and registered for cfg (see above). The state's store
+    must be its own SQLite ``<root>/mlflow.db`` with its artifacts under the root, as `abpo state relocate` requires."""
+    import dataclasses
+    import shutil
+
+    from filelock import FileLock
+
+    from abpo import registry
+    from abpo.commands.state import relocate
+    from abpo.monthly.bootstrap import ensure_pi_init
+
+    # the session's folder both workers see (each worker's basetemp is a popen-gw<N> folder in it)
+    cache = tmp_path_factory.getbasetemp()
+    cache = (cache.parent if os.environ.get("PYTEST_XDIST_WORKER") else cache) / "pi-init-states"
+    cache.mkdir(parents=True, exist_ok=True)
+
+    def make(cfg) -> Path:
+        root = cfg.paths.resolve("root")
+        if root.exists() and any(root.iterdir()):
+            raise AssertionError(f"pi_init_state: {root} is not empty; rule: a fresh state directory")
+        if os.environ.get("ABPO_TEST_FRESH_PI_INIT") == "1":
+            return root
+        if registry.sqlite_path(cfg.paths.tracking_uri()) != root / "mlflow.db" or any(
+            not str(cfg.paths.location(k)).startswith(str(root))
+            for k in ("landing", "warehouse", "models", "reports", "mlflow_artifacts")
+        ):
+            raise AssertionError(f"pi_init_state: {cfg.paths}: rule: the state's store and paths under its root")
+        made = cache / pi_init_key(cfg)
+        with FileLock(str(made) + ".lock"):
+            if not (made / ".ready").exists():
+                shutil.rmtree(made / "state", ignore_errors=True)
+                there = dataclasses.replace(cfg, paths=dataclasses.replace(cfg.paths, root=str(made / "state")))
+                ensure_pi_init(there)
+                (made / ".ready").write_text(str(made / "state"))
+        shutil.copytree(made / "state", root, dirs_exist_ok=True)
+        relocate(cfg, made / "state")
+        return root
+
+    return make
+
+
 # --- New SQLite MLflow stores from one template (test time) ---------------------------------------------------------
 # MLflow creates a new SQLite store's schema by running its whole chain of alembic migrations: 5-15 s per store, paid
 # by every test that starts a fresh state (most tests of arms, faults, monthly, registry, plugins), against 0.2 s to

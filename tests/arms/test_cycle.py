@@ -12,7 +12,7 @@ from tests.sizes import CYCLE_MONTH, GATE_PASSES
 
 
 @pytest.mark.slow
-def test_two_months_lineage_gate_and_refits(tmp_path):
+def test_two_months_lineage_gate_and_refits(tmp_path, pi_init_state):
     import json
 
     import mlflow
@@ -29,6 +29,7 @@ def test_two_months_lineage_gate_and_refits(tmp_path):
     # that month 2 must start from month 1's promoted challenger; the gate's own verdicts are tested in test_gate*
     cfg = load_config("tiny", [f"paths.root={tmp_path}", *CYCLE_MONTH])
     cfg1 = load_config("tiny", [f"paths.root={tmp_path}", *CYCLE_MONTH, *GATE_PASSES])
+    pi_init_state(cfg1)  # pi_init trained once per session at these sizes (tests/conftest.py), its bootstrap reuses it
     m1 = run_month(cfg1, "2026-01").to_json()
     # the steps ran in the order of abpo.monthly.steps.STEPS (per arm: its kind's chain), the DAG's order
     assert [s.split(".")[-1] for s in m1["ran"]] == [

@@ -42,13 +42,14 @@ ZERO_CLICK_MONTH = [
 
 
 @pytest.mark.slow
-def test_a_simulated_month_where_no_arm_gets_a_click_completes(tmp_path):
+def test_a_simulated_month_where_no_arm_gets_a_click_completes(tmp_path, pi_init_state):
     """The whole cycle (`abpo arms month --simulate`'s run_month: bootstrap, serve, ingest, updates, refits, report)
     on a month in which every arm is at 0 clicks: the LLM updates are skipped for want of positive feedback, the
     report is written, the month is marked complete and the next month is not refused."""
     from abpo.monthly.month import run_month
 
     cfg = load_config("tiny", [f"paths.root={tmp_path / 'var'}", *ZERO_CLICK_MONTH])
+    pi_init_state(cfg)  # pi_init trained once per session at these sizes (tests/conftest.py)
     out = run_month(cfg, "2026-01").to_json()
     per_arm = out["serve"]["per_arm"]
     assert per_arm and all(v["clicks"] == 0 for v in per_arm.values()), per_arm

@@ -13,7 +13,7 @@ SMALL = [*MONTH, *LIKELY_CLICKS, *GATE_PASSES, "arms.update_max_examples=48", *H
 
 
 @pytest.mark.slow
-def test_two_months_the_holdback_stays_pi_init_and_updates_read_all_traffic(tmp_path):
+def test_two_months_the_holdback_stays_pi_init_and_updates_read_all_traffic(tmp_path, pi_init_state):
     from mlflow import MlflowClient
 
     from abpo import registry
@@ -24,6 +24,7 @@ def test_two_months_the_holdback_stays_pi_init_and_updates_read_all_traffic(tmp_
     # a gate every challenger passes: the LLM arms' champions move, the holdback's must not
     cfg = load_config("tiny", [f"paths.root={tmp_path}", *SMALL])
     assert cfg.arms.update_logs == "all"  # the default
+    pi_init_state(cfg)  # pi_init trained once per session at these sizes (tests/conftest.py)
     registry.configure(cfg)
     holdback = []
     for month in ("2026-01", "2026-02"):

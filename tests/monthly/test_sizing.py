@@ -63,7 +63,7 @@ SMALL = [*without(MONTH, "update.max_steps"), *LIKELY_CLICKS]  # update.max_step
 
 
 @pytest.mark.slow
-def test_size_update_runs_a_grid_from_one_champion_and_promotes_nothing(tmp_path, capsys):
+def test_size_update_runs_a_grid_from_one_champion_and_promotes_nothing(tmp_path, capsys, pi_init_state):
     import json
 
     from mlflow import MlflowClient
@@ -73,6 +73,7 @@ def test_size_update_runs_a_grid_from_one_champion_and_promotes_nothing(tmp_path
     from abpo.cli import main
     from abpo.config import load_config
 
+    pi_init_state(load_config("tiny", [f"paths.root={tmp_path}", *SMALL]))  # trained once per session (conftest)
     sets = [x for s in (f"paths.root={tmp_path}", *SMALL) for x in ("--set", s)]
     rc = main(
         [

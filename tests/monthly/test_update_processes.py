@@ -13,7 +13,7 @@ from tests.sizes import CYCLE_MONTH
 
 
 @pytest.mark.slow
-def test_month_with_two_update_processes_registers_one_version_per_arm(tmp_path, monkeypatch):
+def test_month_with_two_update_processes_registers_one_version_per_arm(tmp_path, monkeypatch, pi_init_state):
     from mlflow import MlflowClient
 
     from abpo import registry
@@ -24,6 +24,7 @@ def test_month_with_two_update_processes_registers_one_version_per_arm(tmp_path,
     repo = Path(__file__).resolve().parents[2]  # the worker processes import this checkout
     monkeypatch.setenv("PYTHONPATH", f"{repo}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     cfg = load_config("tiny", [f"paths.root={tmp_path}", *CYCLE_MONTH, "update.processes=2"])
+    pi_init_state(cfg)  # pi_init trained once per session at these sizes (tests/conftest.py)
     m1 = run_month(cfg, "2026-01").to_json()
     registry.configure(cfg)
     client = MlflowClient()

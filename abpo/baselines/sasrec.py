@@ -134,7 +134,7 @@ class SASRecRanker:
         epochs: int = 100,
         patience: int = 3,
         learning_rate: float = 1e-3,
-        batch_size: int = 128,
+        batch_size: int = 32,
         num_threads: int = 1,
         seed: int = 0,
     ):

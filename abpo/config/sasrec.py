@@ -51,7 +51,14 @@ class SASRecConfig:
         },
     )
     learning_rate: float = field(default=1e-3, metadata={"gt": 0, "help": "SASRec: Adam learning rate."})
-    batch_size: int = field(default=128, metadata={"min": 1, "help": "SASRec: sequence windows per step."})
+    batch_size: int = field(
+        default=32,
+        metadata={
+            "min": 1,
+            "help": "SASRec: sequence windows per step (32: 72 steps per epoch on the bundled MovieLens; 128 gave 18 "
+            "and HR@5 0.060 on the validation users after 6 epochs).",
+        },
+    )
     num_threads: int = field(
         default=1,
         metadata={

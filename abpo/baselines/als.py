@@ -1,10 +1,9 @@
 """ML-retrain: implicit-feedback matrix factorisation (implicit's ``AlternatingLeastSquares``), retrained from
 scratch on the interactions to date.
 
-Why ALS and not a sequential model: the issue's first candidate, RecTools' SASRec, does not install against the
-pinned set (every RecTools release 0.6-0.19 requires ``attrs<24``, which the pinned Airflow/MLflow stack does not
-allow: pip's resolver stops with ResolutionImpossible); implicit 0.7.3 installs cleanly (a wheel, numpy/scipy
-only) and is a well-kept, widely used library, the issue's named fallback.
+implicit 0.7.3 installs cleanly (a wheel, numpy/scipy only) and is a well-kept, widely used library. The
+sequential alternative is SASRec-CE (abpo.baselines.sasrec, ``arms.ml_retrain.kind: sasrec``), written in torch
+because neither RecTools nor RecBole installs against the pins.
 
 The user side is recomputed from the request's history at scoring time (``recalculate_user``: one ALS half-step
 against the fitted item factors), so the model scores a user from everything the prompt of an LLM row shows

@@ -98,7 +98,7 @@ def request(arm: str, month: str, gate: dict[str, Any], timeout: str) -> tuple[s
         ),
         (f"Offline MDE at {_num(off.get('power'), '.0%')} power", _num(off.get("mde"), ".4f")),
         (
-            f"Off-policy ΔCTR ({estimator}, arm's month logs)",
+            f"Off-policy ΔCTR ({estimator}, on the month's logged rows it reads: arms.gate_ope_estimator)",
             f"{_num(ope.get('diff'))}, {conf_s} interval [{_num(ope.get('ci_low'))}, {_num(ope.get('ci_high'))}] on "
             f"{ope.get('n', '?')} rows",
         ),

@@ -104,6 +104,8 @@ NOT_OVERRIDABLE = {
             "gate_alpha",
             "gate_power",
             "gate_ope_margin",
+            "gate_ope_estimator",
+            "gate_ope_switch_lambda",
             "gate_min_ess",
             "gate_max_users",
             "gate_users",

@@ -51,7 +51,7 @@ def test_the_request_shows_both_halves_of_the_gate():
         "| Offline ΔHR@5 (challenger − champion) | +0.0075 on 400 users (12 won, 9 lost, 379 tied) |",
         "| Offline one-sided 97.5% lower bound | -0.0061 (passes above −margin -0.0200; p 0.0004) |",
         "| Offline MDE at 80% power | 0.0192 |",
-        "| Off-policy ΔCTR (DR, arm's month logs) | +0.0123, 95% interval [-0.0031, +0.0277] on 5000 rows |",
+        "| Off-policy ΔCTR (DR, on the month's logged rows it reads: arms.gate_ope_estimator) | +0.0123, 95% interval [-0.0031, +0.0277] on 5000 rows |",
         "| Off-policy ESS (challenger / champion) | 812.4 / 4987.0 |",
         "No answer within 72h counts as Reject.",
         "Gate's reason: offline HR@5 ... PASS",
@@ -59,7 +59,10 @@ def test_the_request_shows_both_halves_of_the_gate():
         assert shown in body, (shown, body)
     # a gate without its off-policy half (arms.gate_ope_margin < 0) reads n/a, not a made-up number
     _, body = approvals.request("abpo", "2026-03", {**GATE, "off_policy": None}, "72h")
-    assert "| Off-policy ΔCTR (SNIPS, arm's month logs) | n/a, 95% interval [n/a, n/a] on ? rows |" in body
+    assert (
+        "| Off-policy ΔCTR (SNIPS, on the month's logged rows it reads: arms.gate_ope_estimator) | n/a, 95% interval [n/a, n/a] on ? rows |"
+        in body
+    )
 
 
 def test_airflow_answers_read_as_decisions():

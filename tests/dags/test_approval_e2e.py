@@ -137,7 +137,7 @@ def test_approve_reject_and_timeout_through_the_rest_api(tmp_path):
 
     env = {**af.env, "ABPO_CONFIG": str(config)}
     out = subprocess.run(
-        [str(Path(sys.executable).with_name("abpo")), "arms", "history", "--json"],
+        [str(Path(sys.executable).with_name("abpo")), "arms", "history", "--config", str(config), "--json"],
         env=env,
         capture_output=True,
         text=True,

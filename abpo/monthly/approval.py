@@ -14,6 +14,8 @@ import dataclasses
 import math
 from typing import Any
 
+from abpo.monthly.report_section import number
+
 APPROVE, REJECT = "Approve", "Reject"  # the task's two options (the Airflow UI's buttons, the REST API's values)
 # Approval.decision: the approver's answer, no answer in time, or why nobody was asked
 APPROVED, REJECTED, TIMED_OUT = "approved", "rejected", "timed-out"
@@ -62,14 +64,6 @@ class Approval:
         return f"approval {self.decision}{where}"
 
 
-def _num(x: Any, fmt: str = "+.4f") -> str:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return "n/a"
-    return format(v, fmt) if math.isfinite(v) else "n/a"
-
-
 def request(arm: str, month: str, gate: dict[str, Any], timeout: str) -> tuple[str, str]:
     """The approval task's subject and Markdown body for the arm's gate result ``gate`` (GateResult.to_json(), the
     gate task's XCom): the versions, the verdict, the offline half (difference, its one-sided lower bound against the
@@ -88,23 +82,23 @@ def request(arm: str, month: str, gate: dict[str, Any], timeout: str) -> tuple[s
         ("Gate", "PASS" if gate.get("passed") else "FAIL"),
         (
             f"Offline Δ{metric} (challenger − champion)",
-            f"{_num(off.get('diff'))} on {off.get('n', '?')} users ({off.get('wins', '?')} won, "
+            f"{number(off.get('diff'))} on {off.get('n', '?')} users ({off.get('wins', '?')} won, "
             f"{off.get('losses', '?')} lost, {off.get('ties', '?')} tied)",
         ),
         (
             f"Offline one-sided {level:.1%} lower bound",
-            f"{_num(off.get('lower'))} (passes above −margin {_num(-float(off.get('margin') or 0))}; "
-            f"p {_num(off.get('p_value'), '.3g')})",
+            f"{number(off.get('lower'))} (passes above −margin {number(-float(off.get('margin') or 0))}; "
+            f"p {number(off.get('p_value'), '.3g')})",
         ),
-        (f"Offline MDE at {_num(off.get('power'), '.0%')} power", _num(off.get("mde"), ".4f")),
+        (f"Offline MDE at {number(off.get('power'), '.0%')} power", number(off.get("mde"), ".4f")),
         (
             f"Off-policy ΔCTR ({estimator}, on the month's logged rows it reads: arms.gate_ope_estimator)",
-            f"{_num(ope.get('diff'))}, {conf_s} interval [{_num(ope.get('ci_low'))}, {_num(ope.get('ci_high'))}] on "
+            f"{number(ope.get('diff'))}, {conf_s} interval [{number(ope.get('ci_low'))}, {number(ope.get('ci_high'))}] on "
             f"{ope.get('n', '?')} rows",
         ),
         (
             "Off-policy ESS (challenger / champion)",
-            f"{_num(ope.get('challenger_ess'), '.1f')} / {_num(ope.get('champion_ess'), '.1f')}",
+            f"{number(ope.get('challenger_ess'), '.1f')} / {number(ope.get('champion_ess'), '.1f')}",
         ),
     ]
     body = "\n".join(

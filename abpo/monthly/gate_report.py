@@ -9,9 +9,6 @@ every other estimator's difference and interval."""
 
 from __future__ import annotations
 
-import html
-import math
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from abpo import registry
 from abpo.arms import versions as arm_versions
 from abpo.monthly.gate_verdict import ESTIMATOR_NAMES
+from abpo.monthly.report_section import append_section, number, section_html, section_markdown
 
 if TYPE_CHECKING:
     from abpo.config import Config
@@ -62,14 +60,6 @@ def month_gates(cfg: Config, months: Sequence[str]) -> list[dict[str, Any]]:
     return [g for _, (_, g) in sorted(latest.items())]
 
 
-def _f(x: Any, fmt: str = "+.4f") -> str:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return "n/a"
-    return format(v, fmt) if math.isfinite(v) else "n/a"
-
-
 def gate_row(g: dict[str, Any]) -> list[str]:
     """One gate's cells, in the order of COLUMNS."""
     off = g.get("offline") or {}
@@ -81,15 +71,15 @@ def gate_row(g: dict[str, Any]) -> list[str]:
         rows = "every arm's" if ope.get("rows") == "all" else "arm's own"
         estimator = f"{ESTIMATOR_NAMES.get(name, name)} ({rows}, {ope.get('n', '?')})"
         margin = ope.get("margin")
-        ope_cell = f"{_f(ope.get('diff'))} [{_f(ope.get('ci_low'))}, {_f(ope.get('ci_high'))}]" + (
-            f" vs {_f(-float(margin))}" if isinstance(margin, (int, float)) else ""
+        ope_cell = f"{number(ope.get('diff'))} [{number(ope.get('ci_low'))}, {number(ope.get('ci_high'))}]" + (
+            f" vs {number(-float(margin))}" if isinstance(margin, (int, float)) else ""
         )
         others = "; ".join(
-            f"{ESTIMATOR_NAMES.get(k, k)} {_f(d.get('diff'))} [{_f(d.get('ci_low'))}, {_f(d.get('ci_high'))}]"
+            f"{ESTIMATOR_NAMES.get(k, k)} {number(d.get('diff'))} [{number(d.get('ci_low'))}, {number(d.get('ci_high'))}]"
             for k, d in (ope.get("estimates") or {}).items()
             if k != name
         )
-        ess = _f(ope.get("challenger_ess"), ".0f")
+        ess = number(ope.get("challenger_ess"), ".0f")
     else:
         estimator, ope_cell, others, ess = "not run", "n/a", "", "n/a"
     return [
@@ -98,9 +88,9 @@ def gate_row(g: dict[str, Any]) -> list[str]:
         f"v{g.get('version', '?')} vs v{g.get('champion_version', '?')}",
         "PASS" if g.get("passed") else "FAIL",
         test,
-        f"{_f(off.get('diff'))} ({off.get('wins', '?')}/{off.get('losses', '?')})",
-        f"{_f(off.get('lower'))} vs {_f(-float(off['margin'])) if 'margin' in off else 'n/a'}",
-        f"z {_f(off.get('statistic'), '.2f')}, p {_f(off.get('p_value'), '.3g')}",
+        f"{number(off.get('diff'))} ({off.get('wins', '?')}/{off.get('losses', '?')})",
+        f"{number(off.get('lower'))} vs {number(-float(off['margin'])) if 'margin' in off else 'n/a'}",
+        f"z {number(off.get('statistic'), '.2f')}, p {number(off.get('p_value'), '.3g')}",
         estimator,
         ope_cell,
         ess,
@@ -116,42 +106,20 @@ INTRO = (
 )
 
 
+EMPTY = "No gate ran in these months."
+
+
 def gate_section_markdown(gates: Sequence[dict[str, Any]]) -> str:
-    lines = ["", "## Gate", "", INTRO, ""]
-    if not gates:
-        return "\n".join([*lines, "No gate ran in these months.", ""])
-    lines.append("| " + " | ".join(COLUMNS) + " |")
-    lines.append("|" + "---|" * len(COLUMNS))
-    for g in gates:
-        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in gate_row(g)) + " |")
-    return "\n".join([*lines, ""])
+    return section_markdown("Gate", INTRO, COLUMNS, [gate_row(g) for g in gates], EMPTY)
 
 
 def gate_section_html(gates: Sequence[dict[str, Any]]) -> str:
-    out = ["<h2>Gate</h2>", f"<p>{html.escape(INTRO)}</p>"]
-    if not gates:
-        return "".join([*out, "<p>No gate ran in these months.</p>"])
-    out.append("<table><thead><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS) + "</tr></thead><tbody>")
-    for g in gates:
-        out.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in gate_row(g)) + "</tr>")
-    out.append("</tbody></table>")
-    return "".join(out)
-
-
-def _replace(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.gate.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    return section_html("Gate", INTRO, COLUMNS, [gate_row(g) for g in gates], EMPTY)
 
 
 def add_gate_section(cfg: Config, months: Sequence[str], markdown: Path, html_path: Path) -> list[dict[str, Any]]:
     """Add the gate section of ``months`` to the report just written: at the end of its Markdown, before the end of
     its HTML body (each file replaced whole). Returns the gates shown."""
     gates = month_gates(cfg, months)
-    md = Path(markdown).read_text(encoding="utf-8")
-    _replace(Path(markdown), md.rstrip("\n") + "\n" + gate_section_markdown(gates))
-    page = Path(html_path).read_text(encoding="utf-8")
-    section = gate_section_html(gates)
-    at = page.rfind("</body>")
-    _replace(Path(html_path), page[:at] + section + page[at:] if at >= 0 else page + section)
+    append_section(markdown, html_path, gate_section_markdown(gates), gate_section_html(gates))
     return gates

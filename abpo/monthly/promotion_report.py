@@ -6,14 +6,13 @@ failed promotes nothing and records nothing: its row is the gate section's FAIL.
 
 from __future__ import annotations
 
-import html
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from abpo import registry
 from abpo.arms import history, names
+from abpo.monthly.report_section import append_section, section_html, section_markdown
 
 if TYPE_CHECKING:
     from abpo.config import Config
@@ -63,42 +62,20 @@ INTRO = (
 )
 
 
+EMPTY = "No challenger passed its gate in these months."
+
+
 def promotion_section_markdown(entries: Sequence[history.Entry]) -> str:
-    lines = ["", "## Promotions", "", INTRO, ""]
-    if not entries:
-        return "\n".join([*lines, "No challenger passed its gate in these months.", ""])
-    lines.append("| " + " | ".join(COLUMNS) + " |")
-    lines.append("|" + "---|" * len(COLUMNS))
-    for e in entries:
-        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in promotion_row(e)) + " |")
-    return "\n".join([*lines, ""])
+    return section_markdown("Promotions", INTRO, COLUMNS, [promotion_row(e) for e in entries], EMPTY)
 
 
 def promotion_section_html(entries: Sequence[history.Entry]) -> str:
-    out = ["<h2>Promotions</h2>", f"<p>{html.escape(INTRO)}</p>"]
-    if not entries:
-        return "".join([*out, "<p>No challenger passed its gate in these months.</p>"])
-    out.append("<table><thead><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS) + "</tr></thead><tbody>")
-    for e in entries:
-        out.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in promotion_row(e)) + "</tr>")
-    out.append("</tbody></table>")
-    return "".join(out)
-
-
-def _replace(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.promotions.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    return section_html("Promotions", INTRO, COLUMNS, [promotion_row(e) for e in entries], EMPTY)
 
 
 def add_promotion_section(cfg: Config, months: Sequence[str], markdown: Path, html_path: Path) -> list[history.Entry]:
     """Add the promotion section of ``months`` to the report just written: at the end of its Markdown, before the end
     of its HTML body (each file replaced whole). Returns the entries shown."""
     entries = month_promotions(cfg, months)
-    md = Path(markdown).read_text(encoding="utf-8")
-    _replace(Path(markdown), md.rstrip("\n") + "\n" + promotion_section_markdown(entries))
-    page = Path(html_path).read_text(encoding="utf-8")
-    section = promotion_section_html(entries)
-    at = page.rfind("</body>")
-    _replace(Path(html_path), page[:at] + section + page[at:] if at >= 0 else page + section)
+    append_section(markdown, html_path, promotion_section_markdown(entries), promotion_section_html(entries))
     return entries

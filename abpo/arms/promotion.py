@@ -242,17 +242,27 @@ def refuse(
             e.action == "not-promoted" and e.month == month and e.reason == reason for e in history.entries(cfg, arm)
         ):
             return None
-        return history.record(
-            cfg,
-            arm,
-            action="not-promoted",
-            actor=actor,
-            from_version=cur,
-            to_version=cur,
-            reason=reason,
-            verdict=verdict or _verdict(cfg, arm, str(version)),
-            month=month,
+        return _record_not_promoted(
+            cfg, arm, cur, actor=actor, reason=reason, verdict=verdict or _verdict(cfg, arm, str(version)), month=month
         )
+
+
+def _record_not_promoted(
+    cfg: Config, arm: str, champion: str, *, actor: str, reason: str, verdict: str, month: str
+) -> history.Entry:
+    """A ``not-promoted`` entry: the champion stays ``champion`` (from and to), for ``reason`` (at most 5,900
+    characters, what an MLflow param holds with the history's other fields)."""
+    return history.record(
+        cfg,
+        arm,
+        action="not-promoted",
+        actor=actor,
+        from_version=champion,
+        to_version=champion,
+        reason=reason[:5900],
+        verdict=verdict,
+        month=month,
+    )
 
 
 def _promote_locked(
@@ -296,14 +306,12 @@ def _promote_locked(
             f"v{version} not promoted"
         )
         if action == "gate":  # the month's promotion: its challenger was gated against a champion that no longer serves
-            history.record(
+            _record_not_promoted(
                 cfg,
                 arm,
-                action="not-promoted",
+                cur,
                 actor=actor,
-                from_version=cur,
-                to_version=cur,
-                reason=f"champion moved during the month: {msg}"[:5900],
+                reason=f"champion moved during the month: {msg}",
                 verdict=verdict,
                 month=month,
             )

@@ -48,6 +48,10 @@ ADDED_SIM_KEYS: dict[str, Any] = {
     "replay_decay": 0.7,
     "replay_strength": 5.0,
 }
+# Keys added to a foreign ranker arm's section after cells were cached, with their default, per arm (as ADDED_SIM_KEYS)
+ADDED_ARM_KEYS: dict[str, dict[str, Any]] = {
+    "ml_retrain": {"kind": "als"},  # issue 43: kind sasrec (SASRec-CE) beside ALS, the ranker of before
+}
 
 
 def without_added_defaults(section: dict[str, Any], added: dict[str, Any]) -> dict[str, Any]:
@@ -85,7 +89,10 @@ def regime_settings(cfg: Config) -> dict[str, Any]:
         out["logger"] = e.logger
         if e.logger in ("foreign", "mixed"):
             out["foreign_temperature"] = e.foreign_temperature
-            out["arms"] = {n: dataclasses.asdict(getattr(cfg.arms, n)) for n in FOREIGN}
+            out["arms"] = {
+                n: without_added_defaults(dataclasses.asdict(getattr(cfg.arms, n)), ADDED_ARM_KEYS.get(n, {}))
+                for n in FOREIGN
+            }
         if e.logger == "foreign":
             out["foreign_logger"] = e.foreign_logger
         if e.logger == "mixed":

@@ -325,17 +325,7 @@ def _promote_locked(
             f"pinned: not promoted (v{version} stays; champion v{cur} pinned by {pin_now['actor']} at "
             f"{pin_now['at']}: {pin_now['reason']})" + (" — a hand move just recorded" if hand else "")
         )
-        history.record(
-            cfg,
-            arm,
-            action="not-promoted",
-            actor=actor,
-            from_version=cur,
-            to_version=cur,
-            reason=why[:5900],
-            verdict=verdict,
-            month=month,
-        )
+        _record_not_promoted(cfg, arm, cur, actor=actor, reason=why, verdict=verdict, month=month)
         return {"arm": arm, "champion": cur, "previous": cur, "promoted": "false", "reason": why}
     entry = history.begin(
         cfg,

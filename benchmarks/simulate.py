@@ -262,7 +262,6 @@ def main(argv=None) -> int:
     import tempfile
 
     from abpo.arms import versions
-    from abpo.arms.names import ARMS
     from abpo.config import load_config
     from abpo.data.candidates import build_eval_examples
     from abpo.data.loaders import load_dataset
@@ -290,7 +289,7 @@ def main(argv=None) -> int:
     rows = []
     ctr: dict[str, dict[str, float]] = {}
     hits: dict[str, np.ndarray] = {}
-    for name in ARMS:
+    for name in cfg.arms.names:  # the config's arms (a state bootstraps only those)
         arm = versions.load_arm(cfg, name, ds)
         t = time.perf_counter()
         hits[name] = hits_at(5, arm, examples)

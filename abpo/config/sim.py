@@ -193,6 +193,14 @@ class SimConfig:
             "oracle's z is measured in (P_pref = sigmoid(b0 + preference_slope * z)).",
         },
     )
+    replay_popularity_exponent: float = field(
+        default=0.0,
+        metadata={
+            "min": 0,
+            "help": "replay oracle: gamma of the popularity discount of a future item's lift, "
+            "min(1, (n_med / n_a)^gamma), n_a the item's interactions (0: no discount; docs/simulator.md).",
+        },
+    )
     click_next: float = field(
         default=0.5,
         metadata={

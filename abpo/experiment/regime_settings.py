@@ -47,6 +47,7 @@ ADDED_SIM_KEYS: dict[str, Any] = {
     "replay_horizon": 10,  # the replay truth's settings (issue 46): read only under sim.oracle = replay
     "replay_decay": 0.7,
     "replay_strength": 5.0,
+    "replay_popularity_exponent": 0.0,
 }
 # Keys added to a foreign ranker arm's section after cells were cached, with their default, per arm (as ADDED_SIM_KEYS)
 ADDED_ARM_KEYS: dict[str, dict[str, Any]] = {

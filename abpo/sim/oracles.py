@@ -279,25 +279,49 @@ class ReplayComponent:
     so P_pref = sigmoid(b0 + slope * z) gives the rest a small base rate (sigmoid(b0), calibrated like every
     oracle's) and a future item a lift that decays with its distance. Nothing is fitted: no model family, and no
     standardisation (a future item is ``strength`` standard deviations of a model oracle above the rest). Without
-    a history (the user's whole sequence as the state) there is no future: z = 0."""
+    a history (the user's whole sequence as the state) there is no future: z = 0.
+
+    With ``popularity_exponent`` gamma > 0 (``sim.replay_popularity_exponent``) a future item's lift is discounted
+    by its popularity, as popularity-stratified recall weighs a hit (Steck, "Item popularity and recommendation
+    accuracy", RecSys 2011):
+
+        z(u, h, a) = strength * decay^(d - 1) * min(1, (n_med / n_a)^gamma)
+
+    n_a the item's interactions in the whole dataset, n_med their median over the items that have any: consuming an
+    item everyone consumes says less about u's taste than consuming a niche one. The discount depends on the item
+    alone, never on an arm's scores, so an arm gains from it only by exposing the user's real future items."""
 
     name = "replay"
 
-    def __init__(self, *, horizon: int, decay: float, strength: float):
-        if horizon < 1 or not 0 < decay <= 1 or not strength >= 0:
+    def __init__(self, *, horizon: int, decay: float, strength: float, popularity_exponent: float = 0.0):
+        if horizon < 1 or not 0 < decay <= 1 or not strength >= 0 or not popularity_exponent >= 0:
             raise ValueError(
                 f"config sim.replay_horizon = {horizon}, sim.replay_decay = {decay}, sim.replay_strength = "
-                f"{strength}: rule: horizon >= 1, 0 < decay <= 1, strength >= 0"
+                f"{strength}, sim.replay_popularity_exponent = {popularity_exponent}: rule: horizon >= 1, "
+                "0 < decay <= 1, strength >= 0, popularity_exponent >= 0"
             )
         self.horizon = int(horizon)
         self.decay = float(decay)
         self.strength = float(strength)
+        self.popularity_exponent = float(popularity_exponent)
         self.item_index: dict[int, int] = {}
         self.sequences: dict[int, list[int]] = {}
+        self.discount: np.ndarray = np.ones(0)  # per item index: min(1, (n_med / n_a)^gamma)
 
     def fit(self, sequences: Mapping[int, Sequence[int]], item_index: Mapping[int, int]) -> ReplayComponent:
         self.item_index = dict(item_index)
         self.sequences = {int(u): [int(i) for i in s] for u, s in sequences.items()}
+        counts = np.zeros(len(self.item_index))
+        for seq in self.sequences.values():
+            for item in seq:
+                j = self.item_index.get(item)
+                if j is not None:
+                    counts[j] += 1
+        self.discount = np.ones(len(self.item_index))
+        if self.popularity_exponent > 0 and (counts > 0).any():
+            median = float(np.median(counts[counts > 0]))
+            seen = counts > 0
+            self.discount[seen] = np.minimum(1.0, (median / counts[seen]) ** self.popularity_exponent)
         return self
 
     def _future(self, user: int, history: Sequence[int]) -> dict[int, float]:
@@ -314,7 +338,7 @@ class ReplayComponent:
         for d, item in enumerate(seq[t : min(t + self.horizon, len(seq) - 1)], start=1):
             j = self.item_index.get(item)
             if j is not None and j not in out:
-                out[j] = self.strength * self.decay ** (d - 1)
+                out[j] = self.strength * self.decay ** (d - 1) * float(self.discount[j])
         return out
 
     def z_block(self, users: Sequence[int], histories: Sequence[Sequence[int]]) -> np.ndarray:

@@ -273,7 +273,7 @@ def _component(cfg: Config, dataset, name: str, reference: list[int]):
         "als": (sc.oracle_factors, sc.oracle_iterations, sc.oracle_regularization),
         "knn": (sc.oracle_knn_window, sc.oracle_knn_recent, sc.oracle_reference_users),
         "sequential": (sc.oracle_markov_order, sc.oracle_markov_smoothing, sc.oracle_reference_users),
-        "replay": (sc.replay_horizon, sc.replay_decay, sc.replay_strength),
+        "replay": (sc.replay_horizon, sc.replay_decay, sc.replay_strength, sc.replay_popularity_exponent),
     }[name]
     key = (dataset.name, dataset.interactions.num_rows, dataset.catalog.num_rows, int(cfg.seed), name, settings)
     if key not in _COMPONENTS:
@@ -291,9 +291,12 @@ def _component(cfg: Config, dataset, name: str, reference: list[int]):
                 seed=cfg.seed,
             )
         elif name == "replay":
-            comp = ReplayComponent(horizon=sc.replay_horizon, decay=sc.replay_decay, strength=sc.replay_strength).fit(
-                dataset.sequences, items
-            )
+            comp = ReplayComponent(
+                horizon=sc.replay_horizon,
+                decay=sc.replay_decay,
+                strength=sc.replay_strength,
+                popularity_exponent=sc.replay_popularity_exponent,
+            ).fit(dataset.sequences, items)
         elif name == "knn":
             comp = KnnComponent(window=sc.oracle_knn_window, recent=sc.oracle_knn_recent).fit(
                 dataset.sequences, items, reference

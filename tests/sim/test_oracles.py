@@ -109,6 +109,27 @@ def test_replay_lifts_only_the_users_real_next_items_with_a_decay():
     assert np.array_equal(other.z(1, [1, 2], idx), replay.z(1, [1, 2], idx))
 
 
+def test_replay_discounts_a_popular_future_item_by_its_popularity_alone():
+    """sim.replay_popularity_exponent gamma: a future item's lift times min(1, (n_med / n_a)^gamma), n_a the item's
+    interactions in the data, n_med their median over the items that have any (popularity-stratified, Steck 2011)."""
+    from abpo.sim.oracles import ReplayComponent
+
+    # interactions: 1 x1, 2 x4, 3 x2, 4 x1, 5 x1, 6 x1, 7 x1 -> median over the 7 seen items: 1
+    seqs = {1: [1, 2, 5, 6, 2, 7, 3], 2: [4, 2, 2, 3]}
+    idx = [INDEX[i] for i in ITEMS]
+    plain = ReplayComponent(horizon=3, decay=0.5, strength=4.0).fit(seqs, INDEX)
+    half = ReplayComponent(horizon=3, decay=0.5, strength=4.0, popularity_exponent=0.5).fit(seqs, INDEX)
+    one = ReplayComponent(horizon=3, decay=0.5, strength=4.0, popularity_exponent=1.0).fit(seqs, INDEX)
+    z0, zh, z1 = (dict(zip(ITEMS, c.z(1, [1, 2], idx), strict=True)) for c in (plain, half, one))
+    assert z0[5] == zh[5] == z1[5] == 4.0 and z0[6] == z1[6] == 2.0  # items at the median keep their lift
+    assert z0[2] == 1.0 and zh[2] == pytest.approx(1.0 * (1 / 4) ** 0.5) and z1[2] == pytest.approx(0.25)
+    assert all(v == 0.0 for k, v in z1.items() if k not in (5, 6, 2))  # the rest keeps the base rate
+    # never above the undiscounted lift (the cap), and an item nobody consumed is never lifted at all
+    assert all(zh[k] <= z0[k] for k in ITEMS)
+    with pytest.raises(ValueError, match="sim.replay_popularity_exponent = -1"):
+        ReplayComponent(horizon=3, decay=0.5, strength=1.0, popularity_exponent=-1)
+
+
 def test_replay_is_an_oracle_of_its_own_never_a_mixture_component():
     from types import SimpleNamespace
 

@@ -132,14 +132,24 @@ def airflow_env(cfg: Config, config_ref: str) -> dict[str, str]:
     return env
 
 
+# The scheduler's task start-up (docs/operations.md, "Task start-up"): its LocalExecutor workers come from a forkserver
+# that imported abpo.monthly.preload, so every task forked from them starts with torch, MLflow, GX ... loaded
+TASK_PRELOAD = {
+    ("scheduler", "mp_start_method"): "forkserver",
+    ("core", "mp_forkserver_preload"): "abpo.monthly.preload",
+}
+
+
 # What the demo writes into its Airflow's airflow.cfg, so that `airflow standalone` started later with only
-# AIRFLOW_HOME sees what the demo's runs saw: its DAG and plugin folders, no example DAGs, the UI on this machine only.
+# AIRFLOW_HOME sees what the demo's runs saw: its DAG and plugin folders, no example DAGs, the UI on this machine only,
+# and the scheduler's tasks starting preloaded.
 def demo_airflow_settings(env: dict[str, str]) -> dict[tuple[str, str], str]:
     return {
         ("core", "dags_folder"): env["AIRFLOW__CORE__DAGS_FOLDER"],
         ("core", "plugins_folder"): env["AIRFLOW__CORE__PLUGINS_FOLDER"],
         ("core", "load_examples"): "False",
         ("api", "host"): "127.0.0.1",
+        **TASK_PRELOAD,
     }
 
 

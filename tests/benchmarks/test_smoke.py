@@ -47,6 +47,11 @@ CASES = {
         rf"x{NUM}, aggregation time x{NUM}, raw-row SQL x{NUM}",
         [],
     ),
+    "task_startup.py": (
+        rf"task start-up cold/preload: wall {NUM}x, CPU {NUM}x \(2 starts each; preload paid once: {NUM} s\)",
+        None,
+        [],
+    ),
     "scoring.py": (rf" +10 +\d+ +{NUM} +{NUM} +{NUM}x +\d\.\d\de[+-]\d\d", None, []),
     "simulate.py": (
         r"Kendall tau offline HR@5 vs simulated CTR: (?:-?[01]\.\d\d|nan)",

@@ -14,6 +14,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from abpo.commands.demo import TASK_PRELOAD
+
 REPO = Path(__file__).resolve().parents[2]
 # the DAG runs' sizes: tests/sizes.py (DAG_MONTH, DAG_MONTH_CLICKS)
 SERVICES = {"api-server": ["api-server"], "scheduler": ["scheduler"], "dag-processor": ["dag-processor"]}
@@ -90,6 +92,8 @@ class AirflowServices:
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{self.port}/execution/",
             "AIRFLOW__CORE__PARALLELISM": "2",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            # the tasks start preloaded, as the demo's airflow.cfg and docker-compose.yml set it (abpo.monthly.preload)
+            **{f"AIRFLOW__{s.upper()}__{k.upper()}": v for (s, k), v in TASK_PRELOAD.items()},
             "ABPO_SCHEDULE": "none",
             "ABPO_CONFIG": "demo",
             "ABPO_STATE": str(self.state),

@@ -75,6 +75,8 @@ def test_a_month_runs_on_two_celery_workers_with_the_updates_on_the_gpu_queue(tm
             "AIRFLOW__CELERY__BROKER_URL": f"{broker}/0",
             "AIRFLOW__CELERY__RESULT_BACKEND": f"{broker}/1",
             "AIRFLOW__CELERY__WORKER_CONCURRENCY": "1",
+            # the workers import abpo.monthly.preload before their pools fork (docs/operations.md, "Task start-up")
+            "AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS": "abpo.monthly.celery_preload.CELERY_CONFIG",
             "AIRFLOW__CELERY_BROKER_TRANSPORT_OPTIONS__VISIBILITY_TIMEOUT": "21600",
             # the workers' calls to the Execution API (default 5 s, 5 tries): a first run on a loaded 2-core machine
             # timed out on `task-instances/<id>/run` while the API server and the scheduler shared SQLite

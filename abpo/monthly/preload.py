@@ -16,8 +16,9 @@ import pkgutil
 # the third-party packages the steps import inside their functions (warmed here, called only through their doors:
 # abpo.registry for MLflow, abpo.validation for Great Expectations)
 HEAVY = ("torch", "transformers", "peft", "duckdb", "pyarrow", "pyarrow.parquet", "mlflow", "great_expectations")
-# abpo's packages no monthly task runs: the commands, the experiment runner and this module
-SKIP = ("abpo.cli", "abpo.commands", "abpo.experiment", "abpo.monthly.preload")
+# abpo's packages no monthly task runs: the commands, the experiment runner, this module and the Celery workers'
+# configuration (it imports Airflow's Celery provider)
+SKIP = ("abpo.cli", "abpo.commands", "abpo.experiment", "abpo.monthly.preload", "abpo.monthly.celery_preload")
 
 
 def preload() -> list[str]:

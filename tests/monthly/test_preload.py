@@ -28,6 +28,7 @@ def test_the_preload_imports_the_steps_modules_and_starts_no_thread():
     # what no monthly task runs is left out (packages walked are imported, their modules are not)
     assert not any(m.startswith(("abpo.commands.", "abpo.experiment.")) for m in got["done"])
     assert "abpo.cli" not in got["done"] and "abpo.commands.demo" not in mods
+    assert "abpo.monthly.celery_preload" not in mods and "airflow.providers.celery" not in mods
     assert got["threads"] == 1  # safe to fork from: no Python thread left running
 
 

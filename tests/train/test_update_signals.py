@@ -129,3 +129,82 @@ def test_the_run_ends_failed_on_an_exception_and_killed_through_a_handler_before
         signal.signal(signal.SIGTERM, before)
         signal.signal(signal.SIGINT, before_int)
     assert mlflow.active_run() is None
+
+
+def test_a_signal_inside_a_store_write_is_raised_as_the_write_returns(tmp_path):
+    """A SIGTERM landing inside an MLflow store write (abpo.train.signals.held: the run's opening, its metrics) is
+    handled as the write returns, not inside SQLAlchemy's session (where it left the SQLite store locked and the
+    run RUNNING: the SIGTERM case above hung so): the write completes, the run ends KILLED, the store takes writes."""
+    import os
+
+    import mlflow
+    from mlflow import MlflowClient
+
+    from abpo.train import signals
+    from abpo.train.update import run_ends_with_the_process
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    mlflow.set_tracking_uri(uri)
+    client = MlflowClient(tracking_uri=uri)
+    exp = mlflow.set_experiment("held")
+
+    class TaskTerminated(Exception):
+        pass
+
+    def airflow_like(signum, frame):
+        raise TaskTerminated(signum)
+
+    before = signal.signal(signal.SIGTERM, airflow_like)
+    try:
+        written = []
+        with pytest.raises(TaskTerminated):
+            with run_ends_with_the_process() as watch, mlflow.start_run(experiment_id=exp.experiment_id) as run:
+                watch.run_id = run.info.run_id
+                with signals.held():
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    time.sleep(0.5)  # the handler runs here, and defers
+                    mlflow.log_metrics({"m": 1.0}, step=1)
+                    written.append(True)
+                written.append(False)  # not reached: raised as the held block exits
+        assert written == [True]
+        assert client.get_run(run.info.run_id).info.status == "KILLED"
+        assert client.get_metric_history(run.info.run_id, "m")[0].value == 1.0
+
+        # inside the run's opening: the run just opened is ended KILLED (its id recorded before the raise)
+        with pytest.raises(TaskTerminated):
+            with (
+                run_ends_with_the_process() as watch,
+                signals.HeldOnEntryAndExit(_signalled_while_opening(exp.experiment_id), watch.opened),
+            ):
+                raise AssertionError("not reached: the signal is raised as the run's opening returns")
+        assert watch.run_id is not None
+        assert client.get_run(watch.run_id).info.status == "KILLED"
+        assert signal.getsignal(signal.SIGTERM) is airflow_like
+        client.set_tag(watch.run_id, "after", "1")  # the store is not locked
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert mlflow.active_run() is None
+    assert not signals.holding()
+
+
+class _signalled_while_opening:
+    """An MLflow run's context whose opening receives a SIGTERM before it returns."""
+
+    def __init__(self, experiment_id: str):
+        self.experiment_id = experiment_id
+
+    def __enter__(self):
+        import os
+
+        import mlflow
+
+        run = mlflow.start_run(experiment_id=self.experiment_id)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.5)
+        return run
+
+    def __exit__(self, *exc):
+        import mlflow
+
+        mlflow.end_run("FAILED" if exc[0] else "FINISHED")
+        return False

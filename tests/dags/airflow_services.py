@@ -189,6 +189,41 @@ class AirflowServices:
             log.close()
 
 
+def dags_test_month(tmp_path: Path, config: Path, state: Path, month: str, logical_date: str) -> dict[str, str]:
+    """``airflow dags test abpo_monthly <logical_date>`` with ``{"month": month, "simulate": true}`` on a fresh SQLite
+    metadata DB under ``tmp_path/airflow``, the tasks reading the config file ``config`` and the state ``state``
+    (what a re-triggered or cleared run does, in one process); asserts it succeeded and returns task id -> state."""
+    import contextlib
+    import sqlite3
+
+    home = tmp_path / "airflow"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "MLFLOW_"))}
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "false",
+            "ABPO_CONFIG": str(config),
+            "ABPO_STATE": str(state),
+            "ABPO_TASK_RETRIES": "0",
+            "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]),
+        }
+    )
+    airflow = str(Path(sys.executable).with_name("airflow"))
+    subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
+    conf = json.dumps({"month": month, "simulate": True})
+    proc = subprocess.run(
+        [airflow, "dags", "test", "abpo_monthly", logical_date, "-c", conf],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    with contextlib.closing(sqlite3.connect(home / "airflow.db")) as db:
+        return dict(db.execute("SELECT task_id, state FROM task_instance").fetchall())
+
+
 # A .pth line (run at start-up: lines starting with "import" are executed) that makes `import airflow` fail as in an
 # environment without Airflow installed.
 NO_AIRFLOW = (

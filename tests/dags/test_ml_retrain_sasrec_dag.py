@@ -10,17 +10,13 @@ and Airflow. The in-process month of the same config is tests/arms/test_ml_retra
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
+from airflow_services import dags_test_month
 
 from tests.sizes import SASREC_RANKER_MONTH
 
@@ -44,40 +40,7 @@ def test_a_sasrec_ml_retrain_month_through_the_dag_registers_and_serves_propensi
     cfg = load_config(config)
     assert cfg.arms.ml_retrain.kind == "sasrec" and cfg.paths.resolve("root") == state
 
-    home = tmp_path / "airflow"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "MLFLOW_"))}
-    env.update(
-        {
-            "AIRFLOW_HOME": str(home),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "false",
-            "ABPO_CONFIG": str(config),
-            "ABPO_STATE": str(state),
-            "ABPO_TASK_RETRIES": "0",
-            "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]),
-        }
-    )
-    airflow = str(Path(sys.executable).with_name("airflow"))
-    subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
-    proc = subprocess.run(
-        [
-            airflow,
-            "dags",
-            "test",
-            "abpo_monthly",
-            "2026-02-01T00:00:00+00:00",
-            "-c",
-            json.dumps({"month": "2026-01", "simulate": True}),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-4000:]
-    with contextlib.closing(sqlite3.connect(home / "airflow.db")) as db:
-        tis = dict(db.execute("SELECT task_id, state FROM task_instance").fetchall())
+    tis = dags_test_month(tmp_path, config, state, "2026-01", "2026-02-01T00:00:00+00:00")
     for task in ("bootstrap", "serve", "ingest", "ml_retrain.refit", "popularity.refit", "report"):
         assert tis.get(task) == "success", (task, tis)
     assert tis.get("abpo.update") == "skipped"  # no LLM arm configured: its chain is skipped, not failed

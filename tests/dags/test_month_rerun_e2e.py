@@ -9,15 +9,12 @@ Real tiny model (adopted, so no SFT), simulator, DuckDB, Great Expectations, MLf
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from airflow_services import dags_test_month
 
 from tests.sizes import RERUN_MONTH
 
@@ -66,39 +63,7 @@ def test_a_completed_month_rerun_through_airflow_changes_no_version_and_no_alias
     assert str(before["abpo-arm-abpo"]["aliases"]["champion"]) == first["abpo"]["register"]["version"] != "1"
 
     home = tmp_path / "airflow"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "MLFLOW_"))}
-    env.update(
-        {
-            "AIRFLOW_HOME": str(home),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "false",
-            "ABPO_CONFIG": str(config),
-            "ABPO_STATE": str(state),
-            "ABPO_TASK_RETRIES": "0",
-            "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]),
-        }
-    )
-    airflow = str(Path(sys.executable).with_name("airflow"))
-    subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
-    proc = subprocess.run(
-        [
-            airflow,
-            "dags",
-            "test",
-            "abpo_monthly",
-            "2026-02-01T00:00:00+00:00",
-            "-c",
-            json.dumps({"month": "2026-01", "simulate": True}),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-4000:]
-    with contextlib.closing(sqlite3.connect(home / "airflow.db")) as db:
-        tis = dict(db.execute("SELECT task_id, state FROM task_instance").fetchall())
+    tis = dags_test_month(tmp_path, config, state, "2026-01", "2026-02-01T00:00:00+00:00")
     for task in (
         "bootstrap",
         "serve",

@@ -197,6 +197,7 @@ class SimConfig:
         default=0.0,
         metadata={
             "min": 0,
+            "max": 4,  # (n_med / n_a)^4 already discounts an item 10 times the median by 10,000
             "help": "replay oracle: gamma of the popularity discount of a future item's lift, "
             "min(1, (n_med / n_a)^gamma), n_a the item's interactions (0: no discount; docs/simulator.md).",
         },

@@ -215,6 +215,7 @@ OVERRIDE_RANGES: dict[str, tuple[float, bool, float, bool, bool]] = {
     "sim.replay_horizon": (1, True, 10_000, True, True),
     "sim.replay_decay": (0, False, 1, True, False),
     "sim.replay_strength": (0, True, 100, True, False),
+    "sim.replay_popularity_exponent": (0, True, 4, True, False),
     "sim.click_next": (0, True, 1, True, False),
     "sim.click_soon": (0, True, 1, True, False),
     "sim.soon_horizon": (0, True, 10_000, True, True),

@@ -311,16 +311,18 @@ class ReplayComponent:
     def fit(self, sequences: Mapping[int, Sequence[int]], item_index: Mapping[int, int]) -> ReplayComponent:
         self.item_index = dict(item_index)
         self.sequences = {int(u): [int(i) for i in s] for u, s in sequences.items()}
+        self.discount = np.ones(len(self.item_index))
+        if self.popularity_exponent == 0:  # no discount: the interactions need not be counted
+            return self
         counts = np.zeros(len(self.item_index))
         for seq in self.sequences.values():
             for item in seq:
                 j = self.item_index.get(item)
                 if j is not None:
                     counts[j] += 1
-        self.discount = np.ones(len(self.item_index))
-        if self.popularity_exponent > 0 and (counts > 0).any():
-            median = float(np.median(counts[counts > 0]))
-            seen = counts > 0
+        seen = counts > 0
+        if seen.any():
+            median = float(np.median(counts[seen]))
             self.discount[seen] = np.minimum(1.0, (median / counts[seen]) ** self.popularity_exponent)
         return self
 

@@ -257,3 +257,32 @@ def test_the_gpu_extra_resolves_against_constraints_gpu(tmp_path):
         if req.name in ("transformers", "torch") and not req.marker:
             assert req.specifier.contains(version[req.name]), (r, version[req.name])
     assert "the gpu extra resolves: vllm " + version["vllm"] in p.stdout
+
+
+def test_set_up_compiled_the_installed_packages_and_the_checkout_to_bytecode():
+    """scripts/setup.sh leaves a .pyc beside every module the monthly steps import, the installed libraries' and the
+    checkout's own, each valid for its source (Python ignores a .pyc whose recorded mtime or size differs): where
+    PYTHONDONTWRITEBYTECODE is set no process writes one, and each compiled its imports from source again."""
+    import importlib.util
+
+    checked = []
+    for name in (
+        "transformers.modeling_utils",
+        "mlflow.store.tracking.sqlalchemy_store",
+        "airflow.models.dag",
+        "torch.nn.modules.module",
+        "great_expectations.core",
+        "abpo.monthly.update",
+        "abpo.registry.store",
+    ):
+        src = importlib.util.find_spec(name).origin
+        pyc = Path(importlib.util.cache_from_source(src))
+        assert pyc.is_file(), f"{pyc}: no bytecode for {name}; rule: scripts/setup.sh compiles at install"
+        header = pyc.read_bytes()[:16]
+        st = os.stat(src)
+        flags = int.from_bytes(header[4:8], "little")
+        if flags == 0:  # a timestamp-based .pyc: valid while the source's mtime and size are the recorded ones
+            assert int.from_bytes(header[8:12], "little") == int(st.st_mtime) & 0xFFFFFFFF, f"{pyc}: stale"
+            assert int.from_bytes(header[12:16], "little") == st.st_size & 0xFFFFFFFF, f"{pyc}: stale"
+        checked.append(name)
+    assert len(checked) == 7

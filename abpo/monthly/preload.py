@@ -15,7 +15,20 @@ import pkgutil
 
 # the third-party packages the steps import inside their functions (warmed here, called only through their doors:
 # abpo.registry for MLflow, abpo.validation for Great Expectations)
-HEAVY = ("torch", "transformers", "peft", "duckdb", "pyarrow", "pyarrow.parquet", "mlflow", "great_expectations")
+# (MLflow's SQL stores, with SQLAlchemy and Alembic, load at a process's first store call: 1 s of a task that only reads
+# an alias)
+HEAVY = (
+    "torch",
+    "transformers",
+    "peft",
+    "duckdb",
+    "pyarrow",
+    "pyarrow.parquet",
+    "mlflow",
+    "mlflow.store.tracking.sqlalchemy_store",
+    "mlflow.store.model_registry.sqlalchemy_store",
+    "great_expectations",
+)
 # abpo's packages no monthly task runs: the commands, the experiment runner, this module and the Celery workers'
 # configuration (it imports Airflow's Celery provider)
 SKIP = ("abpo.cli", "abpo.commands", "abpo.experiment", "abpo.monthly.preload", "abpo.monthly.celery_preload")

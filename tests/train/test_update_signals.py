@@ -17,6 +17,12 @@ MONTH = "2025-02"
 def _runs(cfg) -> list:
     from mlflow import MlflowClient
 
+    from abpo.registry import ensure_store
+
+    # the update may be creating the store right now: a bare MlflowClient here would migrate the new file beside it,
+    # the race abpo.registry.ensure_store serialises (its docstring says what the loser leaves behind); a fresh-clone
+    # run at 47c85fc failed here with the update alive and its run "never opened" in 300 s
+    ensure_store(cfg.paths.tracking_uri())
     client = MlflowClient(tracking_uri=cfg.paths.tracking_uri())
     exp = client.get_experiment_by_name(cfg.update.mlflow_experiment)
     return [] if exp is None else client.search_runs([exp.experiment_id])
@@ -48,27 +54,32 @@ def test_a_signalled_update_ends_its_run_killed(
         str(tiny_model_dir),
         *(a for s in sets for a in ("--set", s)),
     ]
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from abpo.cli import main; sys.exit(main(sys.argv[1:]))", *argv],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        # a pytest-xdist worker ignores SIGINT and a child inherits that (Python then installs no KeyboardInterrupt
-        # handler): the update must meet SIGINT as a user's shell delivers it
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    # the child's output goes to files, not pipes: the update logs ~2.5 KB per step (87 KB in the 2 s of training
+    # below), and a pipe nobody reads until the end blocks the child's writes at 64 KiB
+    out_path, err_path = tmp_path / "update.out", tmp_path / "update.err"
+    with open(out_path, "w") as out_f, open(err_path, "w") as err_f:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "import sys; from abpo.cli import main; sys.exit(main(sys.argv[1:]))", *argv],
+            stdout=out_f,
+            stderr=err_f,
+            text=True,
+            # a pytest-xdist worker ignores SIGINT and a child inherits that (Python then installs no KeyboardInterrupt
+            # handler): the update must meet SIGINT as a user's shell delivers it
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
     try:
         deadline = time.monotonic() + 300
         while not any(r.info.status == "RUNNING" for r in _runs(cfg)):
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the update's MLflow run never opened"
+            assert proc.poll() is None, (proc.returncode, err_path.read_text()[-3000:])
+            assert time.monotonic() < deadline, ("the update's MLflow run never opened", err_path.read_text()[-3000:])
             time.sleep(0.5)
         time.sleep(2)  # training
         proc.send_signal(sig)
-        out, err = proc.communicate(timeout=120)
+        proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
+    out, err = out_path.read_text(), err_path.read_text()
     (run,) = _runs(cfg)
     assert run.info.status == "KILLED", (run.info.status, err[-3000:])
     assert run.info.end_time is not None

@@ -360,7 +360,9 @@ def _run_checkpoint(
     definition = context.validation_definitions.add(
         gx.ValidationDefinition(name=f"impressions_{month}", data=batch_def, suite=suite)
     )
-    actions = [gx.checkpoint.UpdateDataDocsAction(name="data_docs")] if docs is not None else []
+    # only abpo's site: an ephemeral context also has GX's default "local_site" in a new temp directory, which the
+    # action would build too and nothing removes (a whole Data Docs site left in /tmp by every validation)
+    actions = [gx.checkpoint.UpdateDataDocsAction(name="data_docs", site_names=["abpo"])] if docs is not None else []
     checkpoint = context.checkpoints.add(
         gx.Checkpoint(name=f"ingest_{month}", validation_definitions=[definition], actions=actions)
     )

@@ -127,7 +127,17 @@ def _mlflow_step_times(tracking_uri: str, run_id: str) -> list[float]:
 
 
 def run_rows(args, device: str) -> dict:
-    """Every row on ``device`` for every size (called in the worker process of that device)."""
+    """Every row on ``device`` for every size (called in the worker process of that device), in a copy of the
+    prepared state under a new folder of ``--work``; a folder in the temp dir (no ``--work``) is removed after."""
+    work = Path(tempfile.mkdtemp(prefix=f"abpo-gpu-{device}-", dir=args.work))
+    try:
+        return _rows_in(args, device, work)
+    finally:
+        if args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _rows_in(args, device: str, work: Path) -> dict:
     import torch
 
     from abpo.config import load_config
@@ -136,7 +146,6 @@ def run_rows(args, device: str) -> dict:
     if cuda and not torch.cuda.is_available():
         raise SystemExit("gpu.py: --devices cuda but torch.cuda.is_available() is False")
     prepared = json.loads((args.state / "prepared.json").read_text())
-    work = Path(tempfile.mkdtemp(prefix=f"abpo-gpu-{device}-", dir=args.work))
     state = work / "state"
     shutil.copytree(args.state, state)
     base = [o for o in prepared["overrides"] if not o.startswith(("paths.root=", "policy.tiny_"))]
@@ -361,7 +370,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None, help="Write every figure here.")
     ap.add_argument("--merge", type=Path, nargs="*", default=[], help="Other runs' --json files to add as columns.")
     ap.add_argument("--label", default="", help="A label of this run in the table (e.g. the machine).")
-    ap.add_argument("--work", type=Path, default=None, help="Where the workers' copies go (default: the temp dir).")
+    ap.add_argument(
+        "--work",
+        type=Path,
+        default=None,
+        help="Where the workers' copies of the state go, kept (default: the temp dir, removed after).",
+    )
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--smoke", action="store_true", help="the smallest sizes that run the same path (seconds)")
     args = ap.parse_args(argv)
@@ -371,46 +385,50 @@ def main(argv: list[str] | None = None) -> int:
         res = run_rows(args, args.worker)
         Path(args.json).write_text(json.dumps(res, indent=1))
         return 0
-    tmp = None
-    if args.state is None:
-        tmp = tempfile.mkdtemp(prefix="abpo-gpu-state-")
-        args.state = Path(tmp) / "state"
-    args.state = args.state.resolve()
-    prepare(args.state, args.smoke)
-    if args.prepare:
+    tmp = None  # the prepared state when no --state is given: removed at the end, as the workers' json folders
+    try:
+        if args.state is None:
+            tmp = tempfile.mkdtemp(prefix="abpo-gpu-state-")
+            args.state = Path(tmp) / "state"
+        args.state = args.state.resolve()
+        prepare(args.state, args.smoke)
+        if args.prepare:
+            return 0
+        runs = []
+        for device in args.devices:
+            out = Path(tempfile.mkdtemp(prefix="abpo-gpu-json-")) / f"{device}.json"
+            env = dict(os.environ)
+            if device == "cpu":
+                env["CUDA_VISIBLE_DEVICES"] = ""  # the CPU rows never touch the GPU (abpo picks CUDA when it sees one)
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", device, "--state", str(args.state)]
+            cmd += ["--json", str(out), "--sizes", *args.sizes, "--steps", str(args.steps)]
+            cmd += ["--sft-steps", str(args.sft_steps), "--score-requests", str(args.score_requests)]
+            cmd += ["--cpu-threads", str(args.cpu_threads)] + (["--work", str(args.work)] if args.work else [])
+            t0 = time.time()
+            rc = subprocess.run(cmd, env=env).returncode
+            if rc != 0:
+                shutil.rmtree(out.parent, ignore_errors=True)
+                print(f"gpu.py: the {device} worker exited {rc}", file=sys.stderr)
+                return rc
+            res = json.loads(out.read_text())
+            shutil.rmtree(out.parent, ignore_errors=True)
+            res["label"], res["seconds"] = args.label, round(time.time() - t0, 1)
+            runs.append(res)
+        for path in args.merge:
+            got = json.loads(path.read_text())
+            runs.extend(got if isinstance(got, list) else [got])
+        if args.json:
+            args.json.write_text(json.dumps(runs, indent=1))
+        print_table(runs)
+        fb = _fb(runs[0]["sizes"][args.sizes[-1]]["rows"])
+        ok = fb is not None and fb <= 1.2
+        print(
+            f"goal F/B <= 1.2 ({runs[0]['device']}): {'met' if ok else 'NOT met'} ({fb if fb is not None else float('nan'):.2f})"
+        )
         return 0
-    runs = []
-    for device in args.devices:
-        out = Path(tempfile.mkdtemp(prefix="abpo-gpu-json-")) / f"{device}.json"
-        env = dict(os.environ)
-        if device == "cpu":
-            env["CUDA_VISIBLE_DEVICES"] = ""  # the CPU rows never touch the GPU (abpo picks CUDA when it sees one)
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", device, "--state", str(args.state)]
-        cmd += ["--json", str(out), "--sizes", *args.sizes, "--steps", str(args.steps)]
-        cmd += ["--sft-steps", str(args.sft_steps), "--score-requests", str(args.score_requests)]
-        cmd += ["--cpu-threads", str(args.cpu_threads)] + (["--work", str(args.work)] if args.work else [])
-        t0 = time.time()
-        rc = subprocess.run(cmd, env=env).returncode
-        if rc != 0:
-            print(f"gpu.py: the {device} worker exited {rc}", file=sys.stderr)
-            return rc
-        res = json.loads(out.read_text())
-        res["label"], res["seconds"] = args.label, round(time.time() - t0, 1)
-        runs.append(res)
-    for path in args.merge:
-        got = json.loads(path.read_text())
-        runs.extend(got if isinstance(got, list) else [got])
-    if args.json:
-        args.json.write_text(json.dumps(runs, indent=1))
-    print_table(runs)
-    fb = _fb(runs[0]["sizes"][args.sizes[-1]]["rows"])
-    ok = fb is not None and fb <= 1.2
-    if tmp:
-        shutil.rmtree(tmp, ignore_errors=True)
-    print(
-        f"goal F/B <= 1.2 ({runs[0]['device']}): {'met' if ok else 'NOT met'} ({fb if fb is not None else float('nan'):.2f})"
-    )
-    return 0
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -22,9 +22,13 @@ def ingested(tmp_path_factory):
     wh.close()
 
 
-def test_clean_partition_passes_and_summary_is_saved(ingested):
+def test_clean_partition_passes_and_summary_is_saved(ingested, tmp_path, monkeypatch):
+    import tempfile
+
     root, wh = ingested
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # GX's ephemeral context puts its default site here
     summary = validate_month(wh, MONTH, ARMS, out_dir=root / "validation")
+    assert list(tmp_path.iterdir()) == []  # only abpo's Data Docs site is built (GX's default one was left in /tmp)
     assert summary.success and not summary.failed and summary.rows == 2850
     kinds = {(r["expectation"], r["column"]) for r in summary.results}
     assert ("expect_column_values_to_be_unique", "impression_id") in kinds

@@ -385,7 +385,8 @@ def main(argv: list[str] | None = None) -> int:
         res = run_rows(args, args.worker)
         Path(args.json).write_text(json.dumps(res, indent=1))
         return 0
-    tmp = None  # the prepared state when no --state is given: removed at the end, as the workers' json folders
+    tmp = None  # the prepared state when no --state is given
+    scratch = tempfile.mkdtemp(prefix="abpo-gpu-json-")  # the workers' json files
     try:
         if args.state is None:
             tmp = tempfile.mkdtemp(prefix="abpo-gpu-state-")
@@ -396,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         runs = []
         for device in args.devices:
-            out = Path(tempfile.mkdtemp(prefix="abpo-gpu-json-")) / f"{device}.json"
+            out = Path(scratch) / f"{device}.json"
             env = dict(os.environ)
             if device == "cpu":
                 env["CUDA_VISIBLE_DEVICES"] = ""  # the CPU rows never touch the GPU (abpo picks CUDA when it sees one)
@@ -407,11 +408,9 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.time()
             rc = subprocess.run(cmd, env=env).returncode
             if rc != 0:
-                shutil.rmtree(out.parent, ignore_errors=True)
                 print(f"gpu.py: the {device} worker exited {rc}", file=sys.stderr)
                 return rc
             res = json.loads(out.read_text())
-            shutil.rmtree(out.parent, ignore_errors=True)
             res["label"], res["seconds"] = args.label, round(time.time() - t0, 1)
             runs.append(res)
         for path in args.merge:
@@ -427,6 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     finally:
+        shutil.rmtree(scratch, ignore_errors=True)
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
 

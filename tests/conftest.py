@@ -474,14 +474,18 @@ def _empty_store_template(real_ensure_store) -> Path | None:
 
 @pytest.fixture(autouse=True)
 def _no_tracking_uri_left_in_the_environment():
-    """After every test, the worker's environment names no MLflow store again, as at start-up (above).
+    """Before and after every test (its wider-scoped fixtures set up), the worker's environment names no MLflow
+    store, as at start-up (above).
     ``mlflow.set_tracking_uri`` writes $MLFLOW_TRACKING_URI into the process's environment, and a test that calls it
     directly (to read a store) left it there for the rest of the worker's tests: a later test's ``abpo``
     subprocess then took that store as the user's ($MLFLOW_TRACKING_URI comes before paths.root) and wrote its runs
     into an earlier test's directory. tests/train/test_update_signals.py[SIGTERM] waited 300 s for a run that had
     opened in tests/train/test_distributed.py's store (fresh-clone runs of 47c85fc and bcee1f4)."""
+    names = ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI", "ABPO_TRACKING_URI")
+    for var in names:
+        os.environ.pop(var, None)
     yield
-    for var in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI", "ABPO_TRACKING_URI"):
+    for var in names:
         os.environ.pop(var, None)
 
 

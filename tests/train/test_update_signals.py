@@ -4,7 +4,6 @@ subprocess on a real warehouse and MLflow store, signalled once its run is open.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -57,20 +56,11 @@ def test_a_signalled_update_ends_its_run_killed(
     # the child's output goes to files, not pipes: the update logs ~2.5 KB per step (87 KB in the 2 s of training
     # below), and a pipe nobody reads until the end blocks the child's writes at 64 KiB
     out_path, err_path = tmp_path / "update.out", tmp_path / "update.err"
-    # and the child's store is the one under paths.root, whatever an earlier test of this worker left in the
-    # environment: $MLFLOW_TRACKING_URI would come first (fresh-clone runs at 47c85fc and bcee1f4 failed here after
-    # 300 s, the update training in tests/train/test_distributed.py's store)
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI", "ABPO_TRACKING_URI")
-    }
     with open(out_path, "w") as out_f, open(err_path, "w") as err_f:
         proc = subprocess.Popen(
             [sys.executable, "-c", "import sys; from abpo.cli import main; sys.exit(main(sys.argv[1:]))", *argv],
             stdout=out_f,
             stderr=err_f,
-            env=env,
             text=True,
             # a pytest-xdist worker ignores SIGINT and a child inherits that (Python then installs no KeyboardInterrupt
             # handler): the update must meet SIGINT as a user's shell delivers it
@@ -81,7 +71,9 @@ def test_a_signalled_update_ends_its_run_killed(
         while not any(r.info.status == "RUNNING" for r in _runs(cfg)):
             assert proc.poll() is None, (proc.returncode, err_path.read_text()[-3000:])
             store = next((ln for ln in out_path.read_text().splitlines() if ln.startswith("MLflow store ")), None)
-            assert store is None or cfg.paths.tracking_uri() in store, store  # not another test's store
+            # the store under paths.root: fresh-clone runs at 47c85fc and bcee1f4 failed here after 300 s, the update
+            # training in the store an earlier test left in $MLFLOW_TRACKING_URI (tests/conftest.py clears it now)
+            assert store is None or cfg.paths.tracking_uri() in store, store
             assert time.monotonic() < deadline, ("the update's MLflow run never opened", err_path.read_text()[-3000:])
             time.sleep(0.5)
         time.sleep(2)  # training

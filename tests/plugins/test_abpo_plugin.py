@@ -352,6 +352,30 @@ def test_champions_show_who_approved_the_promotion(get, state):
     assert page.count("approved by") == 1
 
 
+def test_champions_escape_what_a_hand_in_mlflow_wrote(get, state):
+    """Tags set by hand in MLflow reach the page as text: a <script> approver name and a 20,000-character pin reason
+    (a registered-model tag may hold 100,000) are escaped, the reason shown whole, and no tag opens an element."""
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{state / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    script = "<script>alert('approver')</script>"
+    comment = ('<img src=x onerror="alert(1)"> & ' * 700)[:20_000]
+    client.create_registered_model("abpo-arm-abpo")
+    v = client.create_model_version("abpo-arm-abpo", source=state.as_uri(), tags={"approved_by": script})
+    client.set_registered_model_alias("abpo-arm-abpo", "champion", v.version)
+    client.set_registered_model_tag("abpo-arm-abpo", "abpo.pinned", f"1|<b>bob</b>|2026-03-02|{comment}")
+    r = get("/abpo/champions")
+    assert r.status_code == 200, r.text[:300]
+    page = r.text
+    assert "<script" not in page and "<img" not in page and "<b>bob" not in page
+    assert "approved by &lt;script&gt;alert(" in page and "&lt;/script&gt; at " in page
+    assert "by &lt;b&gt;bob&lt;/b&gt; at 2026-03-02: &lt;img src=x onerror=" in page
+    shown = page.split("at 2026-03-02: ", 1)[1].split(")</td>", 1)[0]
+    assert len(shown) > 20_000 and shown.count("&lt;img src=x") == comment.count("<img src=x")
+    assert "&amp; &lt;img" in shown
+
+
 def test_champions_show_the_pin_and_the_promotion_history(get, state, monkeypatch):
     from mlflow import MlflowClient
 

@@ -14,6 +14,17 @@ set (docs/ABPO_SPEC.md "Propensities"). With w_i = e_pi(a_i|q_i) / e0(a_i|q_i):
 Standard errors: IPS, the sample std of w_i y_i over sqrt(n); SNIPS, the delta method
 sqrt(sum_i w_i^2 (y_i - SNIPS)^2) / sum_i w_i.
 
+A click rate lies in [0, 1]. SNIPS does by construction (a weighted mean of 0/1 clicks); IPS, DR and Switch-DR do
+not: they multiply by the weights' scale, so logged propensities far too small (e0 = 1e-9 everywhere gives w ~ 10^8)
+put them at any value, and the gate refuses an estimate outside [0, 1] (abpo.monthly.gate_verdict).
+
+When no row is clicked, every resample's estimate is 0 and the bootstrap interval is the point [0, 0]; what the rows
+do say is a bound (:func:`zero_click_upper_bound`): with no click in n_eff effective rows, the policy's CTR is below
+
+    ZERO_CLICK = 1 - alpha^(1 / n_eff)                the exact one-sided (1 - alpha) binomial (Clopper-Pearson)
+                                                      upper bound for 0 successes in n_eff trials; about
+                                                      -ln(alpha) / n_eff, the "rule of three" at alpha 0.05
+
 The doubly robust family (:func:`ope_estimates`, :func:`compare_ope`) reads the target policy's whole distribution
 pi(.|x_i) over each row's candidates and a reward model q(x, a) ~ E[y | x, a] (abpo.evaluation.reward_model,
 cross-fitted: each row's q from a model that never saw that row). With w_i = pi(a_i|x_i) / e0(a_i|x_i),
@@ -137,6 +148,11 @@ class SnipsComparison:
     ci_high: float
     confidence: float
     n_boot: int
+    # challenger IPS - champion IPS on the same rows and resamples: IPS is not self-normalised, so it sees what SNIPS
+    # cannot when every row is clicked (a challenger that moves its mass off the logged items)
+    ips_diff: float = math.nan
+    ips_ci_low: float = math.nan
+    ips_ci_high: float = math.nan
 
 
 def _snips(y: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -167,9 +183,9 @@ def compare_snips(
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, y.shape[0], size=(n_boot, y.shape[0]))
     d = _snips(y[idx], w_ch[idx]) - _snips(y[idx], w_cp[idx])
-    d = d[np.isfinite(d)]
-    alpha = (1.0 - confidence) / 2
-    lo, hi = (float(np.quantile(d, alpha)), float(np.quantile(d, 1 - alpha))) if d.size else (math.nan, math.nan)
+    d_ips = ((w_ch - w_cp) * y)[idx].mean(axis=-1)  # IPS_challenger - IPS_champion on each resample
+    lo, hi = _quantiles(d, confidence)
+    ips_lo, ips_hi = _quantiles(d_ips, confidence)
     return SnipsComparison(
         n=int(y.shape[0]),
         challenger=ch,
@@ -179,7 +195,29 @@ def compare_snips(
         ci_high=hi,
         confidence=confidence,
         n_boot=n_boot,
+        ips_diff=ch.ips - cp.ips,
+        ips_ci_low=ips_lo,
+        ips_ci_high=ips_hi,
     )
+
+
+def _quantiles(d: np.ndarray, confidence: float) -> tuple[float, float]:
+    """The percentile interval of the finite resampled values ``d`` (NaN, NaN when none is finite)."""
+    d = d[np.isfinite(d)]
+    alpha = (1.0 - confidence) / 2
+    return (float(np.quantile(d, alpha)), float(np.quantile(d, 1 - alpha))) if d.size else (math.nan, math.nan)
+
+
+def zero_click_upper_bound(ess: float, confidence: float) -> float:
+    """Eq. ZERO_CLICK of the module docstring: the one-sided upper bound of a CTR on rows with no click, at the level
+    of a two-sided ``confidence`` interval's bound (alpha = (1 - confidence) / 2, as the gate's intervals), from
+    ``ess`` effective rows (Kish's, of the policy's weights). 1 when no row carries weight (ess <= 0)."""
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"zero_click_upper_bound: confidence {confidence}; rule: in (0, 1)")
+    if not ess > 0:
+        return 1.0
+    alpha = (1.0 - confidence) / 2
+    return float(-math.expm1(math.log(alpha) / ess))  # 1 - alpha^(1/ess)
 
 
 def top_weight_share(weights: Sequence[float] | np.ndarray, fraction: float) -> tuple[float, int]:

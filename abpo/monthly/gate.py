@@ -165,7 +165,11 @@ def off_policy_gate(cfg: Config, arm: str, version: str, month: str, *, champion
     and the champion's propensity vectors over each row's candidates (both versions score every row), each row's
     logged propensity as e0, and every estimator of :func:`ope_estimates_on_rows` (SNIPS on the arm's own rows,
     the doubly robust family on every arm's); ``arms.gate_ope_estimator`` names the one that decides. On the arm's
-    own rows logged by the champion itself, the champion's SNIPS weight is e0 / e0 = 1 (as before issue 42)."""
+    own rows logged by the champion itself, the champion's SNIPS weight is e0 / e0 = 1 (as before issue 42).
+
+    An arm that served none of the month's rows (its challenger trained on the other arms' rows,
+    ``arms.update_logs = all``) is gated on every arm's rows like any other: SNIPS on its own rows is recorded as
+    not computed (n 0, NaN), and the ``snips`` choice fails closed saying so (issue 59)."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -179,7 +183,10 @@ def off_policy_gate(cfg: Config, arm: str, version: str, month: str, *, champion
     rows = pa.concat_tables([pos, neg])
     own = np.asarray(pc.equal(rows.column("arm"), arm).to_numpy(zero_copy_only=False), dtype=bool)
     if not own.any():
-        raise ValueError(f"off-policy gate {arm} v{version}: no logged rows of arm {arm} in {month}")
+        log.warning(
+            f"  off-policy gate {arm} v{version}: none of the {rows.num_rows} logged rows of {month} is arm {arm}'s "
+            "own (it served nothing): gated on every arm's rows, SNIPS on its own rows not computed"
+        )
     reqs = list(
         zip(
             rows.column("user_id").to_pylist(),
@@ -247,6 +254,8 @@ def _weights_summary(w: np.ndarray, top_fraction: float) -> dict[str, Any]:
     """ESS (Kish), the largest weight and the share of the total its top ``top_fraction`` of rows carry."""
     import numpy as np
 
+    if w.size == 0:  # no row: no weight, nothing to summarise (the verdict fails closed on n 0)
+        return {"ess": 0.0, "max_weight": float("nan"), "top_weight_share": float("nan"), "top_weight_rows": 0}
     total = float(w.sum())
     ess = total**2 / float((w * w).sum()) if total > 0 else 0.0
     share, k = top_weight_share(w, top_fraction)
@@ -277,8 +286,12 @@ def ope_estimates_on_rows(
     ``ci_high``, ``boot_se``), the rows it read (``rows``: ``own`` or ``all``, ``n``) and the challenger's weights'
     ESS, largest weight and top share on those rows.
 
+    ``clicks``: the clicked rows among those it read (0 or ``n``: the verdict's degenerate cases).
+
     ``snips``: abpo.evaluation.off_policy.compare_snips on the ``own`` rows (the arm's), each row's logged e0, the
-    champion's weight 1 where ``champion_logged_own`` (it logged them), interval over rows. The others:
+    champion's weight 1 where ``champion_logged_own`` (it logged them), interval over rows, with IPS's difference
+    and interval on the same rows and resamples (``ips_diff``, ``ips_ci_low``, ``ips_ci_high``); no own row (the arm
+    served nothing): n 0 and every number NaN, the other estimators unchanged. The others:
     compare_ope_on_logs on every row (dm, ips, snips_all = SNIPS, dr, sndr, switch_dr at ``switch_lambda``), the
     reward model cross-fitted over OPE_FOLDS folds of ``users`` (a user's rows in one fold, so no row is scored by a
     model fitted on it), the bootstrap over users. ``challenger`` / ``champion``: each row's probability vector
@@ -288,15 +301,26 @@ def ope_estimates_on_rows(
     from abpo.evaluation.off_policy import compare_ope_on_logs
 
     n = len(candidates)
-    y = np.asarray(clicked, dtype=np.float64)
-    logged_e0 = np.asarray(e0, dtype=np.float64)
-    own_mask = np.asarray(own, dtype=bool)
+    y = np.asarray(clicked, dtype=np.float64).reshape(n)
+    logged_e0 = np.asarray(e0, dtype=np.float64).reshape(n)
+    own_mask = np.asarray(own, dtype=bool).reshape(n)
     idx = np.array([list(c).index(a) for c, a in zip(candidates, logged_items, strict=True)], dtype=np.int64)
-    p_new = np.array([float(p[i]) for p, i in zip(challenger, idx, strict=True)])
-    p_old = np.array([float(p[i]) for p, i in zip(champion, idx, strict=True)])
+    p_new = np.array([float(p[i]) for p, i in zip(challenger, idx, strict=True)], dtype=np.float64)
+    p_old = np.array([float(p[i]) for p, i in zip(champion, idx, strict=True)], dtype=np.float64)
     nan = float("nan")
     out: dict[str, dict[str, Any]] = {}
-    if own_mask.any():
+    if not own_mask.any():  # the arm served none of these rows: SNIPS on its own rows has nothing to read
+        out["snips"] = {
+            "rows": "own",
+            "n": 0,
+            "clicks": 0,
+            **dict.fromkeys(("challenger", "champion", "diff", "ci_low", "ci_high"), nan),
+            **dict.fromkeys(("ips_diff", "ips_ci_low", "ips_ci_high"), nan),
+            "confidence": confidence,
+            "champion_ess": 0.0,
+            **{f"challenger_{k}": v for k, v in _weights_summary(p_new[:0], top_fraction).items()},
+        }
+    else:
         cmp = compare_snips(
             y[own_mask],
             logged_e0[own_mask],
@@ -309,6 +333,7 @@ def ope_estimates_on_rows(
         out["snips"] = {
             "rows": "own",
             "n": cmp.n,
+            "clicks": int(y[own_mask].sum()),
             "challenger": cmp.challenger.snips,
             "champion": cmp.champion.snips,
             "diff": cmp.diff,
@@ -316,6 +341,9 @@ def ope_estimates_on_rows(
             "ci_high": cmp.ci_high,
             "confidence": confidence,
             "champion_ess": cmp.champion.ess,
+            "ips_diff": cmp.ips_diff,
+            "ips_ci_low": cmp.ips_ci_low,
+            "ips_ci_high": cmp.ips_ci_high,
             **{
                 f"challenger_{k}": v
                 for k, v in _weights_summary(p_new[own_mask] / logged_e0[own_mask], top_fraction).items()
@@ -345,6 +373,7 @@ def ope_estimates_on_rows(
             out["snips_all" if name == "snips" else name] = {
                 "rows": "all",
                 "n": n,
+                "clicks": int(y.sum()),
                 "challenger": c.challenger.value,
                 "champion": c.champion.value,
                 "diff": c.diff,
@@ -355,11 +384,12 @@ def ope_estimates_on_rows(
                 "champion_ess": champion_ess,
                 **weights_all,
             }
-    else:  # one user: no other fold to fit the reward model on, no resample: every number NaN (fails closed)
+    else:  # one user (or none): no other fold to fit the reward model on, no resample: every number NaN (fails closed)
         for name in family:
             out[name] = {
                 "rows": "all",
                 "n": n,
+                "clicks": int(y.sum()),
                 "diff": nan,
                 "ci_low": nan,
                 "ci_high": nan,
@@ -376,14 +406,21 @@ def ope_estimates_on_rows(
 
 def ope_numbers(estimates: dict[str, dict[str, Any]], estimator: str) -> dict[str, Any]:
     """The off-policy half's numbers, as gate_verdict reads them: the deciding ``estimator``'s (its estimates of the
-    challenger's and the champion's CTR, their difference and its interval, the challenger's weights' ESS and top
-    share on the rows it read), with ``estimates``, every estimator's numbers (:func:`ope_estimates_on_rows`)."""
+    challenger's and the champion's CTR, their difference and its interval, both versions' weights' ESS, the
+    challenger's top share, the clicked rows among the rows it read), IPS's difference and interval on the same rows
+    (``ips``: what the verdict reads when every row is clicked), the arm's own rows (``own_rows``), with
+    ``estimates``, every estimator's numbers (:func:`ope_estimates_on_rows`)."""
     if estimator not in estimates:
         raise ValueError(
             f"off-policy gate: arms.gate_ope_estimator {estimator!r} has no estimate on these rows (have "
-            f"{sorted(estimates)}); rule: snips needs rows of the arm itself"
+            f"{sorted(estimates)}); rule: one of abpo.config.arms.GATE_OPE_ESTIMATORS"
         )
     d = estimates[estimator]
+    nan = float("nan")
+    if d["rows"] == "own":
+        ips = {k: d.get(f"ips_{k}", nan) for k in ("diff", "ci_low", "ci_high")}
+    else:
+        ips = {k: estimates.get("ips", {}).get(k, nan) for k in ("diff", "ci_low", "ci_high")}
     return {
         "estimator": estimator,
         "rows": d["rows"],
@@ -399,6 +436,9 @@ def ope_numbers(estimates: dict[str, dict[str, Any]], estimator: str) -> dict[st
         "challenger_max_weight": d["challenger_max_weight"],
         "challenger_top_weight_share": d["challenger_top_weight_share"],
         "top_weight_rows": d["challenger_top_weight_rows"],
+        "clicks": d["clicks"],
+        "own_rows": estimates["snips"]["n"] if "snips" in estimates else None,
+        "ips": ips,
         "estimates": estimates,
     }
 

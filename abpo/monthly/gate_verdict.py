@@ -9,6 +9,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from abpo.evaluation.off_policy import zero_click_upper_bound
 from abpo.evaluation.paired import TANGO, paired_noninferiority, per_user_values
 
 
@@ -34,12 +35,63 @@ ESTIMATOR_NAMES = {
 }
 
 
+# The effective sample size below which the off-policy half refuses an estimate whatever arms.gate_min_ess says (it may
+# be set to 0, as tests/sizes.py's GATE_PASSES does). Kish's ESS = (sum w)^2 / sum w^2 >= sum w / max w, so an ESS below
+# 2 means the heaviest row carries more than half of the total weight: the estimate is one impression's click with the
+# rest of the month as a minority, and a bootstrap interval is the gap between resamples with and without that row.
+# ESS 0 (no logged row carries weight) is below it too: the estimate is then the reward model's alone.
+MIN_ESS_FLOOR = 2.0
+
+
+def _num(ope: dict[str, Any], key: str) -> float:
+    v = ope.get(key)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
+
+
+def ope_notes(ope: dict[str, Any] | None) -> list[str]:
+    """Short notes on the off-policy half's numbers that its verdict states in full (:func:`ope_verdict`) and the
+    report's gate section shows beside the interval: the arm served none of the rows, every row a no-response (the
+    interval degenerate), every row clicked (only IPS sees mass moved off the logged items), an estimate outside
+    [0, 1]. [] for a result recorded before issue 59 (no ``clicks``)."""
+    if not ope:
+        return []
+    notes = []
+    n, clicks = ope.get("n"), ope.get("clicks")
+    if ope.get("own_rows") == 0:
+        notes.append("the arm served none of the month's rows")
+    if isinstance(n, int) and n > 0 and clicks == 0:
+        notes.append("every row a no-response: the interval is degenerate; decided on the zero-click bound")
+    elif isinstance(n, int) and n > 0 and clicks == n:
+        notes.append(
+            "every row clicked: self-normalised estimators are blind to mass moved off the logged items; only IPS "
+            "sees it"
+        )
+    values = [_num(ope, k) for k in ("challenger_estimate", "champion_estimate")]
+    if clicks != 0 and any(math.isfinite(v) and not 0.0 <= v <= 1.0 for v in values):
+        notes.append("estimate outside [0, 1]: refused")
+    return notes
+
+
 def ope_verdict(ope: dict[str, Any], margin: float, min_ess: float, max_top_share: float = 1.0) -> tuple[bool, str]:
-    """The off-policy check of the gate, failing closed: a non-finite estimate (a NaN estimate, interval or effective
-    sample size: e.g. a logged propensity so small that its weight overflowed) or an effective sample size below
-    ``min_ess`` fails, whatever the interval says; otherwise the deciding estimator's interval's lower bound must be
-    >= -``margin``. ``ope``: abpo.monthly.gate.ope_numbers (``estimator`` names the one that decides; a result
-    recorded before issue 42 has SNIPS's ``challenger_snips`` / ``champion_snips`` instead)."""
+    """The off-policy check of the gate, failing closed, in this order (docs/gate.md "Decision"):
+
+    1. no row to read (the arm served nothing and the decider is ``snips``, its own rows; or no row at all) fails;
+    2. a non-finite estimate, interval or effective sample size fails (e.g. a logged propensity so small that its
+       weight overflowed);
+    3. the challenger's top weights carrying more than ``max_top_share`` of its total weight fail;
+    4. either version's effective sample size below ``min_ess``, or below MIN_ESS_FLOOR whatever ``min_ess`` is,
+       fails (a difference is as uncertain as its less certain side);
+    5. every row a no-response: every estimate is 0 and its interval the point [0, 0], which says nothing; the half
+       passes when the zero-click bound of the champion's CTR (abpo.evaluation.off_policy.zero_click_upper_bound on
+       its ESS, at the interval's one-sided level) is at most ``margin``: the challenger's CTR cannot be below 0;
+    6. an estimate of a CTR outside [0, 1] fails (IPS, DR and Switch-DR scale with the weights);
+    7. the deciding estimator's interval's lower bound must be >= -``margin``; when every row is clicked, IPS's too
+       (self-normalised estimators read 1 for any version with mass on a logged item, and the reward model has only
+       clicks to learn from: neither sees a challenger that moves its mass off the logged items; IPS, the mean
+       weight, does), and the verdict says so.
+
+    ``ope``: abpo.monthly.gate.ope_numbers (``estimator`` names the one that decides; a result recorded before issue
+    42 has SNIPS's ``challenger_snips`` / ``champion_snips`` instead, one before issue 59 no ``clicks``)."""
     name = ope.get("estimator", "snips")
     label = ESTIMATOR_NAMES.get(name, name)
     new_key, old_key = (
@@ -47,6 +99,17 @@ def ope_verdict(ope: dict[str, Any], margin: float, min_ess: float, max_top_shar
         if "challenger_estimate" in ope
         else ("challenger_snips", "champion_snips")
     )
+    n, clicks, own_rows = ope.get("n"), ope.get("clicks"), ope.get("own_rows")
+    if n == 0:
+        if ope.get("rows") == "own":
+            total = ope.get("estimates", {}).get("sndr", {}).get("n", "?")
+            return False, (
+                f"off-policy {label}: no logged rows of the arm's own among the month's {total} rows (it served "
+                "nothing; its challenger trained on the other arms' rows): no estimate; rule: "
+                "arms.gate_ope_estimator snips reads the arm's own rows (dm, ips, snips_all, dr, sndr, switch_dr read "
+                "every arm's): fails closed"
+            )
+        return False, f"off-policy {label}: no logged rows in the month: no estimate: fails closed"
     keys = (new_key, old_key, "diff", "ci_low", "ci_high", "challenger_ess")
     bad = [k for k in keys if not isinstance(ope.get(k), (int, float)) or not math.isfinite(float(ope[k]))]
     if bad:
@@ -55,6 +118,8 @@ def ope_verdict(ope: dict[str, Any], margin: float, min_ess: float, max_top_shar
             f"{ope.get('n')} rows: fails closed"
         )
     rows = "every arm's rows" if ope.get("rows") == "all" else "rows"
+    if ope.get("rows") == "all" and own_rows == 0:
+        rows = "every arm's rows, none of them the arm's own"
     top = ope.get("challenger_top_weight_share")
     if top is not None and not (isinstance(top, (int, float)) and float(top) <= max_top_share):
         return False, (
@@ -62,17 +127,70 @@ def ope_verdict(ope: dict[str, Any], margin: float, min_ess: float, max_top_shar
             f"{float(top):.1%} of the challenger's total weight > arms.gate_max_top_weight_share "
             f"{max_top_share:g}: fails closed ({label} diff {ope['diff']:+.4f})"
         )
-    if ope["challenger_ess"] < min_ess:
+    need = max(float(min_ess), MIN_ESS_FLOOR)
+    for who in ("challenger", "champion"):
+        ess = _num(ope, f"{who}_ess")
+        if f"{who}_ess" not in ope or ess >= need:
+            continue
+        rule = (
+            f"arms.gate_min_ess {min_ess:g}"
+            if min_ess >= MIN_ESS_FLOOR
+            else f"the gate's floor {MIN_ESS_FLOOR:g} (below it the heaviest row carries more than half of the "
+            f"weight; arms.gate_min_ess is {min_ess:g})"
+        )
         return False, (
-            f"off-policy effective sample size {ope['challenger_ess']:.1f} of {ope.get('n')} rows < "
-            f"arms.gate_min_ess {min_ess:g}: fails closed ({label} diff {ope['diff']:+.4f})"
+            f"off-policy {who}'s effective sample size {ess:.1f} of {ope.get('n')} rows < {rule}: fails closed "
+            f"({label} diff {ope['diff']:+.4f})"
+        )
+    interval = f"{ope['confidence']:.0%} CI [{ope['ci_low']:+.4f}, {ope['ci_high']:+.4f}]"
+    if clicks == 0:
+        ess = _num(ope, "champion_ess")
+        bound = zero_click_upper_bound(ess, float(ope["confidence"]))
+        ok = bool(-bound >= -margin)
+        return ok, (
+            f"off-policy {label}: every one of the {n} rows it read is a no-response: every estimate is about 0 and "
+            f"the {interval} "
+            f"is degenerate (no click to resample); with no click in the champion's {ess:.0f} effective rows its CTR "
+            f"is below {bound:.4f} (exact binomial, one-sided {(1 + float(ope['confidence'])) / 2:.1%}), so the "
+            f"difference is at least {-bound:+.4f} {'>=' if ok else '<'} -margin {margin}"
+        )
+    out_of_range = [
+        f"{who} {float(ope[k]):.6g}"
+        for who, k in (("challenger", new_key), ("champion", old_key))
+        if not 0 <= ope[k] <= 1
+    ]
+    all_clicked = clicks is not None and clicks == n
+    clicked_note = (
+        f"; every one of the {n} rows is clicked: a self-normalised estimator reads 1 for any version with mass on a "
+        "logged item and the reward model has only clicks to learn from, so only IPS sees a challenger that moves its "
+        "mass off the logged items"
+        if all_clicked
+        else ""
+    )
+    if out_of_range:
+        return False, (
+            f"off-policy {label} CTR estimate outside [0, 1] ({', '.join(out_of_range)}) on {n} {rows}: the weights "
+            f"pi/e0 dominate (largest {_num(ope, 'challenger_max_weight'):.3g}; logged propensities this small are not "
+            f"credible); rule: a click rate lies in [0, 1]: fails closed{clicked_note}"
         )
     ok = bool(ope["ci_low"] >= -margin)
-    return ok, (
+    reason = (
         f"off-policy {label} CTR challenger {ope[new_key]:.4f} vs champion {ope[old_key]:.4f} on {ope['n']} "
-        f"{rows}: diff {ope['diff']:+.4f}, {ope['confidence']:.0%} CI [{ope['ci_low']:+.4f}, {ope['ci_high']:+.4f}] "
+        f"{rows}: diff {ope['diff']:+.4f}, {interval} "
         f"{'>=' if ok else '<'} -margin {margin} (ESS {ope['challenger_ess']:.0f})"
     )
+    if all_clicked and name != "ips":
+        ips = ope.get("ips") or {}
+        lo, hi, d = _num(ips, "ci_low"), _num(ips, "ci_high"), _num(ips, "diff")
+        ips_ok = math.isfinite(lo) and lo >= -margin
+        reason += (
+            f"{clicked_note}: IPS diff {d:+.4f}, {ope['confidence']:.0%} CI [{lo:+.4f}, {hi:+.4f}] "
+            f"{'>=' if ips_ok else '<'} -margin {margin}{'' if ips_ok else ': fails'}"
+        )
+        ok = ok and ips_ok
+    elif all_clicked:
+        reason += clicked_note
+    return ok, reason
 
 
 def offline_verdict(

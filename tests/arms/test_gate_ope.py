@@ -126,12 +126,16 @@ def test_one_user_has_no_cross_fit_and_fails_closed():
 
 
 def test_snips_needs_rows_of_the_arm():
+    """An arm that served nothing (issue 59): SNIPS on its own rows is recorded as not computed, and as the decider it
+    fails closed in one line (before, ope_numbers raised and the gate's traceback wedged the month)."""
     rows, _ = _month(seed=4)
     rows["own"] = np.zeros(len(rows["clicked"]), dtype=bool)
     est = ope_estimates_on_rows(**rows, n_boot=100, seed=4)
-    assert "snips" not in est
-    with pytest.raises(ValueError, match="arms.gate_ope_estimator 'snips' has no estimate"):
-        ope_numbers(est, "snips")
+    assert est["snips"]["n"] == 0 and math.isnan(est["snips"]["diff"]) and math.isfinite(est["dr"]["diff"])
+    ok, why = ope_verdict(ope_numbers(est, "snips"), 0.05, 10.0)
+    assert not ok and "no logged rows of the arm's own" in why and "fails closed" in why
+    with pytest.raises(ValueError, match="arms.gate_ope_estimator 'bogus' has no estimate"):
+        ope_numbers(est, "bogus")
 
 
 def test_the_config_key_takes_each_choice_and_refuses_others():

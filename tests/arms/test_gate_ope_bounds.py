@@ -1,0 +1,195 @@
+"""The off-policy half's refusals (issue 59, points 2 and 8), on hand-built months through the gate's own numbers
+(abpo.monthly.gate.ope_estimates_on_rows -> ope_numbers -> abpo.monthly.gate_verdict.ope_verdict):
+
+- an estimate outside [0, 1] is refused (every logged propensity 1e-9: IPS 10^7, DR -10^5, diff 0 between two
+  identical versions, which the interval alone passed);
+- an effective sample size too small to say anything, of either version, is refused whatever arms.gate_min_ess says
+  (below MIN_ESS_FLOOR = 2, one row carries more than half the weight);
+- a month of all no-responses gives a degenerate interval: the verdict says so and decides on the zero-click bound of
+  the champion's CTR (exact binomial, on its effective sample) instead of [0, 0];
+- a month where every row is clicked: the self-normalised estimators (and the reward model, q -> 1) are blind to a
+  challenger that moves its mass off every logged item; the verdict says so and IPS, which sees it, must pass too;
+- an arm with no logged rows of its own: SNIPS on its own rows is recorded as not computed (n 0), the estimators on
+  every arm's rows decide, and the ``snips`` choice fails closed in one line."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from abpo.evaluation.off_policy import zero_click_upper_bound
+from abpo.monthly.gate import ope_estimates_on_rows, ope_numbers
+from abpo.monthly.gate_verdict import MIN_ESS_FLOOR, ope_notes, ope_verdict
+
+
+def _softmax(s):
+    e = np.exp(s - s.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _month(n_users=60, per_user=8, k=6, seed=0, clicked=None, e0=None, own=None):
+    """A month of rows of two logging arms (a user's rows from one), the challenger = the champion = the logger of the
+    arm's own rows; ``clicked`` / ``e0`` replace the drawn clicks / logged propensities (a constant)."""
+    rng = np.random.default_rng(seed)
+    n = n_users * per_user
+    users = np.repeat(np.arange(n_users), per_user)
+    champ = _softmax(rng.normal(0, 1.0, (n, k)))
+    other = _softmax(rng.normal(0, 1.0, (n, k)))
+    mine = (rng.random(n_users) < 0.5)[users] if own is None else np.full(n, own)
+    logger = np.where(mine[:, None], champ, other)
+    logged = np.array([rng.choice(k, p=row) for row in logger])
+    rows = np.arange(n)
+    cands = [list(range(100 * i, 100 * i + k)) for i in rows]
+    y = (rng.random(n) < 0.2).astype(int) if clicked is None else np.full(n, clicked)
+    return {
+        "candidates": cands,
+        "logged_items": [c[j] for c, j in zip(cands, logged, strict=True)],
+        "history_lengths": rng.integers(1, 30, n).tolist(),
+        "clicked": y,
+        "e0": logger[rows, logged] if e0 is None else np.full(n, e0),
+        "challenger": list(champ),
+        "champion": list(champ),
+        "users": users.tolist(),
+        "own": mine,
+    }, logged
+
+
+def _numbers(rows, estimator="sndr", **kw):
+    return ope_numbers(ope_estimates_on_rows(**rows, n_boot=200, seed=0, **kw), estimator)
+
+
+def test_estimates_outside_0_1_are_refused():
+    """Every logged propensity 1e-9 (ingest's contract accepts it): two identical versions, diff 0 in an interval
+    [0, 0] that the margin passed; IPS is a CTR of 10^7 and more, DR one of -10^5. Refused, naming the estimate and the rule."""
+    rows, _ = _month(e0=1e-9)
+    ope = _numbers(rows, "dr")
+    assert abs(ope["challenger_estimate"]) > 1e3 and ope["ci_low"] >= -0.05  # what passed before
+    assert ope["estimates"]["ips"]["challenger"] > 1e6
+    ok, why = ope_verdict(ope, 0.05, 10.0)
+    assert not ok, why
+    assert "outside [0, 1]" in why and "fails closed" in why and "challenger" in why
+    assert "rule: a click rate lies in [0, 1]" in why
+    for name in ("ips", "dr"):
+        ok, why = ope_verdict(_numbers(rows, name), 0.05, 10.0)
+        assert not ok and "outside [0, 1]" in why, (name, why)
+    # Switch-DR drops every row's correction here (all weights above its lambda 10): the reward model's estimate,
+    # in range; a self-normalised estimator stays in range (the weights' scale cancels): each decides on its interval
+    for name in ("switch_dr", "snips_all"):
+        ok, why = ope_verdict(_numbers(rows, name), 0.05, 10.0)
+        assert ok and "outside" not in why, why
+    # the same month with its real propensities passes under DR
+    honest, _ = _month()
+    ok, why = ope_verdict(_numbers(honest, "dr"), 0.05, 10.0)
+    assert ok, why
+
+
+def test_an_effective_sample_too_small_is_refused_for_either_version_whatever_the_config():
+    rows, logged = _month(seed=1)
+    n = len(rows["clicked"])
+    # the champion puts its mass on the logged item of 1 row and nearly none elsewhere: its ESS is about 1
+    k = len(rows["candidates"][0])
+    champ = []
+    for i, j in enumerate(logged):
+        p = np.full(k, 1.0 / k)
+        if i == 0:
+            p = np.full(k, 1e-9)
+            p[j] = 1 - (k - 1) * 1e-9
+        else:
+            p[j] = 1e-9
+            p[[m for m in range(k) if m != j]] = (1 - 1e-9) / (k - 1)
+        champ.append(p)
+    ope = _numbers({**rows, "champion": champ}, "sndr")
+    assert ope["champion_ess"] < MIN_ESS_FLOOR <= ope["challenger_ess"]
+    for min_ess in (10.0, 0.0):  # arms.gate_min_ess=0 (tests/sizes.py's GATE_PASSES) does not let it through
+        ok, why = ope_verdict(ope, 0.05, min_ess)
+        assert not ok and "champion's effective sample size" in why and "fails closed" in why, why
+    ok, why = ope_verdict(ope, 0.05, 0.0)
+    assert f"floor {MIN_ESS_FLOOR:g}" in why and "more than half" in why
+    # the challenger's, as before, at the configured threshold
+    ope = _numbers({**rows, "challenger": champ, "champion": rows["challenger"]}, "sndr")
+    ok, why = ope_verdict(ope, 0.05, 0.0)
+    assert not ok and "challenger's effective sample size" in why, why
+    # n rows, each carrying the same weight: ESS n, passes
+    ok, why = ope_verdict(_numbers(rows, "sndr"), 0.05, 10.0)
+    assert ok and f"on {n} every arm's rows" in why, why
+
+
+def test_all_no_responses_say_the_interval_is_degenerate_and_decide_on_the_zero_click_bound():
+    rows, _ = _month(clicked=0, seed=2)
+    for name in ("sndr", "snips", "ips"):
+        ope = _numbers(rows, name)
+        assert ope["clicks"] == 0 and ope["ci_low"] == pytest.approx(0, abs=1e-3)
+        ok, why = ope_verdict(ope, 0.05, 10.0)
+        bound = zero_click_upper_bound(ope["champion_ess"], 0.95)
+        assert "every one of the" in why and "no-response" in why and "degenerate" in why, why
+        assert f"{-bound:+.4f}" in why
+        assert ok is (bound <= 0.05), (name, why)
+        assert any("no-response" in s for s in ope_notes(ope))
+    # few effective rows: the zero-click bound is wide and the gate says it cannot tell
+    small, _ = _month(n_users=6, per_user=4, clicked=0, seed=3)
+    ope = _numbers(small, "snips_all")
+    ok, why = ope_verdict(ope, 0.05, 0.0)
+    assert zero_click_upper_bound(ope["champion_ess"], 0.95) > 0.05
+    assert not ok and "no-response" in why and "< -margin" in why, why
+
+
+def test_zero_click_bound_is_the_exact_binomial_one():
+    # no success in n trials: (1 - p)^n = alpha at the upper bound; about 3.69 / n at alpha 0.025 (rule of three)
+    for n in (10.0, 100.0, 2500.0):
+        p = zero_click_upper_bound(n, 0.95)
+        assert (1 - p) ** n == pytest.approx(0.025)
+        assert p == pytest.approx(-math.log(0.025) / n, rel=0.2)
+    assert zero_click_upper_bound(0.0, 0.95) == 1.0
+
+
+def test_all_clicked_the_self_normalised_estimators_are_blind_and_ips_decides_too():
+    """Every row clicked; the challenger moves its mass off every logged item (1e-6 left on it). SNIPS, on the arm's
+    own rows or on every arm's, reads 1 for both versions: diff 0 in [0, 0], which the margin passed. IPS = the mean
+    weight, ~1e-5 for the challenger: it sees it. The verdict says so and fails on IPS. The reward model's estimators
+    see it here only through the challenger's own scores among its features (a reward model on fewer features reads
+    q ~ 1 everywhere): the note is on their verdict too. An honest challenger passes, with the note."""
+    rows, logged = _month(clicked=1, seed=4)
+    k = len(rows["candidates"][0])
+    moved = []
+    for j in logged:
+        p = np.full(k, (1 - 1e-6) / (k - 1))
+        p[j] = 1e-6
+        moved.append(p)
+    bad = {**rows, "challenger": moved}
+    for name in ("snips", "snips_all", "sndr", "dr"):
+        ope = _numbers(bad, name)
+        if name.startswith("snips"):
+            assert ope["diff"] == 0 and ope["ci_low"] == 0, (name, ope["ci_low"])  # blind: what passed before
+        ok, why = ope_verdict(ope, 0.05, 0.0)
+        assert not ok, (name, why)
+        assert "every one of the" in why and "is clicked" in why and "only IPS" in why, why
+        assert "IPS diff" in why and "< -margin" in why, why
+        assert any("only IPS" in s for s in ope_notes(ope))
+    ok, why = ope_verdict(_numbers(rows, "sndr"), 0.05, 0.0)
+    assert ok and "is clicked" in why and "only IPS" in why, why
+
+
+def test_an_arm_without_rows_of_its_own_is_gated_on_every_arms_rows():
+    rows, _ = _month(own=False, seed=5)
+    est = ope_estimates_on_rows(**rows, n_boot=200, seed=0)
+    assert est["snips"]["n"] == 0 and est["snips"]["rows"] == "own" and math.isnan(est["snips"]["diff"])
+    assert all(est[e]["n"] == len(rows["clicked"]) for e in ("dm", "ips", "snips_all", "dr", "sndr", "switch_dr"))
+    ope = ope_numbers(est, "sndr")
+    assert ope["own_rows"] == 0
+    ok, why = ope_verdict(ope, 0.05, 10.0)
+    assert ok and "none of them the arm's own" in why, why
+    ok, why = ope_verdict(ope_numbers(est, "snips"), 0.05, 10.0)
+    assert not ok and "\n" not in why, why
+    assert "no logged rows of the arm's own among the month's" in why and "fails closed" in why, why
+    assert "rule: arms.gate_ope_estimator snips reads the arm's own rows" in why
+
+
+def test_a_month_without_any_row_fails_closed():
+    rows, _ = _month(seed=6)
+    empty = {k: v[:0] for k, v in rows.items()}
+    est = ope_estimates_on_rows(**empty, n_boot=50, seed=0)
+    for name in ("snips", "sndr"):
+        ok, why = ope_verdict(ope_numbers(est, name), 0.05, 10.0)
+        assert not ok and "no logged rows" in why and "fails closed" in why, why

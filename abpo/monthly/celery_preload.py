@@ -6,6 +6,8 @@ A Celery worker imports its ``imports`` in its main process when it starts, befo
 processes (Celery's ``WorkController``: the loader's ``init_worker``), and every Airflow task on that worker is forked
 from a pool process: so each inherits what abpo.monthly.preload imported, as the LocalExecutor's tasks do through
 ``[core] mp_forkserver_preload``. Only Airflow processes import this module (it imports Airflow's Celery provider).
+Importing the preload never raises (an import that fails is named on the worker's stderr, and the task that needs
+it fails with that line), so a broken heavy import cannot stop the worker from starting.
 """
 
 from __future__ import annotations

@@ -37,11 +37,13 @@ RANDOM_FLOOR = "random candidate"
 
 
 def candidate_click_probabilities(
-    cfg: Config, dataset, requests: Sequence[SimRequest]
+    cfg: Config, dataset, requests: Sequence[SimRequest], *, intercept: float | None = None
 ) -> tuple[list[np.ndarray], float]:
     """p_r(a) of the module docstring for every candidate of every request (one array per request, aligned with
     its candidates) and the preference link's intercept, calibrated on the z-scores of every candidate of
-    ``requests`` to mean sim.base_ctr, as simulate_month does for a month's requests (pass a whole month)."""
+    ``requests`` to mean sim.base_ctr, as simulate_month does for a month's requests (pass a whole month), or
+    ``intercept`` when given (the whole month's, abpo.sim.simulator.SimResult.calibration, for a part of its
+    requests)."""
     from abpo.sim.clicks import check_click_config
     from abpo.sim.preference import calibrate_intercept, preference_probability
     from abpo.sim.simulator import ground_truth
@@ -51,7 +53,8 @@ def candidate_click_probabilities(
         return [], 0.0
     oracle = ground_truth(cfg, dataset)
     z = [oracle.z(r.user_id, r.candidates, history=r.history) for r in requests]
-    intercept = calibrate_intercept(np.concatenate(z), cfg.sim.preference_slope, cfg.sim.base_ctr)
+    if intercept is None:
+        intercept = calibrate_intercept(np.concatenate(z), cfg.sim.preference_slope, cfg.sim.base_ctr)
     out = []
     for r, zr in zip(requests, z, strict=True):
         p_pref = preference_probability(zr, intercept, cfg.sim.preference_slope)

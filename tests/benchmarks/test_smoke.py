@@ -17,6 +17,12 @@ NUM = r"\d+(?:\.\d+)?"
 
 # script -> (the last line, as a regex; the line before it, or None; extra arguments)
 CASES = {
+    "budget_curve.py": (
+        r"Budget curve best online bound - pi_init: [+-]\d+\.\d\d pp; best logged update - pi_init: [+-]\d+\.\d\d pp "
+        r"\(2 cells\)",
+        r"wall time \d+s",
+        [],
+    ),
     "cpu_kernels.py": (r"distinct weight hashes: [12] of 2", None, []),
     "evaluate.py": (rf"users/s item_tokens/text = {NUM}x", None, []),
     "headroom.py": (
@@ -82,7 +88,7 @@ CASES = {
     ),
 }
 # bootstrap every arm / prepare a month and train pi_init twice first: ~25-60 CPU-s
-SLOW = {"simulate.py", "gpu.py", "headroom.py", "which_update.py"}
+SLOW = {"simulate.py", "gpu.py", "headroom.py", "which_update.py", "budget_curve.py"}
 # scripts that a shell script runs as users run them: the smoke case runs that script (issue 44: `scripts/gpu-check.sh
 # --cpu --smoke` runs in the suite)
 RUNNERS = {"gpu.py": ["bash", str(ROOT / "scripts" / "gpu-check.sh"), "--cpu", "--smoke", "--out", "{tmp}/gpu-check"]}

@@ -28,7 +28,7 @@ interval width. The MDE the pilot sizes the difference to: (z_0.975 + z_0.8) x t
 difference on one pilot draw with the challenger at lam = 1 (not one of the replications).
 
     .venv/bin/python benchmarks/ope_coverage.py [--config demo] [--month 2026-01] [--reps 200] [--n-boot 2000]
-                                                [--users 0] [--seed 0] [--json out.json] [--smoke]
+                                                [--users 0] [--seed 0] [--tau 1] [--json out.json] [--smoke]
 
 The last line is exactly `coverage of the true difference at nominal 95%: best <name> <c.ccc>; dr <c.ccc>; snips
 <c.ccc>`. ``--smoke``: 40 users, 3 replications, 200 resamples (seconds; the figures mean nothing)."""
@@ -165,32 +165,42 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples per interval (the gate's default)")
     ap.add_argument("--users", type=int, default=0, help="the first N users (0: all)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--tau",
+        type=float,
+        default=1.0,
+        help="the loop's exposure temperature policy.tau (issue 60 point 2): the LLM stand-ins expose at "
+        f"softmax(s / ({TAU:g} x tau)), so tau 0.5 is twice as sharp as the default (1: a top candidate ~0.25)",
+    )
     ap.add_argument("--json", default="")
     ap.add_argument("--smoke", action="store_true")
     a = ap.parse_args(argv)
     if a.smoke:
         a.users, a.reps, a.n_boot = 40, 3, 200
+    if not (math.isfinite(a.tau) and a.tau > 0):
+        raise SystemExit(f"--tau {a.tau}: rule: a positive, finite temperature")
+    tau = TAU * a.tau
     from abpo.config import load_config
 
     t0 = time.time()
     cfg = load_config(a.config)
     switch_lambda = cfg.arms.gate_ope_switch_lambda
     reqs, p, mask, items, counts = month(cfg, a.month, a.users)
-    s, arms = policies(p, mask, items, counts, a.seed)
+    s, arms = policies(p, mask, items, counts, a.seed, tau=tau)
     pi_c = arms[CHAMPION_ARM]
     pilot = replicate(
-        10_000 + a.seed, reqs, p, mask, items, arms, challenger(s, 1.0, mask), pi_c, a.n_boot, switch_lambda
+        10_000 + a.seed, reqs, p, mask, items, arms, challenger(s, 1.0, mask, tau), pi_c, a.n_boot, switch_lambda
     )
     z = NormalDist().inv_cdf
     mde = (z(0.975) + z(0.8)) * pilot["dr"]["boot_se"]
     lo, hi = 0.0, 4.0
     for _ in range(40):  # CTR(pi_n) - CTR(pi_c) increases with lam
         lam = 0.5 * (lo + hi)
-        lo, hi = (lam, hi) if true_ctr(challenger(s, lam, mask), p) - true_ctr(pi_c, p) < mde else (lo, lam)
-    pi_n = challenger(s, lam, mask)
+        lo, hi = (lam, hi) if true_ctr(challenger(s, lam, mask, tau), p) - true_ctr(pi_c, p) < mde else (lo, lam)
+    pi_n = challenger(s, lam, mask, tau)
     truth = true_ctr(pi_n, p) - true_ctr(pi_c, p)
     print(
-        f"{a.config} month {a.month}: {len(reqs)} requests of {len({r.user_id for r in reqs})} users, "
+        f"{a.config} month {a.month}, tau {a.tau:g} (stand-ins at {tau:g}): {len(reqs)} requests of {len({r.user_id for r in reqs})} users, "
         f"{mask.sum(axis=1).max()} candidates; true CTR champion {true_ctr(pi_c, p):.4f}, challenger "
         f"{true_ctr(pi_n, p):.4f} (lam {lam:.3f}): difference {truth:+.5f} = the pilot's DR MDE {mde:.5f}; "
         f"logging arms' CTR " + ", ".join(f"{k} {true_ctr(v, p):.4f}" for k, v in arms.items())
@@ -233,7 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wall time {wall:.0f}s")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"truth": truth, "mde": mde, "lam": lam, "reps": a.reps, "rows": rows, "wall_s": wall}, f)
+            json.dump(
+                {"tau": a.tau, "truth": truth, "mde": mde, "lam": lam, "reps": a.reps, "rows": rows, "wall_s": wall}, f
+            )
     best = min(rows, key=lambda r: (abs(r["coverage"] - 0.95), r["rmse"]))
     by = {r["estimator"]: r["coverage"] for r in rows}
     print(

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from abpo.abtest import stats
+from abpo.abtest import sim_ctr as sim_ctr_mod, stats
 from abpo.abtest.analysis import ALL, Report
+from abpo.abtest.sim_ctr import SimCtr
 
 HTML_NAME, MD_NAME, PNG_NAME, JSON_NAME = "report.html", "report.md", "ctr_by_arm.png", "report.json"
 
@@ -53,6 +54,7 @@ class ReportFiles:
     markdown: Path
     png: Path
     json: Path
+    sim_png: Path | None = None  # the simulator's climb chart (simulated months only: abpo.abtest.sim_ctr)
 
 
 def _int(v: int | None) -> str:
@@ -406,8 +408,18 @@ def _env():
     )
 
 
-def _context(report: Report, generated: str) -> dict[str, Any]:
+def _sim_context(sim: SimCtr | None) -> dict[str, Any]:
+    """The simulator's expected-CTR section (abpo.abtest.sim_ctr), or None: no simulated month, no section."""
+    if sim is None:
+        return {"sim": None}
+    table = Table("sim_ctr", sim_ctr_mod.TITLE, sim_ctr_mod.HEADERS, sim_ctr_mod.table_rows(sim))
+    text = [h in sim_ctr_mod.TEXT_HEADERS for h in table.headers]
+    return {"sim": {"table": table, "text": text, "explain": sim_ctr_mod.explanation(sim), "notes": sim.notes}}
+
+
+def _context(report: Report, generated: str, sim: SimCtr | None = None) -> dict[str, Any]:
     return {
+        **_sim_context(sim),
         "r": report,
         "tables": tables(report),
         "explain": report.explanations(),
@@ -423,17 +435,22 @@ def _md_cell(s: str) -> str:
     return s.replace("|", "\\|").replace("\n", " ")
 
 
-def render_markdown(report: Report, png_name: str = PNG_NAME, generated: str | None = None) -> str:
-    ctx = _context(report, generated or _now())
-    ctx["png_name"] = png_name
+def render_markdown(
+    report: Report, png_name: str = PNG_NAME, generated: str | None = None, sim: SimCtr | None = None
+) -> str:
+    ctx = _context(report, generated or _now(), sim)
+    ctx["png_name"], ctx["sim_png_name"] = png_name, sim_ctr_mod.PNG_NAME
     env = _env()
     env.filters["md"] = _md_cell
     return env.get_template("report.md.j2").render(**ctx)
 
 
-def render_html(report: Report, png: bytes, generated: str | None = None) -> str:
-    ctx = _context(report, generated or _now())
+def render_html(
+    report: Report, png: bytes, generated: str | None = None, sim: SimCtr | None = None, sim_png: bytes = b""
+) -> str:
+    ctx = _context(report, generated or _now(), sim)
     ctx["png_b64"] = base64.b64encode(png).decode("ascii")
+    ctx["sim_png_b64"] = base64.b64encode(sim_png).decode("ascii")
     return _env().get_template("report.html.j2").render(**ctx)
 
 
@@ -461,8 +478,10 @@ def to_json(report: Report) -> str:
     return json.dumps(_jsonable(report), indent=2, ensure_ascii=False)
 
 
-def write_report(report: Report, out_dir: str | Path) -> ReportFiles:
-    """Write report.html (self-contained), report.md, ctr_by_arm.png and report.json into ``out_dir``, atomically.
+def write_report(report: Report, out_dir: str | Path, sim: SimCtr | None = None) -> ReportFiles:
+    """Write report.html (self-contained), report.md, ctr_by_arm.png and report.json into ``out_dir``, atomically;
+    with ``sim`` (simulated months: abpo.abtest.sim_ctr.load_sim_ctr) also the simulator's section, its chart
+    expected_ctr.png and its figures expected_ctr.json (without, those two are removed from ``out_dir``).
 
     Every file is rendered in memory and written into a temporary directory on the same filesystem, then moved
     into place by rename, so a reader (the Airflow plugin, a browser) never sees a half-written report:
@@ -478,15 +497,32 @@ def write_report(report: Report, out_dir: str | Path) -> ReportFiles:
     file left behind."""
     out = Path(out_dir)
     png = plot_png(report)
+    sim_png = sim_ctr_mod.plot_png(sim) if sim is not None else b""
     generated = _now()
     contents = {  # report.html last: the plugin lists the directories that hold one
         PNG_NAME: png,
-        MD_NAME: render_markdown(report, PNG_NAME, generated).encode("utf-8"),
+        MD_NAME: render_markdown(report, PNG_NAME, generated, sim).encode("utf-8"),
         JSON_NAME: to_json(report).encode("utf-8"),
-        HTML_NAME: render_html(report, png, generated).encode("utf-8"),
+        HTML_NAME: render_html(report, png, generated, sim, sim_png).encode("utf-8"),
     }
+    if sim is not None:
+        contents = {
+            sim_ctr_mod.PNG_NAME: sim_png,
+            sim_ctr_mod.JSON_NAME: json.dumps(sim.to_json(), indent=1, sort_keys=True).encode("utf-8"),
+            **contents,
+        }
     _write_atomically(out.absolute(), contents)
-    return ReportFiles(out, out / HTML_NAME, out / MD_NAME, out / PNG_NAME, out / JSON_NAME)
+    if sim is None:  # a report without simulated months keeps no chart of an earlier one
+        for name in (sim_ctr_mod.PNG_NAME, sim_ctr_mod.JSON_NAME):
+            (out / name).unlink(missing_ok=True)
+    return ReportFiles(
+        out,
+        out / HTML_NAME,
+        out / MD_NAME,
+        out / PNG_NAME,
+        out / JSON_NAME,
+        out / sim_ctr_mod.PNG_NAME if sim is not None else None,
+    )
 
 
 def _write_atomically(out: Path, contents: dict[str, bytes]) -> None:

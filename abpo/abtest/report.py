@@ -103,9 +103,13 @@ def report_from_warehouse(
     cfg: Config, months: list[str], out_dir: str | Path | None = None, log_mlflow: bool = True
 ) -> tuple[Report, ReportFiles]:
     """Aggregate the months in the warehouse, write the report (default under paths.reports/<months>),
-    and log it as artifacts of the month's MLflow run (see :func:`log_report`)."""
+    and log it as artifacts of the month's MLflow run (see :func:`log_report`). Months the simulator served add the
+    section of its expected CTR, from the figures their serve step stored (abpo.abtest.sim_ctr)."""
+    from abpo.abtest.sim_ctr import load_sim_ctr
+
     report = build_from_warehouse(cfg, months)
-    files = write_report(report, out_dir or default_out_dir(cfg, months_label(report.months)))
+    sim = load_sim_ctr(cfg, report.months)
+    files = write_report(report, out_dir or default_out_dir(cfg, months_label(report.months)), sim)
     if log_mlflow:
         log_report(cfg, report, files)
     return report, files
@@ -171,5 +175,10 @@ def log_report(cfg: Config, report: Report, files: ReportFiles) -> str:
 def _log(files: ReportFiles, artifact_path: str, report: Report) -> None:
     for p in (files.html, files.markdown, files.png, files.json):
         registry.log_artifact(p, artifact_path=artifact_path)
+    if files.sim_png is not None:  # the simulator's climb chart and its figures (abpo.abtest.sim_ctr)
+        from abpo.abtest.sim_ctr import JSON_NAME
+
+        for p in (files.sim_png, files.out_dir / JSON_NAME):
+            registry.log_artifact(p, artifact_path=artifact_path)
     registry.log_metrics({f"report.{k}": v for k, v in report_metrics(report).items()})
     registry.set_tag("abpo.report", artifact_path)

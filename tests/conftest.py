@@ -360,12 +360,12 @@ def abpo(capsys):
 # Every month test starts with the bootstrap step, whose largest part is pi_init's SFT (abpo.monthly.bootstrap
 # .ensure_pi_init), and most of them train it at the same sizes (tests/sizes.py). ``pi_init_state(cfg)`` puts into
 # cfg's empty state directory a copy of a state in which ensure_pi_init(cfg) trained and registered pi_init, made
-# once per pytest session for the config's SFT settings and the code (``abpo.commands.loop_experiment.code_digest``),
-# shared by the pytest-xdist workers under a file lock, and relocated there as a copied state is
-# (``abpo.commands.state.relocate``, what `abpo state relocate` and the loop experiment's replicates use). The
-# month's bootstrap then finds pi_init registered and reuses it, as it does in a state where an earlier month trained
-# it; everything else (the arms' first champions, the ranker fits, pi_init's gate scores) it does itself.
-# ABPO_TEST_FRESH_PI_INIT=1 trains pi_init in every test instead.
+# once per pytest session for the config's SFT settings and the code
+# (``abpo.experiment.loop_fingerprints.code_digest``), shared by the pytest-xdist workers under a file lock, and
+# relocated there as a copied state is (``abpo.registry.relocate_state``, what `abpo state relocate` and the loop
+# experiment's replicates use). The month's bootstrap then finds pi_init registered and reuses it, as it does in a
+# state where an earlier month trained it; everything else (the arms' first champions, the ranker fits, pi_init's
+# gate scores) it does itself. ABPO_TEST_FRESH_PI_INIT=1 trains pi_init in every test instead.
 PI_INIT_SETTINGS = ("name", "seed", "data", "policy", "sft")  # and experiment.validation_fraction, paths less root
 
 
@@ -378,7 +378,7 @@ def pi_init_key(cfg) -> str:
     import hashlib
     import json
 
-    from abpo.commands.loop_experiment import code_digest
+    from abpo.experiment.loop_fingerprints import code_digest
 
     d = dataclasses.asdict(cfg)
     settings = {k: d[k] for k in PI_INIT_SETTINGS}
@@ -401,7 +401,6 @@ def pi_init_state(tmp_path_factory):
     from filelock import FileLock
 
     from abpo import registry
-    from abpo.commands.state import relocate
     from abpo.monthly.bootstrap import ensure_pi_init
 
     # the session's folder both workers see (each worker's basetemp is a popen-gw<N> folder in it)
@@ -428,7 +427,7 @@ def pi_init_state(tmp_path_factory):
                 ensure_pi_init(there)
                 (made / ".ready").write_text(str(made / "state"))
         shutil.copytree(made / "state", root, dirs_exist_ok=True)
-        relocate(cfg, made / "state")
+        registry.relocate_state(cfg, made / "state")
         return root
 
     return make

@@ -32,7 +32,7 @@ Var(Δ_s) = max(s²_B, v̄_W) measured at a pilot S.
 
 An arm or period that a replicate lacks (fewer than 2 users with impressions) makes that comparison undefined
 (NaN, with a note naming the replicate); nothing is dropped silently. Pure functions of counts: no warehouse, no
-files (abpo.commands.loop_experiment reads the replicates' warehouses).
+files (abpo.experiment.loop_experiment reads the replicates' warehouses).
 """
 
 from __future__ import annotations

@@ -9,8 +9,9 @@ The embedded default is a SQLite tracking store and a local artifact root under 
 Its parts: :mod:`abpo.registry.store` (the store, experiments, runs), :mod:`abpo.registry.tasks` (task keys),
 :mod:`abpo.registry.models` (logging models), :mod:`abpo.registry.versions` (registered versions and aliases),
 :mod:`abpo.registry.runs` (a run's params, metrics, tags and artifacts; runs by id or tag),
-:mod:`abpo.registry.locks` (a lock held in the registry), :mod:`abpo.registry.weights` (whole weights) and
-:mod:`abpo.registry.errors`; the package's API is the names below, imported from ``abpo.registry`` itself.
+:mod:`abpo.registry.locks` (a lock held in the registry), :mod:`abpo.registry.weights` (whole weights),
+:mod:`abpo.registry.relocate` (a moved state's paths rewritten) and :mod:`abpo.registry.errors`; the package's API
+is the names below, imported from ``abpo.registry`` itself.
 
 The one door to MLflow: no module of abpo outside this package imports ``mlflow`` (an import-linter contract in
 pyproject.toml keeps it so); every MLflow call goes through a function here. Tracking is configured once per process
@@ -38,6 +39,7 @@ from abpo.registry.models import (
     pinned_requirements,
     ranker_signature,
 )
+from abpo.registry.relocate import relocate_state
 from abpo.registry.runs import (
     active_run_id,
     create_run,
@@ -184,6 +186,7 @@ __all__ = [
     "redact_uri",
     "register",
     "registry_lock",
+    "relocate_state",
     "resume_run",
     "run_versions",
     "safetensors_problem",

@@ -1,4 +1,4 @@
-"""`abpo loop-experiment` end to end at a tiny size (issue 47): one replicate, then two (the first reused, the shared
+"""The replicated loop experiment (abpo.experiment.loop_experiment, `abpo loop-experiment`) end to end at a tiny size (issue 47): one replicate, then two (the first reused, the shared
 bootstrap reused), one month each; the report's two-stage interval recomputed by hand from the replicates' raw
 impressions in their warehouses; each replicate with its own salt and arm assignment; pi_init trained once."""
 
@@ -42,10 +42,10 @@ def ctr_and_variance(users: list[tuple[int, int]]) -> tuple[float, float]:
 
 @pytest.mark.slow
 def test_two_replicates_one_month_match_a_hand_computation_and_finished_ones_are_reused(tmp_path, monkeypatch):
-    from abpo.commands import loop_experiment as le
     from abpo.config import load_config
+    from abpo.experiment import loop_experiment as le, loop_fingerprints
 
-    monkeypatch.setattr(le, "code_digest", lambda: "fixed")  # helpers edit the tree beside this test
+    monkeypatch.setattr(loop_fingerprints, "code_digest", lambda: "fixed")  # helpers edit the tree beside this test
     cfg = load_config("tiny", [f"paths.root={tmp_path}", *TINY])
     lines: list[str] = []
     kw = dict(config_ref="tiny", overrides=[f"paths.root={tmp_path}", *TINY], months=1, echo=lines.append)
@@ -99,54 +99,8 @@ def test_two_replicates_one_month_match_a_hand_computation_and_finished_ones_are
     assert sized["replicates_needed"] == math.ceil(k * max(between, within) / 0.005**2)
 
     # other code: its replicates are reused only when asked (--any-code), and the report says so
-    monkeypatch.setattr(le, "code_digest", lambda: "changed")
+    monkeypatch.setattr(loop_fingerprints, "code_digest", lambda: "changed")
     again = le.run_loop_experiment(cfg, replicates=2, any_code=True, **kw)
     assert again.reused == [0, 1] and "2 replicate(s) were made by other code, digest(s) fixed" in (
         again.markdown.read_text()
     )
-
-
-def test_a_folder_that_other_code_began_starts_over_and_results_need_their_code(tmp_path):
-    from abpo.commands import loop_experiment as le
-
-    folder = tmp_path / "replicates" / "fp"
-    le.start_over_unless(folder, "a")
-    (folder / "state").mkdir()
-    le.start_over_unless(folder, "a")  # the same code: an interrupted run resumes
-    assert (folder / "state").is_dir()
-    le._save_json(folder / "result.json", {"fingerprint": "fp", "code": "a"})
-    assert le.load_result(folder / "result.json", "fp", "a") == {"fingerprint": "fp", "code": "a"}
-    assert le.load_result(folder / "result.json", "fp", "b") is None
-    assert le.load_result(folder / "result.json", "fp", None) is not None  # --any-code
-    assert le.load_result(folder / "result.json", "other", None) is None
-    le.start_over_unless(folder, "b")  # other code: everything it began is gone
-    assert not (folder / "state").exists() and (folder / "code.txt").read_text() == "b"
-
-
-def test_spawned_workers_import_this_abpo_not_a_model_code_copy(tmp_path):
-    """A registered model loaded in this process puts its code copy of abpo first on sys.path (MLflow pyfunc
-    code_paths); while replicates are spawned, no such copy is on the path (the suite saw a worker read configs from
-    one), and the path is restored after."""
-    import sys
-    from pathlib import Path
-
-    import abpo
-    from abpo.commands.loop_experiment import abpo_first_on_path
-
-    copy = tmp_path / "artifacts" / "code"
-    (copy / "abpo").mkdir(parents=True)
-    (copy / "abpo" / "__init__.py").write_text("")
-    sys.path.insert(0, str(copy))
-    try:
-        before = list(sys.path)
-        with abpo_first_on_path():
-            assert str(copy) not in sys.path
-            # nor any other copy (in a long pytest worker, earlier tests' loaded models leave theirs on the path)
-            real = Path(abpo.__file__).resolve().parents[1]
-            copies = [p for p in sys.path if (Path(p or ".") / "abpo" / "__init__.py").exists()]
-            assert all(Path(p or ".").resolve() == real for p in copies)
-            others = [p for p in before if not (Path(p or ".") / "abpo" / "__init__.py").exists()]
-            assert [p for p in sys.path if p not in copies] == others  # every other entry kept, in its order
-        assert sys.path == before
-    finally:
-        sys.path.remove(str(copy))

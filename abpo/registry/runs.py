@@ -152,11 +152,21 @@ def get_run(run_id: str):
 
 def tracking_client(cfg: Config):
     """An MlflowClient on the config's store, for :func:`tagged_runs` and :func:`experiment_id` (a reader with its
-    own tracking URI, the UI plugin, passes its own client instead)."""
+    own tracking URI, the UI plugin's pages, uses :func:`reader_client` instead)."""
     from mlflow import MlflowClient
 
     configure(cfg)
     return MlflowClient()
+
+
+def reader_client(uri: str):
+    """An MlflowClient reading the store at ``uri`` (tracking and registry), without :func:`configure`: it neither
+    points this process's MLflow at the store nor creates, checks or records anything in the state. For a reader
+    with its own tracking URI, the UI plugin's pages (abpo.monthly.pages), which must not create a store by
+    looking at it."""
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=uri, registry_uri=uri)
 
 
 def experiment_id(client, name: str) -> str | None:

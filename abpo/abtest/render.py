@@ -396,7 +396,9 @@ def plot_png(report: Report) -> bytes:
     return buf.getvalue()
 
 
-def _env():
+def environment():
+    """The report's Jinja environment (the templates in abpo/abtest/templates/, HTML autoescaped); the UI plugin's
+    pages (abpo.monthly.pages) render with it too."""
     import jinja2
 
     return jinja2.Environment(
@@ -440,7 +442,7 @@ def render_markdown(
 ) -> str:
     ctx = _context(report, generated or _now(), sim)
     ctx["png_name"], ctx["sim_png_name"] = png_name, sim_ctr_mod.PNG_NAME
-    env = _env()
+    env = environment()
     env.filters["md"] = _md_cell
     return env.get_template("report.md.j2").render(**ctx)
 
@@ -451,7 +453,7 @@ def render_html(
     ctx = _context(report, generated or _now(), sim)
     ctx["png_b64"] = base64.b64encode(png).decode("ascii")
     ctx["sim_png_b64"] = base64.b64encode(sim_png).decode("ascii")
-    return _env().get_template("report.html.j2").render(**ctx)
+    return environment().get_template("report.html.j2").render(**ctx)
 
 
 def _now() -> str:

@@ -143,6 +143,33 @@ def test_airflow_loads_the_plugin(api):
     assert api.get("/api/v2/plugins").status_code == 401
 
 
+def test_the_plugin_imports_only_abpos_leaf_modules_and_its_pages():
+    """Every Airflow process that loads plugins imports the plugin file: of abpo, only the pages' module
+    (abpo.monthly.pages, cheap until a page is asked for) and the leaf modules it names; no MLflow, Jinja or numpy.
+    Where the routes' logic and HTML live is tested in tests/monthly/test_pages.py."""
+    import subprocess
+
+    probe = (
+        "import importlib.util, sys; s = importlib.util.spec_from_file_location('p', sys.argv[1]); "
+        "m = importlib.util.module_from_spec(s); before = set(sys.modules); s.loader.exec_module(m); "
+        "print(' '.join(sorted(set(sys.modules) - before)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe, str(PLUGINS / "abpo_plugin.py")], capture_output=True, text=True, check=True
+    )
+    loaded = set(out.stdout.split())
+    assert {m for m in loaded if m == "abpo" or m.startswith("abpo.")} == {
+        "abpo",
+        "abpo.arms",
+        "abpo.arms.names",
+        "abpo.months",
+        "abpo.monthly",
+        "abpo.monthly.pages",
+        "abpo.paths",
+    }
+    assert not {m.split(".")[0] for m in loaded} & {"mlflow", "numpy", "pandas", "duckdb", "torch"}
+
+
 # ---- authentication through Airflow's auth manager ----
 
 
@@ -499,18 +526,6 @@ def test_champions_when_the_registry_does_not_answer(get, state, plugin, monkeyp
         r = get("/abpo/champions")
         assert time.monotonic() - t0 < 3
     assert r.status_code == 503 and "no answer within 0.5 s" in r.text
-
-
-def test_redact():
-    from importlib.util import module_from_spec, spec_from_file_location
-
-    spec = spec_from_file_location("abpo_plugin_unit", PLUGINS / "abpo_plugin.py")
-    mod = module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    assert mod.redact("postgresql://mlflow:s3cret@db:5432/mlflow") == "postgresql://mlflow:***@db:5432/mlflow"
-    assert mod.redact("http://mlflow:5000") == "http://mlflow:5000"
-    assert mod.redact("sqlite:////var/abpo/mlflow.db") == "sqlite:////var/abpo/mlflow.db"
-    assert mod.model_page("abpo-arm-abpo", "3").endswith("/#/models/abpo-arm-abpo/versions/3")
 
 
 def test_gx_data_docs_built_by_the_ingest_checkpoint_are_served(get, state):

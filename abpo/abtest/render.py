@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from abpo.abtest import sim_ctr as sim_ctr_mod, stats
+from abpo.abtest import markdown, sim_ctr as sim_ctr_mod, stats
 from abpo.abtest.analysis import ALL, Report
 from abpo.abtest.sim_ctr import SimCtr
 
@@ -433,18 +433,13 @@ def _context(report: Report, generated: str, sim: SimCtr | None = None) -> dict[
     }
 
 
-def _md_cell(s: str) -> str:
-    return s.replace("|", "\\|").replace("\n", " ")
-
-
 def render_markdown(
     report: Report, png_name: str = PNG_NAME, generated: str | None = None, sim: SimCtr | None = None
 ) -> str:
     ctx = _context(report, generated or _now(), sim)
     ctx["png_name"], ctx["sim_png_name"] = png_name, sim_ctr_mod.PNG_NAME
-    env = environment()
-    env.filters["md"] = _md_cell
-    return env.get_template("report.md.j2").render(**ctx)
+    # every value escaped for Markdown, as render_html's are for HTML (abpo.abtest.markdown)
+    return markdown.environment().get_template("report.md.j2").render(**ctx)
 
 
 def render_html(

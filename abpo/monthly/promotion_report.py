@@ -51,9 +51,11 @@ def outcome(e: history.Entry) -> str:
 
 
 def promotion_row(e: history.Entry) -> list[str]:
-    """One entry's cells, in the order of COLUMNS: By is the approver (or rejecter) when a human answered."""
+    """One entry's cells, in the order of COLUMNS: By is the approver (or rejecter) when a human answered; Why is the
+    recorded reason whole, so an approver's comment (up to 500 characters, after the task and run that asked) is in
+    it (the promote step bounds the reason it records)."""
     champion = f"v{e.from_version} -> v{e.to_version}" if e.from_version != e.to_version else f"v{e.to_version} stays"
-    return [e.month, e.arm, outcome(e), champion, e.actor, e.at, e.reason[:240]]
+    return [e.month, e.arm, outcome(e), champion, e.actor, e.at, e.reason]
 
 
 INTRO = (

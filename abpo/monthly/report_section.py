@@ -1,7 +1,8 @@
 """A titled table appended to a report the ``report`` step has just written (abpo.monthly.report): at the end of its
 Markdown and before the end of its HTML body, each file replaced whole (a reader never sees half a file). The gate
 section (abpo.monthly.gate_report) and the promotion section (abpo.monthly.promotion_report) are two such tables.
-Standard library only: the approval task (abpo.monthly.approval, imported by the DAG file) formats its numbers here."""
+Standard library only (and abpo.abtest.markdown, which is): the approval task (abpo.monthly.approval, imported by the
+DAG file) formats its numbers here."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from abpo.abtest.markdown import table_row
 
 
 def number(x: Any, fmt: str = "+.4f") -> str:
@@ -24,13 +27,15 @@ def number(x: Any, fmt: str = "+.4f") -> str:
 
 
 def section_markdown(title: str, intro: str, columns: Sequence[str], rows: Sequence[Sequence[str]], empty: str) -> str:
-    """The section in Markdown: a heading, ``intro``, then the table (a cell's ``|`` escaped), or ``empty``."""
+    """The section in Markdown: a heading, ``intro`` (abpo's own Markdown), then the table, or ``empty``. Every cell is
+    escaped (abpo.abtest.markdown.escape) as section_html escapes it for HTML: an approver's name or comment, a gate's
+    reason render as the text they are."""
     lines = ["", f"## {title}", "", intro, ""]
     if not rows:
         return "\n".join([*lines, empty, ""])
-    lines.append("| " + " | ".join(columns) + " |")
+    lines.append(table_row(list(columns)))
     lines.append("|" + "---|" * len(columns))
-    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+    lines += [table_row(list(row)) for row in rows]
     return "\n".join([*lines, ""])
 
 

@@ -15,6 +15,7 @@ import matplotlib.image as mpimg
 import pytest
 
 from abpo.abtest.analysis import analyse
+from abpo.abtest.markdown import escape_line
 from abpo.abtest.render import tables, write_report
 from abpo.config.report import ReportConfig
 
@@ -44,8 +45,8 @@ def test_files_and_self_contained_html(report, tmp_path):
         assert f"<h2>{t.title}</h2>" in html.replace("&#39;", "'") or t.title in html
         assert f"## {t.title}" in md
         assert md.count("\n| ") >= 1
-    for text in report.explanations().values():
-        assert text.split(";")[0] in md
+    for text in report.explanations().values():  # as text: escaped for Markdown (the MDE's z_(1-alpha/2))
+        assert escape_line(text).split(";")[0] in md
     assert "![CTR per arm and month](ctr_by_arm.png)" in md
     # Markdown rows of the per-arm-per-month table: one per cell
     assert sum(1 for line in md.splitlines() if re.match(r"^\| 2026-0[234] \| ", line)) >= len(report.cells)

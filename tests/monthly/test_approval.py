@@ -225,7 +225,7 @@ def test_the_reports_promotion_section_says_who_approved_or_rejected(reg):
     assert rows == [
         ["| 2026-01", "abpo", "rejected", "v1 stays", "bob"],
         ["| 2026-02", "abpo", "not approved in time", "v1 stays", "abpo"],
-        ["| 2026-03", "abpo", "promoted, approved", "v1 -> v4", "<b>alice</b>"],
+        ["| 2026-03", "abpo", "promoted, approved", "v1 -> v4", "&lt;b>alice&lt;/b>"],  # escaped, as in the HTML
     ]
     page = promotion_section_html(entries)
     assert "<td>&lt;b&gt;alice&lt;/b&gt;</td>" in page and "<b>alice" not in page

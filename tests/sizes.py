@@ -140,6 +140,7 @@ SASREC_RANKER_MONTH = [
     "data.eval_candidates=20",
     "arms.names=ml_retrain,popularity",
     "report.arm_shares={ml_retrain: 0.5, popularity: 0.5}",
+    "report.candidate_arm=ml_retrain",  # a served arm (abpo is not)
     "arms.ml_retrain.kind=sasrec",
     "sasrec.hidden_size=16",
     "sasrec.max_length=16",

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from abpo.config.errors import ConfigError
+from abpo.config.report import HOLDBACK_ARM
 from abpo.config.sim import ORACLE_COMPONENTS
 from abpo.data.storage import is_uri
 from abpo.paths import namespaced
@@ -60,6 +61,26 @@ def check_arms_known(cfg: Config) -> None:
         raise ConfigError(
             f"config arms.names {unknown} not in data.known_arms {list(cfg.data.known_arms)}: rule: every served arm "
             "is one the warehouse accepts (else the ingest quarantines its impressions as unknown_arm)"
+        )
+
+
+def check_report_arms(cfg: Config) -> None:
+    """The report's arms are served arms: ``report.candidate_arm`` one of ``arms.names``; ``report.holdback_arm`` one
+    of them too, or abpo's holdback arm (:data:`~abpo.config.report.HOLDBACK_ARM`) when the config does not serve it,
+    or empty (no holdback table). A misspelt arm would give a report without its comparisons, and the name is printed
+    in every report."""
+    served = list(cfg.arms.names)
+    r = cfg.report
+    if r.candidate_arm not in served:
+        raise ConfigError(
+            f"config report.candidate_arm = {r.candidate_arm!r} not in arms.names {served}: rule: the report compares "
+            "a served arm with every other one (for abpo report --csv, arms.names and data.known_arms name the file's "
+            "arms)"
+        )
+    if r.holdback_arm not in (*served, HOLDBACK_ARM, ""):
+        raise ConfigError(
+            f"config report.holdback_arm = {r.holdback_arm!r} not in arms.names {served}: rule: a served arm, "
+            f"{HOLDBACK_ARM!r} (abpo's holdback arm, not served: no holdback table) or empty (none)"
         )
 
 
@@ -161,6 +182,8 @@ def validate(cfg: Config) -> None:
     - ``experiment.rounds`` at most the update positions per user (``experiment.update_steps`` when set, else
       ``data.update_steps``): :func:`check_rounds_fit`;
     - every arm of ``arms.names`` in ``data.known_arms`` (:func:`check_arms_known`);
+    - ``report.candidate_arm`` in ``arms.names``; ``report.holdback_arm`` in them, the unserved holdback arm or empty
+      (:func:`check_report_arms`);
     - ``arms.update_max_examples_by_arm`` keyed by arms of ``arms.names``, values >= 0 (:func:`check_update_rows_by_arm`);
     - ``sim.window`` fits in ``data.update_steps``; ``sim.candidates = offline`` needs ``sim.requests_per_user``
       equal to ``sim.window`` (:func:`check_sim_windows`);
@@ -183,6 +206,7 @@ def validate(cfg: Config) -> None:
     check_no_credentials(cfg)
     check_rounds_fit(cfg.experiment, cfg.data.update_steps)
     check_arms_known(cfg)
+    check_report_arms(cfg)
     check_update_rows_by_arm(cfg)
     check_sim_windows(cfg)
     check_sim_draws(cfg)

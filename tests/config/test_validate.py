@@ -66,6 +66,11 @@ def test_every_preset_keeps_every_rule(preset):
             ["policy.constrained_rollouts", "update.use_vllm"],
         ),
         (["update.batch_size=6", "update.processes=4"], ["update.batch_size", "update.processes"]),
+        # the report's arms name served arms (issue 59 point 9: raw HTML reached report.md through them)
+        (["report.candidate_arm=<b>x</b>"], ["report.candidate_arm", "'<b>x</b>'", "arms.names"]),
+        (["report.candidate_arm=grpo_cr"], ["report.candidate_arm", "arms.names"]),
+        (["report.holdback_arm=<script>x</script>"], ["report.holdback_arm", "arms.names", "'holdback'"]),
+        (["report.holdback_arm=holdbak"], ["report.holdback_arm", "'holdbak'", "arms.names"]),
     ],
 )
 def test_a_bad_combination_is_refused_at_load_in_one_line_naming_its_keys(overrides, keys):
@@ -86,6 +91,10 @@ def test_a_bad_combination_is_refused_at_load_in_one_line_naming_its_keys(overri
         ["policy.model=smollm2-135m", "policy.tiny_hidden_size=30"],  # the tiny shape is the tiny model's only
         ["policy.constrained_rollouts=false", "update.use_vllm=true"],
         ["update.batch_size=6", "update.processes=3"],
+        ["report.candidate_arm=grpo"],
+        ["report.holdback_arm=''"],  # no holdback table
+        ["report.holdback_arm=holdback"],  # abpo's holdback arm, not served by this config: no table
+        ["arms.names=abpo,holdback", "data.known_arms=abpo,holdback", "report.holdback_arm=holdback"],
     ],
 )
 def test_a_combination_at_the_bound_loads(overrides):
@@ -160,3 +169,12 @@ def test_an_arms_own_update_rows_win_over_the_shared_cap():
         "tiny", ["arms.update_max_examples=128", "arms.update_max_examples_by_arm={grpo: 512, abpo: 0}"]
     ).arms
     assert (arms.update_rows("grpo", 7), arms.update_rows("grpo_cr", 7), arms.update_rows("abpo", 7)) == (512, 128, 7)
+
+
+def test_the_configs_holdback_arm_is_abpos_one_holdback_arm():
+    """report.holdback_arm may name abpo's holdback arm without serving it (the config layer cannot import the arms'
+    registry, so it keeps the name: the two must agree)."""
+    from abpo.arms.names import HOLDBACK_ARMS
+    from abpo.config.report import HOLDBACK_ARM, ReportConfig
+
+    assert HOLDBACK_ARMS == (HOLDBACK_ARM,) and ReportConfig().holdback_arm == HOLDBACK_ARM

@@ -17,6 +17,11 @@ order of :data:`abpo.monthly.steps.STEPS`, which the DAG and ``abpo arms month``
     month.py      (abpo arms month) the whole month in one process
     common.py     the typed result base (to_json), task keys for idempotent retries, the cached dataset
     steps.py      the ordered list of steps and the one step table, run_step (dependency-free: the DAG imports it)
+    airflow_tasks.py     what the DAG's tasks do besides their step: the run's config, fail_fast, the failure hook,
+                         the month a run processes, the landing check, the skips, the champion Asset events
+    dag_settings.py      the $ABPO_* settings the DAG reads when its file is parsed (dependency-free)
+    airflow_isolated.py  the heavy steps' operator in $ABPO_TASK_PYTHON (isolated.py runs there)
+    airflow_approval.py  the approval task's operator (approval.py: what it asks and answers)
 
 ``abpo demo`` (abpo.commands.demo) runs the steps through Airflow, as a production scheduler does.
 

@@ -146,11 +146,12 @@ def completed_step(cfg: Config, *parts: Any, experiment: str = "", result: type[
 
 
 # ------------------------------------------------------------------------------------------------ failures
-# Retry or fail now: what a failed step's exception means for the orchestrator (dags/abpo_monthly.py turns "fail"
-# into AirflowFailException, so Airflow does not retry it). Classes are named by their import path, so this table
-# imports nothing (torch-heavy modules included) and a test checks that every name resolves. The exception's MRO is
-# walked in order and the first class named here decides: a subclass listed as transient (IngestStepFailed) wins over
-# its refused base (IngestError). Anything not named is retried, as Airflow would: an unknown error may be transient.
+# Retry or fail now: what a failed step's exception means for the orchestrator (dags/abpo_monthly.py's tasks turn
+# "fail" into AirflowFailException through abpo.monthly.airflow_tasks.fail_fast, so Airflow does not retry it).
+# Classes are named by their import path, so this table imports nothing (torch-heavy modules included) and a test
+# checks that every name resolves. The exception's MRO is walked in order and the first class named here decides: a
+# subclass listed as transient (IngestStepFailed) wins over its refused base (IngestError). Anything not named is
+# retried, as Airflow would: an unknown error may be transient.
 TRANSIENT = (  # retrying can help: someone else holds a lock, a service did not answer, the disk filled up
     "abpo.warehouse.WarehouseBusy",  # another process holds the DuckDB file's write lock
     "abpo.warehouse.IngestStepFailed",  # a step of the ingest failed (disk full, database invalidated)

@@ -1,9 +1,10 @@
 """The heavy steps of the monthly cycle run in a Python environment of their own (docs/deployment-celery.md,
 "Isolated heavy steps"): ``bootstrap`` (pi_init's SFT), ``update`` (the arm's training) and ``gate`` (the
 challenger's evaluation). With ``$ABPO_TASK_PYTHON`` set, dags/abpo_monthly.py runs these three tasks through
-Airflow's ExternalPythonOperator (the operator behind ``@task.external_python``): the task process on the Airflow
-worker starts that interpreter, which calls :func:`run_isolated` here; Airflow's own environment then only parses the
-DAG and runs the light steps (serve, ingest, register, promote, refit, hold, report).
+Airflow's ExternalPythonOperator (the operator behind ``@task.external_python``; abpo.monthly.airflow_isolated): the
+task process on the Airflow worker starts that interpreter, which calls :func:`run_isolated` here; Airflow's own
+environment then only parses the DAG and runs the light steps (serve, ingest, register, promote, refit, hold,
+report).
 
 Nothing here imports Airflow: the isolated environment needs abpo and its training stack (torch, transformers, TRL,
 MLflow), not Airflow. What Airflow would decide from an exception (skip the arm, fail at once without retrying, retry)

@@ -1,5 +1,5 @@
-"""arms.approval in the DAG's shape: the file reads the deployment config's key when it is parsed (as load_config
-reads it, checked on every preset), and with ``required`` each LLM arm's gate feeds an approval task that feeds its
+"""arms.approval in the DAG's shape: the file reads the deployment config's key when it is parsed
+(abpo.monthly.dag_settings.approval_of, as load_config reads it, checked on every preset), and with ``required`` each LLM arm's gate feeds an approval task that feeds its
 promote (Airflow's human-in-the-loop operator: Approve / Reject, Reject by default when no one answers). With
 ``none`` the DAG is the one tests/dags/test_abpo_monthly.py checks, unchanged."""
 
@@ -34,16 +34,17 @@ def _config(tmp_path, approval: str) -> Path:
 
 def test_the_dag_reads_arms_approval_as_load_config_does(tmp_path, monkeypatch):
     from abpo.config import load_config
+    from abpo.monthly.dag_settings import approval_of
 
     monkeypatch.delenv("ABPO_CONFIG", raising=False)
     dag = _dag_module()
-    assert dag.APPROVAL_REQUIRED is False  # the default preset (tiny): none
+    assert dag.ENV.approval_required is False  # the default preset (tiny): none
     for preset in PRESETS:
-        assert dag.approval_of(preset) == load_config(preset).arms.approval == "none", preset  # the demo unattended
+        assert approval_of(preset) == load_config(preset).arms.approval == "none", preset  # the demo unattended
     for approval in ("none", "required"):
         path = _config(tmp_path, approval)
-        assert dag.approval_of(str(path)) == load_config(path).arms.approval == approval
-    assert dag.approval_of(str(tmp_path / "missing.yaml")) == "none"  # every task fails on it at load anyway
+        assert approval_of(str(path)) == load_config(path).arms.approval == approval
+    assert approval_of(str(tmp_path / "missing.yaml")) == "none"  # every task fails on it at load anyway
 
 
 @pytest.fixture

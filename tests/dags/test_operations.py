@@ -1,5 +1,5 @@
-"""The DAG's operations settings, parsed by a real DagBag: refusals fail at once (the task callable's _fail_fast,
-abpo.monthly.common.retry_or_fail), retries back off, the optional landing sensor (reschedule mode) and Asset
+"""The DAG's operations settings, parsed by a real DagBag: refusals fail at once (the task callable's wrapper,
+abpo.monthly.airflow_tasks.fail_fast, and abpo.monthly.common.retry_or_fail), retries back off, the optional landing sensor (reschedule mode) and Asset
 schedule, and the $ABPO_ON_FAILURE hook. The end-to-end checks are in test_operations_e2e.py."""
 
 from __future__ import annotations
@@ -23,14 +23,15 @@ def _dag(monkeypatch, **env):
     return bag.dags["abpo_monthly"]
 
 
-def test_a_refusal_fails_at_once_and_a_transient_error_is_raised_for_a_retry(dag_module):
+def test_a_refusal_fails_at_once_and_a_transient_error_is_raised_for_a_retry():
     from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+    from abpo.monthly.airflow_tasks import fail_fast
     from abpo.monthly.serve import NothingLanded
     from abpo.warehouse import WarehouseBusy
 
     def step(e):
-        @dag_module._fail_fast
+        @fail_fast
         def run(month):
             raise e
 
@@ -43,7 +44,7 @@ def test_a_refusal_fails_at_once_and_a_transient_error_is_raised_for_a_retry(dag
         step(WarehouseBusy("lock held"))("2026-10")
     with pytest.raises(AirflowSkipException):  # Airflow's own exceptions pass as they are
         step(AirflowSkipException("arm not configured"))("2026-10")
-    assert step.__name__ == "step" and dag_module._fail_fast(len)("abc") == 3
+    assert step.__name__ == "step" and fail_fast(len)("abc") == 3
 
 
 def test_defaults_retries_back_off_no_sensor_no_hook(monkeypatch):

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from abpo.monthly.overrides import check_overrides
+
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="abpo-airflow-home-"))
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 EVIL = [
@@ -40,25 +42,25 @@ def dag():
 
 
 @pytest.mark.parametrize("item", EVIL)
-def test_a_triggered_run_cannot_override_keys_outside_the_allow_list(dag, dag_module, item):
+def test_a_triggered_run_cannot_override_keys_outside_the_allow_list(dag, item):
     from airflow.sdk.definitions.param import ParamValidationError
 
     with pytest.raises(ParamValidationError):
         dag.params.get_param("overrides").resolve([item])
     with pytest.raises(ValueError, match=r"rule: key=value with a key in sim\.\*"):
-        dag_module.check_overrides(["sim.base_ctr=0.01", item])
+        check_overrides(["sim.base_ctr=0.01", item])
 
 
-def test_the_e2e_tests_and_the_demo_overrides_are_allowed(dag_module):
+def test_the_e2e_tests_and_the_demo_overrides_are_allowed():
     """What `abpo demo --set ...` and the slow DAG tests pass as the run's overrides (sizes and steps) stays allowed."""
     from tests.sizes import CYCLE_MONTH, DAG_MONTH, DAG_MONTH_CLICKS
 
     # DAG_MONTH: what the demo test passes; DAG_MONTH_CLICKS: the other DAG tests' runs; CYCLE_MONTH: test_cycle's month
     for small in (DAG_MONTH, DAG_MONTH_CLICKS, CYCLE_MONTH):
-        assert dag_module.check_overrides(small) == small
+        assert check_overrides(small) == small
 
 
-def test_allowed_overrides_pass_and_load(dag, dag_module):
+def test_allowed_overrides_pass_and_load(dag):
     from abpo.config import load_config
 
     ok = [
@@ -72,7 +74,7 @@ def test_allowed_overrides_pass_and_load(dag, dag_module):
         "sft.pretrain_epochs=2",
     ]
     assert dag.params.get_param("overrides").resolve(ok) == ok
-    cfg = load_config("tiny", dag_module.check_overrides(ok))
+    cfg = load_config("tiny", check_overrides(ok))
     assert cfg.arms.min_rows_per_stratum == 5 and cfg.seed == 3 and cfg.arms.popularity.temperature == 0.3
     assert cfg.policy.num_threads == 1 and cfg.sft.pretrain_epochs == 2
     assert "Allowed keys only: sim.*" in dag.params.get_param("overrides").description
@@ -95,7 +97,7 @@ GATE_SWITCHES = [
 
 
 @pytest.mark.parametrize("item", GATE_SWITCHES)
-def test_a_trigger_cannot_change_the_gate_or_switch_a_safety_check_off(dag, dag_module, item):
+def test_a_trigger_cannot_change_the_gate_or_switch_a_safety_check_off(dag, item):
     """Issue 32 item 4: the gate's settings and the report's sample-ratio check are not run-time overrides. The
     trigger's params are refused by Airflow (the JSON schema), and every task (the first: resolve_month) refuses them
     again, naming the key and the rule."""
@@ -108,7 +110,7 @@ def test_a_trigger_cannot_change_the_gate_or_switch_a_safety_check_off(dag, dag_
         match=rf"overrides item '{re.escape(item)}': rule: {re.escape(item.split('=')[0])} "
         r"is .*not a run-time override.*\$ABPO_CONFIG",
     ):
-        dag_module.check_overrides([item])
+        check_overrides([item])
 
 
 @pytest.mark.parametrize(

@@ -24,10 +24,9 @@ def state(tmp_path, monkeypatch):
     return root
 
 
-def test_an_arm_with_no_rows_skips_its_update_with_a_reason_and_the_month_completes(
-    state, tmp_path, dag_module, monkeypatch
-):
+def test_an_arm_with_no_rows_skips_its_update_with_a_reason_and_the_month_completes(state, tmp_path, dag_module):
     from airflow.sdk.exceptions import AirflowSkipException
+    from airflow.sdk.execution_time.context import set_current_context
     from mlflow import MlflowClient
 
     from abpo import registry
@@ -58,10 +57,10 @@ def test_an_arm_with_no_rows_skips_its_update_with_a_reason_and_the_month_comple
         uri = registry.log_model_dir(ckpt)
     champion = promotion.register_champion(cfg, "abpo", uri, run.info.run_id, {"source": "pi_init"}).version
 
-    # the DAG's abpo.update task, as a triggered run calls it
-    monkeypatch.setattr(dag_module, "get_current_context", lambda: {"params": {"month": month, "overrides": overrides}})
+    # the DAG's abpo.update task, as a triggered run calls it (in Airflow's current context, with the run's params)
+    context = {"params": {"month": month, "overrides": overrides}}
     update = dag_module.abpo_monthly().get_task("abpo.update").python_callable
-    with pytest.raises(AirflowSkipException) as info:
+    with set_current_context(context), pytest.raises(AirflowSkipException) as info:
         update("abpo", month, {})
     why = str(info.value)
     assert (
@@ -70,7 +69,7 @@ def test_an_arm_with_no_rows_skips_its_update_with_a_reason_and_the_month_comple
         and f"keeps champion v{champion}" in why
     )
     # the reason is kept in MLflow, once however often the task runs
-    with pytest.raises(AirflowSkipException):
+    with set_current_context(context), pytest.raises(AirflowSkipException):
         update("abpo", month, {})
     exp = MlflowClient().get_experiment_by_name(arm_versions.EXPERIMENT)
     runs = MlflowClient().search_runs([exp.experiment_id], f"attributes.run_name = 'update-abpo-{month}-skipped'")

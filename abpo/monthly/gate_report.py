@@ -4,8 +4,9 @@ of each completed ``gate-<arm>-v<version>`` run of experiment abpo-arms, docs/ga
 
 Per gate: the verdict; the offline half (the test that ran, Tango's score test or Wald, the paired difference with
 won/lost users, its one-sided lower bound against -margin, the statistic and p-value, the MDE); the off-policy half
-(the estimator that decided, its CTR difference with its interval against -margin, the rows it read, the ESS) and
-every other estimator's difference and interval."""
+(the estimator that decided, its CTR difference with its interval against -margin and a note where the interval
+alone misleads: abpo.monthly.gate_verdict.ope_notes; the rows it read, the ESS) and every other estimator's
+difference and interval."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from abpo import registry
 from abpo.arms import versions as arm_versions
-from abpo.monthly.gate_verdict import ESTIMATOR_NAMES
+from abpo.monthly.gate_verdict import ESTIMATOR_NAMES, ope_notes
 from abpo.monthly.report_section import append_section, number, section_html, section_markdown
 
 if TYPE_CHECKING:
@@ -74,6 +75,9 @@ def gate_row(g: dict[str, Any]) -> list[str]:
         ope_cell = f"{number(ope.get('diff'))} [{number(ope.get('ci_low'))}, {number(ope.get('ci_high'))}]" + (
             f" vs {number(-float(margin))}" if isinstance(margin, (int, float)) else ""
         )
+        notes = ope_notes(ope)  # what the interval alone does not say (the gate's reason says it in full)
+        if notes:
+            ope_cell += f" ({'; '.join(notes)})"
         others = "; ".join(
             f"{ESTIMATOR_NAMES.get(k, k)} {number(d.get('diff'))} [{number(d.get('ci_low'))}, {number(d.get('ci_high'))}]"
             for k, d in (ope.get("estimates") or {}).items()
@@ -102,7 +106,9 @@ INTRO = (
     "Each LLM arm's gate (docs/gate.md): the offline half is a paired non-inferiority test of per-user HR@5 on the "
     "held-out users (PASS needs the lower bound above −margin, i.e. p < alpha); the off-policy half is the CTR "
     "difference under the estimator that decided (arms.gate_ope_estimator), its interval's lower bound at least "
-    "−margin. Both must pass. Every other estimator's difference is shown beside it; it did not decide."
+    "−margin. Both must pass. A note in brackets after the interval says where it cannot be read alone (every row "
+    "a no-response or every row clicked, an estimate outside [0, 1], an arm that served none of the rows). Every "
+    "other estimator's difference is shown beside it; it did not decide."
 )
 
 

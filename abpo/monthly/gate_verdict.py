@@ -43,6 +43,14 @@ ESTIMATOR_NAMES = {
 MIN_ESS_FLOOR = 2.0
 
 
+def range_slack(n: Any) -> float:
+    """How far outside [0, 1] a CTR estimate on ``n`` rows may lie and still be read as in range: half a click of the
+    month, 1 / (2 n). A click rate over n rows moves in steps of 1/n, so a smaller excursion is the month's rounding
+    (DR reads 1 + 8e-7 on a month where every row is clicked: the reward model's q = 1 - 1e-9 times weights whose mean
+    is above 1), not an estimate that left the range (IPS 10^7 with every logged propensity 1e-9)."""
+    return 0.5 / n if isinstance(n, int) and n > 0 else 0.0
+
+
 def _num(ope: dict[str, Any], key: str) -> float:
     v = ope.get(key)
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
@@ -67,7 +75,8 @@ def ope_notes(ope: dict[str, Any] | None) -> list[str]:
             "sees it"
         )
     values = [_num(ope, k) for k in ("challenger_estimate", "champion_estimate")]
-    if clicks != 0 and any(math.isfinite(v) and not 0.0 <= v <= 1.0 for v in values):
+    slack = range_slack(n)
+    if clicks != 0 and any(math.isfinite(v) and not -slack <= v <= 1.0 + slack for v in values):
         notes.append("estimate outside [0, 1]: refused")
     return notes
 
@@ -84,7 +93,8 @@ def ope_verdict(ope: dict[str, Any], margin: float, min_ess: float, max_top_shar
     5. every row a no-response: every estimate is 0 and its interval the point [0, 0], which says nothing; the half
        passes when the zero-click bound of the champion's CTR (abpo.evaluation.off_policy.zero_click_upper_bound on
        its ESS, at the interval's one-sided level) is at most ``margin``: the challenger's CTR cannot be below 0;
-    6. an estimate of a CTR outside [0, 1] fails (IPS, DR and Switch-DR scale with the weights);
+    6. an estimate of a CTR outside [0, 1] (by more than :func:`range_slack`, half a click of the rows) fails: IPS,
+       DR and Switch-DR scale with the weights;
     7. the deciding estimator's interval's lower bound must be >= -``margin``; when every row is clicked, IPS's too
        (self-normalised estimators read 1 for any version with mass on a logged item, and the reward model has only
        clicks to learn from: neither sees a challenger that moves its mass off the logged items; IPS, the mean
@@ -154,10 +164,11 @@ def ope_verdict(ope: dict[str, Any], margin: float, min_ess: float, max_top_shar
             f"is below {bound:.4f} (exact binomial, one-sided {(1 + float(ope['confidence'])) / 2:.1%}), so the "
             f"difference is at least {-bound:+.4f} {'>=' if ok else '<'} -margin {margin}"
         )
+    slack = range_slack(n)
     out_of_range = [
         f"{who} {float(ope[k]):.6g}"
         for who, k in (("challenger", new_key), ("champion", old_key))
-        if not 0 <= ope[k] <= 1
+        if not -slack <= ope[k] <= 1 + slack
     ]
     all_clicked = clicks is not None and clicks == n
     clicked_note = (
@@ -169,9 +180,11 @@ def ope_verdict(ope: dict[str, Any], margin: float, min_ess: float, max_top_shar
     )
     if out_of_range:
         return False, (
-            f"off-policy {label} CTR estimate outside [0, 1] ({', '.join(out_of_range)}) on {n} {rows}: the weights "
-            f"pi/e0 dominate (largest {_num(ope, 'challenger_max_weight'):.3g}; logged propensities this small are not "
-            f"credible); rule: a click rate lies in [0, 1]: fails closed{clicked_note}"
+            f"off-policy {label} CTR estimate outside [0, 1] ({', '.join(out_of_range)}) on {n} {rows}: not a click "
+            f"rate; {label} scales with the weights pi/e0 (the challenger's largest "
+            f"{_num(ope, 'challenger_max_weight'):.3g}), which logged propensities far too small make far too large; "
+            f"rule: a click rate lies in [0, 1] (to half a click of the month's rows, {slack:.2g}): fails closed"
+            f"{clicked_note}"
         )
     ok = bool(ope["ci_low"] >= -margin)
     reason = (

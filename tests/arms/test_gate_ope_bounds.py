@@ -21,7 +21,7 @@ import pytest
 
 from abpo.evaluation.off_policy import zero_click_upper_bound
 from abpo.monthly.gate import ope_estimates_on_rows, ope_numbers
-from abpo.monthly.gate_verdict import MIN_ESS_FLOOR, ope_notes, ope_verdict
+from abpo.monthly.gate_verdict import MIN_ESS_FLOOR, ope_notes, ope_verdict, range_slack
 
 
 def _softmax(s):
@@ -83,6 +83,20 @@ def test_estimates_outside_0_1_are_refused():
     honest, _ = _month()
     ok, why = ope_verdict(_numbers(honest, "dr"), 0.05, 10.0)
     assert ok, why
+
+
+def test_the_range_holds_to_half_a_click_of_the_rows():
+    """An unbiased estimator near a bound leaves it by rounding (DR 1 + 8e-7 on a month where every row is clicked):
+    within half a click of the n rows, 1/(2n), it is in range; beyond, refused, on either side and either version."""
+    rows, _ = _month(seed=7)
+    ope = _numbers(rows, "dr")
+    n = ope["n"]
+    assert range_slack(n) == 0.5 / n
+    for key in ("challenger_estimate", "champion_estimate"):
+        for value, ok_expected in ((1 + 0.4 / n, True), (1 + 0.6 / n, False), (-0.4 / n, True), (-0.6 / n, False)):
+            ok, why = ope_verdict({**ope, key: value}, 0.05, 10.0)
+            assert ("outside [0, 1]" not in why) is ok_expected, (key, value, why)
+            assert ok is ok_expected, (key, value, why)
 
 
 def test_an_effective_sample_too_small_is_refused_for_either_version_whatever_the_config():

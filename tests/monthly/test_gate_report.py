@@ -81,6 +81,24 @@ def test_a_row_shows_both_halves_and_what_decided():
     assert "## Gate" in md and "| 2026-02 | abpo | v3 vs v2 |" in md and "arms.gate_ope_estimator" in md
 
 
+def test_the_off_policy_cell_says_when_its_interval_cannot_be_read_alone():
+    """Issue 59 point 8: a month of no-responses showed [+0.0000, +0.0000] with no note; every row clicked, an
+    estimate outside [0, 1], an arm that served none of the rows: the cell says so (abpo.monthly.gate_verdict.ope_notes),
+    the JSON result read back as the report reads it."""
+    g = _gate().to_json() | {"month": "2026-02"}
+    assert "(" not in gate_row(g)[9]  # an ordinary month: the interval alone
+    ope = g["off_policy"]
+    for change, note in [
+        ({"clicks": 0}, "every row a no-response: the interval is degenerate; decided on the zero-click bound"),
+        ({"clicks": ope["n"]}, "every row clicked: self-normalised estimators are blind"),
+        ({"challenger_estimate": 13.1}, "estimate outside [0, 1]: refused"),
+        ({"own_rows": 0}, "the arm served none of the month's rows"),
+    ]:
+        cell = gate_row(g | {"off_policy": ope | change})[9]
+        assert cell.startswith(f"{ope['diff']:+.4f} [") and f"vs -0.0500 ({note}" in cell, cell
+    assert "(" not in gate_row(g | {"off_policy": {k: v for k, v in ope.items() if k != "clicks"}})[9]  # before 59
+
+
 def test_a_gate_without_the_off_policy_half_says_so():
     g = _gate().to_json() | {"month": "2026-02", "off_policy": None}
     assert gate_row(g)[8:11] == ["not run", "n/a", "n/a"]

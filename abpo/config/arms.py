@@ -245,8 +245,9 @@ class ArmsConfig:
         default=10.0,
         metadata={
             "min": 0,
-            "help": "Off-policy gate: the challenger fails (closed) when the effective sample size of its SNIPS "
-            "weights on the arm's month logs is below this, or when the estimate is not finite; an "
+            "help": "Off-policy gate: the challenger fails (closed) when the effective sample size of its or the "
+            "champion's weights on the rows the deciding estimator reads is below this (or below 2, whatever "
+            "this is: one row would carry over half the weight), or when the estimate is not finite; an "
             "interval from fewer effective rows says nothing.",
         },
     )

@@ -23,7 +23,8 @@ order of :data:`abpo.monthly.steps.STEPS`, which the DAG and ``abpo arms month``
     airflow_isolated.py  the heavy steps' operator in $ABPO_TASK_PYTHON (isolated.py runs there)
     airflow_approval.py  the approval task's operator (approval.py: what it asks and answers)
 
-``abpo demo`` (abpo.commands.demo) runs the steps through Airflow, as a production scheduler does.
+``abpo demo`` (abpo.commands.demo) runs the steps through Airflow, as a production scheduler does: its own local
+Airflow (local_airflow.py: the environment, airflow.cfg, the months through ``airflow dags test``).
 
 Steps take the config and plain values (a Month, an arm name, version numbers) and return a typed result (a
 dataclass with ``to_json()``), so tasks pass registry versions, never local paths. Progress goes through

@@ -14,7 +14,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from abpo.commands.demo import TASK_PRELOAD
+from abpo.monthly.local_airflow import TASK_PRELOAD
 
 REPO = Path(__file__).resolve().parents[2]
 # the DAG runs' sizes: tests/sizes.py (DAG_MONTH, DAG_MONTH_CLICKS)

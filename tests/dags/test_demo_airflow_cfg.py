@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from abpo.commands.demo import demo_airflow_settings, set_airflow_cfg, standalone_command
+from abpo.monthly.local_airflow import demo_airflow_settings, set_airflow_cfg, standalone_command
 
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from abpo.cli import main
-from abpo.commands.demo import airflow_env, carried_by_env, month_run_overrides
 from abpo.config import load_config
 from abpo.config.errors import ConfigError
+from abpo.monthly.local_airflow import airflow_env, carried_by_env, month_run_overrides
 
 
 def test_paths_travel_in_the_environment_and_the_rest_reach_the_run(tmp_path):

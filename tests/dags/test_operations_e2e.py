@@ -70,7 +70,7 @@ def test_a_refusal_fails_once_calls_the_hook_and_the_run_starts_when_it_ran(tmp_
     )
     assert "no_such_section" in call["error"] and "not retried" in call["error"]
 
-    from abpo.commands.demo import FIX_RUN_STARTS
+    from abpo.monthly.local_airflow import FIX_RUN_STARTS
 
     fix = subprocess.run([sys.executable, "-c", FIX_RUN_STARTS], env=env, capture_output=True, text=True, timeout=300)
     assert fix.returncode == 0 and call["run_id"] in fix.stdout, fix.stdout + fix.stderr

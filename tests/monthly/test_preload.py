@@ -34,7 +34,7 @@ def test_the_preload_imports_the_steps_modules_and_starts_no_thread():
 
 
 def test_the_demo_and_the_test_services_preload_the_scheduler_tasks():
-    from abpo.commands.demo import TASK_PRELOAD, demo_airflow_settings
+    from abpo.monthly.local_airflow import TASK_PRELOAD, demo_airflow_settings
 
     assert TASK_PRELOAD == {
         ("scheduler", "mp_start_method"): "forkserver",

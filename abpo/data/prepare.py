@@ -29,4 +29,3 @@ def prepare_counts(data_cfg) -> dict[str, Any]:
         "bandit_requests": len(bandit),
         "held_out_checked_prompts": checked,
     }
-

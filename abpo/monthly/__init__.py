@@ -22,6 +22,7 @@ order of :data:`abpo.monthly.steps.STEPS`, which the DAG and ``abpo arms month``
     dag_settings.py      the $ABPO_* settings the DAG reads when its file is parsed (dependency-free)
     airflow_isolated.py  the heavy steps' operator in $ABPO_TASK_PYTHON (isolated.py runs there)
     airflow_approval.py  the approval task's operator (approval.py: what it asks and answers)
+    pages.py             the UI plugin's pages (plugins/abpo_plugin.py): what each reads, one function per page
 
 ``abpo demo`` (abpo.commands.demo) runs the steps through Airflow, as a production scheduler does: its own local
 Airflow (local_airflow.py: the environment, airflow.cfg, the months through ``airflow dags test``).

@@ -93,15 +93,11 @@ class LLMArm(Arm):
         """The arm's variant, trained from ``parent_dir`` (its champion) on ``strata`` (positive, no-response: its
         own logs of ``months``), saved under ``models/arms/<arm>/<month>``; returns abpo.train.update's result.
         Every month starts afresh from the champion (no resume) and keeps the merged model, which serving loads;
-        ``arms.update_max_examples`` (or the arm's ``arms.update_max_examples_by_arm``) caps the rows."""
+        ``arms.update_max_examples`` (or the arm's ``arms.update_max_examples_by_arm``) caps the rows, and the arm's
+        ``arms.update_by_arm`` entry sets its budget over section update's (learning rate, epochs, schedule)."""
         from abpo.train.update import run_update
 
-        u = dataclasses.replace(
-            cfg.update,
-            resume=False,
-            save_merged=True,
-            max_examples=cfg.arms.update_rows(name, cfg.update.max_examples),
-        )
+        u = dataclasses.replace(cfg.arms.update_settings(name, cfg.update), resume=False, save_merged=True)
         run = UpdateRun(
             variant=entry(name).refreshed_by,
             arm=name,

@@ -4,6 +4,7 @@ its own (``arms.popularity``, ``arms.ml_retrain``), and the continual monthly cy
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from abpo.data.holdout import GATE_USERS
 
@@ -14,6 +15,8 @@ UPDATE_LOGS = ("own", "all")
 # (the gate before issue 42); the others on every arm's month logs with a cross-fitted reward model
 # (abpo.evaluation.off_policy: snips_all is SNIPS there, the rest are its DM, IPS, DR, SNDR and Switch-DR)
 GATE_OPE_ESTIMATORS = ("snips", "dm", "ips", "snips_all", "dr", "sndr", "switch_dr")
+# the keys of an arm's entry in arms.update_by_arm: the update's budget (rows are arms.update_max_examples_by_arm)
+UPDATE_BUDGET_KEYS = ("learning_rate", "epochs", "lr_scheduler_type", "warmup_ratio", "batch_size")
 # arms.approval's choices (docs/gate.md "Approval"); the DAG (dags/abpo_monthly.py) and the promote step read them too
 APPROVAL = ("none", "required")
 # arms.ml_retrain.kind's choices -> the ranker of abpo.baselines.RANKERS it refits (abpo.arms.rankers reads it)
@@ -199,6 +202,24 @@ class ArmsConfig:
             "arms.update_max_examples. Keys: LLM arms of arms.names; values >= 0 (0 = update.max_examples)."
         },
     )
+
+    update_by_arm: dict[str, dict[str, Any]] = field(
+        default_factory=dict,
+        metadata={
+            "help": "Per LLM arm, its update budget instead of section update's (e.g. {grpo_cr: {learning_rate: "
+            '1e-3, epochs: 3}}: the budget chosen on the validation series, docs/which-update.md "The budget '
+            'curve"); keys of each: ' + ", ".join(UPDATE_BUDGET_KEYS) + ", each checked as the update key of that "
+            "name. An arm not named trains with section update's settings."
+        },
+    )
+
+    def update_settings(self, arm: str, update: Any) -> Any:
+        """Section ``update`` (an UpdateConfig) as ``arm``'s monthly update trains: its entry of update_by_arm
+        applied over it (the keys of UPDATE_BUDGET_KEYS), the rows cap of :meth:`update_rows` in max_examples."""
+        import dataclasses
+
+        over = dict(self.update_by_arm.get(arm, {}))
+        return dataclasses.replace(update, max_examples=self.update_rows(arm, update.max_examples), **over)
 
     def update_rows(self, arm: str, otherwise: int) -> int:
         """The rows cap of ``arm``'s monthly update: its entry of update_max_examples_by_arm, else

@@ -100,6 +100,46 @@ def check_update_rows_by_arm(cfg: Config) -> None:
         raise ConfigError(f"config arms.update_max_examples_by_arm {bad}: rule: each value an integer >= 0 (rows)")
 
 
+def check_update_by_arm(cfg: Config) -> None:
+    """``arms.update_by_arm`` (issue 60): each key a served arm, each entry's keys among the budget keys
+    (abpo.config.arms.UPDATE_BUDGET_KEYS), each value checked against the update key of that name (type, range,
+    choices) as a ``--set update.<key>`` would be: an entry that could not train is refused at load, not in month 2."""
+    import dataclasses
+    import typing
+
+    from abpo.config.arms import UPDATE_BUDGET_KEYS
+    from abpo.config.update import UpdateConfig
+    from abpo.config.values import _coerce
+
+    by_arm = cfg.arms.update_by_arm
+    unknown = [a for a in by_arm if a not in cfg.arms.names]
+    if unknown:
+        raise ConfigError(
+            f"config arms.update_by_arm names {unknown}, not in arms.names {list(cfg.arms.names)}: rule: only a "
+            "served arm's update has a budget"
+        )
+    fields = {f.name: f for f in dataclasses.fields(UpdateConfig)}
+    hints = typing.get_type_hints(UpdateConfig)
+    for arm, entry in by_arm.items():
+        if not isinstance(entry, dict):
+            raise ConfigError(f"config arms.update_by_arm.{arm} = {entry!r}: rule: a mapping of update keys")
+        bad = sorted(set(entry) - set(UPDATE_BUDGET_KEYS))
+        if bad:
+            raise ConfigError(
+                f"config arms.update_by_arm.{arm}: key(s) {bad}; rule: one of {list(UPDATE_BUDGET_KEYS)} (rows: "
+                "arms.update_max_examples_by_arm)"
+            )
+        for k, v in entry.items():
+            entry[k] = _coerce(
+                v,
+                hints[k],
+                f"arms.update_by_arm.{arm}.{k}",
+                fields[k].metadata,
+                f"arms.update_by_arm.{arm}.{k}",
+                "config",
+            )
+
+
 def check_sim_windows(cfg: Config) -> None:
     """The simulator's months (abpo.sim.simulator): a month is one window of each user's update positions, so
     ``sim.window`` fits in ``data.update_steps``; the offline candidate construction has one candidate set per position,
@@ -185,6 +225,7 @@ def validate(cfg: Config) -> None:
     - ``report.candidate_arm`` in ``arms.names``; ``report.holdback_arm`` in them, the unserved holdback arm or empty
       (:func:`check_report_arms`);
     - ``arms.update_max_examples_by_arm`` keyed by arms of ``arms.names``, values >= 0 (:func:`check_update_rows_by_arm`);
+    - ``arms.update_by_arm`` keyed by arms of ``arms.names``, budget keys checked as the update's (:func:`check_update_by_arm`);
     - ``sim.window`` fits in ``data.update_steps``; ``sim.candidates = offline`` needs ``sim.requests_per_user``
       equal to ``sim.window`` (:func:`check_sim_windows`);
     - ``sim.retrieval_fraction + sim.popular_fraction <= 1``; with ``sim.oracle = mixture``, ``sim.oracle_weights``
@@ -208,6 +249,7 @@ def validate(cfg: Config) -> None:
     check_arms_known(cfg)
     check_report_arms(cfg)
     check_update_rows_by_arm(cfg)
+    check_update_by_arm(cfg)
     check_sim_windows(cfg)
     check_sim_draws(cfg)
     check_model_shape(cfg)

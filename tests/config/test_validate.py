@@ -49,6 +49,12 @@ def test_every_preset_keeps_every_rule(preset):
         (["arms.names=abpo,grpo,holdback"], ["arms.names", "data.known_arms", "'holdback'"]),
         (["arms.update_max_examples_by_arm={grpo_cr: 64}"], ["arms.update_max_examples_by_arm", "arms.names"]),
         (["arms.update_max_examples_by_arm={abpo: -1}"], ["arms.update_max_examples_by_arm", ">= 0"]),
+        # an arm's update budget (issue 60): a served arm, budget keys only, each value as the update key's rule
+        (["arms.update_by_arm={grpo_cr: {epochs: 2}}"], ["arms.update_by_arm", "arms.names"]),
+        (["arms.update_by_arm={abpo: {beta: 0.1}}"], ["arms.update_by_arm.abpo", "'beta'", "learning_rate"]),
+        (["arms.update_by_arm={abpo: {learning_rate: 0}}"], ["arms.update_by_arm.abpo.learning_rate", "> 0"]),
+        (["arms.update_by_arm={abpo: {epochs: many}}"], ["arms.update_by_arm.abpo.epochs", "'many'"]),
+        (["arms.update_by_arm={abpo: 3}"], ["arms.update_by_arm.abpo", "a mapping"]),
         (["data.update_steps=3", "sim.window=4", "experiment.update_steps=0"], ["data.update_steps", "sim.window"]),
         (
             ["sim.candidates=offline", "sim.requests_per_user=3"],
@@ -85,6 +91,7 @@ def test_a_bad_combination_is_refused_at_load_in_one_line_naming_its_keys(overri
         ["data.update_steps=4", "sim.window=4", "experiment.update_steps=0"],
         ["arms.names=abpo,holdback", "data.known_arms=abpo,grpo,holdback"],
         ["arms.update_max_examples_by_arm={abpo: 0}"],
+        ["arms.update_by_arm={abpo: {learning_rate: 1e-3, epochs: 3, lr_scheduler_type: constant}}"],
         ["sim.candidates=offline", "sim.requests_per_user=2", "sim.window=2"],
         ["sim.retrieval_fraction=0.5", "sim.popular_fraction=0.5"],
         ["sim.oracle=knn", "sim.oracle_weights={knn: 0, bert: 0}"],  # the weights are the mixture's only
@@ -178,3 +185,11 @@ def test_the_configs_holdback_arm_is_abpos_one_holdback_arm():
     from abpo.config.report import HOLDBACK_ARM, ReportConfig
 
     assert HOLDBACK_ARMS == (HOLDBACK_ARM,) and ReportConfig().holdback_arm == HOLDBACK_ARM
+
+
+def test_an_arms_update_budget_replaces_section_updates_keys_for_that_arm_only():
+    cfg = load_config("tiny", ["arms.update_by_arm={abpo: {learning_rate: 2e-3, epochs: 3}}", "update.epochs=1"])
+    mine, other = cfg.arms.update_settings("abpo", cfg.update), cfg.arms.update_settings("grpo", cfg.update)
+    assert (mine.learning_rate, mine.epochs) == (2e-3, 3.0)
+    assert (other.learning_rate, other.epochs) == (cfg.update.learning_rate, 1.0)
+    assert mine.max_examples == cfg.arms.update_rows("abpo", cfg.update.max_examples)

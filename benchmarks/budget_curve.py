@@ -101,7 +101,25 @@ def grid() -> list[Cell]:
     for epochs in (3.0,):
         for variant, reward in (("grpo", "sim"), ("abpo_ll", "logged"), ("wll", "logged")):
             cells.append(Cell(variant, reward, 0, epochs, 1e-3))
+    # stage 4, added 2026-11-29 02:10 UTC after stage 1 (validation cells only): wll, the one logged-reward update
+    # that rose at 1e-3 (every GRPO-surrogate update fell there), at a larger learning rate and more epochs
+    cells += [Cell("wll", "logged", 0, 3.0, 3e-3), Cell("wll", "logged", 0, 1.0, 1e-2)]
     return cells
+
+
+# the order the session ran the grid in (02:10 UTC, after stage 1): the cells most informative for the rule first
+PRIORITY = (
+    "wll-logged-r1024-e1-lr0.003",
+    "wll-logged-rall-e1-lr0.001",
+    "grpo-sim-rall-e1-lr0.001",
+    "wll-logged-rall-e1-lr0.003",
+    "wll-logged-rall-e3-lr0.001",
+    "grpo-sim-rall-e3-lr0.001",
+    "wll-logged-rall-e3-lr0.003",
+    "abpo_ll-logged-rall-e1-lr0.001",
+    "grpo_cr-logged-rall-e1-lr0.001",
+    "wll-logged-rall-e1-lr0.01",
+)
 
 
 SMOKE = [
@@ -234,7 +252,11 @@ def main(argv=None) -> int:
         default="",
         help="exposure temperatures to score at (default: the config's policy.tau, then 0.5 and 0.25)",
     )
-    ap.add_argument("--cells", default="", help="comma-separated cell names of the grid to run (default: every cell)")
+    ap.add_argument(
+        "--cells",
+        default="",
+        help="comma-separated cell names of the grid to run (default: every cell); 'priority': PRIORITY's, then the rest",
+    )
     ap.add_argument("--update-seed", type=int, default=0, help="the updates' seed (row subsample, order, rollouts)")
     ap.add_argument("--cpu-budget", type=float, default=600.0, help="the rule's CPU seconds per update (default 600)")
     ap.add_argument("--list", action="store_true", help="print the grid's cells and exit")
@@ -247,6 +269,8 @@ def main(argv=None) -> int:
         for c in cells:
             print(c.name)
         return 0
+    if args.cells == "priority":
+        args.cells = ",".join([*PRIORITY, *(c.name for c in cells if c.name not in PRIORITY)])
     if args.cells:
         want = [s.strip() for s in args.cells.split(",") if s.strip()]
         names = {c.name: c for c in cells}

@@ -83,9 +83,9 @@ def _first_bad(mask: np.ndarray) -> int:
 
 
 def off_policy_ctr(
-    clicked: Sequence[int],
-    logging_propensity: Sequence[float],
-    target_propensity: Sequence[float],
+    clicked: Sequence[int] | np.ndarray,
+    logging_propensity: Sequence[float] | np.ndarray,
+    target_propensity: Sequence[float] | np.ndarray,
 ) -> OffPolicyEstimate:
     """IPS and SNIPS estimates of the target policy's CTR (module docstring), with standard errors and ESS."""
     y = _as_array(clicked, "clicked")
@@ -163,10 +163,10 @@ def _snips(y: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 def compare_snips(
-    clicked: Sequence[int],
-    logging_propensity: Sequence[float],
-    challenger_propensity: Sequence[float],
-    champion_propensity: Sequence[float],
+    clicked: Sequence[int] | np.ndarray,
+    logging_propensity: Sequence[float] | np.ndarray,
+    challenger_propensity: Sequence[float] | np.ndarray,
+    champion_propensity: Sequence[float] | np.ndarray,
     *,
     n_boot: int = 2000,
     confidence: float = 0.95,

@@ -10,11 +10,13 @@
                  on (``warehouse``)
     off-policy   the CTR difference challenger - champion on the month's logs under ``arms.gate_ope_estimator``
                  (:func:`ope_estimates_on_rows`: SNIPS on the arm's own rows, or DM / IPS / SNIPS / DR / SNDR /
-                 Switch-DR on every arm's rows with a cross-fitted reward model; DR by default): its bootstrap lower
-                 bound at least -``arms.gate_ope_margin``, the estimate finite, the challenger's weights' effective
-                 sample size at least ``arms.gate_min_ess`` and the share of the total weight carried by its largest
-                 weights (the top ``arms.gate_top_weight_fraction`` of the rows) at most
-                 ``arms.gate_max_top_weight_share`` (fails closed); every estimator's numbers are recorded
+                 Switch-DR on every arm's rows with a cross-fitted reward model; SNDR by default): its bootstrap
+                 lower bound at least -``arms.gate_ope_margin``, the estimate finite and in [0, 1], both versions'
+                 weights' effective sample size at least ``arms.gate_min_ess`` (and 2), and the share of the total
+                 weight carried by the challenger's largest weights (the top ``arms.gate_top_weight_fraction`` of
+                 the rows) at most ``arms.gate_max_top_weight_share`` (fails closed); a month without clicks decided
+                 on the champion's zero-click bound, one with every row clicked on IPS too
+                 (abpo.monthly.gate_verdict.ope_verdict); every estimator's numbers are recorded
 
 The decision is :func:`gate_verdict`, a pure function of those numbers; :func:`gate` computes them (scoring,
 the warehouse's logs), applies it, and records every number in MLflow: metrics of the versions' LoggedModels (the
@@ -262,6 +264,51 @@ def _weights_summary(w: np.ndarray, top_fraction: float) -> dict[str, Any]:
     return {"ess": ess, "max_weight": float(np.max(w)), "top_weight_share": share, "top_weight_rows": k}
 
 
+def _snips_on_own_rows(
+    y: np.ndarray,
+    e0: np.ndarray,
+    p_new: np.ndarray,
+    p_old: np.ndarray,
+    *,
+    n_boot: int,
+    confidence: float,
+    seed: int,
+    top_fraction: float,
+) -> dict[str, Any]:
+    """The ``snips`` entry of :func:`ope_estimates_on_rows`: compare_snips on the arm's own rows (their clicks ``y``,
+    logged ``e0``, the challenger's ``p_new`` and the champion's ``p_old`` of the logged item), with IPS's difference
+    and interval on the same resamples; no row (the arm served nothing): n 0 and every number NaN."""
+    nan = float("nan")
+    if y.size == 0:
+        return {
+            "rows": "own",
+            "n": 0,
+            "clicks": 0,
+            **dict.fromkeys(("challenger", "champion", "diff", "ci_low", "ci_high"), nan),
+            **dict.fromkeys(("ips_diff", "ips_ci_low", "ips_ci_high"), nan),
+            "confidence": confidence,
+            "champion_ess": 0.0,
+            **{f"challenger_{k}": v for k, v in _weights_summary(p_new, top_fraction).items()},
+        }
+    cmp = compare_snips(y, e0, p_new, p_old, n_boot=n_boot, confidence=confidence, seed=seed)
+    return {
+        "rows": "own",
+        "n": cmp.n,
+        "clicks": int(y.sum()),
+        "challenger": cmp.challenger.snips,
+        "champion": cmp.champion.snips,
+        "diff": cmp.diff,
+        "ci_low": cmp.ci_low,
+        "ci_high": cmp.ci_high,
+        "confidence": confidence,
+        "champion_ess": cmp.champion.ess,
+        "ips_diff": cmp.ips_diff,
+        "ips_ci_low": cmp.ips_ci_low,
+        "ips_ci_high": cmp.ips_ci_high,
+        **{f"challenger_{k}": v for k, v in _weights_summary(p_new / e0, top_fraction).items()},
+    }
+
+
 def ope_estimates_on_rows(
     *,
     candidates: Sequence[Sequence[int]],
@@ -308,20 +355,8 @@ def ope_estimates_on_rows(
     p_new = np.array([float(p[i]) for p, i in zip(challenger, idx, strict=True)], dtype=np.float64)
     p_old = np.array([float(p[i]) for p, i in zip(champion, idx, strict=True)], dtype=np.float64)
     nan = float("nan")
-    out: dict[str, dict[str, Any]] = {}
-    if not own_mask.any():  # the arm served none of these rows: SNIPS on its own rows has nothing to read
-        out["snips"] = {
-            "rows": "own",
-            "n": 0,
-            "clicks": 0,
-            **dict.fromkeys(("challenger", "champion", "diff", "ci_low", "ci_high"), nan),
-            **dict.fromkeys(("ips_diff", "ips_ci_low", "ips_ci_high"), nan),
-            "confidence": confidence,
-            "champion_ess": 0.0,
-            **{f"challenger_{k}": v for k, v in _weights_summary(p_new[:0], top_fraction).items()},
-        }
-    else:
-        cmp = compare_snips(
+    out: dict[str, dict[str, Any]] = {
+        "snips": _snips_on_own_rows(
             y[own_mask],
             logged_e0[own_mask],
             p_new[own_mask],
@@ -329,26 +364,9 @@ def ope_estimates_on_rows(
             n_boot=n_boot,
             confidence=confidence,
             seed=seed,
+            top_fraction=top_fraction,
         )
-        out["snips"] = {
-            "rows": "own",
-            "n": cmp.n,
-            "clicks": int(y[own_mask].sum()),
-            "challenger": cmp.challenger.snips,
-            "champion": cmp.champion.snips,
-            "diff": cmp.diff,
-            "ci_low": cmp.ci_low,
-            "ci_high": cmp.ci_high,
-            "confidence": confidence,
-            "champion_ess": cmp.champion.ess,
-            "ips_diff": cmp.ips_diff,
-            "ips_ci_low": cmp.ips_ci_low,
-            "ips_ci_high": cmp.ips_ci_high,
-            **{
-                f"challenger_{k}": v
-                for k, v in _weights_summary(p_new[own_mask] / logged_e0[own_mask], top_fraction).items()
-            },
-        }
+    }
     family = ("dm", "ips", "snips_all", "dr", "sndr", "switch_dr")
     n_users = len(set(users))
     weights_all = {f"challenger_{k}": v for k, v in _weights_summary(p_new / logged_e0, top_fraction).items()}
@@ -561,8 +579,9 @@ def gate(cfg: Config, arm: str, version: str, month: str | None = None) -> GateR
     lower bound of the per-user difference > -``arms.gate_margin``, by Tango's score test for HR@K). Off-policy
     (when ``month`` is given and ``arms.gate_ope_margin`` >= 0): the lower bound of the bootstrap interval of the CTR
     difference (challenger - champion) under ``arms.gate_ope_estimator`` on the month's logs
-    (:func:`off_policy_gate`) at least -``arms.gate_ope_margin``, the estimate finite and its effective sample size
-    at least ``arms.gate_min_ess`` (:func:`ope_verdict`: fails closed). Both must pass. The held-out users are those of
+    (:func:`off_policy_gate`) at least -``arms.gate_ope_margin``, the estimate finite and in [0, 1] and both versions'
+    effective sample sizes at least ``arms.gate_min_ess`` (:func:`ope_verdict`: fails closed; docs/gate.md
+    "Decision"). Both must pass. The held-out users are those of
     :func:`gate_examples`: the configured dataset's (``arms.gate_users = dataset``) or the deployment's own, from the
     warehouse's interactions through ``month`` (``warehouse``; ``month`` is then required). Every number is logged to
     MLflow (experiment abpo-arms, run gate-<arm>-v<version>, linked to the challenger's LoggedModel); the verdict and

@@ -81,6 +81,55 @@ def ope_notes(ope: dict[str, Any] | None) -> list[str]:
     return notes
 
 
+def _no_rows(ope: dict[str, Any], label: str) -> str:
+    """Decision case 1 of :func:`ope_verdict`: the deciding estimator read no row."""
+    if ope.get("rows") == "own":
+        total = ope.get("estimates", {}).get("sndr", {}).get("n", "?")
+        return (
+            f"off-policy {label}: no logged rows of the arm's own among the month's {total} rows (it served "
+            "nothing; its challenger trained on the other arms' rows): no estimate; rule: "
+            "arms.gate_ope_estimator snips reads the arm's own rows (dm, ips, snips_all, dr, sndr, switch_dr read "
+            "every arm's): fails closed"
+        )
+    return f"off-policy {label}: no logged rows in the month: no estimate: fails closed"
+
+
+def _too_few_effective_rows(ope: dict[str, Any], label: str, min_ess: float) -> str | None:
+    """Decision case 4 of :func:`ope_verdict`: the reason when either version's ESS is below ``min_ess`` or
+    MIN_ESS_FLOOR, else None (a result without a version's ESS is not checked on it)."""
+    need = max(float(min_ess), MIN_ESS_FLOOR)
+    for who in ("challenger", "champion"):
+        ess = _num(ope, f"{who}_ess")
+        if f"{who}_ess" not in ope or ess >= need:
+            continue
+        rule = (
+            f"arms.gate_min_ess {min_ess:g}"
+            if min_ess >= MIN_ESS_FLOOR
+            else f"the gate's floor {MIN_ESS_FLOOR:g} (below it the heaviest row carries more than half of the "
+            f"weight; arms.gate_min_ess is {min_ess:g})"
+        )
+        return (
+            f"off-policy {who}'s effective sample size {ess:.1f} of {ope.get('n')} rows < {rule}: fails closed "
+            f"({label} diff {ope['diff']:+.4f})"
+        )
+    return None
+
+
+def _zero_click_verdict(ope: dict[str, Any], label: str, interval: str, margin: float) -> tuple[bool, str]:
+    """Decision case 5 of :func:`ope_verdict`: no row clicked; the difference is at least minus the champion's
+    zero-click bound (abpo.evaluation.off_policy.zero_click_upper_bound on its ESS), the challenger's CTR being >= 0."""
+    ess = _num(ope, "champion_ess")
+    bound = zero_click_upper_bound(ess, float(ope["confidence"]))
+    ok = bool(-bound >= -margin)
+    return ok, (
+        f"off-policy {label}: every one of the {ope['n']} rows it read is a no-response: every estimate is about 0 "
+        f"and the {interval} is degenerate (no click to resample); with no click in the champion's {ess:.0f} "
+        f"effective rows its CTR is below {bound:.4f} (exact binomial, one-sided "
+        f"{(1 + float(ope['confidence'])) / 2:.1%}), so the difference is at least {-bound:+.4f} "
+        f"{'>=' if ok else '<'} -margin {margin}"
+    )
+
+
 def ope_verdict(ope: dict[str, Any], margin: float, min_ess: float, max_top_share: float = 1.0) -> tuple[bool, str]:
     """The off-policy check of the gate, failing closed, in this order (docs/gate.md "Decision"):
 
@@ -111,15 +160,7 @@ def ope_verdict(ope: dict[str, Any], margin: float, min_ess: float, max_top_shar
     )
     n, clicks, own_rows = ope.get("n"), ope.get("clicks"), ope.get("own_rows")
     if n == 0:
-        if ope.get("rows") == "own":
-            total = ope.get("estimates", {}).get("sndr", {}).get("n", "?")
-            return False, (
-                f"off-policy {label}: no logged rows of the arm's own among the month's {total} rows (it served "
-                "nothing; its challenger trained on the other arms' rows): no estimate; rule: "
-                "arms.gate_ope_estimator snips reads the arm's own rows (dm, ips, snips_all, dr, sndr, switch_dr read "
-                "every arm's): fails closed"
-            )
-        return False, f"off-policy {label}: no logged rows in the month: no estimate: fails closed"
+        return False, _no_rows(ope, label)
     keys = (new_key, old_key, "diff", "ci_low", "ci_high", "challenger_ess")
     bad = [k for k in keys if not isinstance(ope.get(k), (int, float)) or not math.isfinite(float(ope[k]))]
     if bad:
@@ -137,33 +178,12 @@ def ope_verdict(ope: dict[str, Any], margin: float, min_ess: float, max_top_shar
             f"{float(top):.1%} of the challenger's total weight > arms.gate_max_top_weight_share "
             f"{max_top_share:g}: fails closed ({label} diff {ope['diff']:+.4f})"
         )
-    need = max(float(min_ess), MIN_ESS_FLOOR)
-    for who in ("challenger", "champion"):
-        ess = _num(ope, f"{who}_ess")
-        if f"{who}_ess" not in ope or ess >= need:
-            continue
-        rule = (
-            f"arms.gate_min_ess {min_ess:g}"
-            if min_ess >= MIN_ESS_FLOOR
-            else f"the gate's floor {MIN_ESS_FLOOR:g} (below it the heaviest row carries more than half of the "
-            f"weight; arms.gate_min_ess is {min_ess:g})"
-        )
-        return False, (
-            f"off-policy {who}'s effective sample size {ess:.1f} of {ope.get('n')} rows < {rule}: fails closed "
-            f"({label} diff {ope['diff']:+.4f})"
-        )
+    too_few = _too_few_effective_rows(ope, label, min_ess)
+    if too_few:
+        return False, too_few
     interval = f"{ope['confidence']:.0%} CI [{ope['ci_low']:+.4f}, {ope['ci_high']:+.4f}]"
     if clicks == 0:
-        ess = _num(ope, "champion_ess")
-        bound = zero_click_upper_bound(ess, float(ope["confidence"]))
-        ok = bool(-bound >= -margin)
-        return ok, (
-            f"off-policy {label}: every one of the {n} rows it read is a no-response: every estimate is about 0 and "
-            f"the {interval} "
-            f"is degenerate (no click to resample); with no click in the champion's {ess:.0f} effective rows its CTR "
-            f"is below {bound:.4f} (exact binomial, one-sided {(1 + float(ope['confidence'])) / 2:.1%}), so the "
-            f"difference is at least {-bound:+.4f} {'>=' if ok else '<'} -margin {margin}"
-        )
+        return _zero_click_verdict(ope, label, interval, margin)
     slack = range_slack(n)
     out_of_range = [
         f"{who} {float(ope[k]):.6g}"

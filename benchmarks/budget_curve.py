@@ -104,20 +104,28 @@ def grid() -> list[Cell]:
     # stage 4, added 2026-11-29 02:10 UTC after stage 1 (validation cells only): wll, the one logged-reward update
     # that rose at 1e-3 (every GRPO-surrogate update fell there), at a larger learning rate and more epochs
     cells += [Cell("wll", "logged", 0, 3.0, 3e-3), Cell("wll", "logged", 0, 1.0, 1e-2)]
+    # stage 5, added 02:12 UTC after wll fell at 3e-3 on 1,024 rows (-0.65 pp): every row at 3e-4, 1 and 3 epochs;
+    # and the demo's own arms as they are configured today (grpo 1,024 rows, grpo_cr 4,096 rows, lr 1e-4)
+    cells += [Cell("wll", "logged", 0, 1.0, 3e-4), Cell("wll", "logged", 0, 3.0, 3e-4)]
+    cells += [Cell("grpo", "logged", 1024, 1.0, 1e-4), Cell("grpo_cr", "logged", 4096, 1.0, 1e-4)]
     return cells
 
 
-# the order the session ran the grid in (02:10 UTC, after stage 1): the cells most informative for the rule first
+# the order the session ran the grid in (from 02:12 UTC, after stage 1): the cells most informative for the rule first
 PRIORITY = (
     "wll-logged-r1024-e1-lr0.003",
     "wll-logged-rall-e1-lr0.001",
     "grpo-sim-rall-e1-lr0.001",
-    "wll-logged-rall-e1-lr0.003",
+    "wll-logged-rall-e1-lr0.0003",
+    "wll-logged-rall-e3-lr0.0003",
     "wll-logged-rall-e3-lr0.001",
     "grpo-sim-rall-e3-lr0.001",
-    "wll-logged-rall-e3-lr0.003",
+    "grpo_cr-logged-r4096-e1-lr0.0001",
+    "grpo-logged-r1024-e1-lr0.0001",
     "abpo_ll-logged-rall-e1-lr0.001",
     "grpo_cr-logged-rall-e1-lr0.001",
+    "wll-logged-rall-e1-lr0.003",
+    "wll-logged-rall-e3-lr0.003",
     "wll-logged-rall-e1-lr0.01",
 )
 

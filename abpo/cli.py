@@ -45,11 +45,16 @@ def _help_formatter():
 
 class Parser(argparse.ArgumentParser):
     """argparse with rich-argparse's help formatter; the subcommands' parsers are of this class too (argparse
-    builds them with the class of their parent)."""
+    builds them with the class of their parent). A bad argument is one line on stderr, exit code 2, like every other
+    expected error (argparse's usage block is what ``--help`` prints)."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", _help_formatter())
         super().__init__(*args, **kwargs)
+
+    def error(self, message: str):
+        message = " | ".join(line.strip() for line in message.splitlines() if line.strip())
+        self.exit(2, f"{self.prog}: error: {message} (usage: {self.prog} --help)\n")
 
 
 def _common_parser() -> argparse.ArgumentParser:
@@ -119,7 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
 def expected_errors() -> tuple[type[BaseException], ...]:
     """The errors a user can cause or meet (bad input, a missing version or arm, an unreadable or busy store, a
     refused promotion): :func:`main` turns them into one line on stderr and exit code 2. Anything else is a bug and
-    keeps its traceback."""
+    keeps its traceback. First abpo.errors.ExpectedError, the base a library error type a user can meet subclasses
+    (and UsageError, what an argument check raises): the boundary needs no entry for those; then the error types
+    from before it, each named here."""
     from abpo.abtest.analysis import ReportInputError
     from abpo.abtest.inputs import CSVFormatError
     from abpo.arms.history import ChampionMissing, HistoryFieldRefused
@@ -128,6 +135,7 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     from abpo.config.errors import ConfigError
     from abpo.data.schemas import SchemaError
     from abpo.data.storage import StorageError
+    from abpo.errors import ExpectedError
     from abpo.monthly.adopt import ModelRefused
     from abpo.monthly.gate_users import GateUsersMissing
     from abpo.months import MonthError
@@ -136,6 +144,7 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     from abpo.warehouse import IngestError, WarehouseBusy, WarehouseSettingError, WarehouseUnreadable
 
     return (
+        ExpectedError,
         ConfigError,
         MonthError,
         CSVFormatError,

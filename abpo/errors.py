@@ -7,8 +7,10 @@ layer may raise these."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -21,6 +23,23 @@ class ExpectedError(Exception):
 class UsageError(ExpectedError, ValueError):
     """A bad argument, option value or path given to a command: the message names the option, the value and the rule.
     A ValueError, so a caller that catches ValueError around the check still does."""
+
+
+def count_arg(option: str, what: str, minimum: int = 1) -> Callable[[str], int]:
+    """An argparse type for ``option``: a whole number of ``what`` at least ``minimum``, refused when the command
+    line is parsed, in argparse's one line (``argument --months: --months 0: rule: a whole number of months >= 1``)."""
+
+    def parse(value: str) -> int:
+        try:
+            n = int(value.strip())
+        except ValueError:
+            n = None
+        if n is None or n < minimum:
+            raise argparse.ArgumentTypeError(f"{option} {value}: rule: a whole number of {what} >= {minimum}")
+        return n
+
+    parse.__name__ = what
+    return parse
 
 
 def writable_dir(path: str | Path, option: str = "--out") -> Path:

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from abpo.errors import count_arg
+
 if TYPE_CHECKING:
     from abpo.config import Config
 
@@ -69,7 +71,9 @@ def register(sub, common: argparse.ArgumentParser) -> None:
         "the holdback held at pi_init -> A/B report), and print "
         "the final report's summary, where the HTML report, the Airflow UI and the MLflow UI are, and the wall time.",
     )
-    p.add_argument("--months", type=int, default=4, help="Simulated months to run (default: 4).")
+    p.add_argument(
+        "--months", type=count_arg("--months", "months"), default=4, help="Simulated months to run (default: 4)."
+    )
     p.set_defaults(handler=run_demo)
     # `abpo loop-experiment`, the demo's loop replicated, registers beside it (it belongs in abpo.cli.COMMAND_MODULES,
     # which another change holds at the time of writing)

@@ -136,6 +136,7 @@ def slice_cfg(tmp_path):
     p = cfg.policy
     p.tiny_hidden_size, p.tiny_layers, p.tiny_heads, p.tiny_intermediate_size, p.tiny_vocab_size = 32, 1, 2, 64, 2048
     p.max_history, p.scoring_batch_tokens = 3, 8192
+    cfg.update.max_completion_length = 72  # the catalog's longest answer + EOS in a 2,048-token vocabulary: 69
     cfg.sft.use_lora = False
     s = cfg.sft
     s.max_steps, s.batch_size, s.learning_rate, s.logging_steps, s.warmup_ratio = 12, 8, 1e-2, 1, 0.0

@@ -78,9 +78,13 @@ TINY_MODEL = [
     "policy.tiny_heads=2",
     "policy.tiny_intermediate_size=64",
     "policy.tiny_vocab_size=600",
+    "update.max_completion_length=100",
 ]
 """A very small ``tiny`` model (1 layer, 32 wide, a 600-token vocabulary; the preset's is 2 layers, 64 wide, 4,096
-tokens): for tests that build, adopt, register, serve or gate a model rather than train it to a quality."""
+tokens): for tests that build, adopt, register, serve or gate a model rather than train it to a quality. In its
+smaller vocabulary the bundled catalog's longest answer + EOS takes 98 tokens (the preset's 63), so its rollouts
+may take 100: pi_init's SFT and `abpo arms adopt` refuse a limit the catalog does not fit (constrained rollouts stop
+at EOS, so the cap costs nothing)."""
 
 TRAINER_MODEL = {
     "model": "tiny",

@@ -24,7 +24,7 @@ from abpo.arms.names import LLM, LLM_ARMS, entry
 from abpo.data.candidates import build_eval_examples
 from abpo.monthly.common import CHAMPION, StepResult, dataset_and_splits, start_run
 from abpo.policy.model import ModelNotAvailableError, load_policy
-from abpo.policy.prompt import encode_answer, format_answer, item_token, prompt_style
+from abpo.policy.prompt import check_answers_fit, encode_answer, format_answer, item_token, prompt_style
 
 if TYPE_CHECKING:
     from abpo.config import Config
@@ -118,6 +118,7 @@ def check_tokenizer(path: Path, tokenizer, cfg: Config, item_ids: list[int], tit
                 "<item_id>ID</item_id> per catalog item (the tiny model's tokenizer, built on this catalog); adopt a "
                 "model without them with --set policy.prompt_style=text"
             )
+    check_answers_fit(tokenizer, titles, cfg, _tokenizer_file(path))  # every answer fits the update's rollouts
 
 
 def check_model(cfg: Config, path: Path) -> dict[str, Any]:

@@ -177,6 +177,35 @@ def encode_answer(tokenizer: Any, answer: str) -> list[int]:
     return list(tokenizer(answer, add_special_tokens=False)["input_ids"])
 
 
+def check_answers_fit(tokenizer: Any, titles: Mapping[int, str], cfg: Any, where: str) -> None:
+    """ConfigError when, with ``policy.constrained_rollouts``, the catalog's longest well-formed answer r(a) plus EOS
+    (tokenized as :func:`encode_answer` does) takes more than ``update.max_completion_length`` tokens: the update's
+    constrained rollouts refuse such a request (abpo.train.answers.AnswerTries), and only when one shows the item,
+    possibly months later. Checked where the catalog and the tokenizer are first known together (``where``: pi_init's
+    SFT, an adopted model's tokenizer). Free rollouts cut a long answer (no format reward): not refused."""
+    from abpo.config.errors import ConfigError
+
+    limit = int(cfg.update.max_completion_length)
+    if not cfg.policy.constrained_rollouts or not titles:
+        return
+    items = sorted(titles)
+    longest, item = 0, items[0]
+    for k in range(0, len(items), 4096):  # batches of the same per-answer encoding
+        chunk = items[k : k + 4096]
+        ids = tokenizer([format_answer(i, titles[i]) for i in chunk], add_special_tokens=False)["input_ids"]
+        for i, a in zip(chunk, ids):
+            if len(a) + 1 > longest:
+                longest, item = len(a) + 1, i
+    if longest > limit:
+        raise ConfigError(
+            f"{where}: update.max_completion_length={limit}: item {item} ({titles[item]!r}) answers in "
+            f"{longest} tokens with EOS under the tokenizer of policy.model {cfg.policy.model!r}; rule: with "
+            "policy.constrained_rollouts every candidate's answer <item_id>ID</item_id><item>TITLE</item> + EOS "
+            f"must fit a rollout (the update refuses a request showing it): raise update.max_completion_length to "
+            f"at least {longest}"
+        )
+
+
 @dataclass(frozen=True)
 class FittedPrompt:
     """A prompt fitted to the token budget."""

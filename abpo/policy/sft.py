@@ -30,7 +30,7 @@ from abpo.config.policy import LOSS_TOKENS
 from abpo.data.candidates import build_eval_examples, build_sup_examples, training_popularity
 from abpo.data.splits import split_of_user, split_users
 from abpo.policy.model import load_policy, lora_config, save_policy
-from abpo.policy.prompt import check_item_tokens, example_prompt, format_answer, prompt_style
+from abpo.policy.prompt import check_answers_fit, check_item_tokens, example_prompt, format_answer, prompt_style
 
 if TYPE_CHECKING:
     from abpo.config import Config
@@ -311,6 +311,7 @@ def train_sft(
     if not sup:
         raise ValueError(f"D_sup is empty for {ds.name} (split report: {report})")
     model, tok = load_policy(cfg.policy, cfg.paths, dataset=ds, seed=cfg.seed)
+    check_answers_fit(tok, titles, cfg, "pi_init's SFT")  # every answer fits the update's rollouts, or nothing trains
     records = sft_records(sup, titles, tok, cfg.policy, cfg.sft.loss_tokens)
     n_tok = sum(len(r["input_ids"]) for r in records)
     log.info(

@@ -219,10 +219,14 @@ def cmd_prepare(args, cfg: Config) -> int:
 
 def cmd_synth(args, cfg: Config) -> int:
     from abpo.data.schemas import write_impressions
+    from abpo.data.storage import is_uri
     from abpo.data.synthetic import synthetic_impressions
+    from abpo.errors import writable_dir
     from abpo.warehouse import config_catalog
 
     landing = args.landing or cfg.paths.location("landing")
+    if not is_uri(landing):  # a local landing zone abpo cannot write in is refused before anything is drawn
+        writable_dir(landing, "--landing" if args.landing else "paths.landing")
     catalog = config_catalog(cfg)  # the ingest checks the items against it (item_not_in_catalog)
     table, injected = synthetic_impressions(
         args.n,

@@ -9,6 +9,7 @@
     rankers.py   RankerArm(ranker): ``ml_retrain`` (implicit's ALS) and ``popularity`` (log(1 + count) over a rolling
                  window), refitted monthly on the interactions and clicks to date; exposure softmax(score / T)
     versions.py  one registered MLflow model per arm, champion / challenger aliases, lineage, promotion lock
+    status.py    where each arm stands (``abpo arms status``): its aliases' versions, a champion gone missing
     serving.py   the MLflow pyfunc loader of a registered ranker version
 
 LLM arms expose by sampling e_p(.|q) with the same shared-prefix scorer and tau the update uses for e_old, so the

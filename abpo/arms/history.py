@@ -74,6 +74,20 @@ class Entry:
             "month": self.month,
         }
 
+    def line(self) -> str:
+        """The entry as one line of `abpo arms history`: arm, seq, when, action, the move, who, why (its first 160
+        characters), the month and the gate's verdict (its first 80)."""
+        move = (
+            f"v{self.from_version or '-'} -> v{self.to_version}"
+            if self.from_version != self.to_version
+            else f"v{self.to_version}"
+        )
+        extra = "".join(f" {k} {v}" for k, v in (("month", self.month), ("verdict", self.verdict[:80])) if v)
+        return (
+            f"{self.arm:<11} #{self.seq:<4} {self.at}  {self.action:<12} {move:<14} by {self.actor}: "
+            f"{self.reason[:160]}{extra}"
+        )
+
 
 class HistoryFieldRefused(ValueError):
     """A ``--reason`` or ``--actor`` (or $ABPO_ACTOR) holding a control character: a newline or carriage return would

@@ -2,8 +2,10 @@
 import-linter contracts in pyproject.toml keep every other package from importing this one).
 
     airflow_install.py ``abpo airflow install``: the DAG and the UI plugin into an Airflow deployment's folders
-    arms.py      ``abpo arms ACTION``: bootstrap, one month of the loop (abpo.monthly.month.run_month), status,
-                 promote, rollback (one subcommand per action)
+    arms.py      ``abpo arms ACTION``: bootstrap, one month of the loop (abpo.monthly.month.run_month), size-update,
+                 status (one subcommand per action)
+    arms_champions.py ``abpo arms promote | rollback | pin | unpin | history | adopt``: the champion by hand and its
+                 record (registered beside the others by arms.py)
     data.py      ``abpo data ...``, ``abpo ingest``, ``abpo restore-month``
     demo.py      ``abpo demo``: the main job end to end through Airflow
     experiment.py ``abpo experiment``: the paper's table, the validation sweep, rounds (abpo.experiment)

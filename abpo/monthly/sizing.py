@@ -27,6 +27,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from abpo.arms.names import LLM, entry
@@ -153,6 +154,16 @@ def sizing_line(p: SizingPoint) -> str:
             f"[{ope.get('ci_low', float('nan')):+.4f}, {ope.get('ci_high', float('nan')):+.4f}]"
         )
     return text + f"; gate {'PASS' if p.gate_passed else 'FAIL'}; {'moves' if p.moves else 'within noise'}"
+
+
+def write_sizing(out: Path, markdown: str, points: Sequence[SizingPoint]) -> None:
+    """The grid's table (``markdown``, :func:`sizing_markdown`) into ``out`` and its points as JSON beside it (same
+    name, ``.json``); the folder is made."""
+    import json
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(markdown)
+    out.with_suffix(".json").write_text(json.dumps([p.to_json() for p in points], indent=1))
 
 
 def sizing_markdown(points: Sequence[SizingPoint], *, arm: str, month: str) -> str:

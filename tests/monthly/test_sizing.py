@@ -59,6 +59,19 @@ def test_sizing_markdown_has_a_row_per_point():
     assert "+0.0040 [+0.0010, +0.0070]" in rows[1] and "2/6" in rows[0]
 
 
+def test_the_table_and_the_points_are_written_side_by_side(tmp_path):
+    import json
+
+    from abpo.monthly.sizing import write_sizing
+
+    point = SizingPoint(["update.max_steps=1"], 10, 1, 2.0, "3", {"diff": 0.01, "se": 0.02}, None, False, False)
+    md = sizing_markdown([point], arm="grpo", month="2026-03")
+    out = tmp_path / "new" / "sizing.md"
+    write_sizing(out, md, [point])
+    assert out.read_text() == md
+    assert json.loads((tmp_path / "new" / "sizing.json").read_text()) == [point.to_json()]
+
+
 SMALL = [*without(MONTH, "update.max_steps"), *LIKELY_CLICKS]  # update.max_steps: the grid's and the preset's
 
 

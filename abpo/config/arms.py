@@ -19,6 +19,9 @@ GATE_OPE_ESTIMATORS = ("snips", "dm", "ips", "snips_all", "dr", "sndr", "switch_
 UPDATE_BUDGET_KEYS = ("learning_rate", "epochs", "lr_scheduler_type", "warmup_ratio", "batch_size")
 # arms.approval's choices (docs/gate.md "Approval"); the DAG (dags/abpo_monthly.py) and the promote step read them too
 APPROVAL = ("none", "required")
+# arms.approval_timeout's longest value, and why (abpo.config.values checks it at load: 3000000d was taken, and the
+# approval task then overflowed computing its deadline after the gate had passed)
+APPROVAL_TIMEOUT_MAX = ("31d", "the DAG runs one month at a time: a longer wait holds the next month back")
 # arms.ml_retrain.kind's choices -> the ranker of abpo.baselines.RANKERS it refits (abpo.arms.rankers reads it)
 ML_RETRAIN_KINDS = {"als": "ml_retrain", "sasrec": "sasrec"}
 
@@ -242,8 +245,10 @@ class ArmsConfig:
         default="72h",
         metadata={
             "duration": True,
+            "duration_max": APPROVAL_TIMEOUT_MAX,
             "help": "arms.approval = required: how long an approval task waits for an answer, a number and a unit "
-            "(s, m, h or d: 90m, 72h, 7d), > 0; no answer by then counts as Reject (not promoted, recorded).",
+            "(s, m, h or d: 90m, 72h, 7d), > 0, at most 31d; no answer by then counts as Reject (not promoted, "
+            "recorded).",
         },
     )
     gate_max_top_weight_share: float = field(

@@ -18,7 +18,8 @@ from abpo.yamlfile import YAMLFileError, read_yaml as read_yaml_file, yaml_value
 # Each field's metadata may carry its allowed range, checked in one place (:func:`_scalar`) whenever a value is read
 # from a YAML file, the environment or ``--set``, and shown by `abpo config --explain`:
 #   "min" / "max": inclusive bounds, "gt" / "lt": exclusive bounds (a list's items and a mapping's values are each
-#   checked), "choices": the allowed strings, "duration": a string such as 90m, 72h or 7d (:func:`duration_seconds`).
+#   checked), "choices": the allowed strings, "duration": a string such as 90m, 72h or 7d (:func:`duration_seconds`),
+#   with "duration_max": (the longest, as a duration, and why) when it has one.
 # Types are strict: a bool field takes YAML true/false only, an int field an integer only (not 2.5, not true), a float
 # field a finite number only (not true, not .nan, not .inf), a str field a string only. Nothing is coerced.
 RANGE_KEYS = ("gt", "min", "lt", "max")
@@ -30,6 +31,9 @@ def range_rule(meta: Any) -> str:
     if "choices" in meta:
         return "one of " + ", ".join(map(str, meta["choices"]))
     if meta.get("duration"):
+        if "duration_max" in meta:
+            longest, why = meta["duration_max"]
+            return f"{DURATION_RULE}, at most {longest} ({why})"
         return DURATION_RULE
     lo = ("(", meta["gt"]) if "gt" in meta else ("[", meta["min"]) if "min" in meta else None
     hi = (")", meta["lt"]) if "lt" in meta else ("]", meta["max"]) if "max" in meta else None
@@ -94,6 +98,8 @@ def _scalar(value: Any, tp: Any, meta: Any, key: str, source: str) -> Any:
     if "choices" in meta and value not in meta["choices"]:
         raise refuse(value, range_rule(meta))
     if meta.get("duration") and duration_seconds(value) is None:
+        raise refuse(value, range_rule(meta))
+    if "duration_max" in meta and duration_seconds(value) > duration_seconds(meta["duration_max"][0]):
         raise refuse(value, range_rule(meta))
     if tp in (int, float) and any(k in meta for k in RANGE_KEYS):
         inside = (

@@ -6,7 +6,8 @@ import-linter contracts in pyproject.toml keep every other package from importin
                  status (one subcommand per action)
     arms_champions.py ``abpo arms promote | rollback | pin | unpin | history | adopt``: the champion by hand and its
                  record (registered beside the others by arms.py)
-    data.py      ``abpo data ...``, ``abpo ingest``, ``abpo restore-month``
+    data.py      ``abpo data ...``: prepare, synth, ctr, rebuild-aggregates
+    ingest.py    ``abpo ingest``, ``abpo restore-month`` (registered after ``abpo data`` by data.py)
     demo.py      ``abpo demo``: the main job end to end through Airflow
     experiment.py ``abpo experiment``: the paper's table, the validation sweep, rounds (abpo.experiment)
     policy.py    ``abpo sft``, ``abpo evaluate``, ``abpo simulate-log``: pi_init, its offline metrics, a synthetic

@@ -1,10 +1,9 @@
-"""`abpo data ...` and `abpo ingest`: dataset preparation, synthetic landing data, monthly ingest."""
+"""`abpo data ...`: dataset preparation (abpo.data.prepare), synthetic landing data, the warehouse's CTR and per-user
+aggregates. `abpo ingest` and `abpo restore-month`: abpo.commands.ingest, registered after it."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from typing import TYPE_CHECKING
 
 from abpo.months import month_arg
@@ -108,157 +107,39 @@ def register(sub, common: argparse.ArgumentParser) -> None:
     )
     p.set_defaults(handler=cmd_rebuild_aggregates)
 
-    p = sub.add_parser(
-        "ingest",
-        parents=[common],
-        help="Ingest one month of landed impressions: write, audit (replace guard + GX), then publish.",
-        description="Write, audit, publish the month's landing files into the DuckDB warehouse. Write: stage the "
-        "files (a corrupt file is named) and apply the contract; rows breaking it go to quarantine with their rule. "
-        "Audit, on the staged rows: a month holding clean rows is not replaced by none or by fewer than "
-        "data.ingest_min_keep_fraction of them unless --force, and the Great Expectations suite must pass. Publish "
-        "(one transaction): the replaced rows move to impressions_history (`abpo restore-month`), the month's "
-        "partition and quarantine are replaced. A failed audit publishes nothing. Prints counts in / clean / "
-        "quarantined per rule. Exit code 1 if the files cannot be ingested or the audit refuses them.",
-    )
-    p.add_argument("--month", required=True, type=month_arg, help="Month to ingest, YYYY-MM.")
-    p.add_argument(
-        "--landing",
-        default=None,
-        help="Landing directory or object-store URI (s3://bucket/prefix; default: paths.landing).",
-    )
-    p.add_argument("--no-validate", action="store_true", help="Skip the Great Expectations suite in the audit.")
-    p.add_argument(
-        "--force",
-        action="store_true",
-        help="Publish even when the month would shrink below data.ingest_min_keep_fraction (or to 0 rows).",
-    )
-    p.add_argument(
-        "--force-month-order",
-        action="store_true",
-        help="Ingest a month older than the last completed month that was never ingested (a backfill; "
-        "refused otherwise: it would block the next month until its own cycle completes).",
-    )
-    p.set_defaults(handler=cmd_ingest)
+    # `abpo ingest` and `abpo restore-month` (abpo.commands.ingest) register after `abpo data`, where they were listed
+    # (they belong in abpo.cli.COMMAND_MODULES, which another change holds at the time of writing)
+    from abpo.commands import ingest
 
-    p = sub.add_parser(
-        "restore-month",
-        parents=[common],
-        help="Put back the previous version of a month that a later ingest replaced.",
-        description="Restore a replaced version of MONTH from impressions_history (default: the newest). The rows it "
-        "replaces become a history version themselves, so a restore can be undone by restoring again. Without "
-        "--version and with --list, print the month's kept versions.",
-    )
-    p.add_argument("--month", required=True, type=month_arg, help="YYYY-MM")
-    p.add_argument("--version", type=int, default=None, help="History version to restore (default: the newest).")
-    p.add_argument("--list", action="store_true", help="Only list the month's kept versions.")
-    p.set_defaults(handler=cmd_restore_month)
-
-
-def cmd_restore_month(args, cfg: Config) -> int:
-    from abpo.warehouse import IngestError, open_warehouse
-
-    with open_warehouse(cfg) as wh:
-        if args.list:
-            for r in wh.month_versions(args.month):
-                print(f"{args.month} version {r['version']}: {r['rows']} rows, replaced at {r['replaced_at']}")
-            return 0
-        try:
-            out = wh.restore_month(args.month, args.version)
-        except IngestError as e:
-            print(f"abpo restore-month: {e}", file=sys.stderr)
-            return 1
-    print(f"{out['month']}: restored history version {out['restored_version']} ({out['rows']} clean rows)")
-    return 0
+    ingest.register(sub, common)
 
 
 def cmd_prepare(args, cfg: Config) -> int:
-    from abpo.data.candidates import (
-        assert_target_held_out,
-        build_bandit_requests,
-        build_eval_examples,
-        build_sup_examples,
-    )
     from abpo.data.loaders import load_dataset
+    from abpo.data.prepare import build_sets, write_prepare_report
     from abpo.data.splits import split_users
 
     ds = load_dataset(cfg.data)
     print(f"loaded {ds!r}" + (f" notes={ds.notes}" if ds.notes else ""))
     splits, report = split_users(ds, cfg.data)
     print(report)
-    sup = build_sup_examples(splits, ds, cfg.data)
-    bandit = build_bandit_requests(splits, ds, cfg.data)
-    ev = build_eval_examples(splits, ds, cfg.data)
-    checked = assert_target_held_out(splits, sup, bandit)
+    sup, bandit, ev, checked = build_sets(splits, ds, cfg.data)
     print(
         f"D_sup {len(sup)} prompts, bandit requests {len(bandit)}, eval {len(ev)} "
         f"(M_train={cfg.data.train_candidates}, M_eval={cfg.data.eval_candidates}, seed={cfg.data.seed}); "
         f"held-out target absent from all {checked} training prompts"
     )
     out = cfg.paths.resolve("root") / "data" / "prepare_report.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(
-        json.dumps(
-            {
-                "dataset": ds.name,
-                "items": ds.catalog.num_rows,
-                "interactions": ds.interactions.num_rows,
-                "loader_notes": ds.notes,
-                "split": report.as_dict(),
-                "skipped_users": report.skipped_users,
-                "sup_examples": len(sup),
-                "bandit_requests": len(bandit),
-                "eval_examples": len(ev),
-                "seed": cfg.data.seed,
-            },
-            indent=2,
-        )
-    )
+    write_prepare_report(out, ds, report, sup, bandit, ev, cfg.data.seed)
     print(f"wrote {out}")
     return 0
 
 
 def cmd_synth(args, cfg: Config) -> int:
-    from abpo.data.schemas import write_impressions
-    from abpo.data.storage import is_uri
-    from abpo.data.synthetic import synthetic_impressions
-    from abpo.errors import writable_dir
-    from abpo.warehouse import config_catalog
+    from abpo.warehouse import land_synthetic
 
-    landing = args.landing or cfg.paths.location("landing")
-    if not is_uri(landing):  # a local landing zone abpo cannot write in is refused before anything is drawn
-        writable_dir(landing, "--landing" if args.landing else "paths.landing")
-    catalog = config_catalog(cfg)  # the ingest checks the items against it (item_not_in_catalog)
-    table, injected = synthetic_impressions(
-        args.n,
-        args.month,
-        seed=cfg.data.seed,
-        arms=tuple(cfg.data.known_arms),
-        violation_rate=args.violation_rate,
-        item_ids=catalog,
-        n_items=min(5_000, len(catalog)),
-    )
-    path = write_impressions(table, landing, args.month, part="synthetic")
-    print(f"wrote {table.num_rows} impressions to {path}; injected violations: {dict(injected) or 'none'}")
-    return 0
-
-
-def cmd_ingest(args, cfg: Config) -> int:
-    from abpo.monthly.report import require_month_order
-    from abpo.warehouse import IngestError, ingest_with_config
-
-    month = args.month  # checked by argparse (abpo.months.month_arg)
-    require_month_order(cfg, str(month), force=args.force_month_order)  # MonthOutOfOrder: one line, exit 2
-    try:
-        report, path = ingest_with_config(
-            cfg, month, landing=args.landing, force=args.force, validate=not args.no_validate
-        )
-    except IngestError as e:
-        print(f"abpo ingest: {e}", file=sys.stderr)
-        return 1
-    print(report)
-    if report.audit is not None:
-        print(report.audit)
-    print(f"warehouse: {path}")
+    rows, path, injected = land_synthetic(cfg, args.month, args.n, args.violation_rate, args.landing)
+    print(f"wrote {rows} impressions to {path}; injected violations: {dict(injected) or 'none'}")
     return 0
 
 
@@ -295,7 +176,7 @@ def cmd_rebuild_aggregates(args, cfg: Config) -> int:
             scope = ", ".join(args.month) if args.month else "all months"
             print(f"user_month_stats {'differs from' if diff else 'matches'} the clean impressions ({scope})")
             return 1 if diff else 0
-        months = args.month if args.month else [r["month"] for r in wh.run("impression_months").to_pylist()]
+        months = args.month if args.month else wh.known_months()
         if not months:
             print("no impressions ingested yet")
             return 0

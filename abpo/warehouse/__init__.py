@@ -22,7 +22,7 @@ not maintain it, is brought up to date when the warehouse is opened (:meth:`Ware
 
 The package follows those seams: db.py (the connection, the SQL runner, the transactions), core.py
 (:class:`Warehouse`: the connection with its parts), ingest.py, history.py, aggregates.py, strata.py and
-interactions.py (the parts, each a class holding the connection it works on), errors.py (the exceptions), from_config.py (the warehouse and the ingest as the config describes them). Every name is imported from
+interactions.py (the parts, each a class holding the connection it works on), errors.py (the exceptions), from_config.py (the warehouse, the ingest and a synthetic landed month as the config describes them). Every name is imported from
 ``abpo.warehouse`` (the stratified mini-batches' plan is abpo.data.batching, the schemas' rules abpo.data.schemas).
 """
 
@@ -45,6 +45,7 @@ from abpo.warehouse.from_config import (
     MEMORY_LIMIT_ENV,
     config_catalog,
     ingest_with_config,
+    land_synthetic,
     open_warehouse,
     warehouse_memory_limit,
 )
@@ -69,6 +70,7 @@ __all__ = [
     "check_memory_limit",
     "config_catalog",
     "ingest_with_config",
+    "land_synthetic",
     "open_warehouse",
     "sweep_spill_files",
     "warehouse_memory_limit",

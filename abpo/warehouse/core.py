@@ -127,6 +127,11 @@ class Warehouse(WarehouseDB):
         """(month, arm) rows where user_month_stats disagrees with the clean impressions (:meth:`Aggregates.check`)."""
         return self._aggregates.check(months)
 
+    def known_months(self) -> list[str]:
+        """Every month the warehouse knows, ascending (sql/impression_months.sql): months holding clean impressions and
+        months with an ingest run (a month whose rows were all quarantined has a run but no clean row)."""
+        return [r["month"] for r in self.run("impression_months").to_pylist()]
+
     def ctr_by_arm_month(self, months: list[str] | None = None) -> pa.Table:
         """month, arm, impressions, clicks, users (distinct), ctr: from the clean impressions."""
         return self._aggregates.ctr_by_arm_month(months)

@@ -1,5 +1,6 @@
 """The warehouse as the config describes it: its path, memory limit and spill directory (:func:`open_warehouse`),
-and the ingest with every contract and audit setting of section data (:func:`ingest_with_config`)."""
+and the ingest with every contract and audit setting of section data (:func:`ingest_with_config`); a synthetic month
+landed over the config's catalog to try it on (:func:`land_synthetic`)."""
 
 from __future__ import annotations
 
@@ -86,6 +87,29 @@ def ingest_with_config(
     if isinstance(report.audit, ValidationSummary):  # the suite ran (validate): its summary, once published
         save_summary(report.audit, out_dir)
     return report, wh.path
+
+
+def land_synthetic(cfg: Config, month: str, n: int, violation_rate: float, landing: str | None = None):
+    """``abpo data synth``: ``n`` synthetic impressions for ``month`` (abpo.data.synthetic: random users and items of
+    the config's catalog, arms data.known_arms, seed data.seed, a share ``violation_rate`` of rows breaking one rule of
+    the contract) landed as part-synthetic.parquet in ``landing`` (default paths.landing), for trying the ingest.
+    Returns (the rows written, where, the violations injected per rule)."""
+    from abpo.data.schemas import write_impressions
+    from abpo.data.synthetic import synthetic_impressions
+
+    where = landing or cfg.paths.location("landing")
+    catalog = config_catalog(cfg)  # the ingest checks the items against it (item_not_in_catalog)
+    table, injected = synthetic_impressions(
+        n,
+        month,
+        seed=cfg.data.seed,
+        arms=tuple(cfg.data.known_arms),
+        violation_rate=violation_rate,
+        item_ids=catalog,
+        n_items=min(5_000, len(catalog)),
+    )
+    path = write_impressions(table, where, month, part="synthetic")
+    return table.num_rows, path, injected
 
 
 def config_catalog(cfg: Config) -> list[int]:

@@ -18,12 +18,36 @@ table. Each arm serves once: its exposures do not depend on the oracle
 (the same requests and pre-drawn uniforms), only the clicks do.
 
     .venv/bin/python benchmarks/simulate.py [--config demo] [--month 2026-02] [--oracles mixture,als,replay,...]
-                                            [--set key=value ...] [--smoke]
+                                            [--exposure-temperature 1,0.25] [--set key=value ...] [--smoke]
 
 Then the concordance check (issue 46): the clear pairs of arms offline, those whose HR@5 difference is at least 2
 standard errors of the paired per-user difference or at least 0.03 (:func:`clear_pairs`), and, under each oracle,
 Kendall's tau-b and how many clear pairs keep their order in simulated CTR and which reverse it. Pairs within noise
 offline may swap; a clear pair should not, when the clicks come from the users' own taste.
+
+Then the yardstick table (issue 60): two things bias the offline-vs-simulated comparison above, so beside offline
+HR@5 and simulated CTR every arm's champion is measured on the same month's requests by
+
+    served HR@5       HR@5 on the served candidates: the arm ranks each of the month's retrieval-stage candidate
+                      sets (the requests abpo.sim.simulator.month_requests serves, by its exposure probabilities,
+                      ties against), hit = the user's real next item x_{t'+1} in its top 5 (:func:`served_hits_at`).
+                      A request whose next item the retrieval stage did not serve (or that is in the history, which
+                      candidates never repeat) is a miss for every arm and stays in the denominator: the figure is
+                      P(served and in the top 5) over the month's requests; the header gives the share that could
+                      be hit (:func:`coverage`), by which the figure divides to read it among those requests alone
+    E[CTR] own T      Eq. H1 of abpo.sim.headroom (the click model's expected CTR, no click noise) of the arm's own
+                      exposure: the LLM arms at policy.tau, the rankers at their T (ML-retrain 0.1 by default)
+    E[CTR] t=<t>      Eq. H1 with every arm's scores through softmax(score / t) at one common t
+                      (``--exposure-temperature``, default policy.tau): the rankers' scores as they expose them,
+                      the LLM arms' s_p (:func:`exposure_at`, from the arm's own exposure)
+    E[CTR] top choice Eq. H1 of the greedy exposure: each arm's top candidate (:func:`top_choice`)
+
+with each arm's own exposure temperature, Kendall's tau-b of each yardstick against offline HR@5, and the
+concordance of two sets of clear pairs under every yardstick (kept / reversed; reversed pairs named below the
+table): the offline clear pairs above and the clear pairs by served HR@5 (per user, the mean of their requests'
+hits). Eq. H1 reads the config's ``sim.oracle``, with the link's intercept calibrated on the month's requests as
+simulate_month calibrates it (abpo.sim.headroom.candidate_click_probabilities). Every yardstick reuses the
+exposures the arm served the month with: no arm is scored twice.
 
 The last two lines are exactly `Clear pairs under <oracle>: kept <k>/<n>, reversed <r>` and `Kendall tau offline
 HR@5 vs simulated CTR: <v>`, both for the config's ``sim.oracle`` (`nan` when either order is constant).
@@ -68,17 +92,91 @@ SMOKE = [
 ]
 
 
+def rank_of(p, j: int) -> int:
+    """0-based rank of candidate ``j`` when the candidates are ordered by exposure probability ``p`` (the arm's
+    score order), ties counted against it."""
+    p = np.asarray(p)
+    return int(np.sum(p > p[j])) + int(np.sum(p == p[j])) - 1
+
+
 def hits_at(k: int, arm, examples) -> np.ndarray:
     """Per example (user), 1 when ``arm`` ranks the target in its top ``k`` by exposure probability (ties counted
     against it), else 0: HR@k is their mean, and two arms' paired difference is taken per user."""
     probs = arm.propensities([(e.user_id, e.history, e.candidates) for e in examples])
     hits = np.zeros(len(examples))
     for n, (e, p) in enumerate(zip(examples, probs, strict=True)):
-        p = np.asarray(p)
-        j = e.candidates.index(e.positive)
-        rank = int(np.sum(p > p[j])) + int(np.sum(p == p[j])) - 1
-        hits[n] = rank < k
+        hits[n] = rank_of(p, e.candidates.index(e.positive)) < k
     return hits
+
+
+def served_hits_at(k: int, requests, exposures) -> np.ndarray:
+    """HR@k on the served candidates, per request: 1 when the request's real next item x_{t'+1} is among its
+    served candidates and the arm's ``exposures`` (one distribution per request, aligned with its candidates) rank
+    it in the top ``k`` (ties counted against it), else 0. A request whose next item the retrieval stage did not
+    serve is a miss for every arm: it stays in the denominator (HR@k is P(served and in the top k) over the
+    month's requests; :func:`coverage` is the share that could be hit)."""
+    if len(exposures) != len(requests):
+        raise ValueError(f"served_hits_at: {len(exposures)} exposure distributions for {len(requests)} requests")
+    hits = np.zeros(len(requests))
+    for n, (r, p) in enumerate(zip(requests, exposures, strict=True)):
+        if len(p) != len(r.candidates):
+            raise ValueError(
+                f"served_hits_at: request {r.request_id}: {len(p)} probabilities for {len(r.candidates)} "
+                "candidates; rule: one per candidate"
+            )
+        if r.next_item in r.candidates:
+            hits[n] = rank_of(p, r.candidates.index(r.next_item)) < k
+    return hits
+
+
+def coverage(requests) -> float:
+    """The share of ``requests`` whose real next item is among their served candidates (the most any arm's
+    served HR@k can reach)."""
+    return float(np.mean([r.next_item in r.candidates for r in requests])) if requests else float("nan")
+
+
+def user_means(user_ids, values) -> np.ndarray:
+    """Each user's mean of ``values`` (one per request) over their requests, users in ascending id order: per-user
+    figures that two arms' paired differences (:func:`clear_pairs`) are taken on."""
+    by_user: dict[int, list[float]] = {}
+    for u, v in zip(user_ids, values, strict=True):
+        by_user.setdefault(int(u), []).append(float(v))
+    return np.array([np.mean(by_user[u]) for u in sorted(by_user)])
+
+
+def exposure_at(p, own: float, t: float) -> np.ndarray:
+    """The exposure softmax(score / ``t``) of an arm that exposes ``p`` = softmax(score / ``own``) over a request's
+    candidates (rankers: T, their scores as they expose them; LLM arms: policy.tau and s_p): log p = score / own -
+    log Z, so score / t = (own / t) log p + a constant, and softmax ignores the constant. Every p > 0 (the arm
+    contract, abpo.arms.base.expose); ``t`` = ``own`` gives ``p`` back."""
+    if not (own > 0 and t > 0):
+        raise ValueError(f"exposure_at: own temperature {own}, t {t}; rule: both > 0")
+    p = np.asarray(p, dtype=np.float64)
+    if p.ndim != 1 or p.size == 0 or not np.all(p > 0):
+        raise ValueError(f"exposure_at: exposure {p!r}; rule: a non-empty vector with every probability > 0")
+    z = np.log(p) * (own / t)
+    e = np.exp(z - z.max())
+    return e / e.sum()
+
+
+def top_choice(p) -> np.ndarray:
+    """Greedy exposure: all mass on the arm's top candidate by ``p`` (its score order), shared equally by tied
+    top candidates (the limit of softmax(score / t) as t -> 0)."""
+    p = np.asarray(p, dtype=np.float64)
+    if p.ndim != 1 or p.size == 0:
+        raise ValueError(f"top_choice: exposure {p!r}; rule: a non-empty vector")
+    top = p == p.max()
+    return top / top.sum()
+
+
+def expected_ctr_at(click_probs, exposures, own: float, t: float | None) -> float:
+    """Eq. H1 (abpo.sim.headroom.expected_ctr, no click noise) of an arm exposing ``exposures`` at its own
+    temperature ``own``, re-exposed at the common temperature ``t`` (:func:`exposure_at`), or by its top choice
+    (:func:`top_choice`) when ``t`` is None."""
+    from abpo.sim.headroom import expected_ctr
+
+    at = [top_choice(p) if t is None else exposure_at(p, own, t) for p in exposures]
+    return expected_ctr(click_probs, at)
 
 
 def hit_rate_at(k: int, arm, examples) -> float:
@@ -180,6 +278,7 @@ class ServedOnce:
     def __init__(self, arm):
         self.arm = arm
         self.name, self.model_version, self.logging_policy = arm.name, arm.model_version, arm.logging_policy
+        self.temperature = getattr(arm, "temperature", None)  # the arm's exposure temperature (T or policy.tau)
         self._memo: dict[tuple, list] = {}
 
     def propensities(self, requests):
@@ -189,13 +288,18 @@ class ServedOnce:
         return self._memo[key]
 
 
-def simulated_ctr_by_oracle(cfg, month: str, name: str, arm, *, dataset, splits, oracles=ORACLES) -> dict[str, dict]:
+def simulated_ctr_by_oracle(
+    cfg, month: str, name: str, arm, *, dataset, splits, oracles=ORACLES, requests=None
+) -> dict[str, dict]:
     """Arm ``name``'s per-arm result (impressions, clicks, ctr) of ``month`` with ``arm`` at share 1, under each
-    ground truth in ``oracles`` (``sim.oracle`` set to it; everything else as ``cfg``)."""
+    ground truth in ``oracles`` (``sim.oracle`` set to it; everything else as ``cfg``). ``requests``: the month's
+    (abpo.sim.simulator.month_requests), when the caller built them; ``arm`` may be a :class:`ServedOnce` the
+    caller keeps, to read the same exposures afterwards."""
     from abpo.sim.simulator import month_requests, simulate_month
 
-    served = ServedOnce(arm)
-    requests = month_requests(cfg, dataset, splits, month)  # the same whatever the oracle: built once
+    served = arm if isinstance(arm, ServedOnce) else ServedOnce(arm)
+    if requests is None:
+        requests = month_requests(cfg, dataset, splits, month)  # the same whatever the oracle: built once
     out = {}
     for oracle in oracles:
         one = dataclasses.replace(
@@ -233,6 +337,89 @@ def robustness_table(
     return lines, taus
 
 
+OFFLINE = "offline HR@5"
+SERVED = "served HR@5"
+OWN = "E[CTR] own T"
+TOP = "E[CTR] top choice"
+
+
+def common_t_name(t: float) -> str:
+    """The yardstick name of Eq. H1 at the common exposure temperature ``t``."""
+    return f"E[CTR] t={t:g}"
+
+
+def arm_yardsticks(requests, exposures, click_probs, own: float, temperatures) -> tuple[dict[str, float], np.ndarray]:
+    """One arm's yardsticks on one month's served ``requests`` (its ``exposures`` at its own temperature ``own``,
+    the click model's ``click_probs``, abpo.sim.headroom.candidate_click_probabilities): served HR@5
+    (:func:`served_hits_at`), Eq. H1 at its own temperature, at each common temperature in ``temperatures``
+    (:func:`exposure_at`) and by its top choice (:func:`top_choice`); and its served hits per user
+    (:func:`user_means`, for the served clear pairs)."""
+    hits = served_hits_at(5, requests, exposures)
+    out = {SERVED: float(hits.mean()), OWN: expected_ctr_at(click_probs, exposures, own, own)}
+    for t in temperatures:
+        out[common_t_name(t)] = expected_ctr_at(click_probs, exposures, own, t)
+    out[TOP] = expected_ctr_at(click_probs, exposures, own, None)
+    return out, user_means([r.user_id for r in requests], hits)
+
+
+def yardstick_table(
+    values: dict[str, dict[str, float]], yardsticks, pairs_by: dict[str, list[ClearPair]], own: dict[str, float]
+) -> tuple[list[str], dict[tuple[str, str], tuple[list, list, list]]]:
+    """The markdown yardstick table: one row per arm (its own exposure temperature, then ``values[arm][y]`` for
+    each of ``yardsticks``, the first of which is offline HR@5), a row with Kendall's tau-b of each yardstick's
+    order against the first's, and per source of clear pairs in ``pairs_by`` (a yardstick name -> its clear pairs)
+    a row with how many keep / reverse their order under each other yardstick (tied ones noted). Returns the lines
+    and the concordance, (source, yardstick) -> (kept, reversed, tied)."""
+    arms = list(values)
+    ys = list(yardsticks)
+    head = [values[a][ys[0]] for a in arms]
+    lines = ["| arm | own T | " + " | ".join(ys) + " |", "|---|---:|" + "---:|" * len(ys)]
+    for a in arms:
+        lines.append(f"| {a} | {own[a]:g} | " + " | ".join(f"{values[a][y]:.4f}" for y in ys) + " |")
+    taus = [kendall_tau(head, [values[a][y] for a in arms]) for y in ys[1:]]
+    lines.append(f"| Kendall tau vs {ys[0]} | | |" + "".join(f" {t:.2f} |" for t in taus))
+    conc = {}
+    for source, pairs in pairs_by.items():
+        cells = []
+        for y in ys:
+            if y == source:
+                cells.append("-")
+                continue
+            kept, rev, tied = concordance(pairs, {a: values[a][y] for a in arms})
+            conc[(source, y)] = (kept, rev, tied)
+            cells.append(f"{len(kept)} / {len(rev)}" + (f" ({len(tied)} tied)" if tied else ""))
+        lines.append(f"| {source} clear pairs ({len(pairs)}) kept / reversed | | " + " | ".join(cells) + " |")
+    return lines, conc
+
+
+def reversed_lines(conc: dict[tuple[str, str], tuple[list, list, list]], values) -> list[str]:
+    """Each clear pair that a yardstick reverses, named with both yardsticks' figures."""
+    out = []
+    for (source, y), (_, rev, _) in conc.items():
+        for p in rev:
+            out.append(
+                f"  {source} {p.better} > {p.worse} ({p.delta:+.4f}, SE {p.se:.4f}) but {y} "
+                f"{values[p.better][y]:.4f} < {values[p.worse][y]:.4f}"
+            )
+    return out
+
+
+def parse_temperatures(text: str) -> list[float]:
+    """``--exposure-temperature``: comma-separated temperatures, each finite and > 0 (empty: none given)."""
+    out = []
+    for part in (x.strip() for x in text.split(",")):
+        if not part:
+            continue
+        try:
+            t = float(part)
+        except ValueError:
+            t = float("nan")
+        if not (np.isfinite(t) and t > 0):
+            raise SystemExit(f"--exposure-temperature {text!r}: {part!r}; rule: comma-separated numbers > 0")
+        out.append(t)
+    return out
+
+
 def main(argv=None) -> int:
     from abpo.logs import progress_bars_only_on_a_terminal
 
@@ -253,11 +440,19 @@ def main(argv=None) -> int:
         "sim.oracle names, or mixture:<c1>+<c2> for the mixture of those components alone",
     )
     ap.add_argument(
+        "--exposure-temperature",
+        default="",
+        metavar="T[,T...]",
+        help="the common exposure temperature(s) t of the yardstick table's E[CTR] t=<t> columns (every arm's "
+        "scores through softmax(score / t)), comma separated (default: the config's policy.tau, the LLM arms' own)",
+    )
+    ap.add_argument(
         "--smoke",
         action="store_true",
         help="bootstrap the arms of a tiny throw-away state first and rank them (seconds; the figures mean nothing)",
     )
     args = ap.parse_args(argv)
+    temperatures = parse_temperatures(args.exposure_temperature)
 
     import tempfile
 
@@ -267,7 +462,8 @@ def main(argv=None) -> int:
     from abpo.data.loaders import load_dataset
     from abpo.data.splits import split_users
     from abpo.months import Month
-    from abpo.sim.simulator import months_available
+    from abpo.sim.headroom import candidate_click_probabilities
+    from abpo.sim.simulator import month_requests, months_available
 
     if args.smoke:
         state = tempfile.mkdtemp(prefix="abpo-bench-simulate-")
@@ -286,17 +482,29 @@ def main(argv=None) -> int:
     examples = build_eval_examples(splits, ds, cfg.data)
     default = cfg.sim.oracle
     oracles = [default, *[o for o in (x.strip() for x in args.oracles.split(",")) if o and o != default]]
+    temperatures = temperatures or [float(cfg.policy.tau)]
+    requests = month_requests(cfg, ds, splits, month)  # every arm serves these, under every oracle
+    served = [(r.user_id, r.history, r.candidates) for r in requests]
+    click_probs, _ = candidate_click_probabilities(cfg, ds, requests)  # Eq. H1's p_r(a) under the config's truth
     rows = []
     ctr: dict[str, dict[str, float]] = {}
     hits: dict[str, np.ndarray] = {}
+    yard: dict[str, dict[str, float]] = {}
+    served_hits: dict[str, np.ndarray] = {}
+    own: dict[str, float] = {}
     for name in cfg.arms.names:  # the config's arms (a state bootstraps only those)
-        arm = versions.load_arm(cfg, name, ds)
+        arm = ServedOnce(versions.load_arm(cfg, name, ds))
         t = time.perf_counter()
         hits[name] = hits_at(5, arm, examples)
         hr = float(hits[name].mean())
-        by_oracle = simulated_ctr_by_oracle(cfg, month, name, arm, dataset=ds, splits=splits, oracles=oracles)
+        by_oracle = simulated_ctr_by_oracle(
+            cfg, month, name, arm, dataset=ds, splits=splits, oracles=oracles, requests=requests
+        )
         ctr[name] = {o: r["ctr"] for o, r in by_oracle.items()}
         a = by_oracle[default]
+        own[name] = float(arm.temperature)
+        y, served_hits[name] = arm_yardsticks(requests, arm.propensities(served), click_probs, own[name], temperatures)
+        yard[name] = {OFFLINE: hr, f"sim CTR {default}": a["ctr"], **y}
         rows.append((name, arm.model_version, hr, a["ctr"], a["impressions"], time.perf_counter() - t))
     print(
         f"{len(examples)} users; offline: M = {cfg.data.eval_candidates} (hard-negative fraction "
@@ -312,6 +520,18 @@ def main(argv=None) -> int:
     print()
     pairs = clear_pairs(hits)
     print("\n".join(concordance_lines(pairs, ctr, oracles, taus)))
+    print()
+    ys = [OFFLINE, SERVED, f"sim CTR {default}", OWN, *map(common_t_name, temperatures), TOP]
+    served_pairs = clear_pairs(served_hits)
+    ylines, yconc = yardstick_table(yard, ys, {OFFLINE: pairs, SERVED: served_pairs}, own)
+    print(
+        f"Yardsticks (issue 60) on the {len(requests)} served requests of {month}:\n"
+        f"  {SERVED}: each arm ranks the retrieval stage's candidates; the user's real next item is among them in "
+        f"{coverage(requests):.1%} of the requests, the others are misses for every arm\n"
+        f"  E[CTR]: Eq. H1 under {default} (no click noise) at each arm's own exposure temperature (own T), at one "
+        f"common t for every arm (softmax(score / t)) and by its top choice\n"
+    )
+    print("\n".join([*ylines, *reversed_lines(yconc, yard)]))
     print()
     if args.smoke:
         import shutil

@@ -116,3 +116,144 @@ def test_clear_pairs_on_a_hand_made_case(bench):
     )
     assert lines[-1].startswith(f"concordance als: tau 0.40; clear pairs kept {len(kept)}/{len(ps)}, reversed 1")
     assert "reversed: c > b offline (+0.0300) but sim CTR 0.0600 < 0.0700" in lines[-1]
+
+
+# issue 60's yardsticks: served HR@5, and Eq. H1 at the arm's own, a common and a greedy exposure
+
+
+def request(rid, user, candidates, next_item):
+    from abpo.sim.simulator import SimRequest
+
+    return SimRequest(rid, user, [1, 2], list(candidates), next_item, [], 0)
+
+
+def test_served_hr_counts_a_next_item_the_retrieval_stage_missed_as_a_miss(bench):
+    reqs = [
+        request("a", 7, [10, 11, 12, 13, 14, 15], 12),  # next item ranked 3rd: a hit at 5
+        request("b", 7, [10, 11, 12, 13, 14, 15], 10),  # ranked 6th: a miss
+        request("c", 8, [10, 11, 12, 13, 14, 15], 99),  # not served: a miss, still counted
+        request("d", 8, [10, 11, 12, 13, 14, 15], 15),  # tied with 4 others for 2nd: ties count against it
+    ]
+    p = np.array([0.05, 0.3, 0.25, 0.2, 0.15, 0.05])
+    tied = np.array([0.5, 0.1, 0.1, 0.1, 0.1, 0.1])
+    hits = bench.served_hits_at(5, reqs, [p, p, p, tied])
+    assert hits.tolist() == [1.0, 0.0, 0.0, 0.0]  # rank of d's 15: 1 above + 5 tied - 1 = 5, not < 5
+    assert hits.mean() == pytest.approx(0.25)  # over all 4 requests, the unserved one included
+    assert bench.coverage(reqs) == pytest.approx(0.75)
+    assert bench.served_hits_at(6, reqs, [p, p, p, tied]).tolist() == [1.0, 1.0, 0.0, 1.0]
+    assert bench.user_means([r.user_id for r in reqs], hits).tolist() == [0.5, 0.0]  # users 7, 8
+    with pytest.raises(ValueError, match="request b: 5 probabilities for 6 candidates"):
+        bench.served_hits_at(5, reqs, [p, p[:5], p, p])
+    with pytest.raises(ValueError, match="3 exposure distributions for 4 requests"):
+        bench.served_hits_at(5, reqs, [p, p, p])
+
+
+def test_an_exposure_re_tempered_is_the_softmax_of_the_arms_scores_at_the_new_temperature(bench):
+    import torch
+
+    from abpo.baselines import softmax_propensities
+    from abpo.policy.scoring import candidate_propensities
+
+    scores = np.array([2.0, -1.0, 0.5, 0.5, 3.0])
+    p = softmax_propensities(scores, 0.1)  # a ranker at T = 0.1
+    for t in (1.0, 0.25, 0.1, 3.0):
+        np.testing.assert_allclose(bench.exposure_at(p, 0.1, t), softmax_propensities(scores, t), rtol=1e-9)
+    np.testing.assert_allclose(bench.exposure_at(p, 0.1, 0.1), p, rtol=1e-12)
+    # an LLM arm's float32 e_p at tau 1 (abpo.arms.llm): s_p's softmax at t = 0.25, to float32 precision
+    s_p = torch.tensor([-3.2, -7.9, -1.1, -12.5, -4.0], dtype=torch.float32)
+    e = candidate_propensities(s_p, 1.0).double().numpy()
+    want = softmax_propensities(s_p.double().numpy(), 0.25)
+    np.testing.assert_allclose(bench.exposure_at(e, 1.0, 0.25), want, rtol=1e-5)
+    # the top choice: all mass on the best candidate, shared by ties; the limit of a small t
+    assert bench.top_choice(p).tolist() == [0, 0, 0, 0, 1]
+    assert bench.top_choice(np.array([0.4, 0.1, 0.4, 0.1])).tolist() == [0.5, 0, 0.5, 0]
+    np.testing.assert_allclose(bench.exposure_at(p, 0.1, 1e-3), bench.top_choice(p), atol=1e-12)
+    with pytest.raises(ValueError, match="every probability > 0"):
+        bench.exposure_at(np.array([1.0, 0.0]), 1.0, 0.5)
+    with pytest.raises(ValueError, match="both > 0"):
+        bench.exposure_at(p, 0.1, 0.0)
+
+
+def test_expected_ctr_at_a_common_temperature_and_by_top_choice_on_a_hand_computed_case(bench):
+    click = [np.array([0.1, 0.5, 0.2]), np.array([0.3, 0.0, 0.6])]
+    # an arm exposing at its own T = 0.5 with scores s: p = softmax(s / 0.5); at t = 1 it exposes softmax(s)
+    s = [np.array([0.0, np.log(3.0), 0.0]), np.array([np.log(2.0), 0.0, np.log(2.0)])]
+    p = [np.exp(x / 0.5) / np.exp(x / 0.5).sum() for x in s]
+    at1 = [np.array([0.2, 0.6, 0.2]), np.array([0.4, 0.2, 0.4])]
+    want1 = (0.2 * 0.1 + 0.6 * 0.5 + 0.2 * 0.2 + 0.4 * 0.3 + 0.2 * 0.0 + 0.4 * 0.6) / 2
+    assert bench.expected_ctr_at(click, p, 0.5, 1.0) == pytest.approx(want1)
+    assert bench.expected_ctr_at(click, at1, 1.0, 1.0) == pytest.approx(want1)  # the same arm exposing at t = 1
+    own = sum(float(a @ b) for a, b in zip(p, click, strict=True)) / 2
+    assert bench.expected_ctr_at(click, p, 0.5, 0.5) == pytest.approx(own) and own != pytest.approx(want1)
+    assert bench.expected_ctr_at(click, p, 0.5, None) == pytest.approx((0.5 + (0.3 + 0.6) / 2) / 2)  # top choices
+
+
+def test_the_yardstick_table_orders_and_checks_clear_pairs_under_each_yardstick(bench):
+    ys = ["offline HR@5", "served HR@5", "E[CTR] t=1", "E[CTR] top choice"]
+    values = {
+        "abpo": {"offline HR@5": 0.35, "served HR@5": 0.10, "E[CTR] t=1": 0.09, "E[CTR] top choice": 0.15},
+        "ml_retrain": {"offline HR@5": 0.34, "served HR@5": 0.14, "E[CTR] t=1": 0.07, "E[CTR] top choice": 0.18},
+        "popularity": {"offline HR@5": 0.12, "served HR@5": 0.12, "E[CTR] t=1": 0.05, "E[CTR] top choice": 0.15},
+    }
+    P = bench.ClearPair
+    offline = [P("abpo", "popularity", 0.23, 0.02), P("ml_retrain", "popularity", 0.22, 0.02)]
+    served = [P("ml_retrain", "abpo", 0.04, 0.01)]
+    own = {"abpo": 1.0, "ml_retrain": 0.1, "popularity": 1.0}
+    lines, conc = bench.yardstick_table(values, ys, {"offline HR@5": offline, "served HR@5": served}, own)
+    assert lines[0] == "| arm | own T | offline HR@5 | served HR@5 | E[CTR] t=1 | E[CTR] top choice |"
+    assert lines[2] == "| abpo | 1 | 0.3500 | 0.1000 | 0.0900 | 0.1500 |"
+    assert lines[3] == "| ml_retrain | 0.1 | 0.3400 | 0.1400 | 0.0700 | 0.1800 |"
+    assert lines[5] == "| Kendall tau vs offline HR@5 | | | -0.33 | 1.00 | 0.00 |"
+    # the offline pairs: served HR@5 keeps ml_retrain > popularity and reverses abpo > popularity; the top choice
+    # ties abpo and popularity
+    assert lines[6] == "| offline HR@5 clear pairs (2) kept / reversed | | - | 1 / 1 | 2 / 0 | 1 / 0 (1 tied) |"
+    assert lines[7] == "| served HR@5 clear pairs (1) kept / reversed | | 0 / 1 | - | 0 / 1 | 1 / 0 |"
+    assert len(lines) == 8 and all(line.count("|") == len(ys) + 3 for line in lines)
+    assert [(p.better, p.worse) for p in conc[("offline HR@5", "served HR@5")][1]] == [("abpo", "popularity")]
+    assert ("offline HR@5", "offline HR@5") not in conc
+    rev = bench.reversed_lines(conc, values)
+    assert "  offline HR@5 abpo > popularity (+0.2300, SE 0.0200) but served HR@5 0.1000 < 0.1200" in rev
+    assert len(rev) == 1 + 2  # offline under served; served under offline and under t=1
+
+
+def test_exposure_temperatures_are_parsed_or_refused_in_one_line(bench):
+    assert bench.parse_temperatures("") == []
+    assert bench.parse_temperatures("1, 0.25") == [1.0, 0.25]
+    for bad in ("0", "-1", "x", "nan", "inf"):
+        with pytest.raises(SystemExit, match="rule: comma-separated numbers > 0"):
+            bench.parse_temperatures(bad)
+
+
+def test_a_ranker_arms_yardsticks_on_a_served_month_are_its_own_scoring_and_eq_h1(bench, make_cfg, movielens):
+    """On a real month's retrieval requests: E[CTR] own T is abpo.sim.headroom's Eq. H1 row of the arm, E[CTR]
+    t=<t> is Eq. H1 of softmax(the ranker's scores / t), and served HR@5 ranks the next item by those scores."""
+    from abpo.arms.rankers import RankerArm
+    from abpo.baselines import softmax_propensities
+    from abpo.data.splits import split_users
+    from abpo.sim.headroom import candidate_click_probabilities, expected_ctr, month_headroom
+    from abpo.sim.simulator import interactions_to_date, month_requests
+
+    cfg = make_cfg(*SIXTY_USERS, "sim.requests_per_user=2")
+    splits, _ = split_users(movielens, cfg.data)
+    seqs = interactions_to_date(cfg, splits, "2026-02")
+    ranker = RankerArm.make_ranker("ml_retrain", cfg).fit(seqs, movielens.item_ids().tolist())
+    arm = bench.ServedOnce(RankerArm("ml_retrain", ranker, 0.1, "1"))
+    reqs = month_requests(cfg, movielens, splits, "2026-02")
+    triples = [(r.user_id, r.history, r.candidates) for r in reqs]
+    click, _ = candidate_click_probabilities(cfg, movielens, reqs)
+    y, per_user = bench.arm_yardsticks(reqs, arm.propensities(triples), click, arm.temperature, [1.0])
+    assert arm.temperature == 0.1
+    assert y["E[CTR] own T"] == pytest.approx(
+        month_headroom(cfg, "2026-02", {"m": arm.arm}, dataset=movielens, splits=splits).row("m").ctr
+    )
+    scores = ranker.score(triples)
+    assert y["E[CTR] t=1"] == pytest.approx(expected_ctr(click, [softmax_propensities(s, 1.0) for s in scores]))
+    assert y["E[CTR] t=1"] != pytest.approx(y["E[CTR] own T"])
+    top = [np.eye(len(s))[int(np.argmax(s))] for s in scores]
+    assert y["E[CTR] top choice"] == pytest.approx(expected_ctr(click, top))
+    ranked = [
+        r.next_item in r.candidates and sorted(s, reverse=True).index(s[r.candidates.index(r.next_item)]) < 5
+        for r, s in zip(reqs, scores, strict=True)
+    ]
+    assert y["served HR@5"] == pytest.approx(np.mean(ranked)) and 0 < y["served HR@5"] < bench.coverage(reqs) <= 1
+    assert len(per_user) == len({r.user_id for r in reqs}) and per_user.mean() == pytest.approx(y["served HR@5"])

@@ -23,7 +23,15 @@ steps and learning rate):
                                        the simulator as reward model, a diagnostic, never registered or served
 
     .venv/bin/python benchmarks/headroom.py [--config demo] [--months 2026-01,2026-02] [--set key=value ...]
-                                            [--online-bound abpo] [--json out.json] [--smoke]
+                                            [--online-bound abpo [--record]] [--json out.json] [--smoke]
+
+``--record`` (with --online-bound) stores each month's bound in the state, beside the expected-CTR figures the
+serve step stored for the month (``<paths.root>/sim/expected_ctr/<YYYY-MM>.online_bound.json``, abpo.abtest.sim_ctr),
+so that a report built afterwards draws it as a reference line: the online bound and the arm's logged-reward update,
+each scored on the requests the serve step scored for the month (abpo.sim.expected_ctr, the same sample as the
+arms' figures), with their figures on every request of the month. It is refused, before anything is trained, for a
+month whose figures the state does not hold (not simulated there), whose requests differ from those the month served
+(another config, or a ``--set sim.*`` override), or whose champions at the month's start were not recorded.
 
 A month the state has not run (no champion recorded at its start) uses each arm's current champion, marked
 "(current)". The last line is exactly
@@ -70,6 +78,7 @@ SMOKE = [
     "arms.gate_max_users=4",
     "arms.update_max_examples=64",  # --online-bound: 4 steps of 16 per update
 ]
+BOUND = "online bound (sim reward, grpo)"  # the online bound's row (label of :func:`online_bound`)
 
 
 def month_start_version(cfg, arm: str, month: str) -> tuple[str, bool]:
@@ -154,7 +163,7 @@ def online_bound(
     out = {}
     for label, variant, reward in (
         (f"{arm} update (logged reward)", entry(arm).refreshed_by, "logged"),
-        ("online bound (sim reward, grpo)", "grpo", "simulated_click"),
+        (BOUND, "grpo", "simulated_click"),
     ):
         t = time.perf_counter()
         run = UpdateRun(
@@ -174,6 +183,72 @@ def online_bound(
             arm, res.model_dir, cfg, dataset=dataset, model_version=f"{variant}@{month}/seed{s}"
         )
     return out
+
+
+def check_recordable(cfg, month: str, requests, recorded: bool) -> None:
+    """--record: refuse ``month`` (ValueError naming the file and the rule) unless the state holds its expected-CTR
+    figures on these very ``requests`` and recorded the arms' champions at its start (checked before training)."""
+    from abpo.abtest.sim_ctr import figures_path, read_month_figures
+    from abpo.sim.expected_ctr import requests_sha256
+
+    figures = read_month_figures(cfg, month)
+    if figures is None:
+        raise ValueError(
+            f"--record {month}: {figures_path(cfg, month)}: no expected-CTR figures; rule: a month the serve step "
+            "simulated in this state (paths.root)"
+        )
+    if figures["requests"]["sha256"] != requests_sha256(requests):
+        raise ValueError(
+            f"--record {month}: {figures_path(cfg, month)}: requests.sha256 differs from this run's "
+            f"{len(requests)} requests; rule: the requests the month served (the run's config, no sim.* override)"
+        )
+    if not recorded:
+        raise ValueError(
+            f"--record {month}: the champions at the month's start are not recorded in this state (abpo.month_start "
+            "tags); rule: a month this state ran"
+        )
+
+
+def record_bound(cfg, month: str, arm: str, parent: str, requests, trained: dict, res, dataset, *, seed) -> Path:
+    """--record: the month's online bound and ``arm``'s logged-reward update (``trained``, label -> policy, from
+    :func:`online_bound`) scored on the month's scored requests (abpo.sim.expected_ctr.sample_scores, the month's
+    intercept ``res.intercept``), with their figures on every request (``res``, the month's headroom rows), stored
+    beside the month's figures (abpo.abtest.sim_ctr.write_online_bound). Returns the file written."""
+    from abpo.abtest.sim_ctr import write_online_bound
+    from abpo.sim.expected_ctr import requests_sha256, sample_scores
+
+    logged = f"{arm} update (logged reward)"
+    scores = sample_scores(
+        cfg,
+        month,
+        requests,
+        {"bound": trained[BOUND], "logged": trained[logged]},
+        dataset=dataset,
+        intercept=res.intercept,
+    )
+    u = cfg.arms.update_max_examples or cfg.update.max_examples  # the rows online_bound trains on
+    return write_online_bound(
+        cfg,
+        month,
+        {
+            "month": month,
+            "arm": arm,
+            "parent_version": str(parent),
+            "requests_sha256": requests_sha256(requests),
+            "online_bound": scores["bound"],
+            "logged_update": scores["logged"],
+            "all_requests": {
+                "requests": res.requests,
+                "online_bound": round(res.row(BOUND).ctr, 6),
+                "logged_update": round(res.row(logged).ctr, 6),
+                "pi_init": round(res.row("pi_init").ctr, 6),
+            },
+            "update": {"max_examples": u, "learning_rate": cfg.update.learning_rate, "seed": int(seed)},
+            "what": "the online bound (vanilla GRPO rewarded by the simulator's click probability) and the arm's "
+            "update with the logged reward, trained from the arm's champion at the month's start on the month's "
+            "rows; expected CTR (Eq. H1) on the serve step's scored requests; all_requests: on every request",
+        },
+    )
 
 
 def main(argv=None) -> int:
@@ -200,6 +275,13 @@ def main(argv=None) -> int:
         "(written under <paths.models>/headroom/, never registered)",
     )
     ap.add_argument(
+        "--record",
+        action="store_true",
+        help="--online-bound: store each month's bound beside the month's expected-CTR figures in the state "
+        "(<paths.root>/sim/expected_ctr/<YYYY-MM>.online_bound.json), where the report draws it; refused for a month "
+        "the state did not simulate or on other requests than it served",
+    )
+    ap.add_argument(
         "--update-seed",
         type=int,
         default=None,
@@ -213,6 +295,8 @@ def main(argv=None) -> int:
         "nothing)",
     )
     args = ap.parse_args(argv)
+    if args.record and not args.online_bound:
+        ap.error("--record stores the online bound: it needs --online-bound ARM")
 
     import tempfile
 
@@ -272,13 +356,20 @@ def main(argv=None) -> int:
                 raise ValueError(
                     f"--online-bound {args.online_bound}: a {entry(args.online_bound).kind} arm; rule: an updated LLM arm"
                 )
+            if args.record:
+                check_recordable(cfg, month, requests, all(month_start_version(cfg, a, month)[1] for a in arms_of(cfg)))
             served = {a: loaded[(a, month_start_version(cfg, a, month)[0])] for a in arms_of(cfg)}
             probs, _ = candidate_click_probabilities(cfg, ds, requests)
             strata = served_month_strata(cfg, month, served, dataset=ds, splits=splits, requests=requests, probs=probs)
             parent = month_start_version(cfg, args.online_bound, month)[0]
-            policies.update(online_bound(cfg, month, args.online_bound, parent, strata, ds, seed=args.update_seed))
+            trained = online_bound(cfg, month, args.online_bound, parent, strata, ds, seed=args.update_seed)
+            policies.update(trained)
         res = month_headroom(cfg, month, policies, dataset=ds, splits=splits, requests=requests)
         results.append(res)
+        if args.record:
+            seed = cfg.seed if args.update_seed is None else args.update_seed
+            path = record_bound(cfg, month, args.online_bound, parent, requests, trained, res, ds, seed=seed)
+            print(f"  recorded for the report: {path}")
         print(
             f"\n{month}: {res.requests} requests, preference intercept {res.intercept:.3f}, {time.perf_counter() - t:.0f}s"
         )
@@ -313,7 +404,7 @@ def main(argv=None) -> int:
     gap = [m.row(ORACLE_GREEDY).ctr - m.row("pi_init").ctr for m in results]
     best = [max(r.ctr for r in m.rows if " champion" in r.policy) - m.row("pi_init").ctr for m in results]
     if args.online_bound:
-        bound = [m.row("online bound (sim reward, grpo)").ctr - m.row("pi_init").ctr for m in results]
+        bound = [m.row(BOUND).ctr - m.row("pi_init").ctr for m in results]
         logged = [m.row(f"{args.online_bound} update (logged reward)").ctr - m.row("pi_init").ctr for m in results]
         print(
             f"online bound - pi_init: {100 * sum(bound) / len(bound):+.2f} pp; {args.online_bound} update (logged "

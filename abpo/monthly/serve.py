@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from abpo.arms import versions as arm_versions
 from abpo.monthly.common import StepResult, arms_of, dataset_and_splits
 from abpo.monthly.report import month_completed
 from abpo.months import Month
-from abpo.sim.simulator import simulate_month
+from abpo.sim.simulator import month_requests, simulate_month
 from abpo.warehouse import IngestError, Warehouse
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ class ServeResult(StepResult):
     path: str = ""  # the simulated part written
     seconds: float = 0.0
     per_arm: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    expected_ctr: str = ""  # the simulator's expected-CTR figures of the month (abpo.abtest.sim_ctr)
 
     def to_json(self) -> dict[str, Any]:  # the keys the DAG's serve task returned before
         if not self.simulated:
@@ -43,15 +45,52 @@ class ServeResult(StepResult):
 
 
 def serve_month(cfg: Config, month: Month) -> ServeResult:
-    """Month ``month``'s traffic served by every arm's champion (abpo.sim.simulate_month), landed as Parquet."""
+    """Month ``month``'s traffic served by every arm's champion (abpo.sim.simulate_month), landed as Parquet, and
+    the simulator's expected CTR of each champion on the month's requests stored for the report
+    (:func:`record_expected_ctr`)."""
 
     ds, splits = dataset_and_splits(cfg)
     arms = {a: arm_versions.load_arm(cfg, a, ds) for a in arms_of(cfg)}
-    res = simulate_month(cfg, month, arms, dataset=ds, splits=splits)
+    requests = month_requests(cfg, ds, splits, str(month))
+    res = simulate_month(cfg, month, arms, dataset=ds, splits=splits, requests=requests)
     for a, v in res.per_arm.items():
         ctr = "-" if v["ctr"] is None else f"{v['ctr']:.4f}"  # None: no request of the arm this month
         log.info(f"  {a:<11} {v['impressions']:>6} impressions {v['clicks']:>5} clicks  CTR {ctr}")
-    return ServeResult(str(month), True, path=str(res.path), seconds=res.seconds, per_arm=res.per_arm)
+    figures = record_expected_ctr(cfg, str(month), requests, res, arms, ds)
+    return ServeResult(
+        str(month), True, path=str(res.path), seconds=res.seconds, per_arm=res.per_arm, expected_ctr=str(figures)
+    )
+
+
+def record_expected_ctr(cfg: Config, month: str, requests, res, arms, dataset):
+    """Score each distinct champion that served ``month`` (abpo.monthly.sim_ctr.served_models) and the starting
+    model on the month's scored requests (abpo.sim.expected_ctr.month_figures: Eq. H1 with the month's intercept,
+    H2, H3, beside each arm's realised CTR) and store the figures (``<paths.root>/sim/expected_ctr/<month>.json``,
+    written whole: a rerun of the month writes the same bytes). Returns the file's path."""
+    from abpo.abtest.sim_ctr import write_month_figures
+    from abpo.monthly.sim_ctr import served_models
+    from abpo.sim.expected_ctr import month_figures
+
+    t = time.perf_counter()
+    models, arm_model, start = served_models(cfg, arms, dataset)
+    figures = month_figures(
+        cfg,
+        month,
+        requests,
+        dataset=dataset,
+        intercept=res.calibration["intercept"],
+        arm_of_request=dict(zip(res.table.column("request_id").to_pylist(), res.table.column("arm").to_pylist())),
+        models=models,
+        arm_model=arm_model,
+        start=start,
+        realised=res.per_arm,
+    )
+    path = write_month_figures(cfg, month, figures)
+    log.info(
+        f"serve {month}: expected CTR of {len(models)} distinct model(s) on {figures['requests']['scored']} of "
+        f"{len(requests)} requests ({figures['requests']['sample']}) in {time.perf_counter() - t:.1f}s: {path}"
+    )
+    return path
 
 
 def check_landed(cfg: Config, month: Month) -> ServeResult:

@@ -9,9 +9,11 @@ block in section ``arms`` (see docs/loop.md, "Adding an arm")."""
 
 from __future__ import annotations
 
+import argparse
 import importlib
 from dataclasses import dataclass
 
+from abpo.errors import UsageError
 from abpo.paths import namespaced
 
 MODEL_PREFIX = "abpo-arm-"  # one registered MLflow model per arm: abpo-arm-<arm> (model_name: with the namespace)
@@ -49,9 +51,19 @@ HOLDBACK_ARMS = tuple(n for n, e in ARMS.items() if e.kind == HOLDBACK)
 
 
 def check_arm(name: str) -> str:
+    """``name`` when it is one of abpo's arms; UsageError (a ValueError) naming it and the rule otherwise."""
     if name not in ARMS:
-        raise ValueError(f"arm {name!r}: unknown; rule: one of {sorted(ARMS)}")
+        raise UsageError(f"arm {name!r}: unknown; rule: one of {sorted(ARMS)}")
     return name
+
+
+def arm_arg(value: str) -> str:
+    """argparse type of an ``--arm`` option: the arm checked (:func:`check_arm`) when the command line is parsed,
+    before any store is opened; argparse's one-line error otherwise."""
+    try:
+        return check_arm(value)
+    except UsageError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def entry(name: str) -> ArmEntry:

@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+from abpo.arms.names import arm_arg
+
 if TYPE_CHECKING:
     from abpo.config import Config
 
@@ -48,7 +50,7 @@ def register(sub, common: argparse.ArgumentParser) -> None:
         "write it in the impressions contract to <paths.landing>/impressions/month=YYYY-MM/ for `abpo ingest`.",
     )
     p.add_argument("--month", default="2024-01", help="Month partition to land the log in (YYYY-MM).")
-    p.add_argument("--arm", default="abpo", help="Arm name written on every impression (default: abpo).")
+    p.add_argument("--arm", default="abpo", type=arm_arg, help="Arm name written on every impression (default: abpo).")
     p.set_defaults(handler=cmd_simulate_log)
 
 

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from abpo.arms.names import arm_arg
 from abpo.months import month_arg
 
 if TYPE_CHECKING:
@@ -34,7 +35,9 @@ def register(sub, common: argparse.ArgumentParser) -> None:
         default=None,
         help="Train on this month's log (repeatable; default: every month ingested).",
     )
-    p.add_argument("--arm", default="abpo", help="Train on the impressions this arm served (default: abpo).")
+    p.add_argument(
+        "--arm", default="abpo", type=arm_arg, help="Train on the impressions this arm served (default: abpo)."
+    )
     p.add_argument(
         "--init-model",
         type=Path,

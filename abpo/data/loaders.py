@@ -28,12 +28,13 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from abpo.data.schemas import CATALOG_SCHEMA, INTERACTIONS_SCHEMA
+from abpo.errors import ExpectedError
 
 # The dataset formats load_dataset reads (config data.format, whose choices these are)
 FORMATS = ("movielens", "amazon18")
 
 
-class DataFormatError(ValueError):
+class DataFormatError(ExpectedError, ValueError):
     """Input data breaks its format; the message names the file, the row and the rule."""
 
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from abpo.config.errors import ConfigError
 from abpo.config.validate import check_rounds_fit
 from abpo.experiment.regime_settings import check_regime
 
@@ -33,7 +34,7 @@ def row_key(row: str) -> str:
     try:
         return get_variant(row).name
     except ValueError:
-        raise ValueError(
+        raise ConfigError(
             f"experiment.rows: {row!r}; rule: a variant (A-L or none, grpo, anchor, anchor_snips, anchor_sc, abpo, "
             "grpo_cr, abpo_cr, abpo_ll, wll, abpo_offpolicy, grpo_ll), "
             f"{FULL_INFO}, a GRPO control ({', '.join(CONTROLS)}) or a baseline ({', '.join(BASELINES)})"

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from abpo.errors import UsageError
 from abpo.experiment.regime_settings import describe
 from abpo.experiment.runner import run_experiment
 from abpo.experiment.seeds import experiments_root
@@ -33,24 +34,25 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def parse_sweep(specs: Sequence[str]) -> list[tuple[str, list[str]]]:
-    """``key=v1,v2`` specs -> [(key, [v1, v2])]; each error names the spec and the rule."""
+def parse_sweep(specs: Sequence[str], option: str = "--sweep") -> list[tuple[str, list[str]]]:
+    """``key=v1,v2`` specs (the values of ``option``) -> [(key, [v1, v2])]; each error (a UsageError) names the option,
+    the spec and the rule."""
     axes: list[tuple[str, list[str]]] = []
     for spec in specs:
         key, sep, values = spec.partition("=")
         key = key.strip()
         vals = [v.strip() for v in values.split(",") if v.strip()]
         if not sep or not re.fullmatch(r"[a-z_]+(\.[a-z_0-9]+)+", key) or not vals:
-            raise ValueError(
-                f"--sweep {spec!r}; rule: section.key=value1,value2,... (e.g. update.learning_rate=1e-4,5e-4)"
+            raise UsageError(
+                f"{option} {spec!r}; rule: section.key=value1,value2,... (e.g. update.learning_rate=1e-4,5e-4)"
             )
         if key.startswith("experiment.") and key.split(".", 1)[1] in ("name", "eval_split", "seeds", "rows"):
-            raise ValueError(f"--sweep {spec!r}; rule: {key} is the sweep's frame, not a setting to sweep")
+            raise UsageError(f"{option} {spec!r}; rule: {key} is the sweep's frame, not a setting to sweep")
         if any(k == key for k, _ in axes):
-            raise ValueError(f"--sweep {spec!r}; rule: each key once (give all its values in one --sweep)")
+            raise UsageError(f"{option} {spec!r}; rule: each key once (give all its values in one {option})")
         axes.append((key, vals))
     if not axes:
-        raise ValueError("--sweep: rule: at least one key=values")
+        raise UsageError(f"{option}: rule: at least one key=values")
     return axes
 
 

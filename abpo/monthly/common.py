@@ -166,6 +166,7 @@ REFUSED = (  # the same inputs fail the same way: a retry only delays the failur
     "abpo.warehouse.IngestError",  # the landing data cannot be ingested, or its audit refused it (IngestRefused)
     "abpo.warehouse.WarehouseUnreadable",  # the warehouse file is not a database / a setting DuckDB refuses
     "abpo.monthly.report.PreviousMonthIncomplete",  # a refused month: the one before it never finished
+    "abpo.errors.ExpectedError",  # any error a user causes or meets (bad input, a step to run first), not transient
     "abpo.monthly.series.SeriesChanged",  # a setting that changes the data split of a series already in the warehouse
     "abpo.monthly.hold.HoldbackMoved",  # the holdback's champion is no longer pi_init: a human must put it back
     "abpo.arms.promotion_lock.HoldbackNeverPromoted",  # the holdback is never promoted (before PromotionRace, its base)

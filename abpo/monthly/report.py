@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from abpo.errors import ExpectedError
 from abpo.monthly.common import StepResult, json_safe
 from abpo.months import MONTH_PATTERN, Month, MonthError
 
@@ -28,7 +29,7 @@ class ReportResult(StepResult):
     png: str
 
 
-class PreviousMonthIncomplete(RuntimeError):
+class PreviousMonthIncomplete(ExpectedError, RuntimeError):
     """Month m-1 was started (ingested) but its cycle never finished: month m must not run on top of it."""
 
 

@@ -20,7 +20,9 @@ def register(sub, common: argparse.ArgumentParser) -> None:
         "delta-method test, confidence intervals, Holm correction), month-to-month trends, the whole-period "
         "aggregate and a sample-ratio-mismatch check. Reads the DuckDB warehouse (--months, logged to "
         "MLflow as artifacts of the month's run) or a CSV with header month,arm,impressions,clicks[,users] "
-        "(--csv). Writes report.html (self-contained), report.md, ctr_by_arm.png and report.json.",
+        "(--csv). Writes report.html (self-contained), report.md, ctr_by_arm.png and report.json; months the "
+        "simulator served add the section of its expected CTR per arm and month (the figures their serve step "
+        "stored under <paths.root>/sim/expected_ctr/), with expected_ctr.png and expected_ctr.json.",
     )
     p.add_argument(
         "--months",

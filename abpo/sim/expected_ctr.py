@@ -10,12 +10,13 @@ references on those requests: the loop's starting model (pi_init, Eq. H1), oracl
 floor (Eq. H3). Each arm's figure is also given on its own users' requests among them (the expectation its realised
 CTR draws around), and its realised CTR (the simulated clicks over its impressions of the whole month).
 
-**Which requests.** Scoring an LLM champion on every request of a demo month (7,320) costs about 50 s of CPU per
-model (7 ms a request with the demo's 2 threads), so each month scores a fixed, seeded subsample: **one request per
-user** (:data:`SAMPLE_RULE`, :func:`scored_sample`: the user's request drawn with a generator keyed by the config
-seed, the month and the series), 610 requests in the demo. Every model is scored on the same sample, so differences between arms carry no
-sampling noise from clicks or from which users an arm served. Each distinct model is scored once a month: arms whose
-champion is the same model (the holdback and an LLM arm not promoted yet both serve pi_init) share its scores.
+**Which requests.** Scoring an LLM champion on every request of a demo month (7,320) costs 50-90 s of CPU per
+model (7-13 ms a request with the demo's 2 threads, on the shared 2-core machine), so each month scores a fixed,
+seeded subsample: **one request per user** (:data:`SAMPLE_RULE`, :func:`scored_sample`: the user's request drawn
+with a generator keyed by the config seed, the month and the series), 610 requests in the demo, 4-9 s of CPU per
+LLM. Every model is scored on the same sample, so differences between arms carry no sampling noise from clicks or
+from which users an arm served. Each distinct model is scored once a month: arms whose champion is the same model
+(the holdback and an LLM arm not promoted yet both serve pi_init) share its scores.
 
 A diagnostic of simulated months only: it never trains, never selects, and the report reads the stored figures
 (abpo.abtest.sim_ctr), never this module.

@@ -136,8 +136,13 @@ def cmd_prepare(args, cfg: Config) -> int:
 
 
 def cmd_synth(args, cfg: Config) -> int:
+    from abpo.data.storage import is_uri
+    from abpo.errors import writable_dir
     from abpo.warehouse import land_synthetic
 
+    landing = args.landing or cfg.paths.location("landing")
+    if not is_uri(landing):  # a local landing zone abpo cannot write in is refused before anything is drawn
+        writable_dir(landing, "--landing" if args.landing else "paths.landing")
     rows, path, injected = land_synthetic(cfg, args.month, args.n, args.violation_rate, args.landing)
     print(f"wrote {rows} impressions to {path}; injected violations: {dict(injected) or 'none'}")
     return 0

@@ -39,7 +39,8 @@ from abpo.months import MONTH_PATTERN as _MONTH  # the one month grammar (abpo.m
 if TYPE_CHECKING:
     from abpo.config import Config
 
-REPORT_FILES = ("report.html", "report.md", "ctr_by_arm.png", "report.json")
+REPORT_FILES = ("report.html", "report.md", "ctr_by_arm.png", "report.json", "expected_ctr.png", "expected_ctr.json")
+# expected_ctr.*: the simulator's climb chart and figures of a report of simulated months (abpo.abtest.sim_ctr)
 # abpo.abtest.report: months_label (YYYY-MM or first..last) for the warehouse, csv-<stem> for a CSV
 REPORT_NAME = re.compile(rf"{_MONTH}(?:\.\.{_MONTH})?|csv-[A-Za-z0-9_][A-Za-z0-9_.-]{{0,99}}")
 MONTH = re.compile(_MONTH)

@@ -220,3 +220,16 @@ def test_report_from_warehouse_reads_the_states_figures(warehouse_root, tmp_path
         assert files.sim_png is not None and files.sim_png.is_file()
     finally:
         sim_ctr.figures_path(cfg, "2026-03").unlink()
+
+
+def test_the_ui_serves_the_chart_the_markdown_links(cfg, report):
+    """The Airflow UI's report pages (abpo.monthly.pages) serve the chart and its figures beside the report's files,
+    so the link in a report.md opened there resolves."""
+    from abpo.abtest.report import default_out_dir
+    from abpo.monthly import pages
+
+    two_simulated_months(cfg)
+    out = default_out_dir(cfg, "2026-02..2026-04")
+    write_report(report, out, sim_ctr.load_sim_ctr(cfg, MONTHS))
+    for name in (sim_ctr.PNG_NAME, sim_ctr.JSON_NAME):
+        assert pages.report_file(cfg, "2026-02..2026-04", name) == (out / name).resolve()

@@ -9,6 +9,7 @@ import argparse
 import json
 from typing import TYPE_CHECKING
 
+from abpo.arms.names import arm_arg
 from abpo.commands import arms_champions
 from abpo.months import month_arg
 
@@ -76,7 +77,7 @@ def _add_loop_actions(asub, common: argparse.ArgumentParser) -> None:
         "the update moves the policy beyond the gate's noise (abpo.monthly.sizing).",
     )
     a.add_argument("--month", type=month_arg, required=True, help="The validation month, YYYY-MM.")
-    a.add_argument("--arm", default="abpo", help="The LLM arm to size (default abpo).")
+    a.add_argument("--arm", default="abpo", type=arm_arg, help="The LLM arm to size (default abpo).")
     a.add_argument(
         "--grid",
         action="append",
@@ -117,7 +118,11 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
         from abpo.experiment.sweep import parse_sweep, probes
         from abpo.monthly.sizing import size_update, sizing_markdown, write_sizing
 
-        grid = probes(parse_sweep(args.grid)) if args.grid else [[]]
+        grid = probes(parse_sweep(args.grid, "--grid")) if args.grid else [[]]
+        if args.out:  # refused before the month runs, not after it
+            from abpo.errors import writable_file
+
+            writable_file(args.out, "--out")
         sets = list(args.overrides or [])
         points = size_update(
             cfg, str(args.month), args.arm, grid, config_for=lambda extra: load_config(args.config, sets + list(extra))

@@ -8,6 +8,8 @@ import argparse
 import json
 from typing import TYPE_CHECKING
 
+from abpo.arms.names import arm_arg
+
 if TYPE_CHECKING:
     from abpo.config import Config
 
@@ -42,7 +44,7 @@ def add_champion_actions(asub, common: argparse.ArgumentParser) -> None:
         "promotion history (who, when, from, to, why, the version's gate verdict; `abpo arms "
         "history`), which `abpo arms rollback` follows. A pin does not stop a human's promotion.",
     )
-    a.add_argument("--arm", required=True, help="The arm: abpo, grpo, ml_retrain or popularity.")
+    a.add_argument("--arm", type=arm_arg, required=True, help="The arm: abpo, grpo, ml_retrain or popularity.")
     a.add_argument("--version", required=True, help="The registered version to make champion.")
     a.add_argument(
         "--expect-champion",
@@ -62,7 +64,7 @@ def add_champion_actions(asub, common: argparse.ArgumentParser) -> None:
         "history the champion again (repeated: further back); refused, nothing changed, when that "
         "version no longer exists.",
     )
-    a.add_argument("--arm", required=True, help="The arm: abpo, grpo, ml_retrain or popularity.")
+    a.add_argument("--arm", type=arm_arg, required=True, help="The arm: abpo, grpo, ml_retrain or popularity.")
     a.add_argument(
         "--reason", default="", type=_reason, help="Why: recorded in the promotion history and on the version."
     )
@@ -78,7 +80,7 @@ def add_champion_actions(asub, common: argparse.ArgumentParser) -> None:
         "arms unpin`. Recorded in the promotion history. A champion moved by hand in MLflow is "
         "pinned when the next month detects it.",
     )
-    a.add_argument("--arm", required=True, help="The arm: abpo, grpo, ml_retrain or popularity.")
+    a.add_argument("--arm", type=arm_arg, required=True, help="The arm: abpo, grpo, ml_retrain or popularity.")
     a.add_argument("--reason", default="", type=_reason, help="Why: recorded in the promotion history.")
     a.add_argument("--actor", default="", type=_actor, help=actor)
     a.set_defaults(handler=run, action="pin")
@@ -89,7 +91,7 @@ def add_champion_actions(asub, common: argparse.ArgumentParser) -> None:
         help="Let the gate promote an arm again.",
         description="Remove --arm's pin (`abpo arms pin`); recorded in the promotion history.",
     )
-    a.add_argument("--arm", required=True, help="The arm: abpo, grpo, ml_retrain or popularity.")
+    a.add_argument("--arm", type=arm_arg, required=True, help="The arm: abpo, grpo, ml_retrain or popularity.")
     a.add_argument("--reason", default="", type=_reason, help="Why: recorded in the promotion history.")
     a.add_argument("--actor", default="", type=_actor, help=actor)
     a.set_defaults(handler=run, action="unpin")
@@ -105,7 +107,9 @@ def add_record_actions(asub, common: argparse.ArgumentParser) -> None:
         "move by the gate, a refit, `abpo arms promote`, a rollback or by hand in MLflow, with who, "
         "when, from, to, why and the gate's verdict; oldest first.",
     )
-    a.add_argument("--arm", action="append", default=[], help="Only this arm (repeatable; default: every arm).")
+    a.add_argument(
+        "--arm", type=arm_arg, action="append", default=[], help="Only this arm (repeatable; default: every arm)."
+    )
     a.add_argument("--json", action="store_true", help="One JSON object per entry instead of a table.")
     a.set_defaults(handler=run, action="history")
 
@@ -118,7 +122,7 @@ def add_record_actions(asub, common: argparse.ArgumentParser) -> None:
         "item_tokens style has one token per catalog item, it has a chat template, and it scores "
         "held-out requests.",
     )
-    a.add_argument("--arm", required=True, help="The LLM arm: abpo or grpo.")
+    a.add_argument("--arm", type=arm_arg, required=True, help="The LLM arm: abpo or grpo.")
     a.add_argument(
         "--model",
         required=True,

@@ -39,7 +39,8 @@ def register(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--out",
         metavar="DIR",
-        help="Output directory (default: <paths.reports>/<first>..<last> or <paths.reports>/csv-<name>).",
+        help="Output directory (default: <paths.reports>/<first>..<last> or <paths.reports>/csv-<name>); checked "
+        "before anything is read: a directory abpo can create or write in.",
     )
     p.add_argument(
         "--mlflow",
@@ -55,7 +56,13 @@ def run_report(args: argparse.Namespace, cfg: Config) -> int:
     from abpo.abtest.inputs import CSVFormatError, parse_months
     from abpo.abtest.render import headline, srm_verdict
     from abpo.abtest.report import report_from_csv, report_from_warehouse
+    from abpo.errors import writable_dir
 
+    # where the files go, refused before any work (an existing file, a file in the way, no permission)
+    if args.out:
+        writable_dir(args.out, "--out")
+    else:
+        writable_dir(cfg.paths.resolve("reports"), "paths.reports")
     try:
         months = parse_months(args.months) if args.months else None
         if args.csv:

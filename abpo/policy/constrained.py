@@ -34,7 +34,10 @@ model copies a title, not how sure it is of the item.
 
 When only the first step branches (one token per item id: ``AnswerTrie.single_choice``), a rollout is one draw
 from softmax_{a in C}(z[item_token(a)] / T) followed by its forced tokens, and ``sample_single_choice`` makes it
-with one forward over the prompts instead of one decoding step per answer token (the same distribution, Eq. q).
+with one forward over each distinct prompt instead of one decoding step per answer token (the same distribution,
+Eq. q). Under q_theta the forced tokens have probability 1: log q_theta(a | q) is the choice position's constrained
+log-softmax alone, and the hidden states after it enter neither the log-prob nor its gradient, so the loss runs the
+decoder only up to the last branching position (abpo.train.rollouts.constrained_logps).
 
 Top-p / top-k / min-p would truncate the masked distribution and break (Eq. q); constrained rollouts require them
 off (``check_sampling``).
@@ -47,7 +50,7 @@ from collections.abc import Sequence
 import torch
 from transformers import LogitsProcessor
 
-from abpo.policy.token_scoring import next_token_logits
+from abpo.policy.token_scoring import PromptLogits
 
 PAD_ALLOWED = -1  # padding of the allowed-token tensor
 
@@ -213,24 +216,27 @@ def sample_single_choice(
     *,
     batch_tokens: int = 16384,
     generator: torch.Generator | None = None,
-) -> tuple[list[list[int]], torch.Tensor]:
-    """Constrained rollouts for ``single_choice`` tries with one forward: for each prompt r, its first answer token
-    is drawn from softmax_{v in S_0}(z_r[v] / T) (Eq. q at the only branching step, S_0 = the first tokens of
-    ``tries[r]``), then its forced tail (title markup and EOS) is appended. z are the prompts' next-token logits
-    (``abpo.policy.token_scoring.next_token_logits``, groups of at most ``batch_tokens`` positions). Returns the
-    completions and the full-vocabulary logits ``[N, V]`` at the choice position (float32, for self-certainty)."""
+) -> tuple[list[list[int]], PromptLogits]:
+    """Constrained rollouts for ``single_choice`` tries with one forward per distinct prompt: for each row r, its
+    first answer token is drawn from softmax_{v in S_0}(z_r[v] / T) (Eq. q at the only branching step, S_0 = the
+    first tokens of ``tries[r]``), then its forced tail (title markup and EOS) is appended. z are the prompts'
+    next-token logits (``PromptLogits``: each distinct prompt once, groups of at most ``batch_tokens`` positions; TRL
+    repeats a logged example's prompt for each of its rollouts), the draws one per row in the rows' order (the same
+    draws as a forward per row). Returns the completions and the distinct prompts' full-vocabulary logits (float32:
+    self-certainty, and e_old under the same policy)."""
     if not tries or len(tries) != len(prompt_ids):
         raise ValueError(f"sample_single_choice: {len(prompt_ids)} prompts for {len(tries)} tries")
     if not all(t.single_choice for t in tries):
         raise ValueError("sample_single_choice: a candidate set's answers branch after their first token")
-    z = next_token_logits(model, prompt_ids, batch_tokens=batch_tokens)
+    logits = PromptLogits.of(model, prompt_ids, batch_tokens=batch_tokens)
+    z = logits.logits
     out = []
-    for r, trie in enumerate(tries):
+    for u, trie in zip(logits.rows(prompt_ids).tolist(), tries):
         allowed = torch.tensor(sorted(trie.root), dtype=torch.long)
-        probs = torch.softmax(z[r, allowed] / temperature, dim=-1)
+        probs = torch.softmax(z[u, allowed] / temperature, dim=-1)
         first = int(allowed[torch.multinomial(probs, 1, generator=generator)])
         out.append([first, *trie.forced_tail(first)])
-    return out, z
+    return out, logits
 
 
 def check_sampling(*, top_p: float, top_k: int | None, min_p: float | None) -> None:

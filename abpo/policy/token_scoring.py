@@ -2,14 +2,16 @@
 
 ``score_token_ids`` scores one prompt's answers as continuations of the prompt's KV cache (packed with a 4-D mask,
 or the cache expanded over right-padded answers for sliding-window models); ``score_token_ids_batch`` many prompts
-at once; ``next_token_logits`` the logits after each prompt (the item-token score). The candidate-level API
-(score_candidates, propensities) is :mod:`abpo.policy.scoring`.
+at once; ``next_token_logits`` the logits after each prompt (the item-token score), and ``PromptLogits`` those of
+each distinct prompt once (what one-forward rollouts and e_old share). The candidate-level API (score_candidates,
+propensities) is :mod:`abpo.policy.scoring`.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -207,6 +209,33 @@ def next_token_logits(model, prompt_ids: Sequence[Sequence[int]], *, batch_token
     finally:
         model.train(was_training)
     return out if out is not None else torch.empty((0, 0), dtype=torch.float32)
+
+
+@dataclass(frozen=True)
+class PromptLogits:
+    """The full-vocabulary next-token logits of distinct prompts under one policy: ``logits[index[tuple(ids)]]`` is
+    prompt ``ids``' row (``next_token_logits``, each distinct prompt run once). What the constrained single-choice
+    rollouts sample from (Eq. q) and what e_old (Eq. s_p on the item token) and r_sc at the choice position read,
+    while the policy is the one that produced them (pi_old, within one generation batch)."""
+
+    index: dict[tuple[int, ...], int]
+    logits: torch.Tensor  # [U, V] float32 on the CPU, one row per distinct prompt
+
+    @classmethod
+    def of(cls, model, prompt_ids: Sequence[Sequence[int]], *, batch_tokens: int) -> PromptLogits:
+        """Each distinct prompt of ``prompt_ids`` through ``model`` once (in the order of first appearance)."""
+        index: dict[tuple[int, ...], int] = {}
+        for p in prompt_ids:
+            index.setdefault(tuple(int(t) for t in p), len(index))
+        return cls(index, next_token_logits(model, [list(k) for k in index], batch_tokens=batch_tokens))
+
+    def covers(self, prompt_ids: Sequence[Sequence[int]]) -> bool:
+        """True when every prompt of ``prompt_ids`` has its row here."""
+        return all(tuple(int(t) for t in p) in self.index for p in prompt_ids)
+
+    def rows(self, prompt_ids: Sequence[Sequence[int]]) -> torch.Tensor:
+        """``[N]`` int64: the row of ``logits`` of each prompt (KeyError for a prompt not run here)."""
+        return torch.tensor([self.index[tuple(int(t) for t in p)] for p in prompt_ids], dtype=torch.long)
 
 
 def _logsumexp_(x: torch.Tensor) -> torch.Tensor:

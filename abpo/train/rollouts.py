@@ -13,16 +13,20 @@ from typing import Any
 import torch
 
 from abpo.algo.rewards import self_certainty_from_token_kl, token_kl_from_uniform
+from abpo.policy.token_scoring import PromptLogits
 from abpo.train.answers import AnswerTries
 
 
 @dataclass
 class Rollouts:
-    """What one call of TRL's `_generate_single_turn` returns, and r_sc when it was recorded on the way."""
+    """What one call of TRL's `_generate_single_turn` returns, r_sc when it was recorded on the way, and on the
+    single-choice path the distinct prompts' next-token logits the rollouts were drawn from (pi_old's: e_old and the
+    anchors' r_sc of the same generation batch read them instead of running the prompts again)."""
 
     completion_ids: Any  # list of token-id lists, one per prompt (TRL's first return value)
     logprobs: Any  # TRL's second return value (None on the single-choice path)
     self_certainty: list[float] | None = None  # r_sc of every rollout, from the generation logits; None: not recorded
+    prompt_logits: PromptLogits | None = None  # the single-choice path's logits of each distinct prompt
 
 
 def generate_rollouts(
@@ -110,18 +114,20 @@ def single_choice_rollouts(
     model, prompt_ids, tries, record_sc: bool, temperature: float, greedy: bool, batch_tokens: int
 ) -> Rollouts:
     """Constrained rollouts when every candidate set branches at its first token only (one token per item id):
-    one forward over the prompts, the item token drawn from Eq. q at ``temperature``, then its forced tail
+    one forward over each distinct prompt (TRL repeats a logged example's prompt for each of its rollouts), each
+    rollout's item token drawn from Eq. q at ``temperature``, then its forced tail
     (abpo.policy.constrained.sample_single_choice): the distribution HF ``generate`` with the candidate
     constraint samples from, without a decoding step per forced title token. Self-certainty (``record_sc``) is
-    KL(U || pi_theta(.|q)) at that one choice position, from the same logits. ``greedy`` rollouts
-    (GRPOConfig.generation_kwargs do_sample=False, as HF generate reads it) take the argmax of Eq. q, drawn from
-    the one-hot limit of its softmax."""
+    KL(U || pi_theta(.|q)) at that one choice position, from the same logits, which the rollouts also hand on
+    (``Rollouts.prompt_logits``). ``greedy`` rollouts (GRPOConfig.generation_kwargs do_sample=False, as HF generate
+    reads it) take the argmax of Eq. q, drawn from the one-hot limit of its softmax."""
     from abpo.policy.constrained import sample_single_choice
 
     completion_ids, logits = sample_single_choice(
         model, prompt_ids, tries, 1e-6 if greedy else temperature, batch_tokens=batch_tokens
     )
-    return Rollouts(completion_ids, None, token_kl_from_uniform(logits).tolist() if record_sc else None)
+    sc = token_kl_from_uniform(logits.logits)[logits.rows(prompt_ids)].tolist() if record_sc else None
+    return Rollouts(completion_ids, None, sc, logits)
 
 
 def rollout_constraint(rows: list[dict] | None, n_rows: int, tries: AnswerTries):
@@ -146,6 +152,7 @@ def constrained_logps(
     temperature: float,
     *,
     share_prompts: bool = True,
+    trim_forced: bool = True,
 ):
     """log q_theta of every completion token under the candidate constraint (Eq. q of abpo.policy.constrained)
     and the constrained steps' entropies, ``[N, T]`` each: the decoder's hidden states, then only the
@@ -154,7 +161,13 @@ def constrained_logps(
     ``share_prompts``: each distinct prompt of the micro-batch runs through the decoder once (a logged example's
     G-1 rollouts share it), its key/value cache is gathered per rollout and the completions run on top of it;
     gradients flow through the shared prompt pass. The same positions, masks and weights as one forward per row
-    (``share_prompts=False``, the reference it is tested against), at about 1/(G-1) of the prompt's cost."""
+    (``share_prompts=False``, the reference it is tested against), at about 1/(G-1) of the prompt's cost.
+
+    ``trim_forced``: the decoder runs only up to the last position where some row's answers branch
+    (:func:`positions_read`). A forced step (|S_t| = 1) has log q = 0 and entropy 0 whatever its hidden state, and
+    a causal decoder's earlier hidden states do not depend on later tokens, so the values and gradients are those of
+    the whole completion (``trim_forced=False``, the reference): with one token per item id the loss runs the
+    distinct prompts alone, the choice being predicted by the prompt's last position."""
     from abpo.policy.constrained import constrained_token_logps
 
     unwrapped = accelerator.unwrap_model(model)
@@ -172,6 +185,7 @@ def constrained_logps(
                 allowed,
                 temperature,
                 share_prompts=share_prompts,
+                trim_forced=trim_forced,
             )
 
         unwrapped.forward = forward
@@ -180,11 +194,30 @@ def constrained_logps(
         finally:
             del unwrapped.forward  # the class's forward again
     base = unwrapped.get_base_model() if hasattr(unwrapped, "get_base_model") else unwrapped
+    t = completion_ids.size(1)
+    read = positions_read(allowed) if trim_forced else t
+    keep = input_ids.size(1) - t + read
+    completion_ids, allowed = completion_ids[:, :read], allowed[:, :read]
     with accelerator.autocast():
-        hidden = _completion_hidden_states(base.get_decoder(), input_ids, attention_mask, completion_ids, share_prompts)
-    return constrained_token_logps(
+        hidden = _completion_hidden_states(
+            base.get_decoder(), input_ids[:, :keep], attention_mask[:, :keep], completion_ids, share_prompts
+        )
+    logps, entropy = constrained_token_logps(
         hidden, base.get_output_embeddings(), completion_ids, allowed.to(hidden.device), temperature
     )
+    if read < t:  # the forced positions after the last branch: log q = 0, entropy 0 (Eq. q)
+        logps, entropy = (torch.nn.functional.pad(x, (0, t - read)) for x in (logps, entropy))
+    return logps, entropy
+
+
+def positions_read(allowed: torch.Tensor) -> int:
+    """How many leading completion positions the constrained log-probs read: up to and including the last position
+    where some row has more than one allowed token (|S_t| > 1, Eq. q), at least 1. ``allowed``: ``[N, T, K]`` from
+    abpo.policy.constrained.allowed_tensor."""
+    from abpo.policy.constrained import PAD_ALLOWED
+
+    branching = ((allowed != PAD_ALLOWED).sum(-1) > 1).any(0).nonzero()
+    return int(branching.max()) + 1 if branching.numel() else min(1, allowed.size(1))
 
 
 def _completion_hidden_states(decoder, input_ids, attention_mask, completion_ids, share_prompts: bool):
@@ -197,20 +230,18 @@ def _completion_hidden_states(decoder, input_ids, attention_mask, completion_ids
         return hidden[:, p - 1 : p + t - 1]
     prompts = torch.cat([input_ids[:, :p], attention_mask[:, :p]], dim=1)
     uniq, inverse = torch.unique(prompts, dim=0, return_inverse=True)
-    out = decoder(input_ids=uniq[:, :p], attention_mask=uniq[:, p:], use_cache=True)
+    out = decoder(input_ids=uniq[:, :p], attention_mask=uniq[:, p:], use_cache=t > 1)
+    last = out.last_hidden_state[inverse, -1:]  # predicts completion token 0
+    if t == 1:  # only the choice after the prompt is read (constrained_logps' trim_forced): no cache to gather
+        return last
     cache = out.past_key_values
     cache.batch_select_indices(inverse)  # [U] prompt caches -> one per rollout (differentiable gather)
-    last = out.last_hidden_state[inverse, -1:]  # predicts completion token 0
-    rest = (
-        decoder(
-            input_ids=completion_ids[:, :-1],
-            attention_mask=attention_mask[:, :-1],
-            past_key_values=cache,
-            use_cache=True,
-        ).last_hidden_state
-        if t > 1
-        else last[:, :0]
-    )
+    rest = decoder(
+        input_ids=completion_ids[:, :-1],
+        attention_mask=attention_mask[:, :-1],
+        past_key_values=cache,
+        use_cache=True,
+    ).last_hidden_state
     return torch.cat([last, rest], dim=1)  # position t predicts completion token t
 
 

@@ -262,7 +262,9 @@ class ABPOTrainer(GRPOTrainer):
         """r_sc of each (prompt ids, completion ids) (abpo.train.advantages.PolicyScorer.self_certainty)."""
         return self.scorer.self_certainty(pairs, rows)
 
-    def _constrained_logps(self, model, input_ids, attention_mask, completion_ids, allowed, *, share_prompts=True):
+    def _constrained_logps(
+        self, model, input_ids, attention_mask, completion_ids, allowed, *, share_prompts=True, trim_forced=True
+    ):
         """log q_theta and entropies under the candidate constraint (abpo.train.rollouts.constrained_logps)."""
         return constrained_logps(
             self.accelerator,
@@ -273,6 +275,7 @@ class ABPOTrainer(GRPOTrainer):
             allowed,
             self.temperature,
             share_prompts=share_prompts,
+            trim_forced=trim_forced,
         )
 
     # ------------------------------------------------------------------------------ wrapped TRL methods

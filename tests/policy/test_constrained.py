@@ -137,3 +137,45 @@ def test_constrained_logps_equal_a_masked_full_vocabulary_softmax(
         t_branch = int(((allowed[0] != PAD_ALLOWED).sum(-1) > 1).nonzero()[0])
         bad[0, t_branch] = tok.eos_token_id  # not an allowed id
         constrained_token_logps(hidden.detach(), model.get_output_embeddings(), bad, allowed, 1.0)
+
+
+def test_single_choice_rollouts_run_each_distinct_prompt_once_and_draw_what_one_forward_per_row_draws(
+    tiny_model, tiny_tokenizer, small_titles, small_policy_cfg
+):
+    """TRL's sampler repeats a logged example's prompt for each of its rollouts: ``sample_single_choice`` runs the
+    decoder over each distinct prompt once, and under one generator draws exactly what a forward per row followed by
+    the same per-row categorical draws of Eq. q gives (the RNG is consumed row by row, in the rows' order)."""
+    from abpo.policy.constrained import sample_single_choice
+    from abpo.policy.token_scoring import next_token_logits
+
+    tok = tiny_tokenizer
+    sets = _prompts_and_sets(tok, small_titles, small_policy_cfg, n_rows=3, m=6)
+    tries = [
+        AnswerTrie([encode_answer(tok, format_answer(c, small_titles[c])) for c in cands], tok.eos_token_id)
+        for _, cands in sets
+    ]
+    assert all(t.single_choice for t in tries)
+    g = 5  # rollouts per prompt, next to each other (TRL's RepeatSampler); the last prompt once more at the end
+    order = [r for r in range(len(sets)) for _ in range(g)] + [2]
+    prompt_ids = [encode_prompt(tok, sets[r][0]) for r in order]
+    rows_fed = []
+    hook = tiny_model.get_decoder().register_forward_pre_hook(
+        lambda _m, _a, kw: rows_fed.append(int(kw["input_ids"].shape[0])), with_kwargs=True
+    )
+    try:
+        outs, logits = sample_single_choice(
+            tiny_model, prompt_ids, [tries[r] for r in order], 0.7, generator=torch.Generator().manual_seed(3)
+        )
+    finally:
+        hook.remove()
+    assert sum(rows_fed) == len(sets)  # one forward row per distinct prompt, not one per rollout
+    z = next_token_logits(tiny_model, prompt_ids, batch_tokens=16384)  # the reference: every row's own forward
+    torch.testing.assert_close(logits.logits[logits.rows(prompt_ids)], z, atol=1e-5, rtol=0)
+    gen = torch.Generator().manual_seed(3)
+    expected = []
+    for r, i in enumerate(order):
+        allowed = torch.tensor(sorted(tries[i].root), dtype=torch.long)
+        first = int(allowed[torch.multinomial(torch.softmax(z[r, allowed] / 0.7, -1), 1, generator=gen)])
+        expected.append([first, *tries[i].forced_tail(first)])
+    assert outs == expected
+    assert len({o[0] for o in outs}) > len(sets)  # sampled per rollout, not one answer per prompt

@@ -94,6 +94,49 @@ def test_constrained_rollouts_name_candidates_and_the_loss_uses_their_distributi
     )
 
 
+@pytest.mark.parametrize("variant", ["abpo_ll", "grpo"])
+def test_single_choice_loss_runs_the_decoder_to_the_choice_only_with_the_same_loss_and_gradients(
+    load_tiny, update_rows, tiny_update_cfg, tmp_path, variant
+):
+    """With one token per item id only a rollout's first position branches: the forced title tokens have q_theta = 1
+    (log q = 0, no gradient; Eq. q of abpo.policy.constrained). The loss then runs the decoder over each distinct
+    prompt of the micro-batch once and nothing of the completions, and its value and gradients (rollouts and, with
+    abpo_ll, the logged items' likelihood rows) equal those of a forward per row over prompt + whole completion."""
+    from functools import partial
+
+    torch.manual_seed(0)
+    settings = ABPOSettings(
+        variant=variant,
+        lambda_sc=0.5,
+        scoring_batch_tokens=4096,
+        constrained_rollouts=True,
+        likelihood_weight=1.0 if variant == "abpo_ll" else 0.0,
+    )
+    trainer, _ = _make(load_tiny, update_rows, _long(tiny_update_cfg), tmp_path, variant, settings)
+    out = trainer._generate_and_score_completions(_batch(trainer, update_rows[:4]))
+    assert out["completion_mask"].sum(-1).min() > 3  # whole answers: item token, title markup, EOS
+    decoder = trainer.accelerator.unwrap_model(trainer.model).get_decoder()
+    fed = []
+    hook = decoder.register_forward_pre_hook(lambda _m, _a, kw: fed.append(kw["input_ids"].shape), with_kwargs=True)
+    try:
+        loss = trainer._compute_loss(trainer.model, out)
+    finally:
+        hook.remove()
+    distinct = torch.unique(torch.cat([out["prompt_ids"], out["prompt_mask"]], 1), dim=0).shape[0]
+    assert fed == [torch.Size([distinct, out["prompt_ids"].size(1)])]  # the prompts once, no completion token
+    new = _grads(trainer.model, loss)
+    trainer._constrained_logps = partial(trainer._constrained_logps, share_prompts=False, trim_forced=False)
+    ref_loss = trainer._compute_loss(trainer.model, out)
+    torch.testing.assert_close(loss, ref_loss, atol=1e-6, rtol=0)
+    ref = _grads(trainer.model, ref_loss)
+    assert sum(g is not None for g in new) > 0
+    assert _same(new, ref, atol=1e-6)
+    if variant == "abpo_ll":
+        assert trainer._metrics["train"]["abpo/anchor/logp_mean"][-1] == pytest.approx(
+            trainer._metrics["train"]["abpo/anchor/logp_mean"][-2], abs=1e-6
+        )
+
+
 def test_constrained_rollouts_carry_a_learning_signal_that_free_rollouts_do_not(
     load_tiny, update_rows, tiny_update_cfg, tmp_path
 ):

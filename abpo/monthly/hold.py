@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from abpo.arms import history, versions as arm_versions
 from abpo.arms.names import HOLDBACK, HOLDBACK_ARMS, entry
+from abpo.errors import ExpectedError
 from abpo.monthly.common import CHAMPION, StepResult
 from abpo.months import Month
 
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class HoldbackMoved(RuntimeError):
+class HoldbackMoved(ExpectedError, RuntimeError):
     """The holdback's champion is not the pi_init version bootstrap registered: the control is gone."""
 
 

@@ -17,6 +17,8 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from abpo.errors import ExpectedError
+
 if TYPE_CHECKING:
     from abpo.config import Config
 
@@ -39,7 +41,7 @@ SPLIT_KEYS = (
 )
 
 
-class SeriesChanged(ValueError):
+class SeriesChanged(ExpectedError, ValueError):
     """A setting that changes the data split of a series whose months are already in the warehouse."""
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from abpo.config.policy import DTYPES
+from abpo.errors import ExpectedError
 from abpo.policy.prompt import TEMPLATE_STRINGS
 from abpo.policy.tokenizer import train_tiny_tokenizer
 
@@ -32,7 +33,7 @@ SMOLLM2 = "smollm2-135m"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-class ModelNotAvailableError(RuntimeError):
+class ModelNotAvailableError(ExpectedError, RuntimeError):
     """The named model's weights are not on this machine (nothing is downloaded at run time)."""
 
 

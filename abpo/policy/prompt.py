@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from abpo.config.policy import PROMPT_STYLES
+from abpo.errors import ExpectedError
 
 ID_OPEN, ID_CLOSE = "<item_id>", "</item_id>"
 ITEM_OPEN, ITEM_CLOSE = "<item>", "</item>"
@@ -63,7 +64,7 @@ TEMPLATE_STRINGS = (
 )
 
 
-class PromptTooLongError(ValueError):
+class PromptTooLongError(ExpectedError, ValueError):
     """The candidate set alone (with no history) exceeds the prompt token budget."""
 
 

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from abpo.errors import ExpectedError
 from abpo.policy.prompt import format_answer, request_prompt
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ COLUMNS = ("prompt", "request_id", "candidates", "candidate_answers", "a_log", "
 OPTIONAL_COLUMNS = ("candidate_click_prob",)
 
 
-class UpdateDataError(ValueError):
+class UpdateDataError(ExpectedError, ValueError):
     """D_bandit cannot be turned into update batches; the message names the row and the rule."""
 
 

@@ -17,13 +17,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from abpo.errors import ExpectedError
 from abpo.paths import repo_path
 
 if TYPE_CHECKING:
     from abpo.config.update import UpdateConfig
 
 
-class LaunchRefused(RuntimeError):
+class LaunchRefused(ExpectedError, RuntimeError):
     """A multi-process launch that would train wrongly; the message names the setting and the rule."""
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from abpo.errors import ExpectedError
 from abpo.months import Month
 
 
@@ -30,7 +31,7 @@ class UpdateRun:
         object.__setattr__(self, "months", tuple(Month(m, "update month") for m in self.months))
 
 
-class UpdateInputMissing(RuntimeError):
+class UpdateInputMissing(ExpectedError, RuntimeError):
     """An input of the update (pi_init, the bandit log in the warehouse) does not exist yet; the message names the
     command that makes it."""
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from abpo.config.arms import UPDATE_LOGS
 from abpo.data.holdout import check_gate_users, holdout_slice
+from abpo.errors import ExpectedError
 from abpo.train.runs import UpdateInputMissing, UpdateRun
 
 if TYPE_CHECKING:
@@ -70,7 +71,7 @@ def read_update_strata(
     return positive, no_response, held
 
 
-class UntrustedLogRows(ValueError):
+class UntrustedLogRows(ExpectedError, ValueError):
     """Logged rows of an update's D_bandit whose propensity e0 cannot be trusted (or whose arm is not served):
     refused, never used; the message names arm, month, impression and rule of the first ones."""
 

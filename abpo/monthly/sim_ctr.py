@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from abpo.arms import versions as arm_versions
-from abpo.arms.names import HOLDBACK, LLM, arm_class, entry
+from abpo.arms.names import HOLDBACK, LLM, entry
 
 if TYPE_CHECKING:
     from abpo.config import Config
@@ -56,8 +56,6 @@ def served_models(cfg: Config, arms: Mapping[str, Any], dataset) -> tuple[dict[s
         )
     start = model_key(arm, "1", mv.tags)
     if start not in models:
-        models[start] = arm_class(arm).load(
-            arm, arm_versions.local_dir(cfg, arm, "1"), cfg, dataset=dataset, model_version="1"
-        )
+        models[start] = arm_versions.load_arm(cfg, arm, dataset, "1")
         log.info(f"expected CTR: the starting model {start} loaded (no arm serves it this month)")
     return models, arm_model, start

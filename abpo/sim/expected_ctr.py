@@ -152,4 +152,4 @@ def sample_scores(
     reqs = [requests[j] for j in scored_sample(cfg, month, requests)]
     probs, _ = candidate_click_probabilities(cfg, dataset, reqs, intercept=intercept)
     served = [(r.user_id, r.history, r.candidates) for r in reqs]
-    return {label: _r(expected_ctr(probs, p.propensities(served))) for label, p in policies.items()}
+    return {label: round(expected_ctr(probs, p.propensities(served)), DIGITS) for label, p in policies.items()}

@@ -226,9 +226,9 @@ def abpo_monthly():
                     moves = step == chain[-1] and step != "hold"  # the holdback's champion never moves
                     t = t.override(outlets=[champion_alias(arm)]) if moves else t
                     if step == "promote" and ENV.approval_required:  # gate -> approve -> promote (fed both)
-                        from abpo.monthly.airflow_approval import PromotionApproval  # imported only when asked for
+                        from abpo.monthly.airflow_approval import promotion_approval_operator  # only if asked
 
-                        asked = PromotionApproval(
+                        asked = promotion_approval_operator()(
                             task_id="approve",
                             arm=arm,
                             # the form's one field (the DAG's params are merged in by Airflow; the form shows this)

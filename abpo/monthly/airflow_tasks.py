@@ -5,9 +5,10 @@
 events (:func:`announce_champion`, :func:`announce_hand_moves`).
 
 Airflow-facing: it takes Airflow's task context (or its params, its outlet events) and raises Airflow's exceptions.
-The DAG file imports it when it is parsed, so at import it loads nothing but airflow.sdk and abpo's dependency-free
-leaf modules (a test checks); the config, the steps and the warehouse are imported inside the functions, when a task
-runs. The isolated-step operator is abpo.monthly.airflow_isolated, the approval task abpo.monthly.airflow_approval."""
+The DAG file imports it when it is parsed, so at import it loads nothing but abpo's dependency-free leaf modules (a
+test checks); Airflow, the config, the steps and the warehouse are imported inside the functions, when a task runs
+or the DAG is built (the tasks' preload, abpo.monthly.preload, imports every abpo module and leaves Airflow out). The
+isolated-step operator is abpo.monthly.airflow_isolated, the approval task abpo.monthly.airflow_approval."""
 
 from __future__ import annotations
 
@@ -17,12 +18,13 @@ import logging
 import os
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Any
-
-from airflow.sdk import Asset, AssetAlias, get_current_context
+from typing import TYPE_CHECKING, Any
 
 from abpo.arms.names import ARMS, LLM, RANKER, model_name  # the one registry of arms (dependency-free)
 from abpo.monthly.overrides import check_overrides  # dependency-free
+
+if TYPE_CHECKING:
+    from airflow.sdk import Asset, AssetAlias
 
 log = logging.getLogger("abpo.dags")
 
@@ -39,6 +41,8 @@ def task_config(params: dict[str, Any] | None = None):
 
     task_logging(os.environ.get("ABPO_CONSOLE_PREFIX", ""))  # the steps' log lines in the task log, once each
     if params is None:
+        from airflow.sdk import get_current_context
+
         params = get_current_context()["params"]
     return load_config(os.environ.get("ABPO_CONFIG", "tiny"), check_overrides(params.get("overrides") or []))
 
@@ -168,6 +172,8 @@ def skipped_without_feedback() -> Iterator[None]:
 def champion_asset(arm: str, namespace: str) -> Asset:
     """The arm's champion as an Asset (``namespace``: paths.namespace, $ABPO_NAMESPACE): a deploy DAG scheduled on it
     runs when (and only when) the champion moved."""
+    from airflow.sdk import Asset
+
     return Asset(name=f"abpo_champion_{arm}", uri=f"mlflow://models/{model_name(arm, namespace)}/champion")
 
 
@@ -175,6 +181,8 @@ def champion_alias(arm: str) -> AssetAlias:
     """The outlet of the step that may move the arm's champion (promote, refit). Through an alias, not the Asset
     itself: a task's Asset outlets get an event whenever the task succeeds, an alias only gets the events the task
     adds (:func:`announce_champion`), so a failed gate (the champion stays) fires nothing."""
+    from airflow.sdk import AssetAlias
+
     return AssetAlias(name=f"abpo_champion_{arm}_moves")
 
 

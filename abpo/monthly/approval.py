@@ -3,7 +3,7 @@
 numbers, read from the gate's result) and what it answers (:class:`Approval`, its XCom), which the promote step
 (abpo.monthly.promote) obeys and records in the promotion history.
 
-The task itself is an Airflow human-in-the-loop operator (abpo.monthly.airflow_approval.PromotionApproval: the standard
+The task itself is an Airflow human-in-the-loop operator (abpo.monthly.airflow_approval, ``PromotionApproval``: the standard
 provider's HITLOperator with the options :data:`APPROVE` and :data:`REJECT`, default :data:`REJECT` when no one
 answers within ``arms.approval_timeout``); this module holds what does not need Airflow, so that the promote step and
 ``abpo arms month`` read the same decisions."""

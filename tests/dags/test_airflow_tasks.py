@@ -224,3 +224,25 @@ def test_bootstraps_outlets_are_the_aliases_of_every_arm_whose_champion_can_move
         f"abpo_champion_{arm}_moves" for arm, e in ARMS.items() if e.kind in ("llm", "ranker")
     ]
     assert "abpo_champion_holdback_moves" not in {a.name for a in tasks.movable_champions()}
+
+
+def test_importing_the_dags_modules_imports_no_airflow():
+    """The tasks' preload (abpo.monthly.preload) imports every abpo module into the scheduler's forkserver, which must
+    not import Airflow (it never did): the operators are built on first use, Airflow is imported inside the
+    functions."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys; import abpo.monthly.airflow_tasks, abpo.monthly.airflow_isolated, abpo.monthly.airflow_approval, "
+        "abpo.monthly.dag_settings, abpo.monthly.local_airflow; print(sorted(m for m in sys.modules if "
+        "m.split('.')[0] == 'airflow'))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=300)
+    assert out.stdout.strip() == "[]", out.stdout[:2000]
+    from abpo.monthly.airflow_approval import promotion_approval_operator
+    from abpo.monthly.airflow_isolated import isolated_step_operator
+
+    assert isolated_step_operator() is isolated_step_operator()  # one class, built once
+    assert [c.__name__ for c in promotion_approval_operator().__mro__[:2]] == ["PromotionApproval", "HITLOperator"]
+    assert [c.__name__ for c in isolated_step_operator().__mro__[:2]] == ["IsolatedStep", "ExternalPythonOperator"]

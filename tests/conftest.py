@@ -198,7 +198,8 @@ def movielens_dir(tmp_path):
 
 @pytest.fixture(scope="session")
 def dag_module():
-    """dags/abpo_monthly.py loaded as a module (its helpers: check_overrides, announce_champion, ...)."""
+    """dags/abpo_monthly.py loaded as a module (its DAG function abpo_monthly, its settings ENV, the names it imports;
+    what its tasks do is abpo.monthly.airflow_tasks)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("abpo_monthly_for_tests", REPO_ROOT / "dags" / "abpo_monthly.py")

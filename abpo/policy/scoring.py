@@ -54,6 +54,7 @@ from abpo.policy.prompt import (
     prompt_style,
 )
 from abpo.policy.token_scoring import (
+    PromptLogits,
     _answer_token_ids,
     _device,
     next_token_logits,
@@ -68,16 +69,27 @@ def scores_on_choice(policy_cfg) -> bool:
 
 
 def score_choice_batch(
-    model, prompt_ids: Sequence[Sequence[int]], choice_ids: Sequence[Sequence[int]], *, batch_tokens: int
+    model,
+    prompt_ids: Sequence[Sequence[int]],
+    choice_ids: Sequence[Sequence[int]],
+    *,
+    batch_tokens: int,
+    logits: PromptLogits | None = None,
 ) -> list[torch.Tensor]:
     """Eq. s_p (item token) for several prompts: ``[M_i]`` = log p(choice_ids[i][m] | prompt i), the full-vocabulary
     log-softmax of the next-token logits after the prompt (``next_token_logits``), read at each candidate's item
-    token. Returns float32 on the CPU."""
+    token. ``logits``: those prompts' next-token logits already computed under ``model`` (e.g. by the one-forward
+    rollouts of the same generation batch), read instead of running the prompts again when they cover every prompt.
+    Returns float32 on the CPU."""
     if len(prompt_ids) != len(choice_ids):
         raise ValueError(f"score_choice_batch: {len(prompt_ids)} prompts for {len(choice_ids)} candidate lists")
     if not prompt_ids:
         return []
-    logp = torch.log_softmax(next_token_logits(model, prompt_ids, batch_tokens=batch_tokens), dim=-1)
+    if logits is not None and logits.covers(prompt_ids):
+        z = logits.logits[logits.rows(prompt_ids)]
+    else:
+        z = next_token_logits(model, prompt_ids, batch_tokens=batch_tokens)
+    logp = torch.log_softmax(z, dim=-1)
     return [logp[i, torch.as_tensor(list(c), dtype=torch.long)].clone() for i, c in enumerate(choice_ids)]
 
 
@@ -88,18 +100,22 @@ def score_prompt_ids(
     candidates: Sequence[Sequence[int]],
     answer_ids: Sequence[Sequence[Sequence[int]]] | None,
     policy_cfg,
+    *,
+    logits: PromptLogits | None = None,
 ) -> list[torch.Tensor]:
     """Eq. s_p of every candidate of every (tokenized) prompt, as ``policy_cfg.prompt_style`` defines it: the item
     token's log-prob (``score_choice_batch``) or the answer's mean token log-prob (``score_token_ids_batch``).
     ``candidates[i]`` are prompt i's item ids and ``answer_ids[i]`` their answers r(a) as token ids (only read for
     text; None for item tokens). ``policy_cfg``: anything with ``prompt_style`` and ``scoring_batch_tokens`` (the
-    policy config, or the trainer's ABPOSettings)."""
+    policy config, or the trainer's ABPOSettings). ``logits``: the prompts' next-token logits under ``model``, if
+    already computed (the item-token score reads them)."""
     if scores_on_choice(policy_cfg):
         return score_choice_batch(
             model,
             prompt_ids,
             [check_item_tokens(tokenizer, c) for c in candidates],
             batch_tokens=policy_cfg.scoring_batch_tokens,
+            logits=logits,
         )
     if answer_ids is None:
         raise ValueError("score_prompt_ids: policy.prompt_style=text scores the answers: answer_ids is required")

@@ -21,11 +21,18 @@ from typing import Any
 import torch
 
 from abpo.algo.anchor_terms import anchor_advantage, likelihood_coefficients
-from abpo.algo.rewards import anchor_reward, self_certainty, simulated_click_reward, total_reward
+from abpo.algo.rewards import (
+    anchor_reward,
+    self_certainty,
+    simulated_click_reward,
+    token_kl_from_uniform,
+    total_reward,
+)
 from abpo.algo.snips import effective_sample_size, snips_weight, stratified_self_normalise
 from abpo.algo.stratum_weight import no_response_abs_share, stratum_weighted_advantages
 from abpo.algo.variants import Variant, anchor_weights, rollout_advantages
 from abpo.policy.scoring import candidate_propensities, score_prompt_ids, scores_on_choice
+from abpo.policy.token_scoring import PromptLogits
 from abpo.train.answers import AnswerTokens, AnswerTries
 from abpo.train.diagnostics import step_diagnostics
 from abpo.train.records import ABPOSettings, CandidateSet, RolloutRecord
@@ -61,12 +68,14 @@ class PolicyScorer:
         self.batch_size = max(1, batch_size)
 
     @torch.no_grad()
-    def e_old_dists(self, items: Sequence[CandidateSet]) -> list[torch.Tensor]:
+    def e_old_dists(self, items: Sequence[CandidateSet], logits: PromptLogits | None = None) -> list[torch.Tensor]:
         """e_old(. | q) = softmax_C(s_old / tau) over each example's whole candidate set C (docs/ABPO_SPEC.md
         "Propensities"), [|C|] per (prompt ids, candidate answers, candidates), in the candidates' order: the SNIPS
         weight's numerator (step 3) and pi of the diagnostics' Eq. G (abpo.algo.diagnostics). Scored by the policy
         helper's batched scorer (``score_prompt_ids``) with the s_p e0 was logged with: the item token's log-prob,
-        or the mean over each answer's (cached) token ids."""
+        or the mean over each answer's (cached) token ids. ``logits``: the prompts' next-token logits under the
+        current policy (the single-choice rollouts' of this generation batch), which the item-token score reads
+        instead of running the prompts again."""
         if not items:
             return []
         st = self.settings
@@ -78,6 +87,7 @@ class PolicyScorer:
             [list(c.candidates) for c in items],
             answer_ids,
             st,
+            logits=logits,
         )
         return [candidate_propensities(s, st.tau).detach().cpu() for s in scores]
 
@@ -89,7 +99,10 @@ class PolicyScorer:
 
     @torch.no_grad()
     def self_certainty(
-        self, pairs: list[tuple[list[int], list[int]]], rows: Sequence[dict] | None = None
+        self,
+        pairs: list[tuple[list[int], list[int]]],
+        rows: Sequence[dict] | None = None,
+        logits: PromptLogits | None = None,
     ) -> list[float]:
         """r_sc = mean over the positions t of update.self_certainty_positions of KL(U || pi_theta(. | q, a_<t))
         (docs/ABPO_SPEC.md step 2) of each (prompt ids, completion ids) under the current policy, in chunks of
@@ -102,19 +115,46 @@ class PolicyScorer:
         a title, which says nothing about the choice. For an item-token model r_sc is then KL(U || pi_theta(.|q)) at
         the item token, the same for every rollout of a group. Without ``rows`` every token counts.
         Prompts are left-padded and completions right-padded, with position ids from the attention mask (padding
-        changes no position)."""
+        changes no position). ``logits``: prompts' next-token logits under the current policy (the single-choice
+        rollouts' of this generation batch); a pair whose positions are its first token alone is then
+        KL(U || pi_theta(. | q)) read from its prompt's row, without a forward (:meth:`_at_prompt`)."""
         if not pairs:
             return []
+        out: list[float | None] = self._at_prompt(pairs, rows, logits)
+        todo = [i for i, v in enumerate(out) if v is None]
+        if not todo:
+            return [float(v) for v in out if v is not None]
         model = self.policy()
-        out: list[float] = []
         was_training = model.training
         model.eval()
         try:
-            for s in range(0, len(pairs), self.batch_size):
-                part = pairs[s : s + self.batch_size]
-                out += self._chunk_self_certainty(model, part, rows[s : s + len(part)] if rows is not None else None)
+            for s in range(0, len(todo), self.batch_size):
+                part = todo[s : s + self.batch_size]
+                vals = self._chunk_self_certainty(
+                    model, [pairs[i] for i in part], [rows[i] for i in part] if rows is not None else None
+                )
+                for i, v in zip(part, vals, strict=True):
+                    out[i] = v
         finally:
             model.train(was_training)
+        return [float(v) for v in out if v is not None]
+
+    def _at_prompt(self, pairs, rows, logits: PromptLogits | None) -> list[float | None]:
+        """r_sc of the pairs whose averaged positions are the first completion token alone (update.self_certainty_
+        positions = choice with one token per item id), KL(U || pi_theta(. | q)) (Eq. of docs/ABPO_SPEC.md step 2
+        over one position) from their prompt's row of ``logits``; None for the others (they need a forward)."""
+        out: list[float | None] = [None] * len(pairs)
+        if logits is None:
+            return out
+        at_prompt = []
+        for i, (p, c) in enumerate(pairs):
+            mask = self.tries.sc_mask(rows[i], c) if rows is not None else [1] * len(c)
+            if c and mask[0] == 1 and not any(mask[1:]) and logits.covers([p]):
+                at_prompt.append(i)
+        if at_prompt:
+            kl = token_kl_from_uniform(logits.logits[logits.rows([pairs[i][0] for i in at_prompt])])
+            for i, v in zip(at_prompt, kl.tolist(), strict=True):
+                out[i] = v
         return out
 
     def _chunk_self_certainty(self, model, part, rows) -> list[float]:
@@ -190,11 +230,14 @@ def local_records(
     chosen: list[int] | None,
     recorded_sc: list[float] | None,
     item_popularity: dict[int, int] | None,
+    prompt_logits: PromptLogits | None = None,
 ) -> list[RolloutRecord]:
     """One RolloutRecord per rollout of this process: its feedback and e0, its r_sc (step 2), e_old(a_log | q) and
     e_old(. | q) of its logged example (step 3), the anchor's r_sc, the candidate it chose (``chosen``, as the reward
     functions parsed it) and what the diagnostics need. ``recorded_sc``: r_sc of the rollouts recorded during
-    generation (abpo.train.rollouts), else a forward pass computes it."""
+    generation (abpo.train.rollouts), else a forward pass computes it. ``prompt_logits``: the prompts' next-token
+    logits the single-choice rollouts were drawn from, under this same policy pi_old (no optimizer step between the
+    rollouts and the advantages): e_old on the item token and the anchors' r_sc at the choice read them."""
     n_local = len(batch.inputs)
     if chosen is None or len(chosen) != n_local:
         raise RuntimeError(
@@ -203,8 +246,8 @@ def local_records(
         )
     r_sc = rollout_self_certainty(batch, variant, scorer, recorded_sc)
     first = batch.first_rows()
-    pi, e_old = example_propensities(batch, first, scorer)
-    anchor_sc = anchor_self_certainty(batch, first, variant, scorer)
+    pi, e_old = example_propensities(batch, first, scorer, prompt_logits)
+    anchor_sc = anchor_self_certainty(batch, first, variant, scorer, prompt_logits)
     popularity, title_tokens = chosen_item_traits(batch, variant, chosen, scorer.answers, item_popularity)
     sim = simulated_clicks(batch, chosen) if settings.reward == "simulated_click" else [math.nan] * n_local
     records = []
@@ -250,14 +293,16 @@ def rollout_self_certainty(
 
 
 def example_propensities(
-    batch: LocalBatch, first: dict[str, int], scorer: PolicyScorer
+    batch: LocalBatch, first: dict[str, int], scorer: PolicyScorer, prompt_logits: PromptLogits | None = None
 ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
     """(e_old(. | q) over C, e_old(a_log | q)) of every logged example, by request id: the SNIPS weight's numerator
-    (step 3) of D and F, and the diagnostics of every variant (B included)."""
+    (step 3) of D and F, and the diagnostics of every variant (B included); the item-token score reads
+    ``prompt_logits`` (the rollouts' logits under pi_old) when given."""
     todo = list(first.items())
     x = batch.inputs
     dists = scorer.e_old_dists(
-        [CandidateSet(batch.prompt_ids[i], x[i]["candidate_answers"], x[i]["candidates"]) for _, i in todo]
+        [CandidateSet(batch.prompt_ids[i], x[i]["candidate_answers"], x[i]["candidates"]) for _, i in todo],
+        prompt_logits,
     )
     pi = {rid: d for (rid, _), d in zip(todo, dists)}
     e_old = {rid: float(d[list(x[i]["candidates"]).index(int(x[i]["a_log"]))]) for (rid, i), d in zip(todo, dists)}
@@ -265,16 +310,21 @@ def example_propensities(
 
 
 def anchor_self_certainty(
-    batch: LocalBatch, first: dict[str, int], variant: Variant, scorer: PolicyScorer
+    batch: LocalBatch,
+    first: dict[str, int],
+    variant: Variant,
+    scorer: PolicyScorer,
+    prompt_logits: PromptLogits | None = None,
 ) -> dict[str, float]:
     """r_sc of the anchor (the logged item's answer + EOS, what SFT appends after an answer) of every no-response
-    logged example, by request id (step 2, last bullet); empty unless the variant has both."""
+    logged example, by request id (step 2, last bullet); empty unless the variant has both. At the choice position
+    of a single-choice answer it is KL(U || pi_old(. | q)), read from ``prompt_logits`` when given."""
     if not (variant.anchor and variant.self_certainty):
         return {}
     eos = scorer.tokenizer.eos_token_id
     todo = [(rid, i) for rid, i in first.items() if batch.y[i] == 0]
     pairs = [(batch.prompt_ids[i], scorer.answers.ids(batch.inputs[i]["anchor_text"]) + [eos]) for _, i in todo]
-    vals = scorer.self_certainty(pairs, [batch.inputs[i] for _, i in todo])
+    vals = scorer.self_certainty(pairs, [batch.inputs[i] for _, i in todo], prompt_logits)
     return {rid: val for (rid, _), val in zip(todo, vals)}
 
 

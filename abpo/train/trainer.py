@@ -55,6 +55,7 @@ from abpo.algo.rewards import chosen_items
 from abpo.algo.surrogate import RatioLevel, clipped_surrogate, sequence_log_ratio
 from abpo.algo.variants import Variant, get_variant
 from abpo.config.update import LOSS_TYPES, RATIO_LEVELS
+from abpo.policy.token_scoring import PromptLogits
 from abpo.train.advantages import (
     AnchorCoefficients,
     LocalBatch,
@@ -239,6 +240,9 @@ class ABPOTrainer(GRPOTrainer):
         # the generation batch in flight (reset by `_generate_and_score_completions`)
         self._abpo_gen_inputs: list[dict] | None = None  # its dataset rows (constrained rollouts, r_sc positions)
         self._abpo_rollout_sc: list[float] | None = None  # r_sc of its rollouts, if recorded during generation
+        # the next-token logits of its distinct prompts under pi_old, from the single-choice rollouts (e_old and the
+        # anchors' r_sc read them: no optimizer step between the rollouts and the advantages)
+        self._abpo_prompt_logits: PromptLogits | None = None
         self._abpo_rewards_per_func: torch.Tensor | None = None  # gathered [N_global, len(REWARD_FUNCS)]
         self._abpo_chosen_local: list[int] | None = None  # candidate index of each local rollout's answer (-1: none)
         self._abpo_anchor_coefs: AnchorCoefficients | None = None  # the logged items' own terms, when on
@@ -300,6 +304,7 @@ class ABPOTrainer(GRPOTrainer):
         on the HF `generate` path (abpo.train.rollouts.generate_rollouts). With vLLM (or continuous batching) the
         logits never reach this process: the advantages run the forward for r_sc instead."""
         self._abpo_rollout_sc = None
+        self._abpo_prompt_logits = None
         hf_generate = not self.use_vllm and not getattr(self, "use_transformers_continuous_batching", False)
         record = self.variant.self_certainty and hf_generate
         constrained = self.abpo.constrained_rollouts and hf_generate
@@ -318,6 +323,7 @@ class ABPOTrainer(GRPOTrainer):
             batch_tokens=self.abpo.scoring_batch_tokens,
         )
         self._abpo_rollout_sc = rollouts.self_certainty
+        self._abpo_prompt_logits = rollouts.prompt_logits
         return rollouts.completion_ids, rollouts.logprobs
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -338,6 +344,7 @@ class ABPOTrainer(GRPOTrainer):
         self._abpo_rewards_per_func = None
         self._abpo_chosen_local = None
         self._abpo_rollout_sc = None
+        self._abpo_prompt_logits = None
         self._abpo_gen_inputs = list(inputs)
         try:
             output = super()._generate_and_score_completions(inputs)
@@ -353,7 +360,10 @@ class ABPOTrainer(GRPOTrainer):
         t0 = time.perf_counter()
         mode = self._mode()
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
-        advantages, metrics = self._abpo_advantages(inputs, output, self._abpo_rewards_per_func, num_generations)
+        try:
+            advantages, metrics = self._abpo_advantages(inputs, output, self._abpo_rewards_per_func, num_generations)
+        finally:
+            self._abpo_prompt_logits = None  # pi_old's: the loss's optimizer step makes them stale
         if advantages.shape != output["advantages"].shape:
             raise RuntimeError(
                 f"ABPOTrainer: advantages {tuple(advantages.shape)} vs TRL's {tuple(output['advantages'].shape)}; "
@@ -401,6 +411,7 @@ class ABPOTrainer(GRPOTrainer):
             chosen=self._abpo_chosen_local,
             recorded_sc=self._abpo_rollout_sc,
             item_popularity=self.item_popularity,
+            prompt_logits=self._abpo_prompt_logits,
         )
         records: list[RolloutRecord] = gather_object(local)  # every process's, in TRL's gather order
         result = batch_advantages(

@@ -11,7 +11,7 @@ import torch
 from abpo.algo.advantages import anchored_advantages, group_advantages
 from abpo.algo.rewards import anchor_reward, self_certainty
 from abpo.algo.variants import get_variant
-from abpo.train.records import ABPOSettings, rollouts_per_example
+from abpo.train.records import ABPOSettings, CandidateSet, rollouts_per_example
 from abpo.train.rewards import format_reward, match_reward
 
 
@@ -531,6 +531,44 @@ def test_self_certainty_positions_choice_vs_answer(load_tiny, item_rows, tiny_up
     assert len(e_answer._abpo_sc_trace["r_sc"]) == len(neg)
     with pytest.raises(ValueError, match="self_certainty_positions='all'"):
         _items_trainer(load_tiny, rows, tiny_update_cfg, tmp_path, "abpo", "all")
+
+
+@pytest.mark.parametrize("variant", ["abpo", "grpo"])
+def test_item_token_generation_batch_runs_each_prompt_once(load_tiny, item_rows, tiny_update_cfg, tmp_path, variant):
+    """With one token per item id the rollouts (Eq. q), e_old (Eq. s_p on the item token, every variant: B's
+    diagnostics) and r_sc at the choice position (the rollouts' and the anchors') all read pi_old's next-token logits
+    after each prompt: scoring a generation batch runs the decoder over each of its distinct prompts once, and e_old
+    and the anchors' r_sc equal the policy scorer's own forward passes."""
+    rows, _ = item_rows
+    trainer = _items_trainer(load_tiny, rows, dataclasses.replace(tiny_update_cfg, group_size=5), tmp_path, variant)
+    decoder = trainer.accelerator.unwrap_model(trainer.model).get_decoder()
+    fed = []
+    hook = decoder.register_forward_pre_hook(lambda _m, _a, kw: fed.append(kw["input_ids"].shape[0]), with_kwargs=True)
+    try:
+        out, metrics = _step(trainer, rows[:4])
+    finally:
+        hook.remove()
+    assert sum(fed) == 4  # 4 logged examples, 16 rollouts: each prompt once
+    assert trainer._abpo_prompt_logits is None  # pi_old's logits do not outlive the generation batch
+    batch = _batch(trainer, rows[:4])
+    k = trainer.num_generations
+    firsts = batch[::k]
+    p_ids = [r[m.bool()].tolist() for r, m in zip(out["prompt_ids"], out["prompt_mask"])][::k]
+    items = [CandidateSet(p, x["candidate_answers"], x["candidates"]) for p, x in zip(p_ids, firsts)]
+    e_old = [
+        float(d[list(x["candidates"]).index(x["a_log"])]) for d, x in zip(trainer.scorer.e_old_dists(items), firsts)
+    ]
+    if variant == "abpo":
+        assert metrics["abpo/snips/e_old_mean"] == pytest.approx(sum(e_old) / len(e_old), rel=1e-6)
+        eos = trainer.scorer.tokenizer.eos_token_id
+        y = torch.tensor([int(x["y"]) for x in firsts])
+        pairs = [(p, trainer.answers.ids(x["anchor_text"]) + [eos]) for p, x in zip(p_ids, firsts)]
+        sc = torch.tensor(trainer._self_certainty(pairs, firsts)) * (y == 0)  # the forward over prompt + answer
+        r_log = anchor_reward(y, sc, trainer.abpo.lambda_sc)
+        assert metrics["abpo/reward/anchor_mean"] == pytest.approx(float(r_log.mean()), rel=1e-5)
+        assert metrics["abpo/reward/anchor_mean"] != pytest.approx(float(anchor_reward(y, sc * 0, 0.5).mean()))
+    else:
+        assert metrics["abpo/w_max"] == pytest.approx(max(e / float(x["e0"]) for e, x in zip(e_old, firsts)), 1e-6)
 
 
 def test_step_diagnostics_b_against_f_on_the_same_weights(load_tiny, item_rows, tiny_update_cfg, tmp_path):

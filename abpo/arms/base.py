@@ -7,7 +7,7 @@ the exposed item from it and returns it with its exact propensity, the arm's ``l
 
 Each arm class also knows its own model's life cycle, the parts the monthly steps (abpo.monthly) call without
 asking which arm it is: :meth:`Arm.refresh` (what a month does to the model: an LLM update, a ranker refit),
-:meth:`Arm.save` / :meth:`Arm.load` (its files), :meth:`Arm.log_model` (into an MLflow run, to be registered) and
+:meth:`Arm.save` / :meth:`Arm.load` (its files; :meth:`Arm.missing_files`, those a version cannot be loaded without), :meth:`Arm.log_model` (into an MLflow run, to be registered) and
 :meth:`Arm.temperature_of` (the exposure temperature its config gives)."""
 
 from __future__ import annotations
@@ -80,6 +80,12 @@ class Arm(ABC):
     @abstractmethod
     def log_model(cls, cfg: Config, local_dir: str | Path) -> str:
         """Log ``local_dir`` into the active MLflow run as the arm's model; returns the model URI to register."""
+
+    @classmethod
+    @abstractmethod
+    def missing_files(cls, path: str | Path) -> list[str]:
+        """The files :meth:`load` needs that the version directory ``path`` lacks ([] when none): a downloaded
+        version is complete only with every one of them (abpo.arms.versions.local_dir)."""
 
 
 def sample_index(p: np.ndarray, u: float) -> int:

@@ -79,6 +79,11 @@ class LLMArm(Arm):
         return registry.log_model_dir(local_dir, policy_cfg=cfg.policy)
 
     @classmethod
+    def missing_files(cls, path: str | Path) -> list[str]:
+        """A save_pretrained directory's config.json and weights (abpo.registry.missing_pretrained_files)."""
+        return registry.missing_pretrained_files(path)
+
+    @classmethod
     def refresh(
         cls,
         name: str,

@@ -23,7 +23,7 @@ import numpy as np
 from abpo import registry
 from abpo.arms.base import Arm
 from abpo.arms.names import RANKER, entry
-from abpo.baselines import RANKER_FILE, load_ranker, make_ranker, save_ranker, softmax_propensities
+from abpo.baselines import RANKER_FILE, load_ranker, make_ranker, ranker_class, save_ranker, softmax_propensities
 from abpo.config.arms import ML_RETRAIN_KINDS
 
 if TYPE_CHECKING:
@@ -120,8 +120,31 @@ class RankerArm(Arm):
     def load(
         cls, name: str, path: str | Path, cfg: Config | None = None, *, dataset=None, model_version: str = ""
     ) -> RankerArm:
+        """The arm served from a version's files; abpo.registry.ModelFilesDamaged, one line naming the file, when one
+        it needs is missing (:meth:`missing_files`) or its weights are not whole (SASRec's ``sasrec.pt``: the
+        integrity check the LLM's safetensors get, abpo.registry.check_weights)."""
+        missing = cls.missing_files(path)
+        if missing:
+            raise registry.ModelFilesDamaged(
+                f"{path}: missing {', '.join(missing)}; rule: a ranker arm's version holds {ARM_FILE}, {RANKER_FILE} "
+                "and its ranker's own files (what RankerArm.save wrote)"
+            )
+        registry.check_weights(path)
         temperature = json.loads((Path(path) / ARM_FILE).read_text())["temperature"]
         return cls(name, load_ranker(path), temperature, model_version)
+
+    @classmethod
+    def missing_files(cls, path: str | Path) -> list[str]:
+        """arm.json, ranker.json and the files of the ranker ranker.json names (its class's ``FILES``: SASRec's
+        ``sasrec.pt``, ALS's ``als.npz``), each followed by the ranker it belongs to."""
+        d = Path(path)
+        missing = [f for f in (ARM_FILE, RANKER_FILE) if not (d / f).is_file()]
+        try:
+            kind = json.loads((d / RANKER_FILE).read_text())["kind"]
+            files = ranker_class(kind).FILES
+        except (OSError, ValueError, KeyError, TypeError):
+            return missing  # no ranker.json, or one naming no ranker: load_ranker says which
+        return missing + [f"{f} (ranker {kind})" for f in files if not (d / f).is_file()]
 
     @classmethod
     def log_model(cls, cfg: Config, local_dir: str | Path) -> str:

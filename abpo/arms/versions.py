@@ -172,17 +172,19 @@ def set_tags(cfg: Config, arm: str, version: str | int, tags: dict[str, Any]) ->
 def local_dir(cfg: Config, arm: str, version: str | int) -> Path:
     """The version's checkpoint (or ranker files) as a local directory: downloaded from the registry into
     ``<paths.models>/registry/<model>/v<version>``, with the size and sha256 of every file recorded in its
-    ``.complete`` marker. Each use verifies the copy against them (and every ``*.safetensors`` against its own
-    header, abpo.registry.safetensors_problem); a copy that fails (a truncated model.safetensors, a marker of an
-    older abpo without checksums) is logged and downloaded again. A download that cannot be written (a full disk)
-    or a fresh copy that still fails raises abpo.registry.ModelFilesDamaged naming the file."""
+    ``.complete`` marker. Each use verifies the copy against them (and every weights file against its own header or
+    directory, abpo.registry.weights_problem: ``*.safetensors``, SASRec's ``sasrec.pt``); a copy that fails (a
+    truncated model.safetensors, a marker of an older abpo without checksums or without a file the arm loads) is
+    logged and downloaded again. A download that lacks a file the arm loads (the arm class's ``missing_files``: it is
+    never marked complete), that cannot be written (a full disk), or a fresh copy that still fails raises
+    abpo.registry.ModelFilesDamaged naming the file."""
     import shutil
 
     dst = cfg.paths.resolve("models") / "registry" / model_name(arm, cfg) / f"v{version}"
     done = dst / ".complete"
     for attempt in (1, 2):
         if done.exists():
-            why = _cache_problem(dst, done)
+            why = _cache_problem(dst, done, arm)
             if why is None:
                 return dst / json.loads(done.read_text())["path"]
             log.warning(
@@ -202,6 +204,21 @@ def local_dir(cfg: Config, arm: str, version: str | int) -> Path:
                 shutil.rmtree(dst)
             dst.mkdir(parents=True)
             path = registry.download_model_dir(cfg, str(version), dst=dst, name=model_name(arm, cfg))
+            missing = names.arm_class(arm).missing_files(path)
+            if missing:  # the registry's own copy lacks them: downloading again cannot help
+                raise registry.ModelFilesDamaged(
+                    f"{path}: the registry's copy of {model_name(arm, cfg)} v{version} is missing "
+                    f"{', '.join(missing)}; rule: a version is used only when every file its arm loads is there "
+                    "(register it again from a whole directory); nothing was kept"
+                )
+            for f in registry.weights_files(dst):
+                why = registry.weights_problem(f)
+                if why is not None:
+                    raise registry.ModelFilesDamaged(
+                        f"{f}: {why} in the registry's copy of {model_name(arm, cfg)} v{version}; rule: model "
+                        "weights are loaded only when whole (register it again from a whole directory); nothing was "
+                        "kept"
+                    )
             files = {
                 str(f.relative_to(dst)): {"size": f.stat().st_size, "sha256": _sha256(f)}
                 for f in sorted(dst.rglob("*"))
@@ -231,9 +248,10 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _cache_problem(dst: Path, done: Path) -> str | None:
+def _cache_problem(dst: Path, done: Path, arm: str) -> str | None:
     """Why the cached copy in ``dst`` cannot be used, or None: every file recorded in the ``.complete`` marker with
-    its size and sha256, and every ``*.safetensors`` whole."""
+    its size and sha256, every file the arm loads there (its class's ``missing_files``: an older marker listed what
+    the download held), and every weights file whole (``*.safetensors``, ``*.pt``: abpo.registry.weights_problem)."""
     try:
         marker = json.loads(done.read_text())
         files = marker["files"]
@@ -250,8 +268,11 @@ def _cache_problem(dst: Path, done: Path) -> str | None:
             return f"{f}: {size} bytes, {want['size']} when downloaded"
         if _sha256(f) != want["sha256"]:
             return f"{f}: sha256 differs from the download's"
-    for f in sorted(dst.rglob("*.safetensors")):
-        why = registry.safetensors_problem(f)
+    missing = names.arm_class(arm).missing_files(dst / marker["path"])
+    if missing:  # a marker of an older abpo, written for a download that lacked them
+        return f"{dst / marker['path']}: missing {', '.join(missing)}"
+    for f in registry.weights_files(dst):
+        why = registry.weights_problem(f)
         if why is not None:
             return f"{f}: {why}"
     return None

@@ -20,6 +20,7 @@ import numpy as np
 
 class ALSRanker:
     name = "ml_retrain"
+    FILES = ("als.npz",)  # what save writes beside ranker.json (a version without them is not complete)
     DEFAULT_ITERATIONS = 15
 
     def __init__(

@@ -15,6 +15,7 @@ import numpy as np
 
 class PopularityRanker:
     name = "popularity"
+    FILES = ()  # save writes nothing beside ranker.json
 
     def __init__(self, window: int = 0):
         if window < 0:

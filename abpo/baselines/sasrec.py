@@ -46,6 +46,8 @@ from typing import Any
 
 import numpy as np
 
+from abpo.baselines import RANKER_FILE
+
 log = logging.getLogger(__name__)
 
 WEIGHTS_FILE = "sasrec.pt"
@@ -122,6 +124,7 @@ def windows(sequence: Sequence[int], length: int) -> list[list[int]]:
 
 class SASRecRanker:
     name = "sasrec"
+    FILES = (WEIGHTS_FILE,)  # what save writes beside ranker.json (a version without them is not complete)
 
     def __init__(
         self,
@@ -375,11 +378,30 @@ class SASRecRanker:
 
     @classmethod
     def load(cls, path: Path, meta: dict) -> SASRecRanker:
+        """The ranker :meth:`save` wrote into ``path``. A missing ``sasrec.pt`` is FileNotFoundError, one that torch
+        cannot read or that does not fit the recorded shape (truncated, damaged, another model's) ValueError, each
+        one line naming the file (a registered version's copy is checked before this: abpo.arms.rankers)."""
+        import pickle
+        import zipfile
+
         import torch
 
+        f = Path(path) / WEIGHTS_FILE
+        if not f.is_file():
+            raise FileNotFoundError(
+                f"{f}: missing; rule: a SASRec ranker's directory holds {RANKER_FILE} and {WEIGHTS_FILE} "
+                "(what save_ranker wrote)"
+            )
         r = cls(**meta["params"], seed=int(meta["seed"]))
         r.index = {int(i): j + 1 for j, i in enumerate(meta["item_ids"])}
         r.model = r._build()
-        r.model.load_state_dict(torch.load(Path(path) / WEIGHTS_FILE, weights_only=True))
+        try:
+            r.model.load_state_dict(torch.load(f, weights_only=True))
+        except (OSError, RuntimeError, EOFError, ValueError, KeyError, pickle.UnpicklingError, zipfile.BadZipFile) as e:
+            first = " ".join(str(e).split())[:200]
+            raise ValueError(
+                f"{f}: not loadable SASRec weights ({type(e).__name__}: {first}); rule: the whole state dict "
+                f"save_ranker wrote with this {RANKER_FILE} (its params and {len(r.index)} items)"
+            ) from None
         r.model.eval()
         return r

@@ -113,7 +113,14 @@ from abpo.registry.versions import (
     set_version_tags,
     version_dict,
 )
-from abpo.registry.weights import check_weights, safetensors_problem
+from abpo.registry.weights import (
+    check_weights,
+    missing_pretrained_files,
+    safetensors_problem,
+    torch_weights_problem,
+    weights_files,
+    weights_problem,
+)
 
 __all__ = [
     "CHALLENGER",
@@ -174,6 +181,7 @@ __all__ = [
     "log_training_months",
     "log_version_dict",
     "logged_model_id",
+    "missing_pretrained_files",
     "model_metrics",
     "model_name",
     "model_tags",
@@ -192,6 +200,9 @@ __all__ = [
     "resume_run",
     "run_versions",
     "safetensors_problem",
+    "torch_weights_problem",
+    "weights_files",
+    "weights_problem",
     "set_alias",
     "set_model_tag",
     "set_tag",

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from transformers import LogitsProcessor
 
@@ -260,11 +261,16 @@ def allowed_tensor(tries: Sequence[AnswerTrie], completions: Sequence[Sequence[i
     positions past a completion's end hold only padding."""
     per_row = [tr.allowed_per_position(c) for tr, c in zip(tries, completions, strict=True)]
     k = max((len(s) for row in per_row for s in row), default=1)
-    out = torch.full((len(per_row), length, max(k, 1)), PAD_ALLOWED, dtype=torch.long)
+    out = np.full((len(per_row), length, max(k, 1)), PAD_ALLOWED, dtype=np.int64)
+    rows, cols, slots, values = [], [], [], []  # one indexed write of every entry (a tensor per S_t was slow)
     for r, row in enumerate(per_row):
         for t, s in enumerate(row[:length]):
-            out[r, t, : len(s)] = torch.tensor(s, dtype=torch.long)
-    return out
+            rows += [r] * len(s)
+            cols += [t] * len(s)
+            slots += range(len(s))
+            values += s
+    out[rows, cols, slots] = values
+    return torch.from_numpy(out)
 
 
 def constrained_token_logps(

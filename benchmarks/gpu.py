@@ -70,6 +70,7 @@ SIZES = {
         "policy.tiny_heads=2",
         "policy.tiny_intermediate_size=64",
         "policy.tiny_vocab_size=2048",
+        "update.max_completion_length=72",  # the catalog's longest answer + EOS in a 2,048-token vocabulary: 69
     ],
 }
 SMOKE_ARGS = {"sizes": ["smoke"], "steps": 2, "sft_steps": 2, "score_requests": 2}

@@ -62,6 +62,7 @@ SMOKE = [
     "policy.tiny_heads=2",
     "policy.tiny_intermediate_size=64",
     "policy.tiny_vocab_size=2048",
+    "update.max_completion_length=72",  # the catalog's longest answer + EOS in a 2,048-token vocabulary: 69
     "policy.max_history=3",
     "sft.pretrain_epochs=1",
     "sft.max_steps=4",

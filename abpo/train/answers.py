@@ -32,6 +32,18 @@ class AnswerTokens:
                 self._ids[text] = ids
         return ids
 
+    def ids_many(self, texts: Sequence[str]) -> list[list[int]]:
+        """The token ids of each answer of ``texts`` (no EOS), those not cached yet tokenized in one batched call of
+        the tokenizer (each on its own, as encode_answer does: a candidate set's answers at once, ~2x faster)."""
+        fresh: dict[str, list[int]] = {}
+        missing = [t for t in dict.fromkeys(texts) if t not in self._ids]
+        if missing:
+            for text, ids in zip(missing, self.tokenizer(missing, add_special_tokens=False)["input_ids"], strict=True):
+                fresh[text] = list(ids)
+                if len(self._ids) < ANSWER_CACHE:
+                    self._ids[text] = fresh[text]
+        return [fresh[t] if t in fresh else self._ids[t] for t in texts]
+
     def title_tokens(self, answer: str) -> int:
         """Token count of the title inside a candidate answer ``<item_id>ID</item_id><item>TITLE</item>``."""
         n = self._title_len.get(answer)
@@ -78,7 +90,7 @@ class AnswerTries:
         if trie is None:
             if len(self._tries) > TRIE_CACHE:
                 self._tries.clear()
-            answers = [self.answers.ids(a) for a in row["candidate_answers"]]
+            answers = self.answers.ids_many(row["candidate_answers"])
             longest = max(len(a) for a in answers) + 1  # + EOS
             if self.constrained and longest > self.max_completion_length:
                 raise ValueError(

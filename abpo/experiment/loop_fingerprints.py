@@ -12,6 +12,8 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from abpo.experiment.loop_checks import parse_result
+
 if TYPE_CHECKING:
     from abpo.config import Config
 
@@ -93,15 +95,13 @@ def save_json(path: Path, obj: Any) -> None:
     tmp.replace(path)
 
 
-def load_result(path: Path, fingerprint: str, code: str | None) -> dict[str, Any] | None:
+def load_result(path: Path, fingerprint: str, code: str | None, remedy: str = "") -> dict[str, Any] | None:
     """A finished replicate's (or bootstrap's) saved result with this fingerprint, made by ``code`` (None: by any
-    code), else None."""
+    code), else None. LoopExperimentRefused naming the file when it is not a JSON object (``remedy``: how to run its
+    work again)."""
     if not path.exists():
         return None
-    try:
-        got = json.loads(path.read_text())
-    except json.JSONDecodeError:
-        return None
+    got = parse_result(path, remedy or f"remove {path.parent} to run it again")
     if got.get("fingerprint") != fingerprint or (code is not None and got.get("code") != code):
         return None
     return got

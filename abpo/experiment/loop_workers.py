@@ -1,5 +1,9 @@
 """The replicated loop experiment's worker processes (abpo.experiment.loop_experiment): what a job is, the config it
-runs under, the shared bootstrap and one replicate's months as a worker runs them, and the pool that runs them."""
+runs under, the shared bootstrap and one replicate's months as a worker runs them, and the pool that runs them.
+
+A worker dies with the run that started it (:func:`die_with_parent`): a worker that outlived its run kept promoting
+and wrote a result for a run that was gone. It holds its folder's worker lock while it works there
+(abpo.experiment.loop_lock), and returns its result to the run, which alone records it (result.json, done.json)."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from abpo.experiment.loop_fingerprints import save_json
+from abpo.experiment.loop_lock import worker_lock
 
 if TYPE_CHECKING:
     from abpo.config import Config
@@ -27,6 +32,9 @@ STATE_PATHS = {
     "mlflow_artifacts": "mlartifacts",
 }
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+PR_SET_PDEATHSIG = 1  # prctl(2) option: the signal a process gets when its parent dies (Linux)
+PARENT_POLL_S = 1.0  # how often a worker's watchdog looks for its parent
+STOP_GRACE_S = 30.0  # after its SIGTERM, how long a worker whose parent died has before the watchdog SIGKILLs it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +50,7 @@ class Job:
     bootstrap_state: str = ""  # a replicate's source state
     fingerprint: str = ""
     code: str = ""  # code_digest() of the run that made the job
+    run: str = ""  # the id of the run that made the job (abpo.experiment.loop_lock.run_lock)
 
 
 def job_config(job: Job) -> Config:
@@ -89,24 +98,23 @@ def _worker_output(log_path: Path) -> None:
 
 
 def run_bootstrap(job: Job) -> dict[str, Any]:
-    """The shared bootstrap (a worker): every arm's first champion in ``job.state``; ``done.json`` beside it."""
+    """The shared bootstrap (a worker): every arm's first champion in ``job.state``; returns what the run records
+    as ``done.json`` beside it."""
     state = Path(job.state)
-    done = state.parent / "done.json"
     _worker_output(state.parent / "bootstrap.log")
     from abpo.monthly.bootstrap import bootstrap_arms
 
-    t = time.time()
-    cfg = job_config(job)
-    arms = bootstrap_arms(cfg).arms
-    out = {
-        "fingerprint": job.fingerprint,
-        "code": job.code,
-        "arms": arms,
-        "seconds": round(time.time() - t, 1),
-        "state": str(state),
-    }
-    save_json(done, out)
-    return out
+    with worker_lock(state.parent, job.run, "the shared bootstrap"):
+        t = time.time()
+        cfg = job_config(job)
+        arms = bootstrap_arms(cfg).arms
+        return {
+            "fingerprint": job.fingerprint,
+            "code": job.code,
+            "arms": arms,
+            "seconds": round(time.time() - t, 1),
+            "state": str(state),
+        }
 
 
 def _prepare_replicate_state(cfg: Config, job: Job) -> None:
@@ -152,8 +160,8 @@ def month_summary(res: Any, seconds: float) -> dict[str, Any]:
 
 def run_replicate(job: Job) -> dict[str, Any]:
     """Replicate ``job.replicate`` (a worker): its state from the shared bootstrap, each month through
-    abpo.monthly.month.run_month (a month completed before is not run again), then its per-user moments saved
-    with the months' summaries as ``result.json``."""
+    abpo.monthly.month.run_month (a month completed before is not run again), then its per-user moments with the
+    months' summaries, returned to the run, which records them as ``result.json``."""
     state = Path(job.state)
     _worker_output(state.parent / "run.log")
     from abpo.abtest.report import load_from_warehouse
@@ -161,50 +169,91 @@ def run_replicate(job: Job) -> dict[str, Any]:
     from abpo.monthly.report import month_completed
     from abpo.sim.simulator import series_salt
 
-    t0 = time.time()
-    cfg = job_config(job)
-    _prepare_replicate_state(cfg, job)
-    months: list[dict[str, Any]] = []
-    previous = state.parent / "months.json"
-    earlier = {m["month"]: m for m in json.loads(previous.read_text())} if previous.exists() else {}
-    for m in job.months:
-        if month_completed(cfg, m) and m in earlier:
-            months.append({**earlier[m], "reused": True})
-            continue
-        t = time.time()
-        res = run_month(cfg, m, simulate=True)
-        months.append(month_summary(res, time.time() - t))
-        save_json(previous, months)
-    _, moments = load_from_warehouse(cfg.paths.resolve("warehouse"), list(job.months))
-    out = {
-        "fingerprint": job.fingerprint,
-        "code": job.code,
-        "replicate": job.replicate,
-        "salt": series_salt(cfg),
-        "months": months,
-        "moments": moments.to_pylist(),
-        "seconds": round(time.time() - t0, 1),
-        "threads": job.threads,
-        "state": str(state),
-    }
-    save_json(state.parent / "result.json", out)
-    return out
+    with worker_lock(state.parent, job.run, f"replicate {job.replicate}"):
+        t0 = time.time()
+        cfg = job_config(job)
+        _prepare_replicate_state(cfg, job)
+        months: list[dict[str, Any]] = []
+        previous = state.parent / "months.json"
+        earlier = {m["month"]: m for m in json.loads(previous.read_text())} if previous.exists() else {}
+        for m in job.months:
+            if month_completed(cfg, m) and m in earlier:
+                months.append({**earlier[m], "reused": True})
+                continue
+            t = time.time()
+            res = run_month(cfg, m, simulate=True)
+            months.append({**month_summary(res, time.time() - t), "run": job.run})
+            save_json(previous, months)
+        _, moments = load_from_warehouse(cfg.paths.resolve("warehouse"), list(job.months))
+        return {
+            "fingerprint": job.fingerprint,
+            "code": job.code,
+            "replicate": job.replicate,
+            "salt": series_salt(cfg),
+            "months": months,
+            "moments": moments.to_pylist(),
+            "seconds": round(time.time() - t0, 1),
+            "threads": job.threads,
+            "state": str(state),
+        }
+
+
+def die_with_parent(parent: int) -> None:
+    """The pool's worker initializer: the worker ends when the run (process ``parent``) ends, however it ends. On
+    Linux the kernel sends it SIGTERM when its parent dies (prctl PR_SET_PDEATHSIG); everywhere a watchdog thread
+    looks for the parent every :data:`PARENT_POLL_S` s and, once it is gone, sends the worker SIGTERM, then SIGKILL
+    after :data:`STOP_GRACE_S` s (an update in flight ends its MLflow run on SIGTERM, abpo.train.signals)."""
+    import signal
+    import sys
+    import threading
+
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+
+    def watch() -> None:
+        while os.getppid() == parent:  # also catches a parent that died before prctl above
+            time.sleep(PARENT_POLL_S)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(STOP_GRACE_S)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="abpo-parent-watchdog", daemon=True).start()
 
 
 @contextlib.contextmanager
 def worker_pool(n_workers: int, threads: int) -> Iterator[Any]:
-    """The replicates' process pool: spawned workers (a fresh interpreter each), their BLAS / OpenMP pools limited
-    (thread_environment), importing this process's abpo (abpo_first_on_path)."""
+    """The replicates' process pool: spawned workers (a fresh interpreter each) that die with this process
+    (die_with_parent), their BLAS / OpenMP pools limited (thread_environment), importing this process's abpo
+    (abpo_first_on_path). An error in the block waits for the running jobs, as before; an interrupt
+    (KeyboardInterrupt, SystemExit) stops the workers at once."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
     spawn = mp.get_context("spawn")
-    with (
-        thread_environment(threads),
-        abpo_first_on_path(),
-        ProcessPoolExecutor(max_workers=n_workers, mp_context=spawn) as pool,
-    ):
-        yield pool
+    with thread_environment(threads), abpo_first_on_path():
+        pool = ProcessPoolExecutor(
+            max_workers=n_workers, mp_context=spawn, initializer=die_with_parent, initargs=(os.getpid(),)
+        )
+        try:
+            yield pool
+        except Exception:
+            pool.shutdown(wait=True)
+            raise
+        except BaseException:
+            _stop_workers(pool)
+            raise
+        pool.shutdown(wait=True)
+
+
+def _stop_workers(pool: Any) -> None:
+    """SIGTERM to the pool's worker processes, and the pool shut down without waiting (nothing public lists a
+    ProcessPoolExecutor's processes: its ``_processes``)."""
+    for p in list((getattr(pool, "_processes", None) or {}).values()):
+        with contextlib.suppress(Exception):
+            p.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 @contextlib.contextmanager

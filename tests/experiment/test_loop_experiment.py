@@ -54,6 +54,12 @@ def test_two_replicates_one_month_match_a_hand_computation_and_finished_ones_are
     two = le.run_loop_experiment(cfg, replicates=2, **kw)
     assert two.reused == [0] and two.bootstrap_reused  # replicate 0 and the bootstrap found finished
     assert two.replicates[0] == one.replicates[0]
+    # each result recorded by the run that received it (a worker writes none), the lock released at the end
+    assert one.replicates[0]["clean"] is True and two.replicates[1]["clean"] is True
+    assert one.replicates[0]["run"] != two.replicates[1]["run"]
+    saved = json.loads((Path(two.replicates[1]["state"]).parent / "result.json").read_text())
+    assert saved["run"] == two.replicates[1]["run"] == json.loads(two.json.read_text())["run"]
+    assert (tmp_path / le.DIR / "run.lock").read_text() == ""
     assert any("2 replicate(s) x 1 month(s)" in x and "1 finished before, 1 to run" in x for x in lines)
 
     # pi_init was trained once: by the shared bootstrap, never in a replicate

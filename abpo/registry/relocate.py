@@ -6,7 +6,8 @@ made in (MLflow: experiments' artifact locations, runs' artifact URIs, model ver
 locations, logged models' artifact locations; Airflow: airflow.cfg's paths under AIRFLOW_HOME = <state>/airflow,
 its SQLite connection included, and its metadata database). Used as they are, a copied state would write into the
 old directory; abpo refuses to (abpo.registry.StateMoved). :func:`relocate_state` rewrites every such path from the
-old directory to ``paths.root``."""
+old directory to ``paths.root``: only where the old directory is a whole path prefix, and never from a directory that
+contains the new root (issue 59: ``--from /`` rewrote every path, the new state's own included)."""
 
 from __future__ import annotations
 
@@ -17,16 +18,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
+from abpo.errors import UsageError
 from abpo.registry.store import sqlite_path
 
 if TYPE_CHECKING:
     from abpo.config import Config
 
 
-def _replace_path(text: str, old: str, new: str) -> str:
-    """``text`` with every ``old`` that is a whole path (followed by '/', the end or a character no path segment
-    here holds) replaced by ``new``."""
-    return re.sub(re.escape(old) + r"(?=/|$|[\s\"',;)\]?#])", lambda _: new, text)
+# A stored path is rewritten only where the old directory is a whole path prefix: right before it the value starts,
+# or a separator of the formats these stores hold (whitespace, a quote, '=', ',', ';', ':', a bracket) stands, or a
+# URI's "scheme://" ("file:///old/..." and "sqlite:////old/...": the old path's own '/' is the URI's last); right
+# after it a '/' or the value's end, or a character no path segment here holds. "/mnt/old/var" and "/old/var2" are
+# not under "/old/var".
+_BEFORE = r"(?:^|(?<=[\s\"'=,;:(\[{<|])|(?<=://)|(?<=:///))"
+_AFTER = r"(?=/|$|[\s\"',;)\]}>|?#&])"
+
+
+def replace_path_prefix(text: str, old: str, new: str) -> tuple[str, int]:
+    """(``text`` with every ``old`` that is a whole path prefix, see above, replaced by ``new``; how many)."""
+    return re.subn(_BEFORE + re.escape(old) + _AFTER, lambda _: new, text)
 
 
 def rewrite_sqlite(db: Path, pairs: list[tuple[str, str]], *, dry_run: bool = False) -> dict[str, int]:
@@ -44,17 +54,13 @@ def rewrite_sqlite(db: Path, pairs: list[tuple[str, str]], *, dry_run: bool = Fa
             ]
             for c in cols:
                 where = " OR ".join(f'instr("{c}", ?) > 0' for _ in pairs)
+                changes = f'typeof("{c}") = \'text\' AND ({where}) AND abpo_relocate("{c}") != "{c}"'
                 args = [old for old, _ in pairs]
-                n = con.execute(
-                    f'SELECT count(*) FROM "{t}" WHERE typeof("{c}") = \'text\' AND ({where})', args
-                ).fetchone()[0]
+                n = con.execute(f'SELECT count(*) FROM "{t}" WHERE {changes}', args).fetchone()[0]
                 if not n:
                     continue
                 if not dry_run:
-                    con.execute(
-                        f'UPDATE "{t}" SET "{c}" = abpo_relocate("{c}") WHERE typeof("{c}") = \'text\' AND ({where})',
-                        args,
-                    )
+                    con.execute(f'UPDATE "{t}" SET "{c}" = abpo_relocate("{c}") WHERE {changes}', args)
                 changed[f"{t}.{c}"] = n
         if not dry_run:
             con.commit()
@@ -65,20 +71,39 @@ def _apply(value, pairs: list[tuple[str, str]]):
     if not isinstance(value, str):
         return value
     for old, new in pairs:
-        value = _replace_path(value, old, new)
+        value, _ = replace_path_prefix(value, old, new)
     return value
+
+
+def check_from(old: str | Path, root: Path) -> Path:
+    """``old`` (``--from``) as a Path when the state can be relocated from it to ``root``; UsageError naming the
+    rule when it is relative, ``root`` itself, a directory that contains ``root`` (``/`` included: every path under
+    it, the new state's own, would be rewritten), or a prefix of ``root`` only as text (``/srv/va`` for
+    ``/srv/var``)."""
+    given, old = str(old), Path(old)
+    if not old.is_absolute():
+        raise UsageError(f"--from {given}: rule: the absolute directory the state was copied from")
+    if old == root or old.resolve() == root.resolve():
+        raise UsageError(f"--from {given}: rule: another directory than paths.root = {root} (nothing to relocate)")
+    if root.is_relative_to(old) or root.resolve().is_relative_to(old.resolve()):
+        raise UsageError(
+            f"--from {given}: contains paths.root = {root}; rule: the directory the state was copied from, not one "
+            "above it (every path under it would be rewritten, the new state's own included)"
+        )
+    if str(root).startswith(str(old)) or str(root.resolve()).startswith(str(old.resolve())):
+        raise UsageError(
+            f"--from {given}: a prefix of paths.root = {root} only textually; rule: the directory the state was copied "
+            "from, whole (a name cut short?)"
+        )
+    return old
 
 
 def relocate_state(cfg: Config, old: str | Path, *, dry_run: bool = False) -> dict[str, int]:
     """Rewrite the state's paths from ``old`` to ``paths.root`` (see the module docstring); returns what changed
-    (``mlflow.db:table.column`` / ``airflow/<file>`` -> count). ValueError naming the rule when ``old`` is the state
-    itself or not absolute."""
+    (``mlflow.db:table.column`` / ``airflow/<file>`` -> values changed). Only whole path prefixes change
+    (:func:`replace_path_prefix`); UsageError before anything is read when ``old`` is refused (:func:`check_from`)."""
     root = cfg.paths.resolve("root")
-    old = Path(old)
-    if not old.is_absolute():
-        raise ValueError(f"--from {old}: rule: the absolute directory the state was copied from")
-    if old.resolve() == root.resolve() or old == root:
-        raise ValueError(f"--from {old}: rule: another directory than paths.root = {root} (nothing to relocate)")
+    old = check_from(old, root)
     pairs = [(str(old), str(root))]
     if quote(str(old)) != str(old):  # file URIs percent-quote what a plain path does not
         pairs.append((quote(str(old)), quote(str(root))))
@@ -95,10 +120,13 @@ def relocate_state(cfg: Config, old: str | Path, *, dry_run: bool = False) -> di
             }
         )
     for f in sorted([*home.glob("*.cfg"), *home.glob("*.json")]) if home.is_dir() else []:
-        text = f.read_text()
-        new = _apply(text, pairs)
-        if new != text:
-            out[f"airflow/{f.name}"] = sum(text.count(o) for o, _ in pairs)
+        new = f.read_text()
+        n = 0
+        for o, r in pairs:
+            new, k = replace_path_prefix(new, o, r)
+            n += k
+        if n:
+            out[f"airflow/{f.name}"] = n
             if not dry_run:
                 f.write_text(new)
     return out

@@ -100,8 +100,12 @@ class ALSRanker:
     @classmethod
     def load(cls, path: Path, meta: dict) -> ALSRanker:
         from implicit.cpu.als import AlternatingLeastSquares
+        from threadpoolctl import threadpool_limits
 
         r = cls(**meta["params"], seed=int(meta["seed"]))
-        r.model = AlternatingLeastSquares.load(str(path / "als.npz"))
+        # loading builds a model, whose constructor checks the BLAS threads once per process (implicit warned, in a
+        # fresh serve task, that OpenBLAS used more than one): one thread, as fit and score use
+        with threadpool_limits(1, "blas"):
+            r.model = AlternatingLeastSquares.load(str(path / "als.npz"))
         r.index = {int(i): j for j, i in enumerate(meta["item_ids"])}
         return r

@@ -218,6 +218,7 @@ def run_sft(
 ):
     """Train ``model`` on pre-tokenized ``records`` with TRL's SFTTrainer (completion-only loss); returns the
     trained model (LoRA merged) and the trainer's log history."""
+    import torch
     from datasets import Dataset
     from trl import SFTConfig
 
@@ -242,7 +243,10 @@ def run_sft(
         data_seed=cfg.seed,
         bf16=bf16,
         fp16=False,
-        gradient_checkpointing=s.gradient_checkpointing,
+        # transformers 5's name for it (gradient_checkpointing, its deprecated alias, printed a FutureWarning)
+        activation_checkpointing=s.gradient_checkpointing,
+        # pinned memory only serves a copy to an accelerator (on the CPU torch warned that it is not used)
+        dataloader_pin_memory=torch.accelerator.is_available(),
         completion_only_loss=True,
         max_length=None,  # prompts are already fitted to policy.max_prompt_tokens; nothing is truncated
         dataset_num_proc=None,

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import re
 import tempfile
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +35,26 @@ LLM_SERVING_PACKAGES = (
     "mlflow",
 )
 RANKER_SERVING_PACKAGES = ("implicit", "scipy", "numpy", "pandas", "mlflow")
+
+
+# MLflow's hints that say nothing about abpo's models, silenced where abpo logs one (they printed in every demo task
+# that logs a model or its data, issue 59 point 13): an input example (abpo gives the signature; an example would run
+# the model at log time), integer columns that cannot hold a missing value (the log contract refuses nulls), a local
+# dataset source that two of MLflow's own source classes claim
+MLFLOW_HINTS = (
+    r"(\x1b\[[0-9;]*m)?An input example was not provided",
+    r"Hint: Inferred schema contains integer column",
+    r"The specified dataset source can be interpreted in multiple ways",
+)
+
+
+@contextlib.contextmanager
+def without_mlflow_hints() -> Iterator[None]:
+    """The block with :data:`MLFLOW_HINTS` not shown (every other warning is)."""
+    with warnings.catch_warnings():
+        for message in MLFLOW_HINTS:
+            warnings.filterwarnings("ignore", message=message, category=UserWarning)
+        yield
 
 
 SLIM_DISTRIBUTIONS = {"mlflow": "mlflow-skinny"}  # a distribution -> the smaller one that provides the same module
@@ -125,7 +146,7 @@ def log_pyfunc(
 
     before = _last_logged_model_id()
     try:
-        with abpo_code() as code_paths:
+        with abpo_code() as code_paths, without_mlflow_hints():
             info = mlflow.pyfunc.log_model(
                 name=name,
                 loader_module=loader_module,
@@ -270,5 +291,6 @@ def log_dataset_input(df, *, name: str, digest: str, source: str | Path, tags: d
     ``log_input``, context ``training``; MLflow keeps its schema and row count, not the rows)."""
     import mlflow
 
-    ds = mlflow.data.from_pandas(df, source=str(source), name=name, digest=digest)
-    mlflow.log_input(ds, context="training", tags=tags)
+    with without_mlflow_hints():
+        ds = mlflow.data.from_pandas(df, source=str(source), name=name, digest=digest)
+        mlflow.log_input(ds, context="training", tags=tags)

@@ -111,10 +111,11 @@ def hardware_kwargs(u: UpdateConfig) -> dict[str, Any]:
 
     deepspeed = str(repo_path(Path(u.deepspeed))) if u.deepspeed else None
     return dict(
-        # GRPOConfig defaults bf16=True and gradient_checkpointing=True: set both explicitly
+        # GRPOConfig defaults bf16=True and gradient checkpointing on: set both explicitly, the latter by transformers
+        # 5's name (gradient_checkpointing, its deprecated alias, printed a FutureWarning)
         bf16=u.bf16,
         fp16=False,
-        gradient_checkpointing=u.gradient_checkpointing,
+        activation_checkpointing=u.gradient_checkpointing,
         deepspeed=deepspeed,
         # the CPU said explicitly (a CPU launch of N processes is then data-parallel over gloo, not N processes
         # training alone); DeepSpeed on the CPU brings its own CPU accelerator, which use_cpu would drop

@@ -67,7 +67,7 @@ def test_gpu_preset_maps_the_paper_values():
     assert kw["num_generations"] == 15 and kw["per_device_train_batch_size"] == 4 * 15  # G = 16, batch 4
     assert kw["gradient_accumulation_steps"] == 8 and kw["learning_rate"] == 5e-5
     assert kw["warmup_steps"] == 0.05 and kw["weight_decay"] == 0.01 and kw["max_grad_norm"] == 1.0
-    assert kw["bf16"] and kw["gradient_checkpointing"] and kw["optim"] == "paged_adamw_8bit"
+    assert kw["bf16"] and kw["activation_checkpointing"] and kw["optim"] == "paged_adamw_8bit"
     assert kw["use_vllm"] and kw["vllm_mode"] == "colocate" and kw["num_train_epochs"] == 1
     assert kw["deepspeed"] == str(REPO_ROOT / "configs" / "deepspeed_zero2.json")
     assert cfg.policy.lora_r == 8 and cfg.policy.lora_alpha == 16 and cfg.policy.lora_dropout == 0.0

@@ -220,6 +220,24 @@ def positions_read(allowed: torch.Tensor) -> int:
     return int(branching.max()) + 1 if branching.numel() else min(1, allowed.size(1))
 
 
+def choice_entropies(logits: PromptLogits, prompt_ids, allowed: torch.Tensor, temperature: float):
+    """``[N]``: the entropy of each rollout's constrained step distributions summed over its completion (Eq. q; what
+    ``constrained_token_logps`` gives per position), read from the next-token logits its prompt's single-choice
+    rollouts were drawn from, under the same policy: -sum_{v in S_0} q(v) log q(v), q = softmax_{S_0}(z / T). None
+    unless only the first completion position branches (``positions_read``) and ``logits`` hold every prompt."""
+    from abpo.policy.constrained import PAD_ALLOWED
+
+    if positions_read(allowed) != 1 or not logits.covers(prompt_ids):
+        return None
+    first = allowed[:, 0].cpu()  # S_0 of every rollout [N, K]
+    valid = first != PAD_ALLOWED
+    z = logits.logits[logits.rows(prompt_ids)].gather(1, first.clamp(min=0))
+    z = (z.float() / temperature).masked_fill(~valid, float("-inf"))
+    logq = torch.log_softmax(z, dim=-1)
+    entropy = -(logq.exp() * logq.masked_fill(~valid, 0.0)).sum(-1)
+    return torch.where(valid.sum(-1) > 1, entropy, torch.zeros_like(entropy))  # a forced step: 0
+
+
 def _completion_hidden_states(decoder, input_ids, attention_mask, completion_ids, share_prompts: bool):
     """The decoder's last hidden states that predict each completion token, ``[N, T, H]`` (position t predicts
     completion token t), one forward per row or over each distinct prompt once (``share_prompts``)."""

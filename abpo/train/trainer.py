@@ -68,7 +68,7 @@ from abpo.train.advantages import (
 from abpo.train.answers import AnswerTokens, AnswerTries
 from abpo.train.records import ABPOSettings, CandidateSet, RolloutRecord, check_simulated_click_reward
 from abpo.train.rewards import REWARD_FUNCS, _completion_texts
-from abpo.train.rollouts import constrained_logps, constrained_ref_logps, generate_rollouts
+from abpo.train.rollouts import choice_entropies, constrained_logps, constrained_ref_logps, generate_rollouts
 
 TESTED_TRL = (">=1.16", "<1.17")
 SC_POSITIONS = frozenset({"choice", "answer"})
@@ -386,9 +386,14 @@ class ABPOTrainer(GRPOTrainer):
         comps = [
             row[m.bool()].tolist() for row, m in zip(output["completion_ids"].cpu(), output["completion_mask"].cpu())
         ]
-        output["abpo_allowed"] = allowed_tensor(
-            [self.tries.trie(x) for x in inputs], comps, output["completion_ids"].size(1)
-        ).to(output["completion_ids"].device)
+        allowed = allowed_tensor([self.tries.trie(x) for x in inputs], comps, output["completion_ids"].size(1))
+        output["abpo_allowed"] = allowed.to(output["completion_ids"].device)
+        if self.abpo.surrogate_weight == 0 and self._abpo_prompt_logits is not None:
+            # the rollouts weigh 0 in the loss: their entropy (a loss metric) from the logits they were drawn from
+            prompts = [r[m.bool()].tolist() for r, m in zip(output["prompt_ids"].cpu(), output["prompt_mask"].cpu())]
+            entropy = choice_entropies(self._abpo_prompt_logits, prompts, allowed, self.temperature)
+            if entropy is not None:
+                output["abpo_rollout_entropy"] = entropy.to(output["completion_ids"].device)
         if "old_per_token_logps" in output:
             raise RuntimeError(
                 "ABPOTrainer: TRL computed full-vocabulary old log-probs (misaligned steps or vLLM importance "
@@ -462,7 +467,11 @@ class ABPOTrainer(GRPOTrainer):
         mask = inputs["completion_mask"]
         mask = mask if "tool_mask" not in inputs else mask * inputs["tool_mask"]
         anchors = anchor_rows(inputs, self.abpo.constrained_rollouts) if self.abpo.anchor_terms else None
-        logps, entropies, anchor_logp = self._token_logps(model, inputs, anchors)
+        rollouts_weigh_0 = self.abpo.surrogate_weight == 0 and self.beta == 0.0  # (the KL metric reads them)
+        if rollouts_weigh_0 and anchors is not None and "abpo_rollout_entropy" in inputs:
+            logps, entropies, anchor_logp = self._anchor_logps_only(model, inputs, anchors)
+        else:
+            logps, entropies, anchor_logp = self._token_logps(model, inputs, anchors)
         old = inputs.get("old_per_token_logps")
         old = logps.detach() if old is None else old
         advantages = inputs["advantages"]
@@ -514,6 +523,24 @@ class ABPOTrainer(GRPOTrainer):
         a_m = a_mask.to(logps_all.dtype)
         anchor_logp = (torch.where(a_m > 0, logps_all[n:, : a_ids.size(1)], 0.0) * a_m).sum(-1)  # l_theta
         return logps_all[:n, :t], ent_all[:n, :t], anchor_logp
+
+    def _anchor_logps_only(self, model, inputs, anchors):
+        """:meth:`_token_logps` when the rollouts weigh 0 in the loss (update.surrogate_weight = 0, variant wll, and
+        no KL term, whose logged value reads their log-probs) and their entropy came with the generation (``abpo_rollout_entropy``: single-choice rollouts, the constrained
+        choice's entropy under this same pi_old): only the anchor rows run through the model, so the decoder sees
+        the prompts with a likelihood or off-policy term alone. The rollouts get log-probs 0 (a ratio of 1, as
+        old = the detached current log-probs gives: nothing clipped) and their entropy at the choice position; the
+        loss, its gradients and its metrics are those of :meth:`_token_logps` (tests/train/test_update_variants.py)."""
+        sel, a_ids, a_mask, a_allowed = anchors
+        input_ids = torch.cat([inputs["prompt_ids"][sel], a_ids], dim=1)
+        attention_mask = torch.cat([inputs["prompt_mask"][sel], a_mask], dim=1)
+        a_logps, _ = self._completion_logps(model, input_ids, attention_mask, a_ids, a_allowed)
+        a_m = a_mask.to(a_logps.dtype)
+        anchor_logp = (torch.where(a_m > 0, a_logps, 0.0) * a_m).sum(-1)  # l_theta(a^log | q)
+        logps = torch.zeros(inputs["completion_ids"].shape, dtype=a_logps.dtype, device=a_logps.device)
+        entropies = logps.clone()
+        entropies[:, 0] = inputs["abpo_rollout_entropy"].to(entropies.dtype)  # forced positions: 0 (Eq. q)
+        return logps, entropies, anchor_logp
 
     def _completion_logps(self, model, input_ids, attention_mask, completion_ids, allowed):
         """(log-probs, entropies) of the completion tokens: of the constrained policy q_theta when ``allowed`` is

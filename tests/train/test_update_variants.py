@@ -213,6 +213,57 @@ def test_surrogate_weight_zero_needs_a_term_and_leaves_only_the_likelihood(
     assert float(loss.detach()) == pytest.approx(float(want.detach()), abs=1e-5)
 
 
+def test_wll_loss_on_single_choice_rollouts_runs_only_the_prompts_with_a_likelihood_term(
+    load_tiny, item_update_rows, tiny_update_cfg, tmp_path
+):
+    """wll's rollouts weigh 0 in its loss (update.surrogate_weight = 0). With one token per item id the loss then runs
+    the decoder over the prompts of the logged examples with a likelihood term (the clicks) alone, and its value, its
+    gradients and its logged metrics equal those of the loss that scores the rollouts too (the reference: without
+    the rollouts' entropy from the generation logits); the rollouts' entropy is the constrained choice's under the
+    same pi_old, read from the logits they were drawn from."""
+    from functools import partial
+
+    torch.manual_seed(0)
+    settings = ABPOSettings(
+        variant="wll",
+        scoring_batch_tokens=4096,
+        surrogate_weight=0.0,
+        likelihood_weight=1.0,
+        constrained_rollouts=True,
+        prompt_style="item_tokens",
+    )
+    u = dataclasses.replace(tiny_update_cfg, group_size=5, max_completion_length=64)
+    trainer, _ = _make(load_tiny, item_update_rows, u, tmp_path, settings)
+    out = trainer._generate_and_score_completions(_batch(trainer, item_update_rows[:4]))
+    k = trainer.num_generations
+    clicked = int((out["abpo_anchor_ll_coef"][torch.arange(0, 4 * k, k)] != 0).sum())
+    assert 0 < clicked < 4 and out["abpo_rollout_entropy"].shape == (4 * k,)
+    decoder = trainer.accelerator.unwrap_model(trainer.model).get_decoder()
+    fed = []
+    hook = decoder.register_forward_pre_hook(lambda _m, _a, kw: fed.append(kw["input_ids"].shape[0]), with_kwargs=True)
+    try:
+        loss = trainer._compute_loss(trainer.model, out)
+    finally:
+        hook.remove()
+    assert fed == [clicked]  # the clicked examples' prompts, once each
+    params = [p for p in trainer.model.parameters() if p.requires_grad]
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    new = {key: v[-1] for key, v in trainer._metrics["train"].items()}
+    reference = {key: v for key, v in out.items() if key != "abpo_rollout_entropy"}
+    trainer._constrained_logps = partial(trainer._constrained_logps, share_prompts=False, trim_forced=False)
+    ref_loss = trainer._compute_loss(trainer.model, reference)
+    ref_grads = torch.autograd.grad(ref_loss, params, allow_unused=True)
+    ref = {key: v[-1] for key, v in trainer._metrics["train"].items()}
+    torch.testing.assert_close(loss, ref_loss, atol=1e-6, rtol=0)
+    assert all((a is None) == (b is None) for a, b in zip(grads, ref_grads))
+    for a, b in zip(grads, ref_grads):
+        if a is not None:
+            torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+    for key in ("entropy", "clip_ratio/region_mean", "abpo/objective", "abpo/anchor/logp_mean", "abpo/anchor/rho_mean"):
+        assert new[key] == pytest.approx(ref[key], abs=1e-6), key
+    assert new["entropy"] > 0.01
+
+
 def test_every_new_variant_trains_on_item_tokens_with_constrained_rollouts(
     load_tiny, item_update_rows, item_policy_cfg, tiny_update_cfg, tmp_path
 ):

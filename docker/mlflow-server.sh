@@ -17,9 +17,11 @@ case "$destination" in
     /*) mkdir -p "$destination" ;;
 esac
 
+# every interface of the container (compose publishes the port on 127.0.0.1 only); run on a host, as
+# tests/test_stack_services.py does, MLFLOW_HOST=127.0.0.1 keeps it on the loopback
 echo "[mlflow] backend postgresql://mlflow@${db_host}/mlflow, artifacts ${destination}, allowed hosts ${MLFLOW_SERVER_ALLOWED_HOSTS}"
 exec mlflow server \
-    --host 0.0.0.0 --port "${MLFLOW_PORT_INTERNAL:-5000}" --workers "${MLFLOW_WORKERS:-2}" \
+    --host "${MLFLOW_HOST:-0.0.0.0}" --port "${MLFLOW_PORT_INTERNAL:-5000}" --workers "${MLFLOW_WORKERS:-2}" \
     --app-name basic-auth \
     --backend-store-uri "postgresql+psycopg2://mlflow@${db_host}/mlflow" \
     --serve-artifacts --artifacts-destination "$destination" \

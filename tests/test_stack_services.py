@@ -33,6 +33,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.listeners import require_loopback_only
+
 REPO = Path(__file__).resolve().parents[1]
 DOCKER = REPO / "docker"
 VENV_BIN = Path(sys.executable).parent
@@ -257,6 +259,7 @@ def test_mlflow_server_authenticates_checks_hosts_and_serves_the_registry(initia
         MLFLOW_DB_HOST=f"127.0.0.1:{pg['port']}",
         MLFLOW_ARTIFACTS_DESTINATION=str(tmp_path / "artifacts"),
         MLFLOW_PORT_INTERNAL=str(port),
+        MLFLOW_HOST="127.0.0.1",  # the loopback only, as every test-started service (tests/listeners.py)
         MLFLOW_WORKERS="1",
     )
     log = tmp_path / "mlflow.log"
@@ -272,6 +275,7 @@ def test_mlflow_server_authenticates_checks_hosts_and_serves_the_registry(initia
     try:
         url = f"http://127.0.0.1:{port}"
         _wait_http(f"{url}/health", proc, log)
+        require_loopback_only([proc.pid], "docker/mlflow-server.sh")
         api = f"{url}/api/2.0/mlflow/experiments/search?max_results=1"
         assert _status(f"{url}/health")[0] == 200
         assert _status(api)[0] == 401
@@ -388,7 +392,7 @@ def test_airflow_init_migrates_creates_the_pool_and_the_passwords_file(initialis
     api_env = {**env, "AIRFLOW__API_AUTH__JWT_SECRET": "test-jwt-secret"}
     with log.open("w") as f:
         proc = subprocess.Popen(
-            ["airflow", "api-server", "--port", str(port)],
+            ["airflow", "api-server", "--host", "127.0.0.1", "--port", str(port)],
             env=api_env,
             stdout=f,
             stderr=subprocess.STDOUT,
@@ -398,6 +402,7 @@ def test_airflow_init_migrates_creates_the_pool_and_the_passwords_file(initialis
     try:
         url = f"http://127.0.0.1:{port}"
         _wait_http(f"{url}/api/v2/version", proc, log)
+        require_loopback_only([proc.pid], "airflow api-server")
         code, body = _status(f"{url}/auth/token", data={"username": "admin", "password": AIRFLOW_ADMIN_PASSWORD})
         assert code in (200, 201) and json.loads(body)["access_token"], body
         assert _status(f"{url}/auth/token", data={"username": "admin", "password": "wrong"})[0] == 401

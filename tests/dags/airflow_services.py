@@ -15,10 +15,18 @@ import urllib.request
 from pathlib import Path
 
 from abpo.monthly.local_airflow import TASK_PRELOAD
+from tests.listeners import require_loopback_only
 
 REPO = Path(__file__).resolve().parents[2]
 # the DAG runs' sizes: tests/sizes.py (DAG_MONTH, DAG_MONTH_CLICKS)
-SERVICES = {"api-server": ["api-server"], "scheduler": ["scheduler"], "dag-processor": ["dag-processor"]}
+# every service listens on the loopback only (tests/listeners.py checks it): the API server through [api] host (its
+# default is 0.0.0.0), the scheduler with no log server (Airflow binds it to every interface, with no setting for the
+# address; the tests read task logs from the files, never through it)
+SERVICES = {
+    "api-server": ["api-server"],
+    "scheduler": ["scheduler", "--skip-serve-logs"],
+    "dag-processor": ["dag-processor"],
+}
 
 
 def free_port() -> int:
@@ -88,6 +96,7 @@ class AirflowServices:
             "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "false",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+            "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(self.port),
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{self.port}/execution/",
             "AIRFLOW__CORE__PARALLELISM": "2",
@@ -161,10 +170,16 @@ class AirflowServices:
             self.api.token = self.api.wait(self.login, "API server token", 180)
             self.api.wait(lambda: self.api.call("GET", "/api/v2/dags/abpo_monthly")["dag_id"], "DAG parsed", 180)
             self.api.call("PATCH", "/api/v2/dags/abpo_monthly", {"is_paused": False})
+            self.require_loopback_only("the services just started")
         except BaseException:
-            self.__exit__()
+            self.stop_all()
             raise
         return self
+
+    def require_loopback_only(self, when: str) -> None:
+        """AssertionError naming every socket that a service, or a process it started (a task, the log server),
+        listens on beyond the loopback (tests/listeners.py)."""
+        require_loopback_only([proc.pid for proc, _ in self.procs.values()], f"Airflow services ({when})")
 
     def login(self) -> str:
         """The REST client's token (the all-admins simple auth manager's; a test with named users overrides it)."""
@@ -176,6 +191,13 @@ class AirflowServices:
         return run["dag_run_id"]
 
     def __exit__(self, *exc) -> None:
+        try:
+            if not exc or exc[0] is None:  # the test passed: so did every service's sockets, up to the end
+                self.require_loopback_only("before they stop")
+        finally:
+            self.stop_all()
+
+    def stop_all(self) -> None:
         for name in list(self.procs):
             proc, log = self.procs.pop(name)
             try:

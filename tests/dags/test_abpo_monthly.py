@@ -22,7 +22,7 @@ def test_no_import_errors(dagbag):
 
 def test_the_cycle_is_wired_per_arm(dagbag):
     dag = dagbag.dags["abpo_monthly"]
-    llm = [f"{a}.{s}" for a in ("abpo", "grpo", "grpo_cr") for s in ("update", "register", "gate", "promote")]
+    llm = [f"{a}.{s}" for a in ("abpo", "grpo", "grpo_cr", "wll") for s in ("update", "register", "gate", "promote")]
     rankers = ["ml_retrain.refit", "popularity.refit"]
     assert set(dag.task_ids) == {
         "resolve_month",
@@ -40,12 +40,13 @@ def test_the_cycle_is_wired_per_arm(dagbag):
         ("ingest", "abpo.update"),
         ("ingest", "grpo.update"),
         ("ingest", "grpo_cr.update"),
+        ("ingest", "wll.update"),
         ("ingest", "ml_retrain.refit"),
         ("ingest", "popularity.refit"),
         ("resolve_month", "serve"),
         ("resolve_month", "bootstrap"),
     ]
-    for arm in ("abpo", "grpo", "grpo_cr"):
+    for arm in ("abpo", "grpo", "grpo_cr", "wll"):
         edges += [
             (f"{arm}.update", f"{arm}.register"),
             (f"{arm}.register", f"{arm}.gate"),
@@ -70,6 +71,7 @@ def test_the_cycle_is_wired_per_arm(dagbag):
         ("abpo", "abpo.promote"),
         ("grpo", "grpo.promote"),
         ("grpo_cr", "grpo_cr.promote"),
+        ("wll", "wll.promote"),
         ("popularity", "popularity.refit"),
     ):
         # an alias: the champion's Asset event is added only when the champion moved (tests/dags/test_champion_events)

@@ -58,12 +58,10 @@ def test_demo_runs_three_months_through_the_dag(tmp_path):
     # gave ml_retrain none), and an arm without impressions has no cell
     arms = {a for _, a in cells}
     assert (
-        {"abpo", "grpo", "grpo_cr", "holdback"}
-        <= arms
-        <= {"abpo", "grpo", "grpo_cr", "ml_retrain", "popularity", "holdback"}
+        {"abpo", "grpo", "wll", "holdback"} <= arms <= {"abpo", "grpo", "wll", "ml_retrain", "popularity", "holdback"}
     )
     assert {(c["period"], c["candidate"]) for c in report["holdback"]} == {
-        (p, a) for p in ("2026-01", "2026-02", "2026-03", "all") for a in ("abpo", "grpo", "grpo_cr")
+        (p, a) for p in ("2026-01", "2026-02", "2026-03", "all") for a in ("abpo", "grpo", "wll")
     }  # updating vs holdback
 
     from mlflow import MlflowClient

@@ -100,7 +100,7 @@ def test_a_version_without_its_weights_is_never_a_complete_download(tmp_path, ca
 
     # a whole version cached by an older abpo whose marker accepted it without its weights: downloaded again
     v3 = _register(cfg, _sasrec_arm_dir(tmp_path / "whole"))
-    path = arm_versions.local_dir(cfg, "ml_retrain", v3)
+    arm_versions.local_dir(cfg, "ml_retrain", v3)  # cached whole first
     done = dst.parent / f"v{v3}" / ".complete"
     marker = json.loads(done.read_text())
     rel = next(k for k in marker["files"] if k.endswith("sasrec.pt"))

@@ -99,8 +99,10 @@ def _scalar(value: Any, tp: Any, meta: Any, key: str, source: str) -> Any:
         raise refuse(value, range_rule(meta))
     if meta.get("duration") and duration_seconds(value) is None:
         raise refuse(value, range_rule(meta))
-    if "duration_max" in meta and duration_seconds(value) > duration_seconds(meta["duration_max"][0]):
-        raise refuse(value, range_rule(meta))
+    if "duration_max" in meta:
+        seconds, most = duration_seconds(value), duration_seconds(meta["duration_max"][0])
+        if seconds is not None and most is not None and seconds > most:
+            raise refuse(value, range_rule(meta))
     if tp in (int, float) and any(k in meta for k in RANGE_KEYS):
         inside = (
             ("gt" not in meta or value > meta["gt"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 from dataclasses import dataclass
+from typing import Any
 
 from abpo.errors import UsageError
 from abpo.paths import namespaced
@@ -74,8 +75,9 @@ def entry(name: str) -> ArmEntry:
     return ARMS[check_arm(name)]
 
 
-def arm_class(name: str) -> type:
-    """The arm's class (imported on first use)."""
+def arm_class(name: str) -> Any:
+    """The arm's class (imported on first use): a subclass of abpo.arms.base.Arm, typed Any because this module
+    imports no other abpo module (the DAG file and the UI plugin import it when parsed)."""
     module, _, cls = entry(name).cls.partition(":")
     return getattr(importlib.import_module(module), cls)
 

@@ -55,6 +55,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from headroom import SMOKE as HEADROOM_SMOKE  # noqa: E402  (benchmarks/ is on the path just above)
+
 
 @dataclasses.dataclass(frozen=True)
 class Cell:
@@ -130,26 +132,8 @@ PRIORITY = (
 )
 
 
-SMOKE = [
-    "data.max_users=12",
-    "data.sup_examples_per_user=4",
-    "data.train_candidates=8",
-    "data.eval_candidates=10",
-    "policy.tiny_hidden_size=32",
-    "policy.tiny_layers=1",
-    "policy.tiny_heads=2",
-    "policy.tiny_intermediate_size=64",
-    "policy.tiny_vocab_size=2048",
-    "update.max_completion_length=72",  # the catalog's longest answer + EOS in a 2,048-token vocabulary: 69
-    "policy.max_history=3",
-    "sft.pretrain_epochs=0",
-    "sft.max_steps=4",
-    "sft.batch_size=8",
-    "sft.eval_max_users=4",
-    "sft.eval_generation=false",
-    "arms.gate_max_users=4",
-    "sim.base_ctr=0.4",  # both strata in a month of 12 users
-]
+# --smoke: headroom.py's throw-away tiny state (the arms bootstrapped on 12 users), with both strata in its month
+SMOKE = [*HEADROOM_SMOKE, "sim.base_ctr=0.4"]
 SMOKE_CELLS = [Cell("grpo", "sim", 64, 1.0, 1e-3), Cell("wll", "logged", 64, 1.0, 1e-3)]
 
 

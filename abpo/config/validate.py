@@ -84,17 +84,19 @@ def check_report_arms(cfg: Config) -> None:
         )
 
 
+def check_served_keys(cfg: Config, key: str, by_arm: dict, rule: str) -> None:
+    """A per-arm mapping ``key`` names only arms of ``arms.names``: an unserved arm's entry would be silently unused."""
+    unknown = [a for a in by_arm if a not in cfg.arms.names]
+    if unknown:
+        raise ConfigError(f"config {key} names {unknown}, not in arms.names {list(cfg.arms.names)}: rule: {rule}")
+
+
 def check_update_rows_by_arm(cfg: Config) -> None:
     """``arms.update_max_examples_by_arm`` sizes arms that are served (``arms.names``), each with a rows cap >= 0: a
     key of an arm that is not served would be a size silently unused. (That each is an LLM arm is checked by the
     update step, abpo.monthly.update, which knows the arms' kinds.)"""
     by_arm = cfg.arms.update_max_examples_by_arm
-    unknown = [a for a in by_arm if a not in cfg.arms.names]
-    if unknown:
-        raise ConfigError(
-            f"config arms.update_max_examples_by_arm names {unknown}, not in arms.names {list(cfg.arms.names)}: rule: "
-            "only a served arm's update is sized"
-        )
+    check_served_keys(cfg, "arms.update_max_examples_by_arm", by_arm, "only a served arm's update is sized")
     bad = {a: n for a, n in by_arm.items() if n < 0}  # integers: the loader refuses any other value type
     if bad:
         raise ConfigError(f"config arms.update_max_examples_by_arm {bad}: rule: each value an integer >= 0 (rows)")
@@ -112,12 +114,7 @@ def check_update_by_arm(cfg: Config) -> None:
     from abpo.config.values import _coerce
 
     by_arm = cfg.arms.update_by_arm
-    unknown = [a for a in by_arm if a not in cfg.arms.names]
-    if unknown:
-        raise ConfigError(
-            f"config arms.update_by_arm names {unknown}, not in arms.names {list(cfg.arms.names)}: rule: only a "
-            "served arm's update has a budget"
-        )
+    check_served_keys(cfg, "arms.update_by_arm", by_arm, "only a served arm's update has a budget")
     fields = {f.name: f for f in dataclasses.fields(UpdateConfig)}
     hints = typing.get_type_hints(UpdateConfig)
     for arm, entry in by_arm.items():

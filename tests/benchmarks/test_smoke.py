@@ -83,7 +83,7 @@ CASES = {
     "update_step.py": (
         rf"goal F/B <= 1\.2 at M=20 \(CPU time\): (?:met|NOT met) \({NUM}\); "
         rf"goal F-text/F >= 3: (?:met|NOT met) \({NUM}\)",
-        rf"M=20 cost per step against B \(CPU time\): abpo_ll/B {NUM}; grpo_cr/B {NUM}",
+        rf"logged rows/s now/baseline: {NUM}x \(B\), {NUM}x \(F\), {NUM}x \(wll\)",
         ["--variants", "abpo_ll,grpo_cr"],
     ),
 }

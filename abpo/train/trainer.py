@@ -20,8 +20,10 @@ What this subclass changes (no TRL code is copied):
   advantages: rollout rewards r = r_match + r_fmt (+ lambda_sc r_sc for y = 0, self-certainty from pi_theta's
   logits over each completion), the anchor's reward r_log (the same function on the logged item's well-formed
   text), the SNIPS weight w = e_old(a_log|q)/e0(a_log|q) with e_old recomputed here with the shared-prefix scorer
-  over the example's candidate set under the rollout policy pi_old, stratified self-normalisation over the
-  generation batch (the SNIPS mini-batch), then `abpo.algo.variants.rollout_advantages`.
+  over the example's candidate set under the rollout policy pi_old (with one token per item id read from the
+  next-token logits the rollouts were drawn from: each distinct prompt runs through the model once per generation
+  batch), stratified self-normalisation over the generation batch (the SNIPS mini-batch), then
+  `abpo.algo.variants.rollout_advantages`.
   Rewards are gathered over processes before any group statistic (a group's rows may span processes), then each
   process keeps its own slice, exactly as TRL slices its advantages.
 - per-step diagnostics for every variant (`_diagnostics`, docs/diagnostics.md): the SNIPS weight summary, the

@@ -276,3 +276,17 @@ def separate_python(env_dir: Path) -> Path:
     lines = [str(REPO), *(f"import site; site.addsitedir({d!r})" for d in site.getsitepackages()), NO_AIRFLOW]
     Path(purelib, "abpo-project.pth").write_text("\n".join(lines) + "\n")
     return python
+
+
+def assert_month_tasks(states: dict[str, str], config: str | Path = "demo", approvals: bool = False) -> None:
+    """A month run of abpo_monthly under ``config`` (a preset or YAML path) ended with every task of a served arm
+    (``arms.names``) and the month's own tasks a success, and every task of an arm abpo.arms.names knows but the config
+    does not serve skipped (abpo.monthly.airflow_tasks.skip_unless_configured); ``states``: task id -> state of the
+    run, every task of the DAG (one approval task per LLM arm with ``approvals``)."""
+    from abpo.arms.names import ARMS, HOLDBACK_ARMS, LLM_ARMS, RANKER_ARMS
+    from abpo.config import load_config
+
+    served = set(load_config(config).arms.names)
+    tasks = 5 + (5 if approvals else 4) * len(LLM_ARMS) + len(RANKER_ARMS) + len(HOLDBACK_ARMS)
+    want = {k: "skipped" if k.split(".")[0] in ARMS and k.split(".")[0] not in served else "success" for k in states}
+    assert len(states) == tasks and states == want, sorted(states.items())

@@ -59,8 +59,11 @@ def approval_dag(tmp_path, monkeypatch):
 
 def test_with_approval_required_each_llm_arm_waits_between_gate_and_promote(approval_dag):
     dag = approval_dag
-    llm = ("abpo", "grpo", "grpo_cr")
-    assert len(dag.task_ids) == 20 + len(llm)  # the demo preset's DAG and one approval task per LLM arm
+    from abpo.arms.names import HOLDBACK_ARMS, LLM_ARMS, RANKER_ARMS
+
+    llm = LLM_ARMS  # every LLM arm of abpo.arms.names has its task group (one not served skips)
+    base = 5 + 4 * len(llm) + len(RANKER_ARMS) + len(HOLDBACK_ARMS)  # the DAG without approval (24 with six arms)
+    assert len(dag.task_ids) == base + len(llm)  # and one approval task per LLM arm
     for arm in llm:
         approve = dag.get_task(f"{arm}.approve")
         assert type(approve).__name__ == "PromotionApproval" and approve.arm == arm

@@ -31,11 +31,20 @@ def _history_field(field: str):
 
 
 _reason, _actor = _history_field("reason"), _history_field("actor")
+ARM_HELP = "The arm: abpo, grpo, ml_retrain or popularity."
+ACTOR_HELP = "Who does it, recorded in the promotion history (default: $ABPO_ACTOR, else the OS user)."
+
+
+def _hand_move_options(a: argparse.ArgumentParser, reason_help: str, action: str) -> None:
+    """--arm, --reason and --actor of an action that moves or holds a champion by hand, and its handler."""
+    a.add_argument("--arm", type=arm_arg, required=True, help=ARM_HELP)
+    a.add_argument("--reason", default="", type=_reason, help=reason_help)
+    a.add_argument("--actor", default="", type=_actor, help=ACTOR_HELP)
+    a.set_defaults(handler=run, action=action)
 
 
 def add_champion_actions(asub, common: argparse.ArgumentParser) -> None:
     """The actions that move or hold a champion by hand: promote, rollback, pin, unpin."""
-    actor = "Who does it, recorded in the promotion history (default: $ABPO_ACTOR, else the OS user)."
     a = asub.add_parser(
         "promote",
         parents=[common],
@@ -44,7 +53,7 @@ def add_champion_actions(asub, common: argparse.ArgumentParser) -> None:
         "promotion history (who, when, from, to, why, the version's gate verdict; `abpo arms "
         "history`), which `abpo arms rollback` follows. A pin does not stop a human's promotion.",
     )
-    a.add_argument("--arm", type=arm_arg, required=True, help="The arm: abpo, grpo, ml_retrain or popularity.")
+    a.add_argument("--arm", type=arm_arg, required=True, help=ARM_HELP)
     a.add_argument("--version", required=True, help="The registered version to make champion.")
     a.add_argument(
         "--expect-champion",
@@ -53,7 +62,7 @@ def add_champion_actions(asub, common: argparse.ArgumentParser) -> None:
     a.add_argument(
         "--reason", default="", type=_reason, help="Why: recorded in the promotion history and on the version."
     )
-    a.add_argument("--actor", default="", type=_actor, help=actor)
+    a.add_argument("--actor", default="", type=_actor, help=ACTOR_HELP)
     a.set_defaults(handler=run, action="promote")
 
     a = asub.add_parser(
@@ -64,12 +73,7 @@ def add_champion_actions(asub, common: argparse.ArgumentParser) -> None:
         "history the champion again (repeated: further back); refused, nothing changed, when that "
         "version no longer exists.",
     )
-    a.add_argument("--arm", type=arm_arg, required=True, help="The arm: abpo, grpo, ml_retrain or popularity.")
-    a.add_argument(
-        "--reason", default="", type=_reason, help="Why: recorded in the promotion history and on the version."
-    )
-    a.add_argument("--actor", default="", type=_actor, help=actor)
-    a.set_defaults(handler=run, action="rollback")
+    _hand_move_options(a, "Why: recorded in the promotion history and on the version.", "rollback")
 
     a = asub.add_parser(
         "pin",
@@ -80,10 +84,7 @@ def add_champion_actions(asub, common: argparse.ArgumentParser) -> None:
         "arms unpin`. Recorded in the promotion history. A champion moved by hand in MLflow is "
         "pinned when the next month detects it.",
     )
-    a.add_argument("--arm", type=arm_arg, required=True, help="The arm: abpo, grpo, ml_retrain or popularity.")
-    a.add_argument("--reason", default="", type=_reason, help="Why: recorded in the promotion history.")
-    a.add_argument("--actor", default="", type=_actor, help=actor)
-    a.set_defaults(handler=run, action="pin")
+    _hand_move_options(a, "Why: recorded in the promotion history.", "pin")
 
     a = asub.add_parser(
         "unpin",
@@ -91,10 +92,7 @@ def add_champion_actions(asub, common: argparse.ArgumentParser) -> None:
         help="Let the gate promote an arm again.",
         description="Remove --arm's pin (`abpo arms pin`); recorded in the promotion history.",
     )
-    a.add_argument("--arm", type=arm_arg, required=True, help="The arm: abpo, grpo, ml_retrain or popularity.")
-    a.add_argument("--reason", default="", type=_reason, help="Why: recorded in the promotion history.")
-    a.add_argument("--actor", default="", type=_actor, help=actor)
-    a.set_defaults(handler=run, action="unpin")
+    _hand_move_options(a, "Why: recorded in the promotion history.", "unpin")
 
 
 def add_record_actions(asub, common: argparse.ArgumentParser) -> None:

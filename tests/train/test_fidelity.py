@@ -137,6 +137,43 @@ def test_single_choice_loss_runs_the_decoder_to_the_choice_only_with_the_same_lo
         )
 
 
+def test_constrained_logps_stop_at_the_last_branching_position_of_a_multi_token_choice(load_tiny):
+    """Answers that branch at two positions (ids of several tokens, then a forced title): the constrained log-probs
+    run the decoder up to the last branching position only, with the values, entropies and gradients of the
+    whole completion (Eq. q: a forced step is log q = 0, entropy 0, whatever follows it)."""
+    from accelerate import Accelerator
+
+    from abpo.policy.constrained import AnswerTrie, allowed_tensor
+    from abpo.train.rollouts import constrained_logps, positions_read
+
+    model, tok = load_tiny()
+    eos = tok.eos_token_id
+    answers = [[10, 11, 12, 13, 14, 15], [10, 20, 12, 13, 16, 17], [10, 11, 12, 30, 31, 32]]
+    trie = AnswerTrie(answers, eos)
+    assert not trie.single_choice
+    comps = [a + [eos] for a in answers] * 2
+    allowed = allowed_tensor([trie] * len(comps), comps, 7)
+    assert positions_read(allowed) == 4  # branches at positions 1 and 3; 4..6 forced
+    prompts = [[5, 6, 7, 8], [9, 8, 7]] * 3
+    ids = torch.full((6, 4 + 7), tok.pad_token_id)
+    att = torch.zeros((6, 4 + 7), dtype=torch.long)
+    for r, (p, c) in enumerate(zip(prompts, comps)):
+        ids[r, 4 - len(p) : 4], att[r, 4 - len(p) : 4] = torch.tensor(p), 1
+        ids[r, 4:], att[r, 4:] = torch.tensor(c), 1
+    comp = torch.tensor(comps)
+    acc = Accelerator(cpu=True)
+    params = [p for p in model.parameters() if p.requires_grad]
+    got = constrained_logps(acc, model, ids, att, comp, allowed, 0.7)
+    ref = constrained_logps(acc, model, ids, att, comp, allowed, 0.7, share_prompts=False, trim_forced=False)
+    for a, b in zip(got, ref):
+        assert a.shape == b.shape == (6, 7)
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+    assert (got[0] != 0).sum(-1).tolist() == [2, 1, 2] * 2  # log q where the row's answers branch (1 after 20)
+    g_new = torch.autograd.grad(got[0].sum(), params, allow_unused=True)
+    g_ref = torch.autograd.grad(ref[0].sum(), params, allow_unused=True)
+    assert _same(g_new, g_ref, atol=1e-6) and any(g is not None for g in g_new)
+
+
 def test_constrained_rollouts_carry_a_learning_signal_that_free_rollouts_do_not(
     load_tiny, update_rows, tiny_update_cfg, tmp_path
 ):

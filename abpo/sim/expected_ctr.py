@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -133,7 +134,9 @@ def month_figures(
             "sha256": requests_sha256(requests),
         },
         "exposure_tau": float(cfg.policy.tau),
-        "intercept": _r(intercept),
+        # -inf when sim.base_ctr is 0 (abpo.sim.preference.calibrate_intercept: no preference click), which JSON
+        # cannot hold: stored as null, with every expected CTR 0 but the boosts'
+        "intercept": _r(intercept) if math.isfinite(intercept) else None,
         "models_scored": len(models),
         "arms": arms,
         "reference": {

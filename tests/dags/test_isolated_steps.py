@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 from airflow_services import separate_python
 
+from abpo.arms.names import LLM_ARMS
+
 DAGS = Path(__file__).resolve().parents[2] / "dags"
-HEAVY = ("bootstrap", *(f"{a}.{s}" for a in ("abpo", "grpo", "grpo_cr") for s in ("update", "gate")))
+HEAVY = ("bootstrap", *(f"{a}.{s}" for a in LLM_ARMS for s in ("update", "gate")))  # every LLM arm of abpo.arms.names
 
 
 def _bag(monkeypatch, **env):
@@ -67,7 +69,7 @@ def test_the_heavy_tasks_run_in_the_task_python_and_keep_their_place(monkeypatch
         assert mine.downstream_task_ids == t.downstream_task_ids and mine.upstream_task_ids == t.upstream_task_ids
         assert (mine.execution_timeout, mine.pool) == (t.execution_timeout, t.pool), t.task_id
         assert [a.name for a in mine.outlets] == [a.name for a in t.outlets], t.task_id
-    assert {dag.get_task(f"{a}.update").queue for a in ("abpo", "grpo", "grpo_cr")} == {"gpu"}
+    assert {dag.get_task(f"{a}.update").queue for a in LLM_ARMS} == {"gpu"}
     assert dag.get_task("abpo.gate").queue == dag.get_task("ingest").queue == "default"
 
 

@@ -56,6 +56,7 @@ def test_importing_the_pages_loads_no_heavy_module():
         "abpo",
         "abpo.arms",
         "abpo.arms.names",
+        "abpo.errors",
         "abpo.months",
         "abpo.monthly",
         "abpo.monthly.pages",

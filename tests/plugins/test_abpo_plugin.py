@@ -162,6 +162,7 @@ def test_the_plugin_imports_only_abpos_leaf_modules_and_its_pages():
         "abpo",
         "abpo.arms",
         "abpo.arms.names",
+        "abpo.errors",
         "abpo.months",
         "abpo.monthly",
         "abpo.monthly.pages",

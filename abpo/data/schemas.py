@@ -198,8 +198,15 @@ def month_location(landing_dir: str | os.PathLike, month: str, kind: str = "impr
     from abpo.data import storage
 
     if storage.is_uri(landing_dir):
-        return storage.join(str(landing_dir), kind, f"month={check_month(month)}")
+        return month_uri(str(landing_dir), month, kind)
     return month_dir(landing_dir, month, kind)
+
+
+def month_uri(landing_uri: str, month: str, kind: str = "impressions") -> str:
+    """:func:`month_location` of an object-store landing zone: ``<landing_uri>/<kind>/month=YYYY-MM``."""
+    from abpo.data import storage
+
+    return storage.join(landing_uri, kind, f"month={check_month(month)}")
 
 
 # Row groups of this many rows: a reader (DuckDB's ingest) decodes a file's row groups in parallel, so one huge group
@@ -207,7 +214,9 @@ def month_location(landing_dir: str | os.PathLike, month: str, kind: str = "impr
 LANDING_ROW_GROUP_ROWS = 131_072
 
 
-def write_impressions(table: pa.Table, landing_dir: str | os.PathLike, month: str, *, part: str | None = None) -> Path:
+def write_impressions(
+    table: pa.Table, landing_dir: str | os.PathLike, month: str, *, part: str | None = None
+) -> Path | str:
     """Write an impressions table into the landing zone: landing/impressions/month=YYYY-MM/part-*.parquet.
 
     The table must follow IMPRESSIONS_SCHEMA by name and type (checked here; row-level rules such as
@@ -221,7 +230,9 @@ def write_impressions(table: pa.Table, landing_dir: str | os.PathLike, month: st
     )
 
 
-def write_interactions(table: pa.Table, landing_dir: str | os.PathLike, month: str, *, part: str | None = None) -> Path:
+def write_interactions(
+    table: pa.Table, landing_dir: str | os.PathLike, month: str, *, part: str | None = None
+) -> Path | str:
     """Write what users consumed in ``month`` (INTERACTIONS_SCHEMA: user, item, time, position in the user's
     sequence) into landing/interactions/month=YYYY-MM/part-*.parquet, as :func:`write_impressions` does; the
     warehouse ingests it with the month (abpo.warehouse.Warehouse.ingest_interactions) and the ranker arms' refits

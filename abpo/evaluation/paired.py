@@ -184,7 +184,12 @@ def simulated_size(
 
 
 def paired_noninferiority(
-    challenger: Sequence[float], champion: Sequence[float], *, margin: float, alpha: float = 0.025, power: float = 0.8
+    challenger: Sequence[float] | np.ndarray,
+    champion: Sequence[float] | np.ndarray,
+    *,
+    margin: float,
+    alpha: float = 0.025,
+    power: float = 0.8,
 ) -> PairedTest:
     """The paired non-inferiority test of the module docstring on per-user values of the same users in the same
     order (``challenger[u]`` and ``champion[u]`` of user u): pass iff the one-sided (1 - alpha) lower bound of

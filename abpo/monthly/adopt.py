@@ -158,14 +158,18 @@ def check_model(cfg: Config, path: Path) -> dict[str, Any]:
     scored = score_examples(model, tok, examples, titles, cfg.policy)
     tops = []
     for s in scored:
-        e = candidate_propensities(s.scores, cfg.policy.tau)
-        if not bool(torch.isfinite(s.scores).all()) or not bool((e > 0).all()) or abs(float(e.sum()) - 1) > 1e-4:
+        props = candidate_propensities(s.scores, cfg.policy.tau)
+        if (
+            not bool(torch.isfinite(s.scores).all())
+            or not bool((props > 0).all())
+            or abs(float(props.sum()) - 1) > 1e-4
+        ):
             raise ModelRefused(
                 f"{path}: request {s.example.request_id} in the prompt format of policy.prompt_style="
-                f"{cfg.policy.prompt_style} scores {s.scores.tolist()[:5]}... (propensities sum {float(e.sum()):.6f});"
+                f"{cfg.policy.prompt_style} scores {s.scores.tolist()[:5]}... (propensities sum {float(props.sum()):.6f});"
                 " rule: every candidate's score is finite and e_p = softmax(s_p / tau) is > 0 and sums to 1"
             )
-        tops.append(float(e.max()))
+        tops.append(float(props.max()))
     return {"checked_requests": len(scored), "mean_top_propensity": sum(tops) / len(tops) if tops else math.nan}
 
 

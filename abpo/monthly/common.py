@@ -141,7 +141,7 @@ def completed_step(cfg: Config, *parts: Any, experiment: str = "", result: type[
     key = task_key(cfg, *parts)
     done = reuse(cfg, experiment or arm_versions.EXPERIMENT, key)
     if done is not None and result is not None:
-        done = result.from_json(done)
+        return key, result.from_json(done)
     return key, done
 
 
@@ -190,15 +190,16 @@ def retry_or_fail(exc: BaseException) -> str:
     (:data:`TRANSIENT`) or unknown. An exception raised while handling another (``raise X from e``) that is itself
     unknown is judged by its cause."""
     seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        for c in type(exc).__mro__:
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        for c in type(cur).__mro__:
             name = _class_path(c)
             if name in TRANSIENT:
                 return "retry"
             if name in REFUSED:
                 return "fail"
-        exc = exc.__cause__
+        cur = cur.__cause__
     return "retry"
 
 
@@ -210,11 +211,11 @@ def landing_status(cfg: Config, month: str, marker: str = "") -> tuple[bool, str
     marker too; an object-store partition always needs the marker the ingest requires ($ABPO_LANDING_MARKER, default
     _SUCCESS: an upload is not atomic). Cheap: lists the directory, reads no Parquet (the ingest checks the files)."""
     from abpo.data import storage
-    from abpo.data.schemas import month_dir, month_location
+    from abpo.data.schemas import month_dir, month_uri
 
     landing = cfg.paths.location("landing")
     if storage.is_uri(landing):  # an object store: list the partition's objects (a missing bucket or denied access
-        d = month_location(landing, str(month))  # raises StorageError, one line)
+        d = month_uri(str(landing), str(month))  # raises StorageError, one line)
         # complete means what the ingest reads: an object store's partition only once its marker is there
         # ($ABPO_LANDING_MARKER), so a scheduled run during an upload skips the month instead of failing it
         marker = marker or storage.landing_marker()
@@ -228,15 +229,15 @@ def landing_status(cfg: Config, month: str, marker: str = "") -> tuple[bool, str
         if marker and marker not in names:
             return False, f"{d}: {len(files)} object(s), but no {marker} marker yet (the ingestion has not finished)"
         return True, f"{d}: {len(files)} object(s)" + (f" and the {marker} marker" if marker else "")
-    d = month_dir(landing, str(month))
-    if not d.is_dir():
-        return False, f"{d}: no landing partition yet"
-    files = [p for p in d.iterdir() if not p.name.startswith((".", "_"))]
-    if not files:
-        return False, f"{d}: the landing partition holds no files yet"
-    if marker and not (d / marker).exists():
-        return False, f"{d}: {len(files)} file(s), but no {marker} marker yet (the ingestion has not finished)"
-    return True, f"{d}: {len(files)} file(s)" + (f" and the {marker} marker" if marker else "")
+    local = month_dir(landing, str(month))
+    if not local.is_dir():
+        return False, f"{local}: no landing partition yet"
+    paths = [p for p in local.iterdir() if not p.name.startswith((".", "_"))]
+    if not paths:
+        return False, f"{local}: the landing partition holds no files yet"
+    if marker and not (local / marker).exists():
+        return False, f"{local}: {len(paths)} file(s), but no {marker} marker yet (the ingestion has not finished)"
+    return True, f"{local}: {len(paths)} file(s)" + (f" and the {marker} marker" if marker else "")
 
 
 # ------------------------------------------------------------------------------------------------ failure hook

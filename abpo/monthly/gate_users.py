@@ -168,9 +168,9 @@ def warehouse_gate_examples(cfg: Config, month: str | None) -> GateSet:
             f"month {month} ({len(crowded)} gate user(s) like this); rule: data.eval_candidates={m} needs {m - 1} "
             "items the user never consumed beside the target; lower data.eval_candidates"
         )
-    popularity = Counter(rows.column("item_id").to_numpy().tolist())
-    popularity.subtract(s.target for s in splits)
-    popularity = {int(i): int(c) for i, c in sorted(popularity.items()) if c > 0}
+    counts = Counter(rows.column("item_id").to_numpy().tolist())
+    counts.subtract(s.target for s in splits)
+    popularity = {int(i): int(c) for i, c in sorted(counts.items()) if c > 0}
     # one example per user, each depending only on the seed, the user's sequence and the popularity: choosing the
     # users first gives the same examples as choosing among all of them, without drawing the others' candidates
     n = cfg.arms.gate_max_users or cfg.sft.eval_max_users

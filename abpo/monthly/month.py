@@ -34,7 +34,7 @@ class MonthResult(StepResult):
     ran: list[str] = dataclasses.field(default_factory=list)  # the steps run, in order ("<arm>.<step>" per arm)
 
     def to_json(self) -> dict[str, Any]:
-        out = {
+        out: dict[str, Any] = {
             "month": self.month,
             "bootstrap": self.bootstrap.arms if self.bootstrap else None,
             "serve": self.serve.to_json() if self.serve else None,
@@ -78,14 +78,17 @@ def run_month(cfg: Config, month: str, *, simulate: bool = True, force: bool = F
         except ValueError as e:
             raise ConfigError(f"month {month}: {e} (the simulated serve routes users by them); nothing was run") from e
     res = MonthResult(str(month))
-    options = {"bootstrap": {"force": force}, "serve": {"simulate": simulate}}
+    options: dict[str, dict[str, Any]] = {"bootstrap": {"force": force}, "serve": {"simulate": simulate}}
     for name in steps.ONCE:
         setattr(res, name, steps.run_step(name, cfg, month, **options.get(name, {})))
         res.ran.append(name)
+    ingested = res.ingest
+    if ingested is None:  # the ingest step returns its result or raises: None here is a bug
+        raise RuntimeError(f"month {month}: the ingest step returned no result; the arms' steps start from it")
     for kind in steps.PER_ARM:  # every LLM arm's chain, then every ranker arm's, then the holdback's, as the DAG
         for arm in arms_of(cfg):
             if entry(arm).kind == kind:
-                _arm_chain(cfg, arm, month, res.ingest, res)
+                _arm_chain(cfg, arm, month, ingested, res)
     for name in steps.LAST:
         setattr(res, name, steps.run_step(name, cfg, month))
         res.ran.append(name)

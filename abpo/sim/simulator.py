@@ -68,7 +68,7 @@ class SimRequest:
 class SimResult:
     month: str
     table: pa.Table
-    path: Path | None
+    path: Path | str | None  # the landing file written (an object-store URI for an s3:// landing zone)
     per_arm: dict[str, dict[str, Any]] = field(default_factory=dict)
     seconds: float = 0.0
     calibration: dict[str, float] = field(default_factory=dict)  # the preference link of the month
@@ -281,6 +281,7 @@ def _component(cfg: Config, dataset, name: str, reference: list[int]):
             _COMPONENTS.clear()  # one dataset at a time: a process never needs two
         t = time.time()
         items = {int(i): j for j, i in enumerate(dataset.item_ids().tolist())}
+        comp: AlsComponent | ReplayComponent | KnnComponent | SequentialComponent
         if name == "als":
             comp = AlsComponent.fit(
                 dataset.sequences,

@@ -16,6 +16,7 @@ root, or the current directory when installed. The state root (``paths.root``, d
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -51,17 +52,17 @@ def base_dir() -> Path:
     return CHECKOUT if CHECKOUT is not None else Path.cwd()
 
 
-def repo_path(p: str | Path) -> Path:
+def repo_path(p: str | os.PathLike) -> Path:
     """``p`` when absolute; else ``p`` under :func:`base_dir` when it exists there; else the bundled file of that
     name (configs/, data/, ...) when there is one; else ``p`` under :func:`base_dir` (named in the error that
     follows)."""
-    p = Path(p)
-    if p.is_absolute():
-        return p
-    for candidate in (base_dir() / p, RESOURCES / p):
+    path = Path(p)
+    if path.is_absolute():
+        return path
+    for candidate in (base_dir() / path, RESOURCES / path):
         if candidate.exists():
             return candidate
-    return base_dir() / p
+    return base_dir() / path
 
 
 NAMESPACE_PATTERN = r"[a-z0-9][a-z0-9_-]*"  # what paths.namespace may be (MLflow names, Airflow Asset URIs, paths)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, overload
 
 import pyarrow as pa
 
@@ -164,6 +164,10 @@ def _month_str(v: Any, where: str) -> str:
     return s
 
 
+@overload
+def _count(v: Any, where: str, name: str, nullable: Literal[False] = False) -> int: ...
+@overload
+def _count(v: Any, where: str, name: str, nullable: bool) -> int | None: ...
 def _count(v: Any, where: str, name: str, nullable: bool = False) -> int | None:
     if v is None:
         if nullable:
@@ -186,7 +190,8 @@ def normalise_counts(counts: pa.Table, source: str = "counts") -> list[dict[str,
     if missing:
         raise ReportInputError(f"{source}: missing column(s) {sorted(missing)}; have {counts.column_names}")
     has_users = "users" in counts.column_names
-    rows, seen = [], {}
+    rows: list[dict[str, Any]] = []
+    seen: dict[tuple[str, str], int] = {}  # (month, arm) -> its row
     for i, r in enumerate(counts.to_pylist(), start=1):
         where = f"{source} row {i}"
         month = _month_str(r["month"], where)
@@ -309,11 +314,12 @@ def sample_ratio_checks(
         users = {c.arm: c.users for c in cells if c.period == m}
         if not users:
             continue
-        if any(u is None for u in users.values()):
+        counted = {a: u for a, u in users.items() if u is not None}
+        if len(counted) < len(users):
             notes.append(f"{m}: no user counts: sample-ratio check not possible")
             continue
-        configured_missing = sorted(set(shares) - set(users))
-        r = stats.srm_test(users, shares, report_cfg.srm_alpha)
+        configured_missing = sorted(set(shares) - set(counted))
+        r = stats.srm_test(counted, shares, report_cfg.srm_alpha)
         if configured_missing:
             extra = (
                 f"configured arm(s) {', '.join(configured_missing)} absent: shares renormalised over the arms present"
@@ -321,8 +327,9 @@ def sample_ratio_checks(
             r = stats.SRMResult(**{**r.__dict__, "note": "; ".join(x for x in (r.note, extra) if x)})
         srm[m] = r
     total_users = {c.arm: c.users for c in totals}
-    if total_users and all(u is not None for u in total_users.values()):
-        srm[ALL] = stats.srm_test(total_users, shares, report_cfg.srm_alpha)
+    total_counted = {a: u for a, u in total_users.items() if u is not None}
+    if total_users and len(total_counted) == len(total_users):
+        srm[ALL] = stats.srm_test(total_counted, shares, report_cfg.srm_alpha)
     else:
         notes.append(
             "whole period: distinct users per arm unknown (per-month counts cannot be summed): "
@@ -434,7 +441,7 @@ class _Families:
         """(a, b) -> a minus b in ``period``, by the pooled and (with user moments) the clustered z-test, Holm's
         correction across the pairs."""
         cells, totals, mom, conf, power = self.cells, self.totals, self.mom, self.conf, self.power
-        tests = []
+        tests: list[tuple[str, str, stats.DiffTest, stats.DiffTest | None, str]] = []  # (a, b, pooled, clustered, note)
         for a, b in pairs:
             ca = next((c for c in (totals if period == ALL else cells) if c.period == period and c.arm == a), None)
             cb = next((c for c in (totals if period == ALL else cells) if c.period == period and c.arm == b), None)

@@ -65,13 +65,13 @@ class Dataset:
         )
 
 
-def _require_columns(table: pa.Table, needed: list[str], path: Path) -> None:
+def _require_columns(table: pa.Table, needed: list[str], path: Path | str) -> None:
     missing = [c for c in needed if c not in table.column_names]
     if missing:
         raise DataFormatError(f"{path}: missing column(s) {missing}; found {table.column_names}")
 
 
-def _first_null_row(table: pa.Table, columns: list[str], path: Path) -> None:
+def _first_null_row(table: pa.Table, columns: list[str], path: Path | str) -> None:
     for c in columns:
         col = table.column(c)
         if col.null_count:
@@ -140,14 +140,16 @@ def load_movielens(directory: str | os.PathLike, *, tie_seed: int = 0) -> Datase
     ordered by a seeded shuffle (``tie_order_keys(tie_seed, user, item)``)."""
     from abpo.data import storage
 
+    movies_path: Path | str
+    ratings_path: Path | str
     if storage.is_uri(directory):  # a dataset in object storage: the same two files, read through pyarrow's fs
-        directory = str(directory)
-        movies_path, ratings_path = storage.join(directory, "movies.csv"), storage.join(directory, "ratings.csv")
-        name = storage.basename(directory)
+        uri = str(directory)
+        movies_path, ratings_path = storage.join(uri, "movies.csv"), storage.join(uri, "ratings.csv")
+        name = storage.basename(uri)
     else:
-        directory = Path(directory)
-        movies_path, ratings_path = directory / "movies.csv", directory / "ratings.csv"
-        name = directory.name
+        local = Path(directory)
+        movies_path, ratings_path = local / "movies.csv", local / "ratings.csv"
+        name = local.name
     movies = _read_csv(movies_path, {"movieId": pa.int64(), "title": pa.string(), "genres": pa.string()})
     _require_columns(movies, ["movieId", "title", "genres"], movies_path)
     _first_null_row(movies, ["movieId"], movies_path)

@@ -103,10 +103,10 @@ def _row_task(cfg: Config, seed: int, row: str, exp_dir: str) -> list[dict]:
     exp = Path(exp_dir)
     ctx = load_seed(cfg, seed)
     if not is_llm_row(row):
-        cell = run_baseline_cell(ctx, row)
-        cell["fingerprint"] = cell_fingerprint(cfg, row, seed, cfg.experiment.rounds)
-        save_cell(cfg, exp, cell)
-        return [cell]
+        base = run_baseline_cell(ctx, row)
+        base["fingerprint"] = cell_fingerprint(cfg, row, seed, cfg.experiment.rounds)
+        save_cell(cfg, exp, base)
+        return [base]
     rounds = cfg.experiment.rounds
     out, start = [], ctx.pi_init_dir
     for r in range(1, rounds + 1):
@@ -253,7 +253,7 @@ def _compute_cells(
     after its seed's abpo chain), adding their cells to ``cells`` (reused=False); returns (the seeds'
     preparations, the number of cells computed). A failed cell stops the run with its own error."""
     import multiprocessing as mp
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 
     e = cfg.experiment
     prep: list[dict] = []
@@ -266,7 +266,10 @@ def _compute_cells(
             max_workers=max(1, e.workers), mp_context=spawn, initializer=init_logging, initargs=logging_args
         ) as pool,
     ):
-        pending = {pool.submit(prepare_seed, cfg, s): ("prep", s, None) for s in seeds_needed}
+        # a future -> (kind, seed, row): "prep" (prepare_seed's dict; row "") or "row" (_row_task's list of cells)
+        pending: dict[Future[Any], tuple[str, int, str]] = {
+            pool.submit(prepare_seed, cfg, s): ("prep", s, "") for s in seeds_needed
+        }
         # grpo_lr measures its learning rate in the ABPO cells of its seed: it waits for that chain
         waiting = {s for s, r2 in todo if r2 == "abpo"}
         deferred: list[tuple[int, str]] = []

@@ -78,9 +78,10 @@ class AnswerTrie:
         """The node reached after ``tokens`` (None when they leave the trie)."""
         node = self.root
         for t in tokens:
-            node = node.get(int(t))
-            if node is None:
+            nxt = node.get(int(t))
+            if nxt is None:
                 return None
+            node = nxt
         return node
 
     @property
@@ -139,11 +140,12 @@ class AnswerTrie:
             if not node:
                 raise ConstrainedRolloutError(f"token {tok} at position {t} follows a finished answer (after EOS)")
             out.append(sorted(node))
-            node = node.get(int(tok))
-            if node is None:
+            nxt = node.get(int(tok))
+            if nxt is None:
                 raise ConstrainedRolloutError(
                     f"token {tok} at position {t} is not an allowed continuation {out[-1][:8]}... of the answer trie"
                 )
+            node = nxt
         return out
 
 
@@ -170,7 +172,7 @@ class CandidateConstraint(LogitsProcessor):
             self._allowed_cache[key] = t
         return t
 
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:  # LogitsProcessor's
         if input_ids.shape[0] != len(self.tries):
             raise ValueError(f"CandidateConstraint: batch of {input_ids.shape[0]} rows for {len(self.tries)} tries")
         if self.prompt_length is None:
@@ -262,7 +264,10 @@ def allowed_tensor(tries: Sequence[AnswerTrie], completions: Sequence[Sequence[i
     per_row = [tr.allowed_per_position(c) for tr, c in zip(tries, completions, strict=True)]
     k = max((len(s) for row in per_row for s in row), default=1)
     out = np.full((len(per_row), length, max(k, 1)), PAD_ALLOWED, dtype=np.int64)
-    rows, cols, slots, values = [], [], [], []  # one indexed write of every entry (a tensor per S_t was slow)
+    rows: list[int] = []  # one indexed write of every entry (a tensor per S_t was slow)
+    cols: list[int] = []
+    slots: list[int] = []
+    values: list[int] = []
     for r, row in enumerate(per_row):
         for t, s in enumerate(row[:length]):
             rows += [r] * len(s)
@@ -296,10 +301,13 @@ def constrained_token_logps(
     rows, cols = branch.nonzero(as_tuple=True)
     ids = allowed[rows, cols]  # [B, K]
     valid = ids != PAD_ALLOWED
-    w = lm_head.weight[ids.clamp(min=0)]  # [B, K, H]
+    weight, bias = lm_head.weight, getattr(lm_head, "bias", None)
+    if not isinstance(weight, torch.Tensor):
+        raise TypeError(f"constrained_token_logps: lm_head.weight is a {type(weight).__name__}, not a tensor")
+    w = weight[ids.clamp(min=0)]  # [B, K, H]
     z = torch.einsum("bh,bkh->bk", hidden[rows, cols], w)
-    if getattr(lm_head, "bias", None) is not None:
-        z = z + lm_head.bias[ids.clamp(min=0)]
+    if bias is not None:
+        z = z + bias[ids.clamp(min=0)]
     z = (z.float() / temperature).masked_fill(~valid, float("-inf"))
     logq = torch.log_softmax(z, dim=-1)  # softmax over S_t only
     chosen = completion_ids[rows, cols]

@@ -22,7 +22,7 @@ import os
 import shutil
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from abpo.config.policy import DTYPES
 from abpo.errors import ExpectedError
@@ -117,7 +117,9 @@ def build_tiny(policy_cfg, paths_cfg, titles: dict[int, str], seed: int = 0) -> 
         num_attention_heads=shape["num_attention_heads"],
         num_key_value_heads=shape["num_attention_heads"],
         max_position_embeddings=max(16384, 2 * policy_cfg.max_prompt_tokens),
-        rope_theta=10000.0,
+        # transformers 5 takes the RoPE base in rope_parameters (its signature no longer names rope_theta; the
+        # legacy keyword gives the same config.json)
+        rope_parameters={"rope_theta": 10000.0, "rope_type": "default"},
         tie_word_embeddings=True,
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
@@ -165,7 +167,9 @@ def smollm2_dir(paths_cfg) -> Path:
     model = AutoModelForCausalLM.from_pretrained(src, gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
     # transformers dequantizes GGUF tensors on load: the weights are plain float32, but the model still carries a
     # gguf quantizer marker that forbids save_pretrained. Drop it so the cache is an ordinary HF checkpoint.
-    model.hf_quantizer = None
+    # transformers sets hf_quantizer on a loaded model without declaring it on PreTrainedModel, so mypy checks the
+    # assignment against nn.Module.__setattr__ (Tensor | Module)
+    model.hf_quantizer = None  # type: ignore[assignment]
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     if tok.pad_token is None:
@@ -181,6 +185,13 @@ def smollm2_dir(paths_cfg) -> Path:
 # ------------------------------------------------------------------------------------------------------ LoRA
 
 
+class _LoraExtra(TypedDict, total=False):
+    """The optional keywords :func:`lora_config` passes to peft's ``LoraConfig``."""
+
+    modules_to_save: list[str]
+    ensure_weight_tying: bool
+
+
 def lora_config(policy_cfg):
     """peft ``LoraConfig`` from ``policy.lora_*`` (paper: r=8, alpha=16, dropout 0, q,v,o,gate,up,down; with
     ``lora_train_embeddings`` the embeddings and LM head are trained in full too); ``None`` when ``lora_r == 0``
@@ -189,7 +200,7 @@ def lora_config(policy_cfg):
         return None
     from peft import LoraConfig
 
-    extra = {}
+    extra: _LoraExtra = {}
     if getattr(policy_cfg, "lora_train_embeddings", False):  # per-item knowledge: embeddings + head, kept tied
         extra = {"modules_to_save": ["embed_tokens", "lm_head"], "ensure_weight_tying": True}
     return LoraConfig(

@@ -134,7 +134,9 @@ def _history_line(i: int, item: str | tuple[int, str]) -> str:
     return format_answer(item_id, title)
 
 
-def build_prompt(history_titles: list[str], candidates: list[tuple[int, str]], max_history: int) -> str:
+def build_prompt(
+    history_titles: Sequence[str | tuple[int, str]], candidates: list[tuple[int, str]], max_history: int
+) -> str:
     """The user message of prompt q: the last ``max_history`` history titles (oldest first, numbered), then every
     candidate as ``<item_id>ID</item_id><item>TITLE</item>`` in the given order, then the instruction.
 
@@ -220,7 +222,7 @@ class FittedPrompt:
 
 def fit_prompt(
     tokenizer: Any,
-    history_titles: list[str],
+    history_titles: Sequence[str | tuple[int, str]],  # titles, or (item_id, title) with policy.history_item_ids
     candidates: list[tuple[int, str]],
     *,
     max_history: int,
@@ -402,6 +404,15 @@ def _bad(reason: str, title: str | None = None) -> ParsedAnswer:
     return ParsedAnswer(None, reason, title)
 
 
+def _leading(pattern: re.Pattern[str], text: str) -> int:
+    """The length of ``pattern``'s match at the start of ``text``; the patterns used (``\\s*``, ``\\d*``) match the
+    empty string, so a match always exists."""
+    m = pattern.match(text)
+    if m is None:
+        raise ValueError(f"parse_answer: pattern {pattern.pattern!r} must match the empty string")
+    return m.end()
+
+
 def _expect(text: str, pos: int, literal: str) -> int | str:
     """Match ``literal`` at ``pos``: the new position, ``"truncated"`` if text ends inside it, else ``"bad"``."""
     rest = text[pos : pos + len(literal)]
@@ -413,6 +424,7 @@ def _expect(text: str, pos: int, literal: str) -> int | str:
 
 
 _WS = re.compile(r"\s*")
+_DIGITS = re.compile(r"\d*")
 
 
 def parse_answer(text: str, candidate_ids: Sequence[int] | Mapping[int, str]) -> ParsedAnswer:
@@ -424,19 +436,19 @@ def parse_answer(text: str, candidate_ids: Sequence[int] | Mapping[int, str]) ->
     """
     if text is None or not text.strip():
         return _bad("empty")
-    pos = _WS.match(text).end()
+    pos = _leading(_WS, text)
     # <item_id>
     r = _expect(text, pos, ID_OPEN)
     if r == "truncated":
         return _bad("truncated")
-    if r == "bad":
+    if not isinstance(r, int):  # "bad"
         return _bad(f"garbage: expected {ID_OPEN} at char {pos}")
     pos = r
     # ID digits up to </item_id>
     end = text.find(ID_CLOSE, pos)
     if end < 0:
         tail = text[pos:]
-        rem = tail[re.match(r"\d*", tail).end() :]
+        rem = tail[_leading(_DIGITS, tail) :]
         if ID_CLOSE.startswith(rem):  # digits, then nothing or part of </item_id>
             return _bad("truncated")
         return _bad(f"garbage: no {ID_CLOSE} after the id")
@@ -449,7 +461,7 @@ def parse_answer(text: str, candidate_ids: Sequence[int] | Mapping[int, str]) ->
     r = _expect(text, pos, ITEM_OPEN)
     if r == "truncated":
         return _bad("truncated")
-    if r == "bad":
+    if not isinstance(r, int):  # "bad"
         return _bad(f"garbage: expected {ITEM_OPEN} at char {pos}")
     pos = r
     end = text.find(ITEM_CLOSE, pos)

@@ -99,7 +99,7 @@ def _error(uri: str, error: BaseException, doing: str) -> StorageError:
 def is_uri(p: object) -> bool:
     """True for ``scheme://...`` other than ``file://`` (an object store or another fsspec filesystem)."""
     m = URI_RE.match(str(p))
-    return bool(m) and m.group(1).lower() != "file"
+    return m is not None and m.group(1).lower() != "file"
 
 
 def split_query(uri: str) -> tuple[str, str]:

@@ -37,9 +37,10 @@ def metrics_from_scores(examples: Sequence, scores: Sequence[Sequence[float]], p
     """HR@K, NDCG@K, Diversity@K (K = 1, 5) and the per-user ranks of the target from candidate scores (higher =
     better; ties count against the target). The same code for every row of the table."""
 
-    ranks, tops = [], {k: [] for k in KS}
-    for ex, s in zip(examples, scores, strict=True):
-        s = np.asarray(s, dtype=np.float64)
+    ranks: list[int] = []
+    tops: dict[int, list[list[int]]] = {k: [] for k in KS}  # K -> each request's top-K candidates
+    for ex, row in zip(examples, scores, strict=True):
+        s = np.asarray(row, dtype=np.float64)
         if s.shape != (len(ex.candidates),) or not np.all(np.isfinite(s)):
             raise ValueError(
                 f"request {ex.request_id}: {s.shape} scores for {len(ex.candidates)} candidates (or not finite)"

@@ -246,8 +246,10 @@ def regime_log(ctx, r: int, rounds: int, kind: str, model=None, tokenizer=None, 
     month = round_month(e.month, r)
     rng = np.random.default_rng([int(ctx.cfg.seed), EXPOSE_STREAM, 7 + 1000 * (r - 1)])
     items, props = [], []
-    for ex, p in zip(requests, dists, strict=True):
-        j, q = sample_logged_action(p, rng)  # a_log ~ Categorical(e0), q = e0(a_log|q): the logger's own
+    for ex, dist in zip(requests, dists, strict=True):
+        if dist is None:  # every request has a logger, whose propensities were filled in above
+            raise RuntimeError(f"regime_log: request {ex.request_id} has no logging propensities")
+        j, q = sample_logged_action(dist, rng)  # a_log ~ Categorical(e0), q = e0(a_log|q): the logger's own
         items.append(int(ex.candidates[j]))
         props.append(float(q))
     clicked = clicks_for(ctx, requests, items, r)

@@ -19,6 +19,7 @@ from abpo.experiment.regime_settings import LOGGING_ARM, shared_kind
 from abpo.experiment.regimes import round_log, shared_log, window_requests
 from abpo.experiment.rows import FULL_INFO, variant_of
 from abpo.experiment.seeds import SeedContext, load_model
+from abpo.months import Month
 from abpo.policy.model import save_policy
 from abpo.policy.sft import run_sft, sft_records
 from abpo.train.runs import UpdateRun
@@ -84,7 +85,11 @@ def update_round(
         **dict(update_changes or {}),
     )
     run = UpdateRun(
-        variant=variant_of(row), arm="", months=(ctx.cfg.experiment.month,), init_model=start_dir, output=out_dir
+        variant=variant_of(row),
+        arm="",
+        months=(Month(ctx.cfg.experiment.month, "update month"),),
+        init_model=start_dir,
+        output=out_dir,
     )
     pos = bandit_log.filter(pc.equal(bandit_log.column("clicked"), 1))
     neg = bandit_log.filter(pc.equal(bandit_log.column("clicked"), 0))

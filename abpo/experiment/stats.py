@@ -47,7 +47,10 @@ def paired_matrix(cells_a: Sequence[Mapping], cells_b: Sequence[Mapping], k: int
     """(hits_a, hits_b, gains_a, gains_b) as (seeds x users) arrays over the seeds both rows have; raises if a
     seed's two cells were scored on different users."""
     by_seed_b = {int(c["seed"]): c for c in cells_b}
-    ha, hb, ga, gb = [], [], [], []
+    ha: list[np.ndarray] = []
+    hb: list[np.ndarray] = []
+    ga: list[np.ndarray] = []
+    gb: list[np.ndarray] = []
     for ca in sorted(cells_a, key=lambda c: int(c["seed"])):
         cb = by_seed_b.get(int(ca["seed"]))
         if cb is None:
@@ -61,7 +64,10 @@ def paired_matrix(cells_a: Sequence[Mapping], cells_b: Sequence[Mapping], k: int
             )
         h1, g1 = hits_and_gains(ca["ranks"], k)
         h2, g2 = hits_and_gains(cb["ranks"], k)
-        ha.append(h1), hb.append(h2), ga.append(g1), gb.append(g2)
+        ha.append(h1)
+        hb.append(h2)
+        ga.append(g1)
+        gb.append(g2)
     return tuple(np.asarray(x) for x in (ha, hb, ga, gb))
 
 
@@ -144,7 +150,7 @@ def percentile_p_value(replicates: np.ndarray, null: float = 0.0) -> float:
     r = r[np.isfinite(r)]
     if r.size == 0:
         return float("nan")
-    return float(min(1.0, 2.0 * min(np.mean(r <= null), np.mean(r >= null))))
+    return float(min(1.0, 2.0 * min(float(np.mean(r <= null)), float(np.mean(r >= null)))))
 
 
 def two_stage_bootstrap(
@@ -242,8 +248,10 @@ def round_matrices(cells: Sequence[Mapping], k: int = 5) -> tuple[list[int], np.
                         f"{seeds[0]} round {rounds[0]}; rule: every round and seed scores the same users"
                     )
                 h1, g1 = hits_and_gains(c["ranks"], k)
-                hr.append(h1), gr.append(g1)
-            h.append(hr), g.append(gr)
+                hr.append(h1)
+                gr.append(g1)
+            h.append(hr)
+            g.append(gr)
         hits, gains = np.asarray(h), np.asarray(g)
     return seeds, hits, gains
 

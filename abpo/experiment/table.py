@@ -153,6 +153,6 @@ def round_rows(cells: Sequence[Mapping], rows: Sequence[str], experiment_cfg=Non
             )
         out += recs
     family = [r for r in out if "trend_vs_grpo_dslope_p_HR@5" in r]
-    for r, adj in zip(family, holm([r["trend_vs_grpo_dslope_p_HR@5"] for r in family])):
-        r["trend_vs_grpo_dslope_p_holm_HR@5"] = adj
+    for fam, adj in zip(family, holm([f["trend_vs_grpo_dslope_p_HR@5"] for f in family])):
+        fam["trend_vs_grpo_dslope_p_holm_HR@5"] = adj
     return out

@@ -118,7 +118,7 @@ def evaluate_policy(
         hits = ok = 0
         for e, a in zip(examples, answers, strict=True):
             p = parse_answer(a, {c: titles[c] for c in e.candidates})
-            if p.well_formed:
+            if p.reason is None:  # well formed
                 ok += 1
                 hits += int(p.item_id == e.positive)
             else:

@@ -228,15 +228,16 @@ def os_error_in(e: BaseException) -> OSError | None:
     """The OSError (a full disk, an unwritable directory) in ``e``'s chain of causes, if any; also one that MLflow
     folded into its own exception's message (``[Errno 28] No space left on device: 'path'``, or ``'src' -> 'dst'``
     for a copy, whose failed write is the destination's: MLflow's download collects per-file failures that way)."""
-    seen = set()
-    while e is not None and id(e) not in seen:
-        if isinstance(e, OSError) and e.errno is not None:
-            return e
-        m = re.search(r"\[Errno (\d+)\] ([^:\n\]'\"]+)(?:: '([^'\n]*)'(?: -> '([^'\n]*)')?)?", str(e))
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, OSError) and cur.errno is not None:
+            return cur
+        m = re.search(r"\[Errno (\d+)\] ([^:\n\]'\"]+)(?:: '([^'\n]*)'(?: -> '([^'\n]*)')?)?", str(cur))
         if m is not None:
             return OSError(int(m.group(1)), m.group(2).strip(), m.group(4) or m.group(3) or None)
-        seen.add(id(e))
-        e = e.__cause__ or e.__context__
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
     return None
 
 

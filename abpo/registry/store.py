@@ -357,12 +357,13 @@ def start_run(
 def store_locked(e: BaseException) -> bool:
     """Whether ``e`` (or an exception it wraps) is SQLite's "database is locked": another process holds the store's
     write lock longer than the busy timeout."""
-    seen = set()
-    while e is not None and id(e) not in seen:
-        if "database is locked" in str(e):
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        if "database is locked" in str(cur):
             return True
-        seen.add(id(e))
-        e = e.__cause__ or e.__context__
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
     return False
 
 

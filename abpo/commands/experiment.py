@@ -102,11 +102,11 @@ def _cmd_experiment(args: argparse.Namespace, cfg: Config) -> int:
         for key, values in axes:  # every value must make a valid config before anything runs
             for v in values:
                 load_config(args.config, [*overrides, f"{key}={v}"])
-        res = run_sweep(
+        sweep = run_sweep(
             cfg, axes, config_for=lambda ov: load_config(args.config, ov), config_ref=args.config, overrides=overrides
         )
-        print(res.outputs["md"].read_text())
-        for name, path in res.outputs.items():
+        print(sweep.outputs["md"].read_text())
+        for name, path in sweep.outputs.items():
             print(f"{name}: {path}")
         return 0
     res = run_experiment(cfg, config_ref=args.config, overrides=overrides)

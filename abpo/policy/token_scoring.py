@@ -43,7 +43,8 @@ def _answer_token_ids(tokenizer, answers: Sequence[str]) -> list[list[int]]:
 
 def _has_sliding_window(model) -> bool:
     cfg = getattr(model, "config", None)
-    cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    if cfg is not None and hasattr(cfg, "get_text_config"):
+        cfg = cfg.get_text_config()
     types = getattr(cfg, "layer_types", None) or []
     return any("sliding" in str(t) for t in types) or bool(
         getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True)
@@ -256,7 +257,7 @@ def _token_logprobs(head, hidden: torch.Tensor, targets: torch.Tensor, rows: int
     buf = torch.empty((min(rows, n), head.out_features), dtype=torch.float32, device=hidden.device) if plain else None
     for s in range(0, n, rows):
         e = min(s + rows, n)
-        if plain:
+        if buf is not None:  # plain
             logits = torch.mm(hidden[s:e], head.weight.t(), out=buf[: e - s])
             if head.bias is not None:
                 logits.add_(head.bias)
@@ -287,7 +288,8 @@ def _score_group(decoder, head, prompts, answers, P, pack_tokens, outs, device, 
     while any(nxt[u] < len(answers[u]) for u in range(U)):
         rows = []  # per prompt: (answer index, tokens fed, targets)
         for u in range(U):
-            chunk, q = [], 0
+            chunk: list[tuple[int, Sequence[int]]] = []  # (answer index, its tokens)
+            q = 0
             while nxt[u] < len(answers[u]):
                 a = answers[u][nxt[u]]
                 if chunk and q + len(a) - 1 > pack_tokens:
@@ -300,7 +302,8 @@ def _score_group(decoder, head, prompts, answers, P, pack_tokens, outs, device, 
         feed = torch.full((U, Q), pad, dtype=torch.long)
         qpos = torch.zeros((U, Q), dtype=torch.long)
         owner = torch.full((U, Q), -1, dtype=torch.long)  # answer slot of each packed token, -1 = padding
-        targets, where = [], []  # (u, column) of each real packed token and the token it must predict
+        targets: list[int] = []  # the token each real packed token must predict
+        where: list[tuple[int, int, int]] = []  # its (u, column, answer index)
         for u, chunk in enumerate(rows):
             c = 0
             for slot, (m, a) in enumerate(chunk):
@@ -348,7 +351,10 @@ def _score_packed(model, cache, first_logp, Lp, answer_ids, batch_tokens, scores
         chunk = [list(answer_ids[m]) for m in range(start, stop)]
         total = torch.tensor([first_logp[a[0]].item() for a in chunk], dtype=torch.float64)
         if q > 0:
-            feed, targets, pos, owner = [], [], [], []
+            feed: list[int] = []
+            targets: list[int] = []
+            pos: list[int] = []
+            owner: list[int] = []
             for r, a in enumerate(chunk):
                 feed += a[:-1]
                 targets += a[1:]

@@ -67,6 +67,11 @@ class GateResult(StepResult):
     champion: dict[str, float]
     off_policy: dict[str, Any] | None  # ope_numbers: the deciding estimator's and every one's, None when not run
     offline: dict[str, Any] | None = None  # the paired test's numbers (abpo.evaluation.paired.PairedTest)
+    # each half's own verdict (abpo.monthly.gate_verdict.GateVerdict): which half refused a challenger, read by
+    # benchmarks/gate_refusals.py (issue 60 point 6); ope_passed is True when the off-policy half did not run, None
+    # in a record written before these fields
+    offline_passed: bool | None = None
+    ope_passed: bool | None = None
 
 
 # The dataset name of the offline metrics on the version's LoggedModel, and the folder of their per-user ranks in the
@@ -675,6 +680,8 @@ def gate(cfg: Config, arm: str, version: str, month: str | None = None) -> GateR
         champion=ch,
         off_policy=finite_or_none(ope),
         offline=finite_or_none(verdict.offline) or None,
+        offline_passed=verdict.offline_passed,
+        ope_passed=verdict.ope_passed,
     )
     registry.record_task_result(run.info.run_id, out.to_json())
     return out

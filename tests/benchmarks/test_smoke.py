@@ -31,6 +31,12 @@ CASES = {
         r"wall time \d+s",
         ["--online-bound", "abpo"],
     ),
+    "gate_refusals.py": (
+        r"Gate refusals: \d+ of \d+ challenger\(s\) ranked higher by expected CTR refused \(offline half \d+, "
+        r"off-policy half \d+\); \d+ of \d+ ranked lower passed",
+        r"wall time \d+s",
+        ["--state", "{tmp}/state", "--json", "{tmp}/rows.json"],  # kept for CHECKS below
+    ),
     "ingest.py": (
         rf"same quarantine counts and batch count; end to end now/baseline: {NUM}x \(ingest {NUM}x\)",
         None,
@@ -88,10 +94,20 @@ CASES = {
     ),
 }
 # bootstrap every arm / prepare a month and train pi_init twice first: ~25-60 CPU-s
-SLOW = {"simulate.py", "gpu.py", "headroom.py", "which_update.py", "budget_curve.py"}
+SLOW = {"simulate.py", "gpu.py", "headroom.py", "which_update.py", "budget_curve.py", "gate_refusals.py"}
 # scripts that a shell script runs as users run them: the smoke case runs that script (issue 44: `scripts/gpu-check.sh
 # --cpu --smoke` runs in the suite)
 RUNNERS = {"gpu.py": ["bash", str(ROOT / "scripts" / "gpu-check.sh"), "--cpu", "--smoke", "--out", "{tmp}/gpu-check"]}
+
+
+def _check_gate_refusals(tmp_path: Path) -> None:
+    from tests.benchmarks.test_gate_refusals import check_smoke_state
+
+    check_smoke_state(tmp_path)
+
+
+# script -> a check of what its smoke run left under tmp_path (its figures computed again independently)
+CHECKS = {"gate_refusals.py": _check_gate_refusals}
 
 
 def test_every_benchmark_has_a_smoke_case():
@@ -125,3 +141,5 @@ def test_the_benchmark_runs_its_smoke_size(script, tmp_path):
         )
     left = sorted(p.name for p in temp.iterdir() if not p.name.startswith("torchinductor_"))  # torch's own cache
     assert left == [], f"{script} --smoke left these in its temp dir"
+    if script in CHECKS:
+        CHECKS[script](tmp_path)

@@ -137,17 +137,6 @@ SMOKE = [*HEADROOM_SMOKE, "sim.base_ctr=0.4"]
 SMOKE_CELLS = [Cell("grpo", "sim", 64, 1.0, 1e-3), Cell("wll", "logged", 64, 1.0, 1e-3)]
 
 
-def exposures_at(policy, served, taus) -> dict[float, list]:
-    """Eq. e_p at every tau of ``taus`` from one scoring pass of the LLM policy over ``served`` (user, history,
-    candidates): softmax(s_p / tau) per request (what LLMArm.propensities returns at its own tau)."""
-    from abpo.data.candidates import Example
-    from abpo.policy.scoring import candidate_propensities, score_examples
-
-    examples = [Example(f"{u}:{len(h)}", int(u), list(map(int, h)), list(map(int, c)), int(c[0])) for u, h, c in served]
-    scored = score_examples(policy.model, policy.tokenizer, examples, policy.titles, policy.policy)
-    return {t: [candidate_propensities(s.scores, t).double().numpy() for s in scored] for t in taus}
-
-
 def fingerprint(cell: Cell, args, cfg) -> str:
     key = {
         "cell": dataclasses.asdict(cell),
@@ -305,7 +294,7 @@ def main(argv=None) -> int:
     score_reqs = month_requests(cfg, ds, splits, args.score_month)
     probs, _ = candidate_click_probabilities(cfg, ds, score_reqs)
     served = [(r.user_id, r.history, r.candidates) for r in score_reqs]
-    base = {f"{t:g}": expected_ctr(probs, e) for t, e in exposures_at(init, served, args.taus).items()}
+    base = {f"{t:g}": expected_ctr(probs, e) for t, e in init.propensities_at(served, args.taus).items()}
     oracle = oracle_greedy_ctr(probs)
     print(
         f"budget curve of config {cfg.name} (seed {cfg.seed}, sim.salt {cfg.sim.salt}) in {cfg.paths.resolve('root')}: "
@@ -345,7 +334,7 @@ def main(argv=None) -> int:
             )
         policy, steps, wall, cpu = train_cell(cfg, cell, args.train_month, parent_dir, strata, ds, args.update_seed)
         ts = time.perf_counter()
-        ctr = {f"{t:g}": expected_ctr(probs, e) for t, e in exposures_at(policy, served, args.taus).items()}
+        ctr = {f"{t:g}": expected_ctr(probs, e) for t, e in policy.propensities_at(served, args.taus).items()}
         rec = {
             "name": cell.name,
             "cell": dataclasses.asdict(cell),

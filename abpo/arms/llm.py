@@ -113,13 +113,18 @@ class LLMArm(Arm):
         return run_update(dataclasses.replace(cfg, update=u), run, progress=False, strata=strata, run_tags=run_tags)
 
     def propensities(self, requests: Sequence) -> list[np.ndarray]:
+        return self.propensities_at(requests, [self.policy.tau])[self.policy.tau]
+
+    def propensities_at(self, requests: Sequence, taus: Sequence[float]) -> dict[float, list[np.ndarray]]:
+        """Eq. e_p, softmax(s_p / tau) per request (user, history, candidates), at every tau of ``taus`` from one
+        scoring pass (benchmarks/budget_curve.py scores its cells at several exposure temperatures)."""
         from abpo.policy.scoring import candidate_propensities, score_examples
 
         examples = [
             Example(f"{u}:{len(h)}", int(u), list(map(int, h)), list(map(int, c)), int(c[0])) for u, h, c in requests
         ]  # `positive` is not read when scoring
         scored = score_examples(self.model, self.tokenizer, examples, self.titles, self.policy)
-        return [candidate_propensities(s.scores, self.policy.tau).double().numpy() for s in scored]
+        return {t: [candidate_propensities(s.scores, t).double().numpy() for s in scored] for t in taus}
 
 
 class HoldbackArm(LLMArm):

@@ -226,3 +226,24 @@ def test_register_version_leaves_the_champion_to_the_promotion_lock():
 
     with pytest.raises(ValueError, match=r"alias='champion'.*abpo\.arms\.promotion\.register_champion"):
         arm_versions.register_version(load_config("tiny"), "abpo", "runs:/0/model", "0", {}, alias="champion")
+
+
+def test_an_llm_arms_propensities_at_several_temperatures_come_from_one_scoring(build_tiny_model):
+    """LLMArm.propensities_at (benchmarks/budget_curve.py's exposures at tau 1, 0.5, 0.25): softmax(s_p / tau) of
+    the same scores at each tau, the arm's own tau giving exactly LLMArm.propensities."""
+    from abpo.arms.llm import LLMArm
+    from abpo.config import load_config
+    from abpo.data.loaders import load_dataset
+
+    cfg = load_config("tiny", ["data.max_users=10"])
+    ds = load_dataset(cfg.data)
+    arm = LLMArm.load("abpo", build_tiny_model(cfg.policy, ds.titles()), cfg, dataset=ds, model_version="1")
+    items = sorted(ds.titles())[:12]
+    reqs = [(1, items[:3], items[3:8]), (2, items[5:6], items[8:12])]
+    at = arm.propensities_at(reqs, [1.0, 0.5, cfg.policy.tau])
+    for a, b in zip(at[cfg.policy.tau], arm.propensities(reqs), strict=True):
+        np.testing.assert_array_equal(a, b)
+    for p1, p05 in zip(at[1.0], at[0.5], strict=True):
+        assert p1.sum() == pytest.approx(1.0) and p05.sum() == pytest.approx(1.0)
+        # the same scores s at both: softmax(s / 0.5) is softmax(s)^2 renormalised
+        np.testing.assert_allclose(p05, p1**2 / (p1**2).sum(), rtol=1e-6)  # the softmax runs in float32

@@ -18,7 +18,8 @@ costs. The expected CTR is the simulator's diagnostic and never reaches the gate
 Each half's verdict comes from the gate record's ``offline_passed`` / ``ope_passed`` (abpo.monthly.gate.GateResult);
 a record written before those fields gives the offline half from its paired test (``offline.passed``) and the
 off-policy half recomputed by the gate's own rule (abpo.monthly.gate_verdict.ope_verdict) on the recorded numbers
-with the config's margins.
+with the config's margins. A gate recorded as skipped (abpo.monthly.completed: no challenger) is named and not
+counted.
 
     .venv/bin/python benchmarks/gate_refusals.py [--config demo] [--set key=value ...] [--json out.json]
                                                  [--smoke [--state DIR]]
@@ -152,7 +153,7 @@ def main(argv=None) -> int:
 
     from abpo import registry
     from abpo.arms import versions
-    from abpo.arms.names import LLM, arm_class, entry
+    from abpo.arms.names import LLM, entry
     from abpo.config import load_config
     from abpo.monthly.common import arms_of, dataset_and_splits
     from abpo.monthly.completed import record_path
@@ -192,9 +193,7 @@ def main(argv=None) -> int:
 
     def policy(arm: str, v: str):
         if (arm, v) not in loaded:
-            loaded[(arm, v)] = arm_class(arm).load(
-                arm, versions.local_dir(cfg, arm, v), cfg, dataset=ds, model_version=v
-            )
+            loaded[(arm, v)] = versions.load_arm(cfg, arm, ds, v)  # LookupError naming a version the store lacks
         return loaded[(arm, v)]
 
     rows: list[GateRow] = []
@@ -206,8 +205,13 @@ def main(argv=None) -> int:
             path = record_path(cfg, month, arm, "gate")
             if not path.is_file():
                 continue
-            rec = json.loads(path.read_text())
-            rec = rec.get("result", rec)
+            kept = json.loads(path.read_text())  # {"result": ...} or {"skipped": why} (abpo.monthly.completed)
+            if "skipped" in kept:
+                print(f"  {month} {arm:<8} gate skipped ({kept['skipped']}): no challenger, not counted")
+                continue
+            if "result" not in kept:
+                raise ValueError(f"{path}: neither result nor skipped; rule: a step record of abpo.monthly.completed")
+            rec = kept["result"]
             offline, ope = halves(cfg, rec, path)
             ch, champ = str(rec["version"]), str(rec["champion_version"])
             scores = sample_scores(

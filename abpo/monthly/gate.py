@@ -258,15 +258,44 @@ OPE_FOLDS = 5
 
 
 def _weights_summary(w: np.ndarray, top_fraction: float) -> dict[str, Any]:
-    """ESS (Kish), the largest weight and the share of the total its top ``top_fraction`` of rows carry."""
+    """ESS (Kish), the largest weight, the share of the total its top ``top_fraction`` of rows carry, and the weights'
+    mean with its standard error (sd / sqrt(n)): with the loggers' own propensities as e0, E[pi/e0] = sum_a pi(a) = 1
+    on every row (each logger puts mass on every candidate), so a mean far above 1 says the logged propensities are
+    smaller than the loggers' (abpo.monthly.gate_verdict.ope_verdict, case 3)."""
     import numpy as np
 
+    nan = float("nan")
     if w.size == 0:  # no row: no weight, nothing to summarise (the verdict fails closed on n 0)
-        return {"ess": 0.0, "max_weight": float("nan"), "top_weight_share": float("nan"), "top_weight_rows": 0}
+        return {
+            "ess": 0.0,
+            "max_weight": nan,
+            "top_weight_share": nan,
+            "top_weight_rows": 0,
+            "mean_weight": nan,
+            "mean_weight_se": nan,
+        }
     total = float(w.sum())
     ess = total**2 / float((w * w).sum()) if total > 0 else 0.0
     share, k = top_weight_share(w, top_fraction)
-    return {"ess": ess, "max_weight": float(np.max(w)), "top_weight_share": share, "top_weight_rows": k}
+    se = float(np.std(w, ddof=1)) / math.sqrt(w.size) if w.size > 1 else nan
+    return {
+        "ess": ess,
+        "max_weight": float(np.max(w)),
+        "top_weight_share": share,
+        "top_weight_rows": k,
+        "mean_weight": total / w.size,
+        "mean_weight_se": se,
+    }
+
+
+def _champion_weights(w: np.ndarray) -> dict[str, Any]:
+    """The champion's entries of an estimate: its weights' ESS, mean and the mean's standard error."""
+    s = _weights_summary(w, 0.01)
+    return {
+        "champion_ess": s["ess"],
+        "champion_mean_weight": s["mean_weight"],
+        "champion_mean_weight_se": s["mean_weight_se"],
+    }
 
 
 def _snips_on_own_rows(
@@ -292,7 +321,7 @@ def _snips_on_own_rows(
             **dict.fromkeys(("challenger", "champion", "diff", "ci_low", "ci_high"), nan),
             **dict.fromkeys(("ips_diff", "ips_ci_low", "ips_ci_high"), nan),
             "confidence": confidence,
-            "champion_ess": 0.0,
+            **_champion_weights(p_old),
             **{f"challenger_{k}": v for k, v in _weights_summary(p_new, top_fraction).items()},
         }
     cmp = compare_snips(y, e0, p_new, p_old, n_boot=n_boot, confidence=confidence, seed=seed)
@@ -306,6 +335,7 @@ def _snips_on_own_rows(
         "ci_low": cmp.ci_low,
         "ci_high": cmp.ci_high,
         "confidence": confidence,
+        **_champion_weights(p_old / e0),
         "champion_ess": cmp.champion.ess,
         "ips_diff": cmp.ips_diff,
         "ips_ci_low": cmp.ips_ci_low,
@@ -375,7 +405,7 @@ def ope_estimates_on_rows(
     family = ("dm", "ips", "snips_all", "dr", "sndr", "switch_dr")
     n_users = len(set(users))
     weights_all = {f"challenger_{k}": v for k, v in _weights_summary(p_new / logged_e0, top_fraction).items()}
-    champion_ess = _weights_summary(p_old / logged_e0, top_fraction)["ess"]
+    champion_all = _champion_weights(p_old / logged_e0)
     if n_users >= 2:
         cmps = compare_ope_on_logs(
             candidates,
@@ -404,7 +434,7 @@ def ope_estimates_on_rows(
                 "ci_high": c.ci_high,
                 "boot_se": c.boot_se,
                 "confidence": confidence,
-                "champion_ess": champion_ess,
+                **champion_all,
                 **weights_all,
             }
     else:  # one user (or none): no other fold to fit the reward model on, no resample: every number NaN (fails closed)
@@ -419,7 +449,7 @@ def ope_estimates_on_rows(
                 "challenger": nan,
                 "champion": nan,
                 "confidence": confidence,
-                "champion_ess": champion_ess,
+                **champion_all,
                 **weights_all,
             }
     if "snips" in out:  # compare_snips' interval has no SE of its own: the bootstrap's, for a like-for-like table
@@ -457,6 +487,10 @@ def ope_numbers(estimates: dict[str, dict[str, Any]], estimator: str) -> dict[st
         "challenger_ess": d["challenger_ess"],
         "champion_ess": d["champion_ess"],
         "challenger_max_weight": d["challenger_max_weight"],
+        "challenger_mean_weight": d.get("challenger_mean_weight", float("nan")),
+        "challenger_mean_weight_se": d.get("challenger_mean_weight_se", float("nan")),
+        "champion_mean_weight": d.get("champion_mean_weight", float("nan")),
+        "champion_mean_weight_se": d.get("champion_mean_weight_se", float("nan")),
         "challenger_top_weight_share": d["challenger_top_weight_share"],
         "top_weight_rows": d["challenger_top_weight_rows"],
         "clicks": d["clicks"],

@@ -60,7 +60,7 @@ def ope_notes(ope: dict[str, Any] | None) -> list[str]:
     """Short notes on the off-policy half's numbers that its verdict states in full (:func:`ope_verdict`) and the
     report's gate section shows beside the interval: the arm served none of the rows, every row a no-response (the
     interval degenerate), every row clicked (only IPS sees mass moved off the logged items), an estimate outside
-    [0, 1]. [] for a result recorded before issue 59 (no ``clicks``)."""
+    [0, 1], a mean weight far above 1 (logged propensities too small). [] for a result recorded before issue 59 (no ``clicks``)."""
     if not ope:
         return []
     notes = []
@@ -78,6 +78,8 @@ def ope_notes(ope: dict[str, Any] | None) -> list[str]:
     slack = range_slack(n)
     if clicks != 0 and any(math.isfinite(v) and not -slack <= v <= 1.0 + slack for v in values):
         notes.append("estimate outside [0, 1]: refused")
+    if _weights_above_their_mean(ope):
+        notes.append("mean weight pi/e0 far above 1 (logged propensities too small): refused")
     return notes
 
 
@@ -115,6 +117,37 @@ def _too_few_effective_rows(ope: dict[str, Any], label: str, min_ess: float) -> 
     return None
 
 
+# How far a version's mean weight pi/e0 may lie above 1 (its expectation when e0 are the loggers' propensities) before
+# the verdict says the logged propensities are too small (case 3 of ope_verdict): MEAN_WEIGHT_Z standard errors (a
+# one-sided 4-sigma excursion of an honest month is a 3e-5 event) and at least MEAN_WEIGHT_FACTOR times 1, so that
+# propensities that are approximations (rounded, or a synthetic month's drawn ones: abpo.data.synthetic's Beta(2, 8)
+# against a uniform exposure, E[w] 1.125) are not read as broken; every logged propensity 1e-9 gives ~10^8. Only
+# above: a challenger with mass where the loggers rarely put theirs has a sample mean below 1 until its rare large
+# weights turn up (heavy tails), which the ESS case reads.
+MEAN_WEIGHT_Z = 4.0
+MEAN_WEIGHT_FACTOR = 2.0
+
+
+def _weights_above_their_mean(ope: dict[str, Any]) -> str | None:
+    """Decision case 3 of :func:`ope_verdict`: the reason when either version's mean weight on the rows read is above
+    both MEAN_WEIGHT_FACTOR and 1 + MEAN_WEIGHT_Z standard errors, else None (a result recorded without the mean,
+    before issue 59's review, is not checked)."""
+    for who in ("challenger", "champion"):
+        mean, se = _num(ope, f"{who}_mean_weight"), _num(ope, f"{who}_mean_weight_se")
+        if not math.isfinite(mean):
+            continue
+        bound = max(1.0 + MEAN_WEIGHT_Z * (se if math.isfinite(se) else 0.0), MEAN_WEIGHT_FACTOR)
+        if mean > bound:
+            return (
+                f"off-policy weights: the {who}'s mean weight pi/e0 on the {ope.get('n')} rows read is {mean:.4g} "
+                f"(standard error {se:.3g}) > {bound:.4g}: with the loggers' propensities as e0 its expectation is 1, "
+                "so the logged propensities are smaller than the loggers' and every estimate scaled by the weights "
+                "is off (a self-normalised one hides the factor); rule: mean weight <= 1 + "
+                f"{MEAN_WEIGHT_Z:g} standard errors or <= {MEAN_WEIGHT_FACTOR:g}: fails closed"
+            )
+    return None
+
+
 def _zero_click_verdict(ope: dict[str, Any], label: str, interval: str, margin: float) -> tuple[bool, str]:
     """Decision case 5 of :func:`ope_verdict`: no row clicked; the difference is at least minus the champion's
     zero-click bound (abpo.evaluation.off_policy.zero_click_upper_bound on its ESS), the challenger's CTR being >= 0."""
@@ -136,7 +169,11 @@ def ope_verdict(ope: dict[str, Any], margin: float, min_ess: float, max_top_shar
     1. no row to read (the arm served nothing and the decider is ``snips``, its own rows; or no row at all) fails;
     2. a non-finite estimate, interval or effective sample size fails (e.g. a logged propensity so small that its
        weight overflowed);
-    3. the challenger's top weights carrying more than ``max_top_share`` of its total weight fail;
+    3. the challenger's top weights carrying more than ``max_top_share`` of its total weight fail, and so does
+       either version's mean weight pi/e0 above 1 by more than MEAN_WEIGHT_Z standard errors and above
+       MEAN_WEIGHT_FACTOR (its expectation is 1
+       when e0 are the loggers' propensities: logged propensities too small, which a self-normalised estimator
+       hides; every logged propensity 1e-9 passed SNDR);
     4. either version's effective sample size below ``min_ess``, or below MIN_ESS_FLOOR whatever ``min_ess`` is,
        fails (a difference is as uncertain as its less certain side);
     5. every row a no-response: every estimate is 0 and its interval the point [0, 0], which says nothing; the half
@@ -178,6 +215,9 @@ def ope_verdict(ope: dict[str, Any], margin: float, min_ess: float, max_top_shar
             f"{float(top):.1%} of the challenger's total weight > arms.gate_max_top_weight_share "
             f"{max_top_share:g}: fails closed ({label} diff {ope['diff']:+.4f})"
         )
+    too_heavy = _weights_above_their_mean(ope)
+    if too_heavy:
+        return False, too_heavy
     too_few = _too_few_effective_rows(ope, label, min_ess)
     if too_few:
         return False, too_few

@@ -2,7 +2,8 @@
 (abpo.monthly.gate.ope_estimates_on_rows -> ope_numbers -> abpo.monthly.gate_verdict.ope_verdict):
 
 - an estimate outside [0, 1] is refused (every logged propensity 1e-9: IPS 10^7, DR -10^5, diff 0 between two
-  identical versions, which the interval alone passed);
+  identical versions, which the interval alone passed), and so are weights whose mean pi/e0 is far above 1, its
+  expectation with the loggers' propensities (that month under SNDR, SNIPS or Switch-DR, which the range passed);
 - an effective sample size too small to say anything, of either version, is refused whatever arms.gate_min_ess says
   (below MIN_ESS_FLOOR = 2, one row carries more than half the weight);
 - a month of all no-responses gives a degenerate interval: the verdict says so and decides on the zero-click bound of
@@ -62,27 +63,60 @@ def _numbers(rows, estimator="sndr", **kw):
 
 def test_estimates_outside_0_1_are_refused():
     """Every logged propensity 1e-9 (ingest's contract accepts it): two identical versions, diff 0 in an interval
-    [0, 0] that the margin passed; IPS is a CTR of 10^7 and more, DR one of -10^5. Refused, naming the estimate and the rule."""
+    [0, 0] that the margin passed; IPS is a CTR of 10^7 and more, DR one of -10^5. Refused, naming the estimate and
+    the rule (a result recorded without the weights' mean, before issue 59's review, meets this case alone)."""
     rows, _ = _month(e0=1e-9)
     ope = _numbers(rows, "dr")
     assert abs(ope["challenger_estimate"]) > 1e3 and ope["ci_low"] >= -0.05  # what passed before
     assert ope["estimates"]["ips"]["challenger"] > 1e6
-    ok, why = ope_verdict(ope, 0.05, 10.0)
+    old = {k: v for k, v in ope.items() if "mean_weight" not in k}
+    ok, why = ope_verdict(old, 0.05, 10.0)
     assert not ok, why
     assert "outside [0, 1]" in why and "fails closed" in why and "challenger" in why
     assert "rule: a click rate lies in [0, 1]" in why
-    for name in ("ips", "dr"):
-        ok, why = ope_verdict(_numbers(rows, name), 0.05, 10.0)
-        assert not ok and "outside [0, 1]" in why, (name, why)
-    # Switch-DR drops every row's correction here (all weights above its lambda 10): the reward model's estimate,
-    # in range; a self-normalised estimator stays in range (the weights' scale cancels): each decides on its interval
-    for name in ("switch_dr", "snips_all"):
-        ok, why = ope_verdict(_numbers(rows, name), 0.05, 10.0)
-        assert ok and "outside" not in why, why
-    # the same month with its real propensities passes under DR
+    assert "estimate outside [0, 1]: refused" in ope_notes(old)
+
+
+def test_logged_propensities_too_small_are_refused_whatever_estimator_decides():
+    """The same month under every estimator, the default SNDR included: a self-normalised estimate stays in [0, 1]
+    (the weights' scale cancels) and Switch-DR drops every correction (all weights above its lambda), so the range
+    alone passed them (issue 59's review); the weights' mean pi/e0, 1 in expectation with the loggers' propensities,
+    is ~10^8: refused, naming the version, the mean and the rule, and the report's note says so."""
+    rows, _ = _month(e0=1e-9)
+    for name in ("sndr", "snips_all", "switch_dr", "dr", "ips", "snips"):
+        ope = _numbers(rows, name)
+        ok, why = ope_verdict(ope, 0.05, 10.0)
+        assert not ok, (name, why)
+        assert "mean weight pi/e0" in why and "rule: mean weight <= 1 + 4 standard errors or <= 2" in why, (name, why)
+        assert ope["challenger_mean_weight"] > 1e6, name
+        assert any("logged propensities too small" in n for n in ope_notes(ope)), name
+    # the same month with its real propensities: the means are 1 within their noise, and every estimator passes
     honest, _ = _month()
-    ok, why = ope_verdict(_numbers(honest, "dr"), 0.05, 10.0)
-    assert ok, why
+    for name in ("sndr", "snips_all", "switch_dr", "dr", "ips", "snips"):
+        ope = _numbers(honest, name)
+        assert abs(ope["challenger_mean_weight"] - 1) <= 4 * ope["challenger_mean_weight_se"] + 1e-9, name
+        ok, why = ope_verdict(ope, 0.05, 10.0)
+        assert ok and "mean weight" not in why, (name, why)
+        assert not any("too small" in n for n in ope_notes(ope)), name
+
+
+def test_the_mean_weight_bound_is_four_standard_errors_above_one_and_at_least_a_factor_two():
+    """Case 3's bound for either version: above both 1 + 4 SE and 2 fails naming that version; just under either
+    passes; below 1 (a challenger whose large weights have not turned up) is never this case."""
+    rows, _ = _month(seed=3)
+    ope = _numbers(rows, "sndr")
+    for who in ("challenger", "champion"):
+        key, se_key = f"{who}_mean_weight", f"{who}_mean_weight_se"
+        for se, value, ok_expected in (
+            (0.5, 1 + 3.9 * 0.5, True),  # under 1 + 4 SE (3.0), over the factor 2
+            (0.5, 1 + 4.1 * 0.5, False),
+            (0.01, 1.99, True),  # over 1 + 4 SE (1.04), under the factor 2
+            (0.01, 2.01, False),
+            (0.01, 0.2, True),
+        ):
+            ok, why = ope_verdict({**ope, key: value, se_key: se}, 0.05, 10.0)
+            assert ok is ok_expected, (who, se, value, why)
+            assert (f"the {who}'s mean weight" in why) is (not ok_expected), why
 
 
 def test_the_range_holds_to_half_a_click_of_the_rows():

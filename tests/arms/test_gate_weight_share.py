@@ -88,7 +88,12 @@ def test_the_default_cap_fails_the_crafted_weights_closed():
 
 def test_a_non_finite_share_fails_closed_and_1_disables():
     ope = _ope(*_log(), 0.01)
-    assert _verdict(ope, 1.0).passed  # without the cap the 20 rows pass the off-policy half (ESS ~20 > 10)
+    v = _verdict(ope, 1.0)
+    assert "gate_max_top_weight_share" not in v.reason  # 1 disables the cap
+    # the weights' mean (2556 rows, 20 of them pi/e0 = 5e5) is far above its expectation 1: refused on that (issue 59)
+    assert not v.ope_passed and "the challenger's mean weight pi/e0" in v.reason, v.reason
+    before = {k: x for k, x in ope.items() if "mean_weight" not in k}  # a result recorded without the mean
+    assert _verdict(before, 1.0).passed  # without either check the 20 rows pass the off-policy half (ESS ~20 > 10)
     nan = dict(_ope(*_log(n_crafted=0), 0.01), challenger_top_weight_share=math.nan)
     assert not _verdict(nan, 0.5).ope_passed
 

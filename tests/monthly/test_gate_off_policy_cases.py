@@ -4,7 +4,8 @@ verdict, the version's tags): real tiny models (the champion adopted, the challe
 its update), a real DuckDB warehouse with months of synthetic impressions ingested through the data contract and the
 GX suite, real MLflow.
 
-- every logged propensity 1e-9 (the contract's floor): IPS and DR are CTRs far outside [0, 1]; they passed, refused;
+- every logged propensity 1e-9 (the contract's floor): IPS and DR are CTRs far outside [0, 1], the weights' mean far
+  above 1; they passed, refused, under the default SNDR too (its self-normalised estimate stays in [0, 1]);
 - a month of no-responses: the verdict says its interval is degenerate and decides on the zero-click bound;
 - a month where every row is clicked: the verdict says only IPS sees a challenger that moves its mass off the logged
   items, and IPS decides with the estimator;
@@ -83,14 +84,16 @@ def test_estimates_outside_0_1_are_refused_and_degenerate_months_say_so(gated):
     from abpo.arms import versions as arm_versions
     from abpo.monthly.gate import gate
 
-    cfg, v, land = gated("arms.gate_ope_estimator=dr")
+    cfg, v, land = gated()  # the default estimator, SNDR: self-normalised, its estimate stays in [0, 1]
     land("2026-01", propensity=1e-9)  # the contract's floor: ingest accepts it
     res = gate(cfg, "abpo", v, "2026-01")
-    assert not res.passed and "off-policy DR CTR estimate outside [0, 1]" in res.reason, res.reason
-    assert "rule: a click rate lies in [0, 1]" in res.reason and "fails closed" in res.reason
-    assert not 0 <= res.off_policy["challenger_estimate"] <= 1  # the numbers kept as they were
+    assert not res.passed and "off-policy weights: the challenger's mean weight pi/e0" in res.reason, res.reason
+    assert "rule: mean weight <= 1 + 4 standard errors or <= 2" in res.reason and "fails closed" in res.reason
+    assert 0 <= res.off_policy["challenger_estimate"] <= 1  # SNDR's number, in range: the range alone passed it
+    ips = res.off_policy["estimates"]["ips"]["challenger"]
+    assert ips > 1e6 and res.off_policy["challenger_mean_weight"] > 1e6  # the numbers kept as they were
     tags = arm_versions.get_version(cfg, "abpo", v).tags
-    assert tags["gate.verdict"] == "fail" and "outside [0, 1]" in tags["gate.reason"]
+    assert tags["gate.verdict"] == "fail" and "mean weight pi/e0" in tags["gate.reason"]
 
     n, clicks = land("2026-02", ctr=0.0)
     assert clicks == 0

@@ -240,6 +240,9 @@ def s3_server():
             except OSError:
                 assert proc.poll() is None, "moto server exited"
                 time.sleep(0.1)
+        from tests.listeners import require_loopback_only
+
+        require_loopback_only([proc.pid], "the S3 server (moto)")  # issue 59 point 12
         iam = boto3.client(
             "iam",
             endpoint_url=endpoint,

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.listeners import require_loopback_only
 from tests.sizes import ADOPTED_MONTH
 
 
@@ -133,6 +134,7 @@ def test_mlflow_models_serve_ranks_and_takes_tau(make_cfg, build_tiny_model, tmp
                 pass
             assert time.monotonic() < deadline, (tmp_path / "serve.log").read_text()[-4000:]
             time.sleep(2)
+        require_loopback_only([server.pid], "mlflow models serve")  # issue 59 point 12
         got = {
             tau: _post(f"http://127.0.0.1:{port}/invocations", {"dataframe_records": [record], "params": {"tau": tau}})[
                 "predictions"

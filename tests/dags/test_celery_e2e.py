@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from airflow_services import REPO, AirflowServices, assert_month_tasks, free_port, separate_python
 
+from tests.listeners import require_loopback_only
 from tests.sizes import DAG_MONTH_CLICKS
 
 HERE = Path(__file__).resolve().parent
@@ -58,6 +59,7 @@ def redis_server(tmp_path: Path):
                 if time.time() > end or proc.poll() is not None:
                     raise
                 time.sleep(0.5)
+        require_loopback_only([proc.pid], "redis-server")  # issue 59 point 12
         yield f"redis://127.0.0.1:{port}"
     finally:
         proc.terminate()

@@ -233,7 +233,12 @@ def train_update(
         item_popularity=item_popularity,
     )
     resumed_from = resume_point(output_dir, resume)
-    trainer.train(resume_from_checkpoint=resumed_from)
+    try:
+        trainer.train(resume_from_checkpoint=resumed_from)
+    finally:
+        from abpo.train.callbacks import flush_step_metrics
+
+        flush_step_metrics(trainer)  # the steps logged since the last write, when training stopped early
     return trainer, resumed_from
 
 
@@ -612,7 +617,12 @@ def train_and_save(
     """Train (from the resume point), save the adapter (and the merged model), and the result with the per-step
     metrics of the log history (its MLflow run id is set by the caller)."""
     resumed_from = resume_point(out, resume)
-    trainer.train(resume_from_checkpoint=resumed_from)
+    try:
+        trainer.train(resume_from_checkpoint=resumed_from)
+    finally:
+        from abpo.train.callbacks import flush_step_metrics
+
+        flush_step_metrics(trainer)  # the steps logged since the last write, when training stopped early
     adapter_dir, merged_dir = save_update(trainer, tokenizer, out, save_merged=cfg.update.save_merged)
     ckpt = _last_checkpoint(out / "checkpoints")
     steps = [h for h in trainer.state.log_history if "abpo/advantages/mean" in h]  # per-step logs, not the summary

@@ -46,6 +46,13 @@ ADDED_UPDATE_KEYS: dict[str, Any] = {
 }
 
 
+# Keys of section `update` that change no result (where checkpoints go, how often they and the metrics are written):
+# digested at the value every CPU preset held when cells were first cached, whatever the config says, so that a
+# checkpoint interval tuned for speed (configs/demo.yaml's save_steps 100, issue 60 point 3) keeps every cached
+# cell (abpo.train.update.resume_key leaves the same keys out of what a resume compares).
+RESULT_FREE_UPDATE_KEYS: dict[str, Any] = {"save_steps": 20, "save_total_limit": 2, "logging_steps": 1}
+
+
 def cell_fingerprint(cfg: Config, row: str, seed: int | None = None, r: int | None = None) -> str:
     """What a cell's result depends on: the data, policy and SFT settings (pi_init and the candidates), the seed,
     the round and the number of rounds, the update settings (variants that update), full_info's learning rate, the
@@ -55,7 +62,7 @@ def cell_fingerprint(cfg: Config, row: str, seed: int | None = None, r: int | No
     d: dict[str, Any] = {k: dataclasses.asdict(getattr(cfg, k)) for k in ("data", "policy", "sft")}
     d.update(row=row, seed=None if seed is None else int(seed), round=r, rounds=e.rounds)
     updates = is_llm_row(row) and row != FULL_INFO and row_key(row) != "none"
-    upd = without_added_defaults(dataclasses.asdict(cfg.update), ADDED_UPDATE_KEYS)
+    upd = without_added_defaults(dataclasses.asdict(cfg.update), ADDED_UPDATE_KEYS) | RESULT_FREE_UPDATE_KEYS
     d["update"] = {**upd, **RETIRED_UPDATE_KEYS} if updates else None
     keys = ["eval_split", "validation_fraction", "max_eval_users", "month"]
     keys += ["update_max_examples"] if updates else []

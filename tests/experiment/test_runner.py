@@ -400,6 +400,21 @@ def test_an_added_update_key_enters_the_fingerprint_only_away_from_its_default()
     assert cell_fingerprint(answer, "none", 0, 1) == cell_fingerprint(base, "none", 0, 1)
 
 
+def test_how_often_checkpoints_and_metrics_are_written_enters_no_fingerprint():
+    """update.save_steps / save_total_limit / logging_steps change no result (abpo.experiment.cells
+    RESULT_FREE_UPDATE_KEYS): a checkpoint interval set for speed keeps every cached cell; a learning rate does not."""
+    from abpo.config import load_config
+    from abpo.experiment.cells import cell_fingerprint
+    from abpo.experiment.rows import experiment_config
+
+    base = experiment_config(load_config("tiny"))
+    for kv in ("update.save_steps=100", "update.save_total_limit=0", "update.logging_steps=5"):
+        other = experiment_config(load_config("tiny", [kv]))
+        assert cell_fingerprint(other, "abpo", 0, 1) == cell_fingerprint(base, "abpo", 0, 1), kv
+    lr = experiment_config(load_config("tiny", ["update.learning_rate=0.001"]))
+    assert cell_fingerprint(lr, "abpo", 0, 1) != cell_fingerprint(base, "abpo", 0, 1)
+
+
 def test_cell_fingerprints_of_the_tiny_preset_are_pinned():
     """Cells are cached under their fingerprint: a change of these values makes every cached cell recompute. The
     run inputs that left section ``update`` (abpo.train.runs.UpdateRun) keep their old values in the digest

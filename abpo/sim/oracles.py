@@ -32,6 +32,7 @@ and als is a different fit (its own factors, seed and all the data) from the ML-
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -134,6 +135,7 @@ class KnnComponent:
         self.recent = recent
         self.item_index: dict[int, int] = {}
         self.counts = None
+        self._exact_sums: tuple[Any, bool] | None = None  # (counts, whether :meth:`_sums` may read them directly)
         self.mean = self.sd = np.zeros(0)
 
     def fit(
@@ -184,8 +186,31 @@ class KnnComponent:
         if not recent:
             s = np.zeros(len(idx))
         else:
-            s = np.log1p(np.asarray(self.counts[recent][:, idx].sum(axis=0), dtype=np.float64).reshape(-1))
+            s = np.log1p(self._sums(recent, idx))
         return (s - self.mean[idx]) / self.sd[idx]
+
+    def _sums(self, recent: list[int], idx: Sequence[int]) -> np.ndarray:
+        """sum_{j in recent} C_W[j, a] for a in ``idx``: counts[recent][:, idx].sum(axis=0), read from the CSR
+        arrays (a row twice when j is twice among the recent items, as counts[recent] has it). The counts are
+        integers, their sums exact in float64 in any order, so the scipy sum and this one are the same numbers (the
+        scipy sum stays where they are not: counts built otherwise)."""
+        counts: Any = self.counts
+        cached = getattr(self, "_exact_sums", None)
+        if cached is None or cached[0] is not counts:
+            data = counts.data
+            exact = (
+                counts.format == "csr"
+                and counts.dtype == np.float64
+                and bool(np.all(data == np.round(data)))
+                and self.recent * float(np.abs(data).sum()) < 2.0**53
+            )
+            self._exact_sums = cached = (counts, exact)
+        if not cached[1]:
+            return np.asarray(counts[recent][:, idx].sum(axis=0), dtype=np.float64).reshape(-1)
+        ptr, ind, val = counts.indptr, counts.indices, counts.data
+        cols = np.concatenate([ind[ptr[r] : ptr[r + 1]] for r in recent])
+        vals = np.concatenate([val[ptr[r] : ptr[r + 1]] for r in recent])
+        return np.bincount(cols, weights=vals, minlength=counts.shape[1])[idx]
 
 
 class SequentialComponent:
@@ -251,10 +276,18 @@ class SequentialComponent:
             if j is None:
                 p += self.lam[k] * self.pop[idx]
                 continue
-            row = self.steps[k][j]
-            counts = row.toarray().reshape(-1)[idx]
+            counts = self._row(k, j)[idx]
             p += self.lam[k] * (counts + a * self.pop[idx]) / (self.rowsum[k][j] + a)
         return p
+
+    def _row(self, k: int, j: int) -> np.ndarray:
+        """N_{k+1}[j, :] dense: steps[k][j].toarray() read from the CSR arrays (bincount adds a duplicate entry
+        where toarray would, in the same order, from the same 0.0)."""
+        m = self.steps[k]
+        if m.format != "csr" or m.dtype != np.float64:
+            return m[j].toarray().reshape(-1)
+        lo, hi = m.indptr[j], m.indptr[j + 1]
+        return np.bincount(m.indices[lo:hi], weights=m.data[lo:hi], minlength=m.shape[1])
 
     def _raw_blocks(self, histories: Sequence[Sequence[int]], chunk: int = 256):
         for start in range(0, len(histories), chunk):

@@ -38,6 +38,7 @@ class CooccurrenceRetrieval:
         self.recent = recent
         self.index: dict[int, int] = {}
         self.matrix = None
+        self._fast: _Fitted | None = None  # what fit derives from index and matrix once (:meth:`_fitted`)
 
     def fit(self, sequences: Mapping[int, Sequence[int]], item_ids: Sequence[int]) -> CooccurrenceRetrieval:
         from scipy.sparse import csr_matrix
@@ -65,7 +66,61 @@ class CooccurrenceRetrieval:
         recent = [self.index[int(i)] for i in list(history)[-self.recent :] if int(i) in self.index]
         if not recent:
             return np.zeros(len(self.index), dtype=np.float64)
-        return np.asarray(self.matrix[recent].sum(axis=0), dtype=np.float64).reshape(-1)
+        fast = self._fitted()
+        if not fast.exact_sums:
+            return np.asarray(self.matrix[recent].sum(axis=0), dtype=np.float64).reshape(-1)
+        # the recent rows' entries straight from the CSR arrays (a row twice when the item is twice among the
+        # recent ones, as matrix[recent] has it), summed per column: integer counts whose every partial sum is
+        # below 2^24 (_Fitted.exact_sums), so the float32 sum above and this float64 one are the same exact integer
+        ptr, ind, val = fast.indptr, fast.indices, fast.data
+        cols = np.concatenate([ind[ptr[r] : ptr[r + 1]] for r in recent])
+        vals = np.concatenate([val[ptr[r] : ptr[r + 1]] for r in recent])
+        return np.bincount(cols, weights=vals, minlength=len(fast.ids))
+
+    def _fitted(self) -> _Fitted:
+        """The arrays :func:`retrieve_candidates` and :meth:`scores` read on every request, derived once per fit
+        (again if ``index``, ``matrix`` or ``recent`` was replaced since)."""
+        fast = self._fast
+        if fast is None or fast.index is not self.index or fast.matrix is not self.matrix or fast.recent != self.recent:
+            fast = self._fast = _Fitted(self.index, self.matrix, self.recent)
+        return fast
+
+
+class _Fitted:
+    """A fitted :class:`CooccurrenceRetrieval`'s per-request look-ups: the item ids in the fit's order, the same
+    ids sorted (with their positions) to map a history to positions in one search, and the co-occurrence
+    matrix's CSR arrays (float64 data) for :meth:`CooccurrenceRetrieval.scores`."""
+
+    def __init__(self, index: dict[int, int], matrix, recent: int):
+        self.index, self.matrix, self.recent = index, matrix, recent
+        self.ids = np.fromiter(index, dtype=np.int64, count=len(index))
+        self.order = np.argsort(self.ids, kind="stable")
+        self.sorted_ids = self.ids[self.order]
+        self.exact_sums = False
+        if matrix is not None:
+            from scipy.sparse import csr_matrix
+
+            csr = matrix if isinstance(matrix, csr_matrix) else csr_matrix(matrix)
+            self.indptr, self.indices = csr.indptr, csr.indices
+            self.data = csr.data.astype(np.float64)
+            # a score sums at most ``recent`` rows (a row twice when its item is): integer counts whose total stays
+            # below 2^24 are summed exactly in float32 and in float64, in any order
+            top = float(np.abs(self.data).max()) if len(self.data) else 0.0
+            self.exact_sums = (
+                len(index) == matrix.shape[1]
+                and csr.has_canonical_format  # one entry per (row, column)
+                and bool(np.all(self.data == np.round(self.data)))
+                and recent * top < 2.0**24
+            )
+
+    def positions(self, items: Sequence[int]) -> np.ndarray:
+        """The fit-order positions of those of ``items`` in the catalog (as ``index[int(i)]`` for each ``i`` in
+        ``index``)."""
+        q = np.asarray(items, dtype=np.int64).reshape(-1)
+        if not len(q) or not len(self.ids):
+            return np.zeros(0, dtype=np.int64)
+        at = np.minimum(np.searchsorted(self.sorted_ids, q), len(self.ids) - 1)
+        return self.order[at[self.sorted_ids[at] == q]]
 
 
 def mix_counts(m: int, retrieval_fraction: float, popular_fraction: float) -> tuple[int, int, int]:
@@ -88,14 +143,37 @@ def _draw(rng: np.random.Generator, weights: np.ndarray, allowed: np.ndarray, k:
     if k <= 0:
         return np.zeros(0, dtype=np.int64)
     ok = allowed & (weights > 0)
-    n_ok = int(ok.sum())
+    where = np.flatnonzero(ok)
+    n_ok = len(where)
     if n_ok == 0:
         return np.zeros(0, dtype=np.int64)
-    keys = np.full(len(weights), -np.inf)
-    keys[ok] = np.log(weights[ok]) + rng.gumbel(size=n_ok)
+    keys = np.log(weights[where]) + rng.gumbel(size=n_ok)
     k = min(k, n_ok)
-    top = np.argpartition(-keys, k - 1)[:k]
-    return top[np.argsort(-keys[top], kind="stable")]
+    top = _top_descending(keys, k)
+    if top is not None:
+        return where[top]
+    # tied keys: the choice as the full argpartition makes it
+    full = np.full(len(weights), -np.inf)
+    full[ok] = keys
+    top = np.argpartition(-full, k - 1)[:k]
+    return top[np.argsort(-full[top], kind="stable")]
+
+
+def _top_descending(keys: np.ndarray, k: int, block: int = 512) -> np.ndarray | None:
+    """The positions of the ``k`` largest ``keys``, largest first; None when two of the k + 1 largest are equal
+    (then which of them comes first is the sort's choice, and :func:`_draw` makes it as it always did). Without
+    ties the answer is unique. Only the keys at least the k-th largest of the first ``block`` are sorted: every
+    one of the k largest is among them."""
+    if 4 * block < len(keys) and k <= block:
+        threshold = np.partition(keys[:block], block - k)[block - k]
+        cand = np.flatnonzero(keys >= threshold)
+    else:
+        cand = np.arange(len(keys))
+    order = np.argsort(-keys[cand], kind="stable")
+    head = keys[cand[order[: k + 1]]]
+    if np.any(head[1:] == head[:-1]):
+        return None
+    return cand[order[:k]]
 
 
 def retrieve_candidates(
@@ -110,10 +188,10 @@ def retrieve_candidates(
     """One request's candidate set (the module docstring): item ids, shuffled. ``popularity``: interactions to
     date per item, in ``retrieval``'s item order; ``exclude``: items never offered besides the history (the
     simulator passes the user's held-out evaluation target, so no update can train on it)."""
-    ids = np.fromiter(retrieval.index, dtype=np.int64, count=len(retrieval.index))
+    fast = retrieval._fitted()
+    ids = fast.ids
     allowed = np.ones(len(ids), dtype=bool)
-    seen = [retrieval.index[int(i)] for i in [*history, *exclude] if int(i) in retrieval.index]
-    allowed[seen] = False
+    allowed[fast.positions([*history, *exclude])] = False
     m = sum(counts)
     if int(allowed.sum()) < m:
         raise ValueError(
@@ -128,13 +206,18 @@ def retrieve_candidates(
         pos = np.flatnonzero(s > 0)
         if len(pos) > n_r:
             # the top n_r by score; ties broken by a seeded key, not by item id
-            order = np.lexsort((rng.random(len(pos)), -s[pos]))
+            tie = rng.random(len(pos))
+            score = s[pos]
+            # only the items scoring at least the n_r-th best can be among the first n_r of the full
+            # lexsort((tie, -score)); sorting them alone (in position order, lexsort being stable) orders them alike
+            keep = np.flatnonzero(score >= np.partition(score, len(pos) - n_r)[len(pos) - n_r])
+            order = keep[np.lexsort((tie[keep], -score[keep]))]
             pos = pos[order[:n_r]]
         chosen += pos.tolist()
         allowed[pos] = False
     want_p = n_r + n_p - len(chosen)
     if want_p:
-        got = _draw(rng, popularity.astype(np.float64), allowed, want_p)
+        got = _draw(rng, np.asarray(popularity, dtype=np.float64), allowed, want_p)
         chosen += got.tolist()
         allowed[got] = False
     rest = m - len(chosen)

@@ -127,6 +127,46 @@ def test_scoring_batches_prompts_of_different_lengths(tiny_model, tiny_tokenizer
         torch.testing.assert_close(sc.scores, alone, atol=1e-5, rtol=0)
 
 
+def test_requests_that_share_a_prompt_run_it_once(tiny_model, tiny_tokenizer, small_titles, item_cfg, monkeypatch):
+    """Without candidates in the prompt (policy.item_prompt_candidates false), a user's requests with different
+    candidate sets share one prompt: score_examples runs each distinct prompt once (issue 60 point 3) and every
+    request gets the scores of its own prompt as when every request's prompt ran (to float rounding: a forward's
+    batch shape may move the last bits; on the demo's 7,320 rows of a month they were bit-identical)."""
+    from abpo.data.candidates import Example
+    from abpo.policy import scoring
+    from abpo.policy.prompt import check_item_tokens, example_prompt
+
+    cfg = dataclasses.replace(item_cfg, item_prompt_candidates=False)
+    ids = sorted(small_titles)
+    exs = [
+        Example(f"{u}:{k}", u, ids[u : u + 10 * u], ids[200 + 7 * k : 220 + 7 * k], ids[205 + 7 * k])
+        for k in range(5)
+        for u in (1, 2, 3)
+    ]  # 15 requests, 3 distinct prompts
+    ran = []
+    real = scoring.next_token_logits
+    monkeypatch.setattr(scoring, "next_token_logits", lambda m, p, **kw: (ran.append(len(p)), real(m, p, **kw))[1])
+    got = scoring.score_examples(tiny_model, tiny_tokenizer, exs, small_titles, cfg)
+    assert ran == [3]  # one call, each distinct prompt once
+    p_ids = [
+        tiny_tokenizer(example_prompt(ex, small_titles, tiny_tokenizer, cfg).text, add_special_tokens=False)[
+            "input_ids"
+        ]
+        for ex in exs
+    ]
+    before = scoring.score_choice_batch(  # what score_examples did: every request's prompt run, 64 at a time
+        tiny_model,
+        p_ids,
+        [check_item_tokens(tiny_tokenizer, list(ex.candidates)) for ex in exs],
+        batch_tokens=cfg.scoring_batch_tokens,
+    )
+    assert ran[1:] == [15]
+    for ex, sc, want in zip(exs, got, before, strict=True):
+        assert sc.example is ex
+        torch.testing.assert_close(sc.scores, want, atol=1e-6, rtol=0)
+        assert int(sc.scores.argmax()) == int(want.argmax())
+
+
 def test_e0_is_the_constrained_rollout_distribution_at_tau_1(tiny_model, tiny_tokenizer, small_titles, item_cfg):
     """e_p(.|q) at tau = 1 over C equals (a) the masked softmax CandidateConstraint + generate sample the first token
     from, (b) the constrained policy's log q of the whole answer (forced tokens have q = 1), and (c) what

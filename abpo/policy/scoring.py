@@ -93,6 +93,40 @@ def score_choice_batch(
     return [logp[i, torch.as_tensor(list(c), dtype=torch.long)].clone() for i, c in enumerate(choice_ids)]
 
 
+def item_token_prompts(
+    examples: Sequence[Any], titles: Mapping[int, str], tokenizer, policy_cfg
+) -> tuple[list[FittedPrompt], list[list[int]]]:
+    """(fitted prompt, prompt ids) of each example in the ``item_tokens`` style, each distinct prompt built and
+    tokenized once: the prompt is a function of the history alone (of the history and the candidates when
+    ``policy.item_prompt_candidates`` shows them), so a month's requests of one user share it (issue 60 point 3: the
+    demo's 7,320 rows of a month hold 1,220 prompts). The same FittedPrompt and ids as ``example_prompt`` and
+    ``encode_prompt`` of every example, and the same refusals: an item outside the catalog (KeyError), an empty
+    candidate set or one without item tokens (ValueError) raise for a request that shares its prompt too."""
+    show = bool(getattr(policy_cfg, "item_prompt_candidates", True))
+    built: dict[tuple, int] = {}
+    distinct: list[FittedPrompt] = []
+    which: list[int] = []
+    for ex in examples:
+        key = (tuple(ex.history), tuple(ex.candidates) if show else None)
+        u = built.get(key)
+        if u is None:
+            u = built[key] = len(distinct)
+            distinct.append(example_prompt(ex, titles, tokenizer, policy_cfg))
+        else:  # example_prompt's checks of what is not in the key (its history was checked with the prompt)
+            missing = [i for i in ex.candidates if i not in titles]
+            if missing:
+                raise KeyError(f"request {ex.request_id}: item ids {missing[:5]} not in the catalog")
+            if not ex.candidates:
+                raise ValueError("build_item_token_prompt: the candidate set is empty")
+        which.append(u)
+    ids: list[list[int]] = []
+    for i in range(0, len(distinct), DISTINCT_PROMPTS_PER_CALL):  # = encode_prompt, batched
+        ids += tokenizer([fp.text for fp in distinct[i : i + DISTINCT_PROMPTS_PER_CALL]], add_special_tokens=False)[
+            "input_ids"
+        ]
+    return [distinct[u] for u in which], [ids[u] for u in which]
+
+
 # distinct prompts per next_token_logits call of score_choice_distinct: its [U, V] float32 logits stay under ~60 MB with
 # the tiny model's 13.8k-token vocabulary (~200 MB with a 49k one)
 DISTINCT_PROMPTS_PER_CALL = 1024
@@ -278,16 +312,13 @@ def score_examples(
     out = []
     try:
         if scores_on_choice(policy_cfg):  # the item token's log-prob: each distinct prompt once
-            fitted: list[FittedPrompt] = []
-            p_ids: list[list[int]] = []
-            for i in range(0, len(examples), DISTINCT_PROMPTS_PER_CALL):
-                part = [
-                    example_prompt(ex, titles, tokenizer, policy_cfg)
-                    for ex in examples[i : i + DISTINCT_PROMPTS_PER_CALL]
-                ]
-                fitted += part
-                p_ids += tokenizer([fp.text for fp in part], add_special_tokens=False)["input_ids"]  # = encode_prompt
-            choice = [check_item_tokens(tokenizer, list(ex.candidates)) for ex in examples]
+            fitted, p_ids = item_token_prompts(examples, titles, tokenizer, policy_cfg)
+            token_of: dict[int, int] = {}  # item -> its item token (check_item_tokens once per item)
+            for ex in examples:
+                new = [int(a) for a in ex.candidates if int(a) not in token_of]
+                if new:
+                    token_of.update(zip(new, check_item_tokens(tokenizer, new), strict=True))
+            choice = [[token_of[int(a)] for a in ex.candidates] for ex in examples]
             scores = score_choice_distinct(model, p_ids, choice, batch_tokens=policy_cfg.scoring_batch_tokens, bar=bar)
             return [ScoredExample(ex, fp, s) for ex, fp, s in zip(examples, fitted, scores, strict=True)]
         for i in range(0, len(examples), prompts_per_call):

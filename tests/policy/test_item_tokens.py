@@ -167,6 +167,42 @@ def test_requests_that_share_a_prompt_run_it_once(tiny_model, tiny_tokenizer, sm
         assert int(sc.scores.argmax()) == int(want.argmax())
 
 
+@pytest.mark.parametrize("show", [False, True])
+def test_shared_prompts_are_built_once_and_are_each_requests_own(
+    tiny_tokenizer, small_titles, item_cfg, show, monkeypatch
+):
+    """item_token_prompts gives every request exactly example_prompt's FittedPrompt and encode_prompt's ids, with
+    each distinct prompt built once (the key: the history, and the candidates when the prompt shows them), and the
+    same refusals for a request that shares its prompt."""
+    from abpo.data.candidates import Example
+    from abpo.policy import prompt as P
+    from abpo.policy.scoring import item_token_prompts
+
+    cfg = dataclasses.replace(item_cfg, item_prompt_candidates=show)
+    ids = sorted(small_titles)
+    exs = [
+        Example(f"{u}:{k}", u, ids[u : u + 10 * u], ids[200 + 7 * (k % 2) : 220 + 7 * (k % 2)], ids[205])
+        for k in range(4)
+        for u in (0, 1, 2)
+    ]  # 12 requests: 3 histories x 2 candidate sets
+    calls = []
+    real = P.example_prompt
+    monkeypatch.setattr(
+        "abpo.policy.scoring.example_prompt", lambda ex, *a: (calls.append(ex.request_id), real(ex, *a))[1]
+    )
+    fitted, p_ids = item_token_prompts(exs, small_titles, tiny_tokenizer, cfg)
+    assert len(calls) == (6 if show else 3)
+    for ex, fp, pid in zip(exs, fitted, p_ids, strict=True):
+        want = real(ex, small_titles, tiny_tokenizer, cfg)
+        assert fp == want and pid == P.encode_prompt(tiny_tokenizer, want.text)
+    outside = Example("0:9", 0, exs[0].history, [*exs[0].candidates[:-1], 10**9], ids[205])
+    with pytest.raises(KeyError, match="not in the catalog"):
+        item_token_prompts([exs[0], outside], small_titles, tiny_tokenizer, cfg)
+    if not show:
+        with pytest.raises(ValueError, match="the candidate set is empty"):
+            item_token_prompts([exs[0], Example("0:8", 0, exs[0].history, [], 0)], small_titles, tiny_tokenizer, cfg)
+
+
 def test_e0_is_the_constrained_rollout_distribution_at_tau_1(tiny_model, tiny_tokenizer, small_titles, item_cfg):
     """e_p(.|q) at tau = 1 over C equals (a) the masked softmax CandidateConstraint + generate sample the first token
     from, (b) the constrained policy's log q of the whole answer (forced tokens have q = 1), and (c) what

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -180,18 +180,24 @@ def encode_answer(tokenizer: Any, answer: str) -> list[int]:
     return list(tokenizer(answer, add_special_tokens=False)["input_ids"])
 
 
-def check_answers_fit(tokenizer: Any, titles: Mapping[int, str], cfg: Any, where: str) -> None:
+def check_answers_fit(
+    tokenizer: Any, titles: Mapping[int, str], cfg: Any, where: str, items: Iterable[int] | None = None
+) -> None:
     """ConfigError when, with ``policy.constrained_rollouts``, the catalog's longest well-formed answer r(a) plus EOS
     (tokenized as :func:`encode_answer` does) takes more than ``update.max_completion_length`` tokens: the update's
     constrained rollouts refuse such a request (abpo.train.answers.AnswerTries), and only when one shows the item,
     possibly months later. Checked where the catalog and the tokenizer are first known together (``where``: pi_init's
-    SFT, an adopted model's tokenizer). Free rollouts cut a long answer (no format reward): not refused."""
+    SFT, an adopted model's tokenizer), and again by an update over the candidates of the rows it trains on
+    (``items``): a state bootstrapped under a larger limit and run with a smaller one failed in the middle of its
+    update with a traceback (issue 59 point 11). Free rollouts cut a long answer (no format reward): not refused."""
     from abpo.config.errors import ConfigError
 
     limit = int(cfg.update.max_completion_length)
     if not cfg.policy.constrained_rollouts or not titles:
         return
-    items = sorted(titles)
+    items = sorted(titles) if items is None else sorted({int(i) for i in items if int(i) in titles})
+    if not items:
+        return
     longest, item = 0, items[0]
     for k in range(0, len(items), 4096):  # batches of the same per-answer encoding
         chunk = items[k : k + 4096]

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from abpo import registry
 from abpo.algo.variants import get_variant
 from abpo.policy.model import load_policy, lora_config
+from abpo.policy.prompt import check_answers_fit
 from abpo.train import signals
 from abpo.train.dataset import subsample_strata, update_dataset_from_strata
 from abpo.train.distributed import barrier, broadcast_from_main, check_launch, check_trainer, dist_state
@@ -549,6 +550,8 @@ def update_rows(cfg: Config, positive, no_response, titles, tokenizer) -> Update
     (update.no_response_weight_rule)."""
     examples_per_batch = cfg.update.batch_size * cfg.update.grad_accum
     positive, no_response, note = subsample_strata(positive, no_response, cfg.update.max_examples, cfg.seed)
+    shown = {int(c) for t in (positive, no_response) for cands in t.column("candidates").to_pylist() for c in cands}
+    check_answers_fit(tokenizer, titles, cfg, "the update's rows", items=shown)  # before anything trains
     n_rows = positive.num_rows + no_response.num_rows
     click_rate = positive.num_rows / n_rows if n_rows else None
     train_ds, report = update_dataset_from_strata(

@@ -138,6 +138,28 @@ def make_trainer(
     return trainer
 
 
+@contextlib.contextmanager
+def reproducible_on_cpu(model):
+    """torch's deterministic algorithms while an update trains on the CPU, the previous setting restored after.
+
+    With 2 torch threads (policy.num_threads, the demo's) an op of the ABPO/GRPO step accumulated in a thread-dependent
+    order: the same seed, rows and starting model gave different weights run to run (the demo's abpo update of
+    2026-01, 6 steps: three runs, three weights files; the demo's reports then drifted apart from month 2 on). In
+    deterministic mode two runs give one file, the file one thread gives, at the same speed. On an accelerator
+    nothing is changed (CUDA's deterministic mode needs its own workspace settings, docs/operations.md)."""
+    import torch
+
+    on_cpu = all(p.device.type == "cpu" for p in model.parameters())
+    before, warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    if on_cpu:
+        torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        if on_cpu:
+            torch.use_deterministic_algorithms(before, warn_only=warn)
+
+
 RESUME_KEY = "resume-key.json"  # <output>/resume-key.json: what the checkpoints under <output>/checkpoints train
 
 
@@ -235,7 +257,8 @@ def train_update(
     )
     resumed_from = resume_point(output_dir, resume)
     try:
-        trainer.train(resume_from_checkpoint=resumed_from)
+        with reproducible_on_cpu(trainer.model):
+            trainer.train(resume_from_checkpoint=resumed_from)
     finally:
         from abpo.train.callbacks import flush_step_metrics
 
@@ -621,7 +644,8 @@ def train_and_save(
     metrics of the log history (its MLflow run id is set by the caller)."""
     resumed_from = resume_point(out, resume)
     try:
-        trainer.train(resume_from_checkpoint=resumed_from)
+        with reproducible_on_cpu(trainer.model):
+            trainer.train(resume_from_checkpoint=resumed_from)
     finally:
         from abpo.train.callbacks import flush_step_metrics
 

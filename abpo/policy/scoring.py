@@ -145,7 +145,9 @@ def score_choice_distinct(
     when the prompt shows no candidates (``policy.item_prompt_candidates`` false: the demo's 12 requests per user,
     7,320 rows and 610 distinct prompts; issue 60 point 3). Distinct prompts go through ``next_token_logits`` in
     calls of :data:`DISTINCT_PROMPTS_PER_CALL`, in the order they first appear; ``bar``: a tqdm bar advanced by the
-    prompts each call scored. Returns float32 on the CPU, in the order of ``prompt_ids``."""
+    prompts each call scored. Returns float32 on the CPU, in the order of ``prompt_ids``. A prompt's forward then
+    runs in a batch of another shape than when every request ran, which may move its scores in the last float32
+    bits (the serve step's month-1 propensities of the demo: up to 4e-6 relative)."""
     if len(prompt_ids) != len(choice_ids):
         raise ValueError(f"score_choice_distinct: {len(prompt_ids)} prompts for {len(choice_ids)} candidate lists")
     index: dict[tuple[int, ...], int] = {}

@@ -131,7 +131,8 @@ def test_requests_that_share_a_prompt_run_it_once(tiny_model, tiny_tokenizer, sm
     """Without candidates in the prompt (policy.item_prompt_candidates false), a user's requests with different
     candidate sets share one prompt: score_examples runs each distinct prompt once (issue 60 point 3) and every
     request gets the scores of its own prompt as when every request's prompt ran (to float rounding: a forward's
-    batch shape may move the last bits; on the demo's 7,320 rows of a month they were bit-identical)."""
+    batch shape may move the last float32 bits: one scored version of a demo month came out bit-identical, the serve
+    step's month-1 propensities moved by up to 4e-6 relative, docs/demo.md "How long it takes")."""
     from abpo.data.candidates import Example
     from abpo.policy import scoring
     from abpo.policy.prompt import check_item_tokens, example_prompt

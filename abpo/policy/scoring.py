@@ -143,7 +143,7 @@ def score_choice_distinct(
     """Eq. s_p (item token) of every candidate of every prompt, as :func:`score_choice_batch`, with each distinct
     prompt run once: the next-token logits depend on the prompt alone, and a month's requests of one user share it
     when the prompt shows no candidates (``policy.item_prompt_candidates`` false: the demo's 12 requests per user,
-    7,320 rows and 610 distinct prompts; issue 60 point 3). Distinct prompts go through ``next_token_logits`` in
+    7,320 rows and 1,220 distinct prompts in 2026-04; issue 60 point 3). Distinct prompts go through ``next_token_logits`` in
     calls of :data:`DISTINCT_PROMPTS_PER_CALL`, in the order they first appear; ``bar``: a tqdm bar advanced by the
     prompts each call scored. Returns float32 on the CPU, in the order of ``prompt_ids``. A prompt's forward then
     runs in a batch of another shape than when every request ran, which may move its scores in the last float32

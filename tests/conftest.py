@@ -556,6 +556,7 @@ LONGEST = (
     "tests/policy/test_pi_init_quality.py",
     "tests/dags/test_abpo_monthly_e2e.py",
     "tests/policy/test_smollm2_e2e.py",
+    "tests/dags/test_approval_e2e.py",
     "tests/dags/test_fault_e2e.py",
     "tests/dags/test_celery_e2e.py",
     "tests/dags/test_beyond_demo_e2e.py",

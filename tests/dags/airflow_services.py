@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 
 from abpo.monthly.local_airflow import TASK_PRELOAD
-from tests.listeners import require_loopback_only
+from tests.listeners import listening, require_loopback_only
 
 REPO = Path(__file__).resolve().parents[2]
 # the DAG runs' sizes: tests/sizes.py (DAG_MONTH, DAG_MONTH_CLICKS)
@@ -178,8 +178,12 @@ class AirflowServices:
 
     def require_loopback_only(self, when: str) -> None:
         """AssertionError naming every socket that a service, or a process it started (a task, the log server),
-        listens on beyond the loopback (tests/listeners.py)."""
-        require_loopback_only([proc.pid for proc, _ in self.procs.values()], f"Airflow services ({when})")
+        listens on beyond the loopback (tests/listeners.py); and unless the API server's own socket is among those
+        seen, which shows that the check looks at the right processes (it answered on its port just before)."""
+        pids = [proc.pid for proc, _ in self.procs.values()]
+        require_loopback_only(pids, f"Airflow services ({when})")
+        ports = {port for _, _, _, port in listening(pids)}
+        assert self.port in ports, f"Airflow services ({when}): the API server's port {self.port} not among {ports}"
 
     def login(self) -> str:
         """The REST client's token (the all-admins simple auth manager's; a test with named users overrides it)."""

@@ -100,6 +100,9 @@ def test_a_tracking_password_is_in_no_message_of_the_cli(abpo, state, monkeypatc
     and what it logs), with --debug's traceback too; `abpo config` prints the URI redacted."""
     monkeypatch.setenv("ABPO_TRACKING_URI", f"http://alice:{SECRET}@127.0.0.1:{_closed_port()}/")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "EnvPl4ntedKey0000")
+    # pin and rollback take the promotion lock, which rides out a failing registry for LOCK_WAIT_S (30 s) before its
+    # one line (RegistryUnavailable: "could not take the promotion lock"); the same line after 1 s
+    monkeypatch.setattr("abpo.arms.promotion_lock.LOCK_WAIT_S", 1.0)
     rc, out, err = abpo(*argv)
     assert SECRET not in out + err and "EnvPl4ntedKey0000" not in out + err, out + err
     if argv == ("config",):
@@ -109,6 +112,8 @@ def test_a_tracking_password_is_in_no_message_of_the_cli(abpo, state, monkeypatc
         if "--debug" not in argv:  # (history --json logs the store line on stderr too: its stdout is JSON)
             lines = [line for line in err.strip().splitlines() if not line.startswith("MLflow store ")]
             assert "Traceback" not in err and len(lines) == 1, err
+        if argv[1] in ("pin", "rollback"):
+            assert "could not take the promotion lock" in err, err
 
 
 def test_a_database_store_password_is_in_no_message(abpo, state, monkeypatch):

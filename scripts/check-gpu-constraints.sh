@@ -6,22 +6,16 @@
 # The resolver is uv's (`uv pip compile`, uv pinned in constraints.txt and installed by scripts/setup.sh): about 3 s
 # where pip's (`pip install --dry-run --report`) took about 75 CPU-seconds on 2 cores, the same set resolved (vllm
 # 0.30.0, deepspeed 0.19.8, trl 1.16.0, transformers 5.23.0, torch 2.13.0 on 2026-11-29). ABPO_INSTALLER=pip uses
-# pip's, as a user's `pip install -c constraints-gpu.txt ".[gpu]"` does. Like scripts/setup.sh, pip's find-links
-# (local wheels, such as the CPU build of torch) and certificate bundle are handed to uv, which reads no pip
-# configuration.
+# pip's, as a user's `pip install -c constraints-gpu.txt ".[gpu]"` does. Like scripts/setup.sh, it hands pip's
+# find-links and certificate bundle to uv (scripts/uv-pip-config.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 pins=${1:-$(mktemp --suffix=.txt)}
 uv=$(dirname "$PY")/uv
 if [ "${ABPO_INSTALLER:-uv}" = uv ] && [ -x "$uv" ]; then
-    pipconf() { "$PY" -m pip config get "$1" 2>/dev/null || true; }
-    links=()
-    for d in ${PIP_FIND_LINKS:-} $(pipconf global.find-links); do
-        [ -e "$d" ] && links+=(--find-links "$d")
-    done
-    cert=${SSL_CERT_FILE:-${PIP_CERT:-$(pipconf global.cert)}}
-    [ -n "$cert" ] && export SSL_CERT_FILE="$cert"
+    source scripts/uv-pip-config.sh
+    uv_pip_config "$PY"  # sets links, exports SSL_CERT_FILE
     "$uv" pip compile --quiet --python "$PY" "${links[@]}" -c constraints-gpu.txt --extra gpu \
         --no-annotate --no-header -o "$pins" pyproject.toml
     echo "resolver: uv pip compile"

@@ -29,15 +29,10 @@ echo "[setup] creating .venv with $($PY --version) and installing abpo[$extras] 
 # wheels, such as the CPU build of torch) and certificate bundle are handed to it. ABPO_INSTALLER=pip installs with
 # pip instead (the same constraints, the same result).
 installer=${ABPO_INSTALLER:-uv}
-pipconf() { .venv/bin/python -m pip config get "$1" 2>/dev/null || true; }
 if [ "$installer" = uv ]; then
     .venv/bin/python -m pip install --quiet -c constraints.txt uv
-    links=()
-    for d in ${PIP_FIND_LINKS:-} $(pipconf global.find-links); do
-        [ -e "$d" ] && links+=(--find-links "$d")
-    done
-    cert=${SSL_CERT_FILE:-${PIP_CERT:-$(pipconf global.cert)}}
-    [ -n "$cert" ] && export SSL_CERT_FILE="$cert"
+    source scripts/uv-pip-config.sh
+    uv_pip_config .venv/bin/python  # sets links, exports SSL_CERT_FILE
     install() { .venv/bin/uv pip install --quiet --compile-bytecode --python .venv/bin/python "${links[@]}" "$@"; }
 else
     .venv/bin/python -m pip install --quiet --upgrade pip

@@ -38,15 +38,20 @@ def listening(pids) -> list[tuple[int, str, str, int]]:
     return sorted(out)
 
 
-def beyond_loopback(pids) -> list[str]:
-    """``"<name> (pid N) listens on IP:PORT"`` for every listening socket of :func:`listening` that is not on the
-    loopback; [] when every one is."""
+def beyond_loopback(pids, sockets=None) -> list[str]:
+    """``"<name> (pid N) listens on IP:PORT"`` for every listening socket of :func:`listening` (or of ``sockets``,
+    its result already taken) that is not on the loopback; [] when every one is."""
     return [
-        f"{name} (pid {pid}) listens on {ip}:{port}" for pid, name, ip, port in listening(pids) if not is_loopback(ip)
+        f"{name} (pid {pid}) listens on {ip}:{port}"
+        for pid, name, ip, port in (listening(pids) if sockets is None else sockets)
+        if not is_loopback(ip)
     ]
 
 
-def require_loopback_only(pids, what: str) -> None:
-    """AssertionError naming each socket of ``what`` (the services started) that listens beyond the loopback."""
-    wide = beyond_loopback(pids)
+def require_loopback_only(pids, what: str) -> list[tuple[int, str, str, int]]:
+    """AssertionError naming each socket of ``what`` (the services started) that listens beyond the loopback; else
+    the sockets seen (:func:`listening`), for a caller that checks more of them."""
+    sockets = listening(pids)
+    wide = beyond_loopback(pids, sockets)
     assert not wide, f"{what}: a test-started service listens beyond 127.0.0.1: {'; '.join(wide)}"
+    return sockets

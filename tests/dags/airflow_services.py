@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 
 from abpo.monthly.local_airflow import TASK_PRELOAD
-from tests.listeners import listening, require_loopback_only
+from tests.listeners import require_loopback_only
 
 REPO = Path(__file__).resolve().parents[2]
 # the DAG runs' sizes: tests/sizes.py (DAG_MONTH, DAG_MONTH_CLICKS)
@@ -180,9 +180,8 @@ class AirflowServices:
         """AssertionError naming every socket that a service, or a process it started (a task, the log server),
         listens on beyond the loopback (tests/listeners.py); and unless the API server's own socket is among those
         seen, which shows that the check looks at the right processes (it answered on its port just before)."""
-        pids = [proc.pid for proc, _ in self.procs.values()]
-        require_loopback_only(pids, f"Airflow services ({when})")
-        ports = {port for _, _, _, port in listening(pids)}
+        sockets = require_loopback_only([proc.pid for proc, _ in self.procs.values()], f"Airflow services ({when})")
+        ports = {port for _, _, _, port in sockets}
         assert self.port in ports, f"Airflow services ({when}): the API server's port {self.port} not among {ports}"
 
     def login(self) -> str:

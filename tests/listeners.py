@@ -38,20 +38,21 @@ def listening(pids) -> list[tuple[int, str, str, int]]:
     return sorted(out)
 
 
-def beyond_loopback(pids, sockets=None) -> list[str]:
-    """``"<name> (pid N) listens on IP:PORT"`` for every listening socket of :func:`listening` (or of ``sockets``,
-    its result already taken) that is not on the loopback; [] when every one is."""
-    return [
-        f"{name} (pid {pid}) listens on {ip}:{port}"
-        for pid, name, ip, port in (listening(pids) if sockets is None else sockets)
-        if not is_loopback(ip)
-    ]
+def _wide(sockets) -> list[str]:
+    """``"<name> (pid N) listens on IP:PORT"`` for each socket of ``sockets`` (:func:`listening`'s tuples) that is not
+    on the loopback."""
+    return [f"{name} (pid {pid}) listens on {ip}:{port}" for pid, name, ip, port in sockets if not is_loopback(ip)]
+
+
+def beyond_loopback(pids) -> list[str]:
+    """:func:`_wide` of every listening socket of :func:`listening`; [] when every one is on the loopback."""
+    return _wide(listening(pids))
 
 
 def require_loopback_only(pids, what: str) -> list[tuple[int, str, str, int]]:
     """AssertionError naming each socket of ``what`` (the services started) that listens beyond the loopback; else
     the sockets seen (:func:`listening`), for a caller that checks more of them."""
     sockets = listening(pids)
-    wide = beyond_loopback(pids, sockets)
+    wide = _wide(sockets)
     assert not wide, f"{what}: a test-started service listens beyond 127.0.0.1: {'; '.join(wide)}"
     return sockets

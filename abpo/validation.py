@@ -99,7 +99,7 @@ def _import_gx():
     crud_method_info because it is a closure" and three like it each time a data source manager is built (26 copies
     of each in one month's ingest task), then "Created temporary directory ...", "Loading 'datasources'", and a column
     introspection's recovered DuckDB "Binder Error". Inside an Airflow task, whose root logger takes INFO, every one
-    reached the task log (the repeated lines of issue 31's "no doubled line"); on the CLI they never showed (root at
+    reached the task log (each line repeated); on the CLI they never showed (root at
     WARNING). The ``great_expectations`` logger is set to WARNING before GX is imported, unless a level was set for it
     already (a deployment's logging config wins), and the one module logger GX itself sets to INFO when imported
     (``great_expectations.data_context.types.base``) is made to follow it again. abpo reports the validation itself
@@ -361,7 +361,7 @@ def _run_checkpoint(
         gx.ValidationDefinition(name=f"impressions_{month}", data=batch_def, suite=suite)
     )
     # only abpo's site: an ephemeral context also has GX's default "local_site" in a new temp directory, which the
-    # action would build too and nothing removes (a whole Data Docs site left in /tmp by every validation)
+    # action would build too and nothing removes (a whole Data Docs site left in the system's temp directory by every validation)
     actions = [gx.checkpoint.UpdateDataDocsAction(name="data_docs", site_names=["abpo"])] if docs is not None else []
     checkpoint = context.checkpoints.add(
         gx.Checkpoint(name=f"ingest_{month}", validation_definitions=[definition], actions=actions)

@@ -236,7 +236,7 @@ def integrity_checks(
     - **Few users**: one user carries more than ``max_user_share`` of the arm's impressions in the period
       (``top_user_impressions`` of sql/report_user_moments.sql over its impressions). The pooled z-test treats every
       impression as an independent trial and the clustered one needs many users; one user across every arm of a
-      replayed log gave z = -87 (issue 48 item 7).
+      replayed log gave z = -87.
     - **Assignment**: users whose rows are in an arm the experiment's salted hash does not give them
       (sql/report_assignment.sql): the arms are then not randomised samples of the same users.
 

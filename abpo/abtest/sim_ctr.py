@@ -1,4 +1,4 @@
-"""The simulator's expected CTR in the report (issue 60 point 4): the climb of each arm's champion, month by month.
+"""The simulator's expected CTR in the report: the climb of each arm's champion, month by month.
 
 For a simulated month the serve step (abpo.monthly.serve, abpo.sim.expected_ctr) stores the month's figures as
 ``<paths.root>/sim/expected_ctr/<YYYY-MM>.json``: per arm, the expected CTR (Eq. H1 of abpo.sim.headroom: the click

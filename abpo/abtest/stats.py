@@ -299,7 +299,7 @@ class SRMResult:
 
 
 # Pearson's chi-square approximation needs about 5 expected observations per cell (Cochran's rule); below it a large
-# p-value is no evidence that the split matches the shares (4 users across 4 arms "passed" the check: issue 48 item 7).
+# p-value is no evidence that the split matches the shares (4 users across 4 arms "passed" the check).
 SRM_MIN_EXPECTED = 5.0
 
 

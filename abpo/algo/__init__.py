@@ -5,8 +5,8 @@
     step 4  advantages.py  anchored_baseline, anchored_spread, anchored_advantages, group_advantages (variant B)
     step 5  surrogate.py   clipped_surrogate (+ optional KL)
     (A)-(L) variants.py    VARIANTS, get_variant, rollout_advantages (G-L: docs/update-variants.md)
-    issue 49 stratum_weight.py  no_response_weight, stratum_weighted_advantages (Eqs. N1-N2)
-             anchor_terms.py    likelihood_coefficients, weighted_log_likelihood (L1), offpolicy_anchor_surrogate (O1-O3)
+    G-L     stratum_weight.py  no_response_weight, stratum_weighted_advantages (Eqs. N1-N2)
+            anchor_terms.py    likelihood_coefficients, weighted_log_likelihood (L1), offpolicy_anchor_surrogate (O1-O3)
     logging diagnostics.py logit_gradient, log_odds_push, gamma_ratio, gradient_cosine, zero_spread_share, ...
 
 No TRL import here: abpo.train wires these into the trainer.

@@ -193,7 +193,7 @@ def anchor_reward(y: Tensor, r_sc_log: Tensor | None, lambda_sc: float) -> Tenso
 
 
 def simulated_click_reward(chosen_index: Tensor, click_probs: Tensor) -> Tensor:
-    """The simulator as reward model (issue 49's online upper bound, a diagnostic, never an arm's update):
+    """The simulator as reward model (the online upper bound: a diagnostic, never an arm's update):
 
         r_sim(a^j) = P(click | a^j exposed)  for a well-formed rollout naming candidate a^j,   0 for a malformed one
 

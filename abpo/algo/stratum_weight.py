@@ -4,7 +4,7 @@ the no-response rows' terms weigh kappa, the clicked rows' 1.
     J_kappa(theta) = mean_i nu_{y_i} (1/(G-1)) sum_{j=2..G} min( s_i^j A_i^j, clip(s_i^j, 1-eps, 1+eps) A_i^j )
     nu_1 = 1,  nu_0 = kappa >= 0                                                                         (Eq. N1)
 
-(nu_1 is update.click_weight, 1 but in issue 49's diagnosis: nu_1 = 0 trains on the no-responses alone.)
+(nu_1 is update.click_weight, 1 but in the clicks-versus-no-responses diagnosis: nu_1 = 0 trains on the no-responses alone.)
 
 Since min(s kA, clip(s) kA) = k min(s A, clip(s) A) for k >= 0, weighing a row's surrogate term by kappa is scaling
 its advantages by kappa: A'_i^j = nu_{y_i} A_i^j (`stratum_weighted_advantages`), the advantages TRL's loss reads.
@@ -20,7 +20,7 @@ a no-response's is -c, so |A(y=0)| / |A(y=1)| = c / (1 - c) (Williams 1992's REI
 the expected-gradient result of docs/regimes.md shows every variant B-F weighs the two strata alike instead:
 gamma(y = 0) = -gamma(y = 1)). At the loop's CTR of 5-9 % kappa is 0.05-0.10.
 
-`no_response_abs_share` is the per-step diagnostic of issue 49 point 2: the share of the summed |A| the no-response
+`no_response_abs_share` is the per-step diagnostic of which stratum moves the policy: the share of the summed |A| the no-response
 rows carry.
 """
 
@@ -60,7 +60,7 @@ def no_response_weight(rule: str, scale: float, click_rate: float | None = None)
 
 
 def stratum_weighted_advantages(advantages: Tensor, y: Tensor, kappa: float, click_weight: float = 1.0) -> Tensor:
-    """A'_i^j = nu_{y_i} A_i^j with nu_1 = ``click_weight`` (1, the paper, unless issue 49's diagnosis sets it), nu_0
+    """A'_i^j = nu_{y_i} A_i^j with nu_1 = ``click_weight`` (1, the paper, unless a diagnosis sets it), nu_0
     = kappa (Eq. N1): the advantages [B, K] of the no-response examples' rollouts scaled by kappa, the clicked ones'
     by nu_1. Returns a detached tensor; kappa = nu_1 = 1 returns the advantages themselves (bit-for-bit)."""
     if advantages.dim() != 2 or y.shape != (advantages.shape[0],):

@@ -13,7 +13,7 @@ Every updating variant uses the same match reward (+1 / -1 for matching a positi
 and format reward; self-certainty adds lambda_sc * r_sc for no-response rows only. (B) is the GRPO-update
 arm of the A/B test.
 
-Beside A-F (issue 49; docs/update-variants.md has each equation and its source), variants that are one of B, D or F
+Beside A-F (the paper's; docs/update-variants.md has each equation and its source), variants that are one of B, D or F
 plus settings of section update they fix (``Variant.presets``, applied by abpo.train.grpo_args.variant_update_config):
 
     (G)     grpo_cr         B + no-response rows' surrogate weighted kappa = c / (1 - c)   (abpo.algo.stratum_weight)

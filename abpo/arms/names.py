@@ -38,10 +38,10 @@ ARMS: dict[str, ArmEntry] = {
     for e in (
         ArmEntry("abpo", "abpo.arms.llm:LLMArm", LLM, "abpo"),
         ArmEntry("grpo", "abpo.arms.llm:LLMArm", LLM, "grpo"),
-        # issue 49's variant G (B with the no-response rows weighted c/(1-c), docs/update-variants.md Eq. N2): the one
+        # variant G (B with the no-response rows weighted c/(1-c), docs/update-variants.md Eq. N2): the one
         # update that beat No-Update in the test tables (docs/which-update.md); an arm beside the paper's two
         ArmEntry("grpo_cr", "abpo.arms.llm:LLMArm", LLM, "grpo_cr"),
-        # issue 60's choice by the budget curve's rule on the validation series (docs/which-update.md "The budget
+        # chosen by the budget curve's rule on the validation series (docs/which-update.md "The budget
         # curve"): variant J, the SNIPS-weighted likelihood of the clicked logged items alone (Eq. L1), the update
         # that rose where every GRPO-surrogate update on the logged reward fell; the demo serves it in grpo_cr's place
         ArmEntry("wll", "abpo.arms.llm:LLMArm", LLM, "wll"),

@@ -1,5 +1,5 @@
 """SASRec-CE: a causal self-attention sequential recommender trained with the full softmax cross-entropy over the
-catalog, the baseline a recommender engineer reaches for first (issue 43).
+catalog, the baseline a recommender engineer reaches for first.
 
 Model (Kang & McAuley, "Self-Attentive Sequential Recommendation", ICDM 2018): item embeddings E (tied input and
 output, one row per catalog item plus a padding row), learned position embeddings P, ``blocks`` pre-LayerNorm

@@ -21,7 +21,7 @@ def register(sub, common: argparse.ArgumentParser) -> None:
         help="Update pi_init from the bandit log (ABPO or a variant A-F) with TRL; save a LoRA checkpoint.",
         description="Read D_bandit (--arm's impressions of the --month(s)) from the DuckDB warehouse in stratified "
         "mini-batches, run the update of --variant (docs/ABPO_SPEC.md: A none, B grpo, C anchor, D anchor_snips, "
-        "E anchor_sc, F abpo; issue 49's G grpo_cr, H abpo_cr, I abpo_ll, J wll, K abpo_offpolicy, L grpo_ll: "
+        "E anchor_sc, F abpo; beside them G grpo_cr, H abpo_cr, I abpo_ll, J wll, K abpo_offpolicy, L grpo_ll: "
         "docs/update-variants.md) on pi_init (the output of `abpo sft`, or --init-model) with trl.GRPOTrainer, log every "
         "step to MLflow, and save the LoRA adapter (and merged model). Resumes from the last checkpoint of the same "
         "update directory unless --no-resume. Prints where the checkpoint and the MLflow run are. The flags say what "

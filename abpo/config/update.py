@@ -77,7 +77,7 @@ class UpdateConfig:
             "(the spec has none: leave 0 to reproduce it).",
         },
     )
-    # ------------------------------------------------------------------ terms beside the paper's (issue 49)
+    # ------------------------------------------------------------------ terms beside the paper's
     no_response_weight: float = field(
         default=1.0,
         metadata={
@@ -93,7 +93,7 @@ class UpdateConfig:
             "min": 0,
             "help": "nu_1: the weight of the clicked (y=1) rows' surrogate terms (docs/update-variants.md Eq. N1). "
             "1 = the paper. 0 with no_response_weight=1 trains on the no-responses only, the clicks-only update is "
-            "no_response_weight=0 (issue 49's diagnosis).",
+            "no_response_weight=0 (a diagnosis of which stratum moves the policy).",
         },
     )
     no_response_weight_rule: str = field(

@@ -103,7 +103,7 @@ def check_update_rows_by_arm(cfg: Config) -> None:
 
 
 def check_update_by_arm(cfg: Config) -> None:
-    """``arms.update_by_arm`` (issue 60): each key a served arm, each entry's keys among the budget keys
+    """``arms.update_by_arm``: each key a served arm, each entry's keys among the budget keys
     (abpo.config.arms.UPDATE_BUDGET_KEYS), each value checked against the update key of that name (type, range,
     choices) as a ``--set update.<key>`` would be: an entry that could not train is refused at load, not in month 2."""
     import dataclasses

@@ -90,7 +90,7 @@ MAX_ID_LENGTH = 256  # characters: an id far longer (a megabyte) is not an id, a
 
 IMPRESSIONS_SCHEMA = pa.schema(
     [
-        # core contract (issue 2)
+        # core contract
         pa.field("impression_id", pa.string(), nullable=False),
         pa.field("event_time", TS, nullable=False),
         pa.field("user_id", pa.int64(), nullable=False),

@@ -35,7 +35,7 @@ ADDED_UPDATE_KEYS: dict[str, Any] = {
     "self_certainty_positions": "choice",
     "greedy_rollouts": False,
     "processes": 1,
-    # issue 49's terms beside the paper's (docs/update-variants.md)
+    # the terms beside the paper's (docs/update-variants.md)
     "no_response_weight": 1.0,
     "no_response_weight_rule": "fixed",
     "click_weight": 1.0,
@@ -48,7 +48,7 @@ ADDED_UPDATE_KEYS: dict[str, Any] = {
 
 # Keys of section `update` that change no result (where checkpoints go, how often they and the metrics are written):
 # digested at the value every CPU preset held when cells were first cached, whatever the config says, so that a
-# checkpoint interval tuned for speed (configs/demo.yaml's save_steps 100, issue 60 point 3) keeps every cached
+# checkpoint interval tuned for speed (configs/demo.yaml's save_steps 100) keeps every cached
 # cell (abpo.train.update.resume_key leaves the same keys out of what a resume compares).
 RESULT_FREE_UPDATE_KEYS: dict[str, Any] = {"save_steps": 20, "save_total_limit": 2, "logging_steps": 1}
 

@@ -85,7 +85,7 @@ TRAINING_DIAGNOSTICS = {  # per-step update metrics (docs/diagnostics.md) averag
     "train_w_ess_share": "abpo/w_ess_share",
     "train_gamma_ratio": "abpo/gamma_ratio",
     "train_grad_cosine": "abpo/grad_cosine_vs_grpo",
-    # issue 49 point 2: the share of the step's summed |advantage| the no-response rows carry
+    # the share of the step's summed |advantage| the no-response rows carry
     "train_no_response_abs_share": "abpo/advantages/no_response_abs_share",
 }
 

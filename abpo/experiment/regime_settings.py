@@ -1,4 +1,4 @@
-"""The experiment's logging regimes as settings (issue 29): the regime keys' defaults and check (their choices:
+"""The experiment's logging regimes as settings: the regime keys' defaults and check (their choices:
 abpo.config.experiment), the settings a cell's fingerprint digests, the line naming a regime under every table and the named regime presets
 of configs/regimes.yaml. Pure: it imports nothing of abpo.experiment (the logs themselves: abpo.experiment.regimes).
 Config keys ``experiment.logger``, ``experiment.foreign_logger``, ``experiment.foreign_temperature``,
@@ -44,14 +44,14 @@ CLICK_STREAM, EXPOSE_STREAM, MIX_STREAM = 11, 12, 13
 # that default a key is left out of a regime's digest, so cached cells keep their fingerprints
 ADDED_SIM_KEYS: dict[str, Any] = {
     "replicate": 0,  # abpo loop-experiment: replicate 0 is the cells of before
-    "replay_horizon": 10,  # the replay truth's settings (issue 46): read only under sim.oracle = replay
+    "replay_horizon": 10,  # the replay truth's settings: read only under sim.oracle = replay
     "replay_decay": 0.7,
     "replay_strength": 5.0,
     "replay_popularity_exponent": 0.0,
 }
 # Keys added to a foreign ranker arm's section after cells were cached, with their default, per arm (as ADDED_SIM_KEYS)
 ADDED_ARM_KEYS: dict[str, dict[str, Any]] = {
-    "ml_retrain": {"kind": "als"},  # issue 43: kind sasrec (SASRec-CE) beside ALS, the ranker of before
+    "ml_retrain": {"kind": "als"},  # kind sasrec (SASRec-CE) beside ALS, the ranker of before
 }
 
 

@@ -1,4 +1,4 @@
-"""The experiment's logs under each logging regime (issue 29): who logs each round's D_bandit, which candidates
+"""The experiment's logs under each logging regime: who logs each round's D_bandit, which candidates
 it logs over and how the users click (the regime's keys, their choices and their check: abpo.experiment.regime_settings).
 
 The stored ``propensity`` is always the logging policy's own e0(a_log | q) (Eq. e_p for an LLM, softmax(score/T)

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 BASELINES = ("popularity", "ml_retrain")
 FULL_INFO = "full_info"
-# controls of vanilla GRPO (issue 29): G-1 sampled rollouts like the anchored variants (update.grpo_equal_samples),
+# controls of vanilla GRPO: G-1 sampled rollouts like the anchored variants (update.grpo_equal_samples),
 # and GRPO at update.learning_rate x the mean gamma ratio measured in the ABPO (F) cell of the same seed and round
 CONTROLS = {"grpo_g1": "grpo", "grpo_lr": "grpo"}
 GAMMA_RATIO = "abpo/gamma_ratio"

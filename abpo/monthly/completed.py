@@ -2,7 +2,7 @@
 (``<state>/cycle/<month>.<arm>.<step>.json``, beside the ingest's record and the report's completion marker), and a
 month run again after its report marked it complete (``abpo arms month`` again, a cleared or re-triggered DAG run)
 returns the recorded result instead of running the step: no update trained, no version registered, no gate run, no
-promotion or refit, whatever the config now hashes to (issue 48 item 11). Its serve and ingest stand the same way
+promotion or refit, whatever the config now hashes to: a month is run once. Its serve and ingest stand the same way
 (abpo.monthly.serve, abpo.monthly.ingest). An update that was skipped (NotEnoughFeedback) is skipped again with its
 recorded reason.
 

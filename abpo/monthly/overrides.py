@@ -17,7 +17,7 @@ import re
 # output, update.deepspeed / mlflow_experiment: a trigger must not point the loop at other files, stores, models or
 # rules. Nor the gate (NOT_OVERRIDABLE: its margins, alpha, power, metric, minimum ESS, users) or the report's
 # sample-ratio and integrity checks (srm_alpha, arm_shares, max_user_share, assignment): whoever may trigger a run
-# must not be able to switch a safety check off (issue 32 item 4); those belong to the deployment's config file ($ABPO_CONFIG). (What an arm's update trains, its
+# must not be able to switch a safety check off; those belong to the deployment's config file ($ABPO_CONFIG). (What an arm's update trains, its
 # variant, logs, starting model and output, is no config at all: the update step passes it.)
 OVERRIDE_ALLOWED = (
     "sim.*",

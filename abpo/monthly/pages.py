@@ -450,7 +450,7 @@ class Champions:
 
 
 def gate_cells(g: dict) -> tuple[str, ...]:
-    """An arm's latest gate, both halves (issue 42), as the cells after the arm in :data:`GATE_COLUMNS`: the offline
+    """An arm's latest gate, both halves (offline and off-policy), as the cells after the arm in :data:`GATE_COLUMNS`: the offline
     test (which one, its difference with won/lost users, its bound against -margin, statistic and p) and the
     off-policy estimator that decided (its interval against -margin, the rows it read, the ESS) with every
     estimator's numbers; "n/a" for a tag the gate did not write."""

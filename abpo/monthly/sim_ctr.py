@@ -1,4 +1,4 @@
-"""The models a simulated month's expected-CTR figures score (step ``serve`` with ``simulate``, issue 60 point 4).
+"""The models a simulated month's expected-CTR figures score (step ``serve`` with ``simulate``: the climb the report shows).
 
 Each distinct model once: an arm's champion is keyed by its lineage, so the arms that serve the same model share one
 key and one scoring. A version bootstrap registered from pi_init (lineage tag ``source = pi_init``, no parent: the

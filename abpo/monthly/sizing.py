@@ -66,7 +66,7 @@ class SizingPoint:
 
 def snips_numbers(off_policy: dict[str, Any] | None) -> dict[str, float]:
     """The gate's SNIPS CTR difference on the arm's own rows (the sizing rule's target, docs/loop.md), whichever
-    estimator decided the gate (off_policy.estimates["snips"], issue 42; a result from before has it at the top),
+    estimator decided the gate (off_policy.estimates["snips"]; a result written before the estimates were nested has it at the top),
     a number the gate could not compute (None in its JSON result) as NaN; {} when the half did not run."""
     if not off_policy:
         return {}

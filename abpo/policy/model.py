@@ -37,7 +37,7 @@ SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # TRL (unwrap_model_for_generation, disable_gradient_checkpointing: every update step) and PEFT read
 # model.is_gradient_checkpointing, the alias transformers 5 deprecated for is_activation_checkpointing: its FutureWarning
 # is about their code, not about anything abpo sets (abpo passes activation_checkpointing itself), and printed in every
-# update task (issue 59 point 13). Silenced where it is raised, for that message only.
+# update task. Silenced where it is raised, for that message only.
 warnings.filterwarnings(
     "ignore",
     message=r"`is_gradient_checkpointing` is deprecated",

@@ -189,7 +189,7 @@ def check_answers_fit(
     possibly months later. Checked where the catalog and the tokenizer are first known together (``where``: pi_init's
     SFT, an adopted model's tokenizer), and again by an update over the candidates of the rows it trains on
     (``items``): a state bootstrapped under a larger limit and run with a smaller one failed in the middle of its
-    update with a traceback (issue 59 point 11). Free rollouts cut a long answer (no format reward): not refused."""
+    update with a traceback. Free rollouts cut a long answer (no format reward): not refused."""
     from abpo.config.errors import ConfigError
 
     limit = int(cfg.update.max_completion_length)

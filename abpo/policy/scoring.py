@@ -98,7 +98,7 @@ def item_token_prompts(
 ) -> tuple[list[FittedPrompt], list[list[int]]]:
     """(fitted prompt, prompt ids) of each example in the ``item_tokens`` style, each distinct prompt built and
     tokenized once: the prompt is a function of the history alone (of the history and the candidates when
-    ``policy.item_prompt_candidates`` shows them), so a month's requests of one user share it (issue 60 point 3: the
+    ``policy.item_prompt_candidates`` shows them), so a month's requests of one user share it (the
     demo's 7,320 rows of a month hold 1,220 prompts). The same FittedPrompt and ids as ``example_prompt`` and
     ``encode_prompt`` of every example, and the same refusals: an item outside the catalog (KeyError), an empty
     candidate set or one without item tokens (ValueError) raise for a request that shares its prompt too."""
@@ -143,7 +143,7 @@ def score_choice_distinct(
     """Eq. s_p (item token) of every candidate of every prompt, as :func:`score_choice_batch`, with each distinct
     prompt run once: the next-token logits depend on the prompt alone, and a month's requests of one user share it
     when the prompt shows no candidates (``policy.item_prompt_candidates`` false: the demo's 12 requests per user,
-    7,320 rows and 1,220 distinct prompts in 2026-04; issue 60 point 3). Distinct prompts go through ``next_token_logits`` in
+    7,320 rows and 1,220 distinct prompts in 2026-04). Distinct prompts go through ``next_token_logits`` in
     calls of :data:`DISTINCT_PROMPTS_PER_CALL`, in the order they first appear; ``bar``: a tqdm bar advanced by the
     prompts each call scored. Returns float32 on the CPU, in the order of ``prompt_ids``. A prompt's forward then
     runs in a batch of another shape than when every request ran, which may move its scores in the last float32

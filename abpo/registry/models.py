@@ -38,7 +38,7 @@ RANKER_SERVING_PACKAGES = ("implicit", "scipy", "numpy", "pandas", "mlflow")
 
 
 # MLflow's hints that say nothing about abpo's models, silenced where abpo logs one (they printed in every demo task
-# that logs a model or its data, issue 59 point 13): an input example (abpo gives the signature; an example would run
+# that logs a model or its data): an input example (abpo gives the signature; an example would run
 # the model at log time), integer columns that cannot hold a missing value (the log contract refuses nulls), a local
 # dataset source that two of MLflow's own source classes claim
 MLFLOW_HINTS = (

@@ -7,7 +7,7 @@ locations, logged models' artifact locations; Airflow: airflow.cfg's paths under
 its SQLite connection included, and its metadata database). Used as they are, a copied state would write into the
 old directory; abpo refuses to (abpo.registry.StateMoved). :func:`relocate_state` rewrites every such path from the
 old directory to ``paths.root``: only where the old directory is a whole path prefix, and never from a directory that
-contains the new root (issue 59: ``--from /`` rewrote every path, the new state's own included)."""
+contains the new root (``--from /`` would rewrite every path, the new state's own included)."""
 
 from __future__ import annotations
 

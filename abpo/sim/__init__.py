@@ -8,7 +8,7 @@ abpo.sim.oracles     knn, sequential and ALS preference models fitted on every i
                      no arm reads them (docs/simulator.md)
 abpo.sim.clicks      the click model (documented in docs/loop.md; every parameter in config section `sim`)
 abpo.sim.headroom    expected simulated CTR of a policy on a month's served requests, the oracle-greedy
-                     ceiling and the random floor (issue 49's headroom; benchmarks/headroom.py)
+                     ceiling and the random floor (benchmarks/headroom.py)
 abpo.sim.simulator   month m's requests from real sequences, each arm's exposures, clicks, and the landed
                      Parquet month partition in the impressions contract (ingest cannot tell it from serving)
 abpo.commands.simulate  `abpo simulate --month YYYY-MM`

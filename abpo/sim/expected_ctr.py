@@ -1,4 +1,4 @@
-"""The simulator's expected CTR of a served month, per arm (issue 60 point 4: the climb, shown in the report).
+"""The simulator's expected CTR of a served month, per arm (the climb, shown in the report).
 
 The serve step (abpo.monthly.serve, with ``simulate``) serves the month's requests with each arm's champion; here
 every distinct model that served is scored on the same requests with Eq. H1 of abpo.sim.headroom

@@ -1,4 +1,4 @@
-"""Headroom: what any policy could gain on the requests a month served (issue 49, "Headroom first").
+"""Headroom: what any policy could gain on the requests a month served: the first thing to know before asking an update to gain.
 
 For a month's requests r (abpo.sim.simulator.month_requests: the same users, histories and candidate sets the
 loop served, whichever arm served them) the click model (abpo.sim.clicks on the ground truth abpo.sim.preference)

@@ -302,7 +302,7 @@ class SequentialComponent:
 
 
 class ReplayComponent:
-    """``replay``: the users' real future items and nothing else (issue 46: the simplest truth no model owns). For a
+    """``replay``: the users' real future items and nothing else (the simplest truth no model owns). For a
     request at t (history h = x_{1:t}, the user's real prefix),
 
         z(u, h, a) = strength * decay^(d - 1)   if a = x_{t+d}, 1 <= d <= horizon, and x_{t+d} is not the held-out

@@ -350,7 +350,7 @@ def chosen_item_traits(
 
 
 def simulated_clicks(batch: LocalBatch, chosen: list[int]) -> list[float]:
-    """The simulator's reward of each rollout (settings.reward = simulated_click: issue 49's online upper bound;
+    """The simulator's reward of each rollout (settings.reward = simulated_click: the online upper bound;
     abpo.algo.rewards.simulated_click_reward)."""
     out = []
     for i, x in enumerate(batch.inputs):
@@ -551,7 +551,7 @@ def advantage_metrics(
         "abpo/advantages/min": adv.min().item(),
         "abpo/advantages/max": adv.max().item(),
         "abpo/advantages/abs_mean": adv.abs().mean().item(),
-        # issue 49 point 2: how much of the step's push the no-response rows carry (after kappa)
+        # how much of the step's push the no-response rows carry (after kappa)
         "abpo/advantages/no_response_abs_share": no_response_abs_share(adv, y),
     }
     if pos.any():

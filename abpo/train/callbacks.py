@@ -19,8 +19,7 @@ class MLflowStepCallback(TrainerCallback):
     The steps are written in batches (abpo.registry.log_metric_steps: each value with its own step and the time it
     was taken): every :data:`FLUSH_STEPS` logged steps, after each checkpoint is saved, at the end of training, and
     by :func:`flush_step_metrics` when training stops on an error or a signal. One store write per step cost the
-    demo's all-row update about a sixth of its time (12 of 69 s of 458 steps, a SQLite transaction each; issue 60
-    point 3); what a run shows when it ends is the same."""
+    demo's all-row update about a sixth of its time (12 of 69 s of 458 steps, a SQLite transaction each); what a run shows when it ends is the same."""
 
     FLUSH_STEPS = 50
 

@@ -165,7 +165,7 @@ def example_row(
 
 def _click_probs(row: Mapping[str, Any], cands: Sequence[int], where: str) -> dict:
     """The optional column candidate_click_prob (the simulator's P(click) of every candidate, for the trainer's
-    reward = simulated_click: issue 49's online upper bound), checked and passed through; {} when the row has none."""
+    reward = simulated_click: the online upper bound), checked and passed through; {} when the row has none."""
     probs = row.get("candidate_click_prob")
     if probs is None:
         return {}

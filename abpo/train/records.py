@@ -16,7 +16,7 @@ REWARD_MODES = ("logged", "simulated_click")  # ABPOSettings.reward
 
 
 def check_simulated_click_reward(settings: ABPOSettings, columns: Sequence[str]) -> None:
-    """ABPOSettings.reward = simulated_click (issue 49's online upper bound) trains vanilla GRPO on the simulator's
+    """ABPOSettings.reward = simulated_click (the online upper bound) trains vanilla GRPO on the simulator's
     reward: each rollout's reward r_fmt + P(click | named candidate), nothing read from the logged feedback. So: the
     dataset has the column candidate_click_prob, and no term of the update reads y or the logged item (no anchor,
     self-certainty, no-response weight or logged-item term): those would mix the logged feedback back in. Raises
@@ -74,7 +74,7 @@ UPDATE_KEYS = (
 @dataclass
 class ABPOSettings:
     """The ABPO knobs the trainer needs on top of GRPOConfig: the keys of config sections ``update`` (the
-    ABPO equations and issue 49's terms) and ``policy`` (the scoring that e_old shares with the logging policy's e0)
+    ABPO equations and the terms beside them) and ``policy`` (the scoring that e_old shares with the logging policy's e0)
     named in :data:`UPDATE_KEYS` and :data:`POLICY_KEYS`, with their config defaults and help
     (abpo.config.update.UpdateConfig, abpo.config.policy.PolicyConfig); built from a config by :meth:`from_config`.
     Beside them, what one update is: the variant, the click rate c of its logged rows and the reward mode."""
@@ -91,7 +91,7 @@ class ABPOSettings:
     grpo_equal_samples: bool = UpdateConfig.grpo_equal_samples  # (B) samples G-1 rollouts like C-F
     prompt_style: str = PolicyConfig.prompt_style  # item_tokens scores e_old on the item token (abpo.policy.scoring)
     self_certainty_positions: str = UpdateConfig.self_certainty_positions  # the tokens r_sc averages over
-    # issue 49's terms (docs/update-variants.md); the defaults are the paper's update
+    # the terms beside the paper's (docs/update-variants.md); the defaults are the paper's update
     no_response_weight: float = UpdateConfig.no_response_weight  # kappa (Eq. N1), or its scale under click_rate
     no_response_weight_rule: str = UpdateConfig.no_response_weight_rule  # fixed | click_rate (Eq. N2)
     click_weight: float = UpdateConfig.click_weight  # nu_1 (Eq. N1)
@@ -102,7 +102,7 @@ class ABPOSettings:
     offpolicy_gamma: float = UpdateConfig.offpolicy_gamma  # gamma of f(x) = x / (x + gamma) (Eq. O2)
     # where the rollouts' r_match comes from: "logged" (the paper: the logged item and its feedback) or
     # "simulated_click" (the simulator's click probability of the named candidate, dataset column
-    # candidate_click_prob: issue 49's online upper bound, a diagnostic no arm or config can select;
+    # candidate_click_prob: the online upper bound, a diagnostic no arm or config can select;
     # abpo.algo.rewards.simulated_click_reward)
     reward: str = "logged"
 

@@ -381,3 +381,72 @@ def test_the_command_check_catches_what_does_not_exist():
     ], bad
     assert "make target 'tset'" in bad[0] and "`abpo experimnt`" in bad[1] and ".venv/bin/nosuchtool" in bad[2]
     assert "scripts/nosuch.sh" in bad[3] and "benchmarks/nosuch.py" in bad[4]
+
+
+# --- no project bookkeeping on what a user reads --------------------------------------------------------------------
+
+# The project's own tickets ("issue 60", "Issue 49's", an anchor's "issue-60", "(#42)"), its work sessions ("stop 61"),
+# commit hashes (HASH above) and paths of one machine ("/tmp/demo61", "/work/..."). A `#N` after a word is another
+# project's ticket (great_expectations#10738) and one after a colon a CSS colour, neither of them flagged.
+BOOKKEEPING = re.compile(
+    r"\bissues?[\s-]+#?\d+\b"
+    r"|(?<![\w&#/:])(?<!: )#\d{1,5}(?![\w;])"
+    r"|\bstops?[\s-]+\d+\b"
+    r"|(?<![\w.~$-])/(?:tmp|work)\b",
+    re.I,
+)
+BOOKKEEPING_DIRS = ("docs", "configs", "dags", "plugins", "abpo")
+BOOKKEEPING_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".html", ".txt"}
+EXPERIMENTS = REPO / "docs" / "experiments"  # the dated experiment records: runs, dates, commits and all
+
+
+def _bookkeeping_files() -> list[Path]:
+    files = [README]
+    for d in BOOKKEEPING_DIRS:
+        files += [
+            p
+            for p in sorted((REPO / d).rglob("*"))
+            if p.is_file() and p.suffix in BOOKKEEPING_SUFFIXES and EXPERIMENTS not in p.parents
+        ]
+    return files
+
+
+def _bookkeeping(path: Path, text: str | None = None) -> list[str]:
+    """``file:line: `found` in `line``` for each ticket, session, commit or machine path ``path`` names."""
+    text = path.read_text() if text is None else text
+    bad = []
+    for n, line in enumerate(text.splitlines(), 1):
+        found = [m.group(0) for m in BOOKKEEPING.finditer(line)] + [m.group(0) for m in HASH.finditer(line)]
+        bad += [f"{path.relative_to(REPO)}:{n}: `{f}` in `{line.strip()[:160]}`" for f in found]
+    return bad
+
+
+def test_no_ticket_session_commit_or_machine_path_on_what_a_user_reads():
+    files = _bookkeeping_files()
+    assert len(files) > 100 and REPO / "docs" / "loop.md" in files and REPO / "dags" / "abpo_monthly.py" in files
+    bad = [b for p in files for b in _bookkeeping(p)]
+    assert not bad, (
+        f"{len(bad)} references to the project's bookkeeping; rule: a user page, config or code comment says the "
+        "reason, not the ticket, session, commit or machine (the run's record goes to docs/experiments/):\n"
+        + "\n".join(bad)
+    )
+
+
+@pytest.mark.parametrize(
+    "text, found",
+    [
+        ("as before issue 42, then Issue 49's G", ["issue 42", "Issue 49"]),
+        ("see [x](gate.md#does-the-gate-let-a-climb-through-issue-60-point-6)", ["issue-60"]),
+        ("fixed (#42) and in #7.", ["#42", "#7"]),
+        ("stop 61's run, `/tmp/demo61`, /work/main/x", ["stop 61", "/tmp", "/work"]),
+        ("measured at 8f0305d (b819548)", ["8f0305d", "b819548"]),
+        (
+            "step 5, v1.2.3, 2026-11-29, #abcdef1, color: #333; fill:#123, &#123; great_expectations#10738, "
+            "sha256 " + "ab12" * 16 + ", an issue, stopped 3 times, ~/tmp/x, $TMPDIR/tmp, 1e-4, 12 issues",
+            [],
+        ),
+    ],
+)
+def test_the_bookkeeping_check_catches_what_it_should(text, found):
+    got = [b.split(": `", 1)[1].split("` in `", 1)[0] for b in _bookkeeping(README, text)]
+    assert sorted(got) == sorted(found), got

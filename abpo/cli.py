@@ -83,12 +83,16 @@ def _common_parser() -> argparse.ArgumentParser:
 def _cmd_config(args: argparse.Namespace, cfg: Config) -> int:
     import yaml
 
-    from abpo.config import Config, describe
+    from abpo.config import explain
     from abpo.redact import redact
 
-    if args.explain:
-        for key, default, help_text in describe(Config):
-            print(f"{key:40s} {default!r:>22}  {help_text}")
+    if args.explain:  # every key: its value, where it came from (and the default it replaced), its meaning
+        rows = [
+            (key, repr(value), source, help_text if source == "default" else f"(default {default!r}) {help_text}")
+            for key, value, source, default, help_text in explain(cfg)
+        ]
+        width = max(len(r[2]) for r in rows)
+        print(redact("\n".join(f"{k:40s} {v:>22}  {s:{width}s}  {h}".rstrip() for k, v, s, h in rows)))
     else:  # a tracking URI's password (or any known secret) is printed as ***
         print(redact(yaml.safe_dump(cfg.to_dict(), sort_keys=False)), end="")
     return 0
@@ -111,10 +115,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "config",
         parents=[common],
-        help="Print the resolved config (or every knob with --explain).",
-        description="Print the resolved config as YAML, or with --explain every key, its default and its meaning.",
+        help="Print the resolved config (or every knob and where its value came from, with --explain).",
+        description="Print the resolved config as YAML (the preset merged with the files it extends, the environment "
+        "and --set), or with --explain every key: its value, where the value came from (default, the preset file "
+        "that set it, an environment variable or --set; with the default it replaced) and its meaning.",
     )
-    p.add_argument("--explain", action="store_true", help="List every config key with its default and help text.")
+    p.add_argument(
+        "--explain",
+        action="store_true",
+        help="List every config key: its resolved value, its source (default, a preset file, $ABPO_*, --set), "
+        "its help text.",
+    )
     p.set_defaults(handler=_cmd_config)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub, common)

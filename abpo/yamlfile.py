@@ -7,6 +7,9 @@ A leaf module (it imports nothing of abpo): abpo.config and abpo.experiment.regi
   refuses them as not finite).
 - A key given twice in one mapping is refused (:class:`DuplicateKey`), naming the key and both lines, instead of the
   last one silently winning.
+- A config file may start from another: ``extends: demo`` (a preset, ``configs/demo.yaml``) or ``extends: base.yaml``
+  (a file, relative to this one). :func:`config_chain` reads the file and its parents; abpo.config merges them (the
+  child's keys win) before it checks anything, and the DAG file reads ``arms.approval`` through the same chain.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any
 
 import yaml
 
-__all__ = ["ConfigLoader", "DuplicateKey", "YAMLFileError", "read_yaml", "yaml_value"]
+__all__ = ["EXTENDS", "ConfigLoader", "DuplicateKey", "YAMLFileError", "config_chain", "read_yaml", "yaml_value"]
 
 
 class DuplicateKey(yaml.YAMLError):
@@ -86,3 +89,52 @@ def read_yaml(path: str | Path) -> Any:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         raise YAMLFileError(f"{path}: not valid YAML{where}: {getattr(e, 'problem', None) or e}") from None
+
+
+EXTENDS = "extends"  # the top-level key naming a config file's parent
+EXTENDS_RULE = "extends names a preset (demo: configs/demo.yaml) or a YAML file relative to this one (base.yaml)"
+
+
+def parent_file(path: Path, name: Any, presets: Path) -> Path:
+    """The file that ``extends: name`` in the config file ``path`` names: a bare name is the preset
+    ``presets/<name>.yaml``; a name ending in .yaml / .yml or holding a folder is a file relative to ``path``'s folder
+    (an absolute one as it is). YAMLFileError naming the file and the rule for anything but a non-empty string."""
+    if not isinstance(name, str) or not name.strip():
+        raise YAMLFileError(f"{path}: extends {name!r}: rule: {EXTENDS_RULE}")
+    p = Path(name.strip())
+    if p.suffix in (".yaml", ".yml") or len(p.parts) > 1:
+        return path.parent / p
+    return presets / f"{p}.yaml"
+
+
+def config_chain(path: str | Path, presets: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """The config file ``path`` and every file it extends (``extends:``, :func:`parent_file`), the farthest parent
+    first, each as (file, its mapping without the ``extends`` key), each read by :func:`read_yaml`. YAMLFileError
+    naming the file and the rule for a file that is not a mapping, a parent that does not exist, or a cycle (a file
+    that extends itself, directly or through its parents)."""
+    chain: list[tuple[Path, dict[str, Any]]] = []
+    current = Path(path)
+    while True:
+        raw = read_yaml(current)
+        raw = {} if raw is None else raw
+        if not isinstance(raw, dict):
+            raise YAMLFileError(f"{current}: top level must be a mapping")
+        raw = dict(raw)
+        name = raw.pop(EXTENDS, None)
+        chain.append((current, raw))
+        if name is None:
+            return chain[::-1]
+        parent = parent_file(current, name, presets)
+        if not parent.is_file():
+            known = sorted(p.stem for p in presets.glob("*.yaml"))
+            raise YAMLFileError(
+                f"{current}: extends {name!r}: no such file {parent}; rule: {EXTENDS_RULE}; presets: {known}"
+            )
+        seen = [p.resolve() for p, _ in chain]
+        if parent.resolve() in seen:
+            loop = " -> ".join(str(p) for p in [*(p for p, _ in chain[seen.index(parent.resolve()) :]), parent])
+            raise YAMLFileError(
+                f"{current}: extends {name!r} makes a cycle ({loop}); rule: a config may not extend itself, "
+                "directly or through the files it extends"
+            )
+        current = parent

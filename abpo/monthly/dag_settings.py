@@ -3,8 +3,8 @@ is parsed: every ``$ABPO_*`` variable the DAG's shape depends on (its retries an
 queue, the isolated interpreter, the schedule, the landing sensor, the namespace of the champion Assets, whether the
 LLM arms wait for an approval); docs/operations.md lists them. The workers read the others when a task runs.
 
-Dependency-free (the DAG file imports it when it is parsed): the standard library, and abpo.paths, yaml and
-airflow.sdk's Asset inside the functions that need them."""
+Dependency-free (the DAG file imports it when it is parsed): the standard library, and abpo.paths, abpo.yamlfile,
+yaml and airflow.sdk's Asset inside the functions that need them."""
 
 from __future__ import annotations
 
@@ -119,21 +119,24 @@ def schedule_of(value: str):
 
 def approval_of(config: str) -> str:
     """``arms.approval`` of the deployment's config ($ABPO_CONFIG: a preset name or a YAML file, resolved as
-    abpo.config.preset_path does), read when the DAG file is parsed because the DAG's shape depends on it: "required"
-    adds an approval task per LLM arm (docs/gate.md "Approval"). The tasks read the same key through load_config (a
-    test checks both agree on every preset); a run's overrides may not set it. Any value but "none" adds the tasks
-    (a misspelt one fails every task at load anyway); a config that cannot be read gives "none" (every task fails
-    at load then, nothing is promoted)."""
+    abpo.config.preset_path does, with the files it extends), read when the DAG file is parsed because the DAG's shape
+    depends on it: "required" adds an approval task per LLM arm (docs/gate.md "Approval"). The tasks read the same key
+    through load_config (a test checks both agree on every preset); a run's overrides may not set it. Any value but
+    "none" adds the tasks (a misspelt one fails every task at load anyway); a config that cannot be read gives "none"
+    (every task fails at load then, nothing is promoted)."""
     import yaml
 
     from abpo.paths import CONFIG_DIR
+    from abpo.yamlfile import config_chain
 
     path = config if config.endswith((".yaml", ".yml")) or os.path.exists(config) else CONFIG_DIR / f"{config}.yaml"
     try:
-        with open(path) as f:
-            raw = yaml.safe_load(f)
-    except (OSError, yaml.YAMLError):
+        chain = config_chain(path, CONFIG_DIR)  # the farthest parent first: the last file that sets the key wins
+    except (OSError, ValueError, yaml.YAMLError):  # ValueError: abpo.yamlfile.YAMLFileError
         return "none"
-    arms = raw.get("arms") if isinstance(raw, dict) else None
-    value = arms.get("approval", "none") if isinstance(arms, dict) else "none"
+    value = "none"
+    for _, raw in chain:
+        arms = raw.get("arms")
+        if isinstance(arms, dict) and "approval" in arms:
+            value = arms["approval"]
     return "none" if value is None else str(value)

@@ -83,7 +83,8 @@ def test_dag_file_imports_no_heavy_modules():
     """Airflow parses DAG files often: the file itself must not import torch, transformers, mlflow or numpy, and of
     abpo only the dependency-free leaf modules: the registry of arms (abpo.arms.names) and the path helpers it
     names namespaced models with (abpo.paths), the steps' order (abpo.monthly.steps), the overrides allow-list
-    (abpo.monthly.overrides), the settings read from the environment (abpo.monthly.dag_settings), what the tasks
+    (abpo.monthly.overrides), the settings read from the environment (abpo.monthly.dag_settings, which reads
+    arms.approval through the config files' chain of abpo.yamlfile, a leaf as well), what the tasks
     do besides their step (abpo.monthly.airflow_tasks, which imports the rest when a task runs) and the error types
     abpo.arms.names raises (abpo.errors, which imports nothing of abpo)."""
     import subprocess
@@ -113,6 +114,7 @@ def test_dag_file_imports_no_heavy_modules():
         "abpo.monthly.overrides",
         "abpo.monthly.steps",
         "abpo.paths",
+        "abpo.yamlfile",
     }
     assert not {m.split(".")[0] for m in loaded} & {"torch", "transformers", "mlflow", "numpy", "pandas", "duckdb"}
 

@@ -72,6 +72,22 @@ def test_arms_approval_of_the_config_decides_the_approval_tasks(tmp_path):
     assert dag_settings({"ABPO_CONFIG": "demo"}).approval_required is False
 
 
+def test_arms_approval_is_read_through_the_files_a_config_extends(tmp_path):
+    """A deployment's file that extends another (abpo.config.extends): the DAG reads arms.approval as load_config
+    does, the child's value over its parent's, a parent's when the child says nothing."""
+    from abpo.config import load_config
+
+    (tmp_path / "prod.yaml").write_text("extends: demo\narms:\n  approval: required\n")
+    (tmp_path / "prod-eu.yaml").write_text("extends: prod.yaml\nname: prod-eu\n")
+    (tmp_path / "trial.yaml").write_text("extends: prod-eu.yaml\narms:\n  approval: none\n")
+    for name, required in (("prod", True), ("prod-eu", True), ("trial", False)):
+        path = tmp_path / f"{name}.yaml"
+        assert dag_settings({"ABPO_CONFIG": str(path)}).approval_required is required, name
+        assert (load_config(path).arms.approval == "required") is required, name
+    (tmp_path / "loop.yaml").write_text("extends: loop.yaml\narms:\n  approval: required\n")
+    assert dag_settings({"ABPO_CONFIG": str(tmp_path / "loop.yaml")}).approval_required is False  # unreadable
+
+
 def test_a_relative_task_python_and_a_number_that_does_not_parse_are_refused():
     with pytest.raises(ValueError, match=r"ABPO_TASK_PYTHON='venv/bin/python': rule: an absolute path"):
         dag_settings({"ABPO_TASK_PYTHON": "venv/bin/python"})

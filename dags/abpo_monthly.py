@@ -1,4 +1,6 @@
-"""abpo_monthly: the continual monthly cycle of the arms (abpo, grpo, ml_retrain, popularity, holdback).
+"""abpo_monthly: the continual monthly cycle of the arms of abpo.arms.names.ARMS (abpo, grpo, grpo_cr, wll,
+ml_retrain, popularity, holdback). Every arm has its task group; the tasks of an arm not in the config's arms.names
+are skipped (the demo runs six: abpo, grpo, wll, ml_retrain, popularity, holdback).
 
 Wiring only: every task is one step of `abpo.monthly`, named like the step's module (abpo/monthly/<task>.py), in the
 order of abpo.monthly.steps.STEPS, the list `abpo arms month` runs too (heavy imports happen inside the tasks, so the
@@ -6,16 +8,18 @@ file parses in milliseconds). For month m:
 
     resolve_month -> bootstrap (refuses when an earlier month was ingested but never finished; arms without a
     champion get one) -> serve (simulate: param) -> ingest (+ GX)
-    -> per LLM arm (task group): update from the arm's champion on month m's logs (arms.update_logs: every arm's,
-       or its own) -> register (challenger)
-       -> gate (against the arm's champion) [-> approve: with arms.approval = required, a human approves or rejects
-       a challenger that passed the gate in the Airflow UI] -> promote (only when the gate passed, and approved
-       when approval is required); a month with too few rows of a stratum (arms.min_rows_per_stratum) skips the
-       arm's group: it keeps its champion
-    -> per ranker arm: refit on everything to date -> register (champion)
+    -> per LLM arm: update (from the arm's champion on month m's logs; arms.update_logs: every arm's, or its own)
+       -> register (the challenger) -> gate (against the arm's champion) [-> approve: with arms.approval =
+       required, a human approves or rejects a challenger that passed the gate, in the Airflow UI] -> promote (only
+       when the gate passed, and approved when approval is required)
+    -> per ranker arm: refit (on the interactions and clicks to date; registered and made champion at once, a refit
+       has no gate)
     -> per holdback arm: hold (serves pi_init, never trains: the task checks its champion is still pi_init and
        records why nothing was trained)
     -> report (every month to date, all arms, sample-ratio check on report.arm_shares)
+
+A month with too few rows of a stratum (arms.min_rows_per_stratum) skips an LLM arm's update and the steps after it:
+the arm keeps its champion.
 
 The month processed is the one that just ended (the run of 2026-03-01 processes 2026-02), or the `month` param:
 
@@ -25,12 +29,17 @@ The month processed is the one that just ended (the run of 2026-03-01 processes 
 
 `serve` never fabricates data unless `simulate` is true: without it the month must have landed
 (landing/impressions/month=YYYY-MM/), else the task fails and says where it looked.
-Config: the preset or YAML file in $ABPO_CONFIG (default `tiny`), plus the `overrides` param
-(`["update.learning_rate=1e-4", ...]`), limited to OVERRIDE_ALLOWED: whoever may trigger the DAG may tune the month's
-cycle (simulator, report, update hyperparameters within their ranges, seed), never where state lives, the tracking
-URI, the warehouse's settings, the data contract, the gate's settings or the report's sample-ratio check (those belong
-to the deployment's config file and environment). The
-param's JSON schema refuses any other key when the run is triggered, and every task checks again.
+Config: the preset or YAML file in $ABPO_CONFIG (default `tiny`), plus the run's `overrides` param, limited to
+abpo.monthly.overrides.OVERRIDE_ALLOWED:
+
+    airflow dags trigger abpo_monthly -c '{"month": "2026-01", "overrides": ["update.learning_rate=3e-5"]}'
+
+Whoever may trigger the DAG may tune the month's work (the simulator, the data's sizes and seeds, the SFT's and the
+update's hyperparameters within their ranges, the rankers' settings, the report's presentation, the CPU threads),
+never where state lives, the tracking URI, the dataset, the warehouse's settings, the data contract, the model, the
+arms that run, the gate's settings or the report's sample-ratio and integrity checks (those belong to the
+deployment's config file and environment). The param's JSON schema refuses any other key when the run is triggered,
+and every task checks again.
 State lives where the config says (default var/ of the repo, or $ABPO_STATE).
 Tasks pass months and registry version numbers, never local paths.
 
@@ -112,12 +121,13 @@ CLEAN_IMPRESSIONS = Asset(name="abpo_clean_impressions", uri="abpo://warehouse/i
             [],
             type="array",
             items={"type": "string", "pattern": OVERRIDE_PATTERN},
-            description='Config overrides, e.g. ["arms.gate_margin=0.01"]. Allowed keys only: '
+            description='Config overrides, e.g. ["update.learning_rate=3e-5", "sim.requests_per_user=6"]. Allowed '
+            "keys only: "
             + ", ".join(OVERRIDE_ALLOWED)
-            + " (section.* = any key of that section); paths, the tracking URI, the "
-            "dataset's location, the warehouse's settings, the data contract, the gate's settings, the report's "
-            "sample-ratio check, the model and the other sft / update keys belong to the deployment's config, not to "
-            "a run; numeric keys are range-checked (update.learning_rate > 0, ...).",
+            + " (section.* = any key of that section); paths, the tracking URI, the dataset's location, the "
+            "warehouse's settings, the data contract, the model, the arms that run, the gate's settings, the "
+            "report's sample-ratio and integrity checks and the other sft / update keys belong to the deployment's "
+            "config, not to a run; numeric keys are range-checked (update.learning_rate > 0, ...).",
         ),
     },
     doc_md=__doc__,

@@ -1,6 +1,8 @@
 """The DAG file parses in a real Airflow DagBag with no import errors and wires the arms' cycle in order (the
-holdback: one task, hold, that trains nothing)."""
+holdback: one task, hold, that trains nothing); what the Airflow UI shows of it (doc_md, the params' examples) is
+true."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -148,3 +150,70 @@ def test_the_dag_runs_the_steps_of_abpo_monthly_in_their_order(dagbag):
         assert {t for t in dag.task_ids if t.startswith(f"{arm}.")} == set(chain)
         assert downstream(once[-1], chain[0]) and all(downstream(a, b) for a, b in zip(chain, chain[1:]))
         assert all(downstream(chain[-1], last) for last in steps.LAST)
+
+
+# --- what the Airflow UI shows (doc_md, the params' descriptions) is true ---------------------------------------------
+
+
+def _without_asides(text: str) -> str:
+    """``text`` without its parenthesised and bracketed asides (nested ones too)."""
+    while True:
+        shorter = re.sub(r"\([^()]*\)|\[[^\[\]]*\]", "", text)
+        if shorter == text:
+            return shorter
+        text = shorter
+
+
+def test_the_docstring_names_every_arm_and_the_steps_of_the_step_table(dagbag):
+    """The DAG's doc_md (the Airflow UI's page of the DAG) names the arms of abpo.arms.names.ARMS and draws the
+    cycle of abpo.monthly.steps: the steps once a month, each arm kind's chain of PER_ARM, then the last."""
+    from abpo.arms.names import ARMS
+    from abpo.monthly.steps import LAST, ONCE, PER_ARM
+
+    doc = dagbag.dags["abpo_monthly"].doc_md
+    named = re.search(r"the arms of abpo\.arms\.names\.ARMS \(([^)]*)\)", doc)
+    assert named, doc[:300]
+    assert [a.strip() for a in named.group(1).split(",")] == list(ARMS)
+    drawing = re.search(r"^    resolve_month -> .*?(?=\n\n)", doc, re.M | re.S).group(0)
+    steps = [s.strip() for s in _without_asides(" ".join(drawing.split())).split("->")]
+    once = steps[: steps.index(next(s for s in steps if s.startswith("per ")))]
+    assert once == ["resolve_month", *ONCE]
+    chains: dict[str, list[str]] = {}
+    for s in steps[len(once) :]:
+        m = re.fullmatch(r"per (\w+) arm\s*:\s*(\w+)", s)
+        if m:
+            kind = m.group(1).lower()
+            chains[kind] = [m.group(2)]
+        elif s in LAST:
+            break
+        else:
+            chains[kind].append(s)
+    assert chains == {kind: list(chain) for kind, chain in PER_ARM.items()}
+    assert steps[-len(LAST) :] == list(LAST)
+    for arm, e in ARMS.items():  # and the DAG has them: one task group per arm, its kind's chain
+        assert [t for t in dagbag.dags["abpo_monthly"].task_ids if t.startswith(f"{arm}.")] == [
+            f"{arm}.{step}" for step in PER_ARM[e.kind]
+        ]
+
+
+def test_every_example_in_the_docstring_and_the_params_is_accepted(dagbag):
+    """Every trigger example of doc_md (`-c '{...}'`) sets only the DAG's params, each valid against its schema, and
+    every example override there or in a param's description passes the check every task repeats
+    (abpo.monthly.overrides.check_overrides)."""
+    import json
+
+    from abpo.monthly.overrides import check_overrides
+
+    dag = dagbag.dags["abpo_monthly"]
+    confs = [json.loads(m) for m in re.findall(r"-c '(\{.*?\})'", dag.doc_md)]
+    assert len(confs) >= 3 and any("overrides" in c for c in confs)
+    for conf in confs:
+        assert set(conf) <= set(dag.params), conf
+        for key, value in conf.items():
+            dag.params.get_param(key).resolve(value)  # the param's JSON schema, as a trigger is checked
+    texts = [dag.doc_md, *(dag.params.get_param(k).description or "" for k in dag.params)]
+    lists = [json.loads(m) for t in texts for m in re.findall(r'\["[^"\n]*"(?:, "[^"\n]*")*\]', t)]
+    assert len(lists) >= 2
+    for overrides in [*lists, *(c["overrides"] for c in confs if "overrides" in c)]:
+        assert check_overrides(overrides) == overrides
+        dag.params.get_param("overrides").resolve(overrides)

@@ -83,7 +83,13 @@ def cmd_update(args: argparse.Namespace, cfg: Config) -> int:
         output=args.output,
     )
     try:
-        res = run_update(cfg, run, gate_users=cfg.arms.gate_users, gate_holdout_fraction=cfg.arms.gate_holdout_fraction)
+        res = run_update(
+            cfg,
+            run,
+            gate_users=cfg.arms.gate_users,
+            gate_holdout_fraction=cfg.arms.gate_holdout_fraction,
+            gate_ope_rows=cfg.arms.gate_ope_rows,
+        )
     except UpdateInputMissing as e:
         print(f"abpo update: {e}", file=sys.stderr)
         return 1

@@ -6,13 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from abpo.data.holdout import GATE_USERS
+from abpo.data.holdout import GATE_OPE_ROWS, GATE_USERS
 
 # arms.update_logs' choices, refused at load when anything else; abpo.train.strata.check_update_logs reads them too
 UPDATE_LOGS = ("own", "all")
 
+# arms.gate_primary's choices: which half of the gate decides (abpo.monthly.gate_verdict.gate_verdict, docs/gate.md)
+GATE_PRIMARY = ("ope", "offline")
 # arms.gate_ope_estimator's choices (abpo.monthly.gate dispatches on them): snips = SNIPS on the arm's own month logs
-# (the gate before issue 42); the others on every arm's month logs with a cross-fitted reward model
+# (the first gate's estimator); the others on every arm's month logs with a cross-fitted reward model
 # (abpo.evaluation.off_policy: snips_all is SNIPS there, the rest are its DM, IPS, DR, SNDR and Switch-DR)
 GATE_OPE_ESTIMATORS = ("snips", "dm", "ips", "snips_all", "dr", "sndr", "switch_dr")
 # the keys of an arm's entry in arms.update_by_arm: the update's budget (rows are arms.update_max_examples_by_arm)
@@ -98,12 +100,35 @@ class ArmsConfig:
             "gate's held-out users (docs/gate.md)."
         },
     )
+    gate_primary: str = field(
+        default="ope",
+        metadata={
+            "choices": GATE_PRIMARY,
+            "help": "Which evidence decides the gate (docs/gate.md): ope = the paired off-policy estimate of "
+            "challenger - champion CTR on the month's served candidates, on rows no update trained on "
+            "(arms.gate_ope_rows), against arms.gate_ope_margin; the offline half is then a guardrail against "
+            "collapse at arms.gate_guardrail_margin. offline = the offline paired test at arms.gate_margin "
+            "decides together with the off-policy half (both must pass; the gate before the off-policy "
+            "decision, kept for comparison).",
+        },
+    )
     gate_margin: float = field(
         default=0.02,
         metadata={
-            "help": "Offline gate (paired non-inferiority, docs/gate.md): the challenger passes when the one-sided "
-            "(1 - arms.gate_alpha) lower confidence bound of its per-user metric minus the champion's, on "
-            "the same users, is > -margin (absolute: 0.02 = 2 points of HR@5)."
+            "help": "Offline gate (paired non-inferiority, docs/gate.md), with arms.gate_primary = offline (or "
+            "when no month's logs are read): the challenger passes when the one-sided (1 - arms.gate_alpha) "
+            "lower confidence bound of its per-user metric minus the champion's, on the same users, is > "
+            "-margin (absolute: 0.02 = 2 points of HR@5)."
+        },
+    )
+    gate_guardrail_margin: float = field(
+        default=0.10,
+        metadata={
+            "gt": 0,
+            "help": "Offline guardrail (arms.gate_primary = ope): the challenger fails only when the one-sided "
+            "lower bound of its per-user metric minus the champion's is <= -margin (absolute: 0.10 = 10 points "
+            "of HR@5, wide enough that a challenger of equal HR@5 passes it at least 95% of the time on a few "
+            "hundred users: docs/gate.md); it refuses a collapse, it does not decide ties.",
         },
     )
     gate_alpha: float = field(
@@ -124,11 +149,22 @@ class ArmsConfig:
         },
     )
     gate_ope_margin: float = field(
-        default=0.05,
+        default=0.005,
         metadata={
-            "help": "Off-policy gate (non-inferiority): the challenger passes when the lower bound of the "
-            "bootstrap interval of its CTR minus the champion's (arms.gate_ope_estimator's estimate) is at "
-            "least -margin (absolute CTR; 0.05 = 5 points). A negative value disables this check."
+            "help": "Off-policy gate (non-inferiority): the challenger passes when the one-sided 97.5% lower "
+            "bound (the 95% bootstrap interval's) of its CTR minus the champion's (arms.gate_ope_estimator's "
+            "paired estimate) is at least -margin (absolute CTR: 0.005 = half a point). A negative value "
+            "disables this check (the offline test at arms.gate_margin then decides).",
+        },
+    )
+    gate_ope_rows: str = field(
+        default="heldout",
+        metadata={
+            "choices": GATE_OPE_ROWS,
+            "help": "Which of the month's logged rows the off-policy gate reads: heldout = every arm's rows of "
+            "the held-out users (the arms.gate_holdout_fraction slice), whose impressions no LLM update then "
+            "trains on, so the estimate is out of sample; all = every row of the month (the rows the "
+            "challenger trained on: in-sample, optimistic).",
         },
     )
     gate_ope_estimator: str = field(
@@ -177,8 +213,9 @@ class ArmsConfig:
         metadata={
             "gt": 0,
             "lt": 1,
-            "help": "gate_users=warehouse: the share of users held out for the gate, by a seeded stable hash "
-            '(sha256("<seed>:gate:<user>") / 2^64 < share): in (0, 1).',
+            "help": "The share of users held out of every LLM update for the gate (arms.gate_ope_rows = heldout: "
+            "the off-policy half reads their rows; arms.gate_users = warehouse: the offline half scores them), "
+            'by a seeded stable hash (sha256("<seed>:gate:<user>") / 2^64 < share): in (0, 1).',
         },
     )
     update_logs: str = field(

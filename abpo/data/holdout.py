@@ -6,8 +6,10 @@ form of the simulator's arm assignment, abpo.abtest.assignment.unit_hash, with i
 slice every month, whatever other users arrive, so the gate scores its own users on data no update trained on, and
 the update (abpo.train.strata.read_update_strata) leaves exactly these users' impressions out of D_bandit.
 
-With ``arms.gate_users = dataset`` (the default) nothing is held out: the gate scores the held-out users of the
-configured dataset's offline construction (abpo.monthly.gate)."""
+The slice is held out of every LLM update when the gate reads it: when its off-policy half (the decision, by
+default) reads the held-out users' rows (``arms.gate_ope_rows = heldout``, the default), or when its offline half
+scores these users (``arms.gate_users = warehouse``). With ``arms.gate_ope_rows = all`` and ``arms.gate_users =
+dataset`` nothing is held out (the gate before the off-policy decision: it then reads rows the update trained on)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import hashlib
 from collections.abc import Iterable
 
 GATE_USERS = ("dataset", "warehouse")  # the values of arms.gate_users
+GATE_OPE_ROWS = ("heldout", "all")  # the values of arms.gate_ope_rows
 
 
 def holdout_unit(seed: int, user_id: int) -> float:
@@ -28,6 +31,20 @@ def check_gate_users(value: str) -> str:
     if value not in GATE_USERS:
         raise ValueError(f"arms.gate_users={value!r}; rule: one of {list(GATE_USERS)}")
     return value
+
+
+def check_gate_ope_rows(value: str) -> str:
+    """``value`` when it is one of GATE_OPE_ROWS (config arms.gate_ope_rows), else ValueError naming the key and rule."""
+    if value not in GATE_OPE_ROWS:
+        raise ValueError(f"arms.gate_ope_rows={value!r}; rule: one of {list(GATE_OPE_ROWS)}")
+    return value
+
+
+def holds_out(gate_users: str, gate_ope_rows: str = "all") -> bool:
+    """Whether the updates leave the held-out slice's impressions out (the module docstring): the gate's offline half
+    scores those users (``gate_users`` warehouse) or its off-policy half reads their rows (``gate_ope_rows``
+    heldout). The caller passes config ``arms.gate_users`` and ``arms.gate_ope_rows``."""
+    return check_gate_users(gate_users) == "warehouse" or check_gate_ope_rows(gate_ope_rows) == "heldout"
 
 
 def check_holdout_fraction(fraction: float) -> float:
@@ -52,11 +69,13 @@ def holdout_slice(user_ids: Iterable[int], seed: int, fraction: float) -> list[i
     return sorted({int(u) for u in user_ids if in_holdout(int(u), seed, fraction)})
 
 
-def gate_holdout_users(user_ids: Iterable[int], *, seed: int, gate_users: str, fraction: float) -> list[int]:
+def gate_holdout_users(
+    user_ids: Iterable[int], *, seed: int, gate_users: str, fraction: float, gate_ope_rows: str = "all"
+) -> list[int]:
     """The users of ``user_ids`` the gate holds out of every LLM update: the slice of ``fraction`` (the config's
-    ``arms.gate_holdout_fraction``, with seed ``cfg.seed``) when ``gate_users`` (``arms.gate_users``) is
-    ``warehouse``, none with ``dataset``. The caller passes the arms section's values (the data layer reads no
-    higher config section)."""
-    if check_gate_users(gate_users) == "dataset":
+    ``arms.gate_holdout_fraction``, with seed ``cfg.seed``) when :func:`holds_out` (``arms.gate_users`` warehouse
+    or ``arms.gate_ope_rows`` heldout), none otherwise. The caller passes the arms section's values (the data
+    layer reads no higher config section)."""
+    if not holds_out(gate_users, gate_ope_rows):
         return []
     return holdout_slice(user_ids, seed, fraction)

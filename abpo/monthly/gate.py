@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from abpo import registry
 from abpo.arms import versions as arm_versions
+from abpo.data.holdout import check_gate_ope_rows, holdout_slice
 from abpo.evaluation.off_policy import compare_snips, top_weight_share
 from abpo.monthly.common import CHAMPION, StepResult, completed_step, dataset_and_splits, start_run
 from abpo.monthly.gate_users import (
@@ -68,10 +69,12 @@ class GateResult(StepResult):
     off_policy: dict[str, Any] | None  # ope_numbers: the deciding estimator's and every one's, None when not run
     offline: dict[str, Any] | None = None  # the paired test's numbers (abpo.evaluation.paired.PairedTest)
     # each half's own verdict (abpo.monthly.gate_verdict.GateVerdict): which half refused a challenger, read by
-    # benchmarks/gate_refusals.py (issue 60 point 6); ope_passed is True when the off-policy half did not run, None
+    # benchmarks/gate_refusals.py; ope_passed is True when the off-policy half did not run, None
     # in a record written before these fields
     offline_passed: bool | None = None
     ope_passed: bool | None = None
+    # which evidence decided (decided_by): off-policy, offline or both; None in a record written before the field
+    decided_by: str | None = None
 
 
 # The dataset name of the offline metrics on the version's LoggedModel, and the folder of their per-user ranks in the
@@ -172,11 +175,11 @@ def off_policy_gate(cfg: Config, arm: str, version: str, month: str, *, champion
     and the champion's propensity vectors over each row's candidates (both versions score every row), each row's
     logged propensity as e0, and every estimator of :func:`ope_estimates_on_rows` (SNIPS on the arm's own rows,
     the doubly robust family on every arm's); ``arms.gate_ope_estimator`` names the one that decides. On the arm's
-    own rows logged by the champion itself, the champion's SNIPS weight is e0 / e0 = 1 (as before issue 42).
+    own rows logged by the champion itself, the champion's SNIPS weight is e0 / e0 = 1.
 
     An arm that served none of the month's rows (its challenger trained on the other arms' rows,
     ``arms.update_logs = all``) is gated on every arm's rows like any other: SNIPS on its own rows is recorded as
-    not computed (n 0, NaN), and the ``snips`` choice fails closed saying so (issue 59)."""
+    not computed (n 0, NaN), and the ``snips`` choice fails closed saying so."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -188,6 +191,12 @@ def off_policy_gate(cfg: Config, arm: str, version: str, month: str, *, champion
     with open_warehouse(cfg, read_only=True) as wh:
         pos, neg = wh.strata([month])
     rows = pa.concat_tables([pos, neg])
+    if check_gate_ope_rows(cfg.arms.gate_ope_rows) == "heldout":
+        rows, month_rows = gate_rows(rows, cfg.seed, cfg.arms.gate_holdout_fraction), rows.num_rows
+        log.info(
+            f"  off-policy gate {arm} v{version}: {rows.num_rows} of the {month_rows} rows of {month} are the held-out "
+            f"users' (arms.gate_holdout_fraction={cfg.arms.gate_holdout_fraction:g}), which no update trained on"
+        )
     own = np.asarray(pc.equal(rows.column("arm"), arm).to_numpy(zero_copy_only=False), dtype=bool)
     if not own.any():
         log.warning(
@@ -251,6 +260,20 @@ def off_policy_gate(cfg: Config, arm: str, version: str, month: str, *, champion
         top_fraction=cfg.arms.gate_top_weight_fraction,
     )
     return ope_numbers(estimates, cfg.arms.gate_ope_estimator)
+
+
+def gate_rows(rows, seed: int, fraction: float):
+    """The rows of ``rows`` (a month's logged impressions, column user_id) whose user is in the held-out slice
+    (abpo.data.holdout: seed ``seed``, share ``fraction``): the rows the off-policy half reads with
+    ``arms.gate_ope_rows = heldout``, every arm's, none of which an LLM update trained on
+    (abpo.train.strata.read_update_strata leaves the same users out)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    users = np.unique(rows.column("user_id").to_numpy(zero_copy_only=False))
+    held = holdout_slice(users.tolist(), seed, fraction)
+    return rows.filter(pc.is_in(rows.column("user_id"), value_set=pa.array(held, pa.int64())))
 
 
 # the reward model's folds (abpo.evaluation.reward_model.cross_fitted_rewards), over users
@@ -596,6 +619,16 @@ def finite_or_none(d: Any) -> Any:
     return d
 
 
+def decided_by(primary: str, ope: dict[str, Any] | None) -> str:
+    """Which evidence decided a gate (the version tag ``gate.decided_by``, read by the report, the UI and ``abpo arms
+    history``): ``off-policy`` (arms.gate_primary = ope with the month's off-policy numbers: the offline half a
+    guardrail), ``offline`` (no off-policy numbers: no month's logs read, or the check disabled), ``both``
+    (arms.gate_primary = offline with the off-policy half beside it)."""
+    if ope is None:
+        return "offline"
+    return "off-policy" if primary == "ope" else "both"
+
+
 def month_start_champion(cfg: Config, arm: str, version: str):
     """The champion the gate compares challenger ``version`` against: the one the month's update read once at its
     start and trained from (the challenger's lineage tag ``parent_version``), not whatever the alias points to now,
@@ -669,6 +702,8 @@ def gate(cfg: Config, arm: str, version: str, month: str | None = None) -> GateR
             min_ess=cfg.arms.gate_min_ess,
             month=month,
             max_top_share=cfg.arms.gate_max_top_weight_share,
+            primary=cfg.arms.gate_primary,
+            guardrail_margin=cfg.arms.gate_guardrail_margin,
         )
     passed, reason = verdict.passed, verdict.reason
     log.info(f"gate {arm}: {'PASS' if passed else 'FAIL'}: {reason}")
@@ -680,6 +715,12 @@ def gate(cfg: Config, arm: str, version: str, month: str | None = None) -> GateR
             "gate.verdict": "pass" if passed else "fail",
             "gate.reason": reason[:4900],
             "gate.champion_version": champ.version,
+            "gate.decided_by": decided_by(cfg.arms.gate_primary, ope),
+            **(
+                {"gate.guardrail.margin": f"{cfg.arms.gate_guardrail_margin:.6g}"}
+                if decided_by(cfg.arms.gate_primary, ope) == "off-policy"
+                else {}
+            ),
             **offline_tags(metric, verdict.offline),
             **ope_tags(ope, cfg.arms.gate_ope_margin),
         },
@@ -716,6 +757,7 @@ def gate(cfg: Config, arm: str, version: str, month: str | None = None) -> GateR
         offline=finite_or_none(verdict.offline) or None,
         offline_passed=verdict.offline_passed,
         ope_passed=verdict.ope_passed,
+        decided_by=decided_by(cfg.arms.gate_primary, ope),
     )
     registry.record_task_result(run.info.run_id, out.to_json())
     return out

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from abpo.evaluation.off_policy import zero_click_upper_bound
-from abpo.evaluation.paired import TANGO, paired_noninferiority, per_user_values
+from abpo.evaluation.paired import TANGO, paired_noninferiority, per_user_values, tango_lower_bound
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +60,7 @@ def ope_notes(ope: dict[str, Any] | None) -> list[str]:
     """Short notes on the off-policy half's numbers that its verdict states in full (:func:`ope_verdict`) and the
     report's gate section shows beside the interval: the arm served none of the rows, every row a no-response (the
     interval degenerate), every row clicked (only IPS sees mass moved off the logged items), an estimate outside
-    [0, 1], a mean weight far above 1 (logged propensities too small). [] for a result recorded before issue 59 (no ``clicks``)."""
+    [0, 1], a mean weight far above 1 (logged propensities too small). [] for a result recorded without ``clicks``."""
     if not ope:
         return []
     notes = []
@@ -131,7 +131,7 @@ MEAN_WEIGHT_FACTOR = 2.0
 def _weights_above_their_mean(ope: dict[str, Any]) -> str | None:
     """Decision case 3 of :func:`ope_verdict`: the reason when either version's mean weight on the rows read is above
     both MEAN_WEIGHT_FACTOR and 1 + MEAN_WEIGHT_Z standard errors, else None (a result recorded without the mean,
-    before issue 59's review, is not checked)."""
+    by an older gate, is not checked)."""
     for who in ("challenger", "champion"):
         mean, se = _num(ope, f"{who}_mean_weight"), _num(ope, f"{who}_mean_weight_se")
         if not math.isfinite(mean):
@@ -186,8 +186,8 @@ def ope_verdict(ope: dict[str, Any], margin: float, min_ess: float, max_top_shar
        clicks to learn from: neither sees a challenger that moves its mass off the logged items; IPS, the mean
        weight, does), and the verdict says so.
 
-    ``ope``: abpo.monthly.gate.ope_numbers (``estimator`` names the one that decides; a result recorded before issue
-    42 has SNIPS's ``challenger_snips`` / ``champion_snips`` instead, one before issue 59 no ``clicks``)."""
+    ``ope``: abpo.monthly.gate.ope_numbers (``estimator`` names the one that decides; a result recorded by the
+    first gate has SNIPS's ``challenger_snips`` / ``champion_snips`` instead, one by a later gate no ``clicks``)."""
     name = ope.get("estimator", "snips")
     label = ESTIMATOR_NAMES.get(name, name)
     new_key, old_key = (
@@ -307,6 +307,53 @@ def offline_verdict(
     return t.passed, reason, dataclasses.asdict(t)
 
 
+def guardrail_verdict(
+    *,
+    metric: str,
+    challenger_ranks: Sequence[int],
+    champion_ranks: Sequence[int],
+    margin: float,
+    alpha: float,
+    power: float,
+    challenger_version: str,
+    champion_version: str,
+) -> tuple[bool, str, dict[str, Any]]:
+    """The offline guardrail of ``arms.gate_primary = ope`` (docs/gate.md "Decision"): it refuses a challenger only on
+    evidence of a collapse, when the one-sided (1 - ``alpha``) **upper** bound of ``metric``'s per-user difference
+    challenger - champion is below -``margin`` (Tango's score bound for HR@K, with the wins and losses swapped; Wald
+    for NDCG@K). A challenger whose true difference is at least -margin passes with probability at least 1 - alpha
+    on any number of users, so an equal challenger passes at least 97.5% of the time at the default level, and the
+    guardrail never decides a tie. (passed, reason, the paired test's numbers with ``upper``, the bound it reads.)"""
+    _, _, numbers = offline_verdict(
+        metric=metric,
+        challenger_ranks=challenger_ranks,
+        champion_ranks=champion_ranks,
+        margin=margin,
+        alpha=alpha,
+        power=power,
+        challenger_version=challenger_version,
+        champion_version=champion_version,
+    )
+    if not numbers:
+        return False, f"offline guardrail {metric}: arms.gate_guardrail_margin {margin} not finite: fails closed", {}
+    n, wins, losses = int(numbers["n"]), int(numbers["wins"]), int(numbers["losses"])
+    if numbers["method"] == TANGO:
+        upper = -tango_lower_bound(losses, wins, n, float(numbers["alpha"]))
+    else:
+        from statistics import NormalDist
+
+        upper = float(numbers["diff"]) + NormalDist().inv_cdf(1.0 - float(numbers["alpha"])) * float(numbers["se"])
+    ok = bool(upper >= -margin)
+    numbers = {**numbers, "upper": upper, "passed": ok}
+    reason = (
+        f"offline guardrail {metric} challenger v{challenger_version} {numbers['challenger']:.4f} vs champion "
+        f"v{champion_version} {numbers['champion']:.4f} on {n} users (paired: {wins} won, {losses} lost, "
+        f"{numbers['ties']} tied): diff {numbers['diff']:+.4f}, one-sided {1 - numbers['alpha']:.1%} upper bound "
+        f"{upper:+.4f} {'>=' if ok else '<'} -margin {-margin:+.4f}" + ("" if ok else ": a collapse")
+    )
+    return ok, reason, numbers
+
+
 def gate_verdict(
     *,
     metric: str,
@@ -322,24 +369,56 @@ def gate_verdict(
     min_ess: float = 0.0,
     month: str | None = None,
     max_top_share: float = 1.0,
+    primary: str = "offline",
+    guardrail_margin: float | None = None,
 ) -> GateVerdict:
-    """The gate's decision, a pure function of the numbers (no registry, no MLflow). Offline:
-    :func:`offline_verdict` on both versions' per-user target ranks (the same users, the same order) at ``margin``,
-    ``alpha`` (``power`` only sizes the reported MDE). Off-policy (when ``ope`` is given): :func:`ope_verdict` with
-    ``ope_margin``, ``min_ess`` and ``max_top_share``. Both must pass."""
-    offline_ok, why, numbers = offline_verdict(
+    """The gate's decision, a pure function of the numbers (no registry, no MLflow); ``primary`` (config
+    ``arms.gate_primary``) says which evidence decides (docs/gate.md "Decision"):
+
+    - ``ope``: the off-policy half, :func:`ope_verdict` on ``ope`` (the paired estimate of challenger - champion CTR
+      on rows no update trained on) with ``ope_margin``, ``min_ess`` and ``max_top_share``, decides; the offline half
+      is a guardrail against collapse: :func:`guardrail_verdict` at ``guardrail_margin`` (it refuses only on
+      evidence that the challenger is worse by more than the margin). Both must pass. Without off-policy numbers (no month's logs read) the
+      offline test at ``margin`` decides, and the reason says so.
+    - ``offline``: :func:`offline_verdict` on both versions' per-user target ranks (the same users, the same order)
+      at ``margin``, ``alpha`` (``power`` only sizes the reported MDE), and :func:`ope_verdict` when ``ope`` is
+      given. Both must pass (the gate before the off-policy decision)."""
+    if primary not in ("ope", "offline"):
+        raise ValueError(f"gate: arms.gate_primary {primary!r}; rule: one of ['ope', 'offline']")
+    guardrail = primary == "ope" and ope is not None
+    if guardrail and (guardrail_margin is None or not guardrail_margin > 0):
+        raise ValueError(
+            f"gate: arms.gate_guardrail_margin {guardrail_margin!r}; rule: a positive margin (the offline guardrail "
+            "of arms.gate_primary = ope)"
+        )
+    offline_ok, why, numbers = (guardrail_verdict if guardrail else offline_verdict)(
         metric=metric,
         challenger_ranks=challenger_ranks,
         champion_ranks=champion_ranks,
-        margin=margin,
+        margin=float(guardrail_margin) if guardrail else margin,  # type: ignore[arg-type]
         alpha=alpha,
         power=power,
         challenger_version=challenger_version,
         champion_version=champion_version,
     )
-    reasons = [why]
-    ope_ok = True
-    if ope is not None:
-        ope_ok, why = ope_verdict(ope, ope_margin, min_ess, max_top_share)
-        reasons.append(f"{why} ({month})" if month else why)
-    return GateVerdict(offline_ok and ope_ok, offline_ok, ope_ok, "; ".join(reasons), numbers)
+    if primary == "offline":
+        reasons = [why]
+        ope_ok = True
+        if ope is not None:
+            ope_ok, why = ope_verdict(ope, ope_margin, min_ess, max_top_share)
+            reasons.append(f"{why} ({month})" if month else why)
+        return GateVerdict(offline_ok and ope_ok, offline_ok, ope_ok, "; ".join(reasons), numbers)
+    if ope is None:
+        return GateVerdict(
+            offline_ok,
+            offline_ok,
+            True,
+            f"decided by the offline half (no month's logs read, so no off-policy estimate): {why}",
+            numbers,
+        )
+    ope_ok, ope_why = ope_verdict(ope, ope_margin, min_ess, max_top_share)
+    ope_why = f"{ope_why} ({month})" if month else ope_why
+    guard = f"guardrail {'passed' if offline_ok else 'failed'}: {why}"
+    return GateVerdict(
+        ope_ok and offline_ok, offline_ok, ope_ok, f"decided by the off-policy half: {ope_why}; {guard}", numbers
+    )

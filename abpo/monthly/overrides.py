@@ -100,10 +100,13 @@ NOT_OVERRIDABLE = {
         f"arms.{k}": "a gate setting"
         for k in (
             "gate_metric",
+            "gate_primary",
             "gate_margin",
+            "gate_guardrail_margin",
             "gate_alpha",
             "gate_power",
             "gate_ope_margin",
+            "gate_ope_rows",
             "gate_ope_estimator",
             "gate_ope_switch_lambda",
             "gate_min_ess",

@@ -85,8 +85,8 @@ def training_months(cfg: Config, month: Month) -> list[str]:
 def arm_strata(cfg: Config, arm: str, months: list[str]):
     """(positive, no-response, held_out): the rows arm ``arm`` updates from in ``months``: its own
     (``arms.update_logs = own``) or every served arm's (``all``), from the warehouse's strata, without the gate's
-    held-out users when ``arms.gate_users = warehouse`` (abpo.train.strata.read_update_strata), and what was left
-    out (a HeldOut; None with ``arms.gate_users = dataset``, where nothing is). Rows whose e0 cannot be trusted, or
+    held-out users when the gate reads them (``arms.gate_ope_rows = heldout`` or ``arms.gate_users = warehouse``:
+    abpo.train.strata.read_update_strata), and what was left out (a HeldOut; None when nothing is). Rows whose e0 cannot be trusted, or
     of an arm not in arms.names, raise UntrustedLogRows (abpo.train.strata.refuse_untrusted_rows)."""
     from abpo.warehouse import open_warehouse
 
@@ -102,9 +102,10 @@ def arm_strata(cfg: Config, arm: str, months: list[str]):
             arm if own else "",
             gate_users=cfg.arms.gate_users,
             gate_holdout_fraction=cfg.arms.gate_holdout_fraction,
+            gate_ope_rows=cfg.arms.gate_ope_rows,
         )
     if positive.num_rows + no_response.num_rows == 0:
-        why = f" ({held.rows} rows of the gate's held-out users left out, arms.gate_users=warehouse)" if held else ""
+        why = f" ({held.rows} rows of the gate's held-out users left out)" if held else ""
         whose = f"arm {arm!r}" if own else "any arm (arms.update_logs=all)"
         raise NoArmRows(f"{path}: no impressions of {whose} in months {months}{why}")
     if not own:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from abpo.config.arms import UPDATE_LOGS
-from abpo.data.holdout import check_gate_users, holdout_slice
+from abpo.data.holdout import holdout_slice, holds_out
 from abpo.errors import ExpectedError
 from abpo.train.runs import UpdateInputMissing, UpdateRun
 
@@ -37,19 +37,27 @@ class HeldOut:
 
 
 def read_update_strata(
-    cfg: Config, wh, months: Sequence[str], arm: str, *, gate_users: str, gate_holdout_fraction: float
+    cfg: Config,
+    wh,
+    months: Sequence[str],
+    arm: str,
+    *,
+    gate_users: str,
+    gate_holdout_fraction: float,
+    gate_ope_rows: str = "all",
 ):
     """(positive, no_response, held_out) of arm ``arm`` (every arm's when "") in ``months``, read from the open
-    warehouse ``wh``: the strata of D_bandit. With ``gate_users = warehouse`` the rows of the gate's held-out
-    users (the slice of ``gate_holdout_fraction`` among the months' users under ``cfg.seed``, abpo.data.holdout) are
-    left out by an anti-join in DuckDB, and counted and logged in ``held_out`` (None with ``dataset``: nothing is left
-    out), so the users the gate scores are users no update trained on. ``gate_users`` / ``gate_holdout_fraction``
-    are config ``arms.gate_users`` / ``arms.gate_holdout_fraction``, passed by the caller (section ``arms`` sits
-    above abpo.train in the layers)."""
+    warehouse ``wh``: the strata of D_bandit. When the gate reads the held-out users (abpo.data.holdout.holds_out:
+    ``gate_ope_rows = heldout``, the off-policy half reads their rows, or ``gate_users = warehouse``, the offline half
+    scores them) the rows of the gate's held-out users (the slice of ``gate_holdout_fraction`` among the months'
+    users under ``cfg.seed``) are left out by an anti-join in DuckDB, and counted and logged in ``held_out`` (None
+    otherwise: nothing is left out), so what the gate reads is what no update trained on. ``gate_users`` /
+    ``gate_holdout_fraction`` / ``gate_ope_rows`` are config ``arms.gate_users`` / ``arms.gate_holdout_fraction`` /
+    ``arms.gate_ope_rows``, passed by the caller (section ``arms`` sits above abpo.train in the layers)."""
     import pyarrow.compute as pc
 
     held = None
-    if check_gate_users(gate_users) == "dataset":
+    if not holds_out(gate_users, gate_ope_rows):
         positive, no_response = wh.strata(months)
     else:
         excluded = holdout_slice(wh.impression_users(months), cfg.seed, gate_holdout_fraction)
@@ -63,7 +71,8 @@ def read_update_strata(
         log.info(
             f"update {arm or 'every arm'}, months {months}: held out {held.positive} positive + "
             f"{held.no_response} no-response rows of the gate's users ({held.users} users, "
-            f"arms.gate_holdout_fraction={gate_holdout_fraction}, arms.gate_users=warehouse)"
+            f"arms.gate_holdout_fraction={gate_holdout_fraction}, arms.gate_ope_rows={gate_ope_rows}, "
+            f"arms.gate_users={gate_users})"
         )
     if arm:
         positive = positive.filter(pc.equal(positive.column("arm"), arm))
@@ -136,7 +145,9 @@ def logged_by(tables) -> dict[str, float]:
     return {a: counts[a] / total for a in sorted(counts)} if total else {}
 
 
-def warehouse_strata(cfg: Config, run: UpdateRun, *, gate_users: str, gate_holdout_fraction: float):
+def warehouse_strata(
+    cfg: Config, run: UpdateRun, *, gate_users: str, gate_holdout_fraction: float, gate_ope_rows: str = "all"
+):
     """(positive, no_response, months) of ``run.arm`` in ``run.months`` (every ingested month when empty), without
     the gate's held-out users (:func:`read_update_strata`, which the gate settings are passed on to)."""
     from abpo.warehouse import Warehouse
@@ -155,7 +166,13 @@ def warehouse_strata(cfg: Config, run: UpdateRun, *, gate_users: str, gate_holdo
                 f"--config {cfg.name}` then `abpo ingest --month YYYY-MM --config {cfg.name}`"
             )
         positive, no_response, _ = read_update_strata(
-            cfg, wh, months, run.arm, gate_users=gate_users, gate_holdout_fraction=gate_holdout_fraction
+            cfg,
+            wh,
+            months,
+            run.arm,
+            gate_users=gate_users,
+            gate_holdout_fraction=gate_holdout_fraction,
+            gate_ope_rows=gate_ope_rows,
         )
     arm = run.arm
     if positive.num_rows + no_response.num_rows == 0:

@@ -322,7 +322,7 @@ class RunWatch:
 def run_ends_with_the_process(enabled: bool = True):
     """Around the opening and the life of the update's MLflow run (its id set on the yielded :class:`RunWatch` once
     open): a SIGTERM or SIGINT (``kill``, Ctrl-C, a scheduler stopping the job) ends the run KILLED and any exception
-    FAILED, so a killed standalone `abpo update` leaves no run RUNNING (issue 48 item 12). The handlers are in place
+    FAILED, so a killed standalone `abpo update` leaves no run RUNNING. The handlers are in place
     before the run opens, so no signal finds the run open without them. The signal keeps its effect: SIGINT raises
     KeyboardInterrupt; SIGTERM calls the handler that was there before (Airflow's task runner raises its own) or, when
     that was the default, is delivered again with the default action once the run is ended, so the process still dies
@@ -392,6 +392,7 @@ def run_update(
     gate_users: str | None = None,
     gate_holdout_fraction: float | None = None,
     reward: str = "logged",
+    gate_ope_rows: str = "all",
 ) -> UpdateResult:
     """The `abpo update` job: pi_init + D_bandit (warehouse) -> the variant's update, logged to MLflow; ``cfg`` says
     how to train, ``run`` what (:class:`UpdateRun`).
@@ -401,10 +402,10 @@ def run_update(
     experiment runner the log it built in memory). ``log_mlflow=False`` runs without an
     MLflow run (the metrics stay in ``result.metrics`` / ``result.history``); ``nested`` opens the run inside the
     active one. ``callbacks``: extra transformers TrainerCallbacks (progress reporting). ``run_tags``: extra tags of
-    the update's MLflow run (the production loop's task key). ``gate_users`` / ``gate_holdout_fraction``: config
-    ``arms.gate_users`` / ``arms.gate_holdout_fraction`` (section arms sits above abpo.train), which users' rows the
-    warehouse's D_bandit leaves out (:func:`warehouse_strata`); required without ``strata``. ``reward``: the rollouts'
-    reward (abpo.train.records.ABPOSettings.reward): ``logged`` (the paper) or ``simulated_click`` (issue 49's online
+    the update's MLflow run (the production loop's task key). ``gate_users`` / ``gate_holdout_fraction`` / ``gate_ope_rows``:
+    config ``arms.gate_users`` / ``arms.gate_holdout_fraction`` / ``arms.gate_ope_rows`` (section arms sits above
+    abpo.train), which users' rows the warehouse's D_bandit leaves out (:func:`warehouse_strata`); required without ``strata``. ``reward``: the rollouts'
+    reward (abpo.train.records.ABPOSettings.reward): ``logged`` (the paper) or ``simulated_click`` (the online
     upper bound, a diagnostic: ``strata`` carrying the column candidate_click_prob, variant grpo); not a config
     setting, so no arm or experiment row can select it."""
     from abpo.data.loaders import load_dataset
@@ -419,7 +420,7 @@ def run_update(
     check_launch(cfg.update)  # a launch that would train wrongly stops here, before a model loads
     dist = dist_state(deepspeed=bool(cfg.update.deepspeed))
     model, tokenizer = load_start_model(init_dir, cfg)
-    positive, no_response, run = training_strata(cfg, run, strata, gate_users, gate_holdout_fraction)
+    positive, no_response, run = training_strata(cfg, run, strata, gate_users, gate_holdout_fraction, gate_ope_rows)
     dataset = load_dataset(cfg.data)
     rows = update_rows(cfg, positive, no_response, dataset.titles(), tokenizer)
     out = output_dir_for(cfg, run)
@@ -487,7 +488,14 @@ def check_strata_source(
         )
 
 
-def training_strata(cfg: Config, run: UpdateRun, strata, gate_users: str | None, gate_holdout_fraction: float | None):
+def training_strata(
+    cfg: Config,
+    run: UpdateRun,
+    strata,
+    gate_users: str | None,
+    gate_holdout_fraction: float | None,
+    gate_ope_rows: str = "all",
+):
     """(positive, no_response, run) of D_bandit: ``strata`` as given, else the warehouse's rows of ``run.arm`` in
     ``run.months`` (every ingested month when empty: ``run`` then names them) without the gate's held-out users
     (abpo.train.strata.warehouse_strata)."""
@@ -500,7 +508,7 @@ def training_strata(cfg: Config, run: UpdateRun, strata, gate_users: str | None,
             "from the warehouse needs config arms.gate_users and arms.gate_holdout_fraction"
         )
     positive, no_response, months = warehouse_strata(
-        cfg, run, gate_users=gate_users, gate_holdout_fraction=gate_holdout_fraction
+        cfg, run, gate_users=gate_users, gate_holdout_fraction=gate_holdout_fraction, gate_ope_rows=gate_ope_rows
     )
     return positive, no_response, dataclasses.replace(run, months=tuple(months))
 

@@ -188,14 +188,15 @@ def test_the_update_leaves_the_gate_users_impressions_out_and_logs_how_many(make
     from abpo.train.runs import UpdateRun
     from abpo.train.strata import warehouse_strata
 
-    plain = make_cfg("arms.update_logs=own")  # the arm's own rows (all traffic: tests/monthly/test_update_logs.py)
+    # the arm's own rows (all traffic: tests/monthly/test_update_logs.py); the gate reads every row of the month
+    plain = make_cfg("arms.update_logs=own", "arms.gate_ope_rows=all")
     table = land_impressions(plain)
     abpo_rows = table.filter(pc.equal(table.column("arm"), "abpo"))
     slice_ = {u for u in set(table.column("user_id").to_pylist()) if holdout_unit(plain.seed, u) < FRACTION}
     mine = [r for r in abpo_rows.to_pylist() if r["user_id"] in slice_]
     assert mine and len(mine) < abpo_rows.num_rows
 
-    # dataset (default): nothing is left out, the strata are the warehouse's
+    # dataset users and every row to the off-policy half: nothing is left out, the strata are the warehouse's
     pos, neg, held = arm_strata(plain, "abpo", [M1])
     assert held is None and pos.num_rows + neg.num_rows == abpo_rows.num_rows
     with Warehouse(plain.paths.resolve("warehouse"), read_only=True) as wh:
@@ -203,10 +204,20 @@ def test_the_update_leaves_the_gate_users_impressions_out_and_logs_how_many(make
     assert pos.equals(all_pos.filter(pc.equal(all_pos.column("arm"), "abpo")))
     assert neg.equals(all_neg.filter(pc.equal(all_neg.column("arm"), "abpo")))
 
-    # warehouse: every row of a held-out user is gone, counted, logged
-    cfg = make_cfg("arms.gate_users=warehouse", f"arms.gate_holdout_fraction={FRACTION}", "arms.update_logs=own")
+    # the off-policy half reads the held-out users' rows (the default), or the offline half scores them
+    # (warehouse): either way every row of a held-out user is gone, counted, logged, the same rows
+    by_rows = make_cfg(f"arms.gate_holdout_fraction={FRACTION}", "arms.update_logs=own")
+    assert by_rows.arms.gate_ope_rows == "heldout" and by_rows.arms.gate_users == "dataset"
+    rows_pos, rows_neg, rows_held = arm_strata(by_rows, "abpo", [M1])
+    cfg = make_cfg(
+        "arms.gate_users=warehouse",
+        f"arms.gate_holdout_fraction={FRACTION}",
+        "arms.update_logs=own",
+        "arms.gate_ope_rows=all",
+    )
     with caplog.at_level("INFO", logger="abpo.train.update"):
         kept_pos, kept_neg, held = arm_strata(cfg, "abpo", [M1])
+    assert rows_pos.equals(kept_pos) and rows_neg.equals(kept_neg) and rows_held == held
     kept = set(kept_pos.column("user_id").to_pylist()) | set(kept_neg.column("user_id").to_pylist())
     assert not kept & slice_
     assert kept_pos.num_rows + kept_neg.num_rows == abpo_rows.num_rows - len(mine)

@@ -219,3 +219,75 @@ def test_a_bad_level_or_power_is_an_error_naming_the_setting(alpha, power, match
             challenger_version="3",
             champion_version="2",
         )
+
+
+def _verdict_ope(ope, wins=0, losses=0, n=400, **kw):
+    new, old = _ranks(n, wins=wins, losses=losses, both=min(120, n // 4))
+    args = dict(
+        metric="HR@5",
+        challenger_ranks=new,
+        champion_ranks=old,
+        margin=0.02,
+        challenger_version="2",
+        champion_version="1",
+        ope=ope,
+        ope_margin=0.005,
+        primary="ope",
+        guardrail_margin=0.10,
+    )
+    args.update(kw)
+    return gate_verdict(**args)
+
+
+@pytest.mark.parametrize(
+    "ci_low, passed",
+    [(-0.0049, True), (-0.005, True), (-0.0051, False), (+0.01, True)],
+)
+def test_the_off_policy_lower_bound_decides_against_a_margin_in_ctr_points(ci_low, passed):
+    v = _verdict_ope(_ope(ci_low=ci_low))
+    assert v.passed is passed and v.ope_passed is passed and v.offline_passed
+    assert v.reason.startswith("decided by the off-policy half: off-policy"), v.reason
+    assert "-margin 0.005" in v.reason and "; guardrail passed: offline guardrail HR@5" in v.reason
+
+
+def test_the_offline_half_no_longer_decides_an_hr_tie_it_refuses_only_a_collapse():
+    # 40 won, 43 lost: today's test at margin 0.02 refuses it (lower bound -0.053), the guardrail lets it through
+    old = gate_verdict(
+        metric="HR@5",
+        challenger_ranks=_ranks(400, 40, 43)[0],
+        champion_ranks=_ranks(400, 40, 43)[1],
+        margin=0.02,
+        challenger_version="2",
+        champion_version="1",
+        ope=_ope(ci_low=0.001),
+        ope_margin=0.005,
+        primary="offline",
+    )
+    assert not old.passed and not old.offline_passed and old.ope_passed
+    new = _verdict_ope(_ope(ci_low=0.001), wins=40, losses=43)
+    assert new.passed and new.offline_passed and new.offline["upper"] > -0.10
+    # a collapse: 0 won, 80 lost of 400 (a loss of 0.20 HR@5) fails the guardrail whatever the off-policy half says
+    bad = _verdict_ope(_ope(ci_low=0.02), wins=0, losses=80)
+    assert not bad.passed and bad.ope_passed and not bad.offline_passed
+    assert "guardrail failed" in bad.reason and ": a collapse" in bad.reason
+    assert bad.offline["upper"] < -0.10
+
+
+def test_the_guardrail_passes_an_equal_challenger_on_few_users():
+    # 20 tied users: today's non-inferiority bound is -0.16 (it cannot show non-inferiority at 0.10), while the
+    # guardrail's upper bound is +0.16: no evidence of a collapse, so it passes
+    v = _verdict_ope(_ope(n=20, ci_low=0.0), n=20)
+    assert v.passed and v.offline["upper"] > 0.1
+
+
+def test_without_off_policy_numbers_the_offline_test_decides_and_says_so():
+    v = _verdict_ope(None, wins=0, losses=30)
+    assert not v.passed and v.reason.startswith("decided by the offline half (no month's logs read")
+    assert "-margin -0.0200" in v.reason  # arms.gate_margin, not the guardrail's
+
+
+def test_the_guardrail_margin_must_be_positive_and_the_primary_known():
+    with pytest.raises(ValueError, match="arms.gate_guardrail_margin"):
+        _verdict_ope(_ope(), guardrail_margin=0.0)
+    with pytest.raises(ValueError, match="arms.gate_primary"):
+        _verdict_ope(_ope(), primary="hr")

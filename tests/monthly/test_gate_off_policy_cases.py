@@ -26,6 +26,7 @@ GATE = [
     "arms.gate_max_users=20",
     "arms.gate_margin=0.5",  # 20 tied users pass the offline half only at a wide margin (tests/monthly/
     "arms.gate_ope_bootstrap=200",  # test_gate_fails_closed.py): the off-policy half decides here
+    "arms.gate_ope_rows=all",  # every row of the month, which the cases below count (the held-out rows: last test)
 ]
 
 
@@ -134,3 +135,29 @@ def test_an_arm_that_served_nothing_fails_closed_in_one_line_when_its_own_rows_d
     assert not res.passed and "\n" not in res.reason, res.reason
     assert f"no logged rows of the arm's own among the month's {n} rows" in res.reason
     assert "rule: arms.gate_ope_estimator snips reads the arm's own rows" in res.reason and "fails closed" in res.reason
+
+
+def test_by_default_the_off_policy_half_decides_on_the_held_out_users_rows_alone(gated):
+    """arms.gate_ope_rows = heldout (the default): the gate reads every arm's rows of the held-out slice's users and no
+    other, its reason and record say the off-policy half decided, and the offline half is a guardrail."""
+    from abpo.arms import versions as arm_versions
+    from abpo.data.holdout import in_holdout
+    from abpo.monthly.gate import gate
+    from abpo.warehouse import open_warehouse
+
+    cfg, v, land = gated("arms.gate_ope_rows=heldout", "arms.gate_holdout_fraction=0.5")
+    n, _ = land("2026-01")
+    with open_warehouse(cfg, read_only=True) as wh:
+        pos, neg = wh.strata(["2026-01"])
+    users = pos.column("user_id").to_pylist() + neg.column("user_id").to_pylist()
+    held = sum(in_holdout(u, cfg.seed, 0.5) for u in users)
+    assert 0 < held < n
+    res = gate(cfg, "abpo", v, "2026-01")
+    assert res.off_policy["n"] == held, (res.off_policy["n"], held, n)
+    assert res.decided_by == "off-policy"
+    assert res.reason.startswith("decided by the off-policy half: off-policy SNDR"), res.reason
+    assert "; guardrail passed: offline guardrail HR@5" in res.reason and "upper bound" in res.reason
+    assert res.passed, res.reason  # the same weights: no difference, and no collapse
+    tags = arm_versions.get_version(cfg, "abpo", v).tags
+    assert tags["gate.decided_by"] == "off-policy" and tags["gate.guardrail.margin"] == "0.1"
+    assert tags["gate.ope.n"] == str(held)

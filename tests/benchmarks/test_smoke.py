@@ -37,6 +37,12 @@ CASES = {
         r"wall time \d+s",
         ["--state", "{tmp}/state", "--json", "{tmp}/rows.json"],  # kept for CHECKS below
     ),
+    "gate_power.py": (
+        r"gate power: size (?:nan|[01]\.\d{3}) power at \+1pp (?:nan|[01]\.\d{3}) \(before: size (?:nan|[01]\.\d{3}) "
+        r"power (?:nan|[01]\.\d{3})\)",
+        None,
+        ["--json", "{tmp}/power.json"],  # kept for CHECKS below
+    ),
     "ingest.py": (
         rf"same quarantine counts and batch count; end to end now/baseline: {NUM}x \(ingest {NUM}x\)",
         None,
@@ -94,7 +100,15 @@ CASES = {
     ),
 }
 # bootstrap every arm / prepare a month and train pi_init twice first: ~25-60 CPU-s
-SLOW = {"simulate.py", "gpu.py", "headroom.py", "which_update.py", "budget_curve.py", "gate_refusals.py"}
+SLOW = {
+    "simulate.py",
+    "gpu.py",
+    "headroom.py",
+    "which_update.py",
+    "budget_curve.py",
+    "gate_refusals.py",
+    "gate_power.py",
+}
 # scripts that a shell script runs as users run them: the smoke case runs that script (issue 44: `scripts/gpu-check.sh
 # --cpu --smoke` runs in the suite)
 RUNNERS = {"gpu.py": ["bash", str(ROOT / "scripts" / "gpu-check.sh"), "--cpu", "--smoke", "--out", "{tmp}/gpu-check"]}
@@ -106,8 +120,24 @@ def _check_gate_refusals(tmp_path: Path) -> None:
     check_smoke_state(tmp_path)
 
 
+def _check_gate_power(tmp_path: Path) -> None:
+    """OUT's shape (the issue's schema), each gate's size and power read from its own rows."""
+    import json
+    import math
+
+    out = json.loads((tmp_path / "power.json").read_text())
+    assert out["preset"] == "demo" and out["tau"] == 0.5 and set(out["fractions"]) == {"0.1", "0.25", "0.5"}
+    for g in [out["gate"], out["before"], *out["fractions"].values()]:
+        assert len(g["rows"]) == 7 and all(r["months"] == 3 for r in g["rows"])
+        for r in g["rows"]:
+            assert set(r) == {"delta_pp", "months", "pass_rate", "offline_pass_rate", "ope_pass_rate"}
+            assert r["pass_rate"] <= min(r["offline_pass_rate"], r["ope_pass_rate"]) + 1e-12
+        low = [r["pass_rate"] for r in g["rows"] if r["delta_pp"] <= -0.5]
+        assert (math.isnan(g["size"]) and not low) or g["size"] == max(low)
+
+
 # script -> a check of what its smoke run left under tmp_path (its figures computed again independently)
-CHECKS = {"gate_refusals.py": _check_gate_refusals}
+CHECKS = {"gate_refusals.py": _check_gate_refusals, "gate_power.py": _check_gate_power}
 
 
 def test_every_benchmark_has_a_smoke_case():

@@ -1,0 +1,394 @@
+"""The monthly gate's error rates: how often it passes a challenger whose true expected-CTR difference over its
+champion is known, for the gate the preset runs and for the gate before the off-policy decision, in one run.
+
+Challengers of known strength are mixtures of two of the bootstrap's own policies, scored by the simulator's Eq. H1
+(abpo.sim.headroom: CTR(pi) = (1/R) sum_r sum_a pi(a|r) p_r(a) on the month's requests, no click noise), which is
+linear in pi:
+
+    H, L        the better and the worse of pi_init (the LLM arm's version 1) and the first ML-retrain fit (ALS),
+                by Eq. H1; when their gap G = CTR(H) - CTR(L) is below the largest |delta| asked, L is ALS mixed
+                with the popularity ranker at the weight that makes G 5% above it
+    M(x)        (1 - x) L + x H: on every request, exposure (1 - x) pi_L + x pi_H; offline, each gate user's
+                target rank is H's with probability x, else L's (a request-level mixture of the two versions)
+    delta       champion M(0.5 - delta / 2G), challenger M(0.5 + delta / 2G): true difference exactly delta
+
+pi_init and ALS have about equal offline HR@5 and different CTR (the loop's situation: an update that moves CTR
+without moving HR@5), so both halves of the gate are tried on what each sees. Each simulated month draws, by the
+seed fixed below: every user's arm by report.arm_shares (the LLM arms and the holdback serve the champion, ML-retrain
+ALS, popularity its ranker), each request's exposed item from its arm's exposures (e0 = that probability, as
+logged) and its click ~ Bernoulli(p_r(a)), and each gate user's component for both versions. Then the whole gate
+runs on it as the monthly step runs it (abpo.monthly.gate: ope_estimates_on_rows, ope_numbers, gate_verdict on the
+users' ranks; only the scoring and the registry are replaced by the numbers above):
+
+    gate        the preset's: arms.gate_primary, the off-policy half on the rows arms.gate_ope_rows names (every arm's
+                rows of the held-out users, arms.gate_holdout_fraction, by default), arms.gate_ope_margin, the
+                offline guardrail at arms.gate_guardrail_margin
+    before      the gate before the off-policy decision: the offline paired HR@5 test at margin 0.02 and the
+                off-policy half on every row of the month at margin 0.05, both must pass
+
+``--fractions`` also measures the preset's gate at other held-out shares on the same draws (the design's choice).
+The simulator's truth stays here: the gate reads logs and ranks only. Mixture stand-ins never saw the month's logs,
+so they cannot show the in-sample optimism of a gate that reads the rows its challenger trained on (docs/gate.md
+"In-sample") .
+
+    .venv/bin/python benchmarks/gate_power.py [--config demo] [--series validation|reported] [--set KEY=VALUE ...]
+        [--months-per-delta 200] [--deltas -2,-1,-0.5,0,0.5,1,2] [--fractions 0.1,0.25,0.5] [--json OUT] [--smoke]
+
+The state: ``ABPO_STATE`` (or --set paths.root=DIR) when its arms are bootstrapped, else the arms are bootstrapped
+there first (minutes). ``--smoke`` bootstraps a throw-away state at benchmarks/headroom.py's smoke sizes and runs 3
+months per delta with 100 resamples (seconds; the figures mean nothing). OUT is ``{"preset", "tau", "series",
+"gate": G, "before": G, "fractions": {share: G}}`` with G ``{"rows": [{"delta_pp", "months", "pass_rate",
+"offline_pass_rate", "ope_pass_rate"}], "size", "power_at_1pp"}``: ``size`` the largest pass rate at any delta <=
+-0.5 points, ``power_at_1pp`` the pass rate at +1. The last line is exactly
+`gate power: size <s> power at +1pp <p> (before: size <s0> power <p0>)`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+# Fixed before the redesign was scored: the grid of true differences (CTR points), the months per delta, the seed
+# of every draw, and the validation series the design is chosen on (docs/gate.md "Error rates").
+DELTAS_PP = (-2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0)
+MONTHS_PER_DELTA = 200
+SEED = 20261202
+VALIDATION = ["seed=1", "sim.salt=validation-series"]
+FRACTIONS = (0.1, 0.25, 0.5)
+# the gate before the off-policy decision (its defaults then)
+BEFORE = {"primary": "offline", "margin": 0.02, "ope_margin": 0.05, "rows": "all"}
+
+
+def ranks_from_scores(scores: np.ndarray, target: int) -> int:
+    """1-based rank of candidate ``target`` by ``scores`` (higher first), ties after the candidates listed before
+    it (the candidates are a seeded shuffle)."""
+    s = scores[target]
+    return int(1 + np.sum(scores > s) + np.sum(scores[:target] == s))
+
+
+def components(cfg, ds, reqs, gate_set):
+    """{name: (exposures (R, K) zero-padded, offline ranks (U,))} of pi_init, ALS (ml_retrain) and popularity."""
+    from abpo.arms import versions
+    from abpo.monthly.gate import offline_scores
+    from headroom import pi_init_arm
+
+    examples, _, _ = gate_set
+    k = max(len(r.candidates) for r in reqs)
+    served = [(r.user_id, list(r.history), list(r.candidates)) for r in reqs]
+    offline = [(e.user_id, list(e.history), list(e.candidates)) for e in examples]
+    out = {}
+    llm = pi_init_arm(cfg, ds)
+    arms = {"pi_init": llm, "als": versions.load_arm(cfg, "ml_retrain", ds), "popularity": None}
+    arms["popularity"] = versions.load_arm(cfg, "popularity", ds)
+    for name, arm in arms.items():
+        e = np.zeros((len(reqs), k))
+        for i, p in enumerate(arm.propensities(served)):
+            e[i, : len(p)] = p
+        if name == "pi_init":
+            _, ranks = offline_scores(cfg, llm.name, "1", gate_set=gate_set)
+        else:
+            ranks = [
+                ranks_from_scores(np.asarray(p, dtype=np.float64), list(ex.candidates).index(ex.positive))
+                for p, ex in zip(arm.propensities(offline), examples, strict=True)
+            ]
+        out[name] = (e, np.asarray(ranks, dtype=np.int64))
+    return out
+
+
+def true_ctr(e: np.ndarray, p: np.ndarray) -> float:
+    """Eq. H1 of abpo.sim.headroom on the month's requests."""
+    return float((e * p).sum(axis=1).mean())
+
+
+def build_pair(comps, p, max_delta_pp: float):
+    """(H, L, G, CTRs): H and L as lists of (weight, component name), their Eq. H1 gap G (CTR points), and every
+    component's CTR. H and L are the better and the worse of pi_init and ALS; when G is below 1.05 x the largest
+    |delta|, popularity is mixed into the side it extends (L when it is worse than both, H when better) at the
+    weight that makes G 1.05 x that; None when no such mixture spans it."""
+    v = {n: true_ctr(e, p) * 100 for n, (e, _) in comps.items()}
+    hi, lo = sorted(("pi_init", "als"), key=lambda n: -v[n])
+    gap, want = v[hi] - v[lo], 1.05 * max_delta_pp
+    high, low = [(1.0, hi)], [(1.0, lo)]
+    if gap < want:
+        pop = v["popularity"]
+        reach = max(v[hi] - pop, pop - v[lo]) - gap
+        if reach <= 0 or gap + reach < want:
+            return None, None, gap, v
+        w = (want - gap) / reach
+        if pop < v[lo]:
+            low = [(1.0 - w, lo), (w, "popularity")]
+        else:
+            high = [(1.0 - w, hi), (w, "popularity")]
+        gap = want
+    return high, low, gap, v
+
+
+def values_gap(values: dict) -> float:
+    """The widest gap between pi_init or ALS and another component (what a mixture can span)."""
+    return max(abs(values[a] - values[b]) for a in ("pi_init", "als") for b in values if b != a)
+
+
+def mixture(parts, comps):
+    return sum(w * comps[n][0] for w, n in parts)
+
+
+def draw_ranks(rng, x: float, high, low, comps) -> np.ndarray:
+    """Each gate user's rank under M(x): H's with probability x, else one of L's parts by its weights."""
+    names = [n for _, n in high] + [n for _, n in low]
+    probs = [x * w for w, _ in high] + [(1 - x) * w for w, _ in low]
+    pick = rng.choice(len(names), size=comps[names[0]][1].size, p=np.asarray(probs) / sum(probs))
+    stack = np.stack([comps[n][1] for n in names])
+    return stack[pick, np.arange(stack.shape[1])]
+
+
+def draw_month(rng, reqs, p, mask, exposures_by_arm: dict, shares: dict):
+    """One simulated month of logs: (arm per row, logged index, e0, clicked, users)."""
+    users = np.array([r.user_id for r in reqs])
+    uniq, inv = np.unique(users, return_inverse=True)
+    names = list(shares)
+    arm_of_user = rng.choice(len(names), size=uniq.size, p=np.array([shares[a] for a in names]))
+    arm = arm_of_user[inv]
+    e = np.stack([exposures_by_arm[a] for a in names])[arm, np.arange(len(reqs))]
+    cum = np.cumsum(e, axis=1)
+    logged = np.minimum((rng.random(len(reqs))[:, None] > cum).sum(axis=1), mask.sum(axis=1) - 1)
+    rows = np.arange(len(reqs))
+    e0 = e[rows, logged]
+    clicked = (rng.random(len(reqs)) < p[rows, logged]).astype(np.int64)
+    return np.array(names)[arm], logged, e0, clicked, users
+
+
+def one_gate(cfg, *, rows_mask, arm, logged, e0, clicked, users, reqs, items, mask, pi_new, pi_old, ranks, how, seed):
+    """The gate's verdict (abpo.monthly.gate_verdict.GateVerdict) on the rows of ``rows_mask``."""
+    from abpo.monthly.gate import ope_estimates_on_rows, ope_numbers
+    from abpo.monthly.gate_verdict import gate_verdict
+
+    idx = np.flatnonzero(rows_mask)
+    a = cfg.arms
+    est = ope_estimates_on_rows(
+        candidates=[list(items[i, mask[i]]) for i in idx],
+        logged_items=items[idx, logged[idx]].tolist(),
+        history_lengths=[len(reqs[i].history) for i in idx],
+        clicked=clicked[idx],
+        e0=e0[idx],
+        challenger=[pi_new[i, mask[i]] for i in idx],
+        champion=[pi_old[i, mask[i]] for i in idx],
+        users=users[idx].tolist(),
+        own=arm[idx] == "abpo",
+        n_boot=a.gate_ope_bootstrap,
+        seed=seed,
+        switch_lambda=a.gate_ope_switch_lambda,
+        top_fraction=a.gate_top_weight_fraction,
+    )
+    ope = ope_numbers(est, a.gate_ope_estimator)
+    return gate_verdict(
+        metric=a.gate_metric,
+        challenger_ranks=ranks[1].tolist(),
+        champion_ranks=ranks[0].tolist(),
+        margin=how["margin"],
+        alpha=a.gate_alpha,
+        power=a.gate_power,
+        challenger_version="challenger",
+        champion_version="champion",
+        ope=ope,
+        ope_margin=how["ope_margin"],
+        min_ess=a.gate_min_ess,
+        max_top_share=a.gate_max_top_weight_share,
+        primary=how["primary"],
+        guardrail_margin=a.gate_guardrail_margin,
+    )
+
+
+def summary(rows: list[dict]) -> dict:
+    """G of the module docstring from its rows."""
+    size = max((r["pass_rate"] for r in rows if r["delta_pp"] <= -0.5), default=math.nan)
+    at1 = [r["pass_rate"] for r in rows if abs(r["delta_pp"] - 1.0) < 1e-9]
+    return {"rows": rows, "size": size, "power_at_1pp": at1[0] if at1 else math.nan}
+
+
+def main(argv=None) -> int:
+    from abpo.logs import progress_bars_only_on_a_terminal
+
+    progress_bars_only_on_a_terminal()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", default="demo")
+    ap.add_argument("--series", choices=("validation", "reported"), default="validation")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--months-per-delta", type=int, default=MONTHS_PER_DELTA)
+    ap.add_argument("--deltas", default=",".join(f"{d:g}" for d in DELTAS_PP))
+    ap.add_argument("--fractions", default=",".join(f"{f:g}" for f in FRACTIONS))
+    ap.add_argument("--json", default="")
+    ap.add_argument("--smoke", action="store_true")
+    args = ap.parse_args(argv)
+    deltas = [float(x) for x in args.deltas.split(",") if x.strip()]
+    fractions = [float(x) for x in args.fractions.split(",") if x.strip()]
+
+    import tempfile
+
+    from abpo.config import load_config
+    from abpo.data.holdout import in_holdout
+    from abpo.monthly.common import dataset_and_splits
+    from abpo.monthly.gate_users import dataset_gate_examples
+    from abpo.sim.headroom import candidate_click_probabilities
+    from abpo.sim.simulator import month_requests
+
+    t0 = time.perf_counter()
+    series = VALIDATION if args.series == "validation" else []
+    months, extra = args.months_per_delta, []
+    if args.smoke:
+        from headroom import SMOKE
+
+        state = tempfile.mkdtemp(prefix="abpo-bench-gate-power-")
+        extra = [*SMOKE, f"paths.root={state}", "arms.gate_ope_bootstrap=100"]
+        months = 3
+    cfg = load_config(args.config, [*series, *extra, *args.set])
+    from abpo.arms import versions
+
+    if versions.get_version(cfg, "popularity") is None or versions.get_version(cfg, cfg.arms.names[0], "1") is None:
+        from abpo.logs import quiet
+        from abpo.monthly.bootstrap import bootstrap_arms
+
+        print(f"bootstrapping the arms in {cfg.paths.resolve('root')} (no bootstrapped state there)", flush=True)
+        with quiet():
+            bootstrap_arms(cfg)
+    ds, splits = dataset_and_splits(cfg)
+    month = cfg.sim.start_month
+    reqs = month_requests(cfg, ds, splits, month)
+    probs, _ = candidate_click_probabilities(cfg, ds, reqs)
+    k = max(len(r.candidates) for r in reqs)
+    p = np.zeros((len(reqs), k))
+    mask = np.zeros((len(reqs), k), dtype=bool)
+    items = np.zeros((len(reqs), k), dtype=np.int64)
+    for i, (r, pr) in enumerate(zip(reqs, probs, strict=True)):
+        p[i, : len(pr)], mask[i, : len(pr)], items[i, : len(pr)] = pr, True, r.candidates
+    gate_set = dataset_gate_examples(cfg)
+    comps = components(cfg, ds, reqs, gate_set)
+    high, low, gap, values = build_pair(comps, p, max(abs(d) for d in deltas))
+    if high is None and args.smoke:  # a smoke state's policies are untrained: the grid scaled into their span
+        deltas = [d * values_gap(values) / (1.05 * max(abs(x) for x in deltas)) for d in deltas]
+        high, low, gap, values = build_pair(comps, p, max(abs(d) for d in deltas))
+    if high is None:
+        raise SystemExit(
+            f"gate_power: Eq. H1 CTR (points) {values}: no mixture of the bootstrap's policies spans +-"
+            f"{max(abs(d) for d in deltas):g} points; rule: pi_init and ALS, or one of them and popularity, at "
+            "least that far apart"
+        )
+    hr5 = {n: float(np.mean(r <= 5)) for n, (_, r) in comps.items()}
+    shares = {a: float(s) for a, s in cfg.report.arm_shares.items() if a in cfg.arms.names}
+    print(
+        f"{cfg.name} ({args.series} series), month {month}: {len(reqs)} requests of {len(splits)} users, {k} "
+        f"candidates, tau {cfg.policy.tau:g}, {len(gate_set[0])} gate users; Eq. H1 CTR (points) "
+        + ", ".join(f"{n} {v:.2f}" for n, v in values.items())
+        + "; offline HR@5 "
+        + ", ".join(f"{n} {v:.3f}" for n, v in hr5.items())
+        + f"; H = {high}, L = {low}, gap {gap:.2f} points; {months} months per delta",
+        flush=True,
+    )
+    user_ids = np.array([r.user_id for r in reqs])
+    held = {f: np.array([in_holdout(int(u), cfg.seed, f) for u in user_ids]) for f in fractions}
+    preset_fraction = cfg.arms.gate_holdout_fraction
+    if preset_fraction not in held:
+        held[preset_fraction] = np.array([in_holdout(int(u), cfg.seed, preset_fraction) for u in user_ids])
+    how_gate = {
+        "primary": cfg.arms.gate_primary,
+        "margin": cfg.arms.gate_margin,
+        "ope_margin": cfg.arms.gate_ope_margin,
+    }
+    tallies: dict[str, dict[float, list[tuple[bool, bool, bool]]]] = {}
+    for di, delta in enumerate(deltas):
+        a, b = 0.5 - delta / (2 * gap), 0.5 + delta / (2 * gap)
+        pi_old = a * mixture(high, comps) + (1 - a) * mixture(low, comps)
+        pi_new = b * mixture(high, comps) + (1 - b) * mixture(low, comps)
+        truth = (true_ctr(pi_new, p) - true_ctr(pi_old, p)) * 100
+        assert abs(truth - delta) < 1e-6, (truth, delta)
+        by_arm = {x: pi_old for x in shares}
+        by_arm["ml_retrain"], by_arm["popularity"] = comps["als"][0], comps["popularity"][0]
+        for j in range(months):
+            seed = SEED + 1000 * di + j
+            rng = np.random.default_rng(seed)
+            arm, logged, e0, clicked, users = draw_month(rng, reqs, p, mask, by_arm, shares)
+            ranks = (draw_ranks(rng, a, high, low, comps), draw_ranks(rng, b, high, low, comps))
+            common = dict(
+                arm=arm, logged=logged, e0=e0, clicked=clicked, users=users, reqs=reqs, items=items, mask=mask,
+                pi_new=pi_new, pi_old=pi_old, ranks=ranks, seed=seed,
+            )  # fmt: skip
+            runs = {"before": (np.ones(len(reqs), dtype=bool), BEFORE)}
+            rows = held[preset_fraction] if cfg.arms.gate_ope_rows == "heldout" else np.ones(len(reqs), dtype=bool)
+            runs["gate"] = (rows, how_gate)
+            for f in fractions:
+                runs[f"fraction {f:g}"] = (held[f], {**how_gate, "primary": "ope"})
+            for name, (rows_mask, how) in runs.items():
+                if name != "gate" and name.startswith("fraction") and f"{preset_fraction:g}" == name.split()[1]:
+                    if cfg.arms.gate_ope_rows == "heldout" and how_gate["primary"] == "ope":
+                        tallies.setdefault(name, {}).setdefault(delta, []).append(tallies["gate"][delta][-1])
+                        continue
+                v = one_gate(cfg, rows_mask=rows_mask, how=how, **common)
+                tallies.setdefault(name, {}).setdefault(delta, []).append((v.passed, v.offline_passed, v.ope_passed))
+        line = "; ".join(
+            f"{name} {np.mean([t[0] for t in by[delta]]):.3f}" for name, by in tallies.items() if delta in by
+        )
+        print(
+            f"  delta {delta:+.1f} points ({months} months, {time.perf_counter() - t0:.0f}s): pass rate {line}",
+            flush=True,
+        )
+
+    def table(name: str) -> dict:
+        rows = []
+        for delta in deltas:
+            t = tallies[name][delta]
+            rows.append(
+                {
+                    "delta_pp": delta,
+                    "months": len(t),
+                    "pass_rate": float(np.mean([x[0] for x in t])),
+                    "offline_pass_rate": float(np.mean([x[1] for x in t])),
+                    "ope_pass_rate": float(np.mean([x[2] for x in t])),
+                }
+            )
+        return summary(rows)
+
+    out = {
+        "preset": args.config,
+        "series": args.series,
+        "tau": cfg.policy.tau,
+        "month": month,
+        "gap_pp": gap,
+        "ctr_pp": values,
+        "hr_at_5": hr5,
+        "gate_settings": {**how_gate, "rows": cfg.arms.gate_ope_rows, "holdout_fraction": preset_fraction},
+        "gate": table("gate"),
+        "before": table("before"),
+        "fractions": {f"{f:g}": table(f"fraction {f:g}") for f in fractions},
+        "wall_s": time.perf_counter() - t0,
+    }
+    print("\n| gate | " + " | ".join(f"{d:+g}" for d in deltas) + " | size | power at +1 |")
+    print("|---|" + "---|" * (len(deltas) + 2))
+    for name, g in [("gate (preset)", out["gate"]), ("before", out["before"])] + [
+        (f"ope on held-out {f}", g) for f, g in out["fractions"].items()
+    ]:
+        cells = " | ".join(f"{r['pass_rate']:.3f}" for r in g["rows"])
+        print(f"| {name} | {cells} | {g['size']:.3f} | {g['power_at_1pp']:.3f} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1))
+    if args.smoke:
+        import shutil
+
+        shutil.rmtree(cfg.paths.resolve("root"), ignore_errors=True)
+    g, b0 = out["gate"], out["before"]
+    print(
+        f"gate power: size {g['size']:.3f} power at +1pp {g['power_at_1pp']:.3f} "
+        f"(before: size {b0['size']:.3f} power {b0['power_at_1pp']:.3f})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -77,9 +77,10 @@ def ranks_from_scores(scores: np.ndarray, target: int) -> int:
 
 def components(cfg, ds, reqs, gate_set):
     """{name: (exposures (R, K) zero-padded, offline ranks (U,))} of pi_init, ALS (ml_retrain) and popularity."""
+    from headroom import pi_init_arm
+
     from abpo.arms import versions
     from abpo.monthly.gate import offline_scores
-    from headroom import pi_init_arm
 
     examples, _, _ = gate_set
     k = max(len(r.candidates) for r in reqs)

@@ -101,15 +101,15 @@ class ArmsConfig:
         },
     )
     gate_primary: str = field(
-        default="ope",
+        default="offline",
         metadata={
             "choices": GATE_PRIMARY,
             "help": "Which evidence decides the gate (docs/gate.md): ope = the paired off-policy estimate of "
             "challenger - champion CTR on the month's served candidates, on rows no update trained on "
             "(arms.gate_ope_rows), against arms.gate_ope_margin; the offline half is then a guardrail against "
-            "collapse at arms.gate_guardrail_margin. offline = the offline paired test at arms.gate_margin "
-            "decides together with the off-policy half (both must pass; the gate before the off-policy "
-            "decision, kept for comparison).",
+            "collapse at arms.gate_guardrail_margin (the redesign, measured by benchmarks/gate_power.py before "
+            "it becomes the default). offline = the offline paired test at arms.gate_margin decides together "
+            "with the off-policy half (both must pass; today's default).",
         },
     )
     gate_margin: float = field(
@@ -149,16 +149,17 @@ class ArmsConfig:
         },
     )
     gate_ope_margin: float = field(
-        default=0.005,
+        default=0.05,
         metadata={
             "help": "Off-policy gate (non-inferiority): the challenger passes when the one-sided 97.5% lower "
             "bound (the 95% bootstrap interval's) of its CTR minus the champion's (arms.gate_ope_estimator's "
-            "paired estimate) is at least -margin (absolute CTR: 0.005 = half a point). A negative value "
+            "paired estimate) is at least -margin (absolute CTR: 0.05 = 5 points; the redesign's 0.005 = half a "
+            "point, docs/gate.md). A negative value "
             "disables this check (the offline test at arms.gate_margin then decides).",
         },
     )
     gate_ope_rows: str = field(
-        default="heldout",
+        default="all",
         metadata={
             "choices": GATE_OPE_ROWS,
             "help": "Which of the month's logged rows the off-policy gate reads: heldout = every arm's rows of "

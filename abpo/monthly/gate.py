@@ -559,6 +559,8 @@ def offline_tags(metric: str, offline: dict[str, Any]) -> dict[str, str]:
         }
     )
     del tags["gate.offline.n"]
+    if "upper" in offline:  # the guardrail's bound (arms.gate_primary = ope)
+        tags["gate.offline.upper"] = f"{offline['upper']:.6g}"
     return tags
 
 
@@ -688,6 +690,7 @@ def gate(cfg: Config, arm: str, version: str, month: str | None = None) -> GateR
         if month is not None and cfg.arms.gate_ope_margin >= 0:
             ope = off_policy_gate(cfg, arm, str(version), month, champion=str(champ.version))
             ope["margin"] = cfg.arms.gate_ope_margin
+            ope["row_set"] = cfg.arms.gate_ope_rows  # heldout: the held-out users' rows; all: every row
         verdict = gate_verdict(
             metric=metric,
             challenger_ranks=new_ranks,

@@ -2,7 +2,7 @@
 and what decided, read from the gates' own recorded results (abpo.monthly.gate.GateResult, the ``task_result.json``
 of each completed ``gate-<arm>-v<version>`` run of experiment abpo-arms, docs/gate.md "Reading the verdict").
 
-Per gate: the verdict; the offline half (the test that ran, Tango's score test or Wald, the paired difference with
+Per gate: the verdict and which evidence decided (``decided_by``: off-policy, offline or both); the offline half (the test that ran, Tango's score test or Wald, the paired difference with
 won/lost users, its one-sided lower bound against -margin, the statistic and p-value, the MDE); the off-policy half
 (the estimator that decided, its CTR difference with its interval against -margin and a note where the interval
 alone misleads: abpo.monthly.gate_verdict.ope_notes; the rows it read, the ESS) and every other estimator's
@@ -27,9 +27,10 @@ COLUMNS = (
     "Arm",
     "Challenger vs champion",
     "Verdict",
+    "Decided by",
     "Offline test",
     "Offline Δ (won/lost)",
-    "Lower bound vs −margin",
+    "Offline bound vs −margin",
     "Statistic, p",
     "Off-policy estimator (rows)",
     "Off-policy ΔCTR [interval] vs −margin",
@@ -70,6 +71,8 @@ def gate_row(g: dict[str, Any]) -> list[str]:
     if ope:
         name = str(ope.get("estimator", "snips"))
         rows = "every arm's" if ope.get("rows") == "all" else "arm's own"
+        if ope.get("row_set") == "heldout":
+            rows += ", held-out users"
         estimator = f"{ESTIMATOR_NAMES.get(name, name)} ({rows}, {ope.get('n', '?')})"
         margin = ope.get("margin")
         ope_cell = f"{number(ope.get('diff'))} [{number(ope.get('ci_low'))}, {number(ope.get('ci_high'))}]" + (
@@ -86,14 +89,21 @@ def gate_row(g: dict[str, Any]) -> list[str]:
         ess = number(ope.get("challenger_ess"), ".0f")
     else:
         estimator, ope_cell, others, ess = "not run", "n/a", "", "n/a"
+    decided = str(g.get("decided_by") or ("both" if ope else "offline"))  # a record without the field: the old gate
+    margin_cell = number(-float(off["margin"])) if "margin" in off else "n/a"
+    if decided == "off-policy":  # the offline half a guardrail: its upper bound, refusing only a collapse
+        bound = f"upper {number(off.get('upper'))} vs {margin_cell} (guardrail)"
+    else:
+        bound = f"{number(off.get('lower'))} vs {margin_cell}"
     return [
         str(g.get("month", "")),
         str(g.get("arm", "")),
         f"v{g.get('version', '?')} vs v{g.get('champion_version', '?')}",
         "PASS" if g.get("passed") else "FAIL",
+        decided,
         test,
         f"{number(off.get('diff'))} ({off.get('wins', '?')}/{off.get('losses', '?')})",
-        f"{number(off.get('lower'))} vs {number(-float(off['margin'])) if 'margin' in off else 'n/a'}",
+        bound,
         f"z {number(off.get('statistic'), '.2f')}, p {number(off.get('p_value'), '.3g')}",
         estimator,
         ope_cell,
@@ -103,10 +113,12 @@ def gate_row(g: dict[str, Any]) -> list[str]:
 
 
 INTRO = (
-    "Each LLM arm's gate (docs/gate.md): the offline half is a paired non-inferiority test of per-user HR@5 on the "
-    "held-out users (PASS needs the lower bound above −margin, i.e. p < alpha); the off-policy half is the CTR "
-    "difference under the estimator that decided (arms.gate_ope_estimator), its interval's lower bound at least "
-    "−margin. Both must pass. A note in brackets after the interval says where it cannot be read alone (every row "
+    "Each LLM arm's gate (docs/gate.md). Decided by both (arms.gate_primary = offline): the offline half is a paired "
+    "non-inferiority test of per-user HR@5 on the held-out users (PASS needs the lower bound above −margin, i.e. p < "
+    "alpha); the off-policy half is the CTR difference under the estimator that decided (arms.gate_ope_estimator), "
+    "its interval's lower bound at least −margin; both must pass. Decided by off-policy (arms.gate_primary = ope): "
+    "the off-policy difference on rows no update trained on decides, and the offline half is a guardrail that "
+    "fails only when its upper bound is below −margin (a collapse). A note in brackets after the interval says where it cannot be read alone (every row "
     "a no-response or every row clicked, an estimate outside [0, 1], an arm that served none of the rows). Every "
     "other estimator's difference is shown beside it; it did not decide."
 )

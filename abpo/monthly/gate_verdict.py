@@ -208,6 +208,8 @@ def ope_verdict(ope: dict[str, Any], margin: float, min_ess: float, max_top_shar
     rows = "every arm's rows" if ope.get("rows") == "all" else "rows"
     if ope.get("rows") == "all" and own_rows == 0:
         rows = "every arm's rows, none of them the arm's own"
+    if ope.get("row_set") == "heldout":  # arms.gate_ope_rows: rows no update trained on
+        rows += " of the held-out users"
     top = ope.get("challenger_top_weight_share")
     if top is not None and not (isinstance(top, (int, float)) and float(top) <= max_top_share):
         return False, (

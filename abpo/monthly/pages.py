@@ -390,6 +390,7 @@ GATE_COLUMNS = (
     "Arm",
     "Challenger",
     "Verdict",
+    "Decided by",
     "Offline test",
     "Offline diff (won/lost)",
     "Bound vs -margin",
@@ -450,8 +451,8 @@ class Champions:
 
 
 def gate_cells(g: dict) -> tuple[str, ...]:
-    """An arm's latest gate, both halves (offline and off-policy), as the cells after the arm in :data:`GATE_COLUMNS`: the offline
-    test (which one, its difference with won/lost users, its bound against -margin, statistic and p) and the
+    """An arm's latest gate, both halves (offline and off-policy), as the cells after the arm in :data:`GATE_COLUMNS`: which
+    evidence decided (``gate.decided_by``), the offline test (which one, its difference with won/lost users, its bound against -margin, statistic and p) and the
     off-policy estimator that decided (its interval against -margin, the rows it read, the ESS) with every
     estimator's numbers; "n/a" for a tag the gate did not write."""
 
@@ -459,13 +460,20 @@ def gate_cells(g: dict) -> tuple[str, ...]:
         return g.get(f"gate.{k}", "n/a")
 
     method = t("offline.method")
+    # which evidence decided; a gate recorded before the tag: both halves when the off-policy one ran
+    decided = g.get("gate.decided_by") or ("both" if "gate.ope.estimator" in g else "n/a")
     test = "Tango score" if method.startswith("Tango") else "Wald" if method != "n/a" else "n/a"
     return (
         f"v{g['version']} vs v{t('champion_version')}",
         t("verdict").upper(),
+        decided,
         test,
         f"{t('offline.diff')} ({t('offline.wins')}/{t('offline.losses')})",
-        f"{t('offline.lower')} vs -{t('offline.margin')}",
+        (
+            f"upper {t('offline.upper')} vs -{t('guardrail.margin')} (guardrail)"
+            if decided == "off-policy"
+            else f"{t('offline.lower')} vs -{t('offline.margin')}"
+        ),
         f"{t('offline.statistic')}, {t('offline.p_value')}",
         f"{t('ope.estimator')} ({t('ope.rows')}, {t('ope.n')})" if "gate.ope.estimator" in g else "not run",
         f"{t('ope.diff')} [{t('ope.ci_low')}, {t('ope.ci_high')}] vs -{t('ope.margin')}",

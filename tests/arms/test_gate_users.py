@@ -189,7 +189,8 @@ def test_the_update_leaves_the_gate_users_impressions_out_and_logs_how_many(make
     from abpo.train.strata import warehouse_strata
 
     # the arm's own rows (all traffic: tests/monthly/test_update_logs.py); the gate reads every row of the month
-    plain = make_cfg("arms.update_logs=own", "arms.gate_ope_rows=all")
+    plain = make_cfg("arms.update_logs=own")
+    assert plain.arms.gate_ope_rows == "all"
     table = land_impressions(plain)
     abpo_rows = table.filter(pc.equal(table.column("arm"), "abpo"))
     slice_ = {u for u in set(table.column("user_id").to_pylist()) if holdout_unit(plain.seed, u) < FRACTION}
@@ -204,10 +205,10 @@ def test_the_update_leaves_the_gate_users_impressions_out_and_logs_how_many(make
     assert pos.equals(all_pos.filter(pc.equal(all_pos.column("arm"), "abpo")))
     assert neg.equals(all_neg.filter(pc.equal(all_neg.column("arm"), "abpo")))
 
-    # the off-policy half reads the held-out users' rows (the default), or the offline half scores them
-    # (warehouse): either way every row of a held-out user is gone, counted, logged, the same rows
-    by_rows = make_cfg(f"arms.gate_holdout_fraction={FRACTION}", "arms.update_logs=own")
-    assert by_rows.arms.gate_ope_rows == "heldout" and by_rows.arms.gate_users == "dataset"
+    # the off-policy half reads the held-out users' rows (heldout), or the offline half scores them (warehouse):
+    # either way every row of a held-out user is gone, counted, logged, the same rows
+    by_rows = make_cfg(f"arms.gate_holdout_fraction={FRACTION}", "arms.update_logs=own", "arms.gate_ope_rows=heldout")
+    assert by_rows.arms.gate_users == "dataset"
     rows_pos, rows_neg, rows_held = arm_strata(by_rows, "abpo", [M1])
     cfg = make_cfg(
         "arms.gate_users=warehouse",

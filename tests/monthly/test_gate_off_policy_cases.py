@@ -137,15 +137,21 @@ def test_an_arm_that_served_nothing_fails_closed_in_one_line_when_its_own_rows_d
     assert "rule: arms.gate_ope_estimator snips reads the arm's own rows" in res.reason and "fails closed" in res.reason
 
 
-def test_by_default_the_off_policy_half_decides_on_the_held_out_users_rows_alone(gated):
-    """arms.gate_ope_rows = heldout (the default): the gate reads every arm's rows of the held-out slice's users and no
+def test_with_the_redesign_the_off_policy_half_decides_on_the_held_out_users_rows_alone(gated):
+    """arms.gate_primary = ope, arms.gate_ope_rows = heldout (the redesign): the gate reads every arm's rows of the held-out slice's users and no
     other, its reason and record say the off-policy half decided, and the offline half is a guardrail."""
     from abpo.arms import versions as arm_versions
     from abpo.data.holdout import in_holdout
     from abpo.monthly.gate import gate
     from abpo.warehouse import open_warehouse
 
-    cfg, v, land = gated("arms.gate_ope_rows=heldout", "arms.gate_holdout_fraction=0.5")
+    cfg, v, land = gated(
+        "arms.gate_ope_rows=heldout",
+        "arms.gate_holdout_fraction=0.5",
+        "arms.gate_primary=ope",
+        "arms.gate_ope_margin=0.005",
+        "arms.gate_margin=0.02",
+    )
     n, _ = land("2026-01")
     with open_warehouse(cfg, read_only=True) as wh:
         pos, neg = wh.strata(["2026-01"])

@@ -62,13 +62,14 @@ def _gate(arm="abpo", version="3", estimator="dr", seed=0) -> GateResult:
 def test_a_row_shows_both_halves_and_what_decided():
     g = _gate().to_json() | {"month": "2026-02"}
     row = gate_row(g)
-    assert row[:5] == ["2026-02", "abpo", "v3 vs v2", "PASS" if g["passed"] else "FAIL", "Tango score"]
+    verdict = "PASS" if g["passed"] else "FAIL"
+    assert row[:6] == ["2026-02", "abpo", "v3 vs v2", verdict, "both", "Tango score"]
     off, ope = g["offline"], g["off_policy"]
-    assert row[5] == f"{off['diff']:+.4f} (2/3)" and row[6] == f"{off['lower']:+.4f} vs -0.0200"
-    assert row[7] == f"z {off['statistic']:.2f}, p {off['p_value']:.3g}"
-    assert row[8] == "DR (every arm's, 300)"
-    assert row[9] == f"{ope['diff']:+.4f} [{ope['ci_low']:+.4f}, {ope['ci_high']:+.4f}] vs -0.0500"
-    others = row[11].split("; ")
+    assert row[6] == f"{off['diff']:+.4f} (2/3)" and row[7] == f"{off['lower']:+.4f} vs -0.0200"
+    assert row[8] == f"z {off['statistic']:.2f}, p {off['p_value']:.3g}"
+    assert row[9] == "DR (every arm's, 300)"
+    assert row[10] == f"{ope['diff']:+.4f} [{ope['ci_low']:+.4f}, {ope['ci_high']:+.4f}] vs -0.0500"
+    others = row[12].split("; ")
     assert [o.split(" [")[0].rsplit(" ", 1)[0] for o in others] == [
         "SNIPS (the arm's own rows)",
         "DM",
@@ -86,7 +87,7 @@ def test_the_off_policy_cell_says_when_its_interval_cannot_be_read_alone():
     estimate outside [0, 1], an arm that served none of the rows: the cell says so (abpo.monthly.gate_verdict.ope_notes),
     the JSON result read back as the report reads it."""
     g = _gate().to_json() | {"month": "2026-02"}
-    assert "(" not in gate_row(g)[9]  # an ordinary month: the interval alone
+    assert "(" not in gate_row(g)[10]  # an ordinary month: the interval alone
     ope = g["off_policy"]
     for change, note in [
         ({"clicks": 0}, "every row a no-response: the interval is degenerate; decided on the zero-click bound"),
@@ -94,14 +95,24 @@ def test_the_off_policy_cell_says_when_its_interval_cannot_be_read_alone():
         ({"challenger_estimate": 13.1}, "estimate outside [0, 1]: refused"),
         ({"own_rows": 0}, "the arm served none of the month's rows"),
     ]:
-        cell = gate_row(g | {"off_policy": ope | change})[9]
+        cell = gate_row(g | {"off_policy": ope | change})[10]
         assert cell.startswith(f"{ope['diff']:+.4f} [") and f"vs -0.0500 ({note}" in cell, cell
-    assert "(" not in gate_row(g | {"off_policy": {k: v for k, v in ope.items() if k != "clicks"}})[9]  # before 59
+    assert "(" not in gate_row(g | {"off_policy": {k: v for k, v in ope.items() if k != "clicks"}})[10]  # no clicks
+
+
+def test_a_row_of_the_redesign_says_the_off_policy_half_decided_and_reads_the_guardrails_upper_bound():
+    g = _gate().to_json() | {"month": "2026-02", "decided_by": "off-policy"}
+    g["offline"] = g["offline"] | {"upper": 0.0123}
+    g["off_policy"] = g["off_policy"] | {"row_set": "heldout"}
+    row = gate_row(g)
+    assert row[4] == "off-policy" and row[7] == "upper +0.0123 vs -0.0200 (guardrail)"
+    assert row[9] == "DR (every arm's, held-out users, 300)"
+    assert "Decided by off-policy (arms.gate_primary = ope)" in gate_section_markdown([g])
 
 
 def test_a_gate_without_the_off_policy_half_says_so():
     g = _gate().to_json() | {"month": "2026-02", "off_policy": None}
-    assert gate_row(g)[8:11] == ["not run", "n/a", "n/a"]
+    assert gate_row(g)[9:12] == ["not run", "n/a", "n/a"] and gate_row(g)[4] == "offline"
     assert "No gate ran" in gate_section_markdown([])
 
 

@@ -361,6 +361,7 @@ def test_gate_cells_name_the_test_and_what_the_gate_did_not_write():
         "v3 vs vn/a",
         "N/A",
         "n/a",
+        "n/a",
         "n/a (n/a/n/a)",
         "n/a vs -n/a",
         "n/a, n/a",
@@ -370,8 +371,18 @@ def test_gate_cells_name_the_test_and_what_the_gate_did_not_write():
         "n/a",
     )
     cells = pages.gate_cells({"version": "4", "gate.offline.method": "Wald z", "gate.ope.estimator": "snips"})
-    assert cells[2] == "Wald" and cells[6] == "snips (n/a, n/a)"
-    assert pages.gate_cells({"version": "4", "gate.offline.method": "Tango score (paired)"})[2] == "Tango score"
+    assert cells[3] == "Wald" and cells[7] == "snips (n/a, n/a)" and cells[2] == "both"
+    assert pages.gate_cells({"version": "4", "gate.offline.method": "Tango score (paired)"})[3] == "Tango score"
+    # the redesign: the off-policy half decided, the offline half a guardrail read by its upper bound
+    guarded = {
+        "version": "5",
+        "gate.decided_by": "off-policy",
+        "gate.offline.upper": "0.0123",
+        "gate.guardrail.margin": "0.1",
+        "gate.offline.lower": "-0.03",
+    }
+    cells = pages.gate_cells(guarded)
+    assert cells[2] == "off-policy" and cells[5] == "upper 0.0123 vs -0.1 (guardrail)"
 
 
 def test_redact_and_model_page(monkeypatch):

@@ -77,9 +77,10 @@ def _apply(value, pairs: list[tuple[str, str]]):
 
 def check_from(old: str | Path, root: Path) -> Path:
     """``old`` (``--from``) as a Path when the state can be relocated from it to ``root``; UsageError naming the
-    rule when it is relative, ``root`` itself, a directory that contains ``root`` (``/`` included: every path under
-    it, the new state's own, would be rewritten), or a prefix of ``root`` only as text (``/srv/va`` for
-    ``/srv/var``)."""
+    rule when it is relative, ``root`` itself, or a directory that contains ``root`` (``/`` included: every path under
+    it, the new state's own, would be rewritten). Containment compares whole path components: a copy named
+    ``base0x`` or ``base0.bak`` beside ``base0`` is not under it (the rewrite itself changes only whole path
+    prefixes, :func:`replace_path_prefix`), so its ``--from`` is accepted."""
     given, old = str(old), Path(old)
     if not old.is_absolute():
         raise UsageError(f"--from {given}: rule: the absolute directory the state was copied from")
@@ -89,11 +90,6 @@ def check_from(old: str | Path, root: Path) -> Path:
         raise UsageError(
             f"--from {given}: contains paths.root = {root}; rule: the directory the state was copied from, not one "
             "above it (every path under it would be rewritten, the new state's own included)"
-        )
-    if str(root).startswith(str(old)) or str(root.resolve()).startswith(str(old.resolve())):
-        raise UsageError(
-            f"--from {given}: a prefix of paths.root = {root} only textually; rule: the directory the state was copied "
-            "from, whole (a name cut short?)"
         )
     return old
 

@@ -7,6 +7,12 @@ from dataclasses import dataclass, field
 PROMPT_STYLES = ("text", "item_tokens")  # policy.prompt_style (abpo.policy.prompt builds both)
 LOSS_TOKENS = ("answer", "choice")  # sft.loss_tokens (abpo.policy.sft)
 DTYPES = ("float32", "bfloat16")  # policy.dtype: torch's dtype of that name (abpo.policy.model.torch_dtype)
+# policy.tau's lower bound. e_p = softmax(s_p / tau) is finite only while s_p / tau is: at a subnormal tau (1e-320)
+# any score gap overflows float64 to inf, and the softmax gives NaN. At tau >= 1e-3 even the largest finite float32
+# score (3.4e38) divided by tau stays below float64's range (1.8e308) by 260 orders of magnitude, whatever the model
+# scores; and 1e-3 is already a hard argmax in practice (a gap of 0.75 nats weights the top candidate by e^750,
+# beyond float64), so no useful temperature lies below it.
+TAU_MIN = 1e-3
 
 
 @dataclass
@@ -63,7 +69,12 @@ class PolicyConfig:
         },
     )
     tau: float = field(
-        default=1.0, metadata={"gt": 0, "help": "Temperature of e_p(a|q) = softmax(s_p(a,q)/tau) over C."}
+        default=1.0,
+        metadata={
+            "min": TAU_MIN,
+            "help": "Temperature of e_p(a|q) = softmax(s_p(a,q)/tau) over C; at least 0.001, where the softmax of "
+            "any finite score stays finite (abpo.config.policy.TAU_MIN).",
+        },
     )
     scoring_batch_tokens: int = field(
         default=16384,

@@ -45,6 +45,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from abpo.config.policy import TAU_MIN
+from abpo.errors import UsageError
 from abpo.policy.prompt import (
     FittedPrompt,
     check_item_tokens,
@@ -238,9 +240,13 @@ def score_candidates_naive(model, tokenizer, prompt: str, answers: list[str]) ->
 
 
 def candidate_propensities(scores: torch.Tensor, tau: float) -> torch.Tensor:
-    """Eq. e_p: ``softmax(s_p(a,q) / tau)`` over the candidate set (last dimension)."""
-    if not tau > 0:
-        raise ValueError(f"policy.tau must be > 0, got {tau}")
+    """Eq. e_p: ``softmax(s_p(a,q) / tau)`` over the candidate set (last dimension). ``tau`` below
+    abpo.config.policy.TAU_MIN (a serving request's ``tau`` param included) is refused: there ``s / tau`` overflows
+    and the softmax is NaN."""
+    if not tau >= TAU_MIN:  # NaN included
+        raise UsageError(
+            f"policy.tau {tau!r}: rule: >= {TAU_MIN:g} (below it scores / tau overflow float64 and softmax gives NaN)"
+        )
     return torch.softmax(scores.double() / tau, dim=-1).to(
         scores.dtype if scores.is_floating_point() else torch.float32
     )

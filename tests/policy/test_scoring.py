@@ -187,3 +187,17 @@ def test_chunked_lm_head_logprobs_equal_a_full_log_softmax(head):
     assert got.dtype == torch.float64 and got.shape == (150,)
     assert torch.allclose(got, ref, atol=1e-5)
     assert _token_logprobs(mod, hidden[:0], targets[:0]).shape == (0,)
+
+
+def test_a_tau_below_its_bound_is_refused_and_at_the_bound_softmax_stays_finite():
+    """policy.tau = 1e-320 (subnormal, > 0) made s / tau overflow and e_p NaN at serving; the bound
+    (abpo.config.policy.TAU_MIN) is where every finite float32 score still gives a finite softmax."""
+    from abpo.config.policy import TAU_MIN
+    from abpo.errors import UsageError
+
+    scores = torch.tensor([[-3.4e38, -1.0, 0.0, -2.5]], dtype=torch.float32)
+    for tau in (1e-320, 0.0, -1.0, float("nan")):
+        with pytest.raises(UsageError, match=r"policy.tau .*: rule: >= 0.001"):
+            candidate_propensities(scores, tau)
+    e = candidate_propensities(scores, TAU_MIN)
+    assert torch.isfinite(e).all() and float(e.sum()) == pytest.approx(1.0)

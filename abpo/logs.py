@@ -191,3 +191,98 @@ def from_workers(mp_context: Any) -> Iterator[tuple[Callable[..., None], tuple[A
         yield _to_queue, (queue, logging.getLogger(ROOT).getEffectiveLevel())
     finally:
         listener.stop()
+
+
+class _Tee:
+    """A text stream that writes to several: the console and a step log (``abpo demo -v``)."""
+
+    def __init__(self, *streams: Any) -> None:
+        self.streams = streams
+
+    def write(self, text: str) -> int:
+        for s in self.streams:
+            s.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        for s in self.streams:
+            with contextlib.suppress(Exception):
+                s.flush()
+
+    def isatty(self) -> bool:  # what a progress bar asks: the console's answer
+        try:
+            return bool(self.streams[0].isatty())
+        except (AttributeError, ValueError):
+            return False
+
+
+def _console_streams() -> list[Any]:
+    return [s for s in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__) if s is not None]
+
+
+def _handlers_on(streams: list[Any]) -> list[logging.StreamHandler]:
+    """Every logging handler of this process that writes to one of ``streams`` (the console): the root logger's and
+    each library's own (transformers binds its handler to the stderr of the moment it was imported). Not abpo's
+    console handler, which writes to whatever ``sys.stdout`` is, nor a file handler."""
+    loggers = [
+        logging.getLogger(),
+        *(x for x in logging.Logger.manager.loggerDict.values() if isinstance(x, logging.Logger)),
+    ]
+    found: dict[int, logging.StreamHandler] = {}
+    for logger in loggers:
+        for h in logger.handlers:
+            if (
+                isinstance(h, logging.StreamHandler)
+                and not isinstance(h, logging.FileHandler)
+                and not getattr(h, "abpo_console", False)
+                and any(h.stream is s for s in streams)
+            ):
+                found[id(h)] = h
+    return list(found.values())
+
+
+@contextlib.contextmanager
+def step_log(path: Any, *, echo: bool = False) -> Iterator[Any]:
+    """For the block, the console's chatter goes to the file ``path`` (appended), not the console: whatever this
+    process prints on stdout or stderr (transformers' Trainer prints each logged step as a dict; MLflow's loggers
+    write to the stderr of the moment: "Creating initial MLflow database tables..."; Python's warnings, such as
+    Airflow's about graphviz), every library handler bound to the console, and abpo's own lines. abpo's warnings
+    and errors still reach the console as well. With ``echo`` everything also stays on the console (``abpo demo
+    -v``). Progress bars are off in the block unless ``echo`` and a terminal (they would redraw into the file).
+    Output written by C code or a child process to the file descriptors themselves is not redirected. Yields the
+    console's stdout, for the lines meant for it."""
+    from pathlib import Path
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    out, err = sys.stdout, sys.stderr
+    with path.open("a", encoding="utf-8") as file:
+        new_out, new_err = (_Tee(out, file), _Tee(err, file)) if echo else (file, file)
+        handlers = _handlers_on(_console_streams())
+        before = [(h, h.stream) for h in handlers]
+        for h, stream in before:
+            h.stream = _Tee(stream, file) if echo else file  # not setStream: it flushes into a closed capture
+        warnings_to_console = None
+        if not echo:
+            warnings_to_console = _FixedStream(out)
+            warnings_to_console.setLevel(logging.WARNING)
+            logging.getLogger(ROOT).addHandler(warnings_to_console)
+        sys.stdout, sys.stderr = new_out, new_err
+        progress_bars_only_on_a_terminal(new_err)
+        try:
+            yield out
+        finally:
+            sys.stdout, sys.stderr = out, err
+            for h, stream in before:
+                h.stream = stream
+            if warnings_to_console is not None:
+                logging.getLogger(ROOT).removeHandler(warnings_to_console)
+            file.flush()
+
+
+class _FixedStream(logging.StreamHandler):
+    """abpo's warnings on the console while :func:`step_log` sends its other lines to the file: ``WARNING: ...``."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))

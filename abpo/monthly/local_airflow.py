@@ -123,10 +123,12 @@ def standalone_command(env: dict[str, str]) -> str:
     return f'PATH={shlex.quote(str(exe.parent))}:"$PATH" {assigns} {shlex.quote(str(exe))} standalone'
 
 
-def run_airflow(args: list[str], env: dict[str, str], log_path: Path, echo: Callable[[str], None]) -> int:
+def run_airflow(
+    args: list[str], env: dict[str, str], log_path: Path, echo: Callable[[str], None], *, task_lines: bool = True
+) -> int:
     """Run the `airflow` CLI of this environment, the whole output into ``log_path``; the tasks' log lines (marked
-    with :data:`TASK_LINE`) are passed to ``echo`` as they come, indented, and the last lines on a failure. Returns
-    the exit code."""
+    with :data:`TASK_LINE`) are passed to ``echo`` as they come, indented (unless ``task_lines`` is false: they are
+    then only in the file), and the last lines on a failure. Returns the exit code."""
     import subprocess
     import sys
 
@@ -142,32 +144,45 @@ def run_airflow(args: list[str], env: dict[str, str], log_path: Path, echo: Call
         for line in proc.stdout:  # type: ignore[union-attr]
             log.write(line)
             tail = (tail + [line.rstrip()])[-40:]
-            if line.startswith(TASK_LINE):  # a task's own log line (abpo.logs.console on the task's stdout)
+            if task_lines and line.startswith(
+                TASK_LINE
+            ):  # a task's own log line (abpo.logs.console on the task's stdout)
                 echo("   " + line[len(TASK_LINE) :].rstrip())
     if proc.returncode != 0:
         echo("\n".join(tail))
     return proc.returncode
 
 
-def init_airflow_db(env: dict[str, str], root: Path, echo: Callable[[str], None]) -> dict[str, Any]:
+def init_airflow_db(
+    env: dict[str, str], root: Path, echo: Callable[[str], None], *, task_lines: bool = True
+) -> dict[str, Any]:
     """`airflow db migrate` (its output in ``<root>/airflow/db-migrate.log``), then the demo's settings in its
     airflow.cfg (:func:`demo_airflow_settings`; Airflow writes the file on its first start, if not before)."""
-    rc = run_airflow(["db", "migrate"], env, root / "airflow" / "db-migrate.log", echo)
+    rc = run_airflow(["db", "migrate"], env, root / "airflow" / "db-migrate.log", echo, task_lines=task_lines)
     cfg_file = Path(env["AIRFLOW_HOME"]) / "airflow.cfg"  # written by Airflow on its first start, if not before
     set_airflow_cfg(cfg_file, demo_airflow_settings(env))
     return {"rc": rc, "airflow_cfg": cfg_file}
 
 
 def month_through_airflow(
-    env: dict[str, str], month: Month, overrides: list[str], root: Path, echo: Callable[[str], None]
+    env: dict[str, str],
+    month: Month,
+    overrides: list[str],
+    root: Path,
+    echo: Callable[[str], None],
+    *,
+    task_lines: bool = True,
 ) -> dict[str, Any]:
     """Month ``month`` through `airflow dags test abpo_monthly` with simulate=true and the run's ``overrides`` param,
-    its output in ``<root>/airflow/dags-test-<month>.log``; then the runs' start dates corrected (see
-    :data:`FIX_RUN_STARTS`). RuntimeError naming the log when the run failed."""
+    its output in ``<root>/airflow/dags-test-<month>.log`` (the tasks' lines also through ``echo`` with
+    ``task_lines``: :func:`run_airflow`); then the runs' start dates corrected (see :data:`FIX_RUN_STARTS`).
+    RuntimeError naming the log when the run failed."""
     logical = month.next().bounds()[0].isoformat()  # the run of 2026-02-01T00:00:00+00:00 processes 2026-01
     conf = {"month": month, "simulate": True, "overrides": overrides}
     step_log = root / "airflow" / f"dags-test-{month}.log"
-    rc = run_airflow(["dags", "test", "abpo_monthly", logical, "-c", json.dumps(conf)], env, step_log, echo)
+    rc = run_airflow(
+        ["dags", "test", "abpo_monthly", logical, "-c", json.dumps(conf)], env, step_log, echo, task_lines=task_lines
+    )
     fix_run_starts(env, root / "airflow" / "run-starts.log", echo)  # the UI's durations: see FIX_RUN_STARTS
     if rc != 0:
         raise RuntimeError(f"airflow dags test abpo_monthly for {month} failed (exit {rc}); log: {step_log}")

@@ -39,18 +39,23 @@ def test_demo_runs_three_months_through_the_dag(tmp_path):
     )
     assert proc.returncode == 0, (proc.stdout[-4000:], proc.stderr[-4000:])
     assert "3 months through abpo_monthly" in proc.stdout and "wall time" in proc.stdout
-    # the console view: the tasks' log lines (abpo.logs) picked out of Airflow's output, one per step and arm
-    for line in (
-        "   simulate 2026-02:",
-        "   update abpo (abpo) from champion",
-        "   gate grpo: ",
-        "   promote abpo: ",
-        "   refit popularity: ",
-        "   report 2026-01..2026-03: ",
-    ):
-        assert line in proc.stdout, line
-    assert "abpo| " not in proc.stdout
+    # the console view: one line per stage with the time elapsed and what remains, no library chatter
+    for stage in ("prepare the data", "bootstrap: ", *(f"month {i} of 3 (2026-0{i})" for i in (1, 2, 3))):
+        assert any(x.startswith(stage) and " elapsed, " in x for x in proc.stdout.splitlines()), stage
+    assert "{'loss'" not in proc.stdout + proc.stderr and "abpo| " not in proc.stdout
     state = tmp_path / "state"
+    assert "'loss': " in (state / "demo-logs" / "bootstrap.log").read_text()  # pi_init's SFT: the Trainer's steps
+    # the month's step log: the tasks' log lines (abpo.logs) marked in Airflow's output, one per step and arm
+    months = "".join((state / "airflow" / f"dags-test-2026-0{i}.log").read_text() for i in (1, 2, 3))
+    for line in (
+        "simulate 2026-02:",
+        "update abpo (abpo) from champion",
+        "gate grpo: ",
+        "promote abpo: ",
+        "refit popularity: ",
+        "report 2026-01..2026-03: ",
+    ):
+        assert "abpo| " + line in months, line
     report = json.loads((state / "reports" / "2026-01..2026-03" / "report.json").read_text())
     cells = {(r["period"], r["arm"]) for r in report["cells"]}
     assert {m for m, _ in cells} == {"2026-01", "2026-02", "2026-03"}

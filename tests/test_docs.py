@@ -1,8 +1,10 @@
 """The documents the code points to: docs/ABPO_SPEC.md exists, every reference to the specification names it by that
 path, and every section or step a reference names is in it; the README's "Use it with your own stack" section is
-near the top and its links resolve. The README is a front door: at most 200 lines,
-no commit hash, at most one timing, a package map that is the import-linter layers, a DAG diagram with every step
-and arm, and a link to every page of docs/; no docs table is left empty; every
+near the top and its links resolve. The README is a front door: what it is and what it finds first (each finding
+linked to its page, the climb chart), the terms it uses defined, the two commands with what `make demo` prints as the
+demo's code prints it, its demo table the same as on the page it cites, no commit hash, at most one timing, a package
+map that is the import-linter layers, a DAG diagram with every step and arm, and a link to every page of docs/; no
+docs table is left empty; every
 relative link in README.md and docs/*.md reaches a file and, with an #anchor, a heading of it; the commands in their
 bash blocks name Makefile targets, `abpo` subcommands and paths that exist."""
 
@@ -188,9 +190,104 @@ def _bad_commands(path: Path, text: str | None = None) -> list[str]:
     return bad
 
 
-def test_the_readme_is_at_most_200_lines():
-    n = len(README.read_text().splitlines())
-    assert n <= 200, f"README.md: {n} lines; rule: at most 200 (move a section to a page of docs/ and link it)"
+def _section(text: str, heading: str) -> str:
+    """The body of the section under ``heading`` (``## X`` or ``### X``), up to the next heading of any level."""
+    body = text.split(f"\n{heading}\n", 1)[1]
+    return re.split(r"\n#{2,3} ", body, maxsplit=1)[0]
+
+
+def test_the_readme_opens_with_what_it_is_and_what_it_finds():
+    text = README.read_text()
+    sections = re.findall(r"^## (.+)$", text, re.M)
+    assert sections[:3] == ["What it finds", "Two commands", "Use it with your own stack"], sections[:3]
+    intro = text.split("\n## ", 1)[0]
+    assert "Airflow" in intro and "MLflow" in intro and len(intro.splitlines()) <= 12, intro
+    findings = _section(text, "## What it finds")
+    bullets = re.findall(r"^- (.+(?:\n  .+)*)", findings, re.M)
+    assert len(bullets) >= 3 and "ABPO equals GRPO" in findings, findings
+    unlinked = [b.split("\n")[0] for b in bullets if not LINK.search(b)]
+    assert not unlinked, f"README.md's findings without the page of their figures: {unlinked}"
+    (chart,) = re.findall(r"!\[[^]]*\]\((docs/figures/[^)]+\.png)\)", findings)
+    assert (REPO / chart).is_file(), chart
+
+
+# The terms the README uses before a reader has met them on another page.
+README_TERMS = {"arm", "pi_init", "champion", "challenger", "gate", "holdback", "wll", "ML-retrain", "tau"}
+README_TERMS |= {"expected CTR", "MDE"}
+
+
+def test_the_readme_defines_the_terms_it_uses():
+    text = README.read_text()
+    terms = _section(text, "### Terms")
+    defined = {t for line in re.findall(r"^- (.+?):", terms, re.M) for t in re.findall(r"\*\*(.+?)\*\*", line)}
+    assert README_TERMS <= defined, f"README.md's Terms: missing {sorted(README_TERMS - defined)}"
+    prose = text.split("### Terms", 1)[0] + text.split("## Two commands", 1)[1]
+    unused = [t for t in defined if t not in prose]
+    assert not unused, f"README.md's Terms define what the README does not use: {unused}"
+
+
+def test_the_readme_shows_what_make_demo_prints_as_the_demo_prints_it():
+    """The excerpt's lines are the shape of abpo demo's console: a line for each of its stages, in their order, as
+    abpo.commands.demo's progress_line writes it, then the wall time and the summary."""
+    from abpo.commands.demo import demo_stages, progress_line
+    from abpo.months import month_range
+
+    block = _fenced_block_after(README.read_text(), "### What `make demo` prints")
+    months = month_range("2026-01", 4)
+    labels = [label for _, label in demo_stages(months)]
+    shown = [line for line in block if " elapsed, " in line]
+    assert [line.split(" ... ", 1)[0] for line in shown] == labels, shown
+    shape = progress_line("LABEL", 0, 0).replace("LABEL", "")
+    assert all(line.endswith(("min left", "under a minute left")) and " ... " in line for line in shown), shape
+    assert any(line.startswith("abpo demo: 4 months through abpo_monthly in ") for line in block), block
+    assert "Final A/B report (2026-01..2026-04), summary:" in block, block
+    assert not [line for line in block if TIMING.search(line)], "the excerpt is a shape: no measured time"
+
+
+def _demo_table(text: str) -> list[str]:
+    """The rows of the first table in README's "What the demo shows" (its header and arms' rows)."""
+    body = text.split("\n## What the demo shows\n", 1)[1].split("\n## ", 1)[0]
+    return [line for line in body.splitlines() if line.startswith("| ") and not set(line) <= set("|-: ")]
+
+
+def _cited_page(text: str) -> Path:
+    """The page README's demo section cites for its table: the first link of its first paragraph."""
+    body = text.split("\n## What the demo shows\n", 1)[1].strip().split("\n\n", 1)[0]
+    target = LINK.search(body).group(1).partition("#")[0]
+    return (README.parent / target).resolve()
+
+
+def _rows_missing(rows: list[str], page_text: str) -> list[str]:
+    """The rows of README's table that the cited page does not hold, cell for cell (a page may add columns)."""
+    lines = [[c.strip() for c in x.strip().strip("|").split("|")] for x in page_text.splitlines() if x.startswith("|")]
+    missing = []
+    for row in rows:
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        if not any(line[: len(cells)] == cells for line in lines):
+            missing.append(row)
+    return missing
+
+
+def test_the_demo_table_check_finds_a_row_the_page_lacks():
+    rows = ["| Arm | CTR |", "| abpo | 9.280% |", "| grpo | 8.580% |"]
+    page = "| Arm | CTR | 95% CI |\n|---|---|---|\n| abpo | 9.280% | [8.6%, 10.0%] |\n| grpo | 8.183% | [...] |\n"
+    assert _rows_missing(rows, page) == ["| grpo | 8.580% |"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="the page README's demo section cites (docs/demo.md, The climb) does not yet hold the per-arm CTR table "
+    "of the run it quotes; README's figures are left as measured until that run's table is recorded there",
+)
+def test_the_readmes_demo_table_is_the_one_on_the_page_it_cites():
+    text = README.read_text()
+    rows = _demo_table(text)
+    assert len(rows) == 7 and rows[0].startswith("| Arm (2026-01..2026-04) |"), rows
+    page = _cited_page(text)
+    assert page.is_file(), page
+    missing = _rows_missing(rows, page.read_text())
+    assert not missing, f"README.md's demo table: rows not on {page.relative_to(REPO)}: {missing}"
 
 
 # A commit hash: 7 to 40 hex digits holding at least one digit and one letter a-f (so no plain number or word).

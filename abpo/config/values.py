@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from abpo.config.errors import ConfigError
-from abpo.yamlfile import YAMLFileError, read_yaml as read_yaml_file, yaml_value
+from abpo.yamlfile import YAMLFileError, excerpt, read_yaml as read_yaml_file, shown_key, yaml_value
 
 # Each field's metadata may carry its allowed range, checked in one place (:func:`_scalar`) whenever a value is read
 # from a YAML file, the environment or ``--set``, and shown by `abpo config --explain`:
@@ -75,7 +75,7 @@ def _scalar(value: Any, tp: Any, meta: Any, key: str, source: str) -> Any:
     the key, the value and the rule otherwise."""
 
     def refuse(shown: Any, rule: str):
-        return ConfigError(f"{source}: {key} {shown!r}: rule: {rule}")
+        return ConfigError(f"{source}: {key} {excerpt(shown)}: rule: {rule}")
 
     if tp is bool:
         ok = isinstance(value, bool)
@@ -123,7 +123,7 @@ def _coerce(value: Any, tp: Any, where: str, meta: Any = None, key: str = "", so
     origin = typing.get_origin(tp)
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
-            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+            raise ConfigError(f"{where}: expected a mapping, got {excerpt(value)}")
         return build(tp, value, where, source, key)
     if tp in (bool, int, float, str):
         return _scalar(value, tp, meta, key, source)
@@ -144,7 +144,7 @@ def _coerce(value: Any, tp: Any, where: str, meta: Any = None, key: str = "", so
     if origin is dict:
         kt, vt = typing.get_args(tp) or (Any, Any)
         if not isinstance(value, dict):
-            raise ConfigError(f"{source}: {key} {value!r}: rule: a mapping")
+            raise ConfigError(f"{source}: {key} {excerpt(value)}: rule: a mapping")
         return {
             _coerce(k, kt, where, {}, f"{key} (a key)", source): _coerce(v, vt, where, meta, f"{key}.{k}", source)
             for k, v in value.items()
@@ -155,9 +155,9 @@ def _coerce(value: Any, tp: Any, where: str, meta: Any = None, key: str = "", so
 def build(cls: Any, values: dict[str, Any], where: str, source: str | None = None, prefix: str = "") -> Any:
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - set(fields))
+    unknown = sorted((k for k in values if k not in fields), key=str)
     if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown}; known: {sorted(fields)}")
+        raise ConfigError(f"{where}: {unknown_keys(unknown)}; known: {sorted(fields)}; rule: a key of this section")
     source = where if source is None else source
     kwargs = {
         k: _coerce(v, hints[k], f"{where}.{k}", fields[k].metadata, f"{prefix}{'.' if prefix else ''}{k}", source)
@@ -166,12 +166,32 @@ def build(cls: Any, values: dict[str, Any], where: str, source: str | None = Non
     return cls(**kwargs)
 
 
+SHOWN_UNKNOWN_KEYS = 5  # the most unknown keys a refusal names (a foreign file has one per line)
+
+
+def unknown_keys(keys: list[Any]) -> str:
+    """The unknown keys of a refusal: the first :data:`SHOWN_UNKNOWN_KEYS` that are names (``'updat'``), the others
+    counted, never quoted (:func:`abpo.yamlfile.shown_key`: a foreign file's lines, /etc/shadow's password hashes, are
+    not echoed)."""
+    names = [k for k in keys if shown_key(k).startswith("'")]
+    shown = [shown_key(k) for k in names[:SHOWN_UNKNOWN_KEYS]]
+    others = len(keys) - len(shown)
+    if not others:
+        return f"unknown key(s) [{', '.join(shown)}]"
+    what = f"{len(keys) - len(names)} that are not names" if len(names) < len(keys) else ""
+    if len(names) > SHOWN_UNKNOWN_KEYS:
+        what = ", ".join(filter(None, [what, f"{len(names) - SHOWN_UNKNOWN_KEYS} more names"]))
+    head = f"[{', '.join(shown)}] and " if shown else ""
+    return f"{len(keys)} unknown key(s): {head}{others} not shown ({what})"
+
+
 def yaml_setting(raw: str, source: str, key: str) -> Any:
     """One ``--set`` value read as YAML by :func:`abpo.yamlfile.yaml_value`; ConfigError naming the key otherwise."""
     try:
         return yaml_value(raw)
     except yaml.YAMLError as e:
-        raise ConfigError(f"{source}: {key} {raw!r}: rule: a YAML value ({str(e).splitlines()[0]})") from None
+        problem = (str(e).splitlines() or [type(e).__name__])[0][:120]
+        raise ConfigError(f"{source}: {key} {excerpt(raw)}: rule: a YAML value ({problem})") from None
 
 
 def read_yaml(path: Path) -> Any:

@@ -209,6 +209,9 @@ class _Tee:
             with contextlib.suppress(Exception):
                 s.flush()
 
+    def __getattr__(self, name: str) -> Any:  # encoding, fileno, ...: the console's
+        return getattr(self.streams[0], name)
+
     def isatty(self) -> bool:  # what a progress bar asks: the console's answer
         try:
             return bool(self.streams[0].isatty())
@@ -221,9 +224,9 @@ def _console_streams() -> list[Any]:
 
 
 def _handlers_on(streams: list[Any]) -> list[logging.StreamHandler]:
-    """Every logging handler of this process that writes to one of ``streams`` (the console): the root logger's and
-    each library's own (transformers binds its handler to the stderr of the moment it was imported). Not abpo's
-    console handler, which writes to whatever ``sys.stdout`` is, nor a file handler."""
+    """Every logging handler of this process that writes to one of ``streams`` (the console's, or a step log's): the
+    root logger's and each library's own (transformers binds its handler to the stderr of the moment it was
+    imported). Not abpo's console handler, which writes to whatever ``sys.stdout`` is, nor a file handler."""
     loggers = [
         logging.getLogger(),
         *(x for x in logging.Logger.manager.loggerDict.values() if isinstance(x, logging.Logger)),
@@ -275,6 +278,9 @@ def step_log(path: Any, *, echo: bool = False) -> Iterator[Any]:
             sys.stdout, sys.stderr = out, err
             for h, stream in before:
                 h.stream = stream
+            # a library first imported in the block bound its handler to the step log, which closes now: the console's
+            for h in _handlers_on([file, new_out, new_err]):
+                h.stream = err
             if warnings_to_console is not None:
                 logging.getLogger(ROOT).removeHandler(warnings_to_console)
             file.flush()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -88,7 +89,7 @@ class Progress:
         self.done.append((self.stages[len(self.done)][0], seconds))
 
 
-def demo_stages(months: list[str]) -> list[tuple[str, str]]:
+def demo_stages(months: Sequence[str]) -> list[tuple[str, str]]:
     """The demo's stages, (kind, label) each, for :class:`Progress`."""
     return [
         ("prepare", "prepare the data"),

@@ -166,3 +166,16 @@ def test_a_demo_stage_prints_its_line_and_logs_its_chatter(tmp_path, capsys, con
     assert "{'loss': '7.312'" in (tmp_path / "prepare.log").read_text()
     assert log.steps[0]["step"] == "prepare" and log.steps[0]["users"] == 610
     assert log.progress is not None and len(log.progress.done) == 1
+
+
+def test_a_library_first_set_up_inside_a_stage_writes_to_the_console_after_it(tmp_path, capsys, console_logging):
+    """A library imported during a stage (transformers during the bootstrap) binds its handler to the stderr of that
+    moment, the step log; when the stage ends the handler writes to the console again, not to a closed file."""
+    lib = logging.getLogger("abpo_tests_lib.store.db.utils")
+    with step_log(tmp_path / "bootstrap.log"):
+        lib.handlers = [logging.StreamHandler(sys.stderr)]
+        lib.propagate = False
+        lib.warning("inside")
+    lib.warning("after the stage")
+    assert "after the stage" in capsys.readouterr().err
+    assert "inside" in (tmp_path / "bootstrap.log").read_text()

@@ -183,15 +183,29 @@ def require_registry(cfg: Config, *, force: bool = False) -> None:
     raise RegistryLost(f"{registry.store_line(cfg)}: holds none of the arms' registered models ({names}); {rule}")
 
 
+def registry_months(cfg: Config) -> list[str]:
+    """The months the arms' champions were trained on (their lineage tag ``months``), as the registry records them."""
+    months: set[str] = set()
+    for arm in arms_of(cfg):
+        mv = arm_versions.get_version(cfg, arm, CHAMPION)
+        tags = dict(getattr(mv, "tags", None) or {}) if mv is not None else {}
+        months.update(m.strip() for m in str(tags.get("months") or "").split(",") if m.strip())
+    return sorted(months)
+
+
 def bootstrap(cfg: Config, month: Month, *, force: bool = False) -> BootstrapResult:
     """The step: a store that lost the arms of a state with completed months is refused unless ``force``
-    (:func:`require_registry`), a setting that changes the data split of the state's series is refused
+    (:func:`require_registry`), a warehouse lost by a state whose cycle records or registry show months is refused
+    (abpo.warehouse.require_warehouse: restore it, or start a fresh state; ``force`` does not skip it), a setting that changes the data split of the state's series is refused
     (abpo.monthly.series.check_series), a failed month m-1 blocks month m
     (abpo.monthly.report.require_previous_month), a month older than the last completed one and never ingested is
     refused (abpo.monthly.report.require_month_order), then :func:`bootstrap_arms`, which records the champion each
     arm starts the month from (abpo.monthly.common.record_month_start)."""
 
+    from abpo.warehouse import require_warehouse
+
     require_registry(cfg, force=force)
+    require_warehouse(cfg, registry_months(cfg))
     check_series(cfg, str(Month(month)))
     require_previous_month(cfg, Month(month))
     require_month_order(cfg, str(Month(month)))

@@ -37,6 +37,7 @@ from abpo.warehouse.errors import (
     SQLFileError,
     WarehouseBusy,
     WarehouseIOError,
+    WarehouseLost,
     WarehouseSettingError,
     WarehouseUnreadable,
     check_memory_limit,
@@ -47,6 +48,8 @@ from abpo.warehouse.from_config import (
     ingest_with_config,
     land_synthetic,
     open_warehouse,
+    recorded_months,
+    require_warehouse,
     warehouse_memory_limit,
 )
 from abpo.warehouse.ingest import IngestReport
@@ -65,6 +68,7 @@ __all__ = [
     "Warehouse",
     "WarehouseBusy",
     "WarehouseIOError",
+    "WarehouseLost",
     "WarehouseSettingError",
     "WarehouseUnreadable",
     "check_memory_limit",
@@ -72,6 +76,8 @@ __all__ = [
     "ingest_with_config",
     "land_synthetic",
     "open_warehouse",
+    "recorded_months",
+    "require_warehouse",
     "sweep_spill_files",
     "warehouse_memory_limit",
 ]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+from abpo.errors import ExpectedError
+
 
 class IngestError(RuntimeError):
     """The landing data of a month cannot be ingested at all (missing, not Parquet, wrong schema)."""
@@ -22,6 +24,11 @@ class WarehouseBusy(RuntimeError):
 class WarehouseUnreadable(RuntimeError):
     """The warehouse file cannot be opened (not a DuckDB database, unreadable, a setting DuckDB refuses); the
     message names the file and the setting or the problem."""
+
+
+class WarehouseLost(ExpectedError, WarehouseUnreadable):
+    """The warehouse file is missing or empty while the state's records (its cycle records, its registry's versions)
+    show months ingested into it: creating it again would silently drop those months. A refusal, never retried."""
 
 
 class WarehouseSettingError(ValueError):
@@ -82,6 +89,7 @@ for _cls in (
     IngestRefused,
     WarehouseBusy,
     WarehouseUnreadable,
+    WarehouseLost,
     WarehouseSettingError,
     IngestStepFailed,
     SQLFileError,

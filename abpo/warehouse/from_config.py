@@ -5,13 +5,15 @@ landed over the config's catalog to try it on (:func:`land_synthetic`)."""
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from abpo.data.loaders import load_dataset
 from abpo.validation import ValidationSummary, save_summary, validate_month
 from abpo.warehouse.core import Warehouse
-from abpo.warehouse.errors import check_memory_limit
+from abpo.warehouse.errors import WarehouseLost, check_memory_limit
 from abpo.warehouse.ingest import IngestReport
 
 if TYPE_CHECKING:
@@ -28,9 +30,55 @@ def warehouse_memory_limit(cfg: Config) -> str:
     return check_memory_limit(cfg.data.warehouse_memory_limit)
 
 
+# a cycle record's name: <YYYY-MM>.json (the month completed), <YYYY-MM>.ingest.json, <YYYY-MM>.<arm>.<step>.json
+_RECORD = re.compile(r"(\d{4}-\d{2})(?:\..+)?")
+
+
+def recorded_months(cfg: Config) -> list[str]:
+    """The months the state's cycle records name (``<paths.root>/cycle/<YYYY-MM>[.<...>].json``: a month completed,
+    ingested, or an arm's step of it recorded), oldest first: months whose rows the warehouse holds."""
+    d = cfg.paths.resolve("root") / "cycle"
+    if not d.is_dir():
+        return []
+    return sorted({m.group(1) for p in d.glob("*.json") if (m := _RECORD.fullmatch(p.stem))})
+
+
+def require_warehouse(cfg: Config, registry_months: Iterable[str] = ()) -> None:
+    """Refuse a warehouse that is missing or empty (0 bytes) while months are recorded: by the state's cycle records
+    (:func:`recorded_months`) or, given as ``registry_months``, by its registry (the months its champions were trained
+    on). Creating it again would give a new, empty warehouse, the recorded months' impressions and their place in the
+    report gone without a word. WarehouseLost names the file, the months and the rule. Checked before anything opens
+    the file for writing (which would create it)."""
+    path = cfg.paths.resolve("warehouse")
+    if path.is_file() and path.stat().st_size > 0:
+        return
+    cycle = recorded_months(cfg)
+    months = sorted(set(cycle) | {str(m) for m in registry_months if m})
+    if not months:
+        return
+    state = "missing" if not path.exists() else "empty (0 bytes)" if path.is_file() else "not a regular file"
+    where = " and ".join(
+        w
+        for w, given in (
+            (f"the cycle records under {path.parent / 'cycle'}", cycle),
+            ("the registry's champions' training months", set(months) - set(cycle)),
+        )
+        if given
+    )
+    raise WarehouseLost(
+        f"{path}: the warehouse is {state}, but {len(months)} month(s) recorded ({months[0]}..{months[-1]}) "
+        f"by {where}; rule: warehouse_matches_state: a state with recorded months keeps their warehouse, never "
+        "silently recreated empty; restore the file (from a backup), or start a fresh state (another paths.root / "
+        "$ABPO_STATE)"
+    )
+
+
 def open_warehouse(cfg: Config, *, read_only: bool = False) -> Warehouse:
     """The config's warehouse (paths.warehouse) with its memory limit (:func:`warehouse_memory_limit`) and spill
-    directory (section data)."""
+    directory (section data). A writer is refused a warehouse lost by a state with recorded months
+    (:func:`require_warehouse`) before the file is created."""
+    if not read_only:
+        require_warehouse(cfg)
     tmp = cfg.data.warehouse_temp_directory
     if tmp and not Path(tmp).is_absolute():
         tmp = str(cfg.paths.resolve("root") / tmp)

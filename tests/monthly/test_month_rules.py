@@ -86,6 +86,73 @@ def test_a_store_with_none_of_the_arms_models_is_refused_and_a_fresh_state_is_no
     assert rc == 0 and "abpo-arm-abpo" in out
 
 
+# ------------------------------------------------------------------------------------------- a lost warehouse
+@pytest.mark.parametrize("lost", ["missing", "zero-byte"])
+def test_a_lost_warehouse_of_a_state_with_completed_months_is_refused_never_recreated(state, abpo, lost):
+    """The warehouse of a completed month deleted: `abpo arms month` exited 0 on a new, empty warehouse, the month's
+    impressions and its place in the report gone without a word. Refused as a lost mlflow.db is."""
+    from mlflow import MlflowClient
+
+    from abpo import registry
+    from abpo.monthly.bootstrap import bootstrap
+    from abpo.monthly.common import retry_or_fail
+    from abpo.warehouse import WarehouseLost, open_warehouse
+
+    cfg = load_config("tiny")
+    complete(cfg, "2026-01")
+    registry.configure(cfg)
+    MlflowClient().create_registered_model("abpo-arm-abpo")  # the registry is the state's: only the warehouse is lost
+    house = cfg.paths.resolve("warehouse")
+    house.unlink()
+    if lost == "zero-byte":
+        house.write_bytes(b"")
+    says = f"{house}: the warehouse is {'missing' if lost == 'missing' else 'empty (0 bytes)'}"
+    with pytest.raises(WarehouseLost, match="warehouse_matches_state") as info:
+        bootstrap(cfg, "2026-02")  # the month's first step (the DAG's bootstrap task, `abpo arms month`)
+    assert retry_or_fail(info.value) == "fail"  # a refusal: the DAG fails the task at once, no retry
+    for argv in (("arms", "month", "--month", "2026-02", "--simulate"), ("ingest", "--month", "2026-02")):
+        err = abpo(*argv)[2]
+        assert says in err and "1 month(s) recorded (2026-01" in err and "warehouse_matches_state" in err, err
+        assert "restore the file" in err and "fresh state" in err and "Traceback" not in err, err
+        assert len(err.strip().splitlines()) == 1, err
+    with pytest.raises(WarehouseLost):
+        open_warehouse(cfg)  # any writer: the root of the refusal
+    assert (house.exists(), house.stat().st_size if house.exists() else 0) == (lost == "zero-byte", 0)  # not made
+
+
+def test_a_warehouse_lost_with_the_cycle_records_is_refused_by_the_registrys_months(state, abpo):
+    """The registry's champion was trained on recorded months (its lineage tag ``months``): the state needs their
+    warehouse even when the cycle records went with it."""
+    import shutil
+
+    from mlflow import MlflowClient
+
+    from abpo import registry
+    from abpo.arms import versions as arm_versions
+    from abpo.monthly.bootstrap import bootstrap
+    from abpo.warehouse import WarehouseLost
+
+    cfg = load_config("tiny")
+    registry.configure(cfg)
+    name = arm_versions.model_name("abpo", cfg)
+    MlflowClient().create_registered_model(name)
+    mv = MlflowClient().create_model_version(name, source=str(state), tags={"months": "2025-12,2026-01"})
+    MlflowClient().set_registered_model_alias(name, "champion", mv.version)
+    shutil.rmtree(state / "cycle", ignore_errors=True)
+    with pytest.raises(WarehouseLost, match=r"2 month\(s\) recorded \(2025-12\.\.2026-01.*registry"):
+        bootstrap(cfg, "2026-02")
+    assert not cfg.paths.resolve("warehouse").exists()
+
+
+def test_a_fresh_state_creates_its_warehouse(state, abpo):
+    from abpo.warehouse import open_warehouse
+
+    cfg = load_config("tiny")
+    with open_warehouse(cfg) as wh:  # no month recorded: nothing to lose
+        assert wh.months() == []
+    assert cfg.paths.resolve("warehouse").is_file()
+
+
 # ------------------------------------------------------------------------------------------- item 9: months in order
 def test_an_ingest_older_than_the_last_completed_month_is_refused_unless_forced(state, abpo):
     from abpo.warehouse import open_warehouse

@@ -212,6 +212,126 @@ def one_gate(cfg, *, rows_mask, arm, logged, e0, clicked, users, reqs, items, ma
     )
 
 
+def in_sample_probe(cfg, ds, splits, n: int, fraction: float) -> dict:
+    """Challengers trained on a month's logs the way the loop trains them, scored by the off-policy half on the rows
+    each trained on (today's gate: every row of the month) and on rows it never saw (the redesign: the held-out
+    users', which its twin's update left out). Replicate r >= 1 is the month under sim.replicate = r (other
+    assignment, candidates, exposures and clicks on the same data and pi_init): every LLM arm serves pi_init, the
+    rankers their first fits (abpo.sim.simulator.simulate_month, nothing landed). Two updates from pi_init with the
+    `wll` arm's settings (abpo.arms.llm: arms.update_max_examples rows, section update, the arm's update_by_arm
+    entry): one on every row (the loop today), one without the held-out users' rows. Truth: Eq. H1 of each
+    challenger minus pi_init on the month's requests (every row's candidate_click_prob). Returns per-replicate rows
+    and each design's mean error (estimate - truth) with its standard error, in CTR points."""
+    import dataclasses
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from headroom import pi_init_arm, served_month_strata
+
+    from abpo.arms import versions
+    from abpo.arms.names import LLM, arm_class, entry
+    from abpo.monthly.common import arms_of
+    from abpo.monthly.gate import gate_rows, ope_estimates_on_rows, ope_numbers
+    from abpo.sim.headroom import candidate_click_probabilities
+    from abpo.sim.simulator import month_requests
+    from abpo.train.runs import UpdateRun
+    from abpo.train.update import run_update
+
+    month = cfg.sim.start_month
+    arm = "wll" if "wll" in cfg.arms.names else next(a for a in arms_of(cfg) if entry(a).kind == LLM)
+    pi0 = pi_init_arm(cfg, ds)
+    out = []
+    for r in range(1, n + 1):
+        t = time.perf_counter()
+        c = dataclasses.replace(cfg, sim=dataclasses.replace(cfg.sim, replicate=r))
+        reqs = month_requests(c, ds, splits, month)
+        probs, _ = candidate_click_probabilities(c, ds, reqs)
+        served = {
+            a: pi0 if entry(a).kind == LLM or a == "holdback" else versions.load_arm(c, a, ds) for a in c.arms.names
+        }
+        pos, neg = served_month_strata(c, month, served, dataset=ds, splits=splits, requests=reqs, probs=probs)
+        rows = pa.concat_tables([pos, neg])
+        held = gate_rows(rows, c.seed, fraction)
+        held_users = pa.array(sorted(set(held.column("user_id").to_pylist())), pa.int64())
+
+        def kept(t_, users=held_users):
+            return t_.filter(pc.invert(pc.is_in(t_.column("user_id"), value_set=users)))
+
+        u = c.arms.update_settings(arm, dataclasses.replace(c.update, resume=False, save_merged=True))
+        row = {"replicate": r}
+        for design, strata, scored in (
+            ("before", (pos, neg), rows),
+            ("gate", (kept(pos), kept(neg)), held),
+        ):
+            run = UpdateRun(
+                variant=entry(arm).refreshed_by,
+                arm=arm,
+                months=(month,),
+                init_model=versions.local_dir(c, pi0.name, "1"),
+                output=Path("gate-power") / f"replicate-{r}" / design,
+            )
+            res = run_update(dataclasses.replace(c, update=u), run, progress=False, strata=strata, log_mlflow=False)
+            new = arm_class(arm).load(arm, res.model_dir, c, dataset=ds, model_version=f"{design}-r{r}")
+            reqs_rows = list(
+                zip(
+                    rows.column("user_id").to_pylist(),
+                    rows.column("history").to_pylist(),
+                    rows.column("candidates").to_pylist(),
+                )
+            )
+            p_click = [np.asarray(x, dtype=np.float64) for x in rows.column("candidate_click_prob").to_pylist()]
+            e_new = [np.asarray(x, dtype=np.float64) for x in new.propensities(reqs_rows)]
+            e_old = [np.asarray(x, dtype=np.float64) for x in pi0.propensities(reqs_rows)]
+            truth = 100 * float(np.mean([((a - b) * q).sum() for a, b, q in zip(e_new, e_old, p_click, strict=True)]))
+            ids = set(scored.column("request_id").to_pylist())
+            sel = [i for i, rid in enumerate(rows.column("request_id").to_pylist()) if rid in ids]
+            col = {k: rows.column(k).to_pylist() for k in ("candidates", "item_id", "history", "clicked", "user_id")}
+            est = ope_estimates_on_rows(
+                candidates=[col["candidates"][i] for i in sel],
+                logged_items=[col["item_id"][i] for i in sel],
+                history_lengths=[len(col["history"][i] or ()) for i in sel],
+                clicked=[col["clicked"][i] for i in sel],
+                e0=np.asarray(rows.column("propensity").to_pylist(), dtype=np.float64)[sel],
+                challenger=[e_new[i] for i in sel],
+                champion=[e_old[i] for i in sel],
+                users=[col["user_id"][i] for i in sel],
+                own=np.asarray([a_ == arm for a_ in rows.column("arm").to_pylist()], dtype=bool)[sel],
+                n_boot=c.arms.gate_ope_bootstrap,
+                seed=c.seed + r,
+                switch_lambda=c.arms.gate_ope_switch_lambda,
+                top_fraction=c.arms.gate_top_weight_fraction,
+            )
+            ope = ope_numbers(est, c.arms.gate_ope_estimator)
+            row[design] = {
+                "rows_trained": strata[0].num_rows + strata[1].num_rows,
+                "rows_scored": len(sel),
+                "truth_pp": truth,
+                "estimate_pp": 100 * float(ope["diff"]),
+                "ci_low_pp": 100 * float(ope["ci_low"]),
+                "ci_high_pp": 100 * float(ope["ci_high"]),
+            }
+        out.append(row)
+        b, g = row["before"], row["gate"]
+        print(
+            f"  in-sample replicate {r}: trained on every row: truth {b['truth_pp']:+.2f}, estimate on its own rows "
+            f"{b['estimate_pp']:+.2f} [{b['ci_low_pp']:+.2f}, {b['ci_high_pp']:+.2f}]; trained without the held-out "
+            f"users: truth {g['truth_pp']:+.2f}, estimate on their {g['rows_scored']} rows {g['estimate_pp']:+.2f} "
+            f"[{g['ci_low_pp']:+.2f}, {g['ci_high_pp']:+.2f}] ({time.perf_counter() - t:.0f}s)",
+            flush=True,
+        )
+    summary_ = {}
+    for design in ("before", "gate"):
+        err = np.array([x[design]["estimate_pp"] - x[design]["truth_pp"] for x in out])
+        cover = np.mean([x[design]["ci_low_pp"] <= x[design]["truth_pp"] <= x[design]["ci_high_pp"] for x in out])
+        summary_[design] = {
+            "mean_error_pp": float(err.mean()),
+            "error_se_pp": float(err.std(ddof=1) / math.sqrt(err.size)) if err.size > 1 else math.nan,
+            "coverage": float(cover),
+            "mean_truth_pp": float(np.mean([x[design]["truth_pp"] for x in out])),
+        }
+    return {"arm": arm, "month": month, "fraction": fraction, "replicates": out, "summary": summary_}
+
+
 def summary(rows: list[dict]) -> dict:
     """G of the module docstring from its rows."""
     size = max((r["pass_rate"] for r in rows if r["delta_pp"] <= -0.5), default=math.nan)
@@ -230,6 +350,15 @@ def main(argv=None) -> int:
     ap.add_argument("--months-per-delta", type=int, default=MONTHS_PER_DELTA)
     ap.add_argument("--deltas", default=",".join(f"{d:g}" for d in DELTAS_PP))
     ap.add_argument("--fractions", default=",".join(f"{f:g}" for f in FRACTIONS))
+    ap.add_argument(
+        "--in-sample",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also train N pairs of wll challengers on replicated months (one on every row, one without the held-out "
+        "users) and measure the off-policy half's error on the rows each trained on and on rows it never saw",
+    )
+    ap.add_argument("--only-in-sample", action="store_true", help="skip the mixtures' error rates")
     ap.add_argument("--json", default="")
     ap.add_argument("--smoke", action="store_true")
     args = ap.parse_args(argv)
@@ -265,6 +394,17 @@ def main(argv=None) -> int:
         with quiet():
             bootstrap_arms(cfg)
     ds, splits = dataset_and_splits(cfg)
+    if args.only_in_sample:
+        probe = in_sample_probe(cfg, ds, splits, args.in_sample, cfg.arms.gate_holdout_fraction)
+        if args.json:
+            Path(args.json).write_text(json.dumps({"preset": args.config, "series": args.series, "in_sample": probe}))
+        m = probe["summary"]
+        print(
+            f"in-sample error of the off-policy estimate: on the rows it trained on {m['before']['mean_error_pp']:+.2f} "
+            f"(SE {m['before']['error_se_pp']:.2f}) points; on held-out rows {m['gate']['mean_error_pp']:+.2f} "
+            f"(SE {m['gate']['error_se_pp']:.2f})"
+        )
+        return 0
     month = cfg.sim.start_month
     reqs = month_requests(cfg, ds, splits, month)
     probs, _ = candidate_click_probabilities(cfg, ds, reqs)
@@ -374,6 +514,8 @@ def main(argv=None) -> int:
         "fractions": {f"{f:g}": table(f"fraction {f:g}") for f in fractions},
         "wall_s": time.perf_counter() - t0,
     }
+    if args.in_sample:
+        out["in_sample"] = in_sample_probe(cfg, ds, splits, args.in_sample, cfg.arms.gate_holdout_fraction)
     print("\n| gate | " + " | ".join(f"{d:+g}" for d in deltas) + " | size | power at +1 |")
     print("|---|" + "---|" * (len(deltas) + 2))
     for name, g in [("gate (preset)", out["gate"]), ("before", out["before"])] + [

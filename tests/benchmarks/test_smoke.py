@@ -41,7 +41,7 @@ CASES = {
         r"gate power: size (?:nan|[01]\.\d{3}) power at \+1pp (?:nan|[01]\.\d{3}) \(before: size (?:nan|[01]\.\d{3}) "
         r"power (?:nan|[01]\.\d{3})\)",
         None,
-        ["--json", "{tmp}/power.json"],  # kept for CHECKS below
+        ["--json", "{tmp}/power.json", "--in-sample", "1"],  # kept for CHECKS below
     ),
     "ingest.py": (
         rf"same quarantine counts and batch count; end to end now/baseline: {NUM}x \(ingest {NUM}x\)",
@@ -134,6 +134,12 @@ def _check_gate_power(tmp_path: Path) -> None:
             assert r["pass_rate"] <= min(r["offline_pass_rate"], r["ope_pass_rate"]) + 1e-12
         low = [r["pass_rate"] for r in g["rows"] if r["delta_pp"] <= -0.5]
         assert (math.isnan(g["size"]) and not low) or g["size"] == max(low)
+    probe = out["in_sample"]
+    assert probe["arm"] == "wll" and len(probe["replicates"]) == 1
+    r = probe["replicates"][0]
+    # the redesign's challenger trained without the held-out users' rows and is scored on exactly those
+    assert r["gate"]["rows_trained"] + r["gate"]["rows_scored"] == r["before"]["rows_trained"]
+    assert r["before"]["rows_scored"] == r["before"]["rows_trained"]
 
 
 # script -> a check of what its smoke run left under tmp_path (its figures computed again independently)

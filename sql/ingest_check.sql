@@ -35,8 +35,13 @@
 --   event_time_outside_month event_time (UTC) not in $month (YYYY-MM)
 --   served_at_out_of_range   served_at more than $max_clock_skew_seconds (data.max_clock_skew_seconds) from
 --                            event_time (a clock far off, or a replay)
---   duplicate_impression_id  the id was already used: by an earlier clean row of this month (file
---                            name, then row order; the first copy is kept) or by another month.
+--   conflicting_impression_id  otherwise-clean rows of this month that share an id but differ in any contract
+--                            field: two impressions under one id. Every row of that id is quarantined, each naming
+--                            the others' files and rows: which one is genuine is not known (the order of the file
+--                            names is no evidence), so none is kept.
+--   duplicate_impression_id  the id was already used: by an identical earlier row of this month (a writer's retry:
+--                            every contract field the same; the first copy, by file name then row, is kept) or by
+--                            another month.
 CREATE OR REPLACE TABLE staging.ingest_violations AS
 WITH item_refs AS (
     SELECT source_file, source_row, 'item_id' AS field, item_id AS it FROM staging.ingest_stage WHERE $check_catalog
@@ -151,17 +156,37 @@ first_rule AS MATERIALIZED (
     FROM ruled
 ),
 dup_ids AS (
-    -- ids used by more than one otherwise-clean row (a hash aggregate; only these rows get sorted)
+    -- ids used by more than one otherwise-clean row (a hash aggregate; only these rows are compared)
     SELECT impression_id FROM first_rule WHERE rule IS NULL GROUP BY impression_id HAVING count(*) > 1
+),
+dup_rows AS (
+    -- the rows of those ids with what they say: every contract column (an identical row is a retry, any other a
+    -- conflict)
+    SELECT
+        f.source_file, f.source_row, f.impression_id,
+        f.source_file || ' row ' || f.source_row AS at_row,
+        {'event_time': s.event_time, 'user_id': s.user_id, 'arm': s.arm, 'model_version': s.model_version,
+         'history': s.history, 'candidates': s.candidates, 'item_id': s.item_id, 'propensity': s.propensity,
+         'clicked': s.clicked, 'request_id': s.request_id, 'position': s.position,
+         'logging_policy': s.logging_policy, 'served_at': s.served_at, 'schema_version': s.schema_version} AS content
+    FROM first_rule AS f
+    JOIN staging.ingest_stage AS s ON f.source_file = s.source_file AND f.source_row = s.source_row
+    WHERE f.rule IS NULL AND f.impression_id IN (SELECT impression_id FROM dup_ids)
+),
+id_groups AS (
+    SELECT impression_id, count(*) AS n_rows, count(DISTINCT content) AS n_distinct,
+           list(at_row ORDER BY source_file, source_row) AS at_rows
+    FROM dup_rows
+    GROUP BY impression_id
 ),
 copies AS (
     SELECT
-        source_file, source_row,
+        d.source_file, d.source_row, d.at_row, g.n_rows, g.n_distinct, g.at_rows,
         row_number() OVER w AS copy_no,
-        first_value(source_file || ' row ' || source_row) OVER w AS first_copy
-    FROM first_rule
-    WHERE rule IS NULL AND impression_id IN (SELECT impression_id FROM dup_ids)
-    WINDOW w AS (PARTITION BY impression_id ORDER BY source_file, source_row)
+        first_value(d.at_row) OVER w AS first_copy
+    FROM dup_rows AS d
+    JOIN id_groups AS g ON d.impression_id = g.impression_id
+    WINDOW w AS (PARTITION BY d.impression_id, d.content ORDER BY d.source_file, d.source_row)
 ),
 other_months AS (
     SELECT DISTINCT impression_id, month FROM impressions
@@ -173,11 +198,22 @@ SELECT * FROM (
         c.source_row,
         CASE
             WHEN c.rule IS NOT NULL THEN c.rule
+            WHEN d.n_distinct > 1 THEN 'conflicting_impression_id'
             WHEN d.copy_no > 1 OR o.impression_id IS NOT NULL THEN 'duplicate_impression_id'
         END AS rule,
         CASE
             WHEN c.rule IS NOT NULL THEN c.detail
-            WHEN d.copy_no > 1 THEN 'impression_id ' || c.impression_id || ' first seen at ' || d.first_copy
+            WHEN d.n_distinct > 1 THEN
+                'impression_id ' || c.impression_id || ' is used by '
+                || CASE WHEN d.n_distinct = d.n_rows THEN d.n_rows || ' different rows'
+                        ELSE d.n_rows || ' rows (' || d.n_distinct || ' different)' END
+                || ': ' || array_to_string(list_filter(d.at_rows, lambda x: x <> d.at_row)[1:5], ', ')
+                || CASE WHEN d.n_rows > 6 THEN ' and ' || (d.n_rows - 6) || ' more' ELSE '' END
+                || ' besides this one; rule: one impression per id (rows that differ under one id are all '
+                || 'quarantined: which is genuine is not known)'
+            WHEN d.copy_no > 1 THEN
+                'impression_id ' || c.impression_id || ': a retry of ' || d.first_copy
+                || ' (every field the same), kept once'
             WHEN o.impression_id IS NOT NULL THEN 'impression_id ' || c.impression_id || ' already in month ' || o.month
         END AS detail
     FROM first_rule AS c

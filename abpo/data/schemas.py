@@ -63,6 +63,7 @@ RULES = (
     "logging_tau_mismatch",
     "event_time_outside_month",
     "served_at_out_of_range",
+    "conflicting_impression_id",
     "duplicate_impression_id",
 )
 

@@ -19,7 +19,8 @@ from abpo.months import Month
 DEFAULT_ARMS = ("abpo", "grpo", "ml_retrain", "popularity")
 # The contract rules this generator breaks (one per bad row), in the order its draws use. The later rules
 # (logged_item_not_once, duplicate_candidates, propensity_inconsistent, item_not_in_catalog, logging_tau_mismatch,
-# malformed_id) are not injected: the draws of every seed stay as they were, and the tests build those rows by hand.
+# malformed_id, conflicting_impression_id) are not injected: the draws of every seed stay as they were, and the tests
+# build those rows by hand.
 INJECTED_RULES = tuple(
     r
     for r in RULES
@@ -31,7 +32,23 @@ INJECTED_RULES = tuple(
         "item_not_in_catalog",
         "logging_tau_mismatch",
         "malformed_id",
+        "conflicting_impression_id",
     )
+)
+# the per-row columns of _clean_columns (one value per row; history is flat, the ids are Arrow arrays)
+_ROW_COLUMNS = (
+    "model_version",
+    "user",
+    "arm",
+    "event_us",
+    "served_us",
+    "cand",
+    "item",
+    "propensity",
+    "clicked",
+    "schema_version",
+    "position",
+    "logging_policy",
 )
 _NULLABLE_TARGETS = ("user_id", "model_version", "propensity", "clicked", "event_time", "request_id")
 
@@ -69,7 +86,8 @@ def synthetic_impressions(
     arm's ``ctr`` (default 0.10 + 0.01 * (len(arms) - index), so arms differ). Candidates are
     ``n_candidates`` distinct items; the exposed one is drawn uniformly and its propensity is a
     Beta(2, 8) draw (synthetic: not a real policy's softmax). Violations replace one field of a
-    clean row; a duplicate_impression_id row copies the id of an earlier clean row. Item ids are 1..n_items, or
+    clean row; a duplicate_impression_id row is a copy of the nearest earlier clean row, every field (a writer's
+    retry: a row that differs under a used id is a conflict, which quarantines both). Item ids are 1..n_items, or
     with ``item_ids`` (a catalog: `abpo data synth` passes the config's dataset) the first n_items of its sorted ids,
     so the rows pass the ingest's catalog check (item_not_in_catalog); an item_not_in_candidates row's item lies
     outside both.
@@ -215,11 +233,17 @@ def _inject_violations(
         elif name == "event_time_outside_month":
             cols["event_us"][rows] = start_us - rng.integers(1, 86_400_000_000, size=len(rows))
         elif name == "duplicate_impression_id":
-            for i in rows:  # copy the id of the nearest earlier clean row
+            req_ids = cols["request_id"].to_numpy(zero_copy_only=False).astype(object)
+            h = len(cols["history"]) // n
+            for i in rows:  # the nearest earlier clean row again, whole (no draw: the other rows stay as they were)
                 j = i - 1
                 while is_bad[j]:
                     j -= 1
-                imp_ids[i] = imp_ids[j]
+                imp_ids[i], req_ids[i] = imp_ids[j], req_ids[j]
+                for key in _ROW_COLUMNS:
+                    cols[key][i] = cols[key][j]
+                cols["history"][i * h : (i + 1) * h] = cols["history"][j * h : (j + 1) * h]
+            cols["request_id"] = pa.array(req_ids, pa.string())
     cols["impression_id"] = pa.array(imp_ids, pa.string())
     return injected
 

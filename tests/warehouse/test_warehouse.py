@@ -239,18 +239,57 @@ def test_rule_item_not_in_candidates(wh, landing):
     )
 
 
-def test_rule_duplicate_impression_id_keeps_the_first_copy(wh, landing):
+def test_rule_duplicate_impression_id_keeps_an_identical_retry_once(wh, landing):
     t = clean()
+    retry = t.slice(1, 1)  # row 1 again, every field the same: a writer's retry
+    t = pa.concat_tables([t.slice(0, 3), retry, t.slice(4)])
     first_id = t.column("impression_id")[1].as_py()
     row = assert_quarantined(
-        wh,
-        landing,
-        with_value(t, "impression_id", 3, first_id),
-        "duplicate_impression_id",
-        "first seen at part-bad.parquet row 1",
+        wh, landing, t, "duplicate_impression_id", "a retry of part-bad.parquet row 1 (every field the same)"
     )
     assert row["impression_id"] == first_id
     assert clean_rows(wh).column("impression_id").to_pylist().count(first_id) == 1
+
+
+@pytest.mark.parametrize("where", ["another file", "the same file"])
+def test_two_different_impressions_under_one_id_are_a_conflict_both_quarantined(wh, landing, where):
+    """A crafted row took the id of a genuine one: the first seen (by file name) was kept as clean and the genuine
+    one quarantined as its duplicate. Neither is known to be genuine, so both go to quarantine, each naming the
+    other's file and row; the rest of the month is published, and a rerun gives the same."""
+    genuine = clean(10)
+    gid = genuine.column("impression_id")[4].as_py()
+    write_impressions(genuine, landing, MONTH, part="b-genuine")
+    crafted = with_value(clean(10, seed=7), "impression_id", 2, gid)
+    if where == "another file":
+        write_impressions(crafted, landing, MONTH, part="a-crafted")  # sorts first
+        names = ("part-a-crafted.parquet", 2), ("part-b-genuine.parquet", 4)
+    else:
+        write_impressions(pa.concat_tables([genuine, crafted]), landing, MONTH, part="b-genuine")
+        names = ("part-b-genuine.parquet", 4), ("part-b-genuine.parquet", 12)
+    for _ in range(2):  # a rerun of the month: the same rows, the same quarantine
+        report = wh.ingest_month(landing, MONTH, ARMS)
+        assert report.quarantined_by_rule["conflicting_impression_id"] == 2
+        assert report.quarantined_by_rule["duplicate_impression_id"] == 0
+        assert report.rows_clean == report.rows_in - 2 == clean_rows(wh).num_rows
+        assert gid not in clean_rows(wh).column("impression_id").to_pylist()
+        q = [r for r in quarantine_rows(wh).to_pylist() if r["rule"] == "conflicting_impression_id"]
+        assert sorted((r["source_file"], r["source_row"]) for r in q) == sorted(names)
+        for r in q:
+            other = next(n for n in names if n != (r["source_file"], r["source_row"]))
+            assert f"impression_id {gid} is used by 2 different rows: " in r["detail"], r["detail"]
+            assert f"{other[0]} row {other[1]}" in r["detail"] and "rule: " in r["detail"], r["detail"]
+
+
+def test_a_conflict_beside_a_retry_quarantines_every_copy(wh, landing):
+    t = clean(30)
+    gid = t.column("impression_id")[1].as_py()
+    rows = pa.concat_tables([t, t.slice(1, 1), with_value(clean(10, seed=9), "impression_id", 0, gid).slice(0, 1)])
+    write_impressions(rows, landing, MONTH, part="a")
+    report = wh.ingest_month(landing, MONTH, ARMS)
+    assert report.quarantined_by_rule["conflicting_impression_id"] == 3
+    assert report.rows_clean == 29 and gid not in clean_rows(wh).column("impression_id").to_pylist()
+    detail = next(r["detail"] for r in quarantine_rows(wh).to_pylist() if r["source_row"] == 1)
+    assert "is used by 3 rows (2 different): part-a.parquet row 30, part-a.parquet row 31 besides" in detail, detail
 
 
 def test_rule_duplicate_impression_id_across_months(wh, landing):

@@ -32,6 +32,11 @@ from abpo.errors import ExpectedError
 
 # The dataset formats load_dataset reads (config data.format, whose choices these are)
 FORMATS = ("movielens", "amazon18")
+# The markup of the policy's answer format (abpo.policy.prompt.ANSWER_MARKUP: <item_id>ID</item_id><item>TITLE</item>).
+# A title holding one cannot be answered: its own well-formed answer parses as another answer plus trailing text, so
+# the item would be served and logged but never rewarded. Such a title is refused at load (escaping it would change
+# every prompt and the answers the registered models were trained to copy).
+ANSWER_MARKUP = ("<item_id>", "</item_id>", "<item>", "</item>")
 
 
 class DataFormatError(ExpectedError, ValueError):
@@ -63,6 +68,22 @@ class Dataset:
             f"Dataset({self.name!r}: {self.catalog.num_rows} items, {len(self.sequences)} users, "
             f"{self.interactions.num_rows} interactions)"
         )
+
+
+def check_titles(catalog: pa.Table, path: Path | str) -> None:
+    """DataFormatError naming the file, the first item whose title holds the answer's markup (:data:`ANSWER_MARKUP`)
+    and the rule."""
+    titles = catalog.column("title")
+    for tag in ANSWER_MARKUP:
+        hits = pc.match_substring(titles, tag)
+        if pc.any(hits).as_py():
+            row = int(pc.index(hits, True).as_py())
+            item, title = catalog.column("item_id")[row].as_py(), titles[row].as_py()
+            shown = repr(title) if len(title) <= 80 else f"{title[:40]!r}... ({len(title)} characters)"
+            raise DataFormatError(
+                f"{path}: item {item}: title {shown} holds the answer's markup {tag!r}; rule: no title holds "
+                f"{', '.join(ANSWER_MARKUP)} (its answer <item_id>ID</item_id><item>TITLE</item> would not parse)"
+            )
 
 
 def _require_columns(table: pa.Table, needed: list[str], path: Path | str) -> None:
@@ -175,6 +196,7 @@ def load_movielens(directory: str | os.PathLike, *, tie_seed: int = 0) -> Datase
         },
         schema=CATALOG_SCHEMA,
     )
+    check_titles(catalog, movies_path)
 
     users = ratings.column("userId").to_numpy()
     items = ratings.column("movieId").to_numpy()
@@ -276,6 +298,7 @@ def load_amazon18(directory: str | os.PathLike, domain: str) -> Dataset:
         titles.append(str(title))
         genres.append([c.strip() for c in cats.split(",") if c.strip()] if isinstance(cats, str) else list(cats))
     catalog = pa.table({"item_id": ids, "title": titles, "genres": genres}, schema=CATALOG_SCHEMA)
+    check_titles(catalog, item_path)
     known = set(ids)
 
     windows: dict[int, list[list[int]]] = {}

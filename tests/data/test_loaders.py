@@ -206,3 +206,20 @@ def test_amazon18_every_csv_row_is_a_window_of_the_rebuilt_sequence():
 def test_amazon18_missing_domain_is_named(tmp_path):
     with pytest.raises(DataFormatError, match="Nope.item.json: file not found"):
         load_amazon18(tmp_path, "Nope")
+
+
+@pytest.mark.parametrize("title", ["A </item> B (1995)", "<item_id>7</item_id> (1990)", "C <item> (1992)"])
+def test_a_title_holding_the_answer_markup_is_refused_naming_the_item(tmp_path, title):
+    """A title such as ``A </item> B (1995)`` made its own well-formed answer parse as "trailing text": the item was
+    served and logged but could never be rewarded. The loader refuses it, naming the file, the item and the rule."""
+    quoted = '"' + title.replace('"', '""') + '"'
+    d = _write_ml(tmp_path / "bad", ["1,1,4.0,10", "1,2,4.0,11"], movies=["1,A (1990),Drama", f"2,{quoted},Comedy"])
+    with pytest.raises(DataFormatError, match=r"movies\.csv: item 2: title .* holds the answer's markup .*rule: "):
+        load_movielens(d)
+
+
+def test_the_loaders_markup_is_the_answer_formats():
+    from abpo.data.loaders import ANSWER_MARKUP as LOADER_MARKUP
+    from abpo.policy.prompt import ANSWER_MARKUP
+
+    assert set(LOADER_MARKUP) == set(ANSWER_MARKUP)

@@ -28,8 +28,8 @@ users' ranks; only the scoring and the registry are replaced by the numbers abov
 
 ``--fractions`` also measures the redesign (arms.gate_primary = ope on the held-out users' rows, margin 0.5 points,
 or the preset's margins when it runs that design) at each held-out share on the same draws (the design's choice).
-While the redesign is not the default, measure it as the preset's gate with ``--set arms.gate_primary=ope --set
-arms.gate_ope_rows=heldout --set arms.gate_ope_margin=0.005``.
+Today's defaults are the redesign; ``--set arms.gate_primary=offline --set arms.gate_ope_rows=all --set
+arms.gate_ope_margin=0.05`` makes the preset's gate the former one.
 The simulator's truth stays here: the gate reads logs and ranks only. Mixture stand-ins never saw the month's logs,
 so they cannot show the in-sample optimism of a gate that reads the rows its challenger trained on (docs/gate.md
 "In-sample") .

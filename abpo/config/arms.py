@@ -101,15 +101,15 @@ class ArmsConfig:
         },
     )
     gate_primary: str = field(
-        default="offline",
+        default="ope",
         metadata={
             "choices": GATE_PRIMARY,
             "help": "Which evidence decides the gate (docs/gate.md): ope = the paired off-policy estimate of "
             "challenger - champion CTR on the month's served candidates, on rows no update trained on "
             "(arms.gate_ope_rows), against arms.gate_ope_margin; the offline half is then a guardrail against "
-            "collapse at arms.gate_guardrail_margin (the redesign, measured by benchmarks/gate_power.py before "
-            "it becomes the default). offline = the offline paired test at arms.gate_margin decides together "
-            "with the off-policy half (both must pass; today's default).",
+            "collapse at arms.gate_guardrail_margin (benchmarks/gate_power.py measures its error rates). "
+            "offline = the offline paired test at arms.gate_margin decides together with the off-policy half "
+            "(both must pass; the former gate, kept for comparison).",
         },
     )
     gate_margin: float = field(
@@ -149,17 +149,17 @@ class ArmsConfig:
         },
     )
     gate_ope_margin: float = field(
-        default=0.05,
+        default=0.005,
         metadata={
             "help": "Off-policy gate (non-inferiority): the challenger passes when the one-sided 97.5% lower "
             "bound (the 95% bootstrap interval's) of its CTR minus the champion's (arms.gate_ope_estimator's "
-            "paired estimate) is at least -margin (absolute CTR: 0.05 = 5 points; the redesign's 0.005 = half a "
-            "point, docs/gate.md). A negative value "
+            "paired estimate) is at least -margin (absolute CTR: 0.005 = half a point; the former gate's 0.05 "
+            "was 5 points). A negative value "
             "disables this check (the offline test at arms.gate_margin then decides).",
         },
     )
     gate_ope_rows: str = field(
-        default="all",
+        default="heldout",
         metadata={
             "choices": GATE_OPE_ROWS,
             "help": "Which of the month's logged rows the off-policy gate reads: heldout = every arm's rows of "
@@ -210,13 +210,15 @@ class ArmsConfig:
         },
     )
     gate_holdout_fraction: float = field(
-        default=0.1,
+        default=0.25,
         metadata={
             "gt": 0,
             "lt": 1,
             "help": "The share of users held out of every LLM update for the gate (arms.gate_ope_rows = heldout: "
             "the off-policy half reads their rows; arms.gate_users = warehouse: the offline half scores them), "
-            'by a seeded stable hash (sha256("<seed>:gate:<user>") / 2^64 < share): in (0, 1).',
+            'by a seeded stable hash (sha256("<seed>:gate:<user>") / 2^64 < share): in (0, 1). 0.25: the smallest '
+            "share whose gate met size <= 0.05 and power >= 0.8 at +1 point on the validation series "
+            '(docs/gate.md "Error rates").',
         },
     )
     update_logs: str = field(

@@ -159,7 +159,7 @@ def test_dataset_gate_users_stay_the_offline_construction(make_cfg):
     from abpo.policy.sft import seeded_subsample
 
     cfg = make_cfg("data.max_users=30", "data.eval_candidates=20")
-    assert cfg.arms.gate_users == "dataset" and cfg.arms.gate_holdout_fraction == 0.1
+    assert cfg.arms.gate_users == "dataset" and cfg.arms.gate_holdout_fraction == 0.25
     ds, splits = dataset_and_splits(cfg)
     want = seeded_subsample(build_eval_examples(splits, ds, cfg.data), cfg.sft.eval_max_users, cfg.seed)
     key = "f0b88088b52d"  # this config's users' key as computed before the test stopped copying its code
@@ -189,8 +189,7 @@ def test_the_update_leaves_the_gate_users_impressions_out_and_logs_how_many(make
     from abpo.train.strata import warehouse_strata
 
     # the arm's own rows (all traffic: tests/monthly/test_update_logs.py); the gate reads every row of the month
-    plain = make_cfg("arms.update_logs=own")
-    assert plain.arms.gate_ope_rows == "all"
+    plain = make_cfg("arms.update_logs=own", "arms.gate_ope_rows=all")
     table = land_impressions(plain)
     abpo_rows = table.filter(pc.equal(table.column("arm"), "abpo"))
     slice_ = {u for u in set(table.column("user_id").to_pylist()) if holdout_unit(plain.seed, u) < FRACTION}
@@ -207,7 +206,8 @@ def test_the_update_leaves_the_gate_users_impressions_out_and_logs_how_many(make
 
     # the off-policy half reads the held-out users' rows (heldout), or the offline half scores them (warehouse):
     # either way every row of a held-out user is gone, counted, logged, the same rows
-    by_rows = make_cfg(f"arms.gate_holdout_fraction={FRACTION}", "arms.update_logs=own", "arms.gate_ope_rows=heldout")
+    by_rows = make_cfg(f"arms.gate_holdout_fraction={FRACTION}", "arms.update_logs=own")
+    assert by_rows.arms.gate_ope_rows == "heldout"  # the default
     assert by_rows.arms.gate_users == "dataset"
     rows_pos, rows_neg, rows_held = arm_strata(by_rows, "abpo", [M1])
     cfg = make_cfg(

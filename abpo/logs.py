@@ -238,6 +238,9 @@ def _handlers_on(streams: list[Any]) -> list[logging.StreamHandler]:
                 isinstance(h, logging.StreamHandler)
                 and not isinstance(h, logging.FileHandler)
                 and not getattr(h, "abpo_console", False)
+                # a handler whose stream is a property (logging's last-resort handler) writes to whatever
+                # sys.stderr is, which the step log redirects already; it cannot be rebound
+                and not isinstance(getattr(type(h), "stream", None), property)
                 and any(h.stream is s for s in streams)
             ):
                 found[id(h)] = h

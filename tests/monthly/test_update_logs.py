@@ -37,13 +37,14 @@ def test_all_reads_every_arms_rows_and_own_only_the_arms(make_cfg):
     from abpo.monthly.update import arm_strata
 
     table = land(make_cfg())
-    pos, neg, held = arm_strata(make_cfg(), "abpo", [M1])  # default: all
+    # every row: the gate reads every row of the month (arms.gate_ope_rows=all), so nothing is held out
+    pos, neg, held = arm_strata(make_cfg("arms.gate_ope_rows=all"), "abpo", [M1])  # default update_logs: all
     assert held is None and pos.num_rows + neg.num_rows == table.num_rows
     assert set(pos.column("arm").to_pylist()) | set(neg.column("arm").to_pylist()) == set(ARMS)
     assert sorted(pos.column("propensity").to_pylist() + neg.column("propensity").to_pylist()) == sorted(
         table.column("propensity").to_pylist()
     )  # each row keeps the e0 its arm logged
-    own_pos, own_neg, _ = arm_strata(make_cfg("arms.update_logs=own"), "abpo", [M1])
+    own_pos, own_neg, _ = arm_strata(make_cfg("arms.update_logs=own", "arms.gate_ope_rows=all"), "abpo", [M1])
     assert own_pos.equals(pos.filter(pc.equal(pos.column("arm"), "abpo")))
     assert own_neg.equals(neg.filter(pc.equal(neg.column("arm"), "abpo")))
 
@@ -148,7 +149,7 @@ def test_logged_by_is_the_share_of_rows_by_logging_arm(make_cfg):
     from abpo.train.strata import logged_by
 
     table = land(make_cfg())
-    pos, neg, _ = arm_strata(make_cfg(), "abpo", [M1])
+    pos, neg, _ = arm_strata(make_cfg("arms.gate_ope_rows=all"), "abpo", [M1])  # every row, none held out
     counts = Counter(table.column("arm").to_pylist())
     assert logged_by((pos, neg)) == pytest.approx({a: counts[a] / table.num_rows for a in ARMS})
     assert logged_by((pos.slice(0, 0),)) == {}

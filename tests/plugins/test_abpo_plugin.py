@@ -461,9 +461,10 @@ def test_champions_show_the_latest_gate_and_what_decided(get, state):
     assert "<h2>Latest gate</h2>" in page and page.count("<td>v3 vs v2</td>") == 1
     row = page.split("<td>v3 vs v2</td>")[1].split("</tr>")[0]
     cells = [c.split("</td>")[0] for c in row.split("<td>")[1:]]
-    assert cells[:2] == ["FAIL", "Tango score"] and cells[3] == f"{v.offline['lower']:.6g} vs -0.02"
-    assert cells[5:8] == ["dr (all, 7320)", "0.0187 [0.0135, 0.024] vs -0.05", "3052"]
-    assert cells[8] == "dr +0.0187 [+0.0135, +0.0240] all; snips +0.0100 [-0.0020, +0.0220] own"
+    # a gate recorded without gate.decided_by, with its off-policy half: both halves decided
+    assert cells[:3] == ["FAIL", "both", "Tango score"] and cells[4] == f"{v.offline['lower']:.6g} vs -0.02"
+    assert cells[6:9] == ["dr (all, 7320)", "0.0187 [0.0135, 0.024] vs -0.05", "3052"]
+    assert cells[9] == "dr +0.0187 [+0.0135, +0.0240] all; snips +0.0100 [-0.0020, +0.0220] own"
 
 
 def test_champions_of_the_namespace_in_abpo_namespace(get, state, monkeypatch):

@@ -274,12 +274,6 @@ def test_the_demo_table_check_finds_a_row_the_page_lacks():
     assert _rows_missing(rows, page) == ["| grpo | 8.580% |"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="the page README's demo section cites (docs/demo.md, The climb) does not yet hold the per-arm CTR table "
-    "of the run it quotes; README's figures are left as measured until that run's table is recorded there",
-)
 def test_the_readmes_demo_table_is_the_one_on_the_page_it_cites():
     text = README.read_text()
     rows = _demo_table(text)

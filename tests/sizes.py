@@ -39,9 +39,17 @@ LIKELY_CLICKS = ["sim.click_next=1.0", "sim.base_ctr=0.2"]
 """Clicks likely enough that a 40- to 60-user month gives every LLM arm both strata (with the default click model
 an arm serving ~20 rows once got none, and its update group was skipped, not failed)."""
 
-GATE_PASSES = ["arms.gate_margin=1.0", "arms.gate_ope_margin=1.0", "arms.gate_min_ess=0"]
+GATE_PASSES = [
+    "arms.gate_margin=1.0",
+    "arms.gate_ope_margin=1.0",
+    "arms.gate_min_ess=0",
+    "arms.gate_primary=offline",
+    "arms.gate_ope_rows=all",
+]
 """A gate every challenger passes (margin 1: any lower bound of the paired difference clears it): the month promotes,
-so the next month starts from another champion. The gate's own verdicts are tested in tests/arms/test_gate*."""
+so the next month starts from another champion. Both halves decide and the off-policy one reads every row, so a
+shrunken month's few held-out users cannot fail it closed, and no user is held out of the updates. The gate's own
+verdicts are tested in tests/arms/test_gate* and tests/monthly/test_gate*."""
 
 CYCLE_MONTH = [*MONTH, *LIKELY_CLICKS, "arms.update_logs=own"]
 """The shrunken month of tests/arms/test_cycle.py: the LLM arms update from their own logs (all traffic and the

@@ -51,7 +51,16 @@ def test_two_months_lineage_gate_and_refits(tmp_path, pi_init_state):
     champ1 = {a: m1[a]["promote"]["champion_version"] for a in ("abpo", "grpo")}
 
     # month 2 with a gate no challenger can pass: every LLM arm keeps its month-1 champion
-    cfg2 = load_config("tiny", [f"paths.root={tmp_path}", *CYCLE_MONTH, "arms.gate_margin=-1.0"])
+    cfg2 = load_config(
+        "tiny",
+        [
+            f"paths.root={tmp_path}",
+            *CYCLE_MONTH,
+            "arms.gate_primary=offline",
+            "arms.gate_ope_rows=all",
+            "arms.gate_margin=-1.0",
+        ],
+    )
     m2 = run_month(cfg2, "2026-02").to_json()
     registry.configure(cfg)
     client = MlflowClient()

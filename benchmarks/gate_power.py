@@ -60,6 +60,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import ope_coverage  # noqa: E402  (benchmarks/: the month's matrices)
+
 # Fixed before the redesign was scored: the grid of true differences (CTR points), the months per delta, the seed
 # of every draw, and the validation series the design is chosen on (docs/gate.md "Error rates").
 DELTAS_PP = (-2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0)
@@ -371,8 +373,6 @@ def main(argv=None) -> int:
     from abpo.data.holdout import in_holdout
     from abpo.monthly.common import dataset_and_splits
     from abpo.monthly.gate_users import dataset_gate_examples
-    from abpo.sim.headroom import candidate_click_probabilities
-    from abpo.sim.simulator import month_requests
 
     t0 = time.perf_counter()
     series = VALIDATION if args.series == "validation" else []
@@ -406,14 +406,9 @@ def main(argv=None) -> int:
         )
         return 0
     month = cfg.sim.start_month
-    reqs = month_requests(cfg, ds, splits, month)
-    probs, _ = candidate_click_probabilities(cfg, ds, reqs)
-    k = max(len(r.candidates) for r in reqs)
-    p = np.zeros((len(reqs), k))
-    mask = np.zeros((len(reqs), k), dtype=bool)
-    items = np.zeros((len(reqs), k), dtype=np.int64)
-    for i, (r, pr) in enumerate(zip(reqs, probs, strict=True)):
-        p[i, : len(pr)], mask[i, : len(pr)], items[i, : len(pr)] = pr, True, r.candidates
+    # the month's requests and click probabilities as (R, K) matrices, as benchmarks/ope_coverage.py builds them
+    reqs, p, mask, items, _ = ope_coverage.month(cfg, month, 0)
+    k = p.shape[1]
     gate_set = dataset_gate_examples(cfg)
     comps = components(cfg, ds, reqs, gate_set)
     high, low, gap, values = build_pair(comps, p, max(abs(d) for d in deltas))

@@ -709,6 +709,7 @@ def gate(cfg: Config, arm: str, version: str, month: str | None = None) -> GateR
             guardrail_margin=cfg.arms.gate_guardrail_margin,
         )
     passed, reason = verdict.passed, verdict.reason
+    decided = decided_by(cfg.arms.gate_primary, ope)
     log.info(f"gate {arm}: {'PASS' if passed else 'FAIL'}: {reason}")
     arm_versions.set_tags(
         cfg,
@@ -718,12 +719,8 @@ def gate(cfg: Config, arm: str, version: str, month: str | None = None) -> GateR
             "gate.verdict": "pass" if passed else "fail",
             "gate.reason": reason[:4900],
             "gate.champion_version": champ.version,
-            "gate.decided_by": decided_by(cfg.arms.gate_primary, ope),
-            **(
-                {"gate.guardrail.margin": f"{cfg.arms.gate_guardrail_margin:.6g}"}
-                if decided_by(cfg.arms.gate_primary, ope) == "off-policy"
-                else {}
-            ),
+            "gate.decided_by": decided,
+            **({"gate.guardrail.margin": f"{cfg.arms.gate_guardrail_margin:.6g}"} if decided == "off-policy" else {}),
             **offline_tags(metric, verdict.offline),
             **ope_tags(ope, cfg.arms.gate_ope_margin),
         },
@@ -760,7 +757,7 @@ def gate(cfg: Config, arm: str, version: str, month: str | None = None) -> GateR
         offline=finite_or_none(verdict.offline) or None,
         offline_passed=verdict.offline_passed,
         ope_passed=verdict.ope_passed,
-        decided_by=decided_by(cfg.arms.gate_primary, ope),
+        decided_by=decided,
     )
     registry.record_task_result(run.info.run_id, out.to_json())
     return out

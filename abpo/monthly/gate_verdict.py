@@ -310,32 +310,15 @@ def offline_verdict(
 
 
 def guardrail_verdict(
-    *,
-    metric: str,
-    challenger_ranks: Sequence[int],
-    champion_ranks: Sequence[int],
-    margin: float,
-    alpha: float,
-    power: float,
-    challenger_version: str,
-    champion_version: str,
+    numbers: dict[str, Any], *, metric: str, margin: float, challenger_version: str, champion_version: str
 ) -> tuple[bool, str, dict[str, Any]]:
-    """The offline guardrail of ``arms.gate_primary = ope`` (docs/gate.md "Decision"): it refuses a challenger only on
-    evidence of a collapse, when the one-sided (1 - ``alpha``) **upper** bound of ``metric``'s per-user difference
-    challenger - champion is below -``margin`` (Tango's score bound for HR@K, with the wins and losses swapped; Wald
-    for NDCG@K). A challenger whose true difference is at least -margin passes with probability at least 1 - alpha
-    on any number of users, so an equal challenger passes at least 97.5% of the time at the default level, and the
-    guardrail never decides a tie. (passed, reason, the paired test's numbers with ``upper``, the bound it reads.)"""
-    _, _, numbers = offline_verdict(
-        metric=metric,
-        challenger_ranks=challenger_ranks,
-        champion_ranks=champion_ranks,
-        margin=margin,
-        alpha=alpha,
-        power=power,
-        challenger_version=challenger_version,
-        champion_version=champion_version,
-    )
+    """The offline guardrail of ``arms.gate_primary = ope`` (docs/gate.md "Decision"), read from
+    :func:`offline_verdict`'s ``numbers`` at ``margin``: it refuses a challenger only on evidence of a collapse, when
+    the one-sided (1 - alpha) **upper** bound of ``metric``'s per-user difference challenger - champion is below
+    -``margin`` (Tango's score bound for HR@K, with the wins and losses swapped; Wald for NDCG@K). A challenger whose
+    true difference is at least -margin passes with probability at least 1 - alpha on any number of users, so an
+    equal challenger passes at least 97.5% of the time at the default level, and the guardrail never decides a tie.
+    (passed, reason, ``numbers`` with ``upper``, the bound it reads.)"""
     if not numbers:
         return False, f"offline guardrail {metric}: arms.gate_guardrail_margin {margin} not finite: fails closed", {}
     n, wins, losses = int(numbers["n"]), int(numbers["wins"]), int(numbers["losses"])
@@ -393,16 +376,25 @@ def gate_verdict(
             f"gate: arms.gate_guardrail_margin {guardrail_margin!r}; rule: a positive margin (the offline guardrail "
             "of arms.gate_primary = ope)"
         )
-    offline_ok, why, numbers = (guardrail_verdict if guardrail else offline_verdict)(
+    at = float(guardrail_margin or 0.0) if guardrail else margin
+    offline_ok, why, numbers = offline_verdict(
         metric=metric,
         challenger_ranks=challenger_ranks,
         champion_ranks=champion_ranks,
-        margin=float(guardrail_margin) if guardrail else margin,  # type: ignore[arg-type]
+        margin=at,
         alpha=alpha,
         power=power,
         challenger_version=challenger_version,
         champion_version=champion_version,
     )
+    if guardrail:
+        offline_ok, why, numbers = guardrail_verdict(
+            numbers,
+            metric=metric,
+            margin=at,
+            challenger_version=challenger_version,
+            champion_version=champion_version,
+        )
     if primary == "offline":
         reasons = [why]
         ope_ok = True

@@ -5,7 +5,7 @@ linked to its page, the climb chart), the terms it uses defined, the two command
 demo's code prints it, its demo table the same as on the page it cites, no commit hash, at most one timing, a package
 map that is the import-linter layers, a DAG diagram with every step and arm, and a link to every page of docs/; no
 docs table is left empty; every
-relative link in README.md and docs/*.md reaches a file and, with an #anchor, a heading of it; the commands in their
+relative link in README.md and the pages of docs/ (its subdirectories too) reaches a file and, with an #anchor, a heading of it; the commands in their
 bash blocks name Makefile targets, `abpo` subcommands and paths that exist."""
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from tests.command_names import cli_commands, named_commands, unknown_commands
 REPO = Path(__file__).resolve().parents[1]
 SPEC = REPO / "docs" / "ABPO_SPEC.md"
 README = REPO / "README.md"
-PAGES = sorted((REPO / "docs").glob("*.md"))
+# The user pages: docs/ and its kinds' subdirectories (reference/, ...), not the experiment records.
+PAGES = sorted(p for p in (REPO / "docs").rglob("*.md") if (REPO / "docs" / "experiments") not in p.parents)
 SOURCES = [
     README,
     *(p for p in PAGES if p != SPEC),

@@ -546,3 +546,79 @@ def test_no_ticket_session_commit_or_machine_path_on_what_a_user_reads():
 def test_the_bookkeeping_check_catches_what_it_should(text, found):
     got = [b.split(": `", 1)[1].split("` in `", 1)[0] for b in _bookkeeping(README, text)]
     assert sorted(got) == sorted(found), got
+
+
+# ------------------------------------------------------------------ docs/reference/config.md, generated and checked
+CONFIG_REFERENCE = REPO / "docs" / "reference" / "config.md"
+CONFIG_INTRO = """# Config reference
+
+Reference: every key of abpo's config, its default, its meaning and its allowed values, section by section. It is the
+table `abpo config --explain` prints (without a preset's values and their sources), generated from the same fields
+(`abpo.config.describe`): regenerate it with `.venv/bin/python -m tests.test_docs`; `tests/test_docs.py` fails when
+it drifts from the code. It assumes [the `abpo` command](../cli.md#the-abpo-command) (how `--config`, `--set`,
+`extends:` and the environment combine); what a refused value prints is in [errors and
+refusals](refusals.md#config-files-and-values).
+
+To see the values of one preset and where each came from: `abpo config --config demo --explain`. Which keys a DAG
+trigger may override: [the DAG's reference](dag.md#params).
+"""
+
+
+def _cell(value: object) -> str:
+    return str(value).replace("|", "\\|").replace("*", "\\*").replace("<", "&lt;").replace("\n", " ").strip()
+
+
+def config_reference() -> str:
+    """docs/reference/config.md as abpo.config.describe (the fields behind `abpo config --explain`) gives it."""
+    from abpo.config import Config, describe
+
+    sections: dict[str, list[tuple[str, object, str]]] = {}
+    for key, default, help_text in describe(Config):
+        sections.setdefault(key.split(".")[0] if "." in key else "top level", []).append((key, default, help_text))
+    out = [CONFIG_INTRO]
+    for name, rows in sections.items():
+        out.append(f"\n## {name}\n\n| key | default | meaning |\n|---|---|---|\n")
+        out += [f"| `{key}` | `{default!r}` | {_cell(help_text) or '-'} |\n" for key, default, help_text in rows]
+    return "".join(out)
+
+
+def test_the_config_reference_is_what_abpo_config_explain_describes():
+    text = config_reference()
+    assert text.count("| `") > 200 and "`update.learning_rate`" in text
+    assert CONFIG_REFERENCE.read_text() == text, (
+        "docs/reference/config.md differs from the config's fields; rule: it is generated, regenerate it with "
+        "`.venv/bin/python -m tests.test_docs`"
+    )
+
+
+if __name__ == "__main__":
+    CONFIG_REFERENCE.write_text(config_reference())
+    print(f"wrote {CONFIG_REFERENCE.relative_to(REPO)}")
+
+
+# ------------------------------------------------------------------ docs/reference/dag.md against the DAG
+DAG_REFERENCE = REPO / "docs" / "reference" / "dag.md"
+
+
+def _dag_reference_gaps() -> list[str]:
+    """What docs/reference/dag.md lacks of the DAG's params, overridable keys, $ABPO_* settings, arms and routes."""
+    from abpo.arms.names import ARMS
+    from abpo.monthly.overrides import OVERRIDE_ALLOWED
+
+    text = DAG_REFERENCE.read_text()
+    dag = (REPO / "dags" / "abpo_monthly.py").read_text()
+    params = re.findall(r'^\s+"(\w+)": Param\(', dag, re.M)
+    settings = set(re.findall(r'environ\.get\("(ABPO_\w+)"', (REPO / "abpo/monthly/dag_settings.py").read_text()))
+    routes = re.findall(r'@app\.get\("([^"]+)"', (REPO / "plugins" / "abpo_plugin.py").read_text())
+    gaps = [f"param `{p}`" for p in params if f"| `{p}` |" not in text]
+    gaps += [f"override key `{k}`" for k in OVERRIDE_ALLOWED if f"`{k}`" not in text]
+    gaps += [f"variable `{v}`" for v in sorted(settings) if f"| `{v}` |" not in text]
+    gaps += [f"arm {a}" for a in ARMS if a not in text.split("## Tasks", 1)[1].split("##", 1)[0]]
+    gaps += [f"route /abpo{r}" for r in routes if f"`/abpo{r.replace('{path:path}', '{path}')}`" not in text]
+    listed = text.split("OVERRIDE_ALLOWED`:", 1)[1].split("Every other key", 1)[0]
+    gaps += [f"key `{k}` listed but not overridable" for k in re.findall(r"`([^`]+)`", listed) if k not in OVERRIDE_ALLOWED]
+    return gaps
+
+
+def test_the_dag_reference_lists_its_params_keys_settings_arms_and_routes():
+    assert not _dag_reference_gaps(), _dag_reference_gaps()

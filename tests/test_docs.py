@@ -622,3 +622,11 @@ def _dag_reference_gaps() -> list[str]:
 
 def test_the_dag_reference_lists_its_params_keys_settings_arms_and_routes():
     assert not _dag_reference_gaps(), _dag_reference_gaps()
+
+
+def test_the_loops_arm_table_has_every_arm_of_the_registry():
+    from abpo.arms.names import ARMS
+
+    text = (REPO / "docs" / "loop.md").read_text()
+    rows = re.findall(r"^\| `(\w+)` \| ", text.split("| arm | what serves |", 1)[1].split("\n\n", 1)[0], re.M)
+    assert sorted(rows) == sorted(ARMS), f"docs/loop.md's arm table: {rows}; rule: one row per arm of {list(ARMS)}"

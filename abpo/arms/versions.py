@@ -67,21 +67,64 @@ def code_version() -> str:
 def _canonical_path(value: str) -> str:
     """A path setting as one spelling: an absolute path resolved (symlinks, '..', a trailing slash: Path.resolve()),
     a relative one normalised (so the defaults hash as they always did)."""
-    import os
-
     p = Path(os.path.expanduser(str(value)))
     return str(p.resolve()) if p.is_absolute() else os.path.normpath(str(value))
 
 
+ROOT_IN_HASH = "<paths.root>"  # what an absolute paths.root hashes as: where the state is, not what it is
+
+
+def _relocatable_paths(cfg: Config, paths: dict[str, Any]) -> dict[str, Any]:
+    """The section ``paths`` of ``cfg.to_dict()`` as it hashes: independent of where the state directory is, so a
+    state copied elsewhere and relocated (`abpo state relocate`) finds its completed tasks under the same keys. An
+    absolute ``root`` is :data:`ROOT_IN_HASH`; a path setting under the root is its path relative to it (so
+    ``models=<root>/models`` and ``models=models`` are one setting), any other one canonical (:func:`_canonical_path`);
+    a SQLite tracking URI of the state's own store is the default (empty) one, and another SQLite file under the root
+    is named relative to it. A relative root (the default ``var``) and relative settings hash as they always did."""
+    out = dict(paths)
+    root_value = str(out.get("root") or "")
+    root = Path(_canonical_path(root_value)) if root_value else None
+    if root is not None and not root.is_absolute():
+        root = cfg.paths.resolve("root").resolve()
+    elif root_value:
+        out["root"] = ROOT_IN_HASH
+
+    def under_root(value: str) -> str:
+        canon = _canonical_path(value)
+        if root is not None and Path(canon).is_absolute() and Path(canon).is_relative_to(root):
+            return os.path.normpath(str(Path(canon).relative_to(root)))
+        return canon
+
+    for k in ("landing", "warehouse", "models", "reports", "mlflow_artifacts"):
+        if isinstance(out.get(k), str) and out[k] and not _is_uri(out[k]):
+            out[k] = under_root(out[k])
+    uri = out.get("mlflow_tracking_uri")
+    db = registry.sqlite_path(uri) if isinstance(uri, str) and "?" not in uri else None
+    if db is not None and db.is_absolute():
+        rel = under_root(str(db))
+        if rel == "mlflow.db":  # the state's own store, which an empty setting names too
+            out["mlflow_tracking_uri"] = ""
+        elif not Path(rel).is_absolute():
+            out["mlflow_tracking_uri"] = f"sqlite:///{ROOT_IN_HASH}/{rel}"
+    return out
+
+
+def _is_uri(value: str) -> bool:
+    """Whether a path setting is an object-store URI (s3://, gs://, ...): hashed as written."""
+    from abpo.data.storage import is_uri
+
+    return is_uri(value)
+
+
 def config_hash(cfg: Config) -> str:
     """The config's hash (lineage tag ``config_hash`` and every task key, abpo.monthly.common.task_key), with its
-    path settings canonical: ABPO_STATE=/x/k1/ and /x/k1 are one state, one hash."""
+    path settings canonical (ABPO_STATE=/x/k1/ and /x/k1 are one state, one hash) and independent of where the
+    state directory is (:func:`_relocatable_paths`): a state copied to /y/k1 and relocated hashes as it did at /x/k1,
+    so a retried or rerun task of its month finds the run that completed it instead of training again."""
     d = cfg.to_dict()
     if not d["paths"].get("namespace"):  # added later: at its default it leaves the hash of before
         d["paths"].pop("namespace", None)
-    for k in ("root", "landing", "warehouse", "models", "reports", "mlflow_artifacts"):
-        if isinstance(d["paths"].get(k), str) and d["paths"][k]:
-            d["paths"][k] = _canonical_path(d["paths"][k])
+    d["paths"] = _relocatable_paths(cfg, d["paths"])
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -162,6 +162,70 @@ def first_step_weights(cfg: Config, arm: str, parent_dir, positive, no_response)
     return weight_summary(torch.tensor(w, dtype=torch.float64))
 
 
+def registered_update(
+    cfg: Config, arm: str, month: str, data_hash: str, parent_version: str, key: str
+) -> UpdateResult | None:
+    """The update of ``arm``'s ``month`` that a registered version already holds, found by its lineage tags (source
+    update, the month, the champion it started from, the rows' hash and the config's hash), or None.
+    Its task key finds a completed update first; this finds one whose run the key no longer finds (a state moved and
+    relocated from a directory an older key hashed, a damaged or missing task record), so a month whose challenger was
+    registered reuses it instead of training and registering a second version of the same month. The run is recorded
+    again under ``key`` (abpo.registry.adopt_task_run), so the next lookup finds it by key."""
+    name = arm_versions.model_name(arm, cfg)
+    want = {
+        "source": "update",
+        "month": month,
+        "parent_version": parent_version,
+        "data_hash": data_hash,
+        "config_hash": arm_versions.config_hash(cfg),
+    }
+    for mv in registry.tagged_versions(cfg, name, want):
+        if not mv.run_id:
+            continue
+        out = _update_of_run(arm, mv)
+        registry.adopt_task_run(mv.run_id, key, out.to_json())
+        log.info(
+            f"update {arm}: month {month}'s update from champion v{parent_version} is registered as {name} "
+            f"v{mv.version} (run {mv.run_id}), though no completed run has its task key; it is reused, nothing trained"
+        )
+        return out
+    return None
+
+
+def _update_of_run(arm: str, mv) -> UpdateResult:
+    """The UpdateResult of registered version ``mv``'s update run: the result it recorded when that is readable,
+    else rebuilt from the version's lineage tags and the run's tags, params and metrics (what update() logged)."""
+    run = registry.get_run(mv.run_id)
+    try:
+        kept = registry.task_result(run)
+    except Exception as e:  # noqa: BLE001 - a record lost or damaged: rebuilt from what the run and version hold
+        log.warning(f"update {arm}: run {mv.run_id}: its task record cannot be read ({type(e).__name__}); rebuilt")
+        kept = None
+    if isinstance(kept, dict) and kept.get("run_id") == mv.run_id and kept.get("model_uri"):
+        return UpdateResult.from_json(kept)
+    tags, data = dict(mv.tags or {}), run.data
+    return UpdateResult(
+        arm=arm,
+        month=tags["month"],
+        run_id=mv.run_id,
+        model_uri=str(mv.source),
+        parent_version=tags["parent_version"],
+        months=[m for m in tags.get("months", "").split(",") if m],
+        data_hash=tags["data_hash"],
+        rows=int(tags.get("rows") or 0),
+        steps=int(tags.get("steps") or 0),
+        variant=tags.get("variant", ""),
+        held_out_rows=int(data.tags.get("abpo.gate_holdout_rows") or 0),
+        update_logs=data.tags.get("abpo.update_logs", "own"),
+        logged_by={
+            k.removeprefix("logged_by."): float(v) for k, v in data.params.items() if k.startswith("logged_by.")
+        },
+        first_step_w={
+            k.removeprefix("first_step_w/"): float(v) for k, v in data.metrics.items() if k.startswith("first_step_w/")
+        },
+    )
+
+
 def update(cfg: Config, arm: str, month: Month) -> UpdateResult:
     """The step for one LLM arm (see the module docstring). Returns the run and lineage facts."""
     if entry(arm).kind != LLM:
@@ -211,6 +275,9 @@ def update(cfg: Config, arm: str, month: Month) -> UpdateResult:
     )
     if done is not None:
         return done
+    found = registered_update(cfg, arm, str(month), data_hash, str(champ.version), key)
+    if found is not None:
+        return found
     parent_dir = arm_versions.local_dir(cfg, arm, champ.version)
     from abpo.train.strata import logged_by
 

@@ -20,7 +20,14 @@ and store, by the registry itself: every function that takes ``cfg`` and talks t
 read, so on the store it was configured for.
 """
 
-from abpo.registry.errors import ModelFilesDamaged, NamespaceMismatch, RegistryUnavailable, StateMoved
+from abpo.registry.errors import (
+    ModelFilesDamaged,
+    NamespaceMismatch,
+    RegistryUnavailable,
+    StateMoved,
+    TaskAttemptLive,
+    TaskSuperseded,
+)
 from abpo.registry.locks import LockHeld, LockLost, registry_lock, touch_lock
 from abpo.registry.models import (
     LLM_SERVING_PACKAGES,
@@ -89,6 +96,7 @@ from abpo.registry.tasks import (
     TASK_DONE_TAG,
     TASK_KEY_TAG,
     TASK_RESULT_ARTIFACT,
+    adopt_task_run,
     completed_task_run,
     record_task_result,
     task_result,
@@ -112,6 +120,7 @@ from abpo.registry.versions import (
     set_alias,
     set_model_tag,
     set_version_tags,
+    tagged_versions,
     version_dict,
 )
 from abpo.registry.weights import (
@@ -140,6 +149,8 @@ __all__ = [
     "NamespaceMismatch",
     "RegistryUnavailable",
     "StateMoved",
+    "TaskAttemptLive",
+    "TaskSuperseded",
     "_announced",
     "_artifact_root",
     "_checked_moved",
@@ -149,6 +160,7 @@ __all__ = [
     "_last_logged_model_id",
     "abpo_code",
     "active_run_id",
+    "adopt_task_run",
     "check_namespace",
     "check_weights",
     "completed_task_run",
@@ -212,6 +224,7 @@ __all__ = [
     "store_line",
     "store_locked",
     "tagged_runs",
+    "tagged_versions",
     "task_result",
     "terminate_run",
     "torch_weights_problem",

@@ -203,6 +203,27 @@ def run_versions(cfg: Config, name: str, run_id: str) -> list:
     return list(MlflowClient().search_model_versions(f"name='{name}' and run_id='{run_id}'"))
 
 
+def tagged_versions(cfg: Config, name: str, tags: dict[str, str]) -> list:
+    """The versions of registered model ``name`` whose tags include every item of ``tags``, newest first; none when
+    the model does not exist. RegistryUnavailable naming the store when the registry cannot answer."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    uri = configure(cfg)
+    try:
+        versions = list(MlflowClient().search_model_versions(f"name='{name}'"))
+    except MlflowException as e:
+        if is_not_found(e):
+            return []
+        raise RegistryUnavailable(
+            f"MLflow registry {uri}: could not list the versions of model {name!r} "
+            f"({getattr(e, 'error_code', '')}: {str(e)[:300]})"
+        ) from e
+    want = {k: str(v) for k, v in tags.items()}
+    found = [mv for mv in versions if all((mv.tags or {}).get(k) == v for k, v in want.items())]
+    return sorted(found, key=lambda mv: int(mv.version), reverse=True)
+
+
 def set_version_tags(cfg: Config, name: str, version: str | int, tags: dict[str, Any]) -> None:
     """Set ``tags`` on version ``version`` of registered model ``name``."""
     from mlflow import MlflowClient

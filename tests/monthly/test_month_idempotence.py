@@ -85,8 +85,11 @@ def test_task_keys_use_canonical_paths_and_the_month_start_is_recorded_once(tmp_
         monkeypatch.setenv("ABPO_STATE", spelled)
         keys.add(task_key(load_config("tiny"), "update", "abpo", "2026-04", "rows", "parent-v1"))
     assert len(keys) == 1
+    # another directory holding the same state (a relocated copy): the same keys too (tests/monthly/
+    # test_update_relocated.py); another setting: another key
     monkeypatch.setenv("ABPO_STATE", f"{tmp_path}/k2")
-    assert task_key(load_config("tiny"), "update", "abpo", "2026-04", "rows", "parent-v1") not in keys
+    assert task_key(load_config("tiny"), "update", "abpo", "2026-04", "rows", "parent-v1") in keys
+    assert task_key(load_config("tiny", ["seed=7"]), "update", "abpo", "2026-04", "rows", "parent-v1") not in keys
 
     from abpo.monthly.common import champion_at_month_start, record_month_start
 

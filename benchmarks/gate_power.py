@@ -214,7 +214,24 @@ def one_gate(cfg, *, rows_mask, arm, logged, e0, clicked, users, reqs, items, ma
     )
 
 
-def in_sample_probe(cfg, ds, splits, n: int, fraction: float) -> dict:
+def mixed_pair(c_pp: float, l_pp: float, delta: float) -> tuple[float, float]:
+    """(x, y) for challenger (1 - x) C + x L and champion (1 - y) pi_init + y L whose Eq. H1 difference
+    (1 - x) c + x l - y l is exactly ``delta`` (CTR points), given C - pi_init = ``c_pp`` = c and L - pi_init =
+    ``l_pp`` = l: between c and l the challenger is moved towards L (y = 0), else the champion is (x = 0, the
+    challenger keeps all of C); (nan, nan) where neither reaches ``delta`` (:func:`mixed_span`)."""
+    lo, hi = sorted((c_pp, l_pp))
+    if lo <= delta <= hi and hi > lo:
+        return (delta - c_pp) / (l_pp - c_pp), 0.0
+    y = (c_pp - delta) / l_pp if l_pp else math.nan
+    return (0.0, y) if 0.0 <= y <= 1.0 else (math.nan, math.nan)
+
+
+def mixed_span(c_pp: float, l_pp: float) -> tuple[float, float]:
+    """The deltas :func:`mixed_pair` reaches: from the smallest to the largest of c, l and c - l."""
+    return min(c_pp, l_pp, c_pp - l_pp), max(c_pp, l_pp, c_pp - l_pp)
+
+
+def in_sample_probe(cfg, ds, splits, n: int, fraction: float, deltas=DELTAS_PP, *, span: bool = False) -> dict:
     """Challengers trained on a month's logs the way the loop trains them, scored by the off-policy half on the rows
     each trained on (today's gate: every row of the month) and on rows it never saw (the redesign: the held-out
     users', which its twin's update left out). Replicate r >= 1 is the month under sim.replicate = r (other
@@ -222,8 +239,18 @@ def in_sample_probe(cfg, ds, splits, n: int, fraction: float) -> dict:
     rankers their first fits (abpo.sim.simulator.simulate_month, nothing landed). Two updates from pi_init with the
     `wll` arm's settings (abpo.arms.llm: arms.update_max_examples rows, section update, the arm's update_by_arm
     entry): one on every row (the loop today), one without the held-out users' rows. Truth: Eq. H1 of each
-    challenger minus pi_init on the month's requests (every row's candidate_click_prob). Returns per-replicate rows
-    and each design's mean error (estimate - truth) with its standard error, in CTR points."""
+    challenger minus pi_init on the month's requests (every row's candidate_click_prob).
+
+    Error rates at each ``delta``: from each trained challenger C (C - pi_init = c by Eq. H1) and the popularity
+    ranker L (L - pi_init = l < 0), the challenger (1 - x) C + x L against the champion (1 - y) pi_init + y L
+    (:func:`mixed_pair`; a row-level mixture of exposures, offline each gate user's rank drawn from the parts at
+    their weights), so the true difference is exactly delta and the challenger keeps the trained part's optimism on
+    its own rows. The whole gate runs on the replicate's month as the monthly step runs it: "before" on every row,
+    its challenger trained on every row, at the former margins; "gate" on the held-out users' rows, its challenger
+    trained without them, at the preset's. ``span`` (the smoke's untrained policies) maps the grid linearly into
+    what each replicate's mixtures reach (:func:`mixed_span`) instead of skipping the deltas they do not. Each design's estimators' coverage of the truth (out of sample for
+    "gate") over every (replicate, delta). Returns per-replicate rows, each design's mean error (estimate - truth)
+    with its standard error, in CTR points, and G tables (:func:`summary`) per design."""
     import dataclasses
 
     import pyarrow as pa
@@ -233,7 +260,11 @@ def in_sample_probe(cfg, ds, splits, n: int, fraction: float) -> dict:
     from abpo.arms import versions
     from abpo.arms.names import LLM, arm_class, entry
     from abpo.monthly.common import arms_of
-    from abpo.monthly.gate import gate_rows, ope_estimates_on_rows, ope_numbers
+    from abpo.monthly.gate import gate_rows, offline_scores, ope_estimates_on_rows, ope_numbers
+    from abpo.monthly.gate_users import dataset_gate_examples
+    from abpo.monthly.gate_verdict import gate_verdict
+    from abpo.policy.evaluate import evaluate_policy
+    from abpo.policy.model import load_policy
     from abpo.sim.headroom import candidate_click_probabilities
     from abpo.sim.simulator import month_requests
     from abpo.train.runs import UpdateRun
@@ -242,7 +273,24 @@ def in_sample_probe(cfg, ds, splits, n: int, fraction: float) -> dict:
     month = cfg.sim.start_month
     arm = "wll" if "wll" in cfg.arms.names else next(a for a in arms_of(cfg) if entry(a).kind == LLM)
     pi0 = pi_init_arm(cfg, ds)
-    out = []
+    pop = versions.load_arm(cfg, "popularity", ds)
+    gate_set = dataset_gate_examples(cfg)
+    examples, popularity, _ = gate_set
+    offline = [(e.user_id, list(e.history), list(e.candidates)) for e in examples]
+    ranks0 = np.asarray(offline_scores(cfg, pi0.name, "1", gate_set=gate_set)[1], dtype=np.int64)
+    ranks_pop = np.asarray(
+        [
+            ranks_from_scores(np.asarray(p, dtype=np.float64), list(ex.candidates).index(ex.positive))
+            for p, ex in zip(pop.propensities(offline), examples, strict=True)
+        ],
+        dtype=np.int64,
+    )
+    a_ = cfg.arms
+    designs = {
+        "before": BEFORE,
+        "gate": {"primary": a_.gate_primary, "margin": a_.gate_margin, "ope_margin": a_.gate_ope_margin},
+    }
+    out, cells = [], {d: [] for d in designs}
     for r in range(1, n + 1):
         t = time.perf_counter()
         c = dataclasses.replace(cfg, sim=dataclasses.replace(cfg.sim, replicate=r))
@@ -259,8 +307,26 @@ def in_sample_probe(cfg, ds, splits, n: int, fraction: float) -> dict:
         def kept(t_, users=held_users):
             return t_.filter(pc.invert(pc.is_in(t_.column("user_id"), value_set=users)))
 
+        reqs_rows = list(
+            zip(
+                rows.column("user_id").to_pylist(),
+                rows.column("history").to_pylist(),
+                rows.column("candidates").to_pylist(),
+            )
+        )
+        p_click = [np.asarray(x, dtype=np.float64) for x in rows.column("candidate_click_prob").to_pylist()]
+        e_old = [np.asarray(x, dtype=np.float64) for x in pi0.propensities(reqs_rows)]
+        e_pop = [np.asarray(x, dtype=np.float64) for x in pop.propensities(reqs_rows)]
+
+        def h1(e_a, e_b, q_=p_click):  # Eq. H1 difference, CTR points, on the month's requests
+            return 100 * float(np.mean([((x - y) * q).sum() for x, y, q in zip(e_a, e_b, q_, strict=True)]))
+
+        l_pp = h1(e_pop, e_old)
+        col = {k: rows.column(k).to_pylist() for k in ("candidates", "item_id", "history", "clicked", "user_id")}
+        e0_all = np.asarray(rows.column("propensity").to_pylist(), dtype=np.float64)
+        own_all = np.asarray([x == arm for x in rows.column("arm").to_pylist()], dtype=bool)
         u = c.arms.update_settings(arm, dataclasses.replace(c.update, resume=False, save_merged=True))
-        row = {"replicate": r}
+        row = {"replicate": r, "popularity_pp": l_pp}
         for design, strata, scored in (
             ("before", (pos, neg), rows),
             ("gate", (kept(pos), kept(neg)), held),
@@ -274,36 +340,36 @@ def in_sample_probe(cfg, ds, splits, n: int, fraction: float) -> dict:
             )
             res = run_update(dataclasses.replace(c, update=u), run, progress=False, strata=strata, log_mlflow=False)
             new = arm_class(arm).load(arm, res.model_dir, c, dataset=ds, model_version=f"{design}-r{r}")
-            reqs_rows = list(
-                zip(
-                    rows.column("user_id").to_pylist(),
-                    rows.column("history").to_pylist(),
-                    rows.column("candidates").to_pylist(),
-                )
-            )
-            p_click = [np.asarray(x, dtype=np.float64) for x in rows.column("candidate_click_prob").to_pylist()]
             e_new = [np.asarray(x, dtype=np.float64) for x in new.propensities(reqs_rows)]
-            e_old = [np.asarray(x, dtype=np.float64) for x in pi0.propensities(reqs_rows)]
-            truth = 100 * float(np.mean([((a - b) * q).sum() for a, b, q in zip(e_new, e_old, p_click, strict=True)]))
+            truth = h1(e_new, e_old)
+            model, tok = load_policy(dataclasses.replace(c.policy, model=str(res.model_dir)), c.paths, dataset=ds)
+            ranks_c = np.asarray(
+                evaluate_policy(
+                    model, tok, examples, ds.titles(), c.policy, popularity=popularity, progress=False
+                ).ranks,
+                dtype=np.int64,
+            )
             ids = set(scored.column("request_id").to_pylist())
             sel = [i for i, rid in enumerate(rows.column("request_id").to_pylist()) if rid in ids]
-            col = {k: rows.column(k).to_pylist() for k in ("candidates", "item_id", "history", "clicked", "user_id")}
-            est = ope_estimates_on_rows(
-                candidates=[col["candidates"][i] for i in sel],
-                logged_items=[col["item_id"][i] for i in sel],
-                history_lengths=[len(col["history"][i] or ()) for i in sel],
-                clicked=[col["clicked"][i] for i in sel],
-                e0=np.asarray(rows.column("propensity").to_pylist(), dtype=np.float64)[sel],
-                challenger=[e_new[i] for i in sel],
-                champion=[e_old[i] for i in sel],
-                users=[col["user_id"][i] for i in sel],
-                own=np.asarray([a_ == arm for a_ in rows.column("arm").to_pylist()], dtype=bool)[sel],
-                n_boot=c.arms.gate_ope_bootstrap,
-                seed=c.seed + r,
-                switch_lambda=c.arms.gate_ope_switch_lambda,
-                top_fraction=c.arms.gate_top_weight_fraction,
-            )
-            ope = ope_numbers(est, c.arms.gate_ope_estimator)
+
+            def estimate(challenger, champion, seed, sel=sel, col=col, e0_all=e0_all, own_all=own_all, c=c):
+                return ope_estimates_on_rows(
+                    candidates=[col["candidates"][i] for i in sel],
+                    logged_items=[col["item_id"][i] for i in sel],
+                    history_lengths=[len(col["history"][i] or ()) for i in sel],
+                    clicked=[col["clicked"][i] for i in sel],
+                    e0=e0_all[sel],
+                    challenger=[challenger[i] for i in sel],
+                    champion=[champion[i] for i in sel],
+                    users=[col["user_id"][i] for i in sel],
+                    own=own_all[sel],
+                    n_boot=c.arms.gate_ope_bootstrap,
+                    seed=seed,
+                    switch_lambda=c.arms.gate_ope_switch_lambda,
+                    top_fraction=c.arms.gate_top_weight_fraction,
+                )
+
+            ope = ope_numbers(estimate(e_new, e_old, c.seed + r), c.arms.gate_ope_estimator)
             row[design] = {
                 "rows_trained": strata[0].num_rows + strata[1].num_rows,
                 "rows_scored": len(sel),
@@ -311,27 +377,140 @@ def in_sample_probe(cfg, ds, splits, n: int, fraction: float) -> dict:
                 "estimate_pp": 100 * float(ope["diff"]),
                 "ci_low_pp": 100 * float(ope["ci_low"]),
                 "ci_high_pp": 100 * float(ope["ci_high"]),
+                "hr_at_5": float(np.mean(ranks_c <= 5)),
             }
+            how = designs[design]
+            grid = deltas
+            if span:
+                lo, hi = mixed_span(truth, l_pp)
+                d0, d1 = min(deltas), max(deltas)
+                grid = [lo + (hi - lo) * (0.05 + 0.9 * (d - d0) / ((d1 - d0) or 1.0)) for d in deltas]
+            for di, delta in enumerate(grid):
+                x, y = mixed_pair(truth, l_pp, delta)
+                if math.isnan(x):
+                    continue
+                challenger = [(1 - x) * a + x * b for a, b in zip(e_new, e_pop, strict=True)]
+                champion = [(1 - y) * a + y * b for a, b in zip(e_old, e_pop, strict=True)]
+                got = h1(challenger, champion)
+                assert abs(got - delta) < 1e-6, (got, delta)
+                seed = SEED + 100_000 + 1000 * r + di
+                rng = np.random.default_rng(seed)
+                ranks_new = np.where(rng.random(ranks_c.size) < x, ranks_pop, ranks_c)
+                ranks_old = np.where(rng.random(ranks0.size) < y, ranks_pop, ranks0)
+                est = estimate(challenger, champion, seed)
+                numbers = ope_numbers(est, c.arms.gate_ope_estimator)
+                v = gate_verdict(
+                    metric=a_.gate_metric,
+                    challenger_ranks=ranks_new.tolist(),
+                    champion_ranks=ranks_old.tolist(),
+                    margin=how["margin"],
+                    alpha=a_.gate_alpha,
+                    power=a_.gate_power,
+                    challenger_version="challenger",
+                    champion_version="champion",
+                    ope=numbers,
+                    ope_margin=how["ope_margin"],
+                    min_ess=a_.gate_min_ess,
+                    max_top_share=a_.gate_max_top_weight_share,
+                    primary=how["primary"],
+                    guardrail_margin=a_.gate_guardrail_margin,
+                )
+                cover = {
+                    name: bool(100 * e["ci_low"] <= delta <= 100 * e["ci_high"])
+                    for name, e in est.items()
+                    if e.get("n") and not math.isnan(e["ci_low"])
+                }
+                cells[design].append(
+                    {
+                        "replicate": r,
+                        "delta_pp": delta,
+                        "x": x,
+                        "y": y,
+                        "passed": v.passed,
+                        "offline_passed": v.offline_passed,
+                        "ope_passed": v.ope_passed,
+                        "estimate_pp": 100 * float(numbers["diff"]),
+                        "ci_low_pp": 100 * float(numbers["ci_low"]),
+                        "covered": cover,
+                    }
+                )
         out.append(row)
         b, g = row["before"], row["gate"]
         print(
             f"  in-sample replicate {r}: trained on every row: truth {b['truth_pp']:+.2f}, estimate on its own rows "
             f"{b['estimate_pp']:+.2f} [{b['ci_low_pp']:+.2f}, {b['ci_high_pp']:+.2f}]; trained without the held-out "
             f"users: truth {g['truth_pp']:+.2f}, estimate on their {g['rows_scored']} rows {g['estimate_pp']:+.2f} "
-            f"[{g['ci_low_pp']:+.2f}, {g['ci_high_pp']:+.2f}] ({time.perf_counter() - t:.0f}s)",
+            f"[{g['ci_low_pp']:+.2f}, {g['ci_high_pp']:+.2f}]; passed at "
+            + "; ".join(
+                f"{d_} " + "".join("P" if x["passed"] else "." for x in cells[d_] if x["replicate"] == r)
+                for d_ in designs
+            )
+            + " (P passed, . refused, by delta ascending)"
+            + f" ({time.perf_counter() - t:.0f}s)",
             flush=True,
         )
     summary_ = {}
-    for design in ("before", "gate"):
+    for design in designs:
         err = np.array([x[design]["estimate_pp"] - x[design]["truth_pp"] for x in out])
         cover = np.mean([x[design]["ci_low_pp"] <= x[design]["truth_pp"] <= x[design]["ci_high_pp"] for x in out])
+        names = sorted({k for x in cells[design] for k in x["covered"]})
         summary_[design] = {
             "mean_error_pp": float(err.mean()),
             "error_se_pp": float(err.std(ddof=1) / math.sqrt(err.size)) if err.size > 1 else math.nan,
             "coverage": float(cover),
             "mean_truth_pp": float(np.mean([x[design]["truth_pp"] for x in out])),
+            "coverage_by_estimator": {
+                k: float(np.mean([x["covered"][k] for x in cells[design] if k in x["covered"]])) for k in names
+            },
         }
-    return {"arm": arm, "month": month, "fraction": fraction, "replicates": out, "summary": summary_}
+
+    def table(design: str) -> dict:
+        rows_ = []
+        for delta in sorted({x["delta_pp"] for x in cells[design]}):
+            t_ = [x for x in cells[design] if x["delta_pp"] == delta]
+            if t_:
+                rows_.append(
+                    {
+                        "delta_pp": delta,
+                        "months": len(t_),
+                        "pass_rate": float(np.mean([x["passed"] for x in t_])),
+                        "offline_pass_rate": float(np.mean([x["offline_passed"] for x in t_])),
+                        "ope_pass_rate": float(np.mean([x["ope_passed"] for x in t_])),
+                        "mean_error_pp": float(np.mean([x["estimate_pp"] - delta for x in t_])),
+                    }
+                )
+        return summary(rows_)
+
+    return {
+        "arm": arm,
+        "month": month,
+        "fraction": fraction,
+        "replicates": out,
+        "summary": summary_,
+        "gate": table("gate"),
+        "before": table("before"),
+        "cells": cells,
+    }
+
+
+def print_in_sample(probe: dict) -> None:
+    """The in-sample probe's pass-rate table (trained challengers, one month each per delta) and errors."""
+    deltas = [r["delta_pp"] for r in probe["gate"]["rows"]]
+    print("\n| trained challengers | " + " | ".join(f"{d:+g}" for d in deltas) + " | size | power at +1 |")
+    print("|---|" + "---|" * (len(deltas) + 2))
+    for name in ("gate", "before"):
+        g = probe[name]
+        cells = " | ".join(f"{r['pass_rate']:.2f}" for r in g["rows"])
+        print(f"| {name} ({g['rows'][0]['months'] if g['rows'] else 0} months per delta) | {cells} | {g['size']:.2f} "
+              f"| {g['power_at_1pp']:.2f} |")  # fmt: skip
+    m = probe["summary"]
+    print(
+        f"in-sample error of the off-policy estimate: on the rows it trained on {m['before']['mean_error_pp']:+.2f} "
+        f"(SE {m['before']['error_se_pp']:.2f}) points; on held-out rows {m['gate']['mean_error_pp']:+.2f} "
+        f"(SE {m['gate']['error_se_pp']:.2f}); coverage on held-out rows "
+        + ", ".join(f"{k} {v:.2f}" for k, v in m["gate"]["coverage_by_estimator"].items()),
+        flush=True,
+    )
 
 
 def summary(rows: list[dict]) -> dict:
@@ -358,7 +537,8 @@ def main(argv=None) -> int:
         default=0,
         metavar="N",
         help="also train N pairs of wll challengers on replicated months (one on every row, one without the held-out "
-        "users) and measure the off-policy half's error on the rows each trained on and on rows it never saw",
+        "users), measure the off-policy half's error on the rows each trained on and on rows it never saw, and run "
+        "the whole gate (both designs) on each at every delta (the challenger mixed with popularity)",
     )
     ap.add_argument("--only-in-sample", action="store_true", help="skip the mixtures' error rates")
     ap.add_argument("--json", default="")
@@ -395,15 +575,14 @@ def main(argv=None) -> int:
             bootstrap_arms(cfg)
     ds, splits = dataset_and_splits(cfg)
     if args.only_in_sample:
-        probe = in_sample_probe(cfg, ds, splits, args.in_sample, cfg.arms.gate_holdout_fraction)
-        if args.json:
-            Path(args.json).write_text(json.dumps({"preset": args.config, "series": args.series, "in_sample": probe}))
-        m = probe["summary"]
-        print(
-            f"in-sample error of the off-policy estimate: on the rows it trained on {m['before']['mean_error_pp']:+.2f} "
-            f"(SE {m['before']['error_se_pp']:.2f}) points; on held-out rows {m['gate']['mean_error_pp']:+.2f} "
-            f"(SE {m['gate']['error_se_pp']:.2f})"
+        probe = in_sample_probe(
+            cfg, ds, splits, args.in_sample, cfg.arms.gate_holdout_fraction, deltas, span=args.smoke
         )
+        if args.json:
+            Path(args.json).write_text(
+                json.dumps({"preset": args.config, "series": args.series, "tau": cfg.policy.tau, "in_sample": probe})
+            )
+        print_in_sample(probe)
         return 0
     month = cfg.sim.start_month
     # the month's requests and click probabilities as (R, K) matrices, as benchmarks/ope_coverage.py builds them
@@ -510,7 +689,10 @@ def main(argv=None) -> int:
         "wall_s": time.perf_counter() - t0,
     }
     if args.in_sample:
-        out["in_sample"] = in_sample_probe(cfg, ds, splits, args.in_sample, cfg.arms.gate_holdout_fraction)
+        out["in_sample"] = in_sample_probe(
+            cfg, ds, splits, args.in_sample, cfg.arms.gate_holdout_fraction, deltas, span=args.smoke
+        )
+        print_in_sample(out["in_sample"])
     print("\n| gate | " + " | ".join(f"{d:+g}" for d in deltas) + " | size | power at +1 |")
     print("|---|" + "---|" * (len(deltas) + 2))
     for name, g in [("gate (preset)", out["gate"]), ("before", out["before"])] + [

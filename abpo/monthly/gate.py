@@ -729,6 +729,12 @@ def gate(cfg: Config, arm: str, version: str, month: str | None = None) -> GateR
     numbers.update({f"offline.champion.{k.replace('@', '_at_')}": v for k, v in ch.items()})
     numbers.update(ope_metrics(ope))
     numbers.update({f"offline.paired.{k}": float(v) for k, v in verdict.offline.items() if k in PAIRED_NUMBERS})
+    if "upper" in verdict.offline:  # the guardrail's one-sided upper bound, beside the margin it was held to
+        numbers["offline.guardrail.upper"] = float(verdict.offline["upper"])
+        numbers["offline.guardrail.margin"] = float(cfg.arms.gate_guardrail_margin)
+        numbers["offline.guardrail.passed"] = float(bool(verdict.offline_passed))
+    if ope:
+        numbers["ope.margin"] = float(cfg.arms.gate_ope_margin)
     numbers["passed"] = float(passed)
     with start_run(
         cfg,

@@ -140,6 +140,15 @@ def _check_gate_power(tmp_path: Path) -> None:
     # the redesign's challenger trained without the held-out users' rows and is scored on exactly those
     assert r["gate"]["rows_trained"] + r["gate"]["rows_scored"] == r["before"]["rows_trained"]
     assert r["before"]["rows_scored"] == r["before"]["rows_trained"]
+    # the whole gate on the trained challengers: a pass needs both halves' (or the guardrail's and the decision's)
+    for design in ("gate", "before"):
+        g = probe[design]
+        assert g["rows"], f"no delta of the grid spanned for {design}"
+        for row in g["rows"]:
+            assert row["pass_rate"] <= min(row["offline_pass_rate"], row["ope_pass_rate"]) + 1e-12
+            assert row["months"] == sum(c["delta_pp"] == row["delta_pp"] for c in probe["cells"][design])
+        for c in probe["cells"][design]:
+            assert 0 <= c["x"] <= 1 and 0 <= c["y"] <= 1 and c["x"] * c["y"] == 0
 
 
 # script -> a check of what its smoke run left under tmp_path (its figures computed again independently)

@@ -167,3 +167,16 @@ def test_with_the_redesign_the_off_policy_half_decides_on_the_held_out_users_row
     tags = arm_versions.get_version(cfg, "abpo", v).tags
     assert tags["gate.decided_by"] == "off-policy" and tags["gate.guardrail.margin"] == "0.1"
     assert tags["gate.ope.n"] == str(held)
+    # the challenger's LoggedModel carries the guardrail's bound and both margins as metrics (MLflow's UI compares
+    # models on them), equal to the recorded verdict's
+    import mlflow
+
+    from abpo import registry
+
+    metrics = {
+        m.key: m.value
+        for m in mlflow.get_logged_model(registry.logged_model_id(arm_versions.get_version(cfg, "abpo", v))).metrics
+    }
+    assert metrics["offline.guardrail.upper"] == pytest.approx(res.offline["upper"])
+    assert metrics["offline.guardrail.margin"] == 0.1 and metrics["offline.guardrail.passed"] == 1.0
+    assert metrics["ope.margin"] == 0.005 and metrics["ope.ci_low"] == pytest.approx(res.off_policy["ci_low"])

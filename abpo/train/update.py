@@ -214,12 +214,72 @@ def resume_decision(output_dir: Path, resume: bool | str, key: dict[str, str]) -
     )
 
 
+def checkpoint_problem(ckpt: str | Path) -> str | None:
+    """Why the Trainer checkpoint directory ``ckpt`` cannot be resumed from, or None when it is whole: its
+    ``trainer_state.json`` (the Trainer writes it after the model, optimizer, scheduler and RNG states: a save killed
+    before its end has none) readable with a global step, the model's files there (config or adapter config, and
+    weights: abpo.registry.missing_pretrained_files), and every weights or state file whole (``*.safetensors``
+    against its header, ``*.pt`` / ``*.pth`` / ``*.bin`` against its zip directory: abpo.registry.weights_problem)."""
+    ckpt = Path(ckpt)
+    state = ckpt / "trainer_state.json"
+    try:
+        json.loads(state.read_text())["global_step"]
+    except FileNotFoundError:
+        return f"no {state.name} (its save did not finish: the Trainer writes it last)"
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return f"{state.name} unreadable ({type(e).__name__})"
+    missing = registry.missing_pretrained_files(ckpt)
+    if missing:
+        return f"missing {', '.join(missing)}"
+    for f in sorted(ckpt.iterdir()):
+        if f.suffix in (".pth", ".bin") and f.is_file():
+            why = registry.torch_weights_problem(f)
+            why = None if why is None else f"not a whole torch file ({why})"
+        else:
+            why = registry.weights_problem(f) if f.is_file() else None
+        if why is not None:
+            return f"{f.name}: {why}"
+    return None
+
+
+def _last_whole_checkpoint(ckpt_dir: Path) -> str | None:
+    """The newest checkpoint under ``ckpt_dir`` that is whole (:func:`checkpoint_problem`), or None. Each newer one
+    skipped is logged on one line naming it, why, and where the training starts instead: a save killed midway or a
+    damaged file would otherwise fail every later resume (FileNotFoundError, SafetensorError)."""
+    import logging
+    import re
+
+    if not ckpt_dir.is_dir():
+        return None
+    found = sorted(
+        (int(m.group(1)), p)
+        for p in ckpt_dir.iterdir()
+        if p.is_dir() and (m := re.fullmatch(r"checkpoint-(\d+)", p.name))
+    )
+    skipped: list[tuple[Path, str]] = []
+    good = None
+    for _, p in reversed(found):
+        why = checkpoint_problem(p)
+        if why is None:
+            good = p
+            break
+        skipped.append((p, why))
+    instead = f"resuming from {good.name}" if good is not None else "starting fresh"
+    for p, why in skipped:
+        logging.getLogger(__name__).warning(
+            f"update {ckpt_dir.parent}: not resuming from {p}: {why}; rule: a training resumes only from a whole "
+            f"checkpoint; {instead}"
+        )
+    return str(good) if good is not None else None
+
+
 def resume_point(output_dir: Path, resume: bool | str) -> str | None:
-    """The checkpoint a training resumes from: ``resume`` itself when a path, the last one under
-    `output_dir/checkpoints` when True, else None."""
+    """The checkpoint a training resumes from: ``resume`` itself when a path, the newest whole one under
+    `output_dir/checkpoints` when True (a broken one skipped with a log line: :func:`_last_whole_checkpoint`), else
+    None."""
     if isinstance(resume, str):
         return resume
-    return _last_checkpoint(Path(output_dir) / "checkpoints") if resume else None
+    return _last_whole_checkpoint(Path(output_dir) / "checkpoints") if resume else None
 
 
 def train_update(
@@ -659,7 +719,7 @@ def train_and_save(
 
         flush_step_metrics(trainer)  # the steps logged since the last write, when training stopped early
     adapter_dir, merged_dir = save_update(trainer, tokenizer, out, save_merged=cfg.update.save_merged)
-    ckpt = _last_checkpoint(out / "checkpoints")
+    ckpt = _last_whole_checkpoint(out / "checkpoints")
     steps = [h for h in trainer.state.log_history if "abpo/advantages/mean" in h]  # per-step logs, not the summary
     history = [
         {k: float(v) for k, v in h.items() if isinstance(v, (int, float)) and not isinstance(v, bool)} for h in steps

@@ -619,3 +619,54 @@ def test_step_diagnostics_with_a_request_drawn_twice_into_one_batch(load_tiny, i
     batch = [*rows[:3], rows[0]]
     _, f = _step(f_trainer, batch)
     assert -1.0 <= f["abpo/grad_cosine_vs_grpo"] <= 1.0 and "abpo/gamma_ratio" in f
+
+
+@pytest.mark.slow
+def test_an_update_killed_inside_a_checkpoint_save_resumes_from_the_last_whole_one(
+    load_tiny, update_rows, tiny_update_cfg, tmp_path, monkeypatch, caplog
+):
+    """The process dies inside the Trainer's save of checkpoint-2 (after the adapter, before the optimizer and
+    trainer_state.json): the next run skips it with one log line naming it and resumes from checkpoint-1 to the end.
+    Before, every later run failed on checkpoint-2 (FileNotFoundError: trainer_state.json)."""
+    import logging
+
+    from transformers import Trainer
+
+    from abpo.config.policy import PolicyConfig
+    from abpo.policy.model import lora_config
+    from abpo.train.dataset import to_hf_dataset
+    from abpo.train.update import train_update
+
+    u = dataclasses.replace(tiny_update_cfg, max_steps=3, save_steps=1, save_total_limit=0)
+    kw = dict(
+        output_dir=tmp_path / "out",
+        seed=0,
+        peft_config=lora_config(PolicyConfig(lora_r=4, lora_alpha=8)),
+        resume=True,
+        grpo_overrides={"disable_tqdm": True},
+    )
+    settings = ABPOSettings(variant="abpo", scoring_batch_tokens=4096)
+    real = Trainer._save_optimizer_and_scheduler
+
+    class Killed(BaseException):  # what SIGKILL does to the save: nothing after this point runs
+        pass
+
+    def dies_at_step_2(self, output_dir):
+        if output_dir.endswith("checkpoint-2"):
+            raise Killed(output_dir)
+        return real(self, output_dir)
+
+    monkeypatch.setattr(Trainer, "_save_optimizer_and_scheduler", dies_at_step_2)
+    model, tok = load_tiny()
+    with pytest.raises(Killed):
+        train_update(model, tok, to_hf_dataset(update_rows), u, settings, **kw)
+    broken = tmp_path / "out" / "checkpoints" / "checkpoint-2"
+    assert (broken / "adapter_model.safetensors").exists() and not (broken / "trainer_state.json").exists()
+    monkeypatch.setattr(Trainer, "_save_optimizer_and_scheduler", real)
+
+    model, tok = load_tiny()
+    with caplog.at_level(logging.WARNING, logger="abpo.train.update"):
+        trainer, resumed_from = train_update(model, tok, to_hf_dataset(update_rows), u, settings, **kw)
+    assert resumed_from and resumed_from.endswith("checkpoint-1")
+    assert trainer.state.global_step == 3
+    assert any(f"not resuming from {broken}: no trainer_state.json" in r.getMessage() for r in caplog.records)

@@ -630,3 +630,58 @@ def test_the_loops_arm_table_has_every_arm_of_the_registry():
     text = (REPO / "docs" / "loop.md").read_text()
     rows = re.findall(r"^\| `(\w+)` \| ", text.split("| arm | what serves |", 1)[1].split("\n\n", 1)[0], re.M)
     assert sorted(rows) == sorted(ARMS), f"docs/loop.md's arm table: {rows}; rule: one row per arm of {list(ARMS)}"
+
+
+# ------------------------------------------------------------------ docs/README.md: every page by its kind
+INDEX = REPO / "docs" / "README.md"
+KINDS = ("Tutorial", "How-to", "Reference", "Explanation")
+# docs/gate.md says what it is for in its own words ("the reference for what it computes"); the index lists it
+# under explanation
+UNLABELLED = {REPO / "docs" / "gate.md"}
+
+
+def _index_kinds(text: str) -> dict[Path, str]:
+    """Each page docs/README.md links, with the kind of the section (## Tutorial, ...) that lists it."""
+    kinds: dict[Path, str] = {}
+    for section in re.split(r"^## ", text, flags=re.M)[1:]:
+        kind = section.split("\n", 1)[0].strip()
+        for _, target in _links(section):
+            page = (INDEX.parent / target.partition("#")[0]).resolve()
+            if kind in KINDS and EXPERIMENTS not in page.parents and page.parent != REPO:
+                kinds[page] = kind
+    return kinds
+
+
+def _label(path: Path, text: str | None = None) -> str:
+    """The kind a page's first paragraph after its title says it is ("How-to: ..."), or ""."""
+    text = path.read_text() if text is None else text
+    first = text.split("\n", 1)[1].strip().split("\n\n", 1)[0]
+    return next((k for k in KINDS if first.startswith(f"{k}:") or first.startswith(f"{k},")), "")
+
+
+def test_the_docs_index_lists_every_page_under_the_kind_it_says_it_is():
+    kinds = _index_kinds(INDEX.read_text())
+    pages = [p for p in PAGES if p != INDEX]
+    unlisted = [str(p.relative_to(REPO)) for p in pages if p.resolve() not in kinds]
+    assert not unlisted, f"docs/README.md lists no kind for {unlisted}; rule: every page of docs/ under one kind"
+    wrong = [
+        f"{p.relative_to(REPO)}: says {_label(p) or 'no kind'!r}, listed under {kinds[p.resolve()]!r}"
+        for p in pages
+        if p not in UNLABELLED and _label(p) != kinds[p.resolve()]
+    ]
+    assert not wrong, (
+        "rule: a page's first paragraph starts with its kind (Tutorial:, How-to:, Reference:, Explanation:), "
+        "the one docs/README.md lists it under:\n" + "\n".join(wrong)
+    )
+    assert kinds[(REPO / "docs" / "gate.md").resolve()] == "Explanation"
+
+
+def test_the_kind_check_reads_a_pages_first_paragraph():
+    assert _label(INDEX, "# T\n\nHow-to: land a month.\n\nReference: no\n") == "How-to"
+    assert _label(INDEX, "# T\n\nThis page explains.\n") == ""
+    text = "# Docs\n\n## How-to\n\n- [a](operations.md)\n\n## Reference\n\n- [b](reference/dag.md)\n"
+    assert _index_kinds(text) == {REPO / "docs" / "operations.md": "How-to", REPO / "docs/reference/dag.md": "Reference"}
+
+
+def test_the_readme_links_the_docs_index():
+    assert "(docs/README.md)" in README.read_text()

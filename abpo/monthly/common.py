@@ -158,6 +158,8 @@ TRANSIENT = (  # retrying can help: someone else holds a lock, a service did not
     "abpo.registry.RegistryUnavailable",  # the MLflow registry did not answer
     "abpo.data.storage.StorageUnavailable",  # the object store did not answer (an endpoint down, a timeout)
     "abpo.arms.promotion_lock.PromotionRace",  # another promotion holds the arm's lock, or the champion just moved
+    "abpo.registry.TaskAttemptLive",  # another attempt of the task still runs: a retry after it ended reuses its run
+    "abpo.registry.TaskSuperseded",  # this attempt was superseded: a retry reuses the attempt that completed the task
     "builtins.TimeoutError",
     "builtins.ConnectionError",
 )

@@ -67,7 +67,11 @@ def _arm_chain(cfg: Config, arm: str, month: Month, ingested: IngestResult, res:
 def run_month(cfg: Config, month: str, *, simulate: bool = True, force: bool = False) -> MonthResult:
     """The whole cycle for ``month`` in one process; ``simulate``: the simulator serves the month (else it must have
     landed); ``force``: start over on a store that lost the arms (abpo.monthly.bootstrap.require_registry). A
-    completed month run again changes nothing: its serve and ingest stand, every task finds its completed run."""
+    completed month run again changes nothing: its serve and ingest stand, every task finds its completed run. One
+    month at a time per state: another month running on it is refused before anything is read (MonthBusy,
+    abpo.monthly.month_lock)."""
+    from abpo.monthly.month_lock import month_lock
+
     month = Month(month)
     if simulate:  # the simulator routes users by report.arm_shares: a split it would refuse at serve is refused here,
         from abpo.abtest.assignment import check_shares
@@ -77,6 +81,12 @@ def run_month(cfg: Config, month: str, *, simulate: bool = True, force: bool = F
             check_shares(cfg.report.arm_shares, arms_of(cfg))
         except ValueError as e:
             raise ConfigError(f"month {month}: {e} (the simulated serve routes users by them); nothing was run") from e
+    command = f"abpo arms month --month {month}" + (" --simulate" if simulate else "") + (" --force" if force else "")
+    with month_lock(cfg, str(month), command):
+        return _run_month(cfg, month, simulate=simulate, force=force)
+
+
+def _run_month(cfg: Config, month: Month, *, simulate: bool, force: bool) -> MonthResult:
     res = MonthResult(str(month))
     options: dict[str, dict[str, Any]] = {"bootstrap": {"force": force}, "serve": {"simulate": simulate}}
     for name in steps.ONCE:

@@ -3,6 +3,7 @@ pickling name them so)."""
 
 from __future__ import annotations
 
+from abpo.errors import ExpectedError
 from abpo.redact import redact
 
 
@@ -34,5 +35,16 @@ class ModelFilesDamaged(Redacted, RuntimeError):
     the file and the rule. An expected error (`abpo` prints one line)."""
 
 
-for _cls in (StateMoved, NamespaceMismatch, RegistryUnavailable, ModelFilesDamaged):
+class TaskAttemptLive(Redacted, ExpectedError, RuntimeError):
+    """Another attempt of the task is still running (its process is alive on this host): it is not superseded and
+    nothing is done twice; a retry after it ended finds its completed run."""
+
+
+class TaskSuperseded(Redacted, ExpectedError, RuntimeError):
+    """This attempt's run was superseded while it ran (marked KILLED by another attempt that could not see its
+    process, or another attempt completed the task first): its result is not recorded; a retry finds the attempt
+    that completed the task."""
+
+
+for _cls in (StateMoved, NamespaceMismatch, RegistryUnavailable, ModelFilesDamaged, TaskAttemptLive, TaskSuperseded):
     _cls.__module__ = "abpo.registry"

@@ -123,10 +123,15 @@ def log_step_metrics(run_id: str, steps: Sequence[Mapping[str, float]], batch: i
 @contextlib.contextmanager
 def resume_run(cfg: Config, run_id: str) -> Iterator[Any]:
     """Make run ``run_id`` (finished or not) the active run again for the block, e.g. to log the model an update
-    trained into the update's own run; it ends FINISHED with the block (FAILED when the block raises)."""
+    trained into the update's own run; it ends FINISHED with the block (FAILED when the block raises). A task's run
+    whose attempt (this process) was superseded while it ran is not reopened (TaskSuperseded,
+    abpo.registry.tasks.require_current_attempt): another attempt owns the task now."""
     import mlflow
 
+    from abpo.registry.tasks import require_current_attempt
+
     configure(cfg)
+    require_current_attempt(run_id)
     with mlflow.start_run(run_id=run_id) as run:
         yield run
 

@@ -325,14 +325,21 @@ def start_run(
 ) -> Iterator[Any]:
     """Open an MLflow run in ``experiment`` (created with a local artifact root if needed).
 
-    Records the config's name and seed as tags so every run says how it was made.
+    Records the config's name and seed as tags so every run says how it was made; a task's run (tagged with its task
+    key) also names the process of its attempt (abpo.registry.attempts), so that another attempt supersedes it only
+    once that process is gone.
     """
     import mlflow
+
+    from abpo.registry import attempts
+    from abpo.registry.tasks import TASK_KEY_TAG
 
     configure(cfg)
     exp_id = _ensure_experiment(cfg, experiment)
     all_tags = {"abpo.config": cfg.name, "abpo.seed": str(cfg.seed)}
     all_tags.update({k: str(v) for k, v in (tags or {}).items()})
+    if TASK_KEY_TAG in all_tags:
+        all_tags[attempts.ATTEMPT_TAG] = attempts.this_process()
     run_id = None
     try:
         with mlflow.start_run(experiment_id=exp_id, run_name=run_name, tags=all_tags, nested=nested) as run:

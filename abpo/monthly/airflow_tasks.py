@@ -64,8 +64,11 @@ def fail_fast(fn):
             from abpo.monthly.common import retry_or_fail
 
             if retry_or_fail(e) == "fail":
+                from abpo.registry import store_failure
+
+                said = store_failure(e) or e  # a full disk or damaged store: its one line, not SQLAlchemy's 100
                 raise AirflowFailException(
-                    f"{type(e).__name__}: {e} (a refusal: retrying cannot help, not retried)"
+                    f"{type(said).__name__}: {said} (a refusal: retrying cannot help, not retried)"
                 ) from e
             raise
 

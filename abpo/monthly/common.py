@@ -164,6 +164,8 @@ TRANSIENT = (  # retrying can help: someone else holds a lock, a service did not
     "builtins.ConnectionError",
 )
 REFUSED = (  # the same inputs fail the same way: a retry only delays the failure (and blocks the next run)
+    "abpo.registry.StoreDamaged",  # the SQLite MLflow store is damaged (before RegistryUnavailable, its base)
+    "abpo.registry.StoreFull",  # the disk under the MLflow store or its artifacts is full
     "abpo.monthly.serve.NothingLanded",  # nothing landed for the month (and simulate is off)
     "abpo.warehouse.IngestError",  # the landing data cannot be ingested, or its audit refused it (IngestRefused)
     "abpo.warehouse.WarehouseUnreadable",  # the warehouse file is not a database / a setting DuckDB refuses
@@ -190,7 +192,10 @@ def retry_or_fail(exc: BaseException) -> str:
     """``"fail"`` when a failed step's exception is a refusal (bad input, nothing landed, a refused month, a config
     that breaks the series: :data:`REFUSED`) that a retry cannot fix, ``"retry"`` when it is transient
     (:data:`TRANSIENT`) or unknown. An exception raised while handling another (``raise X from e``) that is itself
-    unknown is judged by its cause."""
+    unknown is judged by its cause. A full disk or a damaged MLflow store anywhere in its chain (abpo.registry.
+    store_failure: SQLite's words under MLflow's and SQLAlchemy's) is ``"fail"``: the same write fails again."""
+    if registry.store_failure(exc) is not None:  # a full disk or a damaged store, however MLflow wrapped it
+        return "fail"
     seen: set[int] = set()
     cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:

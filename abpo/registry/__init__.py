@@ -25,6 +25,8 @@ from abpo.registry.errors import (
     NamespaceMismatch,
     RegistryUnavailable,
     StateMoved,
+    StoreDamaged,
+    StoreFull,
     TaskAttemptLive,
     TaskSuperseded,
 )
@@ -89,6 +91,7 @@ from abpo.registry.store import (
     redact_uri,
     sqlite_path,
     start_run,
+    store_failure,
     store_line,
     store_locked,
 )
@@ -149,6 +152,8 @@ __all__ = [
     "NamespaceMismatch",
     "RegistryUnavailable",
     "StateMoved",
+    "StoreDamaged",
+    "StoreFull",
     "TaskAttemptLive",
     "TaskSuperseded",
     "_announced",
@@ -221,6 +226,7 @@ __all__ = [
     "set_version_tags",
     "sqlite_path",
     "start_run",
+    "store_failure",
     "store_line",
     "store_locked",
     "tagged_runs",

@@ -46,5 +46,27 @@ class TaskSuperseded(Redacted, ExpectedError, RuntimeError):
     that completed the task."""
 
 
-for _cls in (StateMoved, NamespaceMismatch, RegistryUnavailable, ModelFilesDamaged, TaskAttemptLive, TaskSuperseded):
+class StoreDamaged(RegistryUnavailable, ExpectedError):
+    """The SQLite MLflow store is damaged (``PRAGMA quick_check`` fails where the store is opened, or SQLite answers
+    "database disk image is malformed" / "file is not a database"): the message names the file and the rule (restore
+    it from a backup). A refusal, never retried: every attempt would fail the same way. A RegistryUnavailable, so a
+    damaged store is never read as "no champion"."""
+
+
+class StoreFull(Redacted, ExpectedError, RuntimeError):
+    """The disk under the MLflow store or its artifacts is full (SQLite's "database or disk is full", an OSError
+    ENOSPC while writing a run's files): the message names the file and the rule (free space). A refusal, never
+    retried while the disk stays full; the run it was writing is marked FAILED when the store still takes that."""
+
+
+for _cls in (
+    StateMoved,
+    NamespaceMismatch,
+    RegistryUnavailable,
+    ModelFilesDamaged,
+    TaskAttemptLive,
+    TaskSuperseded,
+    StoreDamaged,
+    StoreFull,
+):
     _cls.__module__ = "abpo.registry"

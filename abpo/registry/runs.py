@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from abpo.registry.store import configure, experiment_name
+from abpo.registry.store import configure, experiment_name, refused_write
 
 if TYPE_CHECKING:
     from abpo.config import Config
@@ -125,15 +125,22 @@ def resume_run(cfg: Config, run_id: str) -> Iterator[Any]:
     """Make run ``run_id`` (finished or not) the active run again for the block, e.g. to log the model an update
     trained into the update's own run; it ends FINISHED with the block (FAILED when the block raises). A task's run
     whose attempt (this process) was superseded while it ran is not reopened (TaskSuperseded,
-    abpo.registry.tasks.require_current_attempt): another attempt owns the task now."""
+    abpo.registry.tasks.require_current_attempt): another attempt owns the task now. A full disk or a damaged store
+    is one line naming the file and the rule (abpo.registry.StoreFull, StoreDamaged), the run marked FAILED."""
     import mlflow
 
     from abpo.registry.tasks import require_current_attempt
 
     configure(cfg)
     require_current_attempt(run_id)
-    with mlflow.start_run(run_id=run_id) as run:
-        yield run
+    try:
+        with mlflow.start_run(run_id=run_id) as run:
+            yield run
+    except Exception as e:  # a full disk or a damaged store: one line naming the file, the run not left RUNNING
+        refused = refused_write(e, run_id, cfg.paths.tracking_uri())
+        if refused is None or refused is e:
+            raise
+        raise refused from e
 
 
 def terminate_run(run_id: str, status: str, tags: Mapping[str, Any] | None = None) -> None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import abpo
 from abpo.redact import redact, register_uri_secret
-from abpo.registry.errors import NamespaceMismatch, RegistryUnavailable, StateMoved
+from abpo.registry.errors import NamespaceMismatch, RegistryUnavailable, StateMoved, StoreDamaged, StoreFull
 
 if TYPE_CHECKING:
     from abpo.config import Config
@@ -94,9 +94,18 @@ def ensure_store(uri: str) -> None:
     with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
+            damaged = integrity_problem(db)
+            if damaged is not None:
+                raise StoreDamaged(
+                    f"{db}: the store cannot be opened: the MLflow store is damaged ({damaged}); rule: a damaged store is "
+                    "restored from a backup (or the state's last copy) before any step runs again; not retried: "
+                    "every attempt would fail the same way"
+                )
             client = MlflowClient(tracking_uri=uri, registry_uri=uri)
             client.search_experiments(max_results=1)  # the tracking tables (the whole schema, at its head revision)
             client.search_registered_models(max_results=1)  # the registry's store over the same file
+        except StoreDamaged:
+            raise
         except Exception as e:  # noqa: BLE001 - a store that cannot be opened (corrupt, unreadable) is reported by
             # the first real use, as RegistryUnavailable naming the store and the operation; not here, not twice
             log.debug(f"MLflow store {redact_uri(uri)} not initialised: {type(e).__name__}: {str(e)[:200]}")
@@ -104,6 +113,123 @@ def ensure_store(uri: str) -> None:
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
     _initialised.add(uri)
+
+
+def integrity_problem(db: Path) -> str | None:
+    """What SQLite's ``PRAGMA quick_check`` finds wrong with the store file ``db`` (its first line), or None when it
+    is whole, empty or not there yet (MLflow creates it). quick_check reads every page of the file's b-trees once, a
+    fraction of a second for a state's store, so it runs where a process first opens the store (:func:`ensure_store`):
+    a truncated file or a corrupted page is refused there, before any step writes into it or reads a wrong answer.
+    A store locked by a writer is not judged (the lock says nothing of its pages)."""
+    import sqlite3
+
+    try:
+        if not db.is_file() or db.stat().st_size == 0:
+            return None
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)) as con:
+            rows = con.execute("PRAGMA quick_check(1)").fetchall()
+    except sqlite3.OperationalError as e:
+        if "locked" in str(e) or "busy" in str(e):
+            return None
+        return f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
+    except sqlite3.DatabaseError as e:  # "file is not a database", "database disk image is malformed"
+        return f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
+    except OSError:
+        return None  # unreadable here: the store's first use reports it, naming the operation
+    first = " ".join(str(rows[0][0]).split()) if rows else "no answer"  # its report spans lines: one here
+    return None if first == "ok" else f"quick_check: {first[:200]}"
+
+
+# What SQLite says when the disk under a store is full, and when the store's file is damaged: a retry cannot help
+# either (the same write fails again until space is freed; a damaged file stays damaged until it is restored).
+FULL_SIGNS = ("database or disk is full",)
+DAMAGED_SIGNS = ("database disk image is malformed", "file is not a database", "malformed database schema")
+
+
+def store_failure(e: BaseException, uri: str = "") -> StoreFull | StoreDamaged | None:
+    """The refusal ``e`` (or an exception it was raised from or while handling) amounts to, or None: a full disk
+    (SQLite's "database or disk is full", an OSError ENOSPC writing a file: StoreFull naming the file and "free
+    space") or a damaged store (SQLite's "malformed" / "not a database": StoreDamaged naming the file and "restore
+    it"), each one line, however deep MLflow and SQLAlchemy wrapped it. ``uri``: the tracking store (default: the one
+    this process's MLflow points at), named when SQLite does not say which file."""
+    import errno
+
+    from abpo.registry.errors import ModelFilesDamaged
+
+    said: ModelFilesDamaged | None = None  # a model log's own one line (it names the file and "free space")
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, (StoreFull, StoreDamaged)):
+            return cur
+        if isinstance(cur, ModelFilesDamaged) and said is None:
+            said = cur
+        text = str(cur)
+        if (isinstance(cur, OSError) and cur.errno == errno.ENOSPC) or "[Errno 28]" in text:
+            where = getattr(cur, "filename", None) or _store_file(uri)
+            return StoreFull(
+                str(said)
+                if said is not None
+                else f"{where}: no space left on device; rule: free space on the disk that holds it, then run the "
+                "step again (a full disk is not retried: every attempt would fail the same way)"
+            )
+        if any(sign in text for sign in FULL_SIGNS):
+            return StoreFull(
+                f"{_store_file(uri)}: the MLflow store cannot be written: database or disk is full; rule: free space "
+                "on the disk that holds it, then run the step again (a full disk is not retried: every attempt would "
+                "fail the same way)"
+            )
+        sign = next((s for s in DAMAGED_SIGNS if s in text), None)
+        if sign is not None:
+            return StoreDamaged(
+                f"{_store_file(uri)}: the store cannot be opened: the MLflow store is damaged ({sign}); rule: a damaged store is "
+                "restored from a backup (or the state's last copy) before any step runs again; not retried: every "
+                "attempt would fail the same way"
+            )
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+def _store_file(uri: str = "") -> str:
+    """The SQLite file of ``uri`` (default: the store this process's MLflow points at), else the redacted URI."""
+    if not uri:
+        import mlflow
+
+        uri = mlflow.get_tracking_uri()
+    db = sqlite_path(uri)
+    return str(db) if db is not None else redact_uri(uri)
+
+
+def _end_failed_run(run_id: str | None) -> bool:
+    """Mark ``run_id`` FAILED after a write to its store failed (a full disk: MLflow's own end of the run may have
+    been the write that failed, leaving it RUNNING); True when it is marked (or there is none), False when the store
+    refuses that too: the task's next attempt marks it KILLED (abpo.registry.completed_task_run)."""
+    from mlflow import MlflowClient
+
+    if run_id is None:
+        return True
+    try:
+        MlflowClient().set_terminated(run_id, status="FAILED")
+        return True
+    except Exception:  # noqa: BLE001 - the store takes no write at all: said in the refusal
+        return False
+
+
+def refused_write(e: BaseException, run_id: str | None, uri: str) -> StoreFull | StoreDamaged | None:
+    """:func:`store_failure` of ``e`` with what became of run ``run_id`` appended (marked FAILED, or left for the next
+    attempt to mark KILLED), or None when ``e`` is neither a full disk nor a damaged store. An error already refused
+    (raised by a nested run) comes back as it is."""
+    failure = store_failure(e, uri)
+    if failure is None or failure is e:
+        return failure
+    if run_id is None:
+        return failure
+    marked = _end_failed_run(run_id)
+    return type(failure)(
+        f"{failure}; run {run_id} "
+        + ("marked FAILED" if marked else "could not be marked FAILED either: the task's next attempt marks it KILLED")
+    )
 
 
 def moved_from(cfg: Config) -> str | None:
@@ -346,6 +472,11 @@ def start_run(
             run_id = run.info.run_id
             yield run
     except Exception as e:
+        refused = refused_write(e, run_id, cfg.paths.tracking_uri())
+        if refused is e:
+            raise
+        if refused is not None:
+            raise refused from e
         if not store_locked(e):
             raise
         marked = _end_locked_run(run_id)

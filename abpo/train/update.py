@@ -424,11 +424,19 @@ def run_ends_with_the_process(enabled: bool = True):
             status = "KILLED" if received or isinstance(e, KeyboardInterrupt) else "FAILED"
             # the active run ends through MLflow's run stack; one its own context already ended (FAILED, whatever
             # the cause) is set to what the cause decides
+            ended = status
             with signals.held(drop=True):  # a second signal while the run ends: the first one's effect follows
-                registry.terminate_run(watch.run_id, status)
+                try:
+                    registry.terminate_run(watch.run_id, status)
+                except Exception as end_error:
+                    # a full or damaged store refuses this write too: the refusal already raised says so and is
+                    # what the caller meets, not a second traceback from ending the run
+                    if registry.store_failure(end_error) is None:
+                        raise
+                    ended = "as the store left it (it takes no write)"
             why = f"signal {signal.Signals(received[0]).name}" if received else type(e).__name__
             logging.getLogger(__name__).warning(
-                f"update: stopped by {why}; its MLflow run {watch.run_id} ended {status}"
+                f"update: stopped by {why}; its MLflow run {watch.run_id} ended {ended}"
             )
         if isinstance(e, UpdateTerminated) and previous.get(e.signum) in (signal.SIG_DFL, None):
             signal.signal(e.signum, signal.SIG_DFL)  # the default action, now that the run is ended: the process dies

@@ -111,6 +111,7 @@ def test_the_core_registry_reads_a_corrupt_store_as_unavailable_not_as_no_champi
 
     state.mkdir(parents=True)
     (state / "mlflow.db").write_bytes(b"not a database " * 400)
-    registry.configure(load_config("tiny"))
+    with pytest.raises(registry.RegistryUnavailable, match="the store cannot be opened"):  # where it is opened
+        registry.configure(load_config("tiny"))
     with pytest.raises(registry.RegistryUnavailable, match="the store cannot be opened"):
-        registry.get_version(registry.CHAMPION)
+        registry.get_version(registry.CHAMPION, cfg=load_config("tiny"))

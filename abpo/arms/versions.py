@@ -177,11 +177,12 @@ def log_arm_model(cfg: Config, arm: str, local_dir: str | Path) -> str:
 
 
 def orphaned_logged_models(cfg: Config) -> list[dict[str, str]]:
-    """The arms' logged models that no registered version uses and whose run is over (a killed or failed update
-    logged the model, then never registered it): model id, name, run id, run status and artifact location, oldest
-    first (abpo.registry.orphaned_logged_models). `abpo arms status` lists them; a run still RUNNING is a live task's
+    """The arms' logged models, in abpo-arms and in the updates' experiment (``update.mlflow_experiment``), that no
+    registered version uses and whose run is over (a killed or failed update logged the model, then never registered
+    it): model id, name, run id, run status and artifact location, oldest first (abpo.registry.orphaned_logged_models). `abpo arms status` lists them; a run still RUNNING is a live task's
     (or a killed one's not yet marked KILLED by its next attempt) and is not listed."""
-    return registry.orphaned_logged_models(cfg, EXPERIMENT, [model_name(arm, cfg) for arm in names.ARMS])
+    experiments = [EXPERIMENT, cfg.update.mlflow_experiment]  # bootstraps and refits log here, updates there
+    return registry.orphaned_logged_models(cfg, experiments, [model_name(arm, cfg) for arm in names.ARMS])
 
 
 def register_version(cfg: Config, arm: str, model_uri: str, run_id: str, tags: dict[str, str], alias: str | None):

@@ -267,8 +267,9 @@ def delete_model_tag(cfg: Config, name: str, key: str) -> None:
     MlflowClient().delete_registered_model_tag(name, key)
 
 
-def orphaned_logged_models(cfg: Config, experiment: str, model_names: list[str]) -> list[dict[str, str]]:
-    """The logged models of experiment ``experiment`` (a base name, namespaced here) that no version of
+def orphaned_logged_models(cfg: Config, experiments: str | list[str], model_names: list[str]) -> list[dict[str, str]]:
+    """The logged models of ``experiments`` (base names, namespaced here: abpo-arms, where bootstraps and refits log,
+    and the updates' experiment, where an update logs its model before registering it) that no version of
     ``model_names`` uses and whose run is over (a killed or failed task logged the model, then never registered it):
     model id, name, run id, run status, creation time and artifact location, oldest first. A run still RUNNING is a
     live task's (or a killed one's not yet marked KILLED by its next attempt): not listed."""
@@ -276,8 +277,10 @@ def orphaned_logged_models(cfg: Config, experiment: str, model_names: list[str])
     from mlflow import MlflowClient
 
     configure(cfg)
-    exp = mlflow.get_experiment_by_name(experiment_name(cfg, experiment))
-    if exp is None:
+    names = [experiments] if isinstance(experiments, str) else list(dict.fromkeys(experiments))
+    found = [mlflow.get_experiment_by_name(experiment_name(cfg, e)) for e in names]
+    ids = [exp.experiment_id for exp in found if exp is not None]
+    if not ids:
         return []
     client = MlflowClient()
     used: set[str | None] = set()
@@ -288,7 +291,7 @@ def orphaned_logged_models(cfg: Config, experiment: str, model_names: list[str])
             versions = []
         used.update(logged_model_id(mv) for mv in versions)
     out = []
-    for lm in client.search_logged_models(experiment_ids=[exp.experiment_id]):
+    for lm in client.search_logged_models(experiment_ids=ids):
         if lm.model_id in used:
             continue
         status = ""

@@ -268,10 +268,12 @@ def test_a_store_locked_during_a_run_is_one_line_and_the_run_not_left_running(tm
 
 
 @pytest.mark.slow
-def test_arms_status_lists_a_logged_model_a_killed_update_never_registered(abpo, state, tmp_path):
+@pytest.mark.parametrize("logged_in", ["update", "arms"])
+def test_arms_status_lists_a_logged_model_a_killed_update_never_registered(abpo, state, tmp_path, logged_in):
     """An update logs its model and is killed before registering it (here: its run ends FAILED, as a killed
     attempt's run does once the next attempt marks it): `abpo arms status` lists the orphan, not the registered
-    one."""
+    one; in the updates' experiment (abpo-update, where the monthly update logs its model) as in abpo-arms (a
+    bootstrap's or a refit's). Before, only abpo-arms was searched and a killed update's model was never listed."""
     from abpo import registry
     from abpo.arms import versions as arm_versions
     from abpo.config import load_config
@@ -279,8 +281,9 @@ def test_arms_status_lists_a_logged_model_a_killed_update_never_registered(abpo,
     cfg = load_config("tiny")  # paths.root = $ABPO_STATE (the state fixture)
     v = _register(cfg, tmp_path)
     orphan = {}
+    experiment = cfg.update.mlflow_experiment if logged_in == "update" else arm_versions.EXPERIMENT
     with pytest.raises(KeyboardInterrupt):
-        with registry.start_run(cfg, arm_versions.EXPERIMENT, "update") as run:
+        with registry.start_run(cfg, experiment, "update") as run:
             orphan["uri"] = arm_versions.log_arm_model(cfg, "abpo", _safetensors_dir(tmp_path / "ckpt2"))
             orphan["run"] = run.info.run_id
             raise KeyboardInterrupt  # killed between logging and registering

@@ -192,6 +192,18 @@ def entries(cfg: Config, arm: str) -> list[Entry]:
         ) from e
 
 
+def pending(cfg: Config, arm: str) -> list[Entry]:
+    """The arm's entries left pending, oldest first: written before a move and not finished after it (its writer is
+    moving the alias now, or died in between: the next writer under the lock settles it, :func:`settle_pending`).
+    [] when the history does not exist yet; creates nothing."""
+    client = registry.tracking_client(cfg)
+    exp = registry.experiment_id(client, registry.experiment_name(cfg, EXPERIMENT))
+    if exp is None:
+        return []
+    runs = [r for r in runs_of(client, exp, arm) if r.info.status == "RUNNING" and "seq" in r.data.params]
+    return sorted((_entry(r) for r in runs), key=lambda e: e.seq)
+
+
 def last_move(cfg: Config, arm: str) -> Entry | None:
     """The last entry that set the champion (a move, or the baseline recorded when the history started)."""
     moves = [e for e in entries(cfg, arm) if e.action in MOVES or e.action == "baseline"]

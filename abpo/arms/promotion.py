@@ -9,7 +9,14 @@ from typing import TYPE_CHECKING
 
 from abpo import registry
 from abpo.arms import history, names
-from abpo.arms.promotion_lock import ChampionMoved, HoldbackNeverPromoted, PromotionRace, promotion_lock, touch_lock
+from abpo.arms.promotion_lock import (
+    ChampionMoved,
+    HoldbackNeverPromoted,
+    MoveFenced,
+    PromotionRace,
+    fence,
+    promotion_lock,
+)
 from abpo.arms.versions import NotInRegistry, get_version, model_name, register_version, set_alias, set_tags
 
 if TYPE_CHECKING:
@@ -152,8 +159,7 @@ def register_champion(cfg: Config, arm: str, model_uri: str, run_id: str, tags: 
                 to_version=str(mv.version),
                 reason=f"registered as champion ({tags.get('source', '')})",
             )
-            registry.set_alias(registry.CHAMPION, mv.version, name=name, cfg=cfg)
-            history.finish(cfg, entry)
+            _fenced_move(cfg, arm, entry, str(mv.version), cur)
     return registry.model_version(cfg, name, mv.version)
 
 
@@ -209,20 +215,31 @@ def promote(
         )
     if get_version(cfg, arm, str(version)) is None:
         raise NotInRegistry(f"{name}: no version {version}; nothing promoted")
-    with promotion_lock(cfg, arm):
-        return _promote_locked(
-            cfg,
-            arm,
-            str(version),
-            expected_champion=expected_champion,
-            reason=reason,
-            actor=actor or history.os_actor(),
-            action=action,
-            verdict=verdict or _verdict(cfg, arm, str(version)),
-            month=month,
-            respect_pin=respect_pin,
-            tags=tags or {},
-        )
+    for attempt in (1, 2):
+        try:
+            with promotion_lock(cfg, arm):
+                return _promote_locked(
+                    cfg,
+                    arm,
+                    str(version),
+                    expected_champion=expected_champion,
+                    reason=reason,
+                    actor=actor or history.os_actor(),
+                    action=action,
+                    verdict=verdict or _verdict(cfg, arm, str(version)),
+                    month=month,
+                    respect_pin=respect_pin,
+                    tags=tags or {},
+                )
+        except MoveFenced as e:
+            # the lock was taken over (or the champion moved) while this promotion stalled: nothing moved. With an
+            # expected champion, look once more under the lock: the check against it decides (a gate's promotion
+            # over a rollback is recorded not-promoted: ChampionMoved); without one, a human's promotion is not
+            # replayed over whatever the other holder did
+            if expected_champion is None or attempt == 2:
+                raise
+            log.warning(f"{e}; looking again under the lock")
+    raise AssertionError("unreachable")  # the loop returns or raises
 
 
 def refuse(
@@ -338,8 +355,7 @@ def _promote_locked(
         verdict=verdict,
         month=month,
     )
-    touch_lock(cfg, arm)  # still ours: nothing moves under a lock that was taken over
-    set_alias(cfg, arm, registry.CHAMPION, version)
+    _fenced_move(cfg, arm, entry, version, cur, finish=False)
     set_tags(
         cfg,
         arm,
@@ -361,6 +377,20 @@ def _promote_locked(
         )
     history.finish(cfg, entry)
     return {"arm": arm, "champion": version, "previous": cur, "promoted": "true"}
+
+
+def _fenced_move(cfg: Config, arm: str, entry: str, to_version: str, checked: str, *, finish: bool = True) -> None:
+    """Under the lock, with history entry ``entry`` pending: move the champion from ``checked`` to ``to_version``,
+    fenced (abpo.arms.promotion_lock.fence: the lock still this holder's and the champion still ``checked`` at the
+    call that moves it); a fenced move fails the entry and raises MoveFenced, nothing moved. ``finish``: finish the
+    entry after the move (else the caller does, after what it records with the move)."""
+    try:
+        set_alias(cfg, arm, registry.CHAMPION, to_version, fence=fence(cfg, arm, to_version, checked))
+    except MoveFenced as e:
+        history.finish(cfg, entry, ok=False, note=str(e)[:4000])
+        raise
+    if finish:
+        history.finish(cfg, entry)
 
 
 def rollback(cfg: Config, arm: str, *, reason: str = "", actor: str = "") -> dict[str, str]:
@@ -404,9 +434,7 @@ def _restore_missing_locked(cfg: Config, arm: str, *, reason: str, actor: str) -
         reason=f"{reason}: {why}" if reason else why,
         verdict=_verdict(cfg, arm, target),
     )
-    touch_lock(cfg, arm)
-    set_alias(cfg, arm, registry.CHAMPION, target)
-    history.finish(cfg, entry)
+    _fenced_move(cfg, arm, entry, target, "")
     return {"arm": arm, "champion": target, "previous": ""}
 
 
@@ -438,8 +466,7 @@ def _rollback_locked(cfg: Config, arm: str, *, reason: str, actor: str, now) -> 
         reason=reason or "rollback",
         verdict=_verdict(cfg, arm, previous),
     )
-    touch_lock(cfg, arm)
-    set_alias(cfg, arm, registry.CHAMPION, previous)
+    _fenced_move(cfg, arm, entry, previous, cur, finish=False)
     set_tags(
         cfg,
         arm,

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from abpo import registry
 from abpo.arms import names
-from abpo.arms.versions import model_name
+from abpo.arms.versions import get_version, model_name
 
 if TYPE_CHECKING:
     from abpo.config import Config
@@ -28,6 +29,11 @@ class ChampionMoved(PromotionRace):
     challenger was gated against a champion that no longer serves)."""
 
 
+class MoveFenced(PromotionRace):
+    """At the moment of the move, the promotion lock was no longer the mover's (taken over after its lease) or the
+    champion no longer the one it checked under it: nothing moved (the mover's pending history entry is failed)."""
+
+
 class HoldbackNeverPromoted(PromotionRace):
     """A promotion of the holdback arm (abpo.arms.names.HOLDBACK): refused, its champion stays pi_init (a
     PromotionRace, so `abpo arms promote` reports it in one line like any refused promotion)."""
@@ -36,12 +42,20 @@ class HoldbackNeverPromoted(PromotionRace):
 # The promotion lock of arm A is a lock in the registry (abpo.registry.registry_lock: a registered model
 # "abpo-lock-<A>" that whoever creates it holds, taken over by a lease after LOCK_TTL_S of a waiter's own clock): a
 # check-then-set done inside it (re-read the champion, compare with the expected one, move the alias) is atomic with
-# respect to every other promotion, on any machine. LOCK_WAIT_S > LOCK_TTL_S: a waiter outlives a stale lock. A
-# holder checks it still holds the lock right before it moves the alias (:func:`touch_lock`).
+# respect to every other promotion, on any machine. LOCK_WAIT_S > LOCK_TTL_S: a waiter outlives a stale lock. The
+# move itself is fenced (:func:`fence`): at the call that moves the alias, the holder checks the lock is still its own
+# (the token it wrote) and the champion still the one it checked, so a holder that stalled past its lease while
+# another took the lock over moves nothing.
+# The lease: a live holder must never lose the lock to a waiter, so the lease outlasts the longest stretch a loaded
+# worker can go between two renewals. Between taking the lock and its fence a promotion makes about a dozen registry
+# calls (each up to about 10 s against a slow tracking server, abpo.registry.store.HTTP_TIMEOUTS, or a wait on
+# SQLite's write lock), on a worker that may be CPU-starved, swapping or in a long GC pause: 10 s was outlasted by a
+# 13 s stop. 120 s is an order above that stretch; it costs only when a holder died on another machine (a holder
+# gone from this host is taken over at once), and `abpo arms status` shows a held lock and its age meanwhile.
 # The lock's name carries the config's paths.namespace (abpo.arms.names.lock_name), like the arm's model.
 LOCK_PREFIX = names.LOCK_PREFIX
-LOCK_TTL_S = 10.0
-LOCK_WAIT_S = 30.0
+LOCK_TTL_S = 120.0
+LOCK_WAIT_S = 180.0
 
 
 def _lock_name(cfg: Config, arm: str) -> str:
@@ -88,3 +102,42 @@ def touch_lock(cfg: Config, arm: str) -> None:
             f"{model_name(arm, cfg)}: the promotion lock {name!r} is no longer this process's (taken over "
             "by another promotion after its TTL); nothing moved"
         ) from None
+
+
+def lock_name(cfg: Config, arm: str) -> str:
+    """Arm ``arm``'s promotion lock (the registered model's name)."""
+    return _lock_name(cfg, arm)
+
+
+def fence(cfg: Config, arm: str, to_version: str, checked: str) -> Callable[[], None]:
+    """The check made at the call that moves arm ``arm``'s champion to ``to_version`` (abpo.registry.set_alias's
+    ``fence``): the lock is still this holder's (it renews the lease) and the champion is still ``checked``, the
+    version read under the lock; MoveFenced naming the arm, the lock and what changed otherwise."""
+    name, model = _lock_name(cfg, arm), model_name(arm, cfg)
+
+    def champion_now() -> str:
+        mv = get_version(cfg, arm, registry.CHAMPION)
+        return str(mv.version) if mv is not None else ""
+
+    def check() -> None:
+        try:
+            registry.touch_lock(cfg, name)
+        except registry.LockLost as e:
+            now = champion_now()
+            moved = f"champion is v{now or 'none'}" + (
+                "" if now == checked else f", not v{checked or 'none'} as checked"
+            )
+            raise MoveFenced(
+                f"{model}: the promotion lock {name!r} is no longer this promotion's: taken over after its lease "
+                f"(owner now {e.owner or 'none: released'}), {moved}; rule: only the lock's holder moves the "
+                f"champion; v{to_version} not moved"
+            ) from None
+        now = champion_now()
+        if now != checked:
+            raise MoveFenced(
+                f"{model}: champion is v{now or 'none'}, not v{checked or 'none'} as checked under the promotion lock "
+                f"{name!r} (moved without the lock); rule: the champion moves only from the version checked; "
+                f"v{to_version} not moved"
+            )
+
+    return check

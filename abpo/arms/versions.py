@@ -27,6 +27,8 @@ from abpo.arms import names
 from abpo.paths import CHECKOUT
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from abpo.config import Config
 
 log = logging.getLogger(__name__)
@@ -205,8 +207,11 @@ def register_version(cfg: Config, arm: str, model_uri: str, run_id: str, tags: d
     return registry.model_version(cfg, name, mv.version)
 
 
-def set_alias(cfg: Config, arm: str, alias: str, version: str | int) -> None:
-    registry.set_alias(alias, version, name=model_name(arm, cfg), cfg=cfg)
+def set_alias(
+    cfg: Config, arm: str, alias: str, version: str | int, *, fence: Callable[[], None] | None = None
+) -> None:
+    """Move the arm's ``alias`` to ``version``; ``fence`` is called right before the move (abpo.registry.set_alias)."""
+    registry.set_alias(alias, version, name=model_name(arm, cfg), cfg=cfg, fence=fence)
 
 
 def set_tags(cfg: Config, arm: str, version: str | int, tags: dict[str, Any]) -> None:

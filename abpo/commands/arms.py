@@ -137,12 +137,17 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
         from abpo.monthly.bootstrap import require_registry
 
         require_registry(cfg)  # a store that lost the arms is not shown as "no champions"
+        from abpo.arms.status import arm_unfinished
+
         missing = 0
-        for s in arm_status(cfg, arms_of(cfg)):
-            shown = json.dumps(s.info) if s.info is not None else "none"
-            if s.missing:  # deleted outside abpo while its history names one: say so
-                shown, missing = f"none: MISSING ({s.missing})", missing + 1
-            print(f"{s.model:<22} {s.alias:<10} {shown}")
+        for arm in arms_of(cfg):
+            for s in arm_status(cfg, [arm]):
+                shown = json.dumps(s.info) if s.info is not None else "none"
+                if s.missing:  # deleted outside abpo while its history names one: say so
+                    shown, missing = f"none: MISSING ({s.missing})", missing + 1
+                print(f"{s.model:<22} {s.alias:<10} {shown}")
+            for line in arm_unfinished(cfg, arm):  # what a promotion of the arm left unfinished (a killed mover)
+                print(f"{arm_versions.model_name(arm, cfg):<22} {'UNFINISHED':<10} {line}")
         for o in arm_versions.orphaned_logged_models(cfg):  # what a killed update logged and never registered
             print(
                 f"orphaned logged model {o['model_id']} ({o['name']}): run {o['run_id']} {o['run_status']}, never "

@@ -30,7 +30,7 @@ from abpo.registry.errors import (
     TaskAttemptLive,
     TaskSuperseded,
 )
-from abpo.registry.locks import LockHeld, LockLost, registry_lock, touch_lock
+from abpo.registry.locks import LockHeld, LockLost, lock_holder, registry_lock, touch_lock
 from abpo.registry.models import (
     LLM_SERVING_PACKAGES,
     RANKER_SERVING_PACKAGES,
@@ -185,6 +185,7 @@ __all__ = [
     "is_not_found",
     "latest_tagged_run_id",
     "llm_signature",
+    "lock_holder",
     "log",
     "log_artifact",
     "log_dataset_input",

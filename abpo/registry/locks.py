@@ -10,14 +10,17 @@ Takeover by a lease, never by comparing clocks: a waiter takes the lock over whe
 owner tag, lease counter and the registry's creation timestamp of the lock, compared for equality only) unchanged
 for ``ttl_s`` seconds of *its own* monotonic clock. A holder working longer bumps the lease (:func:`touch_lock`).
 So no holder's or waiter's wall clock matters (a slow one does not lose its lock, a fast crashed one does not block
-the lock), and a lock with no owner tag is taken over like any other stale one. A waiter should wait longer than the
-TTL, so that it outlives a stale lock; a holder checks it still holds the lock right before it acts."""
+the lock), and a lock with no owner tag is taken over like any other stale one. A lock whose owner is a process of
+this host that no longer exists is taken over at once: its holder is gone, no lease to wait out. A waiter should wait
+longer than the TTL, so that it outlives a stale lock; a holder checks it still holds the lock right before it acts
+(:func:`touch_lock`, or a ``fence`` at the very call that acts: :func:`abpo.registry.set_alias`)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -29,7 +32,9 @@ from abpo.registry.store import configure
 if TYPE_CHECKING:
     from abpo.config import Config
 
-_held: dict[str, str] = {}  # lock name -> this process's token, while held
+# (lock name, thread) -> the token its holder wrote, while held: a fence compares the lock's owner with the token of
+# the thread that took it, never with another thread's (a thread that takes the same lock over in this process)
+_held: dict[tuple[str, int], str] = {}
 
 
 class LockHeld(RuntimeError):
@@ -41,12 +46,33 @@ class LockHeld(RuntimeError):
 
 
 class LockLost(RuntimeError):
-    """The lock is no longer this process's (taken over by another holder after its TTL, or never taken)."""
+    """The lock is no longer this process's (taken over by another holder after its TTL, or never taken); ``owner``
+    is its owner now ("" when no one holds it)."""
+
+    def __init__(self, name: str, owner: str = "") -> None:
+        super().__init__(f"lock {name!r} is not this holder's (owner now: {owner or 'none'})")
+        self.name, self.owner = name, owner
 
 
 def _lease(held) -> tuple[str, str, str]:
     tags = held.tags or {}
     return tags.get("owner", ""), tags.get("lease", ""), str(getattr(held, "creation_timestamp", ""))
+
+
+def _holder_gone(owner: str) -> bool:
+    """Whether owner tag ``owner`` (``host:pid:token``) names a process of this host that no longer exists (never
+    this process: its own lock is held by a live thread)."""
+    host, _, rest = owner.partition(":")
+    pid, _, _ = rest.partition(":")
+    if host != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError):  # another user's process of that id, or not a pid at all
+        return False
+    return False
 
 
 @contextlib.contextmanager
@@ -87,7 +113,7 @@ def registry_lock(
             lease = _lease(held)
             if lease != seen:  # a new holder, or the holder bumped its lease: it is alive
                 seen, seen_since = lease, time.monotonic()
-            elif time.monotonic() - seen_since > ttl_s:
+            if _holder_gone(lease[0]) or time.monotonic() - seen_since > ttl_s:
                 # unchanged for the TTL by this waiter's own clock: its holder died. Take it over (only if it is
                 # still the same stale lock)
                 if _lease(client.get_registered_model(name)) == seen:
@@ -100,12 +126,13 @@ def registry_lock(
             raise LockHeld(name, (held.tags or {}).get("owner", "?"), wait_s)
         time.sleep(delay)
         delay = min(delay * 2, 1.0)
-    _held[name] = token
+    mine = (name, threading.get_ident())
+    _held[mine] = token
     try:
         yield
     finally:
-        if _held.get(name) == token:
-            _held.pop(name, None)
+        if _held.get(mine) == token:
+            _held.pop(mine, None)
         try:
             if client.get_registered_model(name).tags.get("owner") == token:
                 client.delete_registered_model(name)
@@ -119,7 +146,7 @@ def touch_lock(cfg: Config, name: str) -> None:
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
-    token = _held.get(name)
+    token = _held.get((name, threading.get_ident()))
     configure(cfg)
     client = MlflowClient()
     try:
@@ -128,5 +155,26 @@ def touch_lock(cfg: Config, name: str) -> None:
         held = None
     tags = (held.tags or {}) if held is not None else {}
     if token is None or tags.get("owner") != token:
-        raise LockLost(name)
+        raise LockLost(name, tags.get("owner", ""))
     client.set_registered_model_tag(name, "lease", str(int(tags.get("lease", "0") or 0) + 1))
+
+
+def lock_holder(cfg: Config, name: str) -> dict[str, str] | None:
+    """Who holds lock ``name`` now: {owner, lease, since} (``since``: the registry's creation time of the lock, ISO
+    UTC), or None when no one does. For a status line, not for deciding a takeover (that goes by the lease)."""
+    from datetime import UTC, datetime
+
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    configure(cfg)
+    try:
+        held = MlflowClient().get_registered_model(name)
+    except MlflowException as e:
+        if getattr(e, "error_code", "") == "RESOURCE_DOES_NOT_EXIST":
+            return None
+        raise RegistryUnavailable(f"lock {name!r}: could not be read ({str(e)[:300]})") from e
+    tags = held.tags or {}
+    ms = getattr(held, "creation_timestamp", None)
+    since = datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds") if ms else ""
+    return {"owner": tags.get("owner", ""), "lease": tags.get("lease", ""), "since": since}

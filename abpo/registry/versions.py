@@ -4,6 +4,7 @@ never "no alias"), metrics and JSON kept with a version, and a version's files d
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -129,13 +130,25 @@ def register(
     return version
 
 
-def set_alias(alias: str, version: int | str, name: str = MODEL_NAME, *, cfg: Config | None = None) -> None:
-    """Move ``alias`` (e.g. ``champion``) to ``version``; with ``cfg``, on the config's store (:func:`configure`)."""
+def set_alias(
+    alias: str,
+    version: int | str,
+    name: str = MODEL_NAME,
+    *,
+    cfg: Config | None = None,
+    fence: Callable[[], None] | None = None,
+) -> None:
+    """Move ``alias`` (e.g. ``champion``) to ``version``; with ``cfg``, on the config's store (:func:`configure`).
+    ``fence``: called right before the move, at the last moment anything can be checked (the registry has no
+    compare-and-set on aliases); it raises to stop the move (a promotion whose lock was taken over)."""
     from mlflow import MlflowClient
 
     if cfg is not None:
         configure(cfg)
-    MlflowClient().set_registered_model_alias(name, alias, str(version))
+    client = MlflowClient()
+    if fence is not None:
+        fence()
+    client.set_registered_model_alias(name, alias, str(version))
 
 
 def is_not_found(e: Exception) -> bool:

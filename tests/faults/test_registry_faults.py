@@ -4,6 +4,7 @@ MLflow store (issue 18, items 3 and 7)."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -68,9 +69,16 @@ def test_the_promotion_lock_is_exclusive_and_taken_over_when_stale(state):
         with pytest.raises(promotion_lock.PromotionRace, match="another promotion holds the lock"):
             with promotion_lock.promotion_lock(cfg, "abpo", wait_s=0.5):
                 pass
-    # a holder that crashed (its lock older than the TTL) does not block promotions for ever
+    # a holder that crashed does not block promotions for ever: one of another host after the lease (shortened here),
+    # one of this host at once, its process being gone
     MlflowClient().create_registered_model("abpo-lock-abpo", tags={"owner": "dead:1:x", "acquired_at": "0"})
-    assert promotion.promote(cfg, "abpo", "2", expected_champion="1")["champion"] == "2"
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(promotion_lock, "LOCK_TTL_S", 1.0)
+        assert promotion.promote(cfg, "abpo", "2", expected_champion="1")["champion"] == "2"
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    MlflowClient().create_registered_model("abpo-lock-abpo", tags={"owner": f"{socket.gethostname()}:{gone.pid}:x"})
+    assert promotion.promote(cfg, "abpo", "1", expected_champion="2")["champion"] == "1"
     assert not MlflowClient().search_registered_models("name = 'abpo-lock-abpo'")
 
 

@@ -81,8 +81,9 @@ class ArmsConfig:
         default=0,
         metadata={
             "min": 0,
+            "max": 1200,  # a century of months: more reaches back before year 1, which no month can name
             "help": "LLM arms: also train on the arm's logs of this many months before the current one "
-            "(0 = the current month only: each month's update starts from the champion).",
+            "(0 = the current month only: each month's update starts from the champion; at most 1200).",
         },
     )
     min_rows_per_stratum: int = field(

@@ -23,6 +23,7 @@ from abpo.yamlfile import YAMLFileError, excerpt, read_yaml as read_yaml_file, s
 # Types are strict: a bool field takes YAML true/false only, an int field an integer only (not 2.5, not true), a float
 # field a finite number only (not true, not .nan, not .inf), a str field a string only. Nothing is coerced.
 RANGE_KEYS = ("gt", "min", "lt", "max")
+INT64_MAX = 2**63 - 1  # every int field's bound besides its own: numpy, torch, DuckDB and SQLite hold int64
 
 
 def range_rule(meta: Any) -> str:
@@ -95,6 +96,8 @@ def _scalar(value: Any, tp: Any, meta: Any, key: str, source: str) -> Any:
         return value
     if not ok:
         raise refuse(value, _type_rule(tp))
+    if tp is int and abs(value) > INT64_MAX:  # a step count, size or seed the trainer and the stores hold as int64
+        raise refuse(value, f"an integer within int64 (at most {INT64_MAX} in magnitude)" + _also(meta))
     if "choices" in meta and value not in meta["choices"]:
         raise refuse(value, range_rule(meta))
     if meta.get("duration") and duration_seconds(value) is None:
@@ -113,6 +116,12 @@ def _scalar(value: Any, tp: Any, meta: Any, key: str, source: str) -> Any:
         if not inside:
             raise refuse(value, range_rule(meta))
     return value
+
+
+def _also(meta: Any) -> str:
+    """The field's own range after the int64 rule, when it has one (``; and >= 1``)."""
+    rule = range_rule(meta)
+    return f"; and {rule}" if rule else ""
 
 
 def _coerce(value: Any, tp: Any, where: str, meta: Any = None, key: str = "", source: str = "") -> Any:

@@ -90,3 +90,22 @@ def test_a_month_of_year_zero_is_refused_as_not_a_month(abpo, state, month):
     with pytest.raises(MonthError):
         Month(month)
     assert Month("0001-01").bounds()[0].year == 1 and Month("9999-01").bounds()[0].year == 9999
+
+
+@pytest.mark.parametrize(
+    "override, rule",
+    [
+        ("update.save_steps=9223372036854775808", "an integer within int64"),  # 2^63: was taken, failed in training
+        ("update.max_steps=-9223372036854775809", "an integer within int64"),
+        ("arms.replay_months=1000000000", "in [0, 1200]"),  # was taken; the update then named month -83331308-10
+    ],
+)
+def test_an_integer_past_int64_or_a_replay_before_year_one_is_refused_naming_the_key(override, rule):
+    from abpo.config import load_config
+    from abpo.config.errors import ConfigError
+
+    key = override.split("=", 1)[0]
+    with pytest.raises(ConfigError) as info:
+        load_config("tiny", [override])
+    assert f"{key} " in str(info.value) and f"rule: {rule}" in str(info.value), str(info.value)
+    load_config("tiny", ["update.save_steps=9223372036854775807", "arms.replay_months=1200"])  # the bounds themselves

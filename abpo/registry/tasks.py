@@ -147,7 +147,10 @@ def adopt_task_run(run_id: str, key: str, result: dict) -> None:
 
     client = MlflowClient()
     client.set_tag(run_id, TASK_KEY_TAG, key)
-    record_task_result(run_id, result)
-    if "abpo.superseded" in client.get_run(run_id).data.tags:
-        client.delete_tag(run_id, "abpo.superseded")
+    if attempts.SUPERSEDED_TAG in client.get_run(run_id).data.tags:
+        client.delete_tag(run_id, attempts.SUPERSEDED_TAG)
+    # written directly, not through record_task_result: the run completed its task (its version is registered), so
+    # its attempt's supersession check does not apply to this second record of it
+    client.log_dict(run_id, result, TASK_RESULT_ARTIFACT)
+    client.set_tag(run_id, TASK_DONE_TAG, "true")
     client.set_terminated(run_id, status="FINISHED")

@@ -60,7 +60,7 @@ def ope_notes(ope: dict[str, Any] | None) -> list[str]:
     """Short notes on the off-policy half's numbers that its verdict states in full (:func:`ope_verdict`) and the
     report's gate section shows beside the interval: the arm served none of the rows, every row a no-response (the
     interval degenerate), every row clicked (only IPS sees mass moved off the logged items), an estimate outside
-    [0, 1], a mean weight far above 1 (logged propensities too small). [] for a result recorded without ``clicks``."""
+    [0, 1], a mean weight far above 1 (logged propensities too small) or far below (no support). [] for a result recorded without ``clicks``."""
     if not ope:
         return []
     notes = []
@@ -78,8 +78,11 @@ def ope_notes(ope: dict[str, Any] | None) -> list[str]:
     slack = range_slack(n)
     if clicks != 0 and any(math.isfinite(v) and not -slack <= v <= 1.0 + slack for v in values):
         notes.append("estimate outside [0, 1]: refused")
-    if _weights_above_their_mean(ope):
+    breach = _mean_weight_breach(ope)
+    if breach and breach[0] == "above":
         notes.append("mean weight pi/e0 far above 1 (logged propensities too small): refused")
+    elif breach:
+        notes.append("mean weight pi/e0 far below 1 (mass where the logs have no support): refused")
     return notes
 
 
@@ -121,31 +124,55 @@ def _too_few_effective_rows(ope: dict[str, Any], label: str, min_ess: float) -> 
 # the verdict says the logged propensities are too small (case 3 of ope_verdict): MEAN_WEIGHT_Z standard errors (a
 # one-sided 4-sigma excursion of an honest month is a 3e-5 event) and at least MEAN_WEIGHT_FACTOR times 1, so that
 # propensities that are approximations (rounded, or a synthetic month's drawn ones: abpo.data.synthetic's Beta(2, 8)
-# against a uniform exposure, E[w] 1.125) are not read as broken; every logged propensity 1e-9 gives ~10^8. Only
-# above: a challenger with mass where the loggers rarely put theirs has a sample mean below 1 until its rare large
-# weights turn up (heavy tails), which the ESS case reads.
+# against a uniform exposure, E[w] 1.125) are not read as broken; every logged propensity 1e-9 gives ~10^8.
+# Below, by the same rule mirrored (under 1 - MEAN_WEIGHT_Z standard errors and under 1 / MEAN_WEIGHT_FACTOR): a
+# version whose mass sits where the loggers put almost none has a sample mean far below 1, because the rows that
+# would carry its large weights were (almost) never logged. Its estimate is then the reward model's extrapolation to
+# items the logs never showed (DR, SNDR, DM and Switch-DR passed such a challenger at +0.84 with an interval 0.002
+# wide), so the half fails closed: the logs do not support it.
 MEAN_WEIGHT_Z = 4.0
 MEAN_WEIGHT_FACTOR = 2.0
 
 
-def _weights_above_their_mean(ope: dict[str, Any]) -> str | None:
-    """Decision case 3 of :func:`ope_verdict`: the reason when either version's mean weight on the rows read is above
-    both MEAN_WEIGHT_FACTOR and 1 + MEAN_WEIGHT_Z standard errors, else None (a result recorded without the mean,
-    by an older gate, is not checked)."""
+def _mean_weight_breach(ope: dict[str, Any]) -> tuple[str, str, float, float, float] | None:
+    """(side, version, mean, standard error, bound) of the first version whose mean weight pi/e0 on the rows read is
+    above both MEAN_WEIGHT_FACTOR and 1 + MEAN_WEIGHT_Z standard errors (side ``above``), or below both
+    1 / MEAN_WEIGHT_FACTOR and 1 - MEAN_WEIGHT_Z standard errors (``below``), else None (a result recorded without
+    the mean, by an older gate, is not checked)."""
     for who in ("challenger", "champion"):
         mean, se = _num(ope, f"{who}_mean_weight"), _num(ope, f"{who}_mean_weight_se")
         if not math.isfinite(mean):
             continue
-        bound = max(1.0 + MEAN_WEIGHT_Z * (se if math.isfinite(se) else 0.0), MEAN_WEIGHT_FACTOR)
-        if mean > bound:
-            return (
-                f"off-policy weights: the {who}'s mean weight pi/e0 on the {ope.get('n')} rows read is {mean:.4g} "
-                f"(standard error {se:.3g}) > {bound:.4g}: with the loggers' propensities as e0 its expectation is 1, "
-                "so the logged propensities are smaller than the loggers' and every estimate scaled by the weights "
-                "is off (a self-normalised one hides the factor); rule: mean weight <= 1 + "
-                f"{MEAN_WEIGHT_Z:g} standard errors or <= {MEAN_WEIGHT_FACTOR:g}: fails closed"
-            )
+        spread = MEAN_WEIGHT_Z * (se if math.isfinite(se) else 0.0)
+        low, high = min(1.0 - spread, 1.0 / MEAN_WEIGHT_FACTOR), max(1.0 + spread, MEAN_WEIGHT_FACTOR)
+        if mean < low:
+            return "below", who, mean, se, low
+        if mean > high:
+            return "above", who, mean, se, high
     return None
+
+
+def _weights_off_their_mean(ope: dict[str, Any]) -> str | None:
+    """Decision case 3 of :func:`ope_verdict`: the reason when either version's mean weight on the rows read is off
+    its expectation 1 (:func:`_mean_weight_breach`), else None."""
+    breach = _mean_weight_breach(ope)
+    if breach is None:
+        return None
+    side, who, mean, se, bound = breach
+    head = f"off-policy weights: the {who}'s mean weight pi/e0 on the {ope.get('n')} rows read is {mean:.4g} "
+    if side == "below":
+        return (
+            head + f"(standard error {se:.3g}) < {bound:.4g}: with the loggers' propensities as e0 its expectation is "
+            "1, so most of its mass sits where the logs have (almost) no support and every estimate there is the "
+            "reward model's extrapolation to items the logs never showed; rule: mean weight >= 1 - "
+            f"{MEAN_WEIGHT_Z:g} standard errors or >= {1.0 / MEAN_WEIGHT_FACTOR:g}: fails closed"
+        )
+    return (
+        head + f"(standard error {se:.3g}) > {bound:.4g}: with the loggers' propensities as e0 its expectation is 1, "
+        "so the logged propensities are smaller than the loggers' and every estimate scaled by the weights is off "
+        "(a self-normalised one hides the factor); rule: mean weight <= 1 + "
+        f"{MEAN_WEIGHT_Z:g} standard errors or <= {MEAN_WEIGHT_FACTOR:g}: fails closed"
+    )
 
 
 def _zero_click_verdict(ope: dict[str, Any], label: str, interval: str, margin: float) -> tuple[bool, str]:
@@ -173,7 +200,8 @@ def ope_verdict(ope: dict[str, Any], margin: float, min_ess: float, max_top_shar
        either version's mean weight pi/e0 above 1 by more than MEAN_WEIGHT_Z standard errors and above
        MEAN_WEIGHT_FACTOR (its expectation is 1
        when e0 are the loggers' propensities: logged propensities too small, which a self-normalised estimator
-       hides; every logged propensity 1e-9 passed SNDR);
+       hides; every logged propensity 1e-9 passed SNDR), or below 1 by as much and below 1 / MEAN_WEIGHT_FACTOR
+       (mass where the logs have no support, which the reward model extrapolates to);
     4. either version's effective sample size below ``min_ess``, or below MIN_ESS_FLOOR whatever ``min_ess`` is,
        fails (a difference is as uncertain as its less certain side);
     5. every row a no-response: every estimate is 0 and its interval the point [0, 0], which says nothing; the half
@@ -217,7 +245,7 @@ def ope_verdict(ope: dict[str, Any], margin: float, min_ess: float, max_top_shar
             f"{float(top):.1%} of the challenger's total weight > arms.gate_max_top_weight_share "
             f"{max_top_share:g}: fails closed ({label} diff {ope['diff']:+.4f})"
         )
-    too_heavy = _weights_above_their_mean(ope)
+    too_heavy = _weights_off_their_mean(ope)
     if too_heavy:
         return False, too_heavy
     too_few = _too_few_effective_rows(ope, label, min_ess)

@@ -100,9 +100,49 @@ def test_logged_propensities_too_small_are_refused_whatever_estimator_decides():
         assert not any("too small" in n for n in ope_notes(ope)), name
 
 
-def test_the_mean_weight_bound_is_four_standard_errors_above_one_and_at_least_a_factor_two():
-    """Case 3's bound for either version: above both 1 + 4 SE and 2 fails naming that version; just under either
-    passes; below 1 (a challenger whose large weights have not turned up) is never this case."""
+def test_a_challenger_whose_mass_sits_where_the_logs_have_no_support_is_refused():
+    """The loggers put e0 ~ 5e-5 on one candidate of every row and the challenger puts 0.99 there; no row logged it.
+    The reward model extrapolates its CTR to that item, so DR, SNDR, DM and Switch-DR passed it with a narrow
+    interval (only IPS failed). Its mean weight pi/e0 on the logged rows is about 0.01 against an expectation of 1:
+    refused under every estimator, naming the version, the mean and the rule, and the report's note says so."""
+    rng = np.random.default_rng(11)
+    n_users, per_user, k = 60, 8, 6
+    n = n_users * per_user
+    users = np.repeat(np.arange(n_users), per_user)
+    logger = _softmax(rng.normal(0, 1.0, (n, k)))
+    logger[:, 0] = 5e-5  # the candidate the logs (almost) never show
+    logger /= logger.sum(axis=1, keepdims=True)
+    logged = np.array([1 + rng.choice(k - 1, p=row[1:] / row[1:].sum()) for row in logger])
+    challenger = np.full((n, k), 0.01 / (k - 1))
+    challenger[:, 0] = 0.99
+    cands = [list(range(100 * i, 100 * i + k)) for i in range(n)]
+    rows = {
+        "candidates": cands,
+        "logged_items": [c[j] for c, j in zip(cands, logged, strict=True)],
+        "history_lengths": rng.integers(1, 30, n).tolist(),
+        "clicked": (rng.random(n) < 0.2).astype(int),
+        "e0": logger[np.arange(n), logged],
+        "challenger": list(challenger),
+        "champion": list(logger),
+        "users": users.tolist(),
+        "own": np.ones(n, dtype=bool),
+    }
+    for name in ("sndr", "dr", "dm", "switch_dr", "snips_all", "ips"):
+        ope = _numbers(rows, name)
+        assert ope["challenger_mean_weight"] < 0.05, (name, ope["challenger_mean_weight"])
+        ok, why = ope_verdict(ope, 0.05, 0.0)
+        assert not ok, (name, why)
+        assert "the challenger's mean weight pi/e0" in why and "no support" in why, (name, why)
+        assert "rule: mean weight >= 1 - 4 standard errors or >= 0.5: fails closed" in why, (name, why)
+        assert any("no support" in note for note in ope_notes(ope)), name
+    # what passed before this check: the interval alone, under the default SNDR
+    sndr = _numbers(rows, "sndr")
+    assert sndr["ci_low"] > -0.05, sndr["ci_low"]
+
+
+def test_the_mean_weight_bound_is_four_standard_errors_from_one_and_at_least_a_factor_two():
+    """Case 3's bound for either version: above both 1 + 4 SE and 2, or below both 1 - 4 SE and 1/2, fails naming
+    that version; just inside either passes."""
     rows, _ = _month(seed=3)
     ope = _numbers(rows, "sndr")
     for who in ("challenger", "champion"):
@@ -112,7 +152,10 @@ def test_the_mean_weight_bound_is_four_standard_errors_above_one_and_at_least_a_
             (0.5, 1 + 4.1 * 0.5, False),
             (0.01, 1.99, True),  # over 1 + 4 SE (1.04), under the factor 2
             (0.01, 2.01, False),
-            (0.01, 0.2, True),
+            (0.01, 0.2, False),  # under 1 - 4 SE (0.96) and under 1/2: no support
+            (0.01, 0.51, True),  # under 1 - 4 SE, over 1/2
+            (0.2, 0.3, True),  # under 1/2, over 1 - 4 SE (0.2)
+            (0.1, 0.3, False),
         ):
             ok, why = ope_verdict({**ope, key: value, se_key: se}, 0.05, 10.0)
             assert ok is ok_expected, (who, se, value, why)
@@ -148,6 +191,11 @@ def test_an_effective_sample_too_small_is_refused_for_either_version_whatever_th
             p[j] = 1e-9
             p[[m for m in range(k) if m != j]] = (1 - 1e-9) / (k - 1)
         champ.append(p)
+    # row 0 logged at propensity 1/200: its weight ~200 keeps the champion's mean weight (~0.4, standard error as
+    # large) inside case 3's bounds, so it is the effective sample that refuses, not missing support
+    e0 = np.array(rows["e0"], dtype=float)
+    e0[0] = 1 / 200
+    rows = {**rows, "e0": e0}
     ope = _numbers({**rows, "champion": champ}, "sndr")
     assert ope["champion_ess"] < MIN_ESS_FLOOR <= ope["challenger_ess"]
     for min_ess in (10.0, 0.0):  # arms.gate_min_ess=0 (tests/sizes.py's GATE_PASSES) does not let it through
@@ -210,6 +258,26 @@ def test_all_clicked_the_self_normalised_estimators_are_blind_and_ips_decides_to
         ope = _numbers(bad, name)
         if name.startswith("snips"):
             assert ope["diff"] == 0 and ope["ci_low"] == 0, (name, ope["ci_low"])  # blind: what passed before
+        ok, why = ope_verdict(ope, 0.05, 0.0)
+        assert not ok, (name, why)
+        # its mean weight (~1e-5) is far below 1: refused as mass where the logs have no support
+        assert "no support" in why, why
+        assert any("only IPS" in s for s in ope_notes(ope)) and any("no support" in s for s in ope_notes(ope))
+    # 30 % of the mass on each logged item moved off it: the mean weight (~0.65) is inside case 3's bounds, the
+    # self-normalised estimators still read diff 0, and IPS (~0.65 against 1) refuses it
+    champ = np.array(rows["champion"])
+    part = []
+    for i, j in enumerate(logged):
+        p = champ[i].copy()
+        p[j] *= 0.7
+        p[[m for m in range(k) if m != j]] *= (1 - p[j]) / (1 - champ[i][j])
+        part.append(p)
+    bad = {**rows, "challenger": part}
+    for name in ("snips", "snips_all", "sndr", "dr"):
+        ope = _numbers(bad, name)
+        assert 0.55 < ope["challenger_mean_weight"] < 0.8, ope["challenger_mean_weight"]
+        if name.startswith("snips"):
+            assert ope["diff"] == 0 and ope["ci_low"] == 0, (name, ope["ci_low"])
         ok, why = ope_verdict(ope, 0.05, 0.0)
         assert not ok, (name, why)
         assert "every one of the" in why and "is clicked" in why and "only IPS" in why, why

@@ -616,7 +616,9 @@ def _dag_reference_gaps() -> list[str]:
     gaps += [f"arm {a}" for a in ARMS if a not in text.split("## Tasks", 1)[1].split("##", 1)[0]]
     gaps += [f"route /abpo{r}" for r in routes if f"`/abpo{r.replace('{path:path}', '{path}')}`" not in text]
     listed = text.split("OVERRIDE_ALLOWED`:", 1)[1].split("Every other key", 1)[0]
-    gaps += [f"key `{k}` listed but not overridable" for k in re.findall(r"`([^`]+)`", listed) if k not in OVERRIDE_ALLOWED]
+    gaps += [
+        f"key `{k}` listed but not overridable" for k in re.findall(r"`([^`]+)`", listed) if k not in OVERRIDE_ALLOWED
+    ]
     return gaps
 
 
@@ -680,7 +682,10 @@ def test_the_kind_check_reads_a_pages_first_paragraph():
     assert _label(INDEX, "# T\n\nHow-to: land a month.\n\nReference: no\n") == "How-to"
     assert _label(INDEX, "# T\n\nThis page explains.\n") == ""
     text = "# Docs\n\n## How-to\n\n- [a](operations.md)\n\n## Reference\n\n- [b](reference/dag.md)\n"
-    assert _index_kinds(text) == {REPO / "docs" / "operations.md": "How-to", REPO / "docs/reference/dag.md": "Reference"}
+    assert _index_kinds(text) == {
+        REPO / "docs" / "operations.md": "How-to",
+        REPO / "docs/reference/dag.md": "Reference",
+    }
 
 
 def test_the_readme_links_the_docs_index():

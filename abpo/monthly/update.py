@@ -226,8 +226,8 @@ def _update_of_run(arm: str, mv) -> UpdateResult:
     )
 
 
-def update(cfg: Config, arm: str, month: Month) -> UpdateResult:
-    """The step for one LLM arm (see the module docstring). Returns the run and lineage facts."""
+def _check_llm_arm(cfg: Config, arm: str) -> None:
+    """Refuse an arm that has no LLM update, and a per-arm update size naming one."""
     if entry(arm).kind != LLM:
         raise ValueError(f"update: {arm!r} is a {entry(arm).kind} arm; rule: one of {list(LLM_ARMS)}")
     not_llm = sorted(a for a in cfg.arms.update_max_examples_by_arm if entry(a).kind != LLM)
@@ -236,6 +236,32 @@ def update(cfg: Config, arm: str, month: Month) -> UpdateResult:
             f"config arms.update_max_examples_by_arm names {not_llm}, not LLM arms; rule: only an LLM arm "
             f"({list(LLM_ARMS)}) has an update to size"
         )
+
+
+def _update_line(
+    arm: str, parent: str | int, pos, neg, months: list[str], mode: str, shares: dict, weights: dict
+) -> str:
+    """The update's log line: parent, rows per stratum, whose rows, and the first step's weights when measured."""
+    w_text = (
+        (
+            f"; first-step w = e_old/e0 over {weights['rows']} rows: p50 {weights['p50']:.3g} p90 "
+            f"{weights['p90']:.3g} p99 {weights['p99']:.3g} max {weights['max']:.3g}, ESS {weights['ess']:.1f} "
+            f"({weights['ess_share']:.1%})"
+        )
+        if weights
+        else ""
+    )
+    return (
+        f"update {arm} ({entry(arm).refreshed_by}) from champion v{parent} on {pos.num_rows} positive + "
+        f"{neg.num_rows} no-response rows of {months} (arms.update_logs={mode}; logged by "
+        + ", ".join(f"{a} {v:.1%}" for a, v in shares.items())
+        + f"){w_text}"
+    )
+
+
+def update(cfg: Config, arm: str, month: Month) -> UpdateResult:
+    """The step for one LLM arm (see the module docstring). Returns the run and lineage facts."""
+    _check_llm_arm(cfg, arm)
     month = Month(month)
     # the champion of the month's start (recorded once by its bootstrap step), not the alias as it is now: a rerun of
     # a completed month, whose own promotion moved the alias, finds its completed update under the same key
@@ -284,21 +310,7 @@ def update(cfg: Config, arm: str, month: Month) -> UpdateResult:
     mode = cfg.arms.update_logs
     shares = logged_by((pos, neg))
     weights = first_step_weights(cfg, arm, parent_dir, pos, neg) if mode == "all" else {}
-    w_text = (
-        (
-            f"; first-step w = e_old/e0 over {weights['rows']} rows: p50 {weights['p50']:.3g} p90 "
-            f"{weights['p90']:.3g} p99 {weights['p99']:.3g} max {weights['max']:.3g}, ESS {weights['ess']:.1f} "
-            f"({weights['ess_share']:.1%})"
-        )
-        if weights
-        else ""
-    )
-    log.info(
-        f"update {arm} ({entry(arm).refreshed_by}) from champion v{champ.version} on {pos.num_rows} positive + "
-        f"{neg.num_rows} no-response rows of {months} (arms.update_logs={mode}; logged by "
-        + ", ".join(f"{a} {v:.1%}" for a, v in shares.items())
-        + f"){w_text}"
-    )
+    log.info(_update_line(arm, champ.version, pos, neg, months, mode, shares, weights))
     tags = {registry.TASK_KEY_TAG: key, "abpo.update_logs": mode}
     if held is not None:  # arms.gate_users = warehouse: what D_bandit left out, on the update's run
         tags.update(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import socket
 
+TASK_KEY_TAG = "abpo.task_key"  # the tag naming the task a run does (abpo.registry.tasks)
 ATTEMPT_TAG = "abpo.attempt"
 SUPERSEDED_TAG = "abpo.superseded"
 

@@ -458,13 +458,12 @@ def start_run(
     import mlflow
 
     from abpo.registry import attempts
-    from abpo.registry.tasks import TASK_KEY_TAG
 
     configure(cfg)
     exp_id = _ensure_experiment(cfg, experiment)
     all_tags = {"abpo.config": cfg.name, "abpo.seed": str(cfg.seed)}
     all_tags.update({k: str(v) for k, v in (tags or {}).items()})
-    if TASK_KEY_TAG in all_tags:
+    if attempts.TASK_KEY_TAG in all_tags:
         all_tags[attempts.ATTEMPT_TAG] = attempts.this_process()
     run_id = None
     try:

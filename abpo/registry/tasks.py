@@ -14,13 +14,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from abpo.registry import attempts
+from abpo.registry.attempts import TASK_KEY_TAG
 from abpo.registry.errors import TaskAttemptLive, TaskSuperseded
 from abpo.registry.store import _ensure_experiment, configure
 
 if TYPE_CHECKING:
     from abpo.config import Config
 
-TASK_KEY_TAG = "abpo.task_key"
 TASK_RESULT_ARTIFACT = "task_result.json"
 TASK_DONE_TAG = "abpo.task_done"
 

@@ -1,4 +1,4 @@
-"""The gate against the climb (issue 60 point 6): does the monthly gate let through the challengers the simulator's
+"""The gate against the climb: does the monthly gate let through the challengers the simulator's
 expected CTR ranks above their champion, and when it refuses one, which half refused it?
 
 For every gate a run recorded (``<paths.root>/cycle/<YYYY-MM>.<arm>.gate.json``: month m, an updated LLM arm, its
@@ -28,7 +28,8 @@ Run after `make demo` (or on any state: ``ABPO_STATE`` or ``--set paths.root=...
 in seconds (tests/benchmarks/test_smoke.py) without `make demo`: in a throw-away state (kept in ``--state DIR`` when
 given, for a test to check) at benchmarks/headroom.py's smoke sizes, the first month runs whole (bootstrap, serve,
 the LLM arms' updates of 4 steps, gates, promotions), then its gates are scored (the figures mean nothing at that
-size). The last line is exactly
+size). The line before the last counts the gates beyond +-0.5 points of expected CTR (`Beyond 0.5 points: <k> of <n>
+challenger(s) ranked higher passed; <j> of <l> ranked lower refused`); the last line is exactly
 `Gate refusals: <k> of <n> challenger(s) ranked higher by expected CTR refused (offline half <a>, off-policy half
 <b>); <j> of <l> ranked lower passed`.
 
@@ -114,6 +115,21 @@ def summary_line(rows: list[GateRow]) -> str:
         f"(offline half {sum(not r.offline_passed for r in refused)}, off-policy half "
         f"{sum(r.ope_passed is False for r in refused)}); {sum(r.passed for r in down)} of {len(down)} ranked "
         "lower passed"
+    )
+
+
+CLEAR_PP = 0.5  # the gate's promise: a challenger this much better passes, this much worse is refused
+
+
+def clear_line(rows: list[GateRow], clear_pp: float = CLEAR_PP) -> str:
+    """The count beyond +-``clear_pp`` points of expected CTR: of the challengers ranked higher by at least that,
+    how many passed; of those ranked lower by at least that, how many were refused (inside it the gate at margin
+    arms.gate_ope_margin promises nothing)."""
+    up = [r for r in rows if r.diff_pp >= clear_pp]
+    down = [r for r in rows if r.diff_pp <= -clear_pp]
+    return (
+        f"Beyond {clear_pp:g} points: {sum(r.passed for r in up)} of {len(up)} challenger(s) ranked higher passed; "
+        f"{sum(not r.passed for r in down)} of {len(down)} ranked lower refused"
     )
 
 
@@ -250,6 +266,7 @@ def main(argv=None) -> int:
                     "overrides": list(args.set),
                     "rows": [{**asdict(r), "diff_pp": r.diff_pp} for r in rows],
                     "summary": summary_line(rows),
+                    "clear": clear_line(rows),
                 },
                 indent=1,
             )
@@ -259,6 +276,7 @@ def main(argv=None) -> int:
 
         shutil.rmtree(state, ignore_errors=True)
     print(f"wall time {time.perf_counter() - t0:.0f}s")
+    print(clear_line(rows))
     print(summary_line(rows))
     return 0
 

@@ -127,9 +127,10 @@ class ArmsConfig:
         metadata={
             "gt": 0,
             "help": "Offline guardrail (arms.gate_primary = ope): the challenger fails only when the one-sided "
-            "lower bound of its per-user metric minus the champion's is <= -margin (absolute: 0.10 = 10 points "
-            "of HR@5, wide enough that a challenger of equal HR@5 passes it at least 95% of the time on a few "
-            "hundred users: docs/gate.md); it refuses a collapse, it does not decide ties.",
+            "(1 - arms.gate_alpha) upper bound of its per-user metric minus the champion's is below -margin "
+            "(absolute: 0.10 = 10 points of HR@5), i.e. when it is shown worse by more than the margin; a "
+            "challenger of equal HR@5 passes it with probability at least 1 - arms.gate_alpha on any number of "
+            "users (docs/gate.md). It refuses a collapse, it does not decide ties.",
         },
     )
     gate_alpha: float = field(

@@ -1,4 +1,4 @@
-"""benchmarks/gate_refusals.py (issue 60 point 6): each gate's halves read from its record (or the paired test's
+"""benchmarks/gate_refusals.py: each gate's halves read from its record (or the paired test's
 verdict and the gate's own off-policy rule for a record written before the halves were kept), the count of the
 challengers the expected CTR ranks higher that the gate refused, and a real month's gates scored on the next month."""
 
@@ -44,6 +44,24 @@ def test_the_count_names_which_half_refused_a_challenger_ranked_higher(bench):
     table = bench.markdown(rows)
     assert "| 2026-01 | abpo | v2 vs v1 | 2026-02 | 11.00 | 10.00 | +1.00 | pass | pass | passed |" in table
     assert "| **refused** | not run | refused |" in table
+
+
+def test_the_clear_count_reads_only_the_gates_beyond_half_a_point(bench):
+    rows = [
+        _row(bench, +0.005, True),  # exactly +0.5 points: counted
+        _row(bench, +0.007, False, offline=True, ope=False),
+        _row(bench, +0.004, False),  # inside: not counted
+        _row(bench, -0.005, True),  # exactly -0.5 points, passed: a miss
+        _row(bench, -0.009, False),
+        _row(bench, -0.001, True),  # inside
+    ]
+    assert bench.clear_line(rows) == (
+        "Beyond 0.5 points: 1 of 2 challenger(s) ranked higher passed; 1 of 2 ranked lower refused"
+    )
+    assert (
+        bench.clear_line([])
+        == "Beyond 0.5 points: 0 of 0 challenger(s) ranked higher passed; 0 of 0 ranked lower refused"
+    )
 
 
 def test_a_record_s_halves_come_from_its_fields_or_are_recomputed_by_the_gates_rule(bench, tmp_path):

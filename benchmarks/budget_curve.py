@@ -1,4 +1,4 @@
-"""The update's budget curve (issue 60 points 1-2): expected simulated CTR gained over pi_init as a function of the
+"""The update's budget curve: expected simulated CTR gained over pi_init as a function of the
 update budget (rows, epochs, learning rate, schedule), for the online bound and the logged-reward updates, on a
 **validation** series, with the rule that picks the loop's configuration fixed in this docstring before any cell ran.
 

@@ -1,4 +1,4 @@
-"""Headroom first (issue 49, point 1): what any update could gain in the loop. Per month of a run (the demo's by
+"""Headroom first: what any update could gain in the loop. Per month of a run (the demo's by
 default: run `make demo` first, or name another config's state with --config/--set), on the month's served requests
 (the same users, histories and retrieval candidate sets the simulator served, abpo.sim.simulator.month_requests),
 the expected simulated CTR (abpo.sim.headroom, Eq. H1: the click model's probabilities, no click noise) of

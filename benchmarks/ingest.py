@@ -38,7 +38,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 MONTH = "2025-02"
-BASELINE = "a9df335"  # main before the ingest and stratified batches were made Arrow-native (issue 11)
+BASELINE = "a9df335"  # main before the ingest and stratified batches were made Arrow-native
 PART_ROWS = 1_000_000
 
 

@@ -1,4 +1,4 @@
-"""The off-policy gate's estimators against the truth (issue 42 point 3): bias, RMSE and 95% interval coverage of
+"""The off-policy gate's estimators against the truth: bias, RMSE and 95% interval coverage of
 the CTR difference challenger - champion, over replicated simulated months whose true difference is known.
 
 One month of the simulator (the demo's month 2026-01 by default: abpo.sim.simulator.month_requests, 610 users x 12
@@ -20,7 +20,7 @@ The truth is Eq. H1 of abpo.sim.headroom on the month's requests: CTR(pi) = (1/R
 click noise. Each replication draws the users' arms, every request's exposed item from its arm's exposures (e0 =
 that probability, as logged) and its click ~ Bernoulli(p_r(a)), then runs what the gate runs
 (abpo.monthly.gate.ope_estimates_on_rows): SNIPS on the champion arm's own rows (compare_snips, the gate's
-estimator before issue 42, interval over rows: ``snips``), and DM, IPS, SNIPS, DR, SNDR and Switch-DR on every
+the former estimator, interval over rows: ``snips``), and DM, IPS, SNIPS, DR, SNDR and Switch-DR on every
 arm's rows (compare_ope_on_logs: the reward model cross-fitted over 5 folds of users, a paired percentile
 bootstrap over users), each with a 95% interval. Per estimator, over the replications: bias = mean(estimate) -
 truth, RMSE, coverage = the share of intervals containing the truth (its binomial SE beside it), and the mean
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         "--tau",
         type=float,
         default=1.0,
-        help="the loop's exposure temperature policy.tau (issue 60 point 2): the LLM stand-ins expose at "
+        help="the loop's exposure temperature policy.tau: the LLM stand-ins expose at "
         f"softmax(s / ({TAU:g} x tau)), so tau 0.5 is twice as sharp as the default (1: a top candidate ~0.25)",
     )
     ap.add_argument("--json", default="")

@@ -20,12 +20,12 @@ table. Each arm serves once: its exposures do not depend on the oracle
     .venv/bin/python benchmarks/simulate.py [--config demo] [--month 2026-02] [--oracles mixture,als,replay,...]
                                             [--exposure-temperature 1,0.25] [--set key=value ...] [--smoke]
 
-Then the concordance check (issue 46): the clear pairs of arms offline, those whose HR@5 difference is at least 2
+Then the concordance check: the clear pairs of arms offline, those whose HR@5 difference is at least 2
 standard errors of the paired per-user difference or at least 0.03 (:func:`clear_pairs`), and, under each oracle,
 Kendall's tau-b and how many clear pairs keep their order in simulated CTR and which reverse it. Pairs within noise
 offline may swap; a clear pair should not, when the clicks come from the users' own taste.
 
-Then the yardstick table (issue 60): two things bias the offline-vs-simulated comparison above, so beside offline
+Then the yardstick table: two things bias the offline-vs-simulated comparison above, so beside offline
 HR@5 and simulated CTR every arm's champion is measured on the same month's requests by
 
     served HR@5       HR@5 on the served candidates: the arm ranks each of the month's retrieval-stage candidate
@@ -186,7 +186,7 @@ def hit_rate_at(k: int, arm, examples) -> float:
 
 
 # a pair of arms is clear offline when its HR@5 difference is at least CLEAR_SE standard errors of the paired
-# per-user difference, or at least CLEAR_GAP (issue 46): such a pair should keep its order in simulated CTR
+# per-user difference, or at least CLEAR_GAP: such a pair should keep its order in simulated CTR
 CLEAR_SE = 2.0
 CLEAR_GAP = 0.03
 
@@ -526,7 +526,7 @@ def main(argv=None) -> int:
     served_pairs = clear_pairs(served_hits)
     ylines, yconc = yardstick_table(yard, ys, {OFFLINE: pairs, SERVED: served_pairs}, own)
     print(
-        f"Yardsticks (issue 60) on the {len(requests)} served requests of {month}:\n"
+        f"Yardsticks on the {len(requests)} served requests of {month}:\n"
         f"  {SERVED}: each arm ranks the retrieval stage's candidates; the user's real next item is among them in "
         f"{coverage(requests):.1%} of the requests, the others are misses for every arm\n"
         f"  E[CTR]: Eq. H1 under {default} (no click noise) at each arm's own exposure temperature (own T), at one "

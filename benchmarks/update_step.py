@@ -1,6 +1,6 @@
 """Seconds per update step and logged rows per second, side by side in one run: ABPO (variant F) against vanilla GRPO
 (variant B), ABPO's step with the item-token policy against the step before it (the text prompt), and each of B, F
-and wll against the same rows trained by a baseline commit's code (issue 60: the update made faster, as a ratio
+and wll against the same rows trained by a baseline commit's code (the update made faster, as a ratio
 against the code before), same model, data and G.
 
     .venv/bin/python benchmarks/update_step.py [--m 20 200] [--steps 4] [--reps 2] [--threads 1]
@@ -14,13 +14,13 @@ Rows timed, alternating within each repetition:
              attention and MLP (policy.lora_r=8), constrained rollouts decoded token by token through HF generate,
              s_p (e0, e_old) the mean over the answer's tokens
     <variant>  with --variants, each named update variant (docs/update-variants.md) with the preset, its
-             cost per step against B printed per M before the goal line (issue 49: "at what cost per step")
+             cost per step against B printed per M before the goal line ("at what cost per step")
     wll      with a baseline, the SNIPS-weighted likelihood of the clicked logged items (variant J) with the preset
 Goals: F/B <= 1.2 and F-text/F >= 3 at M = 20. With M = 20 among the sizes the last line is
 `goal F/B <= 1.2 at M=20 (CPU time): <met|NOT met> (<F/B>); goal F-text/F >= 3: <met|NOT met> (<F-text/F>)`, and
 with a baseline the line before it is `logged rows/s now/baseline: <r>x (B), <r>x (F), <r>x (wll)` (at the first M).
 
-Baseline (``--baseline REV``, default BASELINE below: main before issue 60's faster update step; ``none``: skip):
+Baseline (``--baseline REV``, default BASELINE below: main before the faster update step; ``none``: skip):
 the tree of REV (git archive of abpo/, configs/, sql/) trains B, F and wll on the same dataset, model, preset file and
 settings. Each checkout's rows run in a worker process of their own, started once (the imports, ~10 CPU-s, are not
 timed), and the two workers alternate row by row (now B, baseline B, now F, baseline F, ...), so that load on a
@@ -68,7 +68,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-BASELINE = "07a7630"  # main before issue 60's faster update step (distinct prompts once, the choice-only loss)
+BASELINE = "07a7630"  # main before the faster update step (distinct prompts once, the choice-only loss)
 COMPARED = ("B", "F", "wll")  # the rows a baseline also trains (the ratio line)
 
 # --smoke: the same rows on a smaller tiny model and the fewest steps (overrides of the preset; the arguments below)
@@ -429,14 +429,14 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--variants",
         default="",
-        help="more rows beside B and F, comma-separated update variants (e.g. abpo_ll,grpo_cr: issue 49's cost per "
+        help="more rows beside B and F, comma-separated update variants (e.g. abpo_ll,grpo_cr: the cost per "
         "step against B); each is timed in the same alternation and its CPU ratio to B printed before the goal line",
     )
     ap.add_argument(
         "--baseline",
         default=BASELINE,
         help=f"git revision whose code also trains B, F and wll, for the logged rows/s ratio now/baseline (default "
-        f"{BASELINE}: main before issue 60's faster update step); none: skip",
+        f"{BASELINE}: main before the faster update step); none: skip",
     )
     ap.add_argument(
         "--processes",
@@ -602,12 +602,12 @@ def report(results, variants: list[str], baseline: str | None) -> None:
             f"{med['F-text']:>11.2f} {x:>18.2f}"
         )
     for m, _, medc, _, _, _, _ in results:
-        if variants:  # issue 49 point 6: each variant's cost per step against B, the same alternation
+        if variants:  # each variant's cost per step against B, the same alternation
             print(
                 f"M={m} cost per step against B (CPU time): "
                 + "; ".join(f"{v}/B {medc[v] / medc['B']:.2f}" for v in variants)
             )
-    if baseline:  # issue 60 point 3: logged rows per CPU second, this checkout against the baseline's code
+    if baseline:  # logged rows per CPU second, this checkout against the baseline's code
         for m, _, medc, _, _, base, rows in results:
             now_rate = {k: rows / medc[k] for k in COMPARED}
             base_rate = {k: rows / base[k] for k in COMPARED}

@@ -1,4 +1,4 @@
-"""Which update moves the recommender up (issue 49, points 2 and 4): the validation probes, the pre-registered choice
+"""Which update moves the recommender up: the validation probes, the pre-registered choice
 of variants, the diagnosis and the test tables, as one resumable command (docs/which-update.md).
 
     .venv/bin/python benchmarks/which_update.py [--out DIR] [--cores N] [--datasets ml,office]

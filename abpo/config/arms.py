@@ -61,7 +61,7 @@ class MLRetrainArmConfig:
             "choices": tuple(ML_RETRAIN_KINDS),
             "help": "ml_retrain arm's model: als (implicit ALS, refitted from scratch) | sasrec (SASRec-CE, "
             "abpo.baselines.sasrec with section sasrec: the bootstrap early-stopped on the validation users, each "
-            "month warm-started from the champion's weights for sasrec.refit_epochs). docs/baselines.md.",
+            "month warm-started from the champion's weights for sasrec.refit_epochs). docs/policy.md, Baselines.",
         },
     )
     iterations: int = field(

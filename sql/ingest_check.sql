@@ -11,6 +11,10 @@
 --   unknown_schema_version   schema_version is not $schema_version, the version this warehouse reads (a row
 --                            of another version may mean something else by the same columns)
 --   unknown_arm              arm not in $known_arms
+--   unknown_model_version    the row's arm has registered versions (staging.ingest_model_versions: the arms abpo
+--                            serves whose registered model has versions, read from the MLflow registry by the caller;
+--                            empty: not checked) and model_version is none of them: lineage to a model the
+--                            registry never had
 --   propensity_out_of_range  propensity not in [$min_propensity, 1] (NaN included; $min_propensity > 0 is
 --                            data.min_propensity: below it the SNIPS weight e/e0 overflows or means nothing)
 --   clicked_not_binary       clicked not 0/1
@@ -59,10 +63,19 @@ off_catalog AS (
     WHERE it IS NOT NULL AND NOT EXISTS (SELECT 1 FROM staging.ingest_catalog AS c WHERE c.item_id = r.it)
     GROUP BY source_file, source_row
 ),
+checked_arms AS (
+    -- the arms whose model_version is checked: their registered model, how many versions it has, the latest
+    SELECT arm AS checked_arm, min(model) AS arm_model, count(*) AS arm_versions,
+           max(TRY_CAST(model_version AS BIGINT)) AS arm_latest
+    FROM staging.ingest_model_versions
+    GROUP BY arm
+),
 ruled AS (
     SELECT
         s.source_file, s.source_row, s.impression_id, s.event_time, s.arm, s.propensity, s.clicked,
-        s.candidates, s.item_id, s.schema_version, s.logging_policy, s.served_at,
+        s.candidates, s.item_id, s.schema_version, s.logging_policy, s.served_at, s.model_version,
+        ca.checked_arm IS NOT NULL AND rv.registered_arm IS NULL AS version_unknown, ca.arm_model, ca.arm_versions,
+        ca.arm_latest,
         length(list_filter(s.candidates, lambda c: c = s.item_id)) AS logged_copies,
         length(s.candidates) - length(list_distinct(s.candidates)) AS duplicate_slots,
         oc.n_items AS off_catalog_items, oc.example AS off_catalog_example, oc.fields AS off_catalog_fields,
@@ -110,6 +123,9 @@ ruled AS (
         abs(epoch(served_at) - epoch(event_time)) AS skew_seconds
     FROM staging.ingest_stage AS s
     LEFT JOIN off_catalog AS oc ON s.source_file = oc.source_file AND s.source_row = oc.source_row
+    LEFT JOIN checked_arms AS ca ON s.arm = ca.checked_arm
+    LEFT JOIN (SELECT arm AS registered_arm, model_version AS registered_version FROM staging.ingest_model_versions)
+        AS rv ON s.arm = rv.registered_arm AND s.model_version = rv.registered_version
 ),
 first_rule AS MATERIALIZED (
     SELECT
@@ -120,6 +136,7 @@ first_rule AS MATERIALIZED (
             WHEN malformed_ids <> '' THEN 'malformed_id'
             WHEN schema_version <> $schema_version THEN 'unknown_schema_version'
             WHEN NOT list_contains($known_arms::VARCHAR[], arm) THEN 'unknown_arm'
+            WHEN version_unknown THEN 'unknown_model_version'
             WHEN isnan(propensity) OR propensity < $min_propensity OR propensity > 1 THEN 'propensity_out_of_range'
             WHEN clicked NOT IN (0, 1) THEN 'clicked_not_binary'
             WHEN NOT list_contains(candidates, item_id) THEN 'item_not_in_candidates'
@@ -139,6 +156,7 @@ first_rule AS MATERIALIZED (
             WHEN malformed_ids <> '' THEN malformed_ids || '; rule: an id is at most ' || $max_id_length || ' characters with no control character or bidirectional override'
             WHEN schema_version <> $schema_version THEN 'schema_version ' || schema_version || ', this warehouse reads version ' || $schema_version
             WHEN NOT list_contains($known_arms::VARCHAR[], arm) THEN 'arm ' || arm || ' not in known arms'
+            WHEN version_unknown THEN 'model_version ' || model_version || ' of arm ' || arm || ' is not a version of ' || arm_model || ' (' || arm_versions || ' registered, the latest ' || coalesce(arm_latest::VARCHAR, '?') || '); rule: a row of an arm abpo serves names the registered version that served it'
             WHEN isnan(propensity) OR propensity <= 0 OR propensity > 1 THEN 'propensity ' || propensity || ' not in (0, 1]'
             WHEN propensity < $min_propensity THEN 'propensity ' || propensity || ' below data.min_propensity ' || $min_propensity
             WHEN clicked NOT IN (0, 1) THEN 'clicked ' || clicked || ' not in {0, 1}'

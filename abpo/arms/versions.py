@@ -172,6 +172,27 @@ def get_version(cfg: Config, arm: str, ref: str = registry.CHAMPION):
     return registry.find_version(cfg, model_name(arm, cfg), ref)
 
 
+def registered_versions(cfg: Config) -> dict[str, tuple[str, list[str]]]:
+    """What the ingest checks a row's ``model_version`` against (rule unknown_model_version): for each arm abpo
+    serves that the warehouse accepts (arms.names and data.known_arms), its registered model and that model's version
+    numbers. An arm whose model has no version yet is left out (not checked), and so is every arm while the state's
+    SQLite store does not exist yet (or is empty): no registry before the bootstrap, and the store is not created
+    here. An arm of data.known_arms that abpo does not serve is never checked: an external logger's rows name versions
+    of its own. RegistryUnavailable (abpo.registry) when the registry cannot answer."""
+    db = registry.sqlite_path(cfg.paths.tracking_uri())
+    if db is not None and (not db.is_file() or db.stat().st_size == 0):
+        return {}
+    out: dict[str, tuple[str, list[str]]] = {}
+    for arm in cfg.arms.names:
+        if arm not in names.ARMS or arm not in cfg.data.known_arms:
+            continue
+        name = model_name(arm, cfg)
+        found = registry.tagged_versions(cfg, name, {})
+        if found:
+            out[arm] = (name, [str(mv.version) for mv in found])
+    return out
+
+
 def log_arm_model(cfg: Config, arm: str, local_dir: str | Path) -> str:
     """Log ``local_dir`` into the active MLflow run as the arm's model (its class's ``log_model``); returns the model
     URI to register."""

@@ -79,6 +79,7 @@ def cmd_restore_month(args, cfg: Config) -> int:
 
 
 def cmd_ingest(args, cfg: Config) -> int:
+    from abpo.arms.versions import registered_versions
     from abpo.monthly.report import require_month_order
     from abpo.warehouse import IngestError, ingest_with_config
 
@@ -86,7 +87,12 @@ def cmd_ingest(args, cfg: Config) -> int:
     require_month_order(cfg, str(month), force=args.force_month_order)  # MonthOutOfOrder: one line, exit 2
     try:
         report, path = ingest_with_config(
-            cfg, month, landing=args.landing, force=args.force, validate=not args.no_validate
+            cfg,
+            month,
+            landing=args.landing,
+            force=args.force,
+            validate=not args.no_validate,
+            model_versions=registered_versions(cfg),  # a row's model_version names its arm's registered version
         )
     except IngestError as e:
         print(f"abpo ingest: {e}", file=sys.stderr)

@@ -11,7 +11,10 @@ DTYPES = ("float32", "bfloat16")  # policy.dtype: torch's dtype of that name (ab
 # any score gap overflows float64 to inf, and the softmax gives NaN. At tau >= 1e-3 even the largest finite float32
 # score (3.4e38) divided by tau stays below float64's range (1.8e308) by 260 orders of magnitude, whatever the model
 # scores; and 1e-3 is already a hard argmax in practice (a gap of 0.75 nats weights the top candidate by e^750,
-# beyond float64), so no useful temperature lies below it.
+# beyond float64), so no useful temperature lies below it. The floor is numeric only: whether a tau above it makes the
+# logging near-deterministic depends on the model's score gaps (at 1e-3 a top candidate 0.017 nats above each of 19 others
+# already has e0 within 1e-6 of 1), which the config cannot see; the ingest measures it on the month's logs and warns
+# (abpo.warehouse.ingest.NEAR_ONE_PROPENSITY).
 TAU_MIN = 1e-3
 
 
@@ -73,7 +76,10 @@ class PolicyConfig:
         metadata={
             "min": TAU_MIN,
             "help": "Temperature of e_p(a|q) = softmax(s_p(a,q)/tau) over C; at least 0.001, where the softmax of "
-            "any finite score stays finite (abpo.config.policy.TAU_MIN).",
+            "any finite score stays finite (abpo.config.policy.TAU_MIN). A small tau makes the logging "
+            "near-deterministic (how small depends on the model's score gaps): the ingest warns when over half of an "
+            "arm's rows with two or more candidates logged e0 >= 1 - 1e-6, which gives the off-policy gate no support "
+            "beyond the served item; raise policy.tau then.",
         },
     )
     scoring_batch_tokens: int = field(

@@ -51,6 +51,7 @@ RULES = (
     "malformed_id",
     "unknown_schema_version",
     "unknown_arm",
+    "unknown_model_version",
     "propensity_out_of_range",
     "clicked_not_binary",
     "item_not_in_candidates",
@@ -116,7 +117,8 @@ IMPRESSION_COLUMN_DOCS: dict[str, str] = {
     "event_time": "When the item was shown (UTC); decides the month partition.",
     "user_id": "Who saw it; the A/B assignment is a stable hash of it.",
     "arm": "A/B arm that served the request (abpo, grpo, ml_retrain, popularity).",
-    "model_version": "MLflow model version that produced the exposure (lineage).",
+    "model_version": "MLflow model version that produced the exposure (lineage): for an arm abpo serves, once its "
+    "registered model has versions, one of them (else quarantined at ingest: unknown_model_version).",
     "history": "Item ids of the prompt's history x_{1:t'}, chronological.",
     "candidates": "Candidate set C_{t'} the policy chose from, in the order shown to the model.",
     "item_id": "The exposed item a_log; must be one of `candidates`.",

@@ -19,8 +19,8 @@ from abpo.months import Month
 DEFAULT_ARMS = ("abpo", "grpo", "ml_retrain", "popularity")
 # The contract rules this generator breaks (one per bad row), in the order its draws use. The later rules
 # (logged_item_not_once, duplicate_candidates, propensity_inconsistent, item_not_in_catalog, logging_tau_mismatch,
-# malformed_id, conflicting_impression_id) are not injected: the draws of every seed stay as they were, and the tests
-# build those rows by hand.
+# malformed_id, conflicting_impression_id, unknown_model_version) are not injected: the draws of every seed stay as
+# they were, and the tests build those rows by hand.
 INJECTED_RULES = tuple(
     r
     for r in RULES
@@ -33,6 +33,7 @@ INJECTED_RULES = tuple(
         "logging_tau_mismatch",
         "malformed_id",
         "conflicting_impression_id",
+        "unknown_model_version",
     )
 )
 # the per-row columns of _clean_columns (one value per row; history is flat, the ids are Arrow arrays)

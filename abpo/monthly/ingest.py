@@ -41,6 +41,7 @@ def ingest(cfg: Config, month: Month, *, force: bool = False, out_of_order: bool
     the result recorded when it was (cycle/<month>.ingest.json) is returned, nothing is written."""
     import json
 
+    from abpo.arms.versions import registered_versions
     from abpo.warehouse import config_catalog, ingest_with_config, open_warehouse
 
     month = Month(month)
@@ -49,7 +50,8 @@ def ingest(cfg: Config, month: Month, *, force: bool = False, out_of_order: bool
     if month_completed(cfg, str(month)) and kept.is_file():
         log.info(f"ingest {month}: the month completed before; its ingest stands ({kept}), nothing ingested")
         return IngestResult.from_json(json.loads(kept.read_text()))
-    report, _ = ingest_with_config(cfg, month, force=force)  # every contract and audit setting of section data
+    # every contract and audit setting of section data, and the arms' registered versions (unknown_model_version)
+    report, _ = ingest_with_config(cfg, month, force=force, model_versions=registered_versions(cfg))
     with open_warehouse(cfg) as wh:  # then what users consumed, when it landed (the ranker arms' refits read it)
         interactions = wh.ingest_interactions(cfg.paths.location("landing"), month, catalog=config_catalog(cfg))
     out = IngestResult(

@@ -6,7 +6,7 @@ interactions (interactions). Its methods say which part does the work."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -80,6 +80,7 @@ class Warehouse(WarehouseDB):
         max_quarantine_fraction: float = DATA_DEFAULTS.max_quarantine_fraction,
         catalog: Iterable[int] | None = None,
         policy_tau: float | None = None,
+        model_versions: Mapping[str, tuple[str, Iterable[str]]] | None = None,
     ) -> IngestReport:
         """Write, audit, publish ``month``'s landing files (:meth:`abpo.warehouse.ingest.Ingest.ingest_month`);
         ``audit(warehouse, month)`` is the Great Expectations suite over the staged clean rows."""
@@ -95,6 +96,7 @@ class Warehouse(WarehouseDB):
             max_quarantine_fraction=max_quarantine_fraction,
             catalog=catalog,
             policy_tau=policy_tau,
+            model_versions=model_versions,
         )
 
     def stage_catalog(self, catalog: Iterable[int] | None) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -91,14 +91,22 @@ def open_warehouse(cfg: Config, *, read_only: bool = False) -> Warehouse:
 
 
 def ingest_with_config(
-    cfg: Config, month: str, *, landing: str | os.PathLike | None = None, force: bool = False, validate: bool = True
+    cfg: Config,
+    month: str,
+    *,
+    landing: str | os.PathLike | None = None,
+    force: bool = False,
+    validate: bool = True,
+    model_versions: Mapping[str, tuple[str, Iterable[str]]] | None = None,
 ) -> tuple[IngestReport, Path]:
     """Write, audit, publish ``month`` with every contract and audit setting of the config's ``data`` section (the one
     place they are read, for `abpo ingest` and the pipeline alike): known arms, min_propensity, max_clock_skew_seconds,
     ingest_min_keep_fraction, max_quarantine_fraction, the catalog (the dataset's item ids: item_not_in_catalog), and
     the Great Expectations suite unless ``validate`` is false. The suite's summary
     (``validation/impressions_<month>.json``) is written only once the month is published: a refused ingest leaves
-    the month's summary as it was. Returns the report and the warehouse's path."""
+    the month's summary as it was. ``model_versions``: the registered versions of the arms abpo serves, which a row's
+    model_version must name (rule unknown_model_version; abpo.arms.versions.registered_versions reads them, the
+    callers above the registry pass them); None: not checked. Returns the report and the warehouse's path."""
 
     d = cfg.data
     out_dir = cfg.paths.resolve("root") / "validation"
@@ -131,6 +139,7 @@ def ingest_with_config(
             max_quarantine_fraction=d.max_quarantine_fraction,
             catalog=catalog,
             policy_tau=cfg.policy.tau,  # the tau the update recomputes e_old with (rule logging_tau_mismatch)
+            model_versions=model_versions,
         )
     if isinstance(report.audit, ValidationSummary):  # the suite ran (validate): its summary, once published
         save_summary(report.audit, out_dir)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,17 @@ DATA_DEFAULTS = DataConfig()  # the contract parameters' defaults (section data)
 
 log = logging.getLogger("abpo.warehouse")  # the package logs as the one module did
 MANY_OBJECTS = 1000  # a partition with more objects than this is warned about (one request per object)
+# A month whose logging is close to deterministic is warned about (Ingest._warn_near_deterministic): an arm where more
+# than NEAR_DETERMINISTIC_SHARE of the clean rows with two or more candidates logged a propensity of at least
+# NEAR_ONE_PROPENSITY (a softmax whose top score leads each of the M - 1 others by (13.8 + ln(M - 1)) tau or more:
+# 0.017 nats at policy.tau's floor 1e-3 and M = 20). The served item is then the argmax nearly always and the logs
+# hold nothing else of the request: the off-policy gate's weights pi/e0 have no support beyond the served items. A
+# row with one candidate is left out: its propensity is 1 whatever the temperature.
+NEAR_ONE_PROPENSITY = 1.0 - 1e-6
+NEAR_DETERMINISTIC_SHARE = 0.5
+NEAR_DETERMINISTIC_RULE = (
+    "a logging policy this close to deterministic gives the off-policy gate no support beyond the served item"
+)
 
 
 @dataclass
@@ -51,6 +62,9 @@ class IngestReport:
     aggregate_rows: int = 0  # (arm, user) rows of the month in user_month_stats
     aggregate_seconds: float = 0.0  # part of `seconds` spent rebuilding them
     audit: Any = None  # the audit's summary (abpo.validation.ValidationSummary) when one ran
+    # arms whose logging was near-deterministic (Ingest._warn_near_deterministic): arm -> the share of its clean
+    # rows with two or more candidates that logged a propensity >= NEAR_ONE_PROPENSITY
+    near_deterministic: dict[str, float] = field(default_factory=dict)
 
     @property
     def rows_quarantined(self) -> int:
@@ -68,6 +82,7 @@ class IngestReport:
             "seconds": round(self.seconds, 3),
             "aggregate_rows": self.aggregate_rows,
             "aggregate_seconds": round(self.aggregate_seconds, 3),
+            "near_deterministic": dict(self.near_deterministic),
         }
 
     def __str__(self) -> str:
@@ -79,6 +94,9 @@ class IngestReport:
         lines.append(
             f"  per-user aggregate: {self.aggregate_rows} (arm, user) rows rebuilt in {self.aggregate_seconds:.2f}s"
         )
+        if self.near_deterministic:  # the warning's arms (Ingest._warn_near_deterministic)
+            shares = ", ".join(f"{arm} {share:.1%}" for arm, share in self.near_deterministic.items())
+            lines.append(f"  near-deterministic logging (propensity >= 1 - {1 - NEAR_ONE_PROPENSITY:.0e}): {shares}")
         return "\n".join(lines)
 
 
@@ -197,6 +215,28 @@ def stage_catalog(db: WarehouseDB, catalog: Iterable[int] | None) -> None:
         db.con.unregister("ingest_catalog_arrow")
 
 
+def stage_model_versions(db: WarehouseDB, model_versions: Mapping[str, tuple[str, Iterable[str]]] | None) -> None:
+    """The registered versions the rule unknown_model_version checks rows against, as the in-memory table
+    staging.ingest_model_versions (arm, model, model_version; empty when None): ``model_versions`` maps an arm to
+    (its registered model's name, the model's version numbers). An arm not in it is not checked."""
+    pairs = sorted({(str(a), str(m), str(v)) for a, (m, vs) in (model_versions or {}).items() for v in vs})
+    t = pa.table(
+        {
+            "arm": pa.array([p[0] for p in pairs], pa.string()),
+            "model": pa.array([p[1] for p in pairs], pa.string()),
+            "model_version": pa.array([p[2] for p in pairs], pa.string()),
+        }
+    )
+    db.con.register("ingest_model_versions_arrow", t)
+    try:
+        db.con.execute(
+            "CREATE OR REPLACE TABLE staging.ingest_model_versions AS "
+            "SELECT arm, model, model_version FROM ingest_model_versions_arrow"
+        )
+    finally:
+        db.con.unregister("ingest_model_versions_arrow")
+
+
 class Ingest:
     """The monthly ingest of impressions (write, audit, publish) over the warehouse's connection ``db``; publishing a
     month rebuilds its per-user aggregate with ``aggregates`` in the same transaction."""
@@ -219,6 +259,7 @@ class Ingest:
         max_quarantine_fraction: float = DATA_DEFAULTS.max_quarantine_fraction,
         catalog: Iterable[int] | None = None,
         policy_tau: float | None = None,
+        model_versions: Mapping[str, tuple[str, Iterable[str]]] | None = None,
     ) -> IngestReport:
         """Write, audit, publish ``month``'s landing files.
 
@@ -237,7 +278,10 @@ class Ingest:
         another item is quarantined (item_not_in_catalog). A step that fails (disk full, ...) raises IngestStepFailed
         naming its SQL file; the clean-up after it never hides it. ``policy_tau`` (policy.tau): an LLM row logged with
         another softmax temperature is quarantined (logging_tau_mismatch), as the update would refuse it; None: not
-        checked.
+        checked. ``model_versions`` (arm -> (its registered model, the model's version numbers), read from the
+        registry by the caller: abpo.arms.versions.registered_versions): a row of such an arm whose model_version is
+        none of them is quarantined (unknown_model_version); an arm not in it, or None, is not checked. An arm whose
+        clean rows logged near-deterministic propensities is warned about (:meth:`_warn_near_deterministic`).
         """
         check_month(month)
         check_contract_settings(min_propensity, max_quarantine_fraction)
@@ -248,6 +292,7 @@ class Ingest:
         failed: BaseException | None = None
         try:
             stage_catalog(self.db, catalog)
+            stage_model_versions(self.db, model_versions)
             self._apply_contract(
                 report,
                 known_arms,
@@ -256,6 +301,7 @@ class Ingest:
                 check_catalog=catalog is not None,
                 policy_tau=float(policy_tau or 0.0),
             )
+            self._warn_near_deterministic(report, policy_tau)
             _audit_replace(report, force=force, min_keep_fraction=min_keep_fraction)
             _audit_quarantine(report, force=force, max_fraction=max_quarantine_fraction)
             if audit is not None:
@@ -306,6 +352,32 @@ class Ingest:
                 report.quarantined_by_rule[row["rule"]] = row["rows"]
         report.rows_in = report.rows_clean + report.rows_quarantined
         report.rows_replaced = self.db.run("month_count", month=report.month).column("rows")[0].as_py()
+
+    def _warn_near_deterministic(self, report: IngestReport, policy_tau: float | None) -> None:
+        """One WARNING line naming the month, each arm whose clean rows with two or more candidates logged a
+        propensity >= NEAR_ONE_PROPENSITY in more than NEAR_DETERMINISTIC_SHARE of them (its share, rows and logging
+        rules), the tau in use and the rule; the shares go to ``report.near_deterministic``. Not a refusal: the rows
+        are true logs, but the off-policy gate reads nothing from them beyond the served items."""
+        rows = self.db.run("ingest_near_deterministic", at_least=NEAR_ONE_PROPENSITY).to_pylist()
+        flagged = [r for r in rows if r["rows"] and r["near_one"] > NEAR_DETERMINISTIC_SHARE * r["rows"]]
+        if not flagged:
+            return
+        report.near_deterministic = {r["arm"]: round(r["near_one"] / r["rows"], 4) for r in flagged}
+        arms = "; ".join(
+            f"{r['near_one']} of {r['rows']} rows of arm {r['arm']} ({r['near_one'] / r['rows']:.1%}, "
+            + ", ".join(r["policies"])
+            + (f" and {r['n_policies'] - len(r['policies'])} more" if r["n_policies"] > len(r["policies"]) else "")
+            + ")"
+            for r in flagged
+        )
+        fixes = ["raise policy.tau"] if any(r["llm_rule"] for r in flagged) else []
+        fixes += [f"raise arms.{r['arm']}.temperature" for r in flagged if r["ranker_rule"]]
+        tau = f"policy.tau = {policy_tau:g}" if policy_tau else "policy.tau not given"
+        log.warning(
+            f"ingest {report.month}: near-deterministic logging: propensity >= 1 - {1 - NEAR_ONE_PROPENSITY:.0e} "
+            f"on {arms}, of the rows with two or more candidates; {tau}; rule: {NEAR_DETERMINISTIC_RULE} (warned "
+            f"above {NEAR_DETERMINISTIC_SHARE:.0%} of an arm's rows); " + (" / ".join(fixes) or "raise the temperature")
+        )
 
     def _publish(self, report: IngestReport) -> None:
         """Publish: in ONE transaction the replaced rows to the history (not when a rerun's clean rows are the very

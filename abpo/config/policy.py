@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 PROMPT_STYLES = ("text", "item_tokens")  # policy.prompt_style (abpo.policy.prompt builds both)
 LOSS_TOKENS = ("answer", "choice")  # sft.loss_tokens (abpo.policy.sft)
+ITEM_INITS = ("random", "als")  # sft.item_init (abpo.policy.item_init)
 DTYPES = ("float32", "bfloat16")  # policy.dtype: torch's dtype of that name (abpo.policy.model.torch_dtype)
 # policy.tau's lower bound. e_p = softmax(s_p / tau) is finite only while s_p / tau is: at a subnormal tau (1e-320)
 # any score gap overflows float64 to inf, and the softmax gives NaN. At tau >= 1e-3 even the largest finite float32
@@ -144,6 +145,17 @@ class PolicyConfig:
 
 @dataclass
 class SFTConfig:
+    item_init: str = field(
+        default="random",
+        metadata={
+            "choices": ITEM_INITS,
+            "help": "pi_init's item-token rows (embedding, tied with the LM head) before stage 1: random (the model's "
+            "init) | als: from the item factors of the project's ALS (abpo.baselines.als at its defaults, rank "
+            "policy.tiny_hidden_size) fitted on every user's x_{1:T}, the data stage 1 trains on, rescaled by one "
+            "scalar to the random rows' mean norm; items without a training interaction keep their random row "
+            "(Eq. item-init, abpo.policy.item_init). Needs one token per item (the tiny model).",
+        },
+    )
     pretrain_epochs: int = field(
         default=0,
         metadata={

@@ -1,6 +1,7 @@
 """pi_init: the initial deployed policy, trained by supervised fine-tuning on D_sup (docs/ABPO_SPEC.md "Data objects")
 with TRL's ``SFTTrainer``; for item-token models (``sft.pretrain_epochs > 0``) after a next-item pre-training stage
-over every position of each user's x_{1:T} (``pretrain_stage``, abpo.policy.pretrain). Each stage's wall time is
+over every position of each user's x_{1:T} (``pretrain_stage``, abpo.policy.pretrain), whose item tokens' rows may
+first be set from ALS factors of the same x_{1:T} (``sft.item_init``, ``item_init_stage``). Each stage's wall time is
 logged (this module's logger, shown by abpo.logs.console) and recorded in MLflow (``stage_seconds_*``).
 
 Each D_sup example (x_{1:t}, C, x_{t+1}) becomes prompt q = the fitted, chat-rendered prompt and completion
@@ -89,6 +90,27 @@ def sft_records(examples, titles, tokenizer, policy_cfg, loss_tokens: str = "ans
     return out
 
 
+def training_sequences(splits) -> dict[int, list[int]]:
+    """user -> x_{1:T} (the history of the split): what pi_init's stage 1 trains on and ``sft.item_init``'s
+    factorisation reads; never the update range or the held-out target."""
+    return {sp.user_id: sp.history for sp in splits}
+
+
+def item_init_stage(model, tokenizer, dataset, splits, cfg: Config):
+    """``sft.item_init`` (abpo.policy.item_init, Eq. item-init): the item tokens' rows of ``model`` set in place from
+    factors fitted on :func:`training_sequences`, before stage 1. ``random`` changes nothing."""
+    from abpo.policy.item_init import init_item_embeddings
+
+    return init_item_embeddings(
+        model,
+        tokenizer,
+        training_sequences(splits),
+        list(dataset.titles()),
+        method=cfg.sft.item_init,
+        seed=cfg.seed,
+    )
+
+
 def pretrain_stage(
     model, tokenizer, dataset, splits, cfg: Config, *, validation_fraction: float, log_mlflow: bool = False
 ):
@@ -99,7 +121,7 @@ def pretrain_stage(
     from abpo.policy.pretrain import pretrain_next_item
 
     s = cfg.sft
-    train = {sp.user_id: sp.history for sp in splits}
+    train = training_sequences(splits)
     val = {
         sp.user_id: (sp.history, sp.update)
         for sp in splits
@@ -390,7 +412,11 @@ def _train_stages(
     log_mlflow: bool,
 ):
     """pi_init's two stages: next-item pre-training (when sft.pretrain_epochs > 0) and the answer-format SFT on
-    D_sup; their seconds (and stage 1's epochs) go into ``result``; returns the trained model."""
+    D_sup, after the item tokens' rows of ``sft.item_init`` (when not random); their seconds (and stage 1's epochs)
+    go into ``result``; returns the trained model."""
+    if cfg.sft.item_init != "random":
+        ii = item_init_stage(model, tok, ds, splits, cfg)
+        result.stage_seconds["item_init"] = ii.seconds
     if cfg.sft.pretrain_epochs > 0:
         pre = pretrain_stage(
             model, tok, ds, splits, cfg, validation_fraction=validation_fraction, log_mlflow=log_mlflow

@@ -28,7 +28,7 @@ Run after `make demo` (or on any state: ``ABPO_STATE`` or ``--set paths.root=...
 in seconds (tests/benchmarks/test_smoke.py) without `make demo`: in a throw-away state (kept in ``--state DIR`` when
 given, for a test to check) at benchmarks/headroom.py's smoke sizes, the first month runs whole (bootstrap, serve,
 the LLM arms' updates of 4 steps, gates, promotions), then its gates are scored (the figures mean nothing at that
-size). The line before the last counts the gates beyond +-0.5 points of expected CTR (`Beyond 0.5 points: <k> of <n>
+size). Before the wall time it counts the gates beyond +-0.5 points of expected CTR (`Beyond 0.5 points: <k> of <n>
 challenger(s) ranked higher passed; <j> of <l> ranked lower refused`); the last line is exactly
 `Gate refusals: <k> of <n> challenger(s) ranked higher by expected CTR refused (offline half <a>, off-policy half
 <b>); <j> of <l> ranked lower passed`.
@@ -275,8 +275,8 @@ def main(argv=None) -> int:
         import shutil
 
         shutil.rmtree(state, ignore_errors=True)
-    print(f"wall time {time.perf_counter() - t0:.0f}s")
     print(clear_line(rows))
+    print(f"wall time {time.perf_counter() - t0:.0f}s")
     print(summary_line(rows))
     return 0
 

@@ -129,6 +129,6 @@ def check_smoke_state(tmp_path: Path) -> None:
             want = float(np.mean([float(np.dot(ei, probs[j])) for ei, j in zip(e, sample, strict=True)]))
             assert row[f"{key}_ctr"] == pytest.approx(want, abs=2e-6), (arm, key)
         assert row["diff_pp"] == pytest.approx(100 * (row["challenger_ctr"] - row["champion_ctr"]))
-    assert got["summary"] == bench.summary_line(
-        [bench.GateRow(**{k: r[k] for k in r if k != "diff_pp"}) for r in got["rows"]]
-    )
+    rows = [bench.GateRow(**{k: r[k] for k in r if k != "diff_pp"}) for r in got["rows"]]
+    assert got["summary"] == bench.summary_line(rows)
+    assert got["clear"] == bench.clear_line(rows)

@@ -31,6 +31,8 @@ RETIRED_UPDATE_KEYS: dict[str, Any] = {
 
 # Keys added to section `update` after cells were cached, with their default (= the behaviour before they existed):
 # at that default a key is left out of the digest, so cached cells keep their fingerprints; any other value enters it.
+# The same for section `sft`.
+ADDED_SFT_KEYS: dict[str, Any] = {"item_init": "random"}
 ADDED_UPDATE_KEYS: dict[str, Any] = {
     "self_certainty_positions": "choice",
     "greedy_rollouts": False,
@@ -60,8 +62,7 @@ def cell_fingerprint(cfg: Config, row: str, seed: int | None = None, r: int | No
     (abpo.experiment.regime_settings.regime_settings) and, for grpo_lr, the ABPO cell its learning rate is measured in."""
     e = cfg.experiment
     d: dict[str, Any] = {k: dataclasses.asdict(getattr(cfg, k)) for k in ("data", "policy", "sft")}
-    if d["sft"].get("item_init") == "random":  # the setting added later, at its default: the same cells as before it
-        del d["sft"]["item_init"]
+    d["sft"] = without_added_defaults(d["sft"], ADDED_SFT_KEYS)
     d.update(row=row, seed=None if seed is None else int(seed), round=r, rounds=e.rounds)
     updates = is_llm_row(row) and row != FULL_INFO and row_key(row) != "none"
     upd = without_added_defaults(dataclasses.asdict(cfg.update), ADDED_UPDATE_KEYS) | RESULT_FREE_UPDATE_KEYS

@@ -400,6 +400,18 @@ def test_an_added_update_key_enters_the_fingerprint_only_away_from_its_default()
     assert cell_fingerprint(answer, "none", 0, 1) == cell_fingerprint(base, "none", 0, 1)
 
 
+def test_an_added_sft_key_enters_the_fingerprint_only_away_from_its_default():
+    from abpo.config import load_config
+    from abpo.experiment.cells import ADDED_SFT_KEYS, cell_fingerprint
+    from abpo.experiment.rows import experiment_config
+
+    base = experiment_config(load_config("tiny"))
+    assert ADDED_SFT_KEYS["item_init"] == base.sft.item_init == "random"
+    als = experiment_config(load_config("tiny", ["sft.item_init=als"]))
+    assert cell_fingerprint(als, "abpo", 0, 1) != cell_fingerprint(base, "abpo", 0, 1)
+    assert cell_fingerprint(als, "none", 0, 1) != cell_fingerprint(base, "none", 0, 1)  # pi_init itself differs
+
+
 def test_how_often_checkpoints_and_metrics_are_written_enters_no_fingerprint():
     """update.save_steps / save_total_limit / logging_steps change no result (abpo.experiment.cells
     RESULT_FREE_UPDATE_KEYS): a checkpoint interval set for speed keeps every cached cell; a learning rate does not."""

@@ -13,9 +13,9 @@ DTYPES = ("float32", "bfloat16")  # policy.dtype: torch's dtype of that name (ab
 # score (3.4e38) divided by tau stays below float64's range (1.8e308) by 260 orders of magnitude, whatever the model
 # scores; and 1e-3 is already a hard argmax in practice (a gap of 0.75 nats weights the top candidate by e^750,
 # beyond float64), so no useful temperature lies below it. The floor is numeric only: whether a tau above it makes the
-# logging near-deterministic depends on the model's score gaps (at 1e-3 a top candidate 0.017 nats above each of 19 others
-# already has e0 within 1e-6 of 1), which the config cannot see; the ingest measures it on the month's logs and warns
-# (abpo.warehouse.ingest.NEAR_ONE_PROPENSITY).
+# logging near-deterministic depends on the model's score gaps (at 1e-3 a top candidate 0.017 nats above each of 19
+# others already has e0 within 1e-6 of 1), which the config cannot see; the ingest measures it on the month's logs and
+# warns (abpo.warehouse.ingest.NEAR_ONE_PROPENSITY).
 TAU_MIN = 1e-3
 
 

@@ -60,7 +60,8 @@ def ope_notes(ope: dict[str, Any] | None) -> list[str]:
     """Short notes on the off-policy half's numbers that its verdict states in full (:func:`ope_verdict`) and the
     report's gate section shows beside the interval: the arm served none of the rows, every row a no-response (the
     interval degenerate), every row clicked (only IPS sees mass moved off the logged items), an estimate outside
-    [0, 1], a mean weight far above 1 (logged propensities too small) or far below (no support). [] for a result recorded without ``clicks``."""
+    [0, 1], a mean weight far above 1 (logged propensities too small) or far below (no support). [] for a result
+    recorded without ``clicks``."""
     if not ope:
         return []
     notes = []

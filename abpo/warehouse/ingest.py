@@ -204,15 +204,22 @@ def remote_landing_files(
     return files
 
 
+def _stage_table(db: WarehouseDB, name: str, table: pa.Table) -> None:
+    """``table`` as the table staging.<name> (replaced), its columns as they are, through a registered Arrow view."""
+    view = f"{name}_arrow"
+    db.con.register(view, table)
+    try:
+        cols = ", ".join(table.column_names)
+        db.con.execute(f"CREATE OR REPLACE TABLE staging.{name} AS SELECT {cols} FROM {view}")
+    finally:
+        db.con.unregister(view)
+
+
 def stage_catalog(db: WarehouseDB, catalog: Iterable[int] | None) -> None:
     """The catalog's item ids as the in-memory table staging.ingest_catalog (item_id BIGINT; empty when None),
     which the contract (sql/ingest_check.sql, item_not_in_catalog) and the GX batch (sql/validate_*.sql) read."""
     ids = pa.table({"item_id": pa.array(sorted({int(i) for i in catalog or ()}), pa.int64())})
-    db.con.register("ingest_catalog_arrow", ids)
-    try:
-        db.con.execute("CREATE OR REPLACE TABLE staging.ingest_catalog AS SELECT item_id FROM ingest_catalog_arrow")
-    finally:
-        db.con.unregister("ingest_catalog_arrow")
+    _stage_table(db, "ingest_catalog", ids)
 
 
 def stage_model_versions(db: WarehouseDB, model_versions: Mapping[str, tuple[str, Iterable[str]]] | None) -> None:
@@ -227,14 +234,7 @@ def stage_model_versions(db: WarehouseDB, model_versions: Mapping[str, tuple[str
             "model_version": pa.array([p[2] for p in pairs], pa.string()),
         }
     )
-    db.con.register("ingest_model_versions_arrow", t)
-    try:
-        db.con.execute(
-            "CREATE OR REPLACE TABLE staging.ingest_model_versions AS "
-            "SELECT arm, model, model_version FROM ingest_model_versions_arrow"
-        )
-    finally:
-        db.con.unregister("ingest_model_versions_arrow")
+    _stage_table(db, "ingest_model_versions", t)
 
 
 class Ingest:
